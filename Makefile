@@ -1,0 +1,54 @@
+# slurm-ddp: top-level Makefile.  Each folder builds into build/.
+#
+#   make            build libddpenv, the SPANK plugin and the CLIs
+#   make demo       install missing Debian packages, build, start a local
+#                   multi-node Slurm and train across it with srun --ddp
+#   make check      the same set-up, then every test
+#   make install    PREFIX, DESTDIR, SLURM_PLUGIN_DIR, SYSCONFDIR honoured
+#   SANITIZER=address,undefined make check   unit tests under sanitizers
+
+BUILD ?= $(CURDIR)/build
+CC ?= cc
+CFLAGS ?= -O2 -g
+SANITIZER ?=
+PREFIX ?= /usr/local
+DESTDIR ?=
+SLURM_PLUGIN_DIR ?= $(shell pkg-config --variable=libdir slurm 2>/dev/null || echo /usr/lib/x86_64-linux-gnu)/slurm-wlm
+SYSCONFDIR ?= /etc/slurm
+export BUILD CC CFLAGS SANITIZER PREFIX DESTDIR SLURM_PLUGIN_DIR SYSCONFDIR
+
+.PHONY: all libddpenv spank deps check unit bats demo install uninstall clean cluster-stop
+
+all: libddpenv spank
+
+libddpenv:
+	$(MAKE) -C libddpenv
+
+spank: libddpenv
+	$(MAKE) -C spank
+
+deps:
+	scripts/deps.sh
+
+unit: libddpenv
+	$(MAKE) -C tests unit
+
+check: deps all
+	tests/run.sh
+
+demo: deps all
+	scripts/demo.sh
+
+install: all
+	$(MAKE) -C libddpenv install
+	$(MAKE) -C spank install
+
+uninstall:
+	$(MAKE) -C libddpenv uninstall
+	$(MAKE) -C spank uninstall
+
+cluster-stop:
+	tests/cluster/cluster.sh stop
+
+clean:
+	rm -rf $(BUILD)/obj $(BUILD)/lib $(BUILD)/bin $(BUILD)/tests $(BUILD)/include

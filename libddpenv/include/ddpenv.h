@@ -1,0 +1,260 @@
+/*
+ * libddpenv: the distributed-training environment contract for Slurm steps.
+ *
+ * Given a snapshot of a Slurm task's environment, libddpenv works out what
+ * torchrun would have set (MASTER_ADDR, MASTER_PORT, RANK, LOCAL_RANK,
+ * WORLD_SIZE, ...) plus the network interface NCCL and gloo should use.
+ *
+ * The library never prints, never exits and never calls getenv(): callers
+ * fill a struct ddpenv_env (spank_getenv in the plugin, environ in the CLIs)
+ * and get errors back in a buffer they own.  Everything that asks the system
+ * (name resolution, interface list, routing table) goes through struct
+ * ddpenv_sys, so every decision is testable on crafted inputs.
+ *
+ * Functions return 0 on success and -1 on error, with a message in err that
+ * names the input and what was expected.
+ */
+#ifndef DDPENV_H
+#define DDPENV_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <netinet/in.h>
+#include <net/if.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DDPENV_VERSION "0.1.0"
+#define DDPENV_ERRLEN 512    /* a good size for err buffers */
+
+/* ---- environment snapshot ------------------------------------------- */
+
+struct ddpenv_env {
+	char **kv;       /* "KEY=VALUE" strings, owned */
+	size_t n, cap;
+};
+
+void ddpenv_env_init(struct ddpenv_env *env);
+void ddpenv_env_free(struct ddpenv_env *env);
+/* Set (or replace) KEY.  -1 with errno ENOMEM/EINVAL on failure. */
+int ddpenv_env_set(struct ddpenv_env *env, const char *key, const char *value);
+/* Value of KEY, or NULL when absent. */
+const char *ddpenv_env_get(const struct ddpenv_env *env, const char *key);
+/* Copy every entry of an envp-style array (e.g. environ). */
+int ddpenv_env_from_envp(struct ddpenv_env *env, char *const *envp);
+
+/* NULL-terminated list of every variable the library may read; a caller
+ * that cannot copy a whole environment (the SPANK plugin) fetches these. */
+extern const char *const ddpenv_env_keys[];
+
+/* ---- backends ---------------------------------------------------------- */
+
+enum ddpenv_backend {
+	DDPENV_BACKEND_AUTO = 0, /* nccl when the step has GPUs, else gloo */
+	DDPENV_BACKEND_NCCL,
+	DDPENV_BACKEND_GLOO,
+};
+
+/* Parse "nccl", "gloo" or "auto" (NULL means auto: a bare --ddp). */
+int ddpenv_backend_parse(const char *s, enum ddpenv_backend *out,
+			 char *err, size_t errlen);
+const char *ddpenv_backend_name(enum ddpenv_backend b);
+
+/* ---- addresses ---------------------------------------------------------- */
+
+struct ddpenv_addr {
+	int family;                  /* AF_INET or AF_INET6 */
+	union {
+		struct in_addr v4;
+		struct in6_addr v6;
+	} u;
+};
+
+#define DDPENV_ADDRSTRLEN INET6_ADDRSTRLEN
+
+/* Parse a numeric IPv4/IPv6 address (no brackets, no scope). */
+int ddpenv_addr_parse(const char *s, struct ddpenv_addr *out);
+/* Format without brackets, as torch's MASTER_ADDR expects. */
+int ddpenv_addr_format(const struct ddpenv_addr *a, char *buf, size_t len);
+int ddpenv_addr_is_loopback(const struct ddpenv_addr *a);
+int ddpenv_addr_is_linklocal(const struct ddpenv_addr *a);
+/* Whether a and b share the first prefix bits (same family required). */
+int ddpenv_addr_same_subnet(const struct ddpenv_addr *a,
+			    const struct ddpenv_addr *b, unsigned prefix);
+
+/* ---- what the library asks the system, injectable ---------------------- */
+
+#define DDPENV_MAX_ADDRS 16
+
+struct ddpenv_ifaddr {
+	char name[IF_NAMESIZE];
+	struct ddpenv_addr addr;
+	unsigned prefix;             /* netmask length */
+	unsigned flags;              /* IFF_UP, IFF_LOOPBACK, ... */
+};
+
+struct ddpenv_sys {
+	/* Resolve a host name to addresses in preference order; returns the
+	 * count (0: the name has no address) or -1 with err set. */
+	int (*lookup)(void *ctx, const char *name, struct ddpenv_addr *out,
+		      size_t max, char *err, size_t errlen);
+	/* Slurm's NodeAddr for a NodeName into out; 0 found, -1 unknown.
+	 * May be NULL when Slurm's configuration is not available. */
+	int (*nodeaddr)(void *ctx, const char *node, char *out, size_t len);
+	/* The local interfaces and their addresses (malloc'd array). */
+	int (*ifaddrs)(void *ctx, struct ddpenv_ifaddr **out, size_t *n,
+		       char *err, size_t errlen);
+	/* The interface the kernel routes dst through. */
+	int (*route)(void *ctx, const struct ddpenv_addr *dst, char *ifname,
+		     size_t len, char *err, size_t errlen);
+	void *ctx;
+};
+
+/* The real system: getaddrinfo, getifaddrs and rtnetlink; nodeaddr NULL
+ * (the plugin and the CLIs supply Slurm's). */
+extern const struct ddpenv_sys ddpenv_sys_default;
+
+int ddpenv_sys_lookup(void *ctx, const char *name, struct ddpenv_addr *out,
+		      size_t max, char *err, size_t errlen);
+int ddpenv_sys_ifaddrs(void *ctx, struct ddpenv_ifaddr **out, size_t *n,
+		       char *err, size_t errlen);
+int ddpenv_sys_route(void *ctx, const struct ddpenv_addr *dst, char *ifname,
+		     size_t len, char *err, size_t errlen);
+
+/* ---- the step --------------------------------------------------------- */
+
+#define DDPENV_HOSTLEN 256
+#define DDPENV_HOWLEN 256
+
+struct ddpenv_step {
+	uint32_t job_id;       /* het leader's id for heterogeneous steps */
+	uint32_t step_id;
+	uint32_t num_tasks;    /* whole step, all het components */
+	uint32_t num_nodes;
+	uint32_t restart_count;
+	uint32_t het_size;     /* 0 for ordinary steps */
+	int has_gpus;          /* SLURM_STEP_GPUS / CUDA_VISIBLE_DEVICES */
+	char head[DDPENV_HOSTLEN];
+	char head_how[DDPENV_HOWLEN];
+};
+
+/* Step ids Slurm uses for the batch, extern and interactive steps. */
+#define DDPENV_STEP_BATCH       0xFFFFFFFBu
+#define DDPENV_STEP_EXTERN      0xFFFFFFFCu
+#define DDPENV_STEP_INTERACTIVE 0xFFFFFFFAu
+/* Whether the step gets the contract (not batch, extern, interactive). */
+int ddpenv_step_is_parallel(uint32_t step_id);
+
+/* Read the step's facts.  The head node is the first host of the step's
+ * node list (SLURM_STEP_NODELIST, expanded with libslurm's hostlist); for a
+ * heterogeneous step, the first host of component 0 within the step. */
+int ddpenv_step_parse(const struct ddpenv_env *env, struct ddpenv_step *step,
+		      char *err, size_t errlen);
+
+/* First host of a Slurm host list expression ("gpu[0001-0004],login1"). */
+int ddpenv_hostlist_first(const char *list, char *out, size_t len,
+			  char *err, size_t errlen);
+/* Whether host is in the list; -1 on a malformed list. */
+int ddpenv_hostlist_contains(const char *list, const char *host);
+/* Count of tasks on node node_id from "2(x3),1" (SLURM_STEP_TASKS_PER_NODE). */
+int ddpenv_tasks_on_node(const char *tasks_per_node, uint32_t node_id,
+			 uint32_t *count, char *err, size_t errlen);
+
+/* ---- head address ------------------------------------------------------- */
+
+/* Resolve the head node's name to a usable, non-loopback address.  Order:
+ * a literal address; the name through sys->lookup; if that yields only
+ * loopback (Debian's "127.0.1.1 hostname" line) or nothing, Slurm's
+ * NodeAddr for the node through sys->nodeaddr.  how says which was used. */
+int ddpenv_head_resolve(const char *head, const struct ddpenv_sys *sys,
+			struct ddpenv_addr *out, char *how, size_t howlen,
+			char *err, size_t errlen);
+
+/* ---- port ----------------------------------------------------------------- */
+
+/* Default range: outside Linux's default ephemeral range (32768-60999). */
+#define DDPENV_PORT_LO 20480
+#define DDPENV_PORT_HI 32767
+/* Each job owns a window of this many consecutive ports, one per step id. */
+#define DDPENV_PORT_STRIDE 16
+
+/*
+ * port = lo + (job_id * STRIDE + step_id) mod (hi - lo + 1)
+ *
+ * Steps of one job get distinct ports while their ids are below the range
+ * size; jobs whose ids differ by less than (hi-lo+1)/STRIDE (768 with the
+ * default range) never collide while their step ids are below STRIDE.
+ */
+int ddpenv_port_for_step(uint32_t job_id, uint32_t step_id, uint16_t lo,
+			 uint16_t hi, uint16_t *port, char *err, size_t errlen);
+
+/* ---- interface ------------------------------------------------------------ */
+
+/* Whether an interface name is never a choice: lo, docker*, veth*, virbr*,
+ * br-* (container networks), cni*, podman*, lxcbr*. */
+int ddpenv_iface_excluded(const char *name);
+
+/* Choose the interface for traffic to head: the up, non-excluded interface
+ * holding an address in the head's subnet (longest prefix wins), else
+ * route_if (the kernel's route to head) unless it is excluded. */
+int ddpenv_iface_choose(const struct ddpenv_ifaddr *ifs, size_t n,
+			const struct ddpenv_addr *head, const char *route_if,
+			char *out, size_t outlen, char *how, size_t howlen,
+			char *err, size_t errlen);
+
+/* ---- the contract --------------------------------------------------------- */
+
+#define DDPENV_VALLEN 256
+
+/* Per node and step: everything that does not depend on the task.
+ * Computed once per node (the plugin's user_init). */
+struct ddpenv_node {
+	struct ddpenv_step step;
+	enum ddpenv_backend backend;
+	char backend_how[DDPENV_HOWLEN];
+	char master_addr[DDPENV_HOSTLEN];
+	char master_addr_how[DDPENV_HOWLEN];
+	int master_addr_user;              /* set by the user: left alone */
+	char master_port[16];
+	char master_port_how[DDPENV_HOWLEN];
+	int master_port_user;
+	char ifname[IF_NAMESIZE];
+	char ifname_how[DDPENV_HOWLEN];
+};
+
+int ddpenv_node_resolve(const struct ddpenv_env *env,
+			enum ddpenv_backend requested,
+			const struct ddpenv_sys *sys, struct ddpenv_node *node,
+			char *err, size_t errlen);
+
+#define DDPENV_MAX_VARS 32
+
+struct ddpenv_var {
+	const char *key;
+	char value[DDPENV_VALLEN];
+	char how[DDPENV_HOWLEN];
+	int user;          /* the user set it: report, never overwrite */
+};
+
+struct ddpenv_vars {
+	struct ddpenv_var v[DDPENV_MAX_VARS];
+	size_t n;
+};
+
+/* The variables for one task, from the node facts and the task's own
+ * environment (SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID, ...). */
+int ddpenv_task_vars(const struct ddpenv_node *node,
+		     const struct ddpenv_env *task_env,
+		     struct ddpenv_vars *out, char *err, size_t errlen);
+
+/* Marker the contract sets: "<job>.<step>".  A MASTER_ADDR etc. present
+ * with a different marker was inherited from an outer --ddp step, not set
+ * by the user, and is recomputed. */
+#define DDPENV_MARKER "DDP_STEP"
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DDPENV_H */

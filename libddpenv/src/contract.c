@@ -1,0 +1,276 @@
+/* The torchrun contract: node facts once per step, then each task's vars. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ddpenv.h"
+#include "internal.h"
+
+/* A variable present in env was set by the user unless our marker is there:
+ * then it came from an outer --ddp step (or from us) and is recomputed. */
+static const char *user_value(const struct ddpenv_env *env, const char *key)
+{
+	const char *v = ddpenv_env_get(env, key);
+
+	if (!v || ddpenv_env_get(env, DDPENV_MARKER))
+		return NULL;
+	return v;
+}
+
+static int choose_backend(const struct ddpenv_step *step,
+			  enum ddpenv_backend requested, struct ddpenv_node *node)
+{
+	node->backend = requested;
+	if (requested != DDPENV_BACKEND_AUTO) {
+		snprintf(node->backend_how, sizeof(node->backend_how), "--ddp=%s",
+			 ddpenv_backend_name(requested));
+		return 0;
+	}
+	node->backend = step->has_gpus ? DDPENV_BACKEND_NCCL : DDPENV_BACKEND_GLOO;
+	snprintf(node->backend_how, sizeof(node->backend_how),
+		 "--ddp=auto: the step %s GPUs", step->has_gpus ? "has" : "has no");
+	return 0;
+}
+
+static int master_addr(const struct ddpenv_env *env, const struct ddpenv_sys *sys,
+		       struct ddpenv_node *node, struct ddpenv_addr *addr,
+		       char *err, size_t errlen)
+{
+	const char *user = user_value(env, "MASTER_ADDR");
+	char how[DDPENV_HOWLEN];
+
+	if (user) {
+		struct ddpenv_addr tmp[DDPENV_MAX_ADDRS];
+		int n;
+
+		if (strlen(user) >= sizeof(node->master_addr)) {
+			snprintf(err, errlen, "MASTER_ADDR (set in the job's environment) is %zu characters: expected a host name or address",
+				 strlen(user));
+			return -1;
+		}
+		strcpy(node->master_addr, user);
+		node->master_addr_user = 1;
+		snprintf(node->master_addr_how, sizeof(node->master_addr_how),
+			 "set in the job's environment: left alone");
+		if (ddpenv_addr_parse(user, addr) == 0)
+			return 0;
+		n = sys->lookup(sys->ctx, user, tmp, DDPENV_MAX_ADDRS, err, errlen);
+		if (n <= 0) {
+			char lerr[DDPENV_ERRLEN];
+			snprintf(lerr, sizeof(lerr), "%s", n < 0 ? err : "no address");
+			snprintf(err, errlen, "MASTER_ADDR=%.100s (set in the job's environment): %s",
+				 user, lerr);
+			return -1;
+		}
+		*addr = tmp[0];
+		return 0;
+	}
+	if (ddpenv_head_resolve(node->step.head, sys, addr, how, sizeof(how),
+				err, errlen) < 0)
+		return -1;
+	if (ddpenv_addr_format(addr, node->master_addr, sizeof(node->master_addr)) < 0) {
+		snprintf(err, errlen, "head node %s: cannot format its address", node->step.head);
+		return -1;
+	}
+	snprintf(node->master_addr_how, sizeof(node->master_addr_how),
+		 "head %.60s (%.100s), %.80s", node->step.head, node->step.head_how, how);
+	return 0;
+}
+
+static int master_port(const struct ddpenv_env *env, struct ddpenv_node *node,
+		       char *err, size_t errlen)
+{
+	const char *user = user_value(env, "MASTER_PORT");
+	uint16_t port;
+	uint32_t v;
+
+	if (user) {
+		if (ddpenv_parse_u32("MASTER_PORT", user, &v, err, errlen) < 0 ||
+		    v == 0 || v > 65535) {
+			snprintf(err, errlen, "MASTER_PORT=%.32s (set in the job's environment): expected a port number 1-65535",
+				 user);
+			return -1;
+		}
+		snprintf(node->master_port, sizeof(node->master_port), "%u", v);
+		node->master_port_user = 1;
+		snprintf(node->master_port_how, sizeof(node->master_port_how),
+			 "set in the job's environment: left alone");
+		return 0;
+	}
+	if (ddpenv_port_for_step(node->step.job_id, node->step.step_id,
+				 DDPENV_PORT_LO, DDPENV_PORT_HI, &port, err, errlen) < 0)
+		return -1;
+	snprintf(node->master_port, sizeof(node->master_port), "%u", port);
+	snprintf(node->master_port_how, sizeof(node->master_port_how),
+		 "%u + (job %u * %u + step %u) mod %u", DDPENV_PORT_LO,
+		 node->step.job_id, DDPENV_PORT_STRIDE, node->step.step_id,
+		 DDPENV_PORT_HI - DDPENV_PORT_LO + 1);
+	return 0;
+}
+
+static int interface(const struct ddpenv_env *env, const struct ddpenv_sys *sys,
+		     const struct ddpenv_addr *head, struct ddpenv_node *node,
+		     char *err, size_t errlen)
+{
+	struct ddpenv_ifaddr *ifs = NULL;
+	size_t n = 0;
+	char route_if[IF_NAMESIZE] = "", rerr[DDPENV_ERRLEN];
+	int rv = -1;
+	int both_user = user_value(env, "NCCL_SOCKET_IFNAME") &&
+			user_value(env, "GLOO_SOCKET_IFNAME");
+
+	if (sys->ifaddrs(sys->ctx, &ifs, &n, err, errlen) < 0)
+		goto out;
+	if (sys->route(sys->ctx, head, route_if, sizeof(route_if), rerr, sizeof(rerr)) < 0)
+		route_if[0] = '\0';
+	rv = ddpenv_iface_choose(ifs, n, head, route_if, node->ifname,
+				 sizeof(node->ifname), node->ifname_how,
+				 sizeof(node->ifname_how), err, errlen);
+out:
+	free(ifs);
+	if (rv < 0 && both_user) {
+		/* The user named the interfaces: our failure does not matter. */
+		snprintf(node->ifname_how, sizeof(node->ifname_how), "not chosen: %.200s", err);
+		node->ifname[0] = '\0';
+		return 0;
+	}
+	return rv;
+}
+
+int ddpenv_node_resolve(const struct ddpenv_env *env,
+			enum ddpenv_backend requested,
+			const struct ddpenv_sys *sys, struct ddpenv_node *node,
+			char *err, size_t errlen)
+{
+	struct ddpenv_addr head;
+
+	memset(node, 0, sizeof(*node));
+	if (ddpenv_step_parse(env, &node->step, err, errlen) < 0)
+		return -1;
+	if (!ddpenv_step_is_parallel(node->step.step_id)) {
+		snprintf(err, errlen, "step %u.%s gets no distributed environment: not a parallel step (batch, extern or interactive)",
+			 node->step.job_id, node->step.step_id == DDPENV_STEP_BATCH ? "batch" :
+			 node->step.step_id == DDPENV_STEP_EXTERN ? "extern" : "interactive");
+		return -1;
+	}
+	choose_backend(&node->step, requested, node);
+	if (master_addr(env, sys, node, &head, err, errlen) < 0 ||
+	    master_port(env, node, err, errlen) < 0 ||
+	    interface(env, sys, &head, node, err, errlen) < 0)
+		return -1;
+	return 0;
+}
+
+static struct ddpenv_var *add(struct ddpenv_vars *out, const char *key,
+			      int user, const char *how, const char *fmt, ...)
+{
+	struct ddpenv_var *v;
+	va_list ap;
+
+	if (out->n >= DDPENV_MAX_VARS)
+		return NULL; /* cannot happen: the list below is fixed */
+	v = &out->v[out->n++];
+	v->key = key;
+	v->user = user;
+	snprintf(v->how, sizeof(v->how), "%s", how);
+	va_start(ap, fmt);
+	vsnprintf(v->value, sizeof(v->value), fmt, ap);
+	va_end(ap);
+	return v;
+}
+
+static int task_u32(const struct ddpenv_env *env, const char *key,
+		    uint32_t *out, char *err, size_t errlen)
+{
+	const char *s = ddpenv_env_get(env, key);
+
+	if (!s) {
+		snprintf(err, errlen, "%s is not set: expected inside a Slurm task", key);
+		return -1;
+	}
+	return ddpenv_parse_u32(key, s, out, err, errlen);
+}
+
+int ddpenv_task_vars(const struct ddpenv_node *node,
+		     const struct ddpenv_env *task_env,
+		     struct ddpenv_vars *out, char *err, size_t errlen)
+{
+	const struct ddpenv_step *st = &node->step;
+	uint32_t rank, local_rank, node_id, local_size, cpus = 0;
+	const char *tpn, *u, *how_omp;
+	char how[DDPENV_HOWLEN];
+
+	out->n = 0;
+	if (task_u32(task_env, "SLURM_PROCID", &rank, err, errlen) < 0 ||
+	    task_u32(task_env, "SLURM_LOCALID", &local_rank, err, errlen) < 0 ||
+	    task_u32(task_env, "SLURM_NODEID", &node_id, err, errlen) < 0)
+		return -1;
+	if (rank >= st->num_tasks) {
+		snprintf(err, errlen, "SLURM_PROCID=%u: expected below the step's %u tasks",
+			 rank, st->num_tasks);
+		return -1;
+	}
+	tpn = ddpenv_env_get(task_env, "SLURM_STEP_TASKS_PER_NODE");
+	if (ddpenv_tasks_on_node(tpn, node_id, &local_size, err, errlen) < 0)
+		return -1;
+	if (local_rank >= local_size) {
+		snprintf(err, errlen, "SLURM_LOCALID=%u: expected below the %u tasks of node %u (SLURM_STEP_TASKS_PER_NODE=%.64s)",
+			 local_rank, local_size, node_id, tpn);
+		return -1;
+	}
+
+	add(out, "MASTER_ADDR", node->master_addr_user, node->master_addr_how,
+	    "%s", node->master_addr);
+	add(out, "MASTER_PORT", node->master_port_user, node->master_port_how,
+	    "%s", node->master_port);
+	add(out, "RANK", 0, "SLURM_PROCID", "%u", rank);
+	add(out, "LOCAL_RANK", 0, "SLURM_LOCALID", "%u", local_rank);
+	add(out, "WORLD_SIZE", 0, "tasks in the step (SLURM_STEP_NUM_TASKS)", "%u", st->num_tasks);
+	snprintf(how, sizeof(how), "tasks on node %u (SLURM_STEP_TASKS_PER_NODE=%.64s)", node_id, tpn);
+	add(out, "LOCAL_WORLD_SIZE", 0, how, "%u", local_size);
+	add(out, "NODE_RANK", 0, "SLURM_NODEID", "%u", node_id);
+	add(out, "GROUP_RANK", 0, "SLURM_NODEID", "%u", node_id);
+	add(out, "GROUP_WORLD_SIZE", 0, "nodes in the step (SLURM_STEP_NUM_NODES)", "%u", st->num_nodes);
+	add(out, "ROLE_RANK", 0, "= RANK (one role)", "%u", rank);
+	add(out, "ROLE_WORLD_SIZE", 0, "= WORLD_SIZE (one role)", "%u", st->num_tasks);
+	add(out, "ROLE_NAME", 0, "torchrun's default role", "default");
+	add(out, "TORCHELASTIC_RESTART_COUNT", 0, "SLURM_RESTART_COUNT (0 when unset)",
+	    "%u", st->restart_count);
+	add(out, "TORCHELASTIC_MAX_RESTARTS", 0, "Slurm requeues, not torchelastic", "0");
+	add(out, "TORCHELASTIC_RUN_ID", 0, "<job id>.<step id>", "%u.%u", st->job_id, st->step_id);
+
+	static const char *const ifkeys[] = { "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME" };
+	for (size_t i = 0; i < 2; i++) {
+		u = user_value(task_env, ifkeys[i]);
+		if (u)
+			add(out, ifkeys[i], 1, "set in the job's environment: left alone", "%s", u);
+		else if (node->ifname[0])
+			add(out, ifkeys[i], 0, node->ifname_how, "%s", node->ifname);
+	}
+
+	u = user_value(task_env, "OMP_NUM_THREADS");
+	if (u) {
+		add(out, "OMP_NUM_THREADS", 1, "set in the job's environment: left alone", "%s", u);
+	} else {
+		const char *cpt = ddpenv_env_get(task_env, "SLURM_CPUS_PER_TASK");
+		const char *con = ddpenv_env_get(task_env, "SLURM_CPUS_ON_NODE");
+		if (cpt) {
+			if (ddpenv_parse_u32("SLURM_CPUS_PER_TASK", cpt, &cpus, err, errlen) < 0)
+				return -1;
+			how_omp = "SLURM_CPUS_PER_TASK";
+		} else if (con) {
+			if (ddpenv_parse_u32("SLURM_CPUS_ON_NODE", con, &cpus, err, errlen) < 0)
+				return -1;
+			cpus /= local_size;
+			how_omp = "SLURM_CPUS_ON_NODE / LOCAL_WORLD_SIZE";
+		} else {
+			how_omp = "no CPU count from Slurm";
+		}
+		add(out, "OMP_NUM_THREADS", 0, how_omp, "%u", cpus ? cpus : 1);
+	}
+	add(out, "DDP_BACKEND", 0, node->backend_how, "%s", ddpenv_backend_name(node->backend));
+	add(out, DDPENV_MARKER, 0, "marks these values as set by slurm-ddp for this step",
+	    "%u.%u", st->job_id, st->step_id);
+	return 0;
+}

@@ -1,0 +1,109 @@
+/* The environment snapshot: a small owned list of KEY=VALUE strings. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+
+#include "ddpenv.h"
+
+const char *const ddpenv_env_keys[] = {
+	"SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEPID",
+	"SLURM_STEP_NODELIST", "SLURM_STEP_NUM_NODES", "SLURM_STEP_NUM_TASKS",
+	"SLURM_STEP_TASKS_PER_NODE", "SLURM_NTASKS", "SLURM_NNODES",
+	"SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURMD_NODENAME",
+	"SLURM_CPUS_PER_TASK", "SLURM_CPUS_ON_NODE", "SLURM_RESTART_COUNT",
+	"SLURM_STEP_GPUS", "CUDA_VISIBLE_DEVICES",
+	"SLURM_HET_SIZE", "SLURM_PACK_SIZE",
+	"SLURM_JOB_NODELIST_HET_GROUP_0", "SLURM_JOB_NODELIST_PACK_GROUP_0",
+	"MASTER_ADDR", "MASTER_PORT", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME",
+	"OMP_NUM_THREADS", "DDP_BACKEND", DDPENV_MARKER,
+	NULL,
+};
+
+void ddpenv_env_init(struct ddpenv_env *env)
+{
+	env->kv = NULL;
+	env->n = env->cap = 0;
+}
+
+void ddpenv_env_free(struct ddpenv_env *env)
+{
+	for (size_t i = 0; i < env->n; i++)
+		free(env->kv[i]);
+	free(env->kv);
+	ddpenv_env_init(env);
+}
+
+static ssize_t find(const struct ddpenv_env *env, const char *key, size_t klen)
+{
+	for (size_t i = 0; i < env->n; i++)
+		if (strncmp(env->kv[i], key, klen) == 0 && env->kv[i][klen] == '=')
+			return (ssize_t)i;
+	return -1;
+}
+
+int ddpenv_env_set(struct ddpenv_env *env, const char *key, const char *value)
+{
+	size_t klen, vlen;
+	char *s;
+	ssize_t i;
+
+	if (!key || !*key || strchr(key, '=') || !value) {
+		errno = EINVAL;
+		return -1;
+	}
+	klen = strlen(key);
+	vlen = strlen(value);
+	s = malloc(klen + vlen + 2);
+	if (!s)
+		return -1;
+	memcpy(s, key, klen);
+	s[klen] = '=';
+	memcpy(s + klen + 1, value, vlen + 1);
+
+	i = find(env, key, klen);
+	if (i >= 0) {
+		free(env->kv[i]);
+		env->kv[i] = s;
+		return 0;
+	}
+	if (env->n == env->cap) {
+		size_t cap = env->cap ? env->cap * 2 : 32;
+		char **kv = realloc(env->kv, cap * sizeof(*kv));
+		if (!kv) {
+			free(s);
+			return -1;
+		}
+		env->kv = kv;
+		env->cap = cap;
+	}
+	env->kv[env->n++] = s;
+	return 0;
+}
+
+const char *ddpenv_env_get(const struct ddpenv_env *env, const char *key)
+{
+	ssize_t i = find(env, key, strlen(key));
+
+	return i < 0 ? NULL : env->kv[i] + strlen(key) + 1;
+}
+
+int ddpenv_env_from_envp(struct ddpenv_env *env, char *const *envp)
+{
+	for (; envp && *envp; envp++) {
+		const char *eq = strchr(*envp, '=');
+		char key[256];
+		size_t klen;
+
+		if (!eq || eq == *envp)
+			continue;
+		klen = (size_t)(eq - *envp);
+		if (klen >= sizeof(key))
+			continue; /* no variable we read is that long */
+		memcpy(key, *envp, klen);
+		key[klen] = '\0';
+		if (ddpenv_env_set(env, key, eq + 1) < 0)
+			return -1;
+	}
+	return 0;
+}

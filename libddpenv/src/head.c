@@ -1,0 +1,95 @@
+/* The head node's address: never loopback, IPv4 or IPv6. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ddpenv.h"
+
+static int usable(const struct ddpenv_addr *a)
+{
+	return !ddpenv_addr_is_loopback(a) && !ddpenv_addr_is_linklocal(a);
+}
+
+/* First usable address of name; 1 found, 0 none usable, -1 lookup error.
+ * seen lists what was skipped, for the error message. */
+static int lookup_usable(const char *name, const struct ddpenv_sys *sys,
+			 struct ddpenv_addr *out, char *seen, size_t seenlen,
+			 char *err, size_t errlen)
+{
+	struct ddpenv_addr addrs[DDPENV_MAX_ADDRS];
+	int n;
+
+	if (ddpenv_addr_parse(name, &addrs[0]) == 0) {
+		n = 1; /* a literal: no lookup */
+	} else {
+		n = sys->lookup(sys->ctx, name, addrs, DDPENV_MAX_ADDRS, err, errlen);
+		if (n < 0)
+			return -1;
+	}
+	for (int i = 0; i < n; i++) {
+		char buf[DDPENV_ADDRSTRLEN];
+
+		if (usable(&addrs[i])) {
+			*out = addrs[i];
+			return 1;
+		}
+		if (ddpenv_addr_format(&addrs[i], buf, sizeof(buf)) == 0) {
+			size_t l = strlen(seen);
+			snprintf(seen + l, seenlen - l, "%s%s", l ? ", " : "", buf);
+		}
+	}
+	return 0;
+}
+
+int ddpenv_head_resolve(const char *head, const struct ddpenv_sys *sys,
+			struct ddpenv_addr *out, char *how, size_t howlen,
+			char *err, size_t errlen)
+{
+	char seen[256] = "", seen2[256] = "", lerr[DDPENV_ERRLEN] = "";
+	char nodeaddr[DDPENV_HOSTLEN];
+	int r;
+
+	if (!head || !*head) {
+		snprintf(err, errlen, "empty head node name");
+		return -1;
+	}
+	r = lookup_usable(head, sys, out, seen, sizeof(seen), lerr, sizeof(lerr));
+	if (r > 0) {
+		struct ddpenv_addr lit;
+		int literal = ddpenv_addr_parse(head, &lit) == 0;
+
+		snprintf(how, howlen, "%s %.100s",
+			 literal ? "literal address" : "resolved by name:", head);
+		return 0;
+	}
+	/* Nothing usable by name: Slurm's own idea of the node's address. */
+	if (sys->nodeaddr && sys->nodeaddr(sys->ctx, head, nodeaddr, sizeof(nodeaddr)) == 0 &&
+	    strcmp(nodeaddr, head) != 0) {
+		char lerr2[DDPENV_ERRLEN] = "";
+		int r2 = lookup_usable(nodeaddr, sys, out, seen2, sizeof(seen2),
+				       lerr2, sizeof(lerr2));
+		if (r2 > 0) {
+			snprintf(how, howlen, "Slurm NodeAddr=%.60s of %.60s (%s%.60s)",
+				 nodeaddr, head, r < 0 ? "name lookup failed" : "name resolves only to ",
+				 r < 0 ? "" : seen);
+			return 0;
+		}
+		snprintf(err, errlen,
+			 "head node %.64s: %s%.64s, and its Slurm NodeAddr %.64s %s%.64s; set NodeAddr in slurm.conf to a routable address, or MASTER_ADDR",
+			 head, r < 0 ? "lookup failed: " : "resolves only to loopback/link-local ",
+			 r < 0 ? lerr : seen, nodeaddr,
+			 r2 < 0 ? "does not resolve: " : "is not usable either: ",
+			 r2 < 0 ? lerr2 : seen2);
+		return -1;
+	}
+	if (r < 0)
+		snprintf(err, errlen, "head node %.64s: %.200s; expected a name that resolves to a non-loopback address (or set MASTER_ADDR)",
+			 head, lerr);
+	else if (*seen)
+		snprintf(err, errlen,
+			 "head node %.64s resolves only to loopback/link-local %.100s (Debian's '127.0.1.1 hostname' line in /etc/hosts?) and Slurm has no other NodeAddr for it; set NodeAddr in slurm.conf, fix /etc/hosts, or set MASTER_ADDR",
+			 head, seen);
+	else
+		snprintf(err, errlen, "head node %.64s has no address; expected a resolvable name (or set MASTER_ADDR)",
+			 head);
+	return -1;
+}

@@ -1,0 +1,264 @@
+/* The step's facts, read from the environment snapshot. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <slurm/slurm.h>
+
+#include "ddpenv.h"
+#include "internal.h"
+
+int ddpenv_step_is_parallel(uint32_t step_id)
+{
+	return step_id != DDPENV_STEP_BATCH && step_id != DDPENV_STEP_EXTERN &&
+	       step_id != DDPENV_STEP_INTERACTIVE;
+}
+
+int ddpenv_parse_u32(const char *key, const char *s, uint32_t *out,
+		     char *err, size_t errlen)
+{
+	char *end;
+	unsigned long long v;
+
+	if (!s || !*s || !isdigit((unsigned char)*s)) {
+		snprintf(err, errlen, "%s=%.64s: expected an unsigned integer",
+			 key, s ? s : "(unset)");
+		return -1;
+	}
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *end || v > UINT32_MAX) {
+		snprintf(err, errlen,
+			 "%s=%.64s: expected an unsigned integer below 2^32",
+			 key, s);
+		return -1;
+	}
+	*out = (uint32_t)v;
+	return 0;
+}
+
+/* A required unsigned variable. */
+static int need_u32(const struct ddpenv_env *env, const char *key,
+		    uint32_t *out, char *err, size_t errlen)
+{
+	const char *s = ddpenv_env_get(env, key);
+
+	if (!s) {
+		snprintf(err, errlen, "%s is not set: not inside a Slurm step?",
+			 key);
+		return -1;
+	}
+	return ddpenv_parse_u32(key, s, out, err, errlen);
+}
+
+/* An optional one, first of several names. */
+static int opt_u32(const struct ddpenv_env *env, const char *const *keys,
+		   uint32_t dflt, uint32_t *out, char *err, size_t errlen)
+{
+	for (; *keys; keys++) {
+		const char *s = ddpenv_env_get(env, *keys);
+		if (s)
+			return ddpenv_parse_u32(*keys, s, out, err, errlen);
+	}
+	*out = dflt;
+	return 0;
+}
+
+int ddpenv_hostlist_first(const char *list, char *out, size_t len,
+			  char *err, size_t errlen)
+{
+	hostlist_t hl;
+	char *host;
+	int rv = -1;
+
+	if (!list || !*list) {
+		snprintf(err, errlen, "empty node list: expected a Slurm host list");
+		return -1;
+	}
+	hl = slurm_hostlist_create(list);
+	if (!hl) {
+		snprintf(err, errlen,
+			 "node list '%.200s' does not expand: expected a Slurm host list such as node[1-4]",
+			 list);
+		return -1;
+	}
+	host = slurm_hostlist_shift(hl);
+	if (!host || !*host) {
+		snprintf(err, errlen, "node list '%.200s' has no host", list);
+		goto out;
+	}
+	if (strlen(host) >= len) {
+		snprintf(err, errlen, "node list '%.200s': first host name is longer than %zu characters",
+			 list, len - 1);
+		goto out;
+	}
+	strcpy(out, host);
+	rv = 0;
+out:
+	free(host);
+	slurm_hostlist_destroy(hl);
+	return rv;
+}
+
+int ddpenv_hostlist_contains(const char *list, const char *host)
+{
+	hostlist_t hl = slurm_hostlist_create(list);
+	int found;
+
+	if (!hl)
+		return -1;
+	found = slurm_hostlist_find(hl, host) >= 0;
+	slurm_hostlist_destroy(hl);
+	return found;
+}
+
+/*
+ * SLURM_STEP_TASKS_PER_NODE is Slurm's run-length form "2(x3),1": counts
+ * per node id, in node id order.  libslurm has no public parser for it.
+ */
+int ddpenv_tasks_on_node(const char *tpn, uint32_t node_id, uint32_t *count,
+			 char *err, size_t errlen)
+{
+	const char *p = tpn;
+	uint64_t seen = 0;
+
+	if (!tpn || !*tpn) {
+		snprintf(err, errlen, "SLURM_STEP_TASKS_PER_NODE is empty: expected e.g. 2(x3),1");
+		return -1;
+	}
+	while (*p) {
+		char *end;
+		unsigned long n, rep = 1;
+
+		if (!isdigit((unsigned char)*p))
+			goto bad;
+		n = strtoul(p, &end, 10);
+		p = end;
+		if (*p == '(') {
+			if (p[1] != 'x' || !isdigit((unsigned char)p[2]))
+				goto bad;
+			rep = strtoul(p + 2, &end, 10);
+			if (*end != ')' || rep == 0)
+				goto bad;
+			p = end + 1;
+		}
+		if (node_id < seen + rep) {
+			*count = (uint32_t)n;
+			return 0;
+		}
+		seen += rep;
+		if (*p == ',')
+			p++;
+		else if (*p)
+			goto bad;
+	}
+	snprintf(err, errlen, "SLURM_STEP_TASKS_PER_NODE=%.64s covers %llu nodes, not node id %u",
+		 tpn, (unsigned long long)seen, node_id);
+	return -1;
+bad:
+	snprintf(err, errlen, "SLURM_STEP_TASKS_PER_NODE=%.64s: expected counts such as 2(x3),1",
+		 tpn);
+	return -1;
+}
+
+/* The head of a heterogeneous step: the first host of component 0's
+ * allocation that the step uses (rank 0 runs there). */
+static int het_head(const struct ddpenv_env *env, const char *steplist,
+		    struct ddpenv_step *step, char *err, size_t errlen)
+{
+	static const char *const keys[] = {
+		"SLURM_JOB_NODELIST_HET_GROUP_0",
+		"SLURM_JOB_NODELIST_PACK_GROUP_0", NULL,
+	};
+	const char *comp0 = NULL, *key = NULL;
+	hostlist_t hl;
+	char *host;
+	int rv = -1;
+
+	for (const char *const *k = keys; *k && !comp0; k++)
+		if ((comp0 = ddpenv_env_get(env, *k)))
+			key = *k;
+	if (!comp0)
+		return 1; /* no component lists: use the step's first host */
+	hl = slurm_hostlist_create(comp0);
+	if (!hl) {
+		snprintf(err, errlen, "%s=%.200s does not expand: expected a Slurm host list",
+			 key, comp0);
+		return -1;
+	}
+	while ((host = slurm_hostlist_shift(hl))) {
+		int in = ddpenv_hostlist_contains(steplist, host);
+		if (in > 0 && strlen(host) < sizeof(step->head)) {
+			strcpy(step->head, host);
+			snprintf(step->head_how, sizeof(step->head_how),
+				 "first host of het component 0 (%.80s) in SLURM_STEP_NODELIST=%.80s",
+				 comp0, steplist);
+			free(host);
+			rv = 0;
+			break;
+		}
+		free(host);
+	}
+	slurm_hostlist_destroy(hl);
+	if (rv < 0)
+		snprintf(err, errlen, "heterogeneous step: no host of %s=%.100s is in SLURM_STEP_NODELIST=%.100s",
+			 key, comp0, steplist);
+	return rv;
+}
+
+int ddpenv_step_parse(const struct ddpenv_env *env, struct ddpenv_step *step,
+		      char *err, size_t errlen)
+{
+	static const char *const k_step[] = { "SLURM_STEP_ID", "SLURM_STEPID", NULL };
+	static const char *const k_tasks[] = { "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", NULL };
+	static const char *const k_nodes[] = { "SLURM_STEP_NUM_NODES", "SLURM_NNODES", NULL };
+	static const char *const k_restart[] = { "SLURM_RESTART_COUNT", NULL };
+	static const char *const k_het[] = { "SLURM_HET_SIZE", "SLURM_PACK_SIZE", NULL };
+	const char *list, *gpus;
+	int r;
+
+	memset(step, 0, sizeof(*step));
+	if (need_u32(env, "SLURM_JOB_ID", &step->job_id, err, errlen) < 0)
+		return -1;
+	if (!ddpenv_env_get(env, "SLURM_STEP_ID") && !ddpenv_env_get(env, "SLURM_STEPID")) {
+		snprintf(err, errlen, "SLURM_STEP_ID is not set: run inside a job step (srun), not the batch shell");
+		return -1;
+	}
+	if (opt_u32(env, k_step, 0, &step->step_id, err, errlen) < 0 ||
+	    opt_u32(env, k_tasks, 0, &step->num_tasks, err, errlen) < 0 ||
+	    opt_u32(env, k_nodes, 0, &step->num_nodes, err, errlen) < 0 ||
+	    opt_u32(env, k_restart, 0, &step->restart_count, err, errlen) < 0 ||
+	    opt_u32(env, k_het, 0, &step->het_size, err, errlen) < 0)
+		return -1;
+	if (step->num_tasks == 0) {
+		snprintf(err, errlen, "SLURM_STEP_NUM_TASKS is %s: expected the step's task count (1 or more)",
+			 ddpenv_env_get(env, "SLURM_STEP_NUM_TASKS") ? "0" : "not set");
+		return -1;
+	}
+	gpus = ddpenv_env_get(env, "SLURM_STEP_GPUS");
+	if (!gpus || !*gpus)
+		gpus = ddpenv_env_get(env, "CUDA_VISIBLE_DEVICES");
+	step->has_gpus = gpus && *gpus && strcmp(gpus, "NoDevFiles") != 0;
+
+	list = ddpenv_env_get(env, "SLURM_STEP_NODELIST");
+	if (!list) {
+		snprintf(err, errlen, "SLURM_STEP_NODELIST is not set: run inside a job step (srun)");
+		return -1;
+	}
+	if (step->het_size > 1) {
+		r = het_head(env, list, step, err, errlen);
+		if (r <= 0)
+			return r;
+	}
+	if (ddpenv_hostlist_first(list, step->head, sizeof(step->head), err, errlen) < 0) {
+		char tmp[DDPENV_ERRLEN];
+		snprintf(tmp, sizeof(tmp), "SLURM_STEP_NODELIST: %s", err);
+		snprintf(err, errlen, "%s", tmp);
+		return -1;
+	}
+	snprintf(step->head_how, sizeof(step->head_how),
+		 "first host of SLURM_STEP_NODELIST=%.160s", list);
+	return 0;
+}

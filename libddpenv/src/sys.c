@@ -1,0 +1,206 @@
+/* Asking the system: name resolution, interfaces, the routing table. */
+#include <errno.h>
+#include <ifaddrs.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "ddpenv.h"
+
+int ddpenv_sys_lookup(void *ctx, const char *name, struct ddpenv_addr *out,
+		      size_t max, char *err, size_t errlen)
+{
+	struct addrinfo hints, *res = NULL, *ai;
+	int rc, n = 0;
+
+	(void)ctx;
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	rc = getaddrinfo(name, NULL, &hints, &res);
+	if (rc != 0) {
+		snprintf(err, errlen, "cannot resolve '%.100s': %s", name,
+			 rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+		return -1;
+	}
+	for (ai = res; ai && (size_t)n < max; ai = ai->ai_next) {
+		struct ddpenv_addr a;
+		int dup = 0;
+
+		memset(&a, 0, sizeof(a));
+		if (ai->ai_family == AF_INET) {
+			a.family = AF_INET;
+			a.u.v4 = ((struct sockaddr_in *)ai->ai_addr)->sin_addr;
+		} else if (ai->ai_family == AF_INET6) {
+			a.family = AF_INET6;
+			a.u.v6 = ((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr;
+		} else {
+			continue;
+		}
+		for (int i = 0; i < n; i++)
+			dup |= memcmp(&out[i], &a, sizeof(a)) == 0;
+		if (!dup)
+			out[n++] = a;
+	}
+	freeaddrinfo(res);
+	return n;
+}
+
+static unsigned mask_len(const struct sockaddr *sa)
+{
+	const unsigned char *p;
+	unsigned len, bits = 0;
+
+	if (!sa)
+		return 0;
+	if (sa->sa_family == AF_INET) {
+		p = (const unsigned char *)&((const struct sockaddr_in *)sa)->sin_addr;
+		len = 4;
+	} else if (sa->sa_family == AF_INET6) {
+		p = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
+		len = 16;
+	} else {
+		return 0;
+	}
+	for (unsigned i = 0; i < len; i++)
+		for (int b = 7; b >= 0; b--) {
+			if (!(p[i] & (1u << b)))
+				return bits;
+			bits++;
+		}
+	return bits;
+}
+
+int ddpenv_sys_ifaddrs(void *ctx, struct ddpenv_ifaddr **out, size_t *n,
+		       char *err, size_t errlen)
+{
+	struct ifaddrs *ifa = NULL, *p;
+	struct ddpenv_ifaddr *v;
+	size_t count = 0;
+
+	(void)ctx;
+	if (getifaddrs(&ifa) < 0) {
+		snprintf(err, errlen, "getifaddrs: %s", strerror(errno));
+		return -1;
+	}
+	for (p = ifa; p; p = p->ifa_next)
+		count++;
+	v = calloc(count ? count : 1, sizeof(*v));
+	if (!v) {
+		freeifaddrs(ifa);
+		snprintf(err, errlen, "out of memory listing %zu interface addresses", count);
+		return -1;
+	}
+	count = 0;
+	for (p = ifa; p; p = p->ifa_next) {
+		struct ddpenv_ifaddr *f = &v[count];
+
+		if (!p->ifa_addr || !p->ifa_name ||
+		    (p->ifa_addr->sa_family != AF_INET && p->ifa_addr->sa_family != AF_INET6) ||
+		    strlen(p->ifa_name) >= sizeof(f->name))
+			continue;
+		strcpy(f->name, p->ifa_name);
+		f->flags = p->ifa_flags;
+		f->prefix = mask_len(p->ifa_netmask);
+		f->addr.family = p->ifa_addr->sa_family;
+		if (f->addr.family == AF_INET)
+			f->addr.u.v4 = ((struct sockaddr_in *)p->ifa_addr)->sin_addr;
+		else
+			f->addr.u.v6 = ((struct sockaddr_in6 *)p->ifa_addr)->sin6_addr;
+		count++;
+	}
+	freeifaddrs(ifa);
+	*out = v;
+	*n = count;
+	return 0;
+}
+
+/* RTM_GETROUTE for dst: the kernel's own answer, bounded by a 2 s timeout. */
+int ddpenv_sys_route(void *ctx, const struct ddpenv_addr *dst, char *ifname,
+		     size_t len, char *err, size_t errlen)
+{
+	struct {
+		struct nlmsghdr nh;
+		struct rtmsg rt;
+		char attrs[64];
+	} req;
+	char buf[8192];
+	struct rtattr *rta;
+	struct timeval tv = { .tv_sec = 2 };
+	size_t alen = dst->family == AF_INET ? 4 : 16;
+	int fd, oif = -1, rv = -1;
+	ssize_t got;
+
+	(void)ctx;
+	memset(&req, 0, sizeof(req));
+	req.nh.nlmsg_len = NLMSG_LENGTH(sizeof(struct rtmsg));
+	req.nh.nlmsg_type = RTM_GETROUTE;
+	req.nh.nlmsg_flags = NLM_F_REQUEST;
+	req.nh.nlmsg_seq = 1;
+	req.rt.rtm_family = (unsigned char)dst->family;
+	req.rt.rtm_dst_len = (unsigned char)(alen * 8);
+	rta = (struct rtattr *)((char *)&req + NLMSG_ALIGN(req.nh.nlmsg_len));
+	rta->rta_type = RTA_DST;
+	rta->rta_len = (unsigned short)RTA_LENGTH(alen);
+	memcpy(RTA_DATA(rta), &dst->u, alen);
+	req.nh.nlmsg_len = NLMSG_ALIGN(req.nh.nlmsg_len) + RTA_LENGTH(alen);
+
+	fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+	if (fd < 0) {
+		snprintf(err, errlen, "netlink socket: %s", strerror(errno));
+		return -1;
+	}
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (send(fd, &req, req.nh.nlmsg_len, 0) < 0) {
+		snprintf(err, errlen, "netlink route request: %s", strerror(errno));
+		goto out;
+	}
+	got = recv(fd, buf, sizeof(buf), 0);
+	if (got < 0) {
+		snprintf(err, errlen, "netlink route reply: %s", strerror(errno));
+		goto out;
+	}
+	for (struct nlmsghdr *nh = (struct nlmsghdr *)buf; NLMSG_OK(nh, (size_t)got);
+	     nh = NLMSG_NEXT(nh, got)) {
+		if (nh->nlmsg_type == NLMSG_ERROR) {
+			struct nlmsgerr *e = NLMSG_DATA(nh);
+			snprintf(err, errlen, "no route: %s", strerror(-e->error));
+			goto out;
+		}
+		if (nh->nlmsg_type != RTM_NEWROUTE)
+			continue;
+		struct rtmsg *rt = NLMSG_DATA(nh);
+		int alen2 = (int)RTM_PAYLOAD(nh);
+		for (struct rtattr *a = RTM_RTA(rt); RTA_OK(a, alen2); a = RTA_NEXT(a, alen2))
+			if (a->rta_type == RTA_OIF)
+				oif = *(int *)RTA_DATA(a);
+	}
+	if (oif < 0) {
+		snprintf(err, errlen, "the kernel's route has no output interface");
+		goto out;
+	}
+	char name[IF_NAMESIZE];
+	if (!if_indextoname((unsigned)oif, name) || strlen(name) >= len) {
+		snprintf(err, errlen, "interface index %d has no name", oif);
+		goto out;
+	}
+	strcpy(ifname, name);
+	rv = 0;
+out:
+	close(fd);
+	return rv;
+}
+
+const struct ddpenv_sys ddpenv_sys_default = {
+	.lookup = ddpenv_sys_lookup,
+	.nodeaddr = NULL,
+	.ifaddrs = ddpenv_sys_ifaddrs,
+	.route = ddpenv_sys_route,
+	.ctx = NULL,
+};

@@ -1,0 +1,12 @@
+# Shared compiler settings, included by each folder's Makefile.
+BUILD ?= $(abspath ..)/build
+CC ?= cc
+CFLAGS ?= -O2 -g
+WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
+ALL_CFLAGS := -std=gnu11 $(WARN) -fPIC -D_GNU_SOURCE $(CFLAGS)
+ifneq ($(SANITIZER),)
+ALL_CFLAGS += -fsanitize=$(SANITIZER) -fno-omit-frame-pointer -fno-sanitize-recover=all
+SAN_LDFLAGS := -fsanitize=$(SANITIZER)
+endif
+SLURM_CFLAGS := $(shell pkg-config --cflags slurm 2>/dev/null)
+SLURM_LIBS := $(shell pkg-config --libs slurm 2>/dev/null || echo -lslurm)

@@ -1,0 +1,55 @@
+#!/bin/sh
+# Install the Debian packages slurm-ddp needs to build, test and demo.
+# Idempotent: installs only what is missing.  Run as root on Debian 12.
+#   scripts/deps.sh          build + test + demo dependencies
+#   scripts/deps.sh --print  list the packages and exit
+set -eu
+
+PKGS="build-essential pkg-config iproute2 procps
+libslurm-dev slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge
+libhwloc-dev hwloc libyaml-dev zlib1g-dev
+libgloo-dev libdnnl-dev libopenblas-dev
+bats bats-assert bats-support
+python3-torch python3-numpy dataset-fashion-mnist"
+
+if [ "${1:-}" = "--print" ]; then
+	echo $PKGS
+	exit 0
+fi
+
+missing=""
+for p in $PKGS; do
+	st=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+	[ "$st" = "installed" ] || missing="$missing $p"
+done
+
+if [ -z "$missing" ]; then
+	echo "deps: all packages present"
+	exit 0
+fi
+
+if [ "$(id -u)" != 0 ]; then
+	echo "deps: missing packages:$missing" >&2
+	echo "deps: run 'scripts/deps.sh' as root (or install them with apt-get)" >&2
+	exit 1
+fi
+
+echo "deps: installing:$missing"
+export DEBIAN_FRONTEND=noninteractive
+# Do not let package scripts start slurmd/slurmctld/munged on this machine:
+# the test harness starts its own, in network namespaces.
+guard=""
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+	printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+	chmod +x /usr/sbin/policy-rc.d
+	guard=1
+fi
+trap '[ -z "$guard" ] || rm -f /usr/sbin/policy-rc.d' EXIT
+stamp=/var/lib/apt/periodic/update-success-stamp
+if [ ! -d /var/lib/apt/lists ] || [ -z "$(ls /var/lib/apt/lists 2>/dev/null | grep -v -e lock -e partial)" ] \
+   || ! apt-cache show $missing >/dev/null 2>&1; then
+	apt-get update -qq
+fi
+# shellcheck disable=SC2086
+apt-get install -y -qq --no-install-recommends $missing
+echo "deps: done"

@@ -1,0 +1,28 @@
+#ifndef SPANK_DDP_H
+#define SPANK_DDP_H
+
+#include <slurm/spank.h>
+
+#include "ddpenv.h"
+
+/* Every message the plugin writes starts with this. */
+#define DDP_PFX "ddp: "
+
+/* What the user asked for with --ddp, in any context. */
+struct ddp_request {
+	int given;                  /* --ddp appeared (or came from sbatch) */
+	int valid;                  /* the value parsed */
+	enum ddpenv_backend backend;
+	char err[DDPENV_ERRLEN];    /* why it did not parse */
+};
+
+extern struct ddp_request ddp_req;
+
+/* ddp_option.c */
+int ddp_option_register(spank_t sp, int ac, char **av);
+
+/* ddp_stepd.c: remote context (slurmstepd) */
+int ddp_stepd_user_init(spank_t sp);
+int ddp_stepd_task_init(spank_t sp);
+
+#endif

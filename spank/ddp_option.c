@@ -1,0 +1,53 @@
+/* The --ddp option: registered in every context, validated at submit time. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ddp.h"
+
+struct ddp_request ddp_req;
+
+static int on_ddp(int val, const char *optarg, int remote)
+{
+	(void)val;
+	ddp_req.given = 1;
+	/* In slurmstepd a bare --ddp arrives as "", and a bad value cannot
+	 * arrive (srun/sbatch rejected it).  Never fail here in the remote
+	 * context: a failing remote init drains the node for batch jobs. */
+	if (remote && optarg && !*optarg)
+		optarg = NULL;
+	if (ddpenv_backend_parse(optarg, &ddp_req.backend, ddp_req.err,
+				 sizeof(ddp_req.err)) < 0) {
+		ddp_req.valid = 0;
+		if (remote)
+			return 0; /* reported by task_init, which fails the step */
+		slurm_error(DDP_PFX "%s", ddp_req.err);
+		return -1;
+	}
+	ddp_req.valid = 1;
+	return 0;
+}
+
+static struct spank_option opt_ddp = {
+	.name = "ddp",
+	.arginfo = "[nccl|gloo|auto]",
+	.usage = "Set up data-parallel training: MASTER_ADDR, MASTER_PORT, RANK, "
+		 "LOCAL_RANK, WORLD_SIZE, ... (the torchrun contract) and the "
+		 "NCCL/gloo interface for every task. auto (the default): nccl "
+		 "when the step has GPUs, else gloo.",
+	.has_arg = 2,
+	.val = 0,
+	.cb = on_ddp,
+};
+
+int ddp_option_register(spank_t sp, int ac, char **av)
+{
+	(void)ac;
+	(void)av;
+	memset(&ddp_req, 0, sizeof(ddp_req));
+	if (spank_option_register(sp, &opt_ddp) != ESPANK_SUCCESS) {
+		slurm_error(DDP_PFX "cannot register the --ddp option");
+		/* Never fail init in slurmstepd: it would drain the node. */
+		return spank_context() == S_CTX_REMOTE ? 0 : -1;
+	}
+	return 0;
+}

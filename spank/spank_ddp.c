@@ -1,0 +1,35 @@
+/*
+ * spank_ddp: the --ddp option for srun, sbatch and salloc.
+ *
+ * One dispatcher: each slurm_spank_* hook switches on the context and calls
+ * the module for it (ddp_local.c: srun/sbatch/salloc; ddp_stepd.c: the
+ * compute node's slurmstepd).  All resolution lives in libddpenv.
+ */
+#include <slurm/spank.h>
+
+#include "ddp.h"
+
+SPANK_PLUGIN(ddp, 1);
+
+int slurm_spank_init(spank_t sp, int ac, char **av)
+{
+	return ddp_option_register(sp, ac, av);
+}
+
+int slurm_spank_user_init(spank_t sp, int ac, char **av)
+{
+	(void)ac;
+	(void)av;
+	if (spank_context() != S_CTX_REMOTE)
+		return 0;
+	return ddp_stepd_user_init(sp);
+}
+
+int slurm_spank_task_init(spank_t sp, int ac, char **av)
+{
+	(void)ac;
+	(void)av;
+	if (spank_context() != S_CTX_REMOTE)
+		return 0;
+	return ddp_stepd_task_init(sp);
+}
