@@ -89,6 +89,15 @@ int ddpenv_hostlist_first(const char *list, char *out, size_t len,
 		snprintf(err, errlen, "node list '%.200s' has no host", list);
 		goto out;
 	}
+	for (const char *c = host; *c; c++) {
+		/* libslurm is lenient: "node[1-" yields a host "node]" */
+		if (!isalnum((unsigned char)*c) && !strchr("-_.", *c)) {
+			snprintf(err, errlen,
+				 "node list '%.200s' does not expand: first host '%.64s' is not a host name (expected a Slurm host list such as node[1-4])",
+				 list, host);
+			goto out;
+		}
+	}
 	if (strlen(host) >= len) {
 		snprintf(err, errlen, "node list '%.200s': first host name is longer than %zu characters",
 			 list, len - 1);

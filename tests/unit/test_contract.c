@@ -1,0 +1,241 @@
+/* Step parsing and the per-task contract, from crafted environments. */
+#include <stdarg.h>
+
+#include "test.h"
+#include "fakesys.h"
+
+static const struct fake_host hosts[] = {
+	{ "node1", { "127.0.1.1" } },
+	{ "node2", { "10.0.0.12" } },
+	{ "node3", { "10.0.0.13" } },
+	{ "gpu0007", { "10.0.0.7" } },
+	{ NULL, { NULL } },
+};
+static const struct fake_host nodeaddrs[] = {
+	{ "node1", { "10.0.0.11" } },
+	{ NULL, { NULL } },
+};
+static const struct fake_if ifs[] = {
+	{ "lo", "127.0.0.1", 8, UP | IFF_LOOPBACK },
+	{ "docker0", "172.17.0.1", 16, UP },
+	{ "enp2s0", "10.0.0.12", 24, UP },
+	{ NULL, NULL, 0, 0 },
+};
+
+/* env_of("K=V", ..., NULL) */
+static void env_of(struct ddpenv_env *e, ...)
+{
+	va_list ap;
+	const char *kv;
+
+	ddpenv_env_init(e);
+	va_start(ap, e);
+	while ((kv = va_arg(ap, const char *))) {
+		char k[128];
+		const char *eq = strchr(kv, '=');
+		snprintf(k, sizeof(k), "%.*s", (int)(eq - kv), kv);
+		ddpenv_env_set(e, k, eq + 1);
+	}
+	va_end(ap);
+}
+
+static const char *var(const struct ddpenv_vars *v, const char *key)
+{
+	for (size_t i = 0; i < v->n; i++)
+		if (!strcmp(v->v[i].key, key))
+			return v->v[i].value;
+	return NULL;
+}
+
+static int var_user(const struct ddpenv_vars *v, const char *key)
+{
+	for (size_t i = 0; i < v->n; i++)
+		if (!strcmp(v->v[i].key, key))
+			return v->v[i].user;
+	return -1;
+}
+
+#define STEP3 "SLURM_JOB_ID=77", "SLURM_STEP_ID=2", "SLURM_STEP_NODELIST=node[1-3]", \
+	"SLURM_STEP_NUM_NODES=3", "SLURM_STEP_NUM_TASKS=6", "SLURM_STEP_TASKS_PER_NODE=2(x3)"
+
+static void test_full_contract(void)
+{
+	struct fake f = { hosts, nodeaddrs, ifs, "enp2s0", 0 };
+	struct ddpenv_sys sys = fake_sys(&f);
+	struct ddpenv_env env;
+	struct ddpenv_node node;
+	struct ddpenv_vars v;
+	char err[DDPENV_ERRLEN] = "";
+	int ok;
+
+	env_of(&env, STEP3, "SLURM_PROCID=3", "SLURM_LOCALID=1", "SLURM_NODEID=1",
+	       "SLURM_CPUS_ON_NODE=8", "SLURM_RESTART_COUNT=2", NULL);
+	ok = ddpenv_node_resolve(&env, DDPENV_BACKEND_AUTO, &sys, &node, err, sizeof(err)) == 0 &&
+	     ddpenv_task_vars(&node, &env, &v, err, sizeof(err)) == 0;
+	test_cond("3-node step resolves", ok);
+	if (!ok)
+		printf("#   %s\n", err);
+	test_streq("MASTER_ADDR via NodeAddr (trap)", var(&v, "MASTER_ADDR"), "10.0.0.11");
+	test_streq("MASTER_PORT formula", var(&v, "MASTER_PORT"), "21714"); /* 20480+77*16+2 */
+	test_streq("RANK", var(&v, "RANK"), "3");
+	test_streq("LOCAL_RANK", var(&v, "LOCAL_RANK"), "1");
+	test_streq("WORLD_SIZE", var(&v, "WORLD_SIZE"), "6");
+	test_streq("LOCAL_WORLD_SIZE", var(&v, "LOCAL_WORLD_SIZE"), "2");
+	test_streq("NODE_RANK", var(&v, "NODE_RANK"), "1");
+	test_streq("GROUP_RANK", var(&v, "GROUP_RANK"), "1");
+	test_streq("GROUP_WORLD_SIZE", var(&v, "GROUP_WORLD_SIZE"), "3");
+	test_streq("ROLE_RANK", var(&v, "ROLE_RANK"), "3");
+	test_streq("ROLE_WORLD_SIZE", var(&v, "ROLE_WORLD_SIZE"), "6");
+	test_streq("ROLE_NAME", var(&v, "ROLE_NAME"), "default");
+	test_streq("TORCHELASTIC_RESTART_COUNT", var(&v, "TORCHELASTIC_RESTART_COUNT"), "2");
+	test_streq("TORCHELASTIC_MAX_RESTARTS", var(&v, "TORCHELASTIC_MAX_RESTARTS"), "0");
+	test_streq("TORCHELASTIC_RUN_ID", var(&v, "TORCHELASTIC_RUN_ID"), "77.2");
+	test_cond("never TORCHELASTIC_USE_AGENT_STORE", var(&v, "TORCHELASTIC_USE_AGENT_STORE") == NULL);
+	test_streq("NCCL_SOCKET_IFNAME", var(&v, "NCCL_SOCKET_IFNAME"), "enp2s0");
+	test_streq("GLOO_SOCKET_IFNAME", var(&v, "GLOO_SOCKET_IFNAME"), "enp2s0");
+	test_streq("OMP_NUM_THREADS = cpus on node / local tasks", var(&v, "OMP_NUM_THREADS"), "4");
+	test_streq("DDP_BACKEND auto without GPUs", var(&v, "DDP_BACKEND"), "gloo");
+	test_streq("marker", var(&v, DDPENV_MARKER), "77.2");
+	test_cond("one head lookup per node", f.lookups == 1);
+	ddpenv_env_free(&env);
+
+	/* GPUs, cpus-per-task, user-set values */
+	env_of(&env, STEP3, "SLURM_PROCID=0", "SLURM_LOCALID=0", "SLURM_NODEID=0",
+	       "SLURM_CPUS_PER_TASK=3", "SLURM_STEP_GPUS=0,1", "MASTER_PORT=31000",
+	       "MASTER_ADDR=10.0.0.12", "GLOO_SOCKET_IFNAME=ib7", NULL);
+	ok = ddpenv_node_resolve(&env, DDPENV_BACKEND_AUTO, &sys, &node, err, sizeof(err)) == 0 &&
+	     ddpenv_task_vars(&node, &env, &v, err, sizeof(err)) == 0;
+	test_cond("user-set values resolve", ok);
+	test_streq("auto with GPUs is nccl", var(&v, "DDP_BACKEND"), "nccl");
+	test_streq("OMP_NUM_THREADS = cpus per task", var(&v, "OMP_NUM_THREADS"), "3");
+	test_streq("user MASTER_PORT wins", var(&v, "MASTER_PORT"), "31000");
+	test_cond("user MASTER_PORT marked user", var_user(&v, "MASTER_PORT") == 1);
+	test_streq("user MASTER_ADDR wins", var(&v, "MASTER_ADDR"), "10.0.0.12");
+	test_streq("user GLOO_SOCKET_IFNAME kept", var(&v, "GLOO_SOCKET_IFNAME"), "ib7");
+	test_cond("GLOO_SOCKET_IFNAME marked user", var_user(&v, "GLOO_SOCKET_IFNAME") == 1);
+	test_streq("NCCL_SOCKET_IFNAME still chosen", var(&v, "NCCL_SOCKET_IFNAME"), "enp2s0");
+	ddpenv_env_free(&env);
+
+	/* Values inherited from an outer --ddp step (marker) are recomputed. */
+	env_of(&env, STEP3, "SLURM_PROCID=0", "SLURM_LOCALID=0", "SLURM_NODEID=0",
+	       "MASTER_PORT=29999", "OMP_NUM_THREADS=9", DDPENV_MARKER "=77.1", NULL);
+	ok = ddpenv_node_resolve(&env, DDPENV_BACKEND_GLOO, &sys, &node, err, sizeof(err)) == 0 &&
+	     ddpenv_task_vars(&node, &env, &v, err, sizeof(err)) == 0;
+	test_cond("inherited values resolve", ok);
+	test_streq("inherited MASTER_PORT recomputed", var(&v, "MASTER_PORT"), "21714");
+	test_streq("inherited OMP_NUM_THREADS recomputed", var(&v, "OMP_NUM_THREADS"), "1");
+	ddpenv_env_free(&env);
+}
+
+static void test_bad_env(void)
+{
+	struct fake f = { hosts, nodeaddrs, ifs, "enp2s0", 0 };
+	struct ddpenv_sys sys = fake_sys(&f);
+	struct ddpenv_env env;
+	struct ddpenv_node node;
+	struct ddpenv_vars v;
+	char err[DDPENV_ERRLEN];
+
+	env_of(&env, "SLURM_JOB_ID=5", "SLURM_STEP_ID=0", "SLURM_STEP_NODELIST=node[1-",
+	       "SLURM_STEP_NUM_TASKS=2", NULL);
+	test_cond("malformed node list refused", ddpenv_node_resolve(&env, 0, &sys, &node, err, sizeof(err)) < 0);
+	test_err("names the list", err, "node[1-");
+	test_err("names the variable", err, "SLURM_STEP_NODELIST");
+	ddpenv_env_free(&env);
+
+	env_of(&env, "SLURM_JOB_ID=5", NULL);
+	test_cond("batch shell (no step id) refused", ddpenv_node_resolve(&env, 0, &sys, &node, err, sizeof(err)) < 0);
+	test_err("says run inside a step", err, "SLURM_STEP_ID");
+	ddpenv_env_free(&env);
+
+	env_of(&env, "SLURM_JOB_ID=abc", NULL);
+	test_cond("non-numeric job id refused", ddpenv_node_resolve(&env, 0, &sys, &node, err, sizeof(err)) < 0);
+	test_err("names the value", err, "SLURM_JOB_ID=abc");
+	ddpenv_env_free(&env);
+
+	env_of(&env, "SLURM_JOB_ID=5", "SLURM_STEP_ID=4294967291", "SLURM_STEP_NODELIST=node1",
+	       "SLURM_STEP_NUM_TASKS=1", NULL);
+	test_cond("batch step id refused", ddpenv_node_resolve(&env, 0, &sys, &node, err, sizeof(err)) < 0);
+	test_err("says batch", err, "batch");
+	ddpenv_env_free(&env);
+
+	env_of(&env, STEP3, "SLURM_PROCID=9", "SLURM_LOCALID=0", "SLURM_NODEID=0",
+	       "MASTER_PORT=70000", NULL);
+	test_cond("user MASTER_PORT out of range refused", ddpenv_node_resolve(&env, 0, &sys, &node, err, sizeof(err)) < 0);
+	test_err("names MASTER_PORT", err, "MASTER_PORT=70000");
+	ddpenv_env_free(&env);
+
+	env_of(&env, STEP3, "SLURM_PROCID=9", "SLURM_LOCALID=0", "SLURM_NODEID=0", NULL);
+	test_cond("node resolves", ddpenv_node_resolve(&env, 0, &sys, &node, err, sizeof(err)) == 0);
+	test_cond("rank beyond world refused", ddpenv_task_vars(&node, &env, &v, err, sizeof(err)) < 0);
+	test_err("names SLURM_PROCID", err, "SLURM_PROCID=9");
+	ddpenv_env_free(&env);
+
+	struct ddpenv_addr a;
+	enum ddpenv_backend b;
+	(void)a;
+	test_cond("--ddp=foo refused", ddpenv_backend_parse("foo", &b, err, sizeof(err)) < 0);
+	test_streq("message", err, "--ddp=foo: unknown backend (expected nccl, gloo or auto)");
+	test_cond("--ddp= refused", ddpenv_backend_parse("", &b, err, sizeof(err)) < 0);
+	test_err("empty named", err, "empty backend");
+	test_cond("bare --ddp is auto", ddpenv_backend_parse(NULL, &b, err, sizeof(err)) == 0 && b == DDPENV_BACKEND_AUTO);
+	test_cond("nccl", ddpenv_backend_parse("nccl", &b, err, sizeof(err)) == 0 && b == DDPENV_BACKEND_NCCL);
+}
+
+static void test_hostlists(void)
+{
+	char h[DDPENV_HOSTLEN], err[DDPENV_ERRLEN];
+	uint32_t c;
+
+	test_cond("compressed list", ddpenv_hostlist_first("gpu[0007-0099,0200],login1", h, sizeof(h), err, sizeof(err)) == 0);
+	test_streq("first host keeps zero padding", h, "gpu0007");
+	test_cond("plain list", ddpenv_hostlist_first("b1,a1", h, sizeof(h), err, sizeof(err)) == 0);
+	test_streq("first in given order", h, "b1");
+	test_cond("16384-node list", ddpenv_hostlist_first("gpu[00001-16384]", h, sizeof(h), err, sizeof(err)) == 0);
+	test_streq("16384: first", h, "gpu00001");
+	test_cond("contains", ddpenv_hostlist_contains("n[1-9]", "n5") == 1);
+	test_cond("not contains", ddpenv_hostlist_contains("n[1-9]", "n10") == 0);
+
+	test_cond("tpn run-length", ddpenv_tasks_on_node("2(x3),1", 3, &c, err, sizeof(err)) == 0 && c == 1);
+	test_cond("tpn first run", ddpenv_tasks_on_node("2(x3),1", 2, &c, err, sizeof(err)) == 0 && c == 2);
+	test_cond("tpn plain", ddpenv_tasks_on_node("4,3,2", 1, &c, err, sizeof(err)) == 0 && c == 3);
+	test_cond("tpn past end refused", ddpenv_tasks_on_node("2(x3)", 3, &c, err, sizeof(err)) < 0);
+	test_cond("tpn garbage refused", ddpenv_tasks_on_node("2(y3)", 0, &c, err, sizeof(err)) < 0);
+	test_err("tpn garbage named", err, "2(y3)");
+}
+
+static void test_het(void)
+{
+	struct fake f = { hosts, nodeaddrs, ifs, "enp2s0", 0 };
+	struct ddpenv_sys sys = fake_sys(&f);
+	struct ddpenv_env env;
+	struct ddpenv_node node;
+	char err[DDPENV_ERRLEN];
+
+	/* Component 0 on node3, component 1 on node[1-2]: rank 0 is on node3,
+	 * although the step's (sorted) node list starts with node1. */
+	env_of(&env, "SLURM_JOB_ID=40", "SLURM_STEP_ID=0", "SLURM_STEP_NODELIST=node[1-3]",
+	       "SLURM_STEP_NUM_TASKS=4", "SLURM_STEP_NUM_NODES=3", "SLURM_HET_SIZE=2",
+	       "SLURM_JOB_NODELIST_PACK_GROUP_0=node3", "SLURM_JOB_NODELIST_PACK_GROUP_1=node[1-2]", NULL);
+	test_cond("het step resolves", ddpenv_node_resolve(&env, 0, &sys, &node, err, sizeof(err)) == 0);
+	test_streq("het head is component 0's node", node.step.head, "node3");
+	test_streq("het head address", node.master_addr, "10.0.0.13");
+	ddpenv_env_free(&env);
+
+	/* Component 0 allocated node[2-3] but the step uses only node3. */
+	env_of(&env, "SLURM_JOB_ID=40", "SLURM_STEP_ID=1", "SLURM_STEP_NODELIST=node[1,3]",
+	       "SLURM_STEP_NUM_TASKS=2", "SLURM_HET_SIZE=2",
+	       "SLURM_JOB_NODELIST_HET_GROUP_0=node[2-3]", NULL);
+	test_cond("het sub-step resolves", ddpenv_node_resolve(&env, 0, &sys, &node, err, sizeof(err)) == 0);
+	test_streq("het head is in the step", node.step.head, "node3");
+	ddpenv_env_free(&env);
+}
+
+int main(void)
+{
+	test_hostlists();
+	test_full_contract();
+	test_bad_env();
+	test_het();
+	return test_report();
+}
