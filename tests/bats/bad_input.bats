@@ -1,0 +1,71 @@
+#!/usr/bin/env bats
+# Bad --ddp values are rejected at submit time, on the login node.
+# bats file_tags=slurm
+
+load helpers
+
+setup_file() {
+	cluster_start 1
+}
+
+teardown_file() {
+	cluster_stop
+}
+
+teardown() {
+	dump_logs_on_failure
+}
+
+@test "srun --ddp=foo fails before the job starts, naming the value and the valid ones" {
+	run --separate-stderr crun srun --ddp=foo true
+	assert_failure
+	assert_equal "$stderr" "$(printf '%s\n' "$stderr" | head -n 2)"
+	[[ "$stderr" == *"ddp: --ddp=foo: unknown backend (expected nccl, gloo or auto)"* ]]
+	run crun squeue -h
+	assert_output ""
+}
+
+@test "srun --ddp= (empty) fails at submit" {
+	run --separate-stderr crun srun --ddp= true
+	assert_failure
+	[[ "$stderr" == *"ddp: --ddp=: empty backend (expected nccl, gloo or auto)"* ]]
+}
+
+@test "sbatch --ddp=foo is refused and nothing is queued" {
+	run --separate-stderr crun sbatch --ddp=foo --wrap true
+	assert_failure
+	[[ "$stderr" == *"--ddp=foo: unknown backend"* ]]
+	run crun squeue -h
+	assert_output ""
+}
+
+@test "#SBATCH --ddp=NCCL (wrong case) is refused" {
+	printf '#!/bin/bash\n#SBATCH --ddp=NCCL\ntrue\n' >"$BATS_TEST_TMPDIR/j.sh"
+	run --separate-stderr crun sbatch "$BATS_TEST_TMPDIR/j.sh"
+	assert_failure
+	[[ "$stderr" == *"--ddp=NCCL: unknown backend (expected nccl, gloo or auto)"* ]]
+}
+
+@test "salloc --ddp=foo is refused" {
+	run --separate-stderr crun salloc --ddp=foo true
+	assert_failure
+	[[ "$stderr" == *"--ddp=foo: unknown backend"* ]]
+}
+
+@test "srun --help lists --ddp" {
+	run --separate-stderr crun srun --help
+	assert_success
+	assert_output --partial "--ddp=[nccl|gloo|auto]"
+}
+
+@test "ddp-env outside a step says why, exit 1" {
+	run --separate-stderr env -i PATH=/usr/bin:/bin "$REPO/build/bin/ddp-env"
+	assert_failure 1
+	[[ "$stderr" == "ddp-env: SLURM_JOB_ID is not set: not inside a Slurm step?" ]]
+}
+
+@test "ddp-env --backend=bad is a usage error, exit 2" {
+	run --separate-stderr "$REPO/build/bin/ddp-env" --backend=bad
+	assert_failure 2
+	[[ "$stderr" == *"--ddp=bad: unknown backend"* ]]
+}

@@ -1,0 +1,171 @@
+#!/usr/bin/env bats
+# The --ddp env contract on a real 3-node Slurm.
+# bats file_tags=slurm
+
+load helpers
+
+setup_file() {
+	cluster_start 3
+}
+
+teardown_file() {
+	cluster_stop
+}
+
+teardown() {
+	dump_logs_on_failure
+}
+
+# Lines "task ..." of $output into the array T.
+tasks() { mapfile -t T < <(printf '%s\n' "$output" | grep '^task '); }
+field() { printf '%s\n' "${T[@]}" | awk -v f="$1" '{print $f}'; }
+
+@test "srun -N3 --ntasks-per-node=2 --ddp: every task gets the contract" {
+	run --separate-stderr crun srun -N3 --ntasks-per-node=2 --ddp "$REPORT"
+	assert_success
+	tasks
+	[ "${#T[@]}" -eq 6 ]
+	# ranks unique and complete
+	assert_equal "$(field 3 | sort -n | tr '\n' ' ')" "0 1 2 3 4 5 "
+	# WORLD_SIZE=6, LOCAL_WORLD_SIZE=2 everywhere
+	assert_equal "$(field 5 | sort -u)" "6"
+	assert_equal "$(field 6 | sort -u)" "2"
+	# MASTER_ADDR is node1's test address on every task (node1's own
+	# /etc/hosts says 127.0.1.1: the trap is avoided there too)
+	assert_equal "$(field 8 | sort -u)" "$(node_ip 1)"
+	# one port, in the default range
+	assert_equal "$(field 9 | sort -u | wc -l)" "1"
+	port=$(field 9 | head -n1)
+	[ "$port" -ge 20480 ] && [ "$port" -le 32767 ]
+	# per node: local ranks 0,1; NODE_RANK = node index - 1; the interface
+	# is the node's own and holds the node's own address; never docker0
+	for i in 1 2 3; do
+		assert_equal "$(printf '%s\n' "${T[@]}" | awk -v h=node$i '$2==h {print $4}' | sort | tr '\n' ' ')" "0 1 "
+		assert_equal "$(printf '%s\n' "${T[@]}" | awk -v h=node$i '$2==h {print $7}' | sort -u)" "$((i - 1))"
+		assert_equal "$(printf '%s\n' "${T[@]}" | awk -v h=node$i '$2==h {print $10"/"$11"/"$12}' | sort -u)" \
+			"enp${i}s0/enp${i}s0/$(node_ip $i)"
+	done
+	assert_equal "$(field 13 | sort -u)" "gloo"
+	assert_equal "$(field 14 | sort -u)" "1"
+}
+
+@test "ranks follow Slurm's task layout (block distribution)" {
+	run --separate-stderr crun srun -N3 --ntasks-per-node=2 --ddp=gloo "$REPORT"
+	assert_success
+	tasks
+	# global ranks 0-1 on node1, 2-3 on node2, 4-5 on node3
+	assert_equal "$(printf '%s\n' "${T[@]}" | awk '{print $3":"$2}' | sort -n | tr '\n' ' ')" \
+		"0:node1 1:node1 2:node2 3:node2 4:node3 5:node3 "
+}
+
+@test "ddp-env --explain inside a --ddp task prints the values the task has" {
+	run --separate-stderr crun srun -N2 -n2 --ddp=gloo bash -c \
+		'"$0" --explain | awk -v r=$RANK -v a=$MASTER_ADDR -v p=$MASTER_PORT "
+			\$1==\"RANK\" && \$2==r {ok++} \$1==\"MASTER_ADDR\" && \$2==a {ok++}
+			\$1==\"MASTER_PORT\" && \$2==p {ok++} END {print \"match\", ok}"' "$REPO/build/bin/ddp-env"
+	assert_success
+	assert_equal "$(printf '%s\n' "$output" | grep -c '^match 3$')" "2"
+}
+
+@test "ddp-env in a task without the plugin option gives the same contract" {
+	run --separate-stderr crun srun -N3 --ntasks-per-node=2 bash -c \
+		'eval "$("$0")" && exec "$1"' "$REPO/build/bin/ddp-env" "$REPORT"
+	assert_success
+	tasks
+	[ "${#T[@]}" -eq 6 ]
+	assert_equal "$(field 3 | sort -n | tr '\n' ' ')" "0 1 2 3 4 5 "
+	assert_equal "$(field 8 | sort -u)" "$(node_ip 1)"
+	assert_equal "$(field 9 | sort -u | wc -l)" "1"
+}
+
+@test "--ddp absent: the plugin changes nothing" {
+	run --separate-stderr crun srun -N2 -n2 env
+	assert_success
+	refute_output --regexp '^(RANK|LOCAL_RANK|WORLD_SIZE|MASTER_ADDR|MASTER_PORT|NCCL_SOCKET_IFNAME|GLOO_SOCKET_IFNAME|DDP_BACKEND|DDP_STEP|TORCHELASTIC_RUN_ID|GROUP_RANK)='
+}
+
+@test "a MASTER_PORT and NCCL_SOCKET_IFNAME set by the user win" {
+	run --separate-stderr crun env MASTER_PORT=23456 NCCL_SOCKET_IFNAME=lo \
+		srun -N2 -n2 --ddp=gloo "$REPORT"
+	assert_success
+	tasks
+	assert_equal "$(field 9 | sort -u)" "23456"
+	assert_equal "$(field 10 | sort -u)" "lo"
+	# the one the user did not set is still chosen per node
+	assert_equal "$(field 11 | sort -u | tr '\n' ' ')" "enp1s0 enp2s0 "
+}
+
+@test "sbatch --ddp reaches every srun; srun --ddp inside overrides; the batch shell gets nothing" {
+	out="$BATS_FILE_TMPDIR/sbatch.out"
+	cat >"$BATS_FILE_TMPDIR/job.sh" <<-SCRIPT
+	#!/bin/bash
+	#SBATCH --ddp=gloo
+	echo "batch RANK=\${RANK:-unset} MASTER_ADDR=\${MASTER_ADDR:-unset} DDP_STEP=\${DDP_STEP:-unset}"
+	srun -n2 $REPORT
+	srun -n2 --ddp=nccl $REPORT
+	SCRIPT
+	run --separate-stderr crun sbatch --wait -N2 -o "$out" "$BATS_FILE_TMPDIR/job.sh"
+	assert_success
+	run cat "$out"
+	assert_line "batch RANK=unset MASTER_ADDR=unset DDP_STEP=unset"
+	tasks
+	[ "${#T[@]}" -eq 4 ]
+	assert_equal "$(printf '%s\n' "${T[@]:0:2}" | awk '{print $13}' | sort -u)" "gloo"
+	assert_equal "$(printf '%s\n' "${T[@]:2:2}" | awk '{print $13}' | sort -u)" "nccl"
+	# run ids name the job's steps 0 and 1
+	assert_equal "$(field 15 | sed 's/.*\.//' | sort -u | tr '\n' ' ')" "0 1 "
+}
+
+@test "a sub-step on other nodes gets its own head" {
+	out="$BATS_FILE_TMPDIR/substep.out"
+	cat >"$BATS_FILE_TMPDIR/sub.sh" <<-SCRIPT
+	#!/bin/bash
+	srun -N1 -n1 -r1 --ddp=gloo $REPORT
+	srun -N2 -n2 -r1 --ddp=gloo $REPORT
+	SCRIPT
+	run --separate-stderr crun sbatch --wait -N3 -o "$out" "$BATS_FILE_TMPDIR/sub.sh"
+	assert_success
+	run cat "$out"
+	tasks
+	[ "${#T[@]}" -eq 3 ]
+	# step 0: one task on node2, its own head, rank 0 of 1
+	assert_equal "$(printf '%s\n' "${T[0]}" | awk '{print $2, $3, $5, $8}')" "node2 0 1 $(node_ip 2)"
+	# step 1: node2 and node3, head node2
+	assert_equal "$(printf '%s\n' "${T[@]:1:2}" | awk '{print $8}' | sort -u)" "$(node_ip 2)"
+	assert_equal "$(printf '%s\n' "${T[@]:1:2}" | awk '{print $3}' | sort | tr '\n' ' ')" "0 1 "
+}
+
+@test "two steps running at once in one allocation get different ports" {
+	out="$BATS_FILE_TMPDIR/conc.out"
+	cat >"$BATS_FILE_TMPDIR/conc.sh" <<-SCRIPT
+	#!/bin/bash
+	export DDP_REPORT_SLEEP=2
+	srun -N2 -n2 --overlap --ddp=gloo $REPORT > $BATS_FILE_TMPDIR/a.out &
+	srun -N2 -n2 --overlap --ddp=gloo $REPORT > $BATS_FILE_TMPDIR/b.out &
+	wait
+	SCRIPT
+	rm -f "$BATS_FILE_TMPDIR"/[ab].out
+	run --separate-stderr crun sbatch --wait -N2 -o "$out" "$BATS_FILE_TMPDIR/conc.sh"
+	assert_success
+	pa=$(awk '{print $9}' "$BATS_FILE_TMPDIR/a.out" | sort -u)
+	pb=$(awk '{print $9}' "$BATS_FILE_TMPDIR/b.out" | sort -u)
+	[ "$(echo "$pa" | wc -l)" -eq 1 ] && [ "$(echo "$pb" | wc -l)" -eq 1 ]
+	[ -n "$pa" ] && [ -n "$pb" ]
+	assert_not_equal "$pa" "$pb"
+	# same head for both
+	assert_equal "$(cat "$BATS_FILE_TMPDIR"/[ab].out | awk '{print $8}' | sort -u)" "$(node_ip 1)"
+}
+
+@test "a heterogeneous step forms one world whose head is component 0's node" {
+	# component 0 on node2, component 1 on node1: node1 sorts first in
+	# the step's node list, but rank 0 runs on node2
+	run --separate-stderr crun srun --ddp=gloo -w node2 -n2 "$REPORT" : -w node1 -n2 "$REPORT"
+	assert_success
+	tasks
+	[ "${#T[@]}" -eq 4 ]
+	assert_equal "$(field 3 | sort -n | tr '\n' ' ')" "0 1 2 3 "
+	assert_equal "$(field 5 | sort -u)" "4"
+	assert_equal "$(field 8 | sort -u)" "$(node_ip 2)"
+	assert_equal "$(field 9 | sort -u | wc -l)" "1"
+	assert_equal "$(printf '%s\n' "${T[@]}" | awk '$3==0 {print $2}')" "node2"
+}

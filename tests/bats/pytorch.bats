@@ -1,0 +1,34 @@
+#!/usr/bin/env bats
+# Debian's PyTorch is the real client of the contract: an unmodified env://
+# script trains across 3 nodes under srun --ddp=gloo, without torchrun.
+# bats file_tags=slurm,pytorch
+
+load helpers
+
+setup_file() {
+	cluster_start 3
+}
+
+teardown_file() {
+	cluster_stop
+}
+
+teardown() {
+	dump_logs_on_failure
+}
+
+@test "3 nodes x 2 tasks of PyTorch DDP (gloo) end with identical parameters" {
+	export BATS_TEST_TIMEOUT=300
+	run --separate-stderr crun srun -N3 --ntasks-per-node=2 --ddp=gloo \
+		/usr/bin/python3 "$REPO/contrib/pytorch/train_ddp.py" \
+		--max-steps 12 --batch-size 32 --train-limit 2400 --test-limit 600
+	if [ "$status" -ne 0 ]; then echo "$stderr"; fi
+	assert_success
+	assert_line --partial "# world 6, backend gloo, master $(node_ip 1):"
+	params=$(printf '%s\n' "$output" | grep '^params rank ')
+	[ "$(echo "$params" | wc -l)" -eq 6 ]
+	assert_equal "$(echo "$params" | awk '{print $3}' | sort -n | tr '\n' ' ')" "0 1 2 3 4 5 "
+	# one digest: every rank holds the same parameters
+	assert_equal "$(echo "$params" | awk '{print $4}' | sort -u | wc -l)" "1"
+	assert_line --regexp '^test_accuracy 0\.[0-9]+ images_per_sec [0-9]+ world_size 6$'
+}
