@@ -1,0 +1,66 @@
+#!/bin/bash
+# Run every test of slurm-ddp and print one closing count line:
+#   check: N passed, M failed, K skipped
+# Exit status is non-zero when anything failed.
+#
+#   tests/run.sh            unit tests, unit tests under ASan+UBSan, Bats on a real cluster
+#   tests/run.sh unit       only the C unit tests
+#   tests/run.sh bats [F]   only the Bats tests (or file F)
+set -u
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo" || exit 2
+what=${1:-all}
+log=$(mktemp -d "${TMPDIR:-/tmp}/ddp-check.XXXXXX")
+trap 'tests/cluster/cluster.sh stop >/dev/null 2>&1; rm -rf "$log"' EXIT
+extra_fail=0
+
+# Run a TAP producer, echo its output, keep it for counting.
+tap() {
+	local name=$1; shift
+	echo "# --- $name"
+	"$@" 2>&1 | tee "$log/$name.tap"
+	local rc=${PIPESTATUS[0]}
+	if [ "$rc" -ne 0 ] && ! grep -q '^not ok' "$log/$name.tap"; then
+		echo "not ok - $name exited with status $rc without a failing test (crash?)" | tee -a "$log/$name.tap"
+	fi
+}
+
+run_unit() {
+	local san=${1:-} dir t
+	if ! SANITIZER=$san make -s -C tests unit >"$log/build$san.log" 2>&1; then
+		cat "$log/build$san.log"
+		echo "not ok - building the unit tests${san:+ with SANITIZER=$san} failed" | tee "$log/build$san.tap"
+		return
+	fi
+	dir=build/tests${san:+-san}
+	for t in "$dir"/test_*; do
+		tap "$(basename "$t")${san:+-$san}" "$t"
+	done
+}
+
+run_bats() {
+	if [ "$(id -u)" != 0 ]; then
+		echo "ok - Bats cluster tests # skip: need root for network namespaces and slurmd" | tee "$log/bats.tap"
+		return
+	fi
+	tests/cluster/cluster.sh stop >/dev/null 2>&1 # a previous run's leftovers, if any
+	tap bats bats --formatter tap "${@:-tests/bats}"
+}
+
+case "$what" in
+unit) run_unit ;;
+bats) shift; run_bats "$@" ;;
+all)
+	run_unit
+	run_unit address,undefined
+	run_bats
+	;;
+*) echo "usage: tests/run.sh [unit|bats [FILE]]" >&2; exit 2 ;;
+esac
+
+pass=$(cat "$log"/*.tap | grep -E '^ok ' | grep -v -i -c '# skip')
+skip=$(cat "$log"/*.tap | grep -E '^ok ' | grep -i -c '# skip')
+fail=$(cat "$log"/*.tap | grep -c -E '^not ok ')
+echo
+echo "check: $pass passed, $fail failed, $skip skipped"
+[ "$fail" -eq 0 ] && [ "$pass" -gt 0 ]
