@@ -13,7 +13,8 @@ CFLAGS ?= -O2 -g
 SANITIZER ?=
 PREFIX ?= /usr/local
 DESTDIR ?=
-SLURM_PLUGIN_DIR ?= $(shell pkg-config --variable=libdir slurm 2>/dev/null || echo /usr/lib/x86_64-linux-gnu)/slurm-wlm
+# Debian's Slurm plugin dir: /usr/lib/<multiarch>/slurm-wlm
+SLURM_PLUGIN_DIR ?= /usr/lib/$(shell $(CC) -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)/slurm-wlm
 SYSCONFDIR ?= /etc/slurm
 export BUILD CC CFLAGS SANITIZER PREFIX DESTDIR SLURM_PLUGIN_DIR SYSCONFDIR
 

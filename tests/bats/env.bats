@@ -169,3 +169,17 @@ field() { printf '%s\n' "${T[@]}" | awk -v f="$1" '{print $f}'; }
 	assert_equal "$(field 9 | sort -u | wc -l)" "1"
 	assert_equal "$(printf '%s\n' "${T[@]}" | awk '$3==0 {print $2}')" "node2"
 }
+
+@test "a failure on a compute node fails only that step, says what and why, drains nothing" {
+	run --separate-stderr crun env MASTER_ADDR=nosuch.invalid srun -N2 -n2 --ddp=gloo true
+	assert_failure
+	[[ "$stderr" == *"ddp: MASTER_ADDR=nosuch.invalid (set in the job's environment): cannot resolve 'nosuch.invalid'"* ]]
+	run crun sinfo -h -N -o '%N %T'
+	assert_success
+	assert_equal "$(printf '%s\n' "$output" | wc -l)" "3"
+	refute_output --regexp 'drain|down|fail'
+	# the next step runs normally
+	run --separate-stderr crun srun -N1 -n1 --ddp=gloo printenv RANK
+	assert_success
+	assert_output "0"
+}
