@@ -1,0 +1,75 @@
+/*
+ * libddpenv rendezvous store: a small TCP key-value store hosted by rank 0
+ * at MASTER_ADDR:MASTER_PORT (the env:// contract), for programs that need
+ * to exchange a few bytes before their collective library is up (gloo's
+ * full-mesh addresses, NCCL's unique id) and to learn which rank died.
+ *
+ * The server is one thread with epoll: no thread per client, a bounded
+ * input buffer per client, so thousands of ranks can join at once.  Clients
+ * connect with jittered back-off until a deadline and every wait is bounded.
+ *
+ * Like the rest of libddpenv it never prints and never exits; errors come
+ * back in a caller's buffer and name the address, the rank and the key:
+ *   "rank 3 could not reach 10.1.0.11:29512 after 60 s: Connection refused"
+ */
+#ifndef DDPENV_STORE_H
+#define DDPENV_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DDPENV_STORE_MAX_KEY 1024
+#define DDPENV_STORE_MAX_VALUE (1u << 20)  /* per value; larger is refused */
+
+struct ddpenv_store;
+
+struct ddpenv_store_opts {
+	const char *host;   /* MASTER_ADDR: numeric address or name */
+	int port;           /* MASTER_PORT */
+	int rank, world;    /* RANK, WORLD_SIZE; rank 0 hosts the server */
+	int timeout_ms;     /* bound on connecting and on every wait */
+	const char *token;  /* DDP_RDZV_TOKEN or NULL; must match the server's */
+};
+
+/* Join the store (rank 0 first starts the server).  Every rank connects
+ * and introduces itself; returns -1 with err set on failure. */
+int ddpenv_store_open(struct ddpenv_store **out,
+		      const struct ddpenv_store_opts *o,
+		      char *err, size_t errlen);
+
+/* Leave the store.  Rank 0 keeps the server up until every rank has left
+ * (or timeout_ms passed), so a slow peer never loses its last read. */
+void ddpenv_store_close(struct ddpenv_store *s);
+
+int ddpenv_store_set(struct ddpenv_store *s, const char *key,
+		     const void *val, size_t len, char *err, size_t errlen);
+
+/* Wait until KEY exists (at most timeout_ms; <0 means the store's) and
+ * return a malloc'd copy of its value. */
+int ddpenv_store_get(struct ddpenv_store *s, const char *key, int timeout_ms,
+		     void **val, size_t *len, char *err, size_t errlen);
+
+/* Atomically add delta to the integer at KEY (0 when absent). */
+int ddpenv_store_add(struct ddpenv_store *s, const char *key, int64_t delta,
+		     int64_t *result, char *err, size_t errlen);
+
+/* Every rank calls it with the same name; returns once all have. */
+int ddpenv_store_barrier(struct ddpenv_store *s, const char *name,
+			 char *err, size_t errlen);
+
+/* Ranks that disconnected without leaving (crashed or killed), ascending.
+ * Returns how many were found (up to max stored in ranks), -1 on error. */
+int ddpenv_store_dead_ranks(struct ddpenv_store *s, int *ranks, int max,
+			    char *err, size_t errlen);
+
+int ddpenv_store_rank(const struct ddpenv_store *s);
+int ddpenv_store_world(const struct ddpenv_store *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,506 @@
+/* Rendezvous store client: one blocking TCP connection per rank, every
+ * wait bounded by poll(), connection retried with jittered back-off. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ddpenv_store.h"
+#include "store_proto.h"
+#include "store_server.h"
+
+struct ddpenv_store {
+	int fd;
+	int rank, world;
+	int timeout_ms;
+	int broken;           /* a timed-out or failed exchange: the stream is lost */
+	char where[300];      /* "10.1.0.11:29512" for messages */
+	struct store_server *server;
+};
+
+static int64_t now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+static const char *secs(int ms, char *buf, size_t len)
+{
+	if (ms % 1000)
+		snprintf(buf, len, "%.1f s", ms / 1000.0);
+	else
+		snprintf(buf, len, "%d s", ms / 1000);
+	return buf;
+}
+
+/* One non-blocking connect attempt to ai, bounded by ms. */
+static int try_connect(const struct addrinfo *ai, int ms, int *err_out)
+{
+	int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+			ai->ai_protocol);
+	if (fd < 0) {
+		*err_out = errno;
+		return -1;
+	}
+	if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
+		if (errno != EINPROGRESS) {
+			*err_out = errno;
+			close(fd);
+			return -1;
+		}
+		struct pollfd p = { .fd = fd, .events = POLLOUT };
+		int r = poll(&p, 1, ms);
+		int soerr = 0;
+		socklen_t sl = sizeof(soerr);
+		if (r <= 0) {
+			*err_out = r == 0 ? ETIMEDOUT : errno;
+			close(fd);
+			return -1;
+		}
+		getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+		if (soerr) {
+			*err_out = soerr;
+			close(fd);
+			return -1;
+		}
+	}
+	int flags = fcntl(fd, F_GETFL);
+	fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+	int one = 1;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return fd;
+}
+
+static void fail(struct ddpenv_store *s, char *err, size_t errlen, const char *what,
+		 const char *detail)
+{
+	s->broken = 1;
+	snprintf(err, errlen, "rank %d: store at %s: %s: %s", s->rank, s->where, what, detail);
+}
+
+static int send_all(struct ddpenv_store *s, const uint8_t *p, size_t n, int64_t deadline,
+		    char *err, size_t errlen)
+{
+	while (n) {
+		int left = (int)(deadline - now_ms());
+		struct pollfd pf = { .fd = s->fd, .events = POLLOUT };
+		if (left <= 0 || poll(&pf, 1, left) == 0) {
+			fail(s, err, errlen, "sending", "timed out");
+			return -1;
+		}
+		ssize_t w = send(s->fd, p, n, MSG_NOSIGNAL);
+		if (w < 0) {
+			if (errno == EINTR || errno == EAGAIN)
+				continue;
+			fail(s, err, errlen, "sending", strerror(errno));
+			return -1;
+		}
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+static int recv_all(struct ddpenv_store *s, uint8_t *p, size_t n, int64_t deadline,
+		    const char *what, char *err, size_t errlen)
+{
+	while (n) {
+		int left = (int)(deadline - now_ms());
+		struct pollfd pf = { .fd = s->fd, .events = POLLIN };
+		int r = left > 0 ? poll(&pf, 1, left) : 0;
+		if (r == 0) {
+			char b[32], m[DDPENV_STORE_MAX_KEY + 64];
+			snprintf(m, sizeof(m), "timed out after %s", secs(s->timeout_ms, b, sizeof(b)));
+			fail(s, err, errlen, what, m);
+			return -1;
+		}
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			fail(s, err, errlen, what, strerror(errno));
+			return -1;
+		}
+		ssize_t got = recv(s->fd, p, n, 0);
+		if (got == 0) {
+			fail(s, err, errlen, what, "connection closed by the store (rank 0 exited?)");
+			return -1;
+		}
+		if (got < 0) {
+			if (errno == EINTR || errno == EAGAIN)
+				continue;
+			fail(s, err, errlen, what, strerror(errno));
+			return -1;
+		}
+		p += got;
+		n -= (size_t)got;
+	}
+	return 0;
+}
+
+/* Send a request frame and read its reply (malloc'd into *rep, *replen).
+ * An REP_ERR reply becomes an error carrying the server's message. */
+static int exchange(struct ddpenv_store *s, const uint8_t *req, size_t reqlen,
+		    int timeout_ms, const char *what, uint8_t **rep, size_t *replen,
+		    char *err, size_t errlen)
+{
+	if (s->broken) {
+		snprintf(err, errlen, "rank %d: store at %s: %s: the connection was lost earlier",
+			 s->rank, s->where, what);
+		return -1;
+	}
+	int64_t deadline = now_ms() + (timeout_ms < 0 ? s->timeout_ms : timeout_ms);
+	uint8_t hdr[4];
+	if (send_all(s, req, reqlen, deadline, err, errlen) < 0 ||
+	    recv_all(s, hdr, 4, deadline, what, err, errlen) < 0)
+		return -1;
+	uint32_t n = get_u32(hdr);
+	if (n == 0 || n > STORE_MAX_FRAME) {
+		fail(s, err, errlen, what, "malformed reply");
+		return -1;
+	}
+	uint8_t *buf = malloc(n);
+	if (!buf) {
+		fail(s, err, errlen, what, "out of memory");
+		return -1;
+	}
+	if (recv_all(s, buf, n, deadline, what, err, errlen) < 0) {
+		free(buf);
+		return -1;
+	}
+	if (buf[0] == REP_ERR) {
+		struct rd r = { buf + 1, n - 1, 1 };
+		size_t ml;
+		const uint8_t *m = rd_str(&r, &ml);
+		char msg[256];
+		snprintf(msg, sizeof(msg), "%.*s", r.ok ? (int)ml : 0, r.ok ? (const char *)m : "");
+		fail(s, err, errlen, what, msg);
+		free(buf);
+		return -1;
+	}
+	*rep = buf;
+	*replen = n;
+	return 0;
+}
+
+/* Build a request: op, then fields described by fmt ('s' str+len, 'u' u32,
+ * 'q' i64).  Returns a malloc'd frame. */
+static uint8_t *build(int op, size_t *outlen, const char *fmt, ...)
+{
+	va_list ap;
+	size_t n = 1;
+	va_start(ap, fmt);
+	for (const char *f = fmt; *f; f++) {
+		if (*f == 's') {
+			(void)va_arg(ap, const void *);
+			n += 4 + va_arg(ap, size_t);
+		} else if (*f == 'u') {
+			(void)va_arg(ap, unsigned);
+			n += 4;
+		} else {
+			(void)va_arg(ap, int64_t);
+			n += 8;
+		}
+	}
+	va_end(ap);
+	uint8_t *buf = malloc(4 + n), *p;
+	if (!buf)
+		return NULL;
+	put_u32(buf, (uint32_t)n);
+	buf[4] = (uint8_t)op;
+	p = buf + 5;
+	va_start(ap, fmt);
+	for (const char *f = fmt; *f; f++) {
+		if (*f == 's') {
+			const void *d = va_arg(ap, const void *);
+			size_t l = va_arg(ap, size_t);
+			put_u32(p, (uint32_t)l);
+			if (l)
+				memcpy(p + 4, d, l);
+			p += 4 + l;
+		} else if (*f == 'u') {
+			put_u32(p, va_arg(ap, unsigned));
+			p += 4;
+		} else {
+			put_i64(p, va_arg(ap, int64_t));
+			p += 8;
+		}
+	}
+	va_end(ap);
+	*outlen = 4 + n;
+	return buf;
+}
+
+static int check_key(const struct ddpenv_store *s, const char *key, char *err, size_t errlen)
+{
+	size_t n = key ? strlen(key) : 0;
+	if (n == 0 || n > DDPENV_STORE_MAX_KEY) {
+		snprintf(err, errlen, "rank %d: store key of %zu bytes (expected 1 to %d)",
+			 s->rank, n, DDPENV_STORE_MAX_KEY);
+		return -1;
+	}
+	return 0;
+}
+
+static int simple(struct ddpenv_store *s, uint8_t *req, size_t reqlen, int timeout_ms,
+		  const char *what, int want, uint8_t **rep, size_t *replen,
+		  char *err, size_t errlen)
+{
+	if (!req) {
+		snprintf(err, errlen, "rank %d: store: out of memory", s->rank);
+		return -1;
+	}
+	int rv = exchange(s, req, reqlen, timeout_ms, what, rep, replen, err, errlen);
+	free(req);
+	if (rv < 0)
+		return -1;
+	if ((*rep)[0] != want) {
+		free(*rep);
+		fail(s, err, errlen, what, "unexpected reply");
+		return -1;
+	}
+	return 0;
+}
+
+int ddpenv_store_open(struct ddpenv_store **out, const struct ddpenv_store_opts *o,
+		      char *err, size_t errlen)
+{
+	struct ddpenv_store *s;
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV }, *res = NULL;
+	char port[16], b[32];
+	int rv = -1, last = ECONNREFUSED;
+
+	*out = NULL;
+	if (!o || !o->host || !*o->host || o->port <= 0 || o->port > 65535 ||
+	    o->world <= 0 || o->rank < 0 || o->rank >= o->world) {
+		snprintf(err, errlen, "store: need MASTER_ADDR, a MASTER_PORT in 1..65535 and "
+			 "0 <= RANK < WORLD_SIZE (got %s:%d, rank %d of %d)",
+			 o && o->host ? o->host : "(none)", o ? o->port : 0,
+			 o ? o->rank : -1, o ? o->world : 0);
+		return -1;
+	}
+	if (!(s = calloc(1, sizeof(*s)))) {
+		snprintf(err, errlen, "store: out of memory");
+		return -1;
+	}
+	s->fd = -1;
+	s->rank = o->rank;
+	s->world = o->world;
+	s->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 60000;
+	snprintf(s->where, sizeof(s->where), strchr(o->host, ':') ? "[%s]:%d" : "%s:%d",
+		 o->host, o->port);
+	snprintf(port, sizeof(port), "%d", o->port);
+
+	if (o->rank == 0) {
+		s->server = ddpenv_store_server_start(o->port, o->world, o->token, err, errlen);
+		if (!s->server)
+			goto out;
+	}
+	int r = getaddrinfo(o->host, port, &hints, &res);
+	if (r != 0) {
+		snprintf(err, errlen, "rank %d: MASTER_ADDR '%s' does not resolve: %s",
+			 o->rank, o->host, gai_strerror(r));
+		goto out;
+	}
+	/* Connect, retrying with jittered exponential back-off: rank 0 may
+	 * still be starting, and thousands of ranks must not retry in step. */
+	unsigned seed = (unsigned)(o->rank * 2654435761u) ^ (unsigned)getpid();
+	int64_t deadline = now_ms() + s->timeout_ms;
+	for (int attempt = 0; s->fd < 0; attempt++) {
+		for (struct addrinfo *ai = res; ai && s->fd < 0; ai = ai->ai_next) {
+			int left = (int)(deadline - now_ms());
+			s->fd = try_connect(ai, left < 2000 ? (left > 0 ? left : 1) : 2000, &last);
+		}
+		if (s->fd >= 0)
+			break;
+		int64_t left = deadline - now_ms();
+		if (left <= 0) {
+			snprintf(err, errlen, "rank %d could not reach %s after %s: %s",
+				 o->rank, s->where, secs(s->timeout_ms, b, sizeof(b)), strerror(last));
+			goto out;
+		}
+		int cap = attempt < 7 ? 10 << attempt : 1000;
+		int64_t d = cap / 2 + rand_r(&seed) % (cap / 2 + 1);
+		if (d > left)
+			d = left;
+		struct timespec ts = { d / 1000, (d % 1000) * 1000000L };
+		nanosleep(&ts, NULL);
+	}
+	const char *tok = o->token ? o->token : "";
+	size_t reqlen, replen;
+	uint8_t *rep;
+	uint8_t *req = build(OP_HELLO, &reqlen, "uus", (unsigned)o->rank, (unsigned)o->world,
+			     (const void *)tok, strlen(tok));
+	if (simple(s, req, reqlen, -1, "joining", REP_OK, &rep, &replen, err, errlen) < 0)
+		goto out;
+	free(rep);
+	rv = 0;
+out:
+	if (res)
+		freeaddrinfo(res);
+	if (rv < 0) {
+		if (s->fd >= 0)
+			close(s->fd);
+		ddpenv_store_server_stop(s->server, 0);
+		free(s);
+		return -1;
+	}
+	*out = s;
+	return 0;
+}
+
+void ddpenv_store_close(struct ddpenv_store *s)
+{
+	if (!s)
+		return;
+	if (s->fd >= 0 && !s->broken) {
+		char err[DDPENV_STORE_MAX_KEY];
+		size_t reqlen, replen;
+		uint8_t *rep;
+		uint8_t *req = build(OP_BYE, &reqlen, "");
+		if (simple(s, req, reqlen, 5000, "leaving", REP_OK, &rep, &replen, err, sizeof(err)) == 0)
+			free(rep);
+	}
+	if (s->fd >= 0)
+		close(s->fd);
+	ddpenv_store_server_stop(s->server, s->timeout_ms);
+	free(s);
+}
+
+int ddpenv_store_set(struct ddpenv_store *s, const char *key, const void *val, size_t len,
+		     char *err, size_t errlen)
+{
+	if (check_key(s, key, err, errlen) < 0)
+		return -1;
+	if (len > DDPENV_STORE_MAX_VALUE) {
+		snprintf(err, errlen, "rank %d: store value for '%s' is %zu bytes (at most %u)",
+			 s->rank, key, len, DDPENV_STORE_MAX_VALUE);
+		return -1;
+	}
+	size_t reqlen, replen;
+	uint8_t *rep;
+	uint8_t *req = build(OP_SET, &reqlen, "ss", (const void *)key, strlen(key),
+			     val ? val : "", len);
+	char what[DDPENV_STORE_MAX_KEY + 32];
+	snprintf(what, sizeof(what), "setting '%s'", key);
+	if (simple(s, req, reqlen, -1, what, REP_OK, &rep, &replen, err, errlen) < 0)
+		return -1;
+	free(rep);
+	return 0;
+}
+
+int ddpenv_store_get(struct ddpenv_store *s, const char *key, int timeout_ms,
+		     void **val, size_t *len, char *err, size_t errlen)
+{
+	if (check_key(s, key, err, errlen) < 0)
+		return -1;
+	size_t reqlen, replen, vl;
+	uint8_t *rep;
+	uint8_t *req = build(OP_GET, &reqlen, "s", (const void *)key, strlen(key));
+	char what[DDPENV_STORE_MAX_KEY + 32];
+	snprintf(what, sizeof(what), "waiting for '%s'", key);
+	if (simple(s, req, reqlen, timeout_ms, what, REP_VALUE, &rep, &replen, err, errlen) < 0)
+		return -1;
+	struct rd r = { rep + 1, replen - 1, 1 };
+	const uint8_t *v = rd_str(&r, &vl);
+	void *copy = r.ok ? malloc(vl + 1) : NULL;
+	if (!copy) {
+		free(rep);
+		fail(s, err, errlen, what, r.ok ? "out of memory" : "malformed reply");
+		return -1;
+	}
+	memcpy(copy, v, vl);
+	((char *)copy)[vl] = 0;  /* handy for text values */
+	free(rep);
+	*val = copy;
+	*len = vl;
+	return 0;
+}
+
+int ddpenv_store_add(struct ddpenv_store *s, const char *key, int64_t delta, int64_t *result,
+		     char *err, size_t errlen)
+{
+	if (check_key(s, key, err, errlen) < 0)
+		return -1;
+	size_t reqlen, replen;
+	uint8_t *rep;
+	uint8_t *req = build(OP_ADD, &reqlen, "sq", (const void *)key, strlen(key), delta);
+	char what[DDPENV_STORE_MAX_KEY + 32];
+	snprintf(what, sizeof(what), "adding to '%s'", key);
+	if (simple(s, req, reqlen, -1, what, REP_INT, &rep, &replen, err, errlen) < 0)
+		return -1;
+	struct rd r = { rep + 1, replen - 1, 1 };
+	int64_t v = rd_i64(&r);
+	free(rep);
+	if (!r.ok) {
+		fail(s, err, errlen, what, "malformed reply");
+		return -1;
+	}
+	if (result)
+		*result = v;
+	return 0;
+}
+
+int ddpenv_store_barrier(struct ddpenv_store *s, const char *name, char *err, size_t errlen)
+{
+	char key[DDPENV_STORE_MAX_KEY + 1], done[DDPENV_STORE_MAX_KEY + 1];
+	int64_t n;
+	void *v;
+	size_t l;
+	if (!name || strlen(name) > DDPENV_STORE_MAX_KEY - 16) {
+		snprintf(err, errlen, "rank %d: barrier name too long", s->rank);
+		return -1;
+	}
+	snprintf(key, sizeof(key), "barrier/%s", name);
+	snprintf(done, sizeof(done), "barrier/%s/done", name);
+	if (ddpenv_store_add(s, key, 1, &n, err, errlen) < 0)
+		return -1;
+	if (n == s->world && ddpenv_store_set(s, done, "1", 1, err, errlen) < 0)
+		return -1;
+	if (ddpenv_store_get(s, done, -1, &v, &l, err, errlen) < 0)
+		return -1;
+	free(v);
+	return 0;
+}
+
+int ddpenv_store_dead_ranks(struct ddpenv_store *s, int *ranks, int max, char *err, size_t errlen)
+{
+	size_t reqlen, replen;
+	uint8_t *rep;
+	uint8_t *req = build(OP_DEAD, &reqlen, "");
+	if (simple(s, req, reqlen, 5000, "asking which ranks died", REP_RANKS, &rep, &replen,
+		   err, errlen) < 0)
+		return -1;
+	struct rd r = { rep + 1, replen - 1, 1 };
+	uint32_t n = rd_u32(&r);
+	for (uint32_t i = 0; i < n && r.ok; i++) {
+		uint32_t k = rd_u32(&r);
+		if ((int)i < max)
+			ranks[i] = (int)k;
+	}
+	free(rep);
+	if (!r.ok) {
+		fail(s, err, errlen, "asking which ranks died", "malformed reply");
+		return -1;
+	}
+	return (int)n;
+}
+
+int ddpenv_store_rank(const struct ddpenv_store *s)
+{
+	return s->rank;
+}
+
+int ddpenv_store_world(const struct ddpenv_store *s)
+{
+	return s->world;
+}

@@ -1,0 +1,16 @@
+/* The rendezvous store's server half, started by rank 0's ddpenv_store_open. */
+#ifndef DDPENV_STORE_SERVER_H
+#define DDPENV_STORE_SERVER_H
+
+#include <stddef.h>
+
+struct store_server;
+
+struct store_server *ddpenv_store_server_start(int port, int world, const char *token,
+					       char *err, size_t errlen);
+/* Wait up to wait_ms for every rank to leave, then stop and free. */
+void ddpenv_store_server_stop(struct store_server *sv, int wait_ms);
+/* Clients refused for a wrong token so far. */
+unsigned ddpenv_store_server_refused(struct store_server *sv);
+
+#endif

@@ -1,0 +1,256 @@
+/* The rendezvous store on loopback: ranks as threads and processes. */
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ddpenv_store.h"
+#include "test.h"
+
+static int free_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t l = sizeof(a);
+	bind(fd, (struct sockaddr *)&a, sizeof(a));
+	getsockname(fd, (struct sockaddr *)&a, &l);
+	close(fd);
+	return ntohs(a.sin_port);
+}
+
+struct rank_job {
+	int rank, world, port;
+	int ok;
+	char err[512];
+};
+
+/* What every simulated rank does: join, publish, barrier, read rank 0's
+ * key and its left neighbour's, count itself. */
+static void *rank_main(void *arg)
+{
+	struct rank_job *j = arg;
+	struct ddpenv_store *s;
+	struct ddpenv_store_opts o = { "127.0.0.1", j->port, j->rank, j->world, 20000, NULL };
+	char key[32], want[32];
+	void *v;
+	size_t l;
+	int64_t n;
+
+	if (ddpenv_store_open(&s, &o, j->err, sizeof(j->err)) < 0)
+		return NULL;
+	snprintf(key, sizeof(key), "addr/%d", j->rank);
+	snprintf(want, sizeof(want), "value-of-%d", j->rank);
+	if (ddpenv_store_set(s, key, want, strlen(want), j->err, sizeof(j->err)) < 0 ||
+	    ddpenv_store_add(s, "count", 1, &n, j->err, sizeof(j->err)) < 0 ||
+	    ddpenv_store_barrier(s, "joined", j->err, sizeof(j->err)) < 0)
+		goto out;
+	int peer = (j->rank + j->world - 1) % j->world;
+	snprintf(key, sizeof(key), "addr/%d", peer);
+	snprintf(want, sizeof(want), "value-of-%d", peer);
+	if (ddpenv_store_get(s, key, -1, &v, &l, j->err, sizeof(j->err)) < 0)
+		goto out;
+	int same = l == strlen(want) && memcmp(v, want, l) == 0;
+	free(v);
+	if (!same) {
+		snprintf(j->err, sizeof(j->err), "rank %d read a wrong value for %s", j->rank, key);
+		goto out;
+	}
+	if (ddpenv_store_get(s, "count", -1, &v, &l, j->err, sizeof(j->err)) < 0)
+		goto out;
+	same = atoi(v) == j->world;
+	free(v);
+	if (!same) {
+		snprintf(j->err, sizeof(j->err), "rank %d: count after the barrier is not %d",
+			 j->rank, j->world);
+		goto out;
+	}
+	if (ddpenv_store_barrier(s, "done", j->err, sizeof(j->err)) < 0)
+		goto out;
+	j->ok = 1;
+out:
+	ddpenv_store_close(s);
+	return NULL;
+}
+
+static int run_world(int world, double *secs)
+{
+	int port = free_port();
+	struct rank_job *jobs = calloc((size_t)world, sizeof(*jobs));
+	pthread_t *th = calloc((size_t)world, sizeof(*th));
+	struct timespec a, b;
+	int good = 0;
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	/* Start the clients first: they must wait for rank 0 by retrying. */
+	for (int r = world - 1; r >= 0; r--) {
+		jobs[r] = (struct rank_job){ .rank = r, .world = world, .port = port };
+		pthread_attr_t at;
+		pthread_attr_init(&at);
+		pthread_attr_setstacksize(&at, 256 * 1024);
+		pthread_create(&th[r], &at, rank_main, &jobs[r]);
+		pthread_attr_destroy(&at);
+	}
+	for (int r = 0; r < world; r++) {
+		pthread_join(th[r], NULL);
+		if (jobs[r].ok)
+			good++;
+		else if (good + 1 >= r) /* print a few failures only */
+			printf("#   rank %d: %s\n", r, jobs[r].err);
+	}
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	*secs = (double)(b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) * 1e-9;
+	free(jobs);
+	free(th);
+	return good;
+}
+
+static void test_worlds(void)
+{
+	double t;
+	test_cond("world of 1: the store works for rank 0 alone", run_world(1, &t) == 1);
+	test_cond("world of 4: set, add, barrier, get on every rank", run_world(4, &t) == 4);
+	int good = run_world(256, &t);
+	test_cond("world of 256 ranks as threads all complete", good == 256);
+	printf("#   256 ranks joined, exchanged and left in %.3f s\n", t);
+}
+
+static void test_errors(void)
+{
+	char err[512] = "";
+	struct ddpenv_store *s, *s0, *s1;
+	int port = free_port();
+	struct ddpenv_store_opts o = { "127.0.0.1", port, 1, 2, 300, NULL };
+
+	test_cond("nobody listening: open fails", ddpenv_store_open(&s, &o, err, sizeof(err)) < 0);
+	test_err("... naming the rank", err, "rank 1 could not reach 127.0.0.1:");
+	test_err("... the wait", err, "after 0.3 s");
+	test_err("... and the cause", err, "Connection refused");
+
+	o = (struct ddpenv_store_opts){ "no-such-host.invalid", port, 1, 2, 300, NULL };
+	test_cond("MASTER_ADDR that does not resolve", ddpenv_store_open(&s, &o, err, sizeof(err)) < 0);
+	test_err("... names it", err, "MASTER_ADDR 'no-such-host.invalid' does not resolve");
+
+	o = (struct ddpenv_store_opts){ "127.0.0.1", port, 2, 2, 300, NULL };
+	test_cond("rank outside the world", ddpenv_store_open(&s, &o, err, sizeof(err)) < 0);
+	test_err("... says what was expected", err, "0 <= RANK < WORLD_SIZE");
+
+	/* A two-rank world with a token. */
+	o = (struct ddpenv_store_opts){ "127.0.0.1", port, 0, 2, 2000, "s3cret" };
+	test_cond("rank 0 opens with a token", ddpenv_store_open(&s0, &o, err, sizeof(err)) == 0);
+
+	struct ddpenv_store_opts busy = { "127.0.0.1", port, 0, 2, 300, NULL };
+	test_cond("a second store on the same port fails",
+		  ddpenv_store_open(&s, &busy, err, sizeof(err)) < 0);
+	test_err("... naming the port", err, "could not listen on port");
+
+	o.rank = 1;
+	o.token = "guess";
+	test_cond("a client with the wrong token is refused",
+		  ddpenv_store_open(&s1, &o, err, sizeof(err)) < 0);
+	test_err("... and told why", err, "wrong or missing rendezvous token");
+	o.token = NULL;
+	test_cond("a client without a token is refused",
+		  ddpenv_store_open(&s1, &o, err, sizeof(err)) < 0);
+	o.token = "s3cret";
+	test_cond("the right token joins", ddpenv_store_open(&s1, &o, err, sizeof(err)) == 0);
+	struct ddpenv_store *dup;
+	test_cond("the same rank cannot join twice", ddpenv_store_open(&dup, &o, err, sizeof(err)) < 0);
+	test_err("... says so", err, "rank 1 joined twice");
+
+	void *v = NULL;
+	size_t l;
+	test_cond("waiting for a key nobody sets times out",
+		  ddpenv_store_get(s1, "never", 200, &v, &l, err, sizeof(err)) < 0);
+	test_err("... naming the key", err, "waiting for 'never'");
+	test_err("... and the deadline", err, "timed out");
+	test_cond("after a timeout the connection is known lost",
+		  ddpenv_store_set(s1, "k", "v", 1, err, sizeof(err)) < 0);
+	test_err("... says so", err, "lost earlier");
+
+	char big[DDPENV_STORE_MAX_KEY + 2];
+	memset(big, 'k', sizeof(big) - 1);
+	big[sizeof(big) - 1] = 0;
+	test_cond("a key over the limit is refused locally",
+		  ddpenv_store_set(s0, big, "v", 1, err, sizeof(err)) < 0);
+	test_err("... with the limit", err, "expected 1 to 1024");
+	test_cond("an empty value is fine", ddpenv_store_set(s0, "empty", "", 0, err, sizeof(err)) == 0);
+	test_cond("... and reads back empty",
+		  ddpenv_store_get(s0, "empty", -1, &v, &l, err, sizeof(err)) == 0 && l == 0);
+	free(v);
+
+	/* s1 was lost without BYE: it counts as a dead rank once closed. */
+	ddpenv_store_close(s1);
+	int dead[4];
+	int n = -1;
+	for (int i = 0; i < 50 && n <= 0; i++) {
+		n = ddpenv_store_dead_ranks(s0, dead, 4, err, sizeof(err));
+		if (n == 0)
+			usleep(10000);
+	}
+	test_cond("a rank that vanished without leaving is reported dead", n == 1 && dead[0] == 1);
+	ddpenv_store_close(s0);
+}
+
+/* A rank killed by a signal is reported dead; one that left is not. */
+static void test_killed(void)
+{
+	char err[512] = "";
+	int port = free_port();
+	struct ddpenv_store *s0;
+	struct ddpenv_store_opts o = { "127.0.0.1", port, 0, 3, 5000, NULL };
+	if (ddpenv_store_open(&s0, &o, err, sizeof(err)) < 0) {
+		test_cond("rank 0 opens", 0);
+		printf("#   %s\n", err);
+		return;
+	}
+	pid_t kids[2];
+	for (int r = 1; r <= 2; r++) {
+		kids[r - 1] = fork();
+		if (kids[r - 1] == 0) {
+			struct ddpenv_store *s;
+			struct ddpenv_store_opts oc = { "127.0.0.1", port, r, 3, 5000, NULL };
+			if (ddpenv_store_open(&s, &oc, err, sizeof(err)) < 0)
+				_exit(3);
+			ddpenv_store_set(s, r == 1 ? "up/1" : "up/2", "1", 1, err, sizeof(err));
+			if (r == 2) {
+				ddpenv_store_close(s);
+				_exit(0);
+			}
+			pause();
+			_exit(0);
+		}
+	}
+	void *v;
+	size_t l;
+	int ok = ddpenv_store_get(s0, "up/1", -1, &v, &l, err, sizeof(err)) == 0;
+	if (ok)
+		free(v);
+	ok = ok && ddpenv_store_get(s0, "up/2", -1, &v, &l, err, sizeof(err)) == 0;
+	if (ok)
+		free(v);
+	test_cond("two child ranks joined", ok);
+	kill(kids[0], SIGKILL);
+	waitpid(kids[0], NULL, 0);
+	waitpid(kids[1], NULL, 0);
+	int dead[4], n = 0;
+	for (int i = 0; i < 100 && n == 0; i++) {
+		n = ddpenv_store_dead_ranks(s0, dead, 4, err, sizeof(err));
+		if (n == 0)
+			usleep(10000);
+	}
+	test_cond("the killed rank (1) is dead, the one that left (2) is not", n == 1 && dead[0] == 1);
+	ddpenv_store_close(s0);
+}
+
+int main(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	test_worlds();
+	test_errors();
+	test_killed();
+	return test_report();
+}
