@@ -254,6 +254,27 @@ int ddpenv_task_vars(const struct ddpenv_node *node,
  * by the user, and is recomputed. */
 #define DDPENV_MARKER "DDP_STEP"
 
+/* ---- reading the contract (a training process) ---------------------------- */
+
+/* What a training process finds in its environment, whoever set it: the
+ * plugin, torchrun, or a person.  Nothing set at all is a standalone run
+ * (rank 0 of 1); a multi-task Slurm step without RANK is an error that says
+ * to use srun --ddp. */
+struct ddpenv_rank {
+	int rank, world, local_rank, local_world, node_rank;
+	int standalone;                   /* none of the variables were set */
+	char master_addr[DDPENV_HOSTLEN];
+	int master_port;                  /* 0 when unset (world of 1) */
+	char gloo_ifname[IF_NAMESIZE];
+	char nccl_ifname[IF_NAMESIZE];
+	char token[128];                  /* DDP_RDZV_TOKEN */
+	enum ddpenv_backend backend;      /* DDP_BACKEND, auto when unset */
+	int restart_count;                /* SLURM_RESTART_COUNT */
+};
+
+int ddpenv_rank_read(const struct ddpenv_env *env, struct ddpenv_rank *r,
+		     char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -66,6 +66,10 @@ int ddpenv_store_barrier(struct ddpenv_store *s, const char *name,
 int ddpenv_store_dead_ranks(struct ddpenv_store *s, int *ranks, int max,
 			    char *err, size_t errlen);
 
+/* The numeric local address of this rank's connection to the store: the
+ * address peers can reach this node on when no interface was named. */
+int ddpenv_store_local_addr(const struct ddpenv_store *s, char *buf, size_t len);
+
 int ddpenv_store_rank(const struct ddpenv_store *s);
 int ddpenv_store_world(const struct ddpenv_store *s);
 

@@ -495,6 +495,19 @@ int ddpenv_store_dead_ranks(struct ddpenv_store *s, int *ranks, int max, char *e
 	return (int)n;
 }
 
+int ddpenv_store_local_addr(const struct ddpenv_store *s, char *buf, size_t len)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	if (s->fd < 0 || getsockname(s->fd, (struct sockaddr *)&ss, &sl) < 0 ||
+	    getnameinfo((struct sockaddr *)&ss, sl, buf, (socklen_t)len, NULL, 0, NI_NUMERICHOST) != 0)
+		return -1;
+	/* an IPv4 peer on a dual-stack socket shows as ::ffff:a.b.c.d */
+	if (strncmp(buf, "::ffff:", 7) == 0 && strchr(buf + 7, '.'))
+		memmove(buf, buf + 7, strlen(buf + 7) + 1);
+	return 0;
+}
+
 int ddpenv_store_rank(const struct ddpenv_store *s)
 {
 	return s->rank;

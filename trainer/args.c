@@ -1,0 +1,272 @@
+/* cnn_train's options: getopt_long, every value checked, every error one
+ * line naming the option, the value and what was expected. */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "args.h"
+#include "data.h"
+
+void cnn_args_usage(FILE *f)
+{
+	fputs(
+"usage: cnn_train [options]\n"
+"Data-parallel training of the PyTorch MNIST example CNN, in C.  Run it as\n"
+"  srun --ddp=gloo cnn_train           (ranks and rendezvous from slurm-ddp)\n"
+"or alone, or with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set as torchrun does.\n"
+"\n"
+"data:\n"
+"  --data KIND            fashion-mnist (default), mnist, idx, cifar10, synthetic\n"
+"  --data-dir DIR         where the files are (default $DDP_DATA_DIR or\n"
+"                         " CNN_DEFAULT_DATA_DIR ")\n"
+"  --train-limit N        use only the first N training images\n"
+"  --test-limit N         use only the first N test images\n"
+"training:\n"
+"  --epochs N             passes over the training set (default 2)\n"
+"  --max-steps N          stop after N optimizer steps (skips evaluation unless --eval)\n"
+"  --eval                 evaluate on the test set even with --max-steps\n"
+"  --batch-size N         images per rank per step (default 64)\n"
+"  --optimizer NAME       sgd (default: momentum 0.9) or adadelta (the PyTorch example's)\n"
+"  --lr X                 learning rate (default 0.05 for sgd, 1.0 for adadelta)\n"
+"  --momentum X           SGD momentum (default 0.9)\n"
+"  --weight-decay X       L2 penalty (default 0)\n"
+"  --lr-schedule KIND     none (sgd default), step (adadelta default), cosine\n"
+"  --lr-step-epochs N     step schedule: every N epochs (default 1)\n"
+"  --lr-gamma X           step schedule: factor (default 0.7)\n"
+"  --warmup-steps N       linear warm-up over the first N steps (default 0)\n"
+"  --no-dropout           turn dropout off (for equivalence tests)\n"
+"  --seed N               seed of initialization, shuffling and dropout (default 1)\n"
+"execution:\n"
+"  --threads N            CPU threads per rank (default $OMP_NUM_THREADS, else 1)\n"
+"  --device KIND          cpu, cuda or auto (default auto)\n"
+"  --timeout SECONDS      bound on rendezvous and on each collective (default 60)\n"
+"checkpoints and output:\n"
+"  --checkpoint-dir DIR   rank 0 writes DIR/checkpoint.bin after each epoch\n"
+"  --checkpoint-every N   ... and every N steps\n"
+"  --resume               continue from DIR/checkpoint.bin (automatic when Slurm\n"
+"                         requeued the job: SLURM_RESTART_COUNT > 0)\n"
+"  --log-json FILE        rank 0 writes a JSON summary\n"
+"  --dump-params FILE     rank 0 writes the final parameters as raw float32\n"
+"  --progress KIND        bar, lines or auto (bar on a terminal; default)\n"
+"  --log-every N          steps between progress lines (default 50)\n"
+"  -h, --help             this text\n", f);
+}
+
+static int num_ll(const char *opt, const char *s, long long lo, long long hi, long long *out,
+		  char *err, size_t errlen)
+{
+	char *end;
+	errno = 0;
+	long long v = strtoll(s, &end, 10);
+	if (!*s || *end || errno || v < lo || v > hi) {
+		snprintf(err, errlen, "%s=%s: expected an integer from %lld to %lld", opt, s, lo, hi);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+static int num_int(const char *opt, const char *s, int lo, int hi, int *out, char *err, size_t errlen)
+{
+	long long v;
+	if (num_ll(opt, s, lo, hi, &v, err, errlen) < 0)
+		return -1;
+	*out = (int)v;
+	return 0;
+}
+
+static int num_f(const char *opt, const char *s, double lo, double hi, float *out,
+		 char *err, size_t errlen)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (!*s || *end || errno || !(v >= lo && v <= hi)) {
+		snprintf(err, errlen, "%s=%s: expected a number from %g to %g", opt, s, lo, hi);
+		return -1;
+	}
+	*out = (float)v;
+	return 0;
+}
+
+enum {
+	O_DATA = 256, O_DATA_DIR, O_EPOCHS, O_MAX_STEPS, O_EVAL, O_BATCH, O_OPTIM, O_LR,
+	O_MOMENTUM, O_WD, O_SCHED, O_STEP_EPOCHS, O_GAMMA, O_WARMUP, O_NO_DROPOUT, O_SEED,
+	O_THREADS, O_DEVICE, O_TIMEOUT, O_CKPT_DIR, O_CKPT_EVERY, O_RESUME, O_LOG_JSON,
+	O_DUMP, O_PROGRESS, O_LOG_EVERY, O_TRAIN_LIMIT, O_TEST_LIMIT,
+};
+
+static const struct option opts[] = {
+	{ "data", required_argument, NULL, O_DATA },
+	{ "data-dir", required_argument, NULL, O_DATA_DIR },
+	{ "epochs", required_argument, NULL, O_EPOCHS },
+	{ "max-steps", required_argument, NULL, O_MAX_STEPS },
+	{ "eval", no_argument, NULL, O_EVAL },
+	{ "batch-size", required_argument, NULL, O_BATCH },
+	{ "optimizer", required_argument, NULL, O_OPTIM },
+	{ "lr", required_argument, NULL, O_LR },
+	{ "momentum", required_argument, NULL, O_MOMENTUM },
+	{ "weight-decay", required_argument, NULL, O_WD },
+	{ "lr-schedule", required_argument, NULL, O_SCHED },
+	{ "lr-step-epochs", required_argument, NULL, O_STEP_EPOCHS },
+	{ "lr-gamma", required_argument, NULL, O_GAMMA },
+	{ "warmup-steps", required_argument, NULL, O_WARMUP },
+	{ "no-dropout", no_argument, NULL, O_NO_DROPOUT },
+	{ "seed", required_argument, NULL, O_SEED },
+	{ "threads", required_argument, NULL, O_THREADS },
+	{ "device", required_argument, NULL, O_DEVICE },
+	{ "timeout", required_argument, NULL, O_TIMEOUT },
+	{ "checkpoint-dir", required_argument, NULL, O_CKPT_DIR },
+	{ "checkpoint-every", required_argument, NULL, O_CKPT_EVERY },
+	{ "resume", no_argument, NULL, O_RESUME },
+	{ "log-json", required_argument, NULL, O_LOG_JSON },
+	{ "dump-params", required_argument, NULL, O_DUMP },
+	{ "progress", required_argument, NULL, O_PROGRESS },
+	{ "log-every", required_argument, NULL, O_LOG_EVERY },
+	{ "train-limit", required_argument, NULL, O_TRAIN_LIMIT },
+	{ "test-limit", required_argument, NULL, O_TEST_LIMIT },
+	{ "help", no_argument, NULL, 'h' },
+	{ NULL, 0, NULL, 0 },
+};
+
+int cnn_args_parse(struct cnn_args *a, int argc, char **argv, const char *env_data_dir,
+		   const char *env_threads, char *err, size_t errlen)
+{
+	long long ll = 0;
+	int c;
+
+	memset(a, 0, sizeof(*a));
+	a->data = "fashion-mnist";
+	a->data_dir = env_data_dir && *env_data_dir ? env_data_dir : CNN_DEFAULT_DATA_DIR;
+	a->epochs = 2;
+	a->batch = 64;
+	a->optim = CNN_SGD;
+	a->momentum = 0.9f;
+	a->seed = 1;
+	a->device = "auto";
+	a->timeout_s = 60;
+	a->progress = -1;
+	a->log_every = 50;
+	a->sched.step_epochs = 1;
+	a->sched.gamma = 0.7f;
+
+	opterr = 0;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+		const char *name = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
+		int rv = 0;
+		switch (c) {
+		case 'h':
+			cnn_args_usage(stdout);
+			return 1;
+		case ':':
+			snprintf(err, errlen, "%s: needs a value", name);
+			return -1;
+		case '?':
+			snprintf(err, errlen, "%s: unknown option", name);
+			return -1;
+		case O_DATA:
+			if (strcmp(optarg, "fashion-mnist") && strcmp(optarg, "mnist") &&
+			    strcmp(optarg, "idx") && strcmp(optarg, "cifar10") &&
+			    strcmp(optarg, "synthetic")) {
+				snprintf(err, errlen, "--data=%s: expected fashion-mnist, mnist, idx, "
+					 "cifar10 or synthetic", optarg);
+				return -1;
+			}
+			a->data = optarg;
+			break;
+		case O_DATA_DIR: a->data_dir = optarg; break;
+		case O_EPOCHS: rv = num_int("--epochs", optarg, 1, 100000, &a->epochs, err, errlen); break;
+		case O_MAX_STEPS: rv = num_ll("--max-steps", optarg, 1, LLONG_MAX / 2, &a->max_steps, err, errlen); break;
+		case O_EVAL: a->eval = 1; break;
+		case O_BATCH: rv = num_int("--batch-size", optarg, 1, 65536, &a->batch, err, errlen); break;
+		case O_OPTIM:
+			if (strcmp(optarg, "sgd") == 0)
+				a->optim = CNN_SGD;
+			else if (strcmp(optarg, "adadelta") == 0)
+				a->optim = CNN_ADADELTA;
+			else {
+				snprintf(err, errlen, "--optimizer=%s: expected sgd or adadelta", optarg);
+				return -1;
+			}
+			break;
+		case O_LR: rv = num_f("--lr", optarg, 0, 1e3, &a->lr, err, errlen); a->lr_set = 1; break;
+		case O_MOMENTUM: rv = num_f("--momentum", optarg, 0, 0.999999, &a->momentum, err, errlen); break;
+		case O_WD: rv = num_f("--weight-decay", optarg, 0, 1, &a->weight_decay, err, errlen); break;
+		case O_SCHED:
+			a->sched_set = 1;
+			if (strcmp(optarg, "none") == 0)
+				a->sched.kind = CNN_SCHED_NONE;
+			else if (strcmp(optarg, "step") == 0)
+				a->sched.kind = CNN_SCHED_STEP;
+			else if (strcmp(optarg, "cosine") == 0)
+				a->sched.kind = CNN_SCHED_COSINE;
+			else {
+				snprintf(err, errlen, "--lr-schedule=%s: expected none, step or cosine", optarg);
+				return -1;
+			}
+			break;
+		case O_STEP_EPOCHS: rv = num_int("--lr-step-epochs", optarg, 1, 100000, &a->sched.step_epochs, err, errlen); break;
+		case O_GAMMA: rv = num_f("--lr-gamma", optarg, 0, 1, &a->sched.gamma, err, errlen); break;
+		case O_WARMUP: rv = num_ll("--warmup-steps", optarg, 0, LLONG_MAX / 2, &a->sched.warmup_steps, err, errlen); break;
+		case O_NO_DROPOUT: a->no_dropout = 1; break;
+		case O_SEED:
+			rv = num_ll("--seed", optarg, 0, LLONG_MAX, &ll, err, errlen);
+			a->seed = (unsigned long long)ll;
+			break;
+		case O_THREADS: rv = num_int("--threads", optarg, 1, 1024, &a->threads, err, errlen); break;
+		case O_DEVICE:
+			if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda") && strcmp(optarg, "auto")) {
+				snprintf(err, errlen, "--device=%s: expected cpu, cuda or auto", optarg);
+				return -1;
+			}
+			a->device = optarg;
+			break;
+		case O_TIMEOUT: rv = num_int("--timeout", optarg, 1, 86400, &a->timeout_s, err, errlen); break;
+		case O_CKPT_DIR: a->checkpoint_dir = optarg; break;
+		case O_CKPT_EVERY: rv = num_ll("--checkpoint-every", optarg, 1, LLONG_MAX / 2, &a->checkpoint_every, err, errlen); break;
+		case O_RESUME: a->resume = 1; break;
+		case O_LOG_JSON: a->log_json = optarg; break;
+		case O_DUMP: a->dump_params = optarg; break;
+		case O_PROGRESS:
+			if (strcmp(optarg, "bar") == 0)
+				a->progress = 1;
+			else if (strcmp(optarg, "lines") == 0)
+				a->progress = 0;
+			else if (strcmp(optarg, "auto") == 0)
+				a->progress = -1;
+			else {
+				snprintf(err, errlen, "--progress=%s: expected bar, lines or auto", optarg);
+				return -1;
+			}
+			break;
+		case O_LOG_EVERY: rv = num_int("--log-every", optarg, 1, 1000000, &a->log_every, err, errlen); break;
+		case O_TRAIN_LIMIT: rv = num_ll("--train-limit", optarg, 1, INT_MAX, &a->train_limit, err, errlen); break;
+		case O_TEST_LIMIT: rv = num_ll("--test-limit", optarg, 1, INT_MAX, &a->test_limit, err, errlen); break;
+		}
+		if (rv < 0)
+			return -1;
+	}
+	if (optind < argc) {
+		snprintf(err, errlen, "%s: unexpected argument (cnn_train takes options only)", argv[optind]);
+		return -1;
+	}
+	if (!a->lr_set)
+		a->lr = a->optim == CNN_ADADELTA ? 1.0f : 0.05f;
+	if (!a->sched_set)
+		a->sched.kind = a->optim == CNN_ADADELTA ? CNN_SCHED_STEP : CNN_SCHED_NONE;
+	if (a->resume && !a->checkpoint_dir) {
+		snprintf(err, errlen, "--resume: needs --checkpoint-dir");
+		return -1;
+	}
+	if (!a->threads && env_threads && *env_threads) {
+		if (num_int("OMP_NUM_THREADS", env_threads, 1, 1024, &a->threads, err, errlen) < 0)
+			return -1;
+	}
+	if (!a->threads)
+		a->threads = 1;
+	return 0;
+}

@@ -1,0 +1,234 @@
+/* Backend-independent half of the comm layer: opening the store, the
+ * local (world 1) backend, failure diagnosis and the bucket reducer. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm.h"
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static int local_allreduce(struct cnn_comm *c, float *buf, size_t n, char *err, size_t errlen)
+{
+	(void)c; (void)buf; (void)n; (void)err; (void)errlen;
+	return 0;
+}
+
+static void local_destroy(struct cnn_comm *c)
+{
+	(void)c;
+}
+
+static const struct cnn_comm_ops local_ops = { "local", local_allreduce, local_destroy };
+
+int cnn_comm_open(struct cnn_comm **out, const struct cnn_comm_opts *o, char *err, size_t errlen)
+{
+	struct cnn_comm *c = calloc(1, sizeof(*c));
+	if (!c) {
+		snprintf(err, errlen, "comm: out of memory");
+		return -1;
+	}
+	c->rank = o->rank;
+	c->world = o->world;
+	gethostname(c->host, sizeof(c->host) - 1);
+	if (o->world == 1) {
+		c->ops = &local_ops;
+		*out = c;
+		return 0;
+	}
+	if (strcmp(o->backend, "gloo") != 0) {
+		snprintf(err, errlen, "backend '%s' is not built into this cnn_train for CPU ranks "
+			 "(expected gloo)", o->backend);
+		free(c);
+		return -1;
+	}
+	struct ddpenv_store_opts so = { o->master_addr, o->master_port, o->rank, o->world,
+					o->timeout_ms, o->token };
+	if (ddpenv_store_open(&c->store, &so, err, errlen) < 0) {
+		free(c);
+		return -1;
+	}
+	/* Who is who, for naming a dead peer later. */
+	char key[32];
+	snprintf(key, sizeof(key), "host/%d", o->rank);
+	if (ddpenv_store_set(c->store, key, c->host, strlen(c->host), err, errlen) < 0)
+		goto fail;
+	c->ops = &cnn_comm_gloo_ops;
+	if (cnn_comm_gloo_init(c, o->iface, NULL, o->timeout_ms, err, errlen) < 0)
+		goto fail;
+	*out = c;
+	return 0;
+fail:
+	ddpenv_store_close(c->store);
+	free(c);
+	return -1;
+}
+
+void cnn_comm_close(struct cnn_comm *c)
+{
+	if (!c)
+		return;
+	if (c->ops)
+		c->ops->destroy(c);
+	ddpenv_store_close(c->store);
+	free(c);
+}
+
+int cnn_comm_allreduce_sum(struct cnn_comm *c, float *buf, size_t n, char *err, size_t errlen)
+{
+	return c->ops->allreduce_sum(c, buf, n, err, errlen);
+}
+
+int cnn_comm_broadcast(struct cnn_comm *c, float *buf, size_t n, int root, char *err, size_t errlen)
+{
+	if (c->world == 1)
+		return 0;
+	if (c->rank != root)
+		memset(buf, 0, n * sizeof(float));
+	return c->ops->allreduce_sum(c, buf, n, err, errlen);
+}
+
+void cnn_comm_explain_failure(struct cnn_comm *c, char *err, size_t errlen)
+{
+	char why[512], msg[1024];
+	int dead[16], n = -1;
+	if (!c->store)
+		return;
+	snprintf(why, sizeof(why), "%s", err);
+	/* The store sees a dead rank's socket close at about the moment the
+	 * collective failed; give it a moment. */
+	for (int i = 0; i < 20; i++) {
+		char e2[256];
+		n = ddpenv_store_dead_ranks(c->store, dead, 16, e2, sizeof(e2));
+		if (n != 0)
+			break;
+		usleep(100000);
+	}
+	if (n < 0) {
+		snprintf(msg, sizeof(msg), "rank 0 (the rendezvous store) is unreachable, so rank 0 "
+			 "died or its node is gone; %s", why);
+	} else if (n == 0) {
+		snprintf(msg, sizeof(msg), "no rank has left the store, so a peer hangs or its "
+			 "network failed; %s", why);
+	} else {
+		size_t off = (size_t)snprintf(msg, sizeof(msg), "%s", n == 1 ? "rank " : "ranks ");
+		for (int i = 0; i < n && i < 16 && off < sizeof(msg); i++) {
+			char key[32], host[80] = "?";
+			void *v;
+			size_t l;
+			char e2[256];
+			snprintf(key, sizeof(key), "host/%d", dead[i]);
+			if (ddpenv_store_get(c->store, key, 1000, &v, &l, e2, sizeof(e2)) == 0) {
+				snprintf(host, sizeof(host), "%s", (char *)v);
+				free(v);
+			}
+			off += (size_t)snprintf(msg + off, sizeof(msg) - off, "%s%d (%s)",
+						i ? ", " : "", dead[i], host);
+		}
+		if (off < sizeof(msg))
+			snprintf(msg + off, sizeof(msg) - off, " died; %s", why);
+	}
+	snprintf(err, errlen, "%s", msg);
+}
+
+static void *reducer_main(void *arg)
+{
+	struct cnn_reducer *r = arg;
+	pthread_mutex_lock(&r->mu);
+	for (;;) {
+		while (r->head == r->tail && !r->stop)
+			pthread_cond_wait(&r->cv, &r->mu);
+		if (r->head == r->tail && r->stop)
+			break;
+		float *p = r->q[r->head].p;
+		size_t n = r->q[r->head].n;
+		int failed = r->failed;
+		pthread_mutex_unlock(&r->mu);
+		if (!failed) {
+			char err[512];
+			double t0 = now_s();
+			int rv = cnn_comm_allreduce_sum(r->comm, p, n, err, sizeof(err));
+			if (rv == 0) {
+				float inv = 1.f / (float)r->comm->world;
+				for (size_t i = 0; i < n; i++)
+					p[i] *= inv;
+			}
+			pthread_mutex_lock(&r->mu);
+			r->comm_s += now_s() - t0;
+			if (rv < 0 && !r->failed) {
+				r->failed = 1;
+				snprintf(r->err, sizeof(r->err), "%s", err);
+			}
+		} else {
+			pthread_mutex_lock(&r->mu);
+		}
+		r->head = (r->head + 1) % 8;
+		pthread_cond_broadcast(&r->cv);
+	}
+	pthread_mutex_unlock(&r->mu);
+	return NULL;
+}
+
+int cnn_reducer_start(struct cnn_reducer *r, struct cnn_comm *c)
+{
+	memset(r, 0, sizeof(*r));
+	r->comm = c;
+	pthread_mutex_init(&r->mu, NULL);
+	pthread_cond_init(&r->cv, NULL);
+	if (c->world == 1)
+		return 0;   /* nothing to reduce: push and wait are no-ops */
+	if ((errno = pthread_create(&r->thread, NULL, reducer_main, r)) != 0)
+		return -1;
+	r->busy = 1;
+	return 0;
+}
+
+void cnn_reducer_push(struct cnn_reducer *r, float *buf, size_t n)
+{
+	if (!r->busy)
+		return;
+	pthread_mutex_lock(&r->mu);
+	while ((r->tail + 1) % 8 == r->head)
+		pthread_cond_wait(&r->cv, &r->mu);
+	r->q[r->tail].p = buf;
+	r->q[r->tail].n = n;
+	r->tail = (r->tail + 1) % 8;
+	pthread_cond_broadcast(&r->cv);
+	pthread_mutex_unlock(&r->mu);
+}
+
+int cnn_reducer_wait(struct cnn_reducer *r, char *err, size_t errlen)
+{
+	if (!r->busy)
+		return 0;
+	pthread_mutex_lock(&r->mu);
+	while (r->head != r->tail)
+		pthread_cond_wait(&r->cv, &r->mu);
+	int failed = r->failed;
+	if (failed)
+		snprintf(err, errlen, "%s", r->err);
+	pthread_mutex_unlock(&r->mu);
+	return failed ? -1 : 0;
+}
+
+void cnn_reducer_stop(struct cnn_reducer *r)
+{
+	if (r->busy) {
+		pthread_mutex_lock(&r->mu);
+		r->stop = 1;
+		pthread_cond_broadcast(&r->cv);
+		pthread_mutex_unlock(&r->mu);
+		pthread_join(r->thread, NULL);
+		r->busy = 0;
+	}
+	pthread_mutex_destroy(&r->mu);
+	pthread_cond_destroy(&r->cv);
+}

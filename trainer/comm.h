@@ -1,0 +1,78 @@
+/* The trainer's communication layer: one interface, one backend per file.
+ * gloo (comm_gloo.cc) serves CPU ranks; the NCCL backend implements the
+ * same operations for GPU ranks.  World size 1 needs no backend at all.
+ *
+ * Every backend is bootstrapped from the libddpenv store (rank 0 hosts it
+ * at MASTER_ADDR:MASTER_PORT), which also tells a surviving rank which
+ * peer died when a collective fails. */
+#ifndef CNN_COMM_H
+#define CNN_COMM_H
+
+#include <pthread.h>
+#include <stddef.h>
+
+#include "ddpenv_store.h"
+
+struct cnn_comm;
+
+struct cnn_comm_ops {
+	const char *name;
+	/* In-place sum over all ranks, blocking. */
+	int (*allreduce_sum)(struct cnn_comm *c, float *buf, size_t n, char *err, size_t errlen);
+	void (*destroy)(struct cnn_comm *c);
+};
+
+struct cnn_comm {
+	const struct cnn_comm_ops *ops;
+	int rank, world;
+	struct ddpenv_store *store;   /* NULL for world size 1 */
+	void *impl;
+	char host[64];
+};
+
+struct cnn_comm_opts {
+	const char *backend;     /* "gloo" or "local" */
+	const char *master_addr;
+	int master_port;
+	int rank, world;
+	const char *iface;       /* GLOO_SOCKET_IFNAME, may be NULL */
+	const char *token;       /* DDP_RDZV_TOKEN, may be NULL */
+	int timeout_ms;
+};
+
+int cnn_comm_open(struct cnn_comm **out, const struct cnn_comm_opts *o, char *err, size_t errlen);
+void cnn_comm_close(struct cnn_comm *c);
+int cnn_comm_allreduce_sum(struct cnn_comm *c, float *buf, size_t n, char *err, size_t errlen);
+/* Every rank gets rank root's buf (a sum with zeros elsewhere: exact). */
+int cnn_comm_broadcast(struct cnn_comm *c, float *buf, size_t n, int root, char *err, size_t errlen);
+
+/* After a failed collective: rewrite err to name the rank(s) that died,
+ * with their host, as the store saw them leave. */
+void cnn_comm_explain_failure(struct cnn_comm *c, char *err, size_t errlen);
+
+/* The gloo backend, from comm_gloo.cc (C API over C++). */
+extern const struct cnn_comm_ops cnn_comm_gloo_ops;
+int cnn_comm_gloo_init(struct cnn_comm *c, const char *iface, const char *hostname,
+		       int timeout_ms, char *err, size_t errlen);
+
+/* Gradient reducer: buckets are all-reduced (and averaged) on a
+ * communication thread while the backward pass goes on. */
+struct cnn_reducer {
+	struct cnn_comm *comm;
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct { float *p; size_t n; } q[8];
+	int head, tail, busy, stop, failed;
+	char err[512];
+	double comm_s;   /* time spent inside all-reduces */
+};
+
+int cnn_reducer_start(struct cnn_reducer *r, struct cnn_comm *c);
+/* Queue a bucket: buf[0..n) summed over ranks, then divided by world. */
+void cnn_reducer_push(struct cnn_reducer *r, float *buf, size_t n);
+/* Wait for every queued bucket; -1 with err if any failed. */
+int cnn_reducer_wait(struct cnn_reducer *r, char *err, size_t errlen);
+void cnn_reducer_stop(struct cnn_reducer *r);
+
+#endif

@@ -1,0 +1,461 @@
+/* cnn_train: data-parallel training of a CNN, in C.
+ *
+ * Reads its rank and rendezvous from the environment (what slurm-ddp's
+ * plugin, torchrun or a person set), trains with gradients averaged over
+ * all ranks, evaluates each epoch, checkpoints, and reports where the time
+ * went.  This file is the CPU path's driver; the kernels are in ops_cpu.c,
+ * the network in model.c, communication behind comm.h. */
+#include <errno.h>
+#include <stdarg.h>
+#include <math.h>
+#include <omp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "args.h"
+#include "ckpt.h"
+#include "comm.h"
+#include "data.h"
+#include "ddpenv.h"
+#include "model.h"
+#include "optim.h"
+
+extern char **environ;
+
+struct run {
+	struct cnn_args a;
+	struct ddpenv_rank r;
+	char host[64];
+	struct cnn_dataset train, test;
+	struct cnn_model m;
+	struct cnn_acts acts;
+	struct cnn_optim opt;
+	struct cnn_comm *comm;
+	struct cnn_reducer red;
+	struct cnn_sampler sampler;
+	uint32_t *eval_idx;
+	float *xbuf;
+	uint8_t *ybuf;
+	int bar;
+	/* time breakdown, seconds */
+	double t_data, t_compute, t_idle, t_train_wall;
+	long long timed_images, steps;
+	double test_acc, test_loss;
+	int evaluated;
+};
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* Errors go to stderr with host and rank, the way Slurm users grep them. */
+static void die(struct run *R, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+static void die(struct run *R, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "cnn_train: %s rank %d: ", R->host, R->r.rank);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	fflush(stdout);
+	/* A failed rank must not wait for peers that wait for it: leave now,
+	 * the store sees us gone and the survivors name us. */
+	_exit(1);
+}
+
+static void comm_failed(struct run *R, char *err, size_t errlen)
+{
+	cnn_comm_explain_failure(R->comm, err, errlen);
+	die(R, "%s", err);
+}
+
+static void on_fc_ready(void *ctx)
+{
+	struct run *R = ctx;
+	struct cnn_model *m = &R->m;
+	size_t off = m->t[P_W3].off;
+	cnn_reducer_push(&R->red, m->grads + off, m->nparams - off);
+}
+
+static void progress(struct run *R, int epoch, long long b, long long nb, float loss, double ips,
+		     int final)
+{
+	if (R->r.rank != 0)
+		return;
+	if (R->bar) {
+		int width = 30, done = nb ? (int)(width * b / nb) : width;
+		char bar[64];
+		for (int i = 0; i < width; i++)
+			bar[i] = i < done ? '#' : '.';
+		bar[width] = 0;
+		printf("\repoch %d/%d [%s] %lld/%lld loss %.4f %.0f img/s%s", epoch + 1,
+		       R->a.epochs, bar, b, nb, loss, ips, final ? "\n" : "");
+	} else {
+		printf("epoch %d/%d step %lld/%lld loss %.4f images/s %.0f\n", epoch + 1,
+		       R->a.epochs, b, nb, loss, ips);
+	}
+	fflush(stdout);
+}
+
+/* Sharded evaluation: rank r takes r, r+world, ... (no padding, so every
+ * test image counts once); sums are all-reduced. */
+static void evaluate(struct run *R)
+{
+	char err[1024];
+	int world = R->r.world, rank = R->r.rank;
+	int nloc = 0;
+	for (int i = rank; i < R->test.n; i += world)
+		R->eval_idx[nloc++] = (uint32_t)i;
+	double loss = 0;
+	long long good = 0;
+	for (int off = 0; off < nloc; off += R->acts.max_batch) {
+		int n = nloc - off < R->acts.max_batch ? nloc - off : R->acts.max_batch;
+		int correct = 0;
+		cnn_data_gather(&R->test, R->eval_idx + off, n, R->acts.x, R->ybuf);
+		float l = cnn_forward(&R->m, &R->acts, R->ybuf, n, 0, 0, 0, rank, &correct);
+		loss += (double)l * n;
+		good += correct;
+	}
+	/* floats hold these sums exactly up to 2^24 images */
+	float s[3] = { (float)loss, (float)good, (float)nloc };
+	if (cnn_comm_allreduce_sum(R->comm, s, 3, err, sizeof(err)) < 0)
+		comm_failed(R, err, sizeof(err));
+	R->test_loss = s[2] > 0 ? s[0] / s[2] : 0;
+	R->test_acc = s[2] > 0 ? s[1] / s[2] : 0;
+	R->evaluated = 1;
+	if (rank == 0) {
+		printf("test: loss %.4f accuracy %.2f%% (%d images)\n", R->test_loss,
+		       100.0 * R->test_acc, (int)s[2]);
+		fflush(stdout);
+	}
+}
+
+static void save_ckpt(struct run *R, int epoch, long long step_in_epoch)
+{
+	if (!R->a.checkpoint_dir || R->r.rank != 0)
+		return;
+	char err[1024];
+	struct cnn_ckpt_pos pos = { epoch, step_in_epoch, R->steps, R->a.seed, R->r.world, R->a.batch };
+	if (cnn_ckpt_save(R->a.checkpoint_dir, &R->m, &R->opt, &pos, err, sizeof(err)) < 0)
+		die(R, "%s", err);
+}
+
+static void report_times(struct run *R)
+{
+	char err[1024];
+	int w = R->r.world;
+	float *t = calloc((size_t)w * 4, sizeof(float));
+	if (!t)
+		die(R, "out of memory");
+	float *mine = t + (size_t)R->r.rank * 4;
+	mine[0] = (float)R->t_data;
+	mine[1] = (float)R->t_compute;
+	mine[2] = (float)R->red.comm_s;
+	mine[3] = (float)R->t_idle;
+	if (cnn_comm_allreduce_sum(R->comm, t, (size_t)w * 4, err, sizeof(err)) < 0)
+		comm_failed(R, err, sizeof(err));
+	if (R->r.rank == 0) {
+		printf("# time per rank, seconds (comm overlaps compute; idle is waiting for it)\n");
+		printf("# %6s %10s %10s %10s %10s\n", "rank", "data", "compute", "comm", "idle");
+		for (int r = 0; r < w && r < 64; r++)
+			printf("  %6d %10.2f %10.2f %10.2f %10.2f\n", r, t[r * 4], t[r * 4 + 1],
+			       t[r * 4 + 2], t[r * 4 + 3]);
+		if (w > 64)
+			printf("  (%d more ranks)\n", w - 64);
+	}
+	if (R->r.rank == 0 && R->a.log_json) {
+		double ips = R->t_train_wall > 0 ? R->timed_images * (double)w / R->t_train_wall : 0;
+		FILE *f = fopen(R->a.log_json, "w");
+		if (!f)
+			die(R, "--log-json %s: %s", R->a.log_json, strerror(errno));
+		fprintf(f, "{\n");
+		if (R->evaluated)
+			fprintf(f, "  \"test_accuracy\": %.6f,\n  \"test_loss\": %.6f,\n",
+				R->test_acc, R->test_loss);
+		else
+			fprintf(f, "  \"test_accuracy\": null,\n  \"test_loss\": null,\n");
+		fprintf(f, "  \"images_per_sec\": %.1f,\n  \"world_size\": %d,\n  \"batch_size\": %d,\n"
+			"  \"threads\": %d,\n  \"steps\": %lld,\n  \"epochs\": %d,\n"
+			"  \"optimizer\": \"%s\",\n  \"backend\": \"%s\",\n  \"device\": \"cpu\",\n"
+			"  \"ranks\": [", ips, w, R->a.batch, R->a.threads, R->steps, R->a.epochs,
+			R->a.optim == CNN_ADADELTA ? "adadelta" : "sgd", R->comm->ops->name);
+		for (int r = 0; r < w; r++)
+			fprintf(f, "%s\n    {\"rank\": %d, \"data_s\": %.3f, \"compute_s\": %.3f, "
+				"\"comm_s\": %.3f, \"idle_s\": %.3f}", r ? "," : "", r, t[r * 4],
+				t[r * 4 + 1], t[r * 4 + 2], t[r * 4 + 3]);
+		fprintf(f, "\n  ]\n}\n");
+		if (fclose(f) != 0)
+			die(R, "--log-json %s: %s", R->a.log_json, strerror(errno));
+	}
+	free(t);
+}
+
+/* Every rank's parameters must be bit-identical: compare CRCs. */
+static void check_identical(struct run *R)
+{
+	char err[1024];
+	int w = R->r.world;
+	uint32_t crc = (uint32_t)crc32(0, (const Bytef *)R->m.params, (uInt)(R->m.nparams * sizeof(float)));
+	float *v = calloc((size_t)w * 2, sizeof(float));
+	if (!v)
+		die(R, "out of memory");
+	v[R->r.rank * 2] = (float)(crc >> 16);
+	v[R->r.rank * 2 + 1] = (float)(crc & 0xffff);
+	if (cnn_comm_allreduce_sum(R->comm, v, (size_t)w * 2, err, sizeof(err)) < 0)
+		comm_failed(R, err, sizeof(err));
+	if (R->r.rank == 0) {
+		int same = 1;
+		for (int r = 1; r < w; r++)
+			same &= v[r * 2] == v[0] && v[r * 2 + 1] == v[1];
+		printf("params: %s on all %d ranks (crc32 %08x)\n", same ? "identical" : "DIFFER",
+		       w, crc);
+		if (!same)
+			die(R, "parameters differ between ranks");
+	}
+	free(v);
+}
+
+static void dump_params(struct run *R)
+{
+	if (!R->a.dump_params || R->r.rank != 0)
+		return;
+	FILE *f = fopen(R->a.dump_params, "wb");
+	if (!f || fwrite(R->m.params, sizeof(float), R->m.nparams, f) != R->m.nparams ||
+	    fclose(f) != 0)
+		die(R, "--dump-params %s: %s", R->a.dump_params, strerror(errno));
+}
+
+static void setup(struct run *R, int argc, char **argv)
+{
+	char err[1024], desc[128];
+	struct ddpenv_env env;
+
+	gethostname(R->host, sizeof(R->host) - 1);
+	ddpenv_env_init(&env);
+	if (ddpenv_env_from_envp(&env, environ) < 0)
+		die(R, "out of memory reading the environment");
+	if (ddpenv_rank_read(&env, &R->r, err, sizeof(err)) < 0) {
+		fprintf(stderr, "cnn_train: %s: %s\n", R->host, err);
+		exit(2);
+	}
+	const char *ddir = ddpenv_env_get(&env, "DDP_DATA_DIR");
+	const char *omp = ddpenv_env_get(&env, "OMP_NUM_THREADS");
+	char ompbuf[16] = "";
+	if (omp) {   /* "8,2" (nested levels): the first level is ours */
+		snprintf(ompbuf, sizeof(ompbuf), "%.*s", (int)strcspn(omp, ","), omp);
+		omp = ompbuf;
+	}
+	int rv = cnn_args_parse(&R->a, argc, argv, ddir, omp, err, sizeof(err));
+	if (rv == 1)
+		exit(0);
+	if (rv < 0) {
+		fprintf(stderr, "cnn_train: %s\n", err);
+		cnn_args_usage(stderr);
+		exit(2);
+	}
+	/* the environment snapshot's strings back the defaults: keep them */
+	R->a.data_dir = strdup(R->a.data_dir);
+	ddpenv_env_free(&env);
+
+	if (strcmp(R->a.device, "cuda") == 0)
+		die(R, "--device=cuda: this cnn_train was built without its GPU path; use --device=cpu");
+	omp_set_num_threads(R->a.threads);
+	R->bar = R->a.progress == 1 || (R->a.progress == -1 && isatty(STDOUT_FILENO));
+
+	const char *kind = strcmp(R->a.data, "cifar10") == 0 || strcmp(R->a.data, "synthetic") == 0
+			   ? R->a.data : "idx";
+	if (cnn_data_load(kind, R->a.data_dir, &R->train, &R->test, err, sizeof(err)) < 0)
+		die(R, "%s", err);
+	if (R->a.train_limit && R->a.train_limit < R->train.n)
+		R->train.n = (int)R->a.train_limit;
+	if (R->a.test_limit && R->a.test_limit < R->test.n)
+		R->test.n = (int)R->a.test_limit;
+
+	struct cnn_shape sh = { R->train.c, R->train.h, R->train.w, R->train.classes };
+	if (cnn_model_init(&R->m, sh, err, sizeof(err)) < 0)
+		die(R, "%s", err);
+	if (R->a.no_dropout)
+		R->m.p_drop1 = R->m.p_drop2 = 0.f;
+	cnn_model_init_params(&R->m, R->a.seed);
+	int maxb = R->a.batch > 256 ? R->a.batch : 256;
+	if (cnn_acts_init(&R->acts, &R->m, maxb, R->a.threads) < 0)
+		die(R, "out of memory for activations of %d images", maxb);
+	R->ybuf = malloc((size_t)maxb);
+	R->eval_idx = malloc((size_t)R->test.n * sizeof(uint32_t) + 4);
+	if (!R->ybuf || !R->eval_idx)
+		die(R, "out of memory");
+	R->opt.lr = R->a.lr;
+	R->opt.momentum = R->a.momentum;
+	R->opt.weight_decay = R->a.weight_decay;
+	if (cnn_optim_init(&R->opt, R->a.optim, R->m.nparams) < 0)
+		die(R, "out of memory for the optimizer");
+	if (cnn_sampler_init(&R->sampler, (uint32_t)R->train.n, (uint32_t)R->r.world,
+			     (uint32_t)R->r.rank, R->a.seed, 1) < 0)
+		die(R, "out of memory for the sampler");
+
+	const char *backend = "gloo";
+	if (R->r.backend == DDPENV_BACKEND_NCCL && R->r.rank == 0 && R->r.world > 1)
+		fprintf(stderr, "cnn_train: DDP_BACKEND=nccl but this run is on CPUs: using gloo\n");
+	struct cnn_comm_opts co = { backend, R->r.master_addr, R->r.master_port, R->r.rank,
+				    R->r.world, R->r.gloo_ifname[0] ? R->r.gloo_ifname : NULL,
+				    R->r.token[0] ? R->r.token : NULL, R->a.timeout_s * 1000 };
+	if (cnn_comm_open(&R->comm, &co, err, sizeof(err)) < 0)
+		die(R, "%s", err);
+	if (cnn_reducer_start(&R->red, R->comm) < 0)
+		die(R, "cannot start the communication thread: %s", strerror(errno));
+	cnn_model_describe(&R->m, desc, sizeof(desc));
+	if (R->r.rank == 0) {
+		printf("# cnn_train: world %d (%s), model %s, data %s (%d train, %d test) from %s\n",
+		       R->r.world, R->comm->ops->name, desc, R->a.data, R->train.n, R->test.n,
+		       strcmp(kind, "synthetic") ? R->a.data_dir : "memory");
+		printf("# batch %d per rank, %s lr %g, %d thread%s per rank, seed %llu%s\n",
+		       R->a.batch, R->a.optim == CNN_ADADELTA ? "adadelta" : "sgd", R->a.lr,
+		       R->a.threads, R->a.threads == 1 ? "" : "s", R->a.seed,
+		       R->r.world > 1 ? "" : " (single process)");
+		fflush(stdout);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	static struct run run;
+	struct run *R = &run;
+	char err[1024];
+	int start_epoch = 0;
+	long long start_b = 0;
+
+	signal(SIGPIPE, SIG_IGN);
+	setup(R, argc, argv);
+
+	if (R->a.checkpoint_dir && (R->a.resume || R->r.restart_count > 0)) {
+		struct cnn_ckpt_pos pos;
+		int got = cnn_ckpt_load(R->a.checkpoint_dir, &R->m, &R->opt, &pos, err, sizeof(err));
+		if (got < 0)
+			die(R, "%s", err);
+		if (got == 1) {
+			start_epoch = pos.epoch;
+			start_b = pos.step_in_epoch;
+			R->steps = pos.global_step;
+			if (pos.seed != R->a.seed && R->r.rank == 0)
+				printf("# note: checkpoint seed %llu, this run's %llu: shuffling follows "
+				       "the checkpoint\n", (unsigned long long)pos.seed, R->a.seed);
+			R->a.seed = pos.seed;
+			R->sampler.seed = pos.seed;
+			if (R->r.rank == 0)
+				printf("# resumed from %s/%s: epoch %d, step %lld of it, %lld steps done%s\n",
+				       R->a.checkpoint_dir, CNN_CKPT_NAME, pos.epoch + 1,
+				       (long long)pos.step_in_epoch, (long long)pos.global_step,
+				       R->r.restart_count > 0 ? " (Slurm requeue)" : "");
+		} else if (R->r.rank == 0) {
+			printf("# no checkpoint in %s yet: starting fresh\n", R->a.checkpoint_dir);
+		}
+	}
+	/* Same start everywhere, as DDP does: rank 0's parameters win. */
+	if (cnn_comm_broadcast(R->comm, R->m.params, R->m.nparams, 0, err, sizeof(err)) < 0)
+		comm_failed(R, err, sizeof(err));
+
+	long long nb = (R->sampler.per_rank + R->a.batch - 1) / R->a.batch;
+	R->a.sched.base_lr = R->a.lr;
+	R->a.sched.total_steps = R->a.max_steps ? R->a.max_steps : nb * R->a.epochs;
+	const long long warm = 3;   /* steps not timed: first-touch, thread start-up */
+	long long timed_from = R->steps + warm;
+	int stop = 0, cur_epoch = start_epoch;
+	long long cur_b = start_b;
+	double last_print = 0;
+
+	for (int epoch = start_epoch; epoch < R->a.epochs && !stop; epoch++) {
+		cnn_sampler_epoch(&R->sampler, (uint32_t)epoch);
+		long long b0 = epoch == start_epoch ? start_b : 0;
+		double ips = 0, wall0 = now_s();
+		long long imgs0 = 0;
+		float loss = 0;
+		for (long long b = b0; b < nb; b++) {
+			cur_epoch = epoch;
+			cur_b = b;
+			if (R->a.max_steps && R->steps >= R->a.max_steps) {
+				stop = 1;
+				break;
+			}
+			double t0 = now_s();
+			long long first = b * R->a.batch;
+			int n = (int)(R->sampler.per_rank - first < R->a.batch ?
+				      R->sampler.per_rank - first : R->a.batch);
+			cnn_data_gather(&R->train, R->sampler.mine + first, n, R->acts.x, R->ybuf);
+			double t1 = now_s();
+			loss = cnn_forward(&R->m, &R->acts, R->ybuf, n, 1, R->a.seed,
+					   (uint64_t)R->steps, R->r.rank, NULL);
+			cnn_backward(&R->m, &R->acts, R->ybuf, n, (float)n, on_fc_ready, R);
+			cnn_reducer_push(&R->red, R->m.grads, R->m.t[P_W3].off);
+			double t2 = now_s();
+			if (cnn_reducer_wait(&R->red, err, sizeof(err)) < 0)
+				comm_failed(R, err, sizeof(err));
+			double t3 = now_s();
+			cnn_optim_step(&R->opt, R->m.params, R->m.grads,
+				       cnn_sched_lr(&R->a.sched, epoch, R->steps));
+			double t4 = now_s();
+			R->steps++;
+			if (R->steps > timed_from) {
+				R->t_data += t1 - t0;
+				R->t_compute += (t2 - t1) + (t4 - t3);
+				R->t_idle += t3 - t2;
+				R->t_train_wall += t4 - t0;
+				R->timed_images += n;
+			} else {
+				wall0 = t4;
+				imgs0 = b + 1;
+			}
+			ips = t4 > wall0 ? (double)(b + 1 - imgs0) * R->a.batch * R->r.world / (t4 - wall0) : 0;
+			if (R->bar ? t4 - last_print > 0.25 || b + 1 == nb
+				   : (b + 1) % R->a.log_every == 0) {
+				progress(R, epoch, b + 1, nb, loss, ips, 0);
+				last_print = t4;
+			}
+			if (R->a.checkpoint_every && R->steps % R->a.checkpoint_every == 0)
+				save_ckpt(R, epoch, b + 1);
+		}
+		if (R->bar && R->r.rank == 0)
+			progress(R, epoch, stop ? 0 : nb, nb, loss, ips, 1);
+		if (!stop) {
+			evaluate(R);
+			save_ckpt(R, epoch + 1, 0);
+		}
+	}
+	if (stop && R->a.eval)
+		evaluate(R);
+	if (stop && R->a.checkpoint_dir && !R->a.checkpoint_every) {
+		/* --max-steps ended mid-epoch: keep the place */
+		save_ckpt(R, cur_epoch, cur_b);
+	}
+	check_identical(R);
+	report_times(R);
+	dump_params(R);
+	if (R->r.rank == 0) {
+		double ips = R->t_train_wall > 0 ? R->timed_images * (double)R->r.world / R->t_train_wall : 0;
+		printf("done: %lld steps, %.0f images/s (%d rank%s), test accuracy %s",
+		       R->steps, ips, R->r.world, R->r.world == 1 ? "" : "s",
+		       R->evaluated ? "" : "not evaluated\n");
+		if (R->evaluated)
+			printf("%.2f%%\n", 100.0 * R->test_acc);
+	}
+	cnn_reducer_stop(&R->red);
+	cnn_comm_close(R->comm);
+	cnn_sampler_free(&R->sampler);
+	cnn_optim_free(&R->opt);
+	cnn_acts_free(&R->acts);
+	cnn_model_free(&R->m);
+	cnn_data_free(&R->train);
+	cnn_data_free(&R->test);
+	free(R->ybuf);
+	free(R->eval_idx);
+	free((char *)R->a.data_dir);
+	return 0;
+}

@@ -1,0 +1,76 @@
+/* The PyTorch examples MNIST Net, generalized to c x h x w inputs:
+ *   conv3x3 c->32, ReLU, conv3x3 32->64, ReLU, maxpool 2, dropout 0.25,
+ *   linear flat->128, ReLU, dropout 0.5, linear 128->classes, log-softmax.
+ * Parameters live in one flat buffer in PyTorch's named_parameters order,
+ * so a state_dict maps onto it tensor by tensor and gradients are
+ * all-reduced as contiguous buckets. */
+#ifndef CNN_MODEL_H
+#define CNN_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum { P_W1, P_B1, P_W2, P_B2, P_W3, P_B3, P_W4, P_B4, P_COUNT };
+
+struct cnn_tensor {
+	const char *name;     /* PyTorch's: "conv1.weight", ... */
+	size_t off, n;
+};
+
+struct cnn_shape {
+	int c, h, w, classes;
+};
+
+struct cnn_model {
+	struct cnn_shape in;
+	int c1, c2, hidden;        /* 32, 64, 128 */
+	int h1, w1, h2, w2, hp, wp;/* after conv1, conv2, pool */
+	int flat;                  /* c2 * hp * wp: fc1's input */
+	float p_drop1, p_drop2;    /* 0.25, 0.5; 0 turns dropout off */
+	struct cnn_tensor t[P_COUNT];
+	size_t nparams;
+	float *params, *grads;     /* nparams each, 64-byte aligned */
+};
+
+/* Scratch for one batch of up to max_batch images and nthreads threads. */
+struct cnn_acts {
+	int max_batch, nthreads;
+	float *x;        /* input, B x c x h x w */
+	float *a1;       /* conv1 after ReLU */
+	float *p;        /* pooled conv2 after ReLU, then dropout1: B x flat */
+	uint8_t *arg;    /* pool winners */
+	uint8_t *m1, *m2;/* dropout keep masks */
+	float *h;        /* fc1 after ReLU and dropout2: B x hidden */
+	float *logits, *logp, *dlogits, *dh, *dp;
+	float *tcol, *tdcol, *ty, *tda;   /* per-thread conv scratch */
+	float *tgrad;    /* per-thread conv gradient partials (threads > 1) */
+	size_t col_n, dcol_n, y_n, da_n, tgrad_n;
+};
+
+/* Set up shapes; -1 when the input is too small for two 3x3 convs and a
+ * pool (err names the shape). */
+int cnn_model_init(struct cnn_model *m, struct cnn_shape in, char *err, size_t errlen);
+void cnn_model_free(struct cnn_model *m);
+/* PyTorch's default init (kaiming_uniform a=sqrt(5): U(+-1/sqrt(fan_in))
+ * for weights and biases) from a seeded generator. */
+void cnn_model_init_params(struct cnn_model *m, uint64_t seed);
+/* "1x28x28->10 (1199882 params)" */
+void cnn_model_describe(const struct cnn_model *m, char *buf, size_t len);
+
+int cnn_acts_init(struct cnn_acts *a, const struct cnn_model *m, int max_batch, int nthreads);
+void cnn_acts_free(struct cnn_acts *a);
+
+/* Forward of n images already in a->x.  train: dropout on, with masks
+ * drawn from (seed, step, rank).  Returns the mean loss; correct counts
+ * right answers. */
+float cnn_forward(const struct cnn_model *m, struct cnn_acts *a, const uint8_t *labels,
+		  int n, int train, uint64_t seed, uint64_t step, int rank, int *correct);
+
+/* Backward of the last forward (grads overwritten, mean over scale_n).
+ * on_fc_ready, when set, is called as soon as the fully connected layers'
+ * gradients (the tail of the flat buffer from t[P_W3].off) are final, so
+ * their all-reduce overlaps the convolutions' backward. */
+void cnn_backward(struct cnn_model *m, struct cnn_acts *a, const uint8_t *labels, int n,
+		  float scale_n, void (*on_fc_ready)(void *), void *ctx);
+
+#endif
