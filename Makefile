@@ -1,6 +1,6 @@
 # slurm-ddp: top-level Makefile.  Each folder builds into build/.
 #
-#   make            build libddpenv, the SPANK plugin and the CLIs
+#   make            build libddpenv, the SPANK plugin, the CLIs and cnn_train
 #   make demo       install missing Debian packages, build, start a local
 #                   multi-node Slurm and train across it with srun --ddp
 #   make check      the same set-up, then every test
@@ -18,15 +18,18 @@ SLURM_PLUGIN_DIR ?= /usr/lib/$(shell $(CC) -print-multiarch 2>/dev/null || echo 
 SYSCONFDIR ?= /etc/slurm
 export BUILD CC CFLAGS SANITIZER PREFIX DESTDIR SLURM_PLUGIN_DIR SYSCONFDIR
 
-.PHONY: all libddpenv spank deps check unit bats demo install uninstall clean cluster-stop
+.PHONY: all libddpenv spank trainer deps check unit bats demo install uninstall clean cluster-stop
 
-all: libddpenv spank
+all: libddpenv spank trainer
 
 libddpenv:
 	$(MAKE) -C libddpenv
 
 spank: libddpenv
 	$(MAKE) -C spank
+
+trainer: libddpenv
+	$(MAKE) -C trainer
 
 deps:
 	scripts/deps.sh
@@ -43,10 +46,12 @@ demo: deps all
 install: all
 	$(MAKE) -C libddpenv install
 	$(MAKE) -C spank install
+	$(MAKE) -C trainer install
 
 uninstall:
 	$(MAKE) -C libddpenv uninstall
 	$(MAKE) -C spank uninstall
+	$(MAKE) -C trainer uninstall
 
 cluster-stop:
 	tests/cluster/cluster.sh stop

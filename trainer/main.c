@@ -234,6 +234,35 @@ static void dump_params(struct run *R)
 		die(R, "--dump-params %s: %s", R->a.dump_params, strerror(errno));
 }
 
+/* Every rank must run the same schedule of collectives: compare the
+ * options that shape it with rank 0's before the first one. */
+static void check_same_options(struct run *R)
+{
+	char mine[512], key[] = "options/0", err[1024];
+	const struct cnn_args *a = &R->a;
+	if (!R->comm->store)
+		return;
+	snprintf(mine, sizeof(mine), "data=%s epochs=%d max-steps=%lld eval=%d batch-size=%d "
+		 "optimizer=%d lr=%g momentum=%g weight-decay=%g schedule=%d seed=%llu "
+		 "train=%d test=%d dropout=%d checkpoint-every=%lld",
+		 a->data, a->epochs, a->max_steps, a->eval, a->batch, (int)a->optim, a->lr,
+		 a->momentum, a->weight_decay, (int)a->sched.kind, a->seed, R->train.n,
+		 R->test.n, !a->no_dropout, a->checkpoint_every);
+	if (R->r.rank == 0) {
+		if (ddpenv_store_set(R->comm->store, key, mine, strlen(mine), err, sizeof(err)) < 0)
+			die(R, "%s", err);
+		return;
+	}
+	void *v;
+	size_t l;
+	if (ddpenv_store_get(R->comm->store, key, -1, &v, &l, err, sizeof(err)) < 0)
+		die(R, "%s", err);
+	if (l != strlen(mine) || memcmp(v, mine, l) != 0)
+		die(R, "options differ from rank 0's, so the ranks would not run the same "
+		    "collectives:\n  rank 0: %.*s\n  this:   %s", (int)l, (char *)v, mine);
+	free(v);
+}
+
 static void setup(struct run *R, int argc, char **argv)
 {
 	char err[1024], desc[128];
@@ -310,6 +339,7 @@ static void setup(struct run *R, int argc, char **argv)
 				    R->r.token[0] ? R->r.token : NULL, R->a.timeout_s * 1000 };
 	if (cnn_comm_open(&R->comm, &co, err, sizeof(err)) < 0)
 		die(R, "%s", err);
+	check_same_options(R);
 	if (cnn_reducer_start(&R->red, R->comm) < 0)
 		die(R, "cannot start the communication thread: %s", strerror(errno));
 	cnn_model_describe(&R->m, desc, sizeof(desc));

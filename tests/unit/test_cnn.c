@@ -1,0 +1,475 @@
+/* cnn_train's numerics: every layer's backward against central finite
+ * differences, and the whole step (forward, backward, SGD and Adadelta
+ * updates) against the golden file PyTorch wrote from the same weights. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "ops.h"
+#include "optim.h"
+#include "rng.h"
+#include "test.h"
+
+#ifndef GOLDEN
+#define GOLDEN "tests/golden/net_step.golden"
+#endif
+
+/* Tolerances, |got - ref| <= atol + rtol * |ref|, and why. */
+static const struct tol {
+	const char *what;
+	double atol, rtol;
+	const char *why;
+} tols[] = {
+	{ "fd",     1e-3, 2e-2, "central differences in float32 with eps 1e-2: rounding of the loss" },
+	{ "loss",   1e-5, 1e-5, "float32 sums of 10 logits; GEMM blocking differs from PyTorch's" },
+	{ "grad",   2e-6, 1e-3, "GEMM reductions over up to 9216 terms in a different order" },
+	{ "gradsum",1e-4, 1e-3, "sums of 1.2M gradients; fc2's cancel to ~0, so mostly atol" },
+	{ "param",  1e-5, 1e-3, "three optimizer steps compound the gradient differences" },
+};
+
+static const struct tol *tol(const char *what)
+{
+	for (size_t i = 0; i < sizeof(tols) / sizeof(tols[0]); i++)
+		if (strcmp(tols[i].what, what) == 0)
+			return &tols[i];
+	return &tols[0];
+}
+
+/* Compare arrays; print the first mismatches; return their count. */
+static int check(const char *what, const char *name, const double *got, const double *ref, int n)
+{
+	const struct tol *t = tol(what);
+	int bad = 0;
+	for (int i = 0; i < n; i++) {
+		double lim = t->atol + t->rtol * fabs(ref[i]);
+		if (!(fabs(got[i] - ref[i]) <= lim)) {
+			if (bad < 4)
+				printf("#   %s %s[%d]: got %.9g want %.9g (limit %.3g: %s)\n", what, name,
+				       i, got[i], ref[i], lim, t->why);
+			bad++;
+		}
+	}
+	return bad;
+}
+
+static void fill_uniform(float *p, size_t n, uint64_t *s, float lo, float hi)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = lo + (hi - lo) * cnn_rng_uniform(s);
+}
+
+static double dot(const float *a, const float *b, size_t n)
+{
+	double s = 0;
+	for (size_t i = 0; i < n; i++)
+		s += (double)a[i] * b[i];
+	return s;
+}
+
+/* ---- finite differences, layer by layer -------------------------------- */
+
+/* L = sum(conv(x) * r) with the bias large enough that ReLU is identity. */
+static double conv_loss(const float *x, int c, int h, int w, const float *wt, const float *b,
+			int oc, const float *r, float *col, float *y)
+{
+	cnn_conv3_relu_fwd(x, c, h, w, wt, b, oc, col, y);
+	return dot(y, r, (size_t)oc * (h - 2) * (w - 2));
+}
+
+static void test_conv_fd(void)
+{
+	const int c = 2, h = 6, w = 5, oc = 3, k = c * 9, n = (h - 2) * (w - 2);
+	float x[2 * 6 * 5], wt[3 * 18], b[3], r[3 * 12], y[3 * 12], col[18 * 12], dcol[18 * 12];
+	float dw[3 * 18] = { 0 }, db[3] = { 0 }, dx[2 * 6 * 5];
+	uint64_t s = 42;
+	fill_uniform(x, sizeof(x) / 4, &s, -1, 1);
+	fill_uniform(wt, sizeof(wt) / 4, &s, -0.3f, 0.3f);
+	fill_uniform(r, sizeof(r) / 4, &s, -1, 1);
+	for (int o = 0; o < oc; o++)
+		b[o] = 20.f + o;   /* every output positive: ReLU is identity */
+	cnn_conv3_relu_fwd(x, c, h, w, wt, b, oc, col, y);
+	cnn_conv3_bwd(x, c, h, w, wt, oc, r, col, dcol, dw, db, dx);
+
+	const float eps = 1e-2f;
+	double got[64], ref[64];
+	int m = 0;
+	for (int i = 0; i < k * oc; i += 5, m++) {
+		float keep = wt[i];
+		wt[i] = keep + eps;
+		double lp = conv_loss(x, c, h, w, wt, b, oc, r, col, y);
+		wt[i] = keep - eps;
+		double lm = conv_loss(x, c, h, w, wt, b, oc, r, col, y);
+		wt[i] = keep;
+		ref[m] = (lp - lm) / (2 * eps);
+		got[m] = dw[i];
+	}
+	test_cond("conv3 backward: weight gradient matches finite differences",
+		  check("fd", "conv.dw", got, ref, m) == 0);
+	m = 0;
+	for (int i = 0; i < c * h * w; i += 3, m++) {
+		float keep = x[i];
+		x[i] = keep + eps;
+		double lp = conv_loss(x, c, h, w, wt, b, oc, r, col, y);
+		x[i] = keep - eps;
+		double lm = conv_loss(x, c, h, w, wt, b, oc, r, col, y);
+		x[i] = keep;
+		ref[m] = (lp - lm) / (2 * eps);
+		got[m] = dx[i];
+	}
+	test_cond("conv3 backward: input gradient (col2im) matches finite differences",
+		  check("fd", "conv.dx", got, ref, m) == 0);
+	m = 0;
+	for (int o = 0; o < oc; o++, m++) {
+		double sum = 0;
+		for (int i = 0; i < n; i++)
+			sum += r[o * n + i];
+		ref[m] = sum;
+		got[m] = db[o];
+	}
+	test_cond("conv3 backward: bias gradient is the sum over pixels",
+		  check("fd", "conv.db", got, ref, m) == 0);
+}
+
+static void test_linear_fd(void)
+{
+	enum { N = 3, IN = 7, OUT = 4 };
+	float x[N * IN], wt[OUT * IN], b[OUT], r[N * OUT], y[N * OUT];
+	float dw[OUT * IN] = { 0 }, db[OUT] = { 0 }, dx[N * IN];
+	uint64_t s = 7;
+	fill_uniform(x, N * IN, &s, -1, 1);
+	fill_uniform(wt, OUT * IN, &s, -1, 1);
+	fill_uniform(b, OUT, &s, -1, 1);
+	fill_uniform(r, N * OUT, &s, -1, 1);
+	cnn_linear_bwd(x, N, IN, wt, OUT, r, dw, db, dx);
+	const float eps = 1e-2f;
+	double got[64], ref[64];
+	int m = 0;
+	for (int i = 0; i < OUT * IN; i += 2, m++) {
+		float keep = wt[i];
+		wt[i] = keep + eps;
+		cnn_linear_fwd(x, N, IN, wt, b, OUT, y);
+		double lp = dot(y, r, N * OUT);
+		wt[i] = keep - eps;
+		cnn_linear_fwd(x, N, IN, wt, b, OUT, y);
+		double lm = dot(y, r, N * OUT);
+		wt[i] = keep;
+		ref[m] = (lp - lm) / (2 * eps);
+		got[m] = dw[i];
+	}
+	for (int i = 0; i < N * IN; i += 2, m++) {
+		float keep = x[i];
+		x[i] = keep + eps;
+		cnn_linear_fwd(x, N, IN, wt, b, OUT, y);
+		double lp = dot(y, r, N * OUT);
+		x[i] = keep - eps;
+		cnn_linear_fwd(x, N, IN, wt, b, OUT, y);
+		double lm = dot(y, r, N * OUT);
+		x[i] = keep;
+		ref[m] = (lp - lm) / (2 * eps);
+		got[m] = dx[i];
+	}
+	for (int o = 0; o < OUT; o++, m++) {
+		float keep = b[o];
+		b[o] = keep + eps;
+		cnn_linear_fwd(x, N, IN, wt, b, OUT, y);
+		double lp = dot(y, r, N * OUT);
+		b[o] = keep - eps;
+		cnn_linear_fwd(x, N, IN, wt, b, OUT, y);
+		double lm = dot(y, r, N * OUT);
+		b[o] = keep;
+		ref[m] = (lp - lm) / (2 * eps);
+		got[m] = db[o];
+	}
+	test_cond("linear backward: dW, dx and db match finite differences",
+		  check("fd", "linear", got, ref, m) == 0);
+}
+
+static void test_pool_fd(void)
+{
+	enum { C = 2, H = 5, W = 6 };   /* odd height: the last row is dropped */
+	float x[C * H * W], y[C * 2 * 3], r[C * 2 * 3], dx[C * H * W];
+	uint8_t arg[C * 2 * 3];
+	/* distinct values 0.05 apart, half negative, shuffled */
+	for (int i = 0; i < C * H * W; i++)
+		x[i] = (float)((i * 37) % (C * H * W)) * 0.05f - 1.0f;
+	uint64_t s = 3;
+	fill_uniform(r, C * 6, &s, -1, 1);
+	cnn_maxpool2_fwd(x, C, H, W, y, arg);
+	for (int i = 0; i < C * 6; i++)
+		if (y[i] < 0)
+			y[i] = 0;   /* the ReLU before the pool, applied after: same maxima */
+	cnn_maxpool2_relu_bwd(r, y, arg, C, H, W, dx);
+	const float eps = 1e-3f;
+	double got[C * H * W], ref[C * H * W];
+	for (int i = 0; i < C * H * W; i++) {
+		float keep = x[i], yy[C * 6];
+		uint8_t aa[C * 6];
+		double l[2];
+		for (int sgn = 0; sgn < 2; sgn++) {
+			x[i] = keep + (sgn ? -eps : eps);
+			cnn_maxpool2_fwd(x, C, H, W, yy, aa);
+			for (int j = 0; j < C * 6; j++)
+				yy[j] = yy[j] > 0 ? yy[j] : 0;
+			l[sgn] = dot(yy, r, C * 6);
+		}
+		x[i] = keep;
+		ref[i] = (l[0] - l[1]) / (2 * eps);
+		got[i] = dx[i];
+	}
+	test_cond("relu + maxpool backward matches finite differences (odd height too)",
+		  check("fd", "pool", got, ref, C * H * W) == 0);
+	test_cond("maxpool picks the first maximum of a tie, as PyTorch",
+		  ({ float t[4] = { 1, 1, 1, 1 }, o; uint8_t a; cnn_maxpool2_fwd(t, 1, 2, 2, &o, &a); a == 0; }));
+}
+
+static void test_nll_fd(void)
+{
+	enum { N = 3, K = 5 };
+	float z[N * K], lp[N * K], dz[N * K];
+	uint8_t lab[N] = { 0, 3, 4 };
+	uint64_t s = 11;
+	fill_uniform(z, N * K, &s, -2, 2);
+	cnn_logsoftmax_nll_fwd(z, lab, N, K, lp, NULL);
+	cnn_logsoftmax_nll_bwd(lp, lab, N, K, (float)N, dz);
+	const float eps = 1e-2f;
+	double got[N * K], ref[N * K];
+	for (int i = 0; i < N * K; i++) {
+		float keep = z[i];
+		z[i] = keep + eps;
+		double lpv = cnn_logsoftmax_nll_fwd(z, lab, N, K, lp, NULL);
+		z[i] = keep - eps;
+		double lmv = cnn_logsoftmax_nll_fwd(z, lab, N, K, lp, NULL);
+		z[i] = keep;
+		ref[i] = (lpv - lmv) / (2 * eps);
+		got[i] = dz[i];
+	}
+	test_cond("log-softmax + NLL backward matches finite differences",
+		  check("fd", "nll", got, ref, N * K) == 0);
+	int correct;
+	float big[2] = { 1000.f, -1000.f };
+	uint8_t l0 = 1;
+	float lpb[2];
+	float loss = cnn_logsoftmax_nll_fwd(big, &l0, 1, 2, lpb, &correct);
+	test_cond("log-softmax is stable for large logits", isfinite(loss) && fabsf(loss - 2000.f) < 1e-2f);
+	test_cond("... and counts the argmax", correct == 0);
+}
+
+/* The whole Net on a tiny image, against finite differences of its loss. */
+static void test_model_fd(void)
+{
+	struct cnn_model m;
+	struct cnn_acts a;
+	char err[256];
+	struct cnn_shape sh = { 2, 8, 9, 3 };
+	if (cnn_model_init(&m, sh, err, sizeof(err)) < 0 || cnn_acts_init(&a, &m, 2, 1) < 0) {
+		test_cond("tiny model set up", 0);
+		return;
+	}
+	m.p_drop1 = m.p_drop2 = 0;
+	cnn_model_init_params(&m, 5);
+	uint64_t s = 9;
+	fill_uniform(a.x, 2 * 2 * 8 * 9, &s, -1, 1);
+	uint8_t lab[2] = { 1, 2 };
+	cnn_forward(&m, &a, lab, 2, 1, 0, 0, 0, NULL);
+	cnn_backward(&m, &a, lab, 2, 2.f, NULL, NULL);
+	/* A step across a ReLU or max-pool kink breaks a central difference:
+	 * a sample whose differences at two step sizes disagree is skipped. */
+	double got[P_COUNT * 3], ref[P_COUNT * 3];
+	int k = 0, skipped = 0;
+	const float eps[2] = { 5e-3f, 1e-3f };
+	for (int t = 0; t < P_COUNT; t++)
+		for (int j = 0; j < 3; j++) {
+			size_t i = m.t[t].off + (m.t[t].n - 1) * j / 2;
+			float keep = m.params[i];
+			double d[2];
+			for (int e = 0; e < 2; e++) {
+				m.params[i] = keep + eps[e];
+				double lp = cnn_forward(&m, &a, lab, 2, 1, 0, 0, 0, NULL);
+				m.params[i] = keep - eps[e];
+				double lm = cnn_forward(&m, &a, lab, 2, 1, 0, 0, 0, NULL);
+				d[e] = (lp - lm) / (2 * eps[e]);
+			}
+			m.params[i] = keep;
+			if (fabs(d[0] - d[1]) > 1e-3 + 2e-2 * fabs(d[0])) {
+				skipped++;
+				continue;
+			}
+			ref[k] = d[0];
+			got[k++] = m.grads[i];
+		}
+	printf("#   %d samples compared, %d skipped at kinks\n", k, skipped);
+	test_cond("whole Net: at most 3 of 24 samples sit on a kink", skipped <= 3);
+	test_cond("whole Net (2x8x9 input, 3 classes): gradients match finite differences",
+		  check("fd", "net", got, ref, k) == 0);
+	cnn_acts_free(&a);
+	cnn_model_free(&m);
+}
+
+/* ---- golden file ------------------------------------------------------- */
+
+/* The hash both this file and make_golden.py use. */
+static void hashed(float *out, size_t n, uint64_t salt, float scale)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint64_t u = ((i + salt * 1000003ull) * 2654435761ull) & 0xffffffffull;
+		float v = (float)(u >> 8) / 8388608.f - 1.f;
+		out[i] = v * scale;
+	}
+}
+
+static void golden_params(struct cnn_model *m)
+{
+	const int fan_in[P_COUNT] = { 9, 9, 288, 288, 9216, 9216, 128, 128 };
+	for (int t = 0; t < P_COUNT; t++)
+		hashed(m->params + m->t[t].off, m->t[t].n, 100 + (uint64_t)t,
+		       1.f / sqrtf((float)fan_in[t]));
+}
+
+/* Find "key [name]" and read up to max numbers after it. */
+static int golden_get(FILE *f, const char *key, const char *name, double *v, int max)
+{
+	char line[4096];
+	rewind(f);
+	while (fgets(line, sizeof(line), f)) {
+		char *p = line, *tok = strtok(p, " \n");
+		if (!tok || strcmp(tok, key) != 0)
+			continue;
+		if (name) {
+			tok = strtok(NULL, " \n");
+			if (!tok || strcmp(tok, name) != 0)
+				continue;
+		}
+		int n = 0;
+		while (n < max && (tok = strtok(NULL, " \n")))
+			v[n++] = strtod(tok, NULL);
+		return n;
+	}
+	return -1;
+}
+
+static void test_golden(void)
+{
+	FILE *f = fopen(GOLDEN, "r");
+	struct cnn_model m;
+	struct cnn_acts a;
+	char err[256];
+	double ref[16], got[16];
+	test_cond("golden file " GOLDEN " opens", f != NULL);
+	if (!f)
+		return;
+	test_cond("golden file is version 1", golden_get(f, "version", NULL, ref, 1) == 1 && ref[0] == 1);
+	struct cnn_shape sh = { 1, 28, 28, 10 };
+	if (cnn_model_init(&m, sh, err, sizeof(err)) < 0 || cnn_acts_init(&a, &m, 8, 2) < 0) {
+		test_cond("model set up", 0);
+		fclose(f);
+		return;
+	}
+	m.p_drop1 = m.p_drop2 = 0;
+	uint8_t lab[8];
+	for (int i = 0; i < 8; i++)
+		lab[i] = (uint8_t)(i % 10);
+
+	golden_params(&m);
+	hashed(a.x, 8 * 784, 7, 2.f);
+	got[0] = cnn_forward(&m, &a, lab, 8, 1, 0, 0, 0, NULL);
+	golden_get(f, "loss", NULL, ref, 1);
+	test_cond("golden: loss of the batch", check("loss", "loss", got, ref, 1) == 0);
+	for (int j = 0; j < 10; j++)
+		got[j] = a.logp[j];
+	test_cond("golden: log-probabilities of image 0",
+		  golden_get(f, "logp0", NULL, ref, 10) == 10 && check("loss", "logp0", got, ref, 10) == 0);
+	cnn_backward(&m, &a, lab, 8, 8.f, NULL, NULL);   /* 2 threads: partial sums too */
+	for (int t = 0; t < P_COUNT; t++) {
+		double sums[2], gs[2];
+		const float *g = m.grads + m.t[t].off;
+		size_t n = m.t[t].n;
+		double v[10];
+		int ok = golden_get(f, "grad", m.t[t].name, v, 10) == 10;
+		gs[0] = gs[1] = 0;
+		for (size_t i = 0; i < n; i++) {
+			gs[0] += g[i];
+			gs[1] += fabs(g[i]);
+		}
+		sums[0] = v[0];
+		sums[1] = v[1];
+		for (int j = 0; j < 8; j++) {
+			got[j] = g[j * n / 8];
+			ref[j] = v[2 + j];
+		}
+		char desc[96];
+		snprintf(desc, sizeof(desc), "golden: gradient of %s", m.t[t].name);
+		test_cond(desc, ok && check("gradsum", m.t[t].name, gs, sums, 2) == 0 &&
+				check("grad", m.t[t].name, got, ref, 8) == 0);
+	}
+
+	/* Three steps of each optimizer on the same batch. */
+	const char *names[2] = { "sgd", "adadelta" };
+	for (int k = 0; k < 2; k++) {
+		struct cnn_optim o = { .lr = k ? 1.0f : 0.05f, .momentum = 0.9f, .weight_decay = 1e-4f };
+		cnn_optim_init(&o, k ? CNN_ADADELTA : CNN_SGD, m.nparams);
+		golden_params(&m);
+		for (int step = 0; step < 3; step++) {
+			cnn_forward(&m, &a, lab, 8, 1, 0, 0, 0, NULL);
+			cnn_backward(&m, &a, lab, 8, 8.f, NULL, NULL);
+			cnn_optim_step(&o, m.params, m.grads, o.lr);
+		}
+		got[0] = cnn_forward(&m, &a, lab, 8, 0, 0, 0, 0, NULL);
+		char key[32], desc[96];
+		snprintf(key, sizeof(key), "%s_loss3", names[k]);
+		golden_get(f, key, NULL, ref, 1);
+		snprintf(desc, sizeof(desc), "golden: %s, loss after 3 steps", names[k]);
+		test_cond(desc, check("loss", key, got, ref, 1) == 0);
+		snprintf(key, sizeof(key), "%s_param", names[k]);
+		int bad = 0;
+		for (int t = 0; t < P_COUNT; t++) {
+			size_t n = m.t[t].n;
+			if (golden_get(f, key, m.t[t].name, ref, 8) != 8) {
+				bad++;
+				continue;
+			}
+			for (int j = 0; j < 8; j++)
+				got[j] = m.params[m.t[t].off + j * n / 8];
+			bad += check("param", m.t[t].name, got, ref, 8);
+		}
+		snprintf(desc, sizeof(desc), "golden: %s, parameters after 3 steps", names[k]);
+		test_cond(desc, bad == 0);
+		cnn_optim_free(&o);
+	}
+	cnn_acts_free(&a);
+	cnn_model_free(&m);
+	fclose(f);
+}
+
+static void test_shapes(void)
+{
+	struct cnn_model m;
+	char err[256];
+	struct cnn_shape cifar = { 3, 32, 32, 10 }, tiny = { 1, 4, 28, 10 };
+	test_cond("CIFAR-10 shape: fc1 takes 64x14x14",
+		  cnn_model_init(&m, cifar, err, sizeof(err)) == 0 && m.flat == 64 * 14 * 14 &&
+		  m.t[P_W1].n == 32 * 3 * 9);
+	cnn_model_free(&m);
+	test_cond("an input too small is refused", cnn_model_init(&m, tiny, err, sizeof(err)) < 0);
+	test_err("... naming the shape", err, "input 1x4x28");
+	struct cnn_sched sc = { CNN_SCHED_STEP, 1.0f, 1, 0.7f, 0, 0 };
+	test_cond("step schedule: epoch 2 is lr*0.49", fabsf(cnn_sched_lr(&sc, 2, 0) - 0.49f) < 1e-6f);
+	sc = (struct cnn_sched){ CNN_SCHED_COSINE, 1.0f, 1, 0.7f, 100, 10 };
+	test_cond("cosine with warm-up: ramps, peaks, ends at 0",
+		  fabsf(cnn_sched_lr(&sc, 0, 0) - 0.1f) < 1e-6f &&
+		  fabsf(cnn_sched_lr(&sc, 0, 10) - 1.0f) < 1e-6f &&
+		  cnn_sched_lr(&sc, 0, 100) < 1e-6f);
+}
+
+int main(void)
+{
+	test_conv_fd();
+	test_linear_fd();
+	test_pool_fd();
+	test_nll_fd();
+	test_model_fd();
+	test_shapes();
+	test_golden();
+	return test_report();
+}

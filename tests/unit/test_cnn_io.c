@@ -1,0 +1,250 @@
+/* cnn_train's inputs and outputs: IDX files good and bad, the distributed
+ * sampler's semantics, checkpoints, the command line. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "args.h"
+#include "ckpt.h"
+#include "data.h"
+#include "model.h"
+#include "optim.h"
+#include "test.h"
+
+static char dir[] = "/tmp/cnn-io-XXXXXX";
+
+static void write_file(const char *name, const void *p, size_t n, int gz)
+{
+	char path[256];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	if (gz) {
+		gzFile f = gzopen(path, "wb");
+		gzwrite(f, p, (unsigned)n);
+		gzclose(f);
+	} else {
+		FILE *f = fopen(path, "wb");
+		fwrite(p, 1, n, f);
+		fclose(f);
+	}
+}
+
+/* An IDX file of n images r x c (or labels when r == 0). */
+static size_t idx(uint8_t *buf, uint32_t n, uint32_t r, uint32_t c, int magic_ok)
+{
+	size_t off = 0;
+	buf[off++] = 0;
+	buf[off++] = 0;
+	buf[off++] = magic_ok ? 8 : 9;
+	buf[off++] = r ? 3 : 1;
+	uint32_t dims[3] = { n, r, c };
+	for (int d = 0; d < (r ? 3 : 1); d++) {
+		buf[off++] = dims[d] >> 24;
+		buf[off++] = dims[d] >> 16;
+		buf[off++] = dims[d] >> 8;
+		buf[off++] = dims[d];
+	}
+	size_t body = (size_t)n * (r ? r * c : 1);
+	for (size_t i = 0; i < body; i++)
+		buf[off + i] = (uint8_t)(r ? i * 7 : i % 10);
+	return off + body;
+}
+
+static void test_idx(void)
+{
+	static uint8_t img[16 + 20 * 8 * 8], lab[8 + 20];
+	struct cnn_dataset tr, te;
+	char err[512];
+	size_t ni = idx(img, 20, 8, 8, 1), nl = idx(lab, 20, 0, 0, 1);
+
+	test_cond("missing files are named",
+		  cnn_data_load("idx", dir, &tr, &te, err, sizeof(err)) < 0);
+	test_err("... with the path", err, "train-images-idx3-ubyte: No such file");
+
+	write_file("train-images-idx3-ubyte.gz", img, ni, 1);
+	write_file("train-labels-idx1-ubyte", lab, nl, 0);
+	write_file("t10k-images-idx3-ubyte", img, ni, 0);
+	write_file("t10k-labels-idx1-ubyte.gz", lab, nl, 1);
+	test_cond("gzip and plain IDX files load", cnn_data_load("idx", dir, &tr, &te, err, sizeof(err)) == 0);
+	test_cond("... 20 images of 1x8x8, 10 classes",
+		  tr.n == 20 && tr.c == 1 && tr.h == 8 && tr.w == 8 && tr.classes == 10 && te.n == 20);
+	test_cond("... the bytes as written", tr.x[9] == 63 && tr.y[13] == 3);
+	test_cond("... with a standard deviation", tr.std[0] > 0 && te.mean[0] == tr.mean[0]);
+	cnn_data_free(&tr);
+	cnn_data_free(&te);
+
+	write_file("t10k-images-idx3-ubyte", img, ni - 5, 0);
+	test_cond("a truncated file", cnn_data_load("idx", dir, &tr, &te, err, sizeof(err)) < 0);
+	test_err("... is called truncated", err, "t10k-images-idx3-ubyte: truncated");
+	size_t nbad = idx(img, 20, 8, 8, 0);
+	write_file("t10k-images-idx3-ubyte", img, nbad, 0);
+	test_cond("a bad magic number", cnn_data_load("idx", dir, &tr, &te, err, sizeof(err)) < 0);
+	test_err("... is named", err, "bad magic 00000903");
+	ni = idx(img, 19, 8, 8, 1);
+	write_file("t10k-images-idx3-ubyte", img, ni, 0);
+	test_cond("19 images with 20 labels", cnn_data_load("idx", dir, &tr, &te, err, sizeof(err)) < 0);
+	test_err("... is a count mismatch", err, "has 20 labels but");
+	write_file("t10k-images-idx3-ubyte", "", 0, 0);
+	test_cond("an empty file", cnn_data_load("idx", dir, &tr, &te, err, sizeof(err)) < 0);
+	test_err("... is truncated", err, "truncated: 0 of 4 bytes");
+	char sub[300];
+	snprintf(sub, sizeof(sub), "%s/t10k-images-idx3-ubyte", dir);
+	unlink(sub);
+	mkdir(sub, 0755);
+	test_cond("a directory where a file should be", cnn_data_load("idx", dir, &tr, &te, err, sizeof(err)) < 0);
+	test_err("... says so", err, "not a regular file");
+	rmdir(sub);
+	test_cond("cifar10 without files", cnn_data_load("cifar10", dir, &tr, &te, err, sizeof(err)) < 0);
+	test_err("... names the first", err, "data_batch_1.bin");
+	test_cond("synthetic needs no files", cnn_data_load("synthetic", dir, &tr, &te, err, sizeof(err)) == 0 &&
+		  tr.n == 60000 && te.n == 10000 && tr.classes == 10);
+	cnn_data_free(&tr);
+	cnn_data_free(&te);
+}
+
+static void test_sampler(void)
+{
+	enum { N = 10, W = 3 };
+	struct cnn_sampler s[W];
+	int seen[N] = { 0 }, total = 0, same_perm = 1;
+	for (int r = 0; r < W; r++) {
+		cnn_sampler_init(&s[r], N, W, r, 5, 1);
+		cnn_sampler_epoch(&s[r], 2);
+	}
+	for (int r = 0; r < W; r++) {
+		for (uint32_t j = 0; j < s[r].per_rank; j++, total++)
+			seen[s[r].mine[j]]++;
+		same_perm &= memcmp(s[r].perm, s[0].perm, sizeof(uint32_t) * N) == 0;
+	}
+	int all = 1, twice = 0;
+	for (int i = 0; i < N; i++) {
+		all &= seen[i] >= 1;
+		twice += seen[i] == 2;
+	}
+	test_cond("every rank gets ceil(10/3) = 4 samples", s[0].per_rank == 4 && total == 12);
+	test_cond("the same permutation on every rank", same_perm);
+	test_cond("all samples covered, the 2 of padding wrap around", all && twice == 2);
+	test_cond("rank r takes r, r+world, ...", s[1].mine[1] == s[1].perm[4] && s[2].mine[0] == s[2].perm[2]);
+	uint32_t before[N];
+	memcpy(before, s[0].perm, sizeof(before));
+	cnn_sampler_epoch(&s[0], 3);
+	test_cond("another epoch, another order", memcmp(before, s[0].perm, sizeof(before)) != 0);
+	cnn_sampler_epoch(&s[0], 2);
+	test_cond("the same epoch, the same order (resume)", memcmp(before, s[0].perm, sizeof(before)) == 0);
+	for (int r = 0; r < W; r++)
+		cnn_sampler_free(&s[r]);
+}
+
+static void test_ckpt(void)
+{
+	struct cnn_model m, m2;
+	struct cnn_optim o = { .lr = 0.1f, .momentum = 0.9f }, o2 = o, oa = o;
+	char err[512], ck[300];
+	struct cnn_shape sh = { 1, 28, 28, 10 }, cif = { 3, 32, 32, 10 };
+	snprintf(ck, sizeof(ck), "%s/ck", dir);
+	cnn_model_init(&m, sh, err, sizeof(err));
+	cnn_model_init(&m2, sh, err, sizeof(err));
+	cnn_model_init_params(&m, 3);
+	cnn_optim_init(&o, CNN_SGD, m.nparams);
+	cnn_optim_init(&o2, CNN_SGD, m.nparams);
+	for (size_t i = 0; i < m.nparams; i++)
+		m.grads[i] = 0.01f;
+	cnn_optim_step(&o, m.params, m.grads, 0.1f);
+	struct cnn_ckpt_pos pos = { 1, 17, 486, 9, 4, 64 }, back;
+	test_cond("no checkpoint yet is not an error", cnn_ckpt_load(ck, &m2, &o2, &back, err, sizeof(err)) == 0);
+	test_cond("save", cnn_ckpt_save(ck, &m, &o, &pos, err, sizeof(err)) == 0);
+	test_cond("load", cnn_ckpt_load(ck, &m2, &o2, &back, err, sizeof(err)) == 1);
+	test_cond("... parameters and momentum come back",
+		  memcmp(m.params, m2.params, m.nparams * 4) == 0 && memcmp(o.s1, o2.s1, m.nparams * 4) == 0 &&
+		  o2.updates == 1);
+	test_cond("... and the place in the run", back.epoch == 1 && back.step_in_epoch == 17 &&
+		  back.global_step == 486 && back.seed == 9);
+	struct cnn_model mc;
+	struct cnn_optim oc = { .lr = 0.1f };
+	cnn_model_init(&mc, cif, err, sizeof(err));
+	cnn_optim_init(&oc, CNN_SGD, mc.nparams);
+	test_cond("a checkpoint of another model shape is refused",
+		  cnn_ckpt_load(ck, &mc, &oc, &back, err, sizeof(err)) < 0);
+	test_err("... saying both shapes", err, "is for a 1x28x28->10 model");
+	test_err("... ", err, "this run's model is 3x32x32->10");
+	cnn_optim_init(&oa, CNN_ADADELTA, m.nparams);
+	test_cond("a checkpoint of another optimizer is refused",
+		  cnn_ckpt_load(ck, &m2, &oa, &back, err, sizeof(err)) < 0);
+	test_err("... naming both", err, "written with the sgd optimizer, this run uses adadelta");
+	char path[400];
+	snprintf(path, sizeof(path), "%s/checkpoint.bin", ck);
+	FILE *f = fopen(path, "r+b");
+	fseek(f, 5000, SEEK_SET);
+	fputc(0x55, f);
+	fclose(f);
+	test_cond("a corrupted checkpoint is refused", cnn_ckpt_load(ck, &m2, &o2, &back, err, sizeof(err)) < 0);
+	test_err("... by its CRC", err, "CRC mismatch");
+	cnn_model_free(&m);
+	cnn_model_free(&m2);
+	cnn_model_free(&mc);
+	cnn_optim_free(&o);
+	cnn_optim_free(&o2);
+	cnn_optim_free(&oa);
+	cnn_optim_free(&oc);
+}
+
+static int parse(struct cnn_args *a, char *err, const char *omp, ...)
+{
+	char *argv[16] = { "cnn_train" };
+	int argc = 1;
+	va_list ap;
+	va_start(ap, omp);
+	for (char *s; argc < 15 && (s = va_arg(ap, char *));)
+		argv[argc++] = s;
+	va_end(ap);
+	return cnn_args_parse(a, argc, argv, NULL, omp, err, 512);
+}
+
+static void test_args(void)
+{
+	struct cnn_args a;
+	char err[512];
+	test_cond("defaults", parse(&a, err, NULL, NULL) == 0 && a.batch == 64 && a.epochs == 2 &&
+		  a.optim == CNN_SGD && a.lr == 0.05f && a.threads == 1 &&
+		  strcmp(a.data_dir, CNN_DEFAULT_DATA_DIR) == 0);
+	test_cond("OMP_NUM_THREADS gives the threads", parse(&a, err, "2", NULL) == 0 && a.threads == 2);
+	test_cond("--threads wins over it", parse(&a, err, "2", "--threads", "3", NULL) == 0 && a.threads == 3);
+	test_cond("adadelta: lr 1.0 and the step schedule",
+		  parse(&a, err, NULL, "--optimizer", "adadelta", NULL) == 0 && a.lr == 1.0f &&
+		  a.sched.kind == CNN_SCHED_STEP);
+	test_cond("--batch-size=0", parse(&a, err, NULL, "--batch-size=0", NULL) < 0);
+	test_err("... says what was expected", err, "--batch-size=0: expected an integer from 1 to 65536");
+	test_cond("--lr=fast", parse(&a, err, NULL, "--lr=fast", NULL) < 0);
+	test_err("... is not a number", err, "--lr=fast: expected a number");
+	test_cond("--optimizer=adam", parse(&a, err, NULL, "--optimizer=adam", NULL) < 0);
+	test_err("... lists the choices", err, "expected sgd or adadelta");
+	test_cond("--frobnicate", parse(&a, err, NULL, "--frobnicate", NULL) < 0);
+	test_err("... is unknown", err, "--frobnicate: unknown option");
+	test_cond("--epochs without a value", parse(&a, err, NULL, "--epochs", NULL) < 0);
+	test_err("... needs one", err, "--epochs: needs a value");
+	test_cond("--resume without --checkpoint-dir", parse(&a, err, NULL, "--resume", NULL) < 0);
+	test_cond("a stray argument", parse(&a, err, NULL, "train.py", NULL) < 0);
+	test_err("... is named", err, "train.py: unexpected argument");
+	test_cond("OMP_NUM_THREADS=lots", parse(&a, err, "lots", NULL) < 0);
+	test_err("... is named", err, "OMP_NUM_THREADS=lots");
+}
+
+int main(void)
+{
+	if (!mkdtemp(dir)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	test_idx();
+	test_sampler();
+	test_ckpt();
+	test_args();
+	char cmd[300];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	if (system(cmd) != 0)
+		printf("# could not remove %s\n", dir);
+	return test_report();
+}
