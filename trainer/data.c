@@ -11,6 +11,12 @@
 #include "data.h"
 #include "rng.h"
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define HOT __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define HOT
+#endif
+
 #define IDX_MAX_BYTES (1u << 31)
 
 /* Read exactly n bytes or say why not. */
@@ -328,7 +334,7 @@ void cnn_data_free(struct cnn_dataset *d)
 	d->n = 0;
 }
 
-void cnn_data_gather(const struct cnn_dataset *d, const uint32_t *idx, int n, float *x, uint8_t *y)
+HOT void cnn_data_gather(const struct cnn_dataset *d, const uint32_t *idx, int n, float *x, uint8_t *y)
 {
 	size_t plane = (size_t)d->h * d->w;
 	for (int i = 0; i < n; i++) {

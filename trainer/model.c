@@ -204,6 +204,9 @@ float cnn_forward(const struct cnn_model *m, struct cnn_acts *a, const uint8_t *
 }
 
 /* dx = (y > 0) ? dx * scale : 0; y is the stored (post-dropout) output. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
 static void relu_dropout_bwd(float *dx, const float *y, size_t n, float scale)
 {
 	for (size_t i = 0; i < n; i++)

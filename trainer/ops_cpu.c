@@ -9,6 +9,14 @@
 
 #include "ops.h"
 
+/* The element-wise loops are compiled for AVX-512, AVX2 and baseline x86-64
+ * and picked at load time, so one binary runs everywhere at full width. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define HOT __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define HOT
+#endif
+
 void cnn_sgemm(char ta, char tb, int m, int n, int k, float alpha,
 	       const float *a, int lda, const float *b, int ldb,
 	       float beta, float *c, int ldc)
@@ -32,7 +40,7 @@ void cnn_im2col3(const float *x, int c, int h, int w, float *col)
 			}
 }
 
-void cnn_col2im3(const float *dcol, int c, int h, int w, float *dx)
+HOT void cnn_col2im3(const float *dcol, int c, int h, int w, float *dx)
 {
 	int oh = h - 2, ow = w - 2;
 	memset(dx, 0, (size_t)c * h * w * sizeof(float));
@@ -50,7 +58,7 @@ void cnn_col2im3(const float *dcol, int c, int h, int w, float *dx)
 			}
 }
 
-void cnn_bias_relu(float *y, const float *b, int oc, int n)
+HOT void cnn_bias_relu(float *y, const float *b, int oc, int n)
 {
 	for (int o = 0; o < oc; o++) {
 		float *p = y + (size_t)o * n, bo = b[o];
@@ -80,6 +88,7 @@ void cnn_conv3_bwd(const float *x, int c, int h, int w, const float *wt, int oc,
 	for (int o = 0; o < oc; o++) {
 		const float *p = dy + (size_t)o * n;
 		float s = 0.f;
+		#pragma omp simd reduction(+ : s)
 		for (int i = 0; i < n; i++)
 			s += p[i];
 		db[o] += s;
@@ -90,7 +99,7 @@ void cnn_conv3_bwd(const float *x, int c, int h, int w, const float *wt, int oc,
 	}
 }
 
-void cnn_maxpool2_fwd(const float *x, int c, int h, int w, float *y, uint8_t *arg)
+HOT void cnn_maxpool2_fwd(const float *x, int c, int h, int w, float *y, uint8_t *arg)
 {
 	int ph = h / 2, pw = w / 2;
 	for (int ci = 0; ci < c; ci++) {
@@ -102,12 +111,15 @@ void cnn_maxpool2_fwd(const float *x, int c, int h, int w, float *y, uint8_t *ar
 			for (int px = 0; px < pw; px++) {
 				float v0 = r0[2 * px], v1 = r0[2 * px + 1];
 				float v2 = r1[2 * px], v3 = r1[2 * px + 1];
+				/* strict > keeps the first maximum, as PyTorch */
 				float m = v0;
 				uint8_t a = 0;
-				/* strict > keeps the first maximum, NaN propagates as in torch */
-				if (v1 > m || isnan(v1)) { m = v1; a = 1; }
-				if (v2 > m || isnan(v2)) { m = v2; a = 2; }
-				if (v3 > m || isnan(v3)) { m = v3; a = 3; }
+				a = v1 > m ? 1 : a;
+				m = v1 > m ? v1 : m;
+				a = v2 > m ? 2 : a;
+				m = v2 > m ? v2 : m;
+				a = v3 > m ? 3 : a;
+				m = v3 > m ? v3 : m;
 				yp[py * pw + px] = m;
 				ap[py * pw + px] = a;
 			}
@@ -116,7 +128,7 @@ void cnn_maxpool2_fwd(const float *x, int c, int h, int w, float *y, uint8_t *ar
 }
 
 void cnn_maxpool2_relu_bwd(const float *dy, const float *y, const uint8_t *arg,
-			   int c, int h, int w, float *dx)
+			       int c, int h, int w, float *dx)
 {
 	int ph = h / 2, pw = w / 2;
 	memset(dx, 0, (size_t)c * h * w * sizeof(float));
@@ -153,19 +165,19 @@ void cnn_linear_bwd(const float *x, int n, int in, const float *wt, int out,
 		cnn_sgemm('N', 'N', n, in, out, 1.f, dy, out, wt, in, 0.f, dx, in);
 }
 
-void cnn_relu_fwd(float *x, size_t n)
+HOT void cnn_relu_fwd(float *x, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		x[i] = x[i] > 0.f ? x[i] : 0.f;
 }
 
-void cnn_relu_bwd(float *dx, const float *y, size_t n)
+HOT void cnn_relu_bwd(float *dx, const float *y, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		dx[i] = y[i] > 0.f ? dx[i] : 0.f;
 }
 
-void cnn_dropout_apply(float *x, const uint8_t *m, size_t n, float scale)
+HOT void cnn_dropout_apply(float *x, const uint8_t *m, size_t n, float scale)
 {
 	for (size_t i = 0; i < n; i++)
 		x[i] = m[i] ? x[i] * scale : 0.f;

@@ -6,6 +6,12 @@
 
 #include "optim.h"
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define HOT __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define HOT
+#endif
+
 int cnn_optim_init(struct cnn_optim *o, enum cnn_optim_kind kind, size_t n)
 {
 	float lr = o->lr, mom = o->momentum, wd = o->weight_decay;
@@ -38,7 +44,7 @@ size_t cnn_optim_state_len(const struct cnn_optim *o)
 	return o->kind == CNN_ADADELTA ? 2 * o->n : o->n;
 }
 
-void cnn_optim_step(struct cnn_optim *o, float *p, const float *g, float lr)
+HOT void cnn_optim_step(struct cnn_optim *o, float *p, const float *g, float lr)
 {
 	size_t n = o->n;
 	float wd = o->weight_decay;
