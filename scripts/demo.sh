@@ -1,5 +1,6 @@
 #!/bin/bash
-# make demo: start a 2-node local Slurm, train across it with srun --ddp, stop it.
+# make demo: start a 2-node local Slurm, train cnn_train across it with
+# srun --ddp=gloo for one epoch of Fashion-MNIST, stop the cluster.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -7,12 +8,23 @@ cluster=tests/cluster/cluster.sh
 trap '$cluster stop >/dev/null 2>&1 || true' EXIT
 $cluster stop >/dev/null 2>&1 || true
 $cluster start 2
+epochs=${DEMO_EPOCHS:-1}
+# The two simulated nodes share this machine's cores: one CPU per task.
+cmd=(srun -N2 --ntasks-per-node=1 --cpus-per-task=1 --ddp=gloo)
+progress=lines
+if [ -t 1 ]; then
+	progress=bar
+	cmd+=(-u)   # unbuffered, so the progress bar moves
+fi
 echo
-echo "demo: srun -N2 --ntasks-per-node=1 --ddp=gloo python3 contrib/pytorch/train_ddp.py --epochs 1"
-echo "demo: (no torchrun, no MASTER_ADDR/MASTER_PORT by hand; the plugin sets them)"
+echo "demo: srun -N2 --ntasks-per-node=1 --ddp=gloo cnn_train --epochs $epochs"
+echo "demo: (no torchrun, no MASTER_ADDR/MASTER_PORT by hand: the plugin sets them)"
 echo "demo: what each task gets:"
-$cluster run srun -N2 --ntasks-per-node=1 --ddp=gloo "$repo/build/bin/ddp-env" --explain 2>/dev/null \
-	| grep -E '^(MASTER_ADDR|MASTER_PORT|RANK|WORLD_SIZE|GLOO_SOCKET_IFNAME) ' | sed 's/^/  /'
+$cluster run "${cmd[@]}" "$repo/build/bin/ddp-env" --explain 2>/dev/null \
+	| grep -E '^(MASTER_ADDR|MASTER_PORT|RANK|WORLD_SIZE|GLOO_SOCKET_IFNAME|OMP_NUM_THREADS) ' | sed 's/^/  /'
 echo
-$cluster run srun -N2 --ntasks-per-node=1 --ddp=gloo \
-	/usr/bin/python3 "$repo/contrib/pytorch/train_ddp.py" --epochs "${DEMO_EPOCHS:-1}"
+$cluster run "${cmd[@]}" "$repo/build/bin/cnn_train" --epochs "$epochs" --progress "$progress" \
+	--log-every 100
+echo
+echo "demo: the same contract runs unmodified PyTorch env:// scripts, e.g."
+echo "demo:   srun -N2 --ddp=gloo python3 contrib/pytorch/train_ddp.py --epochs 1"

@@ -67,6 +67,10 @@ static void die(struct run *R, const char *fmt, ...)
 	va_end(ap);
 	fputc('\n', stderr);
 	fflush(stdout);
+	/* Leave the store cleanly: peers then name only ranks that really
+	 * died, and rank 0 answers their question for a few seconds. */
+	if (R->comm && R->comm->store)
+		ddpenv_store_close_within(R->comm->store, R->r.rank == 0 ? 5000 : 0);
 	/* A failed rank must not wait for peers that wait for it: leave now,
 	 * the store sees us gone and the survivors name us. */
 	_exit(1);

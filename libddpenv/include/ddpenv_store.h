@@ -44,6 +44,10 @@ int ddpenv_store_open(struct ddpenv_store **out,
 /* Leave the store.  Rank 0 keeps the server up until every rank has left
  * (or timeout_ms passed), so a slow peer never loses its last read. */
 void ddpenv_store_close(struct ddpenv_store *s);
+/* The same, waiting at most wait_ms for the others (a rank that fails
+ * leaves this way, so peers see it left rather than died, and rank 0
+ * keeps answering "who died?" for a moment). */
+void ddpenv_store_close_within(struct ddpenv_store *s, int wait_ms);
 
 int ddpenv_store_set(struct ddpenv_store *s, const char *key,
 		     const void *val, size_t len, char *err, size_t errlen);

@@ -360,6 +360,12 @@ out:
 
 void ddpenv_store_close(struct ddpenv_store *s)
 {
+	if (s)
+		ddpenv_store_close_within(s, s->timeout_ms);
+}
+
+void ddpenv_store_close_within(struct ddpenv_store *s, int wait_ms)
+{
 	if (!s)
 		return;
 	if (s->fd >= 0 && !s->broken) {
@@ -372,7 +378,7 @@ void ddpenv_store_close(struct ddpenv_store *s)
 	}
 	if (s->fd >= 0)
 		close(s->fd);
-	ddpenv_store_server_stop(s->server, s->timeout_ms);
+	ddpenv_store_server_stop(s->server, wait_ms);
 	free(s);
 }
 

@@ -1,0 +1,94 @@
+#!/usr/bin/env bats
+# cnn_train on the real test cluster under srun --ddp=gloo: nothing else set.
+# A rank killed mid-run makes the others exit naming it; a cancelled job
+# resumes from its checkpoint.
+# bats file_tags=slurm,trainer
+
+load helpers
+
+CNN="$REPO/build/bin/cnn_train"
+
+setup_file() {
+	cluster_start 2
+}
+
+teardown_file() {
+	cluster_stop
+}
+
+teardown() {
+	dump_logs_on_failure
+}
+
+@test "srun -N2 --ntasks-per-node=2 --ddp=gloo cnn_train: 4 ranks train and agree" {
+	export BATS_TEST_TIMEOUT=240
+	run --separate-stderr crun srun -N2 --ntasks-per-node=2 -c1 --ddp=gloo "$CNN" \
+		--max-steps 30 --train-limit 7680 --eval --test-limit 2000 --progress lines --log-every 10 \
+		--log-json "$BATS_TEST_TMPDIR/s.json"
+	if [ "$status" -ne 0 ]; then echo "$stderr"; fi
+	assert_success
+	assert_line --regexp '^# cnn_train: world 4 \(gloo\), model 1x28x28->10'
+	assert_line --regexp '^epoch 1/2 step 30/30 loss [0-9.]+ images/s [0-9]+$'
+	assert_line --regexp '^test: loss [0-9.]+ accuracy [0-9.]+% \(2000 images\)$'
+	assert_line --regexp '^params: identical on all 4 ranks'
+	# the time breakdown has one line per rank
+	[ "$(printf '%s\n' "$output" | grep -cE '^ +[0-3] +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$')" -eq 4 ]
+	run /usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["world_size"] == 4 and d["backend"] == "gloo" and 0.3 < d["test_accuracy"] <= 1, d' "$BATS_TEST_TMPDIR/s.json"
+	assert_success
+}
+
+@test "a rank killed mid-run: the others exit within the timeout, naming it" {
+	export BATS_TEST_TIMEOUT=240
+	local d="$BATS_TEST_TMPDIR"
+	# Each task records its pid; the whole run would take minutes.
+	# (set -e holds in the subshell: the status is recorded either way)
+	( if crun srun -N2 --ntasks-per-node=2 -c1 --ddp=gloo bash -c \
+		'echo $$ > '"$d"'/pid.$SLURM_PROCID; exec '"$CNN"' --epochs 5 --timeout 20 --progress lines --log-every 5' \
+		>"$d/out" 2>"$d/err" 3>&-; then echo 0 >"$d/rc"; else echo $? >"$d/rc"; fi ) 3>&- &
+	local i
+	for ((i = 0; i < 600; i++)); do
+		grep -q '^epoch 1/5 step 10/' "$d/out" 2>/dev/null && break
+		sleep 0.2
+	done
+	grep -q '^epoch 1/5 step 10/' "$d/out" || { cat "$d/out" "$d/err"; false; }
+	local t0=$SECONDS
+	kill -KILL "$(cat "$d/pid.3")"
+	for ((i = 0; i < 600; i++)); do
+		[ -f "$d/rc" ] && break
+		sleep 0.2
+	done
+	cat "$d/err"
+	[ -f "$d/rc" ]
+	[ "$(cat "$d/rc")" -ne 0 ]
+	# within the 20 s collective timeout (plus slack for srun's own teardown)
+	[ $((SECONDS - t0)) -le 40 ]
+	# survivors name rank 3 and its node, and no survivor is called dead
+	grep -E 'cnn_train: node[12] rank [012]: rank 3 \(node2\) died' "$d/err"
+	! grep -E 'died;.*|ranks? [012] \(node' "$d/err" | grep -E 'ranks? [012] \(node'
+	! grep -E 'cnn_train: .* rank 3:' "$d/err"
+}
+
+@test "a cancelled job resumes from its checkpoint" {
+	export BATS_TEST_TIMEOUT=300
+	local d="$BATS_TEST_TMPDIR" ck="$BATS_TEST_TMPDIR/ck"
+	local opts=(--epochs 2 --train-limit 12800 --test-limit 1000 --checkpoint-dir "$ck" --checkpoint-every 10 --progress lines --log-every 10)
+	run crun sbatch --parsable -N2 --ntasks-per-node=1 --ddp=gloo -o "$d/job.out" \
+		-c1 --wrap "srun $CNN ${opts[*]}"
+	assert_success
+	local job=$output i
+	for ((i = 0; i < 600; i++)); do
+		[ -f "$ck/checkpoint.bin" ] && break
+		sleep 0.2
+	done
+	[ -f "$ck/checkpoint.bin" ] || { cat "$d/job.out"; false; }
+	crun scancel "$job"
+	for ((i = 0; i < 150; i++)); do
+		crun squeue -h -j "$job" 2>/dev/null | grep -q . || break
+		sleep 0.2
+	done
+	run --separate-stderr crun srun -N2 --ntasks-per-node=1 -c1 --ddp=gloo "$CNN" "${opts[@]}" --resume
+	if [ "$status" -ne 0 ]; then echo "$stderr"; fi
+	assert_success
+	assert_line --regexp "^# resumed from $ck/checkpoint.bin: epoch [12], step [0-9]+ of it, [1-9][0-9]* steps done$"
+	assert_line --regexp '^done: 200 steps'
+}

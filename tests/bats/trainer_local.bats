@@ -1,0 +1,140 @@
+#!/usr/bin/env bats
+# cnn_train without Slurm: the command line, bad data, and data-parallel
+# equivalence (2 ranks x batch 32 == 1 rank x batch 64) over loopback with
+# the torchrun variables set by hand.
+# bats file_tags=trainer
+
+load helpers
+
+CNN="$REPO/build/bin/cnn_train"
+
+free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+@test "an unknown option: one-line error, the usage, exit 2" {
+	run --separate-stderr "$CNN" --frobnicate
+	assert_equal "$status" 2
+	assert_equal "$(printf '%s\n' "$stderr" | head -1)" "cnn_train: --frobnicate: unknown option"
+	[[ "$stderr" == *"usage: cnn_train [options]"* ]]
+}
+
+@test "a malformed value names the option and what was expected" {
+	run --separate-stderr "$CNN" --batch-size=-3
+	assert_equal "$status" 2
+	[[ "$stderr" == *"--batch-size=-3: expected an integer from 1 to 65536"* ]]
+}
+
+@test "--help prints the usage and succeeds" {
+	run "$CNN" --help
+	assert_success
+	assert_line --partial "--checkpoint-dir DIR"
+}
+
+@test "a data directory without the files names the file" {
+	run --separate-stderr "$CNN" --data-dir "$BATS_TEST_TMPDIR" --max-steps 1
+	assert_equal "$status" 1
+	[[ "$stderr" == *"$BATS_TEST_TMPDIR/train-images-idx3-ubyte: No such file or directory"* ]]
+}
+
+@test "DDP_DATA_DIR is the default data directory" {
+	DDP_DATA_DIR=/nonexistent run --separate-stderr "$CNN" --max-steps 1
+	assert_equal "$status" 1
+	[[ "$stderr" == *"/nonexistent/train-images-idx3-ubyte"* ]]
+}
+
+@test "task of a multi-task Slurm step without the contract says to use srun --ddp" {
+	SLURM_PROCID=1 SLURM_STEP_NUM_TASKS=4 run --separate-stderr "$CNN" --max-steps 1
+	assert_equal "$status" 2
+	[[ "$stderr" == *"task 1 of a 4-task Slurm step but RANK and WORLD_SIZE are not set: run it with srun --ddp"* ]]
+}
+
+@test "WORLD_SIZE without MASTER_ADDR is refused" {
+	RANK=0 WORLD_SIZE=2 run --separate-stderr "$CNN" --max-steps 1
+	assert_equal "$status" 2
+	[[ "$stderr" == *"WORLD_SIZE=2 but MASTER_ADDR is not set"* ]]
+}
+
+@test "a standalone run trains, evaluates and writes its JSON summary" {
+	run --separate-stderr "$CNN" --max-steps 20 --eval --test-limit 1000 --train-limit 2560 \
+		--log-json "$BATS_TEST_TMPDIR/s.json" --progress lines --log-every 10
+	assert_success
+	assert_line --regexp '^epoch 1/2 step 20/40 loss [0-9.]+ images/s [0-9]+$'
+	assert_line --regexp '^test: loss [0-9.]+ accuracy [0-9.]+% \(1000 images\)$'
+	run /usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert 0 < d["test_accuracy"] <= 1 and d["images_per_sec"] > 0 and d["world_size"] == 1 and len(d["ranks"]) == 1, d' "$BATS_TEST_TMPDIR/s.json"
+	assert_success
+}
+
+# 8 steps, dropout off: the reduction order differs (two means averaged vs
+# one mean of 64), so parameters agree to float rounding, not bit for bit;
+# measured 3e-8, allowed 1e-6.
+@test "2 ranks x batch 32 equal 1 rank x batch 64 after 8 steps" {
+	local opts=(--no-dropout --max-steps 8 --train-limit 4096 --progress lines --log-every 1000)
+	run "$CNN" "${opts[@]}" --batch-size 64 --dump-params "$BATS_TEST_TMPDIR/one.bin"
+	assert_success
+	local port
+	port=$(free_port)
+	MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=1 \
+		timeout 60 "$CNN" "${opts[@]}" --batch-size 32 >"$BATS_TEST_TMPDIR/r1.log" 2>&1 3>&- &
+	local pid=$!
+	MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=0 \
+		run timeout 60 "$CNN" "${opts[@]}" --batch-size 32 --dump-params "$BATS_TEST_TMPDIR/two.bin"
+	wait "$pid"
+	assert_success
+	assert_line "params: identical on all 2 ranks (crc32 $(printf '%s\n' "$output" | sed -n 's/.*crc32 \([0-9a-f]*\))/\1/p'))"
+	run /usr/bin/python3 -c '
+import sys, numpy as np
+a = np.fromfile(sys.argv[1], np.float32); b = np.fromfile(sys.argv[2], np.float32)
+d = float(np.abs(a - b).max()); print(f"max |difference| {d:.3g} over {a.size} parameters")
+sys.exit(0 if a.size == b.size == 1199882 and d <= 1e-6 else 1)' "$BATS_TEST_TMPDIR/one.bin" "$BATS_TEST_TMPDIR/two.bin"
+	echo "$output"
+	assert_success
+}
+
+@test "ranks started with different options refuse to train" {
+	local port
+	port=$(free_port)
+	MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=1 \
+		timeout 60 "$CNN" --max-steps 2 --batch-size 16 >"$BATS_TEST_TMPDIR/r1.log" 2>&1 3>&- &
+	local pid=$!
+	MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=0 \
+		run --separate-stderr timeout 60 "$CNN" --max-steps 2 --batch-size 32
+	wait "$pid" || true
+	run cat "$BATS_TEST_TMPDIR/r1.log"
+	assert_output --partial "options differ from rank 0's"
+	assert_output --partial "batch-size=16"
+}
+
+@test "a resumed run continues where the checkpoint left off" {
+	local d="$BATS_TEST_TMPDIR/ck" opts=(--no-dropout --train-limit 1280 --progress lines --log-every 1000 --epochs 2)
+	run "$CNN" "${opts[@]}" --max-steps 25 --checkpoint-dir "$d" --dump-params "$BATS_TEST_TMPDIR/a.bin"
+	assert_success
+	[ -f "$d/checkpoint.bin" ]
+	run "$CNN" "${opts[@]}" --checkpoint-dir "$d" --resume --dump-params "$BATS_TEST_TMPDIR/resumed.bin"
+	assert_success
+	assert_line --partial "# resumed from $d/checkpoint.bin: epoch 2, step 5 of it, 25 steps done"
+	assert_line --partial "done: 40 steps"
+	run "$CNN" "${opts[@]}" --dump-params "$BATS_TEST_TMPDIR/straight.bin"
+	assert_success
+	# dropout off, same order of everything: bit-identical to the uninterrupted run
+	cmp "$BATS_TEST_TMPDIR/resumed.bin" "$BATS_TEST_TMPDIR/straight.bin"
+}
+
+@test "a checkpoint of another model or optimizer is refused, naming both" {
+	local d="$BATS_TEST_TMPDIR/ck2" data="$BATS_TEST_TMPDIR/idx32"
+	run "$CNN" --max-steps 1 --train-limit 640 --checkpoint-dir "$d"
+	assert_success
+	# an IDX data set of 32x32 images: fc1 changes shape
+	mkdir -p "$data"
+	/usr/bin/python3 -c '
+import struct, sys
+d = sys.argv[1]
+for split in ("train", "t10k"):
+    open(f"{d}/{split}-images-idx3-ubyte", "wb").write(struct.pack(">BBBBIII", 0, 0, 8, 3, 64, 32, 32) + bytes(range(256)) * 256)
+    open(f"{d}/{split}-labels-idx1-ubyte", "wb").write(struct.pack(">BBBBI", 0, 0, 8, 1, 64) + bytes(i % 10 for i in range(64)))
+' "$data"
+	run --separate-stderr "$CNN" --data-dir "$data" --max-steps 1 --checkpoint-dir "$d" --resume
+	assert_equal "$status" 1
+	[[ "$stderr" == *"is for a 1x28x28->10 model (1199882 params), this run's model is 1x32x32->10"* ]]
+	run --separate-stderr "$CNN" --max-steps 1 --optimizer adadelta --checkpoint-dir "$d" --resume
+	assert_equal "$status" 1
+	[[ "$stderr" == *"written with the sgd optimizer, this run uses adadelta"* ]]
+}
