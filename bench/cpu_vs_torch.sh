@@ -53,9 +53,11 @@ launch() {
 	cp "$out.0" "$out"
 }
 
-printf '# cpu_vs_torch: %s, %d cores, batch %d per process, %s, %s\n' \
+length="$steps steps"
+[ -z "$epochs" ] || length="$epochs epochs"
+printf '# cpu_vs_torch: %s, %d cores, batch %d per process, %s, %s, %s\n' \
 	"$(lscpu | sed -n 's/^Model name: *//p' | head -1)" "$cores" "$batch" "$optimizer" \
-	"${epochs:+$epochs epochs}${epochs:-$steps steps}"
+	"$length" "$(date -u +%Y-%m-%d)"
 printf '# torch %s\n' "$("$py" -c 'import torch; print(torch.__version__)')"
 printf '%-22s %14s %14s %8s %10s %10s\n' config cnn_train_img/s torch_img/s ratio cnn_acc torch_acc
 for cfg in "1 $cores" "2 1"; do
