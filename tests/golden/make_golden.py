@@ -9,10 +9,14 @@ identically, so only results are stored (a few KB), not 1.2M weights.
 """
 import sys
 
+import os
+
 import numpy as np
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "contrib", "pytorch"))
+from train_ddp import Net  # noqa: E402  (the one definition of the model; eval() turns dropout off)
 
 
 def hashed(n, salt):
@@ -22,23 +26,6 @@ def hashed(n, salt):
     u = ((i + np.uint64(salt * 1000003)) * np.uint64(2654435761)) & np.uint64(0xFFFFFFFF)
     k = (u >> np.uint64(8)).astype(np.float32)
     return k / np.float32(2 ** 23) - np.float32(1.0)
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 32, 3, 1)
-        self.conv2 = nn.Conv2d(32, 64, 3, 1)
-        self.fc1 = nn.Linear(9216, 128)
-        self.fc2 = nn.Linear(128, 10)
-
-    def forward(self, x):
-        x = F.relu(self.conv1(x))
-        x = F.relu(self.conv2(x))
-        x = F.max_pool2d(x, 2)
-        x = torch.flatten(x, 1)
-        x = F.relu(self.fc1(x))
-        return F.log_softmax(self.fc2(x), dim=1)
 
 
 def fill(model):
@@ -71,7 +58,7 @@ def main():
     out.write("#   /usr/bin/python3 tests/golden/make_golden.py > tests/golden/net_step.golden\n")
     out.write("version 1\n")
 
-    model = Net()
+    model = Net().eval()
     fill(model)
     logp = model(x)
     loss = F.nll_loss(logp, y)
@@ -85,7 +72,7 @@ def main():
 
     for optname, make in (("sgd", lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9, weight_decay=1e-4)),
                           ("adadelta", lambda ps: torch.optim.Adadelta(ps, lr=1.0, weight_decay=1e-4))):
-        model = Net()
+        model = Net().eval()
         fill(model)
         opt = make(model.parameters())
         for step in range(3):

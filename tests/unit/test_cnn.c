@@ -70,116 +70,104 @@ static double dot(const float *a, const float *b, size_t n)
 
 /* ---- finite differences, layer by layer -------------------------------- */
 
-/* L = sum(conv(x) * r) with the bias large enough that ReLU is identity. */
-static double conv_loss(const float *x, int c, int h, int w, const float *wt, const float *b,
-			int oc, const float *r, float *col, float *y)
+/* (loss(p + eps) - loss(p - eps)) / 2 eps, p restored. */
+static double central_diff(float *p, float eps, double (*loss)(void *), void *ctx)
 {
-	cnn_conv3_relu_fwd(x, c, h, w, wt, b, oc, col, y);
-	return dot(y, r, (size_t)oc * (h - 2) * (w - 2));
+	float keep = *p;
+	*p = keep + eps;
+	double lp = loss(ctx);
+	*p = keep - eps;
+	double lm = loss(ctx);
+	*p = keep;
+	return (lp - lm) / (2 * eps);
+}
+
+/* L = sum(conv(x) * r) with the bias large enough that ReLU is identity. */
+struct conv_case {
+	float x[2 * 6 * 5], wt[3 * 18], b[3], r[3 * 12], y[3 * 12], col[18 * 12];
+};
+
+static double conv_loss(void *ctx)
+{
+	struct conv_case *k = ctx;
+	cnn_conv3_relu_fwd(k->x, 2, 6, 5, k->wt, k->b, 3, k->col, k->y);
+	return dot(k->y, k->r, 3 * 12);
 }
 
 static void test_conv_fd(void)
 {
 	const int c = 2, h = 6, w = 5, oc = 3, k = c * 9, n = (h - 2) * (w - 2);
-	float x[2 * 6 * 5], wt[3 * 18], b[3], r[3 * 12], y[3 * 12], col[18 * 12], dcol[18 * 12];
-	float dw[3 * 18] = { 0 }, db[3] = { 0 }, dx[2 * 6 * 5];
+	static struct conv_case K;
+	float dcol[18 * 12], dw[3 * 18] = { 0 }, db[3] = { 0 }, dx[2 * 6 * 5];
 	uint64_t s = 42;
-	fill_uniform(x, sizeof(x) / 4, &s, -1, 1);
-	fill_uniform(wt, sizeof(wt) / 4, &s, -0.3f, 0.3f);
-	fill_uniform(r, sizeof(r) / 4, &s, -1, 1);
+	fill_uniform(K.x, c * h * w, &s, -1, 1);
+	fill_uniform(K.wt, oc * k, &s, -0.3f, 0.3f);
+	fill_uniform(K.r, oc * n, &s, -1, 1);
 	for (int o = 0; o < oc; o++)
-		b[o] = 20.f + o;   /* every output positive: ReLU is identity */
-	cnn_conv3_relu_fwd(x, c, h, w, wt, b, oc, col, y);
-	cnn_conv3_bwd(x, c, h, w, wt, oc, r, col, dcol, dw, db, dx);
+		K.b[o] = 20.f + o;   /* every output positive: ReLU is identity */
+	cnn_conv3_relu_fwd(K.x, c, h, w, K.wt, K.b, oc, K.col, K.y);
+	cnn_conv3_bwd(K.x, c, h, w, K.wt, oc, K.r, K.col, dcol, dw, db, dx);
 
 	const float eps = 1e-2f;
 	double got[64], ref[64];
 	int m = 0;
 	for (int i = 0; i < k * oc; i += 5, m++) {
-		float keep = wt[i];
-		wt[i] = keep + eps;
-		double lp = conv_loss(x, c, h, w, wt, b, oc, r, col, y);
-		wt[i] = keep - eps;
-		double lm = conv_loss(x, c, h, w, wt, b, oc, r, col, y);
-		wt[i] = keep;
-		ref[m] = (lp - lm) / (2 * eps);
+		ref[m] = central_diff(&K.wt[i], eps, conv_loss, &K);
 		got[m] = dw[i];
 	}
 	test_cond("conv3 backward: weight gradient matches finite differences",
 		  check("fd", "conv.dw", got, ref, m) == 0);
 	m = 0;
 	for (int i = 0; i < c * h * w; i += 3, m++) {
-		float keep = x[i];
-		x[i] = keep + eps;
-		double lp = conv_loss(x, c, h, w, wt, b, oc, r, col, y);
-		x[i] = keep - eps;
-		double lm = conv_loss(x, c, h, w, wt, b, oc, r, col, y);
-		x[i] = keep;
-		ref[m] = (lp - lm) / (2 * eps);
+		ref[m] = central_diff(&K.x[i], eps, conv_loss, &K);
 		got[m] = dx[i];
 	}
 	test_cond("conv3 backward: input gradient (col2im) matches finite differences",
 		  check("fd", "conv.dx", got, ref, m) == 0);
 	m = 0;
 	for (int o = 0; o < oc; o++, m++) {
-		double sum = 0;
-		for (int i = 0; i < n; i++)
-			sum += r[o * n + i];
-		ref[m] = sum;
+		ref[m] = central_diff(&K.b[o], eps, conv_loss, &K);
 		got[m] = db[o];
 	}
-	test_cond("conv3 backward: bias gradient is the sum over pixels",
+	test_cond("conv3 backward: bias gradient matches finite differences",
 		  check("fd", "conv.db", got, ref, m) == 0);
+}
+
+enum { LN = 3, LIN = 7, LOUT = 4 };
+struct linear_case {
+	float x[LN * LIN], wt[LOUT * LIN], b[LOUT], r[LN * LOUT], y[LN * LOUT];
+};
+
+static double linear_loss(void *ctx)
+{
+	struct linear_case *k = ctx;
+	cnn_linear_fwd(k->x, LN, LIN, k->wt, k->b, LOUT, k->y);
+	return dot(k->y, k->r, LN * LOUT);
 }
 
 static void test_linear_fd(void)
 {
-	enum { N = 3, IN = 7, OUT = 4 };
-	float x[N * IN], wt[OUT * IN], b[OUT], r[N * OUT], y[N * OUT];
-	float dw[OUT * IN] = { 0 }, db[OUT] = { 0 }, dx[N * IN];
+	static struct linear_case K;
+	float dw[LOUT * LIN] = { 0 }, db[LOUT] = { 0 }, dx[LN * LIN];
 	uint64_t s = 7;
-	fill_uniform(x, N * IN, &s, -1, 1);
-	fill_uniform(wt, OUT * IN, &s, -1, 1);
-	fill_uniform(b, OUT, &s, -1, 1);
-	fill_uniform(r, N * OUT, &s, -1, 1);
-	cnn_linear_bwd(x, N, IN, wt, OUT, r, dw, db, dx);
+	fill_uniform(K.x, LN * LIN, &s, -1, 1);
+	fill_uniform(K.wt, LOUT * LIN, &s, -1, 1);
+	fill_uniform(K.b, LOUT, &s, -1, 1);
+	fill_uniform(K.r, LN * LOUT, &s, -1, 1);
+	cnn_linear_bwd(K.x, LN, LIN, K.wt, LOUT, K.r, dw, db, dx);
 	const float eps = 1e-2f;
 	double got[64], ref[64];
 	int m = 0;
-	for (int i = 0; i < OUT * IN; i += 2, m++) {
-		float keep = wt[i];
-		wt[i] = keep + eps;
-		cnn_linear_fwd(x, N, IN, wt, b, OUT, y);
-		double lp = dot(y, r, N * OUT);
-		wt[i] = keep - eps;
-		cnn_linear_fwd(x, N, IN, wt, b, OUT, y);
-		double lm = dot(y, r, N * OUT);
-		wt[i] = keep;
-		ref[m] = (lp - lm) / (2 * eps);
+	for (int i = 0; i < LOUT * LIN; i += 2, m++) {
+		ref[m] = central_diff(&K.wt[i], eps, linear_loss, &K);
 		got[m] = dw[i];
 	}
-	for (int i = 0; i < N * IN; i += 2, m++) {
-		float keep = x[i];
-		x[i] = keep + eps;
-		cnn_linear_fwd(x, N, IN, wt, b, OUT, y);
-		double lp = dot(y, r, N * OUT);
-		x[i] = keep - eps;
-		cnn_linear_fwd(x, N, IN, wt, b, OUT, y);
-		double lm = dot(y, r, N * OUT);
-		x[i] = keep;
-		ref[m] = (lp - lm) / (2 * eps);
+	for (int i = 0; i < LN * LIN; i += 2, m++) {
+		ref[m] = central_diff(&K.x[i], eps, linear_loss, &K);
 		got[m] = dx[i];
 	}
-	for (int o = 0; o < OUT; o++, m++) {
-		float keep = b[o];
-		b[o] = keep + eps;
-		cnn_linear_fwd(x, N, IN, wt, b, OUT, y);
-		double lp = dot(y, r, N * OUT);
-		b[o] = keep - eps;
-		cnn_linear_fwd(x, N, IN, wt, b, OUT, y);
-		double lm = dot(y, r, N * OUT);
-		b[o] = keep;
-		ref[m] = (lp - lm) / (2 * eps);
+	for (int o = 0; o < LOUT; o++, m++) {
+		ref[m] = central_diff(&K.b[o], eps, linear_loss, &K);
 		got[m] = db[o];
 	}
 	test_cond("linear backward: dW, dx and db match finite differences",
