@@ -98,7 +98,30 @@ static void test_idx(void)
 	test_err("... says so", err, "not a regular file");
 	rmdir(sub);
 	test_cond("cifar10 without files", cnn_data_load("cifar10", dir, &tr, &te, err, sizeof(err)) < 0);
-	test_err("... names the first", err, "data_batch_1.bin");
+	test_err("... names the first", err, "data_batch_1.bin: No such file");
+	/* CIFAR-10 binary batches: label byte + 3072 pixel bytes per record */
+	static uint8_t rec[3 * 3073];
+	for (int i = 0; i < 3; i++) {
+		rec[i * 3073] = (uint8_t)(i + 7);
+		memset(rec + i * 3073 + 1, 40 * i, 3072);
+	}
+	const char *batches[] = { "data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin",
+				  "data_batch_4.bin", "data_batch_5.bin", "test_batch.bin" };
+	for (int f = 0; f < 6; f++)
+		write_file(batches[f], rec, sizeof(rec), 0);
+	test_cond("CIFAR-10 batches load", cnn_data_load("cifar10", dir, &tr, &te, err, sizeof(err)) == 0);
+	test_cond("... 5 x 3 training and 3 test images of 3x32x32, 10 classes",
+		  tr.n == 15 && te.n == 3 && tr.c == 3 && tr.h == 32 && tr.w == 32 && tr.classes == 10 &&
+		  tr.y[4] == 8 && tr.x[3072 * 2] == 80);
+	cnn_data_free(&tr);
+	cnn_data_free(&te);
+	write_file("test_batch.bin", rec, 3073 + 100, 0);
+	test_cond("a CIFAR-10 batch cut mid-record", cnn_data_load("cifar10", dir, &tr, &te, err, sizeof(err)) < 0);
+	test_err("... is named", err, "test_batch.bin: 3173 bytes is not a whole number of 3073-byte records");
+	rec[0] = 12;
+	write_file("test_batch.bin", rec, sizeof(rec), 0);
+	test_cond("a CIFAR-10 label of 12", cnn_data_load("cifar10", dir, &tr, &te, err, sizeof(err)) < 0);
+	test_err("... is named", err, "record 0 has label 12 (expected 0..9)");
 	test_cond("synthetic needs no files", cnn_data_load("synthetic", dir, &tr, &te, err, sizeof(err)) == 0 &&
 		  tr.n == 60000 && te.n == 10000 && tr.classes == 10);
 	cnn_data_free(&tr);
