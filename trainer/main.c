@@ -125,7 +125,9 @@ static void evaluate(struct run *R)
 		int n = nloc - off < R->acts.max_batch ? nloc - off : R->acts.max_batch;
 		int correct = 0;
 		cnn_data_gather(&R->test, R->eval_idx + off, n, R->acts.x, R->ybuf);
-		float l = cnn_forward(&R->m, &R->acts, R->ybuf, n, 0, 0, 0, rank, &correct);
+		float l;
+		if (cnn_forward(&R->m, &R->acts, R->ybuf, n, 0, 0, 0, rank, &l, &correct) < 0)
+			die(R, "evaluation: %s", R->acts.err);
 		loss += (double)l * n;
 		good += correct;
 	}
@@ -320,8 +322,8 @@ static void setup(struct run *R, int argc, char **argv)
 		R->m.p_drop1 = R->m.p_drop2 = 0.f;
 	cnn_model_init_params(&R->m, R->a.seed);
 	int maxb = R->a.batch > 256 ? R->a.batch : 256;
-	if (cnn_acts_init(&R->acts, &R->m, maxb, R->a.threads) < 0)
-		die(R, "out of memory for activations of %d images", maxb);
+	if (cnn_acts_init(&R->acts, &R->m, maxb, R->a.threads, err, sizeof(err)) < 0)
+		die(R, "%s", err);
 	R->ybuf = malloc((size_t)maxb);
 	R->eval_idx = malloc((size_t)R->test.n * sizeof(uint32_t) + 4);
 	if (!R->ybuf || !R->eval_idx)
@@ -425,9 +427,10 @@ int main(int argc, char **argv)
 				      R->sampler.per_rank - first : R->a.batch);
 			cnn_data_gather(&R->train, R->sampler.mine + first, n, R->acts.x, R->ybuf);
 			double t1 = now_s();
-			loss = cnn_forward(&R->m, &R->acts, R->ybuf, n, 1, R->a.seed,
-					   (uint64_t)R->steps, R->r.rank, NULL);
-			cnn_backward(&R->m, &R->acts, R->ybuf, n, (float)n, on_fc_ready, R);
+			if (cnn_forward(&R->m, &R->acts, R->ybuf, n, 1, R->a.seed,
+					(uint64_t)R->steps, R->r.rank, &loss, NULL) < 0 ||
+			    cnn_backward(&R->m, &R->acts, R->ybuf, n, (float)n, on_fc_ready, R) < 0)
+				die(R, "step %lld: %s", R->steps, R->acts.err);
 			cnn_reducer_push(&R->red, R->m.grads, R->m.t[P_W3].off);
 			double t2 = now_s();
 			if (cnn_reducer_wait(&R->red, err, sizeof(err)) < 0)

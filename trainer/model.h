@@ -32,19 +32,18 @@ struct cnn_model {
 	float *params, *grads;     /* nparams each, 64-byte aligned */
 };
 
-/* Scratch for one batch of up to max_batch images and nthreads threads. */
+struct cnn_convnet;
+
+/* Scratch for one batch of up to max_batch images. */
 struct cnn_acts {
 	int max_batch, nthreads;
 	float *x;        /* input, B x c x h x w */
-	float *a1;       /* conv1 after ReLU */
 	float *p;        /* pooled conv2 after ReLU, then dropout1: B x flat */
 	uint8_t *arg;    /* pool winners */
-	uint8_t *m1, *m2;/* dropout keep masks */
 	float *h;        /* fc1 after ReLU and dropout2: B x hidden */
 	float *logits, *logp, *dlogits, *dh, *dp;
-	float *tcol, *tdcol, *ty, *tda;   /* per-thread conv scratch */
-	float *tgrad;    /* per-thread conv gradient partials (threads > 1) */
-	size_t col_n, dcol_n, y_n, da_n, tgrad_n;
+	struct cnn_convnet *conv;  /* the convolutions (oneDNN) and their maps */
+	char err[256];   /* why the last call returned -1 */
 };
 
 /* Set up shapes; -1 when the input is too small for two 3x3 convs and a
@@ -57,20 +56,24 @@ void cnn_model_init_params(struct cnn_model *m, uint64_t seed);
 /* "1x28x28->10 (1199882 params)" */
 void cnn_model_describe(const struct cnn_model *m, char *buf, size_t len);
 
-int cnn_acts_init(struct cnn_acts *a, const struct cnn_model *m, int max_batch, int nthreads);
+/* -1 with err set when memory is short or oneDNN cannot run the shapes. */
+int cnn_acts_init(struct cnn_acts *a, const struct cnn_model *m, int max_batch, int nthreads,
+		  char *err, size_t errlen);
 void cnn_acts_free(struct cnn_acts *a);
 
 /* Forward of n images already in a->x.  train: dropout on, with masks
- * drawn from (seed, step, rank).  Returns the mean loss; correct counts
- * right answers. */
-float cnn_forward(const struct cnn_model *m, struct cnn_acts *a, const uint8_t *labels,
-		  int n, int train, uint64_t seed, uint64_t step, int rank, int *correct);
+ * drawn from (seed, step, rank).  *loss gets the mean loss; correct (may be
+ * NULL) counts right answers.  -1 with a->err set when oneDNN fails (out of
+ * memory building a new batch size). */
+int cnn_forward(const struct cnn_model *m, struct cnn_acts *a, const uint8_t *labels, int n,
+		int train, uint64_t seed, uint64_t step, int rank, float *loss, int *correct);
 
 /* Backward of the last forward (grads overwritten, mean over scale_n).
  * on_fc_ready, when set, is called as soon as the fully connected layers'
  * gradients (the tail of the flat buffer from t[P_W3].off) are final, so
- * their all-reduce overlaps the convolutions' backward. */
-void cnn_backward(struct cnn_model *m, struct cnn_acts *a, const uint8_t *labels, int n,
-		  float scale_n, void (*on_fc_ready)(void *), void *ctx);
+ * their all-reduce overlaps the convolutions' backward.  -1 with a->err
+ * as cnn_forward. */
+int cnn_backward(struct cnn_model *m, struct cnn_acts *a, const uint8_t *labels, int n,
+		 float scale_n, void (*on_fc_ready)(void *), void *ctx);
 
 #endif

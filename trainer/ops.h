@@ -51,9 +51,6 @@ void cnn_relu_fwd(float *x, size_t n);
 /* dx *= (y > 0) */
 void cnn_relu_bwd(float *dx, const float *y, size_t n);
 
-/* Dropout with keep mask m (1 kept, 0 dropped), scale 1/(1-p). */
-void cnn_dropout_apply(float *x, const uint8_t *m, size_t n, float scale);
-
 /* Mean NLL of log-softmax over n rows of k logits: writes logp, returns
  * the loss; correct (may be NULL) counts argmax == label. */
 float cnn_logsoftmax_nll_fwd(const float *logits, const uint8_t *label, int n, int k,

@@ -177,12 +177,6 @@ HOT void cnn_relu_bwd(float *dx, const float *y, size_t n)
 		dx[i] = y[i] > 0.f ? dx[i] : 0.f;
 }
 
-HOT void cnn_dropout_apply(float *x, const uint8_t *m, size_t n, float scale)
-{
-	for (size_t i = 0; i < n; i++)
-		x[i] = m[i] ? x[i] * scale : 0.f;
-}
-
 float cnn_logsoftmax_nll_fwd(const float *logits, const uint8_t *label, int n, int k,
 			     float *logp, int *correct)
 {

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "conv_dnnl.h"
 #include "model.h"
 #include "ops.h"
 #include "optim.h"
@@ -27,6 +28,7 @@ static const struct tol {
 	{ "grad",   2e-6, 1e-3, "GEMM reductions over up to 9216 terms in a different order" },
 	{ "gradsum",1e-4, 1e-3, "sums of 1.2M gradients; fc2's cancel to ~0, so mostly atol" },
 	{ "param",  1e-5, 1e-3, "three optimizer steps compound the gradient differences" },
+	{ "twin",   1e-5, 1e-4, "oneDNN's direct convolution sums in another order than im2col+GEMM" },
 };
 
 static const struct tol *tol(const char *what)
@@ -48,6 +50,23 @@ static int check(const char *what, const char *name, const double *got, const do
 			if (bad < 4)
 				printf("#   %s %s[%d]: got %.9g want %.9g (limit %.3g: %s)\n", what, name,
 				       i, got[i], ref[i], lim, t->why);
+			bad++;
+		}
+	}
+	return bad;
+}
+
+/* check() for float arrays. */
+static int checkf(const char *what, const char *name, const float *got, const float *ref, size_t n)
+{
+	const struct tol *t = tol(what);
+	int bad = 0;
+	for (size_t i = 0; i < n; i++) {
+		double lim = t->atol + t->rtol * fabs(ref[i]);
+		if (!(fabs((double)got[i] - ref[i]) <= lim)) {
+			if (bad < 4)
+				printf("#   %s %s[%zu]: got %.9g want %.9g (limit %.3g: %s)\n", what,
+				       name, i, got[i], ref[i], lim, t->why);
 			bad++;
 		}
 	}
@@ -244,6 +263,105 @@ static void test_nll_fd(void)
 	test_cond("... and counts the argmax", correct == 0);
 }
 
+/* The model's convolution stack (oneDNN, conv_dnnl.c) against the readable
+ * reference in ops_cpu.c (im2col + GEMM), image by image, for several batch
+ * sizes: more than the stack keeps primitives for, and back to the first. */
+static void test_convnet_twin(void)
+{
+	struct cnn_model m;
+	struct cnn_convnet *c = NULL;
+	char err[256];
+	struct cnn_shape sh = { 3, 12, 11, 4 };
+	const int sizes[] = { 3, 1, 5, 2, 4, 6, 7, 8, 3 };
+	const int maxn = 8;
+	if (cnn_model_init(&m, sh, err, sizeof(err)) < 0 ||
+	    cnn_convnet_create(&c, &m, maxn, err, sizeof(err)) < 0) {
+		printf("#   %s\n", err);
+		test_cond("convolution stack set up", 0);
+		return;
+	}
+	printf("#   oneDNN: %s\n", cnn_convnet_describe(c));
+	uint64_t s = 77;
+	cnn_model_init_params(&m, 3);
+	size_t in_n = (size_t)sh.c * sh.h * sh.w, a1_n = (size_t)m.c1 * m.h1 * m.w1;
+	size_t y_n = (size_t)m.c2 * m.h2 * m.w2, flat = (size_t)m.flat;
+	size_t conv_n = m.t[P_W3].off;
+	float *x = malloc(maxn * in_n * sizeof(float)), *a1 = malloc(maxn * a1_n * sizeof(float));
+	float *y = malloc(y_n * sizeof(float)), *da2 = malloc(y_n * sizeof(float));
+	float *da1 = malloc(a1_n * sizeof(float));
+	float *col = malloc((size_t)m.c1 * 9 * m.h2 * m.w2 * sizeof(float) + in_n * 9 * sizeof(float));
+	float *dcol = malloc((size_t)m.c1 * 9 * m.h2 * m.w2 * sizeof(float));
+	float *p = malloc(maxn * flat * sizeof(float)), *pr = malloc(maxn * flat * sizeof(float));
+	float *dp = malloc(maxn * flat * sizeof(float));
+	uint8_t *arg = malloc(maxn * flat), *argr = malloc(maxn * flat);
+	float *g = calloc(conv_n, sizeof(float)), *gr = calloc(conv_n, sizeof(float));
+	int bad_fwd = 0, bad_arg = 0, bad_bwd = 0, fails = 0;
+	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+		int n = sizes[k];
+		fill_uniform(x, n * in_n, &s, -1, 1);
+		fill_uniform(dp, n * flat, &s, -1, 1);
+		if (cnn_convnet_fwd(c, &m, x, n, p, arg, err, sizeof(err)) < 0 ||
+		    cnn_convnet_bwd(c, &m, x, n, p, arg, dp, g, err, sizeof(err)) < 0) {
+			printf("#   batch %d: %s\n", n, err);
+			fails++;
+			continue;
+		}
+		const float *P = m.params;
+		memset(gr, 0, conv_n * sizeof(float));
+		for (int i = 0; i < n; i++) {
+			float *a1i = a1 + i * a1_n;
+			cnn_conv3_relu_fwd(x + i * in_n, sh.c, sh.h, sh.w, P + m.t[P_W1].off,
+					   P + m.t[P_B1].off, m.c1, col, a1i);
+			cnn_conv3_relu_fwd(a1i, m.c1, m.h1, m.w1, P + m.t[P_W2].off,
+					   P + m.t[P_B2].off, m.c2, col, y);
+			cnn_maxpool2_fwd(y, m.c2, m.h2, m.w2, pr + i * flat, argr + i * flat);
+			cnn_maxpool2_relu_bwd(dp + i * flat, pr + i * flat, argr + i * flat, m.c2,
+					      m.h2, m.w2, da2);
+			cnn_conv3_bwd(a1i, m.c1, m.h1, m.w1, P + m.t[P_W2].off, m.c2, da2, col, dcol,
+				      gr + m.t[P_W2].off, gr + m.t[P_B2].off, da1);
+			cnn_relu_bwd(da1, a1i, a1_n);
+			cnn_conv3_bwd(x + i * in_n, sh.c, sh.h, sh.w, P + m.t[P_W1].off, m.c1, da1,
+				      col, dcol, gr + m.t[P_W1].off, gr + m.t[P_B1].off, NULL);
+		}
+		char name[32];
+		snprintf(name, sizeof(name), "pool[n=%d]", n);
+		bad_fwd += checkf("twin", name, p, pr, n * flat);
+		/* a winner may differ only where two inputs round to a tie */
+		for (size_t i = 0; i < n * flat; i++)
+			bad_arg += arg[i] != argr[i] && fabsf(p[i] - pr[i]) > 1e-5f;
+		snprintf(name, sizeof(name), "conv grads[n=%d]", n);
+		bad_bwd += checkf("twin", name, g, gr, conv_n);
+	}
+	test_cond("convolution stack: every batch size builds and runs", fails == 0);
+	test_cond("convolution stack forward (oneDNN) == im2col+GEMM reference", bad_fwd == 0);
+	test_cond("... the same pool winners", bad_arg == 0);
+	test_cond("convolution stack gradients (oneDNN) == reference", bad_bwd == 0);
+	free(x); free(a1); free(y); free(da2); free(da1); free(col); free(dcol);
+	free(p); free(pr); free(dp); free(arg); free(argr); free(g); free(gr);
+	cnn_convnet_free(c);
+	cnn_model_free(&m);
+}
+
+/* The model's forward and backward; a oneDNN failure fails the test run. */
+static double fwd(const struct cnn_model *m, struct cnn_acts *a, const uint8_t *lab, int n,
+		  int train)
+{
+	float loss = NAN;
+	if (cnn_forward(m, a, lab, n, train, 0, 0, 0, &loss, NULL) < 0) {
+		test_cond(a->err, 0);
+		exit(1);
+	}
+	return loss;
+}
+
+static void bwd(struct cnn_model *m, struct cnn_acts *a, const uint8_t *lab, int n)
+{
+	if (cnn_backward(m, a, lab, n, (float)n, NULL, NULL) < 0) {
+		test_cond(a->err, 0);
+		exit(1);
+	}
+}
+
 /* The whole Net on a tiny image, against finite differences of its loss. */
 static void test_model_fd(void)
 {
@@ -251,7 +369,7 @@ static void test_model_fd(void)
 	struct cnn_acts a;
 	char err[256];
 	struct cnn_shape sh = { 2, 8, 9, 3 };
-	if (cnn_model_init(&m, sh, err, sizeof(err)) < 0 || cnn_acts_init(&a, &m, 2, 1) < 0) {
+	if (cnn_model_init(&m, sh, err, sizeof(err)) < 0 || cnn_acts_init(&a, &m, 2, 1, err, sizeof(err)) < 0) {
 		test_cond("tiny model set up", 0);
 		return;
 	}
@@ -260,8 +378,8 @@ static void test_model_fd(void)
 	uint64_t s = 9;
 	fill_uniform(a.x, 2 * 2 * 8 * 9, &s, -1, 1);
 	uint8_t lab[2] = { 1, 2 };
-	cnn_forward(&m, &a, lab, 2, 1, 0, 0, 0, NULL);
-	cnn_backward(&m, &a, lab, 2, 2.f, NULL, NULL);
+	fwd(&m, &a, lab, 2, 1);
+	bwd(&m, &a, lab, 2);
 	/* A step across a ReLU or max-pool kink breaks a central difference:
 	 * a sample whose differences at two step sizes disagree is skipped. */
 	double got[P_COUNT * 3], ref[P_COUNT * 3];
@@ -274,9 +392,9 @@ static void test_model_fd(void)
 			double d[2];
 			for (int e = 0; e < 2; e++) {
 				m.params[i] = keep + eps[e];
-				double lp = cnn_forward(&m, &a, lab, 2, 1, 0, 0, 0, NULL);
+				double lp = fwd(&m, &a, lab, 2, 1);
 				m.params[i] = keep - eps[e];
-				double lm = cnn_forward(&m, &a, lab, 2, 1, 0, 0, 0, NULL);
+				double lm = fwd(&m, &a, lab, 2, 1);
 				d[e] = (lp - lm) / (2 * eps[e]);
 			}
 			m.params[i] = keep;
@@ -349,7 +467,7 @@ static void test_golden(void)
 		return;
 	test_cond("golden file is version 1", golden_get(f, "version", NULL, ref, 1) == 1 && ref[0] == 1);
 	struct cnn_shape sh = { 1, 28, 28, 10 };
-	if (cnn_model_init(&m, sh, err, sizeof(err)) < 0 || cnn_acts_init(&a, &m, 8, 2) < 0) {
+	if (cnn_model_init(&m, sh, err, sizeof(err)) < 0 || cnn_acts_init(&a, &m, 8, 2, err, sizeof(err)) < 0) {
 		test_cond("model set up", 0);
 		fclose(f);
 		return;
@@ -361,14 +479,14 @@ static void test_golden(void)
 
 	golden_params(&m);
 	hashed(a.x, 8 * 784, 7, 2.f);
-	got[0] = cnn_forward(&m, &a, lab, 8, 1, 0, 0, 0, NULL);
+	got[0] = fwd(&m, &a, lab, 8, 1);
 	golden_get(f, "loss", NULL, ref, 1);
 	test_cond("golden: loss of the batch", check("loss", "loss", got, ref, 1) == 0);
 	for (int j = 0; j < 10; j++)
 		got[j] = a.logp[j];
 	test_cond("golden: log-probabilities of image 0",
 		  golden_get(f, "logp0", NULL, ref, 10) == 10 && check("loss", "logp0", got, ref, 10) == 0);
-	cnn_backward(&m, &a, lab, 8, 8.f, NULL, NULL);   /* 2 threads: partial sums too */
+	bwd(&m, &a, lab, 8);
 	for (int t = 0; t < P_COUNT; t++) {
 		double sums[2], gs[2];
 		const float *g = m.grads + m.t[t].off;
@@ -399,11 +517,11 @@ static void test_golden(void)
 		cnn_optim_init(&o, k ? CNN_ADADELTA : CNN_SGD, m.nparams);
 		golden_params(&m);
 		for (int step = 0; step < 3; step++) {
-			cnn_forward(&m, &a, lab, 8, 1, 0, 0, 0, NULL);
-			cnn_backward(&m, &a, lab, 8, 8.f, NULL, NULL);
+			fwd(&m, &a, lab, 8, 1);
+			bwd(&m, &a, lab, 8);
 			cnn_optim_step(&o, m.params, m.grads, o.lr);
 		}
-		got[0] = cnn_forward(&m, &a, lab, 8, 0, 0, 0, 0, NULL);
+		got[0] = fwd(&m, &a, lab, 8, 0);
 		char key[32], desc[96];
 		snprintf(key, sizeof(key), "%s_loss3", names[k]);
 		golden_get(f, key, NULL, ref, 1);
@@ -456,6 +574,7 @@ int main(void)
 	test_linear_fd();
 	test_pool_fd();
 	test_nll_fd();
+	test_convnet_twin();
 	test_model_fd();
 	test_shapes();
 	test_golden();

@@ -1,0 +1,663 @@
+/* The convolution stack on oneDNN primitives; see conv_dnnl.h. */
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <oneapi/dnnl/dnnl.h>
+
+#include "conv_dnnl.h"
+#include "model.h"
+
+/* Memories and primitives of one batch size.  "User" memories wrap our
+ * buffers (NCHW input, OIHW parameters and gradients, the shared activation
+ * buffers); the others are oneDNN-layout copies, NULL when oneDNN takes the
+ * user layout as it is. */
+enum {
+	M_X, M_XI,                  /* input, and its oneDNN copy */
+	M_A1, M_Y2, M_DA1, M_DA2,   /* activations and their gradients */
+	M_W1, M_W1F, M_B1,          /* conv1 weights: OIHW, forward layout; bias */
+	M_W2, M_W2F, M_W2D, M_B2,   /* conv2 weights: OIHW, forward, backward-data */
+	M_DW1, M_DW1I, M_DB1,       /* conv1 weight gradient: OIHW, oneDNN's; bias */
+	M_DW2, M_DW2I, M_DB2,
+	M_COUNT
+};
+enum {
+	K_C1F, K_C2F, K_C1W, K_C2W, K_C2D,     /* convolutions */
+	K_RX, K_RW1F, K_RW2F, K_RW2D, K_RDW1, K_RDW2,   /* reorders */
+	K_COUNT
+};
+
+struct batch {
+	int n;
+	unsigned long used;
+	dnnl_memory_t mem[M_COUNT];
+	dnnl_primitive_t prim[K_COUNT];
+	size_t a1_bytes, y2_bytes;
+};
+
+#define NBATCH 6
+
+struct cnn_convnet {
+	dnnl_engine_t eng;
+	dnnl_stream_t st;
+	int block;                  /* channels per block of a1/y2: 16, 8 or 1 */
+	unsigned long clock;
+	struct batch b[NBATCH];
+	float *a1, *y2, *da1, *da2; /* shared by all batch sizes */
+	size_t a1_cap, y2_cap, da1_cap, da2_cap;   /* bytes */
+	float *tile;                /* the pool's tiles, tile_n floats per thread */
+	size_t tile_n;
+	int tile_threads;
+	char desc[96];
+};
+
+static int fail(char *err, size_t errlen, const char *what, dnnl_status_t s, ...)
+{
+	static const char *names[] = {
+		"success", "out of memory", "invalid arguments", "unimplemented",
+		"iterator ends", "runtime error", "not required",
+	};
+	char buf[160];
+	va_list ap;
+	va_start(ap, s);
+	vsnprintf(buf, sizeof(buf), what, ap);
+	va_end(ap);
+	snprintf(err, errlen, "oneDNN: %s: %s", buf,
+		 (unsigned)s < sizeof(names) / sizeof(names[0]) ? names[s] : "unknown status");
+	return -1;
+}
+
+static void batch_free(struct batch *b)
+{
+	for (int i = 0; i < K_COUNT; i++)
+		if (b->prim[i])
+			dnnl_primitive_destroy(b->prim[i]);
+	for (int i = 0; i < M_COUNT; i++)
+		if (b->mem[i])
+			dnnl_memory_destroy(b->mem[i]);
+	memset(b, 0, sizeof(*b));
+}
+
+static int tag_md(dnnl_memory_desc_t *md, int nd, const dnnl_dims_t d, dnnl_format_tag_t tag)
+{
+	return dnnl_memory_desc_init_by_tag(md, nd, d, dnnl_f32, tag) == dnnl_success ? 0 : -1;
+}
+
+static int is_tag(const dnnl_memory_desc_t *md, dnnl_format_tag_t tag)
+{
+	dnnl_memory_desc_t t;
+	if (dnnl_memory_desc_init_by_tag(&t, md->ndims, md->dims, dnnl_f32, tag) != dnnl_success)
+		return 0;
+	return dnnl_memory_desc_equal(&t, md);
+}
+
+/* A memory without a buffer (set before each use) or with its own. */
+static dnnl_status_t mem(struct cnn_convnet *c, dnnl_memory_t *out, const dnnl_memory_desc_t *md,
+			 int own)
+{
+	return dnnl_memory_create(out, md, c->eng, own ? DNNL_MEMORY_ALLOCATE : DNNL_MEMORY_NONE);
+}
+
+/* When from and to differ: *internal gets a buffer of layout to (or from,
+ * for a reorder out of oneDNN's layout) and *rp a reorder from -> to. */
+static dnnl_status_t maybe_reorder(struct cnn_convnet *c, const dnnl_memory_desc_t *from,
+				   const dnnl_memory_desc_t *to, int internal_is_to,
+				   dnnl_memory_t *internal, dnnl_primitive_t *rp)
+{
+	if (dnnl_memory_desc_equal(from, to))
+		return dnnl_success;
+	dnnl_primitive_desc_t pd;
+	dnnl_status_t s = dnnl_reorder_primitive_desc_create(&pd, from, c->eng, to, c->eng, NULL);
+	if (s != dnnl_success)
+		return s;
+	s = dnnl_primitive_create(rp, pd);
+	dnnl_primitive_desc_destroy(pd);
+	if (s != dnnl_success)
+		return s;
+	return mem(c, internal, internal_is_to ? to : from, 1);
+}
+
+static const char *impl_of(dnnl_primitive_desc_t pd)
+{
+	const char *s = NULL;
+	if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &s) != dnnl_success || !s)
+		return "?";
+	return s;
+}
+
+/* Forward convolution 3x3 valid with ReLU fused; dst in `dst_tag` or
+ * oneDNN's choice (dnnl_format_tag_any). */
+static dnnl_status_t conv_fwd_pd(struct cnn_convnet *c, dnnl_primitive_desc_t *pd,
+				 const dnnl_memory_desc_t *src, const dnnl_dims_t wd,
+				 const dnnl_dims_t dd, dnnl_format_tag_t dst_tag)
+{
+	dnnl_memory_desc_t w, b, d;
+	dnnl_dims_t bd = { wd[0] }, one = { 1, 1 }, zero = { 0, 0 };
+	dnnl_convolution_desc_t cd;
+	dnnl_post_ops_t po = NULL;
+	dnnl_primitive_attr_t attr = NULL;
+	dnnl_status_t s;
+
+	if (tag_md(&w, 4, wd, dnnl_format_tag_any) || tag_md(&b, 1, bd, dnnl_x) ||
+	    tag_md(&d, 4, dd, dst_tag))
+		return dnnl_invalid_arguments;
+	s = dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_direct,
+					       src, &w, &b, &d, one, zero, zero);
+	if (s == dnnl_success)
+		s = dnnl_post_ops_create(&po);
+	if (s == dnnl_success)
+		s = dnnl_post_ops_append_eltwise(po, 1.f, dnnl_eltwise_relu, 0.f, 0.f);
+	if (s == dnnl_success)
+		s = dnnl_primitive_attr_create(&attr);
+	if (s == dnnl_success)
+		s = dnnl_primitive_attr_set_post_ops(attr, po);
+	if (s == dnnl_success)
+		s = dnnl_primitive_desc_create(pd, &cd, attr, c->eng, NULL);
+	if (attr)
+		dnnl_primitive_attr_destroy(attr);
+	if (po)
+		dnnl_post_ops_destroy(po);
+	return s;
+}
+
+/* Channels per block of an activation layout we can pool: 16, 8, 1 (nchw),
+ * 0 for another. */
+static int block_of(const dnnl_memory_desc_t *md)
+{
+	if (is_tag(md, dnnl_aBcd16b))
+		return 16;
+	if (is_tag(md, dnnl_aBcd8b))
+		return 8;
+	if (is_tag(md, dnnl_abcd))
+		return 1;
+	return 0;
+}
+
+static int grow(float **buf, size_t *cap, size_t bytes)
+{
+	if (bytes <= *cap)
+		return 0;
+	void *p = NULL;
+	if (posix_memalign(&p, 64, bytes) != 0)
+		return -1;
+	free(*buf);
+	*buf = p;
+	*cap = bytes;
+	return 0;
+}
+
+static int batch_build(struct cnn_convnet *c, struct batch *b, const struct cnn_model *m, int n,
+		       char *err, size_t errlen)
+{
+	const struct cnn_shape *in = &m->in;
+	dnnl_dims_t xd = { n, in->c, in->h, in->w };
+	dnnl_dims_t w1d = { m->c1, in->c, 3, 3 }, a1d = { n, m->c1, m->h1, m->w1 };
+	dnnl_dims_t w2d = { m->c2, m->c1, 3, 3 }, y2d = { n, m->c2, m->h2, m->w2 };
+	dnnl_dims_t b1d = { m->c1 }, b2d = { m->c2 }, one = { 1, 1 }, zero = { 0, 0 };
+	dnnl_memory_desc_t x_any, x_user, w1_user, w2_user, b1, b2, w_any, a1, y2;
+	dnnl_primitive_desc_t f1 = NULL, f2 = NULL, w1p = NULL, w2p = NULL, d2p = NULL;
+	dnnl_convolution_desc_t cd;
+	dnnl_status_t s;
+	const char *what = "describing the convolutions";
+
+	memset(b, 0, sizeof(*b));
+	b->n = n;
+	if (tag_md(&x_any, 4, xd, dnnl_format_tag_any) || tag_md(&x_user, 4, xd, dnnl_nchw) ||
+	    tag_md(&w1_user, 4, w1d, dnnl_oihw) || tag_md(&w2_user, 4, w2d, dnnl_oihw) ||
+	    tag_md(&b1, 1, b1d, dnnl_x) || tag_md(&b2, 1, b2d, dnnl_x) ||
+	    tag_md(&w_any, 4, w1d, dnnl_format_tag_any)) {
+		s = dnnl_invalid_arguments;
+		goto out;
+	}
+	/* conv1: oneDNN picks every layout; if the activation layout is one
+	 * the pool cannot read, ask for plain nchw. */
+	what = "conv1 forward";
+	s = conv_fwd_pd(c, &f1, &x_any, w1d, a1d, dnnl_format_tag_any);
+	if (s == dnnl_success && !block_of(dnnl_primitive_desc_query_md(f1, dnnl_query_dst_md, 0))) {
+		dnnl_primitive_desc_destroy(f1);
+		f1 = NULL;
+		s = conv_fwd_pd(c, &f1, &x_any, w1d, a1d, dnnl_nchw);
+	}
+	if (s != dnnl_success)
+		goto out;
+	a1 = *dnnl_primitive_desc_query_md(f1, dnnl_query_dst_md, 0);
+	const dnnl_memory_desc_t x_int = *dnnl_primitive_desc_query_md(f1, dnnl_query_src_md, 0);
+
+	/* conv2 reads a1 as conv1 wrote it and writes the same kind of layout */
+	what = "conv2 forward";
+	int blk = block_of(&a1);
+	s = conv_fwd_pd(c, &f2, &a1, w2d, y2d,
+			blk == 16 ? dnnl_aBcd16b : blk == 8 ? dnnl_aBcd8b : dnnl_nchw);
+	if (s != dnnl_success)
+		goto out;
+	y2 = *dnnl_primitive_desc_query_md(f2, dnnl_query_dst_md, 0);
+
+	what = "conv1 backward weights";
+	s = dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &x_int,
+							&w_any, &b1, &a1, one, zero, zero);
+	if (s == dnnl_success)
+		s = dnnl_primitive_desc_create(&w1p, &cd, NULL, c->eng, f1);
+	if (s != dnnl_success)
+		goto out;
+	what = "conv2 backward weights";
+	if (tag_md(&w_any, 4, w2d, dnnl_format_tag_any)) {
+		s = dnnl_invalid_arguments;
+		goto out;
+	}
+	s = dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &a1,
+							&w_any, &b2, &y2, one, zero, zero);
+	if (s == dnnl_success)
+		s = dnnl_primitive_desc_create(&w2p, &cd, NULL, c->eng, f2);
+	if (s != dnnl_success)
+		goto out;
+	what = "conv2 backward data";
+	s = dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &a1, &w_any,
+						     &y2, one, zero, zero);
+	if (s == dnnl_success)
+		s = dnnl_primitive_desc_create(&d2p, &cd, NULL, c->eng, f2);
+	if (s != dnnl_success)
+		goto out;
+
+	what = "creating primitives";
+	if ((s = dnnl_primitive_create(&b->prim[K_C1F], f1)) ||
+	    (s = dnnl_primitive_create(&b->prim[K_C2F], f2)) ||
+	    (s = dnnl_primitive_create(&b->prim[K_C1W], w1p)) ||
+	    (s = dnnl_primitive_create(&b->prim[K_C2W], w2p)) ||
+	    (s = dnnl_primitive_create(&b->prim[K_C2D], d2p)))
+		goto out;
+
+	what = "creating memories";
+	dnnl_memory_t *M = b->mem;
+	if ((s = mem(c, &M[M_X], &x_user, 0)) ||
+	    (s = maybe_reorder(c, &x_user, &x_int, 1, &M[M_XI], &b->prim[K_RX])) ||
+	    (s = mem(c, &M[M_A1], &a1, 0)) || (s = mem(c, &M[M_DA1], &a1, 0)) ||
+	    (s = mem(c, &M[M_Y2], &y2, 0)) || (s = mem(c, &M[M_DA2], &y2, 0)) ||
+	    (s = mem(c, &M[M_W1], &w1_user, 0)) || (s = mem(c, &M[M_B1], &b1, 0)) ||
+	    (s = mem(c, &M[M_W2], &w2_user, 0)) || (s = mem(c, &M[M_B2], &b2, 0)) ||
+	    (s = mem(c, &M[M_DW1], &w1_user, 0)) || (s = mem(c, &M[M_DB1], &b1, 0)) ||
+	    (s = mem(c, &M[M_DW2], &w2_user, 0)) || (s = mem(c, &M[M_DB2], &b2, 0)) ||
+	    (s = maybe_reorder(c, &w1_user, dnnl_primitive_desc_query_md(f1, dnnl_query_weights_md, 0),
+			       1, &M[M_W1F], &b->prim[K_RW1F])) ||
+	    (s = maybe_reorder(c, &w2_user, dnnl_primitive_desc_query_md(f2, dnnl_query_weights_md, 0),
+			       1, &M[M_W2F], &b->prim[K_RW2F])) ||
+	    (s = maybe_reorder(c, &w2_user, dnnl_primitive_desc_query_md(d2p, dnnl_query_weights_md, 0),
+			       1, &M[M_W2D], &b->prim[K_RW2D])) ||
+	    (s = maybe_reorder(c, dnnl_primitive_desc_query_md(w1p, dnnl_query_diff_weights_md, 0),
+			       &w1_user, 0, &M[M_DW1I], &b->prim[K_RDW1])) ||
+	    (s = maybe_reorder(c, dnnl_primitive_desc_query_md(w2p, dnnl_query_diff_weights_md, 0),
+			       &w2_user, 0, &M[M_DW2I], &b->prim[K_RDW2])))
+		goto out;
+	b->a1_bytes = dnnl_memory_desc_get_size(&a1);
+	b->y2_bytes = dnnl_memory_desc_get_size(&y2);
+	if (grow(&c->a1, &c->a1_cap, b->a1_bytes) || grow(&c->da1, &c->da1_cap, b->a1_bytes) ||
+	    grow(&c->y2, &c->y2_cap, b->y2_bytes) || grow(&c->da2, &c->da2_cap, b->y2_bytes)) {
+		s = dnnl_out_of_memory;
+		goto out;
+	}
+	c->block = block_of(&y2);
+	snprintf(c->desc, sizeof(c->desc), "%s, %s", impl_of(f2),
+		 c->block == 16 ? "nChw16c" : c->block == 8 ? "nChw8c" : "nchw");
+out:
+	if (f1)
+		dnnl_primitive_desc_destroy(f1);
+	if (f2)
+		dnnl_primitive_desc_destroy(f2);
+	if (w1p)
+		dnnl_primitive_desc_destroy(w1p);
+	if (w2p)
+		dnnl_primitive_desc_destroy(w2p);
+	if (d2p)
+		dnnl_primitive_desc_destroy(d2p);
+	if (s != dnnl_success) {
+		batch_free(b);
+		return fail(err, errlen, "%s for a batch of %d", s, what, n);
+	}
+	return 0;
+}
+
+/* The entry for n images, built on first use; the least recently used
+ * size makes room. */
+static struct batch *batch_get(struct cnn_convnet *c, const struct cnn_model *m, int n,
+			       char *err, size_t errlen)
+{
+	struct batch *victim = &c->b[0];
+	for (int i = 0; i < NBATCH; i++) {
+		struct batch *b = &c->b[i];
+		if (b->n == n) {
+			b->used = ++c->clock;
+			return b;
+		}
+		if (b->used < victim->used)
+			victim = b;
+	}
+	batch_free(victim);
+	if (batch_build(c, victim, m, n, err, errlen) < 0)
+		return NULL;
+	victim->used = ++c->clock;
+	return victim;
+}
+
+int cnn_convnet_create(struct cnn_convnet **out, const struct cnn_model *m, int max_batch,
+		       char *err, size_t errlen)
+{
+	struct cnn_convnet *c = calloc(1, sizeof(*c));
+	dnnl_status_t s;
+	*out = NULL;
+	if (!c) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	s = dnnl_engine_create(&c->eng, dnnl_cpu, 0);
+	if (s == dnnl_success)
+		s = dnnl_stream_create(&c->st, c->eng, dnnl_stream_default_flags);
+	if (s != dnnl_success) {
+		cnn_convnet_free(c);
+		return fail(err, errlen, "CPU engine", s);
+	}
+	/* the training size now: a shape oneDNN cannot do fails at start-up */
+	if (!batch_get(c, m, max_batch, err, errlen)) {
+		cnn_convnet_free(c);
+		return -1;
+	}
+	*out = c;
+	return 0;
+}
+
+void cnn_convnet_free(struct cnn_convnet *c)
+{
+	if (!c)
+		return;
+	for (int i = 0; i < NBATCH; i++)
+		batch_free(&c->b[i]);
+	if (c->st)
+		dnnl_stream_destroy(c->st);
+	if (c->eng)
+		dnnl_engine_destroy(c->eng);
+	free(c->a1);
+	free(c->y2);
+	free(c->da1);
+	free(c->da2);
+	free(c->tile);
+	free(c);
+}
+
+const char *cnn_convnet_describe(const struct cnn_convnet *c)
+{
+	return c->desc;
+}
+
+/* Point the user memories at this call's buffers. */
+static void set_handles(struct cnn_convnet *c, struct batch *b, const struct cnn_model *m,
+			const float *x, float *grads)
+{
+	const float *P = m->params;
+	dnnl_memory_t *M = b->mem;
+	dnnl_memory_set_data_handle(M[M_X], (void *)x);
+	dnnl_memory_set_data_handle(M[M_A1], c->a1);
+	dnnl_memory_set_data_handle(M[M_Y2], c->y2);
+	dnnl_memory_set_data_handle(M[M_DA1], c->da1);
+	dnnl_memory_set_data_handle(M[M_DA2], c->da2);
+	dnnl_memory_set_data_handle(M[M_W1], (void *)(P + m->t[P_W1].off));
+	dnnl_memory_set_data_handle(M[M_B1], (void *)(P + m->t[P_B1].off));
+	dnnl_memory_set_data_handle(M[M_W2], (void *)(P + m->t[P_W2].off));
+	dnnl_memory_set_data_handle(M[M_B2], (void *)(P + m->t[P_B2].off));
+	if (grads) {
+		dnnl_memory_set_data_handle(M[M_DW1], grads + m->t[P_W1].off);
+		dnnl_memory_set_data_handle(M[M_DB1], grads + m->t[P_B1].off);
+		dnnl_memory_set_data_handle(M[M_DW2], grads + m->t[P_W2].off);
+		dnnl_memory_set_data_handle(M[M_DB2], grads + m->t[P_B2].off);
+	}
+}
+
+static dnnl_status_t run(struct cnn_convnet *c, dnnl_primitive_t p, int nargs, ...)
+{
+	dnnl_exec_arg_t args[6];
+	va_list ap;
+	va_start(ap, nargs);
+	for (int i = 0; i < nargs; i++) {
+		args[i].arg = va_arg(ap, int);
+		args[i].memory = va_arg(ap, dnnl_memory_t);
+	}
+	va_end(ap);
+	return dnnl_primitive_execute(p, c->st, nargs, args);
+}
+
+/* from -> to through reorder r, when r exists. */
+static dnnl_status_t reorder(struct cnn_convnet *c, dnnl_primitive_t r, dnnl_memory_t from,
+			     dnnl_memory_t to)
+{
+	return r ? run(c, r, 2, DNNL_ARG_FROM, from, DNNL_ARG_TO, to) : dnnl_success;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define HOT __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define HOT
+#endif
+
+/* 2x2 max-pool of one image of y (C x H x W in blocks of B channels) into
+ * p and arg in NCHW order.  Strict > keeps the first maximum, as PyTorch.
+ * A block's results go to a tile [pixel][B] with whole-vector stores, then
+ * the tile is transposed into the B output planes. */
+static inline void pool_fwd_block(const float *y, int C, int H, int W, int B, int n_i,
+				  float *p, uint8_t *arg, float *tp, float *ta)
+{
+	int ph = H / 2, pw = W / 2, nb = C / B;
+	size_t plane = (size_t)ph * pw;
+	for (int cb = 0; cb < nb; cb++) {
+		for (int py = 0; py < ph; py++)
+			for (int px = 0; px < pw; px++) {
+				const float *r0 = y + ((((size_t)n_i * nb + cb) * H + 2 * py) * W + 2 * px) * B;
+				const float *r1 = r0 + (size_t)W * B;
+				float *t = tp + ((size_t)py * pw + px) * B;
+				float *u = ta + ((size_t)py * pw + px) * B;
+				/* all float, so the selects vectorize */
+				for (int j = 0; j < B; j++) {
+					float m = r0[j], a = 0.f;
+					a = r0[B + j] > m ? 1.f : a;
+					m = r0[B + j] > m ? r0[B + j] : m;
+					a = r1[j] > m ? 2.f : a;
+					m = r1[j] > m ? r1[j] : m;
+					a = r1[B + j] > m ? 3.f : a;
+					m = r1[B + j] > m ? r1[B + j] : m;
+					t[j] = m;
+					u[j] = a;
+				}
+			}
+		size_t o = ((size_t)n_i * C + (size_t)cb * B) * plane;
+		for (int j = 0; j < B; j++)
+			for (size_t q = 0; q < plane; q++) {
+				p[o + j * plane + q] = tp[q * B + j];
+				arg[o + j * plane + q] = (uint8_t)ta[q * B + j];
+			}
+	}
+}
+
+/* The backward of one image: each window's gradient (where the pooled value
+ * is positive: the ReLU before the pool) goes to its winner, the other
+ * three get 0.  Gathered into a tile [pixel][B] first, then written as
+ * whole vectors; only an odd last row or column needs zeroing apart. */
+static inline void pool_bwd_block(const float *dp, const float *p, const uint8_t *arg, int C,
+				  int H, int W, int B, int n_i, float *dy, float *tg, float *ta)
+{
+	int ph = H / 2, pw = W / 2, nb = C / B;
+	size_t plane = (size_t)ph * pw;
+	if ((H | W) & 1)
+		memset(dy + (size_t)n_i * C * H * W, 0, (size_t)C * H * W * sizeof(float));
+	for (int cb = 0; cb < nb; cb++) {
+		size_t o = ((size_t)n_i * C + (size_t)cb * B) * plane;
+		for (int j = 0; j < B; j++)
+			for (size_t q = 0; q < plane; q++) {
+				size_t i = o + j * plane + q;
+				tg[q * B + j] = p[i] > 0.f ? dp[i] : 0.f;
+				ta[q * B + j] = (float)arg[i];
+			}
+		for (int py = 0; py < ph; py++)
+			for (int px = 0; px < pw; px++) {
+				float *r0 = dy + ((((size_t)n_i * nb + cb) * H + 2 * py) * W + 2 * px) * B;
+				float *r1 = r0 + (size_t)W * B;
+				const float *g = tg + ((size_t)py * pw + px) * B;
+				const float *a = ta + ((size_t)py * pw + px) * B;
+				for (int j = 0; j < B; j++) {
+					r0[j] = a[j] == 0.f ? g[j] : 0.f;
+					r0[B + j] = a[j] == 1.f ? g[j] : 0.f;
+					r1[j] = a[j] == 2.f ? g[j] : 0.f;
+					r1[B + j] = a[j] == 3.f ? g[j] : 0.f;
+				}
+			}
+	}
+}
+
+/* One image; the block size as a constant in the hot cases, so the inner
+ * loops are whole vectors.  Each thread has its own tile in c->tile. */
+HOT static void pool_fwd_image(const float *y, int C, int H, int W, int B, int i, float *p,
+			       uint8_t *arg, float *tp, float *ta)
+{
+	if (B == 16)
+		pool_fwd_block(y, C, H, W, 16, i, p, arg, tp, ta);
+	else if (B == 8)
+		pool_fwd_block(y, C, H, W, 8, i, p, arg, tp, ta);
+	else
+		pool_fwd_block(y, C, H, W, B, i, p, arg, tp, ta);
+}
+
+HOT static void pool_bwd_image(const float *dp, const float *p, const uint8_t *arg, int C,
+			       int H, int W, int B, int i, float *dy, float *tg, float *ta)
+{
+	if (B == 16)
+		pool_bwd_block(dp, p, arg, C, H, W, 16, i, dy, tg, ta);
+	else if (B == 8)
+		pool_bwd_block(dp, p, arg, C, H, W, 8, i, dy, tg, ta);
+	else
+		pool_bwd_block(dp, p, arg, C, H, W, B, i, dy, tg, ta);
+}
+
+/* Room for one tile per OpenMP thread: a block's pooled map, then its
+ * winners (as floats). */
+static int tiles(struct cnn_convnet *c, const struct cnn_model *m, char *err, size_t errlen)
+{
+	int T = omp_get_max_threads();
+	size_t need = 2 * (size_t)(m->h2 / 2) * (m->w2 / 2) * (c->block > 0 ? c->block : 1);
+	if (c->tile && T <= c->tile_threads && need <= c->tile_n)
+		return 0;
+	free(c->tile);
+	c->tile = NULL;
+	if (posix_memalign((void **)&c->tile, 64, (size_t)T * need * sizeof(float)) != 0) {
+		c->tile = NULL;
+		c->tile_threads = 0;
+		snprintf(err, errlen, "out of memory for the pool's tiles (%d threads)", T);
+		return -1;
+	}
+	c->tile_n = need;
+	c->tile_threads = T;
+	return 0;
+}
+
+static void pool_fwd(struct cnn_convnet *c, const float *y, int C, int H, int W, int B, int n,
+		     float *p, uint8_t *arg)
+{
+	#pragma omp parallel
+	{
+		int t = omp_get_thread_num();
+		float *tp = c->tile + (size_t)t * c->tile_n;
+		float *ta = tp + c->tile_n / 2;
+		#pragma omp for schedule(static)
+		for (int i = 0; i < n; i++)
+			pool_fwd_image(y, C, H, W, B, i, p, arg, tp, ta);
+	}
+}
+
+static void pool_bwd(struct cnn_convnet *c, const float *dp, const float *p, const uint8_t *arg,
+		     int C, int H, int W, int B, int n, float *dy)
+{
+	#pragma omp parallel
+	{
+		int t = omp_get_thread_num();
+		float *tg = c->tile + (size_t)t * c->tile_n;
+		float *ta = tg + c->tile_n / 2;
+		#pragma omp for schedule(static)
+		for (int i = 0; i < n; i++)
+			pool_bwd_image(dp, p, arg, C, H, W, B, i, dy, tg, ta);
+	}
+}
+
+/* dx = (y > 0) ? dx : 0, same layout. */
+HOT static void relu_bwd_part(float *dx, const float *y, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		dx[i] = y[i] > 0.f ? dx[i] : 0.f;
+}
+
+static void relu_bwd(float *dx, const float *y, size_t n)
+{
+	#pragma omp parallel
+	{
+		int t = omp_get_thread_num(), T = omp_get_num_threads();
+		size_t lo = n * t / T, hi = n * (t + 1) / T;
+		relu_bwd_part(dx + lo, y + lo, hi - lo);
+	}
+}
+
+int cnn_convnet_fwd(struct cnn_convnet *c, const struct cnn_model *m, const float *x, int n,
+		    float *p, uint8_t *arg, char *err, size_t errlen)
+{
+	struct batch *b = batch_get(c, m, n, err, errlen);
+	if (!b)
+		return -1;
+	dnnl_memory_t *M = b->mem;
+	dnnl_primitive_t *R = b->prim;
+	dnnl_memory_t xs = M[M_XI] ? M[M_XI] : M[M_X];
+	dnnl_memory_t w1 = M[M_W1F] ? M[M_W1F] : M[M_W1], w2 = M[M_W2F] ? M[M_W2F] : M[M_W2];
+	dnnl_status_t s;
+	set_handles(c, b, m, x, NULL);
+	if ((s = reorder(c, R[K_RX], M[M_X], xs)) ||
+	    (s = reorder(c, R[K_RW1F], M[M_W1], w1)) || (s = reorder(c, R[K_RW2F], M[M_W2], w2)) ||
+	    (s = run(c, R[K_C1F], 4, DNNL_ARG_SRC, xs, DNNL_ARG_WEIGHTS, w1, DNNL_ARG_BIAS, M[M_B1],
+		     DNNL_ARG_DST, M[M_A1])) ||
+	    (s = run(c, R[K_C2F], 4, DNNL_ARG_SRC, M[M_A1], DNNL_ARG_WEIGHTS, w2, DNNL_ARG_BIAS,
+		     M[M_B2], DNNL_ARG_DST, M[M_Y2])) ||
+	    (s = dnnl_stream_wait(c->st)))
+		return fail(err, errlen, "forward of %d images", s, n);
+	if (tiles(c, m, err, errlen) < 0)
+		return -1;
+	pool_fwd(c, c->y2, m->c2, m->h2, m->w2, c->block, n, p, arg);
+	return 0;
+}
+
+int cnn_convnet_bwd(struct cnn_convnet *c, const struct cnn_model *m, const float *x, int n,
+		    const float *p, const uint8_t *arg, const float *dp, float *grads,
+		    char *err, size_t errlen)
+{
+	struct batch *b = batch_get(c, m, n, err, errlen);
+	if (!b)
+		return -1;
+	dnnl_memory_t *M = b->mem;
+	dnnl_primitive_t *R = b->prim;
+	dnnl_memory_t xs = M[M_XI] ? M[M_XI] : M[M_X];
+	dnnl_memory_t w2 = M[M_W2D] ? M[M_W2D] : M[M_W2];
+	dnnl_memory_t dw1 = M[M_DW1I] ? M[M_DW1I] : M[M_DW1];
+	dnnl_memory_t dw2 = M[M_DW2I] ? M[M_DW2I] : M[M_DW2];
+	dnnl_status_t s;
+
+	set_handles(c, b, m, x, grads);
+	if (tiles(c, m, err, errlen) < 0)
+		return -1;
+	pool_bwd(c, dp, p, arg, m->c2, m->h2, m->w2, c->block, n, c->da2);
+	/* the forward's input copy (if any) is still in xs: same n, same x */
+	if ((s = reorder(c, R[K_RW2D], M[M_W2], w2)) ||
+	    (s = run(c, R[K_C2W], 4, DNNL_ARG_SRC, M[M_A1], DNNL_ARG_DIFF_DST, M[M_DA2],
+		     DNNL_ARG_DIFF_WEIGHTS, dw2, DNNL_ARG_DIFF_BIAS, M[M_DB2])) ||
+	    (s = run(c, R[K_C2D], 3, DNNL_ARG_DIFF_DST, M[M_DA2], DNNL_ARG_WEIGHTS, w2,
+		     DNNL_ARG_DIFF_SRC, M[M_DA1])) ||
+	    (s = dnnl_stream_wait(c->st)))
+		return fail(err, errlen, "conv2 backward of %d images", s, n);
+	relu_bwd(c->da1, c->a1, b->a1_bytes / sizeof(float));
+	if ((s = run(c, R[K_C1W], 4, DNNL_ARG_SRC, xs, DNNL_ARG_DIFF_DST, M[M_DA1],
+		     DNNL_ARG_DIFF_WEIGHTS, dw1, DNNL_ARG_DIFF_BIAS, M[M_DB1])) ||
+	    (s = reorder(c, R[K_RDW1], dw1, M[M_DW1])) || (s = reorder(c, R[K_RDW2], dw2, M[M_DW2])) ||
+	    (s = dnnl_stream_wait(c->st)))
+		return fail(err, errlen, "conv1 backward of %d images", s, n);
+	return 0;
+}
