@@ -4,6 +4,7 @@
 #   make demo       install missing Debian packages, build, start a local
 #                   multi-node Slurm and train across it with srun --ddp
 #   make check      the same set-up, then every test
+#   make bench      the benchmarks' programs (bench/*.sh run them)
 #   make install    PREFIX, DESTDIR, SLURM_PLUGIN_DIR, SYSCONFDIR honoured
 #   SANITIZER=address,undefined make check   unit tests under sanitizers
 
@@ -18,7 +19,7 @@ SLURM_PLUGIN_DIR ?= /usr/lib/$(shell $(CC) -print-multiarch 2>/dev/null || echo 
 SYSCONFDIR ?= /etc/slurm
 export BUILD CC CFLAGS SANITIZER PREFIX DESTDIR SLURM_PLUGIN_DIR SYSCONFDIR
 
-.PHONY: all libddpenv spank trainer deps check unit bats demo install uninstall clean cluster-stop
+.PHONY: all libddpenv spank trainer bench deps check unit bats demo install uninstall clean cluster-stop
 
 all: libddpenv spank trainer
 
@@ -30,6 +31,9 @@ spank: libddpenv
 
 trainer: libddpenv
 	$(MAKE) -C trainer
+
+bench: all
+	$(MAKE) -C bench
 
 deps:
 	scripts/deps.sh
@@ -57,4 +61,4 @@ cluster-stop:
 	tests/cluster/cluster.sh stop
 
 clean:
-	rm -rf $(BUILD)/obj $(BUILD)/lib $(BUILD)/bin $(BUILD)/tests $(BUILD)/include
+	rm -rf $(BUILD)/obj $(BUILD)/lib $(BUILD)/bin $(BUILD)/tests $(BUILD)/tests-san $(BUILD)/include $(BUILD)/bench

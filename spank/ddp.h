@@ -22,7 +22,7 @@ extern struct ddp_request ddp_req;
 int ddp_option_register(spank_t sp, int ac, char **av);
 
 /* ddp_stepd.c: remote context (slurmstepd) */
-int ddp_stepd_user_init(spank_t sp);
+int ddp_stepd_user_init(spank_t sp, int ac, char **av);
 int ddp_stepd_task_init(spank_t sp);
 
 #endif

@@ -62,7 +62,20 @@ static int snapshot(spank_t sp, struct ddpenv_env *env)
 	return 0;
 }
 
-int ddp_stepd_user_init(spank_t sp)
+/* plugstack.conf arguments that set a default the job's environment may
+ * override: head_from=auto|name|nodeaddr (DDP_HEAD_FROM). */
+static int plugstack_defaults(struct ddpenv_env *env, int ac, char **av)
+{
+	for (int i = 0; i < ac; i++)
+		if (strncmp(av[i], "head_from=", 10) == 0 && !ddpenv_env_get(env, "DDP_HEAD_FROM") &&
+		    ddpenv_env_set(env, "DDP_HEAD_FROM", av[i] + 10) < 0) {
+			snprintf(st.err, sizeof(st.err), "out of memory copying %s", av[i]);
+			return -1;
+		}
+	return 0;
+}
+
+int ddp_stepd_user_init(spank_t sp, int ac, char **av)
 {
 	struct ddpenv_env env;
 	struct ddpenv_sys sys = ddpenv_sys_default;
@@ -82,7 +95,7 @@ int ddp_stepd_user_init(spank_t sp)
 	}
 	ddpenv_env_init(&env);
 	sys.nodeaddr = nodeaddr;
-	if (snapshot(sp, &env) < 0 ||
+	if (snapshot(sp, &env) < 0 || plugstack_defaults(&env, ac, av) < 0 ||
 	    ddpenv_node_resolve(&env, ddp_req.backend, &sys, &st.node,
 				st.err, sizeof(st.err)) < 0)
 		st.failed = 1;

@@ -18,11 +18,9 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 
 int slurm_spank_user_init(spank_t sp, int ac, char **av)
 {
-	(void)ac;
-	(void)av;
 	if (spank_context() != S_CTX_REMOTE)
 		return 0;
-	return ddp_stepd_user_init(sp);
+	return ddp_stepd_user_init(sp, ac, av);
 }
 
 int slurm_spank_task_init(spank_t sp, int ac, char **av)

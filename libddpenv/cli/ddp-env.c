@@ -4,10 +4,12 @@
  *   srun bash -c 'eval "$(ddp-env)"; exec python3 train.py'
  *   srun ddp-env --explain
  */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ddpenv.h"
@@ -51,8 +53,31 @@ static void usage(FILE *f)
 		"  -e, --explain        print each value with where it came from\n"
 		"  -b, --backend=NAME   nccl, gloo or auto (default: the --ddp value\n"
 		"                       of the job, else auto)\n"
+		"      --head-from=SRC  where the head's address comes from: auto (the\n"
+		"                       name, then Slurm's NodeAddr), name or nodeaddr\n"
+		"                       (default: $DDP_HEAD_FROM, else auto)\n"
+		"      --repeat=N       resolve N times and first print the time per\n"
+		"                       resolution and the name lookups it made\n"
+		"                       (bench/resolve_scale.sh)\n"
 		"  -h, --help           this help\n"
 		"  -V, --version        print the version\n");
+}
+
+/* Counts the name lookups a resolution makes (--repeat). */
+static unsigned long lookups;
+
+static int counting_lookup(void *ctx, const char *name, struct ddpenv_addr *out, size_t max,
+			   char *err, size_t errlen)
+{
+	lookups++;
+	return ddpenv_sys_lookup(ctx, name, out, max, err, errlen);
+}
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + t.tv_nsec * 1e-9;
 }
 
 static void put_quoted(const char *s)
@@ -72,11 +97,15 @@ int main(int argc, char **argv)
 	static const struct option opts[] = {
 		{ "explain", no_argument, NULL, 'e' },
 		{ "backend", required_argument, NULL, 'b' },
+		{ "head-from", required_argument, NULL, 'H' },
+		{ "repeat", required_argument, NULL, 'R' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *backend_arg = NULL;
+	const char *backend_arg = NULL, *head_from = NULL;
+	long repeat = 0;
+	char *end;
 	enum ddpenv_backend backend;
 	struct ddpenv_env env;
 	struct ddpenv_sys sys = ddpenv_sys_default;
@@ -89,6 +118,16 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 'e': explain = 1; break;
 		case 'b': backend_arg = optarg; break;
+		case 'H': head_from = optarg; break;
+		case 'R':
+			errno = 0;
+			repeat = strtol(optarg, &end, 10);
+			if (errno || end == optarg || *end || repeat < 1 || repeat > 100000000) {
+				fprintf(stderr, "ddp-env: --repeat=%s: expected a count 1-100000000\n",
+					optarg);
+				return 2;
+			}
+			break;
 		case 'h': usage(stdout); return 0;
 		case 'V': printf("ddp-env %s\n", DDPENV_VERSION); return 0;
 		default: usage(stderr); return 2;
@@ -115,12 +154,31 @@ int main(int argc, char **argv)
 		fprintf(stderr, "ddp-env: out of memory reading the environment\n");
 		goto out;
 	}
-	sys.nodeaddr = nodeaddr;
-	if (ddpenv_node_resolve(&env, backend, &sys, &node, err, sizeof(err)) < 0 ||
-	    ddpenv_task_vars(&node, &env, &vars, err, sizeof(err)) < 0) {
-		fprintf(stderr, "ddp-env: %s\n", err);
-		goto out;
+	if (head_from) {
+		enum ddpenv_head_from f;
+		if (ddpenv_head_from_parse(head_from, &f, err, sizeof(err)) < 0) {
+			fprintf(stderr, "ddp-env: --head-from: %s\n", err);
+			rv = 2;
+			goto out;
+		}
+		if (ddpenv_env_set(&env, "DDP_HEAD_FROM", head_from) < 0) {
+			fprintf(stderr, "ddp-env: out of memory\n");
+			goto out;
+		}
 	}
+	sys.nodeaddr = nodeaddr;
+	sys.lookup = counting_lookup;
+	double t0 = now_s();
+	for (long i = 0; i < (repeat ? repeat : 1); i++)
+		if (ddpenv_node_resolve(&env, backend, &sys, &node, err, sizeof(err)) < 0 ||
+		    ddpenv_task_vars(&node, &env, &vars, err, sizeof(err)) < 0) {
+			fprintf(stderr, "ddp-env: %s\n", err);
+			goto out;
+		}
+	if (repeat)
+		printf("# %ld resolutions: %.2f us each, %.2f name lookups each, head %s\n", repeat,
+		       (now_s() - t0) * 1e6 / (double)repeat, (double)lookups / (double)repeat,
+		       node.step.head);
 	for (size_t i = 0; i < vars.n; i++) {
 		const struct ddpenv_var *v = &vars.v[i];
 		if (explain) {

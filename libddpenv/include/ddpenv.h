@@ -164,13 +164,30 @@ int ddpenv_tasks_on_node(const char *tasks_per_node, uint32_t node_id,
 
 /* ---- head address ------------------------------------------------------- */
 
-/* Resolve the head node's name to a usable, non-loopback address.  Order:
- * a literal address; the name through sys->lookup; if that yields only
- * loopback (Debian's "127.0.1.1 hostname" line) or nothing, Slurm's
+/* Where the head's address comes from (DDP_HEAD_FROM, the plugstack
+ * argument head_from=):
+ *   auto      the name (one lookup per node and step); if it yields only
+ *             loopback or nothing, Slurm's NodeAddr
+ *   name      the name only
+ *   nodeaddr  Slurm's NodeAddr only: no lookup at all when NodeAddr is an
+ *             address (what large clusters want: no DNS storm at step start) */
+enum ddpenv_head_from { DDPENV_HEAD_AUTO, DDPENV_HEAD_NAME, DDPENV_HEAD_NODEADDR };
+
+/* NULL or "" is auto; anything else but the three names is an error. */
+int ddpenv_head_from_parse(const char *s, enum ddpenv_head_from *out,
+			   char *err, size_t errlen);
+const char *ddpenv_head_from_name(enum ddpenv_head_from f);
+
+/* Resolve the head node's name to a usable, non-loopback address.  Order
+ * (auto): a literal address; the name through sys->lookup; if that yields
+ * only loopback (Debian's "127.0.1.1 hostname" line) or nothing, Slurm's
  * NodeAddr for the node through sys->nodeaddr.  how says which was used. */
 int ddpenv_head_resolve(const char *head, const struct ddpenv_sys *sys,
 			struct ddpenv_addr *out, char *how, size_t howlen,
 			char *err, size_t errlen);
+int ddpenv_head_resolve_from(const char *head, enum ddpenv_head_from from,
+			     const struct ddpenv_sys *sys, struct ddpenv_addr *out,
+			     char *how, size_t howlen, char *err, size_t errlen);
 
 /* ---- port ----------------------------------------------------------------- */
 

@@ -66,8 +66,15 @@ static int master_addr(const struct ddpenv_env *env, const struct ddpenv_sys *sy
 		*addr = tmp[0];
 		return 0;
 	}
-	if (ddpenv_head_resolve(node->step.head, sys, addr, how, sizeof(how),
-				err, errlen) < 0)
+	enum ddpenv_head_from from;
+	if (ddpenv_head_from_parse(ddpenv_env_get(env, "DDP_HEAD_FROM"), &from, err, errlen) < 0) {
+		char e2[DDPENV_ERRLEN];
+		snprintf(e2, sizeof(e2), "DDP_HEAD_FROM: %s", err);
+		snprintf(err, errlen, "%s", e2);
+		return -1;
+	}
+	if (ddpenv_head_resolve_from(node->step.head, from, sys, addr, how, sizeof(how),
+				     err, errlen) < 0)
 		return -1;
 	if (ddpenv_addr_format(addr, node->master_addr, sizeof(node->master_addr)) < 0) {
 		snprintf(err, errlen, "head node %s: cannot format its address", node->step.head);

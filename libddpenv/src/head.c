@@ -40,6 +40,74 @@ static int lookup_usable(const char *name, const struct ddpenv_sys *sys,
 	return 0;
 }
 
+int ddpenv_head_from_parse(const char *s, enum ddpenv_head_from *out,
+			   char *err, size_t errlen)
+{
+	if (!s || !*s || strcmp(s, "auto") == 0)
+		*out = DDPENV_HEAD_AUTO;
+	else if (strcmp(s, "name") == 0)
+		*out = DDPENV_HEAD_NAME;
+	else if (strcmp(s, "nodeaddr") == 0)
+		*out = DDPENV_HEAD_NODEADDR;
+	else {
+		snprintf(err, errlen, "head address source '%.64s': expected auto, name or nodeaddr",
+			 s);
+		return -1;
+	}
+	return 0;
+}
+
+const char *ddpenv_head_from_name(enum ddpenv_head_from f)
+{
+	return f == DDPENV_HEAD_NAME ? "name" : f == DDPENV_HEAD_NODEADDR ? "nodeaddr" : "auto";
+}
+
+/* Slurm's NodeAddr only. */
+static int from_nodeaddr(const char *head, const struct ddpenv_sys *sys,
+			 struct ddpenv_addr *out, char *how, size_t howlen,
+			 char *err, size_t errlen)
+{
+	char nodeaddr[DDPENV_HOSTLEN], seen[256] = "", lerr[DDPENV_ERRLEN] = "";
+	int r;
+
+	if (!sys->nodeaddr || sys->nodeaddr(sys->ctx, head, nodeaddr, sizeof(nodeaddr)) < 0) {
+		snprintf(err, errlen,
+			 "head node %.64s: head addresses come from Slurm's NodeAddr (head_from=nodeaddr) but Slurm's configuration has no node of that name",
+			 head);
+		return -1;
+	}
+	r = lookup_usable(nodeaddr, sys, out, seen, sizeof(seen), lerr, sizeof(lerr));
+	if (r > 0) {
+		snprintf(how, howlen, "Slurm NodeAddr=%.60s of %.60s", nodeaddr, head);
+		return 0;
+	}
+	if (r < 0)
+		snprintf(err, errlen, "head node %.64s: its Slurm NodeAddr %.64s does not resolve: %.150s; expected an address or a resolvable name in slurm.conf",
+			 head, nodeaddr, lerr);
+	else
+		snprintf(err, errlen, "head node %.64s: its Slurm NodeAddr %.64s is loopback/link-local only (%.100s); expected a routable address in slurm.conf",
+			 head, nodeaddr, seen);
+	return -1;
+}
+
+int ddpenv_head_resolve_from(const char *head, enum ddpenv_head_from from,
+			     const struct ddpenv_sys *sys, struct ddpenv_addr *out,
+			     char *how, size_t howlen, char *err, size_t errlen)
+{
+	if (!head || !*head) {
+		snprintf(err, errlen, "empty head node name");
+		return -1;
+	}
+	if (from == DDPENV_HEAD_NODEADDR)
+		return from_nodeaddr(head, sys, out, how, howlen, err, errlen);
+	if (from == DDPENV_HEAD_NAME) {
+		struct ddpenv_sys no_nodeaddr = *sys;
+		no_nodeaddr.nodeaddr = NULL;
+		return ddpenv_head_resolve(head, &no_nodeaddr, out, how, howlen, err, errlen);
+	}
+	return ddpenv_head_resolve(head, sys, out, how, howlen, err, errlen);
+}
+
 int ddpenv_head_resolve(const char *head, const struct ddpenv_sys *sys,
 			struct ddpenv_addr *out, char *how, size_t howlen,
 			char *err, size_t errlen)

@@ -231,11 +231,39 @@ static void test_het(void)
 	ddpenv_env_free(&env);
 }
 
+/* DDP_HEAD_FROM in the step's environment (the plugstack default or the
+ * user's) steers the head's address, and a bad value names itself. */
+static void test_head_from_env(void)
+{
+	struct fake f = { hosts, nodeaddrs, ifs, "enp2s0", 0 };
+	struct ddpenv_sys sys = fake_sys(&f);
+	struct ddpenv_env env;
+	struct ddpenv_node node;
+	char err[DDPENV_ERRLEN] = "";
+
+	env_of(&env, STEP3, "SLURM_PROCID=0", "SLURM_LOCALID=0", "SLURM_NODEID=0",
+	       "DDP_HEAD_FROM=nodeaddr", NULL);
+	test_cond("DDP_HEAD_FROM=nodeaddr: resolves",
+		  ddpenv_node_resolve(&env, DDPENV_BACKEND_GLOO, &sys, &node, err, sizeof(err)) == 0);
+	test_streq("... the head's NodeAddr", node.master_addr, "10.0.0.11");
+	test_cond("... without a name lookup", f.lookups == 0);
+	ddpenv_env_free(&env);
+
+	env_of(&env, STEP3, "SLURM_PROCID=0", "SLURM_LOCALID=0", "SLURM_NODEID=0",
+	       "DDP_HEAD_FROM=dns", NULL);
+	test_cond("DDP_HEAD_FROM=dns: refused",
+		  ddpenv_node_resolve(&env, DDPENV_BACKEND_GLOO, &sys, &node, err, sizeof(err)) < 0);
+	test_err("... naming the variable and the choices", err,
+		 "DDP_HEAD_FROM: head address source 'dns': expected auto, name or nodeaddr");
+	ddpenv_env_free(&env);
+}
+
 int main(void)
 {
 	test_hostlists();
 	test_full_contract();
 	test_bad_env();
 	test_het();
+	test_head_from_env();
 	return test_report();
 }

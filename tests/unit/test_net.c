@@ -70,6 +70,65 @@ static void test_head(void)
 	test_err("unresolvable NodeAddr named", err, "unres-mgmt");
 }
 
+/* head_from: where the head's address comes from, and what it costs. */
+static void test_head_from(void)
+{
+	static const struct fake_host hosts[] = {
+		{ "node1", { "127.0.1.1" } },
+		{ "node2", { "10.0.0.12" } },
+		{ "node4-ib", { "10.9.0.14" } },
+		{ NULL, { NULL } },
+	};
+	static const struct fake_host nodeaddrs[] = {
+		{ "node1", { "10.0.0.11" } },
+		{ "node2", { "10.0.0.22" } },
+		{ "node4", { "node4-ib" } },
+		{ NULL, { NULL } },
+	};
+	struct fake f = { .hosts = hosts, .nodeaddrs = nodeaddrs };
+	struct ddpenv_sys sys = fake_sys(&f);
+	struct ddpenv_addr a;
+	enum ddpenv_head_from from;
+	char how[DDPENV_HOWLEN], err[DDPENV_ERRLEN], buf[DDPENV_ADDRSTRLEN];
+
+	test_cond("head_from: unset is auto", ddpenv_head_from_parse(NULL, &from, err, sizeof(err)) == 0 &&
+		  from == DDPENV_HEAD_AUTO);
+	test_cond("head_from: nodeaddr", ddpenv_head_from_parse("nodeaddr", &from, err, sizeof(err)) == 0 &&
+		  from == DDPENV_HEAD_NODEADDR && strcmp(ddpenv_head_from_name(from), "nodeaddr") == 0);
+	test_cond("head_from: 'dns' refused", ddpenv_head_from_parse("dns", &from, err, sizeof(err)) < 0);
+	test_err("... naming the value and the choices", err, "'dns': expected auto, name or nodeaddr");
+
+	f.lookups = 0;
+	test_cond("nodeaddr: NodeAddr used even though the name resolves",
+		  ddpenv_head_resolve_from("node2", DDPENV_HEAD_NODEADDR, &sys, &a, how, sizeof(how),
+					   err, sizeof(err)) == 0);
+	ddpenv_addr_format(&a, buf, sizeof(buf));
+	test_streq("nodeaddr: the address", buf, "10.0.0.22");
+	test_err("nodeaddr: how", how, "Slurm NodeAddr=10.0.0.22 of node2");
+	test_cond("nodeaddr: an address NodeAddr needs no name lookup", f.lookups == 0);
+
+	test_cond("nodeaddr: a NodeAddr that is a name is looked up",
+		  ddpenv_head_resolve_from("node4", DDPENV_HEAD_NODEADDR, &sys, &a, how, sizeof(how),
+					   err, sizeof(err)) == 0 && f.lookups == 1);
+	ddpenv_addr_format(&a, buf, sizeof(buf));
+	test_streq("nodeaddr: its address", buf, "10.9.0.14");
+
+	test_cond("nodeaddr: a node Slurm does not know is an error",
+		  ddpenv_head_resolve_from("node9", DDPENV_HEAD_NODEADDR, &sys, &a, how, sizeof(how),
+					   err, sizeof(err)) < 0);
+	test_err("... naming the node and the setting", err, "node9: head addresses come from Slurm's NodeAddr (head_from=nodeaddr)");
+
+	test_cond("name: the 127.0.1.1 trap is an error, NodeAddr not consulted",
+		  ddpenv_head_resolve_from("node1", DDPENV_HEAD_NAME, &sys, &a, how, sizeof(how),
+					   err, sizeof(err)) < 0);
+	test_err("... naming the loopback seen", err, "127.0.1.1");
+	test_cond("auto: the same trap falls back to NodeAddr",
+		  ddpenv_head_resolve_from("node1", DDPENV_HEAD_AUTO, &sys, &a, how, sizeof(how),
+					   err, sizeof(err)) == 0);
+	ddpenv_addr_format(&a, buf, sizeof(buf));
+	test_streq("auto: NodeAddr", buf, "10.0.0.11");
+}
+
 static void test_iface(void)
 {
 	static const struct fake_if ifs[] = {
@@ -176,6 +235,7 @@ int main(void)
 {
 	test_addr();
 	test_head();
+	test_head_from();
 	test_iface();
 	test_port();
 	return test_report();
