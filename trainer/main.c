@@ -22,6 +22,7 @@
 #include "comm.h"
 #include "data.h"
 #include "ddpenv.h"
+#include "conv_dnnl.h"
 #include "model.h"
 #include "optim.h"
 
@@ -357,6 +358,7 @@ static void setup(struct run *R, int argc, char **argv)
 		       R->a.batch, R->a.optim == CNN_ADADELTA ? "adadelta" : "sgd", R->a.lr,
 		       R->a.threads, R->a.threads == 1 ? "" : "s", R->a.seed,
 		       R->r.world > 1 ? "" : " (single process)");
+		printf("# convolutions: oneDNN %s\n", cnn_convnet_describe(R->acts.conv));
 		fflush(stdout);
 	}
 }

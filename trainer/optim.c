@@ -1,6 +1,7 @@
 /* SGD (momentum, weight decay) and Adadelta, as torch.optim computes them,
  * and step / cosine schedules with linear warm-up. */
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,40 +45,55 @@ size_t cnn_optim_state_len(const struct cnn_optim *o)
 	return o->kind == CNN_ADADELTA ? 2 * o->n : o->n;
 }
 
-HOT void cnn_optim_step(struct cnn_optim *o, float *p, const float *g, float lr)
+/* One slice [lo, hi) of the update: element-wise, so slices on different
+ * threads give bit-identical results to one pass. */
+HOT static void step_range(struct cnn_optim *o, float *p, const float *g, float lr, size_t lo,
+			   size_t hi)
 {
-	size_t n = o->n;
 	float wd = o->weight_decay;
 	if (o->kind == CNN_SGD) {
 		float mom = o->momentum;
 		float *buf = o->s1;
 		if (mom == 0.f) {
-			for (size_t i = 0; i < n; i++)
+			for (size_t i = lo; i < hi; i++)
 				p[i] -= lr * (g[i] + wd * p[i]);
 		} else if (o->updates == 0) {
 			/* torch: the first step's buffer is the gradient itself */
-			for (size_t i = 0; i < n; i++) {
+			for (size_t i = lo; i < hi; i++) {
 				float d = g[i] + wd * p[i];
 				buf[i] = d;
 				p[i] -= lr * d;
 			}
 		} else {
-			for (size_t i = 0; i < n; i++) {
+			for (size_t i = lo; i < hi; i++) {
 				float d = g[i] + wd * p[i];
 				buf[i] = mom * buf[i] + d;
 				p[i] -= lr * buf[i];
 			}
 		}
 	} else {
+		/* sqrtf vectorizes: the trainer is built with -fno-math-errno */
 		float rho = o->rho, eps = o->eps;
 		float *sq = o->s1, *acc = o->s2;
-		for (size_t i = 0; i < n; i++) {
+		for (size_t i = lo; i < hi; i++) {
 			float d = g[i] + wd * p[i];
 			sq[i] = sq[i] * rho + (1.f - rho) * d * d;
 			float delta = sqrtf(acc[i] + eps) / sqrtf(sq[i] + eps) * d;
 			acc[i] = acc[i] * rho + (1.f - rho) * delta * delta;
 			p[i] -= lr * delta;
 		}
+	}
+}
+
+void cnn_optim_step(struct cnn_optim *o, float *p, const float *g, float lr)
+{
+	size_t n = o->n;
+	#pragma omp parallel
+	{
+		/* 64-byte aligned slices: no two threads share a cache line */
+		size_t t = (size_t)omp_get_thread_num(), T = (size_t)omp_get_num_threads();
+		size_t lo = (n * t / T) & ~(size_t)15, hi = t + 1 == T ? n : (n * (t + 1) / T) & ~(size_t)15;
+		step_range(o, p, g, lr, lo, hi);
 	}
 	o->updates++;
 }
