@@ -7,7 +7,7 @@
  *   build/bench/rdzv_scale 256 1024 4096
  *
  * Each rank holds one socket and the server one per rank, so the process
- * needs 2N descriptors: the soft limit is raised to the hard one. */
+ * needs 2N descriptors: the limit is raised as far as allowed. */
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -143,9 +143,14 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: rdzv_scale WORLD...\n");
 		return 2;
 	}
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-		rl.rlim_cur = rl.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &rl);
+	/* two descriptors per rank; root may raise the hard limit too */
+	rlim_t want = (rlim_t)(2 * maxw + 64);
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < want) {
+		struct rlimit up = { want, rl.rlim_max > want ? rl.rlim_max : want };
+		if (setrlimit(RLIMIT_NOFILE, &up) != 0) {
+			rl.rlim_cur = rl.rlim_max;
+			setrlimit(RLIMIT_NOFILE, &rl);
+		}
 	}
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)(2 * maxw + 64)) {
 		fprintf(stderr, "rdzv_scale: %d ranks need %d file descriptors, the limit is %llu "

@@ -16,6 +16,8 @@ worlds=${WORLDS:-256 1024 4096}
 torch=${TORCH:-1}
 make -s -C "$repo" bench >/dev/null
 bin=$repo/build/bench/rdzv_scale
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 
 printf '# rdzv_scale: %s, %d cores, ranks as threads on loopback, %s\n' \
 	"$(lscpu | sed -n 's/^Model name: *//p' | head -1)" "$(nproc)" "$(date -u +%Y-%m-%d)"
@@ -30,10 +32,17 @@ for w in $worlds; do
 	fi
 	tl=- ratio=-
 	if [ "$torch" != 0 ]; then
-		theirs=$("$py" "$repo/bench/rdzv_torch.py" "$w" | tail -1)
-		read -r _ tl _ tfailed <<<"$theirs"
-		[ "$tfailed" = 0 ] || tl="$tl($tfailed failed)"
-		ratio=$(awk -v a="$last" -v b="${tl%%(*}" 'BEGIN { printf "%.1fx", b / a }')
+		theirs=$("$py" "$repo/bench/rdzv_torch.py" "$w" </dev/null 2>"$tmp/torch.err" | tail -1) || true
+		read -r tw tl _ tfailed <<<"$theirs"
+		if [ "$tw" != "$w" ]; then
+			echo "bench: TCPStore with $w ranks failed: $(grep -m1 -iE 'error|what' "$tmp/torch.err")" >&2
+			tl=failed
+		elif [ "$tfailed" != 0 ]; then
+			echo "bench: TCPStore: $tfailed of $w ranks failed: $(grep -m1 '^rdzv_torch' "$tmp/torch.err")" >&2
+			tl=failed
+		else
+			ratio=$(awk -v a="$last" -v b="$tl" 'BEGIN { printf "%.1fx", b / a }')
+		fi
 	fi
 	printf '%-8s %14s %14s %8s %18s\n' "$w" "$last" "$tl" "$ratio" "$median"
 done

@@ -162,6 +162,26 @@ static dnnl_status_t conv_fwd_pd(struct cnn_convnet *c, dnnl_primitive_desc_t *p
 	return s;
 }
 
+/* Weight (and bias) gradient of a forward convolution (hint), with the
+ * activations' layouts given and oneDNN's choice for the weights. */
+static dnnl_status_t conv_bwd_w_pd(struct cnn_convnet *c, dnnl_primitive_desc_t *pd,
+				   const dnnl_memory_desc_t *src, const dnnl_dims_t wd,
+				   const dnnl_memory_desc_t *diff_dst, dnnl_primitive_desc_t hint)
+{
+	dnnl_memory_desc_t w, b;
+	dnnl_dims_t bd = { wd[0] }, one = { 1, 1 }, zero = { 0, 0 };
+	dnnl_convolution_desc_t cd;
+	dnnl_status_t s;
+
+	if (tag_md(&w, 4, wd, dnnl_format_tag_any) || tag_md(&b, 1, bd, dnnl_x))
+		return dnnl_invalid_arguments;
+	s = dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, src, &w, &b,
+							diff_dst, one, zero, zero);
+	if (s == dnnl_success)
+		s = dnnl_primitive_desc_create(pd, &cd, NULL, c->eng, hint);
+	return s;
+}
+
 /* Channels per block of an activation layout we can pool: 16, 8, 1 (nchw),
  * 0 for another. */
 static int block_of(const dnnl_memory_desc_t *md)
@@ -206,8 +226,7 @@ static int batch_build(struct cnn_convnet *c, struct batch *b, const struct cnn_
 	b->n = n;
 	if (tag_md(&x_any, 4, xd, dnnl_format_tag_any) || tag_md(&x_user, 4, xd, dnnl_nchw) ||
 	    tag_md(&w1_user, 4, w1d, dnnl_oihw) || tag_md(&w2_user, 4, w2d, dnnl_oihw) ||
-	    tag_md(&b1, 1, b1d, dnnl_x) || tag_md(&b2, 1, b2d, dnnl_x) ||
-	    tag_md(&w_any, 4, w1d, dnnl_format_tag_any)) {
+	    tag_md(&b1, 1, b1d, dnnl_x) || tag_md(&b2, 1, b2d, dnnl_x)) {
 		s = dnnl_invalid_arguments;
 		goto out;
 	}
@@ -235,24 +254,16 @@ static int batch_build(struct cnn_convnet *c, struct batch *b, const struct cnn_
 	y2 = *dnnl_primitive_desc_query_md(f2, dnnl_query_dst_md, 0);
 
 	what = "conv1 backward weights";
-	s = dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &x_int,
-							&w_any, &b1, &a1, one, zero, zero);
-	if (s == dnnl_success)
-		s = dnnl_primitive_desc_create(&w1p, &cd, NULL, c->eng, f1);
-	if (s != dnnl_success)
+	if ((s = conv_bwd_w_pd(c, &w1p, &x_int, w1d, &a1, f1)) != dnnl_success)
 		goto out;
 	what = "conv2 backward weights";
+	if ((s = conv_bwd_w_pd(c, &w2p, &a1, w2d, &y2, f2)) != dnnl_success)
+		goto out;
+	what = "conv2 backward data";
 	if (tag_md(&w_any, 4, w2d, dnnl_format_tag_any)) {
 		s = dnnl_invalid_arguments;
 		goto out;
 	}
-	s = dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &a1,
-							&w_any, &b2, &y2, one, zero, zero);
-	if (s == dnnl_success)
-		s = dnnl_primitive_desc_create(&w2p, &cd, NULL, c->eng, f2);
-	if (s != dnnl_success)
-		goto out;
-	what = "conv2 backward data";
 	s = dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &a1, &w_any,
 						     &y2, one, zero, zero);
 	if (s == dnnl_success)

@@ -103,7 +103,12 @@ int ddpenv_head_resolve_from(const char *head, enum ddpenv_head_from from,
 	if (from == DDPENV_HEAD_NAME) {
 		struct ddpenv_sys no_nodeaddr = *sys;
 		no_nodeaddr.nodeaddr = NULL;
-		return ddpenv_head_resolve(head, &no_nodeaddr, out, how, howlen, err, errlen);
+		if (ddpenv_head_resolve(head, &no_nodeaddr, out, how, howlen, err, errlen) == 0)
+			return 0;
+		size_t l = strlen(err);
+		snprintf(err + l, errlen > l ? errlen - l : 0,
+			 " (head_from=name: Slurm's NodeAddr was not consulted)");
+		return -1;
 	}
 	return ddpenv_head_resolve(head, sys, out, how, howlen, err, errlen);
 }

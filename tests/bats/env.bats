@@ -84,6 +84,32 @@ field() { printf '%s\n' "${T[@]}" | awk -v f="$1" '{print $f}'; }
 	refute_output --regexp '^(RANK|LOCAL_RANK|WORLD_SIZE|MASTER_ADDR|MASTER_PORT|NCCL_SOCKET_IFNAME|GLOO_SOCKET_IFNAME|DDP_BACKEND|DDP_STEP|TORCHELASTIC_RUN_ID|GROUP_RANK)='
 }
 
+@test "DDP_HEAD_FROM=nodeaddr: the head's address is Slurm's NodeAddr, on every node" {
+	run --separate-stderr crun env DDP_HEAD_FROM=nodeaddr srun -N3 --ntasks-per-node=1 --ddp=gloo "$REPORT"
+	assert_success
+	tasks
+	[ "${#T[@]}" -eq 3 ]
+	assert_equal "$(field 8 | sort -u)" "$(node_ip 1)"
+}
+
+@test "DDP_HEAD_FROM=name: node1's own 127.0.1.1 fails the step, saying so" {
+	# node1's /etc/hosts maps node1 to 127.0.1.1 (Debian's line); with
+	# name only there is no NodeAddr fallback, so the task on node1 fails
+	run --separate-stderr crun env DDP_HEAD_FROM=name srun -N3 --ntasks-per-node=1 --ddp=gloo "$REPORT"
+	assert_failure
+	[[ "$stderr" == *"head node node1 resolves only to loopback/link-local 127.0.1.1"* ]]
+	[[ "$stderr" == *"head_from=name: Slurm's NodeAddr was not consulted"* ]]
+	# no task ran with a half-set environment
+	refute_output --partial "task node1"
+}
+
+@test "DDP_HEAD_FROM=dns is refused, naming the variable and the choices" {
+	run --separate-stderr crun env DDP_HEAD_FROM=dns srun -N2 -n2 --ddp=gloo "$REPORT"
+	assert_failure
+	[[ "$stderr" == *"DDP_HEAD_FROM: head address source 'dns': expected auto, name or nodeaddr"* ]]
+	refute_output --partial "task "
+}
+
 @test "a MASTER_PORT and NCCL_SOCKET_IFNAME set by the user win" {
 	run --separate-stderr crun env MASTER_PORT=23456 NCCL_SOCKET_IFNAME=lo \
 		srun -N2 -n2 --ddp=gloo "$REPORT"

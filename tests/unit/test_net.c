@@ -122,6 +122,7 @@ static void test_head_from(void)
 		  ddpenv_head_resolve_from("node1", DDPENV_HEAD_NAME, &sys, &a, how, sizeof(how),
 					   err, sizeof(err)) < 0);
 	test_err("... naming the loopback seen", err, "127.0.1.1");
+	test_err("... and that NodeAddr was not asked", err, "(head_from=name: Slurm's NodeAddr was not consulted)");
 	test_cond("auto: the same trap falls back to NodeAddr",
 		  ddpenv_head_resolve_from("node1", DDPENV_HEAD_AUTO, &sys, &a, how, sizeof(how),
 					   err, sizeof(err)) == 0);
