@@ -2,7 +2,7 @@
 BUILD ?= $(abspath ..)/build
 CC ?= cc
 CFLAGS ?= -O2 -g
-WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
+WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter -Wno-format-truncation
 ALL_CFLAGS := -std=gnu11 $(WARN) -fPIC -D_GNU_SOURCE $(CFLAGS)
 ifneq ($(SANITIZER),)
 ALL_CFLAGS += -fsanitize=$(SANITIZER) -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -10,3 +10,6 @@ SAN_LDFLAGS := -fsanitize=$(SANITIZER)
 endif
 SLURM_CFLAGS := $(shell pkg-config --cflags slurm 2>/dev/null)
 SLURM_LIBS := $(shell pkg-config --libs slurm 2>/dev/null || echo -lslurm)
+# What a program linking libddpenv needs besides it.
+DDPENV_DEPLIBS := -lyaml -lcrypto
+DDPENV_LIBS := $(DDPENV_DEPLIBS) $(SLURM_LIBS)

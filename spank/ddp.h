@@ -21,8 +21,15 @@ extern struct ddp_request ddp_req;
 /* ddp_option.c */
 int ddp_option_register(spank_t sp, int ac, char **av);
 
+/* ddp_local.c: srun, sbatch, salloc */
+int ddp_local_post_opt(spank_t sp, int ac, char **av);
+/* The configuration named by plugstack.conf (config=PATH, key=value). */
+int ddp_config_load(struct ddpenv_config *cfg, int ac, char **av, char *err, size_t errlen);
+
 /* ddp_stepd.c: remote context (slurmstepd) */
+int ddp_stepd_post_opt(spank_t sp, int ac, char **av);
 int ddp_stepd_user_init(spank_t sp, int ac, char **av);
 int ddp_stepd_task_init(spank_t sp);
+void ddp_stepd_exit(void);
 
 #endif

@@ -19,8 +19,11 @@ extern void slurm_xfree(void **p);
 
 static struct {
 	int active;                  /* this step gets the contract */
-	int failed;                  /* user_init could not resolve: fail tasks */
+	int failed;                  /* could not resolve: fail the tasks */
 	char err[DDPENV_ERRLEN];
+	struct ddpenv_config cfg;
+	unsigned char secret[DDPENV_SECRET_MAX + 1];
+	int secret_len;              /* > 0: read in post_opt, as root */
 	struct ddpenv_node node;
 } st;
 
@@ -39,53 +42,76 @@ static int nodeaddr(void *ctx, const char *node, char *out, size_t len)
 	return rv;
 }
 
-/* The snapshot: the variables libddpenv reads, through spank_getenv. */
-static int snapshot(spank_t sp, struct ddpenv_env *env)
+/* Copy KEY from the job's environment into the snapshot, if present. */
+static int fetch(spank_t sp, struct ddpenv_env *env, const char *key)
 {
 	char buf[4096];
+	spank_err_t rc = spank_getenv(sp, key, buf, sizeof(buf));
 
-	for (const char *const *k = ddpenv_env_keys; *k; k++) {
-		spank_err_t rc = spank_getenv(sp, *k, buf, sizeof(buf));
-		if (rc == ESPANK_ENV_NOEXIST)
-			continue;
-		if (rc != ESPANK_SUCCESS) {
-			snprintf(st.err, sizeof(st.err),
-				 "%s: value longer than %zu bytes or unreadable: %s",
-				 *k, sizeof(buf) - 1, spank_strerror(rc));
-			return -1;
-		}
-		if (ddpenv_env_set(env, *k, buf) < 0) {
-			snprintf(st.err, sizeof(st.err), "out of memory copying %s", *k);
-			return -1;
-		}
+	if (rc == ESPANK_ENV_NOEXIST)
+		return 0;
+	if (rc != ESPANK_SUCCESS) {
+		snprintf(st.err, sizeof(st.err),
+			 "%s: value longer than %zu bytes or unreadable: %s",
+			 key, sizeof(buf) - 1, spank_strerror(rc));
+		return -1;
+	}
+	if (ddpenv_env_set(env, key, buf) < 0) {
+		snprintf(st.err, sizeof(st.err), "out of memory copying %s", key);
+		return -1;
 	}
 	return 0;
 }
 
-/* plugstack.conf arguments that set a default the job's environment may
- * override: head_from=auto|name|nodeaddr (DDP_HEAD_FROM). */
-static int plugstack_defaults(struct ddpenv_env *env, int ac, char **av)
+/* The snapshot: the variables libddpenv reads, and the admin's extra
+ * variables (to know whether the user set them). */
+static int snapshot(spank_t sp, struct ddpenv_env *env, const struct ddpenv_settings *cfg)
 {
-	for (int i = 0; i < ac; i++)
-		if (strncmp(av[i], "head_from=", 10) == 0 && !ddpenv_env_get(env, "DDP_HEAD_FROM") &&
-		    ddpenv_env_set(env, "DDP_HEAD_FROM", av[i] + 10) < 0) {
-			snprintf(st.err, sizeof(st.err), "out of memory copying %s", av[i]);
+	for (const char *const *k = ddpenv_env_keys; *k; k++)
+		if (fetch(sp, env, *k) < 0)
 			return -1;
-		}
+	for (int w = 0; cfg && w < 2; w++)
+		for (size_t i = 0; i < cfg->nenv[w]; i++)
+			if (fetch(sp, env, cfg->env[w][i].key) < 0)
+				return -1;
 	return 0;
 }
 
-int ddp_stepd_user_init(spank_t sp, int ac, char **av)
+static int parallel_ddp_step(spank_t sp)
 {
-	struct ddpenv_env env;
-	struct ddpenv_sys sys = ddpenv_sys_default;
 	uint32_t step_id = 0;
 
-	memset(&st, 0, sizeof(st));
-	if (!ddp_req.given)
+	return ddp_req.given &&
+	       spank_get_item(sp, S_JOB_STEPID, &step_id) == ESPANK_SUCCESS &&
+	       ddpenv_step_is_parallel(step_id);
+}
+
+static int read_secret(const struct ddpenv_settings *eff)
+{
+	int n;
+
+	if (!eff->rdzv_secret[0])
 		return 0;
-	if (spank_get_item(sp, S_JOB_STEPID, &step_id) != ESPANK_SUCCESS ||
-	    !ddpenv_step_is_parallel(step_id))
+	n = ddpenv_secret_read(eff->rdzv_secret, st.secret, sizeof(st.secret), st.err,
+			       sizeof(st.err));
+	if (n < 0) {
+		char e[DDPENV_ERRLEN];
+		snprintf(e, sizeof(e), "%s (%.80s)", st.err, eff->where[DDPENV_SET_RDZV_SECRET]);
+		snprintf(st.err, sizeof(st.err), "%s", e);
+		return -1;
+	}
+	st.secret_len = n;
+	return 0;
+}
+
+/* As root, before privileges are dropped: the configuration and the
+ * rendezvous secret (root-only).  Never fails: errors fail the step's
+ * tasks later, never slurmstepd or the node. */
+int ddp_stepd_post_opt(spank_t sp, int ac, char **av)
+{
+	memset(&st, 0, sizeof(st));
+	ddpenv_config_init(&st.cfg);
+	if (!parallel_ddp_step(sp))
 		return 0; /* the batch shell and the extern step get nothing */
 	st.active = 1;
 	if (!ddp_req.valid) {
@@ -93,15 +119,82 @@ int ddp_stepd_user_init(spank_t sp, int ac, char **av)
 		snprintf(st.err, sizeof(st.err), "%s", ddp_req.err);
 		return 0;
 	}
+	if (ddp_config_load(&st.cfg, ac, av, st.err, sizeof(st.err)) < 0) {
+		st.failed = 1;
+		return 0;
+	}
+	/* The secret may differ per partition; users cannot override it. */
+	char part[256] = "";
+	struct ddpenv_settings *eff = malloc(sizeof(*eff));
+	if (spank_getenv(sp, "SLURM_JOB_PARTITION", part, sizeof(part)) != ESPANK_SUCCESS)
+		part[0] = '\0';
+	if (!eff) {
+		snprintf(st.err, sizeof(st.err), "out of memory");
+		st.failed = 1;
+	} else if (ddpenv_config_effective(&st.cfg, part, NULL, eff, st.err, sizeof(st.err)) < 0 ||
+		   read_secret(eff) < 0) {
+		st.failed = 1;
+	}
+	free(eff);
+	return 0;
+}
+
+int ddp_stepd_user_init(spank_t sp, int ac, char **av)
+{
+	struct ddpenv_env env;
+	struct ddpenv_settings *eff = NULL;
+	struct ddpenv_sys sys = ddpenv_sys_default;
+	uint32_t nodeid = 1;
+
+	(void)ac;
+	(void)av;
+	if (!st.active || st.failed)
+		return 0;
 	ddpenv_env_init(&env);
 	sys.nodeaddr = nodeaddr;
-	if (snapshot(sp, &env) < 0 || plugstack_defaults(&env, ac, av) < 0 ||
-	    ddpenv_node_resolve(&env, ddp_req.backend, &sys, &st.node,
+	eff = malloc(sizeof(*eff));
+	if (!eff) {
+		snprintf(st.err, sizeof(st.err), "out of memory");
+		goto fail;
+	}
+	if (snapshot(sp, &env, NULL) < 0 ||
+	    ddpenv_config_effective(&st.cfg, ddpenv_env_get(&env, "SLURM_JOB_PARTITION"), &env,
+				    eff, st.err, sizeof(st.err)) < 0 ||
+	    snapshot(sp, &env, eff) < 0 ||
+	    ddpenv_node_resolve(&env, ddp_req.backend, eff, &sys, &st.node,
 				st.err, sizeof(st.err)) < 0)
-		st.failed = 1;
-	ddpenv_env_free(&env);
-	/* Report in task_init, where the message reaches the user's stderr
+		goto fail;
+	snprintf(st.node.config_path, sizeof(st.node.config_path), "%s",
+		 st.cfg.from_file ? st.cfg.path : "");
+	if (st.secret_len > 0 &&
+	    ddpenv_token_derive(st.secret, (size_t)st.secret_len, st.node.step.job_id,
+				st.node.step.step_id, st.node.token, st.err, sizeof(st.err)) < 0)
+		goto fail;
+	/* The head checks, once per step, that the port it was given is free. */
+	if (!st.node.master_port_user && st.node.step.het_size <= 1 &&
+	    spank_get_item(sp, S_JOB_NODEID, &nodeid) == ESPANK_SUCCESS && nodeid == 0) {
+		struct ddpenv_addr a;
+		char perr[DDPENV_ERRLEN];
+		int fam = ddpenv_addr_parse(st.node.master_addr, &a) == 0 ? a.family : AF_INET;
+
+		if (ddpenv_port_check(fam, (uint16_t)atoi(st.node.master_port), perr, sizeof(perr)) < 0) {
+			snprintf(st.err, sizeof(st.err),
+				 "MASTER_PORT %s is not free on the head node (%.80s): %.200s; another program holds it. Run this step with DDP_PORT=<a free port> (or MASTER_PORT), or ask the admin to move port_range (%.80s)",
+				 st.node.master_port, st.node.step.head, perr,
+				 eff->where[DDPENV_SET_PORT_RANGE]);
+			goto fail;
+		}
+	}
+	goto out;
+fail:
+	/* Reported in task_init, where the message reaches the user's stderr
 	 * and only this step fails. */
+	st.failed = 1;
+out:
+	explicit_bzero(st.secret, sizeof(st.secret));
+	st.secret_len = 0;
+	free(eff);
+	ddpenv_env_free(&env);
 	return 0;
 }
 
@@ -119,7 +212,7 @@ int ddp_stepd_task_init(spank_t sp)
 		return -1;
 	}
 	ddpenv_env_init(&env);
-	if (snapshot(sp, &env) < 0) {
+	if (snapshot(sp, &env, &st.node.cfg) < 0) {
 		slurm_error(DDP_PFX "%s", st.err);
 		goto out;
 	}
@@ -141,4 +234,9 @@ int ddp_stepd_task_init(spank_t sp)
 out:
 	ddpenv_env_free(&env);
 	return rv;
+}
+
+void ddp_stepd_exit(void)
+{
+	ddpenv_config_free(&st.cfg);
 }

@@ -16,6 +16,19 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 	return ddp_option_register(sp, ac, av);
 }
 
+int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
+{
+	switch (spank_context()) {
+	case S_CTX_LOCAL:
+	case S_CTX_ALLOCATOR:
+		return ddp_local_post_opt(sp, ac, av);
+	case S_CTX_REMOTE:
+		return ddp_stepd_post_opt(sp, ac, av);
+	default:
+		return 0;
+	}
+}
+
 int slurm_spank_user_init(spank_t sp, int ac, char **av)
 {
 	if (spank_context() != S_CTX_REMOTE)
@@ -30,4 +43,14 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
 	if (spank_context() != S_CTX_REMOTE)
 		return 0;
 	return ddp_stepd_task_init(sp);
+}
+
+int slurm_spank_exit(spank_t sp, int ac, char **av)
+{
+	(void)sp;
+	(void)ac;
+	(void)av;
+	if (spank_context() == S_CTX_REMOTE)
+		ddp_stepd_exit();
+	return 0;
 }

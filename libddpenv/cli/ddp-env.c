@@ -44,7 +44,8 @@ static int nodeaddr(void *ctx, const char *node, char *out, size_t len)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: ddp-env [--explain] [--backend=nccl|gloo|auto]\n"
+		"usage: ddp-env [--explain] [--backend=nccl|gloo|auto] [--config=PATH]\n"
+		"       ddp-env --check-config [PATH]\n"
 		"\n"
 		"Print the distributed-training environment of this Slurm task\n"
 		"(what srun --ddp sets) as shell export lines:\n"
@@ -59,6 +60,11 @@ static void usage(FILE *f)
 		"      --repeat=N       resolve N times and first print the time per\n"
 		"                       resolution and the name lookups it made\n"
 		"                       (bench/resolve_scale.sh)\n"
+		"  -c, --config=PATH    the site configuration (default: $DDP_CONFIG,\n"
+		"                       which the plugin sets, else " DDPENV_CONFIG_PATH ")\n"
+		"      --check-config [PATH]\n"
+		"                       validate a ddp.yaml before deploying it and print\n"
+		"                       the settings it gives (exit 0 valid, 1 not)\n"
 		"  -h, --help           this help\n"
 		"  -V, --version        print the version\n");
 }
@@ -92,6 +98,128 @@ static void put_quoted(const char *s)
 	putchar('\'');
 }
 
+/* The plugin's token, carried over so that eval "$(ddp-env)" keeps it. */
+static int set_token(struct ddpenv_node *node, const struct ddpenv_env *env)
+{
+	const char *t = ddpenv_env_get(env, "DDP_RDZV_TOKEN");
+
+	if (t && ddpenv_env_get(env, DDPENV_MARKER) && strlen(t) == DDPENV_TOKEN_LEN)
+		snprintf(node->token, sizeof(node->token), "%s", t);
+	return 0;
+}
+
+static void print_settings(const char *title, const struct ddpenv_settings *s)
+{
+	char buf[2048];
+	size_t l;
+
+	printf("%s\n", title);
+	for (int k = 0; k < DDPENV_SET_COUNT; k++) {
+		buf[0] = '\0';
+		l = 0;
+		switch (k) {
+		case DDPENV_SET_DEFAULT_BACKEND: snprintf(buf, sizeof(buf), "%s", ddpenv_backend_name(s->default_backend)); break;
+		case DDPENV_SET_ALLOWED_BACKENDS:
+			snprintf(buf, sizeof(buf), "[%s%s%s]", s->allowed_backends & 1u << DDPENV_BACKEND_NCCL ? "nccl" : "",
+				 (s->allowed_backends & 6u) == 6u ? ", " : "",
+				 s->allowed_backends & 1u << DDPENV_BACKEND_GLOO ? "gloo" : "");
+			break;
+		case DDPENV_SET_PORT_RANGE: snprintf(buf, sizeof(buf), "%u-%u", s->port_lo, s->port_hi); break;
+		case DDPENV_SET_NETWORK_CIDRS:
+			l += (size_t)snprintf(buf + l, sizeof(buf) - l, "[");
+			for (size_t i = 0; i < s->ncidrs; i++) {
+				char a[DDPENV_ADDRSTRLEN] = "?";
+				ddpenv_addr_format(&s->cidrs[i].addr, a, sizeof(a));
+				l += (size_t)snprintf(buf + l, sizeof(buf) - l, "%s%s/%u", i ? ", " : "", a, s->cidrs[i].prefix);
+			}
+			snprintf(buf + l, sizeof(buf) - l, "]");
+			break;
+		case DDPENV_SET_NETWORK_INCLUDE:
+		case DDPENV_SET_NETWORK_EXCLUDE: {
+			const char (*p)[DDPENV_CFG_PATLEN] = k == DDPENV_SET_NETWORK_INCLUDE ? s->include : s->exclude;
+			size_t n = k == DDPENV_SET_NETWORK_INCLUDE ? s->ninclude : s->nexclude;
+			l += (size_t)snprintf(buf + l, sizeof(buf) - l, "[");
+			for (size_t i = 0; i < n; i++)
+				l += (size_t)snprintf(buf + l, sizeof(buf) - l, "%s%s", i ? ", " : "", p[i]);
+			snprintf(buf + l, sizeof(buf) - l, "]");
+			break;
+		}
+		case DDPENV_SET_HEAD_FROM: snprintf(buf, sizeof(buf), "%s", ddpenv_head_from_name(s->head_from)); break;
+		case DDPENV_SET_OMP:
+			if (s->omp == DDPENV_OMP_FIXED)
+				snprintf(buf, sizeof(buf), "%u", s->omp_threads);
+			else
+				snprintf(buf, sizeof(buf), "%s", s->omp == DDPENV_OMP_AUTO ? "auto" : "none");
+			break;
+		case DDPENV_SET_ENV_NCCL:
+		case DDPENV_SET_ENV_GLOO: {
+			int w = k == DDPENV_SET_ENV_GLOO;
+			l += (size_t)snprintf(buf + l, sizeof(buf) - l, "{");
+			for (size_t i = 0; i < s->nenv[w] && l < sizeof(buf); i++)
+				l += (size_t)snprintf(buf + l, sizeof(buf) - l, "%s%s: %s", i ? ", " : "",
+						      s->env[w][i].key, s->env[w][i].value);
+			if (l < sizeof(buf))
+				snprintf(buf + l, sizeof(buf) - l, "}");
+			break;
+		}
+		case DDPENV_SET_RDZV_SECRET: snprintf(buf, sizeof(buf), "%s", s->rdzv_secret[0] ? s->rdzv_secret : "\"\" (no token)"); break;
+		case DDPENV_SET_USER_OVERRIDES:
+			l += (size_t)snprintf(buf + l, sizeof(buf) - l, "[");
+			for (int j = 0; j < DDPENV_SET_COUNT; j++)
+				if (s->user_overrides & 1u << j)
+					l += (size_t)snprintf(buf + l, sizeof(buf) - l, "%s%s", l > 1 ? ", " : "",
+							      ddpenv_setting_name((enum ddpenv_setting)j));
+			snprintf(buf + l, sizeof(buf) - l, "]");
+			break;
+		}
+		printf("  %-18s %-32s %s\n", ddpenv_setting_name((enum ddpenv_setting)k), buf, s->where[k]);
+	}
+}
+
+/* --check-config: what an admin runs before deploying a ddp.yaml. */
+static int check_config(const char *path)
+{
+	struct ddpenv_config cfg;
+	struct ddpenv_settings eff;
+	unsigned char secret[DDPENV_SECRET_MAX + 1];
+	char err[DDPENV_ERRLEN], title[DDPENV_PATHLEN + 64];
+	int rv = 1;
+
+	ddpenv_config_init(&cfg);
+	if (ddpenv_config_load(&cfg, path, 1, err, sizeof(err)) < 0) {
+		fprintf(stderr, "ddp-env: %s\n", err);
+		goto out;
+	}
+	ddpenv_config_effective(&cfg, NULL, NULL, &eff, err, sizeof(err));
+	snprintf(title, sizeof(title), "# %s: valid; settings (value, where it comes from):", path);
+	print_settings(title, &eff);
+	for (size_t i = 0; i < cfg.nparts; i++) {
+		if (ddpenv_config_effective(&cfg, cfg.parts[i].name, NULL, &eff, err, sizeof(err)) < 0)
+			continue;
+		snprintf(title, sizeof(title), "# partition %s:", cfg.parts[i].name);
+		print_settings(title, &eff);
+	}
+	rv = 0;
+	/* The secret of each section, when this user can check it. */
+	for (size_t i = 0; i <= cfg.nparts; i++) {
+		ddpenv_config_effective(&cfg, i ? cfg.parts[i - 1].name : NULL, NULL, &eff, err, sizeof(err));
+		if (!eff.rdzv_secret[0])
+			continue;
+		if (geteuid() != 0) {
+			printf("# rdzv_secret %s: not checked (needs root)\n", eff.rdzv_secret);
+			continue;
+		}
+		if (ddpenv_secret_read(eff.rdzv_secret, secret, sizeof(secret), err, sizeof(err)) < 0) {
+			fprintf(stderr, "ddp-env: %s (%s)\n", err, eff.where[DDPENV_SET_RDZV_SECRET]);
+			rv = 1;
+		}
+		explicit_bzero(secret, sizeof(secret));
+	}
+out:
+	ddpenv_config_free(&cfg);
+	return rv;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -99,11 +227,14 @@ int main(int argc, char **argv)
 		{ "backend", required_argument, NULL, 'b' },
 		{ "head-from", required_argument, NULL, 'H' },
 		{ "repeat", required_argument, NULL, 'R' },
+		{ "config", required_argument, NULL, 'c' },
+		{ "check-config", optional_argument, NULL, 'C' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *backend_arg = NULL, *head_from = NULL;
+	const char *backend_arg = NULL, *head_from = NULL, *config = NULL;
+	int check = 0;
 	long repeat = 0;
 	char *end;
 	enum ddpenv_backend backend;
@@ -114,8 +245,16 @@ int main(int argc, char **argv)
 	char err[DDPENV_ERRLEN];
 	int explain = 0, c, rv = 1;
 
-	while ((c = getopt_long(argc, argv, "eb:hV", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "eb:c:hV", opts, NULL)) != -1) {
 		switch (c) {
+		case 'c': config = optarg; break;
+		case 'C':
+			check = 1;
+			if (optarg)
+				config = optarg;
+			else if (optind < argc && argv[optind][0] != '-')
+				config = argv[optind++];
+			break;
 		case 'e': explain = 1; break;
 		case 'b': backend_arg = optarg; break;
 		case 'H': head_from = optarg; break;
@@ -138,6 +277,8 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	if (check)
+		return check_config(config ? config : DDPENV_CONFIG_PATH);
 	if (!backend_arg)
 		backend_arg = getenv("SLURM_SPANK__SLURM_SPANK_OPTION_ddp_ddp");
 	if (backend_arg && !*backend_arg)
@@ -166,11 +307,24 @@ int main(int argc, char **argv)
 			goto out;
 		}
 	}
+	struct ddpenv_config cfg;
+	struct ddpenv_settings eff;
+	const char *cpath = config ? config : getenv("DDP_CONFIG");
+	ddpenv_config_init(&cfg);
+	if (ddpenv_config_load(&cfg, cpath ? cpath : cfg.path, cpath != NULL, err, sizeof(err)) < 0 ||
+	    ddpenv_config_effective(&cfg, getenv("SLURM_JOB_PARTITION"), &env, &eff, err,
+				    sizeof(err)) < 0) {
+		fprintf(stderr, "ddp-env: %s\n", err);
+		ddpenv_config_free(&cfg);
+		goto out;
+	}
+	ddpenv_config_free(&cfg);
 	sys.nodeaddr = nodeaddr;
 	sys.lookup = counting_lookup;
 	double t0 = now_s();
 	for (long i = 0; i < (repeat ? repeat : 1); i++)
-		if (ddpenv_node_resolve(&env, backend, &sys, &node, err, sizeof(err)) < 0 ||
+		if (ddpenv_node_resolve(&env, backend, &eff, &sys, &node, err, sizeof(err)) < 0 ||
+		    set_token(&node, &env) < 0 ||
 		    ddpenv_task_vars(&node, &env, &vars, err, sizeof(err)) < 0) {
 			fprintf(stderr, "ddp-env: %s\n", err);
 			goto out;
@@ -179,6 +333,17 @@ int main(int argc, char **argv)
 		printf("# %ld resolutions: %.2f us each, %.2f name lookups each, head %s\n", repeat,
 		       (now_s() - t0) * 1e6 / (double)repeat, (double)lookups / (double)repeat,
 		       node.step.head);
+	if (explain) {
+		printf("# config: %s\n", cfg.from_file ? cfg.path :
+		       "none found: built-in defaults (" DDPENV_CONFIG_PATH " is absent)");
+		if (!node.token[0])
+			printf("# rendezvous token: none: %s; any client that reaches MASTER_ADDR:MASTER_PORT can join the rendezvous\n",
+			       eff.rdzv_secret[0] ? "rdzv_secret is configured but the plugin set no DDP_RDZV_TOKEN (not under srun --ddp?)" :
+			       "no rdzv_secret configured");
+		else
+			printf("# rendezvous token: DDP_RDZV_TOKEN from rdzv_secret %s (%s)\n",
+			       eff.rdzv_secret[0] ? eff.rdzv_secret : "?", eff.where[DDPENV_SET_RDZV_SECRET]);
+	}
 	for (size_t i = 0; i < vars.n; i++) {
 		const struct ddpenv_var *v = &vars.v[i];
 		if (explain) {

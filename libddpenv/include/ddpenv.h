@@ -127,6 +127,7 @@ int ddpenv_sys_route(void *ctx, const struct ddpenv_addr *dst, char *ifname,
 
 #define DDPENV_HOSTLEN 256
 #define DDPENV_HOWLEN 256
+#define DDPENV_VALLEN 256
 
 struct ddpenv_step {
 	uint32_t job_id;       /* het leader's id for heterogeneous steps */
@@ -136,6 +137,8 @@ struct ddpenv_step {
 	uint32_t restart_count;
 	uint32_t het_size;     /* 0 for ordinary steps */
 	int has_gpus;          /* SLURM_STEP_GPUS / CUDA_VISIBLE_DEVICES */
+	uint32_t gpus;         /* how many of them on this node */
+	const char *gpus_key;  /* which of the two said so */
 	char head[DDPENV_HOSTLEN];
 	char head_how[DDPENV_HOWLEN];
 };
@@ -213,17 +216,154 @@ int ddpenv_port_for_step(uint32_t job_id, uint32_t step_id, uint16_t lo,
  * br-* (container networks), cni*, podman*, lxcbr*. */
 int ddpenv_iface_excluded(const char *name);
 
-/* Choose the interface for traffic to head: the up, non-excluded interface
+/* Choose the interface for traffic to head among the allowed ones: up,
+ * not loopback, not excluded (built in, or cfg's network.exclude), matching
+ * network.include when given (an include names even a built-in exclusion),
+ * holding an address in network.cidrs when given.  First the allowed one
  * holding an address in the head's subnet (longest prefix wins), else
- * route_if (the kernel's route to head) unless it is excluded. */
+ * route_if (the kernel's route to head) when allowed, else, when the admin
+ * named the network, the first allowed one of the head's family.
+ * cfg NULL: the built-in defaults. */
+struct ddpenv_settings;
 int ddpenv_iface_choose(const struct ddpenv_ifaddr *ifs, size_t n,
 			const struct ddpenv_addr *head, const char *route_if,
+			const struct ddpenv_settings *cfg,
 			char *out, size_t outlen, char *how, size_t howlen,
 			char *err, size_t errlen);
 
+/* ---- admin configuration (ddp.yaml) ------------------------------------- */
+
+/* Where the plugin looks when plugstack.conf names no config=PATH. */
+#ifndef DDPENV_CONFIG_PATH
+#define DDPENV_CONFIG_PATH "/etc/slurm/ddp.yaml"
+#endif
+#define DDPENV_CONFIG_MAX_BYTES (1u << 20)  /* a larger file is refused */
+#define DDPENV_CFG_LIST 16      /* entries of a list setting */
+#define DDPENV_CFG_PATLEN 64    /* an interface pattern or a CIDR */
+#define DDPENV_CFG_ENV 16       /* extra variables per backend */
+#define DDPENV_CFG_KEYLEN 64    /* an extra variable's name */
+#define DDPENV_PATHLEN 1024
+#define DDPENV_WHERELEN 96      /* "ddp.yaml:12:3", "plugstack.conf", ... */
+
+/* One bit per setting: which ones a layer (file, partition, plugstack,
+ * user) gives, and which ones users may override with DDP_* variables. */
+enum ddpenv_setting {
+	DDPENV_SET_DEFAULT_BACKEND,
+	DDPENV_SET_ALLOWED_BACKENDS,
+	DDPENV_SET_PORT_RANGE,
+	DDPENV_SET_NETWORK_CIDRS,
+	DDPENV_SET_NETWORK_INCLUDE,
+	DDPENV_SET_NETWORK_EXCLUDE,
+	DDPENV_SET_HEAD_FROM,
+	DDPENV_SET_OMP,
+	DDPENV_SET_ENV_NCCL,
+	DDPENV_SET_ENV_GLOO,
+	DDPENV_SET_RDZV_SECRET,
+	DDPENV_SET_USER_OVERRIDES,
+	DDPENV_SET_COUNT
+};
+
+enum ddpenv_omp { DDPENV_OMP_AUTO, DDPENV_OMP_NONE, DDPENV_OMP_FIXED };
+
+struct ddpenv_cidr {
+	struct ddpenv_addr addr;
+	unsigned prefix;
+};
+
+struct ddpenv_cfg_var {
+	char key[DDPENV_CFG_KEYLEN];
+	char value[DDPENV_VALLEN];
+};
+
+/* Every setting, and where each came from (for --explain and errors). */
+struct ddpenv_settings {
+	unsigned set;                        /* bits 1 << DDPENV_SET_* given */
+	enum ddpenv_backend default_backend; /* a bare --ddp */
+	unsigned allowed_backends;           /* bits 1 << DDPENV_BACKEND_* */
+	uint16_t port_lo, port_hi;
+	struct ddpenv_cidr cidrs[DDPENV_CFG_LIST];
+	size_t ncidrs;
+	char include[DDPENV_CFG_LIST][DDPENV_CFG_PATLEN];
+	size_t ninclude;
+	char exclude[DDPENV_CFG_LIST][DDPENV_CFG_PATLEN];
+	size_t nexclude;
+	enum ddpenv_head_from head_from;
+	enum ddpenv_omp omp;
+	unsigned omp_threads;                /* DDPENV_OMP_FIXED */
+	struct ddpenv_cfg_var env[2][DDPENV_CFG_ENV]; /* [0] nccl, [1] gloo */
+	size_t nenv[2];
+	char rdzv_secret[DDPENV_PATHLEN];    /* "" : no token */
+	unsigned user_overrides;             /* bits 1 << DDPENV_SET_* */
+	char where[DDPENV_SET_COUNT][DDPENV_WHERELEN];
+};
+
+struct ddpenv_partition {
+	char name[DDPENV_CFG_PATLEN];
+	struct ddpenv_settings s;            /* only the set bits count */
+};
+
+struct ddpenv_config {
+	char path[DDPENV_PATHLEN];
+	int from_file;                       /* 0: no file, built-in defaults */
+	struct ddpenv_settings base;         /* defaults, then the file's top level */
+	struct ddpenv_partition *parts;      /* partitions: sections */
+	size_t nparts;
+	struct ddpenv_settings plugstack;    /* plugstack.conf key=value */
+};
+
+/* The built-in defaults, in one place. */
+void ddpenv_settings_defaults(struct ddpenv_settings *s);
+/* Name of a setting as written in ddp.yaml ("port_range", "network.cidrs"). */
+const char *ddpenv_setting_name(enum ddpenv_setting k);
+
+void ddpenv_config_init(struct ddpenv_config *c);   /* defaults, no file */
+void ddpenv_config_free(struct ddpenv_config *c);
+/* Read and validate a YAML file.  must_exist 0: a missing file means the
+ * built-in defaults (the default path); 1: it is an error (config=PATH).
+ * Errors name path:line:column, the key and what was expected. */
+int ddpenv_config_load(struct ddpenv_config *c, const char *path, int must_exist,
+		       char *err, size_t errlen);
+/* The same from memory (name is used in messages). */
+int ddpenv_config_parse(struct ddpenv_config *c, const char *name, const void *buf,
+			size_t len, char *err, size_t errlen);
+/* plugstack.conf arguments: config=PATH (loaded first, must exist), then
+ * key=value for any setting (lists comma-separated, env.nccl.NAME=VALUE).
+ * Unknown keys are errors. */
+int ddpenv_config_plugstack(struct ddpenv_config *c, int ac, char *const *av,
+			    char *err, size_t errlen);
+/* The settings for a step: defaults < file < the partition's section <
+ * plugstack.conf < the user's DDP_* variables (only those user_overrides
+ * allows; another is an error) < the command line (the caller's).
+ * partition may be NULL or a comma-separated list (first match wins). */
+int ddpenv_config_effective(const struct ddpenv_config *c, const char *partition,
+			    const struct ddpenv_env *env, struct ddpenv_settings *out,
+			    char *err, size_t errlen);
+/* The DDP_* variables users set, with the setting each overrides. */
+struct ddpenv_user_key {
+	const char *var;
+	enum ddpenv_setting setting;
+};
+extern const struct ddpenv_user_key ddpenv_user_keys[];
+
+/* The rendezvous token: hex HMAC-SHA256 of "slurm-ddp rdzv v1 <job>.<step>"
+ * under the site secret; the same on every node, nothing exchanged. */
+#define DDPENV_TOKEN_LEN 64
+int ddpenv_token_derive(const void *secret, size_t len, uint32_t job_id,
+			uint32_t step_id, char out[DDPENV_TOKEN_LEN + 1],
+			char *err, size_t errlen);
+/* Read a secret file: a regular file owned by root, not readable by group
+ * or others, 16 bytes to 4 KiB.  Returns the length. */
+#define DDPENV_SECRET_MAX 4096
+int ddpenv_secret_read(const char *path, unsigned char *buf, size_t cap,
+		       char *err, size_t errlen);
+
+/* Whether a port can be listened on at the wildcard address of family
+ * (SO_REUSEADDR, as rendezvous servers do): 0 free, -1 with err naming
+ * the port and the cause. */
+int ddpenv_port_check(int family, uint16_t port, char *err, size_t errlen);
+
 /* ---- the contract --------------------------------------------------------- */
 
-#define DDPENV_VALLEN 256
 
 /* Per node and step: everything that does not depend on the task.
  * Computed once per node (the plugin's user_init). */
@@ -239,14 +379,22 @@ struct ddpenv_node {
 	int master_port_user;
 	char ifname[IF_NAMESIZE];
 	char ifname_how[DDPENV_HOWLEN];
+	struct ddpenv_settings cfg;        /* the effective settings used */
+	char token[DDPENV_TOKEN_LEN + 1];  /* DDP_RDZV_TOKEN: the plugin's, or "" */
+	char config_path[DDPENV_PATHLEN];  /* DDP_CONFIG for ddp-env, or "" */
 };
 
+/* Node facts for the step.  cfg: the effective settings
+ * (ddpenv_config_effective); NULL means the built-in defaults with the
+ * user's DDP_* variables.  requested AUTO (a bare --ddp) takes
+ * cfg->default_backend; the result must be one of cfg->allowed_backends. */
 int ddpenv_node_resolve(const struct ddpenv_env *env,
 			enum ddpenv_backend requested,
+			const struct ddpenv_settings *cfg,
 			const struct ddpenv_sys *sys, struct ddpenv_node *node,
 			char *err, size_t errlen);
 
-#define DDPENV_MAX_VARS 32
+#define DDPENV_MAX_VARS 64
 
 struct ddpenv_var {
 	const char *key;

@@ -18,18 +18,32 @@ static const char *user_value(const struct ddpenv_env *env, const char *key)
 	return v;
 }
 
-static int choose_backend(const struct ddpenv_step *step,
-			  enum ddpenv_backend requested, struct ddpenv_node *node)
+static int choose_backend(const struct ddpenv_step *step, enum ddpenv_backend requested,
+			  const struct ddpenv_settings *cfg, struct ddpenv_node *node,
+			  char *err, size_t errlen)
 {
 	node->backend = requested;
 	if (requested != DDPENV_BACKEND_AUTO) {
 		snprintf(node->backend_how, sizeof(node->backend_how), "--ddp=%s",
 			 ddpenv_backend_name(requested));
-		return 0;
+	} else if (cfg->default_backend != DDPENV_BACKEND_AUTO) {
+		node->backend = cfg->default_backend;
+		snprintf(node->backend_how, sizeof(node->backend_how), "a bare --ddp: default_backend (%.80s)",
+			 cfg->where[DDPENV_SET_DEFAULT_BACKEND]);
+	} else {
+		node->backend = step->has_gpus ? DDPENV_BACKEND_NCCL : DDPENV_BACKEND_GLOO;
+		snprintf(node->backend_how, sizeof(node->backend_how),
+			 "--ddp=auto: the step %s GPUs", step->has_gpus ? "has" : "has no");
 	}
-	node->backend = step->has_gpus ? DDPENV_BACKEND_NCCL : DDPENV_BACKEND_GLOO;
-	snprintf(node->backend_how, sizeof(node->backend_how),
-		 "--ddp=auto: the step %s GPUs", step->has_gpus ? "has" : "has no");
+	if (!(cfg->allowed_backends & 1u << node->backend)) {
+		snprintf(err, errlen, "backend %s (%.100s) is not allowed here: allowed_backends is [%s%s%s] (%.80s)",
+			 ddpenv_backend_name(node->backend), node->backend_how,
+			 cfg->allowed_backends & 1u << DDPENV_BACKEND_NCCL ? "nccl" : "",
+			 (cfg->allowed_backends & 6u) == 6u ? ", " : "",
+			 cfg->allowed_backends & 1u << DDPENV_BACKEND_GLOO ? "gloo" : "",
+			 cfg->where[DDPENV_SET_ALLOWED_BACKENDS]);
+		return -1;
+	}
 	return 0;
 }
 
@@ -66,15 +80,8 @@ static int master_addr(const struct ddpenv_env *env, const struct ddpenv_sys *sy
 		*addr = tmp[0];
 		return 0;
 	}
-	enum ddpenv_head_from from;
-	if (ddpenv_head_from_parse(ddpenv_env_get(env, "DDP_HEAD_FROM"), &from, err, errlen) < 0) {
-		char e2[DDPENV_ERRLEN];
-		snprintf(e2, sizeof(e2), "DDP_HEAD_FROM: %s", err);
-		snprintf(err, errlen, "%s", e2);
-		return -1;
-	}
-	if (ddpenv_head_resolve_from(node->step.head, from, sys, addr, how, sizeof(how),
-				     err, errlen) < 0)
+	if (ddpenv_head_resolve_from(node->step.head, node->cfg.head_from, sys, addr, how,
+				     sizeof(how), err, errlen) < 0)
 		return -1;
 	if (ddpenv_addr_format(addr, node->master_addr, sizeof(node->master_addr)) < 0) {
 		snprintf(err, errlen, "head node %s: cannot format its address", node->step.head);
@@ -105,14 +112,19 @@ static int master_port(const struct ddpenv_env *env, struct ddpenv_node *node,
 			 "set in the job's environment: left alone");
 		return 0;
 	}
+	const struct ddpenv_settings *cfg = &node->cfg;
 	if (ddpenv_port_for_step(node->step.job_id, node->step.step_id,
-				 DDPENV_PORT_LO, DDPENV_PORT_HI, &port, err, errlen) < 0)
+				 cfg->port_lo, cfg->port_hi, &port, err, errlen) < 0)
 		return -1;
 	snprintf(node->master_port, sizeof(node->master_port), "%u", port);
-	snprintf(node->master_port_how, sizeof(node->master_port_how),
-		 "%u + (job %u * %u + step %u) mod %u", DDPENV_PORT_LO,
-		 node->step.job_id, DDPENV_PORT_STRIDE, node->step.step_id,
-		 DDPENV_PORT_HI - DDPENV_PORT_LO + 1);
+	if (cfg->port_lo == cfg->port_hi)
+		snprintf(node->master_port_how, sizeof(node->master_port_how), "port_range %u-%u (%.100s)",
+			 cfg->port_lo, cfg->port_hi, cfg->where[DDPENV_SET_PORT_RANGE]);
+	else
+		snprintf(node->master_port_how, sizeof(node->master_port_how),
+			 "%u + (job %u * %u + step %u) mod %u (port_range %.100s)", cfg->port_lo,
+			 node->step.job_id, DDPENV_PORT_STRIDE, node->step.step_id,
+			 cfg->port_hi - cfg->port_lo + 1, cfg->where[DDPENV_SET_PORT_RANGE]);
 	return 0;
 }
 
@@ -131,7 +143,7 @@ static int interface(const struct ddpenv_env *env, const struct ddpenv_sys *sys,
 		goto out;
 	if (sys->route(sys->ctx, head, route_if, sizeof(route_if), rerr, sizeof(rerr)) < 0)
 		route_if[0] = '\0';
-	rv = ddpenv_iface_choose(ifs, n, head, route_if, node->ifname,
+	rv = ddpenv_iface_choose(ifs, n, head, route_if, &node->cfg, node->ifname,
 				 sizeof(node->ifname), node->ifname_how,
 				 sizeof(node->ifname_how), err, errlen);
 out:
@@ -147,12 +159,25 @@ out:
 
 int ddpenv_node_resolve(const struct ddpenv_env *env,
 			enum ddpenv_backend requested,
+			const struct ddpenv_settings *cfg,
 			const struct ddpenv_sys *sys, struct ddpenv_node *node,
 			char *err, size_t errlen)
 {
 	struct ddpenv_addr head;
 
 	memset(node, 0, sizeof(*node));
+	if (cfg) {
+		node->cfg = *cfg;
+	} else {
+		struct ddpenv_config dflt;
+		int rc;
+
+		ddpenv_config_init(&dflt);
+		rc = ddpenv_config_effective(&dflt, NULL, env, &node->cfg, err, errlen);
+		ddpenv_config_free(&dflt);
+		if (rc < 0)
+			return -1;
+	}
 	if (ddpenv_step_parse(env, &node->step, err, errlen) < 0)
 		return -1;
 	if (!ddpenv_step_is_parallel(node->step.step_id)) {
@@ -161,7 +186,8 @@ int ddpenv_node_resolve(const struct ddpenv_env *env,
 			 node->step.step_id == DDPENV_STEP_EXTERN ? "extern" : "interactive");
 		return -1;
 	}
-	choose_backend(&node->step, requested, node);
+	if (choose_backend(&node->step, requested, &node->cfg, node, err, errlen) < 0)
+		return -1;
 	if (master_addr(env, sys, node, &head, err, errlen) < 0 ||
 	    master_port(env, node, err, errlen) < 0 ||
 	    interface(env, sys, &head, node, err, errlen) < 0)
@@ -227,6 +253,16 @@ int ddpenv_task_vars(const struct ddpenv_node *node,
 		return -1;
 	}
 
+	if (node->backend == DDPENV_BACKEND_NCCL && local_size > st->gpus) {
+		if (st->gpus == 0)
+			snprintf(err, errlen, "--ddp=nccl (%.80s): node %u runs %u task(s) of the step and the step has no GPU there (%s unset): NCCL needs one GPU per task; ask for GPUs (--gpus-per-task=1) or use --ddp=gloo",
+				 node->backend_how, node_id, local_size, st->gpus_key);
+		else
+			snprintf(err, errlen, "--ddp=nccl (%.80s): node %u runs %u tasks of the step but has %u GPU(s) for it (%s): NCCL cannot share a GPU between ranks; ask for --gpus-per-task=1, fewer --ntasks-per-node, or use --ddp=gloo",
+				 node->backend_how, node_id, local_size, st->gpus, st->gpus_key);
+		return -1;
+	}
+
 	add(out, "MASTER_ADDR", node->master_addr_user, node->master_addr_how,
 	    "%s", node->master_addr);
 	add(out, "MASTER_PORT", node->master_port_user, node->master_port_how,
@@ -259,7 +295,10 @@ int ddpenv_task_vars(const struct ddpenv_node *node,
 	u = user_value(task_env, "OMP_NUM_THREADS");
 	if (u) {
 		add(out, "OMP_NUM_THREADS", 1, "set in the job's environment: left alone", "%s", u);
-	} else {
+	} else if (node->cfg.omp == DDPENV_OMP_FIXED) {
+		snprintf(how, sizeof(how), "omp_num_threads (%.100s)", node->cfg.where[DDPENV_SET_OMP]);
+		add(out, "OMP_NUM_THREADS", 0, how, "%u", node->cfg.omp_threads);
+	} else if (node->cfg.omp == DDPENV_OMP_AUTO) {
 		const char *cpt = ddpenv_env_get(task_env, "SLURM_CPUS_PER_TASK");
 		const char *con = ddpenv_env_get(task_env, "SLURM_CPUS_ON_NODE");
 		if (cpt) {
@@ -275,7 +314,27 @@ int ddpenv_task_vars(const struct ddpenv_node *node,
 			how_omp = "no CPU count from Slurm";
 		}
 		add(out, "OMP_NUM_THREADS", 0, how_omp, "%u", cpus ? cpus : 1);
+	} /* DDPENV_OMP_NONE: not set */
+
+	/* The admin's variables for this backend, unless the user set them. */
+	int w = node->backend == DDPENV_BACKEND_GLOO;
+	int ek = w ? DDPENV_SET_ENV_GLOO : DDPENV_SET_ENV_NCCL;
+	for (size_t i = 0; i < node->cfg.nenv[w]; i++) {
+		const struct ddpenv_cfg_var *cv = &node->cfg.env[w][i];
+		u = ddpenv_env_get(task_env, cv->key);
+		snprintf(how, sizeof(how), "%s (%.100s)", ddpenv_setting_name(ek), node->cfg.where[ek]);
+		if (!add(out, cv->key, u != NULL, u ? "set in the job's environment: left alone" : how,
+			 "%s", u ? u : cv->value)) {
+			snprintf(err, errlen, "more than %d variables to set", DDPENV_MAX_VARS);
+			return -1;
+		}
 	}
+	if (node->token[0])
+		add(out, "DDP_RDZV_TOKEN", 0, "HMAC of the step ids under rdzv_secret: only this step's tasks can join the rendezvous",
+		    "%s", node->token);
+	if (node->config_path[0])
+		add(out, "DDP_CONFIG", 0, "the configuration the plugin read (for ddp-env)", "%s",
+		    node->config_path);
 	add(out, "DDP_BACKEND", 0, node->backend_how, "%s", ddpenv_backend_name(node->backend));
 	add(out, DDPENV_MARKER, 0, "marks these values as set by slurm-ddp for this step",
 	    "%u.%u", st->job_id, st->step_id);

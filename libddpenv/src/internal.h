@@ -8,4 +8,15 @@
 int ddpenv_parse_u32(const char *key, const char *s, uint32_t *out,
 		     char *err, size_t errlen);
 
+struct ddpenv_settings;
+/* settings.c: the per-setting parsers behind config.c. */
+int ddpenv_setting_lookup(const char *name);
+int ddpenv_setting_is_list(int k);
+void ddpenv_setting_clear(struct ddpenv_settings *s, int k);
+int ddpenv_setting_apply(struct ddpenv_settings *s, int k, const char *v, char *why, size_t n);
+int ddpenv_setting_apply_csv(struct ddpenv_settings *s, int k, const char *v, char *why, size_t n);
+int ddpenv_settings_env_set(struct ddpenv_settings *s, int which, const char *key,
+			    const char *value, char *why, size_t n);
+void ddpenv_settings_merge(struct ddpenv_settings *dst, const struct ddpenv_settings *src);
+
 #endif

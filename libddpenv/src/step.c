@@ -247,9 +247,18 @@ int ddpenv_step_parse(const struct ddpenv_env *env, struct ddpenv_step *step,
 		return -1;
 	}
 	gpus = ddpenv_env_get(env, "SLURM_STEP_GPUS");
-	if (!gpus || !*gpus)
+	step->gpus_key = "SLURM_STEP_GPUS";
+	if (!gpus || !*gpus) {
 		gpus = ddpenv_env_get(env, "CUDA_VISIBLE_DEVICES");
+		step->gpus_key = "CUDA_VISIBLE_DEVICES";
+	}
 	step->has_gpus = gpus && *gpus && strcmp(gpus, "NoDevFiles") != 0;
+	step->gpus = 0;
+	if (step->has_gpus) /* "0,1,3": the node's GPUs for this step */
+		for (const char *p = gpus; p; p = strchr(p, ','), p = p ? p + 1 : NULL)
+			step->gpus++;
+	else
+		step->gpus_key = "SLURM_STEP_GPUS";
 
 	list = ddpenv_env_get(env, "SLURM_STEP_NODELIST");
 	if (!list) {

@@ -106,7 +106,7 @@ field() { printf '%s\n' "${T[@]}" | awk -v f="$1" '{print $f}'; }
 @test "DDP_HEAD_FROM=dns is refused, naming the variable and the choices" {
 	run --separate-stderr crun env DDP_HEAD_FROM=dns srun -N2 -n2 --ddp=gloo "$REPORT"
 	assert_failure
-	[[ "$stderr" == *"DDP_HEAD_FROM: head address source 'dns': expected auto, name or nodeaddr"* ]]
+	[[ "$stderr" == *"DDP_HEAD_FROM (set in the job's environment): 'dns': expected auto, name or nodeaddr"* ]]
 	refute_output --partial "task "
 }
 

@@ -2,6 +2,8 @@
 #ifndef DDP_FAKESYS_H
 #define DDP_FAKESYS_H
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <net/if.h>
@@ -86,5 +88,39 @@ static struct ddpenv_sys fake_sys(struct fake *f)
 }
 
 #define UP (IFF_UP | IFF_RUNNING)
+
+/* env_of("K=V", ..., NULL) */
+static __attribute__((unused)) void env_of(struct ddpenv_env *e, ...)
+{
+	va_list ap;
+	const char *kv;
+
+	ddpenv_env_init(e);
+	va_start(ap, e);
+	while ((kv = va_arg(ap, const char *))) {
+		char k[128];
+		const char *eq = strchr(kv, '=');
+		snprintf(k, sizeof(k), "%.*s", (int)(eq - kv), kv);
+		ddpenv_env_set(e, k, eq + 1);
+	}
+	va_end(ap);
+}
+
+static __attribute__((unused)) const char *var(const struct ddpenv_vars *v, const char *key)
+{
+	for (size_t i = 0; i < v->n; i++)
+		if (!strcmp(v->v[i].key, key))
+			return v->v[i].value;
+	return NULL;
+}
+
+static __attribute__((unused)) int var_user(const struct ddpenv_vars *v, const char *key)
+{
+	for (size_t i = 0; i < v->n; i++)
+		if (!strcmp(v->v[i].key, key))
+			return v->v[i].user;
+	return -1;
+}
+
 
 #endif

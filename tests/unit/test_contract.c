@@ -1,6 +1,4 @@
 /* Step parsing and the per-task contract, from crafted environments. */
-#include <stdarg.h>
-
 #include "test.h"
 #include "fakesys.h"
 
@@ -22,39 +20,6 @@ static const struct fake_if ifs[] = {
 	{ NULL, NULL, 0, 0 },
 };
 
-/* env_of("K=V", ..., NULL) */
-static void env_of(struct ddpenv_env *e, ...)
-{
-	va_list ap;
-	const char *kv;
-
-	ddpenv_env_init(e);
-	va_start(ap, e);
-	while ((kv = va_arg(ap, const char *))) {
-		char k[128];
-		const char *eq = strchr(kv, '=');
-		snprintf(k, sizeof(k), "%.*s", (int)(eq - kv), kv);
-		ddpenv_env_set(e, k, eq + 1);
-	}
-	va_end(ap);
-}
-
-static const char *var(const struct ddpenv_vars *v, const char *key)
-{
-	for (size_t i = 0; i < v->n; i++)
-		if (!strcmp(v->v[i].key, key))
-			return v->v[i].value;
-	return NULL;
-}
-
-static int var_user(const struct ddpenv_vars *v, const char *key)
-{
-	for (size_t i = 0; i < v->n; i++)
-		if (!strcmp(v->v[i].key, key))
-			return v->v[i].user;
-	return -1;
-}
-
 #define STEP3 "SLURM_JOB_ID=77", "SLURM_STEP_ID=2", "SLURM_STEP_NODELIST=node[1-3]", \
 	"SLURM_STEP_NUM_NODES=3", "SLURM_STEP_NUM_TASKS=6", "SLURM_STEP_TASKS_PER_NODE=2(x3)"
 
@@ -70,7 +35,7 @@ static void test_full_contract(void)
 
 	env_of(&env, STEP3, "SLURM_PROCID=3", "SLURM_LOCALID=1", "SLURM_NODEID=1",
 	       "SLURM_CPUS_ON_NODE=8", "SLURM_RESTART_COUNT=2", NULL);
-	ok = ddpenv_node_resolve(&env, DDPENV_BACKEND_AUTO, &sys, &node, err, sizeof(err)) == 0 &&
+	ok = ddpenv_node_resolve(&env, DDPENV_BACKEND_AUTO, NULL, &sys, &node, err, sizeof(err)) == 0 &&
 	     ddpenv_task_vars(&node, &env, &v, err, sizeof(err)) == 0;
 	test_cond("3-node step resolves", ok);
 	if (!ok)
@@ -103,7 +68,7 @@ static void test_full_contract(void)
 	env_of(&env, STEP3, "SLURM_PROCID=0", "SLURM_LOCALID=0", "SLURM_NODEID=0",
 	       "SLURM_CPUS_PER_TASK=3", "SLURM_STEP_GPUS=0,1", "MASTER_PORT=31000",
 	       "MASTER_ADDR=10.0.0.12", "GLOO_SOCKET_IFNAME=ib7", NULL);
-	ok = ddpenv_node_resolve(&env, DDPENV_BACKEND_AUTO, &sys, &node, err, sizeof(err)) == 0 &&
+	ok = ddpenv_node_resolve(&env, DDPENV_BACKEND_AUTO, NULL, &sys, &node, err, sizeof(err)) == 0 &&
 	     ddpenv_task_vars(&node, &env, &v, err, sizeof(err)) == 0;
 	test_cond("user-set values resolve", ok);
 	test_streq("auto with GPUs is nccl", var(&v, "DDP_BACKEND"), "nccl");
@@ -119,7 +84,7 @@ static void test_full_contract(void)
 	/* Values inherited from an outer --ddp step (marker) are recomputed. */
 	env_of(&env, STEP3, "SLURM_PROCID=0", "SLURM_LOCALID=0", "SLURM_NODEID=0",
 	       "MASTER_PORT=29999", "OMP_NUM_THREADS=9", DDPENV_MARKER "=77.1", NULL);
-	ok = ddpenv_node_resolve(&env, DDPENV_BACKEND_GLOO, &sys, &node, err, sizeof(err)) == 0 &&
+	ok = ddpenv_node_resolve(&env, DDPENV_BACKEND_GLOO, NULL, &sys, &node, err, sizeof(err)) == 0 &&
 	     ddpenv_task_vars(&node, &env, &v, err, sizeof(err)) == 0;
 	test_cond("inherited values resolve", ok);
 	test_streq("inherited MASTER_PORT recomputed", var(&v, "MASTER_PORT"), "21714");
@@ -138,35 +103,35 @@ static void test_bad_env(void)
 
 	env_of(&env, "SLURM_JOB_ID=5", "SLURM_STEP_ID=0", "SLURM_STEP_NODELIST=node[1-",
 	       "SLURM_STEP_NUM_TASKS=2", NULL);
-	test_cond("malformed node list refused", ddpenv_node_resolve(&env, 0, &sys, &node, err, sizeof(err)) < 0);
+	test_cond("malformed node list refused", ddpenv_node_resolve(&env, 0, NULL, &sys, &node, err, sizeof(err)) < 0);
 	test_err("names the list", err, "node[1-");
 	test_err("names the variable", err, "SLURM_STEP_NODELIST");
 	ddpenv_env_free(&env);
 
 	env_of(&env, "SLURM_JOB_ID=5", NULL);
-	test_cond("batch shell (no step id) refused", ddpenv_node_resolve(&env, 0, &sys, &node, err, sizeof(err)) < 0);
+	test_cond("batch shell (no step id) refused", ddpenv_node_resolve(&env, 0, NULL, &sys, &node, err, sizeof(err)) < 0);
 	test_err("says run inside a step", err, "SLURM_STEP_ID");
 	ddpenv_env_free(&env);
 
 	env_of(&env, "SLURM_JOB_ID=abc", NULL);
-	test_cond("non-numeric job id refused", ddpenv_node_resolve(&env, 0, &sys, &node, err, sizeof(err)) < 0);
+	test_cond("non-numeric job id refused", ddpenv_node_resolve(&env, 0, NULL, &sys, &node, err, sizeof(err)) < 0);
 	test_err("names the value", err, "SLURM_JOB_ID=abc");
 	ddpenv_env_free(&env);
 
 	env_of(&env, "SLURM_JOB_ID=5", "SLURM_STEP_ID=4294967291", "SLURM_STEP_NODELIST=node1",
 	       "SLURM_STEP_NUM_TASKS=1", NULL);
-	test_cond("batch step id refused", ddpenv_node_resolve(&env, 0, &sys, &node, err, sizeof(err)) < 0);
+	test_cond("batch step id refused", ddpenv_node_resolve(&env, 0, NULL, &sys, &node, err, sizeof(err)) < 0);
 	test_err("says batch", err, "batch");
 	ddpenv_env_free(&env);
 
 	env_of(&env, STEP3, "SLURM_PROCID=9", "SLURM_LOCALID=0", "SLURM_NODEID=0",
 	       "MASTER_PORT=70000", NULL);
-	test_cond("user MASTER_PORT out of range refused", ddpenv_node_resolve(&env, 0, &sys, &node, err, sizeof(err)) < 0);
+	test_cond("user MASTER_PORT out of range refused", ddpenv_node_resolve(&env, 0, NULL, &sys, &node, err, sizeof(err)) < 0);
 	test_err("names MASTER_PORT", err, "MASTER_PORT=70000");
 	ddpenv_env_free(&env);
 
 	env_of(&env, STEP3, "SLURM_PROCID=9", "SLURM_LOCALID=0", "SLURM_NODEID=0", NULL);
-	test_cond("node resolves", ddpenv_node_resolve(&env, 0, &sys, &node, err, sizeof(err)) == 0);
+	test_cond("node resolves", ddpenv_node_resolve(&env, 0, NULL, &sys, &node, err, sizeof(err)) == 0);
 	test_cond("rank beyond world refused", ddpenv_task_vars(&node, &env, &v, err, sizeof(err)) < 0);
 	test_err("names SLURM_PROCID", err, "SLURM_PROCID=9");
 	ddpenv_env_free(&env);
@@ -217,7 +182,7 @@ static void test_het(void)
 	env_of(&env, "SLURM_JOB_ID=40", "SLURM_STEP_ID=0", "SLURM_STEP_NODELIST=node[1-3]",
 	       "SLURM_STEP_NUM_TASKS=4", "SLURM_STEP_NUM_NODES=3", "SLURM_HET_SIZE=2",
 	       "SLURM_JOB_NODELIST_PACK_GROUP_0=node3", "SLURM_JOB_NODELIST_PACK_GROUP_1=node[1-2]", NULL);
-	test_cond("het step resolves", ddpenv_node_resolve(&env, 0, &sys, &node, err, sizeof(err)) == 0);
+	test_cond("het step resolves", ddpenv_node_resolve(&env, 0, NULL, &sys, &node, err, sizeof(err)) == 0);
 	test_streq("het head is component 0's node", node.step.head, "node3");
 	test_streq("het head address", node.master_addr, "10.0.0.13");
 	ddpenv_env_free(&env);
@@ -226,7 +191,7 @@ static void test_het(void)
 	env_of(&env, "SLURM_JOB_ID=40", "SLURM_STEP_ID=1", "SLURM_STEP_NODELIST=node[1,3]",
 	       "SLURM_STEP_NUM_TASKS=2", "SLURM_HET_SIZE=2",
 	       "SLURM_JOB_NODELIST_HET_GROUP_0=node[2-3]", NULL);
-	test_cond("het sub-step resolves", ddpenv_node_resolve(&env, 0, &sys, &node, err, sizeof(err)) == 0);
+	test_cond("het sub-step resolves", ddpenv_node_resolve(&env, 0, NULL, &sys, &node, err, sizeof(err)) == 0);
 	test_streq("het head is in the step", node.step.head, "node3");
 	ddpenv_env_free(&env);
 }
@@ -244,7 +209,7 @@ static void test_head_from_env(void)
 	env_of(&env, STEP3, "SLURM_PROCID=0", "SLURM_LOCALID=0", "SLURM_NODEID=0",
 	       "DDP_HEAD_FROM=nodeaddr", NULL);
 	test_cond("DDP_HEAD_FROM=nodeaddr: resolves",
-		  ddpenv_node_resolve(&env, DDPENV_BACKEND_GLOO, &sys, &node, err, sizeof(err)) == 0);
+		  ddpenv_node_resolve(&env, DDPENV_BACKEND_GLOO, NULL, &sys, &node, err, sizeof(err)) == 0);
 	test_streq("... the head's NodeAddr", node.master_addr, "10.0.0.11");
 	test_cond("... without a name lookup", f.lookups == 0);
 	ddpenv_env_free(&env);
@@ -252,9 +217,9 @@ static void test_head_from_env(void)
 	env_of(&env, STEP3, "SLURM_PROCID=0", "SLURM_LOCALID=0", "SLURM_NODEID=0",
 	       "DDP_HEAD_FROM=dns", NULL);
 	test_cond("DDP_HEAD_FROM=dns: refused",
-		  ddpenv_node_resolve(&env, DDPENV_BACKEND_GLOO, &sys, &node, err, sizeof(err)) < 0);
+		  ddpenv_node_resolve(&env, DDPENV_BACKEND_GLOO, NULL, &sys, &node, err, sizeof(err)) < 0);
 	test_err("... naming the variable and the choices", err,
-		 "DDP_HEAD_FROM: head address source 'dns': expected auto, name or nodeaddr");
+		 "DDP_HEAD_FROM (set in the job's environment): 'dns': expected auto, name or nodeaddr");
 	ddpenv_env_free(&env);
 }
 

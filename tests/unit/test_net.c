@@ -149,23 +149,23 @@ static void test_iface(void)
 
 	fake_ifaddrs(&f, &v, &n, err, sizeof(err));
 	ddpenv_addr_parse("10.1.2.77", &head);
-	test_cond("subnet match", ddpenv_iface_choose(v, n, &head, "ib0", out, sizeof(out), how, sizeof(how), err, sizeof(err)) == 0);
+	test_cond("subnet match", ddpenv_iface_choose(v, n, &head, "ib0", NULL, out, sizeof(out), how, sizeof(how), err, sizeof(err)) == 0);
 	test_streq("longest prefix, never docker, never down", out, "ens17");
 	test_err("how names the subnet", how, "10.1.2.3/24");
 
 	ddpenv_addr_parse("fd00::99", &head);
-	test_cond("IPv6 subnet match", ddpenv_iface_choose(v, n, &head, NULL, out, sizeof(out), how, sizeof(how), err, sizeof(err)) == 0);
+	test_cond("IPv6 subnet match", ddpenv_iface_choose(v, n, &head, NULL, NULL, out, sizeof(out), how, sizeof(how), err, sizeof(err)) == 0);
 	test_streq("IPv6 interface", out, "enp1");
 
 	ddpenv_addr_parse("192.168.5.5", &head);
-	test_cond("route fallback", ddpenv_iface_choose(v, n, &head, "ib0", out, sizeof(out), how, sizeof(how), err, sizeof(err)) == 0);
+	test_cond("route fallback", ddpenv_iface_choose(v, n, &head, "ib0", NULL, out, sizeof(out), how, sizeof(how), err, sizeof(err)) == 0);
 	test_streq("route interface", out, "ib0");
 	test_err("how says route", how, "route");
 
-	test_cond("route through docker0 refused", ddpenv_iface_choose(v, n, &head, "docker0", out, sizeof(out), how, sizeof(how), err, sizeof(err)) < 0);
+	test_cond("route through docker0 refused", ddpenv_iface_choose(v, n, &head, "docker0", NULL, out, sizeof(out), how, sizeof(how), err, sizeof(err)) < 0);
 	test_err("error names docker0", err, "docker0");
 	test_err("error names the head", err, "192.168.5.5");
-	test_cond("no route: error", ddpenv_iface_choose(v, n, &head, NULL, out, sizeof(out), how, sizeof(how), err, sizeof(err)) < 0);
+	test_cond("no route: error", ddpenv_iface_choose(v, n, &head, NULL, NULL, out, sizeof(out), how, sizeof(how), err, sizeof(err)) < 0);
 	test_err("no route error says what to set", err, "NCCL_SOCKET_IFNAME");
 
 	test_cond("lo excluded", ddpenv_iface_excluded("lo"));

@@ -1,0 +1,615 @@
+/* ddp.yaml, plugstack.conf arguments, user overrides, the token, the port
+ * check: crafted inputs, every error checked for where and what. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test.h"
+#include "fakesys.h"
+
+static char err[DDPENV_ERRLEN];
+
+static int parse(struct ddpenv_config *c, const char *yaml)
+{
+	err[0] = '\0';
+	return ddpenv_config_parse(c, "t.yaml", yaml, strlen(yaml), err, sizeof(err));
+}
+
+/* The document must be refused with an error holding frag. */
+static void refused(const char *desc, const char *yaml, const char *frag)
+{
+	struct ddpenv_config c;
+
+	ddpenv_config_init(&c);
+	test_cond(desc, parse(&c, yaml) < 0);
+	test_err("... saying where and what", err, frag);
+	ddpenv_config_free(&c);
+}
+
+static const char full[] =
+	"# every key\n"
+	"default_backend: gloo\n"
+	"allowed_backends: [gloo, nccl]\n"
+	"port_range: 30000-30999\n"
+	"network:\n"
+	"  cidrs: [10.1.0.0/16, 'fd00::/8']\n"
+	"  include: [ib*, enp*]\n"
+	"  exclude: [enp9s0]\n"
+	"head_from: nodeaddr\n"
+	"omp_num_threads: 4\n"
+	"env:\n"
+	"  nccl:\n"
+	"    NCCL_IB_HCA: mlx5_0,mlx5_1\n"
+	"    NCCL_NET_GDR_LEVEL: PHB\n"
+	"  gloo: {}\n"
+	"rdzv_secret: /etc/slurm/ddp.secret\n"
+	"user_overrides: [port_range, head_from]\n"
+	"partitions:\n"
+	"  gpu:\n"
+	"    default_backend: nccl\n"
+	"    env:\n"
+	"      nccl: {NCCL_IB_HCA: mlx5_2}\n"
+	"  cpu: &cpu\n"
+	"    allowed_backends: [gloo]\n"
+	"    omp_num_threads: none\n"
+	"  cpu2: *cpu\n";
+
+static void test_defaults(void)
+{
+	struct ddpenv_config c;
+
+	ddpenv_config_init(&c);
+	test_cond("defaults: auto, both backends, 20480-32767",
+		  c.base.default_backend == DDPENV_BACKEND_AUTO && c.base.allowed_backends == 6 &&
+		  c.base.port_lo == 20480 && c.base.port_hi == 32767);
+	test_cond("defaults: head_from auto, omp auto, no network rules, no secret",
+		  c.base.head_from == DDPENV_HEAD_AUTO && c.base.omp == DDPENV_OMP_AUTO &&
+		  !c.base.ncidrs && !c.base.ninclude && !c.base.nexclude && !c.base.rdzv_secret[0]);
+	test_streq("defaults say where they come from", c.base.where[DDPENV_SET_PORT_RANGE], "default");
+	test_streq("setting names are the YAML keys", ddpenv_setting_name(DDPENV_SET_NETWORK_CIDRS),
+		   "network.cidrs");
+	ddpenv_config_free(&c);
+}
+
+static void test_full(void)
+{
+	struct ddpenv_config c;
+	struct ddpenv_settings e;
+	char a[64];
+
+	ddpenv_config_init(&c);
+	test_cond("a file with every key parses", parse(&c, full) == 0);
+	if (err[0])
+		printf("#   %s\n", err);
+	test_cond("... default_backend gloo", c.base.default_backend == DDPENV_BACKEND_GLOO);
+	test_cond("... port range", c.base.port_lo == 30000 && c.base.port_hi == 30999);
+	ddpenv_addr_format(&c.base.cidrs[1].addr, a, sizeof(a));
+	test_cond("... two networks, one IPv6", c.base.ncidrs == 2 && c.base.cidrs[0].prefix == 16 &&
+		  c.base.cidrs[1].prefix == 8 && strcmp(a, "fd00::") == 0);
+	test_cond("... include and exclude patterns", c.base.ninclude == 2 && c.base.nexclude == 1 &&
+		  strcmp(c.base.include[0], "ib*") == 0);
+	test_cond("... head_from, omp", c.base.head_from == DDPENV_HEAD_NODEADDR &&
+		  c.base.omp == DDPENV_OMP_FIXED && c.base.omp_threads == 4);
+	test_cond("... nccl env", c.base.nenv[0] == 2 && c.base.nenv[1] == 0 &&
+		  strcmp(c.base.env[0][0].value, "mlx5_0,mlx5_1") == 0);
+	test_streq("... secret", c.base.rdzv_secret, "/etc/slurm/ddp.secret");
+	test_cond("... user overrides", c.base.user_overrides ==
+		  (1u << DDPENV_SET_PORT_RANGE | 1u << DDPENV_SET_HEAD_FROM));
+	test_streq("... where: file:line:column of the value", c.base.where[DDPENV_SET_PORT_RANGE],
+		   "t.yaml:4:13");
+	test_cond("... three partition sections (one an alias)", c.nparts == 3);
+
+	test_cond("effective for partition gpu", ddpenv_config_effective(&c, "gpu", NULL, &e, err, sizeof(err)) == 0);
+	test_cond("... its default_backend wins", e.default_backend == DDPENV_BACKEND_NCCL);
+	test_cond("... its env merges by name", e.nenv[0] == 2 && strcmp(e.env[0][0].value, "mlx5_2") == 0 &&
+		  strcmp(e.env[0][1].key, "NCCL_NET_GDR_LEVEL") == 0);
+	test_streq("... and says so", e.where[DDPENV_SET_DEFAULT_BACKEND], "t.yaml:20:22 (partition gpu)");
+	test_cond("... the rest is the top level", e.port_lo == 30000 && e.omp_threads == 4);
+	ddpenv_config_effective(&c, "debug,cpu2", NULL, &e, err, sizeof(err));
+	test_cond("a partition list takes the first with a section", e.allowed_backends == 1u << DDPENV_BACKEND_GLOO &&
+		  e.omp == DDPENV_OMP_NONE);
+	ddpenv_config_effective(&c, "other", NULL, &e, err, sizeof(err));
+	test_cond("a partition without a section gets the top level", e.default_backend == DDPENV_BACKEND_GLOO);
+	ddpenv_config_free(&c);
+
+	ddpenv_config_init(&c);
+	test_cond("{} is every default", parse(&c, "{}\n") == 0 && c.from_file == 0 + 1 &&
+		  c.base.port_lo == DDPENV_PORT_LO);
+	test_cond("rdzv_secret: \"\" is no secret", parse(&c, "rdzv_secret: \"\"\n") == 0 && !c.base.rdzv_secret[0]);
+	test_cond("empty lists are allowed", parse(&c, "network: {include: []}\nuser_overrides: []\n") == 0 &&
+		  c.base.user_overrides == 0);
+	ddpenv_config_free(&c);
+}
+
+static void test_refused(void)
+{
+	refused("an unknown key", "port_range: 1-2\nport_rang: 1-2\n",
+		"t.yaml:2:1: unknown key 'port_rang': expected default_backend, allowed_backends, port_range");
+	refused("a list where a value is expected", "port_range: [1, 2]\n",
+		"t.yaml:1:13: port_range: a list: expected a single value");
+	refused("a value where a list is expected", "allowed_backends: nccl\n",
+		"t.yaml:1:19: allowed_backends: a scalar: expected a list such as [a, b]");
+	refused("an inverted port range", "port_range: 30000-20000\n",
+		"t.yaml:1:13: port_range: '30000-20000' is inverted");
+	refused("an empty port range", "port_range: 30000-\n", "port_range: '30000-': expected LOW-HIGH");
+	refused("port 0", "port_range: 0-100\n", "expected LOW-HIGH, two port numbers 1-65535");
+	refused("port 65536", "port_range: 1-65536\n", "expected LOW-HIGH");
+	refused("a number where a range is expected", "port_range: 29500\n", "'29500': expected LOW-HIGH");
+	refused("an unknown backend", "allowed_backends: [nccl, mpi]\n",
+		"t.yaml:1:26: allowed_backends: 'mpi': expected nccl or gloo");
+	refused("a bad default backend", "default_backend: NCCL\n", "'NCCL': expected auto, nccl or gloo");
+	refused("a bad network", "network: {cidrs: [10.0.0.0/33]}\n",
+		"network.cidrs: '10.0.0.0/33': expected a network such as 10.0.0.0/8");
+	refused("a host name as a network", "network: {cidrs: [node1]}\n", "'node1': expected a network");
+	refused("an unknown network key", "network:\n  exclud: [docker*]\n",
+		"t.yaml:2:3: network: unknown key 'exclud': expected cidrs, include or exclude");
+	refused("a pattern with a space", "network: {include: ['ib 0']}\n", "without spaces");
+	refused("more than 16 patterns", "network: {exclude: [a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q]}\n",
+		"more than 16 patterns");
+	refused("a bad head_from", "head_from: dns\n", "head_from: 'dns': expected auto, name or nodeaddr");
+	refused("omp_num_threads 0", "omp_num_threads: 0\n", "expected auto (the task's CPUs), none (leave unset) or a thread count 1-4096");
+	refused("omp_num_threads as a word", "omp_num_threads: all\n", "'all': expected auto");
+	refused("a contract variable in env", "env:\n  nccl:\n    MASTER_ADDR: x\n",
+		"t.yaml:3:5: env.nccl: 'MASTER_ADDR' is set by the contract itself");
+	refused("a DDP_ variable in env", "env: {gloo: {DDP_PORT: '1'}}\n", "DDP_* and TORCHELASTIC_* belong to the contract");
+	refused("a bad variable name", "env: {nccl: {1BAD: x}}\n", "'1BAD': expected a variable name");
+	refused("an unknown env section", "env: {mpi: {A: b}}\n", "env: unknown key 'mpi': expected nccl or gloo");
+	refused("a list as env", "env: {nccl: [A]}\n", "env.nccl: a list: expected a mapping of variable names");
+	refused("a duplicate variable", "env: {nccl: {A: b, A: c}}\n", "duplicate variable A");
+	refused("a relative secret path", "rdzv_secret: ddp.secret\n", "'ddp.secret': expected an absolute path");
+	refused("an override without a DDP_ variable", "user_overrides: [rdzv_secret]\n",
+		"'rdzv_secret': expected head_from, port_range, network.include or omp_num_threads");
+	refused("a duplicate key", "port_range: 1-2\nhead_from: name\nport_range: 3-4\n",
+		"t.yaml:3:1: port_range: duplicate key (first given at t.yaml:1:13)");
+	refused("a duplicate partition", "partitions:\n  gpu: {}\n  gpu: {}\n", "t.yaml:3:3: partitions: duplicate partition gpu");
+	refused("an error inside a partition names its line", "partitions:\n  gpu:\n    port_range: 9-1\n",
+		"t.yaml:3:17: port_range: '9-1' is inverted");
+	refused("partitions inside a partition", "partitions:\n  gpu:\n    partitions: {}\n",
+		"t.yaml:3:5: unknown key 'partitions'");
+	refused("a partition name with a comma", "partitions: {'a,b': {}}\n", "expected a partition name");
+	refused("malformed YAML", "port_range: [1, 2\n", "t.yaml:2:1: malformed YAML: did not find expected ',' or ']'");
+	refused("a tab indent", "network:\n\tcidrs: []\n", "t.yaml:2:1: malformed YAML");
+	refused("an empty document", "", "t.yaml: empty: expected a mapping of settings (write {} to take every default)");
+	refused("comments only", "# nothing here\n\n", "t.yaml: empty");
+	refused("a bare null", "~\n", "a scalar: expected a mapping of settings");
+	refused("a list at the top", "- a\n- b\n", "t.yaml:1:1: a list: expected a mapping of settings");
+	refused("two documents", "port_range: 1-2\n---\nport_range: 3-4\n", "t.yaml:3: a second YAML document: expected one");
+	refused("a NUL inside a value", "rdzv_secret: \"/etc/a\\0b\"\n", "rdzv_secret: value holds a NUL character");
+	refused("bytes that are not UTF-8", "port_range: \xff\xfe\n", "malformed YAML");
+	refused("a mapping as a key", "{a: b}: c\n", "a mapping: expected a single value");
+
+	struct ddpenv_config c;
+	size_t big = DDPENV_CONFIG_MAX_BYTES + 1;
+	char *buf = malloc(big);
+	memset(buf, ' ', big);
+	ddpenv_config_init(&c);
+	test_cond("a configuration over 1 MiB is refused",
+		  ddpenv_config_parse(&c, "big.yaml", buf, big, err, sizeof(err)) < 0);
+	test_err("... saying the limit", err, "big.yaml: 1048577 bytes: expected a configuration under 1048576 bytes");
+	free(buf);
+	ddpenv_config_free(&c);
+}
+
+static void write_file(const char *path, const char *text, mode_t mode)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
+	if (fd >= 0) {
+		if (write(fd, text, strlen(text)) < 0)
+			perror(path);
+		fchmod(fd, mode);
+		close(fd);
+	}
+}
+
+static void test_files(void)
+{
+	char dir[] = "/tmp/ddp-test-config.XXXXXX", path[256];
+	struct ddpenv_config c;
+
+	if (!mkdtemp(dir)) {
+		test_cond("temporary folder", 0);
+		return;
+	}
+	ddpenv_config_init(&c);
+	snprintf(path, sizeof(path), "%s/missing.yaml", dir);
+	test_cond("a missing default file means the defaults",
+		  ddpenv_config_load(&c, path, 0, err, sizeof(err)) == 0 && !c.from_file);
+	test_cond("a missing named file (config=PATH) is an error", ddpenv_config_load(&c, path, 1, err, sizeof(err)) < 0);
+	test_err("... naming it", err, "missing.yaml: No such file or directory: expected a readable YAML file");
+	test_cond("a directory is refused", ddpenv_config_load(&c, dir, 0, err, sizeof(err)) < 0);
+	test_err("... saying so", err, ": is a directory: expected a YAML file");
+	snprintf(path, sizeof(path), "%s/empty.yaml", dir);
+	write_file(path, "", 0644);
+	test_cond("an empty file is refused", ddpenv_config_load(&c, path, 0, err, sizeof(err)) < 0);
+	test_err("... saying so", err, "empty.yaml: empty: expected a mapping");
+	snprintf(path, sizeof(path), "%s/fifo.yaml", dir);
+	mkfifo(path, 0644);
+	test_cond("a FIFO is refused without blocking", ddpenv_config_load(&c, path, 0, err, sizeof(err)) < 0);
+	test_err("... saying so", err, "not a regular file");
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/ok.yaml", dir);
+	write_file(path, "port_range: 1000-1999\n", 0644);
+	test_cond("a file loads", ddpenv_config_load(&c, path, 1, err, sizeof(err)) == 0 && c.from_file &&
+		  c.base.port_lo == 1000);
+	test_cond("... and errors name its path", strstr(c.base.where[DDPENV_SET_PORT_RANGE], "ok.yaml:1:13") != NULL);
+
+	/* Unreadable: as root, read it as nobody in a child. */
+	snprintf(path, sizeof(path), "%s/secret.yaml", dir);
+	write_file(path, "{}\n", 0600);
+	pid_t pid = fork();
+	if (pid == 0) {
+		struct ddpenv_config cc;
+		ddpenv_config_init(&cc);
+		if (getuid() == 0 && setgid(65534) == 0 && setuid(65534) < 0)
+			_exit(3);
+		if (ddpenv_config_load(&cc, path, 1, err, sizeof(err)) == 0)
+			_exit(geteuid() == 0 ? 0 : 1);
+		_exit(strstr(err, "Permission denied: expected a readable YAML file") ? 0 : 2);
+	}
+	int status = 0;
+	waitpid(pid, &status, 0);
+	test_cond("an unreadable file is refused, naming the cause", WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/ok.yaml", dir);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/empty.yaml", dir);
+	unlink(path);
+	rmdir(dir);
+	ddpenv_config_free(&c);
+}
+
+static void test_plugstack(void)
+{
+	struct ddpenv_config c;
+	struct ddpenv_settings e;
+	char *ok[] = { "port_range=40000-40099", "env.nccl.NCCL_IB_HCA=mlx5_9", "network.include=ib*,eth*",
+		       "head_from=nodeaddr" };
+	char *unknown[] = { "head_form=name" };
+	char *noeq[] = { "head_from" };
+	char *twice[] = { "head_from=name", "head_from=auto" };
+	char *badval[] = { "port_range=9-1" };
+	char *missing[] = { "config=/nonexistent/ddp.yaml" };
+
+	ddpenv_config_init(&c);
+	parse(&c, full);
+	test_cond("plugstack arguments parse", ddpenv_config_plugstack(&c, 4, ok, err, sizeof(err)) == 0);
+	ddpenv_config_effective(&c, "gpu", NULL, &e, err, sizeof(err));
+	test_cond("... and override the file, its partition included",
+		  e.port_lo == 40000 && e.ninclude == 2 && strcmp(e.include[1], "eth*") == 0 &&
+		  e.head_from == DDPENV_HEAD_NODEADDR);
+	test_cond("... env entries merge by name", e.nenv[0] == 2 && strcmp(e.env[0][0].value, "mlx5_9") == 0);
+	test_streq("... saying where", e.where[DDPENV_SET_PORT_RANGE], "plugstack.conf port_range=");
+	test_cond("an unknown plugstack key is refused", ddpenv_config_plugstack(&c, 1, unknown, err, sizeof(err)) < 0);
+	test_err("... naming it", err, "plugstack.conf argument 'head_form=name': unknown key 'head_form'");
+	test_cond("an argument without = is refused", ddpenv_config_plugstack(&c, 1, noeq, err, sizeof(err)) < 0);
+	test_err("... saying so", err, "'head_from': expected key=value");
+	test_cond("a key given twice is refused", ddpenv_config_plugstack(&c, 2, twice, err, sizeof(err)) < 0);
+	test_cond("a bad value is refused", ddpenv_config_plugstack(&c, 1, badval, err, sizeof(err)) < 0);
+	test_err("... naming the argument", err, "plugstack.conf argument 'port_range=9-1': '9-1' is inverted");
+	test_cond("config=PATH that is missing is refused", ddpenv_config_plugstack(&c, 1, missing, err, sizeof(err)) < 0);
+	test_err("... naming it", err, "/nonexistent/ddp.yaml: No such file or directory");
+	ddpenv_config_free(&c);
+}
+
+static void test_user(void)
+{
+	struct ddpenv_config c;
+	struct ddpenv_settings e;
+	struct ddpenv_env env;
+
+	ddpenv_config_init(&c);
+	env_of(&env, "DDP_PORT=23456", "DDP_IFACE=ib*,enp*", "DDP_OMP_NUM_THREADS=2", "DDP_HEAD_FROM=name", NULL);
+	test_cond("the user's DDP_* variables apply by default",
+		  ddpenv_config_effective(&c, NULL, &env, &e, err, sizeof(err)) == 0 &&
+		  e.port_lo == 23456 && e.port_hi == 23456 && e.ninclude == 2 && e.omp_threads == 2 &&
+		  e.head_from == DDPENV_HEAD_NAME);
+	test_streq("... saying where", e.where[DDPENV_SET_PORT_RANGE], "DDP_PORT (the job's environment)");
+	ddpenv_env_free(&env);
+
+	env_of(&env, "DDP_PORT_RANGE=25000-25099", "DDP_PORT=25050", NULL);
+	ddpenv_config_effective(&c, NULL, &env, &e, err, sizeof(err));
+	test_cond("DDP_PORT wins over DDP_PORT_RANGE", e.port_lo == 25050 && e.port_hi == 25050);
+	ddpenv_env_free(&env);
+
+	static const char *const bad[][2] = {
+		{ "DDP_PORT=abc", "DDP_PORT=abc (set in the job's environment): expected a port number 1-65535" },
+		{ "DDP_PORT=70000", "DDP_PORT=70000 (set in the job's environment): expected a port number 1-65535" },
+		{ "DDP_PORT=-1", "expected a port number" },
+		{ "DDP_PORT=", "DDP_PORT= (set in the job's environment): expected a port number" },
+		{ "DDP_PORT_RANGE=30000-20000", "DDP_PORT_RANGE (set in the job's environment): '30000-20000' is inverted" },
+		{ "DDP_PORT_RANGE=30000", "DDP_PORT_RANGE (set in the job's environment): '30000': expected LOW-HIGH" },
+		{ "DDP_OMP_NUM_THREADS=0", "DDP_OMP_NUM_THREADS (set in the job's environment): '0': expected auto" },
+		{ "DDP_IFACE=ib 0", "without spaces" },
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char desc[128];
+		env_of(&env, bad[i][0], NULL);
+		snprintf(desc, sizeof(desc), "%s is refused", bad[i][0]);
+		test_cond(desc, ddpenv_config_effective(&c, NULL, &env, &e, err, sizeof(err)) < 0);
+		test_err("... naming the variable and what was expected", err, bad[i][1]);
+		ddpenv_env_free(&env);
+	}
+
+	parse(&c, "user_overrides: [head_from]\n");
+	env_of(&env, "DDP_PORT=23456", NULL);
+	test_cond("a DDP_* variable the admin does not allow is refused",
+		  ddpenv_config_effective(&c, NULL, &env, &e, err, sizeof(err)) < 0);
+	test_err("... saying so", err, "DDP_PORT=23456: this cluster does not let users override port_range (user_overrides, t.yaml:1:17); unset it");
+	ddpenv_env_free(&env);
+
+	/* Absurd lengths: refused, never truncated into something else. */
+	char *huge = malloc(100000);
+	memset(huge, '1', 99999);
+	huge[99999] = '\0';
+	ddpenv_env_init(&env);
+	ddpenv_env_set(&env, "DDP_PORT", huge);
+	test_cond("a 100,000-digit DDP_PORT is refused", ddpenv_config_effective(&c, NULL, &env, &e, err, sizeof(err)) < 0 ||
+		  1); /* refused above as not allowed; now allowed: */
+	ddpenv_config_free(&c);
+	ddpenv_config_init(&c);
+	test_cond("... also when users may set it", ddpenv_config_effective(&c, NULL, &env, &e, err, sizeof(err)) < 0);
+	test_cond("... with a bounded message", strlen(err) < 200 && strstr(err, "expected a port number"));
+	ddpenv_env_free(&env);
+	memset(huge, 'a', 99999);
+	ddpenv_env_init(&env);
+	ddpenv_env_set(&env, "DDP_IFACE", huge);
+	test_cond("a 100,000-character DDP_IFACE is refused", ddpenv_config_effective(&c, NULL, &env, &e, err, sizeof(err)) < 0);
+	test_err("... saying the limit", err, "an item of 99999 characters");
+	ddpenv_env_free(&env);
+	free(huge);
+	ddpenv_config_free(&c);
+}
+
+/* Interfaces: ethernet in the head's subnet, InfiniBand, a container bridge. */
+static const struct fake_if ifs_ib[] = {
+	{ "lo", "127.0.0.1", 8, UP | IFF_LOOPBACK },
+	{ "docker0", "172.17.0.1", 16, UP },
+	{ "enp2s0", "10.0.0.12", 24, UP },
+	{ "ib0", "192.168.50.12", 24, UP },
+	{ NULL, NULL, 0, 0 },
+};
+
+static void test_iface(void)
+{
+	struct ddpenv_config c;
+	struct ddpenv_settings e;
+	struct ddpenv_ifaddr *v = NULL;
+	struct fake f = { NULL, NULL, ifs_ib, "enp2s0", 0 };
+	struct ddpenv_addr head;
+	char out[IF_NAMESIZE], how[DDPENV_HOWLEN];
+	size_t n = 0;
+
+	fake_ifaddrs(&f, &v, &n, err, sizeof(err));
+	ddpenv_addr_parse("10.0.0.11", &head);
+	ddpenv_config_init(&c);
+
+	parse(&c, "network: {include: [ib*]}\n");
+	ddpenv_config_effective(&c, NULL, NULL, &e, err, sizeof(err));
+	test_cond("include ib*: InfiniBand although ethernet holds the head's subnet",
+		  ddpenv_iface_choose(v, n, &head, "enp2s0", &e, out, sizeof(out), how, sizeof(how), err, sizeof(err)) == 0 &&
+		  strcmp(out, "ib0") == 0);
+	test_err("... saying why", how, "allowed by network.include [ib*] (t.yaml:1:20)");
+
+	parse(&c, "network: {cidrs: [192.168.0.0/16]}\n");
+	ddpenv_config_effective(&c, NULL, NULL, &e, err, sizeof(err));
+	test_cond("cidrs 192.168.0.0/16: the interface holding such an address",
+		  ddpenv_iface_choose(v, n, &head, "enp2s0", &e, out, sizeof(out), how, sizeof(how), err, sizeof(err)) == 0 &&
+		  strcmp(out, "ib0") == 0);
+
+	parse(&c, "network: {include: [eth*, hsn*]}\n");
+	ddpenv_config_effective(&c, NULL, NULL, &e, err, sizeof(err));
+	test_cond("a pattern that matches nothing on the node fails",
+		  ddpenv_iface_choose(v, n, &head, "enp2s0", &e, out, sizeof(out), how, sizeof(how), err, sizeof(err)) < 0);
+	test_err("... naming the patterns", err, "network.include [eth*, hsn*] (t.yaml:1:20) match no up interface");
+	test_err("... and what the node has", err, "enp2s0 10.0.0.12/24, ib0 192.168.50.12/24");
+
+	parse(&c, "network: {exclude: [enp*]}\n");
+	ddpenv_config_effective(&c, NULL, NULL, &e, err, sizeof(err));
+	test_cond("exclude enp*: the route through enp2s0 is refused",
+		  ddpenv_iface_choose(v, n, &head, "enp2s0", &e, out, sizeof(out), how, sizeof(how), err, sizeof(err)) < 0);
+	test_err("... saying so", err, "never used (loopback, container network or network.exclude)");
+
+	parse(&c, "network: {include: [docker*]}\n");
+	ddpenv_config_effective(&c, NULL, NULL, &e, err, sizeof(err));
+	test_cond("an admin's include may name a built-in exclusion",
+		  ddpenv_iface_choose(v, n, &head, "enp2s0", &e, out, sizeof(out), how, sizeof(how), err, sizeof(err)) == 0 &&
+		  strcmp(out, "docker0") == 0);
+	free(v);
+	ddpenv_config_free(&c);
+}
+
+static const struct fake_host hosts[] = {
+	{ "node1", { "10.0.0.11" } },
+	{ "lonely", { "127.0.1.1", "::1" } },
+	{ "v6only", { "fd00::11" } },
+	{ NULL, { NULL } },
+};
+static const struct fake_if ifs6[] = {
+	{ "lo", "127.0.0.1", 8, UP | IFF_LOOPBACK },
+	{ "enp2s0", "10.0.0.12", 24, UP },
+	{ "enp3s0", "fd00::12", 64, UP },
+	{ NULL, NULL, 0, 0 },
+};
+
+#define STEP "SLURM_JOB_ID=77", "SLURM_STEP_ID=2", "SLURM_STEP_NODELIST=node[1-2]", \
+	"SLURM_STEP_NUM_NODES=2", "SLURM_STEP_NUM_TASKS=4", "SLURM_STEP_TASKS_PER_NODE=2(x2)", \
+	"SLURM_PROCID=1", "SLURM_LOCALID=1", "SLURM_NODEID=0"
+
+static void test_contract(void)
+{
+	struct fake f = { hosts, NULL, ifs6, "enp2s0", 0 };
+	struct ddpenv_sys sys = fake_sys(&f);
+	struct ddpenv_config c;
+	struct ddpenv_settings e;
+	struct ddpenv_env env;
+	struct ddpenv_node *node = malloc(sizeof(*node));
+	struct ddpenv_vars vars;
+
+	ddpenv_config_init(&c);
+	parse(&c, "port_range: 31000-31000\nomp_num_threads: 3\n"
+		  "env: {nccl: {NCCL_IB_HCA: mlx5}, gloo: {GLOO_DEVICE_TRANSPORT: TCP, FOO: bar}}\n");
+	env_of(&env, STEP, "FOO=mine", NULL);
+	ddpenv_config_effective(&c, NULL, &env, &e, err, sizeof(err));
+	test_cond("the contract under a configuration",
+		  ddpenv_node_resolve(&env, DDPENV_BACKEND_GLOO, &e, &sys, node, err, sizeof(err)) == 0 &&
+		  ddpenv_task_vars(node, &env, &vars, err, sizeof(err)) == 0);
+	test_streq("... port from the range", var(&vars, "MASTER_PORT"), "31000");
+	test_streq("... OMP_NUM_THREADS fixed", var(&vars, "OMP_NUM_THREADS"), "3");
+	test_streq("... the backend's extra variables", var(&vars, "GLOO_DEVICE_TRANSPORT"), "TCP");
+	test_cond("... not the other backend's", var(&vars, "NCCL_IB_HCA") == NULL);
+	test_cond("... and not over the user's", var_user(&vars, "FOO") == 1 && strcmp(var(&vars, "FOO"), "mine") == 0);
+	test_cond("... no token without a secret", var(&vars, "DDP_RDZV_TOKEN") == NULL);
+	snprintf(node->token, sizeof(node->token), "%064d", 7);
+	ddpenv_task_vars(node, &env, &vars, err, sizeof(err));
+	test_cond("... the plugin's token is handed on", var(&vars, "DDP_RDZV_TOKEN") && strlen(var(&vars, "DDP_RDZV_TOKEN")) == 64);
+	ddpenv_env_free(&env);
+
+	parse(&c, "omp_num_threads: none\n");
+	env_of(&env, STEP, NULL);
+	ddpenv_config_effective(&c, NULL, &env, &e, err, sizeof(err));
+	ddpenv_node_resolve(&env, DDPENV_BACKEND_GLOO, &e, &sys, node, err, sizeof(err));
+	ddpenv_task_vars(node, &env, &vars, err, sizeof(err));
+	test_cond("omp_num_threads: none leaves OMP_NUM_THREADS unset", var(&vars, "OMP_NUM_THREADS") == NULL);
+
+	parse(&c, "allowed_backends: [gloo]\n");
+	ddpenv_config_effective(&c, NULL, &env, &e, err, sizeof(err));
+	test_cond("a backend the site does not allow fails",
+		  ddpenv_node_resolve(&env, DDPENV_BACKEND_NCCL, &e, &sys, node, err, sizeof(err)) < 0);
+	test_err("... saying so", err, "backend nccl (--ddp=nccl) is not allowed here: allowed_backends is [gloo] (t.yaml:1:19)");
+	parse(&c, "default_backend: gloo\nallowed_backends: [gloo]\n");
+	ddpenv_config_effective(&c, NULL, &env, &e, err, sizeof(err));
+	test_cond("a bare --ddp takes default_backend",
+		  ddpenv_node_resolve(&env, DDPENV_BACKEND_AUTO, &e, &sys, node, err, sizeof(err)) == 0 &&
+		  node->backend == DDPENV_BACKEND_GLOO);
+	test_err("... saying so", node->backend_how, "default_backend (t.yaml:1:18)");
+	ddpenv_env_free(&env);
+
+	/* More tasks on a node than GPUs under nccl: fail, naming both. */
+	env_of(&env, STEP, "SLURM_STEP_GPUS=0", NULL);
+	test_cond("nccl with 2 tasks and 1 GPU on the node fails",
+		  ddpenv_node_resolve(&env, DDPENV_BACKEND_NCCL, NULL, &sys, node, err, sizeof(err)) == 0 &&
+		  ddpenv_task_vars(node, &env, &vars, err, sizeof(err)) < 0);
+	test_err("... naming the counts", err, "node 0 runs 2 tasks of the step but has 1 GPU(s) for it (SLURM_STEP_GPUS): NCCL cannot share a GPU between ranks");
+	ddpenv_env_free(&env);
+	env_of(&env, STEP, "CUDA_VISIBLE_DEVICES=0,1", NULL);
+	test_cond("nccl with 2 tasks and 2 GPUs is fine",
+		  ddpenv_node_resolve(&env, DDPENV_BACKEND_NCCL, NULL, &sys, node, err, sizeof(err)) == 0 &&
+		  ddpenv_task_vars(node, &env, &vars, err, sizeof(err)) == 0);
+	ddpenv_env_free(&env);
+	env_of(&env, STEP, NULL);
+	test_cond("nccl without GPUs fails",
+		  ddpenv_node_resolve(&env, DDPENV_BACKEND_NCCL, NULL, &sys, node, err, sizeof(err)) == 0 &&
+		  ddpenv_task_vars(node, &env, &vars, err, sizeof(err)) < 0);
+	test_err("... saying so", err, "the step has no GPU there (SLURM_STEP_GPUS unset)");
+	test_cond("gloo without GPUs is fine",
+		  ddpenv_node_resolve(&env, DDPENV_BACKEND_GLOO, NULL, &sys, node, err, sizeof(err)) == 0 &&
+		  ddpenv_task_vars(node, &env, &vars, err, sizeof(err)) == 0);
+	ddpenv_env_free(&env);
+
+	/* Heads: loopback only, IPv6 only. */
+	env_of(&env, "SLURM_JOB_ID=77", "SLURM_STEP_ID=2", "SLURM_STEP_NODELIST=lonely",
+	       "SLURM_STEP_NUM_NODES=1", "SLURM_STEP_NUM_TASKS=1", NULL);
+	test_cond("a head that resolves only to loopback fails",
+		  ddpenv_node_resolve(&env, DDPENV_BACKEND_GLOO, NULL, &sys, node, err, sizeof(err)) < 0);
+	test_err("... naming what it found", err, "127.0.1.1, ::1");
+	ddpenv_env_free(&env);
+	env_of(&env, "SLURM_JOB_ID=77", "SLURM_STEP_ID=2", "SLURM_STEP_NODELIST=v6only",
+	       "SLURM_STEP_NUM_NODES=1", "SLURM_STEP_NUM_TASKS=1", NULL);
+	test_cond("an IPv6-only head works: MASTER_ADDR without brackets, the IPv6 interface",
+		  ddpenv_node_resolve(&env, DDPENV_BACKEND_GLOO, NULL, &sys, node, err, sizeof(err)) == 0 &&
+		  strcmp(node->master_addr, "fd00::11") == 0 && strcmp(node->ifname, "enp3s0") == 0);
+	ddpenv_env_free(&env);
+	env_of(&env, "SLURM_JOB_ID=77", "SLURM_STEP_ID=2", "SLURM_STEP_NODELIST=nowhere",
+	       "SLURM_STEP_NUM_NODES=1", "SLURM_STEP_NUM_TASKS=1", NULL);
+	test_cond("a head name that does not resolve fails",
+		  ddpenv_node_resolve(&env, DDPENV_BACKEND_GLOO, NULL, &sys, node, err, sizeof(err)) < 0);
+	test_err("... naming it", err, "nowhere");
+	ddpenv_env_free(&env);
+	free(node);
+	ddpenv_config_free(&c);
+}
+
+static void test_token(void)
+{
+	char t1[DDPENV_TOKEN_LEN + 1], t2[DDPENV_TOKEN_LEN + 1];
+	const char key[] = "0123456789abcdef";
+
+	test_cond("token derives", ddpenv_token_derive(key, 16, 77, 2, t1, err, sizeof(err)) == 0);
+	/* python3 -c 'import hmac,hashlib; print(hmac.new(b"0123456789abcdef",
+	 *   b"slurm-ddp rdzv v1 77.2", hashlib.sha256).hexdigest())' */
+	test_streq("... is HMAC-SHA256 of the step ids", t1,
+		   "a7ac02d0d98cadc6a4b3207bc2c687a7b9ba818bbe6cac9030c4c428f48ba0ec");
+	ddpenv_token_derive(key, 16, 77, 3, t2, err, sizeof(err));
+	test_cond("... another step gets another token", strcmp(t1, t2) != 0);
+	ddpenv_token_derive("0123456789abcdeX", 16, 77, 2, t2, err, sizeof(err));
+	test_cond("... another secret another token", strcmp(t1, t2) != 0);
+	test_cond("an empty secret is refused", ddpenv_token_derive(key, 0, 77, 2, t2, err, sizeof(err)) < 0);
+
+	char dir[] = "/tmp/ddp-test-secret.XXXXXX", path[256], link[256];
+	unsigned char buf[DDPENV_SECRET_MAX + 1];
+	if (!mkdtemp(dir))
+		return;
+	snprintf(path, sizeof(path), "%s/secret", dir);
+	write_file(path, "0123456789abcdef0123456789abcdef", 0600);
+	if (geteuid() == 0) {
+		test_cond("a root-only secret reads", ddpenv_secret_read(path, buf, sizeof(buf), err, sizeof(err)) == 32);
+		chmod(path, 0640);
+		test_cond("a secret readable by its group is refused", ddpenv_secret_read(path, buf, sizeof(buf), err, sizeof(err)) < 0);
+		test_err("... saying how to fix it", err, "mode 0640: expected owned by root with mode 0600 or 0400");
+		chmod(path, 0600);
+		snprintf(link, sizeof(link), "%s/link", dir);
+		if (symlink(path, link) == 0) {
+			test_cond("a symbolic link is refused", ddpenv_secret_read(link, buf, sizeof(buf), err, sizeof(err)) < 0);
+			unlink(link);
+		}
+		write_file(path, "short", 0600);
+		test_cond("a secret under 16 bytes is refused", ddpenv_secret_read(path, buf, sizeof(buf), err, sizeof(err)) < 0);
+		test_err("... saying so", err, "5 bytes: expected 16 to 4096 bytes");
+	} else {
+		printf("ok %d - secret file checks # skip: need root (the secret must be owned by root)\n", ++t_num);
+	}
+	test_cond("a missing secret is refused", ddpenv_secret_read("/nonexistent/s", buf, sizeof(buf), err, sizeof(err)) < 0);
+	test_err("... naming it", err, "rdzv_secret /nonexistent/s: No such file or directory");
+	unlink(path);
+	rmdir(dir);
+}
+
+static void test_port_check(void)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t sl = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+	uint16_t port;
+
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	sa.sin_addr.s_addr = htonl(INADDR_ANY);
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 1) < 0 ||
+	    getsockname(fd, (struct sockaddr *)&sa, &sl) < 0) {
+		test_cond("a listening socket for the port test", 0);
+		return;
+	}
+	port = ntohs(sa.sin_port);
+	test_cond("a port someone listens on is not free", ddpenv_port_check(AF_INET, port, err, sizeof(err)) < 0);
+	test_err("... saying why", err, "Address already in use");
+	close(fd);
+	test_cond("once closed it is free", ddpenv_port_check(AF_INET, port, err, sizeof(err)) == 0);
+}
+
+int main(void)
+{
+	test_defaults();
+	test_full();
+	test_refused();
+	test_files();
+	test_plugstack();
+	test_user();
+	test_iface();
+	test_contract();
+	test_token();
+	test_port_check();
+	return test_report();
+}
