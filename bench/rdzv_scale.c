@@ -51,7 +51,7 @@ static void *rank_main(void *arg)
 {
 	struct job *j = arg;
 	struct ddpenv_store *s;
-	struct ddpenv_store_opts o = { "127.0.0.1", j->port, j->rank, j->world, 60000, NULL };
+	struct ddpenv_store_opts o = { "127.0.0.1", j->port, j->rank, j->world, 60000, NULL, NULL, NULL };
 	char key[32], val[32];
 	void *v = NULL;
 	size_t l;

@@ -29,6 +29,13 @@ static void local_destroy(struct cnn_comm *c)
 
 static const struct cnn_comm_ops local_ops = { "local", local_allreduce, local_destroy };
 
+/* Rank 0's store refused a client (a wrong DDP_RDZV_TOKEN): say so. */
+static void log_refused(void *ctx, const char *msg)
+{
+	const struct cnn_comm *c = ctx;
+	fprintf(stderr, "rank 0 (%s): rendezvous %s\n", c->host, msg);
+}
+
 int cnn_comm_open(struct cnn_comm **out, const struct cnn_comm_opts *o, char *err, size_t errlen)
 {
 	struct cnn_comm *c = calloc(1, sizeof(*c));
@@ -51,7 +58,7 @@ int cnn_comm_open(struct cnn_comm **out, const struct cnn_comm_opts *o, char *er
 		return -1;
 	}
 	struct ddpenv_store_opts so = { o->master_addr, o->master_port, o->rank, o->world,
-					o->timeout_ms, o->token };
+					o->timeout_ms, o->token, log_refused, c };
 	if (ddpenv_store_open(&c->store, &so, err, errlen) < 0) {
 		free(c);
 		return -1;

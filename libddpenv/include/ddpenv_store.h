@@ -33,6 +33,12 @@ struct ddpenv_store_opts {
 	int rank, world;    /* RANK, WORLD_SIZE; rank 0 hosts the server */
 	int timeout_ms;     /* bound on connecting and on every wait */
 	const char *token;  /* DDP_RDZV_TOKEN or NULL; must match the server's */
+	/* Rank 0: called from the server's thread for each refused client
+	 * ("refused a client at 10.1.0.12:40312 (it said rank 1 of 2): wrong
+	 * or missing rendezvous token"), so the program can log it.  NULL:
+	 * refusals are only counted. */
+	void (*log)(void *ctx, const char *msg);
+	void *log_ctx;
 };
 
 /* Join the store (rank 0 first starts the server).  Every rank connects

@@ -301,7 +301,8 @@ int ddpenv_store_open(struct ddpenv_store **out, const struct ddpenv_store_opts 
 	snprintf(port, sizeof(port), "%d", o->port);
 
 	if (o->rank == 0) {
-		s->server = ddpenv_store_server_start(o->port, o->world, o->token, err, errlen);
+		s->server = ddpenv_store_server_start(o->port, o->world, o->token, o->log,
+						      o->log_ctx, err, errlen);
 		if (!s->server)
 			goto out;
 	}

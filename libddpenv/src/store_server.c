@@ -4,6 +4,7 @@
  * the connection, and a GET that waits costs one small waiter record.  Keys
  * live in a chained hash table; a GET on a missing key creates a pending
  * entry carrying its waiters, answered when a SET arrives. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -64,6 +65,8 @@ struct store_server {
 	pthread_cond_t cv;
 	int nleft;           /* ranks that said BYE or died */
 	unsigned refused;
+	void (*log)(void *, const char *);
+	void *log_ctx;
 };
 
 static uint64_t hash(const char *s)
@@ -200,6 +203,34 @@ static int token_eq(const char *a, size_t alen, const char *b)
 	return d == 0;
 }
 
+/* Name a refused client for the program's log: its address and claim. */
+static void log_refused(struct store_server *sv, const struct conn *c, uint32_t rank,
+			uint32_t world, const char *what)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char host[INET6_ADDRSTRLEN] = "?", msg[256];
+	int port = 0;
+
+	if (getpeername(c->fd, (struct sockaddr *)&ss, &sl) == 0) {
+		if (ss.ss_family == AF_INET) {
+			const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
+			inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+			port = ntohs(a->sin_port);
+		} else if (ss.ss_family == AF_INET6) {
+			const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&ss;
+			if (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr)) /* the dual-stack socket's IPv4 peers */
+				inet_ntop(AF_INET, &a->sin6_addr.s6_addr[12], host, sizeof(host));
+			else
+				inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+			port = ntohs(a->sin6_port);
+		}
+	}
+	snprintf(msg, sizeof(msg), "refused a client at %s:%d (it said rank %u of %u): %s rendezvous token (DDP_RDZV_TOKEN)",
+		 host, port, rank, world, what);
+	sv->log(sv->log_ctx, msg);
+}
+
 /* Wake everyone waiting on e with its value. */
 static void answer_waiters(struct store_server *sv, struct kv *e)
 {
@@ -238,6 +269,8 @@ static int handle(struct store_server *sv, struct conn *c, const uint8_t *f, siz
 			break;
 		if (sv->has_token && !token_eq((const char *)s, len, sv->token)) {
 			sv->refused++;
+			if (sv->log)
+				log_refused(sv, c, rank, world, len ? "wrong" : "missing");
 			reply_err(c, "refused: wrong or missing rendezvous token (DDP_RDZV_TOKEN)");
 			return -1;
 		}
@@ -497,6 +530,7 @@ busy:
 }
 
 struct store_server *ddpenv_store_server_start(int port, int world, const char *token,
+					       void (*log)(void *, const char *), void *log_ctx,
 					       char *err, size_t errlen)
 {
 	struct store_server *sv = calloc(1, sizeof(*sv));
@@ -507,6 +541,8 @@ struct store_server *ddpenv_store_server_start(int port, int world, const char *
 	}
 	sv->lfd = sv->efd = sv->evfd = -1;
 	sv->world = world;
+	sv->log = log;
+	sv->log_ctx = log_ctx;
 	if (token && *token) {
 		snprintf(sv->token, sizeof(sv->token), "%s", token);
 		sv->has_token = 1;

@@ -7,6 +7,7 @@
 struct store_server;
 
 struct store_server *ddpenv_store_server_start(int port, int world, const char *token,
+					       void (*log)(void *, const char *), void *log_ctx,
 					       char *err, size_t errlen);
 /* Wait up to wait_ms for every rank to leave, then stop and free. */
 void ddpenv_store_server_stop(struct store_server *sv, int wait_ms);

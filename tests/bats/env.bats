@@ -130,7 +130,7 @@ field() { printf '%s\n' "${T[@]}" | awk -v f="$1" '{print $f}'; }
 	srun -n2 $REPORT
 	srun -n2 --ddp=nccl $REPORT
 	SCRIPT
-	run --separate-stderr crun sbatch --wait -N2 -o "$out" "$BATS_FILE_TMPDIR/job.sh"
+	run --separate-stderr crun sbatch --wait -N2 --gres=gpu:1 -o "$out" "$BATS_FILE_TMPDIR/job.sh"
 	assert_success
 	run cat "$out"
 	assert_line "batch RANK=unset MASTER_ADDR=unset DDP_STEP=unset"

@@ -12,6 +12,15 @@
 #include "ddpenv_store.h"
 #include "test.h"
 
+/* Rank 0's log of refused clients (the server thread writes it). */
+static char logged[2048];
+static void record(void *ctx, const char *msg)
+{
+	size_t l = strlen(logged);
+	(void)ctx;
+	snprintf(logged + l, sizeof(logged) - l, "%s\n", msg);
+}
+
 static int free_port(void)
 {
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -35,7 +44,7 @@ static void *rank_main(void *arg)
 {
 	struct rank_job *j = arg;
 	struct ddpenv_store *s;
-	struct ddpenv_store_opts o = { "127.0.0.1", j->port, j->rank, j->world, 20000, NULL };
+	struct ddpenv_store_opts o = { "127.0.0.1", j->port, j->rank, j->world, 20000, NULL, NULL, NULL };
 	char key[32], want[32];
 	void *v;
 	size_t l;
@@ -123,31 +132,32 @@ static void test_errors(void)
 	char err[512] = "";
 	struct ddpenv_store *s, *s0, *s1;
 	int port = free_port();
-	struct ddpenv_store_opts o = { "127.0.0.1", port, 1, 2, 300, NULL };
+	struct ddpenv_store_opts o = { "127.0.0.1", port, 1, 2, 300, NULL, NULL, NULL };
 
 	test_cond("nobody listening: open fails", ddpenv_store_open(&s, &o, err, sizeof(err)) < 0);
 	test_err("... naming the rank", err, "rank 1 could not reach 127.0.0.1:");
 	test_err("... the wait", err, "after 0.3 s");
 	test_err("... and the cause", err, "Connection refused");
 
-	o = (struct ddpenv_store_opts){ "no-such-host.invalid", port, 1, 2, 300, NULL };
+	o = (struct ddpenv_store_opts){ "no-such-host.invalid", port, 1, 2, 300, NULL, NULL, NULL };
 	test_cond("MASTER_ADDR that does not resolve", ddpenv_store_open(&s, &o, err, sizeof(err)) < 0);
 	test_err("... names it", err, "MASTER_ADDR 'no-such-host.invalid' does not resolve");
 
-	o = (struct ddpenv_store_opts){ "127.0.0.1", port, 2, 2, 300, NULL };
+	o = (struct ddpenv_store_opts){ "127.0.0.1", port, 2, 2, 300, NULL, NULL, NULL };
 	test_cond("rank outside the world", ddpenv_store_open(&s, &o, err, sizeof(err)) < 0);
 	test_err("... says what was expected", err, "0 <= RANK < WORLD_SIZE");
 
-	/* A two-rank world with a token. */
-	o = (struct ddpenv_store_opts){ "127.0.0.1", port, 0, 2, 2000, "s3cret" };
+	/* A two-rank world with a token; refusals reach rank 0's log. */
+	o = (struct ddpenv_store_opts){ "127.0.0.1", port, 0, 2, 2000, "s3cret", record, NULL };
 	test_cond("rank 0 opens with a token", ddpenv_store_open(&s0, &o, err, sizeof(err)) == 0);
 
-	struct ddpenv_store_opts busy = { "127.0.0.1", port, 0, 2, 300, NULL };
+	struct ddpenv_store_opts busy = { "127.0.0.1", port, 0, 2, 300, NULL, NULL, NULL };
 	test_cond("a second store on the same port fails",
 		  ddpenv_store_open(&s, &busy, err, sizeof(err)) < 0);
 	test_err("... naming the port", err, "could not listen on port");
 
 	o.rank = 1;
+	o.log = NULL;
 	o.token = "guess";
 	test_cond("a client with the wrong token is refused",
 		  ddpenv_store_open(&s1, &o, err, sizeof(err)) < 0);
@@ -155,6 +165,10 @@ static void test_errors(void)
 	o.token = NULL;
 	test_cond("a client without a token is refused",
 		  ddpenv_store_open(&s1, &o, err, sizeof(err)) < 0);
+	test_err("... and rank 0 logged both, with the client's address and claim", logged,
+		 "refused a client at 127.0.0.1:");
+	test_err("... the wrong one", logged, "(it said rank 1 of 2): wrong rendezvous token (DDP_RDZV_TOKEN)");
+	test_err("... the missing one", logged, "(it said rank 1 of 2): missing rendezvous token");
 	o.token = "s3cret";
 	test_cond("the right token joins", ddpenv_store_open(&s1, &o, err, sizeof(err)) == 0);
 	struct ddpenv_store *dup;
@@ -201,7 +215,7 @@ static void test_killed(void)
 	char err[512] = "";
 	int port = free_port();
 	struct ddpenv_store *s0;
-	struct ddpenv_store_opts o = { "127.0.0.1", port, 0, 3, 5000, NULL };
+	struct ddpenv_store_opts o = { "127.0.0.1", port, 0, 3, 5000, NULL, NULL, NULL };
 	if (ddpenv_store_open(&s0, &o, err, sizeof(err)) < 0) {
 		test_cond("rank 0 opens", 0);
 		printf("#   %s\n", err);
@@ -212,7 +226,7 @@ static void test_killed(void)
 		kids[r - 1] = fork();
 		if (kids[r - 1] == 0) {
 			struct ddpenv_store *s;
-			struct ddpenv_store_opts oc = { "127.0.0.1", port, r, 3, 5000, NULL };
+			struct ddpenv_store_opts oc = { "127.0.0.1", port, r, 3, 5000, NULL, NULL, NULL };
 			if (ddpenv_store_open(&s, &oc, err, sizeof(err)) < 0)
 				_exit(3);
 			ddpenv_store_set(s, r == 1 ? "up/1" : "up/2", "1", 1, err, sizeof(err));
