@@ -321,7 +321,7 @@ int ddpenv_task_vars(const struct ddpenv_node *node,
 	int ek = w ? DDPENV_SET_ENV_GLOO : DDPENV_SET_ENV_NCCL;
 	for (size_t i = 0; i < node->cfg.nenv[w]; i++) {
 		const struct ddpenv_cfg_var *cv = &node->cfg.env[w][i];
-		u = ddpenv_env_get(task_env, cv->key);
+		u = user_value(task_env, cv->key);
 		snprintf(how, sizeof(how), "%s (%.100s)", ddpenv_setting_name(ek), node->cfg.where[ek]);
 		if (!add(out, cv->key, u != NULL, u ? "set in the job's environment: left alone" : how,
 			 "%s", u ? u : cv->value)) {

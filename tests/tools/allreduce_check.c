@@ -4,7 +4,7 @@
  * Run as a task of srun --ddp=gloo; reads the contract like cnn_train.
  * Prints one line per rank; exit 1 on a wrong sum or a failed collective.
  *
- *   srun -N16 --ntasks-per-node=4 --ddp=gloo allreduce_check [COUNT] */
+ *   srun -N16 --ntasks-per-node=4 --ddp=gloo allreduce_check [COUNT [TIMEOUT_S]] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,11 +30,16 @@ int main(int argc, char **argv)
 	struct cnn_comm *c = NULL;
 	char err[1024], host[64] = "?";
 	long count = argc > 1 ? strtol(argv[1], NULL, 10) : 1 << 16;
+	long timeout_s = argc > 2 ? strtol(argv[2], NULL, 10) : 60;
 	int rc = 1;
 
 	gethostname(host, sizeof(host) - 1);
 	if (count < 1 || count > (1L << 26)) {
 		fprintf(stderr, "allreduce_check: count '%s': expected 1..%ld\n", argv[1], 1L << 26);
+		return 2;
+	}
+	if (timeout_s < 1 || timeout_s > 3600) {
+		fprintf(stderr, "allreduce_check: timeout '%s': expected 1..3600 seconds\n", argv[2]);
 		return 2;
 	}
 	ddpenv_env_init(&env);
@@ -46,7 +51,7 @@ int main(int argc, char **argv)
 		.backend = r.world > 1 ? "gloo" : "local", .master_addr = r.master_addr,
 		.master_port = r.master_port, .rank = r.rank, .world = r.world,
 		.iface = r.gloo_ifname[0] ? r.gloo_ifname : NULL,
-		.token = r.token[0] ? r.token : NULL, .timeout_ms = 60000,
+		.token = r.token[0] ? r.token : NULL, .timeout_ms = (int)timeout_s * 1000,
 	};
 	float *buf = malloc((size_t)count * sizeof(float));
 	if (!buf) {

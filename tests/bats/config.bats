@@ -1,0 +1,304 @@
+#!/usr/bin/env bats
+# The admin's ddp.yaml and plugstack.conf arguments, the user's DDP_*
+# variables, bad input, ports under contention and the rendezvous token,
+# on a real 2-node Slurm.  srun and slurmstepd read the configuration
+# afresh for every step, so each test writes its own.
+# bats file_tags=slurm
+
+load helpers
+
+setup_file() {
+	cluster_start 2
+}
+
+teardown_file() {
+	cluster_stop
+}
+
+setup() {
+	DIR=${DDP_CLUSTER_DIR:-$REPO/build/cluster}
+	CONF="$DIR/etc/ddp.yaml"
+	PLUGSTACK="$DIR/etc/plugstack.conf"
+	cp "$PLUGSTACK" "$BATS_TEST_TMPDIR/plugstack.conf"
+}
+
+teardown() {
+	dump_logs_on_failure
+	[ -n "${LISTENER:-}" ] && kill "$LISTENER" 2>/dev/null || true
+	rm -rf "$CONF"
+	cp "$REPO/conf/ddp.yaml" "$CONF"
+	cp "$BATS_TEST_TMPDIR/plugstack.conf" "$PLUGSTACK"
+	rm -f "$DIR/etc/ddp.secret"
+}
+
+set_conf() { printf '%s\n' "$@" >"$CONF"; }
+
+# Append plugstack.conf arguments to the plugin's line.
+plugstack_args() { sed -i "s|^required .*|& $*|" "$PLUGSTACK"; }
+
+no_jobs_queued() {
+	run crun squeue -h
+	assert_output ""
+}
+
+nodes_healthy() {
+	run crun sinfo -h -N -o '%N %T'
+	assert_success
+	refute_output --regexp 'drain|down|fail'
+}
+
+@test "the shipped conf/ddp.yaml is valid and gives every default" {
+	run --separate-stderr "$REPO/build/bin/ddp-env" --check-config "$REPO/conf/ddp.yaml"
+	assert_success
+	assert_line --partial "port_range         20480-32767"
+	assert_line --partial "user_overrides     [port_range, network.include, head_from, omp_num_threads]"
+}
+
+@test "ddp-env --check-config names file:line:column and exits 1" {
+	set_conf "default_backend: nccl" "network:" "  include: ib*"
+	run --separate-stderr "$REPO/build/bin/ddp-env" --check-config "$CONF"
+	assert_failure 1
+	assert_equal "$stderr" "ddp-env: $CONF:3:12: network.include: a scalar: expected a list such as [a, b] (or [] for none)"
+}
+
+@test "malformed YAML rejects srun --ddp at submit, naming file:line:column; jobs without --ddp still run" {
+	set_conf "port_range: [1, 2"
+	run --separate-stderr crun srun -N2 --ddp=gloo true
+	assert_failure
+	[[ "$stderr" == *"ddp: $CONF:2:1: malformed YAML: did not find expected ',' or ']'"* ]]
+	no_jobs_queued
+	run --separate-stderr crun srun -N2 hostname
+	assert_success
+}
+
+@test "an unknown key rejects sbatch --ddp at submit, nothing queued" {
+	set_conf "port_rang: 20000-21000"
+	run --separate-stderr crun sbatch --ddp=gloo --wrap true
+	assert_failure
+	[[ "$stderr" == *"ddp: $CONF:1:1: unknown key 'port_rang': expected default_backend, allowed_backends, port_range"* ]]
+	no_jobs_queued
+}
+
+@test "a wrong type and an out-of-range value are refused at submit, saying what was expected" {
+	set_conf "omp_num_threads: [4]"
+	run --separate-stderr crun srun --ddp=gloo true
+	assert_failure
+	[[ "$stderr" == *"ddp: $CONF:1:18: omp_num_threads: a list: expected a single value"* ]]
+	set_conf "port_range: 30000-20000"
+	run --separate-stderr crun salloc --ddp=gloo true
+	assert_failure
+	[[ "$stderr" == *"ddp: $CONF:1:13: port_range: '30000-20000' is inverted: expected LOW-HIGH with LOW <= HIGH"* ]]
+	set_conf "port_range: 30000-"
+	run --separate-stderr crun srun --ddp=gloo true
+	assert_failure
+	[[ "$stderr" == *"'30000-': expected LOW-HIGH, two port numbers 1-65535 (an empty range is refused)"* ]]
+}
+
+@test "a configuration that is missing, empty or a directory rejects --ddp at submit" {
+	rm -f "$CONF"
+	run --separate-stderr crun srun --ddp=gloo true
+	assert_failure
+	[[ "$stderr" == *"ddp: $CONF: No such file or directory: expected a readable YAML file"* ]]
+	: >"$CONF"
+	run --separate-stderr crun srun --ddp=gloo true
+	assert_failure
+	[[ "$stderr" == *"ddp: $CONF: empty: expected a mapping of settings (write {} to take every default)"* ]]
+	rm -f "$CONF"
+	mkdir "$CONF"
+	run --separate-stderr crun sbatch --ddp=gloo --wrap true
+	assert_failure
+	[[ "$stderr" == *"ddp: $CONF: is a directory: expected a YAML file"* ]]
+	no_jobs_queued
+	nodes_healthy
+}
+
+@test "allowed_backends: a backend the site does not allow is refused at submit" {
+	set_conf "allowed_backends: [gloo]"
+	run --separate-stderr crun srun --ddp=nccl --gres=gpu:1 true
+	assert_failure
+	[[ "$stderr" == *"ddp: --ddp=nccl: backend not allowed here: allowed_backends is [gloo] ($CONF:1:19)"* ]]
+	run --separate-stderr crun srun -n1 --ddp=gloo printenv DDP_BACKEND
+	assert_success
+	assert_output "gloo"
+}
+
+@test "a partition's section applies to its jobs; the admin's variables yield to the user's" {
+	set_conf "port_range: 30000-30999" "partitions:" "  debug:" "    port_range: 31000-31000" \
+		"    env:" "      gloo: {GLOO_SITE_VAR: site, MY_VAR: site}"
+	run --separate-stderr crun env MY_VAR=mine srun -N2 -n2 --ddp=gloo \
+		bash -c 'echo "$MASTER_PORT $GLOO_SITE_VAR $MY_VAR"'
+	assert_success
+	assert_equal "$(printf '%s\n' "$output" | sort -u)" "31000 site mine"
+	run --separate-stderr crun srun -n1 --ddp=gloo "$REPO/build/bin/ddp-env" --explain
+	assert_success
+	assert_line --regexp "^MASTER_PORT +31000 +port_range 31000-31000 \\($CONF:4:17 \\(partition debug\\)\\)"
+	assert_line --regexp "^GLOO_SITE_VAR +site +env.gloo \\($CONF:6:13 \\(partition debug\\)\\)"
+	assert_line "# config: $CONF"
+}
+
+@test "plugstack.conf arguments override the file; an unknown one rejects at submit" {
+	set_conf "port_range: 30000-30999"
+	plugstack_args "port_range=31500-31500" "env.gloo.GLOO_FROM_PLUGSTACK=yes"
+	run --separate-stderr crun srun -n1 --ddp=gloo bash -c 'echo "$MASTER_PORT $GLOO_FROM_PLUGSTACK"'
+	assert_success
+	assert_output "31500 yes"
+	plugstack_args "portrange=1-2"
+	run --separate-stderr crun srun -n1 --ddp=gloo true
+	assert_failure
+	[[ "$stderr" == *"ddp: plugstack.conf argument 'portrange=1-2': unknown key 'portrange': expected config, default_backend"* ]]
+	no_jobs_queued
+}
+
+@test "DDP_PORT: a port is used; a bad one is refused at submit; one the admin does not allow is refused" {
+	run --separate-stderr crun env DDP_PORT=23456 srun -N2 -n2 --ddp=gloo printenv MASTER_PORT
+	assert_success
+	assert_equal "$(printf '%s\n' "$output" | sort -u)" "23456"
+	for bad in abc 0 70000 -5 ''; do
+		run --separate-stderr crun env DDP_PORT="$bad" srun -n1 --ddp=gloo true
+		assert_failure
+		[[ "$stderr" == *"ddp: DDP_PORT=$bad (set in the job's environment): expected a port number 1-65535"* ]]
+	done
+	run --separate-stderr crun env DDP_PORT_RANGE=30000-20000 srun -n1 --ddp=gloo true
+	assert_failure
+	[[ "$stderr" == *"ddp: DDP_PORT_RANGE (set in the job's environment): '30000-20000' is inverted"* ]]
+	set_conf "user_overrides: [head_from]"
+	run --separate-stderr crun env DDP_PORT=23456 srun -n1 --ddp=gloo true
+	assert_failure
+	[[ "$stderr" == *"ddp: DDP_PORT=23456: this cluster does not let users override port_range (user_overrides, $CONF:1:17); unset it"* ]]
+	no_jobs_queued
+}
+
+@test "an interface pattern that matches nothing fails the step on the node, naming it; drains nothing" {
+	set_conf "network: {include: [ib*]}"
+	run --separate-stderr crun srun -N2 -n2 --ddp=gloo true
+	assert_failure
+	[[ "$stderr" == *"ddp: network.include [ib*] ($CONF:1:20) match no up interface of the head's address family here (interfaces: lo 127.0.0.1/8"* ]]
+	[[ "$stderr" == *"docker0 172.17.0.1/16"* ]]
+	nodes_healthy
+	# DDP_IFACE: the user narrows it the same way
+	set_conf "{}"
+	run --separate-stderr crun env DDP_IFACE='enp*' srun -N2 -n2 --ddp=gloo printenv GLOO_SOCKET_IFNAME
+	assert_success
+	assert_equal "$(printf '%s\n' "$output" | sort | tr '\n' ' ')" "enp1s0 enp2s0 "
+}
+
+@test "more tasks on a node than GPUs under --ddp=nccl fails the step, naming the counts" {
+	run --separate-stderr crun srun -N1 -n2 --gres=gpu:1 --ddp=nccl true
+	assert_failure
+	[[ "$stderr" == *"node 0 runs 2 tasks of the step but has 1 GPU(s) for it (SLURM_STEP_GPUS): NCCL cannot share a GPU between ranks"* ]]
+	run --separate-stderr crun srun -N1 -n2 --ddp=nccl true
+	assert_failure
+	[[ "$stderr" == *"the step has no GPU there (SLURM_STEP_GPUS unset): NCCL needs one GPU per task"* ]]
+	run --separate-stderr crun srun -N1 -n2 --gres=gpu:2 --ddp=nccl printenv DDP_BACKEND
+	assert_success
+	assert_equal "$(printf '%s\n' "$output" | sort -u)" "nccl"
+	nodes_healthy
+}
+
+@test "variables of absurd length fail cleanly: at submit or in the step, never half-set" {
+	long=$(head -c 100000 /dev/zero | tr '\0' a)
+	run --separate-stderr crun env DDP_IFACE="$long" srun -n1 --ddp=gloo true
+	assert_failure
+	[[ "$stderr" == *"ddp: DDP_IFACE (set in the job's environment): an item of 100000 characters: expected under 256"* ]]
+	addr=$(head -c 5000 /dev/zero | tr '\0' h)
+	run --separate-stderr crun env MASTER_ADDR="$addr" srun -n1 --ddp=gloo printenv RANK
+	assert_failure
+	[[ "$stderr" == *"ddp: MASTER_ADDR: value longer than 4095 bytes or unreadable"* ]]
+	refute_output --partial "0"
+	nodes_healthy
+}
+
+@test "the head's port in use fails the step, naming the port and how to override it" {
+	port=24567
+	nsenter --net="/run/netns/${DDP_CLUSTER_NS:-ddpt}-n1" /usr/bin/python3 -c '
+import socket, sys, time
+s = socket.socket(); s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(1); time.sleep(60)' "$port" \
+		</dev/null >/dev/null 2>&1 3>&- &
+	LISTENER=$!
+	for _ in $(seq 1 50); do
+		nsenter --net="/run/netns/${DDP_CLUSTER_NS:-ddpt}-n1" ss -Hltn "sport = :$port" | grep -q . && break
+		sleep 0.1
+	done
+	run --separate-stderr crun env DDP_PORT=$port srun -N2 -n2 --ddp=gloo true
+	assert_failure
+	[[ "$stderr" == *"ddp: MASTER_PORT $port is not free on the head node (node1): port $port: Address already in use; another program holds it. Run this step with DDP_PORT=<a free port> (or MASTER_PORT)"* ]]
+	# the same port on another head is fine
+	run --separate-stderr crun env DDP_PORT=$port srun -N1 -w node2 --ddp=gloo printenv MASTER_PORT
+	assert_success
+	assert_output "$port"
+	nodes_healthy
+}
+
+# Each step holds its MASTER_PORT on the head (as a rendezvous server does)
+# for 3 s and prints it; a collision would fail a bind.
+HOLD='import os, socket, time
+s = socket.socket(); s.bind(("0.0.0.0", int(os.environ["MASTER_PORT"]))); s.listen(1)
+print("port", os.environ["MASTER_PORT"], os.environ["TORCHELASTIC_RUN_ID"], flush=True); time.sleep(3)'
+
+@test "16 concurrent steps of 4 jobs sharing one head get 16 different free ports" {
+	printf '#!/bin/bash\nfor i in 1 2 3 4; do srun -n1 --overlap --ddp=gloo /usr/bin/python3 -c "$HOLD" & done; wait\n' \
+		>"$BATS_TEST_TMPDIR/job.sh"
+	for j in 1 2 3 4; do
+		run --separate-stderr crun env HOLD="$HOLD" sbatch --parsable -w node1 -n1 \
+			-o "$BATS_TEST_TMPDIR/out.$j" "$BATS_TEST_TMPDIR/job.sh"
+		assert_success
+	done
+	for _ in $(seq 1 60); do
+		[ -z "$(crun squeue -h)" ] && break
+		sleep 0.5
+	done
+	cat "$BATS_TEST_TMPDIR"/out.* >&3 || true
+	run cat "$BATS_TEST_TMPDIR"/out.1 "$BATS_TEST_TMPDIR"/out.2 "$BATS_TEST_TMPDIR"/out.3 "$BATS_TEST_TMPDIR"/out.4
+	assert_equal "$(printf '%s\n' "$output" | grep -c '^port ')" "16"
+	assert_equal "$(printf '%s\n' "$output" | awk '/^port /{print $2}' | sort -u | wc -l)" "16"
+	refute_output --partial "rror"
+}
+
+@test "rdzv_secret: one token per step, the same on every node; a forged token is refused and logged" {
+	secret="$DIR/etc/ddp.secret"
+	head -c 32 /dev/urandom >"$secret"
+	chmod 600 "$secret"
+	set_conf "rdzv_secret: $secret"
+	run --separate-stderr crun srun -N2 -n4 --ddp=gloo printenv DDP_RDZV_TOKEN
+	assert_success
+	assert_equal "$(printf '%s\n' "$output" | wc -l)" "4"
+	assert_equal "$(printf '%s\n' "$output" | sort -u | wc -l)" "1"
+	[[ "$(printf '%s\n' "$output" | head -n1)" =~ ^[0-9a-f]{64}$ ]]
+	first=$(printf '%s\n' "$output" | head -n1)
+	run --separate-stderr crun srun -N2 -n2 --ddp=gloo printenv DDP_RDZV_TOKEN
+	assert_success
+	[ "$(printf '%s\n' "$output" | sort -u)" != "$first" ]
+	# the rendezvous accepts the step's tasks ...
+	run --separate-stderr crun srun -N2 -n2 --ddp=gloo "$REPO/build/tests/tools/allreduce_check" 1024
+	assert_success
+	# ... and refuses one that forged its token, which rank 0 logs
+	run --separate-stderr crun srun -N2 -n2 --ddp=gloo bash -c \
+		'[ "$RANK" = 1 ] && export DDP_RDZV_TOKEN=forged; exec '"$REPO/build/tests/tools/allreduce_check"' 1024 3'
+	assert_failure
+	[[ "$stderr" == *"refused: wrong or missing rendezvous token (DDP_RDZV_TOKEN)"* ]]
+	[[ "$stderr" == *"rank 0 (node1): rendezvous refused a client at $(node_ip 2):"*"(it said rank 1 of 2): wrong rendezvous token"* ]]
+	run --separate-stderr crun srun -n1 --ddp=gloo "$REPO/build/bin/ddp-env" --explain
+	assert_line "# rendezvous token: DDP_RDZV_TOKEN from rdzv_secret $secret ($CONF:1:14)"
+}
+
+@test "an rdzv_secret others can read, or a missing one, fails the step saying how to fix it" {
+	secret="$DIR/etc/ddp.secret"
+	head -c 32 /dev/urandom >"$secret"
+	chmod 644 "$secret"
+	set_conf "rdzv_secret: $secret"
+	run --separate-stderr crun srun -N2 -n2 --ddp=gloo true
+	assert_failure
+	[[ "$stderr" == *"ddp: rdzv_secret $secret: owner uid 0, mode 0644: expected owned by root with mode 0600 or 0400"* ]]
+	rm -f "$secret"
+	run --separate-stderr crun srun -N1 -n1 --ddp=gloo true
+	assert_failure
+	[[ "$stderr" == *"ddp: rdzv_secret $secret: No such file or directory"* ]]
+	nodes_healthy
+}
+
+@test "without a secret, ddp-env --explain says any client can join" {
+	run --separate-stderr crun srun -n1 --ddp=gloo "$REPO/build/bin/ddp-env" --explain
+	assert_success
+	assert_line "# rendezvous token: none: no rdzv_secret configured; any client that reaches MASTER_ADDR:MASTER_PORT can join the rendezvous"
+	refute_line --partial "DDP_RDZV_TOKEN"
+}
