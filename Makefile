@@ -5,6 +5,7 @@
 #                   multi-node Slurm and train across it with srun --ddp
 #   make check      the same set-up, then every test
 #   make bench      the benchmarks' programs (bench/*.sh run them)
+#   make fuzz       the fuzz targets, 10 minutes each (make check runs them briefly)
 #   make install    PREFIX, DESTDIR, SLURM_PLUGIN_DIR, SYSCONFDIR honoured
 #   SANITIZER=address,undefined make check   unit tests under sanitizers
 
@@ -19,7 +20,7 @@ SLURM_PLUGIN_DIR ?= /usr/lib/$(shell $(CC) -print-multiarch 2>/dev/null || echo 
 SYSCONFDIR ?= /etc/slurm
 export BUILD CC CFLAGS SANITIZER PREFIX DESTDIR SLURM_PLUGIN_DIR SYSCONFDIR
 
-.PHONY: all libddpenv spank trainer bench deps check unit bats demo install uninstall clean cluster-stop
+.PHONY: all libddpenv spank trainer bench fuzz deps check unit bats demo install uninstall clean cluster-stop
 
 all: libddpenv spank trainer
 
@@ -34,6 +35,9 @@ trainer: libddpenv
 
 bench: all
 	$(MAKE) -C bench
+
+fuzz: deps
+	$(MAKE) -C tests/fuzz run TIME=$${FUZZ_TIME:-600}
 
 deps:
 	scripts/deps.sh
@@ -61,4 +65,4 @@ cluster-stop:
 	tests/cluster/cluster.sh stop
 
 clean:
-	rm -rf $(BUILD)/obj $(BUILD)/lib $(BUILD)/bin $(BUILD)/tests $(BUILD)/tests-san $(BUILD)/include $(BUILD)/bench
+	rm -rf $(BUILD)/obj $(BUILD)/lib $(BUILD)/bin $(BUILD)/tests $(BUILD)/tests-san $(BUILD)/include $(BUILD)/bench $(BUILD)/fuzz

@@ -7,7 +7,8 @@ set -eu
 
 PKGS="build-essential pkg-config iproute2 procps
 libslurm-dev slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge
-libhwloc-dev hwloc libyaml-dev zlib1g-dev
+libhwloc-dev hwloc libyaml-dev zlib1g-dev libssl-dev
+clang libclang-rt-14-dev valgrind
 libgloo-dev libdnnl-dev libopenblas-dev
 bats bats-assert bats-support
 python3-torch python3-numpy dataset-fashion-mnist"

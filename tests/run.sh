@@ -3,8 +3,10 @@
 #   check: N passed, M failed, K skipped
 # Exit status is non-zero when anything failed.
 #
-#   tests/run.sh            unit tests, unit tests under ASan+UBSan, Bats on a real cluster
+#   tests/run.sh            unit tests, unit tests under ASan+UBSan, a short fuzz
+#                           run, Bats on a real cluster
 #   tests/run.sh unit       only the C unit tests
+#   tests/run.sh fuzz       only the fuzz targets (DDP_FUZZ_TIME seconds each, 15)
 #   tests/run.sh bats [F]   only the Bats tests (or file F)
 set -u
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -38,6 +40,24 @@ run_unit() {
 	done
 }
 
+# libFuzzer targets for ddp.yaml and the environment, briefly: a crash, a
+# leak or a hang is a failing test.  `make fuzz` runs them for long.
+run_fuzz() {
+	local t=${DDP_FUZZ_TIME:-15}
+	if ! command -v clang >/dev/null; then
+		echo "not ok - fuzz: clang is missing (scripts/deps.sh installs it)" | tee "$log/fuzz.tap"
+		return
+	fi
+	echo "# --- fuzz ($t s per target)"
+	if make -s -C tests/fuzz run TIME="$t" >"$log/fuzz.log" 2>&1; then
+		grep '^#' "$log/fuzz.log"
+		grep -o '^# fuzz_[a-z]*' "$log/fuzz.log" | sort -u | sed 's/^# /ok - /; s/$/: no crash, leak or hang/' | tee "$log/fuzz.tap"
+	else
+		tail -n 40 "$log/fuzz.log"
+		echo "not ok - fuzz: a target failed (inputs under build/fuzz/)" | tee "$log/fuzz.tap"
+	fi
+}
+
 run_bats() {
 	if [ "$(id -u)" != 0 ]; then
 		echo "ok - Bats cluster tests # skip: need root for network namespaces and slurmd" | tee "$log/bats.tap"
@@ -49,13 +69,15 @@ run_bats() {
 
 case "$what" in
 unit) run_unit ;;
+fuzz) run_fuzz ;;
 bats) shift; run_bats "$@" ;;
 all)
 	run_unit
 	run_unit address,undefined
+	run_fuzz
 	run_bats
 	;;
-*) echo "usage: tests/run.sh [unit|bats [FILE]]" >&2; exit 2 ;;
+*) echo "usage: tests/run.sh [unit|fuzz|bats [FILE]]" >&2; exit 2 ;;
 esac
 
 pass=$(cat "$log"/*.tap | grep -E '^ok ' | grep -v -i -c '# skip')

@@ -213,7 +213,8 @@ cmd_start() {
 		mkdir -p "$RUN/spool/node$i"
 		if [ "$i" = 1 ] && [ -n "${DDP_CLUSTER_VALGRIND:-}" ]; then
 			start_daemon "$NS-n$i" "node$i" "$RUN/etc/hosts.$i" "slurmd.node$i" \
-				valgrind --trace-children=no --error-exitcode=99 --log-file="$RUN/log/valgrind.node$i.%p" \
+				valgrind --trace-children=yes --trace-children-skip="/usr/bin/*,/bin/*,/usr/local/*,$repo/*" \
+				--leak-check=full --num-callers=30 --log-file="$RUN/log/valgrind.node$i.%p" \
 				slurmd -D -N "node$i" -f "$conf"
 		else
 			start_daemon "$NS-n$i" "node$i" "$RUN/etc/hosts.$i" "slurmd.node$i" slurmd -D -N "node$i" -f "$conf"
