@@ -201,6 +201,21 @@ static void test_port(void)
 		}
 	test_cond("every port in range", in_range);
 	test_cond("768 neighbouring jobs never collide", cross == 0);
+
+	/* docs/admin.md: steps below 16 of jobs J1, J2 collide exactly when the
+	 * steps are equal and J1 = J2 mod 768 (the default range's windows). */
+	int claim = 1;
+	uint32_t collisions = 0;
+	for (uint32_t d = 1; d <= 3 * 768; d++)
+		for (uint32_t a = 0; a < DDPENV_PORT_STRIDE; a++)
+			for (uint32_t b = 0; b < DDPENV_PORT_STRIDE; b++) {
+				ddpenv_port_for_step(5000, a, DDPENV_PORT_LO, DDPENV_PORT_HI, &p, err, sizeof(err));
+				ddpenv_port_for_step(5000 + d, b, DDPENV_PORT_LO, DDPENV_PORT_HI, &q, err, sizeof(err));
+				claim &= (p == q) == (a == b && d % 768 == 0);
+				collisions += p == q;
+			}
+	test_cond("jobs collide only on the same step with ids 768 apart (1 in 768 for unrelated ids)",
+		  claim && collisions == 3 * DDPENV_PORT_STRIDE);
 	test_cond("range below the ephemeral range", DDPENV_PORT_HI < 32768);
 
 	ddpenv_port_for_step(0, 0, DDPENV_PORT_LO, DDPENV_PORT_HI, &p, err, sizeof(err));
