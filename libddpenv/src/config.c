@@ -272,6 +272,32 @@ static int partitions(const struct ctx *x, const yaml_node_t *n, struct ddpenv_c
 	return 0;
 }
 
+/* Every layer combination a step can meet must fit: base + each partition
+ * (+ the plugstack layer when given). */
+static int check_merges(const struct ddpenv_config *c, const struct ddpenv_settings *top,
+			const char *what, char *err, size_t errlen)
+{
+	struct ddpenv_settings *tmp = malloc(sizeof(*tmp));
+	char why[DDPENV_ERRLEN];
+	int rv = 0;
+
+	if (!tmp) {
+		snprintf(err, errlen, "%.200s: out of memory", c->path);
+		return -1;
+	}
+	for (size_t i = 0; i <= c->nparts && rv == 0; i++) {
+		*tmp = c->base;
+		if ((i && ddpenv_settings_merge(tmp, &c->parts[i - 1].s, why, sizeof(why)) < 0) ||
+		    (top && ddpenv_settings_merge(tmp, top, why, sizeof(why)) < 0)) {
+			snprintf(err, errlen, "%.200s%s%.64s: %s", what, i ? ": partition " : "",
+				 i ? c->parts[i - 1].name : "", why);
+			rv = -1;
+		}
+	}
+	free(tmp);
+	return rv;
+}
+
 void ddpenv_config_init(struct ddpenv_config *c)
 {
 	memset(c, 0, sizeof(*c));
@@ -348,7 +374,8 @@ int ddpenv_config_parse(struct ddpenv_config *c, const char *name, const void *b
 			 name);
 		goto out;
 	}
-	if (settings(&x, root, &c->base, c, NULL) < 0)
+	if (settings(&x, root, &c->base, c, NULL) < 0 ||
+	    check_merges(c, NULL, name, err, errlen) < 0)
 		goto out;
 	c->from_file = 1;
 	rv = 0;
@@ -484,7 +511,7 @@ bad:
 		snprintf(err, errlen, "plugstack.conf argument '%.64s': %s", av[i], why);
 		return -1;
 	}
-	return 0;
+	return check_merges(c, &c->plugstack, c->path, err, errlen);
 }
 
 int ddpenv_config_effective(const struct ddpenv_config *c, const char *partition,
@@ -503,7 +530,8 @@ int ddpenv_config_effective(const struct ddpenv_config *c, const char *partition
 				if (strlen(c->parts[i].name) == len && strncmp(c->parts[i].name, p, len) == 0)
 					hit = &c->parts[i];
 			if (hit) {
-				ddpenv_settings_merge(out, &hit->s);
+				if (ddpenv_settings_merge(out, &hit->s, err, errlen) < 0)
+					return -1;
 				break;
 			}
 			p += len;
@@ -511,7 +539,8 @@ int ddpenv_config_effective(const struct ddpenv_config *c, const char *partition
 				p++;
 		}
 	}
-	ddpenv_settings_merge(out, &c->plugstack);
+	if (ddpenv_settings_merge(out, &c->plugstack, err, errlen) < 0)
+		return -1;
 	if (!env)
 		return 0;
 	for (const struct ddpenv_user_key *u = ddpenv_user_keys; u->var; u++) {

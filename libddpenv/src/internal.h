@@ -17,6 +17,7 @@ int ddpenv_setting_apply(struct ddpenv_settings *s, int k, const char *v, char *
 int ddpenv_setting_apply_csv(struct ddpenv_settings *s, int k, const char *v, char *why, size_t n);
 int ddpenv_settings_env_set(struct ddpenv_settings *s, int which, const char *key,
 			    const char *value, char *why, size_t n);
-void ddpenv_settings_merge(struct ddpenv_settings *dst, const struct ddpenv_settings *src);
+int ddpenv_settings_merge(struct ddpenv_settings *dst, const struct ddpenv_settings *src,
+			  char *why, size_t n);
 
 #endif

@@ -359,10 +359,12 @@ int ddpenv_setting_apply_csv(struct ddpenv_settings *s, int k, const char *v, ch
 	}
 }
 
-/* Copy what src sets over dst (later layers win; env merges by name). */
-void ddpenv_settings_merge(struct ddpenv_settings *dst, const struct ddpenv_settings *src)
+/* Copy what src sets over dst (later layers win; env merges by name).
+ * -1 with why set when the merged env lists would exceed their size. */
+int ddpenv_settings_merge(struct ddpenv_settings *dst, const struct ddpenv_settings *src,
+			  char *why, size_t n)
 {
-	char why[8];
+	int rv = 0;
 
 	for (int k = 0; k < DDPENV_SET_COUNT; k++) {
 		if (!(src->set & 1u << k))
@@ -397,8 +399,14 @@ void ddpenv_settings_merge(struct ddpenv_settings *dst, const struct ddpenv_sett
 		case DDPENV_SET_ENV_GLOO: {
 			int w = k == DDPENV_SET_ENV_GLOO;
 			for (size_t i = 0; i < src->nenv[w]; i++)
-				(void)ddpenv_settings_env_set(dst, w, src->env[w][i].key,
-							      src->env[w][i].value, why, sizeof(why));
+				if (ddpenv_settings_env_set(dst, w, src->env[w][i].key,
+							    src->env[w][i].value, why, n) < 0) {
+					char e[DDPENV_ERRLEN];
+					snprintf(e, sizeof(e), "%s: %s once %s is added", ddpenv_setting_name(k),
+						 why, src->where[k]);
+					snprintf(why, n, "%s", e);
+					rv = -1;
+				}
 			break;
 		}
 		case DDPENV_SET_RDZV_SECRET:
@@ -407,4 +415,5 @@ void ddpenv_settings_merge(struct ddpenv_settings *dst, const struct ddpenv_sett
 		case DDPENV_SET_USER_OVERRIDES: dst->user_overrides = src->user_overrides; break;
 		}
 	}
+	return rv;
 }

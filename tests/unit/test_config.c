@@ -182,7 +182,27 @@ static void test_refused(void)
 	refused("bytes that are not UTF-8", "port_range: \xff\xfe\n", "malformed YAML");
 	refused("a mapping as a key", "{a: b}: c\n", "a mapping: expected a single value");
 
+	/* 16 variables at the top, one more in a partition: the step would
+	 * need 17, so the file is refused (a redefinition is fine). */
+	char many[2048] = "env:\n  nccl:\n";
+	for (int i = 0; i < 16; i++)
+		snprintf(many + strlen(many), sizeof(many) - strlen(many), "    V%d: x\n", i);
+	char redefine[2200];
+	snprintf(redefine, sizeof(redefine), "%spartitions: {gpu: {env: {nccl: {V3: y}}}}\n", many);
 	struct ddpenv_config c;
+	ddpenv_config_init(&c);
+	test_cond("16 variables and a partition redefining one parse", parse(&c, redefine) == 0);
+	ddpenv_config_free(&c);
+	snprintf(redefine, sizeof(redefine), "%spartitions: {gpu: {env: {nccl: {V16: y}}}}\n", many);
+	refused("a partition taking a backend past 16 variables", redefine,
+		"t.yaml: partition gpu: env.nccl: more than 16 variables once t.yaml:");
+	char *extra[] = { "env.nccl.V99=z" };
+	ddpenv_config_init(&c);
+	parse(&c, many);
+	test_cond("... and so is a plugstack argument doing it", ddpenv_config_plugstack(&c, 1, extra, err, sizeof(err)) < 0);
+	test_err("... saying where", err, "env.nccl: more than 16 variables once plugstack.conf env.nccl.V99= is added");
+	ddpenv_config_free(&c);
+
 	size_t big = DDPENV_CONFIG_MAX_BYTES + 1;
 	char *buf = malloc(big);
 	memset(buf, ' ', big);
