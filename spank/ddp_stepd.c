@@ -238,5 +238,6 @@ out:
 
 void ddp_stepd_exit(void)
 {
+	explicit_bzero(st.secret, sizeof(st.secret)); /* if user_init never ran */
 	ddpenv_config_free(&st.cfg);
 }
