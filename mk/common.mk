@@ -11,5 +11,5 @@ endif
 SLURM_CFLAGS := $(shell pkg-config --cflags slurm 2>/dev/null)
 SLURM_LIBS := $(shell pkg-config --libs slurm 2>/dev/null || echo -lslurm)
 # What a program linking libddpenv needs besides it.
-DDPENV_DEPLIBS := -lyaml -lcrypto
+DDPENV_DEPLIBS := -lyaml -lcrypto -lhwloc
 DDPENV_LIBS := $(DDPENV_DEPLIBS) $(SLURM_LIBS)

@@ -14,6 +14,10 @@ struct ddp_request {
 	int valid;                  /* the value parsed */
 	enum ddpenv_backend backend;
 	char err[DDPENV_ERRLEN];    /* why it did not parse */
+	int bind_given;             /* --ddp-bind appeared */
+	int bind_valid;
+	enum ddpenv_bind bind;
+	char bind_err[DDPENV_ERRLEN];
 };
 
 extern struct ddp_request ddp_req;

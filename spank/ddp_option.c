@@ -27,6 +27,34 @@ static int on_ddp(int val, const char *optarg, int remote)
 	return 0;
 }
 
+static int on_ddp_bind(int val, const char *optarg, int remote)
+{
+	(void)val;
+	ddp_req.bind_given = 1;
+	if (ddpenv_bind_parse(optarg, &ddp_req.bind, ddp_req.bind_err, sizeof(ddp_req.bind_err)) < 0) {
+		ddp_req.bind_valid = 0;
+		if (remote)
+			return 0; /* reported by task_init */
+		slurm_error(DDP_PFX "%s", ddp_req.bind_err);
+		return -1;
+	}
+	ddp_req.bind_valid = 1;
+	return 0;
+}
+
+static struct spank_option opt_ddp_bind = {
+	.name = "ddp-bind",
+	.arginfo = "auto|none|strict",
+	.usage = "With --ddp: bind each task to one GPU (by PCI bus id) and the CPU "
+		 "cores and memory near it (hwloc). auto (the site's default): "
+		 "CUDA_VISIBLE_DEVICES lists all the step's GPUs, the task's own at "
+		 "LOCAL_RANK; strict: only its own; none: leave binding to Slurm. An "
+		 "explicit --cpu-bind, --gpu-bind or --mem-bind is always left alone.",
+	.has_arg = 1,
+	.val = 0,
+	.cb = on_ddp_bind,
+};
+
 static struct spank_option opt_ddp = {
 	.name = "ddp",
 	.arginfo = "[nccl|gloo|auto]",
@@ -44,8 +72,9 @@ int ddp_option_register(spank_t sp, int ac, char **av)
 	(void)ac;
 	(void)av;
 	memset(&ddp_req, 0, sizeof(ddp_req));
-	if (spank_option_register(sp, &opt_ddp) != ESPANK_SUCCESS) {
-		slurm_error(DDP_PFX "cannot register the --ddp option");
+	if (spank_option_register(sp, &opt_ddp) != ESPANK_SUCCESS ||
+	    spank_option_register(sp, &opt_ddp_bind) != ESPANK_SUCCESS) {
+		slurm_error(DDP_PFX "cannot register the --ddp and --ddp-bind options");
 		/* Never fail init in slurmstepd: it would drain the node. */
 		return spank_context() == S_CTX_REMOTE ? 0 : -1;
 	}

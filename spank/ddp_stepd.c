@@ -25,6 +25,10 @@ static struct {
 	unsigned char secret[DDPENV_SECRET_MAX + 1];
 	int secret_len;              /* > 0: read in post_opt, as root */
 	struct ddpenv_node node;
+	struct ddpenv_topo *topo;    /* kept for the tasks' memory binding */
+	struct ddpenv_bind_plan plan;
+	int have_plan;
+	char bind_warn[DDPENV_ERRLEN]; /* auto could not plan: said once per node */
 } st;
 
 static int nodeaddr(void *ctx, const char *node, char *out, size_t len)
@@ -139,6 +143,46 @@ int ddp_stepd_post_opt(spank_t sp, int ac, char **av)
 	return 0;
 }
 
+/* The binding plan for this node's tasks (hwloc; no GPU library).  With
+ * --ddp-bind=strict a failure fails the step; with auto the tasks run
+ * unbound and the first one says why. */
+static int plan_binding(spank_t sp, struct ddpenv_env *env, const struct ddpenv_settings *eff)
+{
+	uint32_t nodeid;
+	char id[16];
+	enum ddpenv_bind policy = ddp_req.bind_given ? ddp_req.bind : (enum ddpenv_bind)eff->bind;
+	char err[DDPENV_ERRLEN];
+	const char *src = ddp_req.bind_given ? "--ddp-bind" : eff->where[DDPENV_SET_BIND];
+
+	if (ddp_req.bind_given && !ddp_req.bind_valid) {
+		snprintf(st.err, sizeof(st.err), "%s", ddp_req.bind_err);
+		return -1;
+	}
+	if (policy == DDPENV_BIND_NONE)
+		return 0;
+	/* SLURM_NODEID is a task variable; the plan needs it now. */
+	if (spank_get_item(sp, S_JOB_NODEID, &nodeid) == ESPANK_SUCCESS) {
+		snprintf(id, sizeof(id), "%u", nodeid);
+		if (ddpenv_env_set(env, "SLURM_NODEID", id) < 0) {
+			snprintf(st.err, sizeof(st.err), "out of memory");
+			return -1;
+		}
+	}
+	if (ddpenv_topo_load(eff->topology[0] ? eff->topology : NULL, 1, &st.topo, err, sizeof(err)) < 0 ||
+	    ddpenv_bind_plan(st.topo, env, policy, NULL, &st.plan, err, sizeof(err)) < 0) {
+		if (policy == DDPENV_BIND_STRICT) {
+			snprintf(st.err, sizeof(st.err), "--ddp-bind=strict (%.60s): %s", src, err);
+			return -1;
+		}
+		snprintf(st.bind_warn, sizeof(st.bind_warn), "--ddp-bind=auto (%.60s): tasks run unbound: %s",
+			 src, err);
+		return 0;
+	}
+	st.have_plan = 1;
+	st.node.plan = &st.plan;
+	return 0;
+}
+
 int ddp_stepd_user_init(spank_t sp, int ac, char **av)
 {
 	struct ddpenv_env env;
@@ -169,6 +213,8 @@ int ddp_stepd_user_init(spank_t sp, int ac, char **av)
 	if (st.secret_len > 0 &&
 	    ddpenv_token_derive(st.secret, (size_t)st.secret_len, st.node.step.job_id,
 				st.node.step.step_id, st.node.token, st.err, sizeof(st.err)) < 0)
+		goto fail;
+	if (plan_binding(sp, &env, eff) < 0)
 		goto fail;
 	/* The head checks, once per step, that the port it was given is free. */
 	if (!st.node.master_port_user && st.node.step.het_size <= 1 &&
@@ -220,6 +266,22 @@ int ddp_stepd_task_init(spank_t sp)
 		slurm_error(DDP_PFX "%s", err);
 		goto out;
 	}
+	/* Bind first: a task that cannot be bound as strict asks never starts. */
+	if (st.have_plan) {
+		const char *lr = ddpenv_env_get(&env, "SLURM_LOCALID");
+		uint32_t local = lr ? (uint32_t)strtoul(lr, NULL, 10) : 0;
+		if (ddpenv_bind_apply(st.topo, &st.plan, local, err, sizeof(err)) < 0) {
+			if (st.plan.policy == DDPENV_BIND_STRICT) {
+				slurm_error(DDP_PFX "--ddp-bind=strict: %s", err);
+				goto out;
+			}
+			slurm_error(DDP_PFX "warning: --ddp-bind=auto: %s; this task runs with Slurm's binding", err);
+		}
+	} else if (st.bind_warn[0]) {
+		const char *lr = ddpenv_env_get(&env, "SLURM_LOCALID");
+		if (lr && strcmp(lr, "0") == 0)
+			slurm_error(DDP_PFX "warning: %s", st.bind_warn);
+	}
 	/* All or nothing: a task never starts with half the contract. */
 	for (size_t i = 0; i < vars.n; i++) {
 		if (vars.v[i].user)
@@ -240,4 +302,8 @@ void ddp_stepd_exit(void)
 {
 	explicit_bzero(st.secret, sizeof(st.secret)); /* if user_init never ran */
 	ddpenv_config_free(&st.cfg);
+	ddpenv_bind_plan_free(&st.plan);
+	ddpenv_topo_free(st.topo);
+	st.topo = NULL;
+	st.have_plan = 0;
 }

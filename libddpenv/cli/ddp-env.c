@@ -45,6 +45,8 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: ddp-env [--explain] [--backend=nccl|gloo|auto] [--config=PATH]\n"
+		"               [--bind=auto|none|strict] [--topology=FILE.xml]\n"
+		"       ddp-env --topology=FILE.xml --tasks=N [--gpus=0,1,..] [--allowed=CPUS]\n"
 		"       ddp-env --check-config [PATH]\n"
 		"\n"
 		"Print the distributed-training environment of this Slurm task\n"
@@ -62,6 +64,15 @@ static void usage(FILE *f)
 		"                       (bench/resolve_scale.sh)\n"
 		"  -c, --config=PATH    the site configuration (default: $DDP_CONFIG,\n"
 		"                       which the plugin sets, else " DDPENV_CONFIG_PATH ")\n"
+		"      --bind=POLICY    auto, none or strict (default: the job's\n"
+		"                       --ddp-bind, else DDP_BIND, else the config's bind)\n"
+		"  -t, --topology=FILE  plan the binding on an hwloc XML export\n"
+		"                       (lstopo --of xml) instead of this machine;\n"
+		"                       outside a Slurm step, with --tasks (and --gpus,\n"
+		"                       --allowed), print only the plan\n"
+		"      --tasks=N        tasks on the node (outside a step)\n"
+		"      --gpus=LIST      the step's GRES GPU indices (outside a step)\n"
+		"      --allowed=CPUS   the CPUs Slurm allows (default: the topology's)\n"
 		"      --check-config [PATH]\n"
 		"                       validate a ddp.yaml before deploying it and print\n"
 		"                       the settings it gives (exit 0 valid, 1 not)\n"
@@ -176,6 +187,38 @@ static void print_settings(const char *title, const struct ddpenv_settings *s)
 	}
 }
 
+static void print_plan(const struct ddpenv_bind_plan *p, const char *policy_how, int mine)
+{
+	printf("# binding: --ddp-bind=%s (%s); topology %s\n", ddpenv_bind_name(p->policy), policy_how,
+	       p->topology);
+	printf("# allowed CPUs: %s\n", p->allowed);
+	printf("# cpu: %s%s\n", p->cpu ? "bound: " : "", p->cpu_how);
+	printf("# gpu: %s%s\n", p->gpu ? "bound: " : "", p->gpu_how);
+	printf("# mem: %s%s\n", p->mem ? "bound: " : "", p->mem_how);
+	if (p->gpu && p->ngpus)
+		printf("# CUDA_VISIBLE_DEVICES=%s%s\n", p->visible,
+		       p->policy == DDPENV_BIND_STRICT ? " (strict: each task sees only its own)" : " for every task");
+	printf("# %-10s %4s %-13s %4s %-8s %-26s %5s %-5s %s\n", "local_rank", "gpu", "busid", "numa", "nic",
+	       "cpus", "cores", "mems", "notes");
+	for (uint32_t i = 0; i < p->ntasks; i++) {
+		const struct ddpenv_bind_task *t = &p->tasks[i];
+		const struct ddpenv_bind_gpu *g = t->gpu >= 0 ? &p->gpus[t->gpu] : NULL;
+		char gi[16] = "-", numa[16] = "-";
+		if (g) {
+			snprintf(gi, sizeof(gi), "%s", g->value);
+			if (g->numa >= 0)
+				snprintf(numa, sizeof(numa), "%d", g->numa);
+		}
+		printf("# %-10u %4s %-13s %4s %-8s %-26s %5u %-5s %s%s%s%s\n", i, gi,
+		       g && g->busid[0] ? g->busid : "-", numa, g && g->nic[0] ? g->nic : "-",
+		       p->cpu ? t->cpus : "(left alone)", t->cores, p->mem ? t->mems : "-",
+		       (int)i == mine ? "this task" : "",
+		       g && p->cpu && t->near ? (i == (uint32_t)mine ? ", near its GPU" : "near its GPU") : "",
+		       g && p->cpu && g->busid[0] && !t->near ? " NOT near its GPU" : "",
+		       t->shared ? " shares CPUs" : "");
+	}
+}
+
 /* --check-config: what an admin runs before deploying a ddp.yaml. */
 static int check_config(const char *path)
 {
@@ -220,6 +263,51 @@ out:
 	return rv;
 }
 
+/* ddp-env --topology FILE.xml --tasks N [--gpus LIST]: the plan alone. */
+static int plan_only(const char *path, const char *bind_arg, const char *tasks, const char *gpus,
+		     const char *allowed)
+{
+	struct ddpenv_env env;
+	struct ddpenv_topo *t = NULL;
+	struct ddpenv_bind_plan p;
+	enum ddpenv_bind policy;
+	char err[DDPENV_ERRLEN];
+	int rv = 1;
+
+	memset(&p, 0, sizeof(p));
+	ddpenv_env_init(&env);
+	if (ddpenv_bind_parse(bind_arg, &policy, err, sizeof(err)) < 0) {
+		fprintf(stderr, "ddp-env: %s\n", err);
+		rv = 2;
+		goto out;
+	}
+	for (const char *q = gpus ? gpus : ""; *q; q++)
+		if (!strchr("0123456789,", *q)) {
+			fprintf(stderr, "ddp-env: --gpus=%s: expected GRES indices such as 0,1,2,3\n", gpus);
+			rv = 2;
+			goto out;
+		}
+	if (ddpenv_env_set(&env, "SLURM_NODEID", "0") < 0 ||
+	    ddpenv_env_set(&env, "SLURM_STEP_TASKS_PER_NODE", tasks) < 0 ||
+	    (gpus && *gpus && (ddpenv_env_set(&env, "SLURM_STEP_GPUS", gpus) < 0 ||
+			       ddpenv_env_set(&env, "CUDA_VISIBLE_DEVICES", gpus) < 0))) {
+		fprintf(stderr, "ddp-env: out of memory\n");
+		goto out;
+	}
+	if (ddpenv_topo_load(path, 0, &t, err, sizeof(err)) < 0 ||
+	    ddpenv_bind_plan(t, &env, policy, allowed, &p, err, sizeof(err)) < 0) {
+		fprintf(stderr, "ddp-env: %s\n", err);
+		goto out;
+	}
+	print_plan(&p, bind_arg ? "--bind" : "default", -1);
+	rv = 0;
+out:
+	ddpenv_bind_plan_free(&p);
+	ddpenv_topo_free(t);
+	ddpenv_env_free(&env);
+	return rv;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -229,11 +317,22 @@ int main(int argc, char **argv)
 		{ "repeat", required_argument, NULL, 'R' },
 		{ "config", required_argument, NULL, 'c' },
 		{ "check-config", optional_argument, NULL, 'C' },
+		{ "bind", required_argument, NULL, 'B' },
+		{ "topology", required_argument, NULL, 't' },
+		{ "tasks", required_argument, NULL, 'T' },
+		{ "gpus", required_argument, NULL, 'G' },
+		{ "allowed", required_argument, NULL, 'A' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *backend_arg = NULL, *head_from = NULL, *config = NULL;
+	const char *bind_arg = NULL, *topo_path = NULL, *tasks_arg = NULL, *gpus_arg = NULL,
+		   *allowed_arg = NULL;
+	struct ddpenv_topo *topo = NULL;
+	struct ddpenv_bind_plan plan;
+	char policy_how[DDPENV_HOWLEN];
+	int have_plan = 0;
 	int check = 0;
 	long repeat = 0;
 	char *end;
@@ -245,8 +344,14 @@ int main(int argc, char **argv)
 	char err[DDPENV_ERRLEN];
 	int explain = 0, c, rv = 1;
 
-	while ((c = getopt_long(argc, argv, "eb:c:hV", opts, NULL)) != -1) {
+	memset(&plan, 0, sizeof(plan));
+	while ((c = getopt_long(argc, argv, "eb:c:t:hV", opts, NULL)) != -1) {
 		switch (c) {
+		case 'B': bind_arg = optarg; break;
+		case 't': topo_path = optarg; break;
+		case 'T': tasks_arg = optarg; break;
+		case 'G': gpus_arg = optarg; break;
+		case 'A': allowed_arg = optarg; break;
 		case 'c': config = optarg; break;
 		case 'C':
 			check = 1;
@@ -279,6 +384,12 @@ int main(int argc, char **argv)
 	}
 	if (check)
 		return check_config(config ? config : DDPENV_CONFIG_PATH);
+	if ((tasks_arg || gpus_arg || allowed_arg) && !topo_path) {
+		fprintf(stderr, "ddp-env: --tasks, --gpus and --allowed describe a step for --topology=FILE.xml: give one\n");
+		return 2;
+	}
+	if (tasks_arg)
+		return plan_only(topo_path, bind_arg, tasks_arg, gpus_arg, allowed_arg);
 	if (!backend_arg)
 		backend_arg = getenv("SLURM_SPANK__SLURM_SPANK_OPTION_ddp_ddp");
 	if (backend_arg && !*backend_arg)
@@ -319,12 +430,41 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	ddpenv_config_free(&cfg);
+
+	/* The binding plan, as the plugin made it on this node. */
+	{
+		enum ddpenv_bind policy = (enum ddpenv_bind)eff.bind;
+		const char *opt = getenv("SLURM_SPANK__SLURM_SPANK_OPTION_ddp_ddp_bind");
+		const char *tp = topo_path ? topo_path : eff.topology[0] ? eff.topology : NULL;
+		snprintf(policy_how, sizeof(policy_how), "bind: %s", eff.where[DDPENV_SET_BIND]);
+		if (opt && *opt) {
+			bind_arg = bind_arg ? bind_arg : opt;
+			snprintf(policy_how, sizeof(policy_how), "%s", bind_arg == opt ? "the job's --ddp-bind" : "--bind");
+		} else if (bind_arg) {
+			snprintf(policy_how, sizeof(policy_how), "--bind");
+		}
+		if (bind_arg && ddpenv_bind_parse(bind_arg, &policy, err, sizeof(err)) < 0) {
+			fprintf(stderr, "ddp-env: %s\n", err);
+			rv = 2;
+			goto out;
+		}
+		if (ddpenv_topo_load(tp, !topo_path, &topo, err, sizeof(err)) < 0 ||
+		    ddpenv_bind_plan(topo, &env, policy, allowed_arg, &plan, err, sizeof(err)) < 0) {
+			if (topo_path || policy == DDPENV_BIND_STRICT) {
+				fprintf(stderr, "ddp-env: %s\n", err);
+				goto out;
+			}
+			fprintf(stderr, "ddp-env: warning: no binding: %s\n", err);
+		} else {
+			have_plan = 1;
+		}
+	}
 	sys.nodeaddr = nodeaddr;
 	sys.lookup = counting_lookup;
 	double t0 = now_s();
 	for (long i = 0; i < (repeat ? repeat : 1); i++)
 		if (ddpenv_node_resolve(&env, backend, &eff, &sys, &node, err, sizeof(err)) < 0 ||
-		    set_token(&node, &env) < 0 ||
+		    set_token(&node, &env) < 0 || !(node.plan = have_plan ? &plan : NULL, 1) ||
 		    ddpenv_task_vars(&node, &env, &vars, err, sizeof(err)) < 0) {
 			fprintf(stderr, "ddp-env: %s\n", err);
 			goto out;
@@ -344,6 +484,10 @@ int main(int argc, char **argv)
 			printf("# rendezvous token: DDP_RDZV_TOKEN from rdzv_secret %s (%s)\n",
 			       eff.rdzv_secret[0] ? eff.rdzv_secret : "?", eff.where[DDPENV_SET_RDZV_SECRET]);
 	}
+	if (explain && have_plan) {
+		const char *lr = getenv("SLURM_LOCALID");
+		print_plan(&plan, policy_how, lr ? atoi(lr) : -1);
+	}
 	for (size_t i = 0; i < vars.n; i++) {
 		const struct ddpenv_var *v = &vars.v[i];
 		if (explain) {
@@ -357,6 +501,8 @@ int main(int argc, char **argv)
 	}
 	rv = 0;
 out:
+	ddpenv_bind_plan_free(&plan);
+	ddpenv_topo_free(topo);
 	ddpenv_env_free(&env);
 	return rv;
 }

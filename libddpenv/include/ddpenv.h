@@ -260,6 +260,9 @@ enum ddpenv_setting {
 	DDPENV_SET_ENV_GLOO,
 	DDPENV_SET_RDZV_SECRET,
 	DDPENV_SET_USER_OVERRIDES,
+	DDPENV_SET_BIND,
+	DDPENV_SET_TOPOLOGY,
+	DDPENV_SET_BIND_NIC,
 	DDPENV_SET_COUNT
 };
 
@@ -294,6 +297,9 @@ struct ddpenv_settings {
 	size_t nenv[2];
 	char rdzv_secret[DDPENV_PATHLEN];    /* "" : no token */
 	unsigned user_overrides;             /* bits 1 << DDPENV_SET_* */
+	int bind;                            /* enum ddpenv_bind: the default policy */
+	char topology[DDPENV_PATHLEN];       /* "" : discover; else this node's hwloc XML */
+	int bind_nic_hca;                    /* set NCCL_IB_HCA to each rank's NIC */
 	char where[DDPENV_SET_COUNT][DDPENV_WHERELEN];
 };
 
@@ -362,6 +368,94 @@ int ddpenv_secret_read(const char *path, unsigned char *buf, size_t cap,
  * the port and the cause. */
 int ddpenv_port_check(int family, uint16_t port, char *err, size_t errlen);
 
+/* ---- binding: GPUs, CPUs, memory and NICs (hwloc) ------------------------- */
+
+/* --ddp-bind (and the admin's bind: default):
+ *   auto    each task gets one of the step's GPUs (identified by PCI bus id)
+ *           and the cores near it; CUDA_VISIBLE_DEVICES lists every GPU of
+ *           the step, permuted so that entry LOCAL_RANK is the task's own
+ *   none    binding left to Slurm and the user
+ *   strict  as auto, but CUDA_VISIBLE_DEVICES names the task's GPU only */
+enum ddpenv_bind { DDPENV_BIND_AUTO, DDPENV_BIND_NONE, DDPENV_BIND_STRICT };
+
+/* NULL or "" is auto. */
+int ddpenv_bind_parse(const char *s, enum ddpenv_bind *out, char *err, size_t errlen);
+const char *ddpenv_bind_name(enum ddpenv_bind b);
+
+/* A machine's topology with its PCI devices: this machine's (discovered
+ * through /sys, with hwloc's CUDA, NVML, OpenCL and RSMI components
+ * disabled so nothing loads a GPU driver library), or an hwloc XML export
+ * (lstopo --of xml).  this_machine: the XML describes the calling machine
+ * (an admin's export, to skip discovery), so memory binding applies. */
+struct ddpenv_topo;
+int ddpenv_topo_load(const char *xml_path, int this_machine, struct ddpenv_topo **out,
+		     char *err, size_t errlen);
+void ddpenv_topo_free(struct ddpenv_topo *t);
+/* "this machine" or the XML path. */
+const char *ddpenv_topo_source(const struct ddpenv_topo *t);
+
+#define DDPENV_MAX_GPUS 64      /* GPUs of a step on one node */
+#define DDPENV_MAX_LOCAL 1024   /* tasks of a step on one node */
+#define DDPENV_CPULIST 512      /* a CPU list: "0-27,112-139" */
+#define DDPENV_BUSIDLEN 16      /* "0000:1b:00.0" */
+/* Slurm's CUDA_VISIBLE_DEVICES before the plugin permuted it. */
+#define DDPENV_SLURM_CVD "DDP_SLURM_CUDA_VISIBLE_DEVICES"
+
+struct ddpenv_bind_gpu {
+	uint32_t index;                  /* Slurm's GRES index (SLURM_STEP_GPUS) */
+	char value[16];                  /* its entry in Slurm's CUDA_VISIBLE_DEVICES */
+	char busid[DDPENV_BUSIDLEN];     /* "" when the topology has no such GPU */
+	int numa;                        /* os index of its NUMA node, -1 unknown */
+	char near[DDPENV_CPULIST];       /* allowed CPUs near it ("" none) */
+	char nic[2 * IF_NAMESIZE];       /* closest NIC: mlx5_0, or a netdev */
+	char nic_netdev[IF_NAMESIZE];    /* its network interface, "" none */
+	char nic_how[64];                /* "same PCIe switch", ... */
+	int nic_hca;                     /* nic is an OpenFabrics (IB/RoCE) device */
+};
+
+struct ddpenv_bind_task {
+	int gpu;                         /* index into plan gpus, -1 none */
+	char cpus[DDPENV_CPULIST];       /* Cpus_allowed_list it gets */
+	char mems[64];                   /* its NUMA nodes (memory binding) */
+	unsigned cores, pus;
+	int near;                        /* cpus are near its GPU */
+	int shared;                      /* fewer CPUs than tasks: shares them */
+};
+
+struct ddpenv_bind_plan {
+	enum ddpenv_bind policy;
+	char policy_how[DDPENV_HOWLEN];
+	int cpu, gpu, mem;               /* what the plugin binds; 0: left alone */
+	char cpu_how[DDPENV_HOWLEN], gpu_how[DDPENV_HOWLEN], mem_how[DDPENV_HOWLEN];
+	char topology[DDPENV_PATHLEN];   /* ddpenv_topo_source() */
+	char allowed[DDPENV_CPULIST];    /* CPUs Slurm allowed the step here */
+	size_t ngpus;
+	struct ddpenv_bind_gpu gpus[DDPENV_MAX_GPUS];
+	uint32_t ntasks;                 /* tasks of the step on this node */
+	struct ddpenv_bind_task *tasks;  /* [ntasks], malloc'd */
+	char visible[DDPENV_VALLEN];     /* CUDA_VISIBLE_DEVICES of every task (auto) */
+};
+
+/* Plan the binding of the step's tasks on this node from the topology
+ * and the step's environment: SLURM_STEP_GPUS (else CUDA_VISIBLE_DEVICES)
+ * names the GPUs, CUDA_VISIBLE_DEVICES their values, SLURM_NODEID and
+ * SLURM_STEP_TASKS_PER_NODE the task count, SLURM_CPU_BIND,
+ * SLURMD_TRES_BIND/SLURM_GPU_BIND and SLURM_MEM_BIND an explicit binding
+ * the user asked Slurm for (left alone).  allowed: a CPU list, or NULL for
+ * the topology's allowed set (the calling process's cgroup).  GRES index k
+ * is the k-th GPU of the topology in PCI bus id order (nvidia-smi's order,
+ * and CUDA's under CUDA_DEVICE_ORDER=PCI_BUS_ID).
+ * Free with ddpenv_bind_plan_free, also after an error. */
+int ddpenv_bind_plan(const struct ddpenv_topo *t, const struct ddpenv_env *env,
+		     enum ddpenv_bind policy, const char *allowed,
+		     struct ddpenv_bind_plan *plan, char *err, size_t errlen);
+void ddpenv_bind_plan_free(struct ddpenv_bind_plan *plan);
+
+/* Bind the calling process (a task before exec) as planned for local_rank:
+ * CPUs (sched_setaffinity) and memory (hwloc, to the task's NUMA nodes). */
+int ddpenv_bind_apply(const struct ddpenv_topo *t, const struct ddpenv_bind_plan *plan,
+		      uint32_t local_rank, char *err, size_t errlen);
+
 /* ---- the contract --------------------------------------------------------- */
 
 
@@ -382,6 +476,11 @@ struct ddpenv_node {
 	struct ddpenv_settings cfg;        /* the effective settings used */
 	char token[DDPENV_TOKEN_LEN + 1];  /* DDP_RDZV_TOKEN: the plugin's, or "" */
 	char config_path[DDPENV_PATHLEN];  /* DDP_CONFIG for ddp-env, or "" */
+	/* The node's binding plan (the caller's, may be NULL): task variables
+	 * then include CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, DDP_GPU_BUSID,
+	 * DDP_NIC (NCCL_IB_HCA when bind_nic asks) and OMP_NUM_THREADS from
+	 * the cores given. */
+	const struct ddpenv_bind_plan *plan;
 };
 
 /* Node facts for the step.  cfg: the effective settings

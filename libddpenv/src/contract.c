@@ -225,6 +225,71 @@ static int task_u32(const struct ddpenv_env *env, const char *key,
 	return ddpenv_parse_u32(key, s, out, err, errlen);
 }
 
+static int has_var(const struct ddpenv_vars *out, const char *key)
+{
+	for (size_t i = 0; i < out->n; i++)
+		if (strcmp(out->v[i].key, key) == 0)
+			return 1;
+	return 0;
+}
+
+/* The binding plan's variables for one task. */
+static int bind_vars(const struct ddpenv_node *node, const struct ddpenv_env *task_env,
+		     uint32_t local_rank, struct ddpenv_vars *out)
+{
+	const struct ddpenv_bind_plan *p = node->plan;
+	const struct ddpenv_bind_gpu *g;
+	char how[DDPENV_HOWLEN], slurm[DDPENV_VALLEN];
+	size_t l = 0;
+	int ok = 1, gi;
+
+	if (!p->gpu || !p->ngpus || local_rank >= p->ntasks || (gi = p->tasks[local_rank].gpu) < 0)
+		return 0;
+	g = &p->gpus[gi];
+	for (size_t k = 0; k < p->ngpus; k++)
+		l += (size_t)snprintf(slurm + l, sizeof(slurm) - l, "%s%s", k ? "," : "", p->gpus[k].value);
+	if (p->policy == DDPENV_BIND_STRICT)
+		snprintf(how, sizeof(how), "--ddp-bind=strict: this task's GPU only (%s)",
+			 g->busid[0] ? g->busid : "not in the topology");
+	else if (local_rank < p->ngpus)
+		snprintf(how, sizeof(how), "all the step's GPUs here, this task's (%s) at index LOCAL_RANK",
+			 g->busid[0] ? g->busid : "not in the topology");
+	else
+		snprintf(how, sizeof(how), "all the step's GPUs here; %u tasks share %zu GPUs: this task's is index %u",
+			 p->ntasks, p->ngpus, (unsigned)(local_rank % p->ngpus));
+	const char *vis = p->policy == DDPENV_BIND_STRICT ? g->value : p->visible;
+	ok &= add(out, "CUDA_VISIBLE_DEVICES", 0, how, "%s", vis) != NULL;
+	if (ddpenv_env_get(task_env, "GPU_DEVICE_ORDINAL"))
+		ok &= add(out, "GPU_DEVICE_ORDINAL", 0, "= CUDA_VISIBLE_DEVICES (Slurm sets both)", "%s", vis) != NULL;
+	ok &= add(out, DDPENV_SLURM_CVD, 0, "Slurm's CUDA_VISIBLE_DEVICES, before the permutation", "%s",
+		  slurm) != NULL;
+	const char *u = user_value(task_env, "CUDA_DEVICE_ORDER");
+	if (u)
+		ok &= add(out, "CUDA_DEVICE_ORDER", 1, "set in the job's environment: left alone", "%s", u) != NULL;
+	else
+		ok &= add(out, "CUDA_DEVICE_ORDER", 0, "CUDA numbers GPUs as nvidia-smi and Slurm do",
+			  "PCI_BUS_ID") != NULL;
+	if (g->busid[0])
+		ok &= add(out, "DDP_GPU_BUSID", 0, p->gpu_how, "%s", g->busid) != NULL;
+	if (g->nic[0]) {
+		snprintf(how, sizeof(how), "the NIC closest to GPU %s: %s%s%s", g->busid, g->nic_how,
+			 g->nic_netdev[0] && strcmp(g->nic_netdev, g->nic) ? "; interface " : "",
+			 g->nic_netdev[0] && strcmp(g->nic_netdev, g->nic) ? g->nic_netdev : "");
+		ok &= add(out, "DDP_NIC", 0, how, "%s", g->nic) != NULL;
+		if (node->cfg.bind_nic_hca && g->nic_hca && node->backend == DDPENV_BACKEND_NCCL) {
+			u = user_value(task_env, "NCCL_IB_HCA");
+			if (u)
+				ok &= add(out, "NCCL_IB_HCA", 1, "set in the job's environment: left alone", "%s", u) != NULL;
+			else {
+				snprintf(how, sizeof(how), "bind_nic: nccl_ib_hca (%.100s): this rank's NIC only",
+					 node->cfg.where[DDPENV_SET_BIND_NIC]);
+				ok &= add(out, "NCCL_IB_HCA", 0, how, "=%s", g->nic) != NULL;
+			}
+		}
+	}
+	return ok ? 0 : -1;
+}
+
 int ddpenv_task_vars(const struct ddpenv_node *node,
 		     const struct ddpenv_env *task_env,
 		     struct ddpenv_vars *out, char *err, size_t errlen)
@@ -298,6 +363,10 @@ int ddpenv_task_vars(const struct ddpenv_node *node,
 	} else if (node->cfg.omp == DDPENV_OMP_FIXED) {
 		snprintf(how, sizeof(how), "omp_num_threads (%.100s)", node->cfg.where[DDPENV_SET_OMP]);
 		add(out, "OMP_NUM_THREADS", 0, how, "%u", node->cfg.omp_threads);
+	} else if (node->cfg.omp == DDPENV_OMP_AUTO && node->plan && node->plan->cpu &&
+		   local_rank < node->plan->ntasks && node->plan->tasks[local_rank].cores) {
+		add(out, "OMP_NUM_THREADS", 0, "the cores this task is bound to (--ddp-bind)", "%u",
+		    node->plan->tasks[local_rank].cores);
 	} else if (node->cfg.omp == DDPENV_OMP_AUTO) {
 		const char *cpt = ddpenv_env_get(task_env, "SLURM_CPUS_PER_TASK");
 		const char *con = ddpenv_env_get(task_env, "SLURM_CPUS_ON_NODE");
@@ -316,11 +385,18 @@ int ddpenv_task_vars(const struct ddpenv_node *node,
 		add(out, "OMP_NUM_THREADS", 0, how_omp, "%u", cpus ? cpus : 1);
 	} /* DDPENV_OMP_NONE: not set */
 
+	if (node->plan && bind_vars(node, task_env, local_rank, out) < 0) {
+		snprintf(err, errlen, "more than %d variables to set", DDPENV_MAX_VARS);
+		return -1;
+	}
+
 	/* The admin's variables for this backend, unless the user set them. */
 	int w = node->backend == DDPENV_BACKEND_GLOO;
 	int ek = w ? DDPENV_SET_ENV_GLOO : DDPENV_SET_ENV_NCCL;
 	for (size_t i = 0; i < node->cfg.nenv[w]; i++) {
 		const struct ddpenv_cfg_var *cv = &node->cfg.env[w][i];
+		if (has_var(out, cv->key))
+			continue; /* NCCL_IB_HCA per rank (bind_nic) wins */
 		u = user_value(task_env, cv->key);
 		snprintf(how, sizeof(how), "%s (%.100s)", ddpenv_setting_name(ek), node->cfg.where[ek]);
 		if (!add(out, cv->key, u != NULL, u ? "set in the job's environment: left alone" : how,

@@ -18,7 +18,9 @@ void ddpenv_settings_defaults(struct ddpenv_settings *s)
 	s->head_from = DDPENV_HEAD_AUTO;
 	s->omp = DDPENV_OMP_AUTO;
 	s->user_overrides = 1u << DDPENV_SET_HEAD_FROM | 1u << DDPENV_SET_PORT_RANGE |
-			    1u << DDPENV_SET_NETWORK_INCLUDE | 1u << DDPENV_SET_OMP;
+			    1u << DDPENV_SET_NETWORK_INCLUDE | 1u << DDPENV_SET_OMP |
+			    1u << DDPENV_SET_BIND;
+	s->bind = DDPENV_BIND_AUTO;
 	for (int k = 0; k < DDPENV_SET_COUNT; k++)
 		snprintf(s->where[k], sizeof(s->where[k]), "default");
 }
@@ -192,6 +194,42 @@ static int set_secret(struct ddpenv_settings *s, const char *v, char *why, size_
 	return 0;
 }
 
+static int set_bind(struct ddpenv_settings *s, const char *v, char *why, size_t n)
+{
+	enum ddpenv_bind b;
+
+	if (!*v || ddpenv_bind_parse(v, &b, why, n) < 0) {
+		snprintf(why, n, "'%.64s': expected auto, none or strict", v);
+		return -1;
+	}
+	s->bind = (int)b;
+	return 0;
+}
+
+static int set_topology(struct ddpenv_settings *s, const char *v, char *why, size_t n)
+{
+	if (*v && (*v != '/' || strlen(v) >= sizeof(s->topology))) {
+		snprintf(why, n, "'%.64s': expected the absolute path of this node's hwloc XML export (lstopo --of xml), or \"\" to discover",
+			 v);
+		return -1;
+	}
+	snprintf(s->topology, sizeof(s->topology), "%s", v);
+	return 0;
+}
+
+static int set_bind_nic(struct ddpenv_settings *s, const char *v, char *why, size_t n)
+{
+	if (strcmp(v, "report") == 0)
+		s->bind_nic_hca = 0;
+	else if (strcmp(v, "nccl_ib_hca") == 0)
+		s->bind_nic_hca = 1;
+	else {
+		snprintf(why, n, "'%.64s': expected report (DDP_NIC only) or nccl_ib_hca (also NCCL_IB_HCA per rank)", v);
+		return -1;
+	}
+	return 0;
+}
+
 /* Settings a user can override have a DDP_* variable. */
 const struct ddpenv_user_key ddpenv_user_keys[] = {
 	{ "DDP_HEAD_FROM", DDPENV_SET_HEAD_FROM },
@@ -199,6 +237,7 @@ const struct ddpenv_user_key ddpenv_user_keys[] = {
 	{ "DDP_PORT", DDPENV_SET_PORT_RANGE },      /* after the range: it wins */
 	{ "DDP_IFACE", DDPENV_SET_NETWORK_INCLUDE },
 	{ "DDP_OMP_NUM_THREADS", DDPENV_SET_OMP },
+	{ "DDP_BIND", DDPENV_SET_BIND },
 	{ NULL, 0 },
 };
 
@@ -209,7 +248,7 @@ static int add_user_override(struct ddpenv_settings *s, const char *v, char *why
 			s->user_overrides |= 1u << u->setting;
 			return 0;
 		}
-	snprintf(why, n, "'%.64s': expected head_from, port_range, network.include or omp_num_threads (the settings with a DDP_* variable)",
+	snprintf(why, n, "'%.64s': expected head_from, port_range, network.include, omp_num_threads or bind (the settings with a DDP_* variable)",
 		 v);
 	return -1;
 }
@@ -219,7 +258,8 @@ static const char *const reserved[] = {
 	"MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE",
 	"LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE",
 	"ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "NCCL_SOCKET_IFNAME",
-	"GLOO_SOCKET_IFNAME", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", NULL,
+	"GLOO_SOCKET_IFNAME", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
+	"GPU_DEVICE_ORDINAL", NULL,
 };
 
 int ddpenv_settings_env_set(struct ddpenv_settings *s, int which, const char *key,
@@ -289,6 +329,9 @@ static const struct setting table[DDPENV_SET_COUNT] = {
 	[DDPENV_SET_ENV_GLOO] = { "env.gloo", ENV, NULL },
 	[DDPENV_SET_RDZV_SECRET] = { "rdzv_secret", SCALAR, set_secret },
 	[DDPENV_SET_USER_OVERRIDES] = { "user_overrides", LIST, add_user_override },
+	[DDPENV_SET_BIND] = { "bind", SCALAR, set_bind },
+	[DDPENV_SET_TOPOLOGY] = { "topology", SCALAR, set_topology },
+	[DDPENV_SET_BIND_NIC] = { "bind_nic", SCALAR, set_bind_nic },
 };
 
 const char *ddpenv_setting_name(enum ddpenv_setting k)
@@ -413,6 +456,11 @@ int ddpenv_settings_merge(struct ddpenv_settings *dst, const struct ddpenv_setti
 			memcpy(dst->rdzv_secret, src->rdzv_secret, sizeof(dst->rdzv_secret));
 			break;
 		case DDPENV_SET_USER_OVERRIDES: dst->user_overrides = src->user_overrides; break;
+		case DDPENV_SET_BIND: dst->bind = src->bind; break;
+		case DDPENV_SET_TOPOLOGY:
+			memcpy(dst->topology, src->topology, sizeof(dst->topology));
+			break;
+		case DDPENV_SET_BIND_NIC: dst->bind_nic_hca = src->bind_nic_hca; break;
 		}
 	}
 	return rv;

@@ -162,7 +162,13 @@ static void test_refused(void)
 	refused("a duplicate variable", "env: {nccl: {A: b, A: c}}\n", "duplicate variable A");
 	refused("a relative secret path", "rdzv_secret: ddp.secret\n", "'ddp.secret': expected an absolute path");
 	refused("an override without a DDP_ variable", "user_overrides: [rdzv_secret]\n",
-		"'rdzv_secret': expected head_from, port_range, network.include or omp_num_threads");
+		"'rdzv_secret': expected head_from, port_range, network.include, omp_num_threads or bind");
+	refused("an unknown bind policy", "bind: closest\n",
+		"t.yaml:1:7: bind: 'closest': expected auto, none or strict");
+	refused("a relative topology", "topology: node.xml\n",
+		"t.yaml:1:11: topology: 'node.xml': expected the absolute path of this node's hwloc XML export");
+	refused("an unknown bind_nic", "bind_nic: yes\n",
+		"t.yaml:1:11: bind_nic: 'yes': expected report (DDP_NIC only) or nccl_ib_hca");
 	refused("a duplicate key", "port_range: 1-2\nhead_from: name\nport_range: 3-4\n",
 		"t.yaml:3:1: port_range: duplicate key (first given at t.yaml:1:13)");
 	refused("a duplicate partition", "partitions:\n  gpu: {}\n  gpu: {}\n", "t.yaml:3:3: partitions: duplicate partition gpu");
@@ -279,6 +285,40 @@ static void test_files(void)
 	snprintf(path, sizeof(path), "%s/empty.yaml", dir);
 	unlink(path);
 	rmdir(dir);
+	ddpenv_config_free(&c);
+}
+
+/* The binding keys: bind, topology, bind_nic; DDP_BIND; per partition. */
+static void test_bind_keys(void)
+{
+	struct ddpenv_config c;
+	struct ddpenv_settings e;
+	struct ddpenv_env env;
+	char *ps[] = { "bind=none" };
+
+	ddpenv_config_init(&c);
+	test_cond("defaults: bind auto, topology discovered, NIC reported",
+		  c.base.bind == DDPENV_BIND_AUTO && !c.base.topology[0] && !c.base.bind_nic_hca &&
+		  (c.base.user_overrides & 1u << DDPENV_SET_BIND));
+	test_cond("bind, topology and bind_nic parse",
+		  parse(&c, "bind: strict\ntopology: /etc/slurm/node.xml\nbind_nic: nccl_ib_hca\n"
+			    "partitions:\n  cpu: {bind: none}\n") == 0);
+	test_cond("... their values", c.base.bind == DDPENV_BIND_STRICT && c.base.bind_nic_hca &&
+		  strcmp(c.base.topology, "/etc/slurm/node.xml") == 0);
+	ddpenv_config_effective(&c, "cpu", NULL, &e, err, sizeof(err));
+	test_cond("... a partition's bind wins", e.bind == DDPENV_BIND_NONE);
+	test_streq("... saying where", e.where[DDPENV_SET_BIND], "t.yaml:5:15 (partition cpu)");
+	ddpenv_env_init(&env);
+	ddpenv_env_set(&env, "DDP_BIND", "auto");
+	test_cond("DDP_BIND overrides it", ddpenv_config_effective(&c, "cpu", &env, &e, err, sizeof(err)) == 0 &&
+		  e.bind == DDPENV_BIND_AUTO);
+	ddpenv_env_set(&env, "DDP_BIND", "closest");
+	test_cond("a bad DDP_BIND is refused", ddpenv_config_effective(&c, NULL, &env, &e, err, sizeof(err)) < 0);
+	test_err("... naming it", err, "DDP_BIND (set in the job's environment): 'closest': expected auto, none or strict");
+	ddpenv_env_free(&env);
+	test_cond("bind=none as a plugstack argument", ddpenv_config_plugstack(&c, 1, ps, err, sizeof(err)) == 0);
+	ddpenv_config_effective(&c, NULL, NULL, &e, err, sizeof(err));
+	test_cond("... wins over the file", e.bind == DDPENV_BIND_NONE);
 	ddpenv_config_free(&c);
 }
 
@@ -626,6 +666,7 @@ int main(void)
 	test_refused();
 	test_files();
 	test_plugstack();
+	test_bind_keys();
 	test_user();
 	test_iface();
 	test_contract();

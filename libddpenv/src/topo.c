@@ -1,0 +1,131 @@
+/*
+ * The topology: "ask the hardware" (hwloc discovery of this machine) or
+ * read an hwloc XML export.  Everything after loading is in bind.c and
+ * only looks at the hwloc objects, so a plan made from an XML file is the
+ * plan the plugin makes on that machine.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hwloc.h>
+
+#include "ddpenv.h"
+#include "topo.h"
+
+/* Components that would load a GPU vendor's library (libcuda, libnvidia-ml,
+ * OpenCL, ROCm SMI, Level Zero) or talk to an X server.  slurmstepd must
+ * never load those: they are slow, and a broken driver would hang it.  PCI
+ * discovery through /sys tells us all we need. */
+static const char *const no_components[] = {
+	"cuda", "nvml", "opencl", "rsmi", "levelzero", "gl",
+};
+
+int ddpenv_topo_load(const char *xml_path, int this_machine, struct ddpenv_topo **out,
+		     char *err, size_t errlen)
+{
+	struct ddpenv_topo *t = calloc(1, sizeof(*t));
+
+	*out = NULL;
+	if (!t) {
+		snprintf(err, errlen, "out of memory loading the topology");
+		return -1;
+	}
+	if (hwloc_topology_init(&t->topo) < 0) {
+		snprintf(err, errlen, "hwloc_topology_init failed");
+		free(t);
+		return -1;
+	}
+	t->inited = 1;
+	for (size_t i = 0; i < sizeof(no_components) / sizeof(no_components[0]); i++)
+		hwloc_topology_set_components(t->topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST,
+					      no_components[i]);
+	/* PCI devices (GPUs, NICs, bridges) and their OS devices (mlx5_0, ib0). */
+	hwloc_topology_set_io_types_filter(t->topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+	/* Keep the CPUs the cgroup does not allow, so the plan can say where a
+	 * GPU's cores are even when the step may not use them. */
+	hwloc_topology_set_flags(t->topo, HWLOC_TOPOLOGY_FLAG_INCLUDE_DISALLOWED |
+				 (xml_path && this_machine ? HWLOC_TOPOLOGY_FLAG_IS_THISSYSTEM : 0));
+	if (xml_path) {
+		if (hwloc_topology_set_xml(t->topo, xml_path) < 0) {
+			snprintf(err, errlen, "topology %.200s: cannot be read as an hwloc XML file (lstopo --of xml): %m",
+				 xml_path);
+			goto fail;
+		}
+		snprintf(t->source, sizeof(t->source), "%s", xml_path);
+	} else {
+		snprintf(t->source, sizeof(t->source), "this machine (hwloc)");
+		t->thissystem = 1;
+	}
+	if (hwloc_topology_load(t->topo) < 0) {
+		snprintf(err, errlen, "topology %.200s: hwloc could not load it: %m", t->source);
+		goto fail;
+	}
+	t->thissystem = hwloc_topology_is_thissystem(t->topo);
+	*out = t;
+	return 0;
+fail:
+	ddpenv_topo_free(t);
+	return -1;
+}
+
+void ddpenv_topo_free(struct ddpenv_topo *t)
+{
+	if (!t)
+		return;
+	if (t->inited)
+		hwloc_topology_destroy(t->topo);
+	free(t);
+}
+
+const char *ddpenv_topo_source(const struct ddpenv_topo *t)
+{
+	return t ? t->source : "";
+}
+
+/* ---- what the planner asks of the topology ------------------------------- */
+
+int ddpenv_topo_is_gpu(hwloc_obj_t o)
+{
+	unsigned cls;
+
+	if (o->type != HWLOC_OBJ_PCI_DEVICE)
+		return 0;
+	cls = o->attr->pcidev.class_id;
+	/* NVIDIA and AMD compute or display functions; NVSwitches (0x0680),
+	 * audio functions and a BMC's VGA (ASPEED, Matrox) are not GPUs. */
+	return (o->attr->pcidev.vendor_id == 0x10de || o->attr->pcidev.vendor_id == 0x1002) &&
+	       (cls == 0x0300 || cls == 0x0302 || cls == 0x0380 || cls == 0x1200);
+}
+
+static int busid_cmp(const void *a, const void *b)
+{
+	hwloc_obj_t x = *(hwloc_obj_t const *)a, y = *(hwloc_obj_t const *)b;
+	const struct hwloc_pcidev_attr_s *p = &x->attr->pcidev, *q = &y->attr->pcidev;
+
+	if (p->domain != q->domain)
+		return p->domain < q->domain ? -1 : 1;
+	if (p->bus != q->bus)
+		return p->bus < q->bus ? -1 : 1;
+	if (p->dev != q->dev)
+		return p->dev < q->dev ? -1 : 1;
+	return (int)p->func - (int)q->func;
+}
+
+size_t ddpenv_topo_gpus(const struct ddpenv_topo *t, hwloc_obj_t *out, size_t max)
+{
+	size_t n = 0;
+
+	for (hwloc_obj_t o = hwloc_get_next_pcidev(t->topo, NULL); o;
+	     o = hwloc_get_next_pcidev(t->topo, o))
+		if (ddpenv_topo_is_gpu(o) && n < max)
+			out[n++] = o;
+	qsort(out, n, sizeof(*out), busid_cmp);
+	return n;
+}
+
+void ddpenv_topo_busid(hwloc_obj_t o, char *out, size_t len)
+{
+	snprintf(out, len, "%04x:%02x:%02x.%01x", o->attr->pcidev.domain, o->attr->pcidev.bus,
+		 o->attr->pcidev.dev, o->attr->pcidev.func);
+}

@@ -1,0 +1,23 @@
+/* The topology behind struct ddpenv_topo; internal to libddpenv. */
+#ifndef DDPENV_TOPO_H
+#define DDPENV_TOPO_H
+
+#include <hwloc.h>
+
+#include "ddpenv.h"
+
+struct ddpenv_topo {
+	hwloc_topology_t topo;
+	int inited;
+	int thissystem;              /* binding acts on this machine */
+	char source[DDPENV_PATHLEN];
+};
+
+/* A GPU function: NVIDIA or AMD, display or 3D/compute class. */
+int ddpenv_topo_is_gpu(hwloc_obj_t o);
+/* The GPUs in PCI bus id order. */
+size_t ddpenv_topo_gpus(const struct ddpenv_topo *t, hwloc_obj_t *out, size_t max);
+/* "0000:1b:00.0" */
+void ddpenv_topo_busid(hwloc_obj_t o, char *out, size_t len);
+
+#endif
