@@ -81,7 +81,7 @@ static int fake_route(void *ctx, const struct ddpenv_addr *dst, char *ifname,
 	return 0;
 }
 
-static struct ddpenv_sys fake_sys(struct fake *f)
+static __attribute__((unused)) struct ddpenv_sys fake_sys(struct fake *f)
 {
 	struct ddpenv_sys s = { fake_lookup, fake_nodeaddr, fake_ifaddrs, fake_route, f };
 	return s;

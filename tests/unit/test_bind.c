@@ -1,0 +1,598 @@
+/*
+ * The binding planner on hwloc XML topologies of real machine shapes
+ * (tests/topologies/).  Every plan is checked two ways: invariants checked
+ * independently with hwloc (every GPU used once, each task's CPUs near its
+ * GPU, disjoint, inside the allowed set, none empty, no allowed core near a
+ * used GPU left idle), and exact expectations for the machines whose
+ * layout is known (nvidia-smi topo -m of a DGX H100 and a DGX A100).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <hwloc.h>
+
+#include "ddpenv.h"
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "fakesys.h"
+#include "test.h"
+
+static char err[DDPENV_ERRLEN];
+
+static const char *topo_path(const char *name)
+{
+	static char p[1024];
+	snprintf(p, sizeof(p), "%s/%s", TOPODIR, name);
+	return p;
+}
+
+/* A step's environment on node 0: n tasks, the GRES indices, Slurm's
+ * CUDA_VISIBLE_DEVICES (NULL: the same as the indices), extra K=V. */
+static void step_env(struct ddpenv_env *e, unsigned n, const char *gpus, const char *cvd, ...)
+{
+	char tpn[16];
+	va_list ap;
+	const char *kv;
+
+	ddpenv_env_init(e);
+	snprintf(tpn, sizeof(tpn), "%u", n);
+	ddpenv_env_set(e, "SLURM_NODEID", "0");
+	ddpenv_env_set(e, "SLURM_STEP_TASKS_PER_NODE", tpn);
+	if (gpus) {
+		ddpenv_env_set(e, "SLURM_STEP_GPUS", gpus);
+		ddpenv_env_set(e, "CUDA_VISIBLE_DEVICES", cvd ? cvd : gpus);
+	}
+	va_start(ap, cvd);
+	while ((kv = va_arg(ap, const char *))) {
+		char k[128];
+		const char *eq = strchr(kv, '=');
+		snprintf(k, sizeof(k), "%.*s", (int)(eq - kv), kv);
+		ddpenv_env_set(e, k, eq + 1);
+	}
+	va_end(ap);
+}
+
+static int plan_on(const char *xml, struct ddpenv_env *env, enum ddpenv_bind policy,
+		   const char *allowed, struct ddpenv_bind_plan *p)
+{
+	struct ddpenv_topo *t = NULL;
+	int rv;
+
+	err[0] = '\0';
+	rv = ddpenv_topo_load(topo_path(xml), 0, &t, err, sizeof(err));
+	if (rv == 0)
+		rv = ddpenv_bind_plan(t, env, policy, allowed, p, err, sizeof(err));
+	if (rv < 0)
+		printf("# %s: %s\n", xml, err);
+	ddpenv_topo_free(t);
+	return rv;
+}
+
+/* ---- invariants, checked with hwloc directly ------------------------------ */
+
+static void invariants(const char *xml, const struct ddpenv_bind_plan *p, const char *what)
+{
+	hwloc_topology_t topo;
+	hwloc_bitmap_t allowed = hwloc_bitmap_alloc(), *set = calloc(p->ntasks, sizeof(*set));
+	hwloc_bitmap_t all = hwloc_bitmap_alloc(), near_used = hwloc_bitmap_alloc();
+	int nonempty = 1, inside = 1, disjoint = 1, near = 1, once = 1, visible = 1;
+	unsigned used[DDPENV_MAX_GPUS] = { 0 };
+	char desc[256];
+
+	hwloc_topology_init(&topo);
+	hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+	hwloc_topology_set_flags(topo, HWLOC_TOPOLOGY_FLAG_INCLUDE_DISALLOWED);
+	hwloc_topology_set_xml(topo, topo_path(xml));
+	hwloc_topology_load(topo);
+	hwloc_bitmap_list_sscanf(allowed, p->allowed);
+	unsigned pus = (unsigned)hwloc_bitmap_weight(allowed);
+
+	for (uint32_t i = 0; i < p->ntasks; i++) {
+		const struct ddpenv_bind_task *t = &p->tasks[i];
+		set[i] = hwloc_bitmap_alloc();
+		hwloc_bitmap_list_sscanf(set[i], t->cpus);
+		nonempty &= !hwloc_bitmap_iszero(set[i]);
+		inside &= hwloc_bitmap_isincluded(set[i], allowed);
+		hwloc_bitmap_or(all, all, set[i]);
+		for (uint32_t j = 0; j < i; j++)
+			disjoint &= !hwloc_bitmap_intersects(set[i], set[j]);
+		if (t->gpu >= 0 && p->gpu) {
+			const struct ddpenv_bind_gpu *g = &p->gpus[t->gpu];
+			hwloc_obj_t pci = hwloc_get_pcidev_by_busidstring(topo, g->busid);
+			used[t->gpu]++;
+			if (pci) {
+				hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(topo, pci);
+				if (hwloc_bitmap_intersects(anc->cpuset, allowed)) {
+					near &= hwloc_bitmap_isincluded(set[i], anc->cpuset);
+					hwloc_bitmap_or(near_used, near_used, anc->cpuset);
+				}
+			}
+			/* entry LOCAL_RANK of CUDA_VISIBLE_DEVICES is its GPU */
+			char vis[DDPENV_VALLEN], *tok, *save = NULL;
+			uint32_t k = 0;
+			snprintf(vis, sizeof(vis), "%s", p->visible);
+			for (tok = strtok_r(vis, ",", &save); tok && k < i; tok = strtok_r(NULL, ",", &save))
+				k++;
+			if (i < p->ngpus)
+				visible &= tok && strcmp(tok, g->value) == 0;
+		}
+	}
+	if (p->gpu && p->ntasks >= p->ngpus)
+		for (size_t k = 0; k < p->ngpus; k++)
+			once &= used[k] == (p->ntasks + p->ngpus - 1 - k) / p->ngpus;
+	if (p->gpu && p->ntasks <= p->ngpus)
+		for (size_t k = 0; k < p->ngpus; k++)
+			once &= used[k] <= 1;
+
+	snprintf(desc, sizeof(desc), "%s: every task has CPUs", what);
+	test_cond(desc, nonempty);
+	snprintf(desc, sizeof(desc), "%s: inside the allowed set", what);
+	test_cond(desc, inside);
+	if (pus >= p->ntasks) {
+		snprintf(desc, sizeof(desc), "%s: disjoint", what);
+		test_cond(desc, disjoint);
+	}
+	if (p->gpu && p->ngpus) {
+		snprintf(desc, sizeof(desc), "%s: each GPU used once (or evenly shared)", what);
+		test_cond(desc, once);
+		snprintf(desc, sizeof(desc), "%s: each task's CPUs near its GPU", what);
+		test_cond(desc, near);
+		snprintf(desc, sizeof(desc), "%s: CUDA_VISIBLE_DEVICES entry LOCAL_RANK is the task's GPU", what);
+		test_cond(desc, visible);
+		/* no allowed CPU near a used GPU is left idle */
+		hwloc_bitmap_and(near_used, near_used, allowed);
+		snprintf(desc, sizeof(desc), "%s: no allowed core near a used GPU left idle", what);
+		test_cond(desc, hwloc_bitmap_iszero(near_used) || hwloc_bitmap_isincluded(near_used, all));
+	} else {
+		snprintf(desc, sizeof(desc), "%s: CPU-only: every allowed CPU used", what);
+		test_cond(desc, hwloc_bitmap_isequal(all, allowed));
+	}
+	for (uint32_t i = 0; i < p->ntasks; i++)
+		hwloc_bitmap_free(set[i]);
+	free(set);
+	hwloc_bitmap_free(all);
+	hwloc_bitmap_free(near_used);
+	hwloc_bitmap_free(allowed);
+	hwloc_topology_destroy(topo);
+}
+
+/* Core counts of the tasks differ by at most one. */
+static int even(const struct ddpenv_bind_plan *p)
+{
+	unsigned lo = ~0u, hi = 0;
+	for (uint32_t i = 0; i < p->ntasks; i++) {
+		lo = p->tasks[i].cores < lo ? p->tasks[i].cores : lo;
+		hi = p->tasks[i].cores > hi ? p->tasks[i].cores : hi;
+	}
+	return hi - lo <= 1;
+}
+
+/* ---- the machines ----------------------------------------------------------- */
+
+static void test_dgx_h100(void)
+{
+	struct ddpenv_env env;
+	struct ddpenv_bind_plan p;
+
+	step_env(&env, 8, "0,1,2,3,4,5,6,7", NULL, NULL);
+	test_cond("DGX H100, 8 tasks, 8 GPUs: planned", plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p) == 0);
+	invariants("dgx-h100.xml", &p, "DGX H100 8x8");
+	test_cond("... cpu, gpu and memory bound", p.cpu && p.gpu && p.mem);
+	test_streq("... the 8 H100s by bus id (not the NVSwitches, not the BMC's VGA)", p.gpus[7].busid, "0000:df:00.0");
+	test_streq("... local rank 0: GPU 0000:1b:00.0", p.gpus[p.tasks[0].gpu].busid, "0000:1b:00.0");
+	test_streq("... 14 cores and their hyperthreads of socket 0", p.tasks[0].cpus, "0-13,112-125");
+	test_streq("... local rank 7: the last 14 of socket 1", p.tasks[7].cpus, "98-111,210-223");
+	test_cond("... 14 cores each", p.tasks[3].cores == 14 && even(&p));
+	test_cond("... memory on the GPU's NUMA node", strcmp(p.tasks[0].mems, "0") == 0 &&
+		  strcmp(p.tasks[5].mems, "1") == 0 && p.gpus[5].numa == 1);
+	test_streq("... NIC of GPU 3: the ConnectX-7 behind the same switch", p.gpus[3].nic, "mlx5_3");
+	test_streq("... its interface", p.gpus[3].nic_netdev, "ibp94s0");
+	test_streq("... said so", p.gpus[3].nic_how, "same PCIe switch");
+	test_cond("... OpenFabrics device (for NCCL_IB_HCA)", p.gpus[3].nic_hca);
+	test_streq("... CUDA_VISIBLE_DEVICES in GRES order", p.visible, "0,1,2,3,4,5,6,7");
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	step_env(&env, 2, "0,1,2,3,4,5,6,7", NULL, NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	invariants("dgx-h100.xml", &p, "DGX H100 2 tasks, 8 GPUs");
+	test_streq("2 tasks on 8 GPUs: one per socket, all GPUs still visible", p.visible, "0,4,1,2,3,5,6,7");
+	test_streq("... local rank 1: GPU 0000:9d:00.0 on socket 1", p.gpus[p.tasks[1].gpu].busid, "0000:9d:00.0");
+	test_streq("... with socket 1's cores", p.tasks[1].cpus, "56-111,168-223");
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	/* Slurm's cgroup device constraint: relative CUDA indices. */
+	step_env(&env, 2, "2,3,4,5", "0,1,2,3", NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	invariants("dgx-h100.xml", &p, "DGX H100 GPUs 2-5, relative CUDA indices");
+	test_streq("GRES 2,3,4,5 as CUDA 0-3: permuted in CUDA's numbers", p.visible, "0,2,1,3");
+	test_streq("... local rank 1 has GRES 4, CUDA 2", p.gpus[p.tasks[1].gpu].value, "2");
+	test_cond("... GRES index 4", p.gpus[p.tasks[1].gpu].index == 4);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	/* In a task after the plugin: the permuted list and Slurm's. */
+	step_env(&env, 2, "2,3,4,5", "0,2,1,3", "DDP_SLURM_CUDA_VISIBLE_DEVICES=0,1,2,3", "DDP_STEP=7.0",
+		 "SLURM_JOB_ID=7", "SLURM_STEP_ID=0", NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	test_streq("ddp-env in a task plans what the plugin did", p.visible, "0,2,1,3");
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	step_env(&env, 16, "0,1,2,3,4,5,6,7", NULL, NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	invariants("dgx-h100.xml", &p, "DGX H100 16 tasks on 8 GPUs (gloo)");
+	test_cond("16 tasks: two per GPU, 7 cores each", p.tasks[0].gpu == 0 && p.tasks[8].gpu == 0 &&
+		  p.tasks[0].cores == 7 && even(&p));
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+}
+
+static void test_dgx_a100_nps4(void)
+{
+	struct ddpenv_env env;
+	struct ddpenv_bind_plan p;
+
+	step_env(&env, 8, "0,1,2,3,4,5,6,7", NULL, NULL);
+	test_cond("DGX A100 (EPYC, 4 NUMA nodes per socket): planned",
+		  plan_on("dgx-a100-epyc-nps4.xml", &env, DDPENV_BIND_AUTO, NULL, &p) == 0);
+	invariants("dgx-a100-epyc-nps4.xml", &p, "DGX A100 8x8");
+	test_cond("... GPUs 0,1 on NUMA 3, 2,3 on 1, 4,5 on 7, 6,7 on 5 (nvidia-smi topo -m)",
+		  p.gpus[0].numa == 3 && p.gpus[1].numa == 3 && p.gpus[2].numa == 1 && p.gpus[4].numa == 7 &&
+		  p.gpus[7].numa == 5);
+	test_streq("... local rank 0: half of NUMA node 3", p.tasks[0].cpus, "48-55,176-183");
+	test_streq("... local rank 2: half of NUMA node 1", p.tasks[2].cpus, "16-23,144-151");
+	test_cond("... 8 cores each, memory on its NUMA node", p.tasks[6].cores == 8 &&
+		  strcmp(p.tasks[6].mems, "5") == 0);
+	test_streq("... NIC of GPU 6", p.gpus[6].nic, "mlx5_6");
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	step_env(&env, 16, NULL, NULL, NULL);
+	plan_on("dgx-a100-epyc-nps4.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	invariants("dgx-a100-epyc-nps4.xml", &p, "DGX A100 CPU-only 16 tasks");
+	int one_node = 1;
+	for (uint32_t i = 0; i < 16; i++)
+		one_node &= strchr(p.tasks[i].mems, '-') == NULL && strchr(p.tasks[i].mems, ',') == NULL;
+	test_cond("CPU-only 16 tasks: 8 cores each, each within one NUMA node", even(&p) && one_node &&
+		  p.tasks[0].cores == 8);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	step_env(&env, 2, NULL, NULL, NULL);
+	plan_on("dgx-a100-epyc-nps4.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	test_cond("CPU-only 2 tasks: a socket each", strcmp(p.tasks[0].mems, "0-3") == 0 &&
+		  strcmp(p.tasks[1].mems, "4-7") == 0 && p.tasks[1].cores == 64);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+}
+
+static void test_single_socket(void)
+{
+	struct ddpenv_env env;
+	struct ddpenv_bind_plan p;
+
+	step_env(&env, 4, "0,1,2,3", NULL, NULL);
+	test_cond("4-GPU one-socket node: planned",
+		  plan_on("single-socket-4gpu.xml", &env, DDPENV_BIND_AUTO, NULL, &p) == 0);
+	invariants("single-socket-4gpu.xml", &p, "one socket 4x4");
+	test_cond("... 8 cores each", p.tasks[0].cores == 8 && even(&p));
+	test_cond("... one NUMA node: memory left alone, said so", !p.mem && strstr(p.mem_how, "one NUMA node"));
+	test_streq("... every GPU's closest NIC is the one ConnectX-6", p.gpus[2].nic, "mlx5_0");
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+}
+
+static void test_cpu_only(void)
+{
+	struct ddpenv_env env;
+	struct ddpenv_bind_plan p;
+
+	step_env(&env, 2, NULL, NULL, NULL);
+	test_cond("CPU-only 2-socket node: planned", plan_on("cpu-2socket.xml", &env, DDPENV_BIND_AUTO, NULL, &p) == 0);
+	invariants("cpu-2socket.xml", &p, "CPU-only 2 tasks");
+	test_streq("... task 0: socket 0", p.tasks[0].cpus, "0-19,40-59");
+	test_streq("... task 1: socket 1", p.tasks[1].cpus, "20-39,60-79");
+	test_cond("... no GPU: said so", strstr(p.gpu_how, "no GPU") != NULL);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	step_env(&env, 3, NULL, NULL, NULL);
+	plan_on("cpu-2socket.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	invariants("cpu-2socket.xml", &p, "CPU-only 3 tasks");
+	test_cond("3 tasks: two share socket 0, one has socket 1; none spans sockets",
+		  p.tasks[0].cores == 10 && p.tasks[1].cores == 10 && p.tasks[2].cores == 20 &&
+		  strcmp(p.tasks[2].mems, "1") == 0);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	step_env(&env, 80, NULL, NULL, NULL);
+	plan_on("cpu-2socket.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	invariants("cpu-2socket.xml", &p, "CPU-only 80 tasks (one per hardware thread)");
+	test_cond("80 tasks: one hardware thread each", p.tasks[79].pus == 1 && !p.tasks[79].shared);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	step_env(&env, 81, NULL, NULL, NULL);
+	plan_on("cpu-2socket.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	invariants("cpu-2socket.xml", &p, "CPU-only 81 tasks");
+	test_cond("81 tasks on 80 threads: two share one, said so", p.tasks[0].shared &&
+		  strstr(p.cpu_how, "some share") != NULL);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	step_env(&env, 2, NULL, NULL, NULL);
+	plan_on("ci-vm.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	invariants("ci-vm.xml", &p, "the build machine (a real export)");
+	test_cond("the 2-core build machine: a core each", strcmp(p.tasks[0].cpus, "0") == 0 &&
+		  strcmp(p.tasks[1].cpus, "1") == 0);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+}
+
+static void test_cgroup(void)
+{
+	struct ddpenv_env env;
+	struct ddpenv_bind_plan p;
+
+	step_env(&env, 4, "0,1,2,3", NULL, NULL);
+	test_cond("cgroup of half a socket: planned",
+		  plan_on("dgx-h100-cgroup-half-socket.xml", &env, DDPENV_BIND_AUTO, NULL, &p) == 0);
+	invariants("dgx-h100-cgroup-half-socket.xml", &p, "half-socket cgroup, GPUs 0-3");
+	test_streq("... the cgroup's CPUs are the allowed set", p.allowed, "0-27,112-139");
+	test_streq("... local rank 3: the last 7 allowed cores", p.tasks[3].cpus, "21-27,133-139");
+	test_cond("... 7 cores each, near their GPUs", even(&p) && p.tasks[0].cores == 7 && p.tasks[2].near);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	step_env(&env, 4, "4,5,6,7", NULL, NULL);
+	plan_on("dgx-h100-cgroup-half-socket.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	invariants("dgx-h100-cgroup-half-socket.xml", &p, "half-socket cgroup, GPUs on the other socket");
+	test_cond("GPUs with no allowed CPU near: the allowed CPUs, split, and said so",
+		  !p.tasks[0].near && strstr(p.cpu_how, "no allowed CPU near") != NULL &&
+		  strcmp(p.tasks[3].cpus, "21-27,133-139") == 0);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	/* A caller's allowed list (what the plugin passes from Slurm). */
+	step_env(&env, 2, "0,1", NULL, NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, "0-3,112-115", &p);
+	invariants("dgx-h100.xml", &p, "an allowed list of 4 cores");
+	test_cond("an allowed list of 4 cores: 2 each", p.tasks[0].cores == 2 && p.tasks[1].cores == 2);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+}
+
+/* ---- the user's choices ------------------------------------------------------- */
+
+static void test_policy(void)
+{
+	struct ddpenv_env env;
+	struct ddpenv_bind_plan p;
+	enum ddpenv_bind b;
+
+	test_cond("policies parse", ddpenv_bind_parse("strict", &b, err, sizeof(err)) == 0 &&
+		  b == DDPENV_BIND_STRICT && ddpenv_bind_parse(NULL, &b, err, sizeof(err)) == 0 &&
+		  b == DDPENV_BIND_AUTO);
+	test_cond("an unknown policy is refused", ddpenv_bind_parse("closest", &b, err, sizeof(err)) < 0);
+	test_err("... naming it", err, "--ddp-bind=closest: unknown policy (expected auto, none or strict)");
+
+	step_env(&env, 2, "0,1", NULL, NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_NONE, NULL, &p);
+	test_cond("--ddp-bind=none: nothing bound, said so", !p.cpu && !p.gpu && !p.mem &&
+		  strstr(p.cpu_how, "--ddp-bind=none") != NULL);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	step_env(&env, 2, "0,1", NULL, "SLURM_CPU_BIND=quiet,cores", NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	test_cond("--cpu-bind given: CPUs and memory left alone, GPUs still ordered", !p.cpu && !p.mem && p.gpu);
+	test_err("... said so", p.cpu_how, "explicit --cpu-bind (SLURM_CPU_BIND=quiet,cores): left to Slurm");
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	step_env(&env, 2, "0,1", NULL, "SLURMD_TRES_BIND=gpu:closest", NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	test_cond("--gpu-bind given: GPUs left alone, CPUs still bound", !p.gpu && p.cpu && !p.visible[0]);
+	test_err("... said so", p.gpu_how, "explicit --gpu-bind (SLURMD_TRES_BIND=gpu:closest)");
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	step_env(&env, 2, "0,1", NULL, "SLURM_MEM_BIND=quiet,local", NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	test_cond("--mem-bind given: memory left alone", !p.mem && p.cpu && p.gpu);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	step_env(&env, 4, "0,1,2,3", "2", NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	test_cond("CUDA_VISIBLE_DEVICES narrowed by Slurm per task: left alone", !p.gpu);
+	test_err("... said so", p.gpu_how, "does not list the step's 4 GPUs");
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	ddpenv_env_init(&env);
+	ddpenv_env_set(&env, "SLURM_NODEID", "0");
+	ddpenv_env_set(&env, "SLURM_STEP_TASKS_PER_NODE", "2");
+	ddpenv_env_set(&env, "CUDA_VISIBLE_DEVICES", "1,0");
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	test_cond("the user's own CUDA_VISIBLE_DEVICES (no Slurm GPUs): left alone", !p.gpu && p.cpu);
+	test_err("... said so", p.gpu_how, "set without GPUs from Slurm");
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+}
+
+/* ---- the task's variables ------------------------------------------------------ */
+
+static void node_of(struct ddpenv_node *n, enum ddpenv_backend b, unsigned tasks, unsigned gpus)
+{
+	memset(n, 0, sizeof(*n));
+	n->step.job_id = 7;
+	n->step.num_tasks = tasks;
+	n->step.num_nodes = 1;
+	n->step.gpus = gpus;
+	n->step.gpus_key = "SLURM_STEP_GPUS";
+	n->backend = b;
+	ddpenv_settings_defaults(&n->cfg);
+	strcpy(n->master_addr, "10.0.0.1");
+	strcpy(n->master_port, "29500");
+}
+
+static void task_env(struct ddpenv_env *e, unsigned tasks, unsigned rank, ...)
+{
+	char buf[16];
+	va_list ap;
+	const char *kv;
+
+	ddpenv_env_init(e);
+	snprintf(buf, sizeof(buf), "%u", rank);
+	ddpenv_env_set(e, "SLURM_PROCID", buf);
+	ddpenv_env_set(e, "SLURM_LOCALID", buf);
+	ddpenv_env_set(e, "SLURM_NODEID", "0");
+	snprintf(buf, sizeof(buf), "%u", tasks);
+	ddpenv_env_set(e, "SLURM_STEP_TASKS_PER_NODE", buf);
+	va_start(ap, rank);
+	while ((kv = va_arg(ap, const char *))) {
+		char k[128];
+		const char *eq = strchr(kv, '=');
+		snprintf(k, sizeof(k), "%.*s", (int)(eq - kv), kv);
+		ddpenv_env_set(e, k, eq + 1);
+	}
+	va_end(ap);
+}
+
+static void test_vars(void)
+{
+	struct ddpenv_env env, te;
+	struct ddpenv_bind_plan p;
+	struct ddpenv_node node;
+	struct ddpenv_vars v;
+
+	step_env(&env, 2, "0,1,2,3,4,5,6,7", NULL, NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	node_of(&node, DDPENV_BACKEND_NCCL, 2, 8);
+	node.plan = &p;
+	task_env(&te, 2, 1, "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7", "GPU_DEVICE_ORDINAL=0,1,2,3,4,5,6,7", NULL);
+	test_cond("task variables with a plan", ddpenv_task_vars(&node, &te, &v, err, sizeof(err)) == 0);
+	test_streq("... CUDA_VISIBLE_DEVICES: all GPUs, its own at LOCAL_RANK", var(&v, "CUDA_VISIBLE_DEVICES"),
+		   "0,4,1,2,3,5,6,7");
+	test_streq("... GPU_DEVICE_ORDINAL the same", var(&v, "GPU_DEVICE_ORDINAL"), "0,4,1,2,3,5,6,7");
+	test_streq("... CUDA_DEVICE_ORDER", var(&v, "CUDA_DEVICE_ORDER"), "PCI_BUS_ID");
+	test_streq("... DDP_GPU_BUSID", var(&v, "DDP_GPU_BUSID"), "0000:9d:00.0");
+	test_streq("... DDP_NIC", var(&v, "DDP_NIC"), "mlx5_4");
+	test_streq("... Slurm's list kept", var(&v, "DDP_SLURM_CUDA_VISIBLE_DEVICES"), "0,1,2,3,4,5,6,7");
+	test_streq("... OMP_NUM_THREADS: the cores given", var(&v, "OMP_NUM_THREADS"), "56");
+	test_cond("... NCCL_IB_HCA not set (bind_nic: report)", var(&v, "NCCL_IB_HCA") == NULL);
+
+	node.cfg.bind_nic_hca = 1;
+	test_cond("bind_nic: nccl_ib_hca", ddpenv_task_vars(&node, &te, &v, err, sizeof(err)) == 0);
+	test_streq("... NCCL_IB_HCA is this rank's NIC only", var(&v, "NCCL_IB_HCA"), "=mlx5_4");
+	ddpenv_env_free(&te);
+	task_env(&te, 2, 1, "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7", "NCCL_IB_HCA=mlx5_0", NULL);
+	ddpenv_task_vars(&node, &te, &v, err, sizeof(err));
+	test_streq("... the user's NCCL_IB_HCA is left alone", var(&v, "NCCL_IB_HCA"), "mlx5_0");
+	ddpenv_env_free(&te);
+	node.backend = DDPENV_BACKEND_GLOO;
+	task_env(&te, 2, 1, "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7", NULL);
+	ddpenv_task_vars(&node, &te, &v, err, sizeof(err));
+	test_cond("... and gloo gets none", var(&v, "NCCL_IB_HCA") == NULL);
+	ddpenv_env_free(&te);
+	ddpenv_bind_plan_free(&p);
+
+	p.policy = DDPENV_BIND_STRICT;
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_STRICT, NULL, &p);
+	task_env(&te, 2, 1, "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7", NULL);
+	ddpenv_task_vars(&node, &te, &v, err, sizeof(err));
+	test_streq("--ddp-bind=strict: only the task's GPU", var(&v, "CUDA_VISIBLE_DEVICES"), "4");
+	ddpenv_env_free(&te);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	step_env(&env, 2, "0,1", NULL, NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_NONE, NULL, &p);
+	task_env(&te, 2, 0, "CUDA_VISIBLE_DEVICES=0,1", "SLURM_CPUS_ON_NODE=8", NULL);
+	ddpenv_task_vars(&node, &te, &v, err, sizeof(err));
+	test_cond("--ddp-bind=none: CUDA_VISIBLE_DEVICES not set, OMP from Slurm",
+		  var(&v, "CUDA_VISIBLE_DEVICES") == NULL && var(&v, "CUDA_DEVICE_ORDER") == NULL &&
+		  strcmp(var(&v, "OMP_NUM_THREADS"), "4") == 0);
+	ddpenv_env_free(&te);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+}
+
+static void test_errors(void)
+{
+	struct ddpenv_env env;
+	struct ddpenv_bind_plan p;
+	struct ddpenv_topo *t = NULL;
+
+	test_cond("a missing topology file is refused",
+		  ddpenv_topo_load("/nonexistent/node.xml", 0, &t, err, sizeof(err)) < 0 && !t);
+	test_err("... naming it", err, "topology /nonexistent/node.xml: cannot be read as an hwloc XML file");
+
+	step_env(&env, 2, "0,1", NULL, NULL);
+	test_cond("an allowed list outside the machine is refused",
+		  plan_on("cpu-2socket.xml", &env, DDPENV_BIND_AUTO, "100-101", &p) < 0);
+	test_err("... saying so", err, "allowed CPUs '100-101': not all in the topology");
+	ddpenv_bind_plan_free(&p);
+	test_cond("a malformed allowed list is refused", plan_on("cpu-2socket.xml", &env, DDPENV_BIND_AUTO, "x", &p) < 0);
+	test_err("... saying what is expected", err, "expected a CPU list such as 0-27,112-139");
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	ddpenv_env_init(&env);
+	ddpenv_env_set(&env, "SLURM_STEP_TASKS_PER_NODE", "2");
+	test_cond("no SLURM_NODEID is refused", plan_on("cpu-2socket.xml", &env, DDPENV_BIND_AUTO, NULL, &p) < 0);
+	test_err("... saying so", err, "SLURM_NODEID is not set");
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	step_env(&env, 2, "0,1,2,3,4,5,6,7", NULL, NULL);
+	plan_on("single-socket-4gpu.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	test_err("GRES indices beyond the topology's GPUs: said so", p.gpu_how,
+		 "4 of the step's GPUs are not PCI devices of the topology (it has 4 GPUs)");
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	step_env(&env, 2, "0,x", NULL, NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	test_cond("GPUs not named by index: left alone", !p.gpu && strstr(p.gpu_how, "does not name GPUs by index"));
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+}
+
+/* The binding applies to this process (the build machine has CPU 0). */
+static void test_apply(void)
+{
+	struct ddpenv_env env;
+	struct ddpenv_bind_plan p;
+	cpu_set_t before, after;
+
+	sched_getaffinity(0, sizeof(before), &before);
+	step_env(&env, 1, NULL, NULL, NULL);
+	plan_on("ci-vm.xml", &env, DDPENV_BIND_AUTO, "0", &p);
+	test_cond("binding this process to CPU 0", ddpenv_bind_apply(NULL, &p, 0, err, sizeof(err)) == 0);
+	sched_getaffinity(0, sizeof(after), &after);
+	test_cond("... Cpus_allowed is CPU 0", CPU_COUNT(&after) == 1 && CPU_ISSET(0, &after));
+	test_cond("a local rank beyond the plan is refused", ddpenv_bind_apply(NULL, &p, 5, err, sizeof(err)) < 0);
+	sched_setaffinity(0, sizeof(before), &before);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+}
+
+int main(void)
+{
+	test_dgx_h100();
+	test_dgx_a100_nps4();
+	test_single_socket();
+	test_cpu_only();
+	test_cgroup();
+	test_policy();
+	test_vars();
+	test_errors();
+	test_apply();
+	return test_report();
+}
