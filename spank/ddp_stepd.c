@@ -29,6 +29,8 @@ static struct {
 	struct ddpenv_bind_plan plan;
 	int have_plan;
 	char bind_warn[DDPENV_ERRLEN]; /* auto could not plan: said once per node */
+	enum ddpenv_bind bind;       /* the policy, for DDP_BIND_POLICY */
+	char bind_how[DDPENV_HOWLEN];
 } st;
 
 static int nodeaddr(void *ctx, const char *node, char *out, size_t len)
@@ -158,6 +160,8 @@ static int plan_binding(spank_t sp, struct ddpenv_env *env, const struct ddpenv_
 		snprintf(st.err, sizeof(st.err), "%s", ddp_req.bind_err);
 		return -1;
 	}
+	st.bind = policy;
+	snprintf(st.bind_how, sizeof(st.bind_how), "%s", src);
 	if (policy == DDPENV_BIND_NONE)
 		return 0;
 	/* SLURM_NODEID is a task variable; the plan needs it now. */
@@ -262,9 +266,20 @@ int ddp_stepd_task_init(spank_t sp)
 		slurm_error(DDP_PFX "%s", st.err);
 		goto out;
 	}
-	if (ddpenv_task_vars(&st.node, &env, &vars, err, sizeof(err)) < 0) {
-		slurm_error(DDP_PFX "%s", err);
-		goto out;
+	/* The task's own plan: what ddp-env --explain computes in the task.
+	 * It differs from the node's only where Slurm set something per task
+	 * (SLURMD_TRES_BIND for --gpu-bind). */
+	if (st.have_plan) {
+		ddpenv_bind_plan_free(&st.plan);
+		if (ddpenv_bind_plan(st.topo, &env, st.bind, NULL, &st.plan, err, sizeof(err)) < 0) {
+			st.have_plan = 0;
+			st.node.plan = NULL;
+			if (st.bind == DDPENV_BIND_STRICT) {
+				slurm_error(DDP_PFX "--ddp-bind=strict: %s", err);
+				goto out;
+			}
+			slurm_error(DDP_PFX "warning: --ddp-bind=auto: this task runs unbound: %s", err);
+		}
 	}
 	/* Bind first: a task that cannot be bound as strict asks never starts. */
 	if (st.have_plan) {
@@ -282,6 +297,10 @@ int ddp_stepd_task_init(spank_t sp)
 		if (lr && strcmp(lr, "0") == 0)
 			slurm_error(DDP_PFX "warning: %s", st.bind_warn);
 	}
+	if (ddpenv_task_vars(&st.node, &env, &vars, err, sizeof(err)) < 0) {
+		slurm_error(DDP_PFX "%s", err);
+		goto out;
+	}
 	/* All or nothing: a task never starts with half the contract. */
 	for (size_t i = 0; i < vars.n; i++) {
 		if (vars.v[i].user)
@@ -291,6 +310,12 @@ int ddp_stepd_task_init(spank_t sp)
 				    vars.v[i].key, vars.v[i].value);
 			goto out;
 		}
+	}
+	/* ddp-env --explain in the task shows the policy the plugin used. */
+	if (spank_setenv(sp, "DDP_BIND_POLICY", ddpenv_bind_name(st.bind), 1) != ESPANK_SUCCESS ||
+	    spank_setenv(sp, "DDP_BIND_FROM", st.bind_how, 1) != ESPANK_SUCCESS) {
+		slurm_error(DDP_PFX "cannot set DDP_BIND_POLICY in the task's environment");
+		goto out;
 	}
 	rv = 0;
 out:

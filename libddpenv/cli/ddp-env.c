@@ -193,7 +193,7 @@ static void print_plan(const struct ddpenv_bind_plan *p, const char *policy_how,
 	       p->topology);
 	printf("# allowed CPUs: %s\n", p->allowed);
 	printf("# cpu: %s%s\n", p->cpu ? "bound: " : "", p->cpu_how);
-	printf("# gpu: %s%s\n", p->gpu ? "bound: " : "", p->gpu_how);
+	printf("# gpu: %s%s\n", p->gpu && p->ngpus ? "bound: " : "", p->gpu_how);
 	printf("# mem: %s%s\n", p->mem ? "bound: " : "", p->mem_how);
 	if (p->gpu && p->ngpus)
 		printf("# CUDA_VISIBLE_DEVICES=%s%s\n", p->visible,
@@ -434,12 +434,20 @@ int main(int argc, char **argv)
 	/* The binding plan, as the plugin made it on this node. */
 	{
 		enum ddpenv_bind policy = (enum ddpenv_bind)eff.bind;
-		const char *opt = getenv("SLURM_SPANK__SLURM_SPANK_OPTION_ddp_ddp_bind");
+		/* The plugin's choice (--ddp-bind or the config), in this step's tasks. */
+		const char *opt = getenv("DDP_BIND_POLICY");
+		const char *from = getenv("DDP_BIND_FROM");
+		const char *mark = getenv(DDPENV_MARKER), *job = getenv("SLURM_JOB_ID"),
+			   *stp = getenv("SLURM_STEP_ID");
+		char want[64];
+		snprintf(want, sizeof(want), "%s.%s", job ? job : "", stp ? stp : "");
+		if (!mark || strcmp(mark, want) != 0)
+			opt = NULL;
 		const char *tp = topo_path ? topo_path : eff.topology[0] ? eff.topology : NULL;
 		snprintf(policy_how, sizeof(policy_how), "bind: %s", eff.where[DDPENV_SET_BIND]);
 		if (opt && *opt) {
 			bind_arg = bind_arg ? bind_arg : opt;
-			snprintf(policy_how, sizeof(policy_how), "%s", bind_arg == opt ? "the job's --ddp-bind" : "--bind");
+			snprintf(policy_how, sizeof(policy_how), "%s", bind_arg == opt ? (from ? from : "the plugin") : "--bind");
 		} else if (bind_arg) {
 			snprintf(policy_how, sizeof(policy_how), "--bind");
 		}

@@ -1,0 +1,174 @@
+#!/usr/bin/env bats
+# GPU, CPU and memory binding on a real 2-node Slurm.  The nodes share this
+# machine's 2 cores and have 4 fake GPUs each (GRES device files without
+# hardware), so the GPU locality tests tell the plugin the nodes' shape
+# with ddp.yaml `topology:` (tests/topologies/testnode.xml: the 2 real CPUs
+# as two packages, two GPUs behind each).  Every task compares what it got
+# (Cpus_allowed_list, CUDA_VISIBLE_DEVICES, DDP_GPU_BUSID) with what
+# `ddp-env --explain` planned for its local rank (tests/bats/bind_report.sh).
+# bats file_tags=slurm
+
+load helpers
+
+setup_file() {
+	cluster_start 2
+}
+
+teardown_file() {
+	cluster_stop
+}
+
+setup() {
+	DIR=${DDP_CLUSTER_DIR:-$REPO/build/cluster}
+	CONF="$DIR/etc/ddp.yaml"
+	BIND_REPORT="$REPO/tests/bats/bind_report.sh"
+}
+
+teardown() {
+	dump_logs_on_failure
+	cp "$REPO/conf/ddp.yaml" "$CONF"
+}
+
+testnode_topology() {
+	sed -i "s|^topology: .*|topology: $REPO/tests/topologies/testnode.xml|" "$CONF"
+}
+
+# Every task got what the plan says.
+assert_matches_plan() {
+	local line n=0
+	while read -r line; do
+		[[ $line == rank=* ]] || continue
+		n=$((n + 1))
+		local cpus plan_cpus cvd plan_cvd busid plan_busid
+		cpus=$(sed 's/.* cpus=\([^ ]*\).*/\1/' <<<"$line")
+		plan_cpus=$(sed 's/.* plan_cpus=\([^ ]*\).*/\1/' <<<"$line")
+		cvd=$(sed 's/.* cvd=\([^ ]*\).*/\1/' <<<"$line")
+		plan_cvd=$(sed 's/.* plan_cvd=\([^ ]*\).*/\1/' <<<"$line")
+		busid=$(sed 's/.* busid=\([^ ]*\).*/\1/' <<<"$line")
+		plan_busid=$(sed 's/.* plan_busid=\([^ ]*\).*/\1/' <<<"$line")
+		# "(left" (alone) and "none": the plan sets nothing there
+		[ "$cpus" = "$plan_cpus" ] || [ "$plan_cpus" = "(left" ] ||
+			fail "Cpus_allowed_list $cpus, planned $plan_cpus: $line"
+		[ "$cvd" = "$plan_cvd" ] || [ "$plan_cvd" = none ] ||
+			fail "CUDA_VISIBLE_DEVICES $cvd, planned $plan_cvd: $line"
+		[ "$busid" = "$plan_busid" ] || [ "$plan_busid" = - ] ||
+			fail "DDP_GPU_BUSID $busid, planned $plan_busid: $line"
+	done <<<"$output"
+	[ "$n" -ge "${1:-1}" ] || fail "expected ${1:-1} task lines, got $n"
+}
+
+@test "auto with GPUs: each task gets the cores near its GPU and the permuted GPU list, as --explain planned" {
+	testnode_topology
+	run --separate-stderr crun srun --ddp=gloo -N2 --ntasks-per-node=2 --gres=gpu:4 "$BIND_REPORT"
+	assert_success
+	assert_matches_plan 4
+	# 2 tasks, 4 GPUs (2 per package): one GPU behind each package, all 4 visible
+	assert_line --regexp '^rank=[02] local=0 cpus=0 .* cvd=0,2,1,3 .* busid=0000:20:00.0 '
+	assert_line --regexp '^rank=[13] local=1 cpus=1 .* cvd=0,2,1,3 .* busid=0000:60:00.0 '
+	assert_line --partial "# cpu: bound: the cores near each task's GPU, split evenly"
+	assert_line --partial "# gpu: bound: SLURM_STEP_GPUS=0,1,2,3: GRES index k is the k-th GPU by PCI bus id"
+}
+
+@test "auto with 4 tasks on 4 GPUs: every GPU once, tasks behind one package share its core" {
+	testnode_topology
+	run --separate-stderr crun srun --ddp=gloo -N1 -n4 --gres=gpu:4 "$BIND_REPORT"
+	assert_success
+	assert_matches_plan 4
+	assert_line --regexp '^rank=0 local=0 cpus=0 .* cvd=0,1,2,3 .* busid=0000:20:00.0 '
+	assert_line --regexp '^rank=1 local=1 cpus=0 .* busid=0000:30:00.0 '
+	assert_line --regexp '^rank=2 local=2 cpus=1 .* busid=0000:60:00.0 '
+	assert_line --regexp '^rank=3 local=3 cpus=1 .* busid=0000:70:00.0 '
+	assert_line --partial "fewer CPUs than tasks: some share"
+}
+
+@test "CPU-only on this machine's own topology: one core each, OMP_NUM_THREADS follows" {
+	run --separate-stderr crun srun --ddp=gloo -N2 --ntasks-per-node=2 "$BIND_REPORT"
+	assert_success
+	assert_matches_plan 4
+	assert_line --regexp '^rank=[02] local=0 cpus=0 .* omp=1$'
+	assert_line --regexp '^rank=[13] local=1 cpus=1 .* omp=1$'
+	assert_line --partial "topology this machine (hwloc)"
+	run --separate-stderr crun srun --ddp=gloo -N1 -n1 "$BIND_REPORT"
+	assert_success
+	assert_line --regexp '^rank=0 local=0 cpus=0-1 .* omp=2$'
+}
+
+@test "--ddp-bind=none leaves CPUs and GPUs to Slurm and says so" {
+	testnode_topology
+	run --separate-stderr crun srun --ddp=gloo --ddp-bind=none -N1 -n2 --gres=gpu:4 "$BIND_REPORT"
+	assert_success
+	assert_line --regexp '^rank=0 local=0 cpus=0-1 plan_cpus=\(left cvd=0,1,2,3 plan_cvd=none busid=unset'
+	assert_line --regexp '^rank=1 local=1 cpus=0-1 plan_cpus=\(left cvd=0,1,2,3 '
+	assert_line --partial "# binding: --ddp-bind=none (--ddp-bind)"
+	assert_line --partial "# cpu: --ddp-bind=none: left to Slurm and the user"
+	assert_line --partial "# gpu: --ddp-bind=none: left to Slurm and the user"
+}
+
+@test "DDP_BIND=none in the job's environment does the same" {
+	testnode_topology
+	run --separate-stderr crun env DDP_BIND=none srun --ddp=gloo -N1 -n2 --gres=gpu:4 "$BIND_REPORT"
+	assert_success
+	assert_line --regexp '^rank=0 local=0 cpus=0-1 plan_cpus=\(left cvd=0,1,2,3 '
+	assert_line --partial "--ddp-bind=none (DDP_BIND (the job's environment))"
+}
+
+@test "an explicit --cpu-bind is left alone (GPUs are still ordered), and --explain says so" {
+	testnode_topology
+	run --separate-stderr crun srun --ddp=gloo --cpu-bind=cores -N1 -n2 --gres=gpu:4 "$BIND_REPORT"
+	assert_success
+	assert_line --regexp '^rank=0 local=0 cpus=0-1 plan_cpus=\(left cvd=0,2,1,3 plan_cvd=0,2,1,3 '
+	assert_line --regexp '^rank=1 local=1 cpus=0-1 .* cvd=0,2,1,3 '
+	assert_line --partial "# cpu: explicit --cpu-bind (SLURM_CPU_BIND=quiet,cores"
+	assert_line --partial "# mem: CPUs left alone, so memory too"
+}
+
+@test "an explicit --gpu-bind is left alone (CPUs are still bound), and --explain says so" {
+	testnode_topology
+	run --separate-stderr crun srun --ddp=gloo --gpu-bind=closest -N1 -n2 --gres=gpu:4 "$BIND_REPORT"
+	assert_success
+	assert_matches_plan 2
+	assert_line --regexp '^rank=0 local=0 cpus=0 plan_cpus=0 cvd=0,1,2,3 plan_cvd=none busid=unset'
+	assert_line --partial "# gpu: explicit --gpu-bind (SLURMD_TRES_BIND=gpu:closest): left to Slurm"
+}
+
+@test "--ddp-bind=strict: each task sees only its own GPU" {
+	testnode_topology
+	run --separate-stderr crun srun --ddp=gloo --ddp-bind=strict -N1 -n2 --gres=gpu:4 "$BIND_REPORT"
+	assert_success
+	assert_line --regexp '^rank=0 local=0 cpus=0 plan_cpus=0 cvd=0 .* busid=0000:20:00.0 '
+	assert_line --regexp '^rank=1 local=1 cpus=1 plan_cpus=1 cvd=2 .* busid=0000:60:00.0 '
+	assert_line --partial "--ddp-bind=strict: each task sees its GPU only"
+}
+
+@test "#SBATCH --ddp-bind reaches the job's steps" {
+	testnode_topology
+	local out="$BATS_TEST_TMPDIR/out"
+	run crun sbatch --wait -N1 -n2 --gres=gpu:4 --ddp=gloo --ddp-bind=strict -o "$out" \
+		--wrap "srun $BIND_REPORT"
+	assert_success
+	run cat "$out"
+	assert_line --regexp '^rank=1 local=1 cpus=1 plan_cpus=1 cvd=2 '
+}
+
+@test "a bad --ddp-bind is refused at submission, naming the values" {
+	run --separate-stderr crun srun --ddp=gloo --ddp-bind=closest -N1 true
+	assert_failure
+	[[ $stderr == *"ddp: --ddp-bind=closest: unknown policy (expected auto, none or strict)"* ]] ||
+		fail "stderr: $stderr"
+}
+
+@test "a topology file that cannot be read: auto runs unbound with a warning, strict fails the step" {
+	sed -i "s|^topology: .*|topology: /nonexistent/node.xml|" "$CONF"
+	run --separate-stderr crun srun --ddp=gloo -N1 -n2 --gres=gpu:4 "$BIND_REPORT"
+	assert_success
+	[[ $stderr == *"ddp: warning: --ddp-bind=auto ($CONF:"*"): tasks run unbound: topology /nonexistent/node.xml: cannot be read as an hwloc XML file"* ]] ||
+		fail "stderr: $stderr"
+	assert_line --regexp '^rank=0 local=0 cpus=0-1 '
+	run --separate-stderr crun srun --ddp=gloo --ddp-bind=strict -N1 -n2 --gres=gpu:4 true
+	assert_failure
+	[[ $stderr == *"--ddp-bind=strict (--ddp-bind): topology /nonexistent/node.xml: cannot be read"* ]] ||
+		fail "stderr: $stderr"
+	# the node is not drained by a failing step
+	run crun sinfo -h -o %t -n node1
+	assert_output idle
+}
