@@ -46,7 +46,7 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: ddp-env [--explain] [--backend=nccl|gloo|auto] [--config=PATH]\n"
 		"               [--bind=auto|none|strict] [--topology=FILE.xml]\n"
-		"       ddp-env --topology=FILE.xml --tasks=N [--gpus=0,1,..] [--allowed=CPUS]\n"
+		"       ddp-env [--topology=FILE.xml] --tasks=N [--gpus=0,1,..] [--allowed=CPUS]\n"
 		"       ddp-env --check-config [PATH]\n"
 		"\n"
 		"Print the distributed-training environment of this Slurm task\n"
@@ -67,10 +67,9 @@ static void usage(FILE *f)
 		"      --bind=POLICY    auto, none or strict (default: the job's\n"
 		"                       --ddp-bind, else DDP_BIND, else the config's bind)\n"
 		"  -t, --topology=FILE  plan the binding on an hwloc XML export\n"
-		"                       (lstopo --of xml) instead of this machine;\n"
-		"                       outside a Slurm step, with --tasks (and --gpus,\n"
-		"                       --allowed), print only the plan\n"
-		"      --tasks=N        tasks on the node (outside a step)\n"
+		"                       (lstopo --of xml) instead of this machine\n"
+		"      --tasks=N        print only the binding plan for N tasks on one\n"
+		"                       node (of this machine, or of --topology)\n"
 		"      --gpus=LIST      the step's GRES GPU indices (outside a step)\n"
 		"      --allowed=CPUS   the CPUs Slurm allows (default: the topology's)\n"
 		"      --check-config [PATH]\n"
@@ -294,7 +293,7 @@ static int plan_only(const char *path, const char *bind_arg, const char *tasks, 
 		fprintf(stderr, "ddp-env: out of memory\n");
 		goto out;
 	}
-	if (ddpenv_topo_load(path, 0, &t, err, sizeof(err)) < 0 ||
+	if (ddpenv_topo_load(path, !path, &t, err, sizeof(err)) < 0 ||
 	    ddpenv_bind_plan(t, &env, policy, allowed, &p, err, sizeof(err)) < 0) {
 		fprintf(stderr, "ddp-env: %s\n", err);
 		goto out;
@@ -384,8 +383,8 @@ int main(int argc, char **argv)
 	}
 	if (check)
 		return check_config(config ? config : DDPENV_CONFIG_PATH);
-	if ((tasks_arg || gpus_arg || allowed_arg) && !topo_path) {
-		fprintf(stderr, "ddp-env: --tasks, --gpus and --allowed describe a step for --topology=FILE.xml: give one\n");
+	if ((gpus_arg || allowed_arg) && !tasks_arg) {
+		fprintf(stderr, "ddp-env: --gpus and --allowed describe a step with --tasks=N: give it\n");
 		return 2;
 	}
 	if (tasks_arg)
