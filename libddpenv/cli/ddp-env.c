@@ -181,6 +181,11 @@ static void print_settings(const char *title, const struct ddpenv_settings *s)
 							      ddpenv_setting_name((enum ddpenv_setting)j));
 			snprintf(buf + l, sizeof(buf) - l, "]");
 			break;
+		case DDPENV_SET_BIND: snprintf(buf, sizeof(buf), "%s", ddpenv_bind_name((enum ddpenv_bind)s->bind)); break;
+		case DDPENV_SET_TOPOLOGY:
+			snprintf(buf, sizeof(buf), "%s", s->topology[0] ? s->topology : "\"\" (discover)");
+			break;
+		case DDPENV_SET_BIND_NIC: snprintf(buf, sizeof(buf), "%s", s->bind_nic_hca ? "nccl_ib_hca" : "report"); break;
 		}
 		printf("  %-18s %-32s %s\n", ddpenv_setting_name((enum ddpenv_setting)k), buf, s->where[k]);
 	}
@@ -286,6 +291,28 @@ static int plan_only(const char *path, const char *bind_arg, const char *tasks, 
 			rv = 2;
 			goto out;
 		}
+	if (ddpenv_topo_load(path, !path, &t, err, sizeof(err)) < 0) {
+		fprintf(stderr, "ddp-env: %s\n", err);
+		goto out;
+	}
+	/* By default: every GPU of the machine, one task each (or one task). */
+	char all[DDPENV_VALLEN] = "", ntasks[16];
+	if (!gpus) {
+		size_t n = ddpenv_topo_gpu_count(t), l = 0;
+		for (size_t i = 0; i < n && i < DDPENV_MAX_GPUS; i++)
+			l += (size_t)snprintf(all + l, sizeof(all) - l, "%s%zu", i ? "," : "", i);
+		gpus = all;
+		if (!tasks) {
+			snprintf(ntasks, sizeof(ntasks), "%zu", n ? n : 1);
+			tasks = ntasks;
+		}
+	} else if (!tasks) {
+		size_t n = *gpus ? 1 : 0;
+		for (const char *q = gpus; *q; q++)
+			n += *q == ',';
+		snprintf(ntasks, sizeof(ntasks), "%zu", n ? n : 1);
+		tasks = ntasks;
+	}
 	if (ddpenv_env_set(&env, "SLURM_NODEID", "0") < 0 ||
 	    ddpenv_env_set(&env, "SLURM_STEP_TASKS_PER_NODE", tasks) < 0 ||
 	    (gpus && *gpus && (ddpenv_env_set(&env, "SLURM_STEP_GPUS", gpus) < 0 ||
@@ -293,8 +320,7 @@ static int plan_only(const char *path, const char *bind_arg, const char *tasks, 
 		fprintf(stderr, "ddp-env: out of memory\n");
 		goto out;
 	}
-	if (ddpenv_topo_load(path, !path, &t, err, sizeof(err)) < 0 ||
-	    ddpenv_bind_plan(t, &env, policy, allowed, &p, err, sizeof(err)) < 0) {
+	if (ddpenv_bind_plan(t, &env, policy, allowed, &p, err, sizeof(err)) < 0) {
 		fprintf(stderr, "ddp-env: %s\n", err);
 		goto out;
 	}
@@ -383,11 +409,12 @@ int main(int argc, char **argv)
 	}
 	if (check)
 		return check_config(config ? config : DDPENV_CONFIG_PATH);
-	if ((gpus_arg || allowed_arg) && !tasks_arg) {
-		fprintf(stderr, "ddp-env: --gpus and --allowed describe a step with --tasks=N: give it\n");
+	if ((gpus_arg || allowed_arg) && !tasks_arg && !topo_path) {
+		fprintf(stderr, "ddp-env: --gpus and --allowed describe a step for --tasks=N or --topology=FILE: give one\n");
 		return 2;
 	}
-	if (tasks_arg)
+	/* Outside a step, --topology (or --tasks) prints the plan alone. */
+	if (tasks_arg || (topo_path && !getenv("SLURM_STEP_ID") && !getenv("SLURM_STEPID")))
 		return plan_only(topo_path, bind_arg, tasks_arg, gpus_arg, allowed_arg);
 	if (!backend_arg)
 		backend_arg = getenv("SLURM_SPANK__SLURM_SPANK_OPTION_ddp_ddp");
@@ -455,7 +482,9 @@ int main(int argc, char **argv)
 			rv = 2;
 			goto out;
 		}
-		if (ddpenv_topo_load(tp, !topo_path, &topo, err, sizeof(err)) < 0 ||
+		if (!getenv("SLURM_NODEID")) {
+			/* not a task: the contract below says why */
+		} else if (ddpenv_topo_load(tp, !topo_path, &topo, err, sizeof(err)) < 0 ||
 		    ddpenv_bind_plan(topo, &env, policy, allowed_arg, &plan, err, sizeof(err)) < 0) {
 			if (topo_path || policy == DDPENV_BIND_STRICT) {
 				fprintf(stderr, "ddp-env: %s\n", err);

@@ -393,6 +393,8 @@ int ddpenv_topo_load(const char *xml_path, int this_machine, struct ddpenv_topo 
 void ddpenv_topo_free(struct ddpenv_topo *t);
 /* "this machine" or the XML path. */
 const char *ddpenv_topo_source(const struct ddpenv_topo *t);
+/* How many GPUs (NVIDIA or AMD PCI functions) the topology holds. */
+size_t ddpenv_topo_gpu_count(const struct ddpenv_topo *t);
 
 #define DDPENV_MAX_GPUS 64      /* GPUs of a step on one node */
 #define DDPENV_MAX_LOCAL 1024   /* tasks of a step on one node */

@@ -129,3 +129,12 @@ void ddpenv_topo_busid(hwloc_obj_t o, char *out, size_t len)
 	snprintf(out, len, "%04x:%02x:%02x.%01x", o->attr->pcidev.domain, o->attr->pcidev.bus,
 		 o->attr->pcidev.dev, o->attr->pcidev.func);
 }
+
+size_t ddpenv_topo_gpu_count(const struct ddpenv_topo *t)
+{
+	size_t n = 0;
+
+	for (hwloc_obj_t o = hwloc_get_next_pcidev(t->topo, NULL); o; o = hwloc_get_next_pcidev(t->topo, o))
+		n += ddpenv_topo_is_gpu(o) != 0;
+	return n;
+}

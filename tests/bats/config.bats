@@ -51,7 +51,10 @@ nodes_healthy() {
 	run --separate-stderr "$REPO/build/bin/ddp-env" --check-config "$REPO/conf/ddp.yaml"
 	assert_success
 	assert_line --partial "port_range         20480-32767"
-	assert_line --partial "user_overrides     [port_range, network.include, head_from, omp_num_threads]"
+	assert_line --partial "user_overrides     [port_range, network.include, head_from, omp_num_threads, bind]"
+	assert_line --partial "bind               auto"
+	assert_line --partial "topology           \"\" (discover)"
+	assert_line --partial "bind_nic           report"
 }
 
 @test "ddp-env --check-config names file:line:column and exits 1" {

@@ -58,11 +58,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			ddpenv_env_set(&env, line, eq + 1);
 		}
 	}
+	/* The binding plan on a DGX H100 (loaded once): GPU lists, task
+	 * counts, user bindings and CUDA_VISIBLE_DEVICES from the input. */
+	static struct ddpenv_topo *topo;
+	static struct ddpenv_bind_plan plan;
+	int planned = 0;
+	if (!topo && ddpenv_topo_load(TOPODIR "/dgx-h100.xml", 0, &topo, err, sizeof(err)) < 0)
+		abort();
+	enum ddpenv_bind policy = DDPENV_BIND_AUTO;
+	(void)ddpenv_bind_parse(ddpenv_env_get(&env, "DDP_BIND"), &policy, err, sizeof(err));
+	planned = ddpenv_bind_plan(topo, &env, policy, ddpenv_env_get(&env, "DDP_FUZZ_ALLOWED"), &plan,
+				   err, sizeof(err)) == 0;
 	ddpenv_config_init(&c);
 	if (ddpenv_config_effective(&c, ddpenv_env_get(&env, "SLURM_JOB_PARTITION"), &env, &e,
 				    err, sizeof(err)) == 0 &&
-	    ddpenv_node_resolve(&env, DDPENV_BACKEND_AUTO, &e, &sys, &node, err, sizeof(err)) == 0)
+	    ddpenv_node_resolve(&env, DDPENV_BACKEND_AUTO, &e, &sys, &node, err, sizeof(err)) == 0) {
+		node.plan = planned ? &plan : NULL;
 		(void)ddpenv_task_vars(&node, &env, &vars, err, sizeof(err));
+	}
+	ddpenv_bind_plan_free(&plan);
 	const char *list = ddpenv_env_get(&env, "SLURM_STEP_NODELIST");
 	if (list) {
 		char first[DDPENV_HOSTLEN];
