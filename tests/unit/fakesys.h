@@ -89,20 +89,27 @@ static __attribute__((unused)) struct ddpenv_sys fake_sys(struct fake *f)
 
 #define UP (IFF_UP | IFF_RUNNING)
 
-/* env_of("K=V", ..., NULL) */
-static __attribute__((unused)) void env_of(struct ddpenv_env *e, ...)
+/* Add "K=V" strings up to a NULL. */
+static __attribute__((unused)) void env_add_v(struct ddpenv_env *e, va_list ap)
 {
-	va_list ap;
 	const char *kv;
 
-	ddpenv_env_init(e);
-	va_start(ap, e);
 	while ((kv = va_arg(ap, const char *))) {
 		char k[128];
 		const char *eq = strchr(kv, '=');
 		snprintf(k, sizeof(k), "%.*s", (int)(eq - kv), kv);
 		ddpenv_env_set(e, k, eq + 1);
 	}
+}
+
+/* env_of("K=V", ..., NULL) */
+static __attribute__((unused)) void env_of(struct ddpenv_env *e, ...)
+{
+	va_list ap;
+
+	ddpenv_env_init(e);
+	va_start(ap, e);
+	env_add_v(e, ap);
 	va_end(ap);
 }
 

@@ -34,7 +34,6 @@ static void step_env(struct ddpenv_env *e, unsigned n, const char *gpus, const c
 {
 	char tpn[16];
 	va_list ap;
-	const char *kv;
 
 	ddpenv_env_init(e);
 	snprintf(tpn, sizeof(tpn), "%u", n);
@@ -45,12 +44,7 @@ static void step_env(struct ddpenv_env *e, unsigned n, const char *gpus, const c
 		ddpenv_env_set(e, "CUDA_VISIBLE_DEVICES", cvd ? cvd : gpus);
 	}
 	va_start(ap, cvd);
-	while ((kv = va_arg(ap, const char *))) {
-		char k[128];
-		const char *eq = strchr(kv, '=');
-		snprintf(k, sizeof(k), "%.*s", (int)(eq - kv), kv);
-		ddpenv_env_set(e, k, eq + 1);
-	}
+	env_add_v(e, ap);
 	va_end(ap);
 }
 
@@ -445,7 +439,6 @@ static void task_env(struct ddpenv_env *e, unsigned tasks, unsigned rank, ...)
 {
 	char buf[16];
 	va_list ap;
-	const char *kv;
 
 	ddpenv_env_init(e);
 	snprintf(buf, sizeof(buf), "%u", rank);
@@ -455,12 +448,7 @@ static void task_env(struct ddpenv_env *e, unsigned tasks, unsigned rank, ...)
 	snprintf(buf, sizeof(buf), "%u", tasks);
 	ddpenv_env_set(e, "SLURM_STEP_TASKS_PER_NODE", buf);
 	va_start(ap, rank);
-	while ((kv = va_arg(ap, const char *))) {
-		char k[128];
-		const char *eq = strchr(kv, '=');
-		snprintf(k, sizeof(k), "%.*s", (int)(eq - kv), kv);
-		ddpenv_env_set(e, k, eq + 1);
-	}
+	env_add_v(e, ap);
 	va_end(ap);
 }
 
