@@ -285,6 +285,11 @@ static int plan_only(const char *path, const char *bind_arg, const char *tasks, 
 		rv = 2;
 		goto out;
 	}
+	if (tasks && (!*tasks || strspn(tasks, "0123456789") != strlen(tasks))) {
+		fprintf(stderr, "ddp-env: --tasks=%s: expected a task count 1-%d\n", tasks, DDPENV_MAX_LOCAL);
+		rv = 2;
+		goto out;
+	}
 	for (const char *q = gpus ? gpus : ""; *q; q++)
 		if (!strchr("0123456789,", *q)) {
 			fprintf(stderr, "ddp-env: --gpus=%s: expected GRES indices such as 0,1,2,3\n", gpus);

@@ -73,7 +73,9 @@ static int split(const char *key, const char *s, char (*items)[16], size_t max, 
 	while (*p) {
 		size_t l = strcspn(p, ",");
 		if (l == 0 || l >= 16 || *n >= max) {
-			snprintf(err, errlen, "%s=%.100s: expected at most %zu comma-separated GPU ids", key, s, max);
+			snprintf(err, errlen, "%s=%.100s: %s: expected at most %zu comma-separated GPU ids", key, s,
+				 l == 0 ? "an empty entry" : l >= 16 ? "an entry of 16 or more characters" : "too many",
+				 max);
 			return -1;
 		}
 		memcpy(items[*n], p, l);

@@ -69,3 +69,21 @@ teardown() {
 	assert_failure 2
 	[[ "$stderr" == *"--ddp=bad: unknown backend"* ]]
 }
+
+@test "ddp-env's plan options refuse bad input, naming it (no crash)" {
+	local T="$REPO/tests/topologies/dgx-h100.xml"
+	run --separate-stderr "$REPO/build/bin/ddp-env" --tasks abc
+	assert_failure 2
+	[[ "$stderr" == "ddp-env: --tasks=abc: expected a task count 1-1024" ]]
+	run --separate-stderr "$REPO/build/bin/ddp-env" --topology "$T" --gpus 0,,1
+	assert_failure 1
+	[[ "$stderr" == *"SLURM_STEP_GPUS=0,,1: an empty entry"* ]]
+	run --separate-stderr "$REPO/build/bin/ddp-env" --topology /etc/passwd
+	assert_failure 1
+	[[ "$stderr" == "ddp-env: topology /etc/passwd: hwloc could not load it"* ]]
+	run --separate-stderr "$REPO/build/bin/ddp-env" --topology "$T" --bind=closest
+	assert_failure 2
+	run --separate-stderr "$REPO/build/bin/ddp-env" --topology "$T" --tasks 5000
+	assert_failure 1
+	[[ "$stderr" == *"5000 tasks on node 0: expected 1-1024"* ]]
+}
