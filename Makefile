@@ -1,6 +1,6 @@
 # slurm-ddp: top-level Makefile.  Each folder builds into build/.
 #
-#   make            build libddpenv, the SPANK plugin, the CLIs and cnn_train
+#   make            build libddpenv, the SPANK plugin, ddp-env, ddp-check and cnn_train
 #   make demo       install missing Debian packages, build, start a local
 #                   multi-node Slurm and train across it with srun --ddp
 #   make check      the same set-up, then every test
@@ -20,9 +20,9 @@ SLURM_PLUGIN_DIR ?= /usr/lib/$(shell $(CC) -print-multiarch 2>/dev/null || echo 
 SYSCONFDIR ?= /etc/slurm
 export BUILD CC CFLAGS SANITIZER PREFIX DESTDIR SLURM_PLUGIN_DIR SYSCONFDIR
 
-.PHONY: all libddpenv spank trainer bench fuzz deps check unit bats demo install uninstall clean cluster-stop
+.PHONY: all libddpenv spank trainer check-tool bench fuzz deps check unit bats demo install uninstall clean cluster-stop
 
-all: libddpenv spank trainer
+all: libddpenv spank trainer check-tool
 
 libddpenv:
 	$(MAKE) -C libddpenv
@@ -32,6 +32,9 @@ spank: libddpenv
 
 trainer: libddpenv
 	$(MAKE) -C trainer
+
+check-tool: libddpenv trainer
+	$(MAKE) -C check
 
 bench: all
 	$(MAKE) -C bench
@@ -55,11 +58,13 @@ install: all
 	$(MAKE) -C libddpenv install
 	$(MAKE) -C spank install
 	$(MAKE) -C trainer install
+	$(MAKE) -C check install
 
 uninstall:
 	$(MAKE) -C libddpenv uninstall
 	$(MAKE) -C spank uninstall
 	$(MAKE) -C trainer uninstall
+	$(MAKE) -C check uninstall
 
 cluster-stop:
 	tests/cluster/cluster.sh stop

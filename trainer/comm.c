@@ -32,49 +32,72 @@ static const struct cnn_comm_ops local_ops = { "local", local_allreduce, local_d
 /* Rank 0's store refused a client (a wrong DDP_RDZV_TOKEN): say so. */
 static void log_refused(void *ctx, const char *msg)
 {
-	const struct cnn_comm *c = ctx;
-	fprintf(stderr, "rank 0 (%s): rendezvous %s\n", c->host, msg);
+	const char *host = ctx;
+	fprintf(stderr, "rank 0 (%s): rendezvous %s\n", host, msg);
 }
 
 int cnn_comm_open(struct cnn_comm **out, const struct cnn_comm_opts *o, char *err, size_t errlen)
 {
+	struct ddpenv_store *store = NULL;
+	if (o->world > 1) {
+		if (strcmp(o->backend, "gloo") != 0) {
+			snprintf(err, errlen, "backend '%s' is not built into this cnn_train for CPU ranks "
+				 "(expected gloo)", o->backend);
+			return -1;
+		}
+		/* The server thread logs with it for the store's lifetime. */
+		static char host[64] = "?";
+		gethostname(host, sizeof(host) - 1);
+		struct ddpenv_store_opts so = { o->master_addr, o->master_port, o->rank, o->world,
+						o->timeout_ms, o->token, log_refused, host };
+		if (ddpenv_store_open(&store, &so, err, errlen) < 0)
+			return -1;
+	}
+	if (cnn_comm_attach(out, store, o->rank, o->world, o->backend, o->iface, o->timeout_ms,
+			    err, errlen) < 0) {
+		ddpenv_store_close(store);
+		return -1;
+	}
+	(*out)->owns_store = 1;
+	return 0;
+}
+
+int cnn_comm_attach(struct cnn_comm **out, struct ddpenv_store *store, int rank, int world,
+		    const char *backend, const char *iface, int timeout_ms, char *err, size_t errlen)
+{
 	struct cnn_comm *c = calloc(1, sizeof(*c));
+	*out = NULL;
 	if (!c) {
 		snprintf(err, errlen, "comm: out of memory");
 		return -1;
 	}
-	c->rank = o->rank;
-	c->world = o->world;
+	c->rank = rank;
+	c->world = world;
 	gethostname(c->host, sizeof(c->host) - 1);
-	if (o->world == 1) {
+	if (world == 1) {
 		c->ops = &local_ops;
+		c->store = store;
 		*out = c;
 		return 0;
 	}
-	if (strcmp(o->backend, "gloo") != 0) {
-		snprintf(err, errlen, "backend '%s' is not built into this cnn_train for CPU ranks "
-			 "(expected gloo)", o->backend);
+	if (!store || strcmp(backend, "gloo") != 0) {
+		snprintf(err, errlen, store ? "backend '%s' is not a CPU backend (expected gloo)" :
+			 "comm: no rendezvous store for backend '%s'", backend);
 		free(c);
 		return -1;
 	}
-	struct ddpenv_store_opts so = { o->master_addr, o->master_port, o->rank, o->world,
-					o->timeout_ms, o->token, log_refused, c };
-	if (ddpenv_store_open(&c->store, &so, err, errlen) < 0) {
-		free(c);
-		return -1;
-	}
+	c->store = store;
 	/* Who is who, for naming a dead peer later. */
 	char key[32];
-	snprintf(key, sizeof(key), "host/%d", o->rank);
+	snprintf(key, sizeof(key), "host/%d", rank);
 	if (ddpenv_store_set(c->store, key, c->host, strlen(c->host), err, errlen) < 0)
 		goto fail;
 	c->ops = &cnn_comm_gloo_ops;
-	if (cnn_comm_gloo_init(c, o->iface, NULL, o->timeout_ms, err, errlen) < 0)
+	if (cnn_comm_gloo_init(c, iface, NULL, timeout_ms, err, errlen) < 0)
 		goto fail;
 	*out = c;
 	return 0;
 fail:
-	ddpenv_store_close(c->store);
 	free(c);
 	return -1;
 }
@@ -85,7 +108,8 @@ void cnn_comm_close(struct cnn_comm *c)
 		return;
 	if (c->ops)
 		c->ops->destroy(c);
-	ddpenv_store_close(c->store);
+	if (c->owns_store)
+		ddpenv_store_close(c->store);
 	free(c);
 }
 

@@ -26,6 +26,7 @@ struct cnn_comm {
 	const struct cnn_comm_ops *ops;
 	int rank, world;
 	struct ddpenv_store *store;   /* NULL for world size 1 */
+	int owns_store;               /* cnn_comm_open's: closed with the comm */
 	void *impl;
 	char host[64];
 };
@@ -41,6 +42,10 @@ struct cnn_comm_opts {
 };
 
 int cnn_comm_open(struct cnn_comm **out, const struct cnn_comm_opts *o, char *err, size_t errlen);
+/* The same on a store the caller has joined and keeps (ddp-check): the
+ * store outlives the comm; close it after cnn_comm_close. */
+int cnn_comm_attach(struct cnn_comm **out, struct ddpenv_store *store, int rank, int world,
+		    const char *backend, const char *iface, int timeout_ms, char *err, size_t errlen);
 void cnn_comm_close(struct cnn_comm *c);
 int cnn_comm_allreduce_sum(struct cnn_comm *c, float *buf, size_t n, char *err, size_t errlen);
 /* Every rank gets rank root's buf (a sum with zeros elsewhere: exact). */

@@ -396,6 +396,19 @@ const char *ddpenv_topo_source(const struct ddpenv_topo *t);
 /* How many GPUs (NVIDIA or AMD PCI functions) the topology holds. */
 size_t ddpenv_topo_gpu_count(const struct ddpenv_topo *t);
 
+/* What a checker (ddp-check) asks of a node's topology. */
+/* The CPUs the topology allows (this process's cgroup), as a list. */
+int ddpenv_topo_allowed(const struct ddpenv_topo *t, char *out, size_t len,
+			char *err, size_t errlen);
+/* The allowed CPUs near the GPU at busid ("0000:1b:00.0", any case) and
+ * its NUMA node (-1 unknown): where the binding plan puts its rank.
+ * -1 with err when the topology has no such PCI device. */
+int ddpenv_topo_gpu_near(const struct ddpenv_topo *t, const char *busid, char *cpus,
+			 size_t len, int *numa, char *err, size_t errlen);
+/* The NUMA nodes (a list, "0-1") that the CPUs of cpulist belong to. */
+int ddpenv_topo_numa_of(const struct ddpenv_topo *t, const char *cpulist, char *out,
+			size_t len, char *err, size_t errlen);
+
 #define DDPENV_MAX_GPUS 64      /* GPUs of a step on one node */
 #define DDPENV_MAX_LOCAL 1024   /* tasks of a step on one node */
 #define DDPENV_CPULIST 512      /* a CPU list: "0-27,112-139" */

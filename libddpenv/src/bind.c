@@ -302,15 +302,6 @@ static void closest_nic(hwloc_topology_t topo, hwloc_obj_t gpu, struct ddpenv_bi
 
 /* ---- the plan --------------------------------------------------------------- */
 
-static hwloc_obj_t locality(hwloc_topology_t topo, hwloc_obj_t gpu, hwloc_const_bitmap_t allowed)
-{
-	hwloc_obj_t d = gpu ? hwloc_get_non_io_ancestor_obj(topo, gpu) : hwloc_get_root_obj(topo);
-
-	while (d && !hwloc_bitmap_intersects(d->cpuset, allowed))
-		d = d->parent;
-	return d ? d : hwloc_get_root_obj(topo);
-}
-
 static void left_alone(int *on, char *how, size_t n, const char *why, const char *key, const char *v)
 {
 	*on = 0;
@@ -473,7 +464,7 @@ int ddpenv_bind_plan(const struct ddpenv_topo *t, const struct ddpenv_env *env,
 		g->numa = -1;
 		gobj[k] = g->index < ntg ? tgpu[g->index] : NULL;
 		missing += gobj[k] == NULL;
-		gdom[k] = locality(topo, gobj[k], allowed);
+		gdom[k] = ddpenv_topo_locality(topo, gobj[k], allowed);
 		if (gobj[k]) {
 			hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(topo, gobj[k]);
 			ddpenv_topo_busid(gobj[k], g->busid, sizeof(g->busid));

@@ -138,3 +138,95 @@ size_t ddpenv_topo_gpu_count(const struct ddpenv_topo *t)
 		n += ddpenv_topo_is_gpu(o) != 0;
 	return n;
 }
+
+hwloc_obj_t ddpenv_topo_locality(hwloc_topology_t topo, hwloc_obj_t gpu, hwloc_const_bitmap_t allowed)
+{
+	hwloc_obj_t d = gpu ? hwloc_get_non_io_ancestor_obj(topo, gpu) : hwloc_get_root_obj(topo);
+
+	while (d && !hwloc_bitmap_intersects(d->cpuset, allowed))
+		d = d->parent;
+	return d ? d : hwloc_get_root_obj(topo);
+}
+
+/* ---- questions a checker asks (ddp-check) ------------------------------- */
+
+static int list_out(hwloc_const_bitmap_t b, char *out, size_t len, char *err, size_t errlen,
+		    const char *what)
+{
+	if (hwloc_bitmap_list_snprintf(out, len, b) >= (int)len) {
+		snprintf(err, errlen, "%s: the CPU list does not fit in %zu bytes", what, len);
+		return -1;
+	}
+	return 0;
+}
+
+int ddpenv_topo_allowed(const struct ddpenv_topo *t, char *out, size_t len, char *err, size_t errlen)
+{
+	return list_out(hwloc_topology_get_allowed_cpuset(t->topo), out, len, err, errlen,
+			"allowed CPUs");
+}
+
+int ddpenv_topo_gpu_near(const struct ddpenv_topo *t, const char *busid, char *cpus,
+			 size_t len, int *numa, char *err, size_t errlen)
+{
+	unsigned dom, bus, dev, fn;
+	char tail;
+	hwloc_obj_t g = NULL;
+
+	*numa = -1;
+	if (!busid || sscanf(busid, "%x:%x:%x.%x%c", &dom, &bus, &dev, &fn, &tail) != 4) {
+		snprintf(err, errlen, "GPU bus id '%.64s': expected DOMAIN:BUS:DEVICE.FUNCTION "
+			 "(0000:1b:00.0)", busid ? busid : "");
+		return -1;
+	}
+	for (hwloc_obj_t o = hwloc_get_next_pcidev(t->topo, NULL); o && !g;
+	     o = hwloc_get_next_pcidev(t->topo, o))
+		if (o->attr->pcidev.domain == dom && o->attr->pcidev.bus == bus &&
+		    o->attr->pcidev.dev == dev && o->attr->pcidev.func == fn)
+			g = o;
+	if (!g) {
+		snprintf(err, errlen, "GPU bus id %.64s: no such PCI device in the topology (%.200s)",
+			 busid, t->source);
+		return -1;
+	}
+	hwloc_const_bitmap_t allowed = hwloc_topology_get_allowed_cpuset(t->topo);
+	hwloc_obj_t d = ddpenv_topo_locality(t->topo, g, allowed);
+	hwloc_bitmap_t near = hwloc_bitmap_alloc();
+	if (!near) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	hwloc_bitmap_and(near, d->cpuset, allowed);
+	int rc = list_out(near, cpus, len, err, errlen, busid);
+	hwloc_bitmap_free(near);
+	hwloc_obj_t nn = hwloc_get_non_io_ancestor_obj(t->topo, g);
+	if (nn && nn->nodeset && hwloc_bitmap_weight(nn->nodeset) == 1)
+		*numa = hwloc_bitmap_first(nn->nodeset);
+	return rc;
+}
+
+int ddpenv_topo_numa_of(const struct ddpenv_topo *t, const char *cpulist, char *out,
+			size_t len, char *err, size_t errlen)
+{
+	hwloc_bitmap_t cpus = hwloc_bitmap_alloc(), nodes = hwloc_bitmap_alloc();
+	int rc = -1;
+
+	if (!cpus || !nodes) {
+		snprintf(err, errlen, "out of memory");
+		goto out;
+	}
+	if (hwloc_bitmap_list_sscanf(cpus, cpulist) < 0) {
+		snprintf(err, errlen, "CPU list '%.64s': expected a list like 0-3,8", cpulist);
+		goto out;
+	}
+	hwloc_cpuset_to_nodeset(t->topo, cpus, nodes);
+	if (hwloc_bitmap_list_snprintf(out, len, nodes) >= (int)len) {
+		snprintf(err, errlen, "NUMA list of %.64s does not fit", cpulist);
+		goto out;
+	}
+	rc = 0;
+out:
+	hwloc_bitmap_free(cpus);
+	hwloc_bitmap_free(nodes);
+	return rc;
+}

@@ -20,4 +20,9 @@ size_t ddpenv_topo_gpus(const struct ddpenv_topo *t, hwloc_obj_t *out, size_t ma
 /* "0000:1b:00.0" */
 void ddpenv_topo_busid(hwloc_obj_t o, char *out, size_t len);
 
+/* Where a task using gpu (NULL: none) belongs: its first non-I/O ancestor
+ * that has CPUs in allowed (the root when none has). */
+hwloc_obj_t ddpenv_topo_locality(hwloc_topology_t topo, hwloc_obj_t gpu,
+				 hwloc_const_bitmap_t allowed);
+
 #endif

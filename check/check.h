@@ -1,0 +1,171 @@
+/*
+ * ddp-check: what every rank finds out about itself, what rank 0 concludes
+ * from all of them, and how it says so.
+ *
+ * Each rank fills a struct ck_rank (its environment, interface, binding,
+ * probe endpoint), sends it through the libddpenv store as text
+ * ("key=value" lines, see ck_rank_encode), and rank 0 decodes every one
+ * into a struct ck_world.  The checks themselves (eval.c) only look at that
+ * struct, so every verdict is testable on crafted records without a
+ * cluster.
+ */
+#ifndef DDP_CHECK_H
+#define DDP_CHECK_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "ddpenv.h"
+
+#define CK_HOST 64
+#define CK_MSG 1024
+#define CK_MAX_SIZES 64
+
+enum ck_level { CK_OK, CK_WARN, CK_FAIL, CK_SKIP };
+
+/* The variables each rank reports.  The first CK_NCONTRACT are the
+ * torchrun contract every rank must have. */
+enum ck_env {
+	CK_MASTER_ADDR, CK_MASTER_PORT, CK_RANK, CK_LOCAL_RANK, CK_WORLD_SIZE,
+	CK_LOCAL_WORLD_SIZE, CK_NODE_RANK,
+	CK_NCONTRACT,
+	CK_NCCL_IF = CK_NCONTRACT, CK_GLOO_IF, CK_CVD, CK_GPU_BUSID, CK_SLURM_CVD,
+	CK_STEP_GPUS, CK_BIND_POLICY, CK_BACKEND, CK_NODEID,
+	CK_NENV
+};
+extern const char *const ck_env_names[CK_NENV];
+
+/* One rank, as it sees itself. */
+struct ck_rank {
+	int id;                          /* SLURM_PROCID (the check's own identity) */
+	int joined;                      /* its record reached rank 0 */
+	char host[CK_HOST];
+	long pid;
+	char env[CK_NENV][DDPENV_VALLEN];
+	unsigned have;                   /* bit per enum ck_env: the variable is set */
+	/* The interface the backend will use (NCCL_/GLOO_SOCKET_IFNAME). */
+	char ifvar[24];                  /* which variable named it */
+	char ifname[2 * IF_NAMESIZE];    /* the interface it matched, or the value */
+	char ifstate[16];                /* up, down, missing, unset, loopback */
+	char ifaddr[DDPENV_ADDRSTRLEN];  /* its address of the head's family */
+	char ifkind[16];                 /* ethernet, infiniband, loopback, type N */
+	char ifs_here[256];              /* the node's interfaces, for messages */
+	int head_local;                  /* MASTER_ADDR is this node's: 1, 0, -1 unknown */
+	char head_err[160];
+	/* Binding. */
+	char cpus[DDPENV_CPULIST];       /* sched_getaffinity */
+	char numa[32];                   /* NUMA nodes of those CPUs */
+	char allowed[DDPENV_CPULIST];    /* CPUs the node's cgroup allows */
+	char gpu[DDPENV_BUSIDLEN];       /* its GPU's PCI bus id, "" none */
+	char gpu_from[24];               /* DDP_GPU_BUSID or CUDA */
+	char gpu_near[DDPENV_CPULIST];   /* allowed CPUs near that GPU */
+	int gpu_numa;
+	int visible;                     /* GPUs it can see, -1 unknown */
+	int step_gpus;                   /* the step's GPUs on its node */
+	char topo_err[160];
+	/* Where its node's prober listens ("10.0.0.1:40000"), "" none. */
+	char probe[80];
+	double joined_s;                 /* task start to joining the rendezvous */
+};
+
+/* A prober's view of the other nodes. */
+struct ck_peer {
+	char node[CK_HOST];
+	char addr[80];
+	int ok;
+	double rtt_us;
+	char err[200];
+};
+
+struct ck_probe {
+	int have;                        /* this rank probed for its node */
+	size_t npeers;
+	struct ck_peer *peers;
+	int have_clock;                  /* measured against the head node */
+	double clock_off_us, clock_unc_us;
+};
+
+/* What a rank got from the collectives. */
+struct ck_coll {
+	int have;
+	int ok;                          /* the exact all-reduces were right */
+	char msg[CK_MSG];
+	double first_s;                  /* task start to the first completed all-reduce */
+	double init_s;                   /* communicator set-up */
+	size_t ntimes;
+	double times[CK_MAX_SIZES];      /* seconds per all-reduce, per size */
+};
+
+struct ck_result {
+	char name[32];
+	enum ck_level level;
+	char msg[CK_MSG];
+};
+
+struct ck_opts {
+	size_t min_bytes, max_bytes;
+	int step_factor;
+	int iters, warmup;
+	double min_busbw;                /* GB/s, 0: no threshold */
+	double max_skew_ms;
+	int probe_ms;                    /* bound on each probe connection */
+	int timeout_s;
+};
+
+struct ck_world {
+	const char *backend;             /* "gloo" or "nccl" */
+	int n;                           /* tasks of the step */
+	struct ck_rank *ranks;           /* [n], by id */
+	struct ck_probe *probes;         /* [n] */
+	struct ck_coll *colls;           /* [n] */
+	char refused[CK_MSG];            /* clients the store refused (token) */
+	struct ck_opts opts;
+	int coll_ran;                    /* collectives were attempted */
+	char coll_skip[CK_MSG];          /* why they were not */
+	size_t nsizes;
+	size_t sizes[CK_MAX_SIZES];      /* bytes */
+	struct ck_result *res;
+	size_t nres, capres;
+};
+
+/* ---- records on the wire ------------------------------------------------- */
+
+/* Text of "key=value" lines; newlines in values become spaces. */
+int ck_rank_encode(const struct ck_rank *r, char *buf, size_t len);
+int ck_rank_decode(struct ck_rank *r, const char *buf, size_t len);
+int ck_probe_encode(const struct ck_probe *p, char *buf, size_t len);
+int ck_probe_decode(struct ck_probe *p, const char *buf, size_t len);
+void ck_probe_free(struct ck_probe *p);
+int ck_coll_encode(const struct ck_coll *c, char *buf, size_t len);
+int ck_coll_decode(struct ck_coll *c, const char *buf, size_t len);
+
+/* ---- verdicts (eval.c) --------------------------------------------------- */
+
+void ck_add(struct ck_world *w, const char *name, enum ck_level lv, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* Everything that can be said before the collectives: the contract, the
+ * rendezvous, interfaces, the probe mesh, clocks and binding. */
+void ck_eval_setup(struct ck_world *w);
+/* Whether the collectives may run: every rank joined, every interface is
+ * usable and every node reached every other (else gloo or NCCL would only
+ * hang until their timeout).  why says what stops them. */
+int ck_coll_safe(const struct ck_world *w, char *why, size_t len);
+/* The all-reduce verdicts, the bandwidth table's threshold and the time to
+ * the first collective. */
+void ck_eval_coll(struct ck_world *w);
+/* busbw as nccl-tests defines it for all-reduce: algbw * 2(n-1)/n. */
+double ck_busbw(double algbw, int n);
+/* The slowest rank's time for size k, -1 when none measured. */
+double ck_time_max(const struct ck_world *w, size_t k);
+
+/* ---- output (report.c) --------------------------------------------------- */
+
+void ck_report_text(const struct ck_world *w, FILE *out);
+void ck_report_json(const struct ck_world *w, FILE *out);
+/* 0 all OK or WARN, 1 any FAIL. */
+int ck_exit_code(const struct ck_world *w);
+
+/* Sizes of the sweep: min, min*f, ... up to max (bytes, multiples of 4). */
+size_t ck_sizes(const struct ck_opts *o, size_t *out, size_t max);
+
+#endif

@@ -1,0 +1,885 @@
+/* ddp-check's verdicts: every check looks only at struct ck_world, the
+ * records rank 0 gathered, and names the task, node and value at fault. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <hwloc.h>
+
+#include "check.h"
+
+#define MAX_NAMED 8   /* tasks named in one message before "and N more" */
+
+void ck_add(struct ck_world *w, const char *name, enum ck_level lv, const char *fmt, ...)
+{
+	if (w->nres == w->capres) {
+		size_t cap = w->capres ? 2 * w->capres : 32;
+		struct ck_result *r = realloc(w->res, cap * sizeof(*r));
+		if (!r)
+			return;
+		w->res = r;
+		w->capres = cap;
+	}
+	struct ck_result *r = &w->res[w->nres++];
+	va_list ap;
+
+	snprintf(r->name, sizeof(r->name), "%s", name);
+	r->level = lv;
+	va_start(ap, fmt);
+	vsnprintf(r->msg, sizeof(r->msg), fmt, ap);
+	va_end(ap);
+}
+
+/* A growing message: "a; b; c; and 4 more". */
+struct msg {
+	char s[CK_MSG];
+	size_t off;
+	int items, dropped;
+};
+
+static void say(struct msg *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void say(struct msg *m, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (m->items >= MAX_NAMED || m->off >= sizeof(m->s) - 64) {
+		m->dropped++;
+		return;
+	}
+	if (m->items++ && m->off < sizeof(m->s))
+		m->off += (size_t)snprintf(m->s + m->off, sizeof(m->s) - m->off, "; ");
+	va_start(ap, fmt);
+	if (m->off < sizeof(m->s))
+		m->off += (size_t)vsnprintf(m->s + m->off, sizeof(m->s) - m->off, fmt, ap);
+	va_end(ap);
+	if (m->off >= sizeof(m->s))
+		m->off = sizeof(m->s) - 1;
+}
+
+static const char *said(struct msg *m)
+{
+	if (m->dropped && m->off < sizeof(m->s))
+		snprintf(m->s + m->off, sizeof(m->s) - m->off, "; and %d more", m->dropped);
+	return m->s;
+}
+
+static int has(const struct ck_rank *r, enum ck_env k)
+{
+	return r->joined && (r->have & (1u << k));
+}
+
+/* An integer variable: 1 with *v set when it is a non-negative integer. */
+static int intval(const struct ck_rank *r, enum ck_env k, long *v)
+{
+	char *end;
+
+	if (!has(r, k) || !r->env[k][0])
+		return 0;
+	*v = strtol(r->env[k], &end, 10);
+	return *end == 0 && *v >= 0;
+}
+
+/* The node a task ran on, numbered in order of first appearance. */
+static int node_of(const struct ck_world *w, int id, char (*nodes)[CK_HOST], int *nn)
+{
+	for (int i = 0; i < *nn; i++)
+		if (!strcmp(nodes[i], w->ranks[id].host))
+			return i;
+	snprintf(nodes[*nn], CK_HOST, "%s", w->ranks[id].host);
+	return (*nn)++;
+}
+
+struct nodes {
+	int n;
+	char (*name)[CK_HOST];
+	int *of;        /* [w->n]: node of each joined task, -1 otherwise */
+	int *first;     /* [n]: first task of the node */
+	int *count;     /* [n] */
+};
+
+static int nodes_build(const struct ck_world *w, struct nodes *nd)
+{
+	memset(nd, 0, sizeof(*nd));
+	nd->name = calloc((size_t)w->n + 1, sizeof(*nd->name));
+	nd->of = calloc((size_t)w->n + 1, sizeof(int));
+	nd->first = calloc((size_t)w->n + 1, sizeof(int));
+	nd->count = calloc((size_t)w->n + 1, sizeof(int));
+	if (!nd->name || !nd->of || !nd->first || !nd->count)
+		return -1;
+	for (int i = 0; i < w->n; i++) {
+		nd->of[i] = -1;
+		if (!w->ranks[i].joined)
+			continue;
+		int before = nd->n;
+		nd->of[i] = node_of(w, i, nd->name, &nd->n);
+		if (nd->n > before)
+			nd->first[nd->of[i]] = i;
+		nd->count[nd->of[i]]++;
+	}
+	return 0;
+}
+
+static void nodes_free(struct nodes *nd)
+{
+	free(nd->name);
+	free(nd->of);
+	free(nd->first);
+	free(nd->count);
+}
+
+static int all_joined(const struct ck_world *w)
+{
+	for (int i = 0; i < w->n; i++)
+		if (!w->ranks[i].joined)
+			return 0;
+	return 1;
+}
+
+/* ---- the contract ----------------------------------------------------------- */
+
+static void eval_join(struct ck_world *w)
+{
+	struct msg m = { 0 };
+	int missing = 0;
+	const struct ck_rank *r0 = NULL;
+
+	for (int i = 0; i < w->n; i++) {
+		if (!w->ranks[i].joined) {
+			missing++;
+			say(&m, "%d", i);
+		} else if (!r0) {
+			r0 = &w->ranks[i];
+		}
+	}
+	const char *addr = r0 && has(r0, CK_MASTER_ADDR) ? r0->env[CK_MASTER_ADDR] : "?";
+	const char *port = r0 && has(r0, CK_MASTER_PORT) ? r0->env[CK_MASTER_PORT] : "?";
+	if (!missing)
+		ck_add(w, "rdzv.join", CK_OK, "all %d tasks joined the rendezvous at %s:%s", w->n, addr, port);
+	else
+		ck_add(w, "rdzv.join", CK_FAIL,
+		       "task%s %s (of %d) never joined the rendezvous at %s:%s within %d s; each "
+		       "prints its own reason on its stderr (a different MASTER_ADDR or MASTER_PORT, "
+		       "no route to the head, a wrong DDP_RDZV_TOKEN)%s%s",
+		       missing > 1 ? "s" : "", said(&m), w->n, addr, port, w->opts.timeout_s,
+		       w->refused[0] ? "; the rendezvous " : "", w->refused);
+}
+
+static void eval_present(struct ck_world *w)
+{
+	struct msg m = { 0 };
+
+	for (int i = 0; i < w->n; i++) {
+		const struct ck_rank *r = &w->ranks[i];
+		char lack[256] = "";
+		size_t off = 0;
+		if (!r->joined)
+			continue;
+		for (int k = 0; k < CK_NCONTRACT; k++)
+			if (!has(r, k) || !r->env[k][0])
+				off += (size_t)snprintf(lack + off, sizeof(lack) - off, "%s%s", off ? " " : "",
+							ck_env_names[k]);
+		if (off)
+			say(&m, "task %d (%s) lacks %s", i, r->host, lack);
+	}
+	if (m.items)
+		ck_add(w, "env.present", CK_FAIL, "%s (run it with srun --ddp, or set them all)", said(&m));
+	else
+		ck_add(w, "env.present", CK_OK, "MASTER_ADDR MASTER_PORT RANK LOCAL_RANK WORLD_SIZE "
+		       "LOCAL_WORLD_SIZE NODE_RANK set on every task");
+}
+
+/* Group the tasks by the value of a variable; the most common value
+ * first.  Writes "6 on tasks 0-1,3-5; 5 on task 2 (node2)" and returns
+ * how many distinct values there were. */
+static int groups(const struct ck_world *w, enum ck_env k, char *out, size_t len,
+		  const char **common)
+{
+	int nv = 0, *seen = calloc((size_t)w->n, sizeof(int));
+	size_t off = 0;
+
+	*common = NULL;
+	out[0] = 0;
+	if (!seen)
+		return 0;
+	/* Value classes by first task; pick the largest as "common". */
+	int best = -1, bestn = 0;
+	for (int i = 0; i < w->n; i++) {
+		if (!has(&w->ranks[i], k) || seen[i])
+			continue;
+		int cnt = 0;
+		for (int j = i; j < w->n; j++)
+			if (has(&w->ranks[j], k) && !strcmp(w->ranks[j].env[k], w->ranks[i].env[k])) {
+				seen[j] = i + 1;
+				cnt++;
+			}
+		nv++;
+		if (cnt > bestn) {
+			best = i;
+			bestn = cnt;
+		}
+	}
+	if (best >= 0)
+		*common = w->ranks[best].env[k];
+	/* Print the minority classes with their tasks, then the common one. */
+	for (int pass = 0; pass < 2; pass++) {
+		for (int i = 0; i < w->n; i++) {
+			if (!seen[i] || seen[i] != i + 1 || (pass == 0) == (i == best))
+				continue;
+			int shown = 0, more = 0;
+			off += (size_t)snprintf(out + off, off < len ? len - off : 0, "%s%s=%s on ",
+						off ? "; " : "", ck_env_names[k], w->ranks[i].env[k]);
+			for (int j = i; j < w->n; j++) {
+				if (seen[j] != i + 1)
+					continue;
+				if (shown < (pass == 0 ? 4 : 2)) {
+					off += (size_t)snprintf(out + off, off < len ? len - off : 0, "%stask %d (%s)",
+								shown ? ", " : "", j, w->ranks[j].host);
+					shown++;
+				} else {
+					more++;
+				}
+			}
+			if (more)
+				off += (size_t)snprintf(out + off, off < len ? len - off : 0, " and %d more", more);
+		}
+	}
+	if (off >= len && len > 4)
+		strcpy(out + len - 4, "...");
+	free(seen);
+	return nv;
+}
+
+static void eval_same(struct ck_world *w, const char *name, enum ck_env a, enum ck_env b)
+{
+	char ga[CK_MSG / 2], gb[CK_MSG / 2];
+	const char *ca, *cb;
+	int na = groups(w, a, ga, sizeof(ga), &ca), nb = groups(w, b, gb, sizeof(gb), &cb);
+
+	if (na > 1 || nb > 1)
+		ck_add(w, name, CK_FAIL, "differ between tasks: %s%s%s", na > 1 ? ga : "",
+		       na > 1 && nb > 1 ? "; " : "", nb > 1 ? gb : "");
+	else if (ca && cb)
+		ck_add(w, name, CK_OK, "MASTER_ADDR=%s MASTER_PORT=%s on every task", ca, cb);
+	else
+		ck_add(w, name, CK_SKIP, "MASTER_ADDR or MASTER_PORT is set on no task");
+}
+
+static void eval_world(struct ck_world *w)
+{
+	char g[CK_MSG];
+	const char *common;
+	int nv = groups(w, CK_WORLD_SIZE, g, sizeof(g), &common);
+
+	if (nv > 1) {
+		ck_add(w, "env.world_size", CK_FAIL, "differs between tasks: %s", g);
+		return;
+	}
+	if (!common) {
+		ck_add(w, "env.world_size", CK_SKIP, "WORLD_SIZE is set on no task");
+		return;
+	}
+	char *end;
+	long ws = strtol(common, &end, 10);
+	if (*end || ws != w->n)
+		ck_add(w, "env.world_size", CK_FAIL, "WORLD_SIZE=%s on every task, but the step has %d tasks",
+		       common, w->n);
+	else
+		ck_add(w, "env.world_size", CK_OK, "WORLD_SIZE=%d on every task, the step's task count", w->n);
+}
+
+static void eval_rank(struct ck_world *w)
+{
+	struct msg m = { 0 };
+	int *owner = malloc((size_t)w->n * sizeof(int));
+
+	if (!owner)
+		return;
+	for (int i = 0; i < w->n; i++)
+		owner[i] = -1;
+	for (int i = 0; i < w->n; i++) {
+		const struct ck_rank *r = &w->ranks[i];
+		long v;
+		if (!r->joined || !has(r, CK_RANK))
+			continue;
+		if (!intval(r, CK_RANK, &v) || v >= w->n) {
+			say(&m, "task %d (%s) has RANK=%s, expected 0..%d", i, r->host, r->env[CK_RANK], w->n - 1);
+		} else if (owner[v] >= 0) {
+			say(&m, "RANK=%ld on both task %d (%s) and task %d (%s)", v, owner[v],
+			    w->ranks[owner[v]].host, i, r->host);
+		} else {
+			owner[v] = i;
+		}
+	}
+	if (!m.items && all_joined(w)) {
+		for (int v = 0; v < w->n; v++)
+			if (owner[v] < 0)
+				say(&m, "no task has RANK=%d", v);
+	}
+	free(owner);
+	if (m.items)
+		ck_add(w, "env.rank", CK_FAIL, "%s", said(&m));
+	else
+		ck_add(w, "env.rank", CK_OK, "RANK 0..%d, each on one task", w->n - 1);
+}
+
+static void eval_local(struct ck_world *w, const struct nodes *nd)
+{
+	struct msg m = { 0 };
+	int complete = all_joined(w);
+
+	for (int n = 0; n < nd->n; n++) {
+		int cnt = nd->count[n];
+		char *seen = calloc((size_t)cnt + 1, 1);
+		if (!seen)
+			return;
+		for (int i = 0; i < w->n; i++) {
+			const struct ck_rank *r = &w->ranks[i];
+			long v, lw;
+			if (nd->of[i] != n)
+				continue;
+			if (has(r, CK_LOCAL_RANK) && (!intval(r, CK_LOCAL_RANK, &v) || v >= cnt))
+				say(&m, "task %d (%s) has LOCAL_RANK=%s, expected 0..%d (%d tasks there)", i,
+				    r->host, r->env[CK_LOCAL_RANK], cnt - 1, cnt);
+			else if (has(r, CK_LOCAL_RANK) && seen[v]++)
+				say(&m, "LOCAL_RANK=%ld twice on %s (task %d and another)", v, r->host, i);
+			if (complete && has(r, CK_LOCAL_WORLD_SIZE) &&
+			    (!intval(r, CK_LOCAL_WORLD_SIZE, &lw) || lw != cnt))
+				say(&m, "task %d (%s) has LOCAL_WORLD_SIZE=%s, but %d tasks run there", i,
+				    r->host, r->env[CK_LOCAL_WORLD_SIZE], cnt);
+		}
+		free(seen);
+	}
+	if (m.items)
+		ck_add(w, "env.local_rank", CK_FAIL, "%s", said(&m));
+	else
+		ck_add(w, "env.local_rank", CK_OK, "LOCAL_RANK unique on each of %d node%s, LOCAL_WORLD_SIZE "
+		       "its task count", nd->n, nd->n == 1 ? "" : "s");
+}
+
+static void eval_node_rank(struct ck_world *w, const struct nodes *nd)
+{
+	struct msg m = { 0 };
+	long *val = malloc(((size_t)nd->n + 1) * sizeof(long));
+
+	if (!val)
+		return;
+	for (int n = 0; n < nd->n; n++)
+		val[n] = -1;
+	for (int i = 0; i < w->n; i++) {
+		const struct ck_rank *r = &w->ranks[i];
+		long v;
+		int n = nd->of[i];
+		if (n < 0 || !has(r, CK_NODE_RANK))
+			continue;
+		if (!intval(r, CK_NODE_RANK, &v) || v >= nd->n) {
+			say(&m, "task %d (%s) has NODE_RANK=%s, expected 0..%d", i, r->host,
+			    r->env[CK_NODE_RANK], nd->n - 1);
+		} else if (val[n] < 0) {
+			val[n] = v;
+		} else if (val[n] != v) {
+			say(&m, "tasks on %s disagree: NODE_RANK=%ld and %ld (task %d)", r->host, val[n], v, i);
+		}
+	}
+	for (int a = 0; a < nd->n; a++)
+		for (int b = a + 1; b < nd->n; b++)
+			if (val[a] >= 0 && val[a] == val[b])
+				say(&m, "NODE_RANK=%ld on both %s and %s", val[a], nd->name[a], nd->name[b]);
+	free(val);
+	if (m.items)
+		ck_add(w, "env.node_rank", CK_FAIL, "%s", said(&m));
+	else
+		ck_add(w, "env.node_rank", CK_OK, "NODE_RANK the same within each node, distinct across %d",
+		       nd->n);
+}
+
+static void eval_head(struct ck_world *w, const struct nodes *nd)
+{
+	const struct ck_rank *r0 = NULL;
+
+	for (int i = 0; i < w->n && !r0; i++) {
+		long v;
+		if (intval(&w->ranks[i], CK_RANK, &v) && v == 0)
+			r0 = &w->ranks[i];
+	}
+	if (!r0) {
+		ck_add(w, "env.head", CK_SKIP, "no task with RANK=0 reported");
+		return;
+	}
+	const char *ma = r0->env[CK_MASTER_ADDR];
+	struct ddpenv_addr a;
+	if (!has(r0, CK_MASTER_ADDR)) {
+		ck_add(w, "env.head", CK_FAIL, "RANK 0 (%s) has no MASTER_ADDR", r0->host);
+	} else if (nd->n > 1 && ddpenv_addr_parse(ma, &a) == 0 && ddpenv_addr_is_loopback(&a)) {
+		ck_add(w, "env.head", CK_FAIL, "MASTER_ADDR=%s is a loopback address: the other %d node%s "
+		       "cannot reach RANK 0 on %s there (a '127.0.1.1 %s' line in /etc/hosts?)", ma,
+		       nd->n - 1, nd->n == 2 ? "" : "s", r0->host, r0->host);
+	} else if (r0->head_local == 1) {
+		ck_add(w, "env.head", CK_OK, "MASTER_ADDR=%s is an address of %s, which runs RANK 0", ma,
+		       r0->host);
+	} else if (r0->head_local == 0) {
+		ck_add(w, "env.head", CK_FAIL, "MASTER_ADDR=%s is not an address of %s, which runs RANK 0 "
+		       "(RANK 0 hosts the rendezvous there)%s%s", ma, r0->host, r0->head_err[0] ? ": " : "",
+		       r0->head_err);
+	} else {
+		ck_add(w, "env.head", CK_WARN, "could not tell whether MASTER_ADDR=%s is %s's: %s", ma,
+		       r0->host, r0->head_err[0] ? r0->head_err : "no answer");
+	}
+}
+
+/* ---- network ------------------------------------------------------------------ */
+
+static void eval_iface(struct ck_world *w, const struct nodes *nd)
+{
+	struct msg fail = { 0 }, warn = { 0 };
+	char first[128] = "";
+
+	for (int i = 0; i < w->n; i++) {
+		const struct ck_rank *r = &w->ranks[i];
+		if (!r->joined)
+			continue;
+		const char *st = r->ifstate;
+		if (!strcmp(st, "up")) {
+			if (!first[0])
+				snprintf(first, sizeof(first), "%s=%s", r->ifvar, r->env[!strcmp(r->ifvar,
+					 "NCCL_SOCKET_IFNAME") ? CK_NCCL_IF : CK_GLOO_IF]);
+		} else if (!strcmp(st, "unset")) {
+			say(&warn, "task %d (%s): %s is not set, so the backend picks an interface itself "
+			    "(the route to the head is %s)", i, r->host, r->ifvar, r->ifname[0] ? r->ifname : "unknown");
+		} else if (!strcmp(st, "missing")) {
+			say(&fail, "task %d (%s): %s=%s: no such interface there (it has %s)", i, r->host,
+			    r->ifvar, r->ifname, r->ifs_here);
+		} else if (!strcmp(st, "down")) {
+			say(&fail, "task %d (%s): %s=%s is down", i, r->host, r->ifvar, r->ifname);
+		} else if (!strcmp(st, "noaddr")) {
+			say(&fail, "task %d (%s): %s=%s has no address of the head's family (MASTER_ADDR=%s)",
+			    i, r->host, r->ifvar, r->ifname, r->env[CK_MASTER_ADDR]);
+		} else if (!strcmp(st, "loopback")) {
+			if (nd->n > 1)
+				say(&fail, "task %d (%s): %s=%s is a loopback interface: other nodes cannot "
+				    "reach it", i, r->host, r->ifvar, r->ifname);
+		} else if (!strcmp(st, "pattern")) {
+			say(&warn, "task %d (%s): %s=%s excludes interfaces rather than naming one: not "
+			    "checked", i, r->host, r->ifvar, r->env[CK_NCCL_IF]);
+		} else {
+			say(&fail, "task %d (%s): interface state '%s'", i, r->host, st);
+		}
+	}
+	if (fail.items)
+		ck_add(w, "net.iface", CK_FAIL, "%s", said(&fail));
+	else if (warn.items)
+		ck_add(w, "net.iface", CK_WARN, "%s", said(&warn));
+	else
+		ck_add(w, "net.iface", CK_OK, "%s exists, is up and has an address of the head's family on "
+		       "every task", first[0] ? first : "the interface");
+}
+
+static void eval_kind(struct ck_world *w, const struct nodes *nd)
+{
+	char kinds[8][16];
+	int nk = 0, which[8] = { 0 };
+	struct msg m = { 0 };
+
+	for (int n = 0; n < nd->n; n++) {
+		const struct ck_rank *r = &w->ranks[nd->first[n]];
+		int k;
+		if (!r->ifkind[0])
+			continue;
+		for (k = 0; k < nk; k++)
+			if (!strcmp(kinds[k], r->ifkind))
+				break;
+		if (k == nk && nk < 8)
+			snprintf(kinds[nk++], sizeof(kinds[0]), "%s", r->ifkind);
+		if (k < 8)
+			which[k]++;
+	}
+	if (nk == 0) {
+		ck_add(w, "net.kind", CK_SKIP, "no node reported its interface's kind");
+		return;
+	}
+	if (nk == 1) {
+		ck_add(w, "net.kind", CK_OK, "%s on every node", kinds[0]);
+		return;
+	}
+	for (int n = 0; n < nd->n; n++) {
+		const struct ck_rank *r = &w->ranks[nd->first[n]];
+		say(&m, "%s: %s (%s)", r->host, r->ifkind, r->ifname);
+	}
+	ck_add(w, "net.kind", CK_WARN, "the nodes use different kinds of interface: %s; the "
+	       "slowest sets the pace of every collective", said(&m));
+}
+
+static void eval_probe(struct ck_world *w, const struct nodes *nd)
+{
+	struct msg fail = { 0 }, warn = { 0 };
+	double worst = 0;
+	char worst_s[160] = "";
+	int pairs = 0;
+
+	if (nd->n < 2) {
+		ck_add(w, "net.probe", CK_OK, "one node: no other node to reach");
+		return;
+	}
+	for (int n = 0; n < nd->n; n++) {
+		int p = -1;
+		for (int i = 0; i < w->n; i++)
+			if (nd->of[i] == n && w->probes[i].have) {
+				p = i;
+				break;
+			}
+		if (p < 0) {
+			int f = nd->first[n];
+			if (!w->ranks[f].probe[0])
+				say(&warn, "%s was not probed: no usable interface to listen on (net.iface)",
+				    nd->name[n]);
+			else
+				say(&fail, "%s did not report its probes (its prober, task %d, is gone?)",
+				    nd->name[n], f);
+			continue;
+		}
+		const struct ck_probe *pr = &w->probes[p];
+		for (size_t k = 0; k < pr->npeers; k++) {
+			const struct ck_peer *q = &pr->peers[k];
+			pairs++;
+			if (!q->ok) {
+				say(&fail, "%s cannot reach %s at %s: %s", nd->name[n], q->node, q->addr, q->err);
+			} else if (q->rtt_us > worst) {
+				worst = q->rtt_us;
+				snprintf(worst_s, sizeof(worst_s), "%s to %s", nd->name[n], q->node);
+			}
+		}
+	}
+	if (fail.items)
+		ck_add(w, "net.probe", CK_FAIL, "%s%s%s", said(&fail), warn.items ? "; " : "",
+		       warn.items ? said(&warn) : "");
+	else if (warn.items)
+		ck_add(w, "net.probe", CK_WARN, "%s", said(&warn));
+	else
+		ck_add(w, "net.probe", CK_OK, "every node reached every other (%d connections within %d ms; "
+		       "slowest %.0f us, %s)", pairs, w->opts.probe_ms, worst, worst_s);
+}
+
+static void eval_clock(struct ck_world *w, const struct nodes *nd)
+{
+	double worst = 0, unc = 0;
+	const char *who = NULL;
+	int measured = 0;
+
+	if (nd->n < 2) {
+		ck_add(w, "clock.skew", CK_OK, "one node: no skew to measure");
+		return;
+	}
+	for (int i = 0; i < w->n; i++) {
+		const struct ck_probe *p = &w->probes[i];
+		if (!p->have || !p->have_clock)
+			continue;
+		measured++;
+		if (!who || fabs(p->clock_off_us) > fabs(worst)) {
+			worst = p->clock_off_us;
+			unc = p->clock_unc_us;
+			who = w->ranks[i].host;
+		}
+	}
+	if (!who) {
+		ck_add(w, "clock.skew", CK_SKIP, "no node could reach the head's node to compare clocks");
+		return;
+	}
+	const char *head = nd->name[0];
+	if (fabs(worst) - unc > w->opts.max_skew_ms * 1000)
+		ck_add(w, "clock.skew", CK_WARN, "%s's clock is %.1f ms %s %s's (+-%.2f ms), more than %.0f ms: "
+		       "is NTP (chrony) running there?", who, fabs(worst) / 1000,
+		       worst > 0 ? "ahead of" : "behind", head, unc / 1000, w->opts.max_skew_ms);
+	else
+		ck_add(w, "clock.skew", CK_OK, "largest skew to %s: %.3f ms (%s, +-%.3f ms), %d node%s measured",
+		       head, fabs(worst) / 1000, who, unc / 1000, measured, measured == 1 ? "" : "s");
+}
+
+/* ---- binding ---------------------------------------------------------------------- */
+
+static int bm(hwloc_bitmap_t b, const char *list)
+{
+	return list && list[0] && hwloc_bitmap_list_sscanf(b, list) == 0;
+}
+
+static void eval_cpus(struct ck_world *w, const struct nodes *nd)
+{
+	struct msg fail = { 0 }, warn = { 0 };
+	hwloc_bitmap_t a = hwloc_bitmap_alloc(), b = hwloc_bitmap_alloc(), x = hwloc_bitmap_alloc(),
+		       all = hwloc_bitmap_alloc();
+	int bound = 0;
+
+	for (int n = 0; n < nd->n; n++) {
+		int unbound = 0, shared_ok;
+		hwloc_bitmap_zero(all);
+		for (int i = 0; i < w->n; i++)
+			if (nd->of[i] == n && bm(a, w->ranks[i].allowed))
+				hwloc_bitmap_or(all, all, a);
+		shared_ok = hwloc_bitmap_weight(all) > 0 && hwloc_bitmap_weight(all) < nd->count[n];
+		for (int i = 0; i < w->n; i++) {
+			const struct ck_rank *r = &w->ranks[i];
+			if (nd->of[i] != n)
+				continue;
+			if (!bm(a, r->cpus) || hwloc_bitmap_iszero(a)) {
+				say(&fail, "task %d (%s) has no CPU ('%s')", i, r->host, r->cpus);
+				continue;
+			}
+			if (r->allowed[0] && !strcmp(r->cpus, r->allowed))
+				unbound++;
+			for (int j = i + 1; j < w->n; j++) {
+				if (nd->of[j] != n || !bm(b, w->ranks[j].cpus))
+					continue;
+				hwloc_bitmap_and(x, a, b);
+				if (hwloc_bitmap_iszero(x) || (r->allowed[0] && !strcmp(r->cpus, r->allowed) &&
+							       !strcmp(w->ranks[j].cpus, r->allowed)))
+					continue;
+				char ov[64];
+				hwloc_bitmap_list_snprintf(ov, sizeof(ov), x);
+				if (shared_ok)
+					say(&warn, "%s: tasks %d and %d share CPUs %s: %d tasks on %d CPUs", r->host,
+					    i, j, ov, nd->count[n], hwloc_bitmap_weight(all));
+				else
+					say(&fail, "%s: task %d (CPUs %s) and task %d (CPUs %s) overlap on %s",
+					    r->host, i, r->cpus, j, w->ranks[j].cpus, ov);
+			}
+		}
+		if (unbound > 1)
+			say(&warn, "%s: %d tasks are not bound, each may run on all of CPUs %s "
+			    "(--ddp-bind=none or --cpu-bind=none?)", nd->name[n], unbound,
+			    w->ranks[nd->first[n]].allowed);
+		else
+			bound++;
+	}
+	hwloc_bitmap_free(a);
+	hwloc_bitmap_free(b);
+	hwloc_bitmap_free(x);
+	hwloc_bitmap_free(all);
+	if (fail.items)
+		ck_add(w, "bind.cpus", CK_FAIL, "%s", said(&fail));
+	else if (warn.items)
+		ck_add(w, "bind.cpus", CK_WARN, "%s", said(&warn));
+	else
+		ck_add(w, "bind.cpus", CK_OK, "every task has CPUs of its own, disjoint from its node's "
+		       "other tasks");
+}
+
+static void eval_locality(struct ck_world *w)
+{
+	struct msg warn = { 0 };
+	int gpus = 0;
+	hwloc_bitmap_t a = hwloc_bitmap_alloc(), near = hwloc_bitmap_alloc();
+
+	for (int i = 0; i < w->n; i++) {
+		const struct ck_rank *r = &w->ranks[i];
+		if (!r->joined || !r->gpu[0])
+			continue;
+		gpus++;
+		if (!r->gpu_near[0] || !bm(near, r->gpu_near)) {
+			say(&warn, "task %d (%s): GPU %s: locality unknown (%s)", i, r->host, r->gpu,
+			    r->topo_err[0] ? r->topo_err : "the topology does not place it");
+			continue;
+		}
+		if (!bm(a, r->cpus))
+			continue;
+		if (hwloc_bitmap_isincluded(a, near))
+			continue;
+		if (hwloc_bitmap_intersects(a, near))
+			say(&warn, "task %d (%s): CPUs %s are not all near its GPU %s (near: %s)", i, r->host,
+			    r->cpus, r->gpu, r->gpu_near);
+		else
+			say(&warn, "task %d (%s): CPUs %s (NUMA %s) are far from its GPU %s (NUMA %d, near: %s)",
+			    i, r->host, r->cpus, r->numa, r->gpu, r->gpu_numa, r->gpu_near);
+	}
+	hwloc_bitmap_free(a);
+	hwloc_bitmap_free(near);
+	if (!gpus)
+		ck_add(w, "bind.locality", CK_OK, "no task has a GPU: nothing to place near one");
+	else if (warn.items)
+		ck_add(w, "bind.locality", CK_WARN, "%s", said(&warn));
+	else
+		ck_add(w, "bind.locality", CK_OK, "each of %d tasks runs on CPUs near its GPU", gpus);
+}
+
+static void eval_gpus(struct ck_world *w, const struct nodes *nd)
+{
+	struct msg fail = { 0 }, warn = { 0 };
+	int any = 0, nccl = !strcmp(w->backend, "nccl");
+
+	for (int n = 0; n < nd->n; n++) {
+		int used = 0, step = 0;
+		for (int i = 0; i < w->n; i++) {
+			const struct ck_rank *r = &w->ranks[i];
+			if (nd->of[i] != n)
+				continue;
+			if (r->step_gpus > step)
+				step = r->step_gpus;
+			if (!r->gpu[0]) {
+				if (r->step_gpus > 0)
+					say(nccl ? &fail : &warn, "task %d (%s) has no GPU of its own (%d tasks, %d "
+					    "GPUs there)", i, r->host, nd->count[n], r->step_gpus);
+				continue;
+			}
+			any++;
+			int dup = 0;
+			for (int j = 0; j < i; j++)
+				if (nd->of[j] == n && !strcasecmp(w->ranks[j].gpu, r->gpu)) {
+					say(nccl ? &fail : &warn, "%s: GPU %s is used by tasks %d and %d", r->host,
+					    r->gpu, j, i);
+					dup = 1;
+					break;
+				}
+			used += !dup;
+		}
+		if (step > used && used > 0)
+			say(&warn, "%s: %d of the step's %d GPUs there are used by no task", nd->name[n],
+			    step - used, step);
+	}
+	if (fail.items)
+		ck_add(w, "bind.gpus", CK_FAIL, "%s%s%s", said(&fail), warn.items ? "; " : "",
+		       warn.items ? said(&warn) : "");
+	else if (warn.items)
+		ck_add(w, "bind.gpus", CK_WARN, "%s", said(&warn));
+	else if (!any)
+		ck_add(w, "bind.gpus", CK_OK, "no GPUs in this step");
+	else
+		ck_add(w, "bind.gpus", CK_OK, "each of %d GPUs is used by exactly one task", any);
+}
+
+static void eval_visible(struct ck_world *w)
+{
+	struct msg warn = { 0 };
+	int checked = 0;
+
+	for (int i = 0; i < w->n; i++) {
+		const struct ck_rank *r = &w->ranks[i];
+		if (!r->joined || r->step_gpus <= 0 || r->visible < 0)
+			continue;
+		checked++;
+		if (r->visible < r->step_gpus)
+			say(&warn, "task %d (%s) sees %d of the step's %d GPUs there: no CUDA peer access "
+			    "(NVLink, P2P) to the others' GPUs (CUDA_VISIBLE_DEVICES=%s, narrowed by "
+			    "--gpu-bind or --ddp-bind=strict?)", i, r->host, r->visible, r->step_gpus,
+			    r->env[CK_CVD]);
+	}
+	if (warn.items)
+		ck_add(w, "bind.visible", CK_WARN, "%s", said(&warn));
+	else if (!checked)
+		ck_add(w, "bind.visible", CK_OK, "no GPUs in this step");
+	else
+		ck_add(w, "bind.visible", CK_OK, "every task sees all of its node's GPUs of the step "
+		       "(peer access possible)");
+}
+
+void ck_eval_setup(struct ck_world *w)
+{
+	struct nodes nd;
+
+	if (nodes_build(w, &nd) < 0) {
+		ck_add(w, "ddp-check", CK_FAIL, "out of memory evaluating %d tasks", w->n);
+		nodes_free(&nd);
+		return;
+	}
+	eval_join(w);
+	eval_present(w);
+	eval_rank(w);
+	eval_world(w);
+	eval_same(w, "env.master", CK_MASTER_ADDR, CK_MASTER_PORT);
+	eval_local(w, &nd);
+	eval_node_rank(w, &nd);
+	eval_head(w, &nd);
+	eval_iface(w, &nd);
+	eval_kind(w, &nd);
+	eval_probe(w, &nd);
+	eval_clock(w, &nd);
+	eval_cpus(w, &nd);
+	eval_locality(w);
+	eval_gpus(w, &nd);
+	eval_visible(w);
+	nodes_free(&nd);
+}
+
+int ck_coll_safe(const struct ck_world *w, char *why, size_t len)
+{
+	static const char *const needed[] = { "rdzv.join", "net.iface", "net.probe", "bind.gpus" };
+
+	for (size_t i = 0; i < w->nres; i++)
+		for (size_t k = 0; k < sizeof(needed) / sizeof(needed[0]); k++)
+			if (w->res[i].level == CK_FAIL && !strcmp(w->res[i].name, needed[k])) {
+				snprintf(why, len, "not run: %s failed, so the collective could only hang until "
+					 "its timeout", needed[k]);
+				return 0;
+			}
+	return 1;
+}
+
+double ck_busbw(double algbw, int n)
+{
+	return n > 0 ? algbw * 2.0 * (n - 1) / n : 0;
+}
+
+double ck_time_max(const struct ck_world *w, size_t k)
+{
+	double t = -1;
+
+	for (int i = 0; i < w->n; i++)
+		if (w->colls[i].have && k < w->colls[i].ntimes && w->colls[i].times[k] > t)
+			t = w->colls[i].times[k];
+	return t;
+}
+
+void ck_eval_coll(struct ck_world *w)
+{
+	if (!w->coll_ran) {
+		ck_add(w, "coll.allreduce", CK_SKIP, "%s", w->coll_skip);
+		ck_add(w, "coll.busbw", CK_SKIP, "%s", w->coll_skip);
+		ck_add(w, "time.first_collective", CK_SKIP, "%s", w->coll_skip);
+		return;
+	}
+	struct msg fail = { 0 };
+	double first = -1, init = 0;
+	int slow = -1;
+	for (int i = 0; i < w->n; i++) {
+		const struct ck_coll *c = &w->colls[i];
+		if (!c->have)
+			say(&fail, "task %d (%s) did not report its result", i, w->ranks[i].host);
+		else if (!c->ok)
+			say(&fail, "task %d (%s): %s", i, w->ranks[i].host, c->msg);
+		else if (c->first_s > first) {
+			first = c->first_s;
+			init = c->init_s;
+			slow = i;
+		}
+	}
+	if (fail.items)
+		ck_add(w, "coll.allreduce", CK_FAIL, "%s", said(&fail));
+	else
+		ck_add(w, "coll.allreduce", CK_OK, "%s all-reduce of crafted inputs exact on all %d tasks "
+		       "(%s)", w->backend, w->n, w->colls[0].msg);
+
+	if (w->nsizes == 0) {
+		ck_add(w, "coll.busbw", CK_SKIP, "no sizes to sweep (-e 0)");
+	} else {
+		size_t k = w->nsizes - 1;
+		double t = ck_time_max(w, k);
+		if (t <= 0) {
+			ck_add(w, "coll.busbw", fail.items ? CK_SKIP : CK_FAIL, "no time measured at %zu bytes",
+			       w->sizes[k]);
+		} else {
+			double bus = ck_busbw((double)w->sizes[k] / t / 1e9, w->n);
+			if (w->opts.min_busbw > 0 && bus < w->opts.min_busbw)
+				ck_add(w, "coll.busbw", CK_FAIL, "busbw %.2f GB/s at %zu bytes is below "
+				       "--min-busbw %.2f GB/s", bus, w->sizes[k], w->opts.min_busbw);
+			else
+				ck_add(w, "coll.busbw", CK_OK, "busbw %.2f GB/s at %zu bytes%s", bus, w->sizes[k],
+				       w->opts.min_busbw > 0 ? " (at least --min-busbw)" : "");
+		}
+	}
+	if (slow >= 0)
+		ck_add(w, "time.first_collective", CK_OK, "%.3f s from task start to the first completed "
+		       "all-reduce (slowest: task %d on %s; its communicator set-up took %.3f s)", first,
+		       slow, w->ranks[slow].host, init);
+	else
+		ck_add(w, "time.first_collective", CK_SKIP, "no task completed an all-reduce");
+}

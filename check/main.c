@@ -1,0 +1,996 @@
+/*
+ * ddp-check: run as a task of `srun --ddp=nccl|gloo ddp-check`; validates
+ * the step's distributed-training set-up and says exactly what is wrong.
+ *
+ * Every task finds out what it can about itself (its contract variables,
+ * interface, CPUs, GPU), joins the libddpenv store at MASTER_ADDR:
+ * MASTER_PORT under its Slurm task id (so a wrong RANK or WORLD_SIZE is
+ * reported, not fatal), and sends its record to task 0.  Task 0 names one
+ * prober per node, the probers connect to each other's listeners (and
+ * compare clocks with the head node), task 0 decides whether a collective
+ * can work, every task runs exact all-reduces and the bandwidth sweep,
+ * and task 0 prints the report.  Every wait is bounded by --timeout.
+ *
+ * Exit status: 0 every check OK (or WARN), 1 a check FAILED, 2 a usage
+ * or set-up error (not a task of a step, a bad option).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <ifaddrs.h>
+#include <math.h>
+#include <net/if.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hwloc.h>
+
+#include "check.h"
+#include "coll.h"
+#include "comm.h"
+#include "ddpenv_store.h"
+#include "probe.h"
+
+#define KEYLEN 64
+#define RECLEN 16384
+
+static double mono(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* Seconds since this process started (what a user waits through). */
+static double task_age(void)
+{
+	FILE *f = fopen("/proc/self/stat", "r");
+	char buf[1024];
+	struct timespec t;
+	unsigned long long start = 0;
+
+	if (!f)
+		return 0;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	char *p = strrchr(buf, ')');   /* the command name may hold spaces */
+	if (!p)
+		return 0;
+	/* fields after ")": state is field 3, starttime field 22 */
+	int field = 2;
+	for (char *s = p + 1; *s && field < 22; s++)
+		if (*s == ' ' && ++field == 22)
+			start = strtoull(s + 1, NULL, 10);
+	clock_gettime(CLOCK_BOOTTIME, &t);
+	double age = (double)t.tv_sec + t.tv_nsec * 1e-9 - (double)start / (double)sysconf(_SC_CLK_TCK);
+	return age > 0 ? age : 0;
+}
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: srun --ddp=nccl|gloo [srun options] ddp-check [options]\n"
+		"\n"
+		"Checks the distributed-training set-up of the step it runs in: the env://\n"
+		"contract on every task, the rendezvous, each node's interface, reachability\n"
+		"between nodes, clock skew, CPU and GPU binding, an exact all-reduce and the\n"
+		"all-reduce bandwidth (nccl-tests' algbw and busbw).  Task 0 prints the report.\n"
+		"\n"
+		"  -b, --minbytes=SIZE     smallest all-reduce of the sweep (default 8)\n"
+		"  -e, --maxbytes=SIZE     largest (default 256M; 0: no sweep)\n"
+		"  -f, --stepfactor=N      size multiplier between steps (default 2)\n"
+		"  -n, --iters=N           timed iterations per size (default 20)\n"
+		"  -w, --warmup=N          untimed iterations per size (default 5)\n"
+		"      --min-busbw=GB/s    FAIL when busbw at the largest size is lower\n"
+		"      --max-skew=MS       WARN when a node's clock is off by more (default 100)\n"
+		"      --probe-timeout=MS  bound on each node-to-node probe (default 2000)\n"
+		"      --timeout=S         bound on every wait for another task (default 60)\n"
+		"      --backend=nccl|gloo the collective library (default: DDP_BACKEND)\n"
+		"      --json              the report as one JSON object\n"
+		"  -h, --help              this text\n"
+		"  -V, --version           the version\n"
+		"\n"
+		"SIZE takes K, M and G suffixes (powers of 1024).  Exit status: 0 every check\n"
+		"OK or WARN, 1 a check FAILED, 2 a usage or set-up error.\n");
+}
+
+static int parse_size(const char *s, size_t *out)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	double m = 1;
+	if (end == s || errno || v < 0)
+		return -1;
+	switch (*end) {
+	case 'k': case 'K': m = 1024; end++; break;
+	case 'm': case 'M': m = 1024.0 * 1024; end++; break;
+	case 'g': case 'G': m = 1024.0 * 1024 * 1024; end++; break;
+	}
+	if (*end == 'B' || *end == 'b')
+		end++;
+	if (*end || v * m > 16.0 * 1024 * 1024 * 1024)
+		return -1;
+	*out = (size_t)(v * m);
+	return 0;
+}
+
+static int parse_int(const char *s, long lo, long hi, long *out)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (end == s || *end || errno || v < lo || v > hi)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+/* ---- what a task finds out about itself ---------------------------------- */
+
+struct self {
+	struct ck_rank r;
+	int id, n;
+	const char *backend;
+	int local_rank;
+	int prober;                   /* listens for its node */
+	struct ddpenv_addr head;
+	int head_ok;
+};
+
+static const char *env_or(const char *k, const char *dflt)
+{
+	const char *v = getenv(k);
+	return v ? v : dflt;
+}
+
+static int marker_matches(void)
+{
+	const char *m = getenv(DDPENV_MARKER), *j = getenv("SLURM_JOB_ID"), *s = getenv("SLURM_STEP_ID");
+	char want[64];
+	snprintf(want, sizeof(want), "%s.%s", j ? j : "", s ? s : "");
+	return m && !strcmp(m, want);
+}
+
+static int list_count(const char *s)
+{
+	int n = 0;
+	if (!s || !*s)
+		return 0;
+	for (n = 1; *s; s++)
+		n += *s == ',';
+	return n;
+}
+
+static void read_env(struct self *me)
+{
+	struct ck_rank *r = &me->r;
+	for (int k = 0; k < CK_NENV; k++) {
+		const char *v = getenv(ck_env_names[k]);
+		/* The plugin's per-step variables, unless inherited from another step. */
+		if ((k == CK_GPU_BUSID || k == CK_SLURM_CVD) && !marker_matches())
+			v = NULL;
+		if (v) {
+			snprintf(r->env[k], sizeof(r->env[k]), "%s", v);
+			r->have |= 1u << k;
+		}
+	}
+}
+
+/* The interface the backend will use, as NCCL or gloo reads the variable. */
+static void read_iface(struct self *me)
+{
+	struct ck_rank *r = &me->r;
+	int nccl = !strcmp(me->backend, "nccl");
+	enum ck_env k = nccl ? CK_NCCL_IF : CK_GLOO_IF;
+	struct ddpenv_ifaddr *ifa = NULL;
+	size_t nifa = 0;
+	char err[DDPENV_ERRLEN];
+	struct if_nameindex *ni = if_nameindex();
+	size_t off = 0;
+
+	snprintf(r->ifvar, sizeof(r->ifvar), "%s", ck_env_names[k]);
+	for (struct if_nameindex *p = ni; p && p->if_name; p++)
+		off += (size_t)snprintf(r->ifs_here + off, off < sizeof(r->ifs_here) ? sizeof(r->ifs_here) - off : 0,
+					"%s%s", off ? ", " : "", p->if_name);
+	ddpenv_sys_ifaddrs(NULL, &ifa, &nifa, err, sizeof(err));
+
+	const char *want = r->have & (1u << k) ? r->env[k] : NULL;
+	char name[2 * IF_NAMESIZE] = "";
+	if (!want || !*want) {
+		snprintf(r->ifstate, sizeof(r->ifstate), "unset");
+		if (me->head_ok)
+			ddpenv_sys_route(NULL, &me->head, name, sizeof(name), err, sizeof(err));
+	} else if (want[0] == '^') {
+		snprintf(r->ifstate, sizeof(r->ifstate), "pattern");
+	} else {
+		/* NCCL: "=eth0" exact, "eth" a prefix, "a,b" a list (first
+		 * used here); gloo: the exact name. */
+		int exact = !nccl || want[0] == '=';
+		const char *w = want + (want[0] == '=');
+		size_t wl = strcspn(w, ",");
+		for (struct if_nameindex *p = ni; p && p->if_name && !name[0]; p++)
+			if (strlen(p->if_name) == wl && !strncmp(p->if_name, w, wl))
+				snprintf(name, sizeof(name), "%s", p->if_name);
+		for (struct if_nameindex *p = ni; !exact && p && p->if_name && !name[0]; p++)
+			if (!strncmp(p->if_name, w, wl))
+				snprintf(name, sizeof(name), "%s", p->if_name);
+		if (!name[0]) {
+			snprintf(r->ifstate, sizeof(r->ifstate), "missing");
+			snprintf(r->ifname, sizeof(r->ifname), "%.*s", (int)(wl < 31 ? wl : 31), w);
+		}
+	}
+	if (name[0]) {
+		snprintf(r->ifname, sizeof(r->ifname), "%s", name);
+		int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+		struct ifreq ifr;
+		memset(&ifr, 0, sizeof(ifr));
+		snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", name);
+		unsigned flags = 0;
+		if (fd >= 0 && ioctl(fd, SIOCGIFFLAGS, &ifr) == 0)
+			flags = (unsigned)ifr.ifr_flags;
+		if (fd >= 0)
+			close(fd);
+		/* The address peers will reach it on: of the head's family. */
+		int fam = me->head_ok ? me->head.family : AF_INET;
+		for (size_t i = 0; i < nifa && !r->ifaddr[0]; i++)
+			if (!strcmp(ifa[i].name, name) && ifa[i].addr.family == fam &&
+			    !ddpenv_addr_is_linklocal(&ifa[i].addr))
+				ddpenv_addr_format(&ifa[i].addr, r->ifaddr, sizeof(r->ifaddr));
+		char path[128], t[16] = "";
+		snprintf(path, sizeof(path), "/sys/class/net/%s/type", name);
+		FILE *f = fopen(path, "r");
+		if (f) {
+			if (!fgets(t, sizeof(t), f))
+				t[0] = 0;
+			fclose(f);
+		}
+		int type = atoi(t);
+		snprintf(r->ifkind, sizeof(r->ifkind), type == 1 ? "ethernet" : type == 32 ? "infiniband" :
+			 type == 772 ? "loopback" : "type %d", type);
+		if (r->ifstate[0]) {
+			/* unset: the route's interface, for the probe and the report */
+		} else if ((flags & IFF_LOOPBACK))
+			snprintf(r->ifstate, sizeof(r->ifstate), "loopback");
+		else if (!(flags & IFF_UP) || !(flags & IFF_RUNNING))
+			snprintf(r->ifstate, sizeof(r->ifstate), "down");
+		else if (!r->ifaddr[0])
+			snprintf(r->ifstate, sizeof(r->ifstate), "noaddr");
+		else
+			snprintf(r->ifstate, sizeof(r->ifstate), "up");
+	}
+
+	/* Is MASTER_ADDR one of this node's addresses? */
+	r->head_local = -1;
+	if (me->head_ok) {
+		r->head_local = 0;
+		for (size_t i = 0; i < nifa; i++)
+			if (ifa[i].addr.family == me->head.family &&
+			    ddpenv_addr_same_subnet(&ifa[i].addr, &me->head, me->head.family == AF_INET ? 32 : 128))
+				r->head_local = 1;
+	}
+	free(ifa);
+	if_freenameindex(ni);
+}
+
+static void read_binding(struct self *me)
+{
+	struct ck_rank *r = &me->r;
+	cpu_set_t cs;
+	hwloc_bitmap_t b = hwloc_bitmap_alloc();
+	char err[DDPENV_ERRLEN];
+
+	if (b && sched_getaffinity(0, sizeof(cs), &cs) == 0) {
+		for (int c = 0; c < CPU_SETSIZE; c++)
+			if (CPU_ISSET(c, &cs))
+				hwloc_bitmap_set(b, (unsigned)c);
+		hwloc_bitmap_list_snprintf(r->cpus, sizeof(r->cpus), b);
+	}
+	hwloc_bitmap_free(b);
+
+	/* The topology the plugin planned with: the site's export, else this machine. */
+	struct ddpenv_config cfg;
+	struct ddpenv_settings eff;
+	struct ddpenv_env env;
+	extern char **environ;
+	const char *cpath = getenv("DDP_CONFIG");
+	const char *tp = NULL;
+	ddpenv_config_init(&cfg);
+	ddpenv_env_init(&env);
+	ddpenv_env_from_envp(&env, environ);
+	if (ddpenv_config_load(&cfg, cpath ? cpath : cfg.path, cpath != NULL, err, sizeof(err)) == 0 &&
+	    ddpenv_config_effective(&cfg, getenv("SLURM_JOB_PARTITION"), &env, &eff, err, sizeof(err)) == 0 &&
+	    eff.topology[0])
+		tp = eff.topology;
+	struct ddpenv_topo *t = NULL;
+	if (ddpenv_topo_load(tp, 1, &t, err, sizeof(err)) < 0) {
+		snprintf(r->topo_err, sizeof(r->topo_err), "%s", err);
+	} else {
+		ddpenv_topo_allowed(t, r->allowed, sizeof(r->allowed), err, sizeof(err));
+		if (r->cpus[0])
+			ddpenv_topo_numa_of(t, r->cpus, r->numa, sizeof(r->numa), err, sizeof(err));
+		if (r->gpu[0] && ddpenv_topo_gpu_near(t, r->gpu, r->gpu_near, sizeof(r->gpu_near),
+						      &r->gpu_numa, err, sizeof(err)) < 0)
+			snprintf(r->topo_err, sizeof(r->topo_err), "%s", err);
+	}
+	/* A cgroup narrower than the topology file: the process knows best. */
+	if (!r->allowed[0])
+		snprintf(r->allowed, sizeof(r->allowed), "%s", r->cpus);
+	ddpenv_topo_free(t);
+	ddpenv_env_free(&env);
+	ddpenv_config_free(&cfg);
+}
+
+static void read_gpus(struct self *me)
+{
+	struct ck_rank *r = &me->r;
+	r->visible = r->have & (1u << CK_CVD) ? list_count(r->env[CK_CVD]) : -1;
+	r->step_gpus = r->have & (1u << CK_SLURM_CVD) ? list_count(r->env[CK_SLURM_CVD]) :
+		       r->have & (1u << CK_STEP_GPUS) ? list_count(r->env[CK_STEP_GPUS]) :
+		       r->visible > 0 ? r->visible : 0;
+	if (r->have & (1u << CK_GPU_BUSID)) {
+		snprintf(r->gpu, sizeof(r->gpu), "%s", r->env[CK_GPU_BUSID]);
+		snprintf(r->gpu_from, sizeof(r->gpu_from), "DDP_GPU_BUSID");
+	}
+}
+
+/* ---- the store, as a bulletin board ------------------------------------- */
+
+static int publish(struct ddpenv_store *s, const char *phase, int id, const char *buf, size_t len,
+		   char *err, size_t errlen)
+{
+	char key[KEYLEN];
+	int64_t v;
+	snprintf(key, sizeof(key), "ck/%s/%d", phase, id);
+	if (ddpenv_store_set(s, key, buf, len, err, errlen) < 0)
+		return -1;
+	snprintf(key, sizeof(key), "ck/in/%s/%d", phase, id);
+	if (ddpenv_store_add(s, key, 1, &v, err, errlen) < 0)
+		return -1;
+	snprintf(key, sizeof(key), "ck/count/%s", phase);
+	return ddpenv_store_add(s, key, 1, &v, err, errlen);
+}
+
+/* Task 0: wait until want records of phase are in (or the deadline), then
+ * hand each present one to fn.  Never a get that could time out: the count
+ * is polled, and a record is fetched only once it exists. */
+static int gather(struct ddpenv_store *s, const char *phase, int n, int want, double deadline,
+		  void (*fn)(void *, int, const char *, size_t), void *ctx, char *err, size_t errlen)
+{
+	char key[KEYLEN];
+	int64_t cnt = 0;
+	snprintf(key, sizeof(key), "ck/count/%s", phase);
+	for (;;) {
+		if (ddpenv_store_add(s, key, 0, &cnt, err, errlen) < 0)
+			return -1;
+		if (cnt >= want || mono() > deadline)
+			break;
+		usleep(cnt + 1 >= want ? 2000 : 20000);
+	}
+	for (int id = 0; id < n; id++) {
+		int64_t in;
+		void *v;
+		size_t l;
+		snprintf(key, sizeof(key), "ck/in/%s/%d", phase, id);
+		if (ddpenv_store_add(s, key, 0, &in, err, errlen) < 0)
+			return -1;
+		if (!in)
+			continue;
+		snprintf(key, sizeof(key), "ck/%s/%d", phase, id);
+		if (ddpenv_store_get(s, key, 5000, &v, &l, err, errlen) < 0)
+			return -1;
+		fn(ctx, id, v, l);
+		free(v);
+	}
+	return 0;
+}
+
+static void got_rank(void *ctx, int id, const char *buf, size_t len)
+{
+	struct ck_world *w = ctx;
+	struct ck_rank r;
+	if (ck_rank_decode(&r, buf, len) == 0 && r.id == id) {
+		w->ranks[id] = r;
+		w->ranks[id].joined = 1;
+	}
+}
+
+static void got_probe(void *ctx, int id, const char *buf, size_t len)
+{
+	struct ck_world *w = ctx;
+	ck_probe_free(&w->probes[id]);
+	ck_probe_decode(&w->probes[id], buf, len);
+}
+
+static void got_coll(void *ctx, int id, const char *buf, size_t len)
+{
+	struct ck_world *w = ctx;
+	ck_coll_decode(&w->colls[id], buf, len);
+}
+
+/* ---- collectives --------------------------------------------------------- */
+
+struct coll {
+	int nccl;
+	struct cnn_comm *gloo;
+	struct ck_nccl *nc;
+	int rank, world;
+};
+
+static void *coll_alloc(struct coll *c, size_t bytes)
+{
+	return c->nccl ? ck_nccl_alloc(bytes) : malloc(bytes);
+}
+
+static void coll_free(struct coll *c, void *p)
+{
+	if (c->nccl)
+		ck_nccl_free(p);
+	else
+		free(p);
+}
+
+static int coll_allreduce(struct coll *c, void *buf, size_t n, int sync, char *err, size_t errlen)
+{
+	if (!c->nccl)
+		return cnn_comm_allreduce_sum(c->gloo, buf, n, err, errlen);
+	if (ck_nccl_allreduce(c->nc, buf, n, err, errlen) < 0)
+		return -1;
+	return sync ? ck_nccl_sync(c->nc, err, errlen) : 0;
+}
+
+static int coll_sync(struct coll *c, char *err, size_t errlen)
+{
+	return c->nccl ? ck_nccl_sync(c->nc, err, errlen) : 0;
+}
+
+/* An all-reduce of n floats whose sum is known exactly. */
+static int exact(struct coll *c, void *dbuf, float *host, size_t n, char *msg, size_t len)
+{
+	int big = c->world > 2048;   /* keep every partial sum exact in float */
+	float mine = big ? 1.0f : (float)(c->rank + 1);
+	double tri = big ? c->world : (double)c->world * (c->world + 1) / 2;
+	char err[DDPENV_ERRLEN];
+
+	for (size_t i = 0; i < n; i++)
+		host[i] = mine * (float)(i % 7 + 1);
+	if (c->nccl && ck_nccl_copy(dbuf, host, n * 4, 1) < 0) {
+		snprintf(msg, len, "cudaMemcpy to the GPU failed");
+		return -1;
+	}
+	if (coll_allreduce(c, c->nccl ? dbuf : host, n, 1, err, sizeof(err)) < 0) {
+		if (!c->nccl)
+			cnn_comm_explain_failure(c->gloo, err, sizeof(err));
+		snprintf(msg, len, "all-reduce of %zu floats failed: %s", n, err);
+		return -1;
+	}
+	if (c->nccl && ck_nccl_copy(host, dbuf, n * 4, 0) < 0) {
+		snprintf(msg, len, "cudaMemcpy from the GPU failed");
+		return -1;
+	}
+	size_t bad = 0, first = 0;
+	for (size_t i = 0; i < n; i++)
+		if (host[i] != (float)(tri * (i % 7 + 1)) && bad++ == 0)
+			first = i;
+	if (bad) {
+		snprintf(msg, len, "all-reduce of %zu floats WRONG at %zu elements, first [%zu] = %.9g, "
+			 "expected %.9g", n, bad, first, host[first], tri * (first % 7 + 1));
+		return -1;
+	}
+	return 0;
+}
+
+static void run_colls(struct self *me, struct ddpenv_store *s, const struct ck_opts *o,
+		      const size_t *sizes, size_t nsizes, struct ck_coll *out)
+{
+	struct coll c = { .nccl = !strcmp(me->backend, "nccl"), .rank = me->id, .world = me->n };
+	char err[DDPENV_ERRLEN];
+	size_t maxb = nsizes ? sizes[nsizes - 1] : 0;
+	size_t nexact = maxb / 4 > (1u << 20) ? (1u << 20) : maxb / 4 > 4096 ? maxb / 4 : 4096;
+	size_t bytes = (maxb > nexact * 4 ? maxb : nexact * 4);
+	void *dbuf = NULL;
+	float *host = NULL;
+	double t0 = mono();
+
+	memset(out, 0, sizeof(*out));
+	if (c.nccl) {
+		if (ck_nccl_open(&c.nc, s, me->id, me->n, o->timeout_s * 1000, err, sizeof(err)) < 0) {
+			snprintf(out->msg, sizeof(out->msg), "%s", err);
+			return;
+		}
+	} else {
+		const char *ifn = me->r.ifstate[0] && !strcmp(me->r.ifstate, "up") ? me->r.ifname : NULL;
+		if (cnn_comm_attach(&c.gloo, s, me->id, me->n, "gloo", ifn, o->timeout_s * 1000, err,
+				    sizeof(err)) < 0) {
+			snprintf(out->msg, sizeof(out->msg), "%s", err);
+			return;
+		}
+	}
+	out->init_s = mono() - t0;
+	host = malloc(nexact * 4);
+	dbuf = coll_alloc(&c, bytes);
+	if (!host || !dbuf) {
+		snprintf(out->msg, sizeof(out->msg), "cannot allocate %zu bytes for the all-reduce", bytes);
+		goto out;
+	}
+	if (exact(&c, dbuf, host, 1, out->msg, sizeof(out->msg)) < 0)
+		goto out;
+	out->first_s = task_age();
+	if (exact(&c, dbuf, host, nexact, out->msg, sizeof(out->msg)) < 0)
+		goto out;
+	snprintf(out->msg, sizeof(out->msg), "1 and %zu floats, sums of %s", nexact,
+		 me->n > 2048 ? "ones" : "rank+1");
+	out->ok = 1;
+	/* The sweep: what it sums no longer matters, only the time. */
+	for (size_t k = 0; k < nsizes; k++) {
+		size_t n = sizes[k] / 4;
+		double t = 0;
+		for (int i = 0; i < o->warmup; i++)
+			if (coll_allreduce(&c, dbuf, n, 0, err, sizeof(err)) < 0)
+				goto sweep_failed;
+		if (coll_sync(&c, err, sizeof(err)) < 0)
+			goto sweep_failed;
+		t = mono();
+		for (int i = 0; i < o->iters; i++)
+			if (coll_allreduce(&c, dbuf, n, 0, err, sizeof(err)) < 0)
+				goto sweep_failed;
+		if (coll_sync(&c, err, sizeof(err)) < 0)
+			goto sweep_failed;
+		out->times[out->ntimes++] = (mono() - t) / (o->iters > 0 ? o->iters : 1);
+	}
+	goto out;
+sweep_failed:
+	out->ok = 0;
+	if (!c.nccl)
+		cnn_comm_explain_failure(c.gloo, err, sizeof(err));
+	snprintf(out->msg, sizeof(out->msg), "bandwidth sweep failed: %s", err);
+out:
+	coll_free(&c, dbuf);
+	free(host);
+	if (c.nccl)
+		ck_nccl_close(c.nc);
+	else
+		cnn_comm_close(c.gloo);
+}
+
+/* ---- task 0's plan for the probes --------------------------------------- */
+
+/* "node\tendpoint\thead" lines: one prober per node. */
+static size_t make_plan(const struct ck_world *w, char *buf, size_t len, int *probers)
+{
+	size_t off = 0;
+	int head_node = -1;
+
+	for (int i = 0; i < w->n; i++) {
+		const struct ck_rank *r = &w->ranks[i];
+		probers[i] = 0;
+		if (!r->joined || !r->probe[0])
+			continue;
+		int dup = 0;
+		for (int j = 0; j < i && !dup; j++)
+			dup = probers[j] && !strcmp(w->ranks[j].host, r->host);
+		if (dup)
+			continue;
+		probers[i] = 1;
+		if (head_node < 0 && r->head_local == 1)
+			head_node = i;
+	}
+	for (int i = 0; i < w->n; i++)
+		if (probers[i])
+			off += (size_t)snprintf(buf + off, off < len ? len - off : 0, "%d\t%s\t%s\t%d\n", i,
+						w->ranks[i].host, w->ranks[i].probe, i == head_node);
+	return off < len ? off : len;
+}
+
+/* ---- main ------------------------------------------------------------------ */
+
+/* Task 0's store refused a client (a wrong DDP_RDZV_TOKEN): keep the first
+ * few for the rdzv.join check.  Called from the store's thread. */
+static pthread_mutex_t refused_mu = PTHREAD_MUTEX_INITIALIZER;
+static char refused[CK_MSG];
+
+static void log_refused(void *ctx, const char *msg)
+{
+	(void)ctx;
+	pthread_mutex_lock(&refused_mu);
+	size_t l = strlen(refused);
+	if (l < sizeof(refused) - 1)
+		snprintf(refused + l, sizeof(refused) - l, "%s%s", l ? "; " : "", msg);
+	pthread_mutex_unlock(&refused_mu);
+}
+
+static void local_fail(const struct self *me, const char *check, const char *msg, int json)
+{
+	if (me->id == 0) {
+		/* Task 0 reports for the step, even when it cannot gather. */
+		struct ck_world w = { .backend = me->backend, .n = me->n };
+		struct ck_rank *r = calloc((size_t)me->n, sizeof(*r));
+		w.ranks = r;
+		if (r) {
+			r[0] = me->r;
+			r[0].joined = 1;
+		}
+		ck_add(&w, check, CK_FAIL, "task 0 (%s): %s", me->r.host, msg);
+		if (json)
+			ck_report_json(&w, stdout);
+		else
+			ck_report_text(&w, stdout);
+		free(w.res);
+		free(r);
+	} else {
+		fprintf(stderr, "ddp-check: task %d (%s): FAIL %s: %s\n", me->id, me->r.host, check, msg);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	struct ck_opts o = { .min_bytes = 8, .max_bytes = 256u << 20, .step_factor = 2, .iters = 20,
+			     .warmup = 5, .max_skew_ms = 100, .probe_ms = 2000, .timeout_s = 60 };
+	const char *backend = NULL;
+	int json = 0;
+	static const struct option lo[] = {
+		{ "minbytes", required_argument, NULL, 'b' },
+		{ "maxbytes", required_argument, NULL, 'e' },
+		{ "stepfactor", required_argument, NULL, 'f' },
+		{ "iters", required_argument, NULL, 'n' },
+		{ "warmup", required_argument, NULL, 'w' },
+		{ "min-busbw", required_argument, NULL, 'B' },
+		{ "max-skew", required_argument, NULL, 'S' },
+		{ "probe-timeout", required_argument, NULL, 'P' },
+		{ "timeout", required_argument, NULL, 'T' },
+		{ "backend", required_argument, NULL, 'k' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ 0 },
+	};
+	int ch;
+	long v;
+	while ((ch = getopt_long(argc, argv, "b:e:f:n:w:hV", lo, NULL)) != -1) {
+		char *end;
+		switch (ch) {
+		case 'b':
+		case 'e':
+			if (parse_size(optarg, ch == 'b' ? &o.min_bytes : &o.max_bytes) < 0) {
+				fprintf(stderr, "ddp-check: --%s '%s': expected a size like 8, 64K, 256M "
+					"(at most 16G)\n", ch == 'b' ? "minbytes" : "maxbytes", optarg);
+				return 2;
+			}
+			break;
+		case 'f':
+			if (parse_int(optarg, 2, 1024, &v) < 0) {
+				fprintf(stderr, "ddp-check: --stepfactor '%s': expected 2..1024\n", optarg);
+				return 2;
+			}
+			o.step_factor = (int)v;
+			break;
+		case 'n':
+		case 'w':
+			if (parse_int(optarg, ch == 'n' ? 1 : 0, 100000, &v) < 0) {
+				fprintf(stderr, "ddp-check: --%s '%s': expected %d..100000\n",
+					ch == 'n' ? "iters" : "warmup", optarg, ch == 'n');
+				return 2;
+			}
+			*(ch == 'n' ? &o.iters : &o.warmup) = (int)v;
+			break;
+		case 'B':
+		case 'S':
+			errno = 0;
+			double d = strtod(optarg, &end);
+			if (end == optarg || *end || errno || !(d >= 0) || d > 1e9) {
+				fprintf(stderr, "ddp-check: --%s '%s': expected a non-negative number\n",
+					ch == 'B' ? "min-busbw" : "max-skew", optarg);
+				return 2;
+			}
+			*(ch == 'B' ? &o.min_busbw : &o.max_skew_ms) = d;
+			break;
+		case 'P':
+		case 'T':
+			if (parse_int(optarg, 1, ch == 'P' ? 600000 : 86400, &v) < 0) {
+				fprintf(stderr, "ddp-check: --%s '%s': expected 1..%d %s\n",
+					ch == 'P' ? "probe-timeout" : "timeout", optarg,
+					ch == 'P' ? 600000 : 86400, ch == 'P' ? "milliseconds" : "seconds");
+				return 2;
+			}
+			*(ch == 'P' ? &o.probe_ms : &o.timeout_s) = (int)v;
+			break;
+		case 'k':
+			backend = optarg;
+			break;
+		case 'j':
+			json = 1;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		case 'V':
+			printf("ddp-check %s\n", DDPENV_VERSION);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "ddp-check: unexpected argument '%s'\n", argv[optind]);
+		usage(stderr);
+		return 2;
+	}
+	if (o.min_bytes > o.max_bytes && o.max_bytes) {
+		fprintf(stderr, "ddp-check: --minbytes %zu is larger than --maxbytes %zu\n", o.min_bytes,
+			o.max_bytes);
+		return 2;
+	}
+
+	struct self me;
+	memset(&me, 0, sizeof(me));
+	me.r.head_local = -1;
+	me.r.gpu_numa = -1;
+	me.r.visible = -1;
+	gethostname(me.r.host, sizeof(me.r.host) - 1);
+	me.r.pid = (long)getpid();
+	read_env(&me);
+
+	/* Who am I: Slurm's task id (immune to a wrong RANK), else RANK. */
+	const char *pid_s = getenv("SLURM_PROCID");
+	const char *nt_s = getenv("SLURM_STEP_NUM_TASKS") ? getenv("SLURM_STEP_NUM_TASKS") : getenv("SLURM_NTASKS");
+	if (getenv("SLURM_HET_SIZE") || !pid_s || !nt_s) {
+		pid_s = getenv("RANK");
+		nt_s = getenv("WORLD_SIZE");
+	}
+	if (!pid_s || !nt_s || parse_int(pid_s, 0, 1 << 24, &v) < 0) {
+		fprintf(stderr, "ddp-check: not a task of a distributed step (no SLURM_PROCID or RANK): run "
+			"it as srun --ddp=nccl|gloo ddp-check, or set RANK WORLD_SIZE MASTER_ADDR MASTER_PORT\n");
+		return 2;
+	}
+	me.id = (int)v;
+	if (parse_int(nt_s, 1, 1 << 24, &v) < 0 || me.id >= v) {
+		fprintf(stderr, "ddp-check: task count '%s' with task id %d: expected a count above the id\n",
+			nt_s, me.id);
+		return 2;
+	}
+	me.n = (int)v;
+	me.r.id = me.id;
+	const char *lr = getenv("SLURM_LOCALID") ? getenv("SLURM_LOCALID") : getenv("LOCAL_RANK");
+	me.local_rank = lr ? atoi(lr) : 0;
+	me.prober = !lr || me.local_rank == 0;
+
+	if (!backend)
+		backend = env_or("DDP_BACKEND", "");
+	if (!*backend || !strcmp(backend, "auto"))
+		backend = getenv("CUDA_VISIBLE_DEVICES") && *getenv("CUDA_VISIBLE_DEVICES") ? "nccl" : "gloo";
+	if (strcmp(backend, "nccl") && strcmp(backend, "gloo")) {
+		fprintf(stderr, "ddp-check: backend '%s': expected nccl or gloo\n", backend);
+		return 2;
+	}
+	me.backend = backend;
+	char err[DDPENV_ERRLEN];
+	const char *ma = getenv("MASTER_ADDR"), *mp = getenv("MASTER_PORT");
+	if (ma && *ma) {
+		struct ddpenv_addr a[4];
+		if (ddpenv_addr_parse(ma, &me.head) == 0) {
+			me.head_ok = 1;
+		} else if (ddpenv_sys_lookup(NULL, ma, a, 4, err, sizeof(err)) > 0) {
+			me.head = a[0];
+			me.head_ok = 1;
+		} else {
+			snprintf(me.r.head_err, sizeof(me.r.head_err), "MASTER_ADDR=%s does not resolve", ma);
+		}
+	}
+	read_gpus(&me);
+	if (!strcmp(backend, "nccl")) {
+		/* For NCCL, the GPU as CUDA sees it under this task's
+		 * CUDA_VISIBLE_DEVICES is the truth. */
+		int dev, count;
+		if (ck_nccl_load(err, sizeof(err)) < 0 ||
+		    ck_nccl_device(me.local_rank, &dev, &count, me.r.gpu, sizeof(me.r.gpu), err, sizeof(err)) < 0) {
+			local_fail(&me, "coll.backend", err, json);
+			return 1;
+		}
+		me.r.visible = count;
+		snprintf(me.r.gpu_from, sizeof(me.r.gpu_from), "CUDA device %d", dev);
+	}
+	read_iface(&me);
+	read_binding(&me);
+
+	long port;
+	if (!ma || !*ma || !mp || parse_int(mp, 1, 65535, &port) < 0) {
+		snprintf(err, sizeof(err), "MASTER_ADDR='%s' MASTER_PORT='%s': the rendezvous needs both "
+			 "(a port 1..65535); run it with srun --ddp", ma ? ma : "", mp ? mp : "");
+		local_fail(&me, "rdzv.join", err, json);
+		return 1;
+	}
+
+	/* A listener for this node's probes, on the address peers will use. */
+	struct ck_listener lis = { .fd = -1 };
+	if (me.prober && me.r.ifaddr[0] && ck_listen_start(&lis, me.r.ifaddr, me.r.host, err, sizeof(err)) == 0)
+		snprintf(me.r.probe, sizeof(me.r.probe), "%s", lis.endpoint);
+
+	struct ddpenv_store *s = NULL;
+	struct ddpenv_store_opts so = { ma, (int)port, me.id, me.n, o.timeout_s * 1000,
+					getenv("DDP_RDZV_TOKEN"), log_refused, NULL };
+	if (ddpenv_store_open(&s, &so, err, sizeof(err)) < 0) {
+		char m[DDPENV_ERRLEN + 256];
+		snprintf(m, sizeof(m), "%s%s", err, me.id == 0 && getenv("MASTER_PORT") ?
+			 " (is MASTER_PORT taken by another program on this node? `ss -ltnp` shows it)" : "");
+		ck_listen_stop(&lis);
+		local_fail(&me, "rdzv.join", m, json);
+		return 1;
+	}
+	me.r.joined_s = task_age();
+
+	char *rec = malloc(RECLEN);
+	int len = rec ? ck_rank_encode(&me.r, rec, RECLEN) : -1;
+	if (len < 0 || publish(s, "rank", me.id, rec, (size_t)len, err, sizeof(err)) < 0) {
+		local_fail(&me, "rdzv.join", len < 0 ? "record too large" : err, json);
+		ddpenv_store_close_within(s, 1000);
+		ck_listen_stop(&lis);
+		free(rec);
+		return 1;
+	}
+
+	struct ck_world w = { .backend = backend, .n = me.n, .opts = o };
+	int rc = 0, *probers = NULL;
+	w.nsizes = ck_sizes(&o, w.sizes, CK_MAX_SIZES);
+	double deadline = mono() + o.timeout_s;
+	void *v2;
+	size_t l2;
+	/* The others wait on task 0 for as long as it may wait on them. */
+	int wait_ms = (o.timeout_s * 3 + 30) * 1000;
+
+	if (me.id == 0) {
+		w.ranks = calloc((size_t)me.n, sizeof(*w.ranks));
+		w.probes = calloc((size_t)me.n, sizeof(*w.probes));
+		w.colls = calloc((size_t)me.n, sizeof(*w.colls));
+		probers = calloc((size_t)me.n, sizeof(int));
+		if (!w.ranks || !w.probes || !w.colls || !probers) {
+			local_fail(&me, "ddp-check", "out of memory", json);
+			return 1;
+		}
+		if (gather(s, "rank", me.n, me.n, deadline, got_rank, &w, err, sizeof(err)) < 0)
+			goto store_failed;
+		pthread_mutex_lock(&refused_mu);
+		snprintf(w.refused, sizeof(w.refused), "%s", refused);
+		pthread_mutex_unlock(&refused_mu);
+		size_t pl = make_plan(&w, rec, RECLEN, probers);
+		if (ddpenv_store_set(s, "ck/plan", rec, pl, err, sizeof(err)) < 0)
+			goto store_failed;
+	} else if (ddpenv_store_get(s, "ck/plan", wait_ms, &v2, &l2, err, sizeof(err)) < 0) {
+		goto store_failed;
+	} else {
+		snprintf(rec, RECLEN, "%.*s", (int)l2, (char *)v2);
+		free(v2);
+	}
+
+	/* Probers: reach every other node's listener. */
+	{
+		const char *plan = rec;
+		struct ck_target *t = calloc((size_t)me.n + 1, sizeof(*t));
+		size_t nt = 0;
+		int mine = 0, nprobers = 0;
+		for (const char *line = plan; t && *line;) {
+			int id, head;
+			char node[CK_HOST], ep[80];
+			if (sscanf(line, "%d\t%63[^\t]\t%79[^\t]\t%d", &id, node, ep, &head) == 4) {
+				nprobers++;
+				if (id == me.id)
+					mine = 1;
+				else if ((size_t)nt < (size_t)me.n) {
+					snprintf(t[nt].node, sizeof(t[nt].node), "%s", node);
+					snprintf(t[nt].addr, sizeof(t[nt].addr), "%s", ep);
+					t[nt].head = head;
+					nt++;
+				}
+			}
+			const char *nl = strchr(line, '\n');
+			line = nl ? nl + 1 : line + strlen(line);
+		}
+		if (mine) {
+			struct ck_probe pr;
+			if (ck_probe_run(t, nt, o.probe_ms, &pr) == 0) {
+				char *pb = malloc(RECLEN * 4);
+				int pbl = pb ? ck_probe_encode(&pr, pb, RECLEN * 4) : -1;
+				if (pbl >= 0 && publish(s, "probe", me.id, pb, (size_t)pbl, err, sizeof(err)) < 0) {
+					free(pb);
+					ck_probe_free(&pr);
+					free(t);
+					goto store_failed;
+				}
+				free(pb);
+			}
+			ck_probe_free(&pr);
+		}
+		free(t);
+		if (me.id == 0) {
+			/* The probers report within about probe-timeout per batch. */
+			double pd = mono() + (double)o.probe_ms / 1000 * ((me.n + 127) / 128 + 2) + 5;
+			if (gather(s, "probe", me.n, nprobers, pd, got_probe, &w, err, sizeof(err)) < 0)
+				goto store_failed;
+		}
+	}
+
+	/* Task 0 decides whether the collectives can work; everyone follows. */
+	int go = 0;
+	if (me.id == 0) {
+		int ok;
+		ck_eval_setup(&w);
+		ok = ck_coll_safe(&w, w.coll_skip, sizeof(w.coll_skip));
+		snprintf(rec, RECLEN, "%d", ok);
+		if (ddpenv_store_set(s, "ck/go", rec, strlen(rec), err, sizeof(err)) < 0)
+			goto store_failed;
+		go = ok;
+	} else {
+		if (ddpenv_store_get(s, "ck/go", wait_ms, &v2, &l2, err, sizeof(err)) < 0)
+			goto store_failed;
+		go = l2 > 0 && ((char *)v2)[0] == '1';
+		free(v2);
+	}
+	ck_listen_stop(&lis);
+
+	if (go) {
+		struct ck_coll mine;
+		run_colls(&me, s, &o, w.sizes, w.nsizes, &mine);
+		if (!mine.ok)
+			fprintf(stderr, "ddp-check: task %d (%s): FAIL coll.allreduce: %s\n", me.id, me.r.host,
+				mine.msg);
+		int cl = ck_coll_encode(&mine, rec, RECLEN);
+		if (cl < 0 || publish(s, "coll", me.id, rec, (size_t)cl, err, sizeof(err)) < 0)
+			goto store_failed;
+		if (!mine.ok)
+			rc = 1;
+		if (me.id == 0) {
+			w.coll_ran = 1;
+			if (gather(s, "coll", me.n, me.n, mono() + o.timeout_s, got_coll, &w, err, sizeof(err)) < 0)
+				goto store_failed;
+		}
+	}
+
+	if (me.id == 0) {
+		ck_eval_coll(&w);
+		if (json)
+			ck_report_json(&w, stdout);
+		else
+			ck_report_text(&w, stdout);
+		rc = ck_exit_code(&w);
+		snprintf(rec, RECLEN, "%d", rc);
+		ddpenv_store_set(s, "ck/done", rec, strlen(rec), err, sizeof(err));
+		int missing = 0;
+		for (int i = 0; i < me.n; i++)
+			missing += !w.ranks[i].joined;
+		ddpenv_store_close_within(s, missing ? 3000 : o.timeout_s * 1000);
+	} else {
+		if (ddpenv_store_get(s, "ck/done", wait_ms, &v2, &l2, err, sizeof(err)) == 0)
+			free(v2);
+		ddpenv_store_close(s);
+	}
+	goto out;
+
+store_failed:
+	ck_listen_stop(&lis);
+	if (me.id == 0)
+		fprintf(stderr, "ddp-check: task 0 (%s): the rendezvous failed midway: %s\n", me.r.host, err);
+	else
+		fprintf(stderr, "ddp-check: task %d (%s): FAIL rdzv: lost task 0's rendezvous (task 0 died, "
+			"or its node is unreachable): %s\n", me.id, me.r.host, err);
+	ddpenv_store_close_within(s, 1000);
+	rc = 1;
+out:
+	if (w.probes)
+		for (int i = 0; i < me.n; i++)
+			ck_probe_free(&w.probes[i]);
+	free(w.ranks);
+	free(w.probes);
+	free(w.colls);
+	free(w.res);
+	free(probers);
+	free(rec);
+	return rc;
+}

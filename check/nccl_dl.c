@@ -1,0 +1,369 @@
+/* ddp-check's NCCL backend, loaded at run time (dlopen of libcudart and
+ * libnccl) so that one ddp-check binary runs on CPU-only clusters too and
+ * only `--ddp=nccl` steps need the GPU libraries.  Built against the CUDA
+ * and NCCL headers when they are present (HAVE_NCCL); without them every
+ * call says so.
+ *
+ * Every wait is bounded: the communicator is created non-blocking and
+ * polled with ncclCommGetAsyncError until a deadline, then aborted, so a
+ * missing peer ends in an error instead of a hang. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coll.h"
+
+#ifdef HAVE_NCCL
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+static struct {
+	void *cudart, *nccl;
+	cudaError_t (*GetDeviceCount)(int *);
+	cudaError_t (*SetDevice)(int);
+	cudaError_t (*DeviceGetPCIBusId)(char *, int, int);
+	cudaError_t (*Malloc)(void **, size_t);
+	cudaError_t (*Free)(void *);
+	cudaError_t (*Memcpy)(void *, const void *, size_t, enum cudaMemcpyKind);
+	cudaError_t (*StreamCreate)(cudaStream_t *);
+	cudaError_t (*StreamQuery)(cudaStream_t);
+	const char *(*GetErrorString)(cudaError_t);
+	ncclResult_t (*GetUniqueId)(ncclUniqueId *);
+	ncclResult_t (*CommInitRankConfig)(ncclComm_t *, int, ncclUniqueId, int, ncclConfig_t *);
+	ncclResult_t (*CommGetAsyncError)(ncclComm_t, ncclResult_t *);
+	ncclResult_t (*AllReduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+				  cudaStream_t);
+	ncclResult_t (*CommFinalize)(ncclComm_t);
+	ncclResult_t (*CommDestroy)(ncclComm_t);
+	ncclResult_t (*CommAbort)(ncclComm_t);
+	ncclResult_t (*GetVersion)(int *);
+	const char *(*GetErrorStringN)(ncclResult_t);
+	const char *(*GetLastError)(ncclComm_t);
+} dl;
+
+static void *open_first(const char *const *names, char *tried, size_t len)
+{
+	size_t off = 0;
+	for (size_t i = 0; names[i]; i++) {
+		void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+		if (h)
+			return h;
+		off += (size_t)snprintf(tried + off, off < len ? len - off : 0, "%s%s", off ? ", " : "",
+					names[i]);
+	}
+	return NULL;
+}
+
+#define SYM(h, field, name)                                                           \
+	do {                                                                          \
+		*(void **)&dl.field = dlsym(h, name);                                 \
+		if (!dl.field) {                                                      \
+			snprintf(err, errlen, "%s lacks %s (too old a CUDA or NCCL?)", \
+				 h == dl.nccl ? "libnccl" : "libcudart", name);       \
+			return -1;                                                    \
+		}                                                                     \
+	} while (0)
+
+int ck_nccl_load(char *err, size_t errlen)
+{
+	static const char *const cudart[] = { "libcudart.so", "libcudart.so.13", "libcudart.so.12",
+					      "libcudart.so.11.0", NULL };
+	static const char *const nccl[] = { "libnccl.so.2", "libnccl.so", NULL };
+	char tried[256];
+
+	if (dl.nccl)
+		return 0;
+	if (!(dl.cudart = open_first(cudart, tried, sizeof(tried)))) {
+		snprintf(err, errlen, "--ddp=nccl needs the CUDA runtime: none of %s could be loaded "
+			 "(LD_LIBRARY_PATH=%s)", tried, getenv("LD_LIBRARY_PATH") ? getenv("LD_LIBRARY_PATH") : "");
+		return -1;
+	}
+	if (!(dl.nccl = open_first(nccl, tried, sizeof(tried)))) {
+		snprintf(err, errlen, "--ddp=nccl needs NCCL: none of %s could be loaded (LD_LIBRARY_PATH=%s)",
+			 tried, getenv("LD_LIBRARY_PATH") ? getenv("LD_LIBRARY_PATH") : "");
+		return -1;
+	}
+	SYM(dl.cudart, GetDeviceCount, "cudaGetDeviceCount");
+	SYM(dl.cudart, SetDevice, "cudaSetDevice");
+	SYM(dl.cudart, DeviceGetPCIBusId, "cudaDeviceGetPCIBusId");
+	SYM(dl.cudart, Malloc, "cudaMalloc");
+	SYM(dl.cudart, Free, "cudaFree");
+	SYM(dl.cudart, Memcpy, "cudaMemcpy");
+	SYM(dl.cudart, StreamCreate, "cudaStreamCreate");
+	SYM(dl.cudart, StreamQuery, "cudaStreamQuery");
+	SYM(dl.cudart, GetErrorString, "cudaGetErrorString");
+	SYM(dl.nccl, GetUniqueId, "ncclGetUniqueId");
+	SYM(dl.nccl, CommInitRankConfig, "ncclCommInitRankConfig");
+	SYM(dl.nccl, CommGetAsyncError, "ncclCommGetAsyncError");
+	SYM(dl.nccl, AllReduce, "ncclAllReduce");
+	SYM(dl.nccl, CommFinalize, "ncclCommFinalize");
+	SYM(dl.nccl, CommDestroy, "ncclCommDestroy");
+	SYM(dl.nccl, CommAbort, "ncclCommAbort");
+	SYM(dl.nccl, GetVersion, "ncclGetVersion");
+	SYM(dl.nccl, GetErrorStringN, "ncclGetErrorString");
+	*(void **)&dl.GetLastError = dlsym(dl.nccl, "ncclGetLastError");
+	return 0;
+}
+
+int ck_nccl_device(int local_rank, int *dev, int *count, char *busid, size_t len, char *err,
+		   size_t errlen)
+{
+	cudaError_t e = dl.GetDeviceCount(count);
+	if (e != cudaSuccess || *count < 1) {
+		snprintf(err, errlen, "no CUDA device visible (CUDA_VISIBLE_DEVICES=%s): %s",
+			 getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "unset",
+			 e != cudaSuccess ? dl.GetErrorString(e) : "count 0");
+		return -1;
+	}
+	/* The plugin puts each task's own GPU at entry LOCAL_RANK of a list of
+	 * all the node's GPUs, or alone (strict, --gpu-bind). */
+	*dev = *count == 1 ? 0 : local_rank % *count;
+	char b[32];
+	if ((e = dl.SetDevice(*dev)) != cudaSuccess || (e = dl.DeviceGetPCIBusId(b, sizeof(b), *dev)) != cudaSuccess) {
+		snprintf(err, errlen, "CUDA device %d: %s", *dev, dl.GetErrorString(e));
+		return -1;
+	}
+	/* CUDA says "00000000:1B:00.0"; hwloc and Slurm "0000:1b:00.0". */
+	unsigned d, bu, de, f;
+	if (sscanf(b, "%x:%x:%x.%x", &d, &bu, &de, &f) == 4)
+		snprintf(busid, len, "%04x:%02x:%02x.%x", d, bu, de, f);
+	else
+		snprintf(busid, len, "%s", b);
+	return 0;
+}
+
+struct ck_nccl {
+	ncclComm_t comm;
+	cudaStream_t stream;
+	int timeout_ms;
+	int broken;          /* a wait timed out: abort, never finalize */
+};
+
+static double mono(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static int nerr(struct ck_nccl *c, ncclResult_t r, const char *what, char *err, size_t errlen)
+{
+	const char *last = c && c->comm && dl.GetLastError ? dl.GetLastError(c->comm) : NULL;
+	snprintf(err, errlen, "NCCL %s: %s%s%s", what, dl.GetErrorStringN(r), last && *last ? ": " : "",
+		 last ? last : "");
+	return -1;
+}
+
+/* Wait for the non-blocking communicator's last operation. */
+static int settle(struct ck_nccl *c, const char *what, char *err, size_t errlen)
+{
+	double deadline = mono() + c->timeout_ms / 1000.0;
+	ncclResult_t st;
+	for (;;) {
+		ncclResult_t r = dl.CommGetAsyncError(c->comm, &st);
+		if (r != ncclSuccess)
+			return nerr(c, r, what, err, errlen);
+		if (st == ncclSuccess)
+			return 0;
+		if (st != ncclInProgress)
+			return nerr(c, st, what, err, errlen);
+		if (mono() > deadline) {
+			snprintf(err, errlen, "NCCL %s: not done after %d s (a peer is missing or its "
+				 "network is cut)", what, c->timeout_ms / 1000);
+			c->broken = 1;
+			return -1;
+		}
+		usleep(1000);
+	}
+}
+
+int ck_nccl_open(struct ck_nccl **out, struct ddpenv_store *s, int rank, int world,
+		 int timeout_ms, char *err, size_t errlen)
+{
+	struct ck_nccl *c = calloc(1, sizeof(*c));
+	ncclUniqueId id;
+	void *v = NULL;
+	size_t l = 0;
+	ncclResult_t r;
+
+	*out = NULL;
+	if (!c) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	c->timeout_ms = timeout_ms;
+	if (rank == 0) {
+		if ((r = dl.GetUniqueId(&id)) != ncclSuccess) {
+			free(c);
+			return nerr(NULL, r, "ncclGetUniqueId", err, errlen);
+		}
+		if (ddpenv_store_set(s, "ck/nccl-id", &id, sizeof(id), err, errlen) < 0)
+			goto fail;
+	} else {
+		if (ddpenv_store_get(s, "ck/nccl-id", timeout_ms, &v, &l, err, errlen) < 0)
+			goto fail;
+		if (l != sizeof(id)) {
+			snprintf(err, errlen, "NCCL unique id from rank 0: %zu bytes, expected %zu", l, sizeof(id));
+			free(v);
+			goto fail;
+		}
+		memcpy(&id, v, sizeof(id));
+		free(v);
+	}
+	if (dl.StreamCreate(&c->stream) != cudaSuccess) {
+		snprintf(err, errlen, "cudaStreamCreate failed");
+		goto fail;
+	}
+	ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+	cfg.blocking = 0;
+	r = dl.CommInitRankConfig(&c->comm, world, id, rank, &cfg);
+	if (r != ncclSuccess && r != ncclInProgress) {
+		nerr(c, r, "ncclCommInitRankConfig", err, errlen);
+		goto fail;
+	}
+	if (settle(c, "communicator set-up", err, errlen) < 0) {
+		dl.CommAbort(c->comm);
+		goto fail;
+	}
+	*out = c;
+	return 0;
+fail:
+	free(c);
+	return -1;
+}
+
+int ck_nccl_allreduce(struct ck_nccl *c, void *dbuf, size_t n, char *err, size_t errlen)
+{
+	ncclResult_t r = dl.AllReduce(dbuf, dbuf, n, ncclFloat32, ncclSum, c->comm, c->stream);
+	if (r != ncclSuccess && r != ncclInProgress)
+		return nerr(c, r, "all-reduce", err, errlen);
+	return settle(c, "all-reduce", err, errlen);
+}
+
+/* Wait for the stream, bounded: a kernel waiting for a dead peer never
+ * ends, so poll the stream and NCCL's error state until the deadline. */
+int ck_nccl_sync(struct ck_nccl *c, char *err, size_t errlen)
+{
+	double deadline = mono() + c->timeout_ms / 1000.0;
+	for (;;) {
+		cudaError_t e = dl.StreamQuery(c->stream);
+		if (e == cudaSuccess)
+			return settle(c, "all-reduce", err, errlen);
+		if (e != cudaErrorNotReady) {
+			snprintf(err, errlen, "CUDA stream: %s", dl.GetErrorString(e));
+			return -1;
+		}
+		ncclResult_t st;
+		if (dl.CommGetAsyncError(c->comm, &st) == ncclSuccess && st != ncclSuccess &&
+		    st != ncclInProgress)
+			return nerr(c, st, "all-reduce", err, errlen);
+		if (mono() > deadline) {
+			snprintf(err, errlen, "NCCL all-reduce: not done after %d s (a peer is missing or "
+				 "its network is cut)", c->timeout_ms / 1000);
+			c->broken = 1;
+			return -1;
+		}
+		usleep(50);
+	}
+}
+
+void *ck_nccl_alloc(size_t bytes)
+{
+	void *p = NULL;
+	return dl.Malloc(&p, bytes) == cudaSuccess ? p : NULL;
+}
+
+void ck_nccl_free(void *p)
+{
+	if (p)
+		dl.Free(p);
+}
+
+int ck_nccl_copy(void *dst, const void *src, size_t bytes, int to_device)
+{
+	return dl.Memcpy(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost) ==
+	       cudaSuccess ? 0 : -1;
+}
+
+void ck_nccl_close(struct ck_nccl *c)
+{
+	char err[256];
+	if (!c)
+		return;
+	ncclResult_t r = c->broken ? ncclInternalError : dl.CommFinalize(c->comm);
+	if ((r == ncclSuccess || r == ncclInProgress) && settle(c, "finalize", err, sizeof(err)) == 0)
+		dl.CommDestroy(c->comm);
+	else
+		dl.CommAbort(c->comm);
+	free(c);
+}
+
+int ck_nccl_version(void)
+{
+	int v = 0;
+	if (dl.GetVersion)
+		dl.GetVersion(&v);
+	return v;
+}
+
+#else /* !HAVE_NCCL */
+
+static const char nonccl[] = "this ddp-check was built without the CUDA and NCCL headers "
+			     "(/usr/local/cuda/include): --ddp=nccl is not available; use --ddp=gloo";
+
+int ck_nccl_load(char *err, size_t errlen)
+{
+	snprintf(err, errlen, "%s", nonccl);
+	return -1;
+}
+
+int ck_nccl_device(int local_rank, int *dev, int *count, char *busid, size_t len, char *err,
+		   size_t errlen)
+{
+	snprintf(err, errlen, "%s", nonccl);
+	return -1;
+}
+
+int ck_nccl_open(struct ck_nccl **out, struct ddpenv_store *s, int rank, int world,
+		 int timeout_ms, char *err, size_t errlen)
+{
+	snprintf(err, errlen, "%s", nonccl);
+	return -1;
+}
+
+int ck_nccl_allreduce(struct ck_nccl *c, void *dbuf, size_t n, char *err, size_t errlen)
+{
+	return -1;
+}
+
+int ck_nccl_sync(struct ck_nccl *c, char *err, size_t errlen)
+{
+	return -1;
+}
+
+void *ck_nccl_alloc(size_t bytes)
+{
+	return NULL;
+}
+
+void ck_nccl_free(void *p)
+{
+}
+
+int ck_nccl_copy(void *dst, const void *src, size_t bytes, int to_device)
+{
+	return -1;
+}
+
+void ck_nccl_close(struct ck_nccl *c)
+{
+}
+
+int ck_nccl_version(void)
+{
+	return 0;
+}
+#endif

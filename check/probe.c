@@ -1,0 +1,362 @@
+/* The probe mesh: one task per node listens on its node's chosen interface
+ * address; every node's prober connects to every other node's listener
+ * (in parallel, each attempt bounded), checks that the right node answered,
+ * and measures its clock against the head node's (Cristian's algorithm:
+ * the reply with the shortest round trip, offset +- half of it). */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "probe.h"
+
+#define HELLO "ddp-check "
+#define CLOCK_ROUNDS 8
+#define BATCH 128
+
+static int64_t realtime_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_REALTIME, &t);
+	return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static int64_t mono_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* "10.0.0.1:4000" or "[fe80::1]:4000" into a socket address. */
+static int endpoint_parse(const char *ep, struct sockaddr_storage *ss, socklen_t *sl)
+{
+	char host[80];
+	const char *port;
+	struct addrinfo hints = { .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV, .ai_socktype = SOCK_STREAM },
+			*ai;
+
+	if (ep[0] == '[') {
+		const char *e = strchr(ep, ']');
+		if (!e || e[1] != ':' || (size_t)(e - ep - 1) >= sizeof(host))
+			return -1;
+		memcpy(host, ep + 1, (size_t)(e - ep - 1));
+		host[e - ep - 1] = 0;
+		port = e + 2;
+	} else {
+		const char *c = strrchr(ep, ':');
+		if (!c || (size_t)(c - ep) >= sizeof(host))
+			return -1;
+		memcpy(host, ep, (size_t)(c - ep));
+		host[c - ep] = 0;
+		port = c + 1;
+	}
+	if (getaddrinfo(host, port, &hints, &ai) != 0)
+		return -1;
+	memcpy(ss, ai->ai_addr, ai->ai_addrlen);
+	*sl = ai->ai_addrlen;
+	freeaddrinfo(ai);
+	return 0;
+}
+
+static void *serve(void *arg)
+{
+	struct ck_listener *l = arg;
+	size_t cap = 64, n = 1;
+	struct pollfd *p = calloc(cap, sizeof(*p));
+	char hello[CK_HOST + 16];
+	int hl = snprintf(hello, sizeof(hello), HELLO "%s\n", l->host);
+
+	if (!p)
+		return NULL;
+	p[0].fd = l->fd;
+	p[0].events = POLLIN;
+	while (!__atomic_load_n(&l->stop, __ATOMIC_ACQUIRE)) {
+		if (poll(p, n, 100) <= 0)
+			continue;
+		for (size_t i = n; i-- > 1;) {
+			if (!p[i].revents)
+				continue;
+			char req[64];
+			ssize_t r = recv(p[i].fd, req, sizeof(req), MSG_DONTWAIT);
+			if (r <= 0) {
+				if (r < 0 && (errno == EAGAIN || errno == EINTR))
+					continue;
+				close(p[i].fd);
+				p[i] = p[--n];
+				continue;
+			}
+			for (ssize_t k = 0; k < r; k++) {
+				if (req[k] != 'T')
+					continue;
+				uint64_t t = (uint64_t)realtime_ns();
+				unsigned char b[8];
+				for (int j = 0; j < 8; j++)
+					b[j] = (unsigned char)(t >> (56 - 8 * j));
+				if (send(p[i].fd, b, 8, MSG_NOSIGNAL | MSG_DONTWAIT) != 8)
+					break;
+			}
+		}
+		if (p[0].revents & POLLIN) {
+			int c = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+			if (c < 0)
+				continue;
+			int one = 1;
+			setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+			if (send(c, hello, (size_t)hl, MSG_NOSIGNAL | MSG_DONTWAIT) != hl) {
+				close(c);
+				continue;
+			}
+			if (n == cap) {
+				struct pollfd *np = realloc(p, 2 * cap * sizeof(*p));
+				if (!np) {
+					close(c);
+					continue;
+				}
+				p = np;
+				cap *= 2;
+			}
+			p[n].fd = c;
+			p[n].events = POLLIN;
+			p[n].revents = 0;
+			n++;
+		}
+	}
+	for (size_t i = 1; i < n; i++)
+		close(p[i].fd);
+	free(p);
+	return NULL;
+}
+
+int ck_listen_start(struct ck_listener *l, const char *addr, const char *host, char *err,
+		    size_t errlen)
+{
+	struct addrinfo hints = { .ai_flags = AI_NUMERICHOST | AI_PASSIVE, .ai_socktype = SOCK_STREAM },
+			*ai;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+
+	memset(l, 0, sizeof(*l));
+	l->fd = -1;
+	snprintf(l->host, sizeof(l->host), "%s", host);
+	if (getaddrinfo(addr, "0", &hints, &ai) != 0) {
+		snprintf(err, errlen, "probe listener: '%s' is not a numeric address", addr);
+		return -1;
+	}
+	l->fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (l->fd < 0 || bind(l->fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(l->fd, 1024) < 0 ||
+	    getsockname(l->fd, (struct sockaddr *)&ss, &sl) < 0) {
+		snprintf(err, errlen, "probe listener on %s: %s", addr, strerror(errno));
+		freeaddrinfo(ai);
+		if (l->fd >= 0)
+			close(l->fd);
+		l->fd = -1;
+		return -1;
+	}
+	freeaddrinfo(ai);
+	int port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port) :
+					     ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	snprintf(l->endpoint, sizeof(l->endpoint), ss.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d",
+		 addr, port);
+	fcntl(l->fd, F_SETFL, fcntl(l->fd, F_GETFL) | O_NONBLOCK);
+	if (pthread_create(&l->th, NULL, serve, l) != 0) {
+		snprintf(err, errlen, "probe listener: cannot start its thread");
+		close(l->fd);
+		l->fd = -1;
+		return -1;
+	}
+	l->running = 1;
+	return 0;
+}
+
+void ck_listen_stop(struct ck_listener *l)
+{
+	if (!l->running)
+		return;
+	__atomic_store_n(&l->stop, 1, __ATOMIC_RELEASE);
+	pthread_join(l->th, NULL);
+	close(l->fd);
+	l->running = 0;
+}
+
+static void conn_err(struct ck_peer *q, int e, int ms)
+{
+	if (e == ETIMEDOUT)
+		snprintf(q->err, sizeof(q->err), "no answer within %d ms (packets dropped: a firewall, a "
+			 "down link or no route back)", ms);
+	else if (e == ECONNREFUSED)
+		snprintf(q->err, sizeof(q->err), "connection refused (a firewall rejecting the port?)");
+	else if (e == EINVAL || e == ENETUNREACH || e == EHOSTUNREACH)
+		snprintf(q->err, sizeof(q->err), "%s (no route to it from here)", strerror(e));
+	else
+		snprintf(q->err, sizeof(q->err), "%s", strerror(e));
+}
+
+/* Clock against the head node's listener on an open connection. */
+static void measure_clock(int fd, struct ck_probe *out, int ms)
+{
+	double best_rtt = -1, best_off = 0;
+
+	for (int k = 0; k < CLOCK_ROUNDS; k++) {
+		unsigned char b[8];
+		size_t got = 0;
+		int64_t t0 = realtime_ns();
+		if (send(fd, "T", 1, MSG_NOSIGNAL) != 1)
+			return;
+		while (got < 8) {
+			struct pollfd p = { .fd = fd, .events = POLLIN };
+			if (poll(&p, 1, ms) <= 0)
+				return;
+			ssize_t r = recv(fd, b + got, 8 - got, MSG_DONTWAIT);
+			if (r <= 0 && !(r < 0 && errno == EAGAIN))
+				return;
+			if (r > 0)
+				got += (size_t)r;
+		}
+		int64_t t1 = realtime_ns();
+		uint64_t ts = 0;
+		for (int j = 0; j < 8; j++)
+			ts = ts << 8 | b[j];
+		double rtt = (double)(t1 - t0);
+		if (best_rtt < 0 || rtt < best_rtt) {
+			best_rtt = rtt;
+			/* the head's time minus ours at the moment it answered */
+			best_off = (double)t0 + rtt / 2 - (double)(int64_t)ts;
+		}
+	}
+	out->have_clock = 1;
+	out->clock_off_us = best_off / 1000;
+	out->clock_unc_us = best_rtt / 2000;
+}
+
+static void probe_batch(const struct ck_target *t, size_t n, int ms, struct ck_probe *out,
+			struct ck_peer *peers)
+{
+	int fd[BATCH];
+	int state[BATCH];   /* 0 connecting, 1 reading hello, 2 done */
+	char hello[BATCH][CK_HOST + 16];
+	size_t hlen[BATCH];
+	int64_t t_start[BATCH];
+
+	for (size_t i = 0; i < n; i++) {
+		struct sockaddr_storage ss;
+		socklen_t sl;
+		struct ck_peer *q = &peers[i];
+		snprintf(q->node, sizeof(q->node), "%s", t[i].node);
+		snprintf(q->addr, sizeof(q->addr), "%s", t[i].addr);
+		fd[i] = -1;
+		state[i] = 2;
+		hlen[i] = 0;
+		t_start[i] = mono_ms();
+		if (endpoint_parse(t[i].addr, &ss, &sl) < 0) {
+			snprintf(q->err, sizeof(q->err), "'%s' is not an address:port", t[i].addr);
+			continue;
+		}
+		fd[i] = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+		if (fd[i] < 0) {
+			conn_err(q, errno, ms);
+			continue;
+		}
+		if (connect(fd[i], (struct sockaddr *)&ss, sl) < 0 && errno != EINPROGRESS) {
+			conn_err(q, errno, ms);
+			close(fd[i]);
+			fd[i] = -1;
+			continue;
+		}
+		state[i] = 0;
+	}
+	int64_t deadline = mono_ms() + ms;
+	for (;;) {
+		struct pollfd p[BATCH];
+		size_t idx[BATCH], np = 0;
+		for (size_t i = 0; i < n; i++)
+			if (state[i] < 2) {
+				p[np].fd = fd[i];
+				p[np].events = state[i] == 0 ? POLLOUT : POLLIN;
+				p[np].revents = 0;
+				idx[np++] = i;
+			}
+		int64_t left = deadline - mono_ms();
+		if (!np || left <= 0)
+			break;
+		if (poll(p, np, (int)left) <= 0)
+			continue;
+		for (size_t k = 0; k < np; k++) {
+			size_t i = idx[k];
+			struct ck_peer *q = &peers[i];
+			if (!p[k].revents)
+				continue;
+			if (state[i] == 0) {
+				int e = 0;
+				socklen_t el = sizeof(e);
+				getsockopt(fd[i], SOL_SOCKET, SO_ERROR, &e, &el);
+				if (e) {
+					conn_err(q, e, ms);
+					state[i] = 2;
+				} else {
+					state[i] = 1;
+				}
+				continue;
+			}
+			ssize_t r = recv(fd[i], hello[i] + hlen[i], sizeof(hello[i]) - 1 - hlen[i], MSG_DONTWAIT);
+			if (r <= 0) {
+				if (r < 0 && errno == EAGAIN)
+					continue;
+				snprintf(q->err, sizeof(q->err), "it closed the connection without a greeting "
+					 "(not ddp-check listening there?)");
+				state[i] = 2;
+				continue;
+			}
+			hlen[i] += (size_t)r;
+			hello[i][hlen[i]] = 0;
+			char *nl = strchr(hello[i], '\n');
+			if (!nl && hlen[i] < sizeof(hello[i]) - 1)
+				continue;
+			state[i] = 2;
+			if (nl)
+				*nl = 0;
+			if (strncmp(hello[i], HELLO, strlen(HELLO)) != 0) {
+				snprintf(q->err, sizeof(q->err), "something else answered there (not ddp-check)");
+			} else if (strcmp(hello[i] + strlen(HELLO), t[i].node) != 0) {
+				snprintf(q->err, sizeof(q->err), "%.64s answered instead (two nodes with one "
+					 "address?)", hello[i] + strlen(HELLO));
+			} else {
+				q->ok = 1;
+				q->rtt_us = (double)(mono_ms() - t_start[i]) * 1000;
+			}
+		}
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (state[i] < 2)
+			conn_err(&peers[i], state[i] == 0 ? ETIMEDOUT : ETIMEDOUT, ms);
+		if (peers[i].ok && t[i].head)
+			measure_clock(fd[i], out, ms);
+		if (fd[i] >= 0)
+			close(fd[i]);
+	}
+}
+
+int ck_probe_run(const struct ck_target *t, size_t n, int ms, struct ck_probe *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->have = 1;
+	if (!n)
+		return 0;
+	out->peers = calloc(n, sizeof(*out->peers));
+	if (!out->peers)
+		return -1;
+	out->npeers = n;
+	for (size_t i = 0; i < n; i += BATCH)
+		probe_batch(t + i, n - i < BATCH ? n - i : BATCH, ms, out, out->peers + i);
+	return 0;
+}

@@ -1,0 +1,308 @@
+/* ddp-check's records on the wire: "key=value" lines, one field each, so
+ * a rank of a newer ddp-check adds fields without breaking an older one. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+
+const char *const ck_env_names[CK_NENV] = {
+	"MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE",
+	"LOCAL_WORLD_SIZE", "NODE_RANK",
+	"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "CUDA_VISIBLE_DEVICES", "DDP_GPU_BUSID",
+	DDPENV_SLURM_CVD, "SLURM_STEP_GPUS", "DDP_BIND_POLICY", "DDP_BACKEND", "SLURM_NODEID",
+};
+
+struct out {
+	char *buf;
+	size_t len, off;
+	int over;
+};
+
+static void put(struct out *o, const char *key, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void put(struct out *o, const char *key, const char *fmt, ...)
+{
+	char v[CK_MSG + 64];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(v, sizeof(v), fmt, ap);
+	va_end(ap);
+	for (char *p = v; *p; p++)
+		if (*p == '\n' || *p == '\r')
+			*p = ' ';
+	int n = snprintf(o->buf + o->off, o->off < o->len ? o->len - o->off : 0, "%s=%s\n", key, v);
+	if (n < 0 || o->off + (size_t)n >= o->len) {
+		o->over = 1;
+		return;
+	}
+	o->off += (size_t)n;
+}
+
+static int done(struct out *o)
+{
+	return o->over ? -1 : (int)o->off;
+}
+
+/* Call fn(ctx, key, value) for each line; keys and values are copied. */
+static void each_line(const char *buf, size_t len, void (*fn)(void *, const char *, const char *),
+		      void *ctx)
+{
+	size_t i = 0;
+	while (i < len) {
+		size_t j = i;
+		while (j < len && buf[j] != '\n')
+			j++;
+		char line[CK_MSG + 128];
+		size_t l = j - i < sizeof(line) - 1 ? j - i : sizeof(line) - 1;
+		memcpy(line, buf + i, l);
+		line[l] = 0;
+		char *eq = strchr(line, '=');
+		if (eq) {
+			*eq = 0;
+			fn(ctx, line, eq + 1);
+		}
+		i = j + 1;
+	}
+}
+
+#define STR(dst, src) snprintf(dst, sizeof(dst), "%s", src)
+
+int ck_rank_encode(const struct ck_rank *r, char *buf, size_t len)
+{
+	struct out o = { buf, len, 0, 0 };
+
+	put(&o, "id", "%d", r->id);
+	put(&o, "host", "%s", r->host);
+	put(&o, "pid", "%ld", r->pid);
+	for (int k = 0; k < CK_NENV; k++)
+		if (r->have & (1u << k)) {
+			char key[48];
+			snprintf(key, sizeof(key), "env.%s", ck_env_names[k]);
+			put(&o, key, "%s", r->env[k]);
+		}
+	put(&o, "ifvar", "%s", r->ifvar);
+	put(&o, "ifname", "%s", r->ifname);
+	put(&o, "ifstate", "%s", r->ifstate);
+	put(&o, "ifaddr", "%s", r->ifaddr);
+	put(&o, "ifkind", "%s", r->ifkind);
+	put(&o, "ifs_here", "%s", r->ifs_here);
+	put(&o, "head_local", "%d", r->head_local);
+	put(&o, "head_err", "%s", r->head_err);
+	put(&o, "cpus", "%s", r->cpus);
+	put(&o, "numa", "%s", r->numa);
+	put(&o, "allowed", "%s", r->allowed);
+	put(&o, "gpu", "%s", r->gpu);
+	put(&o, "gpu_from", "%s", r->gpu_from);
+	put(&o, "gpu_near", "%s", r->gpu_near);
+	put(&o, "gpu_numa", "%d", r->gpu_numa);
+	put(&o, "visible", "%d", r->visible);
+	put(&o, "step_gpus", "%d", r->step_gpus);
+	put(&o, "topo_err", "%s", r->topo_err);
+	put(&o, "probe", "%s", r->probe);
+	put(&o, "joined_s", "%.6f", r->joined_s);
+	return done(&o);
+}
+
+static void rank_field(void *ctx, const char *k, const char *v)
+{
+	struct ck_rank *r = ctx;
+
+	if (!strncmp(k, "env.", 4)) {
+		for (int i = 0; i < CK_NENV; i++)
+			if (!strcmp(k + 4, ck_env_names[i])) {
+				STR(r->env[i], v);
+				r->have |= 1u << i;
+			}
+	} else if (!strcmp(k, "id")) {
+		r->id = atoi(v);
+	} else if (!strcmp(k, "host")) {
+		STR(r->host, v);
+	} else if (!strcmp(k, "pid")) {
+		r->pid = atol(v);
+	} else if (!strcmp(k, "ifvar")) {
+		STR(r->ifvar, v);
+	} else if (!strcmp(k, "ifname")) {
+		STR(r->ifname, v);
+	} else if (!strcmp(k, "ifstate")) {
+		STR(r->ifstate, v);
+	} else if (!strcmp(k, "ifaddr")) {
+		STR(r->ifaddr, v);
+	} else if (!strcmp(k, "ifkind")) {
+		STR(r->ifkind, v);
+	} else if (!strcmp(k, "ifs_here")) {
+		STR(r->ifs_here, v);
+	} else if (!strcmp(k, "head_local")) {
+		r->head_local = atoi(v);
+	} else if (!strcmp(k, "head_err")) {
+		STR(r->head_err, v);
+	} else if (!strcmp(k, "cpus")) {
+		STR(r->cpus, v);
+	} else if (!strcmp(k, "numa")) {
+		STR(r->numa, v);
+	} else if (!strcmp(k, "allowed")) {
+		STR(r->allowed, v);
+	} else if (!strcmp(k, "gpu")) {
+		STR(r->gpu, v);
+	} else if (!strcmp(k, "gpu_from")) {
+		STR(r->gpu_from, v);
+	} else if (!strcmp(k, "gpu_near")) {
+		STR(r->gpu_near, v);
+	} else if (!strcmp(k, "gpu_numa")) {
+		r->gpu_numa = atoi(v);
+	} else if (!strcmp(k, "visible")) {
+		r->visible = atoi(v);
+	} else if (!strcmp(k, "step_gpus")) {
+		r->step_gpus = atoi(v);
+	} else if (!strcmp(k, "topo_err")) {
+		STR(r->topo_err, v);
+	} else if (!strcmp(k, "probe")) {
+		STR(r->probe, v);
+	} else if (!strcmp(k, "joined_s")) {
+		r->joined_s = atof(v);
+	}
+}
+
+int ck_rank_decode(struct ck_rank *r, const char *buf, size_t len)
+{
+	memset(r, 0, sizeof(*r));
+	r->id = -1;
+	r->head_local = -1;
+	r->gpu_numa = -1;
+	r->visible = -1;
+	each_line(buf, len, rank_field, r);
+	return r->id >= 0 && r->host[0] ? 0 : -1;
+}
+
+/* A peer line: node \t addr \t ok \t rtt_us \t err */
+int ck_probe_encode(const struct ck_probe *p, char *buf, size_t len)
+{
+	struct out o = { buf, len, 0, 0 };
+
+	put(&o, "probed", "%d", p->have);
+	for (size_t i = 0; i < p->npeers; i++) {
+		const struct ck_peer *q = &p->peers[i];
+		put(&o, "peer", "%s\t%s\t%d\t%.1f\t%s", q->node, q->addr, q->ok, q->rtt_us, q->err);
+	}
+	if (p->have_clock)
+		put(&o, "clock", "%.1f\t%.1f", p->clock_off_us, p->clock_unc_us);
+	return done(&o);
+}
+
+static void probe_field(void *ctx, const char *k, const char *v)
+{
+	struct ck_probe *p = ctx;
+
+	if (!strcmp(k, "probed")) {
+		p->have = atoi(v);
+	} else if (!strcmp(k, "clock")) {
+		p->have_clock = sscanf(v, "%lf\t%lf", &p->clock_off_us, &p->clock_unc_us) == 2;
+	} else if (!strcmp(k, "peer")) {
+		struct ck_peer *np = realloc(p->peers, (p->npeers + 1) * sizeof(*np));
+		if (!np)
+			return;
+		p->peers = np;
+		struct ck_peer *q = &p->peers[p->npeers++];
+		memset(q, 0, sizeof(*q));
+		char f[5][CK_MSG];
+		size_t nf = 0, fl = 0;
+		for (const char *s = v; nf < 5; s++) {
+			if (*s == '\t' || !*s) {
+				f[nf++][fl] = 0;
+				fl = 0;
+				if (!*s)
+					break;
+			} else if (fl < CK_MSG - 1) {
+				f[nf][fl++] = *s;
+			}
+		}
+		for (; nf < 5; nf++)
+			f[nf][0] = 0;
+		STR(q->node, f[0]);
+		STR(q->addr, f[1]);
+		q->ok = atoi(f[2]);
+		q->rtt_us = atof(f[3]);
+		STR(q->err, f[4]);
+	}
+}
+
+int ck_probe_decode(struct ck_probe *p, const char *buf, size_t len)
+{
+	memset(p, 0, sizeof(*p));
+	each_line(buf, len, probe_field, p);
+	return 0;
+}
+
+void ck_probe_free(struct ck_probe *p)
+{
+	free(p->peers);
+	p->peers = NULL;
+	p->npeers = 0;
+}
+
+int ck_coll_encode(const struct ck_coll *c, char *buf, size_t len)
+{
+	struct out o = { buf, len, 0, 0 };
+	char t[CK_MAX_SIZES * 24] = "";
+	size_t off = 0;
+
+	put(&o, "ok", "%d", c->ok);
+	put(&o, "msg", "%s", c->msg);
+	put(&o, "first_s", "%.6f", c->first_s);
+	put(&o, "init_s", "%.6f", c->init_s);
+	for (size_t i = 0; i < c->ntimes && i < CK_MAX_SIZES; i++)
+		off += (size_t)snprintf(t + off, sizeof(t) - off, "%s%.9g", i ? "," : "", c->times[i]);
+	put(&o, "times", "%s", t);
+	return done(&o);
+}
+
+static void coll_field(void *ctx, const char *k, const char *v)
+{
+	struct ck_coll *c = ctx;
+
+	if (!strcmp(k, "ok")) {
+		c->ok = atoi(v);
+	} else if (!strcmp(k, "msg")) {
+		STR(c->msg, v);
+	} else if (!strcmp(k, "first_s")) {
+		c->first_s = atof(v);
+	} else if (!strcmp(k, "init_s")) {
+		c->init_s = atof(v);
+	} else if (!strcmp(k, "times")) {
+		const char *s = v;
+		c->ntimes = 0;
+		while (*s && c->ntimes < CK_MAX_SIZES) {
+			char *end;
+			c->times[c->ntimes++] = strtod(s, &end);
+			if (end == s)
+				break;
+			s = *end == ',' ? end + 1 : end;
+		}
+	}
+}
+
+int ck_coll_decode(struct ck_coll *c, const char *buf, size_t len)
+{
+	memset(c, 0, sizeof(*c));
+	each_line(buf, len, coll_field, c);
+	c->have = 1;
+	return 0;
+}
+
+size_t ck_sizes(const struct ck_opts *o, size_t *out, size_t max)
+{
+	size_t n = 0;
+	size_t f = o->step_factor > 1 ? (size_t)o->step_factor : 2;
+
+	if (o->max_bytes == 0)
+		return 0;
+	for (size_t s = o->min_bytes < 4 ? 4 : o->min_bytes; s <= o->max_bytes && n < max; s *= f) {
+		out[n++] = s / 4 * 4;
+		if (s > o->max_bytes / f)
+			break;
+	}
+	return n;
+}

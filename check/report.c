@@ -1,0 +1,208 @@
+/* ddp-check's report: a '#' header, one placement line per task, the
+ * bandwidth table in nccl-tests' columns, the checks, and the count line;
+ * or all of it as one JSON object (--json). */
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+
+static const char *const level_name[] = { "OK", "WARN", "FAIL", "SKIP" };
+
+static const struct ck_rank *first_joined(const struct ck_world *w)
+{
+	for (int i = 0; i < w->n; i++)
+		if (w->ranks[i].joined)
+			return &w->ranks[i];
+	return NULL;
+}
+
+static int count_nodes(const struct ck_world *w)
+{
+	int n = 0;
+
+	for (int i = 0; i < w->n; i++) {
+		int seen = 0;
+		if (!w->ranks[i].joined)
+			continue;
+		for (int j = 0; j < i && !seen; j++)
+			seen = w->ranks[j].joined && !strcmp(w->ranks[j].host, w->ranks[i].host);
+		n += !seen;
+	}
+	return n;
+}
+
+static void counts(const struct ck_world *w, int c[4])
+{
+	c[0] = c[1] = c[2] = c[3] = 0;
+	for (size_t i = 0; i < w->nres; i++)
+		c[w->res[i].level]++;
+}
+
+int ck_exit_code(const struct ck_world *w)
+{
+	int c[4];
+
+	counts(w, c);
+	return c[CK_FAIL] ? 1 : 0;
+}
+
+static const char *dash(const char *s)
+{
+	return s && s[0] ? s : "-";
+}
+
+static const char *head_host(const struct ck_world *w)
+{
+	for (int i = 0; i < w->n; i++)
+		if (w->ranks[i].joined && w->ranks[i].head_local == 1)
+			return w->ranks[i].host;
+	return w->n && w->ranks[0].joined ? w->ranks[0].host : "?";
+}
+
+void ck_report_text(const struct ck_world *w, FILE *out)
+{
+	const struct ck_rank *r0 = first_joined(w);
+	int c[4];
+
+	fprintf(out, "# ddp-check %s: backend %s, world size %d on %d node%s, head %s "
+		"(MASTER_ADDR=%s MASTER_PORT=%s)\n", DDPENV_VERSION, w->backend, w->n, count_nodes(w),
+		count_nodes(w) == 1 ? "" : "s", head_host(w),
+		r0 ? dash(r0->env[CK_MASTER_ADDR]) : "-", r0 ? dash(r0->env[CK_MASTER_PORT]) : "-");
+
+	/* Placement, in columns as wide as their widest entry. */
+	int wh = 4, wi = 5, wa = 7, wg = 3, wc = 4;
+	for (int i = 0; i < w->n; i++) {
+		const struct ck_rank *r = &w->ranks[i];
+		if (!r->joined)
+			continue;
+#define WIDEN(v, s) if ((int)strlen(dash(s)) > v) v = (int)strlen(dash(s))
+		WIDEN(wh, r->host);
+		WIDEN(wi, r->ifname);
+		WIDEN(wa, r->ifaddr);
+		WIDEN(wg, r->gpu);
+		WIDEN(wc, r->cpus);
+#undef WIDEN
+	}
+	fprintf(out, "#\n# %5s  %-*s  %8s  %-*s  %-*s  %-*s  %-*s  %s\n", "rank", wh, "host", "pid",
+		wi, "iface", wa, "address", wg, "gpu", wc, "cpus", "numa");
+	for (int i = 0; i < w->n; i++) {
+		const struct ck_rank *r = &w->ranks[i];
+		if (!r->joined) {
+			fprintf(out, "  %5d  %-*s  (never joined the rendezvous)\n", i, wh, "?");
+			continue;
+		}
+		fprintf(out, "  %5d  %-*s  %8ld  %-*s  %-*s  %-*s  %-*s  %s\n", i, wh, r->host, r->pid,
+			wi, dash(r->ifname), wa, dash(r->ifaddr), wg, dash(r->gpu), wc, dash(r->cpus),
+			dash(r->numa));
+	}
+
+	if (w->coll_ran && w->nsizes) {
+		fprintf(out, "#\n# all-reduce, %s, %d ranks, %d warm-up and %d timed iterations, "
+			"the slowest rank's time\n", w->backend, w->n, w->opts.warmup, w->opts.iters);
+		fprintf(out, "# %12s  %12s  %6s  %5s  %10s  %8s  %8s\n", "size", "count", "type", "redop",
+			"time", "algbw", "busbw");
+		fprintf(out, "# %12s  %12s  %6s  %5s  %10s  %8s  %8s\n", "(B)", "(elements)", "", "",
+			"(us)", "(GB/s)", "(GB/s)");
+		for (size_t k = 0; k < w->nsizes; k++) {
+			double t = ck_time_max(w, k);
+			if (t <= 0)
+				continue;
+			double alg = (double)w->sizes[k] / t / 1e9;
+			fprintf(out, "  %12zu  %12zu  %6s  %5s  %10.2f  %8.2f  %8.2f\n", w->sizes[k],
+				w->sizes[k] / 4, "float", "sum", t * 1e6, alg, ck_busbw(alg, w->n));
+		}
+	}
+
+	fprintf(out, "#\n# checks\n");
+	for (size_t i = 0; i < w->nres; i++)
+		fprintf(out, "%-4s  %-21s  %s\n", level_name[w->res[i].level], w->res[i].name,
+			w->res[i].msg);
+	counts(w, c);
+	fprintf(out, "ddp-check: %d checks OK, %d WARN, %d FAILED", c[CK_OK], c[CK_WARN], c[CK_FAIL]);
+	if (c[CK_SKIP])
+		fprintf(out, ", %d skipped", c[CK_SKIP]);
+	fputc('\n', out);
+	fflush(out);
+}
+
+static void js(FILE *out, const char *s)
+{
+	fputc('"', out);
+	for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+		if (*p == '"' || *p == '\\')
+			fprintf(out, "\\%c", *p);
+		else if (*p < 0x20)
+			fprintf(out, "\\u%04x", *p);
+		else
+			fputc(*p, out);
+	}
+	fputc('"', out);
+}
+
+void ck_report_json(const struct ck_world *w, FILE *out)
+{
+	const struct ck_rank *r0 = first_joined(w);
+	int c[4];
+
+	fprintf(out, "{\n  \"version\": ");
+	js(out, DDPENV_VERSION);
+	fprintf(out, ",\n  \"backend\": ");
+	js(out, w->backend);
+	fprintf(out, ",\n  \"world_size\": %d,\n  \"nodes\": %d,\n  \"head\": {\"host\": ", w->n,
+		count_nodes(w));
+	js(out, head_host(w));
+	fprintf(out, ", \"master_addr\": ");
+	js(out, r0 ? r0->env[CK_MASTER_ADDR] : "");
+	fprintf(out, ", \"master_port\": ");
+	js(out, r0 ? r0->env[CK_MASTER_PORT] : "");
+	fprintf(out, "},\n  \"ranks\": [");
+	for (int i = 0; i < w->n; i++) {
+		const struct ck_rank *r = &w->ranks[i];
+		fprintf(out, "%s\n    {\"rank\": %d, \"joined\": %s", i ? "," : "", i,
+			r->joined ? "true" : "false");
+		if (r->joined) {
+			fprintf(out, ", \"host\": ");
+			js(out, r->host);
+			fprintf(out, ", \"pid\": %ld, \"iface\": ", r->pid);
+			js(out, r->ifname);
+			fprintf(out, ", \"address\": ");
+			js(out, r->ifaddr);
+			fprintf(out, ", \"gpu\": ");
+			js(out, r->gpu);
+			fprintf(out, ", \"cpus\": ");
+			js(out, r->cpus);
+			fprintf(out, ", \"numa\": ");
+			js(out, r->numa);
+			if (w->coll_ran && w->colls[i].have)
+				fprintf(out, ", \"first_collective_s\": %.6f", w->colls[i].first_s);
+		}
+		fputc('}', out);
+	}
+	fprintf(out, "\n  ],\n  \"bandwidth\": [");
+	int first = 1;
+	for (size_t k = 0; w->coll_ran && k < w->nsizes; k++) {
+		double t = ck_time_max(w, k);
+		if (t <= 0)
+			continue;
+		double alg = (double)w->sizes[k] / t / 1e9;
+		fprintf(out, "%s\n    {\"size\": %zu, \"count\": %zu, \"type\": \"float\", \"redop\": "
+			"\"sum\", \"time_us\": %.3f, \"algbw\": %.4f, \"busbw\": %.4f}", first ? "" : ",",
+			w->sizes[k], w->sizes[k] / 4, t * 1e6, alg, ck_busbw(alg, w->n));
+		first = 0;
+	}
+	fprintf(out, "\n  ],\n  \"checks\": [");
+	for (size_t i = 0; i < w->nres; i++) {
+		fprintf(out, "%s\n    {\"name\": ", i ? "," : "");
+		js(out, w->res[i].name);
+		fprintf(out, ", \"level\": ");
+		js(out, level_name[w->res[i].level]);
+		fprintf(out, ", \"message\": ");
+		js(out, w->res[i].msg);
+		fputc('}', out);
+	}
+	counts(w, c);
+	fprintf(out, "\n  ],\n  \"summary\": {\"ok\": %d, \"warn\": %d, \"fail\": %d, \"skip\": %d},\n"
+		"  \"exit_code\": %d\n}\n", c[CK_OK], c[CK_WARN], c[CK_FAIL], c[CK_SKIP],
+		ck_exit_code(w));
+	fflush(out);
+}
