@@ -65,7 +65,10 @@ struct ck_rank {
 	char topo_err[160];
 	/* Where its node's prober listens ("10.0.0.1:40000"), "" none. */
 	char probe[80];
-	double joined_s;                 /* task start to joining the rendezvous */
+	double joined_s;
+	/* The collective library: "" loaded, else why not (no GPU, no NCCL). */
+	char backend_err[DDPENV_ERRLEN];
+	int nccl_version;                 /* task start to joining the rendezvous */
 };
 
 /* A prober's view of the other nodes. */

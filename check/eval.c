@@ -341,10 +341,10 @@ static void eval_local(struct ck_world *w, const struct nodes *nd)
 			long v, lw;
 			if (nd->of[i] != n)
 				continue;
-			if (has(r, CK_LOCAL_RANK) && (!intval(r, CK_LOCAL_RANK, &v) || v >= cnt))
+			if (has(r, CK_LOCAL_RANK) && (!intval(r, CK_LOCAL_RANK, &v) || (complete && v >= cnt)))
 				say(&m, "task %d (%s) has LOCAL_RANK=%s, expected 0..%d (%d tasks there)", i,
 				    r->host, r->env[CK_LOCAL_RANK], cnt - 1, cnt);
-			else if (has(r, CK_LOCAL_RANK) && seen[v]++)
+			else if (has(r, CK_LOCAL_RANK) && v <= cnt && seen[v]++)
 				say(&m, "LOCAL_RANK=%ld twice on %s (task %d and another)", v, r->host, i);
 			if (complete && has(r, CK_LOCAL_WORLD_SIZE) &&
 			    (!intval(r, CK_LOCAL_WORLD_SIZE, &lw) || lw != cnt))
@@ -375,7 +375,7 @@ static void eval_node_rank(struct ck_world *w, const struct nodes *nd)
 		int n = nd->of[i];
 		if (n < 0 || !has(r, CK_NODE_RANK))
 			continue;
-		if (!intval(r, CK_NODE_RANK, &v) || v >= nd->n) {
+		if (!intval(r, CK_NODE_RANK, &v) || (all_joined(w) && v >= nd->n)) {
 			say(&m, "task %d (%s) has NODE_RANK=%s, expected 0..%d", i, r->host,
 			    r->env[CK_NODE_RANK], nd->n - 1);
 		} else if (val[n] < 0) {
@@ -435,7 +435,9 @@ static void eval_head(struct ck_world *w, const struct nodes *nd)
 static void eval_iface(struct ck_world *w, const struct nodes *nd)
 {
 	struct msg fail = { 0 }, warn = { 0 };
-	char first[128] = "";
+	char first[128] = "", names[128] = "";
+	size_t noff = 0;
+	int nnames = 0;
 
 	for (int i = 0; i < w->n; i++) {
 		const struct ck_rank *r = &w->ranks[i];
@@ -444,8 +446,10 @@ static void eval_iface(struct ck_world *w, const struct nodes *nd)
 		const char *st = r->ifstate;
 		if (!strcmp(st, "up")) {
 			if (!first[0])
-				snprintf(first, sizeof(first), "%s=%s", r->ifvar, r->env[!strcmp(r->ifvar,
-					 "NCCL_SOCKET_IFNAME") ? CK_NCCL_IF : CK_GLOO_IF]);
+				snprintf(first, sizeof(first), "%s", r->ifvar);
+			if (!strstr(names, r->ifname) && nnames++ < 4)
+				noff += (size_t)snprintf(names + noff, noff < sizeof(names) ? sizeof(names) - noff : 0,
+							 "%s%s", noff ? ", " : "", r->ifname);
 		} else if (!strcmp(st, "unset")) {
 			say(&warn, "task %d (%s): %s is not set, so the backend picks an interface itself "
 			    "(the route to the head is %s)", i, r->host, r->ifvar, r->ifname[0] ? r->ifname : "unknown");
@@ -461,6 +465,10 @@ static void eval_iface(struct ck_world *w, const struct nodes *nd)
 			if (nd->n > 1)
 				say(&fail, "task %d (%s): %s=%s is a loopback interface: other nodes cannot "
 				    "reach it", i, r->host, r->ifvar, r->ifname);
+		} else if (!strcmp(st, "virtual")) {
+			if (nd->n > 1)
+				say(&fail, "task %d (%s): %s=%s is a container or virtual bridge (%s): other "
+				    "nodes cannot reach it", i, r->host, r->ifvar, r->ifname, r->ifaddr);
 		} else if (!strcmp(st, "pattern")) {
 			say(&warn, "task %d (%s): %s=%s excludes interfaces rather than naming one: not "
 			    "checked", i, r->host, r->ifvar, r->env[CK_NCCL_IF]);
@@ -473,8 +481,9 @@ static void eval_iface(struct ck_world *w, const struct nodes *nd)
 	else if (warn.items)
 		ck_add(w, "net.iface", CK_WARN, "%s", said(&warn));
 	else
-		ck_add(w, "net.iface", CK_OK, "%s exists, is up and has an address of the head's family on "
-		       "every task", first[0] ? first : "the interface");
+		ck_add(w, "net.iface", CK_OK, "%s (%s%s) exists, is up and has an address of the head's "
+		       "family on every task", first[0] ? first : "the interface", names,
+		       nnames > 4 ? ", ..." : "");
 }
 
 static void eval_kind(struct ck_world *w, const struct nodes *nd)
@@ -604,20 +613,44 @@ static int bm(hwloc_bitmap_t b, const char *list)
 	return list && list[0] && hwloc_bitmap_list_sscanf(b, list) == 0;
 }
 
+/* Tasks i and j share CPUs because their GPUs have fewer CPUs near them
+ * than tasks using them: the plan keeps locality over spreading. */
+static int near_crowded(const struct ck_world *w, const struct nodes *nd, int i, int j)
+{
+	const struct ck_rank *a = &w->ranks[i], *b = &w->ranks[j];
+	hwloc_bitmap_t near = hwloc_bitmap_alloc(), c = hwloc_bitmap_alloc();
+	int ok = 0, users = 0;
+
+	if (a->gpu_near[0] && !strcmp(a->gpu_near, b->gpu_near) && bm(near, a->gpu_near)) {
+		for (int k = 0; k < w->n; k++)
+			users += nd->of[k] == nd->of[i] && !strcmp(w->ranks[k].gpu_near, a->gpu_near);
+		ok = users > hwloc_bitmap_weight(near) && bm(c, a->cpus) &&
+		     hwloc_bitmap_isincluded(c, near) && bm(c, b->cpus) && hwloc_bitmap_isincluded(c, near);
+	}
+	hwloc_bitmap_free(near);
+	hwloc_bitmap_free(c);
+	return ok;
+}
+
 static void eval_cpus(struct ck_world *w, const struct nodes *nd)
 {
 	struct msg fail = { 0 }, warn = { 0 };
 	hwloc_bitmap_t a = hwloc_bitmap_alloc(), b = hwloc_bitmap_alloc(), x = hwloc_bitmap_alloc(),
-		       all = hwloc_bitmap_alloc();
-	int bound = 0;
+		       all = hwloc_bitmap_alloc(), used = hwloc_bitmap_alloc(), idle = hwloc_bitmap_alloc();
 
 	for (int n = 0; n < nd->n; n++) {
-		int unbound = 0, shared_ok;
+		int unbound = 0, pairs = 0, crowded = 0, pi = -1, pj = -1;
+		char ov[64] = "";
 		hwloc_bitmap_zero(all);
-		for (int i = 0; i < w->n; i++)
-			if (nd->of[i] == n && bm(a, w->ranks[i].allowed))
+		hwloc_bitmap_zero(used);
+		for (int i = 0; i < w->n; i++) {
+			if (nd->of[i] != n)
+				continue;
+			if (bm(a, w->ranks[i].allowed))
 				hwloc_bitmap_or(all, all, a);
-		shared_ok = hwloc_bitmap_weight(all) > 0 && hwloc_bitmap_weight(all) < nd->count[n];
+			if (bm(a, w->ranks[i].cpus))
+				hwloc_bitmap_or(used, used, a);
+		}
 		for (int i = 0; i < w->n; i++) {
 			const struct ck_rank *r = &w->ranks[i];
 			if (nd->of[i] != n)
@@ -626,38 +659,57 @@ static void eval_cpus(struct ck_world *w, const struct nodes *nd)
 				say(&fail, "task %d (%s) has no CPU ('%s')", i, r->host, r->cpus);
 				continue;
 			}
-			if (r->allowed[0] && !strcmp(r->cpus, r->allowed))
-				unbound++;
+			int whole = r->allowed[0] && !strcmp(r->cpus, r->allowed);
+			unbound += whole;
 			for (int j = i + 1; j < w->n; j++) {
 				if (nd->of[j] != n || !bm(b, w->ranks[j].cpus))
 					continue;
 				hwloc_bitmap_and(x, a, b);
-				if (hwloc_bitmap_iszero(x) || (r->allowed[0] && !strcmp(r->cpus, r->allowed) &&
-							       !strcmp(w->ranks[j].cpus, r->allowed)))
+				/* Two unbound tasks are said once, below. */
+				if (hwloc_bitmap_iszero(x) || (whole && !strcmp(w->ranks[j].cpus, r->allowed)))
 					continue;
-				char ov[64];
-				hwloc_bitmap_list_snprintf(ov, sizeof(ov), x);
-				if (shared_ok)
-					say(&warn, "%s: tasks %d and %d share CPUs %s: %d tasks on %d CPUs", r->host,
-					    i, j, ov, nd->count[n], hwloc_bitmap_weight(all));
-				else
-					say(&fail, "%s: task %d (CPUs %s) and task %d (CPUs %s) overlap on %s",
-					    r->host, i, r->cpus, j, w->ranks[j].cpus, ov);
+				crowded += near_crowded(w, nd, i, j);
+				if (!pairs++) {
+					pi = i;
+					pj = j;
+					hwloc_bitmap_list_snprintf(ov, sizeof(ov), x);
+				}
 			}
+		}
+		if (pairs) {
+			/* More tasks than CPUs must share; but not while CPUs sit idle. */
+			int must_share = hwloc_bitmap_weight(all) < nd->count[n];
+			hwloc_bitmap_andnot(idle, all, used);
+			char idle_s[64] = "";
+			hwloc_bitmap_list_snprintf(idle_s, sizeof(idle_s), idle);
+			char more[48] = "";
+			if (pairs > 1)
+				snprintf(more, sizeof(more), " (%d overlapping pairs)", pairs);
+			if (crowded == pairs)
+				say(&warn, "%s: tasks %d and %d share CPUs %s%s near their GPUs: more tasks "
+				    "than CPUs near those GPUs", nd->name[n], pi, pj, ov, more);
+			else if (must_share && hwloc_bitmap_iszero(idle))
+				say(&warn, "%s: tasks %d and %d share CPUs %s%s: %d tasks on %d CPUs", nd->name[n],
+				    pi, pj, ov, more, nd->count[n], hwloc_bitmap_weight(all));
+			else
+				say(&fail, "%s: task %d (CPUs %s) and task %d (CPUs %s) overlap on %s%s%s%s",
+				    nd->name[n], pi, w->ranks[pi].cpus, pj, w->ranks[pj].cpus, ov, more,
+				    idle_s[0] ? ", while no task uses CPUs " : "", idle_s);
 		}
 		if (unbound > 1)
 			say(&warn, "%s: %d tasks are not bound, each may run on all of CPUs %s "
 			    "(--ddp-bind=none or --cpu-bind=none?)", nd->name[n], unbound,
 			    w->ranks[nd->first[n]].allowed);
-		else
-			bound++;
 	}
 	hwloc_bitmap_free(a);
 	hwloc_bitmap_free(b);
 	hwloc_bitmap_free(x);
 	hwloc_bitmap_free(all);
+	hwloc_bitmap_free(used);
+	hwloc_bitmap_free(idle);
 	if (fail.items)
-		ck_add(w, "bind.cpus", CK_FAIL, "%s", said(&fail));
+		ck_add(w, "bind.cpus", CK_FAIL, "%s%s%s", said(&fail), warn.items ? "; " : "",
+		       warn.items ? said(&warn) : "");
 	else if (warn.items)
 		ck_add(w, "bind.cpus", CK_WARN, "%s", said(&warn));
 	else
@@ -772,6 +824,35 @@ static void eval_visible(struct ck_world *w)
 		       "(peer access possible)");
 }
 
+static void eval_backend(struct ck_world *w)
+{
+	struct msg fail = { 0 };
+	int lo = 0, hi = 0;
+
+	for (int i = 0; i < w->n; i++) {
+		const struct ck_rank *r = &w->ranks[i];
+		if (!r->joined)
+			continue;
+		if (r->backend_err[0])
+			say(&fail, "task %d (%s): %s", i, r->host, r->backend_err);
+		if (r->nccl_version && (!lo || r->nccl_version < lo))
+			lo = r->nccl_version;
+		if (r->nccl_version > hi)
+			hi = r->nccl_version;
+	}
+	if (fail.items)
+		ck_add(w, "coll.backend", CK_FAIL, "%s", said(&fail));
+	else if (strcmp(w->backend, "nccl"))
+		ck_add(w, "coll.backend", CK_OK, "%s on every task", w->backend);
+	else if (lo != hi)
+		ck_add(w, "coll.backend", CK_WARN, "NCCL versions differ between tasks: %d.%d.%d to %d.%d.%d "
+		       "(mixed versions may not interoperate)", lo / 10000, lo / 100 % 100, lo % 100,
+		       hi / 10000, hi / 100 % 100, hi % 100);
+	else
+		ck_add(w, "coll.backend", CK_OK, "NCCL %d.%d.%d and a GPU on every task", lo / 10000,
+		       lo / 100 % 100, lo % 100);
+}
+
 void ck_eval_setup(struct ck_world *w)
 {
 	struct nodes nd;
@@ -797,12 +878,14 @@ void ck_eval_setup(struct ck_world *w)
 	eval_locality(w);
 	eval_gpus(w, &nd);
 	eval_visible(w);
+	eval_backend(w);
 	nodes_free(&nd);
 }
 
 int ck_coll_safe(const struct ck_world *w, char *why, size_t len)
 {
-	static const char *const needed[] = { "rdzv.join", "net.iface", "net.probe", "bind.gpus" };
+	static const char *const needed[] = { "rdzv.join", "net.iface", "net.probe", "bind.gpus",
+					      "coll.backend" };
 
 	for (size_t i = 0; i < w->nres; i++)
 		for (size_t k = 0; k < sizeof(needed) / sizeof(needed[0]); k++)

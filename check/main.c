@@ -19,6 +19,7 @@
 #include <ifaddrs.h>
 #include <math.h>
 #include <net/if.h>
+#include <net/if_arp.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -245,17 +246,17 @@ static void read_iface(struct self *me)
 			if (!strcmp(ifa[i].name, name) && ifa[i].addr.family == fam &&
 			    !ddpenv_addr_is_linklocal(&ifa[i].addr))
 				ddpenv_addr_format(&ifa[i].addr, r->ifaddr, sizeof(r->ifaddr));
-		char path[128], t[16] = "";
-		snprintf(path, sizeof(path), "/sys/class/net/%s/type", name);
-		FILE *f = fopen(path, "r");
-		if (f) {
-			if (!fgets(t, sizeof(t), f))
-				t[0] = 0;
-			fclose(f);
-		}
-		int type = atoi(t);
-		snprintf(r->ifkind, sizeof(r->ifkind), type == 1 ? "ethernet" : type == 32 ? "infiniband" :
-			 type == 772 ? "loopback" : "type %d", type);
+		/* The link type from the interface itself: /sys/class/net may
+		 * belong to another network namespace. */
+		int type = -1;
+		fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+		if (fd >= 0 && ioctl(fd, SIOCGIFHWADDR, &ifr) == 0)
+			type = ifr.ifr_hwaddr.sa_family;
+		if (fd >= 0)
+			close(fd);
+		snprintf(r->ifkind, sizeof(r->ifkind), type == ARPHRD_ETHER ? "ethernet" :
+			 type == ARPHRD_INFINIBAND ? "infiniband" : type == ARPHRD_LOOPBACK ? "loopback" :
+			 "type %d", type);
 		if (r->ifstate[0]) {
 			/* unset: the route's interface, for the probe and the report */
 		} else if ((flags & IFF_LOOPBACK))
@@ -264,6 +265,8 @@ static void read_iface(struct self *me)
 			snprintf(r->ifstate, sizeof(r->ifstate), "down");
 		else if (!r->ifaddr[0])
 			snprintf(r->ifstate, sizeof(r->ifstate), "noaddr");
+		else if (ddpenv_iface_excluded(name))
+			snprintf(r->ifstate, sizeof(r->ifstate), "virtual");
 		else
 			snprintf(r->ifstate, sizeof(r->ifstate), "up");
 	}
@@ -790,13 +793,18 @@ int main(int argc, char **argv)
 		/* For NCCL, the GPU as CUDA sees it under this task's
 		 * CUDA_VISIBLE_DEVICES is the truth. */
 		int dev, count;
+		char busid[DDPENV_BUSIDLEN];
 		if (ck_nccl_load(err, sizeof(err)) < 0 ||
-		    ck_nccl_device(me.local_rank, &dev, &count, me.r.gpu, sizeof(me.r.gpu), err, sizeof(err)) < 0) {
-			local_fail(&me, "coll.backend", err, json);
-			return 1;
+		    ck_nccl_device(me.local_rank, &dev, &count, busid, sizeof(busid), err, sizeof(err)) < 0) {
+			/* Reported with the rest; the other checks still run. */
+			snprintf(me.r.backend_err, sizeof(me.r.backend_err), "%s", err);
+			fprintf(stderr, "ddp-check: task %d (%s): FAIL coll.backend: %s\n", me.id, me.r.host, err);
+		} else {
+			snprintf(me.r.gpu, sizeof(me.r.gpu), "%s", busid);
+			me.r.visible = count;
+			me.r.nccl_version = ck_nccl_version();
+			snprintf(me.r.gpu_from, sizeof(me.r.gpu_from), "CUDA device %d", dev);
 		}
-		me.r.visible = count;
-		snprintf(me.r.gpu_from, sizeof(me.r.gpu_from), "CUDA device %d", dev);
 	}
 	read_iface(&me);
 	read_binding(&me);
@@ -818,11 +826,8 @@ int main(int argc, char **argv)
 	struct ddpenv_store_opts so = { ma, (int)port, me.id, me.n, o.timeout_s * 1000,
 					getenv("DDP_RDZV_TOKEN"), log_refused, NULL };
 	if (ddpenv_store_open(&s, &so, err, sizeof(err)) < 0) {
-		char m[DDPENV_ERRLEN + 256];
-		snprintf(m, sizeof(m), "%s%s", err, me.id == 0 && getenv("MASTER_PORT") ?
-			 " (is MASTER_PORT taken by another program on this node? `ss -ltnp` shows it)" : "");
 		ck_listen_stop(&lis);
-		local_fail(&me, "rdzv.join", m, json);
+		local_fail(&me, "rdzv.join", err, json);
 		return 1;
 	}
 	me.r.joined_s = task_age();

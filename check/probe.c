@@ -31,11 +31,11 @@ static int64_t realtime_ns(void)
 	return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-static int64_t mono_ms(void)
+static int64_t mono_us(void)
 {
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+	return (int64_t)t.tv_sec * 1000000 + t.tv_nsec / 1000;
 }
 
 /* "10.0.0.1:4000" or "[fe80::1]:4000" into a socket address. */
@@ -197,7 +197,7 @@ static void conn_err(struct ck_peer *q, int e, int ms)
 	else if (e == ECONNREFUSED)
 		snprintf(q->err, sizeof(q->err), "connection refused (a firewall rejecting the port?)");
 	else if (e == EINVAL || e == ENETUNREACH || e == EHOSTUNREACH)
-		snprintf(q->err, sizeof(q->err), "%s (no route to it from here)", strerror(e));
+		snprintf(q->err, sizeof(q->err), "no route to it from here (%s)", strerror(e));
 	else
 		snprintf(q->err, sizeof(q->err), "%s", strerror(e));
 }
@@ -230,7 +230,7 @@ static void measure_clock(int fd, struct ck_probe *out, int ms)
 		double rtt = (double)(t1 - t0);
 		if (best_rtt < 0 || rtt < best_rtt) {
 			best_rtt = rtt;
-			/* the head's time minus ours at the moment it answered */
+			/* our clock minus the head's at the moment it answered */
 			best_off = (double)t0 + rtt / 2 - (double)(int64_t)ts;
 		}
 	}
@@ -257,7 +257,7 @@ static void probe_batch(const struct ck_target *t, size_t n, int ms, struct ck_p
 		fd[i] = -1;
 		state[i] = 2;
 		hlen[i] = 0;
-		t_start[i] = mono_ms();
+		t_start[i] = mono_us();
 		if (endpoint_parse(t[i].addr, &ss, &sl) < 0) {
 			snprintf(q->err, sizeof(q->err), "'%s' is not an address:port", t[i].addr);
 			continue;
@@ -275,7 +275,7 @@ static void probe_batch(const struct ck_target *t, size_t n, int ms, struct ck_p
 		}
 		state[i] = 0;
 	}
-	int64_t deadline = mono_ms() + ms;
+	int64_t deadline = mono_us() + (int64_t)ms * 1000;
 	for (;;) {
 		struct pollfd p[BATCH];
 		size_t idx[BATCH], np = 0;
@@ -286,10 +286,10 @@ static void probe_batch(const struct ck_target *t, size_t n, int ms, struct ck_p
 				p[np].revents = 0;
 				idx[np++] = i;
 			}
-		int64_t left = deadline - mono_ms();
+		int64_t left = deadline - mono_us();
 		if (!np || left <= 0)
 			break;
-		if (poll(p, np, (int)left) <= 0)
+		if (poll(p, np, (int)((left + 999) / 1000)) <= 0)
 			continue;
 		for (size_t k = 0; k < np; k++) {
 			size_t i = idx[k];
@@ -332,7 +332,7 @@ static void probe_batch(const struct ck_target *t, size_t n, int ms, struct ck_p
 					 "address?)", hello[i] + strlen(HELLO));
 			} else {
 				q->ok = 1;
-				q->rtt_us = (double)(mono_ms() - t_start[i]) * 1000;
+				q->rtt_us = (double)(mono_us() - t_start[i]);
 			}
 		}
 	}

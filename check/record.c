@@ -104,6 +104,8 @@ int ck_rank_encode(const struct ck_rank *r, char *buf, size_t len)
 	put(&o, "topo_err", "%s", r->topo_err);
 	put(&o, "probe", "%s", r->probe);
 	put(&o, "joined_s", "%.6f", r->joined_s);
+	put(&o, "backend_err", "%s", r->backend_err);
+	put(&o, "nccl_version", "%d", r->nccl_version);
 	return done(&o);
 }
 
@@ -163,6 +165,10 @@ static void rank_field(void *ctx, const char *k, const char *v)
 		STR(r->probe, v);
 	} else if (!strcmp(k, "joined_s")) {
 		r->joined_s = atof(v);
+	} else if (!strcmp(k, "backend_err")) {
+		STR(r->backend_err, v);
+	} else if (!strcmp(k, "nccl_version")) {
+		r->nccl_version = atoi(v);
 	}
 }
 

@@ -1,0 +1,247 @@
+#!/usr/bin/env bats
+# ddp-check on a real 3-node Slurm: a healthy step is all OK, and each fault
+# the harness injects is named by the check that must name it, with exit
+# status 1 and no hang (every srun is bounded by crun's timeout, every wait
+# inside ddp-check by --timeout).
+# bats file_tags=slurm
+
+load helpers
+
+setup_file() {
+	cluster_start 3
+}
+
+teardown_file() {
+	cluster_stop
+}
+
+setup() {
+	DIR=${DDP_CLUSTER_DIR:-$REPO/build/cluster}
+	CONF="$DIR/etc/ddp.yaml"
+	CHECK="$REPO/build/bin/ddp-check"
+	# small sweeps: the VM's 2 cores carry every node
+	ARGS=(-e 256K -n 5 -w 1 --timeout 15)
+}
+
+teardown() {
+	dump_logs_on_failure
+	cp "$REPO/conf/ddp.yaml" "$CONF"
+	# faults this file injects, undone whatever happened
+	"$CLUSTER" node 2 ip route del blackhole "$(node_ip 3)/32" 2>/dev/null || true
+	if [ -n "${SQUATTER:-}" ]; then kill "$SQUATTER" 2>/dev/null || true; fi
+}
+
+@test "a healthy 3-node step: every check OK, placement lines in rank order, the bandwidth table" {
+	run crun srun -N3 --ntasks-per-node=2 --ddp=gloo "$CHECK" "${ARGS[@]}"
+	echo "$output"
+	assert_success
+	assert_output --regexp "# ddp-check [0-9.]+: backend gloo, world size 6 on 3 nodes, head node1 \(MASTER_ADDR=$(node_ip 1) MASTER_PORT=[0-9]+\)"
+	# one placement line per rank, in rank order, each on its node
+	for r in 0 1 2 3 4 5; do
+		assert_output --regexp "
+ +$r +node$((r / 2 + 1)) +[0-9]+ +enp$((r / 2 + 1))s0 +$(node_ip $((r / 2 + 1))) +- +[01] +0
+"
+	done
+	assert_output --regexp "# +size +count +type +redop +time +algbw +busbw"
+	assert_output --regexp "
+ +262144 +65536 +float +sum +[0-9.]+ +[0-9.]+ +[0-9.]+
+"
+	for c in rdzv.join env.present env.rank env.world_size env.master env.local_rank env.node_rank \
+		env.head net.iface net.kind net.probe clock.skew bind.cpus bind.locality bind.gpus \
+		bind.visible coll.backend coll.allreduce coll.busbw time.first_collective; do
+		assert_line --regexp "^OK +$c +"
+	done
+	assert_line --regexp "^OK +net.probe +every node reached every other \(6 connections"
+	assert_line --regexp "^OK +coll.allreduce +gloo all-reduce of crafted inputs exact on all 6 tasks"
+	assert_line "ddp-check: 20 checks OK, 0 WARN, 0 FAILED"
+}
+
+@test "--json writes the same report as one JSON object" {
+	run --separate-stderr crun srun -N3 --ddp=gloo "$CHECK" "${ARGS[@]}" --json
+	echo "$output"
+	assert_success
+	run python3 -c '
+import json, sys
+r = json.loads(sys.argv[1])
+assert r["backend"] == "gloo" and r["world_size"] == 3 and r["nodes"] == 3, r
+assert [x["rank"] for x in r["ranks"]] == [0, 1, 2]
+assert [x["host"] for x in r["ranks"]] == ["node1", "node2", "node3"]
+assert all(x["joined"] and x["cpus"] and x["iface"] for x in r["ranks"])
+assert r["bandwidth"] and r["bandwidth"][-1]["size"] == 262144, r["bandwidth"]
+b = r["bandwidth"][-1]
+assert abs(b["busbw"] - b["algbw"] * 2 * 2 / 3) < 1e-3, b
+names = [c["name"] for c in r["checks"]]
+assert len(names) == 20 and "net.probe" in names and "clock.skew" in names, names
+assert all(c["level"] == "OK" for c in r["checks"]), r["checks"]
+assert r["summary"] == {"ok": 20, "warn": 0, "fail": 0, "skip": 0} and r["exit_code"] == 0
+print("json ok")' "$output"
+	assert_success
+	assert_output "json ok"
+}
+
+@test "a cut route between two nodes: net.probe names both directions, collectives are skipped, exit 1" {
+	# node2 drops everything for node3: node2's connects fail at once,
+	# node3's get no answer back.
+	"$CLUSTER" node 2 ip route add blackhole "$(node_ip 3)/32"
+	SECONDS=0
+	run crun srun -N3 --ddp=gloo "$CHECK" "${ARGS[@]}"
+	echo "$output"
+	assert_failure 1
+	[ "$SECONDS" -lt 40 ]
+	assert_line --regexp "^FAIL +net.probe +.*node2 cannot reach node3 at $(node_ip 3):[0-9]+: no route to it from here"
+	assert_line --regexp "^FAIL +net.probe +.*node3 cannot reach node2 at $(node_ip 2):[0-9]+: no answer within 2000 ms"
+	assert_line --regexp "^SKIP +coll.allreduce +not run: net.probe failed"
+	assert_line --regexp "^OK +rdzv.join "
+	assert_line --regexp "^ddp-check: [0-9]+ checks OK, 0 WARN, 1 FAILED, 3 skipped$"
+}
+
+@test "a user's MASTER_PORT already taken on the head: task 0 says so, every other task reports locally, exit 1" {
+	"$CLUSTER" node 1 python3 -c '
+import socket, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 29777))
+s.listen()
+time.sleep(60)' &
+	SQUATTER=$!
+	sleep 1
+	SECONDS=0
+	MASTER_PORT=29777 run crun srun -N3 --ddp=gloo "$CHECK" "${ARGS[@]}" --timeout 5
+	echo "$output"
+	assert_failure 1
+	[ "$SECONDS" -lt 40 ]
+	assert_line --regexp "^FAIL +rdzv.join +task 0 \(node1\): rank 0 could not listen on port 29777: Address already in use"
+	assert_line --regexp "^ddp-check: task 1 \(node2\): FAIL rdzv.join: .*$(node_ip 1):29777"
+	assert_line --regexp "^ddp-check: task 2 \(node3\): FAIL rdzv.join: .*$(node_ip 1):29777"
+	assert_line "ddp-check: 0 checks OK, 0 WARN, 1 FAILED"
+}
+
+@test "a wrong GLOO_SOCKET_IFNAME on one node: net.iface names the node and the interfaces it has, exit 1" {
+	run crun srun -N3 --ddp=gloo bash -c \
+		"[ \$SLURM_NODEID = 2 ] && export GLOO_SOCKET_IFNAME=eth9; exec $CHECK ${ARGS[*]}"
+	echo "$output"
+	assert_failure 1
+	assert_line --regexp "^FAIL +net.iface +task 2 \(node3\): GLOO_SOCKET_IFNAME=eth9: no such interface there \(it has lo, enp3s0, docker0\)$"
+	assert_line --regexp "^SKIP +coll.allreduce +not run: net.iface failed"
+}
+
+@test "a container bridge named on one node (docker0): net.iface and net.probe say so, exit 1" {
+	# every node has a decoy docker0 (172.17.0.1/16, no ports)
+	run crun srun -N2 --ddp=gloo bash -c \
+		"[ \$SLURM_NODEID = 1 ] && export GLOO_SOCKET_IFNAME=docker0; exec $CHECK ${ARGS[*]}"
+	echo "$output"
+	assert_failure 1
+	assert_line --regexp "^FAIL +net.iface +task 1 \(node2\): GLOO_SOCKET_IFNAME=docker0 is a container or virtual bridge \(172.17.0.1\): other nodes cannot reach it$"
+	assert_line --regexp "^FAIL +net.probe +node1 cannot reach node2 at 172.17.0.1:[0-9]+"
+}
+
+@test "a task with an inconsistent WORLD_SIZE: env.world_size names it and its value, exit 1" {
+	run crun srun -N3 --ntasks-per-node=1 --ddp=gloo bash -c \
+		"[ \$SLURM_PROCID = 1 ] && export WORLD_SIZE=5; exec $CHECK ${ARGS[*]}"
+	echo "$output"
+	assert_failure 1
+	assert_line --regexp "^FAIL +env.world_size +differs between tasks: WORLD_SIZE=5 on task 1 \(node2\); WORLD_SIZE=3 on task 0 \(node1\), task 2 \(node3\)$"
+	# the check's own collectives use Slurm's task ids: they still run
+	assert_line --regexp "^OK +coll.allreduce "
+}
+
+@test "a task with a wrong RANK: env.rank names both tasks holding it" {
+	run crun srun -N3 --ddp=gloo bash -c \
+		"[ \$SLURM_PROCID = 2 ] && export RANK=1; exec $CHECK ${ARGS[*]}"
+	echo "$output"
+	assert_failure 1
+	assert_line --regexp "^FAIL +env.rank +RANK=1 on both task 1 \(node2\) and task 2 \(node3\)$"
+}
+
+@test "a task that cannot reach the rendezvous reports its own failure; task 0 names it, no hang" {
+	SECONDS=0
+	run crun srun -N3 --ddp=gloo bash -c \
+		"[ \$SLURM_PROCID = 1 ] && export MASTER_PORT=1; exec $CHECK ${ARGS[*]} --timeout 4"
+	echo "$output"
+	assert_failure 1
+	[ "$SECONDS" -lt 40 ]
+	assert_line --regexp "^ddp-check: task 1 \(node2\): FAIL rdzv.join: rank 1 could not reach $(node_ip 1):1 after 4 s: Connection refused$"
+	assert_line --regexp "^FAIL +rdzv.join +task 1 \(of 3\) never joined the rendezvous at $(node_ip 1):[0-9]+ within 4 s"
+	assert_line --regexp "^ +1  \?  +\(never joined the rendezvous\)$"
+	assert_line --regexp "^FAIL +env.master +differ between tasks: MASTER_PORT|^OK +env.node_rank "
+	assert_line --regexp "^SKIP +coll.allreduce +not run: rdzv.join failed"
+}
+
+@test "overlapping CPU binding: bind.cpus names the tasks, the CPUs and the idle ones, exit 1" {
+	run crun srun -N2 --ntasks-per-node=2 --ddp=gloo bash -c "exec taskset -c 0 $CHECK ${ARGS[*]}"
+	echo "$output"
+	assert_failure 1
+	assert_line --regexp "^FAIL +bind.cpus +node1: task 0 \(CPUs 0\) and task 1 \(CPUs 0\) overlap on 0, while no task uses CPUs 1; node2: task 2 \(CPUs 0\) and task 3 \(CPUs 0\) overlap on 0, while no task uses CPUs 1$"
+}
+
+@test "unbound tasks (--ddp-bind=none) are a warning, not a failure" {
+	run crun srun -N1 --ntasks-per-node=2 --ddp=gloo --ddp-bind=none "$CHECK" "${ARGS[@]}"
+	echo "$output"
+	assert_success
+	assert_line --regexp "^WARN +bind.cpus +node1: 2 tasks are not bound, each may run on all of CPUs 0-1"
+	assert_line --regexp "^ddp-check: 19 checks OK, 1 WARN, 0 FAILED$"
+}
+
+@test "GPU binding (fake GPUs, the nodes' topology): bus ids, locality, one task per GPU, strict narrows visibility" {
+	sed -i "s|^topology: .*|topology: $REPO/tests/topologies/testnode.xml|" "$CONF"
+	run crun srun -N2 --ntasks-per-node=2 --gres=gpu:4 --ddp=gloo "$CHECK" "${ARGS[@]}"
+	echo "$output"
+	assert_success
+	# testnode.xml: GPUs at buses 20, 30 (near CPU 0) and 60, 70 (near CPU 1)
+	assert_output --regexp "
+ +0 +node1 +[0-9]+ +enp1s0 +[0-9.]+ +0000:20:00.0 +0 +0
+ +1 +node1 +[0-9]+ +enp1s0 +[0-9.]+ +0000:60:00.0 +1 +0
+"
+	assert_line --regexp "^OK +bind.cpus +every task has CPUs of its own"
+	assert_line --regexp "^OK +bind.locality +each of 4 tasks runs on CPUs near its GPU$"
+	assert_line --regexp "^WARN +bind.gpus +node1: 2 of the step's 4 GPUs there are used by no task; node2: 2 of"
+	assert_line --regexp "^OK +bind.visible +every task sees all of its node's GPUs"
+	# two tasks on two GPUs near one CPU: the plan shares it, and says why
+	run crun srun -N1 --ntasks-per-node=2 --gres=gpu:2 --ddp=gloo "$CHECK" "${ARGS[@]}"
+	echo "$output"
+	assert_success
+	assert_line --regexp "^WARN +bind.cpus +node1: tasks 0 and 1 share CPUs 0 near their GPUs"
+	assert_line --regexp "^OK +bind.gpus +each of 2 GPUs is used by exactly one task$"
+	run crun srun -N1 --ntasks-per-node=2 --gres=gpu:4 --ddp=gloo --ddp-bind=strict "$CHECK" "${ARGS[@]}"
+	echo "$output"
+	assert_success
+	assert_line --regexp "^WARN +bind.visible +task 0 \(node1\) sees 1 of the step's 4 GPUs there: no CUDA peer access"
+	assert_line --regexp "^WARN +bind.gpus +node1: 2 of the step's 4 GPUs there are used by no task$"
+}
+
+@test "--min-busbw above what the network gives is a failure naming the figure" {
+	run crun srun -N2 --ddp=gloo "$CHECK" "${ARGS[@]}" --min-busbw 100000
+	echo "$output"
+	assert_failure 1
+	assert_line --regexp "^FAIL +coll.busbw +busbw [0-9.]+ GB/s at 262144 bytes is below --min-busbw 100000.00 GB/s$"
+}
+
+@test "--ddp=nccl on nodes without a GPU: coll.backend says what is missing, the other checks still run" {
+	# and NCCL_SOCKET_IFNAME is read as NCCL reads it (a prefix, =exact, ^excluded)
+	run crun srun -N2 --gres=gpu:1 --ddp=nccl bash -c \
+		"[ \$SLURM_NODEID = 1 ] && export NCCL_SOCKET_IFNAME==ib0; exec $CHECK ${ARGS[*]}"
+	echo "$output"
+	assert_failure 1
+	assert_output --regexp "# ddp-check [0-9.]+: backend nccl, world size 2 on 2 nodes"
+	assert_line --regexp "^FAIL +coll.backend +task 0 \(node1\): .*(CUDA|cudart|NCCL|nccl).*; task 1 \(node2\): "
+	assert_line --regexp "^ddp-check: task 1 \(node2\): FAIL coll.backend: .*(CUDA|cudart|NCCL|nccl)"
+	assert_line --regexp "^FAIL +net.iface +task 1 \(node2\): NCCL_SOCKET_IFNAME=ib0: no such interface there"
+	assert_line --regexp "^OK +env.rank "
+	assert_line --regexp "^SKIP +coll.allreduce +not run: "
+}
+
+@test "usage errors and running outside a step exit 2" {
+	run env -u SLURM_PROCID -u RANK -u SLURM_JOB_ID "$CHECK"
+	assert_failure 2
+	assert_output --partial "not a task of a distributed step"
+	run "$CHECK" --maxbytes 12Q
+	assert_failure 2
+	assert_output --partial "--maxbytes '12Q': expected a size"
+	run "$CHECK" --timeout 0
+	assert_failure 2
+	run "$CHECK" --bogus
+	assert_failure 2
+	run "$CHECK" --help
+	assert_success
+	assert_output --partial "busbw"
+}
