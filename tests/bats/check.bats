@@ -245,3 +245,20 @@ time.sleep(60)' &
 	assert_success
 	assert_output --partial "busbw"
 }
+
+@test "on a GPU: --ddp=nccl at world size 1 reports busbw (skips without a GPU)" {
+	if ! ls /dev/nvidia0 >/dev/null 2>&1; then
+		skip "no GPU on this machine (/dev/nvidia0 absent): ddp-check's NCCL path was not run"
+	fi
+	local port
+	port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+	run env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 NODE_RANK=0 MASTER_ADDR=127.0.0.1 \
+		MASTER_PORT="$port" NCCL_SOCKET_IFNAME=lo DDP_BACKEND=nccl "$CHECK" -e 64M --timeout 60
+	echo "$output"
+	assert_success
+	assert_line --regexp "^OK +coll.backend +NCCL [0-9]+\.[0-9]+\.[0-9]+ and a GPU on every task$"
+	assert_line --regexp "^OK +coll.allreduce +nccl all-reduce of crafted inputs exact on all 1 tasks"
+	assert_output --regexp "
+ +67108864 +16777216 +float +sum +[0-9.]+ +[0-9.]+ +0.00
+"
+}

@@ -1,0 +1,487 @@
+/* ddp-check's records and verdicts on crafted steps: every check must name
+ * the task, node and value at fault, and stay quiet on a healthy step. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "test.h"
+
+/* A healthy step: nodes x per tasks, gloo, one interface per node. */
+static struct ck_world *world(int nodes, int per)
+{
+	struct ck_world *w = calloc(1, sizeof(*w));
+	int n = nodes * per;
+
+	w->backend = "gloo";
+	w->n = n;
+	w->ranks = calloc((size_t)n, sizeof(*w->ranks));
+	w->probes = calloc((size_t)n, sizeof(*w->probes));
+	w->colls = calloc((size_t)n, sizeof(*w->colls));
+	w->opts = (struct ck_opts){ .min_bytes = 8, .max_bytes = 1024, .step_factor = 2, .iters = 5,
+				    .warmup = 1, .max_skew_ms = 100, .probe_ms = 2000, .timeout_s = 60 };
+	for (int i = 0; i < n; i++) {
+		struct ck_rank *r = &w->ranks[i];
+		int node = i / per, lr = i % per;
+		r->id = i;
+		r->joined = 1;
+		snprintf(r->host, sizeof(r->host), "gpu%02d", node + 1);
+		r->pid = 1000 + i;
+		const char *v[CK_NENV] = { 0 };
+		char rank[16], local[16], ws[16], lws[16], nr[16], ifn[16];
+		snprintf(rank, sizeof(rank), "%d", i);
+		snprintf(local, sizeof(local), "%d", lr);
+		snprintf(ws, sizeof(ws), "%d", n);
+		snprintf(lws, sizeof(lws), "%d", per);
+		snprintf(nr, sizeof(nr), "%d", node);
+		snprintf(ifn, sizeof(ifn), "ens%d", 17);
+		v[CK_MASTER_ADDR] = "10.0.0.1";
+		v[CK_MASTER_PORT] = "29512";
+		v[CK_RANK] = rank;
+		v[CK_LOCAL_RANK] = local;
+		v[CK_WORLD_SIZE] = ws;
+		v[CK_LOCAL_WORLD_SIZE] = lws;
+		v[CK_NODE_RANK] = nr;
+		v[CK_GLOO_IF] = ifn;
+		for (int k = 0; k < CK_NENV; k++)
+			if (v[k]) {
+				snprintf(r->env[k], sizeof(r->env[k]), "%s", v[k]);
+				r->have |= 1u << k;
+			}
+		snprintf(r->ifvar, sizeof(r->ifvar), "GLOO_SOCKET_IFNAME");
+		snprintf(r->ifname, sizeof(r->ifname), "ens17");
+		snprintf(r->ifstate, sizeof(r->ifstate), "up");
+		snprintf(r->ifaddr, sizeof(r->ifaddr), "10.0.0.%d", node + 1);
+		snprintf(r->ifkind, sizeof(r->ifkind), "ethernet");
+		r->head_local = node == 0;
+		/* per tasks on 2*per CPUs: task lr gets CPUs 2lr, 2lr+1 */
+		snprintf(r->cpus, sizeof(r->cpus), "%d-%d", 2 * lr, 2 * lr + 1);
+		snprintf(r->allowed, sizeof(r->allowed), "0-%d", 2 * per - 1);
+		snprintf(r->numa, sizeof(r->numa), "0");
+		r->gpu_numa = -1;
+		r->visible = -1;
+		snprintf(r->probe, sizeof(r->probe), "10.0.0.%d:4000", node + 1);
+		if (lr == 0) {
+			struct ck_probe *p = &w->probes[i];
+			p->have = 1;
+			p->npeers = (size_t)nodes - 1;
+			p->peers = calloc((size_t)nodes, sizeof(*p->peers));
+			for (int k = 0, m = 0; k < nodes; k++) {
+				if (k == node)
+					continue;
+				snprintf(p->peers[m].node, sizeof(p->peers[m].node), "gpu%02d", k + 1);
+				snprintf(p->peers[m].addr, sizeof(p->peers[m].addr), "10.0.0.%d:4000", k + 1);
+				p->peers[m].ok = 1;
+				p->peers[m].rtt_us = 50 + k;
+				m++;
+			}
+			if (node > 0) {
+				p->have_clock = 1;
+				p->clock_off_us = 30 * node;
+				p->clock_unc_us = 10;
+			}
+		}
+	}
+	w->nsizes = ck_sizes(&w->opts, w->sizes, CK_MAX_SIZES);
+	return w;
+}
+
+static void with_gpus(struct ck_world *w, int per)
+{
+	static const char *const bus[] = { "0000:1b:00.0", "0000:43:00.0", "0000:52:00.0", "0000:61:00.0" };
+	for (int i = 0; i < w->n; i++) {
+		struct ck_rank *r = &w->ranks[i];
+		int lr = i % per;
+		snprintf(r->gpu, sizeof(r->gpu), "%s", bus[lr % 4]);
+		/* each GPU has the two CPUs its task got */
+		snprintf(r->gpu_near, sizeof(r->gpu_near), "%d-%d", 2 * lr, 2 * lr + 1);
+		r->gpu_numa = 0;
+		r->step_gpus = per;
+		r->visible = per;
+		snprintf(r->env[CK_CVD], sizeof(r->env[CK_CVD]), "0,1,2,3");
+		r->have |= 1u << CK_CVD;
+	}
+}
+
+static void ran(struct ck_world *w, double t_last)
+{
+	w->coll_ran = 1;
+	for (int i = 0; i < w->n; i++) {
+		struct ck_coll *c = &w->colls[i];
+		c->have = 1;
+		c->ok = 1;
+		snprintf(c->msg, sizeof(c->msg), "1 and 4096 floats, sums of rank+1");
+		c->first_s = 1.0 + i * 0.01;
+		c->init_s = 0.2;
+		c->ntimes = w->nsizes;
+		for (size_t k = 0; k < w->nsizes; k++)
+			c->times[k] = k + 1 == w->nsizes ? t_last : 1e-5;
+	}
+}
+
+static void drop(struct ck_world *w)
+{
+	for (int i = 0; i < w->n; i++)
+		ck_probe_free(&w->probes[i]);
+	free(w->ranks);
+	free(w->probes);
+	free(w->colls);
+	free(w->res);
+	free(w);
+}
+
+static const struct ck_result *res(const struct ck_world *w, const char *name)
+{
+	for (size_t i = 0; i < w->nres; i++)
+		if (!strcmp(w->res[i].name, name))
+			return &w->res[i];
+	return NULL;
+}
+
+static const char *const LV[] = { "OK", "WARN", "FAIL", "SKIP" };
+
+#define test_check(desc, w, name, lv, frag) do {                                     \
+	const struct ck_result *r_ = res(w, name);                                   \
+	int ok_ = r_ && r_->level == (lv) && strstr(r_->msg, frag);                  \
+	test_cond(desc, ok_);                                                        \
+	if (!ok_)                                                                    \
+		printf("#   %s: got %s '%s', want %s with '%s'\n", name,            \
+		       r_ ? LV[r_->level] : "nothing", r_ ? r_->msg : "", LV[lv], frag); \
+} while (0)
+
+static int count_level(const struct ck_world *w, enum ck_level lv)
+{
+	int n = 0;
+	for (size_t i = 0; i < w->nres; i++)
+		n += w->res[i].level == lv;
+	return n;
+}
+
+static void test_records(void)
+{
+	struct ck_world *w = world(2, 2);
+	struct ck_rank *r = &w->ranks[3], back;
+	char buf[16384];
+
+	snprintf(r->head_err, sizeof(r->head_err), "line one\nline two");
+	int n = ck_rank_encode(r, buf, sizeof(buf));
+	test_cond("a rank record encodes", n > 0);
+	test_cond("the rank record decodes", ck_rank_decode(&back, buf, (size_t)n) == 0);
+	test_cond("id, pid and host survive", back.id == 3 && back.pid == 1003 && !strcmp(back.host, "gpu02"));
+	test_cond("set variables survive, unset ones stay unset",
+		  back.have == r->have && !strcmp(back.env[CK_WORLD_SIZE], "4") && !(back.have & (1u << CK_CVD)));
+	test_streq("cpus survive", back.cpus, "2-3");
+	test_streq("a newline in a value becomes a space", back.head_err, "line one line two");
+	test_cond("a short buffer is an error, not a truncated record", ck_rank_encode(r, buf, 64) < 0);
+	test_cond("a record without id or host is refused", ck_rank_decode(&back, "pid=3\n", 6) < 0);
+
+	struct ck_probe p = { 0 }, pb;
+	p.have = 1;
+	p.npeers = 1;
+	p.peers = calloc(1, sizeof(*p.peers));
+	snprintf(p.peers[0].node, sizeof(p.peers[0].node), "gpu02");
+	snprintf(p.peers[0].addr, sizeof(p.peers[0].addr), "[fd00::2]:4000");
+	snprintf(p.peers[0].err, sizeof(p.peers[0].err), "no answer within 2000 ms");
+	p.have_clock = 1;
+	p.clock_off_us = -1234.5;
+	p.clock_unc_us = 20;
+	n = ck_probe_encode(&p, buf, sizeof(buf));
+	ck_probe_decode(&pb, buf, (size_t)n);
+	test_cond("a probe record round-trips", pb.have && pb.npeers == 1 && !pb.peers[0].ok &&
+		  !strcmp(pb.peers[0].addr, "[fd00::2]:4000") && !strcmp(pb.peers[0].err, "no answer within 2000 ms") &&
+		  pb.have_clock && pb.clock_off_us == -1234.5);
+	ck_probe_free(&p);
+	ck_probe_free(&pb);
+
+	struct ck_coll c = { .ok = 1, .first_s = 2.5, .ntimes = 3, .times = { 1e-6, 2.5e-5, 0.125 } }, cb;
+	n = ck_coll_encode(&c, buf, sizeof(buf));
+	ck_coll_decode(&cb, buf, (size_t)n);
+	test_cond("a collective record round-trips", cb.have && cb.ok && cb.first_s == 2.5 && cb.ntimes == 3 &&
+		  cb.times[0] == 1e-6 && cb.times[2] == 0.125);
+	drop(w);
+}
+
+static void test_sizes(void)
+{
+	struct ck_opts o = { .min_bytes = 8, .max_bytes = 256u << 20, .step_factor = 2 };
+	size_t s[CK_MAX_SIZES], n = ck_sizes(&o, s, CK_MAX_SIZES);
+	test_cond("8 B to 256 MB by 2: 26 sizes", n == 26 && s[0] == 8 && s[25] == 256u << 20);
+	o.max_bytes = 0;
+	test_cond("-e 0: no sweep", ck_sizes(&o, s, CK_MAX_SIZES) == 0);
+	o = (struct ck_opts){ .min_bytes = 1, .max_bytes = 100, .step_factor = 10 };
+	n = ck_sizes(&o, s, CK_MAX_SIZES);
+	test_cond("sizes are whole floats and stop at the maximum", n == 2 && s[0] == 4 && s[1] == 40);
+	test_cond("busbw at one rank is 0 (nccl-tests)", ck_busbw(10, 1) == 0);
+	test_cond("busbw = algbw * 2(n-1)/n", ck_busbw(8, 8) == 14);
+}
+
+static void test_healthy(void)
+{
+	struct ck_world *w = world(3, 2);
+	char why[256];
+
+	ck_eval_setup(w);
+	test_cond("a healthy step: 17 setup checks, all OK", w->nres == 17 && count_level(w, CK_OK) == 17);
+	for (size_t i = 0; i < w->nres; i++)
+		if (w->res[i].level != CK_OK)
+			printf("#   %s %s: %s\n", LV[w->res[i].level], w->res[i].name, w->res[i].msg);
+	test_check("net.probe counts the connections", w, "net.probe", CK_OK, "6 connections");
+	test_check("clock.skew names the worst node", w, "clock.skew", CK_OK, "0.060 ms (gpu03");
+	test_check("net.iface names the interface", w, "net.iface", CK_OK, "GLOO_SOCKET_IFNAME (ens17)");
+	test_cond("collectives may run", ck_coll_safe(w, why, sizeof(why)));
+	ran(w, 1e-3);
+	ck_eval_coll(w);
+	test_check("the all-reduce is exact", w, "coll.allreduce", CK_OK, "exact on all 6 tasks");
+	/* 1024 B in 1 ms: algbw 1.024e-3 GB/s, busbw * 10/6 */
+	test_check("busbw of the largest size", w, "coll.busbw", CK_OK, "busbw 0.00 GB/s at 1024 bytes");
+	test_check("the slowest task's time to the first collective", w, "time.first_collective", CK_OK,
+		   "1.050 s from task start to the first completed all-reduce (slowest: task 5 on gpu03");
+	test_cond("exit code 0", ck_exit_code(w) == 0);
+
+	FILE *f = tmpfile();
+	ck_report_text(w, f);
+	rewind(f);
+	char text[16384];
+	size_t n = fread(text, 1, sizeof(text) - 1, f);
+	text[n] = 0;
+	fclose(f);
+	test_err("the header", text, "# ddp-check " DDPENV_VERSION ": backend gloo, world size 6 on 3 nodes, head gpu01 (MASTER_ADDR=10.0.0.1 MASTER_PORT=29512)");
+	test_err("a placement line", text, "\n      5  gpu03      1005  ens17  10.0.0.3  -    2-3   0\n");
+	test_err("a bandwidth row", text, "\n          1024           256   float    sum     1000.00      0.00      0.00\n");
+	test_err("the count line", text, "\nddp-check: 20 checks OK, 0 WARN, 0 FAILED\n");
+
+	f = tmpfile();
+	snprintf(w->res[0].msg, sizeof(w->res[0].msg), "a \"quoted\"\\ message\t");
+	ck_report_json(w, f);
+	rewind(f);
+	n = fread(text, 1, sizeof(text) - 1, f);
+	text[n] = 0;
+	fclose(f);
+	test_err("JSON escapes quotes, backslashes and controls", text, "\"a \\\"quoted\\\"\\\\ message\\u0009\"");
+	test_err("JSON summary", text, "\"summary\": {\"ok\": 20, \"warn\": 0, \"fail\": 0, \"skip\": 0},\n  \"exit_code\": 0");
+	test_err("JSON bandwidth", text, "{\"size\": 1024, \"count\": 256, \"type\": \"float\", \"redop\": \"sum\", \"time_us\": 1000.000");
+	drop(w);
+}
+
+static void test_contract_faults(void)
+{
+	struct ck_world *w = world(3, 2);
+	char why[256];
+
+	snprintf(w->ranks[4].env[CK_WORLD_SIZE], DDPENV_VALLEN, "5");
+	snprintf(w->ranks[2].env[CK_RANK], DDPENV_VALLEN, "1");
+	snprintf(w->ranks[3].env[CK_MASTER_PORT], DDPENV_VALLEN, "29513");
+	w->ranks[5].have &= ~(1u << CK_NODE_RANK);
+	snprintf(w->ranks[1].env[CK_LOCAL_RANK], DDPENV_VALLEN, "0");
+	snprintf(w->ranks[3].env[CK_NODE_RANK], DDPENV_VALLEN, "0");
+	ck_eval_setup(w);
+	test_check("a different WORLD_SIZE is named with its task", w, "env.world_size", CK_FAIL,
+		   "WORLD_SIZE=5 on task 4 (gpu03); WORLD_SIZE=6 on task 0 (gpu01), task 1 (gpu01) and 3 more");
+	test_check("a duplicate RANK names both tasks", w, "env.rank", CK_FAIL,
+		   "RANK=1 on both task 1 (gpu01) and task 2 (gpu02)");
+	test_check("a different MASTER_PORT", w, "env.master", CK_FAIL, "MASTER_PORT=29513 on task 3 (gpu02)");
+	test_check("a missing variable", w, "env.present", CK_FAIL, "task 5 (gpu03) lacks NODE_RANK");
+	test_check("a duplicate LOCAL_RANK", w, "env.local_rank", CK_FAIL, "LOCAL_RANK=0 twice on gpu01");
+	test_check("NODE_RANK disagreeing within a node", w, "env.node_rank", CK_FAIL,
+		   "tasks on gpu02 disagree: NODE_RANK=1 and 0 (task 3)");
+	test_cond("contract faults do not stop the collectives", ck_coll_safe(w, why, sizeof(why)));
+	test_cond("exit code 1", ck_exit_code(w) == 1);
+	drop(w);
+
+	w = world(3, 1);
+	snprintf(w->ranks[2].env[CK_WORLD_SIZE], DDPENV_VALLEN, "2");
+	snprintf(w->ranks[1].env[CK_WORLD_SIZE], DDPENV_VALLEN, "2");
+	snprintf(w->ranks[0].env[CK_WORLD_SIZE], DDPENV_VALLEN, "2");
+	ck_eval_setup(w);
+	test_check("the same WORLD_SIZE everywhere, but not the task count", w, "env.world_size", CK_FAIL,
+		   "WORLD_SIZE=2 on every task, but the step has 3 tasks");
+	drop(w);
+
+	w = world(2, 1);
+	for (int i = 0; i < 2; i++)
+		snprintf(w->ranks[i].env[CK_MASTER_ADDR], DDPENV_VALLEN, "127.0.1.1");
+	ck_eval_setup(w);
+	test_check("a loopback MASTER_ADDR across nodes", w, "env.head", CK_FAIL,
+		   "MASTER_ADDR=127.0.1.1 is a loopback address: the other 1 node cannot reach RANK 0 on gpu01");
+	drop(w);
+
+	w = world(2, 1);
+	w->ranks[0].head_local = 0;
+	ck_eval_setup(w);
+	test_check("MASTER_ADDR not on RANK 0's node", w, "env.head", CK_FAIL,
+		   "MASTER_ADDR=10.0.0.1 is not an address of gpu01, which runs RANK 0");
+	drop(w);
+
+	w = world(3, 2);
+	w->ranks[3].joined = 0;
+	w->ranks[5].joined = 0;
+	snprintf(w->refused, sizeof(w->refused), "refused a client at 10.0.0.9:4000 (it said rank 3 of 6): wrong rendezvous token");
+	ck_eval_setup(w);
+	test_check("tasks that never joined are named", w, "rdzv.join", CK_FAIL,
+		   "tasks 3; 5 (of 6) never joined the rendezvous at 10.0.0.1:29512 within 60 s");
+	test_check("and the store's refusals are quoted", w, "rdzv.join", CK_FAIL, "wrong rendezvous token");
+	test_check("ranges are not judged on a partial step", w, "env.node_rank", CK_OK, "distinct");
+	test_cond("a missing task stops the collectives", !ck_coll_safe(w, why, sizeof(why)) &&
+		  strstr(why, "rdzv.join failed"));
+	w->coll_ran = 0;
+	snprintf(w->coll_skip, sizeof(w->coll_skip), "%s", why);
+	ck_eval_coll(w);
+	test_check("skipped collectives say why", w, "coll.allreduce", CK_SKIP, "not run: rdzv.join failed");
+	drop(w);
+}
+
+static void test_network_faults(void)
+{
+	struct ck_world *w = world(3, 1);
+	char why[256];
+
+	snprintf(w->ranks[1].ifstate, sizeof(w->ranks[1].ifstate), "missing");
+	snprintf(w->ranks[1].ifname, sizeof(w->ranks[1].ifname), "ib0");
+	snprintf(w->ranks[1].ifs_here, sizeof(w->ranks[1].ifs_here), "lo, ens17");
+	snprintf(w->ranks[2].ifkind, sizeof(w->ranks[2].ifkind), "infiniband");
+	w->ranks[1].probe[0] = 0;
+	w->probes[1].have = 0;
+	w->probes[2].peers[0].ok = 0;
+	snprintf(w->probes[2].peers[0].err, sizeof(w->probes[2].peers[0].err), "no answer within 2000 ms");
+	w->probes[2].clock_off_us = -250000;
+	ck_eval_setup(w);
+	test_check("a missing interface names the node and what it has", w, "net.iface", CK_FAIL,
+		   "task 1 (gpu02): GLOO_SOCKET_IFNAME=ib0: no such interface there (it has lo, ens17)");
+	test_check("mixed interface kinds are a warning", w, "net.kind", CK_WARN,
+		   "gpu01: ethernet (ens17); gpu02: ethernet (ib0); gpu03: infiniband (ens17)");
+	test_check("an unreachable node is named, with the reason", w, "net.probe", CK_FAIL,
+		   "gpu03 cannot reach gpu01 at 10.0.0.1:4000: no answer within 2000 ms");
+	test_check("a node without a listener is said", w, "net.probe", CK_FAIL, "gpu02 was not probed");
+	test_check("a skewed clock", w, "clock.skew", CK_WARN, "gpu03's clock is 250.0 ms behind gpu01's");
+	test_cond("a failed probe stops the collectives", !ck_coll_safe(w, why, sizeof(why)));
+	drop(w);
+
+	w = world(2, 1);
+	snprintf(w->ranks[1].ifstate, sizeof(w->ranks[1].ifstate), "down");
+	snprintf(w->ranks[0].ifstate, sizeof(w->ranks[0].ifstate), "virtual");
+	snprintf(w->ranks[0].ifname, sizeof(w->ranks[0].ifname), "docker0");
+	ck_eval_setup(w);
+	test_check("a down interface", w, "net.iface", CK_FAIL, "task 1 (gpu02): GLOO_SOCKET_IFNAME=ens17 is down");
+	test_check("a container bridge", w, "net.iface", CK_FAIL, "docker0 is a container or virtual bridge");
+	drop(w);
+
+	w = world(2, 1);
+	snprintf(w->ranks[1].ifstate, sizeof(w->ranks[1].ifstate), "unset");
+	ck_eval_setup(w);
+	test_check("an unset variable is a warning", w, "net.iface", CK_WARN, "GLOO_SOCKET_IFNAME is not set");
+	drop(w);
+}
+
+static void test_binding_faults(void)
+{
+	struct ck_world *w = world(2, 2);
+
+	snprintf(w->ranks[1].cpus, sizeof(w->ranks[1].cpus), "1-2");
+	ck_eval_setup(w);
+	test_check("overlapping CPUs with one idle: FAIL", w, "bind.cpus", CK_FAIL,
+		   "gpu01: task 0 (CPUs 0-1) and task 1 (CPUs 1-2) overlap on 1, while no task uses CPUs 3");
+	drop(w);
+
+	w = world(1, 3);
+	for (int i = 0; i < 3; i++) {
+		snprintf(w->ranks[i].allowed, sizeof(w->ranks[i].allowed), "0-1");
+		snprintf(w->ranks[i].cpus, sizeof(w->ranks[i].cpus), "%d", i % 2);
+	}
+	ck_eval_setup(w);
+	test_check("more tasks than CPUs, all used: WARN", w, "bind.cpus", CK_WARN,
+		   "gpu01: tasks 0 and 2 share CPUs 0: 3 tasks on 2 CPUs");
+	drop(w);
+
+	w = world(1, 2);
+	for (int i = 0; i < 2; i++)
+		snprintf(w->ranks[i].cpus, sizeof(w->ranks[i].cpus), "0-3");
+	ck_eval_setup(w);
+	test_check("unbound tasks: WARN", w, "bind.cpus", CK_WARN, "gpu01: 2 tasks are not bound, each may run on all of CPUs 0-3");
+	drop(w);
+
+	w = world(1, 2);
+	w->ranks[1].cpus[0] = 0;
+	ck_eval_setup(w);
+	test_check("no CPU at all", w, "bind.cpus", CK_FAIL, "task 1 (gpu01) has no CPU");
+	drop(w);
+
+	w = world(1, 4);
+	with_gpus(w, 4);
+	ck_eval_setup(w);
+	test_check("GPUs near their tasks", w, "bind.locality", CK_OK, "each of 4 tasks runs on CPUs near its GPU");
+	test_check("one task per GPU", w, "bind.gpus", CK_OK, "each of 4 GPUs is used by exactly one task");
+	test_check("all GPUs visible", w, "bind.visible", CK_OK, "peer access possible");
+	drop(w);
+
+	w = world(1, 4);
+	with_gpus(w, 4);
+	snprintf(w->ranks[3].cpus, sizeof(w->ranks[3].cpus), "0-1");
+	snprintf(w->ranks[0].cpus, sizeof(w->ranks[0].cpus), "6-7");
+	snprintf(w->ranks[2].gpu, sizeof(w->ranks[2].gpu), "0000:43:00.0");
+	w->ranks[1].visible = 1;
+	snprintf(w->ranks[1].env[CK_CVD], DDPENV_VALLEN, "1");
+	ck_eval_setup(w);
+	test_check("CPUs far from the GPU", w, "bind.locality", CK_WARN,
+		   "task 0 (gpu01): CPUs 6-7 (NUMA 0) are far from its GPU 0000:1b:00.0 (NUMA 0, near: 0-1)");
+	test_check("a GPU shared by two tasks is a warning under gloo", w, "bind.gpus", CK_WARN,
+		   "gpu01: GPU 0000:43:00.0 is used by tasks 1 and 2");
+	test_check("and an unused GPU is said", w, "bind.gpus", CK_WARN, "gpu01: 1 of the step's 4 GPUs there are used by no task");
+	test_check("a narrowed CUDA_VISIBLE_DEVICES", w, "bind.visible", CK_WARN,
+		   "task 1 (gpu01) sees 1 of the step's 4 GPUs there: no CUDA peer access");
+	w->nres = 0;
+	w->backend = "nccl";
+	ck_eval_setup(w);
+	test_check("a GPU shared by two tasks fails under nccl", w, "bind.gpus", CK_FAIL,
+		   "GPU 0000:43:00.0 is used by tasks 1 and 2");
+	drop(w);
+
+	w = world(1, 2);
+	with_gpus(w, 2);
+	for (int i = 0; i < 2; i++) {
+		snprintf(w->ranks[i].gpu_near, sizeof(w->ranks[i].gpu_near), "0");
+		snprintf(w->ranks[i].cpus, sizeof(w->ranks[i].cpus), "0");
+	}
+	ck_eval_setup(w);
+	test_check("two tasks sharing the one CPU near their GPUs: WARN", w, "bind.cpus", CK_WARN,
+		   "gpu01: tasks 0 and 1 share CPUs 0 near their GPUs");
+	drop(w);
+
+	w = world(1, 2);
+	w->backend = "nccl";
+	snprintf(w->ranks[1].backend_err, sizeof(w->ranks[1].backend_err), "no CUDA device visible");
+	w->ranks[0].nccl_version = 22105;
+	ck_eval_setup(w);
+	test_check("a task without NCCL or a GPU", w, "coll.backend", CK_FAIL, "task 1 (gpu01): no CUDA device visible");
+	drop(w);
+}
+
+static void test_coll_faults(void)
+{
+	struct ck_world *w = world(2, 1);
+
+	ck_eval_setup(w);
+	ran(w, 1e-3);
+	w->colls[1].ok = 0;
+	snprintf(w->colls[1].msg, sizeof(w->colls[1].msg), "all-reduce of 4096 floats WRONG at 7 elements");
+	w->colls[0].have = 0;
+	w->opts.min_busbw = 5;
+	ck_eval_coll(w);
+	test_check("a wrong sum names the task", w, "coll.allreduce", CK_FAIL,
+		   "task 0 (gpu01) did not report its result; task 1 (gpu02): all-reduce of 4096 floats WRONG");
+	test_check("busbw below --min-busbw", w, "coll.busbw", CK_FAIL,
+		   "busbw 0.00 GB/s at 1024 bytes is below --min-busbw 5.00 GB/s");
+	test_cond("the slowest time is the max over tasks", ck_time_max(w, w->nsizes - 1) == 1e-3);
+	drop(w);
+}
+
+int main(void)
+{
+	test_records();
+	test_sizes();
+	test_healthy();
+	test_contract_faults();
+	test_network_faults();
+	test_binding_faults();
+	test_coll_faults();
+	return test_report();
+}
