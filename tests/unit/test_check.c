@@ -405,6 +405,14 @@ static void test_binding_faults(void)
 	test_check("no CPU at all", w, "bind.cpus", CK_FAIL, "task 1 (gpu01) has no CPU");
 	drop(w);
 
+	w = world(1, 2);
+	snprintf(w->ranks[1].cpus, sizeof(w->ranks[1].cpus), "0-4294967295");
+	snprintf(w->ranks[0].cpus, sizeof(w->ranks[0].cpus), "0-");
+	ck_eval_setup(w);
+	test_check("a CPU list beyond any machine is refused, not allocated", w, "bind.cpus", CK_FAIL,
+		   "task 0 (gpu01) has no CPU ('0-'); task 1 (gpu01) has no CPU ('0-4294967295')");
+	drop(w);
+
 	w = world(1, 4);
 	with_gpus(w, 4);
 	ck_eval_setup(w);
