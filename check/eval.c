@@ -795,8 +795,9 @@ static void eval_gpus(struct ck_world *w, const struct nodes *nd)
 				step = r->step_gpus;
 			if (!r->gpu[0]) {
 				if (r->step_gpus > 0)
-					say(nccl ? &fail : &warn, "task %d (%s) has no GPU of its own (%d tasks, %d "
-					    "GPUs there)", i, r->host, nd->count[n], r->step_gpus);
+					say(nccl ? &fail : &warn, "task %d (%s) has no GPU of its own (%d task%s, %d "
+					    "GPU%s there)", i, r->host, nd->count[n], nd->count[n] == 1 ? "" : "s",
+					    r->step_gpus, r->step_gpus == 1 ? "" : "s");
 				continue;
 			}
 			any++;
