@@ -23,6 +23,10 @@ echo "demo: what each task gets:"
 $cluster run "${cmd[@]}" "$repo/build/bin/ddp-env" --explain 2>/dev/null \
 	| grep -E '^(MASTER_ADDR|MASTER_PORT|RANK|WORLD_SIZE|GLOO_SOCKET_IFNAME|OMP_NUM_THREADS) ' | sed 's/^/  /'
 echo
+echo "demo: srun -N2 --ddp=gloo ddp-check -e 16M   (is the cluster ready? the checks it ran:)"
+$cluster run srun -N2 --ntasks-per-node=1 --ddp=gloo "$repo/build/bin/ddp-check" -e 16M -n 5 -w 1 2>&1 \
+	| grep -E '^(OK|WARN|FAIL|SKIP) |^ddp-check:|^ +16777216 ' | sed 's/^/  /'
+echo
 $cluster run "${cmd[@]}" "$repo/build/bin/cnn_train" --epochs "$epochs" --progress "$progress" \
 	--log-every 100
 echo
