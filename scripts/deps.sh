@@ -10,7 +10,7 @@ libslurm-dev slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge
 libhwloc-dev hwloc libyaml-dev zlib1g-dev libssl-dev
 clang libclang-rt-14-dev valgrind
 libgloo-dev libdnnl-dev libopenblas-dev
-bats bats-assert bats-support
+bats bats-assert bats-support man-db groff-base
 python3-torch python3-numpy dataset-fashion-mnist"
 
 if [ "${1:-}" = "--print" ]; then
