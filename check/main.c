@@ -524,6 +524,16 @@ static void run_colls(struct self *me, struct ddpenv_store *s, const struct ck_o
 		snprintf(out->msg, sizeof(out->msg), "cannot allocate %zu bytes for the all-reduce", bytes);
 		goto out;
 	}
+	/* Zeros everywhere, so the sweep never sums garbage (or slow denormals). */
+	memset(host, 0, nexact * 4);
+	for (size_t off = 0; off < bytes; off += nexact * 4) {
+		size_t chunk = bytes - off < nexact * 4 ? bytes - off : nexact * 4;
+		if (c.nccl ? ck_nccl_copy((char *)dbuf + off, host, chunk, 1) < 0 :
+			     (memset((char *)dbuf + off, 0, chunk), 0)) {
+			snprintf(out->msg, sizeof(out->msg), "cudaMemcpy to the GPU failed");
+			goto out;
+		}
+	}
 	if (exact(&c, dbuf, host, 1, out->msg, sizeof(out->msg)) < 0)
 		goto out;
 	out->first_s = task_age();
@@ -844,6 +854,7 @@ int main(int argc, char **argv)
 
 	struct ck_world w = { .backend = backend, .n = me.n, .opts = o };
 	int rc = 0, *probers = NULL;
+	char *plan = NULL;
 	w.nsizes = ck_sizes(&o, w.sizes, CK_MAX_SIZES);
 	double deadline = mono() + o.timeout_s;
 	void *v2;
@@ -865,19 +876,24 @@ int main(int argc, char **argv)
 		pthread_mutex_lock(&refused_mu);
 		snprintf(w.refused, sizeof(w.refused), "%s", refused);
 		pthread_mutex_unlock(&refused_mu);
-		size_t pl = make_plan(&w, rec, RECLEN, probers);
-		if (ddpenv_store_set(s, "ck/plan", rec, pl, err, sizeof(err)) < 0)
+		/* A line per node: "id \t host \t endpoint \t head" */
+		size_t cap = (size_t)me.n * (CK_HOST + 112) + 1;
+		plan = malloc(cap);
+		if (!plan) {
+			snprintf(err, sizeof(err), "out of memory for the probe plan of %d tasks", me.n);
+			goto store_failed;
+		}
+		size_t pl = make_plan(&w, plan, cap, probers);
+		if (ddpenv_store_set(s, "ck/plan", plan, pl, err, sizeof(err)) < 0)
 			goto store_failed;
 	} else if (ddpenv_store_get(s, "ck/plan", wait_ms, &v2, &l2, err, sizeof(err)) < 0) {
 		goto store_failed;
 	} else {
-		snprintf(rec, RECLEN, "%.*s", (int)l2, (char *)v2);
-		free(v2);
+		plan = v2;   /* NUL-terminated by the store client */
 	}
 
 	/* Probers: reach every other node's listener. */
 	{
-		const char *plan = rec;
 		struct ck_target *t = calloc((size_t)me.n + 1, sizeof(*t));
 		size_t nt = 0;
 		int mine = 0, nprobers = 0;
@@ -901,8 +917,10 @@ int main(int argc, char **argv)
 		if (mine) {
 			struct ck_probe pr;
 			if (ck_probe_run(t, nt, o.probe_ms, &pr) == 0) {
-				char *pb = malloc(RECLEN * 4);
-				int pbl = pb ? ck_probe_encode(&pr, pb, RECLEN * 4) : -1;
+				/* a peer line is at most ~400 bytes */
+				size_t pcap = (nt + 4) * 512;
+				char *pb = malloc(pcap);
+				int pbl = pb ? ck_probe_encode(&pr, pb, pcap) : -1;
 				if (pbl >= 0 && publish(s, "probe", me.id, pb, (size_t)pbl, err, sizeof(err)) < 0) {
 					free(pb);
 					ck_probe_free(&pr);
@@ -996,6 +1014,7 @@ out:
 	free(w.colls);
 	free(w.res);
 	free(probers);
+	free(plan);
 	free(rec);
 	return rc;
 }
