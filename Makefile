@@ -6,7 +6,8 @@
 #   make check      the same set-up, then every test
 #   make bench      the benchmarks' programs (bench/*.sh run them)
 #   make fuzz       the fuzz targets, 10 minutes each (make check runs them briefly)
-#   make install    PREFIX, DESTDIR, SLURM_PLUGIN_DIR, SYSCONFDIR honoured
+#   make deb        Debian packages (dpkg-buildpackage, lintian) in build/deb/
+#   make install    PREFIX, DESTDIR, LIBDIR, MANDIR, SLURM_PLUGIN_DIR, SYSCONFDIR honoured
 #   SANITIZER=address,undefined make check   unit tests under sanitizers
 
 BUILD ?= $(CURDIR)/build
@@ -18,9 +19,11 @@ DESTDIR ?=
 # Debian's Slurm plugin dir: /usr/lib/<multiarch>/slurm-wlm
 SLURM_PLUGIN_DIR ?= /usr/lib/$(shell $(CC) -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)/slurm-wlm
 SYSCONFDIR ?= /etc/slurm
-export BUILD CC CFLAGS SANITIZER PREFIX DESTDIR SLURM_PLUGIN_DIR SYSCONFDIR
+LIBDIR ?= $(PREFIX)/lib
+MANDIR ?= $(PREFIX)/share/man
+export BUILD CC CFLAGS SANITIZER PREFIX DESTDIR SLURM_PLUGIN_DIR SYSCONFDIR LIBDIR MANDIR
 
-.PHONY: all libddpenv spank trainer check-tool bench fuzz deps check unit bats demo install uninstall clean cluster-stop
+.PHONY: all libddpenv spank trainer check-tool bench fuzz deps check unit bats demo deb install uninstall clean cluster-stop
 
 all: libddpenv spank trainer check-tool
 
@@ -54,6 +57,9 @@ check: deps all
 demo: deps all
 	scripts/demo.sh
 
+deb: deps
+	scripts/deb.sh
+
 install: all
 	$(MAKE) -C libddpenv install
 	$(MAKE) -C spank install
@@ -70,4 +76,4 @@ cluster-stop:
 	tests/cluster/cluster.sh stop
 
 clean:
-	rm -rf $(BUILD)/obj $(BUILD)/lib $(BUILD)/bin $(BUILD)/tests $(BUILD)/tests-san $(BUILD)/include $(BUILD)/bench $(BUILD)/fuzz
+	rm -rf $(BUILD)/obj $(BUILD)/lib $(BUILD)/bin $(BUILD)/tests $(BUILD)/tests-san $(BUILD)/include $(BUILD)/bench $(BUILD)/fuzz $(BUILD)/deb

@@ -725,7 +725,13 @@ int main(int argc, char **argv)
 			usage(stdout);
 			return 0;
 		case 'V':
-			printf("ddp-check %s\n", DDPENV_VERSION);
+#ifdef HAVE_NCCL
+			printf("ddp-check %s (NCCL path built; libnccl and libcudart are loaded at run time)\n",
+			       DDPENV_VERSION);
+#else
+			printf("ddp-check %s (gloo only: built without CUDA and NCCL headers)\n",
+			       DDPENV_VERSION);
+#endif
 			return 0;
 		default:
 			usage(stderr);

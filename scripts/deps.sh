@@ -11,6 +11,7 @@ libhwloc-dev hwloc libyaml-dev zlib1g-dev libssl-dev
 clang libclang-rt-14-dev valgrind
 libgloo-dev libdnnl-dev libopenblas-dev
 bats bats-assert bats-support man-db groff-base
+dpkg-dev debhelper lintian fakeroot
 python3-torch python3-numpy dataset-fashion-mnist"
 
 if [ "${1:-}" = "--print" ]; then

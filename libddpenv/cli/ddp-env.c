@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <slurm/slurm_version.h>
+
 #include "ddpenv.h"
 
 extern char **environ;
@@ -403,7 +405,11 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'h': usage(stdout); return 0;
-		case 'V': printf("ddp-env %s\n", DDPENV_VERSION); return 0;
+		case 'V':
+			printf("ddp-env %s (built against Slurm %02d.%02d.%d)\n", DDPENV_VERSION,
+			       SLURM_VERSION_MAJOR(SLURM_VERSION_NUMBER), SLURM_VERSION_MINOR(SLURM_VERSION_NUMBER),
+			       SLURM_VERSION_MICRO(SLURM_VERSION_NUMBER));
+			return 0;
 		default: usage(stderr); return 2;
 		}
 	}

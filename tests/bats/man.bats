@@ -14,7 +14,58 @@ load helpers
 		assert_output ""
 		n=$((n + 1))
 	done
-	[ "$n" -ge 1 ]
+	# the five the issue names
+	[ "$n" -ge 5 ]
+	for page in spank-ddp.8 ddp.yaml.5 ddp-env.1 ddp-check.1 cnn_train.1; do
+		[ -f "$REPO/man/$page" ] || { echo "missing man/$page"; return 1; }
+	done
+}
+
+# page_lacks PAGE WORD...: print the words the rendered page does not contain
+page_lacks() {
+	local page=$1 text w missing=0
+	shift
+	text=$(LC_ALL=C.UTF-8 MANWIDTH=200 man -l "$REPO/man/$page" 2>/dev/null)
+	for w in "$@"; do
+		grep -qF -- "$w" <<<"$text" || { echo "$page lacks $w"; missing=1; }
+	done
+	return $missing
+}
+
+@test "ddp-env(1) and cnn_train(1) document every option of their --help" {
+	page_lacks ddp-env.1 $("$REPO/build/bin/ddp-env" --help | grep -oE -- '--[a-z][a-z-]+' | sort -u)
+	page_lacks cnn_train.1 $("$REPO/build/bin/cnn_train" --help | grep -oE -- '--[a-z][a-z-]+' | sort -u)
+}
+
+@test "ddp.yaml(5) documents every key of the shipped conf/ddp.yaml, and its example is a valid configuration" {
+	# top-level keys and the network: ones, as the shipped file spells them
+	local keys
+	keys=$(grep -oE '^[a-z_]+:' "$REPO/conf/ddp.yaml" | tr -d :)
+	keys+=" "$(sed -n '/^network:/,/^[a-z]/p' "$REPO/conf/ddp.yaml" | grep -oE '^  [a-z]+:' | sed 's/^  /network./; s/:$//')
+	keys+=" env.nccl env.gloo"
+	[ "$(wc -w <<<"$keys")" -ge 16 ]
+	page_lacks ddp.yaml.5 $keys
+	# the EXAMPLE section, as a file, passes ddp-env --check-config
+	LC_ALL=C.UTF-8 MANWIDTH=200 man -l "$REPO/man/ddp.yaml.5" 2>/dev/null |
+		sed -n '/^EXAMPLE/,/^FILES/p' | sed '1d;$d' | sed 's/^ \{14\}//' >"$BATS_TEST_TMPDIR/example.yaml"
+	grep -q '^partitions:' "$BATS_TEST_TMPDIR/example.yaml"
+	# its rdzv_secret is a path on the admin's machine: point it at a real one
+	install -m 600 /dev/null "$BATS_TEST_TMPDIR/secret"
+	head -c 32 /dev/urandom >"$BATS_TEST_TMPDIR/secret"
+	sed -i "s|/etc/slurm/ddp.secret|$BATS_TEST_TMPDIR/secret|" "$BATS_TEST_TMPDIR/example.yaml"
+	run "$REPO/build/bin/ddp-env" --check-config "$BATS_TEST_TMPDIR/example.yaml"
+	echo "$output"
+	assert_success
+}
+
+@test "spank-ddp(8) names both options, every plugstack key, every variable the plugin sets and every user variable" {
+	page_lacks spank-ddp.8 --ddp --ddp-bind config= \
+		$(grep -oE "expected config, default_backend[^\"]*" "$REPO/libddpenv/src/config.c" |
+			sed 's/^expected //; s/ or /, /; s/\.NAME//g' | tr -d ,)
+	# the README's table of every variable set
+	page_lacks spank-ddp.8 $(sed -n '/^| variable | value |/,/^$/p' "$REPO/README.md" |
+		grep -oE '`[A-Z][A-Z_]+`' | tr -d '`' | sort -u)
+	page_lacks spank-ddp.8 DDP_HEAD_FROM DDP_PORT DDP_PORT_RANGE DDP_IFACE DDP_OMP_NUM_THREADS DDP_BIND
 }
 
 @test "ddp-check(1) documents every option of ddp-check --help" {
