@@ -85,17 +85,24 @@ def main():
     backend = os.environ.get("DDP_BACKEND", "gloo")
     if backend == "nccl" and not torch.cuda.is_available():
         backend = "gloo"
+    # NCCL: one GPU per rank. slurm-ddp lists every GPU of the node in
+    # CUDA_VISIBLE_DEVICES with this task's own (the one near its CPUs) at
+    # index LOCAL_RANK, so cuda:LOCAL_RANK is right and peer access stays.
+    device = torch.device("cpu")
+    if backend == "nccl":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
     dist.init_process_group(backend, init_method="env://")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(args.seed)
     if rank == 0:
-        print(f"# world {world}, backend {backend}, master {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}", flush=True)
+        print(f"# world {world}, backend {backend}, device {device.type}, master {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}", flush=True)
 
     train = load(args.data_dir, "train", args.train_limit)
     test = load(args.data_dir, "test", args.test_limit)
     sampler = DistributedSampler(train, num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
     loader = DataLoader(train, batch_size=args.batch_size, sampler=sampler)
-    model = DDP(Net())
+    model = DDP(Net().to(device), device_ids=[device.index] if device.type == "cuda" else None)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 
     step, images, t0 = 0, 0, time.time()
@@ -103,6 +110,7 @@ def main():
         sampler.set_epoch(epoch)
         model.train()
         for x, y in loader:
+            x, y = x.to(device), y.to(device)
             opt.zero_grad()
             loss = F.nll_loss(model(x), y)
             loss.backward()
@@ -117,18 +125,19 @@ def main():
 
     model.eval()
     test_sampler = DistributedSampler(test, num_replicas=world, rank=rank, shuffle=False)
-    correct = torch.zeros(2)
+    correct = torch.zeros(2, device=device)
     with torch.no_grad():
         for x, y in DataLoader(test, batch_size=256, sampler=test_sampler):
+            x, y = x.to(device), y.to(device)
             correct[0] += (model(x).argmax(1) == y).sum()
             correct[1] += y.numel()
     dist.all_reduce(correct)
-    rate = torch.tensor([images / elapsed])
+    rate = torch.tensor([images / elapsed], device=device)
     dist.all_reduce(rate)
 
     digest = hashlib.sha256()
     for p in model.module.parameters():
-        digest.update(p.detach().numpy().tobytes())
+        digest.update(p.detach().cpu().numpy().tobytes())
     print(f"params rank {rank} {digest.hexdigest()[:16]} loss {loss.item():.4f}", flush=True)
     if rank == 0:
         print(f"test_accuracy {correct[0] / correct[1]:.4f} images_per_sec {rate.item():.0f} world_size {world}", flush=True)

@@ -24,7 +24,7 @@ teardown() {
 		--max-steps 12 --batch-size 32 --train-limit 2400 --test-limit 600
 	if [ "$status" -ne 0 ]; then echo "$stderr"; fi
 	assert_success
-	assert_line --partial "# world 6, backend gloo, master $(node_ip 1):"
+	assert_line --partial "# world 6, backend gloo, device cpu, master $(node_ip 1):"
 	params=$(printf '%s\n' "$output" | grep '^params rank ')
 	[ "$(echo "$params" | wc -l)" -eq 6 ]
 	assert_equal "$(echo "$params" | awk '{print $3}' | sort -n | tr '\n' ' ')" "0 1 2 3 4 5 "
