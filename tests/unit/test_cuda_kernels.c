@@ -1,0 +1,252 @@
+/* Every CUDA kernel of trainer/cuda/kernels.cu against its CPU twin on
+ * random inputs, llm.c style: |gpu - cpu| <= atol + rtol * |cpu|, the first
+ * mismatches printed.  Without a GPU (or a driver) every check is skipped,
+ * loudly, and the program exits 0: make check compiles it everywhere. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/kernels.h"
+#include "ops.h"
+#include "optim.h"
+#include "test.h"
+
+/* Tolerances, one table, with why.  Element-wise kernels compute the same
+ * float operations in the same order as the CPU twin, so they are exact
+ * unless a math function differs (expf, sqrtf: a few ulp on the GPU). */
+static const struct {
+	const char *what;
+	float atol, rtol;
+	const char *why;
+} TOL[] = {
+	{ "exact", 0.f, 0.f, "same float operations in the same order (max, add, compare, select)" },
+	{ "expf", 1e-7f, 2e-6f, "CUDA expf is within 2 ulp of the C library's" },
+	{ "sum", 1e-4f, 1e-5f, "a sum of 1000 losses: block tree order vs the CPU's double accumulation" },
+	{ "update", 1e-6f, 1e-5f, "3 optimizer updates: nvcc and gcc's vectorized loop contract different multiply-adds into FMAs" },
+};
+enum { T_EXACT, T_EXPF, T_SUM, T_UPDATE };
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static float frand(void) /* [-1, 1) */
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (float)((rng >> 40) * (1.0 / (1 << 23))) - 1.f;
+}
+
+static void fill(float *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = frand();
+}
+
+/* Compare and print the first 5 mismatches; returns the mismatch count. */
+static size_t compare(const char *name, const float *gpu, const float *cpu, size_t n, int tol)
+{
+	size_t bad = 0;
+	for (size_t i = 0; i < n; i++) {
+		float lim = TOL[tol].atol + TOL[tol].rtol * fabsf(cpu[i]);
+		if (!(fabsf(gpu[i] - cpu[i]) <= lim) || isnan(gpu[i]) != isnan(cpu[i])) {
+			if (bad < 5)
+				printf("#   %s[%zu]: gpu %.9g cpu %.9g (tolerance %s: %g + %g*|cpu|)\n", name,
+				       i, gpu[i], cpu[i], TOL[tol].what, TOL[tol].atol, TOL[tol].rtol);
+			bad++;
+		}
+	}
+	return bad;
+}
+
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
+	printf("# %s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); exit(1); } } while (0)
+
+static void *dev(const void *host, size_t bytes)
+{
+	void *d;
+	CK(cudaMalloc(&d, bytes ? bytes : 1));
+	if (host)
+		CK(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
+	return d;
+}
+
+static void back(void *host, const void *d, size_t bytes)
+{
+	CK(cudaDeviceSynchronize());
+	CK(cudaMemcpy(host, d, bytes, cudaMemcpyDeviceToHost));
+}
+
+static void test_bias_relu(void)
+{
+	/* conv2's output of a batch of 8: 64 planes of 24x24 */
+	int nimg = 8, oc = 64, n = 24 * 24;
+	size_t tot = (size_t)nimg * oc * n;
+	float *y = malloc(tot * 4), *b = malloc(oc * 4), *got = malloc(tot * 4);
+	fill(y, tot);
+	fill(b, oc);
+	float *dy = dev(y, tot * 4), *db = dev(b, oc * 4);
+	test_cond("bias_relu launches", cnn_cuda_bias_relu(dy, db, nimg, oc, n, NULL) == 0);
+	back(got, dy, tot * 4);
+	for (int i = 0; i < nimg; i++)
+		cnn_bias_relu(y + (size_t)i * oc * n, b, oc, n);
+	test_cond("bias_relu equals cnn_bias_relu (exact)", compare("bias_relu", got, y, tot, T_EXACT) == 0);
+	cudaFree(dy);
+	cudaFree(db);
+	free(y), free(b), free(got);
+}
+
+static void test_maxpool(int h, int w)
+{
+	int planes = 8 * 64, ph = h / 2, pw = w / 2;
+	size_t nx = (size_t)planes * h * w, ny = (size_t)planes * ph * pw;
+	float *x = malloc(nx * 4), *y = malloc(ny * 4), *gy = malloc(ny * 4);
+	uint8_t *arg = malloc(ny), *garg = malloc(ny);
+	fill(x, nx);
+	/* ties: the first maximum must win on both sides */
+	for (size_t i = 0; i < nx; i += 7)
+		x[i] = x[i + 1 < nx ? i + 1 : i];
+	float *dx = dev(x, nx * 4), *dyv = dev(NULL, ny * 4);
+	uint8_t *darg = dev(NULL, ny);
+	char d[96];
+	snprintf(d, sizeof(d), "maxpool2_fwd %dx%d launches", h, w);
+	test_cond(d, cnn_cuda_maxpool2_fwd(dx, planes, h, w, dyv, darg, NULL) == 0);
+	back(gy, dyv, ny * 4);
+	back(garg, darg, ny);
+	cnn_maxpool2_fwd(x, planes, h, w, y, arg);
+	snprintf(d, sizeof(d), "maxpool2_fwd %dx%d equals cnn_maxpool2_fwd, arg included (exact)", h, w);
+	test_cond(d, compare("maxpool2_fwd", gy, y, ny, T_EXACT) == 0 && memcmp(garg, arg, ny) == 0);
+
+	/* backward: y has negatives (the ReLU gate) and positives */
+	float *g = malloc(ny * 4), *gx = malloc(nx * 4), *cx = malloc(nx * 4);
+	fill(g, ny);
+	float *dg = dev(g, ny * 4), *ddx = dev(NULL, nx * 4);
+	CK(cudaMemset(ddx, 0x7f, nx * 4)); /* garbage: the kernel must overwrite all */
+	snprintf(d, sizeof(d), "maxpool2_relu_bwd %dx%d launches", h, w);
+	test_cond(d, cnn_cuda_maxpool2_relu_bwd(dg, dyv, darg, planes, h, w, ddx, NULL) == 0);
+	back(gx, ddx, nx * 4);
+	cnn_maxpool2_relu_bwd(g, y, arg, planes, h, w, cx);
+	snprintf(d, sizeof(d), "maxpool2_relu_bwd %dx%d equals cnn_maxpool2_relu_bwd (exact)", h, w);
+	test_cond(d, compare("maxpool2_relu_bwd", gx, cx, nx, T_EXACT) == 0);
+	cudaFree(dx), cudaFree(dyv), cudaFree(darg), cudaFree(dg), cudaFree(ddx);
+	free(x), free(y), free(gy), free(arg), free(garg), free(g), free(gx), free(cx);
+}
+
+static void test_relu_bwd(void)
+{
+	size_t n = 100003;
+	float *dx = malloc(n * 4), *y = malloc(n * 4), *got = malloc(n * 4);
+	fill(dx, n);
+	fill(y, n);
+	float *ddx = dev(dx, n * 4), *dy = dev(y, n * 4);
+	test_cond("relu_bwd launches", cnn_cuda_relu_bwd(ddx, dy, n, NULL) == 0);
+	back(got, ddx, n * 4);
+	cnn_relu_bwd(dx, y, n);
+	test_cond("relu_bwd equals cnn_relu_bwd (exact)", compare("relu_bwd", got, dx, n, T_EXACT) == 0);
+	cudaFree(ddx), cudaFree(dy);
+	free(dx), free(y), free(got);
+}
+
+static void test_logsoftmax(void)
+{
+	int n = 1000, k = 10;
+	size_t t = (size_t)n * k;
+	float *z = malloc(t * 4), *lp = malloc(t * 4), *glp = malloc(t * 4);
+	float *d = malloc(t * 4), *gd = malloc(t * 4), out[2] = { 0, 0 };
+	uint8_t *lab = malloc(n);
+	for (size_t i = 0; i < t; i++)
+		z[i] = 8.f * frand();
+	for (int i = 0; i < n; i++)
+		lab[i] = (uint8_t)((frand() + 1.f) * 5.f) % 10;
+	float *dz = dev(z, t * 4), *dlp = dev(NULL, t * 4), *dout = dev(out, 8), *dd = dev(NULL, t * 4);
+	uint8_t *dlab = dev(lab, n);
+	test_cond("logsoftmax_nll_fwd launches",
+		  cnn_cuda_logsoftmax_nll_fwd(dz, dlab, n, k, dlp, dout, NULL) == 0);
+	back(glp, dlp, t * 4);
+	back(out, dout, 8);
+	int correct = 0;
+	float loss = cnn_logsoftmax_nll_fwd(z, lab, n, k, lp, &correct);
+	test_cond("logsoftmax_nll_fwd: log-probabilities equal the CPU's (expf tolerance: CUDA's double exp and log)",
+		  compare("logp", glp, lp, t, T_EXPF) == 0);
+	float mean = out[0] / n, cpu_sum = loss * n;
+	test_cond("logsoftmax_nll_fwd: loss sum within the sum tolerance",
+		  compare("loss", &out[0], &cpu_sum, 1, T_SUM) == 0);
+	test_cond("logsoftmax_nll_fwd: correct count equals the CPU's", (int)out[1] == correct);
+	printf("# loss gpu %.7f cpu %.7f, correct %d of %d\n", mean, loss, correct, n);
+	test_cond("logsoftmax_nll_bwd launches",
+		  cnn_cuda_logsoftmax_nll_bwd(dlp, dlab, n, k, 64.f, dd, NULL) == 0);
+	back(gd, dd, t * 4);
+	cnn_logsoftmax_nll_bwd(lp, lab, n, k, 64.f, d);
+	test_cond("logsoftmax_nll_bwd equals cnn_logsoftmax_nll_bwd (expf tolerance)",
+		  compare("dlogits", gd, d, t, T_EXPF) == 0);
+	test_cond("logsoftmax_nll_fwd refuses 65 classes",
+		  cnn_cuda_logsoftmax_nll_fwd(dz, dlab, 10, 65, dlp, dout, NULL) == -1);
+	cudaFree(dz), cudaFree(dlp), cudaFree(dout), cudaFree(dd), cudaFree(dlab);
+	free(z), free(lp), free(glp), free(d), free(gd), free(lab);
+}
+
+/* Three updates of each optimizer against cnn_optim_step (1 thread). */
+static void test_optim(enum cnn_optim_kind kind, float mom, float wd)
+{
+	size_t n = 1199882; /* the Net's parameters */
+	struct cnn_optim o = { .lr = 0.05f, .momentum = mom, .weight_decay = wd };
+	if (cnn_optim_init(&o, kind, n) < 0) {
+		test_cond("cnn_optim_init", 0);
+		return;
+	}
+	float *p = malloc(n * 4), *g = malloc(n * 4), *got = malloc(n * 4);
+	fill(p, n);
+	float *dp = dev(p, n * 4), *dg = dev(NULL, n * 4), *ds1 = dev(NULL, n * 4),
+	      *ds2 = dev(NULL, n * 4), *dlr = dev(NULL, 4);
+	CK(cudaMemset(ds1, 0, n * 4));
+	CK(cudaMemset(ds2, 0, n * 4));
+	int ok = 1;
+	for (int step = 0; step < 3; step++) {
+		float lr = kind == CNN_SGD ? 0.05f / (step + 1) : 1.f;
+		fill(g, n);
+		CK(cudaMemcpy(dg, g, n * 4, cudaMemcpyHostToDevice));
+		CK(cudaMemcpy(dlr, &lr, 4, cudaMemcpyHostToDevice));
+		int rv = kind == CNN_SGD ?
+			cnn_cuda_sgd_step(dp, dg, ds1, n, dlr, mom, wd, step == 0, NULL) :
+			cnn_cuda_adadelta_step(dp, dg, ds1, ds2, n, dlr, o.rho, o.eps, wd, NULL);
+		ok &= rv == 0;
+		cnn_optim_step(&o, p, g, lr);
+	}
+	back(got, dp, n * 4);
+	char d[128];
+	snprintf(d, sizeof(d), "%s (momentum %g, weight decay %g): 3 updates equal cnn_optim_step",
+		 kind == CNN_SGD ? "sgd" : "adadelta", mom, wd);
+	test_cond(d, ok && compare(kind == CNN_SGD ? "sgd" : "adadelta", got, p, n,
+				   T_UPDATE) == 0);
+	cudaFree(dp), cudaFree(dg), cudaFree(ds1), cudaFree(ds2), cudaFree(dlr);
+	cnn_optim_free(&o);
+	free(p), free(g), free(got);
+}
+
+int main(void)
+{
+	int ndev = 0;
+	cudaError_t e = cudaGetDeviceCount(&ndev);
+	if (e != cudaSuccess || ndev == 0) {
+		printf("ok 1 - CUDA kernels vs their CPU twins # SKIP no GPU here (cudaGetDeviceCount: %s)\n",
+		       e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+		printf("1..1\n");
+		fprintf(stderr, "test_cuda_kernels: SKIPPED: no GPU (%s); the kernels were compiled, not run\n",
+			e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+		return 0;
+	}
+	struct cudaDeviceProp prop;
+	CK(cudaGetDeviceProperties(&prop, 0));
+	printf("# GPU 0: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
+	test_bias_relu();
+	test_maxpool(24, 24);
+	test_maxpool(7, 9); /* odd sizes: the last row and column are dropped */
+	test_relu_bwd();
+	test_logsoftmax();
+	test_optim(CNN_SGD, 0.9f, 0.f);
+	test_optim(CNN_SGD, 0.9f, 1e-4f);
+	test_optim(CNN_SGD, 0.f, 0.f);
+	test_optim(CNN_ADADELTA, 0.f, 0.f);
+	return test_report();
+}

@@ -1,0 +1,266 @@
+// CUDA twins of cnn_train's CPU element-wise kernels (see kernels.h).
+// Grid-stride loops; one thread per output element, except log-softmax
+// (one thread per row: k is 10 here) and the optimizers (one per parameter).
+#include <float.h>
+#include <math.h>
+
+#include "check.h"
+#include "kernels.h"
+
+static char where_host[64];
+static int where_rank = -1;
+
+extern "C" void cnn_cuda_where_set(const char *host, int rank)
+{
+	snprintf(where_host, sizeof(where_host), "%s", host ? host : "");
+	where_rank = rank;
+}
+extern "C" const char *cnn_cuda_where_host(void) { return where_host; }
+extern "C" int cnn_cuda_where_rank(void) { return where_rank; }
+
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned blocks_for(size_t n)
+{
+	size_t b = (n + kThreads - 1) / kThreads;
+	if (b < 1)
+		b = 1;
+	return b > 65535u * 16u ? 65535u * 16u : (unsigned)b;
+}
+
+__global__ void bias_relu(float *y, const float *b, int oc, int n, size_t total)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		float v = y[i] + b[(i / n) % oc];
+		y[i] = v > 0.f ? v : 0.f;
+	}
+}
+
+__global__ void maxpool2_fwd(const float *x, int h, int w, int ph, int pw, size_t total,
+			     float *y, uint8_t *arg)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		size_t plane = i / ((size_t)ph * pw);
+		int r = (int)(i % ((size_t)ph * pw)), py = r / pw, px = r % pw;
+		const float *r0 = x + plane * h * w + (size_t)(2 * py) * w + 2 * px, *r1 = r0 + w;
+		// strict > keeps the first maximum, as PyTorch and the CPU twin
+		float m = r0[0];
+		uint8_t a = 0;
+		if (r0[1] > m) { m = r0[1]; a = 1; }
+		if (r1[0] > m) { m = r1[0]; a = 2; }
+		if (r1[1] > m) { m = r1[1]; a = 3; }
+		y[i] = m;
+		arg[i] = a;
+	}
+}
+
+// One thread per input element: no atomics, every element written once.
+__global__ void maxpool2_relu_bwd(const float *dy, const float *y, const uint8_t *arg, int h,
+				  int w, int ph, int pw, size_t total, float *dx)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		size_t plane = i / ((size_t)h * w);
+		int r = (int)(i % ((size_t)h * w)), iy = r / w, ix = r % w;
+		int py = iy >> 1, px = ix >> 1;
+		float v = 0.f;
+		if (py < ph && px < pw) {
+			size_t o = plane * ph * pw + (size_t)py * pw + px;
+			if (y[o] > 0.f && arg[o] == (uint8_t)(((iy & 1) << 1) | (ix & 1)))
+				v = dy[o];
+		}
+		dx[i] = v;
+	}
+}
+
+__global__ void relu_bwd(float *dx, const float *y, size_t n)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x)
+		dx[i] = y[i] > 0.f ? dx[i] : 0.f;
+}
+
+__global__ void logsoftmax_nll_fwd(const float *logits, const uint8_t *label, int n, int k,
+				   float *logp, float *out)
+{
+	__shared__ float part[2][kThreads];
+	int i = blockIdx.x * blockDim.x + threadIdx.x;
+	float loss = 0.f, good = 0.f;
+	if (i < n) {
+		const float *z = logits + (size_t)i * k;
+		float *lp = logp + (size_t)i * k;
+		float mx = -FLT_MAX;
+		int am = 0;
+		for (int j = 0; j < k; j++)
+			if (z[j] > mx) {
+				mx = z[j];
+				am = j;
+			}
+		double s = 0;
+		for (int j = 0; j < k; j++)
+			s += exp((double)(z[j] - mx));
+		float lse = mx + (float)log(s);
+		for (int j = 0; j < k; j++)
+			lp[j] = z[j] - lse;
+		loss = -lp[label[i]];
+		good = am == label[i] ? 1.f : 0.f;
+	}
+	part[0][threadIdx.x] = loss;
+	part[1][threadIdx.x] = good;
+	__syncthreads();
+	for (int half = blockDim.x / 2; half > 0; half /= 2) {
+		if ((int)threadIdx.x < half) {
+			part[0][threadIdx.x] += part[0][threadIdx.x + half];
+			part[1][threadIdx.x] += part[1][threadIdx.x + half];
+		}
+		__syncthreads();
+	}
+	if (threadIdx.x == 0) {
+		atomicAdd(&out[0], part[0][0]);
+		atomicAdd(&out[1], part[1][0]);
+	}
+}
+
+__global__ void logsoftmax_nll_bwd(const float *logp, const uint8_t *label, int k, float inv,
+				   size_t total, float *d)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		size_t row = i / k;
+		int j = (int)(i % k);
+		float v = expf(logp[i]) * inv;
+		d[i] = j == label[row] ? v - inv : v;
+	}
+}
+
+__global__ void sgd_step(float *p, const float *g, float *buf, size_t n, const float *lrp,
+			 float mom, float wd, int first)
+{
+	float lr = *lrp;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		float d = g[i] + wd * p[i];
+		if (mom == 0.f) {
+			p[i] -= lr * d;
+		} else {
+			float b = first ? d : mom * buf[i] + d;
+			buf[i] = b;
+			p[i] -= lr * b;
+		}
+	}
+}
+
+__global__ void adadelta_step(float *p, const float *g, float *sq, float *acc, size_t n,
+			      const float *lrp, float rho, float eps, float wd)
+{
+	float lr = *lrp;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		float d = g[i] + wd * p[i];
+		float s = sq[i] * rho + (1.f - rho) * d * d;
+		float delta = sqrtf(acc[i] + eps) / sqrtf(s + eps) * d;
+		sq[i] = s;
+		acc[i] = acc[i] * rho + (1.f - rho) * delta * delta;
+		p[i] -= lr * delta;
+	}
+}
+
+} // namespace
+
+extern "C" int cnn_cuda_bias_relu(float *y, const float *b, int nimg, int oc, int n,
+				  cudaStream_t s)
+{
+	size_t total = (size_t)nimg * oc * n;
+	if (!total)
+		return 0;
+	bias_relu<<<blocks_for(total), kThreads, 0, s>>>(y, b, oc, n, total);
+	cudaCheck(cudaGetLastError());
+	return 0;
+}
+
+extern "C" int cnn_cuda_maxpool2_fwd(const float *x, int planes, int h, int w, float *y,
+				     uint8_t *arg, cudaStream_t s)
+{
+	int ph = h / 2, pw = w / 2;
+	size_t total = (size_t)planes * ph * pw;
+	if (!total)
+		return 0;
+	maxpool2_fwd<<<blocks_for(total), kThreads, 0, s>>>(x, h, w, ph, pw, total, y, arg);
+	cudaCheck(cudaGetLastError());
+	return 0;
+}
+
+extern "C" int cnn_cuda_maxpool2_relu_bwd(const float *dy, const float *y, const uint8_t *arg,
+					  int planes, int h, int w, float *dx, cudaStream_t s)
+{
+	size_t total = (size_t)planes * h * w;
+	if (!total)
+		return 0;
+	maxpool2_relu_bwd<<<blocks_for(total), kThreads, 0, s>>>(dy, y, arg, h, w, h / 2, w / 2,
+								   total, dx);
+	cudaCheck(cudaGetLastError());
+	return 0;
+}
+
+extern "C" int cnn_cuda_relu_bwd(float *dx, const float *y, size_t n, cudaStream_t s)
+{
+	if (!n)
+		return 0;
+	relu_bwd<<<blocks_for(n), kThreads, 0, s>>>(dx, y, n);
+	cudaCheck(cudaGetLastError());
+	return 0;
+}
+
+extern "C" int cnn_cuda_logsoftmax_nll_fwd(const float *logits, const uint8_t *label, int n,
+					   int k, float *logp, float *out, cudaStream_t s)
+{
+	if (n <= 0)
+		return 0;
+	if (k < 1 || k > 64) {
+		fprintf(stderr, "cnn_train: %s rank %d: %s:%d: log-softmax of %d classes: expected 1-64\n",
+			where_host, where_rank, __FILE__, __LINE__, k);
+		return -1;
+	}
+	logsoftmax_nll_fwd<<<(n + kThreads - 1) / kThreads, kThreads, 0, s>>>(logits, label, n, k,
+									       logp, out);
+	cudaCheck(cudaGetLastError());
+	return 0;
+}
+
+extern "C" int cnn_cuda_logsoftmax_nll_bwd(const float *logp, const uint8_t *label, int n,
+					   int k, float scale_n, float *dlogits, cudaStream_t s)
+{
+	size_t total = (size_t)n * k;
+	if (!total)
+		return 0;
+	logsoftmax_nll_bwd<<<blocks_for(total), kThreads, 0, s>>>(logp, label, k, 1.f / scale_n,
+								    total, dlogits);
+	cudaCheck(cudaGetLastError());
+	return 0;
+}
+
+extern "C" int cnn_cuda_sgd_step(float *p, const float *g, float *buf, size_t n, const float *lr,
+				 float momentum, float weight_decay, int first, cudaStream_t s)
+{
+	if (!n)
+		return 0;
+	sgd_step<<<blocks_for(n), kThreads, 0, s>>>(p, g, buf, n, lr, momentum, weight_decay, first);
+	cudaCheck(cudaGetLastError());
+	return 0;
+}
+
+extern "C" int cnn_cuda_adadelta_step(float *p, const float *g, float *sq, float *acc, size_t n,
+				      const float *lr, float rho, float eps, float weight_decay,
+				      cudaStream_t s)
+{
+	if (!n)
+		return 0;
+	adadelta_step<<<blocks_for(n), kThreads, 0, s>>>(p, g, sq, acc, n, lr, rho, eps,
+							  weight_decay);
+	cudaCheck(cudaGetLastError());
+	return 0;
+}

@@ -1,0 +1,59 @@
+/* CUDA kernels of cnn_train's element-wise work, each the twin of a CPU
+ * function in ops.h / optim.c (same layouts, same rules, batched):
+ *
+ *   cnn_cuda_bias_relu          cnn_bias_relu, per image
+ *   cnn_cuda_maxpool2_fwd       cnn_maxpool2_fwd (first maximum wins)
+ *   cnn_cuda_maxpool2_relu_bwd  cnn_maxpool2_relu_bwd
+ *   cnn_cuda_relu_bwd           cnn_relu_bwd
+ *   cnn_cuda_logsoftmax_nll_fwd cnn_logsoftmax_nll_fwd (sum of losses, correct count)
+ *   cnn_cuda_logsoftmax_nll_bwd cnn_logsoftmax_nll_bwd
+ *   cnn_cuda_sgd_step           SGD of cnn_optim_step (torch.optim.SGD)
+ *   cnn_cuda_adadelta_step      Adadelta of cnn_optim_step
+ *
+ * Pointers are device pointers; every launch is asynchronous on stream
+ * (NULL: the legacy default stream).  Each returns 0, or -1 after printing
+ * the launch error (cudaCheck).  tests/unit/test_cuda_kernels.c checks each
+ * against its CPU twin with atol + rtol * |ref|. */
+#ifndef CNN_CUDA_KERNELS_H
+#define CNN_CUDA_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* y[i][o][*] = relu(y[i][o][*] + b[o]) for nimg images of oc planes of n pixels. */
+int cnn_cuda_bias_relu(float *y, const float *b, int nimg, int oc, int n, cudaStream_t s);
+/* 2x2/2 max-pool of planes (images x channels) of h x w; arg gets 0..3. */
+int cnn_cuda_maxpool2_fwd(const float *x, int planes, int h, int w, float *y, uint8_t *arg,
+			  cudaStream_t s);
+/* dx (planes x h x w, overwritten): each window's dy to its winner where y > 0. */
+int cnn_cuda_maxpool2_relu_bwd(const float *dy, const float *y, const uint8_t *arg, int planes,
+			       int h, int w, float *dx, cudaStream_t s);
+/* dx[i] = y[i] > 0 ? dx[i] : 0 */
+int cnn_cuda_relu_bwd(float *dx, const float *y, size_t n, cudaStream_t s);
+/* logp = log_softmax(logits) over n rows of k <= 64; out[0] += sum of the
+ * rows' losses, out[1] += rows whose argmax (first maximum) is the label.
+ * The mean loss is out[0] / n. */
+int cnn_cuda_logsoftmax_nll_fwd(const float *logits, const uint8_t *label, int n, int k,
+				float *logp, float *out, cudaStream_t s);
+/* dlogits = (softmax - onehot) / scale_n */
+int cnn_cuda_logsoftmax_nll_bwd(const float *logp, const uint8_t *label, int n, int k,
+				float scale_n, float *dlogits, cudaStream_t s);
+/* SGD with momentum and weight decay; first != 0 on the first update (the
+ * buffer becomes the gradient, as torch does).  lr from device memory so a
+ * captured CUDA graph can replay with a new schedule value. */
+int cnn_cuda_sgd_step(float *p, const float *g, float *buf, size_t n, const float *lr,
+		      float momentum, float weight_decay, int first, cudaStream_t s);
+int cnn_cuda_adadelta_step(float *p, const float *g, float *sq, float *acc, size_t n,
+			   const float *lr, float rho, float eps, float weight_decay, cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
