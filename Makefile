@@ -19,9 +19,9 @@ DESTDIR ?=
 # Debian's Slurm plugin dir: /usr/lib/<multiarch>/slurm-wlm
 SLURM_PLUGIN_DIR ?= /usr/lib/$(shell $(CC) -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)/slurm-wlm
 SYSCONFDIR ?= /etc/slurm
-LIBDIR ?= $(PREFIX)/lib
-MANDIR ?= $(PREFIX)/share/man
-export BUILD CC CFLAGS SANITIZER PREFIX DESTDIR SLURM_PLUGIN_DIR SYSCONFDIR LIBDIR MANDIR
+# LIBDIR ($(PREFIX)/lib) and MANDIR ($(PREFIX)/share/man): mk/common.mk, from
+# each folder's PREFIX; not exported, so a later PREFIX=... is followed.
+export BUILD CC CFLAGS SANITIZER PREFIX DESTDIR SLURM_PLUGIN_DIR SYSCONFDIR
 
 .PHONY: all libddpenv spank trainer check-tool bench fuzz deps check unit bats demo deb install uninstall clean cluster-stop
 
