@@ -149,26 +149,6 @@ void cnn_acts_free(struct cnn_acts *a)
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
-static void dropout(float *x, size_t n, float p, uint64_t seed, uint64_t step, int rank,
-		    int layer)
-{
-	uint64_t key = cnn_mix64(seed ^ cnn_mix64(step * 0x100000001b3ull +
-						  (uint64_t)rank * 0x9e37ull + (uint64_t)layer));
-	uint32_t thresh = (uint32_t)(p * 65536.f);
-	float scale = 1.f / (1.f - p);
-	size_t n4 = n & ~(size_t)3;
-	for (size_t i = 0; i < n4; i += 4) {
-		uint64_t r = cnn_mix64(key + i);
-		for (size_t j = 0; j < 4; j++)
-			x[i + j] = ((r >> (16 * j)) & 0xffff) >= thresh ? x[i + j] * scale : 0.f;
-	}
-	if (n4 < n) {
-		uint64_t r = cnn_mix64(key + n4);
-		for (size_t j = 0; n4 + j < n; j++)
-			x[n4 + j] = ((r >> (16 * j)) & 0xffff) >= thresh ? x[n4 + j] * scale : 0.f;
-	}
-}
-
 int cnn_forward(const struct cnn_model *m, struct cnn_acts *a, const uint8_t *labels, int n,
 		int train, uint64_t seed, uint64_t step, int rank, float *loss, int *correct)
 {
@@ -178,12 +158,12 @@ int cnn_forward(const struct cnn_model *m, struct cnn_acts *a, const uint8_t *la
 	if (cnn_convnet_fwd(a->conv, m, a->x, n, a->p, a->arg, a->err, sizeof(a->err)) < 0)
 		return -1;
 	if (train && m->p_drop1 > 0.f) {
-		dropout(a->p, (size_t)n * flat, m->p_drop1, seed, step, rank, 1);
+		cnn_dropout_fwd(a->p, (size_t)n * flat, m->p_drop1, cnn_dropout_key(seed, step, rank, 1));
 	}
 	cnn_linear_fwd(a->p, n, m->flat, P + m->t[P_W3].off, P + m->t[P_B3].off, m->hidden, a->h);
 	cnn_relu_fwd(a->h, (size_t)n * m->hidden);
 	if (train && m->p_drop2 > 0.f) {
-		dropout(a->h, (size_t)n * m->hidden, m->p_drop2, seed, step, rank, 2);
+		cnn_dropout_fwd(a->h, (size_t)n * m->hidden, m->p_drop2, cnn_dropout_key(seed, step, rank, 2));
 	}
 	cnn_linear_fwd(a->h, n, m->hidden, P + m->t[P_W4].off, P + m->t[P_B4].off,
 		       m->in.classes, a->logits);

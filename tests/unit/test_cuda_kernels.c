@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/kernels.h"
+#include "data.h"
 #include "ops.h"
 #include "optim.h"
 #include "test.h"
@@ -26,8 +27,9 @@ static const struct {
 	{ "expf", 1e-7f, 2e-6f, "CUDA expf is within 2 ulp of the C library's" },
 	{ "sum", 1e-4f, 1e-5f, "a sum of 1000 losses: block tree order vs the CPU's double accumulation" },
 	{ "update", 1e-6f, 1e-5f, "3 optimizer updates: nvcc and gcc's vectorized loop contract different multiply-adds into FMAs" },
+	{ "fma", 1e-6f, 1e-6f, "byte * scale - off: either compiler may fuse it into one FMA (one rounding fewer)" },
 };
-enum { T_EXACT, T_EXPF, T_SUM, T_UPDATE };
+enum { T_EXACT, T_EXPF, T_SUM, T_UPDATE, T_FMA };
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static float frand(void) /* [-1, 1) */
@@ -224,6 +226,80 @@ static void test_optim(enum cnn_optim_kind kind, float mom, float wd)
 	free(p), free(g), free(got);
 }
 
+static void test_dropout(size_t n, float p)
+{
+	float *x = malloc(n * 4), *got = malloc(n * 4);
+	fill(x, n);
+	uint64_t key = cnn_dropout_key(42, 1234, 3, 2);
+	float *dx = dev(x, n * 4);
+	uint64_t *dkey = dev(&key, 8);
+	char d[128];
+	snprintf(d, sizeof(d), "dropout_fwd of %zu elements, p %g, launches", n, p);
+	test_cond(d, cnn_cuda_dropout_fwd(dx, n, p, dkey, NULL) == 0);
+	back(got, dx, n * 4);
+	cnn_dropout_fwd(x, n, p, key);
+	size_t zeros = 0;
+	for (size_t i = 0; i < n; i++)
+		zeros += x[i] == 0.f;
+	snprintf(d, sizeof(d), "dropout_fwd (%zu elements) draws cnn_dropout_fwd's mask (exact)", n);
+	test_cond(d, compare("dropout", got, x, n, T_EXACT) == 0);
+	printf("#   %.3f of the elements dropped (p %g)\n", (double)zeros / n, p);
+	cudaFree(dx), cudaFree(dkey);
+	free(x), free(got);
+}
+
+static void test_bias_add_rows(void)
+{
+	int n = 77, k = 10;
+	size_t t = (size_t)n * k;
+	float *y = malloc(t * 4), *b = malloc(k * 4), *got = malloc(t * 4), *zero = calloc(t, 4);
+	fill(y, t);
+	fill(b, k);
+	float *dy = dev(y, t * 4), *db = dev(b, k * 4);
+	test_cond("bias_add_rows launches", cnn_cuda_bias_add_rows(dy, db, n, k, NULL) == 0);
+	back(got, dy, t * 4);
+	for (size_t i = 0; i < t; i++)
+		y[i] += b[i % k];
+	test_cond("bias_add_rows equals the bias of cnn_linear_fwd (exact)",
+		  compare("bias_add_rows", got, y, t, T_EXACT) == 0);
+	cudaFree(dy), cudaFree(db);
+	free(y), free(b), free(got), free(zero);
+}
+
+/* A CIFAR-like set (3 channels, odd mean/std) gathered at shuffled indices. */
+static void test_gather(void)
+{
+	struct cnn_dataset d = { .n = 500, .c = 3, .h = 32, .w = 32, .classes = 10,
+				 .mean = { 0.49f, 0.48f, 0.45f }, .std = { 0.25f, 0.24f, 0.26f } };
+	size_t img = (size_t)d.c * d.h * d.w;
+	int n = 129;
+	d.x = malloc(d.n * img);
+	d.y = malloc(d.n);
+	for (size_t i = 0; i < d.n * img; i++)
+		d.x[i] = (uint8_t)(i * 2654435761u >> 24);
+	for (int i = 0; i < d.n; i++)
+		d.y[i] = (uint8_t)(i % 10);
+	uint32_t idx[129];
+	for (int i = 0; i < n; i++)
+		idx[i] = (uint32_t)((i * 7919u) % d.n);
+	float *x = malloc(n * img * 4), *got = malloc(n * img * 4);
+	uint8_t y[129], gy[129];
+	struct cnn_cuda_norm nm;
+	cnn_cuda_norm_set(&nm, d.c, d.mean, d.std);
+	uint8_t *dxs = dev(d.x, d.n * img), *dys = dev(d.y, d.n), *dyo = dev(NULL, n);
+	uint32_t *didx = dev(idx, sizeof(idx));
+	float *dxo = dev(NULL, n * img * 4);
+	test_cond("gather launches", cnn_cuda_gather(dxs, dys, didx, n, d.c, d.h, d.w, &nm, dxo, dyo, NULL) == 0);
+	back(got, dxo, n * img * 4);
+	back(gy, dyo, n);
+	cnn_data_gather(&d, idx, n, x, y);
+	test_cond("gather equals cnn_data_gather: images (fma tolerance)",
+		  compare("gather", got, x, n * img, T_FMA) == 0);
+	test_cond("gather equals cnn_data_gather: labels", memcmp(gy, y, n) == 0);
+	cudaFree(dxs), cudaFree(dys), cudaFree(dyo), cudaFree(didx), cudaFree(dxo);
+	free(d.x), free(d.y), free(x), free(got);
+}
+
 int main(void)
 {
 	int ndev = 0;
@@ -248,5 +324,9 @@ int main(void)
 	test_optim(CNN_SGD, 0.9f, 1e-4f);
 	test_optim(CNN_SGD, 0.f, 0.f);
 	test_optim(CNN_ADADELTA, 0.f, 0.f);
+	test_dropout(64 * 12 * 12 * 8, 0.25f); /* dropout1 of a batch of 8 */
+	test_dropout(128 * 7 + 3, 0.5f);       /* a tail shorter than 4 */
+	test_bias_add_rows();
+	test_gather();
 	return test_report();
 }

@@ -169,6 +169,51 @@ __global__ void adadelta_step(float *p, const float *g, float *sq, float *acc, s
 	}
 }
 
+// The CPU twin's cnn_mix64 (rng.h), for the dropout masks.
+__device__ __forceinline__ uint64_t mix64(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+// One thread per group of 4 elements, as cnn_dropout_fwd draws them.
+__global__ void dropout_fwd(float *x, size_t n, uint32_t thresh, float scale, const uint64_t *keyp)
+{
+	uint64_t key = *keyp;
+	size_t groups = (n + 3) / 4;
+	for (size_t g = blockIdx.x * (size_t)blockDim.x + threadIdx.x; g < groups;
+	     g += (size_t)gridDim.x * blockDim.x) {
+		size_t i = g * 4;
+		uint64_t r = mix64(key + i);
+		for (int j = 0; j < 4 && i + j < n; j++)
+			x[i + j] = ((r >> (16 * j)) & 0xffff) >= thresh ? x[i + j] * scale : 0.f;
+	}
+}
+
+__global__ void bias_add_rows(float *y, const float *b, int k, size_t total)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x)
+		y[i] += b[i % k];
+}
+
+// One thread per output pixel; the image and label come from idx.
+__global__ void gather(const uint8_t *xs, const uint8_t *ys, const uint32_t *idx, int c,
+		       size_t plane, struct cnn_cuda_norm norm, size_t total, float *x, uint8_t *y)
+{
+	size_t img = (size_t)c * plane;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		size_t row = i / img, r = i % img;
+		int ch = (int)(r / plane);
+		uint32_t src = idx[row];
+		x[i] = (float)xs[(size_t)src * img + r] * norm.scale[ch] - norm.off[ch];
+		if (r == 0)
+			y[row] = ys[src];
+	}
+}
+
 } // namespace
 
 extern "C" int cnn_cuda_bias_relu(float *y, const float *b, int nimg, int oc, int n,
@@ -261,6 +306,53 @@ extern "C" int cnn_cuda_adadelta_step(float *p, const float *g, float *sq, float
 		return 0;
 	adadelta_step<<<blocks_for(n), kThreads, 0, s>>>(p, g, sq, acc, n, lr, rho, eps,
 							  weight_decay);
+	cudaCheck(cudaGetLastError());
+	return 0;
+}
+
+extern "C" int cnn_cuda_dropout_fwd(float *x, size_t n, float p, const uint64_t *key, cudaStream_t s)
+{
+	if (!n)
+		return 0;
+	uint32_t thresh = (uint32_t)(p * 65536.f);
+	float scale = 1.f / (1.f - p);
+	dropout_fwd<<<blocks_for((n + 3) / 4), kThreads, 0, s>>>(x, n, thresh, scale, key);
+	cudaCheck(cudaGetLastError());
+	return 0;
+}
+
+extern "C" int cnn_cuda_bias_add_rows(float *y, const float *b, int n, int k, cudaStream_t s)
+{
+	size_t total = (size_t)n * k;
+	if (!total)
+		return 0;
+	bias_add_rows<<<blocks_for(total), kThreads, 0, s>>>(y, b, k, total);
+	cudaCheck(cudaGetLastError());
+	return 0;
+}
+
+extern "C" void cnn_cuda_norm_set(struct cnn_cuda_norm *nm, int c, const float *mean,
+				  const float *std)
+{
+	for (int ch = 0; ch < 4; ch++) {
+		nm->scale[ch] = ch < c ? 1.f / (255.f * std[ch]) : 0.f;
+		nm->off[ch] = ch < c ? mean[ch] / std[ch] : 0.f;
+	}
+}
+
+extern "C" int cnn_cuda_gather(const uint8_t *xs, const uint8_t *ys, const uint32_t *idx, int n,
+			       int c, int h, int w, const struct cnn_cuda_norm *norm, float *x,
+			       uint8_t *y, cudaStream_t s)
+{
+	size_t plane = (size_t)h * w, total = (size_t)n * c * plane;
+	if (!total)
+		return 0;
+	if (c < 1 || c > 4) {
+		fprintf(stderr, "cnn_train: %s rank %d: %s:%d: gather of %d channels: expected 1-4\n",
+			where_host, where_rank, __FILE__, __LINE__, c);
+		return -1;
+	}
+	gather<<<blocks_for(total), kThreads, 0, s>>>(xs, ys, idx, c, plane, *norm, total, x, y);
 	cudaCheck(cudaGetLastError());
 	return 0;
 }

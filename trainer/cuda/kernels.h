@@ -9,6 +9,9 @@
  *   cnn_cuda_logsoftmax_nll_bwd cnn_logsoftmax_nll_bwd
  *   cnn_cuda_sgd_step           SGD of cnn_optim_step (torch.optim.SGD)
  *   cnn_cuda_adadelta_step      Adadelta of cnn_optim_step
+ *   cnn_cuda_dropout_fwd        cnn_dropout_fwd (the same mask)
+ *   cnn_cuda_bias_add_rows      the bias of cnn_linear_fwd
+ *   cnn_cuda_gather             cnn_data_gather (images and labels by index)
  *
  * Pointers are device pointers; every launch is asynchronous on stream
  * (NULL: the legacy default stream).  Each returns 0, or -1 after printing
@@ -51,6 +54,24 @@ int cnn_cuda_sgd_step(float *p, const float *g, float *buf, size_t n, const floa
 		      float momentum, float weight_decay, int first, cudaStream_t s);
 int cnn_cuda_adadelta_step(float *p, const float *g, float *sq, float *acc, size_t n,
 			   const float *lr, float rho, float eps, float weight_decay, cudaStream_t s);
+
+/* In-place dropout with the mask of cnn_dropout_fwd(x, n, p, *key); the
+ * key is read from device memory so a captured graph draws a new mask
+ * each replay. */
+int cnn_cuda_dropout_fwd(float *x, size_t n, float p, const uint64_t *key, cudaStream_t s);
+/* y[i][j] += b[j] over n rows of k. */
+int cnn_cuda_bias_add_rows(float *y, const float *b, int n, int k, cudaStream_t s);
+
+/* Per-channel normalization of cnn_data_gather: x = byte * scale - off. */
+struct cnn_cuda_norm {
+	float scale[4], off[4];
+};
+void cnn_cuda_norm_set(struct cnn_cuda_norm *nm, int c, const float *mean, const float *std);
+/* x (n x c x h x w) and y (n) from the data set's bytes xs and labels ys
+ * (both on the device) at the device indices idx[0..n). */
+int cnn_cuda_gather(const uint8_t *xs, const uint8_t *ys, const uint32_t *idx, int n, int c,
+		    int h, int w, const struct cnn_cuda_norm *norm, float *x, uint8_t *y,
+		    cudaStream_t s);
 
 #ifdef __cplusplus
 }
