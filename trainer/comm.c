@@ -40,7 +40,7 @@ int cnn_comm_open(struct cnn_comm **out, const struct cnn_comm_opts *o, char *er
 {
 	struct ddpenv_store *store = NULL;
 	if (o->world > 1) {
-		if (strcmp(o->backend, "gloo") != 0) {
+		if (strcmp(o->backend, "gloo") != 0 && !(o->ext && strcmp(o->backend, o->ext->ops->name) == 0)) {
 			snprintf(err, errlen, "backend '%s' is not built into this cnn_train for CPU ranks "
 				 "(expected gloo)", o->backend);
 			return -1;
@@ -53,13 +53,88 @@ int cnn_comm_open(struct cnn_comm **out, const struct cnn_comm_opts *o, char *er
 		if (ddpenv_store_open(&store, &so, err, errlen) < 0)
 			return -1;
 	}
-	if (cnn_comm_attach(out, store, o->rank, o->world, o->backend, o->iface, o->timeout_ms,
-			    err, errlen) < 0) {
+	int rv = o->ext ? cnn_comm_attach_ext(out, store, o->rank, o->world, o->ext, o->timeout_ms,
+					      err, errlen) :
+			  cnn_comm_attach(out, store, o->rank, o->world, o->backend, o->iface,
+					  o->timeout_ms, err, errlen);
+	if (rv < 0) {
 		ddpenv_store_close(store);
 		return -1;
 	}
 	(*out)->owns_store = 1;
 	return 0;
+}
+
+static int peer_lost(struct cnn_comm *c)
+{
+	int dead[1];
+	char e[256];
+	return c->store && ddpenv_store_dead_ranks(c->store, dead, 1, e, sizeof(e)) != 0;
+}
+
+/* Who is who, for naming a dead peer later. */
+static int publish_host(struct cnn_comm *c, char *err, size_t errlen)
+{
+	char key[32];
+	snprintf(key, sizeof(key), "host/%d", c->rank);
+	return ddpenv_store_set(c->store, key, c->host, strlen(c->host), err, errlen);
+}
+
+int cnn_comm_attach_ext(struct cnn_comm **out, struct ddpenv_store *store, int rank, int world,
+			const struct cnn_comm_ext *ext, int timeout_ms, char *err, size_t errlen)
+{
+	struct cnn_comm *c = calloc(1, sizeof(*c));
+	unsigned char *id = calloc(1, ext->id_len);
+	char key[64];
+	void *v = NULL;
+	size_t l = 0;
+
+	*out = NULL;
+	if (!c || !id) {
+		snprintf(err, errlen, "comm: out of memory");
+		goto fail;
+	}
+	c->rank = rank;
+	c->world = world;
+	c->store = store;
+	c->peer_lost = peer_lost;
+	gethostname(c->host, sizeof(c->host) - 1);
+	if (world > 1 && !store) {
+		snprintf(err, errlen, "comm: no rendezvous store for backend '%s'", ext->ops->name);
+		goto fail;
+	}
+	if (store && publish_host(c, err, errlen) < 0)
+		goto fail;
+	snprintf(key, sizeof(key), "comm/%s/id", ext->ops->name);
+	if (rank == 0) {
+		if (ext->make_id(id, err, errlen) < 0)
+			goto fail;
+		if (store && ddpenv_store_set(store, key, id, ext->id_len, err, errlen) < 0)
+			goto fail;
+	} else {
+		if (ddpenv_store_get(store, key, timeout_ms, &v, &l, err, errlen) < 0)
+			goto fail;
+		if (l != ext->id_len) {
+			snprintf(err, errlen, "comm: %s id from rank 0 (store key %s): %zu bytes, expected %zu",
+				 ext->ops->name, key, l, ext->id_len);
+			goto fail;
+		}
+		memcpy(id, v, l);
+	}
+	c->ops = ext->ops;
+	if (ext->init(c, id, timeout_ms, err, errlen) < 0) {
+		c->ops = NULL;
+		goto fail;
+	}
+	free(v);
+	free(id);
+	*out = c;
+	return 0;
+fail:
+	free(v);
+	free(id);
+	free(c);
+	return -1;
 }
 
 int cnn_comm_attach(struct cnn_comm **out, struct ddpenv_store *store, int rank, int world,
@@ -87,10 +162,8 @@ int cnn_comm_attach(struct cnn_comm **out, struct ddpenv_store *store, int rank,
 		return -1;
 	}
 	c->store = store;
-	/* Who is who, for naming a dead peer later. */
-	char key[32];
-	snprintf(key, sizeof(key), "host/%d", rank);
-	if (ddpenv_store_set(c->store, key, c->host, strlen(c->host), err, errlen) < 0)
+	c->peer_lost = peer_lost;
+	if (publish_host(c, err, errlen) < 0)
 		goto fail;
 	c->ops = &cnn_comm_gloo_ops;
 	if (cnn_comm_gloo_init(c, iface, NULL, timeout_ms, err, errlen) < 0)

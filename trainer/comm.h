@@ -29,16 +29,32 @@ struct cnn_comm {
 	int owns_store;               /* cnn_comm_open's: closed with the comm */
 	void *impl;
 	char host[64];
+	/* For a backend's watchdog (it may live in a module that cannot call
+	 * the store): 1 when the store has seen a rank leave or rank 0 is
+	 * gone, 0 when all are there.  One round trip to rank 0. */
+	int (*peer_lost)(struct cnn_comm *c);
+};
+
+/* A backend from outside libcnn (NCCL, in cnn_train_cuda.so).  comm.c
+ * bootstraps it: rank 0 makes an id of id_len bytes (ncclUniqueId), the
+ * store carries it to every rank under "comm/<name>/id", and each rank
+ * calls init with it, as NCCL_COMM_ID would. */
+struct cnn_comm_ext {
+	const struct cnn_comm_ops *ops;
+	size_t id_len;
+	int (*make_id)(void *id, char *err, size_t errlen);
+	int (*init)(struct cnn_comm *c, const void *id, int timeout_ms, char *err, size_t errlen);
 };
 
 struct cnn_comm_opts {
-	const char *backend;     /* "gloo" or "local" */
+	const char *backend;     /* "gloo", "local", or ext->ops->name */
 	const char *master_addr;
 	int master_port;
 	int rank, world;
 	const char *iface;       /* GLOO_SOCKET_IFNAME, may be NULL */
 	const char *token;       /* DDP_RDZV_TOKEN, may be NULL */
 	int timeout_ms;
+	const struct cnn_comm_ext *ext;  /* NULL: gloo */
 };
 
 int cnn_comm_open(struct cnn_comm **out, const struct cnn_comm_opts *o, char *err, size_t errlen);
@@ -46,6 +62,9 @@ int cnn_comm_open(struct cnn_comm **out, const struct cnn_comm_opts *o, char *er
  * store outlives the comm; close it after cnn_comm_close. */
 int cnn_comm_attach(struct cnn_comm **out, struct ddpenv_store *store, int rank, int world,
 		    const char *backend, const char *iface, int timeout_ms, char *err, size_t errlen);
+/* The same for an external backend. */
+int cnn_comm_attach_ext(struct cnn_comm **out, struct ddpenv_store *store, int rank, int world,
+			const struct cnn_comm_ext *ext, int timeout_ms, char *err, size_t errlen);
 void cnn_comm_close(struct cnn_comm *c);
 int cnn_comm_allreduce_sum(struct cnn_comm *c, float *buf, size_t n, char *err, size_t errlen);
 /* Every rank gets rank root's buf (a sum with zeros elsewhere: exact). */

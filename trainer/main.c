@@ -343,7 +343,7 @@ static void setup(struct run *R, int argc, char **argv)
 		fprintf(stderr, "cnn_train: DDP_BACKEND=nccl but this run is on CPUs: using gloo\n");
 	struct cnn_comm_opts co = { backend, R->r.master_addr, R->r.master_port, R->r.rank,
 				    R->r.world, R->r.gloo_ifname[0] ? R->r.gloo_ifname : NULL,
-				    R->r.token[0] ? R->r.token : NULL, R->a.timeout_s * 1000 };
+				    R->r.token[0] ? R->r.token : NULL, R->a.timeout_s * 1000, NULL };
 	if (cnn_comm_open(&R->comm, &co, err, sizeof(err)) < 0)
 		die(R, "%s", err);
 	check_same_options(R);
