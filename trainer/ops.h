@@ -61,9 +61,8 @@ void cnn_logsoftmax_nll_bwd(const float *logp, const uint8_t *label, int n, int 
 
 /* Dropout of probability p, in place: kept elements scaled by 1/(1-p).
  * The mask is a pure function of key = cnn_dropout_key(seed, step, rank,
- * layer) and the element's index (see rng.h), so a resumed run, and the
- * CUDA twin, draw the same one. */
-uint64_t cnn_dropout_key(uint64_t seed, uint64_t step, int rank, int layer);
+ * layer) (rng.h) and the element's index, so a resumed run, and the CUDA
+ * twin, draw the same one. */
 void cnn_dropout_fwd(float *x, size_t n, float p, uint64_t key);
 
 #endif

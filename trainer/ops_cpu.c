@@ -220,12 +220,6 @@ void cnn_logsoftmax_nll_bwd(const float *logp, const uint8_t *label, int n, int 
 	}
 }
 
-uint64_t cnn_dropout_key(uint64_t seed, uint64_t step, int rank, int layer)
-{
-	return cnn_mix64(seed ^ cnn_mix64(step * 0x100000001b3ull + (uint64_t)rank * 0x9e37ull +
-					  (uint64_t)layer));
-}
-
 /* Each group of 4 elements takes 16 bits apiece of one hash of key + its
  * first index: the CUDA twin draws the same mask with a thread per group. */
 void cnn_dropout_fwd(float *x, size_t n, float p, uint64_t key)

@@ -33,4 +33,11 @@ static inline uint32_t cnn_rng_below(uint64_t *s, uint32_t n)
 	return (uint32_t)(((cnn_rng_next(s) >> 32) * (uint64_t)n) >> 32);
 }
 
+/* The key of a dropout mask (ops.h cnn_dropout_fwd and its CUDA twin). */
+static inline uint64_t cnn_dropout_key(uint64_t seed, uint64_t step, int rank, int layer)
+{
+	return cnn_mix64(seed ^ cnn_mix64(step * 0x100000001b3ull + (uint64_t)rank * 0x9e37ull +
+					  (uint64_t)layer));
+}
+
 #endif

@@ -13,6 +13,7 @@
 #include "data.h"
 #include "ops.h"
 #include "optim.h"
+#include "rng.h"
 #include "test.h"
 
 /* Tolerances, one table, with why.  Element-wise kernels compute the same
@@ -252,7 +253,7 @@ static void test_bias_add_rows(void)
 {
 	int n = 77, k = 10;
 	size_t t = (size_t)n * k;
-	float *y = malloc(t * 4), *b = malloc(k * 4), *got = malloc(t * 4), *zero = calloc(t, 4);
+	float *y = malloc(t * 4), *b = malloc(k * 4), *got = malloc(t * 4);
 	fill(y, t);
 	fill(b, k);
 	float *dy = dev(y, t * 4), *db = dev(b, k * 4);
@@ -263,7 +264,7 @@ static void test_bias_add_rows(void)
 	test_cond("bias_add_rows equals the bias of cnn_linear_fwd (exact)",
 		  compare("bias_add_rows", got, y, t, T_EXACT) == 0);
 	cudaFree(dy), cudaFree(db);
-	free(y), free(b), free(got), free(zero);
+	free(y), free(b), free(got);
 }
 
 /* A CIFAR-like set (3 channels, odd mean/std) gathered at shuffled indices. */

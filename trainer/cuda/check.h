@@ -17,6 +17,11 @@ extern "C" {
 void cnn_cuda_where_set(const char *host, int rank);
 const char *cnn_cuda_where_host(void);
 int cnn_cuda_where_rank(void);
+/* Print "cnn_train: HOST rank R: file:line: call: message" to stderr and
+ * keep it for cnn_cuda_last_error (the driver's die() repeats it with the
+ * step it happened in). */
+void cnn_cuda_fail(const char *file, int line, const char *call, const char *msg);
+const char *cnn_cuda_last_error(void);
 
 #ifdef __cplusplus
 }
@@ -26,12 +31,44 @@ int cnn_cuda_where_rank(void);
 	do {                                                                         \
 		cudaError_t e_ = (call);                                             \
 		if (e_ != cudaSuccess) {                                             \
-			fprintf(stderr, "cnn_train: %s rank %d: %s:%d: %s: %s (%s)\n",  \
-				cnn_cuda_where_host(), cnn_cuda_where_rank(), __FILE__,  \
-				__LINE__, #call, cudaGetErrorString(e_),                 \
-				cudaGetErrorName(e_));                                   \
+			char m_[256];                                                \
+			snprintf(m_, sizeof(m_), "%s (%s)", cudaGetErrorString(e_),   \
+				 cudaGetErrorName(e_));                              \
+			cnn_cuda_fail(__FILE__, __LINE__, #call, m_);                \
 			return -1;                                                   \
 		}                                                                    \
 	} while (0)
+
+/* The same for cuDNN, cuBLAS and NCCL, where their headers are included. */
+#ifdef CUDNN_MAJOR
+#define cudnnCheck(call)                                                             \
+	do {                                                                         \
+		cudnnStatus_t e_ = (call);                                           \
+		if (e_ != CUDNN_STATUS_SUCCESS) {                                    \
+			cnn_cuda_fail(__FILE__, __LINE__, #call, cudnnGetErrorString(e_)); \
+			return -1;                                                   \
+		}                                                                    \
+	} while (0)
+#endif
+#ifdef CUBLAS_VER_MAJOR
+#define cublasCheck(call)                                                            \
+	do {                                                                         \
+		cublasStatus_t e_ = (call);                                          \
+		if (e_ != CUBLAS_STATUS_SUCCESS) {                                   \
+			cnn_cuda_fail(__FILE__, __LINE__, #call, cublasGetStatusString(e_)); \
+			return -1;                                                   \
+		}                                                                    \
+	} while (0)
+#endif
+#ifdef NCCL_MAJOR
+#define ncclCheck(call)                                                              \
+	do {                                                                         \
+		ncclResult_t e_ = (call);                                            \
+		if (e_ != ncclSuccess && e_ != ncclInProgress) {                     \
+			cnn_cuda_fail(__FILE__, __LINE__, #call, ncclGetErrorString(e_)); \
+			return -1;                                                   \
+		}                                                                    \
+	} while (0)
+#endif
 
 #endif

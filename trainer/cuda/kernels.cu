@@ -3,6 +3,7 @@
 // (one thread per row: k is 10 here) and the optimizers (one per parameter).
 #include <float.h>
 #include <math.h>
+#include <string.h>
 
 #include "check.h"
 #include "kernels.h"
@@ -17,6 +18,18 @@ extern "C" void cnn_cuda_where_set(const char *host, int rank)
 }
 extern "C" const char *cnn_cuda_where_host(void) { return where_host; }
 extern "C" int cnn_cuda_where_rank(void) { return where_rank; }
+
+static char last_error[512];
+
+extern "C" void cnn_cuda_fail(const char *file, int line, const char *call, const char *msg)
+{
+	const char *base = strrchr(file, '/');
+	snprintf(last_error, sizeof(last_error), "%s:%d: %s: %s", base ? base + 1 : file, line, call,
+		 msg);
+	fprintf(stderr, "cnn_train: %s rank %d: %s\n", where_host, where_rank, last_error);
+}
+
+extern "C" const char *cnn_cuda_last_error(void) { return last_error; }
 
 namespace {
 
@@ -266,8 +279,9 @@ extern "C" int cnn_cuda_logsoftmax_nll_fwd(const float *logits, const uint8_t *l
 	if (n <= 0)
 		return 0;
 	if (k < 1 || k > 64) {
-		fprintf(stderr, "cnn_train: %s rank %d: %s:%d: log-softmax of %d classes: expected 1-64\n",
-			where_host, where_rank, __FILE__, __LINE__, k);
+		char m[64];
+		snprintf(m, sizeof(m), "%d classes: expected 1-64", k);
+		cnn_cuda_fail(__FILE__, __LINE__, "cnn_cuda_logsoftmax_nll_fwd", m);
 		return -1;
 	}
 	logsoftmax_nll_fwd<<<(n + kThreads - 1) / kThreads, kThreads, 0, s>>>(logits, label, n, k,
@@ -348,8 +362,9 @@ extern "C" int cnn_cuda_gather(const uint8_t *xs, const uint8_t *ys, const uint3
 	if (!total)
 		return 0;
 	if (c < 1 || c > 4) {
-		fprintf(stderr, "cnn_train: %s rank %d: %s:%d: gather of %d channels: expected 1-4\n",
-			where_host, where_rank, __FILE__, __LINE__, c);
+		char m[64];
+		snprintf(m, sizeof(m), "%d channels: expected 1-4", c);
+		cnn_cuda_fail(__FILE__, __LINE__, "cnn_cuda_gather", m);
 		return -1;
 	}
 	gather<<<blocks_for(total), kThreads, 0, s>>>(xs, ys, idx, c, plane, *norm, total, x, y);

@@ -1,0 +1,239 @@
+/* The NCCL backend of the trainer's comm layer (see comm_nccl.h).  comm.c
+ * carries rank 0's ncclUniqueId to every rank through the libddpenv store;
+ * this file creates the communicator on the device the caller selected,
+ * implements the host-buffer all-reduce of comm.h (evaluation sums, the
+ * parameter broadcast, the final checks: staged through device memory on
+ * a stream of its own) and the device all-reduce the training step
+ * enqueues, and bounds every wait. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cuda/comm_nccl.h"
+
+#include "cuda/check.h"
+
+struct nccl_impl {
+	ncclComm_t comm;
+	cudaStream_t s;     /* host-buffer collectives */
+	cudaEvent_t done;
+	float *scratch;
+	size_t cap;         /* floats in scratch */
+	int timeout_ms;
+	int aborted;
+};
+
+static double mono(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static int nccl_fail(struct nccl_impl *n, ncclResult_t r, const char *what, char *err, size_t errlen)
+{
+	const char *last = n && n->comm ? ncclGetLastError(n->comm) : NULL;
+	snprintf(err, errlen, "NCCL %s: %s%s%s", what, ncclGetErrorString(r), last && *last ? ": " : "",
+		 last ? last : "");
+	return -1;
+}
+
+static void nccl_abort(struct nccl_impl *n)
+{
+	if (n && n->comm && !n->aborted) {
+		n->aborted = 1;
+		ncclCommAbort(n->comm);
+	}
+}
+
+/* Wait until the non-blocking communicator's last call is done. */
+static int settle(struct cnn_comm *c, struct nccl_impl *n, const char *what, char *err, size_t errlen)
+{
+	double deadline = mono() + n->timeout_ms / 1000.0, next_peer_check = mono() + 0.5;
+	for (;;) {
+		ncclResult_t st;
+		ncclResult_t r = ncclCommGetAsyncError(n->comm, &st);
+		if (r != ncclSuccess)
+			return nccl_fail(n, r, what, err, errlen);
+		if (st == ncclSuccess)
+			return 0;
+		if (st != ncclInProgress)
+			return nccl_fail(n, st, what, err, errlen);
+		double t = mono();
+		if (t > deadline) {
+			snprintf(err, errlen, "NCCL %s: not done after %d s", what, n->timeout_ms / 1000);
+			return -1;
+		}
+		if (c && c->peer_lost && t > next_peer_check) {
+			if (c->peer_lost(c)) {
+				snprintf(err, errlen, "NCCL %s: a peer left the job", what);
+				return -1;
+			}
+			next_peer_check = t + 0.5;
+		}
+		usleep(1000);
+	}
+}
+
+static int make_id(void *id, char *err, size_t errlen)
+{
+	ncclResult_t r = ncclGetUniqueId((ncclUniqueId *)id);
+	return r == ncclSuccess ? 0 : nccl_fail(NULL, r, "ncclGetUniqueId", err, errlen);
+}
+
+static int init(struct cnn_comm *c, const void *id, int timeout_ms, char *err, size_t errlen)
+{
+	struct nccl_impl *n = calloc(1, sizeof(*n));
+	ncclUniqueId uid;
+	if (!n) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	memcpy(&uid, id, sizeof(uid));
+	n->timeout_ms = timeout_ms;
+	cudaError_t e = cudaStreamCreateWithFlags(&n->s, cudaStreamNonBlocking);
+	if (e == cudaSuccess)
+		e = cudaEventCreateWithFlags(&n->done, cudaEventDisableTiming);
+	if (e != cudaSuccess) {
+		snprintf(err, errlen, "NCCL set-up: %s", cudaGetErrorString(e));
+		free(n);
+		return -1;
+	}
+	ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+	cfg.blocking = 0;
+	ncclResult_t r = ncclCommInitRankConfig(&n->comm, c->world, uid, c->rank, &cfg);
+	if (r != ncclSuccess && r != ncclInProgress) {
+		nccl_fail(n, r, "ncclCommInitRankConfig", err, errlen);
+		goto fail;
+	}
+	c->impl = n;
+	if (settle(c, n, "communicator set-up (ncclCommInitRankConfig)", err, errlen) < 0) {
+		nccl_abort(n);
+		goto fail;
+	}
+	return 0;
+fail:
+	c->impl = NULL;
+	cudaEventDestroy(n->done);
+	cudaStreamDestroy(n->s);
+	free(n);
+	return -1;
+}
+
+ncclComm_t cnn_nccl_comm(struct cnn_comm *c)
+{
+	return c && c->ops == cnn_comm_nccl_ext.ops && c->impl ? ((struct nccl_impl *)c->impl)->comm :
+								 NULL;
+}
+
+int cnn_nccl_allreduce_avg(struct cnn_comm *c, float *buf, size_t n, cudaStream_t s, char *err,
+			   size_t errlen)
+{
+	struct nccl_impl *ni = c->impl;
+	ncclResult_t r = ncclAllReduce(buf, buf, n, ncclFloat32, ncclAvg, ni->comm, s);
+	if (r != ncclSuccess && r != ncclInProgress)
+		return nccl_fail(ni, r, "all-reduce of the gradients", err, errlen);
+	return 0;
+}
+
+int cnn_nccl_wait(struct cnn_comm *c, cudaEvent_t ev, int timeout_ms, const char *what, char *err,
+		  size_t errlen)
+{
+	struct nccl_impl *ni = c && c->ops == cnn_comm_nccl_ext.ops ? c->impl : NULL;
+	double deadline = mono() + timeout_ms / 1000.0, next_peer_check = mono() + 0.5;
+	for (;;) {
+		cudaError_t e = cudaEventQuery(ev);
+		if (e == cudaSuccess)
+			return 0;
+		if (e != cudaErrorNotReady) {
+			snprintf(err, errlen, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+			nccl_abort(ni);
+			return -1;
+		}
+		if (ni) {
+			ncclResult_t st;
+			if (ncclCommGetAsyncError(ni->comm, &st) == ncclSuccess && st != ncclSuccess &&
+			    st != ncclInProgress) {
+				nccl_fail(ni, st, what, err, errlen);
+				nccl_abort(ni);
+				return -1;
+			}
+		}
+		double t = mono();
+		if (t > deadline) {
+			snprintf(err, errlen, "%s: not done after %d s%s", what, timeout_ms / 1000,
+				 ni ? " (NCCL waits for a peer that is gone, hangs or is cut off)" : "");
+			nccl_abort(ni);
+			return -1;
+		}
+		if (ni && c->peer_lost && t > next_peer_check) {
+			if (c->peer_lost(c)) {
+				snprintf(err, errlen, "%s: a peer left the job", what);
+				nccl_abort(ni);
+				return -1;
+			}
+			next_peer_check = t + 0.5;
+		}
+		usleep(20);
+	}
+}
+
+/* comm.h's all-reduce of a host buffer: staged through device memory. */
+static int host_allreduce(struct cnn_comm *c, float *buf, size_t n, char *err, size_t errlen)
+{
+	struct nccl_impl *ni = c->impl;
+	cudaError_t e = cudaSuccess;
+	if (ni->aborted) {
+		snprintf(err, errlen, "NCCL: the communicator was aborted after an earlier failure");
+		return -1;
+	}
+	if (n > ni->cap) {
+		if (ni->scratch)
+			cudaFree(ni->scratch);
+		ni->scratch = NULL;
+		ni->cap = 0;
+		if ((e = cudaMalloc((void **)&ni->scratch, n * sizeof(float))) != cudaSuccess)
+			goto cuda;
+		ni->cap = n;
+	}
+	if ((e = cudaMemcpyAsync(ni->scratch, buf, n * sizeof(float), cudaMemcpyHostToDevice, ni->s)) !=
+	    cudaSuccess)
+		goto cuda;
+	ncclResult_t r = ncclAllReduce(ni->scratch, ni->scratch, n, ncclFloat32, ncclSum, ni->comm, ni->s);
+	if (r != ncclSuccess && r != ncclInProgress)
+		return nccl_fail(ni, r, "all-reduce", err, errlen);
+	if ((e = cudaMemcpyAsync(buf, ni->scratch, n * sizeof(float), cudaMemcpyDeviceToHost, ni->s)) !=
+	    cudaSuccess || (e = cudaEventRecord(ni->done, ni->s)) != cudaSuccess)
+		goto cuda;
+	return cnn_nccl_wait(c, ni->done, ni->timeout_ms, "NCCL all-reduce", err, errlen);
+cuda:
+	snprintf(err, errlen, "NCCL all-reduce staging: %s", cudaGetErrorString(e));
+	return -1;
+}
+
+static void destroy(struct cnn_comm *c)
+{
+	struct nccl_impl *ni = c->impl;
+	char err[256];
+	if (!ni)
+		return;
+	if (!ni->aborted) {
+		ncclResult_t r = ncclCommFinalize(ni->comm);
+		if ((r == ncclSuccess || r == ncclInProgress) && settle(c, ni, "finalize", err, sizeof(err)) == 0)
+			ncclCommDestroy(ni->comm);
+		else
+			nccl_abort(ni);
+	}
+	if (ni->scratch)
+		cudaFree(ni->scratch);
+	cudaEventDestroy(ni->done);
+	cudaStreamDestroy(ni->s);
+	free(ni);
+	c->impl = NULL;
+}
+
+static const struct cnn_comm_ops nccl_ops = { "nccl", host_allreduce, destroy };
+
+const struct cnn_comm_ext cnn_comm_nccl_ext = { &nccl_ops, sizeof(ncclUniqueId), make_id, init };

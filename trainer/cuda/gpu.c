@@ -1,0 +1,442 @@
+/* cnn_train's GPU path behind gpu.h: the data set in GPU memory, the
+ * training step (gather, forward, backward with the gradient buckets
+ * all-reduced on a second stream as soon as each is final, the optimizer)
+ * captured once as a CUDA graph and replayed, evaluation, and the state's
+ * way to and from the host.
+ *
+ * A step's inputs (its indices, the dropout keys, the learning rate) go
+ * through two pinned host slots into fixed device buffers, so the graph
+ * replays unchanged; the host runs at most one step ahead, waiting (with
+ * the NCCL watchdog of comm_nccl.c) for the step that used a slot last. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu.h"
+
+#include "cuda/check.h"
+#include "cuda/comm_nccl.h"
+#include "cuda/kernels.h"
+#include "cuda/net.h"
+#include "rng.h"
+
+struct step_in {
+	uint64_t key[2];   /* dropout keys of layers 1 and 2 */
+	float lr;
+	float pad;
+};
+
+struct cnn_gpu {
+	struct cnn_gnet net;
+	struct cnn_gpu_opts o;
+	struct cnn_optim opt;       /* kind and hyper-parameters; state below */
+	float *s1, *s2;             /* device optimizer state */
+	long long updates;
+	struct cnn_comm *comm;      /* NULL: no all-reduce */
+	int dev;
+	char name[128];
+	cudaStream_t s, cs;         /* compute, gradient all-reduce */
+	cudaEvent_t ev_fc, ev_conv, ev_reduced, ev_slot[2], ev_eval;
+	int slot, slot_used[2];
+	/* data */
+	uint8_t *train_x, *train_y, *test_x, *test_y;
+	int ntrain, ntest;
+	struct cnn_cuda_norm norm;
+	/* step inputs */
+	uint32_t *h_idx[2], *d_idx;
+	struct step_in *h_in[2], *d_in;
+	float *h_stats;
+	int last_n;
+	/* the captured step */
+	cudaGraphExec_t exec;
+	int eager_steps;            /* full-batch steps run before capture */
+	char err[512];
+};
+
+#define FAIL(...) do { snprintf(err, errlen, __VA_ARGS__); return -1; } while (0)
+/* A CUDA call inside a function that reports through err. */
+#define CU(call) do { if ((call) < 0) FAIL("%s", cnn_cuda_last_error()); } while (0)
+
+static int cu_ok(cudaError_t e, const char *file, int line, const char *call)
+{
+	if (e == cudaSuccess)
+		return 0;
+	char m[256];
+	snprintf(m, sizeof(m), "%s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+	cnn_cuda_fail(file, line, call, m);
+	return -1;
+}
+#define CUDA(call) CU(cu_ok((call), __FILE__, __LINE__, #call))
+
+static int gpu_open(struct cnn_gpu **out, const struct cnn_gpu_opts *o, char *err, size_t errlen)
+{
+	struct cnn_gpu *g = calloc(1, sizeof(*g));
+	int count = 0;
+	*out = NULL;
+	if (!g)
+		FAIL("out of memory");
+	*out = g;
+	g->o = *o;
+	g->opt = *o->opt;
+	g->opt.s1 = g->opt.s2 = NULL;
+	g->dev = o->device;
+	cudaError_t e = cudaGetDeviceCount(&count);
+	if (e != cudaSuccess || count == 0)
+		FAIL("--device=cuda: no CUDA device visible (CUDA_VISIBLE_DEVICES=%s): %s",
+		     getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "unset",
+		     e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+	if (o->device < 0 || o->device >= count)
+		FAIL("--device=cuda: this rank's GPU is device %d (LOCAL_RANK) but %d %s visible "
+		     "(CUDA_VISIBLE_DEVICES=%s); ask Slurm for one GPU per task", o->device, count,
+		     count == 1 ? "is" : "are",
+		     getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "unset");
+	/* fp32 means fp32: no library may pick TF32 behind our back */
+	if (o->precision == CNN_PREC_FP32)
+		setenv("NVIDIA_TF32_OVERRIDE", "0", 1);
+	CUDA(cudaSetDevice(o->device));
+	struct cudaDeviceProp p;
+	char bus[32] = "?";
+	CUDA(cudaGetDeviceProperties(&p, o->device));
+	cudaDeviceGetPCIBusId(bus, sizeof(bus), o->device);
+	snprintf(g->name, sizeof(g->name), "%s (sm_%d%d, %s)", p.name, p.major, p.minor, bus);
+	CUDA(cudaStreamCreateWithFlags(&g->s, cudaStreamNonBlocking));
+	CUDA(cudaStreamCreateWithFlags(&g->cs, cudaStreamNonBlocking));
+	cudaEvent_t *evs[] = { &g->ev_fc, &g->ev_conv, &g->ev_reduced, &g->ev_slot[0], &g->ev_slot[1],
+			       &g->ev_eval };
+	for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++)
+		CUDA(cudaEventCreateWithFlags(evs[i], cudaEventDisableTiming));
+	int maxb = o->batch > o->eval_batch ? o->batch : o->eval_batch;
+	if (cnn_gnet_init(&g->net, o->m, maxb, o->precision, g->s) < 0)
+		FAIL("%s", g->net.err[0] ? g->net.err : cnn_cuda_last_error());
+	size_t n = o->m->nparams;
+	CUDA(cudaMalloc((void **)&g->s1, n * 4));
+	CUDA(cudaMalloc((void **)&g->s2, n * 4));
+	CUDA(cudaMemset(g->s1, 0, n * 4));
+	CUDA(cudaMemset(g->s2, 0, n * 4));
+	for (int i = 0; i < 2; i++) {
+		CUDA(cudaMallocHost((void **)&g->h_idx[i], (size_t)maxb * 4));
+		CUDA(cudaMallocHost((void **)&g->h_in[i], sizeof(struct step_in)));
+	}
+	CUDA(cudaMallocHost((void **)&g->h_stats, 2 * sizeof(float)));
+	CUDA(cudaMalloc((void **)&g->d_idx, (size_t)maxb * 4));
+	CUDA(cudaMalloc((void **)&g->d_in, sizeof(struct step_in)));
+	/* the two batch sizes first: the workspace is sized for both before a
+	 * graph pins it */
+	if (cnn_gnet_prepare(&g->net, o->batch) < 0 || cnn_gnet_prepare(&g->net, o->eval_batch) < 0)
+		FAIL("%s", g->net.err[0] ? g->net.err : cnn_cuda_last_error());
+	return 0;
+}
+
+static void gpu_describe(const struct cnn_gpu *g, char *buf, size_t len)
+{
+	char lib[128];
+	cnn_gnet_describe(&g->net, lib, sizeof(lib));
+	snprintf(buf, len, "%s, %s, %s", g->name, lib, g->o.graph ? "CUDA graph" : "no graph");
+}
+
+static void gpu_use_comm(struct cnn_gpu *g, struct cnn_comm *c)
+{
+	/* NCCL even for a world of 1 (an all-reduce that copies): the path
+	 * a multi-GPU run takes, testable on one GPU */
+	g->comm = cnn_nccl_comm(c) ? c : NULL;
+}
+
+static int upload(uint8_t **d, const void *h, size_t bytes, char *err, size_t errlen)
+{
+	CUDA(cudaMalloc((void **)d, bytes ? bytes : 1));
+	CUDA(cudaMemcpy(*d, h, bytes, cudaMemcpyHostToDevice));
+	return 0;
+}
+
+static int gpu_load_data(struct cnn_gpu *g, const struct cnn_dataset *train,
+			 const struct cnn_dataset *test, char *err, size_t errlen)
+{
+	size_t img = (size_t)train->c * train->h * train->w;
+	if (upload(&g->train_x, train->x, (size_t)train->n * img, err, errlen) < 0 ||
+	    upload(&g->train_y, train->y, (size_t)train->n, err, errlen) < 0 ||
+	    upload(&g->test_x, test->x, (size_t)test->n * img, err, errlen) < 0 ||
+	    upload(&g->test_y, test->y, (size_t)test->n, err, errlen) < 0)
+		return -1;
+	g->ntrain = train->n;
+	g->ntest = test->n;
+	cnn_cuda_norm_set(&g->norm, train->c, train->mean, train->std);
+	return 0;
+}
+
+static int sync_all(struct cnn_gpu *g, const char *what, char *err, size_t errlen)
+{
+	CUDA(cudaEventRecord(g->ev_eval, g->s));
+	return cnn_nccl_wait(g->comm, g->ev_eval, g->o.timeout_ms, what, err, errlen);
+}
+
+static int gpu_set_state(struct cnn_gpu *g, const float *params, const struct cnn_optim *opt,
+			 char *err, size_t errlen)
+{
+	size_t n = g->o.m->nparams;
+	if (sync_all(g, "setting the parameters", err, errlen) < 0)
+		return -1;
+	CUDA(cudaMemcpy(g->net.params, params, n * 4, cudaMemcpyHostToDevice));
+	if (opt && opt->s1)
+		CUDA(cudaMemcpy(g->s1, opt->s1, n * 4, cudaMemcpyHostToDevice));
+	if (opt && opt->s2)
+		CUDA(cudaMemcpy(g->s2, opt->s2, n * 4, cudaMemcpyHostToDevice));
+	if (opt)
+		g->updates = opt->updates;
+	return 0;
+}
+
+static int gpu_get_state(struct cnn_gpu *g, float *params, struct cnn_optim *opt, char *err,
+			 size_t errlen)
+{
+	size_t n = g->o.m->nparams;
+	if (sync_all(g, "reading the parameters", err, errlen) < 0)
+		return -1;
+	CUDA(cudaMemcpy(params, g->net.params, n * 4, cudaMemcpyDeviceToHost));
+	if (opt && opt->s1)
+		CUDA(cudaMemcpy(opt->s1, g->s1, n * 4, cudaMemcpyDeviceToHost));
+	if (opt && opt->s2)
+		CUDA(cudaMemcpy(opt->s2, g->s2, n * 4, cudaMemcpyDeviceToHost));
+	if (opt)
+		opt->updates = g->updates;
+	return 0;
+}
+
+/* Backward's bucket hook: fork the all-reduce onto the comm stream. */
+static int bucket_ready(void *ctx, int bucket)
+{
+	struct cnn_gpu *g = ctx;
+	const struct cnn_model *m = g->o.m;
+	size_t fc = m->t[P_W3].off;
+	cudaEvent_t ev = bucket == CNN_BUCKET_FC ? g->ev_fc : g->ev_conv;
+	char err[512];
+	size_t errlen = sizeof(err);
+	if (!g->comm)
+		return 0;
+	CUDA(cudaEventRecord(ev, g->s));
+	CUDA(cudaStreamWaitEvent(g->cs, ev, 0));
+	float *buf = bucket == CNN_BUCKET_FC ? g->net.grads + fc : g->net.grads;
+	size_t n = bucket == CNN_BUCKET_FC ? m->nparams - fc : fc;
+	if (cnn_nccl_allreduce_avg(g->comm, buf, n, g->cs, err, errlen) < 0) {
+		cnn_cuda_fail(__FILE__, __LINE__, "cnn_nccl_allreduce_avg", err);
+		return -1;
+	}
+	if (bucket == CNN_BUCKET_CONV) {
+		/* join: the optimizer waits for both buckets */
+		CUDA(cudaEventRecord(g->ev_reduced, g->cs));
+		CUDA(cudaStreamWaitEvent(g->s, g->ev_reduced, 0));
+	}
+	return 0;
+}
+
+static int optimizer(struct cnn_gpu *g, int first)
+{
+	size_t n = g->o.m->nparams;
+	const float *lr = &g->d_in->lr;
+	if (g->opt.kind == CNN_ADADELTA)
+		return cnn_cuda_adadelta_step(g->net.params, g->net.grads, g->s1, g->s2, n, lr,
+					      g->opt.rho, g->opt.eps, g->opt.weight_decay, g->s);
+	return cnn_cuda_sgd_step(g->net.params, g->net.grads, g->s1, n, lr, g->opt.momentum,
+				 g->opt.weight_decay, first, g->s);
+}
+
+/* Everything a step enqueues after its inputs are in d_idx and d_in. */
+static int step_body(struct cnn_gpu *g, int n, int first)
+{
+	struct cnn_gnet *net = &g->net;
+	const struct cnn_model *m = g->o.m;
+	cudaCheck(cudaMemsetAsync(net->stats, 0, 2 * sizeof(float), g->s));
+	cudaCheck(cudaMemcpyAsync(net->keys, g->d_in->key, sizeof(g->d_in->key),
+				  cudaMemcpyDeviceToDevice, g->s));
+	if (cnn_cuda_gather(g->train_x, g->train_y, g->d_idx, n, m->in.c, m->in.h, m->in.w, &g->norm,
+			    net->x, net->y, g->s) < 0 ||
+	    cnn_gnet_forward(net, n, 1) < 0 ||
+	    /* mean over this rank's n; NCCL's average makes it the global mean */
+	    cnn_gnet_backward(net, n, (float)n, bucket_ready, g) < 0 ||
+	    optimizer(g, first) < 0)
+		return -1;
+	return 0;
+}
+
+static int capture(struct cnn_gpu *g, int n, char *err, size_t errlen)
+{
+	cudaGraph_t graph;
+	CUDA(cudaStreamBeginCapture(g->s, cudaStreamCaptureModeThreadLocal));
+	int rv = step_body(g, n, 0);
+	cudaError_t e = cudaStreamEndCapture(g->s, &graph);
+	if (rv < 0)
+		FAIL("capturing the training step as a CUDA graph: %s (--no-graph runs without)",
+		     cnn_cuda_last_error());
+	if (e != cudaSuccess)
+		FAIL("capturing the training step as a CUDA graph: %s (--no-graph runs without)",
+		     cudaGetErrorString(e));
+	g->net.ws_frozen = 1;
+	e = cudaGraphInstantiate(&g->exec, graph, 0);
+	cudaGraphDestroy(graph);
+	if (e != cudaSuccess)
+		FAIL("instantiating the training step's CUDA graph: %s (--no-graph runs without)",
+		     cudaGetErrorString(e));
+	return 0;
+}
+
+static int gpu_train_step(struct cnn_gpu *g, const uint32_t *idx, int n, float lr, uint64_t step,
+			  char *err, size_t errlen)
+{
+	int k = g->slot;
+	if (n < 1 || n > g->o.batch)
+		FAIL("training step of %d images: expected 1 to %d", n, g->o.batch);
+	/* the slot's pinned buffers are free once the step that used them is done */
+	if (g->slot_used[k] &&
+	    cnn_nccl_wait(g->comm, g->ev_slot[k], g->o.timeout_ms, "training step", err, errlen) < 0)
+		return -1;
+	memcpy(g->h_idx[k], idx, (size_t)n * 4);
+	g->h_in[k]->key[0] = cnn_dropout_key(g->o.seed, step, g->o.rank, 1);
+	g->h_in[k]->key[1] = cnn_dropout_key(g->o.seed, step, g->o.rank, 2);
+	g->h_in[k]->lr = lr;
+	CUDA(cudaMemcpyAsync(g->d_idx, g->h_idx[k], (size_t)n * 4, cudaMemcpyHostToDevice, g->s));
+	CUDA(cudaMemcpyAsync(g->d_in, g->h_in[k], sizeof(struct step_in), cudaMemcpyHostToDevice, g->s));
+	if (cnn_gnet_prepare(&g->net, n) < 0)
+		FAIL("%s", g->net.err[0] ? g->net.err : cnn_cuda_last_error());
+	int first = g->updates == 0;
+	/* Replay the graph for full batches once two eager steps have warmed
+	 * up cuDNN, cuBLAS and NCCL's connections (and the first SGD update,
+	 * which differs, is done). */
+	if (g->o.graph && n == g->o.batch && !first && g->eager_steps >= 2 && !g->exec &&
+	    capture(g, n, err, errlen) < 0)
+		return -1;
+	if (g->exec && n == g->o.batch) {
+		CUDA(cudaGraphLaunch(g->exec, g->s));
+	} else {
+		if (step_body(g, n, first) < 0)
+			FAIL("%s", g->net.err[0] ? g->net.err : cnn_cuda_last_error());
+		if (n == g->o.batch)
+			g->eager_steps++;
+	}
+	CUDA(cudaEventRecord(g->ev_slot[k], g->s));
+	g->slot_used[k] = 1;
+	g->slot = k ^ 1;
+	g->last_n = n;
+	g->updates++;
+	return 0;
+}
+
+static int gpu_last_loss(struct cnn_gpu *g, float *loss, char *err, size_t errlen)
+{
+	*loss = 0;
+	if (!g->last_n)
+		return 0;
+	CUDA(cudaMemcpyAsync(g->h_stats, g->net.stats, 2 * sizeof(float), cudaMemcpyDeviceToHost, g->s));
+	if (sync_all(g, "training step", err, errlen) < 0)
+		return -1;
+	*loss = g->h_stats[0] / (float)g->last_n;
+	return 0;
+}
+
+static int gpu_evaluate(struct cnn_gpu *g, const uint32_t *idx, int n, double *loss_sum,
+			long long *correct, char *err, size_t errlen)
+{
+	struct cnn_gnet *net = &g->net;
+	const struct cnn_model *m = g->o.m;
+	*loss_sum = 0;
+	*correct = 0;
+	if (n == 0)
+		return 0;
+	if (n > net->max_batch)
+		FAIL("evaluation batch of %d images: expected at most %d", n, net->max_batch);
+	/* after the last step: the slots are not in use until the next one */
+	if (sync_all(g, "evaluation", err, errlen) < 0)
+		return -1;
+	if (cnn_gnet_prepare(net, n) < 0)
+		FAIL("%s", net->err[0] ? net->err : cnn_cuda_last_error());
+	CUDA(cudaMemcpyAsync(g->d_idx, idx, (size_t)n * 4, cudaMemcpyHostToDevice, g->s));
+	CUDA(cudaMemsetAsync(net->stats, 0, 2 * sizeof(float), g->s));
+	if (cnn_cuda_gather(g->test_x, g->test_y, g->d_idx, n, m->in.c, m->in.h, m->in.w, &g->norm,
+			    net->x, net->y, g->s) < 0 ||
+	    cnn_gnet_forward(net, n, 0) < 0)
+		FAIL("%s", net->err[0] ? net->err : cnn_cuda_last_error());
+	CUDA(cudaMemcpyAsync(g->h_stats, net->stats, 2 * sizeof(float), cudaMemcpyDeviceToHost, g->s));
+	if (sync_all(g, "evaluation", err, errlen) < 0)
+		return -1;
+	*loss_sum = g->h_stats[0];
+	*correct = (long long)g->h_stats[1];
+	return 0;
+}
+
+static void gpu_close(struct cnn_gpu *g)
+{
+	if (!g)
+		return;
+	if (g->s)
+		cudaStreamSynchronize(g->s);
+	if (g->exec)
+		cudaGraphExecDestroy(g->exec);
+	cnn_gnet_free(&g->net);
+	void *d[] = { g->s1, g->s2, g->train_x, g->train_y, g->test_x, g->test_y, g->d_idx, g->d_in };
+	for (size_t i = 0; i < sizeof(d) / sizeof(d[0]); i++)
+		if (d[i])
+			cudaFree(d[i]);
+	for (int i = 0; i < 2; i++) {
+		if (g->h_idx[i])
+			cudaFreeHost(g->h_idx[i]);
+		if (g->h_in[i])
+			cudaFreeHost(g->h_in[i]);
+	}
+	if (g->h_stats)
+		cudaFreeHost(g->h_stats);
+	cudaEvent_t evs[] = { g->ev_fc, g->ev_conv, g->ev_reduced, g->ev_slot[0], g->ev_slot[1], g->ev_eval };
+	for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++)
+		if (evs[i])
+			cudaEventDestroy(evs[i]);
+	if (g->cs)
+		cudaStreamDestroy(g->cs);
+	if (g->s)
+		cudaStreamDestroy(g->s);
+	free(g);
+}
+
+int cnn_gpu_debug_step(struct cnn_gpu *g, const float *x, const uint8_t *labels, int n,
+		       float *loss, float *logp0, float *grads, char *err, size_t errlen)
+{
+	struct cnn_gnet *net = &g->net;
+	const struct cnn_model *m = g->o.m;
+	size_t img = (size_t)m->in.c * m->in.h * m->in.w;
+	if (cnn_gnet_prepare(net, n) < 0)
+		FAIL("%s", net->err[0] ? net->err : cnn_cuda_last_error());
+	CUDA(cudaMemcpy(net->x, x, (size_t)n * img * 4, cudaMemcpyHostToDevice));
+	CUDA(cudaMemcpy(net->y, labels, (size_t)n, cudaMemcpyHostToDevice));
+	CUDA(cudaMemset(net->stats, 0, 2 * sizeof(float)));
+	if (cnn_gnet_forward(net, n, 0) < 0 || cnn_gnet_backward(net, n, (float)n, NULL, NULL) < 0)
+		FAIL("%s", net->err[0] ? net->err : cnn_cuda_last_error());
+	CUDA(cudaStreamSynchronize(g->s));
+	float st[2];
+	CUDA(cudaMemcpy(st, net->stats, sizeof(st), cudaMemcpyDeviceToHost));
+	*loss = st[0] / (float)n;
+	CUDA(cudaMemcpy(logp0, net->logp, (size_t)m->in.classes * 4, cudaMemcpyDeviceToHost));
+	CUDA(cudaMemcpy(grads, net->grads, m->nparams * 4, cudaMemcpyDeviceToHost));
+	return 0;
+}
+
+int cnn_gpu_debug_update(struct cnn_gpu *g, float lr, char *err, size_t errlen)
+{
+	g->h_in[0]->lr = lr;
+	CUDA(cudaMemcpy(g->d_in, g->h_in[0], sizeof(struct step_in), cudaMemcpyHostToDevice));
+	if (optimizer(g, g->updates == 0) < 0)
+		FAIL("%s", cnn_cuda_last_error());
+	CUDA(cudaStreamSynchronize(g->s));
+	g->updates++;
+	return 0;
+}
+
+const struct cnn_gpu_api cnn_gpu_api = {
+	.abi = CNN_GPU_ABI,
+	.open = gpu_open,
+	.describe = gpu_describe,
+	.comm = &cnn_comm_nccl_ext,
+	.use_comm = gpu_use_comm,
+	.load_data = gpu_load_data,
+	.set_state = gpu_set_state,
+	.get_state = gpu_get_state,
+	.train_step = gpu_train_step,
+	.last_loss = gpu_last_loss,
+	.evaluate = gpu_evaluate,
+	.close = gpu_close,
+};

@@ -1,0 +1,72 @@
+/* The Net of model.h on one GPU: cuDNN convolutions (forward, backward
+ * data and filter, bias gradients), cuBLAS linear layers, the fused
+ * element-wise kernels of kernels.cu.  Same flat parameter layout as the
+ * CPU path, so a checkpoint or a state_dict maps onto it unchanged.
+ * Internal to cnn_train_cuda.so. */
+#ifndef CNN_CUDA_NET_H
+#define CNN_CUDA_NET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include "gpu.h"
+#include "model.h"
+
+/* Algorithms for one batch size, found by cuDNN's benchmark. */
+struct cnn_gnet_algos {
+	int n;
+	cudnnConvolutionFwdAlgo_t fwd[2];
+	cudnnConvolutionBwdDataAlgo_t bwd_data;         /* conv2 only */
+	cudnnConvolutionBwdFilterAlgo_t bwd_filter[2];
+	cudnnMathType_t fwd_math[2], bwd_data_math, bwd_filter_math[2];
+};
+
+struct cnn_gnet {
+	struct cnn_model m;              /* shapes; m.params/grads are NULL here */
+	int max_batch;
+	enum cnn_precision precision;
+	cudaStream_t s;
+	cudnnHandle_t dnn;
+	cublasHandle_t blas;
+	cudnnTensorDescriptor_t tx, t1, t2, tb1, tb2;
+	cudnnFilterDescriptor_t fw[2];
+	cudnnConvolutionDescriptor_t cv[2];
+	struct cnn_gnet_algos algos[8];
+	int nalgos;
+	void *ws, *blas_ws;
+	size_t ws_bytes;
+	int ws_frozen;                   /* a captured graph holds ws: never reallocate */
+	float *params, *grads;           /* nparams each */
+	float *x, *a1, *a2, *p, *h, *logits, *logp, *dlogits, *dh, *dp, *da2, *da1, *ones;
+	uint8_t *arg, *y;
+	float *stats;                    /* [0] loss sum, [1] correct, of the last forward */
+	uint64_t *keys;                  /* dropout keys of layers 1 and 2 */
+	char err[512];
+};
+
+/* Buckets of the flat gradient buffer, in the order the backward finishes
+ * them: the linear layers (t[P_W3].off to the end), then the convolutions. */
+enum { CNN_BUCKET_FC, CNN_BUCKET_CONV };
+
+int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
+		  enum cnn_precision precision, cudaStream_t s);
+void cnn_gnet_free(struct cnn_gnet *g);
+/* cuDNN's algorithms for batch n (benchmarked once per n; not while a
+ * stream is being captured).  Once ws_frozen is set, only algorithms that
+ * fit the workspace are taken.  -1 with g->err. */
+int cnn_gnet_prepare(struct cnn_gnet *g, int n);
+/* Forward of n images in g->x with labels in g->y; adds the loss sum and
+ * the correct count to g->stats.  train: dropout with g->keys. */
+int cnn_gnet_forward(struct cnn_gnet *g, int n, int train);
+/* Backward of the last forward, gradients the mean over scale_n images;
+ * ready(ctx, bucket) as each bucket's gradients are final on g->s. */
+int cnn_gnet_backward(struct cnn_gnet *g, int n, float scale_n,
+		      int (*ready)(void *ctx, int bucket), void *ctx);
+/* "cuDNN 9.19.0, cuBLAS 13.0.0, TF32" */
+void cnn_gnet_describe(const struct cnn_gnet *g, char *buf, size_t len);
+
+#endif

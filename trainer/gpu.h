@@ -1,0 +1,94 @@
+/* cnn_train's GPU path as the driver (main.c) sees it.  The code is in
+ * trainer/cuda/ and ships as a module, cnn_train_cuda.so, that cnn_train
+ * opens with dlopen on --device cuda: one cnn_train binary runs on
+ * CPU-only nodes and needs no CUDA library there, as ddp-check does with
+ * NCCL.  The tests link the same code statically (libcnn_gpu.a).
+ *
+ * The module keeps the model's parameters, gradients and optimizer state,
+ * and the whole data set, in GPU memory.  A training step is: indices in,
+ * gather, forward (cuDNN convolutions, cuBLAS linears, fused kernels),
+ * backward with the gradient buckets all-reduced by NCCL on a second
+ * stream as soon as each is final, the optimizer; captured once as a CUDA
+ * graph and replayed.  The host sees parameters only when it asks. */
+#ifndef CNN_GPU_H
+#define CNN_GPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm.h"
+#include "data.h"
+#include "model.h"
+#include "optim.h"
+
+#define CNN_GPU_ABI 1
+#define CNN_GPU_MODULE "cnn_train_cuda.so"
+
+enum cnn_precision {
+	CNN_PREC_TF32 = 0,   /* fp32 storage, TF32 tensor-core math in convs and GEMMs */
+	CNN_PREC_FP32,       /* fp32 everywhere (FMA math) */
+};
+
+struct cnn_gpu_opts {
+	const struct cnn_model *m;   /* shapes and dropout; not kept */
+	int batch;                   /* per-rank training batch */
+	int eval_batch;              /* largest evaluation batch */
+	int device;                  /* CUDA device ordinal */
+	enum cnn_precision precision;
+	int graph;                   /* capture the training step (--no-graph: 0) */
+	const struct cnn_optim *opt; /* kind and hyper-parameters; state via set_state */
+	uint64_t seed;
+	int rank, world;
+	int timeout_ms;              /* bound on every wait for the GPU or a peer */
+};
+
+struct cnn_gpu;
+
+struct cnn_gpu_api {
+	int abi;   /* CNN_GPU_ABI */
+	/* Selects the device, creates the streams and the cuDNN and cuBLAS
+	 * handles, allocates the model.  -1 with err naming the device. */
+	int (*open)(struct cnn_gpu **g, const struct cnn_gpu_opts *o, char *err, size_t errlen);
+	/* "NVIDIA H100 80GB HBM3 (sm_90, 0000:1b:00.0), cuDNN 9.19, TF32, CUDA graph" */
+	void (*describe)(const struct cnn_gpu *g, char *buf, size_t len);
+	/* The NCCL backend of comm.h, for cnn_comm_open (after open: NCCL
+	 * binds the communicator to the device open selected). */
+	const struct cnn_comm_ext *comm;
+	/* Gradients are all-reduced over this communicator (world > 1). */
+	void (*use_comm)(struct cnn_gpu *g, struct cnn_comm *c);
+	/* Copies both data sets into GPU memory. */
+	int (*load_data)(struct cnn_gpu *g, const struct cnn_dataset *train,
+			 const struct cnn_dataset *test, char *err, size_t errlen);
+	/* Parameters (nparams floats, the CPU layout) and optimizer state to and
+	 * from the host: start, resume, checkpoints, the final check. */
+	int (*set_state)(struct cnn_gpu *g, const float *params, const struct cnn_optim *opt,
+			 char *err, size_t errlen);
+	int (*get_state)(struct cnn_gpu *g, float *params, struct cnn_optim *opt, char *err,
+			 size_t errlen);
+	/* One step on n training images at idx; step is the global step (the
+	 * dropout masks).  Asynchronous: returns once enqueued, waiting only
+	 * for the step before last. */
+	int (*train_step)(struct cnn_gpu *g, const uint32_t *idx, int n, float lr, uint64_t step,
+			  char *err, size_t errlen);
+	/* Waits for the last step; its mean loss. */
+	int (*last_loss)(struct cnn_gpu *g, float *loss, char *err, size_t errlen);
+	/* Sum of losses and count of right answers over n test images at idx. */
+	int (*evaluate)(struct cnn_gpu *g, const uint32_t *idx, int n, double *loss_sum,
+			long long *correct, char *err, size_t errlen);
+	void (*close)(struct cnn_gpu *g);
+};
+
+/* The module's one entry point (dlsym "cnn_gpu_api"). */
+extern const struct cnn_gpu_api cnn_gpu_api;
+
+/* ---- lower level, for the tests (libcnn_gpu.a) --------------------------- */
+
+/* One forward and backward of n images already in the device's input
+ * buffer, dropout off: the golden-file test.  x and grads are host arrays
+ * (n x c x h x w images in, nparams gradients out); labels on the host. */
+int cnn_gpu_debug_step(struct cnn_gpu *g, const float *x, const uint8_t *labels, int n,
+		       float *loss, float *logp0, float *grads, char *err, size_t errlen);
+/* One optimizer update from the device's gradients with learning rate lr. */
+int cnn_gpu_debug_update(struct cnn_gpu *g, float lr, char *err, size_t errlen);
+
+#endif
