@@ -41,7 +41,12 @@ void cnn_args_usage(FILE *f)
 "  --seed N               seed of initialization, shuffling and dropout (default 1)\n"
 "execution:\n"
 "  --threads N            CPU threads per rank (default $OMP_NUM_THREADS, else 1)\n"
-"  --device KIND          cpu, cuda or auto (default auto)\n"
+"  --device KIND          cpu, cuda or auto (default auto: cuda when this rank\n"
+"                         sees a GPU and the GPU module loads, else cpu)\n"
+"  --precision KIND       GPU math: tf32 (default: fp32 data, TF32 tensor cores\n"
+"                         in convolutions and GEMMs) or fp32 (no TF32)\n"
+"  --no-graph             GPU: launch the step's kernels one by one instead of\n"
+"                         replaying it as a CUDA graph (to compare)\n"
 "  --timeout SECONDS      bound on rendezvous and on each collective (default 60)\n"
 "checkpoints and output:\n"
 "  --checkpoint-dir DIR   rank 0 writes DIR/checkpoint.bin after each epoch\n"
@@ -95,7 +100,7 @@ static int num_f(const char *opt, const char *s, double lo, double hi, float *ou
 enum {
 	O_DATA = 256, O_DATA_DIR, O_EPOCHS, O_MAX_STEPS, O_EVAL, O_BATCH, O_OPTIM, O_LR,
 	O_MOMENTUM, O_WD, O_SCHED, O_STEP_EPOCHS, O_GAMMA, O_WARMUP, O_NO_DROPOUT, O_SEED,
-	O_THREADS, O_DEVICE, O_TIMEOUT, O_CKPT_DIR, O_CKPT_EVERY, O_RESUME, O_LOG_JSON,
+	O_THREADS, O_DEVICE, O_PRECISION, O_NO_GRAPH, O_TIMEOUT, O_CKPT_DIR, O_CKPT_EVERY, O_RESUME, O_LOG_JSON,
 	O_DUMP, O_PROGRESS, O_LOG_EVERY, O_TRAIN_LIMIT, O_TEST_LIMIT,
 };
 
@@ -118,6 +123,8 @@ static const struct option opts[] = {
 	{ "seed", required_argument, NULL, O_SEED },
 	{ "threads", required_argument, NULL, O_THREADS },
 	{ "device", required_argument, NULL, O_DEVICE },
+	{ "precision", required_argument, NULL, O_PRECISION },
+	{ "no-graph", no_argument, NULL, O_NO_GRAPH },
 	{ "timeout", required_argument, NULL, O_TIMEOUT },
 	{ "checkpoint-dir", required_argument, NULL, O_CKPT_DIR },
 	{ "checkpoint-every", required_argument, NULL, O_CKPT_EVERY },
@@ -225,6 +232,17 @@ int cnn_args_parse(struct cnn_args *a, int argc, char **argv, const char *env_da
 			}
 			a->device = optarg;
 			break;
+		case O_PRECISION:
+			if (strcmp(optarg, "tf32") == 0)
+				a->precision = 0;
+			else if (strcmp(optarg, "fp32") == 0)
+				a->precision = 1;
+			else {
+				snprintf(err, errlen, "--precision=%s: expected tf32 or fp32", optarg);
+				return -1;
+			}
+			break;
+		case O_NO_GRAPH: a->no_graph = 1; break;
 		case O_TIMEOUT: rv = num_int("--timeout", optarg, 1, 86400, &a->timeout_s, err, errlen); break;
 		case O_CKPT_DIR: a->checkpoint_dir = optarg; break;
 		case O_CKPT_EVERY: rv = num_ll("--checkpoint-every", optarg, 1, LLONG_MAX / 2, &a->checkpoint_every, err, errlen); break;

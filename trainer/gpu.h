@@ -33,7 +33,9 @@ struct cnn_gpu_opts {
 	const struct cnn_model *m;   /* shapes and dropout; not kept */
 	int batch;                   /* per-rank training batch */
 	int eval_batch;              /* largest evaluation batch */
-	int device;                  /* CUDA device ordinal */
+	int local_rank;              /* LOCAL_RANK: the task's GPU is entry LOCAL_RANK of
+				      * CUDA_VISIBLE_DEVICES (the plugin's order), or
+				      * the only one it sees */
 	enum cnn_precision precision;
 	int graph;                   /* capture the training step (--no-graph: 0) */
 	const struct cnn_optim *opt; /* kind and hyper-parameters; state via set_state */

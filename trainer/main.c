@@ -3,9 +3,13 @@
  * Reads its rank and rendezvous from the environment (what slurm-ddp's
  * plugin, torchrun or a person set), trains with gradients averaged over
  * all ranks, evaluates each epoch, checkpoints, and reports where the time
- * went.  This file is the CPU path's driver; the kernels are in ops_cpu.c,
- * the network in model.c, communication behind comm.h. */
+ * went.  This file drives both paths: the CPU's kernels are in ops_cpu.c
+ * and its network in model.c; the GPU path is a module behind gpu.h
+ * (cnn_train_cuda.so, opened on --device cuda or auto); communication is
+ * behind comm.h (gloo on CPUs, NCCL from the module on GPUs). */
+#include <dlfcn.h>
 #include <errno.h>
+#include <libgen.h>
 #include <stdarg.h>
 #include <math.h>
 #include <omp.h>
@@ -21,6 +25,7 @@
 #include "ckpt.h"
 #include "comm.h"
 #include "data.h"
+#include "gpu.h"
 #include "ddpenv.h"
 #include "conv_dnnl.h"
 #include "model.h"
@@ -39,10 +44,14 @@ struct run {
 	struct cnn_comm *comm;
 	struct cnn_reducer red;
 	struct cnn_sampler sampler;
+	const struct cnn_gpu_api *G;   /* the GPU path, when this run uses it */
+	struct cnn_gpu *g;
 	uint32_t *eval_idx;
 	float *xbuf;
 	uint8_t *ybuf;
 	int bar;
+	int eval_batch;
+	char device_note[1024];   /* why --device=auto stayed on the CPU */
 	/* time breakdown, seconds */
 	double t_data, t_compute, t_idle, t_train_wall;
 	long long timed_images, steps;
@@ -81,6 +90,15 @@ static void comm_failed(struct run *R, char *err, size_t errlen)
 {
 	cnn_comm_explain_failure(R->comm, err, errlen);
 	die(R, "%s", err);
+}
+
+/* A GPU step failed: NCCL or a peer (-2 from the module's watchdog, the
+ * communicator already aborted) or CUDA itself. */
+static void gpu_failed(struct run *R, char *err, size_t errlen)
+{
+	if (strncmp(err, "NCCL", 4) == 0 || strstr(err, "peer") || strstr(err, "not done after"))
+		comm_failed(R, err, errlen);
+	die(R, "step %lld: %s", R->steps, err);
 }
 
 static void on_fc_ready(void *ctx)
@@ -122,9 +140,18 @@ static void evaluate(struct run *R)
 		R->eval_idx[nloc++] = (uint32_t)i;
 	double loss = 0;
 	long long good = 0;
-	for (int off = 0; off < nloc; off += R->acts.max_batch) {
-		int n = nloc - off < R->acts.max_batch ? nloc - off : R->acts.max_batch;
+	for (int off = 0; off < nloc; off += R->eval_batch) {
+		int n = nloc - off < R->eval_batch ? nloc - off : R->eval_batch;
 		int correct = 0;
+		if (R->g) {
+			double ls;
+			long long c;
+			if (R->G->evaluate(R->g, R->eval_idx + off, n, &ls, &c, err, sizeof(err)) < 0)
+				gpu_failed(R, err, sizeof(err));
+			loss += ls;
+			good += c;
+			continue;
+		}
 		cnn_data_gather(&R->test, R->eval_idx + off, n, R->acts.x, R->ybuf);
 		float l;
 		if (cnn_forward(&R->m, &R->acts, R->ybuf, n, 0, 0, 0, rank, &l, &correct) < 0)
@@ -146,12 +173,21 @@ static void evaluate(struct run *R)
 	}
 }
 
+/* The GPU's parameters and optimizer state into R->m and R->opt. */
+static void fetch_state(struct run *R)
+{
+	char err[1024];
+	if (R->g && R->G->get_state(R->g, R->m.params, &R->opt, err, sizeof(err)) < 0)
+		comm_failed(R, err, sizeof(err));
+}
+
 static void save_ckpt(struct run *R, int epoch, long long step_in_epoch)
 {
 	if (!R->a.checkpoint_dir || R->r.rank != 0)
 		return;
 	char err[1024];
 	struct cnn_ckpt_pos pos = { epoch, step_in_epoch, R->steps, R->a.seed, R->r.world, R->a.batch };
+	fetch_state(R);
 	if (cnn_ckpt_save(R->a.checkpoint_dir, &R->m, &R->opt, &pos, err, sizeof(err)) < 0)
 		die(R, "%s", err);
 }
@@ -171,7 +207,9 @@ static void report_times(struct run *R)
 	if (cnn_comm_allreduce_sum(R->comm, t, (size_t)w * 4, err, sizeof(err)) < 0)
 		comm_failed(R, err, sizeof(err));
 	if (R->r.rank == 0) {
-		printf("# time per rank, seconds (comm overlaps compute; idle is waiting for it)\n");
+		printf(R->g ? "# time per rank, seconds (GPU: the all-reduce runs inside the step, "
+			      "overlapped)\n" :
+			      "# time per rank, seconds (comm overlaps compute; idle is waiting for it)\n");
 		printf("# %6s %10s %10s %10s %10s\n", "rank", "data", "compute", "comm", "idle");
 		for (int r = 0; r < w && r < 64; r++)
 			printf("  %6d %10.2f %10.2f %10.2f %10.2f\n", r, t[r * 4], t[r * 4 + 1],
@@ -192,9 +230,10 @@ static void report_times(struct run *R)
 			fprintf(f, "  \"test_accuracy\": null,\n  \"test_loss\": null,\n");
 		fprintf(f, "  \"images_per_sec\": %.1f,\n  \"world_size\": %d,\n  \"batch_size\": %d,\n"
 			"  \"threads\": %d,\n  \"steps\": %lld,\n  \"epochs\": %d,\n"
-			"  \"optimizer\": \"%s\",\n  \"backend\": \"%s\",\n  \"device\": \"cpu\",\n"
+			"  \"optimizer\": \"%s\",\n  \"backend\": \"%s\",\n  \"device\": \"%s\",\n"
 			"  \"ranks\": [", ips, w, R->a.batch, R->a.threads, R->steps, R->a.epochs,
-			R->a.optim == CNN_ADADELTA ? "adadelta" : "sgd", R->comm->ops->name);
+			R->a.optim == CNN_ADADELTA ? "adadelta" : "sgd", R->comm->ops->name,
+			R->g ? "cuda" : "cpu");
 		for (int r = 0; r < w; r++)
 			fprintf(f, "%s\n    {\"rank\": %d, \"data_s\": %.3f, \"compute_s\": %.3f, "
 				"\"comm_s\": %.3f, \"idle_s\": %.3f}", r ? "," : "", r, t[r * 4],
@@ -251,10 +290,11 @@ static void check_same_options(struct run *R)
 		return;
 	snprintf(mine, sizeof(mine), "data=%s epochs=%d max-steps=%lld eval=%d batch-size=%d "
 		 "optimizer=%d lr=%g momentum=%g weight-decay=%g schedule=%d seed=%llu "
-		 "train=%d test=%d dropout=%d checkpoint-every=%lld",
+		 "train=%d test=%d dropout=%d checkpoint-every=%lld device=%s precision=%d",
 		 a->data, a->epochs, a->max_steps, a->eval, a->batch, (int)a->optim, a->lr,
 		 a->momentum, a->weight_decay, (int)a->sched.kind, a->seed, R->train.n,
-		 R->test.n, !a->no_dropout, a->checkpoint_every);
+		 R->test.n, !a->no_dropout, a->checkpoint_every, R->g ? "cuda" : "cpu",
+		 R->g ? a->precision : -1);
 	if (R->r.rank == 0) {
 		if (ddpenv_store_set(R->comm->store, key, mine, strlen(mine), err, sizeof(err)) < 0)
 			die(R, "%s", err);
@@ -268,6 +308,85 @@ static void check_same_options(struct run *R)
 		die(R, "options differ from rank 0's, so the ranks would not run the same "
 		    "collectives:\n  rank 0: %.*s\n  this:   %s", (int)l, (char *)v, mine);
 	free(v);
+}
+
+/* The GPU module: $CNN_TRAIN_CUDA_MODULE, else next to this program
+ * (../lib, the build tree), else where make install put it. */
+static const struct cnn_gpu_api *load_gpu_module(char *why, size_t len)
+{
+	char exe[4096], cand[3][4200];
+	const char *env = getenv("CNN_TRAIN_CUDA_MODULE");
+	int n = 0;
+	ssize_t l = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (env && *env)
+		snprintf(cand[n++], sizeof(cand[0]), "%s", env);
+	else {
+		if (l > 0) {
+			exe[l] = 0;
+			snprintf(cand[n++], sizeof(cand[0]), "%s/../lib/" CNN_GPU_MODULE, dirname(exe));
+		}
+		snprintf(cand[n++], sizeof(cand[0]), "%s/" CNN_GPU_MODULE, CNN_MODULE_DIR);
+	}
+	size_t off = 0;
+	for (int i = 0; i < n; i++) {
+		void *h = dlopen(cand[i], RTLD_NOW | RTLD_LOCAL);
+		if (!h) {
+			if (access(cand[i], F_OK) == 0 || i == n - 1 || env)
+				off += (size_t)snprintf(why + off, off < len ? len - off : 0, "%s%s",
+							off ? "; " : "", dlerror());
+			continue;
+		}
+		const struct cnn_gpu_api *api = dlsym(h, "cnn_gpu_api");
+		if (!api || api->abi != CNN_GPU_ABI) {
+			snprintf(why, len, "%s: %s", cand[i], !api ? "has no cnn_gpu_api" :
+				 "built for another cnn_train (GPU module ABI differs)");
+			dlclose(h);
+			return NULL;
+		}
+		return api;
+	}
+	return NULL;
+}
+
+#ifndef CNN_MODULE_DIR
+#define CNN_MODULE_DIR "/usr/local/lib/slurm-ddp"
+#endif
+
+/* --device cuda or auto: open this rank's GPU; 0 when the run stays on
+ * the CPU (auto without a GPU), dies when cuda cannot be had. */
+static int open_gpu(struct run *R, int maxb)
+{
+	char why[1024] = "", err[1024];
+	int want = strcmp(R->a.device, "cuda") == 0;
+	if (strcmp(R->a.device, "cpu") == 0)
+		return 0;
+	/* auto on a node without the NVIDIA driver: do not load CUDA at all */
+	if (!want && access("/dev/nvidiactl", F_OK) != 0) {
+		snprintf(R->device_note, sizeof(R->device_note), "no NVIDIA driver here: /dev/nvidiactl "
+			 "is absent");
+		return 0;
+	}
+	const struct cnn_gpu_api *G = load_gpu_module(why, sizeof(why));
+	if (!G) {
+		if (want)
+			die(R, "--device=cuda: the GPU module does not load: %s", why);
+		snprintf(R->device_note, sizeof(R->device_note), "GPU module: %s", why);
+		return 0;
+	}
+	struct cnn_gpu_opts o = { &R->m, R->a.batch, maxb, R->r.local_rank,
+				  (enum cnn_precision)R->a.precision, !R->a.no_graph, &R->opt, R->a.seed,
+				  R->r.rank, R->r.world, R->a.timeout_s * 1000 };
+	struct cnn_gpu *g = NULL;
+	if (G->open(&g, &o, err, sizeof(err)) < 0) {
+		G->close(g);
+		if (want)
+			die(R, "--device=cuda: %s", err);
+		snprintf(R->device_note, sizeof(R->device_note), "%s", err);
+		return 0;
+	}
+	R->G = G;
+	R->g = g;
+	return 1;
 }
 
 static void setup(struct run *R, int argc, char **argv)
@@ -302,8 +421,6 @@ static void setup(struct run *R, int argc, char **argv)
 	R->a.data_dir = strdup(R->a.data_dir);
 	ddpenv_env_free(&env);
 
-	if (strcmp(R->a.device, "cuda") == 0)
-		die(R, "--device=cuda: this cnn_train was built without its GPU path; use --device=cpu");
 	omp_set_num_threads(R->a.threads);
 	R->bar = R->a.progress == 1 || (R->a.progress == -1 && isatty(STDOUT_FILENO));
 
@@ -323,32 +440,42 @@ static void setup(struct run *R, int argc, char **argv)
 		R->m.p_drop1 = R->m.p_drop2 = 0.f;
 	cnn_model_init_params(&R->m, R->a.seed);
 	int maxb = R->a.batch > 256 ? R->a.batch : 256;
-	if (cnn_acts_init(&R->acts, &R->m, maxb, R->a.threads, err, sizeof(err)) < 0)
-		die(R, "%s", err);
-	R->ybuf = malloc((size_t)maxb);
-	R->eval_idx = malloc((size_t)R->test.n * sizeof(uint32_t) + 4);
-	if (!R->ybuf || !R->eval_idx)
-		die(R, "out of memory");
+	R->eval_batch = maxb;
 	R->opt.lr = R->a.lr;
 	R->opt.momentum = R->a.momentum;
 	R->opt.weight_decay = R->a.weight_decay;
 	if (cnn_optim_init(&R->opt, R->a.optim, R->m.nparams) < 0)
 		die(R, "out of memory for the optimizer");
+	int gpu = open_gpu(R, maxb);
+	if (!gpu && cnn_acts_init(&R->acts, &R->m, maxb, R->a.threads, err, sizeof(err)) < 0)
+		die(R, "%s", err);
+	R->ybuf = malloc((size_t)maxb);
+	R->eval_idx = malloc((size_t)R->test.n * sizeof(uint32_t) + 4);
+	if (!R->ybuf || !R->eval_idx)
+		die(R, "out of memory");
 	if (cnn_sampler_init(&R->sampler, (uint32_t)R->train.n, (uint32_t)R->r.world,
 			     (uint32_t)R->r.rank, R->a.seed, 1) < 0)
 		die(R, "out of memory for the sampler");
 
-	const char *backend = "gloo";
-	if (R->r.backend == DDPENV_BACKEND_NCCL && R->r.rank == 0 && R->r.world > 1)
+	const char *backend = gpu ? "nccl" : "gloo";
+	if (R->r.backend == DDPENV_BACKEND_NCCL && !gpu && R->r.rank == 0 && R->r.world > 1)
 		fprintf(stderr, "cnn_train: DDP_BACKEND=nccl but this run is on CPUs: using gloo\n");
+	if (R->r.backend == DDPENV_BACKEND_GLOO && gpu && R->r.rank == 0 && R->r.world > 1)
+		fprintf(stderr, "cnn_train: DDP_BACKEND=gloo but this run is on GPUs: using NCCL\n");
 	struct cnn_comm_opts co = { backend, R->r.master_addr, R->r.master_port, R->r.rank,
 				    R->r.world, R->r.gloo_ifname[0] ? R->r.gloo_ifname : NULL,
-				    R->r.token[0] ? R->r.token : NULL, R->a.timeout_s * 1000, NULL };
+				    R->r.token[0] ? R->r.token : NULL, R->a.timeout_s * 1000,
+				    gpu ? R->G->comm : NULL };
 	if (cnn_comm_open(&R->comm, &co, err, sizeof(err)) < 0)
 		die(R, "%s", err);
 	check_same_options(R);
-	if (cnn_reducer_start(&R->red, R->comm) < 0)
+	if (gpu) {
+		R->G->use_comm(R->g, R->comm);
+		if (R->G->load_data(R->g, &R->train, &R->test, err, sizeof(err)) < 0)
+			die(R, "%s", err);
+	} else if (cnn_reducer_start(&R->red, R->comm) < 0) {
 		die(R, "cannot start the communication thread: %s", strerror(errno));
+	}
 	cnn_model_describe(&R->m, desc, sizeof(desc));
 	if (R->r.rank == 0) {
 		printf("# cnn_train: world %d (%s), model %s, data %s (%d train, %d test) from %s\n",
@@ -358,7 +485,15 @@ static void setup(struct run *R, int argc, char **argv)
 		       R->a.batch, R->a.optim == CNN_ADADELTA ? "adadelta" : "sgd", R->a.lr,
 		       R->a.threads, R->a.threads == 1 ? "" : "s", R->a.seed,
 		       R->r.world > 1 ? "" : " (single process)");
-		printf("# convolutions: oneDNN %s\n", cnn_convnet_describe(R->acts.conv));
+		if (gpu) {
+			char d[512];
+			R->G->describe(R->g, d, sizeof(d));
+			printf("# GPU: %s\n", d);
+		} else {
+			printf("# convolutions: oneDNN %s\n", cnn_convnet_describe(R->acts.conv));
+			if (R->device_note[0])
+				printf("# device auto: cpu (%s)\n", R->device_note);
+		}
 		fflush(stdout);
 	}
 }
@@ -400,11 +535,15 @@ int main(int argc, char **argv)
 	/* Same start everywhere, as DDP does: rank 0's parameters win. */
 	if (cnn_comm_broadcast(R->comm, R->m.params, R->m.nparams, 0, err, sizeof(err)) < 0)
 		comm_failed(R, err, sizeof(err));
+	if (R->g && R->G->set_state(R->g, R->m.params, &R->opt, err, sizeof(err)) < 0)
+		die(R, "%s", err);
 
 	long long nb = (R->sampler.per_rank + R->a.batch - 1) / R->a.batch;
 	R->a.sched.base_lr = R->a.lr;
 	R->a.sched.total_steps = R->a.max_steps ? R->a.max_steps : nb * R->a.epochs;
-	const long long warm = 3;   /* steps not timed: first-touch, thread start-up */
+	/* steps not timed: first-touch, thread start-up; on the GPU also
+	 * cuDNN's first calls and the graph's capture */
+	const long long warm = R->g ? 5 : 3;
 	long long timed_from = R->steps + warm;
 	int stop = 0, cur_epoch = start_epoch;
 	long long cur_b = start_b;
@@ -427,6 +566,35 @@ int main(int argc, char **argv)
 			long long first = b * R->a.batch;
 			int n = (int)(R->sampler.per_rank - first < R->a.batch ?
 				      R->sampler.per_rank - first : R->a.batch);
+			float lr = cnn_sched_lr(&R->a.sched, epoch, R->steps);
+			if (R->g) {
+				/* the GPU does it all; the host only waits for the
+				 * step before last, and for the loss when it prints */
+				int print = R->bar ? t0 - last_print > 0.25 || b + 1 == nb
+						   : (b + 1) % R->a.log_every == 0;
+				if (R->G->train_step(R->g, R->sampler.mine + first, n, lr,
+						     (uint64_t)R->steps, err, sizeof(err)) < 0 ||
+				    (print && R->G->last_loss(R->g, &loss, err, sizeof(err)) < 0))
+					gpu_failed(R, err, sizeof(err));
+				double t4 = now_s();
+				R->steps++;
+				if (R->steps > timed_from) {
+					R->t_compute += t4 - t0;
+					R->t_train_wall += t4 - t0;
+					R->timed_images += n;
+				} else {
+					wall0 = t4;
+					imgs0 = b + 1;
+				}
+				ips = t4 > wall0 ? (double)(b + 1 - imgs0) * R->a.batch * R->r.world / (t4 - wall0) : 0;
+				if (print) {
+					progress(R, epoch, b + 1, nb, loss, ips, 0);
+					last_print = t4;
+				}
+				if (R->a.checkpoint_every && R->steps % R->a.checkpoint_every == 0)
+					save_ckpt(R, epoch, b + 1);
+				continue;
+			}
 			cnn_data_gather(&R->train, R->sampler.mine + first, n, R->acts.x, R->ybuf);
 			double t1 = now_s();
 			if (cnn_forward(&R->m, &R->acts, R->ybuf, n, 1, R->a.seed,
@@ -438,8 +606,7 @@ int main(int argc, char **argv)
 			if (cnn_reducer_wait(&R->red, err, sizeof(err)) < 0)
 				comm_failed(R, err, sizeof(err));
 			double t3 = now_s();
-			cnn_optim_step(&R->opt, R->m.params, R->m.grads,
-				       cnn_sched_lr(&R->a.sched, epoch, R->steps));
+			cnn_optim_step(&R->opt, R->m.params, R->m.grads, lr);
 			double t4 = now_s();
 			R->steps++;
 			if (R->steps > timed_from) {
@@ -474,6 +641,7 @@ int main(int argc, char **argv)
 		/* --max-steps ended mid-epoch: keep the place */
 		save_ckpt(R, cur_epoch, cur_b);
 	}
+	fetch_state(R);
 	check_identical(R);
 	report_times(R);
 	dump_params(R);
@@ -485,11 +653,15 @@ int main(int argc, char **argv)
 		if (R->evaluated)
 			printf("%.2f%%\n", 100.0 * R->test_acc);
 	}
-	cnn_reducer_stop(&R->red);
+	if (R->g) {
+		R->G->close(R->g);
+	} else {
+		cnn_reducer_stop(&R->red);
+		cnn_acts_free(&R->acts);
+	}
 	cnn_comm_close(R->comm);
 	cnn_sampler_free(&R->sampler);
 	cnn_optim_free(&R->opt);
-	cnn_acts_free(&R->acts);
 	cnn_model_free(&R->m);
 	cnn_data_free(&R->train);
 	cnn_data_free(&R->test);

@@ -12,6 +12,7 @@
 #include "optim.h"
 #include "rng.h"
 #include "test.h"
+#include "golden.h"
 
 #ifndef GOLDEN
 #define GOLDEN "tests/golden/net_step.golden"
@@ -414,46 +415,6 @@ static void test_model_fd(void)
 }
 
 /* ---- golden file ------------------------------------------------------- */
-
-/* The hash both this file and make_golden.py use. */
-static void hashed(float *out, size_t n, uint64_t salt, float scale)
-{
-	for (size_t i = 0; i < n; i++) {
-		uint64_t u = ((i + salt * 1000003ull) * 2654435761ull) & 0xffffffffull;
-		float v = (float)(u >> 8) / 8388608.f - 1.f;
-		out[i] = v * scale;
-	}
-}
-
-static void golden_params(struct cnn_model *m)
-{
-	const int fan_in[P_COUNT] = { 9, 9, 288, 288, 9216, 9216, 128, 128 };
-	for (int t = 0; t < P_COUNT; t++)
-		hashed(m->params + m->t[t].off, m->t[t].n, 100 + (uint64_t)t,
-		       1.f / sqrtf((float)fan_in[t]));
-}
-
-/* Find "key [name]" and read up to max numbers after it. */
-static int golden_get(FILE *f, const char *key, const char *name, double *v, int max)
-{
-	char line[4096];
-	rewind(f);
-	while (fgets(line, sizeof(line), f)) {
-		char *p = line, *tok = strtok(p, " \n");
-		if (!tok || strcmp(tok, key) != 0)
-			continue;
-		if (name) {
-			tok = strtok(NULL, " \n");
-			if (!tok || strcmp(tok, name) != 0)
-				continue;
-		}
-		int n = 0;
-		while (n < max && (tok = strtok(NULL, " \n")))
-			v[n++] = strtod(tok, NULL);
-		return n;
-	}
-	return -1;
-}
 
 static void test_golden(void)
 {

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gpu.h"
 
@@ -72,6 +73,9 @@ static int gpu_open(struct cnn_gpu **out, const struct cnn_gpu_opts *o, char *er
 {
 	struct cnn_gpu *g = calloc(1, sizeof(*g));
 	int count = 0;
+	char host[64] = "";
+	gethostname(host, sizeof(host) - 1);
+	cnn_cuda_where_set(host, o->rank);
 	*out = NULL;
 	if (!g)
 		FAIL("out of memory");
@@ -79,25 +83,26 @@ static int gpu_open(struct cnn_gpu **out, const struct cnn_gpu_opts *o, char *er
 	g->o = *o;
 	g->opt = *o->opt;
 	g->opt.s1 = g->opt.s2 = NULL;
-	g->dev = o->device;
 	cudaError_t e = cudaGetDeviceCount(&count);
 	if (e != cudaSuccess || count == 0)
-		FAIL("--device=cuda: no CUDA device visible (CUDA_VISIBLE_DEVICES=%s): %s",
+		FAIL("no CUDA device visible (CUDA_VISIBLE_DEVICES=%s): %s",
 		     getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "unset",
 		     e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-	if (o->device < 0 || o->device >= count)
-		FAIL("--device=cuda: this rank's GPU is device %d (LOCAL_RANK) but %d %s visible "
-		     "(CUDA_VISIBLE_DEVICES=%s); ask Slurm for one GPU per task", o->device, count,
-		     count == 1 ? "is" : "are",
+	/* never rank % count: two ranks on one GPU is what NCCL refuses */
+	g->dev = count == 1 ? 0 : o->local_rank;
+	if (g->dev < 0 || g->dev >= count)
+		FAIL("LOCAL_RANK %d names GPU %d but %d are visible "
+		     "(CUDA_VISIBLE_DEVICES=%s); ask Slurm for a GPU per task (--gpus-per-task=1 "
+		     "or --gres=gpu:N with N tasks per node)", o->local_rank, g->dev, count,
 		     getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "unset");
 	/* fp32 means fp32: no library may pick TF32 behind our back */
 	if (o->precision == CNN_PREC_FP32)
 		setenv("NVIDIA_TF32_OVERRIDE", "0", 1);
-	CUDA(cudaSetDevice(o->device));
+	CUDA(cudaSetDevice(g->dev));
 	struct cudaDeviceProp p;
 	char bus[32] = "?";
-	CUDA(cudaGetDeviceProperties(&p, o->device));
-	cudaDeviceGetPCIBusId(bus, sizeof(bus), o->device);
+	CUDA(cudaGetDeviceProperties(&p, g->dev));
+	cudaDeviceGetPCIBusId(bus, sizeof(bus), g->dev);
 	snprintf(g->name, sizeof(g->name), "%s (sm_%d%d, %s)", p.name, p.major, p.minor, bus);
 	CUDA(cudaStreamCreateWithFlags(&g->s, cudaStreamNonBlocking));
 	CUDA(cudaStreamCreateWithFlags(&g->cs, cudaStreamNonBlocking));
