@@ -138,3 +138,41 @@ for split in ("train", "t10k"):
 	assert_equal "$status" 1
 	[[ "$stderr" == *"written with the sgd optimizer, this run uses adadelta"* ]]
 }
+
+# The GPU path is a module (build/lib/cnn_train_cuda.so); these run where
+# no GPU is, as CI does, and check what a user is told.
+@test "--device=auto without an NVIDIA driver trains on the CPU and says why" {
+	[ -e /dev/nvidiactl ] && skip "this machine has an NVIDIA driver"
+	run --separate-stderr "$CNN" --data synthetic --max-steps 2 --progress lines
+	assert_success
+	assert_line "# device auto: cpu (no NVIDIA driver here: /dev/nvidiactl is absent)"
+	assert_line --partial "# convolutions: oneDNN"
+}
+
+@test "--device=cuda without a usable GPU fails and names the cause" {
+	[ -f "$REPO/build/lib/cnn_train_cuda.so" ] || skip "built without nvcc: no GPU module"
+	nvidia-smi -L >/dev/null 2>&1 && skip "this machine has a GPU"
+	run --separate-stderr "$CNN" --device cuda --data synthetic --max-steps 2
+	assert_equal "$status" 1
+	[[ "$stderr" == *"rank 0: --device=cuda: no CUDA device visible (CUDA_VISIBLE_DEVICES="* ]]
+}
+
+@test "--device=cuda with a missing module names the file it tried" {
+	CNN_TRAIN_CUDA_MODULE=/nonexistent/cnn_train_cuda.so run --separate-stderr "$CNN" --device cuda \
+		--data synthetic --max-steps 2
+	assert_equal "$status" 1
+	[[ "$stderr" == *"--device=cuda: the GPU module does not load: /nonexistent/cnn_train_cuda.so: cannot open shared object file"* ]]
+}
+
+@test "the GPU module exports its entry point only and needs nothing from cnn_train" {
+	local so="$REPO/build/lib/cnn_train_cuda.so"
+	[ -f "$so" ] || skip "built without nvcc: no GPU module"
+	run nm -D --defined-only "$so"
+	assert_success
+	assert_equal "$(printf '%s\n' "$output" | awk '{print $3}')" "cnn_gpu_api"
+	run ldd -r "$so"
+	assert_success
+	refute_output --partial "undefined symbol"
+	assert_output --partial "libcudnn.so"
+	assert_output --partial "libnccl.so"
+}

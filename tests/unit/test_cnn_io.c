@@ -253,6 +253,16 @@ static void test_args(void)
 	test_err("... is named", err, "train.py: unexpected argument");
 	test_cond("OMP_NUM_THREADS=lots", parse(&a, err, "lots", NULL) < 0);
 	test_err("... is named", err, "OMP_NUM_THREADS=lots");
+	test_cond("GPU defaults: auto device, TF32, graph",
+		  parse(&a, err, NULL, NULL) == 0 && strcmp(a.device, "auto") == 0 && a.precision == 0 &&
+		  a.no_graph == 0);
+	test_cond("--precision fp32 --no-graph --device cuda",
+		  parse(&a, err, NULL, "--precision", "fp32", "--no-graph", "--device=cuda", NULL) == 0 &&
+		  a.precision == 1 && a.no_graph == 1 && strcmp(a.device, "cuda") == 0);
+	test_cond("--precision=fp8", parse(&a, err, NULL, "--precision=fp8", NULL) < 0);
+	test_err("... lists the choices", err, "--precision=fp8: expected tf32 or fp32");
+	test_cond("--device=tpu", parse(&a, err, NULL, "--device=tpu", NULL) < 0);
+	test_err("... lists the choices", err, "--device=tpu: expected cpu, cuda or auto");
 }
 
 int main(void)

@@ -1,0 +1,108 @@
+#!/bin/bash
+# cnn_train --device cuda against PyTorch on the same GPU, in one run: the
+# same Net, data (Fashion-MNIST in GPU memory, batches gathered there),
+# SGD, batch size and precision, at per-GPU batch sizes 64, 256 and 1024.
+# cnn_train runs with its CUDA graph and with --no-graph; PyTorch eager,
+# torch.compile(mode="max-autotune") and a whole-step CUDA graph.  Prints
+# images/s of each, cnn_train's ratio to eager PyTorch and to PyTorch's
+# best, and the TFLOP/s cnn_train achieved against the GPU's peak.
+#
+#   bench/gpu_vs_torch.sh                    300 timed steps per run
+#   EPOCHS=2 bench/gpu_vs_torch.sh           2 whole epochs: test accuracy too
+#   BATCHES="64 1024" PRECISION=fp32 bench/gpu_vs_torch.sh
+#   DDP_DATA_DIR=/path/to/fashion-mnist      where the IDX files are
+#   TORCH_MODES="eager graph"                skip torch.compile (slow to compile)
+set -eu
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cnn=${CNN_TRAIN:-$repo/build/bin/cnn_train}
+py=${PYTHON:-python3}
+steps=${STEPS:-300}
+epochs=${EPOCHS:-}
+batches=${BATCHES:-64 256 1024}
+precision=${PRECISION:-tf32}
+modes=${TORCH_MODES:-eager compile graph}
+data=${DDP_DATA_DIR:-/usr/share/datasets/fashion-mnist}
+[ -x "$cnn" ] || { echo "bench: $cnn not built (run make)" >&2; exit 2; }
+if ! nvidia-smi -L >/dev/null 2>&1; then
+	echo "bench: no GPU here (nvidia-smi -L fails): run on a GPU machine" >&2
+	exit 2
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+if [ -n "$epochs" ]; then
+	len=(--epochs "$epochs")
+else
+	len=(--max-steps "$steps")
+fi
+
+# Training FLOPs per image of the Net at 28x28: forward, backward-filter
+# (as many) and backward-data (all but conv1's).
+flops=$("$py" - <<'EOF'
+c1 = 2 * 26 * 26 * 32 * 9 * 1
+c2 = 2 * 24 * 24 * 64 * 32 * 9
+f1 = 2 * 9216 * 128
+f2 = 2 * 128 * 10
+fwd = c1 + c2 + f1 + f2
+print(3 * fwd - c1)
+EOF
+)
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+# Dense peak of the math cnn_train uses (tf32: tensor cores; fp32: CUDA cores).
+case "$gpu:$precision" in
+*H100*SXM*:tf32 | *H100*HBM3*:tf32 | *H200*:tf32) peak=494.7 ;;
+*H100*SXM*:fp32 | *H100*HBM3*:fp32 | *H200*:fp32) peak=66.9 ;;
+*H100*PCIe*:tf32) peak=378.0 ;;
+*H100*PCIe*:fp32) peak=51.2 ;;
+*A100*:tf32) peak=156.0 ;;
+*A100*:fp32) peak=19.5 ;;
+*) peak= ;;
+esac
+
+run_cnn() { # OUT ARGS...
+	local out=$1; shift
+	"$cnn" --device cuda --batch-size "$b" --precision "$precision" --data-dir "$data" \
+		"${len[@]}" --progress lines --log-every 1000000 --log-json "$out.json" "$@" >"$out" 2>&1 ||
+		{ echo "bench: cnn_train failed:" >&2; cat "$out" >&2; exit 1; }
+	"$py" -c 'import json,sys; j=json.load(open(sys.argv[1])); a=j["test_accuracy"];
+print(j["images_per_sec"], "-" if a is None else f"{a:.4f}")' "$out.json"
+}
+run_torch() { # OUT MODE
+	"$py" "$repo/bench/torch_cnn_gpu.py" --mode "$2" --batch-size "$b" --precision "$precision" \
+		--data-dir "$data" "${len[@]}" >"$1" 2>&1 ||
+		{ echo "bench: torch ($2) failed:" >&2; cat "$1" >&2; exit 1; }
+	echo "$(sed -n 's/^images_per_sec //p' "$1") $(sed -n 's/^test_accuracy //p' "$1")"
+}
+
+length="$steps steps"
+[ -z "$epochs" ] || length="$epochs epochs"
+printf '# gpu_vs_torch: %s, %s, %s, %s\n' "$gpu" "$precision" "$length" "$(date -u +%Y-%m-%d)"
+printf '# torch %s, CUDA %s; training FLOPs per image %s; peak %s TFLOP/s\n' \
+	"$("$py" -c 'import torch; print(torch.__version__)')" \
+	"$("$py" -c 'import torch; print(torch.version.cuda)')" "$flops" "${peak:-unknown}"
+printf '%6s %10s %10s' batch cnn cnn_nograph
+for m in $modes; do printf ' %10s' "torch_$m"; done
+printf ' %9s %9s %8s %7s' vs_eager vs_best TFLOP/s of_peak
+[ -z "$epochs" ] || printf ' %8s %8s' cnn_acc torch_acc
+printf '\n'
+for b in $batches; do
+	read -r c cacc < <(run_cnn "$tmp/cnn")
+	read -r cn _ < <(run_cnn "$tmp/cnn_ng" --no-graph)
+	declare -A t=() tacc=()
+	for m in $modes; do
+		read -r "t[$m]" "tacc[$m]" < <(run_torch "$tmp/torch_$m" "$m")
+	done
+	best=0
+	for m in $modes; do best=$(awk -v a="$best" -v b="${t[$m]}" 'BEGIN { print (b > a ? b : a) }'); done
+	eager=${t[eager]:-0}
+	printf '%6d %10.0f %10.0f' "$b" "$c" "$cn"
+	for m in $modes; do printf ' %10.0f' "${t[$m]}"; done
+	tf=$(awk -v i="$c" -v f="$flops" 'BEGIN { printf "%.2f", i * f / 1e12 }')
+	printf ' %8.2fx %8.2fx %8s %7s' \
+		"$(awk -v a="$c" -v b="$eager" 'BEGIN { print b > 0 ? a / b : 0 }')" \
+		"$(awk -v a="$c" -v b="$best" 'BEGIN { print b > 0 ? a / b : 0 }')" "$tf" \
+		"$([ -n "$peak" ] && awk -v a="$tf" -v p="$peak" 'BEGIN { printf "%.1f%%", 100 * a / p }' || echo -)"
+	[ -z "$epochs" ] || printf ' %8s %8s' "$cacc" "${tacc[eager]:--}"
+	printf '\n'
+	unset t tacc
+done
