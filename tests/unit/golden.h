@@ -53,4 +53,13 @@ static inline int golden_get(FILE *f, const char *key, const char *name, double 
 	return -1;
 }
 
+/* The golden file: GOLDEN (its absolute path where the test was built),
+ * else tests/golden/net_step.golden under the working directory (a test
+ * binary carried to another machine, run from the repository root). */
+static inline FILE *golden_open(const char *built_path)
+{
+	FILE *f = fopen(built_path, "r");
+	return f ? f : fopen("tests/golden/net_step.golden", "r");
+}
+
 #endif

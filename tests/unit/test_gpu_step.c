@@ -100,7 +100,7 @@ static void test_golden(enum cnn_precision prec)
 {
 	const char *P = prec == CNN_PREC_FP32 ? "fp32" : "tf32";
 	char what[32], desc[160], err[1024];
-	FILE *f = fopen(GOLDEN, "r");
+	FILE *f = golden_open(GOLDEN);
 	struct cnn_model m;
 	struct cnn_shape sh = { 1, 28, 28, 10 };
 	double ref[16], got[16];
