@@ -9,6 +9,9 @@
 load helpers
 
 PKGS=(slurm-spank-ddp libddpenv0 libddpenv-dev ddp-tools)
+# cnn_train's GPU module, built where nvcc is (scripts/deb.sh adds the
+# nocuda profile elsewhere)
+[ -x /usr/local/cuda/bin/nvcc ] && PKGS+=(ddp-tools-cuda)
 
 purge() {
 	dpkg --purge "${PKGS[@]}" >/dev/null 2>&1 || true
@@ -108,6 +111,20 @@ teardown() {
 	assert_output 2
 }
 
+@test "ddp-tools-cuda: the installed cnn_train loads the installed GPU module" {
+	[[ " ${PKGS[*]} " == *" ddp-tools-cuda "* ]] || skip "no nvcc: ddp-tools-cuda was not built"
+	run dpkg -L ddp-tools-cuda
+	assert_line "/usr/lib/$MULTIARCH/slurm-ddp/cnn_train_cuda.so"
+	# no RUNPATH in the package: the site's ld.so.conf finds NVIDIA's libraries
+	run readelf -d "/usr/lib/$MULTIARCH/slurm-ddp/cnn_train_cuda.so"
+	refute_output --partial RUNPATH
+	nvidia-smi -L >/dev/null 2>&1 && skip "this machine has a GPU: cnn_train would train"
+	# it got as far as asking CUDA for a device: the module was found and loaded
+	run --separate-stderr /usr/bin/cnn_train --device cuda --data synthetic --max-steps 2
+	assert_equal "$status" 1
+	[[ "$stderr" == *"--device=cuda: no CUDA device visible"* ]]
+}
+
 @test "the installed man pages render: spank-ddp(8), ddp.yaml(5), ddp-env(1), ddp-check(1), cnn_train(1)" {
 	local p
 	for p in 8:spank-ddp 5:ddp.yaml 1:ddp-env 1:ddp-check 1:cnn_train; do
@@ -169,7 +186,8 @@ teardown() {
 	for f in usr/bin/ddp-env usr/bin/ddp-check usr/bin/cnn_train "${PLUGDIR#/}/spank_ddp.so" \
 		usr/lib/$MULTIARCH/libddpenv.so.0 usr/lib/$MULTIARCH/pkgconfig/ddpenv.pc usr/include/ddpenv.h \
 		etc/slurm/ddp.yaml etc/slurm/plugstack.conf.d/ddp.conf usr/share/man/man8/spank-ddp.8 \
-		usr/share/man/man5/ddp.yaml.5 usr/share/man/man1/ddp-env.1 usr/share/man/man1/cnn_train.1; do
+		usr/share/man/man5/ddp.yaml.5 usr/share/man/man1/ddp-env.1 usr/share/man/man1/cnn_train.1 \
+		$([ -x /usr/local/cuda/bin/nvcc ] && echo "usr/lib/$MULTIARCH/slurm-ddp/cnn_train_cuda.so"); do
 		[ -e "$d/$f" ] || { echo "not installed: $f"; return 1; }
 	done
 	run grep -x "libdir=/usr/lib/$MULTIARCH" "$d/usr/lib/$MULTIARCH/pkgconfig/ddpenv.pc"

@@ -19,8 +19,9 @@ struct nccl_impl {
 	ncclComm_t comm;
 	cudaStream_t s;     /* host-buffer collectives */
 	cudaEvent_t done;
-	float *scratch;
-	size_t cap;         /* floats in scratch */
+	float *scratch;     /* device */
+	float *pinned;      /* host, page-locked: no copy blocks the host */
+	size_t cap;         /* floats in each */
 	int timeout_ms;
 	int aborted;
 };
@@ -135,6 +136,13 @@ int cnn_nccl_allreduce_avg(struct cnn_comm *c, float *buf, size_t n, cudaStream_
 	ncclResult_t r = ncclAllReduce(buf, buf, n, ncclFloat32, ncclAvg, ni->comm, s);
 	if (r != ncclSuccess && r != ncclInProgress)
 		return nccl_fail(ni, r, "all-reduce of the gradients", err, errlen);
+	/* A non-blocking communicator's operation is enqueued on s only once
+	 * its state leaves ncclInProgress (connection set-up on first use):
+	 * settle before anything else is enqueued or a graph capture ends. */
+	if (r == ncclInProgress && settle(c, ni, "all-reduce of the gradients", err, errlen) < 0) {
+		nccl_abort(ni);
+		return -1;
+	}
 	return 0;
 }
 
@@ -192,22 +200,29 @@ static int host_allreduce(struct cnn_comm *c, float *buf, size_t n, char *err, s
 	if (n > ni->cap) {
 		if (ni->scratch)
 			cudaFree(ni->scratch);
-		ni->scratch = NULL;
+		if (ni->pinned)
+			cudaFreeHost(ni->pinned);
+		ni->scratch = ni->pinned = NULL;
 		ni->cap = 0;
-		if ((e = cudaMalloc((void **)&ni->scratch, n * sizeof(float))) != cudaSuccess)
+		if ((e = cudaMalloc((void **)&ni->scratch, n * sizeof(float))) != cudaSuccess ||
+		    (e = cudaMallocHost((void **)&ni->pinned, n * sizeof(float))) != cudaSuccess)
 			goto cuda;
 		ni->cap = n;
 	}
-	if ((e = cudaMemcpyAsync(ni->scratch, buf, n * sizeof(float), cudaMemcpyHostToDevice, ni->s)) !=
-	    cudaSuccess)
+	memcpy(ni->pinned, buf, n * sizeof(float));
+	if ((e = cudaMemcpyAsync(ni->scratch, ni->pinned, n * sizeof(float), cudaMemcpyHostToDevice,
+				 ni->s)) != cudaSuccess)
 		goto cuda;
 	ncclResult_t r = ncclAllReduce(ni->scratch, ni->scratch, n, ncclFloat32, ncclSum, ni->comm, ni->s);
 	if (r != ncclSuccess && r != ncclInProgress)
 		return nccl_fail(ni, r, "all-reduce", err, errlen);
-	if ((e = cudaMemcpyAsync(buf, ni->scratch, n * sizeof(float), cudaMemcpyDeviceToHost, ni->s)) !=
-	    cudaSuccess || (e = cudaEventRecord(ni->done, ni->s)) != cudaSuccess)
+	if ((e = cudaMemcpyAsync(ni->pinned, ni->scratch, n * sizeof(float), cudaMemcpyDeviceToHost,
+				 ni->s)) != cudaSuccess || (e = cudaEventRecord(ni->done, ni->s)) != cudaSuccess)
 		goto cuda;
-	return cnn_nccl_wait(c, ni->done, ni->timeout_ms, "NCCL all-reduce", err, errlen);
+	if (cnn_nccl_wait(c, ni->done, ni->timeout_ms, "NCCL all-reduce", err, errlen) < 0)
+		return -1;
+	memcpy(buf, ni->pinned, n * sizeof(float));
+	return 0;
 cuda:
 	snprintf(err, errlen, "NCCL all-reduce staging: %s", cudaGetErrorString(e));
 	return -1;
@@ -228,6 +243,8 @@ static void destroy(struct cnn_comm *c)
 	}
 	if (ni->scratch)
 		cudaFree(ni->scratch);
+	if (ni->pinned)
+		cudaFreeHost(ni->pinned);
 	cudaEventDestroy(ni->done);
 	cudaStreamDestroy(ni->s);
 	free(ni);

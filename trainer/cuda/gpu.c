@@ -95,9 +95,16 @@ static int gpu_open(struct cnn_gpu **out, const struct cnn_gpu_opts *o, char *er
 		     "(CUDA_VISIBLE_DEVICES=%s); ask Slurm for a GPU per task (--gpus-per-task=1 "
 		     "or --gres=gpu:N with N tasks per node)", o->local_rank, g->dev, count,
 		     getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "unset");
-	/* fp32 means fp32: no library may pick TF32 behind our back */
-	if (o->precision == CNN_PREC_FP32)
+	/* fp32 means fp32: no library may pick TF32 behind our back (and a
+	 * later TF32 open in the same process takes back what we set) */
+	static int we_set_override;
+	if (o->precision == CNN_PREC_FP32 && !getenv("NVIDIA_TF32_OVERRIDE")) {
 		setenv("NVIDIA_TF32_OVERRIDE", "0", 1);
+		we_set_override = 1;
+	} else if (o->precision == CNN_PREC_TF32 && we_set_override) {
+		unsetenv("NVIDIA_TF32_OVERRIDE");
+		we_set_override = 0;
+	}
 	CUDA(cudaSetDevice(g->dev));
 	struct cudaDeviceProp p;
 	char bus[32] = "?";
@@ -146,21 +153,34 @@ static void gpu_use_comm(struct cnn_gpu *g, struct cnn_comm *c)
 	g->comm = cnn_nccl_comm(c) ? c : NULL;
 }
 
-static int upload(uint8_t **d, const void *h, size_t bytes, char *err, size_t errlen)
+/* Copies between the host's memory and the device's go on the compute
+ * stream, then wait for it: the streams are non-blocking, so a plain
+ * cudaMemcpy (the legacy stream) would not be ordered with their kernels. */
+static int copy(struct cnn_gpu *g, void *dst, const void *src, size_t bytes, enum cudaMemcpyKind k,
+		char *err, size_t errlen)
+{
+	if (!bytes)
+		return 0;
+	CUDA(cudaMemcpyAsync(dst, src, bytes, k, g->s));
+	CUDA(cudaStreamSynchronize(g->s));
+	return 0;
+}
+
+static int upload(struct cnn_gpu *g, uint8_t **d, const void *h, size_t bytes, char *err,
+		  size_t errlen)
 {
 	CUDA(cudaMalloc((void **)d, bytes ? bytes : 1));
-	CUDA(cudaMemcpy(*d, h, bytes, cudaMemcpyHostToDevice));
-	return 0;
+	return copy(g, *d, h, bytes, cudaMemcpyHostToDevice, err, errlen);
 }
 
 static int gpu_load_data(struct cnn_gpu *g, const struct cnn_dataset *train,
 			 const struct cnn_dataset *test, char *err, size_t errlen)
 {
 	size_t img = (size_t)train->c * train->h * train->w;
-	if (upload(&g->train_x, train->x, (size_t)train->n * img, err, errlen) < 0 ||
-	    upload(&g->train_y, train->y, (size_t)train->n, err, errlen) < 0 ||
-	    upload(&g->test_x, test->x, (size_t)test->n * img, err, errlen) < 0 ||
-	    upload(&g->test_y, test->y, (size_t)test->n, err, errlen) < 0)
+	if (upload(g, &g->train_x, train->x, (size_t)train->n * img, err, errlen) < 0 ||
+	    upload(g, &g->train_y, train->y, (size_t)train->n, err, errlen) < 0 ||
+	    upload(g, &g->test_x, test->x, (size_t)test->n * img, err, errlen) < 0 ||
+	    upload(g, &g->test_y, test->y, (size_t)test->n, err, errlen) < 0)
 		return -1;
 	g->ntrain = train->n;
 	g->ntest = test->n;
@@ -180,11 +200,10 @@ static int gpu_set_state(struct cnn_gpu *g, const float *params, const struct cn
 	size_t n = g->o.m->nparams;
 	if (sync_all(g, "setting the parameters", err, errlen) < 0)
 		return -1;
-	CUDA(cudaMemcpy(g->net.params, params, n * 4, cudaMemcpyHostToDevice));
-	if (opt && opt->s1)
-		CUDA(cudaMemcpy(g->s1, opt->s1, n * 4, cudaMemcpyHostToDevice));
-	if (opt && opt->s2)
-		CUDA(cudaMemcpy(g->s2, opt->s2, n * 4, cudaMemcpyHostToDevice));
+	if (copy(g, g->net.params, params, n * 4, cudaMemcpyHostToDevice, err, errlen) < 0 ||
+	    (opt && opt->s1 && copy(g, g->s1, opt->s1, n * 4, cudaMemcpyHostToDevice, err, errlen) < 0) ||
+	    (opt && opt->s2 && copy(g, g->s2, opt->s2, n * 4, cudaMemcpyHostToDevice, err, errlen) < 0))
+		return -1;
 	if (opt)
 		g->updates = opt->updates;
 	return 0;
@@ -196,11 +215,10 @@ static int gpu_get_state(struct cnn_gpu *g, float *params, struct cnn_optim *opt
 	size_t n = g->o.m->nparams;
 	if (sync_all(g, "reading the parameters", err, errlen) < 0)
 		return -1;
-	CUDA(cudaMemcpy(params, g->net.params, n * 4, cudaMemcpyDeviceToHost));
-	if (opt && opt->s1)
-		CUDA(cudaMemcpy(opt->s1, g->s1, n * 4, cudaMemcpyDeviceToHost));
-	if (opt && opt->s2)
-		CUDA(cudaMemcpy(opt->s2, g->s2, n * 4, cudaMemcpyDeviceToHost));
+	if (copy(g, params, g->net.params, n * 4, cudaMemcpyDeviceToHost, err, errlen) < 0 ||
+	    (opt && opt->s1 && copy(g, opt->s1, g->s1, n * 4, cudaMemcpyDeviceToHost, err, errlen) < 0) ||
+	    (opt && opt->s2 && copy(g, opt->s2, g->s2, n * 4, cudaMemcpyDeviceToHost, err, errlen) < 0))
+		return -1;
 	if (opt)
 		opt->updates = g->updates;
 	return 0;
@@ -352,7 +370,9 @@ static int gpu_evaluate(struct cnn_gpu *g, const uint32_t *idx, int n, double *l
 		return -1;
 	if (cnn_gnet_prepare(net, n) < 0)
 		FAIL("%s", net->err[0] ? net->err : cnn_cuda_last_error());
-	CUDA(cudaMemcpyAsync(g->d_idx, idx, (size_t)n * 4, cudaMemcpyHostToDevice, g->s));
+	/* every slot is free after sync_all: stage the indices in one */
+	memcpy(g->h_idx[g->slot], idx, (size_t)n * 4);
+	CUDA(cudaMemcpyAsync(g->d_idx, g->h_idx[g->slot], (size_t)n * 4, cudaMemcpyHostToDevice, g->s));
 	CUDA(cudaMemsetAsync(net->stats, 0, 2 * sizeof(float), g->s));
 	if (cnn_cuda_gather(g->test_x, g->test_y, g->d_idx, n, m->in.c, m->in.h, m->in.w, &g->norm,
 			    net->x, net->y, g->s) < 0 ||
@@ -406,24 +426,27 @@ int cnn_gpu_debug_step(struct cnn_gpu *g, const float *x, const uint8_t *labels,
 	size_t img = (size_t)m->in.c * m->in.h * m->in.w;
 	if (cnn_gnet_prepare(net, n) < 0)
 		FAIL("%s", net->err[0] ? net->err : cnn_cuda_last_error());
-	CUDA(cudaMemcpy(net->x, x, (size_t)n * img * 4, cudaMemcpyHostToDevice));
-	CUDA(cudaMemcpy(net->y, labels, (size_t)n, cudaMemcpyHostToDevice));
-	CUDA(cudaMemset(net->stats, 0, 2 * sizeof(float)));
+	if (copy(g, net->x, x, (size_t)n * img * 4, cudaMemcpyHostToDevice, err, errlen) < 0 ||
+	    copy(g, net->y, labels, (size_t)n, cudaMemcpyHostToDevice, err, errlen) < 0)
+		return -1;
+	CUDA(cudaMemsetAsync(net->stats, 0, 2 * sizeof(float), g->s));
 	if (cnn_gnet_forward(net, n, 0) < 0 || cnn_gnet_backward(net, n, (float)n, NULL, NULL) < 0)
 		FAIL("%s", net->err[0] ? net->err : cnn_cuda_last_error());
 	CUDA(cudaStreamSynchronize(g->s));
 	float st[2];
-	CUDA(cudaMemcpy(st, net->stats, sizeof(st), cudaMemcpyDeviceToHost));
+	if (copy(g, st, net->stats, sizeof(st), cudaMemcpyDeviceToHost, err, errlen) < 0 ||
+	    copy(g, logp0, net->logp, (size_t)m->in.classes * 4, cudaMemcpyDeviceToHost, err, errlen) < 0 ||
+	    copy(g, grads, net->grads, m->nparams * 4, cudaMemcpyDeviceToHost, err, errlen) < 0)
+		return -1;
 	*loss = st[0] / (float)n;
-	CUDA(cudaMemcpy(logp0, net->logp, (size_t)m->in.classes * 4, cudaMemcpyDeviceToHost));
-	CUDA(cudaMemcpy(grads, net->grads, m->nparams * 4, cudaMemcpyDeviceToHost));
 	return 0;
 }
 
 int cnn_gpu_debug_update(struct cnn_gpu *g, float lr, char *err, size_t errlen)
 {
 	g->h_in[0]->lr = lr;
-	CUDA(cudaMemcpy(g->d_in, g->h_in[0], sizeof(struct step_in), cudaMemcpyHostToDevice));
+	if (copy(g, g->d_in, g->h_in[0], sizeof(struct step_in), cudaMemcpyHostToDevice, err, errlen) < 0)
+		return -1;
 	if (optimizer(g, g->updates == 0) < 0)
 		FAIL("%s", cnn_cuda_last_error());
 	CUDA(cudaStreamSynchronize(g->s));

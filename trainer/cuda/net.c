@@ -102,6 +102,8 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 	cudaCheck(e);
 	cudaCheck(cudaMemset(g->grads, 0, M->nparams * 4));
 	cudaCheck(cudaMemset(g->keys, 0, 2 * 8));
+	/* the legacy stream's work above is not ordered with s's */
+	cudaCheck(cudaDeviceSynchronize());
 	return 0;
 }
 
