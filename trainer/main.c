@@ -567,47 +567,34 @@ int main(int argc, char **argv)
 			int n = (int)(R->sampler.per_rank - first < R->a.batch ?
 				      R->sampler.per_rank - first : R->a.batch);
 			float lr = cnn_sched_lr(&R->a.sched, epoch, R->steps);
+			int print = R->bar ? t0 - last_print > 0.25 || b + 1 == nb
+					   : (b + 1) % R->a.log_every == 0;
+			double t1, t2, t3, t4;
 			if (R->g) {
-				/* the GPU does it all; the host only waits for the
-				 * step before last, and for the loss when it prints */
-				int print = R->bar ? t0 - last_print > 0.25 || b + 1 == nb
-						   : (b + 1) % R->a.log_every == 0;
+				/* the GPU does it all (the all-reduce inside the step);
+				 * the host waits only for the step before last, and for
+				 * the loss when it prints */
 				if (R->G->train_step(R->g, R->sampler.mine + first, n, lr,
 						     (uint64_t)R->steps, err, sizeof(err)) < 0 ||
 				    (print && R->G->last_loss(R->g, &loss, err, sizeof(err)) < 0))
 					gpu_failed(R, err, sizeof(err));
-				double t4 = now_s();
-				R->steps++;
-				if (R->steps > timed_from) {
-					R->t_compute += t4 - t0;
-					R->t_train_wall += t4 - t0;
-					R->timed_images += n;
-				} else {
-					wall0 = t4;
-					imgs0 = b + 1;
-				}
-				ips = t4 > wall0 ? (double)(b + 1 - imgs0) * R->a.batch * R->r.world / (t4 - wall0) : 0;
-				if (print) {
-					progress(R, epoch, b + 1, nb, loss, ips, 0);
-					last_print = t4;
-				}
-				if (R->a.checkpoint_every && R->steps % R->a.checkpoint_every == 0)
-					save_ckpt(R, epoch, b + 1);
-				continue;
+				t1 = t0;
+				t2 = t3 = t4 = now_s();
+			} else {
+				cnn_data_gather(&R->train, R->sampler.mine + first, n, R->acts.x, R->ybuf);
+				t1 = now_s();
+				if (cnn_forward(&R->m, &R->acts, R->ybuf, n, 1, R->a.seed,
+						(uint64_t)R->steps, R->r.rank, &loss, NULL) < 0 ||
+				    cnn_backward(&R->m, &R->acts, R->ybuf, n, (float)n, on_fc_ready, R) < 0)
+					die(R, "step %lld: %s", R->steps, R->acts.err);
+				cnn_reducer_push(&R->red, R->m.grads, R->m.t[P_W3].off);
+				t2 = now_s();
+				if (cnn_reducer_wait(&R->red, err, sizeof(err)) < 0)
+					comm_failed(R, err, sizeof(err));
+				t3 = now_s();
+				cnn_optim_step(&R->opt, R->m.params, R->m.grads, lr);
+				t4 = now_s();
 			}
-			cnn_data_gather(&R->train, R->sampler.mine + first, n, R->acts.x, R->ybuf);
-			double t1 = now_s();
-			if (cnn_forward(&R->m, &R->acts, R->ybuf, n, 1, R->a.seed,
-					(uint64_t)R->steps, R->r.rank, &loss, NULL) < 0 ||
-			    cnn_backward(&R->m, &R->acts, R->ybuf, n, (float)n, on_fc_ready, R) < 0)
-				die(R, "step %lld: %s", R->steps, R->acts.err);
-			cnn_reducer_push(&R->red, R->m.grads, R->m.t[P_W3].off);
-			double t2 = now_s();
-			if (cnn_reducer_wait(&R->red, err, sizeof(err)) < 0)
-				comm_failed(R, err, sizeof(err));
-			double t3 = now_s();
-			cnn_optim_step(&R->opt, R->m.params, R->m.grads, lr);
-			double t4 = now_s();
 			R->steps++;
 			if (R->steps > timed_from) {
 				R->t_data += t1 - t0;
@@ -620,8 +607,7 @@ int main(int argc, char **argv)
 				imgs0 = b + 1;
 			}
 			ips = t4 > wall0 ? (double)(b + 1 - imgs0) * R->a.batch * R->r.world / (t4 - wall0) : 0;
-			if (R->bar ? t4 - last_print > 0.25 || b + 1 == nb
-				   : (b + 1) % R->a.log_every == 0) {
+			if (print) {
 				progress(R, epoch, b + 1, nb, loss, ips, 0);
 				last_print = t4;
 			}

@@ -2,8 +2,12 @@
 #ifndef DDP_TEST_H
 #define DDP_TEST_H
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 static int t_num, t_fail;
 
@@ -32,6 +36,18 @@ static int t_num, t_fail;
 	if (!ok_)                                                         \
 		printf("#   error '%s' lacks '%s'\n", (err), (frag));         \
 } while (0)
+
+/* A loopback port free at the moment of asking (for a store's server). */
+static inline int test_free_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t l = sizeof(a);
+	bind(fd, (struct sockaddr *)&a, sizeof(a));
+	getsockname(fd, (struct sockaddr *)&a, &l);
+	close(fd);
+	return ntohs(a.sin_port);
+}
 
 #define test_report() (printf("1..%d\n", t_num), t_fail ? 1 : 0)
 

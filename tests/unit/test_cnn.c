@@ -12,18 +12,15 @@
 #include "optim.h"
 #include "rng.h"
 #include "test.h"
+#include "tol.h"
 #include "golden.h"
 
 #ifndef GOLDEN
 #define GOLDEN "tests/golden/net_step.golden"
 #endif
 
-/* Tolerances, |got - ref| <= atol + rtol * |ref|, and why. */
-static const struct tol {
-	const char *what;
-	double atol, rtol;
-	const char *why;
-} tols[] = {
+/* Tolerances, |got - ref| <= atol + rtol * |ref|, one table, and why (tol.h). */
+static const struct tol tols[] = {
 	{ "fd",     1e-3, 2e-2, "central differences in float32 with eps 1e-2: rounding of the loss" },
 	{ "loss",   1e-5, 1e-5, "float32 sums of 10 logits; GEMM blocking differs from PyTorch's" },
 	{ "grad",   2e-6, 1e-3, "GEMM reductions over up to 9216 terms in a different order" },
@@ -31,48 +28,6 @@ static const struct tol {
 	{ "param",  1e-5, 1e-3, "three optimizer steps compound the gradient differences" },
 	{ "twin",   1e-5, 1e-4, "oneDNN's direct convolution sums in another order than im2col+GEMM" },
 };
-
-static const struct tol *tol(const char *what)
-{
-	for (size_t i = 0; i < sizeof(tols) / sizeof(tols[0]); i++)
-		if (strcmp(tols[i].what, what) == 0)
-			return &tols[i];
-	return &tols[0];
-}
-
-/* Compare arrays; print the first mismatches; return their count. */
-static int check(const char *what, const char *name, const double *got, const double *ref, int n)
-{
-	const struct tol *t = tol(what);
-	int bad = 0;
-	for (int i = 0; i < n; i++) {
-		double lim = t->atol + t->rtol * fabs(ref[i]);
-		if (!(fabs(got[i] - ref[i]) <= lim)) {
-			if (bad < 4)
-				printf("#   %s %s[%d]: got %.9g want %.9g (limit %.3g: %s)\n", what, name,
-				       i, got[i], ref[i], lim, t->why);
-			bad++;
-		}
-	}
-	return bad;
-}
-
-/* check() for float arrays. */
-static int checkf(const char *what, const char *name, const float *got, const float *ref, size_t n)
-{
-	const struct tol *t = tol(what);
-	int bad = 0;
-	for (size_t i = 0; i < n; i++) {
-		double lim = t->atol + t->rtol * fabs(ref[i]);
-		if (!(fabs((double)got[i] - ref[i]) <= lim)) {
-			if (bad < 4)
-				printf("#   %s %s[%zu]: got %.9g want %.9g (limit %.3g: %s)\n", what,
-				       name, i, got[i], ref[i], lim, t->why);
-			bad++;
-		}
-	}
-	return bad;
-}
 
 static void fill_uniform(float *p, size_t n, uint64_t *s, float lo, float hi)
 {

@@ -22,17 +22,6 @@
 #define WORLD 4
 #define ID_LEN 128
 
-static int free_port(void)
-{
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t l = sizeof(a);
-	bind(fd, (struct sockaddr *)&a, sizeof(a));
-	getsockname(fd, (struct sockaddr *)&a, &l);
-	close(fd);
-	return ntohs(a.sin_port);
-}
-
 /* ---- the "store" backend ---------------------------------------------- */
 
 struct store_impl {
@@ -171,7 +160,7 @@ static void test_world(void)
 	struct job *jobs = mmap(NULL, WORLD * sizeof(*jobs), PROT_READ | PROT_WRITE,
 				MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	pid_t kids[WORLD];
-	int port = free_port();
+	int port = test_free_port();
 	fflush(stdout);
 	for (int r = WORLD - 1; r >= 0; r--) {
 		jobs[r] = (struct job){ .rank = r, .world = WORLD, .port = port };
@@ -217,7 +206,7 @@ static void test_errors(void)
 	struct cnn_comm *c;
 	char err[512] = "";
 	/* world 1: no store, the backend still initializes (NCCL of one rank) */
-	struct cnn_comm_opts o = { "store", "127.0.0.1", free_port(), 0, 1, NULL, NULL, 2000, &store_ext };
+	struct cnn_comm_opts o = { "store", "127.0.0.1", test_free_port(), 0, 1, NULL, NULL, 2000, &store_ext };
 	test_cond("world 1: an external backend opens without a store",
 		  cnn_comm_open(&c, &o, err, sizeof(err)) == 0 && c->store == NULL && c->impl);
 	if (c)

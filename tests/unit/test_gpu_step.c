@@ -20,17 +20,14 @@
 #include "model.h"
 #include "optim.h"
 #include "test.h"
+#include "tol.h"
 
 #ifndef GOLDEN
 #define GOLDEN "tests/golden/net_step.golden"
 #endif
 
-/* Tolerances, |got - ref| <= atol + rtol * |ref|, one table, and why. */
-static const struct tol {
-	const char *what;
-	double atol, rtol;
-	const char *why;
-} tols[] = {
+/* Tolerances, |got - ref| <= atol + rtol * |ref|, one table, and why (tol.h). */
+static const struct tol tols[] = {
 	{ "fp32 loss",   1e-5, 1e-5, "float32 sums of 10 logits; cuDNN and cuBLAS block the sums unlike PyTorch's CPU kernels" },
 	{ "fp32 grad",   2e-6, 1e-3, "reductions over up to 9216 terms in another order (cuDNN's algorithms, cuBLAS split-K)" },
 	{ "fp32 gradsum",1e-4, 1e-3, "sums of 1.2M gradients; fc2's cancel to ~0, so mostly atol" },
@@ -42,44 +39,6 @@ static const struct tol {
 	{ "steps",       1e-4, 1e-2, "20 SGD steps with dropout, GPU (fp32) vs the CPU path: differences in summation order compound" },
 	{ "graph",       1e-6, 1e-5, "graph replay vs eager launches: the same kernels; cuDNN's backward-filter may add in another order" },
 };
-
-static const struct tol *tol(const char *what)
-{
-	for (size_t i = 0; i < sizeof(tols) / sizeof(tols[0]); i++)
-		if (strcmp(tols[i].what, what) == 0)
-			return &tols[i];
-	fprintf(stderr, "test_gpu_step: no tolerance '%s'\n", what);
-	exit(2);
-}
-
-static int check(const char *what, const char *name, const double *got, const double *ref, size_t n)
-{
-	const struct tol *t = tol(what);
-	int bad = 0;
-	for (size_t i = 0; i < n; i++) {
-		double lim = t->atol + t->rtol * fabs(ref[i]);
-		if (!(fabs(got[i] - ref[i]) <= lim)) {
-			if (bad < 4)
-				printf("#   %s %s[%zu]: got %.9g want %.9g (limit %.3g: %s)\n", what, name, i,
-				       got[i], ref[i], lim, t->why);
-			bad++;
-		}
-	}
-	return bad;
-}
-
-static int checkf(const char *what, const char *name, const float *got, const float *ref, size_t n)
-{
-	int bad = 0;
-	for (size_t i = 0; i < n; i++) {
-		double g = got[i], r = ref[i];
-		int b = check(what, name, &g, &r, 1);
-		if (b && bad < 4)
-			printf("#     (index %zu of %zu)\n", i, n);
-		bad += b;
-	}
-	return bad;
-}
 
 static struct cnn_gpu *open_gpu(const struct cnn_model *m, int batch, enum cnn_precision prec,
 				int graph, const struct cnn_optim *o)

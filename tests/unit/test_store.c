@@ -21,17 +21,6 @@ static void record(void *ctx, const char *msg)
 	snprintf(logged + l, sizeof(logged) - l, "%s\n", msg);
 }
 
-static int free_port(void)
-{
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t l = sizeof(a);
-	bind(fd, (struct sockaddr *)&a, sizeof(a));
-	getsockname(fd, (struct sockaddr *)&a, &l);
-	close(fd);
-	return ntohs(a.sin_port);
-}
-
 struct rank_job {
 	int rank, world, port;
 	int ok;
@@ -88,7 +77,7 @@ out:
 
 static int run_world(int world, double *secs)
 {
-	int port = free_port();
+	int port = test_free_port();
 	struct rank_job *jobs = calloc((size_t)world, sizeof(*jobs));
 	pthread_t *th = calloc((size_t)world, sizeof(*th));
 	struct timespec a, b;
@@ -131,7 +120,7 @@ static void test_errors(void)
 {
 	char err[512] = "";
 	struct ddpenv_store *s, *s0, *s1;
-	int port = free_port();
+	int port = test_free_port();
 	struct ddpenv_store_opts o = { "127.0.0.1", port, 1, 2, 300, NULL, NULL, NULL };
 
 	test_cond("nobody listening: open fails", ddpenv_store_open(&s, &o, err, sizeof(err)) < 0);
@@ -213,7 +202,7 @@ static void test_errors(void)
 static void test_killed(void)
 {
 	char err[512] = "";
-	int port = free_port();
+	int port = test_free_port();
 	struct ddpenv_store *s0;
 	struct ddpenv_store_opts o = { "127.0.0.1", port, 0, 3, 5000, NULL, NULL, NULL };
 	if (ddpenv_store_open(&s0, &o, err, sizeof(err)) < 0) {

@@ -1,0 +1,54 @@
+/* Tolerance tables for the numeric tests (llm.c style): each test file
+ * has one table of {what, atol, rtol, why}; a value passes when
+ * |got - ref| <= atol + rtol * |ref|, and the first mismatches are printed
+ * with the reason of their tolerance.  A file defines its table `tols`
+ * and then uses check() and checkf(). */
+#ifndef DDP_TEST_TOL_H
+#define DDP_TEST_TOL_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct tol {
+	const char *what;
+	double atol, rtol;
+	const char *why;
+};
+
+static inline const struct tol *tol_find(const struct tol *tab, size_t n, const char *what)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(tab[i].what, what) == 0)
+			return &tab[i];
+	fprintf(stderr, "no tolerance '%s' in the table\n", what);
+	exit(2);
+}
+
+/* Compare arrays (got may be float or double: one of gotf/gotd is NULL);
+ * print the first mismatches; return their count. */
+static inline int tol_check(const struct tol *t, const char *name, const float *gotf,
+			    const double *gotd, const double *refd, const float *reff, size_t n)
+{
+	int bad = 0;
+	for (size_t i = 0; i < n; i++) {
+		double g = gotf ? (double)gotf[i] : gotd[i], r = reff ? (double)reff[i] : refd[i];
+		double lim = t->atol + t->rtol * fabs(r);
+		if (!(fabs(g - r) <= lim)) {
+			if (bad < 4)
+				printf("#   %s %s[%zu]: got %.9g want %.9g (limit %.3g: %s)\n", t->what, name,
+				       i, g, r, lim, t->why);
+			bad++;
+		}
+	}
+	return bad;
+}
+
+#define TOL(what) tol_find(tols, sizeof(tols) / sizeof(tols[0]), what)
+/* double arrays */
+#define check(what, name, got, ref, n) tol_check(TOL(what), name, NULL, got, ref, NULL, (size_t)(n))
+/* float arrays */
+#define checkf(what, name, got, ref, n) tol_check(TOL(what), name, got, NULL, NULL, ref, (size_t)(n))
+
+#endif
