@@ -92,8 +92,10 @@ static void comm_failed(struct run *R, char *err, size_t errlen)
 	die(R, "%s", err);
 }
 
-/* A GPU step failed: NCCL or a peer (-2 from the module's watchdog, the
- * communicator already aborted) or CUDA itself. */
+/* A GPU call failed.  The module's watchdog words its failures "NCCL
+ * ...", "... a peer left the job" or "... not done after N s" (the
+ * communicator is already aborted): name the dead rank then.  Anything
+ * else is CUDA's or cuDNN's own error. */
 static void gpu_failed(struct run *R, char *err, size_t errlen)
 {
 	if (strncmp(err, "NCCL", 4) == 0 || strstr(err, "peer") || strstr(err, "not done after"))
@@ -178,7 +180,7 @@ static void fetch_state(struct run *R)
 {
 	char err[1024];
 	if (R->g && R->G->get_state(R->g, R->m.params, &R->opt, err, sizeof(err)) < 0)
-		comm_failed(R, err, sizeof(err));
+		gpu_failed(R, err, sizeof(err));
 }
 
 static void save_ckpt(struct run *R, int epoch, long long step_in_epoch)
