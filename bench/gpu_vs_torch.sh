@@ -9,7 +9,7 @@
 #
 #   bench/gpu_vs_torch.sh                    300 timed steps per run
 #   EPOCHS=2 bench/gpu_vs_torch.sh           2 whole epochs: test accuracy too
-#   BATCHES="64 1024" PRECISION=fp32 bench/gpu_vs_torch.sh
+#   BATCHES="64 1024" PRECISION=fp32 bench/gpu_vs_torch.sh   (tf32, fp32 or bf16)
 #   DDP_DATA_DIR=/path/to/fashion-mnist      where the IDX files are
 #   TORCH_MODES="eager graph"                skip torch.compile (slow to compile)
 set -eu
@@ -48,8 +48,12 @@ print(3 * fwd - c1)
 EOF
 )
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-# Dense peak of the math cnn_train uses (tf32: tensor cores; fp32: CUDA cores).
+# Dense peak of the math cnn_train uses (tf32, bf16: tensor cores; fp32:
+# CUDA cores), from NVIDIA's data sheets.
 case "$gpu:$precision" in
+*H100*SXM*:bf16 | *H100*HBM3*:bf16 | *H200*:bf16) peak=989.4 ;;
+*H100*PCIe*:bf16) peak=756.5 ;;
+*A100*:bf16) peak=312.0 ;;
 *H100*SXM*:tf32 | *H100*HBM3*:tf32 | *H200*:tf32) peak=494.7 ;;
 *H100*SXM*:fp32 | *H100*HBM3*:fp32 | *H200*:fp32) peak=66.9 ;;
 *H100*PCIe*:tf32) peak=378.0 ;;

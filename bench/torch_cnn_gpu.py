@@ -3,7 +3,9 @@
 train_ddp.py), data (Fashion-MNIST, the whole set in GPU memory, batches
 gathered there by index as cnn_train does), optimizer (SGD, lr 0.05,
 momentum 0.9), batch size and precision as cnn_train --device cuda, on one
-GPU, in one of three modes:
+GPU (bf16: torch.autocast to bfloat16 around the forward and loss, fp32
+parameters and optimizer, as cnn_train --precision bf16), in one of three
+modes:
 
   eager    the usual loop
   compile  torch.compile(mode="max-autotune") of the step (Inductor kernels
@@ -42,10 +44,11 @@ def main():
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--max-steps", type=int, default=0, help="stop after N steps (0: whole epochs)")
     ap.add_argument("--epochs", type=int, default=2)
-    ap.add_argument("--precision", default="tf32", choices=["tf32", "fp32"])
+    ap.add_argument("--precision", default="tf32", choices=["tf32", "fp32", "bf16"])
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     tf32 = args.precision == "tf32"
+    bf16 = args.precision == "bf16"
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cudnn.benchmark = True
@@ -63,15 +66,21 @@ def main():
     gen = torch.Generator(device=dev)
     gen.manual_seed(args.seed)
 
+    def fwd_loss(x, y):
+        # cache_enabled=False: the cast weights must not outlive a captured
+        # graph's pool (PyTorch's CUDA graphs notes); each is used once anyway
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16, cache_enabled=False):
+            return F.nll_loss(model(x), y)
+
     def step_eager(x, y):
         opt.zero_grad(set_to_none=True)
-        loss = F.nll_loss(model(x), y)
+        loss = fwd_loss(x, y)
         loss.backward()
         opt.step()
         return loss
 
     if args.mode == "compile":
-        fwd_bwd = torch.compile(lambda x, y: F.nll_loss(model(x), y), mode="max-autotune")
+        fwd_bwd = torch.compile(fwd_loss, mode="max-autotune")
 
         def step(x, y):
             opt.zero_grad(set_to_none=True)
@@ -93,7 +102,7 @@ def main():
         graph = torch.cuda.CUDAGraph()
         opt.zero_grad(set_to_none=True)
         with torch.cuda.graph(graph):
-            sloss = F.nll_loss(model(sx), sy)
+            sloss = fwd_loss(sx, sy)
             sloss.backward()
             opt.step()
 
@@ -133,7 +142,7 @@ def main():
     if not args.max_steps:
         model.eval()
         correct = 0
-        with torch.no_grad():
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
             for i in range(0, xt.shape[0], 1000):
                 correct += (model(xt[i:i + 1000]).argmax(1) == yt[i:i + 1000]).sum().item()
         print(f"test_accuracy {correct / xt.shape[0]:.4f}")

@@ -9,6 +9,7 @@
 
 #include "args.h"
 #include "data.h"
+#include "gpu.h"
 
 void cnn_args_usage(FILE *f)
 {
@@ -44,7 +45,8 @@ void cnn_args_usage(FILE *f)
 "  --device KIND          cpu, cuda or auto (default auto: cuda when this rank\n"
 "                         sees a GPU and the GPU module loads, else cpu)\n"
 "  --precision KIND       GPU math: tf32 (default: fp32 data, TF32 tensor cores\n"
-"                         in convolutions and GEMMs) or fp32 (no TF32)\n"
+"                         in convolutions and GEMMs), fp32 (no TF32) or bf16\n"
+"                         (bf16 convolutions and GEMMs, fp32 master weights)\n"
 "  --no-graph             GPU: launch the step's kernels one by one instead of\n"
 "                         replaying it as a CUDA graph (to compare)\n"
 "  --timeout SECONDS      bound on rendezvous and on each collective (default 60)\n"
@@ -234,11 +236,13 @@ int cnn_args_parse(struct cnn_args *a, int argc, char **argv, const char *env_da
 			break;
 		case O_PRECISION:
 			if (strcmp(optarg, "tf32") == 0)
-				a->precision = 0;
+				a->precision = CNN_PREC_TF32;
 			else if (strcmp(optarg, "fp32") == 0)
-				a->precision = 1;
+				a->precision = CNN_PREC_FP32;
+			else if (strcmp(optarg, "bf16") == 0)
+				a->precision = CNN_PREC_BF16;
 			else {
-				snprintf(err, errlen, "--precision=%s: expected tf32 or fp32", optarg);
+				snprintf(err, errlen, "--precision=%s: expected tf32, fp32 or bf16", optarg);
 				return -1;
 			}
 			break;

@@ -22,7 +22,7 @@ struct cnn_args {
 	unsigned long long seed;
 	int threads;               /* 0: OMP_NUM_THREADS or 1 */
 	const char *device;        /* cpu, cuda, auto */
-	int precision;             /* enum cnn_precision: tf32 (default), fp32 */
+	int precision;             /* enum cnn_precision: tf32 (default), fp32, bf16 */
 	int no_graph;              /* GPU: run the step eagerly, not as a CUDA graph */
 	const char *checkpoint_dir;
 	long long checkpoint_every;/* steps; 0: each epoch only */

@@ -27,7 +27,16 @@
 enum cnn_precision {
 	CNN_PREC_TF32 = 0,   /* fp32 storage, TF32 tensor-core math in convs and GEMMs */
 	CNN_PREC_FP32,       /* fp32 everywhere (FMA math) */
+	CNN_PREC_BF16,       /* bf16 convolutions and GEMMs (fp32 accumulation), bf16
+			      * convolution activations; fp32 master weights, gradients,
+			      * optimizer, loss.  Needs sm_80 or newer. */
 };
+
+/* "tf32", "fp32", "bf16" (the --precision names) */
+static inline const char *cnn_precision_name(enum cnn_precision p)
+{
+	return p == CNN_PREC_FP32 ? "fp32" : p == CNN_PREC_BF16 ? "bf16" : "tf32";
+}
 
 struct cnn_gpu_opts {
 	const struct cnn_model *m;   /* shapes and dropout; not kept */

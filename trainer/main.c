@@ -292,11 +292,11 @@ static void check_same_options(struct run *R)
 		return;
 	snprintf(mine, sizeof(mine), "data=%s epochs=%d max-steps=%lld eval=%d batch-size=%d "
 		 "optimizer=%d lr=%g momentum=%g weight-decay=%g schedule=%d seed=%llu "
-		 "train=%d test=%d dropout=%d checkpoint-every=%lld device=%s precision=%d",
+		 "train=%d test=%d dropout=%d checkpoint-every=%lld device=%s precision=%s",
 		 a->data, a->epochs, a->max_steps, a->eval, a->batch, (int)a->optim, a->lr,
 		 a->momentum, a->weight_decay, (int)a->sched.kind, a->seed, R->train.n,
 		 R->test.n, !a->no_dropout, a->checkpoint_every, R->g ? "cuda" : "cpu",
-		 R->g ? a->precision : -1);
+		 R->g ? cnn_precision_name((enum cnn_precision)a->precision) : "fp32");
 	if (R->r.rank == 0) {
 		if (ddpenv_store_set(R->comm->store, key, mine, strlen(mine), err, sizeof(err)) < 0)
 			die(R, "%s", err);
@@ -495,6 +495,9 @@ static void setup(struct run *R, int argc, char **argv)
 			printf("# convolutions: oneDNN %s\n", cnn_convnet_describe(R->acts.conv));
 			if (R->device_note[0])
 				printf("# device auto: cpu (%s)\n", R->device_note);
+			if (R->a.precision == CNN_PREC_BF16)
+				printf("# --precision bf16 is GPU math: on the CPU this run computes in "
+				       "fp32\n");
 		}
 		fflush(stdout);
 	}

@@ -28,6 +28,10 @@ void cnn_conv3_bwd(const float *x, int c, int h, int w, const float *wt, int oc,
 		   const float *dy, float *col, float *dcol, float *dw, float *db,
 		   float *dx);
 
+/* db[o] += sum of dy's plane o, over oc planes of n pixels: a
+ * convolution's bias gradient for one image. */
+void cnn_bias_grad(const float *dy, int oc, int n, float *db);
+
 /* y = relu(y + b) over oc planes of n pixels. */
 void cnn_bias_relu(float *y, const float *b, int oc, int n);
 

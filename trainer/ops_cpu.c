@@ -79,13 +79,8 @@ void cnn_conv3_relu_fwd(const float *x, int c, int h, int w, const float *wt,
 	cnn_bias_relu(y, b, oc, n);
 }
 
-void cnn_conv3_bwd(const float *x, int c, int h, int w, const float *wt, int oc,
-		   const float *dy, float *col, float *dcol, float *dw, float *db,
-		   float *dx)
+void cnn_bias_grad(const float *dy, int oc, int n, float *db)
 {
-	int n = (h - 2) * (w - 2), k = c * 9;
-	cnn_im2col3(x, c, h, w, col);
-	cnn_sgemm('N', 'T', oc, k, n, 1.f, dy, n, col, n, 1.f, dw, k);
 	for (int o = 0; o < oc; o++) {
 		const float *p = dy + (size_t)o * n;
 		float s = 0.f;
@@ -94,6 +89,16 @@ void cnn_conv3_bwd(const float *x, int c, int h, int w, const float *wt, int oc,
 			s += p[i];
 		db[o] += s;
 	}
+}
+
+void cnn_conv3_bwd(const float *x, int c, int h, int w, const float *wt, int oc,
+		   const float *dy, float *col, float *dcol, float *dw, float *db,
+		   float *dx)
+{
+	int n = (h - 2) * (w - 2), k = c * 9;
+	cnn_im2col3(x, c, h, w, col);
+	cnn_sgemm('N', 'T', oc, k, n, 1.f, dy, n, col, n, 1.f, dw, k);
+	cnn_bias_grad(dy, oc, n, db);
 	if (dx) {
 		cnn_sgemm('T', 'N', k, n, oc, 1.f, wt, k, dy, n, 0.f, dcol, n);
 		cnn_col2im3(dcol, c, h, w, dx);

@@ -21,6 +21,12 @@ static int t_num, t_fail;
 	}                                                                 \
 } while (0)
 
+/* A numbered TAP skip: says what did not run and why. */
+#define test_skip(desc, why) do {                                         \
+	t_num++;                                                          \
+	printf("ok %d - %s # SKIP %s\n", t_num, desc, why);              \
+} while (0)
+
 #define test_streq(desc, got, want) do {                                  \
 	const char *g_ = (got), *w_ = (want);                             \
 	int ok_ = g_ && w_ && strcmp(g_, w_) == 0;                        \

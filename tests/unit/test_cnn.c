@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "conv_dnnl.h"
 #include "model.h"
 #include "ops.h"
@@ -464,6 +465,50 @@ static void test_golden(void)
 	fclose(f);
 }
 
+/* bf16.h: the rounding the GPU's bf16 stores are checked against. */
+static void test_bf16(void)
+{
+	static const struct { uint32_t in; uint16_t out; const char *why; } c[] = {
+		{ 0x3f800000u, 0x3f80u, "1.0 is exact" },
+		{ 0x3f808000u, 0x3f80u, "1 + 2^-8, a tie, goes to the even 1.0" },
+		{ 0x3f818000u, 0x3f82u, "1 + 3*2^-8, a tie, goes up to the even neighbour" },
+		{ 0x3f808001u, 0x3f81u, "just above the tie rounds up" },
+		{ 0x3f807fffu, 0x3f80u, "just below the tie rounds down" },
+		{ 0xbf808001u, 0xbf81u, "negative values round by magnitude" },
+		{ 0x80000000u, 0x8000u, "-0 keeps its sign" },
+		{ 0x7f7fffffu, 0x7f80u, "FLT_MAX rounds to +inf" },
+		{ 0xff800000u, 0xff80u, "-inf stays -inf" },
+		{ 0x00010000u, 0x0001u, "a denormal keeps its upper bits" },
+	};
+	int bad = 0;
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		float f;
+		memcpy(&f, &c[i].in, 4);
+		uint16_t h = cnn_bf16_from_float(f);
+		if (h != c[i].out) {
+			printf("#   bf16(0x%08x) = 0x%04x, want 0x%04x: %s\n", c[i].in, h, c[i].out, c[i].why);
+			bad++;
+		}
+	}
+	test_cond("bf16 rounding: nearest, ties to even, overflow to inf", bad == 0);
+	uint32_t nan = 0x7f800001u;  /* a signalling NaN whose payload is all in the low half */
+	float fn;
+	memcpy(&fn, &nan, 4);
+	test_cond("bf16 of a NaN is a NaN (not inf)", isnan(cnn_bf16_to_float(cnn_bf16_from_float(fn))));
+	int round_trip = 1;
+	for (uint32_t h = 0; h < 0x10000u; h++) {
+		float f = cnn_bf16_to_float((uint16_t)h);
+		if (!isnan(f) && cnn_bf16_from_float(f) != h)
+			round_trip = 0;
+	}
+	test_cond("every bf16 value widens and rounds back to itself", round_trip);
+	float v[3] = { 1.f / 3.f, -2.5f, 1e-3f };
+	cnn_bf16_round(v, 3);
+	test_cond("cnn_bf16_round keeps 8 significant bits",
+		  fabsf(v[0] - 1.f / 3.f) <= 1.f / 3.f / 256.f && v[1] == -2.5f &&
+		  fabsf(v[2] - 1e-3f) <= 1e-3f / 256.f);
+}
+
 static void test_shapes(void)
 {
 	struct cnn_model m;
@@ -491,6 +536,7 @@ int main(void)
 	test_pool_fd();
 	test_nll_fd();
 	test_convnet_twin();
+	test_bf16();
 	test_model_fd();
 	test_shapes();
 	test_golden();

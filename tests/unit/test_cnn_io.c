@@ -11,6 +11,7 @@
 #include "args.h"
 #include "ckpt.h"
 #include "data.h"
+#include "gpu.h"
 #include "model.h"
 #include "optim.h"
 #include "test.h"
@@ -254,13 +255,15 @@ static void test_args(void)
 	test_cond("OMP_NUM_THREADS=lots", parse(&a, err, "lots", NULL) < 0);
 	test_err("... is named", err, "OMP_NUM_THREADS=lots");
 	test_cond("GPU defaults: auto device, TF32, graph",
-		  parse(&a, err, NULL, NULL) == 0 && strcmp(a.device, "auto") == 0 && a.precision == 0 &&
+		  parse(&a, err, NULL, NULL) == 0 && strcmp(a.device, "auto") == 0 && a.precision == CNN_PREC_TF32 &&
 		  a.no_graph == 0);
 	test_cond("--precision fp32 --no-graph --device cuda",
 		  parse(&a, err, NULL, "--precision", "fp32", "--no-graph", "--device=cuda", NULL) == 0 &&
-		  a.precision == 1 && a.no_graph == 1 && strcmp(a.device, "cuda") == 0);
+		  a.precision == CNN_PREC_FP32 && a.no_graph == 1 && strcmp(a.device, "cuda") == 0);
+	test_cond("--precision bf16", parse(&a, err, NULL, "--precision", "bf16", NULL) == 0 &&
+		  a.precision == CNN_PREC_BF16);
 	test_cond("--precision=fp8", parse(&a, err, NULL, "--precision=fp8", NULL) < 0);
-	test_err("... lists the choices", err, "--precision=fp8: expected tf32 or fp32");
+	test_err("... lists the choices", err, "--precision=fp8: expected tf32, fp32 or bf16");
 	test_cond("--device=tpu", parse(&a, err, NULL, "--device=tpu", NULL) < 0);
 	test_err("... lists the choices", err, "--device=tpu: expected cpu, cuda or auto");
 }

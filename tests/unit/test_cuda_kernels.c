@@ -9,6 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "bf16.h"
 #include "cuda/kernels.h"
 #include "data.h"
 #include "ops.h"
@@ -29,8 +30,9 @@ static const struct {
 	{ "sum", 1e-4f, 1e-5f, "a sum of 1000 losses: block tree order vs the CPU's double accumulation" },
 	{ "update", 1e-6f, 1e-5f, "3 optimizer updates: nvcc and gcc's vectorized loop contract different multiply-adds into FMAs" },
 	{ "fma", 1e-6f, 1e-6f, "byte * scale - off: either compiler may fuse it into one FMA (one rounding fewer)" },
+	{ "biassum", 2e-4f, 1e-5f, "a sum of 4608 values in [-1, 1): a block's tree vs the CPU's simd lanes" },
 };
-enum { T_EXACT, T_EXPF, T_SUM, T_UPDATE, T_FMA };
+enum { T_EXACT, T_EXPF, T_SUM, T_UPDATE, T_FMA, T_BIASSUM };
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static float frand(void) /* [-1, 1) */
@@ -47,11 +49,15 @@ static void fill(float *p, size_t n)
 		p[i] = frand();
 }
 
-/* Compare and print the first 5 mismatches; returns the mismatch count. */
+/* Compare and print the first 5 mismatches; returns the mismatch count.
+ * Equal values and NaN against NaN pass at any tolerance. */
 static size_t compare(const char *name, const float *gpu, const float *cpu, size_t n, int tol)
 {
 	size_t bad = 0;
 	for (size_t i = 0; i < n; i++) {
+		/* equal (infinities included), or both NaN */
+		if (gpu[i] == cpu[i] || (isnan(gpu[i]) && isnan(cpu[i])))
+			continue;
 		float lim = TOL[tol].atol + TOL[tol].rtol * fabsf(cpu[i]);
 		if (!(fabsf(gpu[i] - cpu[i]) <= lim) || isnan(gpu[i]) != isnan(cpu[i])) {
 			if (bad < 5)
@@ -149,6 +155,164 @@ static void test_relu_bwd(void)
 	test_cond("relu_bwd equals cnn_relu_bwd (exact)", compare("relu_bwd", got, dx, n, T_EXACT) == 0);
 	cudaFree(ddx), cudaFree(dy);
 	free(dx), free(y), free(got);
+}
+
+/* ---- --precision bf16: bf16 storage, float math ----------------------- */
+
+static cnn_bf16 *bits(const float *x, size_t n)
+{
+	cnn_bf16 *h = malloc(n * 2);
+	for (size_t i = 0; i < n; i++)
+		h[i] = cnn_bf16_from_float(x[i]);
+	return h;
+}
+
+static void widen(const cnn_bf16 *h, float *x, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		x[i] = cnn_bf16_to_float(h[i]);
+}
+
+static void test_bf16_convert(void)
+{
+	size_t n = 100003;
+	float *x = malloc(n * 4), *got = malloc(n * 4), *want = malloc(n * 4);
+	fill(x, n);
+	/* ties, overflow, inf, NaN, signed zero, denormals */
+	uint32_t sp[] = { 0x3f808000u, 0x3f818000u, 0x7f7fffffu, 0x7f800000u, 0xff800000u,
+			  0x7fc00000u, 0x80000000u, 0x00018000u, 0x00000001u };
+	for (size_t i = 0; i < sizeof(sp) / 4; i++)
+		memcpy(&x[i * 97], &sp[i], 4);
+	cnn_bf16 *h = malloc(n * 2), *cpu = bits(x, n);
+	float *dx = dev(x, n * 4), *dw = dev(NULL, n * 4);
+	cnn_bf16 *dh = dev(NULL, n * 2);
+	test_cond("to_bf16 launches", cnn_cuda_to_bf16(dx, dh, n, NULL) == 0);
+	back(h, dh, n * 2);
+	widen(h, got, n);
+	widen(cpu, want, n);
+	test_cond("to_bf16 equals cnn_bf16_from_float: nearest, ties to even, inf, NaN (exact)",
+		  compare("to_bf16", got, want, n, T_EXACT) == 0);
+	test_cond("from_bf16 launches", cnn_cuda_from_bf16(dh, dw, n, NULL) == 0);
+	back(got, dw, n * 4);
+	test_cond("from_bf16 equals cnn_bf16_to_float (exact)",
+		  compare("from_bf16", got, want, n, T_EXACT) == 0);
+	cudaFree(dx), cudaFree(dw), cudaFree(dh);
+	free(x), free(got), free(want), free(h), free(cpu);
+}
+
+static void test_bias_relu_bf16(void)
+{
+	int nimg = 8, oc = 32, n = 26 * 26;   /* conv1's output of a batch of 8 */
+	size_t tot = (size_t)nimg * oc * n;
+	float *y = malloc(tot * 4), *b = malloc(oc * 4), *got = malloc(tot * 4);
+	fill(y, tot);
+	fill(b, oc);
+	cnn_bf16 *yh = bits(y, tot);
+	widen(yh, y, tot);
+	cnn_bf16 *dy = dev(yh, tot * 2);
+	float *db = dev(b, oc * 4);
+	test_cond("bias_relu_bf16 launches", cnn_cuda_bias_relu_bf16(dy, db, nimg, oc, n, NULL) == 0);
+	back(yh, dy, tot * 2);
+	widen(yh, got, tot);
+	for (int i = 0; i < nimg; i++)
+		cnn_bias_relu(y + (size_t)i * oc * n, b, oc, n);
+	cnn_bf16_round(y, tot);
+	test_cond("bias_relu_bf16 equals cnn_bias_relu rounded to bf16 (exact)",
+		  compare("bias_relu_bf16", got, y, tot, T_EXACT) == 0);
+	cudaFree(dy), cudaFree(db);
+	free(y), free(b), free(got), free(yh);
+}
+
+static void test_maxpool_bf16(int h, int w)
+{
+	int planes = 8 * 64, ph = h / 2, pw = w / 2;
+	size_t nx = (size_t)planes * h * w, ny = (size_t)planes * ph * pw;
+	float *x = malloc(nx * 4), *y = malloc(ny * 4), *gy = malloc(ny * 4);
+	uint8_t *arg = malloc(ny), *garg = malloc(ny);
+	fill(x, nx);
+	for (size_t i = 0; i < nx; i += 7)
+		x[i] = x[i + 1 < nx ? i + 1 : i];
+	cnn_bf16 *xh = bits(x, nx);   /* rounding makes more ties: the first must win */
+	widen(xh, x, nx);
+	cnn_bf16 *dx = dev(xh, nx * 2);
+	float *dyv = dev(NULL, ny * 4);
+	uint8_t *darg = dev(NULL, ny);
+	char d[112];
+	snprintf(d, sizeof(d), "maxpool2_fwd_bf16 %dx%d launches", h, w);
+	test_cond(d, cnn_cuda_maxpool2_fwd_bf16(dx, planes, h, w, dyv, darg, NULL) == 0);
+	back(gy, dyv, ny * 4);
+	back(garg, darg, ny);
+	cnn_maxpool2_fwd(x, planes, h, w, y, arg);
+	snprintf(d, sizeof(d), "maxpool2_fwd_bf16 %dx%d equals cnn_maxpool2_fwd on the widened input "
+		 "(exact)", h, w);
+	test_cond(d, compare("maxpool2_fwd_bf16", gy, y, ny, T_EXACT) == 0 && memcmp(garg, arg, ny) == 0);
+
+	float *g = malloc(ny * 4), *gx = malloc(nx * 4), *cx = malloc(nx * 4);
+	cnn_bf16 *gxh = malloc(nx * 2);
+	fill(g, ny);
+	float *dg = dev(g, ny * 4);
+	cnn_bf16 *ddx = dev(NULL, nx * 2);
+	CK(cudaMemset(ddx, 0x7f, nx * 2));
+	snprintf(d, sizeof(d), "maxpool2_relu_bwd_bf16 %dx%d launches", h, w);
+	test_cond(d, cnn_cuda_maxpool2_relu_bwd_bf16(dg, dyv, darg, planes, h, w, ddx, NULL) == 0);
+	back(gxh, ddx, nx * 2);
+	widen(gxh, gx, nx);
+	cnn_maxpool2_relu_bwd(g, y, arg, planes, h, w, cx);
+	cnn_bf16_round(cx, nx);
+	snprintf(d, sizeof(d), "maxpool2_relu_bwd_bf16 %dx%d equals cnn_maxpool2_relu_bwd rounded to "
+		 "bf16 (exact)", h, w);
+	test_cond(d, compare("maxpool2_relu_bwd_bf16", gx, cx, nx, T_EXACT) == 0);
+	cudaFree(dx), cudaFree(dyv), cudaFree(darg), cudaFree(dg), cudaFree(ddx);
+	free(x), free(y), free(gy), free(arg), free(garg), free(g), free(gx), free(cx), free(xh),
+		free(gxh);
+}
+
+static void test_relu_bwd_bf16(void)
+{
+	size_t n = 100003;
+	float *dx = malloc(n * 4), *y = malloc(n * 4), *got = malloc(n * 4);
+	fill(dx, n);
+	fill(y, n);
+	cnn_bf16 *dxh = bits(dx, n), *yh = bits(y, n);
+	widen(dxh, dx, n);
+	widen(yh, y, n);
+	cnn_bf16 *ddx = dev(dxh, n * 2), *dy = dev(yh, n * 2);
+	test_cond("relu_bwd_bf16 launches", cnn_cuda_relu_bwd_bf16(ddx, dy, n, NULL) == 0);
+	back(dxh, ddx, n * 2);
+	widen(dxh, got, n);
+	cnn_relu_bwd(dx, y, n);
+	test_cond("relu_bwd_bf16 equals cnn_relu_bwd on the widened values (exact)",
+		  compare("relu_bwd_bf16", got, dx, n, T_EXACT) == 0);
+	cudaFree(ddx), cudaFree(dy);
+	free(dx), free(y), free(got), free(dxh), free(yh);
+}
+
+/* A convolution's bias gradient (conv2's shape, a batch of 8), fp32 and bf16 input. */
+static void test_bias_grad(void)
+{
+	int nimg = 8, oc = 64, n = 24 * 24;
+	size_t tot = (size_t)nimg * oc * n;
+	float *dy = malloc(tot * 4), want[64], got[64];
+	fill(dy, tot);
+	cnn_bf16 *dyh = bits(dy, tot);
+	widen(dyh, dy, tot);   /* both kernels see the same values */
+	memset(want, 0, sizeof(want));
+	for (int i = 0; i < nimg; i++)
+		cnn_bias_grad(dy + (size_t)i * oc * n, oc, n, want);
+	float *ddy = dev(dy, tot * 4), *ddb = dev(NULL, oc * 4);
+	cnn_bf16 *ddyh = dev(dyh, tot * 2);
+	CK(cudaMemset(ddb, 0x7f, oc * 4));   /* overwritten, not accumulated */
+	test_cond("bias_grad launches", cnn_cuda_bias_grad(ddy, nimg, oc, n, ddb, NULL) == 0);
+	back(got, ddb, oc * 4);
+	test_cond("bias_grad equals cnn_bias_grad summed over the images",
+		  compare("bias_grad", got, want, oc, T_BIASSUM) == 0);
+	CK(cudaMemset(ddb, 0x7f, oc * 4));
+	test_cond("bias_grad_bf16 launches", cnn_cuda_bias_grad_bf16(ddyh, nimg, oc, n, ddb, NULL) == 0);
+	back(got, ddb, oc * 4);
+	test_cond("bias_grad_bf16 equals cnn_bias_grad on the widened values (fp32 sums)",
+		  compare("bias_grad_bf16", got, want, oc, T_BIASSUM) == 0);
+	cudaFree(ddy), cudaFree(ddb), cudaFree(ddyh);
+	free(dy), free(dyh);
 }
 
 static void test_logsoftmax(void)
@@ -329,5 +493,11 @@ int main(void)
 	test_dropout(128 * 7 + 3, 0.5f);       /* a tail shorter than 4 */
 	test_bias_add_rows();
 	test_gather();
+	test_bias_grad();
+	test_bf16_convert();
+	test_bias_relu_bf16();
+	test_maxpool_bf16(24, 24);
+	test_maxpool_bf16(7, 9);
+	test_relu_bwd_bf16();
 	return test_report();
 }

@@ -1,6 +1,6 @@
 /* cnn_train's GPU path, whole: the step on cuDNN and cuBLAS against the
  * golden file PyTorch wrote (the same file the CPU path is checked
- * against), in fp32 and TF32; then training steps through the module's
+ * against), in fp32, TF32 and bf16; then training steps through the module's
  * API (data set on the GPU, dropout, SGD, CUDA graph, NCCL at world 1)
  * against the CPU path on the same images and dropout masks.
  *
@@ -36,8 +36,14 @@ static const struct tol tols[] = {
 	{ "tf32 grad",   1e-4, 3e-2, "TF32 products summed over up to 9216 terms: errors grow with sqrt(terms)" },
 	{ "tf32 gradsum",2e-3, 3e-2, "as tf32 grad, over sums of 1.2M gradients" },
 	{ "tf32 param",  2e-4, 2e-2, "three steps of TF32 gradients; the update itself is fp32" },
+	{ "bf16 loss",   2e-2, 1e-2, "bf16 operands (8 significant bits, 2^-9 relative rounding) in every conv and GEMM, fp32 sums" },
+	{ "bf16 grad",   3e-4, 6e-2, "bf16 operands and bf16 conv activations/gradients: a few 2^-9 roundings per term, partly cancelling" },
+	{ "bf16 gradsum",2e-3, 5e-2, "as bf16 grad over sums of up to 1.2M gradients; round-to-even errors are unbiased" },
+	{ "bf16 param",  5e-4, 2e-2, "three updates from bf16 gradients; the master weights and the update are fp32" },
 	{ "steps",       1e-4, 1e-2, "20 SGD steps with dropout, GPU (fp32) vs the CPU path: differences in summation order compound" },
+	{ "bf16 steps",  2e-3, 5e-2, "20 SGD steps with dropout, GPU bf16 vs the CPU path in fp32: bf16 gradient errors compound" },
 	{ "graph",       1e-6, 1e-5, "graph replay vs eager launches: the same kernels; cuDNN's backward-filter may add in another order" },
+	{ "bf16 graph",  1e-4, 1e-3, "as graph, and a bf16 weight gradient rounds a different summation order to 2^-9" },
 };
 
 static struct cnn_gpu *open_gpu(const struct cnn_model *m, int batch, enum cnn_precision prec,
@@ -57,7 +63,7 @@ static struct cnn_gpu *open_gpu(const struct cnn_model *m, int batch, enum cnn_p
 /* The golden step in one precision. */
 static void test_golden(enum cnn_precision prec)
 {
-	const char *P = prec == CNN_PREC_FP32 ? "fp32" : "tf32";
+	const char *P = cnn_precision_name(prec);
 	char what[32], desc[160], err[1024];
 	FILE *f = golden_open(GOLDEN);
 	struct cnn_model m;
@@ -178,13 +184,14 @@ out:
  * momentum, the learning rate from device memory); graph: 0 eager, 1
  * captured after 2 eager steps; comm: NCCL at world 1 inside the step. */
 static int gpu_run(const struct cnn_dataset *tr, const struct cnn_dataset *te,
-		   const struct cnn_model *m0, int graph, int nccl, float *out, char *err, size_t errlen)
+		   const struct cnn_model *m0, enum cnn_precision prec, int graph, int nccl, float *out,
+		   char *err, size_t errlen)
 {
 	struct cnn_model m = *m0;
 	struct cnn_optim o = { .lr = 0.05f, .momentum = 0.9f };
 	struct cnn_comm *c = NULL;
 	cnn_optim_init(&o, CNN_SGD, m.nparams);
-	struct cnn_gpu *g = open_gpu(&m, 32, CNN_PREC_FP32, graph, &o);
+	struct cnn_gpu *g = open_gpu(&m, 32, prec, graph, &o);
 	int ok = g != NULL;
 	if (ok && nccl) {
 		struct cnn_comm_opts co = { "nccl", "127.0.0.1", 0, 0, 1, NULL, NULL, 60000, cnn_gpu_api.comm };
@@ -209,7 +216,7 @@ static int gpu_run(const struct cnn_dataset *tr, const struct cnn_dataset *te,
 	return ok ? 0 : -1;
 }
 
-static void test_steps_vs_cpu(void)
+static void test_steps_vs_cpu(int bf16)
 {
 	struct cnn_dataset tr, te;
 	struct cnn_model m;
@@ -223,7 +230,8 @@ static void test_steps_vs_cpu(void)
 	cnn_model_init(&m, sh, err, sizeof(err));
 	cnn_model_init_params(&m, 1);
 	float *p0 = malloc(m.nparams * 4), *eager = malloc(m.nparams * 4),
-	      *graph = malloc(m.nparams * 4), *nccl = malloc(m.nparams * 4);
+	      *graph = malloc(m.nparams * 4), *nccl = malloc(m.nparams * 4),
+	      *beager = malloc(m.nparams * 4), *bgraph = malloc(m.nparams * 4);
 	memcpy(p0, m.params, m.nparams * 4);
 
 	/* the CPU path: same indices, same masks (seed 1, rank 0, step k) */
@@ -243,30 +251,46 @@ static void test_steps_vs_cpu(void)
 	}
 	struct cnn_model mg = m;
 	mg.params = p0;
-	int r1 = gpu_run(&tr, &te, &mg, 0, 0, eager, err, sizeof(err));
+	int r1 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 0, 0, eager, err, sizeof(err));
 	if (r1 < 0)
 		printf("#   eager: %s\n", err);
 	test_cond("20 eager GPU steps (dropout, SGD) run", r1 == 0);
 	test_cond("20 eager GPU steps equal the CPU path's (same images, same dropout masks)",
 		  r1 == 0 && checkf("steps", "params", eager, m.params, m.nparams) == 0);
-	int r2 = gpu_run(&tr, &te, &mg, 1, 0, graph, err, sizeof(err));
+	int r2 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 1, 0, graph, err, sizeof(err));
 	if (r2 < 0)
 		printf("#   graph: %s\n", err);
 	test_cond("20 GPU steps replayed as a CUDA graph run", r2 == 0);
 	test_cond("the graph's result equals the eager one's",
 		  r1 == 0 && r2 == 0 && checkf("graph", "params", graph, eager, m.nparams) == 0);
-	int r3 = gpu_run(&tr, &te, &mg, 1, 1, nccl, err, sizeof(err));
+	int r3 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 1, 1, nccl, err, sizeof(err));
 	if (r3 < 0)
 		printf("#   nccl: %s\n", err);
 	test_cond("20 GPU steps with the NCCL all-reduce in the graph run (world 1)", r3 == 0);
 	test_cond("NCCL's average over one rank changes nothing",
 		  r2 == 0 && r3 == 0 && checkf("graph", "params", nccl, graph, m.nparams) == 0);
+	if (!bf16) {
+		test_skip("bf16 training steps", "this GPU has no bf16 tensor cores (sm_80+)");
+	} else {
+		int r4 = gpu_run(&tr, &te, &mg, CNN_PREC_BF16, 0, 0, beager, err, sizeof(err));
+		if (r4 < 0)
+			printf("#   bf16 eager: %s\n", err);
+		test_cond("20 eager GPU steps in bf16 run", r4 == 0);
+		test_cond("20 bf16 steps track the CPU path's fp32 ones (bf16 steps tolerance)",
+			  r4 == 0 && checkf("bf16 steps", "params", beager, m.params, m.nparams) == 0);
+		int r5 = gpu_run(&tr, &te, &mg, CNN_PREC_BF16, 1, 1, bgraph, err, sizeof(err));
+		if (r5 < 0)
+			printf("#   bf16 graph: %s\n", err);
+		test_cond("20 bf16 GPU steps as a CUDA graph with NCCL (world 1) run", r5 == 0);
+		test_cond("the bf16 graph's result equals the bf16 eager one's",
+			  r4 == 0 && r5 == 0 && checkf("bf16 graph", "params", bgraph, beager, m.nparams) == 0);
+	}
 	cnn_acts_free(&a);
 	cnn_optim_free(&o);
 	cnn_model_free(&m);
 	cnn_data_free(&tr);
 	cnn_data_free(&te);
-	free(p0), free(eager), free(graph), free(nccl);
+	free(p0), free(eager), free(graph), free(nccl), free(beager), free(bgraph);
 }
 
 int main(void)
@@ -281,8 +305,16 @@ int main(void)
 			"linked, not run\n", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
 		return 0;
 	}
+	struct cudaDeviceProp prop;
+	cudaGetDeviceProperties(&prop, 0);
+	int bf16 = prop.major >= 8;
+	printf("# GPU 0: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
 	test_golden(CNN_PREC_TF32);   /* first: the fp32 run sets NVIDIA_TF32_OVERRIDE=0 */
+	if (bf16)
+		test_golden(CNN_PREC_BF16);
+	else
+		test_skip("bf16 golden step", "this GPU has no bf16 tensor cores (sm_80+)");
 	test_golden(CNN_PREC_FP32);
-	test_steps_vs_cpu();
+	test_steps_vs_cpu(bf16);
 	return test_report();
 }

@@ -101,7 +101,7 @@ static int gpu_open(struct cnn_gpu **out, const struct cnn_gpu_opts *o, char *er
 	if (o->precision == CNN_PREC_FP32 && !getenv("NVIDIA_TF32_OVERRIDE")) {
 		setenv("NVIDIA_TF32_OVERRIDE", "0", 1);
 		we_set_override = 1;
-	} else if (o->precision == CNN_PREC_TF32 && we_set_override) {
+	} else if (o->precision != CNN_PREC_FP32 && we_set_override) {
 		unsetenv("NVIDIA_TF32_OVERRIDE");
 		we_set_override = 0;
 	}
@@ -111,6 +111,9 @@ static int gpu_open(struct cnn_gpu **out, const struct cnn_gpu_opts *o, char *er
 	CUDA(cudaGetDeviceProperties(&p, g->dev));
 	cudaDeviceGetPCIBusId(bus, sizeof(bus), g->dev);
 	snprintf(g->name, sizeof(g->name), "%s (sm_%d%d, %s)", p.name, p.major, p.minor, bus);
+	if (o->precision == CNN_PREC_BF16 && p.major < 8)
+		FAIL("--precision bf16 needs bf16 tensor cores (compute capability 8.0 or newer): "
+		     "GPU %d is %s; use tf32 or fp32", g->dev, g->name);
 	CUDA(cudaStreamCreateWithFlags(&g->s, cudaStreamNonBlocking));
 	CUDA(cudaStreamCreateWithFlags(&g->cs, cudaStreamNonBlocking));
 	cudaEvent_t *evs[] = { &g->ev_fc, &g->ev_conv, &g->ev_reduced, &g->ev_slot[0], &g->ev_slot[1],

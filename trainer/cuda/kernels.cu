@@ -1,9 +1,15 @@
 // CUDA twins of cnn_train's CPU element-wise kernels (see kernels.h).
 // Grid-stride loops; one thread per output element, except log-softmax
-// (one thread per row: k is 10 here) and the optimizers (one per parameter).
+// (one thread per row: k is 10 here), the optimizers (one per parameter)
+// and the bias gradient (one block per channel).  The activation kernels
+// are templates over their storage type (float, or bf16 for --precision
+// bf16); they compute in float either way, so the bf16 instance is the
+// float one with a rounding at each store.
 #include <float.h>
 #include <math.h>
 #include <string.h>
+
+#include <cuda_bf16.h>
 
 #include "check.h"
 #include "kernels.h"
@@ -43,37 +49,48 @@ unsigned blocks_for(size_t n)
 	return b > 65535u * 16u ? 65535u * 16u : (unsigned)b;
 }
 
-__global__ void bias_relu(float *y, const float *b, int oc, int n, size_t total)
+typedef __nv_bfloat16 bf16;
+
+__device__ __forceinline__ float ld(const float *p) { return *p; }
+__device__ __forceinline__ float ld(const bf16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ void st(float *p, float v) { *p = v; }
+// round to nearest even, as cnn_bf16_from_float (bf16.h)
+__device__ __forceinline__ void st(bf16 *p, float v) { *p = __float2bfloat16_rn(v); }
+
+template <typename T>
+__global__ void bias_relu(T *y, const float *b, int oc, int n, size_t total)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
 	     i += (size_t)gridDim.x * blockDim.x) {
-		float v = y[i] + b[(i / n) % oc];
-		y[i] = v > 0.f ? v : 0.f;
+		float v = ld(y + i) + b[(i / n) % oc];
+		st(y + i, v > 0.f ? v : 0.f);
 	}
 }
 
-__global__ void maxpool2_fwd(const float *x, int h, int w, int ph, int pw, size_t total,
-			     float *y, uint8_t *arg)
+template <typename T>
+__global__ void maxpool2_fwd(const T *x, int h, int w, int ph, int pw, size_t total, float *y,
+			     uint8_t *arg)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
 	     i += (size_t)gridDim.x * blockDim.x) {
 		size_t plane = i / ((size_t)ph * pw);
 		int r = (int)(i % ((size_t)ph * pw)), py = r / pw, px = r % pw;
-		const float *r0 = x + plane * h * w + (size_t)(2 * py) * w + 2 * px, *r1 = r0 + w;
+		const T *r0 = x + plane * h * w + (size_t)(2 * py) * w + 2 * px, *r1 = r0 + w;
 		// strict > keeps the first maximum, as PyTorch and the CPU twin
-		float m = r0[0];
+		float m = ld(r0), v;
 		uint8_t a = 0;
-		if (r0[1] > m) { m = r0[1]; a = 1; }
-		if (r1[0] > m) { m = r1[0]; a = 2; }
-		if (r1[1] > m) { m = r1[1]; a = 3; }
+		if ((v = ld(r0 + 1)) > m) { m = v; a = 1; }
+		if ((v = ld(r1)) > m) { m = v; a = 2; }
+		if ((v = ld(r1 + 1)) > m) { m = v; a = 3; }
 		y[i] = m;
 		arg[i] = a;
 	}
 }
 
 // One thread per input element: no atomics, every element written once.
+template <typename T>
 __global__ void maxpool2_relu_bwd(const float *dy, const float *y, const uint8_t *arg, int h,
-				  int w, int ph, int pw, size_t total, float *dx)
+				  int w, int ph, int pw, size_t total, T *dx)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
 	     i += (size_t)gridDim.x * blockDim.x) {
@@ -86,15 +103,56 @@ __global__ void maxpool2_relu_bwd(const float *dy, const float *y, const uint8_t
 			if (y[o] > 0.f && arg[o] == (uint8_t)(((iy & 1) << 1) | (ix & 1)))
 				v = dy[o];
 		}
-		dx[i] = v;
+		st(dx + i, v);
 	}
 }
 
-__global__ void relu_bwd(float *dx, const float *y, size_t n)
+template <typename T>
+__global__ void relu_bwd(T *dx, const T *y, size_t n)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x)
-		dx[i] = y[i] > 0.f ? dx[i] : 0.f;
+		if (!(ld(y + i) > 0.f))
+			st(dx + i, 0.f);
+}
+
+// db[o] = sum of channel o over nimg images of n pixels: one block per
+// channel, a fixed tree, so the result does not depend on scheduling.
+constexpr int kBiasThreads = 512;
+template <typename T>
+__global__ void bias_grad(const T *dy, int nimg, int oc, int n, float *db)
+{
+	__shared__ float part[kBiasThreads];
+	int o = blockIdx.x;
+	float s = 0.f;
+	for (int i = 0; i < nimg; i++) {
+		const T *p = dy + ((size_t)i * oc + o) * n;
+		for (int j = threadIdx.x; j < n; j += blockDim.x)
+			s += ld(p + j);
+	}
+	part[threadIdx.x] = s;
+	__syncthreads();
+	for (int half = blockDim.x / 2; half > 0; half /= 2) {
+		if ((int)threadIdx.x < half)
+			part[threadIdx.x] += part[threadIdx.x + half];
+		__syncthreads();
+	}
+	if (threadIdx.x == 0)
+		db[o] = part[0];
+}
+
+__global__ void to_bf16(const float *x, bf16 *y, size_t n)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x)
+		y[i] = __float2bfloat16_rn(x[i]);
+}
+
+__global__ void from_bf16(const bf16 *x, float *y, size_t n)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x)
+		y[i] = __bfloat162float(x[i]);
 }
 
 __global__ void logsoftmax_nll_fwd(const float *logits, const uint8_t *label, int n, int k,
@@ -229,8 +287,10 @@ __global__ void gather(const uint8_t *xs, const uint8_t *ys, const uint32_t *idx
 
 } // namespace
 
-extern "C" int cnn_cuda_bias_relu(float *y, const float *b, int nimg, int oc, int n,
-				  cudaStream_t s)
+namespace {
+
+template <typename T>
+int launch_bias_relu(T *y, const float *b, int nimg, int oc, int n, cudaStream_t s)
 {
 	size_t total = (size_t)nimg * oc * n;
 	if (!total)
@@ -240,8 +300,9 @@ extern "C" int cnn_cuda_bias_relu(float *y, const float *b, int nimg, int oc, in
 	return 0;
 }
 
-extern "C" int cnn_cuda_maxpool2_fwd(const float *x, int planes, int h, int w, float *y,
-				     uint8_t *arg, cudaStream_t s)
+template <typename T>
+int launch_maxpool2_fwd(const T *x, int planes, int h, int w, float *y, uint8_t *arg,
+			cudaStream_t s)
 {
 	int ph = h / 2, pw = w / 2;
 	size_t total = (size_t)planes * ph * pw;
@@ -252,8 +313,9 @@ extern "C" int cnn_cuda_maxpool2_fwd(const float *x, int planes, int h, int w, f
 	return 0;
 }
 
-extern "C" int cnn_cuda_maxpool2_relu_bwd(const float *dy, const float *y, const uint8_t *arg,
-					  int planes, int h, int w, float *dx, cudaStream_t s)
+template <typename T>
+int launch_maxpool2_relu_bwd(const float *dy, const float *y, const uint8_t *arg, int planes,
+			     int h, int w, T *dx, cudaStream_t s)
 {
 	size_t total = (size_t)planes * h * w;
 	if (!total)
@@ -264,11 +326,105 @@ extern "C" int cnn_cuda_maxpool2_relu_bwd(const float *dy, const float *y, const
 	return 0;
 }
 
-extern "C" int cnn_cuda_relu_bwd(float *dx, const float *y, size_t n, cudaStream_t s)
+template <typename T>
+int launch_relu_bwd(T *dx, const T *y, size_t n, cudaStream_t s)
 {
 	if (!n)
 		return 0;
 	relu_bwd<<<blocks_for(n), kThreads, 0, s>>>(dx, y, n);
+	cudaCheck(cudaGetLastError());
+	return 0;
+}
+
+template <typename T>
+int launch_bias_grad(const T *dy, int nimg, int oc, int n, float *db, cudaStream_t s)
+{
+	if (oc <= 0)
+		return 0;
+	bias_grad<<<oc, kBiasThreads, 0, s>>>(dy, nimg, oc, n, db);
+	cudaCheck(cudaGetLastError());
+	return 0;
+}
+
+} // namespace
+
+extern "C" int cnn_cuda_bias_relu(float *y, const float *b, int nimg, int oc, int n,
+				  cudaStream_t s)
+{
+	return launch_bias_relu(y, b, nimg, oc, n, s);
+}
+
+extern "C" int cnn_cuda_maxpool2_fwd(const float *x, int planes, int h, int w, float *y,
+				     uint8_t *arg, cudaStream_t s)
+{
+	return launch_maxpool2_fwd(x, planes, h, w, y, arg, s);
+}
+
+extern "C" int cnn_cuda_maxpool2_relu_bwd(const float *dy, const float *y, const uint8_t *arg,
+					  int planes, int h, int w, float *dx, cudaStream_t s)
+{
+	return launch_maxpool2_relu_bwd(dy, y, arg, planes, h, w, dx, s);
+}
+
+extern "C" int cnn_cuda_relu_bwd(float *dx, const float *y, size_t n, cudaStream_t s)
+{
+	return launch_relu_bwd(dx, y, n, s);
+}
+
+extern "C" int cnn_cuda_bias_grad(const float *dy, int nimg, int oc, int n, float *db,
+				  cudaStream_t s)
+{
+	return launch_bias_grad(dy, nimg, oc, n, db, s);
+}
+
+// bf16 storage: cnn_bf16 is the bits of a __nv_bfloat16.
+static bf16 *B(cnn_bf16 *p) { return reinterpret_cast<bf16 *>(p); }
+static const bf16 *B(const cnn_bf16 *p) { return reinterpret_cast<const bf16 *>(p); }
+
+extern "C" int cnn_cuda_bias_relu_bf16(cnn_bf16 *y, const float *b, int nimg, int oc, int n,
+				       cudaStream_t s)
+{
+	return launch_bias_relu(B(y), b, nimg, oc, n, s);
+}
+
+extern "C" int cnn_cuda_maxpool2_fwd_bf16(const cnn_bf16 *x, int planes, int h, int w, float *y,
+					  uint8_t *arg, cudaStream_t s)
+{
+	return launch_maxpool2_fwd(B(x), planes, h, w, y, arg, s);
+}
+
+extern "C" int cnn_cuda_maxpool2_relu_bwd_bf16(const float *dy, const float *y,
+					       const uint8_t *arg, int planes, int h, int w,
+					       cnn_bf16 *dx, cudaStream_t s)
+{
+	return launch_maxpool2_relu_bwd(dy, y, arg, planes, h, w, B(dx), s);
+}
+
+extern "C" int cnn_cuda_relu_bwd_bf16(cnn_bf16 *dx, const cnn_bf16 *y, size_t n, cudaStream_t s)
+{
+	return launch_relu_bwd(B(dx), B(y), n, s);
+}
+
+extern "C" int cnn_cuda_bias_grad_bf16(const cnn_bf16 *dy, int nimg, int oc, int n, float *db,
+				       cudaStream_t s)
+{
+	return launch_bias_grad(B(dy), nimg, oc, n, db, s);
+}
+
+extern "C" int cnn_cuda_to_bf16(const float *x, cnn_bf16 *y, size_t n, cudaStream_t s)
+{
+	if (!n)
+		return 0;
+	to_bf16<<<blocks_for(n), kThreads, 0, s>>>(x, B(y), n);
+	cudaCheck(cudaGetLastError());
+	return 0;
+}
+
+extern "C" int cnn_cuda_from_bf16(const cnn_bf16 *x, float *y, size_t n, cudaStream_t s)
+{
+	if (!n)
+		return 0;
+	from_bf16<<<blocks_for(n), kThreads, 0, s>>>(B(x), y, n);
 	cudaCheck(cudaGetLastError());
 	return 0;
 }

@@ -12,6 +12,13 @@
  *   cnn_cuda_dropout_fwd        cnn_dropout_fwd (the same mask)
  *   cnn_cuda_bias_add_rows      the bias of cnn_linear_fwd
  *   cnn_cuda_gather             cnn_data_gather (images and labels by index)
+ *   cnn_cuda_bias_grad          cnn_bias_grad, summed over the images
+ *
+ * --precision bf16 keeps the convolutions' activations and gradients in
+ * bfloat16: the _bf16 kernels are the same computation in float with the
+ * bf16 values widened on load and rounded to nearest even on store, twins
+ * of the CPU function between cnn_bf16_to_float and cnn_bf16_from_float
+ * (bf16.h), as are the conversions cnn_cuda_to_bf16 and cnn_cuda_from_bf16.
  *
  * Pointers are device pointers; every launch is asynchronous on stream
  * (NULL: the legacy default stream).  Each returns 0, or -1 after printing
@@ -28,6 +35,9 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The bits of a bfloat16 (CUDA's __nv_bfloat16), as stored. */
+typedef uint16_t cnn_bf16;
 
 /* y[i][o][*] = relu(y[i][o][*] + b[o]) for nimg images of oc planes of n pixels. */
 int cnn_cuda_bias_relu(float *y, const float *b, int nimg, int oc, int n, cudaStream_t s);
@@ -72,6 +82,23 @@ void cnn_cuda_norm_set(struct cnn_cuda_norm *nm, int c, const float *mean, const
 int cnn_cuda_gather(const uint8_t *xs, const uint8_t *ys, const uint32_t *idx, int n, int c,
 		    int h, int w, const struct cnn_cuda_norm *norm, float *x, uint8_t *y,
 		    cudaStream_t s);
+
+/* db[o] = sum of dy over nimg images of oc planes of n pixels (overwritten):
+ * a convolution's bias gradient. */
+int cnn_cuda_bias_grad(const float *dy, int nimg, int oc, int n, float *db, cudaStream_t s);
+
+/* bf16 storage, float math (see the top of this file). */
+int cnn_cuda_bias_relu_bf16(cnn_bf16 *y, const float *b, int nimg, int oc, int n, cudaStream_t s);
+int cnn_cuda_maxpool2_fwd_bf16(const cnn_bf16 *x, int planes, int h, int w, float *y,
+			       uint8_t *arg, cudaStream_t s);
+int cnn_cuda_maxpool2_relu_bwd_bf16(const float *dy, const float *y, const uint8_t *arg,
+				    int planes, int h, int w, cnn_bf16 *dx, cudaStream_t s);
+int cnn_cuda_relu_bwd_bf16(cnn_bf16 *dx, const cnn_bf16 *y, size_t n, cudaStream_t s);
+int cnn_cuda_bias_grad_bf16(const cnn_bf16 *dy, int nimg, int oc, int n, float *db,
+			    cudaStream_t s);
+/* y = bf16(x), rounded to nearest even; and back (exact). */
+int cnn_cuda_to_bf16(const float *x, cnn_bf16 *y, size_t n, cudaStream_t s);
+int cnn_cuda_from_bf16(const cnn_bf16 *x, float *y, size_t n, cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -3,6 +3,14 @@
  * cuBLAS is column-major, so a row-major Y = X W^T is computed as the
  * column-major Y^T = W^T' X^T with W read transposed (see linear_*).
  *
+ * --precision bf16 is mixed precision as PyTorch's autocast does it: the
+ * convolutions and GEMMs read bf16 operands (the weights cast from the
+ * fp32 master copy at each forward) and accumulate in fp32; the
+ * convolutions' activations and their gradients are stored in bf16 (cuDNN
+ * writes its output in its input's type), the linear layers' outputs,
+ * the loss, the bias gradients, the all-reduced gradients and the
+ * optimizer stay fp32.  Needs sm_80 or newer (bf16 tensor cores).
+ *
  * cuDNN 9 marks its legacy convolution API (cudnnConvolutionForward and
  * friends) deprecated in favour of the graph API; it is still shipped and
  * supported in every 9.x, and it is what this file uses: one fixed 3x3
@@ -26,14 +34,28 @@ static int alloc(void *pp, size_t bytes)
 	return 0;
 }
 
+static int bf(const struct cnn_gnet *g)
+{
+	return g->precision == CNN_PREC_BF16;
+}
+
+/* The activations' storage type in cuDNN's terms. */
+static cudnnDataType_t dtype(const struct cnn_gnet *g)
+{
+	return bf(g) ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+}
+
 static int set_math(struct cnn_gnet *g)
 {
-	/* TF32 on tensor cores where allowed; fp32: FMA kernels only. */
-	cublasCheck(cublasSetMathMode(g->blas, g->precision == CNN_PREC_TF32 ?
-					       CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH));
+	/* TF32 on tensor cores where allowed; fp32: FMA kernels only; bf16:
+	 * tensor cores (GemmEx takes them for bf16 operands by default). */
+	cublasMath_t bm = g->precision == CNN_PREC_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH :
+			  g->precision == CNN_PREC_FP32 ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH;
+	cudnnMathType_t cm = g->precision == CNN_PREC_TF32 ? CUDNN_DEFAULT_MATH :
+			     g->precision == CNN_PREC_FP32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
+	cublasCheck(cublasSetMathMode(g->blas, bm));
 	for (int l = 0; l < 2; l++)
-		cudnnCheck(cudnnSetConvolutionMathType(g->cv[l], g->precision == CNN_PREC_TF32 ?
-							       CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+		cudnnCheck(cudnnSetConvolutionMathType(g->cv[l], cm));
 	return 0;
 }
 
@@ -69,10 +91,11 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 	int cin[2] = { M->in.c, M->c1 }, cout[2] = { M->c1, M->c2 };
 	for (int l = 0; l < 2; l++) {
 		cudnnCheck(cudnnCreateFilterDescriptor(&g->fw[l]));
-		cudnnCheck(cudnnSetFilter4dDescriptor(g->fw[l], CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
+		cudnnCheck(cudnnSetFilter4dDescriptor(g->fw[l], dtype(g), CUDNN_TENSOR_NCHW,
 						      cout[l], cin[l], 3, 3));
 		cudnnCheck(cudnnCreateConvolutionDescriptor(&g->cv[l]));
-		/* PyTorch's conv is a cross-correlation, as the CPU path's */
+		/* PyTorch's conv is a cross-correlation, as the CPU path's;
+		 * fp32 accumulation in every precision */
 		cudnnCheck(cudnnSetConvolution2dDescriptor(g->cv[l], 0, 0, 1, 1, 1, 1,
 							   CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
 	}
@@ -81,14 +104,20 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 
 	size_t n1 = N * M->c1 * M->h1 * M->w1, n2 = N * M->c2 * M->h2 * M->w2;
 	size_t np = N * M->flat, nh = N * M->hidden, nk = N * M->in.classes;
+	size_t nx = N * M->in.c * M->in.h * M->in.w, es = g->esize = bf(g) ? 2 : 4;
 	if (alloc(&g->params, M->nparams * 4) < 0 || alloc(&g->grads, M->nparams * 4) < 0 ||
-	    alloc(&g->x, N * M->in.c * M->in.h * M->in.w * 4) < 0 || alloc(&g->a1, n1 * 4) < 0 ||
-	    alloc(&g->a2, n2 * 4) < 0 || alloc(&g->p, np * 4) < 0 || alloc(&g->h, nh * 4) < 0 ||
+	    alloc(&g->x, nx * 4) < 0 || alloc(&g->a1, n1 * es) < 0 ||
+	    alloc(&g->a2, n2 * es) < 0 || alloc(&g->p, np * 4) < 0 || alloc(&g->h, nh * 4) < 0 ||
 	    alloc(&g->logits, nk * 4) < 0 || alloc(&g->logp, nk * 4) < 0 ||
 	    alloc(&g->dlogits, nk * 4) < 0 || alloc(&g->dh, nh * 4) < 0 || alloc(&g->dp, np * 4) < 0 ||
-	    alloc(&g->da2, n2 * 4) < 0 || alloc(&g->da1, n1 * 4) < 0 || alloc(&g->ones, N * 4) < 0 ||
+	    alloc(&g->da2, n2 * es) < 0 || alloc(&g->da1, n1 * es) < 0 || alloc(&g->ones, N * 4) < 0 ||
 	    alloc(&g->arg, np) < 0 || alloc(&g->y, N) < 0 || alloc(&g->stats, 2 * 4) < 0 ||
 	    alloc(&g->keys, 2 * 8) < 0)
+		return -1;
+	if (bf(g) && (alloc(&g->wb, M->nparams * 2) < 0 || alloc(&g->xb, nx * 2) < 0 ||
+		      alloc(&g->pb, np * 2) < 0 || alloc(&g->hb, nh * 2) < 0 ||
+		      alloc(&g->dlb, nk * 2) < 0 || alloc(&g->dhb, nh * 2) < 0 ||
+		      alloc(&g->dwb, (M->t[P_W1].n + M->t[P_W2].n) * 2) < 0))
 		return -1;
 	float *h = malloc(N * 4);
 	if (!h) {
@@ -111,7 +140,8 @@ void cnn_gnet_free(struct cnn_gnet *g)
 {
 	void *bufs[] = { g->params, g->grads, g->x, g->a1, g->a2, g->p, g->h, g->logits, g->logp,
 			 g->dlogits, g->dh, g->dp, g->da2, g->da1, g->ones, g->arg, g->y, g->stats,
-			 g->keys, g->ws, g->blas_ws };
+			 g->keys, g->ws, g->blas_ws, g->wb, g->xb, g->pb, g->hb, g->dlb, g->dhb,
+			 g->dwb };
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		if (bufs[i])
 			cudaFree(bufs[i]);
@@ -136,19 +166,19 @@ void cnn_gnet_free(struct cnn_gnet *g)
 static int set_batch(struct cnn_gnet *g, int n)
 {
 	const struct cnn_model *M = &g->m;
-	cudnnCheck(cudnnSetTensor4dDescriptor(g->tx, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, M->in.c,
+	cudnnCheck(cudnnSetTensor4dDescriptor(g->tx, CUDNN_TENSOR_NCHW, dtype(g), n, M->in.c,
 					      M->in.h, M->in.w));
-	cudnnCheck(cudnnSetTensor4dDescriptor(g->t1, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, M->c1,
+	cudnnCheck(cudnnSetTensor4dDescriptor(g->t1, CUDNN_TENSOR_NCHW, dtype(g), n, M->c1,
 					      M->h1, M->w1));
-	cudnnCheck(cudnnSetTensor4dDescriptor(g->t2, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, M->c2,
+	cudnnCheck(cudnnSetTensor4dDescriptor(g->t2, CUDNN_TENSOR_NCHW, dtype(g), n, M->c2,
 					      M->h2, M->w2));
 	return 0;
 }
 
-/* fp32 takes only FMA kernels; TF32 takes the fastest of any kind. */
+/* fp32 takes only FMA kernels; TF32 and bf16 take the fastest of any kind. */
 static int math_ok(const struct cnn_gnet *g, cudnnMathType_t t)
 {
-	return g->precision == CNN_PREC_TF32 || t == CUDNN_FMA_MATH || t == CUDNN_DEFAULT_MATH;
+	return g->precision != CNN_PREC_FP32 || t == CUDNN_FMA_MATH || t == CUDNN_DEFAULT_MATH;
 }
 
 static const struct cnn_gnet_algos *find_algos(struct cnn_gnet *g, int n)
@@ -169,7 +199,7 @@ static const struct cnn_gnet_algos *find_algos(struct cnn_gnet *g, int n)
 		if (k_ == (cnt)) {                                                           \
 			snprintf(g->err, sizeof(g->err), "cuDNN has no %s algorithm for a "  \
 				 "batch of %d (%s)", what, n,                                \
-				 g->precision == CNN_PREC_TF32 ? "tf32" : "fp32");           \
+				 cnn_precision_name(g->precision));                          \
 			return -1;                                                           \
 		}                                                                            \
 		(out) = (perf)[k_].algo;                                                     \
@@ -221,26 +251,83 @@ int cnn_gnet_prepare(struct cnn_gnet *g, int n)
 	return 0;
 }
 
-/* Y (n x out) = X (n x in) W^T, row-major. */
-static int linear_fwd(struct cnn_gnet *g, const float *x, int n, int in, const float *w, int out,
-		      float *y)
+/* Column-major C (m x n, fp32) = alpha op(A) op(B): Sgemm, or for bf16
+ * GemmEx on bf16 A and B with fp32 accumulation and output. */
+static int gemm(struct cnn_gnet *g, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+		int k, float alpha, const void *a, int lda, const void *b, int ldb, float *c, int ldc)
 {
-	cublasCheck(cublasSgemm(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w, in, x, in,
-				&zero, y, out));
+	if (bf(g))
+		cublasCheck(cublasGemmEx(g->blas, ta, tb, m, n, k, &alpha, a, CUDA_R_16BF, lda, b,
+					 CUDA_R_16BF, ldb, &zero, c, CUDA_R_32F, ldc,
+					 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+	else
+		cublasCheck(cublasSgemm(g->blas, ta, tb, m, n, k, &alpha, a, lda, b, ldb, &zero, c, ldc));
 	return 0;
 }
 
-/* dW = dY^T X, db = colsum(dY), dX = scale * dY W (dx may be NULL). */
-static int linear_bwd(struct cnn_gnet *g, const float *x, int n, int in, const float *w, int out,
-		      const float *dy, float *dw, float *db, float *dx, float scale)
+/* Y (n x out, fp32) = X (n x in) W^T, row-major; X and W in the GEMMs'
+ * operand type (see gemm). */
+static int linear_fwd(struct cnn_gnet *g, const void *x, int n, int in, const void *w, int out,
+		      float *y)
 {
-	cublasCheck(cublasSgemm(g->blas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x, in, dy, out,
-				&zero, dw, in));
-	cublasCheck(cublasSgemv(g->blas, CUBLAS_OP_N, out, n, &one, dy, out, g->ones, 1, &zero, db, 1));
-	if (dx)
-		cublasCheck(cublasSgemm(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &scale, w, in, dy,
-					out, &zero, dx, in));
+	return gemm(g, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, 1.f, w, in, x, in, y, out);
+}
+
+/* dW = dY^T X, db = colsum(dY), dX = scale * dY W (dx may be NULL); dy is
+ * dY in the GEMMs' operand type, dyf the same in fp32 for the bias. */
+static int linear_bwd(struct cnn_gnet *g, const void *x, int n, int in, const void *w, int out,
+		      const void *dy, const float *dyf, float *dw, float *db, float *dx, float scale)
+{
+	if (gemm(g, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, 1.f, x, in, dy, out, dw, in) < 0)
+		return -1;
+	cublasCheck(cublasSgemv(g->blas, CUBLAS_OP_N, out, n, &one, dyf, out, g->ones, 1, &zero, db, 1));
+	if (dx && gemm(g, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, scale, w, in, dy, out, dx, in) < 0)
+		return -1;
 	return 0;
+}
+
+/* Parameter tensor t as the convolutions and GEMMs read it. */
+static const void *W(const struct cnn_gnet *g, int t)
+{
+	size_t off = g->m.t[t].off;
+	return bf(g) ? (const void *)(g->wb + off) : (const void *)(g->params + off);
+}
+
+/* The activation kernels in the convolutions' storage type. */
+static int bias_relu(struct cnn_gnet *g, void *y, const float *b, int n, int oc, int pix)
+{
+	return bf(g) ? cnn_cuda_bias_relu_bf16(y, b, n, oc, pix, g->s) :
+		       cnn_cuda_bias_relu(y, b, n, oc, pix, g->s);
+}
+
+static int relu_bwd(struct cnn_gnet *g, void *dx, const void *y, size_t n)
+{
+	return bf(g) ? cnn_cuda_relu_bwd_bf16(dx, y, n, g->s) : cnn_cuda_relu_bwd(dx, y, n, g->s);
+}
+
+/* A convolution's bias gradient from its output gradient dy (t: its
+ * descriptor, tb the bias's). */
+static int bias_grad(struct cnn_gnet *g, const void *dy, int n, int oc, int pix,
+		     cudnnTensorDescriptor_t t, cudnnTensorDescriptor_t tb, float *db)
+{
+	if (bf(g))
+		return cnn_cuda_bias_grad_bf16(dy, n, oc, pix, db, g->s);
+	cudnnCheck(cudnnConvolutionBackwardBias(g->dnn, &one, t, dy, &zero, tb, db));
+	return 0;
+}
+
+/* Backward-filter of convolution l into grads at off (through the bf16
+ * scratch dwb at boff, then widened, for bf16). */
+static int conv_bwd_filter(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int l,
+			   cudnnTensorDescriptor_t tin, const void *in, cudnnTensorDescriptor_t tout,
+			   const void *dout, size_t off, size_t boff, size_t count)
+{
+	void *dw = bf(g) ? (void *)(g->dwb + boff) : (void *)(g->grads + off);
+	cudnnCheck(cudnnSetConvolutionMathType(g->cv[l], a->bwd_filter_math[l]));
+	cudnnCheck(cudnnConvolutionBackwardFilter(g->dnn, &one, tin, in, tout, dout, g->cv[l],
+						  a->bwd_filter[l], g->ws, g->ws_bytes, &zero,
+						  g->fw[l], dw));
+	return bf(g) ? cnn_cuda_from_bf16(g->dwb + boff, g->grads + off, count, g->s) : 0;
 }
 
 static const struct cnn_gnet_algos *algos_for(struct cnn_gnet *g, int n)
@@ -258,29 +345,42 @@ int cnn_gnet_forward(struct cnn_gnet *g, int n, int train)
 	const struct cnn_model *M = &g->m;
 	const struct cnn_gnet_algos *a = algos_for(g, n);
 	const float *P = g->params;
+	size_t nx = (size_t)n * M->in.c * M->in.h * M->in.w;
 	if (!a)
 		return -1;
+	/* bf16: this step's weights and input as the tensor cores read them */
+	if (bf(g) && (cnn_cuda_to_bf16(P, g->wb, M->nparams, g->s) < 0 ||
+		      cnn_cuda_to_bf16(g->x, g->xb, nx, g->s) < 0))
+		return -1;
+	const void *x = bf(g) ? (const void *)g->xb : (const void *)g->x;
 	cudnnCheck(cudnnSetConvolutionMathType(g->cv[0], a->fwd_math[0]));
-	cudnnCheck(cudnnConvolutionForward(g->dnn, &one, g->tx, g->x, g->fw[0], P + M->t[P_W1].off,
-					   g->cv[0], a->fwd[0], g->ws, g->ws_bytes, &zero, g->t1, g->a1));
-	if (cnn_cuda_bias_relu(g->a1, P + M->t[P_B1].off, n, M->c1, M->h1 * M->w1, g->s) < 0)
+	cudnnCheck(cudnnConvolutionForward(g->dnn, &one, g->tx, x, g->fw[0], W(g, P_W1), g->cv[0],
+					   a->fwd[0], g->ws, g->ws_bytes, &zero, g->t1, g->a1));
+	if (bias_relu(g, g->a1, P + M->t[P_B1].off, n, M->c1, M->h1 * M->w1) < 0)
 		return -1;
 	cudnnCheck(cudnnSetConvolutionMathType(g->cv[1], a->fwd_math[1]));
-	cudnnCheck(cudnnConvolutionForward(g->dnn, &one, g->t1, g->a1, g->fw[1], P + M->t[P_W2].off,
-					   g->cv[1], a->fwd[1], g->ws, g->ws_bytes, &zero, g->t2, g->a2));
-	if (cnn_cuda_bias_relu(g->a2, P + M->t[P_B2].off, n, M->c2, M->h2 * M->w2, g->s) < 0 ||
-	    cnn_cuda_maxpool2_fwd(g->a2, n * M->c2, M->h2, M->w2, g->p, g->arg, g->s) < 0)
+	cudnnCheck(cudnnConvolutionForward(g->dnn, &one, g->t1, g->a1, g->fw[1], W(g, P_W2), g->cv[1],
+					   a->fwd[1], g->ws, g->ws_bytes, &zero, g->t2, g->a2));
+	if (bias_relu(g, g->a2, P + M->t[P_B2].off, n, M->c2, M->h2 * M->w2) < 0 ||
+	    (bf(g) ? cnn_cuda_maxpool2_fwd_bf16(g->a2, n * M->c2, M->h2, M->w2, g->p, g->arg, g->s) :
+		     cnn_cuda_maxpool2_fwd(g->a2, n * M->c2, M->h2, M->w2, g->p, g->arg, g->s)) < 0)
 		return -1;
 	if (train && M->p_drop1 > 0.f &&
 	    cnn_cuda_dropout_fwd(g->p, (size_t)n * M->flat, M->p_drop1, g->keys, g->s) < 0)
 		return -1;
-	if (linear_fwd(g, g->p, n, M->flat, P + M->t[P_W3].off, M->hidden, g->h) < 0 ||
+	if (bf(g) && cnn_cuda_to_bf16(g->p, g->pb, (size_t)n * M->flat, g->s) < 0)
+		return -1;
+	if (linear_fwd(g, bf(g) ? (const void *)g->pb : g->p, n, M->flat, W(g, P_W3), M->hidden,
+		       g->h) < 0 ||
 	    cnn_cuda_bias_relu(g->h, P + M->t[P_B3].off, n, M->hidden, 1, g->s) < 0)
 		return -1;
 	if (train && M->p_drop2 > 0.f &&
 	    cnn_cuda_dropout_fwd(g->h, (size_t)n * M->hidden, M->p_drop2, g->keys + 1, g->s) < 0)
 		return -1;
-	if (linear_fwd(g, g->h, n, M->hidden, P + M->t[P_W4].off, M->in.classes, g->logits) < 0 ||
+	if (bf(g) && cnn_cuda_to_bf16(g->h, g->hb, (size_t)n * M->hidden, g->s) < 0)
+		return -1;
+	if (linear_fwd(g, bf(g) ? (const void *)g->hb : g->h, n, M->hidden, W(g, P_W4),
+		       M->in.classes, g->logits) < 0 ||
 	    cnn_cuda_bias_add_rows(g->logits, P + M->t[P_B4].off, n, M->in.classes, g->s) < 0)
 		return -1;
 	return cnn_cuda_logsoftmax_nll_fwd(g->logits, g->y, n, M->in.classes, g->logp, g->stats, g->s);
@@ -291,9 +391,9 @@ int cnn_gnet_backward(struct cnn_gnet *g, int n, float scale_n,
 {
 	const struct cnn_model *M = &g->m;
 	const struct cnn_gnet_algos *a = algos_for(g, n);
-	const float *P = g->params;
 	float *G = g->grads;
 	int K = M->in.classes;
+	size_t n1 = (size_t)n * M->c1 * M->h1 * M->w1;
 	/* Dropout's 1/(1-p) rides on the GEMMs that produce dh and dp: kept
 	 * elements are > 0 after the ReLU, dropped ones are 0 and gated off. */
 	float s1 = M->p_drop1 > 0.f ? 1.f / (1.f - M->p_drop1) : 1.f;
@@ -302,36 +402,37 @@ int cnn_gnet_backward(struct cnn_gnet *g, int n, float scale_n,
 		return -1;
 
 	if (cnn_cuda_logsoftmax_nll_bwd(g->logp, g->y, n, K, scale_n, g->dlogits, g->s) < 0 ||
-	    linear_bwd(g, g->h, n, M->hidden, P + M->t[P_W4].off, K, g->dlogits, G + M->t[P_W4].off,
+	    (bf(g) && cnn_cuda_to_bf16(g->dlogits, g->dlb, (size_t)n * K, g->s) < 0) ||
+	    linear_bwd(g, bf(g) ? (const void *)g->hb : g->h, n, M->hidden, W(g, P_W4), K,
+		       bf(g) ? (const void *)g->dlb : g->dlogits, g->dlogits, G + M->t[P_W4].off,
 		       G + M->t[P_B4].off, g->dh, s2) < 0 ||
 	    cnn_cuda_relu_bwd(g->dh, g->h, (size_t)n * M->hidden, g->s) < 0 ||
-	    linear_bwd(g, g->p, n, M->flat, P + M->t[P_W3].off, M->hidden, g->dh, G + M->t[P_W3].off,
+	    (bf(g) && cnn_cuda_to_bf16(g->dh, g->dhb, (size_t)n * M->hidden, g->s) < 0) ||
+	    linear_bwd(g, bf(g) ? (const void *)g->pb : g->p, n, M->flat, W(g, P_W3), M->hidden,
+		       bf(g) ? (const void *)g->dhb : g->dh, g->dh, G + M->t[P_W3].off,
 		       G + M->t[P_B3].off, g->dp, s1) < 0)
 		return -1;
 	if (ready && ready(ctx, CNN_BUCKET_FC) < 0)
 		return -1;
 	/* p is the pool's output after dropout: > 0 exactly where a gradient
 	 * flows back through the ReLU, the pool and the mask. */
-	if (cnn_cuda_maxpool2_relu_bwd(g->dp, g->p, g->arg, n * M->c2, M->h2, M->w2, g->da2, g->s) < 0)
+	if ((bf(g) ? cnn_cuda_maxpool2_relu_bwd_bf16(g->dp, g->p, g->arg, n * M->c2, M->h2, M->w2,
+						     g->da2, g->s) :
+		     cnn_cuda_maxpool2_relu_bwd(g->dp, g->p, g->arg, n * M->c2, M->h2, M->w2, g->da2,
+						g->s)) < 0 ||
+	    bias_grad(g, g->da2, n, M->c2, M->h2 * M->w2, g->t2, g->tb2, G + M->t[P_B2].off) < 0 ||
+	    conv_bwd_filter(g, a, 1, g->t1, g->a1, g->t2, g->da2, M->t[P_W2].off, M->t[P_W1].n,
+			    M->t[P_W2].n) < 0)
 		return -1;
-	cudnnCheck(cudnnConvolutionBackwardBias(g->dnn, &one, g->t2, g->da2, &zero, g->tb2,
-						G + M->t[P_B2].off));
-	cudnnCheck(cudnnSetConvolutionMathType(g->cv[1], a->bwd_filter_math[1]));
-	cudnnCheck(cudnnConvolutionBackwardFilter(g->dnn, &one, g->t1, g->a1, g->t2, g->da2, g->cv[1],
-						  a->bwd_filter[1], g->ws, g->ws_bytes, &zero,
-						  g->fw[1], G + M->t[P_W2].off));
 	cudnnCheck(cudnnSetConvolutionMathType(g->cv[1], a->bwd_data_math));
-	cudnnCheck(cudnnConvolutionBackwardData(g->dnn, &one, g->fw[1], P + M->t[P_W2].off, g->t2,
-						g->da2, g->cv[1], a->bwd_data, g->ws, g->ws_bytes,
-						&zero, g->t1, g->da1));
-	if (cnn_cuda_relu_bwd(g->da1, g->a1, (size_t)n * M->c1 * M->h1 * M->w1, g->s) < 0)
+	cudnnCheck(cudnnConvolutionBackwardData(g->dnn, &one, g->fw[1], W(g, P_W2), g->t2, g->da2,
+						g->cv[1], a->bwd_data, g->ws, g->ws_bytes, &zero,
+						g->t1, g->da1));
+	const void *x = bf(g) ? (const void *)g->xb : (const void *)g->x;
+	if (relu_bwd(g, g->da1, g->a1, n1) < 0 ||
+	    bias_grad(g, g->da1, n, M->c1, M->h1 * M->w1, g->t1, g->tb1, G + M->t[P_B1].off) < 0 ||
+	    conv_bwd_filter(g, a, 0, g->tx, x, g->t1, g->da1, M->t[P_W1].off, 0, M->t[P_W1].n) < 0)
 		return -1;
-	cudnnCheck(cudnnConvolutionBackwardBias(g->dnn, &one, g->t1, g->da1, &zero, g->tb1,
-						G + M->t[P_B1].off));
-	cudnnCheck(cudnnSetConvolutionMathType(g->cv[0], a->bwd_filter_math[0]));
-	cudnnCheck(cudnnConvolutionBackwardFilter(g->dnn, &one, g->tx, g->x, g->t1, g->da1, g->cv[0],
-						  a->bwd_filter[0], g->ws, g->ws_bytes, &zero,
-						  g->fw[0], G + M->t[P_W1].off));
 	if (ready && ready(ctx, CNN_BUCKET_CONV) < 0)
 		return -1;
 	return 0;
@@ -344,5 +445,6 @@ void cnn_gnet_describe(const struct cnn_gnet *g, char *buf, size_t len)
 	cublasGetVersion(g->blas, &bv);
 	snprintf(buf, len, "cuDNN %zu.%zu.%zu, cuBLAS %d.%d.%d, %s", v / 10000, v / 100 % 100, v % 100,
 		 bv / 10000, bv / 100 % 100, bv % 100,
-		 g->precision == CNN_PREC_TF32 ? "TF32" : "fp32");
+		 g->precision == CNN_PREC_TF32 ? "TF32" :
+		 g->precision == CNN_PREC_FP32 ? "fp32" : "bf16 with fp32 master weights");
 }

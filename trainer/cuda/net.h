@@ -13,6 +13,7 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include "cuda/kernels.h"
 #include "gpu.h"
 #include "model.h"
 
@@ -40,8 +41,16 @@ struct cnn_gnet {
 	void *ws, *blas_ws;
 	size_t ws_bytes;
 	int ws_frozen;                   /* a captured graph holds ws: never reallocate */
-	float *params, *grads;           /* nparams each */
-	float *x, *a1, *a2, *p, *h, *logits, *logp, *dlogits, *dh, *dp, *da2, *da1, *ones;
+	float *params, *grads;           /* nparams each: the master copy (fp32 always) */
+	float *x, *p, *h, *logits, *logp, *dlogits, *dh, *dp, *ones;
+	/* The convolutions' activations and their gradients: float, or bf16
+	 * for --precision bf16 (esize bytes each). */
+	void *a1, *a2, *da1, *da2;
+	size_t esize;
+	/* bf16 only: the weights as the convolutions and GEMMs read them
+	 * (cast from params at each forward), the GEMMs' bf16 operands, and
+	 * the convolutions' weight gradients before they widen into grads. */
+	cnn_bf16 *wb, *xb, *pb, *hb, *dlb, *dhb, *dwb;
 	uint8_t *arg, *y;
 	float *stats;                    /* [0] loss sum, [1] correct, of the last forward */
 	uint64_t *keys;                  /* dropout keys of layers 1 and 2 */
@@ -66,7 +75,7 @@ int cnn_gnet_forward(struct cnn_gnet *g, int n, int train);
  * ready(ctx, bucket) as each bucket's gradients are final on g->s. */
 int cnn_gnet_backward(struct cnn_gnet *g, int n, float scale_n,
 		      int (*ready)(void *ctx, int bucket), void *ctx);
-/* "cuDNN 9.19.0, cuBLAS 13.0.0, TF32" */
+/* "cuDNN 9.19.0, cuBLAS 13.0.0, TF32" (or fp32, or "bf16, fp32 master weights") */
 void cnn_gnet_describe(const struct cnn_gnet *g, char *buf, size_t len);
 
 #endif
