@@ -52,6 +52,10 @@ int cnn_comm_open(struct cnn_comm **out, const struct cnn_comm_opts *o, char *er
 						o->timeout_ms, o->token, log_refused, host };
 		if (ddpenv_store_open(&store, &so, err, errlen) < 0)
 			return -1;
+		if (o->joined && o->joined(o->joined_ctx, store, err, errlen) < 0) {
+			ddpenv_store_close(store);
+			return -1;
+		}
 	}
 	int rv = o->ext ? cnn_comm_attach_ext(out, store, o->rank, o->world, o->ext, o->timeout_ms,
 					      err, errlen) :

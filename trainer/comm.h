@@ -55,6 +55,12 @@ struct cnn_comm_opts {
 	const char *token;       /* DDP_RDZV_TOKEN, may be NULL */
 	int timeout_ms;
 	const struct cnn_comm_ext *ext;  /* NULL: gloo */
+	/* Called once the store is joined (world > 1), before the backend's
+	 * own rendezvous: where the ranks agree on what the backend must be,
+	 * so that ranks that disagree fail at once instead of waiting in
+	 * different rendezvous.  -1 with err: cnn_comm_open fails with it. */
+	int (*joined)(void *ctx, struct ddpenv_store *store, char *err, size_t errlen);
+	void *joined_ctx;
 };
 
 int cnn_comm_open(struct cnn_comm **out, const struct cnn_comm_opts *o, char *err, size_t errlen);

@@ -282,14 +282,21 @@ static void dump_params(struct run *R)
 		die(R, "--dump-params %s: %s", R->a.dump_params, strerror(errno));
 }
 
-/* Every rank must run the same schedule of collectives: compare the
- * options that shape it with rank 0's before the first one. */
-static void check_same_options(struct run *R)
+/* Every rank must run the same schedule of collectives on the same kind
+ * of backend: compare the options that shape them, and the device each
+ * rank ended up on, with rank 0's, once the store is joined and before
+ * any backend's rendezvous (cnn_comm_opts.joined).  Every rank learns the
+ * verdict at a barrier, so a disagreement stops them all at once, rank 0
+ * naming the first rank that differs, instead of leaving some waiting in
+ * a rendezvous the others never join. */
+static int same_options(void *ctx, struct ddpenv_store *st, char *err, size_t errlen)
 {
-	char mine[512], key[] = "options/0", err[1024];
+	struct run *R = ctx;
 	const struct cnn_args *a = &R->a;
-	if (!R->comm->store)
-		return;
+	char mine[512];
+	void *v = NULL;
+	size_t l = 0;
+	int64_t bad = 0;
 	snprintf(mine, sizeof(mine), "data=%s epochs=%d max-steps=%lld eval=%d batch-size=%d "
 		 "optimizer=%d lr=%g momentum=%g weight-decay=%g schedule=%d seed=%llu "
 		 "train=%d test=%d dropout=%d checkpoint-every=%lld device=%s precision=%s",
@@ -298,18 +305,51 @@ static void check_same_options(struct run *R)
 		 R->test.n, !a->no_dropout, a->checkpoint_every, R->g ? "cuda" : "cpu",
 		 R->g ? cnn_precision_name((enum cnn_precision)a->precision) : "fp32");
 	if (R->r.rank == 0) {
-		if (ddpenv_store_set(R->comm->store, key, mine, strlen(mine), err, sizeof(err)) < 0)
-			die(R, "%s", err);
-		return;
+		if (ddpenv_store_set(st, "options/0", mine, strlen(mine), err, errlen) < 0)
+			return -1;
+	} else {
+		if (ddpenv_store_get(st, "options/0", -1, &v, &l, err, errlen) < 0)
+			return -1;
+		if (l != strlen(mine) || memcmp(v, mine, l) != 0) {
+			char who[600];
+			int64_t nth = 0;
+			snprintf(who, sizeof(who), "rank %d on %s: %s", R->r.rank, R->host, mine);
+			if (ddpenv_store_add(st, "options/bad", 1, &nth, err, errlen) < 0 ||
+			    (nth == 1 && ddpenv_store_set(st, "options/first-bad", who, strlen(who), err,
+							 errlen) < 0)) {
+				free(v);
+				return -1;
+			}
+			snprintf(err, errlen, "options differ from rank 0's, so the ranks would not run "
+				 "the same collectives%s:\n  rank 0: %.*s\n  this:   %s",
+				 !R->g != !strstr((char *)v, "device=cuda") ? " (device=auto puts a rank on "
+				 "its GPU only where it sees one: give every node GPUs, or say --device)" : "",
+				 (int)l, (char *)v, mine);
+			free(v);
+			/* at the barrier with the others, so none waits for us */
+			char e2[256];
+			ddpenv_store_barrier(st, "options", e2, sizeof(e2));
+			return -1;
+		}
+		free(v);
 	}
-	void *v;
-	size_t l;
-	if (ddpenv_store_get(R->comm->store, key, -1, &v, &l, err, sizeof(err)) < 0)
-		die(R, "%s", err);
-	if (l != strlen(mine) || memcmp(v, mine, l) != 0)
-		die(R, "options differ from rank 0's, so the ranks would not run the same "
-		    "collectives:\n  rank 0: %.*s\n  this:   %s", (int)l, (char *)v, mine);
+	if (ddpenv_store_barrier(st, "options", err, errlen) < 0 ||
+	    ddpenv_store_add(st, "options/bad", 0, &bad, err, errlen) < 0)
+		return -1;
+	if (bad == 0)
+		return 0;
+	if (R->r.rank != 0) {
+		snprintf(err, errlen, "stopping: %lld rank%s options differ from rank 0's (rank 0 "
+			 "names %s)", (long long)bad, bad == 1 ? "'s" : "s'", bad == 1 ? "it" : "the first");
+		return -1;
+	}
+	if (ddpenv_store_get(st, "options/first-bad", -1, &v, &l, err, errlen) < 0)
+		return -1;
+	snprintf(err, errlen, "%lld rank%s options differ from rank 0's, so the ranks would not "
+		 "run the same collectives; the first:\n  rank 0: %s\n  %.*s", (long long)bad,
+		 bad == 1 ? "'s" : "s'", mine, (int)l, (char *)v);
 	free(v);
+	return -1;
 }
 
 /* The GPU module: $CNN_TRAIN_CUDA_MODULE, else next to this program
@@ -467,10 +507,9 @@ static void setup(struct run *R, int argc, char **argv)
 	struct cnn_comm_opts co = { backend, R->r.master_addr, R->r.master_port, R->r.rank,
 				    R->r.world, R->r.gloo_ifname[0] ? R->r.gloo_ifname : NULL,
 				    R->r.token[0] ? R->r.token : NULL, R->a.timeout_s * 1000,
-				    gpu ? R->G->comm : NULL };
+				    gpu ? R->G->comm : NULL, same_options, R };
 	if (cnn_comm_open(&R->comm, &co, err, sizeof(err)) < 0)
 		die(R, "%s", err);
-	check_same_options(R);
 	if (gpu) {
 		R->G->use_comm(R->g, R->comm);
 		if (R->G->load_data(R->g, &R->train, &R->test, err, sizeof(err)) < 0)

@@ -97,10 +97,16 @@ sys.exit(0 if a.size == b.size == 1199882 and d <= 1e-6 else 1)' "$BATS_TEST_TMP
 	local pid=$!
 	MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=0 \
 		run --separate-stderr timeout 60 "$CNN" --max-steps 2 --batch-size 32
+	# rank 0 stops too, at once (not at the timeout: 124), naming rank 1
+	echo "rank 0: status $status: $stderr"
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == *"1 rank's options differ from rank 0's"* ]]
+	[[ "$stderr" == *"rank 1 on "*"batch-size=16"* ]]
 	wait "$pid" || true
 	run cat "$BATS_TEST_TMPDIR/r1.log"
 	assert_output --partial "options differ from rank 0's"
 	assert_output --partial "batch-size=16"
+	refute_output --partial "device=auto puts"
 }
 
 @test "a resumed run continues where the checkpoint left off" {
