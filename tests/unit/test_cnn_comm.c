@@ -106,7 +106,7 @@ static void rank_main(struct job *j)
 	struct cnn_comm *c;
 	char err[512];
 	struct cnn_comm_opts o = { "store", "127.0.0.1", j->port, j->rank, j->world, NULL, NULL, 10000,
-				   &store_ext };
+				   &store_ext, NULL, NULL };
 	if (cnn_comm_open(&c, &o, j->err, sizeof(j->err)) < 0)
 		return;
 	j->ok_open = 1;
@@ -206,7 +206,7 @@ static void test_errors(void)
 	struct cnn_comm *c;
 	char err[512] = "";
 	/* world 1: no store, the backend still initializes (NCCL of one rank) */
-	struct cnn_comm_opts o = { "store", "127.0.0.1", test_free_port(), 0, 1, NULL, NULL, 2000, &store_ext };
+	struct cnn_comm_opts o = { "store", "127.0.0.1", test_free_port(), 0, 1, NULL, NULL, 2000, &store_ext, NULL, NULL };
 	test_cond("world 1: an external backend opens without a store",
 		  cnn_comm_open(&c, &o, err, sizeof(err)) == 0 && c->store == NULL && c->impl);
 	if (c)

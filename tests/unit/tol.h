@@ -45,9 +45,23 @@ static inline int tol_check(const struct tol *t, const char *name, const float *
 	return bad;
 }
 
+/* The same with atol in units of scale: |got - ref| <= atol * scale +
+ * rtol * |ref|.  For a tensor's entries scale is its mean |ref| and for a
+ * sum of them the sum of |ref|: a sum's rounding error is bounded by the
+ * sum of its terms' magnitudes, not by its (possibly cancelled) value. */
+static inline int tol_check_scaled(const struct tol *t, const char *name, const double *got,
+				   const double *ref, size_t n, double scale)
+{
+	struct tol s = *t;
+	s.atol = t->atol * scale;
+	return tol_check(&s, name, NULL, got, ref, NULL, n);
+}
+
 #define TOL(what) tol_find(tols, sizeof(tols) / sizeof(tols[0]), what)
 /* double arrays */
 #define check(what, name, got, ref, n) tol_check(TOL(what), name, NULL, got, ref, NULL, (size_t)(n))
+#define check_scaled(what, name, got, ref, n, scale) \
+	tol_check_scaled(TOL(what), name, got, ref, (size_t)(n), scale)
 /* float arrays */
 #define checkf(what, name, got, ref, n) tol_check(TOL(what), name, got, NULL, NULL, ref, (size_t)(n))
 
