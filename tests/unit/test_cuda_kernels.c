@@ -87,77 +87,8 @@ static void back(void *host, const void *d, size_t bytes)
 	CK(cudaMemcpy(host, d, bytes, cudaMemcpyDeviceToHost));
 }
 
-static void test_bias_relu(void)
-{
-	/* conv2's output of a batch of 8: 64 planes of 24x24 */
-	int nimg = 8, oc = 64, n = 24 * 24;
-	size_t tot = (size_t)nimg * oc * n;
-	float *y = malloc(tot * 4), *b = malloc(oc * 4), *got = malloc(tot * 4);
-	fill(y, tot);
-	fill(b, oc);
-	float *dy = dev(y, tot * 4), *db = dev(b, oc * 4);
-	test_cond("bias_relu launches", cnn_cuda_bias_relu(dy, db, nimg, oc, n, NULL) == 0);
-	back(got, dy, tot * 4);
-	for (int i = 0; i < nimg; i++)
-		cnn_bias_relu(y + (size_t)i * oc * n, b, oc, n);
-	test_cond("bias_relu equals cnn_bias_relu (exact)", compare("bias_relu", got, y, tot, T_EXACT) == 0);
-	cudaFree(dy);
-	cudaFree(db);
-	free(y), free(b), free(got);
-}
-
-static void test_maxpool(int h, int w)
-{
-	int planes = 8 * 64, ph = h / 2, pw = w / 2;
-	size_t nx = (size_t)planes * h * w, ny = (size_t)planes * ph * pw;
-	float *x = malloc(nx * 4), *y = malloc(ny * 4), *gy = malloc(ny * 4);
-	uint8_t *arg = malloc(ny), *garg = malloc(ny);
-	fill(x, nx);
-	/* ties: the first maximum must win on both sides */
-	for (size_t i = 0; i < nx; i += 7)
-		x[i] = x[i + 1 < nx ? i + 1 : i];
-	float *dx = dev(x, nx * 4), *dyv = dev(NULL, ny * 4);
-	uint8_t *darg = dev(NULL, ny);
-	char d[96];
-	snprintf(d, sizeof(d), "maxpool2_fwd %dx%d launches", h, w);
-	test_cond(d, cnn_cuda_maxpool2_fwd(dx, planes, h, w, dyv, darg, NULL) == 0);
-	back(gy, dyv, ny * 4);
-	back(garg, darg, ny);
-	cnn_maxpool2_fwd(x, planes, h, w, y, arg);
-	snprintf(d, sizeof(d), "maxpool2_fwd %dx%d equals cnn_maxpool2_fwd, arg included (exact)", h, w);
-	test_cond(d, compare("maxpool2_fwd", gy, y, ny, T_EXACT) == 0 && memcmp(garg, arg, ny) == 0);
-
-	/* backward: y has negatives (the ReLU gate) and positives */
-	float *g = malloc(ny * 4), *gx = malloc(nx * 4), *cx = malloc(nx * 4);
-	fill(g, ny);
-	float *dg = dev(g, ny * 4), *ddx = dev(NULL, nx * 4);
-	CK(cudaMemset(ddx, 0x7f, nx * 4)); /* garbage: the kernel must overwrite all */
-	snprintf(d, sizeof(d), "maxpool2_relu_bwd %dx%d launches", h, w);
-	test_cond(d, cnn_cuda_maxpool2_relu_bwd(dg, dyv, darg, planes, h, w, ddx, NULL) == 0);
-	back(gx, ddx, nx * 4);
-	cnn_maxpool2_relu_bwd(g, y, arg, planes, h, w, cx);
-	snprintf(d, sizeof(d), "maxpool2_relu_bwd %dx%d equals cnn_maxpool2_relu_bwd (exact)", h, w);
-	test_cond(d, compare("maxpool2_relu_bwd", gx, cx, nx, T_EXACT) == 0);
-	cudaFree(dx), cudaFree(dyv), cudaFree(darg), cudaFree(dg), cudaFree(ddx);
-	free(x), free(y), free(gy), free(arg), free(garg), free(g), free(gx), free(cx);
-}
-
-static void test_relu_bwd(void)
-{
-	size_t n = 100003;
-	float *dx = malloc(n * 4), *y = malloc(n * 4), *got = malloc(n * 4);
-	fill(dx, n);
-	fill(y, n);
-	float *ddx = dev(dx, n * 4), *dy = dev(y, n * 4);
-	test_cond("relu_bwd launches", cnn_cuda_relu_bwd(ddx, dy, n, NULL) == 0);
-	back(got, ddx, n * 4);
-	cnn_relu_bwd(dx, y, n);
-	test_cond("relu_bwd equals cnn_relu_bwd (exact)", compare("relu_bwd", got, dx, n, T_EXACT) == 0);
-	cudaFree(ddx), cudaFree(dy);
-	free(dx), free(y), free(got);
-}
-
-/* ---- --precision bf16: bf16 storage, float math ----------------------- */
+/* ---- bf16 storage (--precision bf16), and the activation kernels in both
+ * storage types ------------------------------------------------------------ */
 
 static cnn_bf16 *bits(const float *x, size_t n)
 {
@@ -200,94 +131,125 @@ static void test_bf16_convert(void)
 	free(x), free(got), free(want), free(h), free(cpu);
 }
 
-static void test_bias_relu_bf16(void)
+/* The activation kernels in either storage type: bf16 runs the _bf16
+ * kernel on bf16 data, its CPU twin on the same values widened, and
+ * rounds the twin's output where the kernel stores bf16. */
+static const char *ty(int bf16) { return bf16 ? "_bf16" : ""; }
+
+/* n floats on the device as the kernel stores them (x rounded in place for bf16) */
+static void *up(float *x, size_t n, int bf16)
 {
-	int nimg = 8, oc = 32, n = 26 * 26;   /* conv1's output of a batch of 8 */
-	size_t tot = (size_t)nimg * oc * n;
-	float *y = malloc(tot * 4), *b = malloc(oc * 4), *got = malloc(tot * 4);
-	fill(y, tot);
-	fill(b, oc);
-	cnn_bf16 *yh = bits(y, tot);
-	widen(yh, y, tot);
-	cnn_bf16 *dy = dev(yh, tot * 2);
-	float *db = dev(b, oc * 4);
-	test_cond("bias_relu_bf16 launches", cnn_cuda_bias_relu_bf16(dy, db, nimg, oc, n, NULL) == 0);
-	back(yh, dy, tot * 2);
-	widen(yh, got, tot);
-	for (int i = 0; i < nimg; i++)
-		cnn_bias_relu(y + (size_t)i * oc * n, b, oc, n);
-	cnn_bf16_round(y, tot);
-	test_cond("bias_relu_bf16 equals cnn_bias_relu rounded to bf16 (exact)",
-		  compare("bias_relu_bf16", got, y, tot, T_EXACT) == 0);
-	cudaFree(dy), cudaFree(db);
-	free(y), free(b), free(got), free(yh);
+	if (!bf16)
+		return dev(x, n * 4);
+	cnn_bf16 *h = bits(x, n);
+	widen(h, x, n);
+	void *d = dev(h, n * 2);
+	free(h);
+	return d;
 }
 
-static void test_maxpool_bf16(int h, int w)
+/* n values back from the device as floats */
+static void down(float *x, const void *d, size_t n, int bf16)
+{
+	if (!bf16) {
+		back(x, d, n * 4);
+		return;
+	}
+	cnn_bf16 *h = malloc(n * 2);
+	back(h, d, n * 2);
+	widen(h, x, n);
+	free(h);
+}
+
+static void test_bias_relu(int bf16)
+{
+	/* conv2's output of a batch of 8: 64 planes of 24x24 */
+	int nimg = 8, oc = 64, n = 24 * 24;
+	size_t tot = (size_t)nimg * oc * n;
+	float *y = malloc(tot * 4), *b = malloc(oc * 4), *got = malloc(tot * 4);
+	char d[96];
+	fill(y, tot);
+	fill(b, oc);
+	void *dy = up(y, tot, bf16);
+	float *db = dev(b, oc * 4);
+	snprintf(d, sizeof(d), "bias_relu%s launches", ty(bf16));
+	test_cond(d, (bf16 ? cnn_cuda_bias_relu_bf16(dy, db, nimg, oc, n, NULL) :
+			     cnn_cuda_bias_relu(dy, db, nimg, oc, n, NULL)) == 0);
+	down(got, dy, tot, bf16);
+	for (int i = 0; i < nimg; i++)
+		cnn_bias_relu(y + (size_t)i * oc * n, b, oc, n);
+	if (bf16)
+		cnn_bf16_round(y, tot);
+	snprintf(d, sizeof(d), "bias_relu%s equals cnn_bias_relu%s (exact)", ty(bf16),
+		 bf16 ? " rounded to bf16" : "");
+	test_cond(d, compare("bias_relu", got, y, tot, T_EXACT) == 0);
+	cudaFree(dy), cudaFree(db);
+	free(y), free(b), free(got);
+}
+
+static void test_maxpool(int h, int w, int bf16)
 {
 	int planes = 8 * 64, ph = h / 2, pw = w / 2;
 	size_t nx = (size_t)planes * h * w, ny = (size_t)planes * ph * pw;
 	float *x = malloc(nx * 4), *y = malloc(ny * 4), *gy = malloc(ny * 4);
 	uint8_t *arg = malloc(ny), *garg = malloc(ny);
 	fill(x, nx);
+	/* ties: the first maximum must win on both sides (bf16 rounding makes more) */
 	for (size_t i = 0; i < nx; i += 7)
 		x[i] = x[i + 1 < nx ? i + 1 : i];
-	cnn_bf16 *xh = bits(x, nx);   /* rounding makes more ties: the first must win */
-	widen(xh, x, nx);
-	cnn_bf16 *dx = dev(xh, nx * 2);
+	void *dx = up(x, nx, bf16);
 	float *dyv = dev(NULL, ny * 4);
 	uint8_t *darg = dev(NULL, ny);
-	char d[112];
-	snprintf(d, sizeof(d), "maxpool2_fwd_bf16 %dx%d launches", h, w);
-	test_cond(d, cnn_cuda_maxpool2_fwd_bf16(dx, planes, h, w, dyv, darg, NULL) == 0);
+	char d[128];
+	snprintf(d, sizeof(d), "maxpool2_fwd%s %dx%d launches", ty(bf16), h, w);
+	test_cond(d, (bf16 ? cnn_cuda_maxpool2_fwd_bf16(dx, planes, h, w, dyv, darg, NULL) :
+			     cnn_cuda_maxpool2_fwd(dx, planes, h, w, dyv, darg, NULL)) == 0);
 	back(gy, dyv, ny * 4);
 	back(garg, darg, ny);
 	cnn_maxpool2_fwd(x, planes, h, w, y, arg);
-	snprintf(d, sizeof(d), "maxpool2_fwd_bf16 %dx%d equals cnn_maxpool2_fwd on the widened input "
-		 "(exact)", h, w);
-	test_cond(d, compare("maxpool2_fwd_bf16", gy, y, ny, T_EXACT) == 0 && memcmp(garg, arg, ny) == 0);
+	snprintf(d, sizeof(d), "maxpool2_fwd%s %dx%d equals cnn_maxpool2_fwd, arg included (exact)",
+		 ty(bf16), h, w);
+	test_cond(d, compare("maxpool2_fwd", gy, y, ny, T_EXACT) == 0 && memcmp(garg, arg, ny) == 0);
 
+	/* backward: y has negatives (the ReLU gate) and positives */
 	float *g = malloc(ny * 4), *gx = malloc(nx * 4), *cx = malloc(nx * 4);
-	cnn_bf16 *gxh = malloc(nx * 2);
 	fill(g, ny);
 	float *dg = dev(g, ny * 4);
-	cnn_bf16 *ddx = dev(NULL, nx * 2);
-	CK(cudaMemset(ddx, 0x7f, nx * 2));
-	snprintf(d, sizeof(d), "maxpool2_relu_bwd_bf16 %dx%d launches", h, w);
-	test_cond(d, cnn_cuda_maxpool2_relu_bwd_bf16(dg, dyv, darg, planes, h, w, ddx, NULL) == 0);
-	back(gxh, ddx, nx * 2);
-	widen(gxh, gx, nx);
+	void *ddx = dev(NULL, nx * 4);
+	CK(cudaMemset(ddx, 0x7f, nx * 4)); /* garbage: the kernel must overwrite all */
+	snprintf(d, sizeof(d), "maxpool2_relu_bwd%s %dx%d launches", ty(bf16), h, w);
+	test_cond(d, (bf16 ? cnn_cuda_maxpool2_relu_bwd_bf16(dg, dyv, darg, planes, h, w, ddx, NULL) :
+			     cnn_cuda_maxpool2_relu_bwd(dg, dyv, darg, planes, h, w, ddx, NULL)) == 0);
+	down(gx, ddx, nx, bf16);
 	cnn_maxpool2_relu_bwd(g, y, arg, planes, h, w, cx);
-	cnn_bf16_round(cx, nx);
-	snprintf(d, sizeof(d), "maxpool2_relu_bwd_bf16 %dx%d equals cnn_maxpool2_relu_bwd rounded to "
-		 "bf16 (exact)", h, w);
-	test_cond(d, compare("maxpool2_relu_bwd_bf16", gx, cx, nx, T_EXACT) == 0);
+	if (bf16)
+		cnn_bf16_round(cx, nx);
+	snprintf(d, sizeof(d), "maxpool2_relu_bwd%s %dx%d equals cnn_maxpool2_relu_bwd%s (exact)",
+		 ty(bf16), h, w, bf16 ? " rounded to bf16" : "");
+	test_cond(d, compare("maxpool2_relu_bwd", gx, cx, nx, T_EXACT) == 0);
 	cudaFree(dx), cudaFree(dyv), cudaFree(darg), cudaFree(dg), cudaFree(ddx);
-	free(x), free(y), free(gy), free(arg), free(garg), free(g), free(gx), free(cx), free(xh),
-		free(gxh);
+	free(x), free(y), free(gy), free(arg), free(garg), free(g), free(gx), free(cx);
 }
 
-static void test_relu_bwd_bf16(void)
+static void test_relu_bwd(int bf16)
 {
 	size_t n = 100003;
 	float *dx = malloc(n * 4), *y = malloc(n * 4), *got = malloc(n * 4);
+	char d[96];
 	fill(dx, n);
 	fill(y, n);
-	cnn_bf16 *dxh = bits(dx, n), *yh = bits(y, n);
-	widen(dxh, dx, n);
-	widen(yh, y, n);
-	cnn_bf16 *ddx = dev(dxh, n * 2), *dy = dev(yh, n * 2);
-	test_cond("relu_bwd_bf16 launches", cnn_cuda_relu_bwd_bf16(ddx, dy, n, NULL) == 0);
-	back(dxh, ddx, n * 2);
-	widen(dxh, got, n);
+	void *ddx = up(dx, n, bf16), *dy = up(y, n, bf16);
+	snprintf(d, sizeof(d), "relu_bwd%s launches", ty(bf16));
+	test_cond(d, (bf16 ? cnn_cuda_relu_bwd_bf16(ddx, dy, n, NULL) :
+			     cnn_cuda_relu_bwd(ddx, dy, n, NULL)) == 0);
+	down(got, ddx, n, bf16);
 	cnn_relu_bwd(dx, y, n);
-	test_cond("relu_bwd_bf16 equals cnn_relu_bwd on the widened values (exact)",
-		  compare("relu_bwd_bf16", got, dx, n, T_EXACT) == 0);
+	snprintf(d, sizeof(d), "relu_bwd%s equals cnn_relu_bwd (exact)", ty(bf16));
+	test_cond(d, compare("relu_bwd", got, dx, n, T_EXACT) == 0);
 	cudaFree(ddx), cudaFree(dy);
-	free(dx), free(y), free(got), free(dxh), free(yh);
+	free(dx), free(y), free(got);
 }
 
-/* A convolution's bias gradient (conv2's shape, a batch of 8), fp32 and bf16 input. */
 static void test_bias_grad(void)
 {
 	int nimg = 8, oc = 64, n = 24 * 24;
@@ -480,10 +442,12 @@ int main(void)
 	struct cudaDeviceProp prop;
 	CK(cudaGetDeviceProperties(&prop, 0));
 	printf("# GPU 0: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
-	test_bias_relu();
-	test_maxpool(24, 24);
-	test_maxpool(7, 9); /* odd sizes: the last row and column are dropped */
-	test_relu_bwd();
+	for (int bf16 = 0; bf16 < 2; bf16++) {
+		test_bias_relu(bf16);
+		test_maxpool(24, 24, bf16);
+		test_maxpool(7, 9, bf16); /* odd sizes: the last row and column are dropped */
+		test_relu_bwd(bf16);
+	}
 	test_logsoftmax();
 	test_optim(CNN_SGD, 0.9f, 0.f);
 	test_optim(CNN_SGD, 0.9f, 1e-4f);
@@ -495,9 +459,5 @@ int main(void)
 	test_gather();
 	test_bias_grad();
 	test_bf16_convert();
-	test_bias_relu_bf16();
-	test_maxpool_bf16(24, 24);
-	test_maxpool_bf16(7, 9);
-	test_relu_bwd_bf16();
 	return test_report();
 }
