@@ -8,8 +8,10 @@
 #
 #   .gpu/run.sh check        test_cuda_kernels, test_gpu_step, ddp-check (NCCL, world 1)
 #   .gpu/run.sh train        cnn_train --device cuda, 2 epochs
-#   .gpu/run.sh bench        bench/gpu_vs_torch.sh and bench/h2d_bind.sh
+#   .gpu/run.sh bench        bench/gpu_vs_torch.sh (BATCHES, PRECISION, TORCH_MODES, EPOCHS)
+#   .gpu/run.sh libs         where each CUDA library was found
 #   .gpu/run.sh CMD ARGS     any program of .gpu/bin with the bundle's libraries
+#                            (h2d_bind: bench/h2d_bind.sh's measurement)
 #
 # Build first (make; make -C bench); the bundle stays under the device
 # tool's 64 MiB carry limit by xz-compressing the libraries.
@@ -28,12 +30,19 @@ mkdir -p "$out/bin" "$out/lib" "$out/data" "$out/stage"
 cp "${progs[@]}" "$out/bin/"
 cp build/lib/cnn_train_cuda.so "$out/bin/"
 # every library the programs and the module load, except CUDA's own (the
-# GPU machine's match its driver) and the kernel's vdso
-{
-	for p in "${progs[@]}" build/lib/cnn_train_cuda.so; do ldd "$p"; done
-} | awk '/=> \// { print $3 } /^\t\/.*ld-linux/ { print $1 }' | sort -u |
+# GPU machine's match its driver: their names go to cuda-libs, found there
+# by run.sh) and the kernel's vdso
+for p in "${progs[@]}" build/lib/cnn_train_cuda.so; do ldd "$p"; done >"$out/stage/ldd"
+if grep -q 'not found' "$out/stage/ldd"; then
+	echo "gpu-bundle: a library is missing here:" >&2
+	grep 'not found' "$out/stage/ldd" | sort -u >&2
+	exit 1
+fi
+awk '$3 ~ /^\/usr\/local\/cuda/ { print $1 }' "$out/stage/ldd" | sort -u >"$out/cuda-libs"
+awk '/=> \// { print $3 } /^\t\/.*ld-linux/ { print $1 }' "$out/stage/ldd" | sort -u |
 	grep -v -e '^/usr/local/cuda' -e 'libcuda\.so' -e 'libnvidia' |
 	while read -r lib; do cp -L "$lib" "$out/stage/"; done
+rm "$out/stage/ldd"
 tar -C "$out/stage" -cJf "$out/lib.tar.xz" .
 rm -rf "${out:?}/stage" "${out:?}/lib"
 cp "$data"/*-ubyte.gz "$out/data/"
@@ -43,17 +52,74 @@ cat >"$out/run.sh" <<'EOF'
 set -eu
 G=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 [ -d "$G/lib" ] || { mkdir -p "$G/lib" && tar -C "$G/lib" -xJf "$G/lib.tar.xz"; }
-CUDA_LIBS=/usr/local/cuda/lib64:$(ls -d /usr/local/cuda/targets/*/lib 2>/dev/null | tr '\n' ':')
-LIBPATH="$G/lib:$CUDA_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+# CUDA's libraries come from this machine, since they must match its
+# driver: each from the first of the toolkit's folders, LD_LIBRARY_PATH's,
+# the system's (ldconfig), and PyTorch's wheels (nvidia/*/lib: cuDNN and
+# NCCL are often only there) that has it.
+cuda=${CUDA_HOME:-/usr/local/cuda}
+cands=("$cuda/lib64" "$cuda"/targets/*/lib)
+IFS=: read -ra ldp <<<"${LD_LIBRARY_PATH:-}"
+cands+=("${ldp[@]}")
+wheels=()
+while read -r d; do
+	[ -n "$d" ] && wheels+=("$d"/*/lib)
+done < <(python3 -c 'import nvidia; print("\n".join(nvidia.__path__))' 2>/dev/null || true)
+syslibs=$( (/sbin/ldconfig -p || ldconfig -p) 2>/dev/null || true)
+dirs=() where=() missing=()
+add_dir() { local d; for d in "${dirs[@]}"; do [ "$d" = "$1" ] && return; done; dirs+=("$1"); }
+while read -r lib; do
+	[ -n "$lib" ] || continue
+	from=
+	for d in "${cands[@]}"; do
+		[ -n "$d" ] && [ -e "$d/$lib" ] && { from=$d; add_dir "$d"; break; }
+	done
+	if [ -z "$from" ] && grep -q "^[[:space:]]*$lib " <<<"$syslibs"; then
+		from="the system's ($(grep -m1 "^[[:space:]]*$lib " <<<"$syslibs" | sed 's/.*=> //'))"
+	fi
+	if [ -z "$from" ]; then
+		for d in "${wheels[@]}"; do
+			[ -e "$d/$lib" ] && { from=$d; add_dir "$d"; break; }
+		done
+	fi
+	[ -n "$from" ] && where+=("$lib: $from") || missing+=("$lib")
+done <"$G/cuda-libs"
+if [ "${#missing[@]}" -gt 0 ]; then
+	echo "run.sh: CUDA libraries not found on this machine: ${missing[*]}" >&2
+	echo "run.sh: looked in ${cands[*]}, ldconfig -p, ${wheels[*]:-(no PyTorch nvidia wheels)}" >&2
+	exit 2
+fi
+CUDA_LIBS=$(IFS=:; echo "${dirs[*]}")
+LIBPATH="$G/lib${CUDA_LIBS:+:$CUDA_LIBS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export CNN_TRAIN_CUDA_MODULE="$G/bin/cnn_train_cuda.so" DDP_DATA_DIR="$G/data"
 # This glibc's loader runs the programs (the machine's may be older).
-run() { local p=$1; shift; "$G/lib/ld-linux-x86-64.so.2" --library-path "$LIBPATH" "$G/bin/$p" "$@"; }
+LOADER="$G/lib/ld-linux-x86-64.so.2"
+run() { local p=$1; shift; "$LOADER" --library-path "$LIBPATH" "$G/bin/$p" "$@"; }
+# Every program and the module resolve all their libraries, or nothing runs.
+preflight() {
+	local p out bad=0
+	for p in "$G"/bin/*; do
+		[ -x "$p" ] || continue
+		if ! out=$("$LOADER" --library-path "$LIBPATH" --list "$p" 2>&1) ||
+			grep -q 'not found' <<<"$out"; then
+			echo "run.sh: ${p##*/} cannot load its libraries:" >&2
+			grep -e 'not found' -e 'error' <<<"$out" >&2
+			bad=1
+		fi
+	done
+	return $bad
+}
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 world1() { env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 NODE_RANK=0 MASTER_ADDR=127.0.0.1 \
 	MASTER_PORT="$(free_port)" NCCL_SOCKET_IFNAME=lo DDP_BACKEND=nccl "$@"; }
+preflight || exit 2
 case "${1:-check}" in
+libs)
+	printf '%s\n' "${where[@]}"
+	;;
 check)
 	nvidia-smi -L
+	printf '# %s\n' "${where[@]}"
 	(cd "$G/.." && run test_cuda_kernels)
 	(cd "$G/.." && run test_gpu_step)
 	world1 run ddp-check -e 256M
@@ -64,8 +130,8 @@ train)
 	;;
 bench)
 	shift || true
-	printf '#!/bin/bash\nexec "%s/lib/ld-linux-x86-64.so.2" --library-path "%s" "%s/bin/cnn_train" "$@"\n' \
-		"$G" "$LIBPATH" "$G" >"$G/cnn_train.sh"
+	printf '#!/bin/bash\nexec "%s" --library-path "%s" "%s/bin/cnn_train" "$@"\n' \
+		"$LOADER" "$LIBPATH" "$G" >"$G/cnn_train.sh"
 	chmod +x "$G/cnn_train.sh"
 	CNN_TRAIN="$G/cnn_train.sh" bench/gpu_vs_torch.sh "$@"
 	;;
