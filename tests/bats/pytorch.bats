@@ -4,6 +4,9 @@
 # bats file_tags=slurm,pytorch
 
 load helpers
+# Bats arms a test's timer before its body runs: the bound is set here, for
+# every test of the file. 3 nodes x 2 PyTorch DDP processes on the 2 cores take minutes.
+BATS_TEST_TIMEOUT=300
 
 setup_file() {
 	cluster_start 3
@@ -18,7 +21,6 @@ teardown() {
 }
 
 @test "3 nodes x 2 tasks of PyTorch DDP (gloo) end with identical parameters" {
-	export BATS_TEST_TIMEOUT=300
 	run --separate-stderr crun srun -N3 --ntasks-per-node=2 --ddp=gloo \
 		/usr/bin/python3 "$REPO/contrib/pytorch/train_ddp.py" \
 		--max-steps 12 --batch-size 32 --train-limit 2400 --test-limit 600

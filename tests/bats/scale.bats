@@ -5,6 +5,9 @@
 # bats file_tags=slurm,scale
 
 load helpers
+# Bats arms a test's timer before its body runs: the bound is set here, for
+# every test of the file. 16 nodes of slurmd on the 2 cores start and run slowly.
+BATS_TEST_TIMEOUT=240
 
 TOOL="$REPO/build/tests/tools/allreduce_check"
 
@@ -25,7 +28,6 @@ tasks() { mapfile -t T < <(printf '%s\n' "$output" | grep '^task '); }
 field() { printf '%s\n' "${T[@]}" | awk -v f="$1" '{print $f}'; }
 
 @test "srun -N16 --ntasks-per-node=4 --ddp=gloo: 64 ranks, complete and unique, one head, one port" {
-	export BATS_TEST_TIMEOUT=180
 	run --separate-stderr crun srun -N16 --ntasks-per-node=4 -c1 --ddp=gloo "$REPORT"
 	if [ "$status" -ne 0 ]; then echo "$stderr"; fi
 	assert_success
@@ -50,7 +52,6 @@ field() { printf '%s\n' "${T[@]}" | awk -v f="$1" '{print $f}'; }
 }
 
 @test "a 64-rank gloo all-reduce through the comm layer gives the exact sum on every rank" {
-	export BATS_TEST_TIMEOUT=240
 	[ -x "$TOOL" ]
 	run --separate-stderr crun srun -N16 --ntasks-per-node=4 -c1 --ddp=gloo "$TOOL" 65536
 	if [ "$status" -ne 0 ]; then echo "$stderr"; fi

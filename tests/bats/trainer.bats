@@ -5,6 +5,9 @@
 # bats file_tags=slurm,trainer
 
 load helpers
+# Bats arms a test's timer before its body runs: the bound is set here, for
+# every test of the file. Cnn_train runs of 4 ranks on the 2 cores, and a requeue, take minutes.
+BATS_TEST_TIMEOUT=300
 
 CNN="$REPO/build/bin/cnn_train"
 
@@ -21,7 +24,6 @@ teardown() {
 }
 
 @test "srun -N2 --ntasks-per-node=2 --ddp=gloo cnn_train: 4 ranks train and agree" {
-	export BATS_TEST_TIMEOUT=240
 	run --separate-stderr crun srun -N2 --ntasks-per-node=2 -c1 --ddp=gloo "$CNN" \
 		--max-steps 30 --train-limit 7680 --eval --test-limit 2000 --progress lines --log-every 10 \
 		--log-json "$BATS_TEST_TMPDIR/s.json"
@@ -38,7 +40,6 @@ teardown() {
 }
 
 @test "a rank killed mid-run: the others exit within the timeout, naming it" {
-	export BATS_TEST_TIMEOUT=240
 	local d="$BATS_TEST_TMPDIR"
 	# Each task records its pid; the whole run would take minutes.
 	# (set -e holds in the subshell: the status is recorded either way)
@@ -69,7 +70,6 @@ teardown() {
 }
 
 @test "a cancelled job resumes from its checkpoint" {
-	export BATS_TEST_TIMEOUT=300
 	local d="$BATS_TEST_TMPDIR" ck="$BATS_TEST_TMPDIR/ck"
 	local opts=(--epochs 2 --train-limit 12800 --test-limit 1000 --checkpoint-dir "$ck" --checkpoint-every 10 --progress lines --log-every 10)
 	run crun sbatch --parsable -N2 --ntasks-per-node=1 --ddp=gloo -o "$d/job.out" \
