@@ -437,14 +437,18 @@ static void eval_iface(struct ck_world *w, const struct nodes *nd)
 	struct msg fail = { 0 }, warn = { 0 };
 	char first[128] = "", names[128] = "";
 	size_t noff = 0;
-	int nnames = 0;
+	int nnames = 0, nlocal = 0;
 
 	for (int i = 0; i < w->n; i++) {
 		const struct ck_rank *r = &w->ranks[i];
 		if (!r->joined)
 			continue;
 		const char *st = r->ifstate;
-		if (!strcmp(st, "up")) {
+		/* a loopback or a bridge serves a step on one node */
+		int local = nd->n <= 1 && (!strcmp(st, "loopback") || !strcmp(st, "virtual"));
+		if (local)
+			nlocal++;
+		if (!strcmp(st, "up") || local) {
 			if (!first[0])
 				snprintf(first, sizeof(first), "%s", r->ifvar);
 			if (!strstr(names, r->ifname) && nnames++ < 4)
@@ -482,8 +486,9 @@ static void eval_iface(struct ck_world *w, const struct nodes *nd)
 		ck_add(w, "net.iface", CK_WARN, "%s", said(&warn));
 	else
 		ck_add(w, "net.iface", CK_OK, "%s (%s%s) exists, is up and has an address of the head's "
-		       "family on every task", first[0] ? first : "the interface", names,
-		       nnames > 4 ? ", ..." : "");
+		       "family on every task%s", first[0] ? first : "the interface", names,
+		       nnames > 4 ? ", ..." : "",
+		       nlocal ? " (local only, enough for a step on one node)" : "");
 }
 
 static void eval_kind(struct ck_world *w, const struct nodes *nd)

@@ -370,6 +370,18 @@ static void test_network_faults(void)
 	ck_eval_setup(w);
 	test_check("an unset variable is a warning", w, "net.iface", CK_WARN, "GLOO_SOCKET_IFNAME is not set");
 	drop(w);
+
+	/* one node: its loopback serves the step, and the interface is named */
+	w = world(1, 2);
+	for (int i = 0; i < 2; i++) {
+		snprintf(w->ranks[i].ifstate, sizeof(w->ranks[i].ifstate), "loopback");
+		snprintf(w->ranks[i].ifname, sizeof(w->ranks[i].ifname), "lo");
+	}
+	ck_eval_setup(w);
+	test_check("a loopback on one node is named and enough", w, "net.iface", CK_OK,
+		   "GLOO_SOCKET_IFNAME (lo) exists, is up and has an address of the head's family on "
+		   "every task (local only, enough for a step on one node)");
+	drop(w);
 }
 
 static void test_binding_faults(void)
