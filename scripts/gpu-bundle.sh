@@ -9,9 +9,11 @@
 #   .gpu/run.sh check        test_cuda_kernels, test_gpu_step, ddp-check (NCCL, world 1)
 #   .gpu/run.sh train        cnn_train --device cuda, 2 epochs
 #   .gpu/run.sh bench        bench/gpu_vs_torch.sh (BATCHES, PRECISION, TORCH_MODES, EPOCHS)
+#   .gpu/run.sh h2d          bench/h2d_bind.sh
+#   .gpu/run.sh all          check, train (tf32, bf16), h2d, bench (tf32, bf16; no
+#                            torch.compile): one device call, logs in $OUT
 #   .gpu/run.sh libs         where each CUDA library was found
 #   .gpu/run.sh CMD ARGS     any program of .gpu/bin with the bundle's libraries
-#                            (h2d_bind: bench/h2d_bind.sh's measurement)
 #
 # Build first (make; make -C bench); the bundle stays under the device
 # tool's 64 MiB carry limit by xz-compressing the libraries.
@@ -109,20 +111,35 @@ preflight() {
 	done
 	return $bad
 }
+# NAME: a script that runs .gpu/bin/NAME with the bundle's libraries, for
+# the bench scripts that take a program's path
+wrapper() {
+	printf '#!/bin/bash\nexec "%s" --library-path "%s" "%s/bin/%s" "$@"\n' \
+		"$LOADER" "$LIBPATH" "$G" "$1" >"$G/$1.sh"
+	chmod +x "$G/$1.sh"
+	echo "$G/$1.sh"
+}
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-world1() { env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 NODE_RANK=0 MASTER_ADDR=127.0.0.1 \
-	MASTER_PORT="$(free_port)" NCCL_SOCKET_IFNAME=lo DDP_BACKEND=nccl "$@"; }
+# CMD... in a world of one rank, as the plugin would set it (CMD may be run)
+world1() (
+	export RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 NODE_RANK=0 MASTER_ADDR=127.0.0.1 \
+		MASTER_PORT="$(free_port)" NCCL_SOCKET_IFNAME=lo DDP_BACKEND=nccl
+	"$@"
+)
 preflight || exit 2
 case "${1:-check}" in
 libs)
 	printf '%s\n' "${where[@]}"
 	;;
 check)
-	nvidia-smi -L
+	# every part runs; the status says whether one failed
+	rc=0
+	nvidia-smi -L || echo "run.sh: nvidia-smi -L failed"
 	printf '# %s\n' "${where[@]}"
-	(cd "$G/.." && run test_cuda_kernels)
-	(cd "$G/.." && run test_gpu_step)
-	world1 run ddp-check -e 256M
+	(cd "$G/.." && run test_cuda_kernels) || rc=1
+	(cd "$G/.." && run test_gpu_step) || rc=1
+	world1 run ddp-check -e 256M || rc=1
+	exit $rc
 	;;
 train)
 	shift || true
@@ -130,10 +147,38 @@ train)
 	;;
 bench)
 	shift || true
-	printf '#!/bin/bash\nexec "%s" --library-path "%s" "%s/bin/cnn_train" "$@"\n' \
-		"$LOADER" "$LIBPATH" "$G" >"$G/cnn_train.sh"
-	chmod +x "$G/cnn_train.sh"
-	CNN_TRAIN="$G/cnn_train.sh" bench/gpu_vs_torch.sh "$@"
+	CNN_TRAIN=$(wrapper cnn_train) bench/gpu_vs_torch.sh "$@"
+	;;
+h2d)
+	shift || true
+	H2D_BIND=$(wrapper h2d_bind) bench/h2d_bind.sh "$@"
+	;;
+all)
+	# What one device call holds (10 minutes): each part bounded in time
+	# and logged to $OUT/PART.log (.gpu/logs without OUT); a failing part
+	# does not stop the next.  torch.compile's autotuning is left for
+	# `TORCH_MODES=compile .gpu/run.sh bench` in a call of its own.
+	logs=${OUT:-$G/logs}
+	mkdir -p "$logs"
+	summary=()
+	part() { # NAME SECONDS ENV... -- ARGS...
+		local name=$1 secs=$2 rc=0 envs=()
+		shift 2
+		while [ "$1" != -- ]; do envs+=("$1"); shift; done
+		shift
+		echo "=== $name: $* (${envs[*]:-}; at most ${secs}s)"
+		env "${envs[@]}" timeout -k 10 "$secs" "$G/run.sh" "$@" >"$logs/$name.log" 2>&1 || rc=$?
+		tail -n 40 "$logs/$name.log"
+		summary+=("$(printf '%-12s rc=%-3s %s' "$name" "$rc" "$([ "$rc" = 124 ] && echo "timed out after ${secs}s")")")
+	}
+	part check 180 -- check
+	part train 90 -- train
+	part train_bf16 90 -- train --precision bf16
+	part h2d 60 -- h2d
+	part bench_tf32 120 TORCH_MODES="eager graph" -- bench
+	part bench_bf16 120 TORCH_MODES="eager graph" PRECISION=bf16 -- bench
+	printf '=== summary (logs in %s)\n' "$logs"
+	printf '%s\n' "${summary[@]}" | tee "$logs/summary.log"
 	;;
 *)
 	run "$@"
