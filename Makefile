@@ -51,7 +51,7 @@ deps:
 unit: libddpenv
 	$(MAKE) -C tests unit
 
-check: deps all
+check: deps all bench
 	tests/run.sh
 
 demo: deps all

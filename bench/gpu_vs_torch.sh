@@ -12,6 +12,8 @@
 #   BATCHES="64 1024" PRECISION=fp32 bench/gpu_vs_torch.sh   (tf32, fp32 or bf16)
 #   DDP_DATA_DIR=/path/to/fashion-mnist      where the IDX files are
 #   TORCH_MODES="eager graph"                skip torch.compile (slow to compile)
+#   DEVICE=cpu                               a dry run of this script on the CPU
+#                                            (eager PyTorch only): no GPU figures
 set -eu
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cnn=${CNN_TRAIN:-$repo/build/bin/cnn_train}
@@ -20,11 +22,20 @@ steps=${STEPS:-300}
 epochs=${EPOCHS:-}
 batches=${BATCHES:-64 256 1024}
 precision=${PRECISION:-tf32}
-modes=${TORCH_MODES:-eager compile graph}
+device=${DEVICE:-cuda}
+case $device in
+cuda) modes=${TORCH_MODES:-eager compile graph} ;;
+cpu) modes=${TORCH_MODES:-eager} ;;
+*) echo "bench: DEVICE=$device: expected cuda or cpu" >&2; exit 2 ;;
+esac
 data=${DDP_DATA_DIR:-/usr/share/datasets/fashion-mnist}
 [ -x "$cnn" ] || { echo "bench: $cnn not built (run make)" >&2; exit 2; }
-if ! nvidia-smi -L >/dev/null 2>&1; then
-	echo "bench: no GPU here (nvidia-smi -L fails): run on a GPU machine" >&2
+if [ "$device" = cuda ] && ! nvidia-smi -L >/dev/null 2>&1; then
+	echo "bench: no GPU here (nvidia-smi -L fails): run on a GPU machine (DEVICE=cpu: a dry run)" >&2
+	exit 2
+fi
+if [ "$device" = cpu ] && [ "$modes" != eager ]; then
+	echo "bench: DEVICE=cpu runs TORCH_MODES=eager only (compile and graph need CUDA)" >&2
 	exit 2
 fi
 tmp=$(mktemp -d)
@@ -47,7 +58,11 @@ fwd = c1 + c2 + f1 + f2
 print(3 * fwd - c1)
 EOF
 )
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+if [ "$device" = cuda ]; then
+	gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+else
+	gpu="CPU (DEVICE=cpu: a dry run, no GPU figures)"
+fi
 # Dense peak of the math cnn_train uses (tf32, bf16: tensor cores; fp32:
 # CUDA cores), from NVIDIA's data sheets.
 case "$gpu:$precision" in
@@ -65,7 +80,7 @@ esac
 
 run_cnn() { # OUT ARGS...
 	local out=$1; shift
-	"$cnn" --device cuda --batch-size "$b" --precision "$precision" --data-dir "$data" \
+	"$cnn" --device "$device" --batch-size "$b" --precision "$precision" --data-dir "$data" \
 		"${len[@]}" --progress lines --log-every 1000000 --log-json "$out.json" "$@" >"$out" 2>&1 ||
 		{ echo "bench: cnn_train failed:" >&2; cat "$out" >&2; exit 1; }
 	"$py" -c 'import json,sys; j=json.load(open(sys.argv[1])); a=j["test_accuracy"];
@@ -73,7 +88,7 @@ print(j["images_per_sec"], "-" if a is None else f"{a:.4f}")' "$out.json"
 }
 run_torch() { # OUT MODE
 	"$py" "$repo/bench/torch_cnn_gpu.py" --mode "$2" --batch-size "$b" --precision "$precision" \
-		--data-dir "$data" "${len[@]}" >"$1" 2>&1 ||
+		--device "$device" --data-dir "$data" "${len[@]}" >"$1" 2>&1 ||
 		{ echo "bench: torch ($2) failed:" >&2; cat "$1" >&2; exit 1; }
 	echo "$(sed -n 's/^images_per_sec //p' "$1") $(sed -n 's/^test_accuracy //p' "$1")"
 }
@@ -103,8 +118,8 @@ for b in $batches; do
 	for m in $modes; do printf ' %10.0f' "${t[$m]}"; done
 	tf=$(awk -v i="$c" -v f="$flops" 'BEGIN { printf "%.2f", i * f / 1e12 }')
 	printf ' %8.2fx %8.2fx %8s %7s' \
-		"$(awk -v a="$c" -v b="$eager" 'BEGIN { print b > 0 ? a / b : 0 }')" \
-		"$(awk -v a="$c" -v b="$best" 'BEGIN { print b > 0 ? a / b : 0 }')" "$tf" \
+		"$(awk -v a="$c" -v b="$eager" 'BEGIN { print (b > 0 ? a / b : 0) }')" \
+		"$(awk -v a="$c" -v b="$best" 'BEGIN { print (b > 0 ? a / b : 0) }')" "$tf" \
 		"$([ -n "$peak" ] && awk -v a="$tf" -v p="$peak" 'BEGIN { printf "%.1f%%", 100 * a / p }' || echo -)"
 	[ -z "$epochs" ] || printf ' %8s %8s' "$cacc" "${tacc[eager]:--}"
 	printf '\n'

@@ -15,7 +15,9 @@ modes:
 
 The first 10 steps (20 for compile) are warm-up and not timed; timing is
 between two torch.cuda.synchronize() calls.  Prints `images_per_sec X` and,
-after whole epochs, `test_accuracy Y`."""
+after whole epochs, `test_accuracy Y`.  `--device cpu` runs the eager mode on
+the CPU: a dry run of bench/gpu_vs_torch.sh's plumbing (DEVICE=cpu), not a
+figure to compare."""
 import argparse
 import os
 import sys
@@ -46,14 +48,24 @@ def main():
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--precision", default="tf32", choices=["tf32", "fp32", "bf16"])
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     args = ap.parse_args()
+    if args.device == "cpu" and args.mode != "eager":
+        ap.error(f"--mode {args.mode} needs CUDA: --device cpu runs --mode eager only")
     tf32 = args.precision == "tf32"
     bf16 = args.precision == "bf16"
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cudnn.benchmark = True
-    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-    torch.cuda.set_device(dev)
+    if args.device == "cuda":
+        dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(dev)
+        sync = torch.cuda.synchronize
+    else:
+        dev = torch.device("cpu")
+
+        def sync():
+            pass
     torch.manual_seed(args.seed)
     xs, ys = load(args.data_dir, "train", dev)
     xt, yt = load(args.data_dir, "t10k", dev)
@@ -69,7 +81,7 @@ def main():
     def fwd_loss(x, y):
         # cache_enabled=False: the cast weights must not outlive a captured
         # graph's pool (PyTorch's CUDA graphs notes); each is used once anyway
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16, cache_enabled=False):
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16, cache_enabled=False):
             return F.nll_loss(model(x), y)
 
     def step_eager(x, y):
@@ -126,7 +138,7 @@ def main():
             step(xs[idx], ys[idx])
             steps += 1
             if steps == warm:
-                torch.cuda.synchronize()
+                sync()
                 t0 = time.perf_counter()
                 timed_images = 0
             elif steps > warm:
@@ -136,13 +148,13 @@ def main():
                 break
         if done:
             break
-    torch.cuda.synchronize()
+    sync()
     if t0 is not None:
         timed = time.perf_counter() - t0
     if not args.max_steps:
         model.eval()
         correct = 0
-        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+        with torch.no_grad(), torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
             for i in range(0, xt.shape[0], 1000):
                 correct += (model(xt[i:i + 1000]).argmax(1) == yt[i:i + 1000]).sum().item()
         print(f"test_accuracy {correct / xt.shape[0]:.4f}")

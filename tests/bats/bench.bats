@@ -1,0 +1,114 @@
+#!/usr/bin/env bats
+# The bench scripts run end to end, briefly, and the figures they print are
+# consistent with each other: a ratio is its own columns' quotient, TFLOP/s
+# follow from images/s.  No timing is asserted; these runs are too short to
+# mean anything, they only keep the scripts from rotting between the runs
+# that docs/benchmarks.md records.  gpu_vs_torch.sh runs as DEVICE=cpu (its
+# dry run: the same plumbing, cnn_train and eager PyTorch on the CPU).
+# bats file_tags=bench
+
+load helpers
+# each script runs both programs; PyTorch's import alone takes seconds here
+BATS_TEST_TIMEOUT=180
+
+PY=/usr/bin/python3
+
+setup_file() {
+	make -s -C "$REPO/bench" >/dev/null
+}
+
+# ratio_ok GOT A B: GOT ("1.46x" or "1.46") is A / B to its 2 printed decimals
+# (A and B themselves rounded to whole images/s)
+ratio_ok() {
+	awk -v g="${1%x}" -v a="$2" -v b="$3" 'BEGIN {
+		r = a / b; e = 0.006 + r * (0.5 / a + 0.5 / b)
+		if (g - r > e || r - g > e) { printf "ratio %s, columns give %.4f\n", g, r; exit 1 } }'
+}
+
+@test "gpu_vs_torch.sh DEVICE=cpu: a row per batch size, its ratios and TFLOP/s from its columns" {
+	run --separate-stderr env DEVICE=cpu PYTHON=$PY BATCHES="32 64" STEPS=15 "$REPO/bench/gpu_vs_torch.sh"
+	assert_success
+	assert_line --index 0 --partial "# gpu_vs_torch: CPU (DEVICE=cpu: a dry run, no GPU figures), tf32, 15 steps"
+	assert_line --index 2 --regexp '^ batch +cnn cnn_nograph +torch_eager +vs_eager +vs_best +TFLOP/s of_peak$'
+	flops=$(sed -n 's/.*training FLOPs per image \([0-9]*\);.*/\1/p' <<<"${lines[1]}")
+	assert_equal "$flops" 71565312
+	for i in 3 4; do
+		read -r b c cn te ve vb tf pk <<<"${lines[$i]}"
+		assert_equal "$b" $((32 * (i - 2)))
+		[ "$c" -gt 0 ] && [ "$cn" -gt 0 ] && [ "$te" -gt 0 ]
+		ratio_ok "$ve" "$c" "$te"
+		assert_equal "$vb" "$ve"   # eager is the only PyTorch mode: the best
+		awk -v t="$tf" -v c="$c" -v f="$flops" 'BEGIN { exit !((t - c * f / 1e12)^2 < 0.0051^2) }'
+		assert_equal "$pk" -        # no peak for a CPU
+	done
+	assert_equal "${#lines[@]}" 5
+}
+
+@test "gpu_vs_torch.sh: bf16 reaches both programs; a CPU dry run refuses the CUDA-only modes" {
+	run --separate-stderr env DEVICE=cpu PYTHON=$PY BATCHES=32 STEPS=12 PRECISION=bf16 "$REPO/bench/gpu_vs_torch.sh"
+	assert_success
+	assert_line --index 0 --partial ", bf16, 12 steps"
+	read -r b c cn te ve _ <<<"${lines[3]}"
+	ratio_ok "$ve" "$c" "$te"
+
+	run --separate-stderr env DEVICE=cpu PYTHON=$PY TORCH_MODES="eager graph" "$REPO/bench/gpu_vs_torch.sh"
+	assert_equal "$status" 2
+	assert_equal "$stderr" "bench: DEVICE=cpu runs TORCH_MODES=eager only (compile and graph need CUDA)"
+	run --separate-stderr env DEVICE=tpu "$REPO/bench/gpu_vs_torch.sh"
+	assert_equal "$status" 2
+	assert_equal "$stderr" "bench: DEVICE=tpu: expected cuda or cpu"
+	run --separate-stderr "$PY" "$REPO/bench/torch_cnn_gpu.py" --device cpu --mode graph
+	assert_equal "$status" 2
+	[[ "$stderr" == *"--mode graph needs CUDA: --device cpu runs --mode eager only"* ]]
+}
+
+@test "gpu_vs_torch.sh and h2d_bind.sh without a GPU: each says so (2: refused, 0: skipped)" {
+	if nvidia-smi -L >/dev/null 2>&1; then
+		skip "this machine has a GPU: the real runs are the benchmarks themselves"
+	fi
+	run --separate-stderr "$REPO/bench/gpu_vs_torch.sh"
+	assert_equal "$status" 2
+	[[ "$stderr" == "bench: no GPU here (nvidia-smi -L fails)"* ]]
+	run --separate-stderr "$REPO/bench/h2d_bind.sh"
+	assert_success
+	assert_equal "$stderr" "h2d_bind.sh: SKIP: no NVIDIA GPU on this machine"
+}
+
+@test "cpu_vs_torch.sh: both configurations, each ratio its columns' quotient" {
+	run --separate-stderr env PYTHON=$PY STEPS=12 "$REPO/bench/cpu_vs_torch.sh"
+	assert_success
+	assert_line --index 0 --partial "batch 64 per process, sgd, 12 steps"
+	assert_line --index 2 --regexp '^config +cnn_train_img/s +torch_img/s +ratio +cnn_acc +torch_acc$'
+	for i in 3 4; do
+		read -r -a f <<<"${lines[$i]}"
+		assert_equal "${f[*]:0:4}" "$([ "$i" = 3 ] && echo "1 proc x $(nproc)" || echo "$(nproc) proc x 1")"
+		ratio_ok "${f[6]}" "${f[4]}" "${f[5]}"
+	done
+}
+
+@test "rdzv_scale.sh: every rank of both stores completes, the ratio is the columns'" {
+	run --separate-stderr env PYTHON=$PY WORLDS="8 32" "$REPO/bench/rdzv_scale.sh"
+	assert_success
+	assert_line --regexp '^ranks +ddpenv_last_s +torch_last_s +ratio +ddpenv_median_s$'
+	for w in 8 32; do
+		row=$(printf '%s\n' "${lines[@]}" | awk -v w="$w" '$1 == w')
+		read -r n d t r m <<<"$row"
+		assert_equal "$n" "$w"
+		awk -v d="$d" -v t="$t" -v r="${r%x}" 'BEGIN {
+			q = t / d; e = 0.06 + q * (0.0005 / d + 0.0005 / t)
+			exit !(d > 0 && t > 0 && (r - q)^2 <= e^2) }'
+	done
+}
+
+@test "resolve_scale.sh: one name lookup per resolution by name, none from NodeAddr, at every size" {
+	run --separate-stderr env REPEAT=20 "$REPO/bench/resolve_scale.sh"
+	assert_success
+	rows=$(printf '%s\n' "${lines[@]}" | awk '$2 ~ /^[0-9]+$/ && ($3 == "name" || $3 == "nodeaddr")')
+	[ "$(wc -l <<<"$rows")" -ge 5 ]
+	while read -r nodes tasks how us lookups head _ addr rank; do
+		[ "$how" = name ] && assert_equal "$lookups" 1.00
+		[ "$how" = nodeaddr ] && assert_equal "$lookups" 0.00
+		assert_equal "$addr" 10.231.254.11
+		assert_equal "$rank" "(RANK $((tasks - 1)))"
+	done <<<"$rows"
+}
