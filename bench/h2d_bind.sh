@@ -24,7 +24,17 @@ if ! command -v nvidia-smi >/dev/null 2>&1 && [ ! -e /dev/nvidia0 ]; then
 fi
 
 echo "# h2d_bind: host-to-device copy, pinned memory, $mib MiB, best of 20; $(date -u +%F) $(hostname)"
+set +e
 plugin=$("$bin" --mode=plugin --gpu="$gpu" --mib="$mib")
+plugin_rc=$?
+set -e
+if [ "$plugin_rc" -eq 4 ]; then
+	# hwloc sees no GPU here: the plugin would not bind; measure what can be
+	"$bin" --mode=none --gpu="$gpu" --mib="$mib"
+	echo "# hwloc sees no PCI GPU on this machine: the plugin leaves the task unbound; unbound only"
+	exit 0
+fi
+[ "$plugin_rc" -eq 0 ] || exit "$plugin_rc"
 none=$("$bin" --mode=none --gpu="$gpu" --mib="$mib")
 set +e
 far=$("$bin" --mode=far --gpu="$gpu" --mib="$mib")

@@ -74,6 +74,20 @@ ratio_ok() {
 	assert_equal "$stderr" "h2d_bind.sh: SKIP: no NVIDIA GPU on this machine"
 }
 
+@test "h2d_bind where hwloc sees no GPU: plugin and far exit 4 naming why, a bad mode 2" {
+	if nvidia-smi -L >/dev/null 2>&1; then
+		skip "this machine has a GPU: bench/h2d_bind.sh measures it"
+	fi
+	[ -x "$REPO/build/bench/h2d_bind" ] || skip "build/bench/h2d_bind not built: no CUDA headers here"
+	for mode in plugin far; do
+		run --separate-stderr "$REPO/build/bench/h2d_bind" --mode=$mode
+		assert_equal "$status" 4
+		[[ "$stderr" == "h2d_bind: GRES GPU 0 is not a PCI device of this machine's hwloc topology"* ]]
+	done
+	run --separate-stderr "$REPO/build/bench/h2d_bind" --mode=sideways
+	assert_equal "$status" 2
+}
+
 @test "cpu_vs_torch.sh: both configurations, each ratio its columns' quotient" {
 	run --separate-stderr env PYTHON=$PY STEPS=12 "$REPO/bench/cpu_vs_torch.sh"
 	assert_success
