@@ -171,12 +171,14 @@ all)
 		tail -n 40 "$logs/$name.log"
 		summary+=("$(printf '%-12s rc=%-3s %s' "$name" "$rc" "$([ "$rc" = 124 ] && echo "timed out after ${secs}s")")")
 	}
+	# most wanted first: a part that hangs to its bound leaves the later
+	# ones less of the call
 	part check 180 -- check
-	part train 90 -- train
-	part train_bf16 90 -- train --precision bf16
 	part h2d 60 -- h2d
-	part bench_tf32 120 TORCH_MODES="eager graph" -- bench
-	part bench_bf16 120 TORCH_MODES="eager graph" PRECISION=bf16 -- bench
+	part train 90 -- train
+	part bench_tf32 150 TORCH_MODES="eager graph" -- bench
+	part train_bf16 60 -- train --precision bf16
+	part bench_bf16 150 TORCH_MODES="eager graph" PRECISION=bf16 -- bench
 	printf '=== summary (logs in %s)\n' "$logs"
 	printf '%s\n' "${summary[@]}" | tee "$logs/summary.log"
 	;;
