@@ -118,6 +118,7 @@ struct ck_opts {
 struct ck_world {
 	const char *backend;             /* "gloo" or "nccl" */
 	int n;                           /* tasks of the step */
+	int step_nodes;                  /* nodes of the step, as Slurm says (0: unknown) */
 	struct ck_rank *ranks;           /* [n], by id */
 	struct ck_probe *probes;         /* [n] */
 	struct ck_coll *colls;           /* [n] */

@@ -140,6 +140,7 @@ static int parse_int(const char *s, long lo, long hi, long *out)
 struct self {
 	struct ck_rank r;
 	int id, n;
+	int step_nodes;               /* SLURM_STEP_NUM_NODES; 0 outside Slurm */
 	const char *backend;
 	int local_rank;
 	int prober;                   /* listens for its node */
@@ -624,7 +625,7 @@ static void local_fail(const struct self *me, const char *check, const char *msg
 {
 	if (me->id == 0) {
 		/* Task 0 reports for the step, even when it cannot gather. */
-		struct ck_world w = { .backend = me->backend, .n = me->n };
+		struct ck_world w = { .backend = me->backend, .n = me->n, .step_nodes = me->step_nodes };
 		struct ck_rank *r = calloc((size_t)me->n, sizeof(*r));
 		w.ranks = r;
 		if (r) {
@@ -761,10 +762,14 @@ int main(int argc, char **argv)
 	/* Who am I: Slurm's task id (immune to a wrong RANK), else RANK. */
 	const char *pid_s = getenv("SLURM_PROCID");
 	const char *nt_s = getenv("SLURM_STEP_NUM_TASKS") ? getenv("SLURM_STEP_NUM_TASKS") : getenv("SLURM_NTASKS");
+	const char *nn_s = getenv("SLURM_STEP_NUM_NODES") ? getenv("SLURM_STEP_NUM_NODES") : getenv("SLURM_NNODES");
 	if (getenv("SLURM_HET_SIZE") || !pid_s || !nt_s) {
 		pid_s = getenv("RANK");
 		nt_s = getenv("WORLD_SIZE");
+		nn_s = NULL;
 	}
+	if (nn_s && parse_int(nn_s, 1, 1 << 24, &v) == 0)
+		me.step_nodes = (int)v;
 	if (!pid_s || !nt_s || parse_int(pid_s, 0, 1 << 24, &v) < 0) {
 		fprintf(stderr, "ddp-check: not a task of a distributed step (no SLURM_PROCID or RANK): run "
 			"it as srun --ddp=nccl|gloo ddp-check, or set RANK WORLD_SIZE MASTER_ADDR MASTER_PORT\n");
@@ -858,7 +863,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 
-	struct ck_world w = { .backend = backend, .n = me.n, .opts = o };
+	struct ck_world w = { .backend = backend, .n = me.n, .step_nodes = me.step_nodes, .opts = o };
 	int rc = 0, *probers = NULL;
 	char *plan = NULL;
 	w.nsizes = ck_sizes(&o, w.sizes, CK_MAX_SIZES);

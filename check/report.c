@@ -31,6 +31,13 @@ static int count_nodes(const struct ck_world *w)
 	return n;
 }
 
+/* The step's nodes: Slurm's count where known, else those that reported. */
+static int step_nodes(const struct ck_world *w)
+{
+	int seen = count_nodes(w);
+	return w->step_nodes > seen ? w->step_nodes : seen;
+}
+
 static void counts(const struct ck_world *w, int c[4])
 {
 	c[0] = c[1] = c[2] = c[3] = 0;
@@ -64,9 +71,13 @@ void ck_report_text(const struct ck_world *w, FILE *out)
 	const struct ck_rank *r0 = first_joined(w);
 	int c[4];
 
-	fprintf(out, "# ddp-check %s: backend %s, world size %d on %d node%s, head %s "
-		"(MASTER_ADDR=%s MASTER_PORT=%s)\n", DDPENV_VERSION, w->backend, w->n, count_nodes(w),
-		count_nodes(w) == 1 ? "" : "s", head_host(w),
+	int nodes = step_nodes(w), seen = count_nodes(w);
+	char reported[48] = "";
+	if (seen < nodes)
+		snprintf(reported, sizeof(reported), " (%d reported)", seen);
+	fprintf(out, "# ddp-check %s: backend %s, world size %d on %d node%s%s, head %s "
+		"(MASTER_ADDR=%s MASTER_PORT=%s)\n", DDPENV_VERSION, w->backend, w->n, nodes,
+		nodes == 1 ? "" : "s", reported, head_host(w),
 		r0 ? dash(r0->env[CK_MASTER_ADDR]) : "-", r0 ? dash(r0->env[CK_MASTER_PORT]) : "-");
 
 	/* Placement, in columns as wide as their widest entry. */
@@ -148,8 +159,8 @@ void ck_report_json(const struct ck_world *w, FILE *out)
 	js(out, DDPENV_VERSION);
 	fprintf(out, ",\n  \"backend\": ");
 	js(out, w->backend);
-	fprintf(out, ",\n  \"world_size\": %d,\n  \"nodes\": %d,\n  \"head\": {\"host\": ", w->n,
-		count_nodes(w));
+	fprintf(out, ",\n  \"world_size\": %d,\n  \"nodes\": %d,\n  \"nodes_reported\": %d,\n"
+		"  \"head\": {\"host\": ", w->n, step_nodes(w), count_nodes(w));
 	js(out, head_host(w));
 	fprintf(out, ", \"master_addr\": ");
 	js(out, r0 ? r0->env[CK_MASTER_ADDR] : "");

@@ -110,6 +110,7 @@ time.sleep(60)' &
 	echo "$output"
 	assert_failure 1
 	[ "$SECONDS" -lt 40 ]
+	assert_line --regexp "^# ddp-check [0-9.]+: backend gloo, world size 3 on 3 nodes \(1 reported\), head node1 "
 	assert_line --regexp "^FAIL +rdzv.join +task 0 \(node1\): rank 0 could not listen on port 29777: Address already in use"
 	assert_line --regexp "^ddp-check: task 1 \(node2\): FAIL rdzv.join: .*$(node_ip 1):29777"
 	assert_line --regexp "^ddp-check: task 2 \(node3\): FAIL rdzv.join: .*$(node_ip 1):29777"

@@ -260,6 +260,21 @@ static void test_healthy(void)
 	test_err("JSON escapes quotes, backslashes and controls", text, "\"a \\\"quoted\\\"\\\\ message\\u0009\"");
 	test_err("JSON summary", text, "\"summary\": {\"ok\": 20, \"warn\": 0, \"fail\": 0, \"skip\": 0},\n  \"exit_code\": 0");
 	test_err("JSON bandwidth", text, "{\"size\": 1024, \"count\": 256, \"type\": \"float\", \"redop\": \"sum\", \"time_us\": 1000.000");
+	test_err("JSON nodes", text, "\"nodes\": 3,\n  \"nodes_reported\": 3,\n");
+
+	/* task 0 alone reports (it could not host the rendezvous): the step's
+	 * nodes from Slurm, and how many reported */
+	w->step_nodes = 3;
+	for (int i = 1; i < w->n; i++)
+		w->ranks[i].joined = 0;
+	f = tmpfile();
+	ck_report_text(w, f);
+	rewind(f);
+	n = fread(text, 1, sizeof(text) - 1, f);
+	text[n] = 0;
+	fclose(f);
+	test_err("a header where only task 0 reported", text,
+		 "world size 6 on 3 nodes (1 reported), head gpu01");
 	drop(w);
 }
 
