@@ -35,12 +35,13 @@ static double mono(void)
 
 static int nccl_fail(struct nccl_impl *n, ncclResult_t r, const char *what, char *err, size_t errlen)
 {
-	const char *last = n && n->comm ? ncclGetLastError(n->comm) : NULL;
+	const char *last = n && n->comm && !n->aborted ? ncclGetLastError(n->comm) : NULL;
 	snprintf(err, errlen, "NCCL %s: %s%s%s", what, ncclGetErrorString(r), last && *last ? ": " : "",
 		 last ? last : "");
 	return -1;
 }
 
+/* Ends the communicator (NCCL frees it): after this, nothing may use n->comm. */
 static void nccl_abort(struct nccl_impl *n)
 {
 	if (n && n->comm && !n->aborted) {
@@ -133,9 +134,16 @@ int cnn_nccl_allreduce_avg(struct cnn_comm *c, float *buf, size_t n, cudaStream_
 			   size_t errlen)
 {
 	struct nccl_impl *ni = c->impl;
+	if (ni->aborted) {
+		snprintf(err, errlen, "NCCL: the communicator was aborted after an earlier failure");
+		return -1;
+	}
 	ncclResult_t r = ncclAllReduce(buf, buf, n, ncclFloat32, ncclAvg, ni->comm, s);
-	if (r != ncclSuccess && r != ncclInProgress)
-		return nccl_fail(ni, r, "all-reduce of the gradients", err, errlen);
+	if (r != ncclSuccess && r != ncclInProgress) {
+		nccl_fail(ni, r, "all-reduce of the gradients", err, errlen);
+		nccl_abort(ni);
+		return -1;
+	}
 	/* A non-blocking communicator's operation is enqueued on s only once
 	 * its state leaves ncclInProgress (connection set-up on first use):
 	 * settle before anything else is enqueued or a graph capture ends. */
@@ -150,6 +158,8 @@ int cnn_nccl_wait(struct cnn_comm *c, cudaEvent_t ev, int timeout_ms, const char
 		  size_t errlen)
 {
 	struct nccl_impl *ni = c && c->ops == cnn_comm_nccl_ext.ops ? c->impl : NULL;
+	if (ni && ni->aborted)
+		ni = NULL;   /* ncclCommAbort freed the communicator: only the event is left */
 	double deadline = mono() + timeout_ms / 1000.0, next_peer_check = mono() + 0.5;
 	for (;;) {
 		cudaError_t e = cudaEventQuery(ev);
@@ -214,8 +224,17 @@ static int host_allreduce(struct cnn_comm *c, float *buf, size_t n, char *err, s
 				 ni->s)) != cudaSuccess)
 		goto cuda;
 	ncclResult_t r = ncclAllReduce(ni->scratch, ni->scratch, n, ncclFloat32, ncclSum, ni->comm, ni->s);
-	if (r != ncclSuccess && r != ncclInProgress)
-		return nccl_fail(ni, r, "all-reduce", err, errlen);
+	if (r != ncclSuccess && r != ncclInProgress) {
+		nccl_fail(ni, r, "all-reduce", err, errlen);
+		nccl_abort(ni);
+		return -1;
+	}
+	/* as in cnn_nccl_allreduce_avg: not on ni->s before the state settles,
+	 * and the copy back must come after it */
+	if (r == ncclInProgress && settle(c, ni, "all-reduce", err, errlen) < 0) {
+		nccl_abort(ni);
+		return -1;
+	}
 	if ((e = cudaMemcpyAsync(ni->pinned, ni->scratch, n * sizeof(float), cudaMemcpyDeviceToHost,
 				 ni->s)) != cudaSuccess || (e = cudaEventRecord(ni->done, ni->s)) != cudaSuccess)
 		goto cuda;
