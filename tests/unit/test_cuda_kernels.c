@@ -250,31 +250,80 @@ static void test_relu_bwd(int bf16)
 	free(dx), free(y), free(got);
 }
 
+/* The bias gradient on the Net's shapes and odd ones (one image, a batch
+ * that leaves a short last chunk, planes smaller than a block, planes of
+ * one pixel), fp32 and bf16 storage: against the CPU twin summed over the
+ * images, and against a double sum with the worst-case float bound for a
+ * summation tree of depth d, d * 2^-24 * sum |dy| (d = 64 covers a
+ * thread's stride of ~16, two block trees of 8 and a stride over up to 16
+ * chunks; a chunk summed twice or lost is off by far more).  Twice each:
+ * the same bits (the sums' order is fixed). */
 static void test_bias_grad(void)
 {
-	int nimg = 8, oc = 64, n = 24 * 24;
-	size_t tot = (size_t)nimg * oc * n;
-	float *dy = malloc(tot * 4), want[64], got[64];
-	fill(dy, tot);
-	cnn_bf16 *dyh = bits(dy, tot);
-	widen(dyh, dy, tot);   /* both kernels see the same values */
-	memset(want, 0, sizeof(want));
-	for (int i = 0; i < nimg; i++)
-		cnn_bias_grad(dy + (size_t)i * oc * n, oc, n, want);
-	float *ddy = dev(dy, tot * 4), *ddb = dev(NULL, oc * 4);
-	cnn_bf16 *ddyh = dev(dyh, tot * 2);
-	CK(cudaMemset(ddb, 0x7f, oc * 4));   /* overwritten, not accumulated */
-	test_cond("bias_grad launches", cnn_cuda_bias_grad(ddy, nimg, oc, n, ddb, NULL) == 0);
-	back(got, ddb, oc * 4);
-	test_cond("bias_grad equals cnn_bias_grad summed over the images",
-		  compare("bias_grad", got, want, oc, T_BIASSUM) == 0);
-	CK(cudaMemset(ddb, 0x7f, oc * 4));
-	test_cond("bias_grad_bf16 launches", cnn_cuda_bias_grad_bf16(ddyh, nimg, oc, n, ddb, NULL) == 0);
-	back(got, ddb, oc * 4);
-	test_cond("bias_grad_bf16 equals cnn_bias_grad on the widened values (fp32 sums)",
-		  compare("bias_grad_bf16", got, want, oc, T_BIASSUM) == 0);
-	cudaFree(ddy), cudaFree(ddb), cudaFree(ddyh);
-	free(dy), free(dyh);
+	static const int shapes[][3] = { /* images, channels, pixels */
+		{ 8, 64, 24 * 24 }, { 1, 32, 26 * 26 }, { 37, 32, 26 * 26 }, { 257, 64, 24 * 24 },
+		{ 5, 3, 7 }, { 1000, 2, 1 },
+	};
+	for (size_t sh = 0; sh < sizeof(shapes) / sizeof(shapes[0]); sh++) {
+		int nimg = shapes[sh][0], oc = shapes[sh][1], n = shapes[sh][2];
+		size_t tot = (size_t)nimg * oc * n, ns = cnn_cuda_bias_grad_scratch(nimg, oc, n);
+		float *dy = malloc(tot * 4), *want = calloc(oc, 4), *got = malloc(oc * 4);
+		float *again = calloc(oc, 4), *ref = malloc(oc * 4), *lim = malloc(oc * 4);
+		fill(dy, tot);
+		cnn_bf16 *dyh = bits(dy, tot);
+		widen(dyh, dy, tot);   /* both kernels see the same values */
+		for (int i = 0; i < nimg; i++)
+			cnn_bias_grad(dy + (size_t)i * oc * n, oc, n, want);
+		for (int o = 0; o < oc; o++) {
+			double sum = 0, abs = 0;
+			for (int i = 0; i < nimg; i++)
+				for (int j = 0; j < n; j++) {
+					double v = dy[((size_t)i * oc + o) * n + j];
+					sum += v;
+					abs += fabs(v);
+				}
+			ref[o] = (float)sum;
+			lim[o] = (float)(64.0 * 0x1p-24 * abs);
+		}
+		float *ddy = dev(dy, tot * 4), *ddb = dev(NULL, oc * 4), *dsc = dev(NULL, ns * 4);
+		cnn_bf16 *ddyh = dev(dyh, tot * 2);
+		for (int b16 = 0; b16 < 2; b16++) {
+			char d[160];
+			size_t far = 0;
+			int ok = 1;
+			for (int run = 0; run < 2 && ok; run++) {
+				CK(cudaMemset(ddb, 0x7f, oc * 4));   /* overwritten, not accumulated */
+				ok = (b16 ? cnn_cuda_bias_grad_bf16(ddyh, nimg, oc, n, dsc, ddb, NULL) :
+					    cnn_cuda_bias_grad(ddy, nimg, oc, n, dsc, ddb, NULL)) == 0;
+				back(run ? again : got, ddb, oc * 4);
+			}
+			snprintf(d, sizeof(d), "bias_grad%s launches on %d x %d x %d (%zu floats of scratch)",
+				 ty(b16), nimg, oc, n, ns);
+			test_cond(d, ok);
+			if (nimg * n <= 8 * 24 * 24) {
+				snprintf(d, sizeof(d), "bias_grad%s on %d x %d x %d equals cnn_bias_grad summed "
+					 "over the images", ty(b16), nimg, oc, n);
+				test_cond(d, compare("bias_grad", got, want, oc, T_BIASSUM) == 0);
+			}
+			for (int o = 0; o < oc; o++)
+				if (!(fabsf(got[o] - ref[o]) <= lim[o]) && far++ < 5)
+					printf("#   bias_grad%s[%d]: gpu %.9g, double sum %.9g, bound %g\n",
+					       ty(b16), o, got[o], ref[o], lim[o]);
+			snprintf(d, sizeof(d), "bias_grad%s on %d x %d x %d is within float's bound of the "
+				 "double sum", ty(b16), nimg, oc, n);
+			test_cond(d, far == 0);
+			snprintf(d, sizeof(d), "bias_grad%s on %d x %d x %d gives the same bits twice",
+				 ty(b16), nimg, oc, n);
+			test_cond(d, memcmp(got, again, oc * 4) == 0);
+		}
+		cudaFree(ddy), cudaFree(ddb), cudaFree(dsc), cudaFree(ddyh);
+		free(dy), free(dyh), free(want), free(got), free(again), free(ref), free(lim);
+	}
+	/* the scratch it asks for: one float per channel and chunk of images */
+	test_cond("bias_grad scratch grows with the batch and never shrinks below one chunk",
+		  cnn_cuda_bias_grad_scratch(1, 64, 576) == 64 &&
+		  cnn_cuda_bias_grad_scratch(1024, 64, 576) >= cnn_cuda_bias_grad_scratch(64, 64, 576) &&
+		  cnn_cuda_bias_grad_scratch(0, 64, 576) == 0);
 }
 
 static void test_logsoftmax(void)

@@ -1,7 +1,7 @@
 // CUDA twins of cnn_train's CPU element-wise kernels (see kernels.h).
 // Grid-stride loops; one thread per output element, except log-softmax
 // (one thread per row: k is 10 here), the optimizers (one per parameter)
-// and the bias gradient (one block per channel).  The activation kernels
+// and the bias gradient (a block per chunk of images and channel).  The activation kernels
 // are templates over their storage type (float, or bf16 for --precision
 // bf16); they compute in float either way, so the bf16 instance is the
 // float one with a rounding at each store.
@@ -116,29 +116,64 @@ __global__ void relu_bwd(T *dx, const T *y, size_t n)
 			st(dx + i, 0.f);
 }
 
-// db[o] = sum of channel o over nimg images of n pixels: one block per
-// channel, a fixed tree, so the result does not depend on scheduling.
-constexpr int kBiasThreads = 512;
-template <typename T>
-__global__ void bias_grad(const T *dy, int nimg, int oc, int n, float *db)
+// db[o] = sum of channel o over nimg images of n pixels, in two passes so
+// that the whole GPU reads dy (one block per channel would leave most SMs
+// idle: 32 or 64 blocks for this Net): bias_grad_part sums channel o over
+// a chunk of ipc images (about kBiasChunk values) into part[o][chunk],
+// bias_grad_sum adds a channel's chunks.  Every sum has a fixed order (a
+// thread's stride, then a fixed tree), so the result does not depend on
+// scheduling: the same bits at every replay.
+constexpr int kBiasThreads = 256;
+constexpr int kBiasChunk = 4096;
+
+int bias_ipc(int n)
 {
-	__shared__ float part[kBiasThreads];
-	int o = blockIdx.x;
-	float s = 0.f;
-	for (int i = 0; i < nimg; i++) {
-		const T *p = dy + ((size_t)i * oc + o) * n;
-		for (int j = threadIdx.x; j < n; j += blockDim.x)
-			s += ld(p + j);
-	}
-	part[threadIdx.x] = s;
+	int k = (kBiasChunk + n - 1) / n;
+	return k < 1 ? 1 : k;
+}
+
+__device__ float block_sum(float s, float *red)
+{
+	red[threadIdx.x] = s;
 	__syncthreads();
-	for (int half = blockDim.x / 2; half > 0; half /= 2) {
+	for (int half = kBiasThreads / 2; half > 0; half /= 2) {
 		if ((int)threadIdx.x < half)
-			part[threadIdx.x] += part[threadIdx.x + half];
+			red[threadIdx.x] += red[threadIdx.x + half];
 		__syncthreads();
 	}
+	return red[0];
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kBiasThreads)
+bias_grad_part(const T *dy, int nimg, int oc, int n, int ipc, float *part)
+{
+	__shared__ float red[kBiasThreads];
+	int c = blockIdx.x, o = blockIdx.y, i0 = c * ipc;
+	int i1 = i0 + ipc < nimg ? i0 + ipc : nimg;
+	size_t cnt = (size_t)(i1 - i0) * n;
+	float s = 0.f;
+#pragma unroll 4
+	for (size_t k = threadIdx.x; k < cnt; k += kBiasThreads) {
+		size_t i = i0 + k / n, j = k % n;
+		s += ld(dy + (i * oc + o) * n + j);
+	}
+	s = block_sum(s, red);
 	if (threadIdx.x == 0)
-		db[o] = part[0];
+		part[(size_t)o * gridDim.x + c] = s;
+}
+
+__global__ void __launch_bounds__(kBiasThreads)
+bias_grad_sum(const float *part, int chunks, float *db)
+{
+	__shared__ float red[kBiasThreads];
+	int o = blockIdx.x;
+	float s = 0.f;
+	for (int c = threadIdx.x; c < chunks; c += kBiasThreads)
+		s += part[(size_t)o * chunks + c];
+	s = block_sum(s, red);
+	if (threadIdx.x == 0)
+		db[o] = s;
 }
 
 __global__ void to_bf16(const float *x, bf16 *y, size_t n)
@@ -337,11 +372,22 @@ int launch_relu_bwd(T *dx, const T *y, size_t n, cudaStream_t s)
 }
 
 template <typename T>
-int launch_bias_grad(const T *dy, int nimg, int oc, int n, float *db, cudaStream_t s)
+int launch_bias_grad(const T *dy, int nimg, int oc, int n, float *scratch, float *db,
+		     cudaStream_t s)
 {
 	if (oc <= 0)
 		return 0;
-	bias_grad<<<oc, kBiasThreads, 0, s>>>(dy, nimg, oc, n, db);
+	if (nimg < 1 || n < 1 || oc > 65535) {
+		char m[96];
+		snprintf(m, sizeof(m), "%d images of %d channels of %d pixels: expected >= 1, 1-65535, >= 1",
+			 nimg, oc, n);
+		cnn_cuda_fail(__FILE__, __LINE__, "cnn_cuda_bias_grad", m);
+		return -1;
+	}
+	int ipc = bias_ipc(n), chunks = (nimg + ipc - 1) / ipc;
+	bias_grad_part<<<dim3(chunks, oc), kBiasThreads, 0, s>>>(dy, nimg, oc, n, ipc, scratch);
+	cudaCheck(cudaGetLastError());
+	bias_grad_sum<<<oc, kBiasThreads, 0, s>>>(scratch, chunks, db);
 	cudaCheck(cudaGetLastError());
 	return 0;
 }
@@ -371,10 +417,18 @@ extern "C" int cnn_cuda_relu_bwd(float *dx, const float *y, size_t n, cudaStream
 	return launch_relu_bwd(dx, y, n, s);
 }
 
-extern "C" int cnn_cuda_bias_grad(const float *dy, int nimg, int oc, int n, float *db,
-				  cudaStream_t s)
+extern "C" size_t cnn_cuda_bias_grad_scratch(int nimg, int oc, int n)
 {
-	return launch_bias_grad(dy, nimg, oc, n, db, s);
+	if (nimg < 1 || oc < 1 || n < 1)
+		return 0;
+	int ipc = bias_ipc(n);
+	return (size_t)oc * ((nimg + ipc - 1) / ipc);
+}
+
+extern "C" int cnn_cuda_bias_grad(const float *dy, int nimg, int oc, int n, float *scratch,
+				  float *db, cudaStream_t s)
+{
+	return launch_bias_grad(dy, nimg, oc, n, scratch, db, s);
 }
 
 // bf16 storage: cnn_bf16 is the bits of a __nv_bfloat16.
@@ -405,10 +459,10 @@ extern "C" int cnn_cuda_relu_bwd_bf16(cnn_bf16 *dx, const cnn_bf16 *y, size_t n,
 	return launch_relu_bwd(B(dx), B(y), n, s);
 }
 
-extern "C" int cnn_cuda_bias_grad_bf16(const cnn_bf16 *dy, int nimg, int oc, int n, float *db,
-				       cudaStream_t s)
+extern "C" int cnn_cuda_bias_grad_bf16(const cnn_bf16 *dy, int nimg, int oc, int n,
+				       float *scratch, float *db, cudaStream_t s)
 {
-	return launch_bias_grad(B(dy), nimg, oc, n, db, s);
+	return launch_bias_grad(B(dy), nimg, oc, n, scratch, db, s);
 }
 
 extern "C" int cnn_cuda_to_bf16(const float *x, cnn_bf16 *y, size_t n, cudaStream_t s)

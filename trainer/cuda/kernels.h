@@ -84,8 +84,13 @@ int cnn_cuda_gather(const uint8_t *xs, const uint8_t *ys, const uint32_t *idx, i
 		    cudaStream_t s);
 
 /* db[o] = sum of dy over nimg images of oc planes of n pixels (overwritten):
- * a convolution's bias gradient. */
-int cnn_cuda_bias_grad(const float *dy, int nimg, int oc, int n, float *db, cudaStream_t s);
+ * a convolution's bias gradient.  scratch: device memory of at least
+ * cnn_cuda_bias_grad_scratch(nimg, oc, n) floats (the per-chunk sums; it
+ * grows with nimg, so the largest batch's size serves every smaller one).
+ * Deterministic: the same bits for the same input. */
+size_t cnn_cuda_bias_grad_scratch(int nimg, int oc, int n);
+int cnn_cuda_bias_grad(const float *dy, int nimg, int oc, int n, float *scratch, float *db,
+		       cudaStream_t s);
 
 /* bf16 storage, float math (see the top of this file). */
 int cnn_cuda_bias_relu_bf16(cnn_bf16 *y, const float *b, int nimg, int oc, int n, cudaStream_t s);
@@ -94,8 +99,8 @@ int cnn_cuda_maxpool2_fwd_bf16(const cnn_bf16 *x, int planes, int h, int w, floa
 int cnn_cuda_maxpool2_relu_bwd_bf16(const float *dy, const float *y, const uint8_t *arg,
 				    int planes, int h, int w, cnn_bf16 *dx, cudaStream_t s);
 int cnn_cuda_relu_bwd_bf16(cnn_bf16 *dx, const cnn_bf16 *y, size_t n, cudaStream_t s);
-int cnn_cuda_bias_grad_bf16(const cnn_bf16 *dy, int nimg, int oc, int n, float *db,
-			    cudaStream_t s);
+int cnn_cuda_bias_grad_bf16(const cnn_bf16 *dy, int nimg, int oc, int n, float *scratch,
+			    float *db, cudaStream_t s);
 /* y = bf16(x), rounded to nearest even; and back (exact). */
 int cnn_cuda_to_bf16(const float *x, cnn_bf16 *y, size_t n, cudaStream_t s);
 int cnn_cuda_from_bf16(const cnn_bf16 *x, float *y, size_t n, cudaStream_t s);

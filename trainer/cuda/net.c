@@ -114,7 +114,10 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 	    alloc(&g->arg, np) < 0 || alloc(&g->y, N) < 0 || alloc(&g->stats, 2 * 4) < 0 ||
 	    alloc(&g->keys, 2 * 8) < 0)
 		return -1;
+	size_t bs1 = cnn_cuda_bias_grad_scratch(max_batch, M->c1, M->h1 * M->w1);
+	size_t bs2 = cnn_cuda_bias_grad_scratch(max_batch, M->c2, M->h2 * M->w2);
 	if (bf(g) && (alloc(&g->wb, M->nparams * 2) < 0 || alloc(&g->xb, nx * 2) < 0 ||
+		      alloc(&g->bgs, (bs1 > bs2 ? bs1 : bs2) * 4) < 0 ||
 		      alloc(&g->pb, np * 2) < 0 || alloc(&g->hb, nh * 2) < 0 ||
 		      alloc(&g->dlb, nk * 2) < 0 || alloc(&g->dhb, nh * 2) < 0 ||
 		      alloc(&g->dwb, (M->t[P_W1].n + M->t[P_W2].n) * 2) < 0))
@@ -141,7 +144,7 @@ void cnn_gnet_free(struct cnn_gnet *g)
 	void *bufs[] = { g->params, g->grads, g->x, g->a1, g->a2, g->p, g->h, g->logits, g->logp,
 			 g->dlogits, g->dh, g->dp, g->da2, g->da1, g->ones, g->arg, g->y, g->stats,
 			 g->keys, g->ws, g->blas_ws, g->wb, g->xb, g->pb, g->hb, g->dlb, g->dhb,
-			 g->dwb };
+			 g->dwb, g->bgs };
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		if (bufs[i])
 			cudaFree(bufs[i]);
@@ -311,7 +314,7 @@ static int bias_grad(struct cnn_gnet *g, const void *dy, int n, int oc, int pix,
 		     cudnnTensorDescriptor_t t, cudnnTensorDescriptor_t tb, float *db)
 {
 	if (bf(g))
-		return cnn_cuda_bias_grad_bf16(dy, n, oc, pix, db, g->s);
+		return cnn_cuda_bias_grad_bf16(dy, n, oc, pix, g->bgs, db, g->s);
 	cudnnCheck(cudnnConvolutionBackwardBias(g->dnn, &one, t, dy, &zero, tb, db));
 	return 0;
 }

@@ -51,6 +51,7 @@ struct cnn_gnet {
 	 * (cast from params at each forward), the GEMMs' bf16 operands, and
 	 * the convolutions' weight gradients before they widen into grads. */
 	cnn_bf16 *wb, *xb, *pb, *hb, *dlb, *dhb, *dwb;
+	float *bgs;                      /* bf16 only: the bias gradients' chunk sums */
 	uint8_t *arg, *y;
 	float *stats;                    /* [0] loss sum, [1] correct, of the last forward */
 	uint64_t *keys;                  /* dropout keys of layers 1 and 2 */
