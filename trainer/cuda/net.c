@@ -75,10 +75,16 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 	cudnnCheck(cudnnSetStream(g->dnn, s));
 	cublasCheck(cublasCreate(&g->blas));
 	cublasCheck(cublasSetStream(g->blas, s));
-	/* A workspace of our own: cuBLAS must not allocate inside a captured graph. */
-	if (alloc(&g->blas_ws, 4u << 20) < 0)
+	/* A workspace of our own: cuBLAS must not allocate inside a captured
+	 * graph.  Its size is what cuBLAS's documentation of cublasSetWorkspace
+	 * recommends: 32 MiB on Hopper and newer, 4 MiB before. */
+	int dev = 0, major = 0;
+	cudaCheck(cudaGetDevice(&dev));
+	cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+	size_t bws = (size_t)(major >= 9 ? 32 : 4) << 20;
+	if (alloc(&g->blas_ws, bws) < 0)
 		return -1;
-	cublasCheck(cublasSetWorkspace(g->blas, g->blas_ws, 4u << 20));
+	cublasCheck(cublasSetWorkspace(g->blas, g->blas_ws, bws));
 	cublasCheck(cublasSetPointerMode(g->blas, CUBLAS_POINTER_MODE_HOST));
 
 	cudnnCheck(cudnnCreateTensorDescriptor(&g->tx));
