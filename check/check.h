@@ -62,6 +62,10 @@ struct ck_rank {
 	int gpu_numa;
 	int visible;                     /* GPUs it can see, -1 unknown */
 	int step_gpus;                   /* the step's GPUs on its node */
+	/* The NVIDIA driver's GPUs on its node, "minor=busid,..." by minor
+	 * (ck_nvidia_read): "" when the driver has no list there. */
+	char nvgpus[960];
+	char nvgpus_err[200];
 	char topo_err[160];
 	/* Where its node's prober listens ("10.0.0.1:40000"), "" none. */
 	char probe[80];
@@ -142,6 +146,24 @@ int ck_probe_decode(struct ck_probe *p, const char *buf, size_t len);
 void ck_probe_free(struct ck_probe *p);
 int ck_coll_encode(const struct ck_coll *c, char *buf, size_t len);
 int ck_coll_decode(struct ck_coll *c, const char *buf, size_t len);
+
+/* ---- the NVIDIA driver's GPU list (nvidia.c) ------------------------------ */
+
+/* Where the driver lists its GPUs; DDP_CHECK_NVIDIA_GPUS overrides it (a
+ * container that mounts the host's /proc/driver/nvidia elsewhere). */
+#define CK_NVIDIA_GPUS "/proc/driver/nvidia/gpus"
+
+struct ck_nvgpu {
+	int minor;                       /* N of /dev/nvidiaN */
+	char busid[DDPENV_BUSIDLEN];     /* "0000:1b:00.0" */
+};
+
+/* Read dir's per-GPU "information" files into out as "minor=busid,..."
+ * sorted by minor.  Returns the GPU count, 0 (out "") when dir does not
+ * exist (no NVIDIA driver), -1 with err naming the file and line. */
+int ck_nvidia_read(const char *dir, char *out, size_t len, char *err, size_t errlen);
+/* Parse that text back; the count, -1 if it is not such a list. */
+int ck_nvidia_parse(const char *s, struct ck_nvgpu *g, size_t max);
 
 /* ---- verdicts (eval.c) --------------------------------------------------- */
 

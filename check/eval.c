@@ -856,6 +856,134 @@ static void eval_visible(struct ck_world *w)
 		       "(peer access possible)");
 }
 
+static int by_busid(const void *a, const void *b)
+{
+	return strcasecmp(((const struct ck_nvgpu *)a)->busid, ((const struct ck_nvgpu *)b)->busid);
+}
+
+/* The bus id of /dev/nvidia<minor> in g, NULL if the driver lists none. */
+static const char *minor_busid(const struct ck_nvgpu *g, int ng, long minor)
+{
+	for (int k = 0; k < ng; k++)
+		if (g[k].minor == minor)
+			return g[k].busid;
+	return NULL;
+}
+
+/* One node's driver table against bus order: "/dev/nvidia0 is 0000:43:00.0,
+ * GPU 1 in bus order, ..." for each GPU whose number is not its place. */
+static int misordered(const struct ck_nvgpu *g, int ng, char *out, size_t len)
+{
+	struct ck_nvgpu s[DDPENV_MAX_GPUS];
+	size_t off = 0;
+	int bad = 0;
+	memcpy(s, g, (size_t)ng * sizeof(*g));
+	qsort(s, (size_t)ng, sizeof(*s), by_busid);
+	out[0] = 0;
+	for (int k = 0; k < ng; k++) {
+		if (s[k].minor == k)
+			continue;
+		if (bad++ < 4 && off < len)
+			off += (size_t)snprintf(out + off, len - off, "%s/dev/nvidia%d is %s, GPU %d in bus order",
+						off ? ", " : "", s[k].minor, s[k].busid, k);
+	}
+	if (bad > 4 && off < len)
+		snprintf(out + off, len - off, ", and %d more", bad - 4);
+	return bad;
+}
+
+/* Slurm's GPU numbers against the NVIDIA driver's: Slurm names a GPU by
+ * the N of its /dev/nvidiaN (SLURM_STEP_GPUS; CUDA_VISIBLE_DEVICES too
+ * without ConstrainDevices), CUDA under CUDA_DEVICE_ORDER=PCI_BUS_ID and
+ * the plugin by its place in bus order.  Where they differ, a task drives
+ * another GPU than Slurm gave it. */
+static void eval_gres(struct ck_world *w, const struct nodes *nd)
+{
+	struct msg fail = { 0 }, warn = { 0 };
+	int nccl = !strcmp(w->backend, "nccl"), tables = 0, gpus = 0, checked = 0;
+
+	for (int n = 0; n < nd->n; n++) {
+		const struct ck_rank *t = NULL;
+		struct ck_nvgpu g[DDPENV_MAX_GPUS];
+		int ng;
+		for (int i = 0; i < w->n; i++) {
+			const struct ck_rank *r = &w->ranks[i];
+			if (nd->of[i] != n)
+				continue;
+			gpus |= r->gpu[0] || r->step_gpus > 0;
+			if (!t && (r->nvgpus[0] || r->nvgpus_err[0]))
+				t = r;
+		}
+		if (!t)
+			continue;
+		if (!t->nvgpus[0] || (ng = ck_nvidia_parse(t->nvgpus, g, DDPENV_MAX_GPUS)) <= 0) {
+			say(&warn, "%s: the NVIDIA driver's GPU list could not be read: %s", nd->name[n],
+			    t->nvgpus_err[0] ? t->nvgpus_err : t->nvgpus);
+			continue;
+		}
+		tables++;
+		char list[400];
+		if (misordered(g, ng, list, sizeof(list)))
+			say(&warn, "%s: the NVIDIA driver's device numbers are not in PCI bus order (%s): Slurm "
+			    "names GPUs by their /dev/nvidiaN (SLURM_STEP_GPUS, and CUDA_VISIBLE_DEVICES without "
+			    "ConstrainDevices=yes), CUDA (CUDA_DEVICE_ORDER=PCI_BUS_ID) and the plugin by their "
+			    "place in bus order, so a task can drive another GPU than Slurm gave it", nd->name[n],
+			    list);
+		for (int i = 0; i < w->n; i++) {
+			const struct ck_rank *r = &w->ranks[i];
+			if (nd->of[i] != n || !r->gpu[0] || !has(r, CK_STEP_GPUS))
+				continue;
+			char ids[DDPENV_VALLEN], busids[400] = "";
+			size_t off = 0;
+			int mine = 0, unknown = -1;
+			snprintf(ids, sizeof(ids), "%s", r->env[CK_STEP_GPUS]);
+			for (char *sv = NULL, *tok = strtok_r(ids, ",", &sv); tok; tok = strtok_r(NULL, ",", &sv)) {
+				char *end;
+				long m = strtol(tok, &end, 10);
+				const char *b = end != tok && !*end ? minor_busid(g, ng, m) : NULL;
+				if (!b) {
+					unknown = end != tok && !*end ? (int)m : -2;
+					break;
+				}
+				mine |= !strcasecmp(b, r->gpu);
+				if (off < sizeof(busids))
+					off += (size_t)snprintf(busids + off, sizeof(busids) - off, "%s%s",
+								off ? " " : "", b);
+			}
+			if (unknown != -1) {
+				if (unknown >= 0)
+					say(&warn, "task %d (%s): SLURM_STEP_GPUS=%s names /dev/nvidia%d, which the "
+					    "NVIDIA driver does not list there", i, r->host, r->env[CK_STEP_GPUS],
+					    unknown);
+				else
+					say(&warn, "task %d (%s): SLURM_STEP_GPUS=%s is not a list of device numbers",
+					    i, r->host, r->env[CK_STEP_GPUS]);
+				continue;
+			}
+			checked++;
+			if (!mine)
+				say(nccl ? &fail : &warn, "task %d (%s) uses GPU %s%s%s%s, not one of the "
+				    "step's: SLURM_STEP_GPUS=%s is %s", i, r->host, r->gpu,
+				    r->gpu_from[0] ? " (from " : "", r->gpu_from, r->gpu_from[0] ? ")" : "",
+				    r->env[CK_STEP_GPUS], busids);
+		}
+	}
+	if (fail.items)
+		ck_add(w, "bind.gres", CK_FAIL, "%s%s%s", said(&fail), warn.items ? "; " : "",
+		       warn.items ? said(&warn) : "");
+	else if (warn.items)
+		ck_add(w, "bind.gres", CK_WARN, "%s", said(&warn));
+	else if (tables)
+		ck_add(w, "bind.gres", CK_OK, "the NVIDIA driver numbers GPUs in PCI bus order on %d "
+		       "node%s%s", tables, tables == 1 ? "" : "s",
+		       checked ? ", and every task's GPU is one Slurm gave the step" : "");
+	else if (!gpus)
+		ck_add(w, "bind.gres", CK_OK, "no GPUs in this step");
+	else
+		ck_add(w, "bind.gres", CK_SKIP, "no node has the NVIDIA driver's GPU list (%s): Slurm's "
+		       "GPU numbers were not checked against PCI bus ids", CK_NVIDIA_GPUS);
+}
+
 static void eval_backend(struct ck_world *w)
 {
 	struct msg fail = { 0 };
@@ -910,6 +1038,7 @@ void ck_eval_setup(struct ck_world *w)
 	eval_locality(w);
 	eval_gpus(w, &nd);
 	eval_visible(w);
+	eval_gres(w, &nd);
 	eval_backend(w);
 	nodes_free(&nd);
 }

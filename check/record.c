@@ -101,6 +101,8 @@ int ck_rank_encode(const struct ck_rank *r, char *buf, size_t len)
 	put(&o, "gpu_numa", "%d", r->gpu_numa);
 	put(&o, "visible", "%d", r->visible);
 	put(&o, "step_gpus", "%d", r->step_gpus);
+	put(&o, "nvgpus", "%s", r->nvgpus);
+	put(&o, "nvgpus_err", "%s", r->nvgpus_err);
 	put(&o, "topo_err", "%s", r->topo_err);
 	put(&o, "probe", "%s", r->probe);
 	put(&o, "joined_s", "%.6f", r->joined_s);
@@ -159,6 +161,10 @@ static void rank_field(void *ctx, const char *k, const char *v)
 		r->visible = atoi(v);
 	} else if (!strcmp(k, "step_gpus")) {
 		r->step_gpus = atoi(v);
+	} else if (!strcmp(k, "nvgpus")) {
+		STR(r->nvgpus, v);
+	} else if (!strcmp(k, "nvgpus_err")) {
+		STR(r->nvgpus_err, v);
 	} else if (!strcmp(k, "topo_err")) {
 		STR(r->topo_err, v);
 	} else if (!strcmp(k, "probe")) {

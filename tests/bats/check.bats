@@ -47,13 +47,13 @@ teardown() {
  +262144 +65536 +float +sum +[0-9.]+ +[0-9.]+ +[0-9.]+
 "
 	for c in rdzv.join env.present env.rank env.world_size env.master env.local_rank env.node_rank \
-		env.head net.iface net.kind net.probe clock.skew bind.cpus bind.locality bind.gpus \
+		env.head net.iface net.kind net.probe clock.skew bind.cpus bind.locality bind.gpus bind.gres \
 		bind.visible coll.backend coll.allreduce coll.busbw time.first_collective; do
 		assert_line --regexp "^OK +$c +"
 	done
 	assert_line --regexp "^OK +net.probe +every node reached every other \(6 connections"
 	assert_line --regexp "^OK +coll.allreduce +gloo all-reduce of crafted inputs exact on all 6 tasks"
-	assert_line "ddp-check: 20 checks OK, 0 WARN, 0 FAILED"
+	assert_line "ddp-check: 21 checks OK, 0 WARN, 0 FAILED"
 }
 
 @test "--json writes the same report as one JSON object" {
@@ -180,7 +180,7 @@ time.sleep(60)' &
 	echo "$output"
 	assert_success
 	assert_line --regexp "^WARN +bind.cpus +node1: 2 tasks are not bound, each may run on all of CPUs 0-1"
-	assert_line --regexp "^ddp-check: 19 checks OK, 1 WARN, 0 FAILED$"
+	assert_line --regexp "^ddp-check: 20 checks OK, 1 WARN, 0 FAILED$"
 }
 
 @test "GPU binding (fake GPUs, the nodes' topology): bus ids, locality, one task per GPU, strict narrows visibility" {
@@ -208,6 +208,48 @@ time.sleep(60)' &
 	assert_success
 	assert_line --regexp "^WARN +bind.visible +task 0 \(node1\) sees 1 of the step's 4 GPUs there: no CUDA peer access"
 	assert_line --regexp "^WARN +bind.gpus +node1: 2 of the step's 4 GPUs there are used by no task$"
+}
+
+# The NVIDIA driver's list of the node's GPUs, faked (DDP_CHECK_NVIDIA_GPUS):
+# minor N at the bus ids given in order.
+fake_nvidia() {
+	local dir=$1 minor=0 bus
+	shift
+	rm -rf "$dir"
+	for bus in "$@"; do
+		mkdir -p "$dir/$bus"
+		printf 'Model: \t\t NVIDIA H100 80GB HBM3\nBus Type: \t PCIe\nBus Location: \t %s\nDevice Minor: \t %d\n' \
+			"$bus" "$minor" >"$dir/$bus/information"
+		minor=$((minor + 1))
+	done
+}
+
+@test "bind.gres: Slurm's GPU numbers against the NVIDIA driver's bus ids (a faked driver list)" {
+	sed -i "s|^topology: .*|topology: $REPO/tests/topologies/testnode.xml|" "$CONF"
+	NV="$BATS_TEST_TMPDIR/nvidia-gpus"
+	# no driver list: the check says what it could not do
+	run crun srun -N1 --ntasks-per-node=2 --gres=gpu:4 --ddp=gloo "$CHECK" "${ARGS[@]}"
+	echo "$output"
+	assert_success
+	assert_line --regexp "^SKIP +bind.gres +no node has the NVIDIA driver's GPU list"
+	# /dev/nvidiaN is the N-th GPU by bus id (testnode.xml's 20, 30, 60, 70): OK
+	fake_nvidia "$NV" 0000:20:00.0 0000:30:00.0 0000:60:00.0 0000:70:00.0
+	run crun env DDP_CHECK_NVIDIA_GPUS="$NV" srun -N2 --ntasks-per-node=2 --gres=gpu:4 --ddp=gloo "$CHECK" "${ARGS[@]}"
+	echo "$output"
+	assert_success
+	assert_line --regexp "^OK +bind.gres +the NVIDIA driver numbers GPUs in PCI bus order on 2 nodes, and every task's GPU is one Slurm gave the step$"
+	# the driver numbered the first two the other way round
+	fake_nvidia "$NV" 0000:30:00.0 0000:20:00.0 0000:60:00.0 0000:70:00.0
+	run crun env DDP_CHECK_NVIDIA_GPUS="$NV" srun -N1 --ntasks-per-node=2 --gres=gpu:4 --ddp=gloo "$CHECK" "${ARGS[@]}"
+	echo "$output"
+	assert_success
+	assert_line --regexp "^WARN +bind.gres +node1: the NVIDIA driver's device numbers are not in PCI bus order \(/dev/nvidia1 is 0000:20:00.0, GPU 0 in bus order, /dev/nvidia0 is 0000:30:00.0, GPU 1 in bus order\)"
+	# two of the four GPUs: each task's GPU (the plugin's DDP_GPU_BUSID) is one of them
+	fake_nvidia "$NV" 0000:20:00.0 0000:30:00.0 0000:60:00.0 0000:70:00.0
+	run crun env DDP_CHECK_NVIDIA_GPUS="$NV" srun -N1 --ntasks-per-node=2 --gres=gpu:2 --ddp=gloo "$CHECK" "${ARGS[@]}"
+	echo "$output"
+	assert_success
+	assert_line --regexp "^OK +bind.gres +the NVIDIA driver numbers GPUs in PCI bus order on 1 node, and every task's GPU is one Slurm gave the step$"
 }
 
 @test "--min-busbw above what the network gives is a failure naming the figure" {

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "check.h"
 #include "test.h"
@@ -221,7 +222,7 @@ static void test_healthy(void)
 	char why[256];
 
 	ck_eval_setup(w);
-	test_cond("a healthy step: 17 setup checks, all OK", w->nres == 17 && count_level(w, CK_OK) == 17);
+	test_cond("a healthy step: 18 setup checks, all OK", w->nres == 18 && count_level(w, CK_OK) == 18);
 	for (size_t i = 0; i < w->nres; i++)
 		if (w->res[i].level != CK_OK)
 			printf("#   %s %s: %s\n", LV[w->res[i].level], w->res[i].name, w->res[i].msg);
@@ -248,7 +249,7 @@ static void test_healthy(void)
 	test_err("the header", text, "# ddp-check " DDPENV_VERSION ": backend gloo, world size 6 on 3 nodes, head gpu01 (MASTER_ADDR=10.0.0.1 MASTER_PORT=29512)");
 	test_err("a placement line", text, "\n      5  gpu03      1005  ens17  10.0.0.3  -    2-3   0\n");
 	test_err("a bandwidth row", text, "\n          1024           256   float    sum     1000.00      0.00      0.00\n");
-	test_err("the count line", text, "\nddp-check: 20 checks OK, 0 WARN, 0 FAILED\n");
+	test_err("the count line", text, "\nddp-check: 21 checks OK, 0 WARN, 0 FAILED\n");
 
 	f = tmpfile();
 	snprintf(w->res[0].msg, sizeof(w->res[0].msg), "a \"quoted\"\\ message\t");
@@ -258,7 +259,7 @@ static void test_healthy(void)
 	text[n] = 0;
 	fclose(f);
 	test_err("JSON escapes quotes, backslashes and controls", text, "\"a \\\"quoted\\\"\\\\ message\\u0009\"");
-	test_err("JSON summary", text, "\"summary\": {\"ok\": 20, \"warn\": 0, \"fail\": 0, \"skip\": 0},\n  \"exit_code\": 0");
+	test_err("JSON summary", text, "\"summary\": {\"ok\": 21, \"warn\": 0, \"fail\": 0, \"skip\": 0},\n  \"exit_code\": 0");
 	test_err("JSON bandwidth", text, "{\"size\": 1024, \"count\": 256, \"type\": \"float\", \"redop\": \"sum\", \"time_us\": 1000.000");
 	test_err("JSON nodes", text, "\"nodes\": 3,\n  \"nodes_reported\": 3,\n");
 
@@ -490,6 +491,142 @@ static void test_binding_faults(void)
 	drop(w);
 }
 
+/* A fake /proc/driver/nvidia/gpus: one directory per GPU, named by its bus
+ * id, with the driver's "information" file. */
+static void nv_gpu(const char *dir, const char *name, const char *minor, const char *bus)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	mkdir(path, 0755);
+	snprintf(path, sizeof(path), "%s/%s/information", dir, name);
+	FILE *f = fopen(path, "w");
+	fprintf(f, "Model: \t\t NVIDIA H100 80GB HBM3\nIRQ:   \t\t 42\nGPU UUID: \t GPU-0\n"
+		"Bus Type: \t PCIe\nDMA Mask: \t 0xfffffffffffff\n");
+	if (bus)
+		fprintf(f, "Bus Location: \t %s\n", bus);
+	if (minor)
+		fprintf(f, "Device Minor: \t %s\n", minor);
+	fprintf(f, "GPU Excluded:\t No\n");
+	fclose(f);
+}
+
+static void test_nvidia(void)
+{
+	char dir[] = "/tmp/ddp-check-nvXXXXXX", out[960], err[256], sub[600];
+	struct ck_nvgpu g[8];
+	test_cond("a temporary directory", mkdtemp(dir) != NULL);
+	snprintf(sub, sizeof(sub), "%s/gpus", dir);
+	test_cond("no driver list (no directory): 0 GPUs, no error",
+		  ck_nvidia_read(sub, out, sizeof(out), err, sizeof(err)) == 0 && out[0] == 0);
+	mkdir(sub, 0755);
+	nv_gpu(sub, "0000:61:00.0", "3", "0000:61:00.0");
+	nv_gpu(sub, "0000:1B:00.0", "0", "0000:1B:00.0");
+	nv_gpu(sub, "0000:43:00.0", "1", NULL);   /* the directory's name serves */
+	nv_gpu(sub, "0000:52:00.0", "2", "00000000:52:00.0");
+	int n = ck_nvidia_read(sub, out, sizeof(out), err, sizeof(err));
+	test_cond("four GPUs read", n == 4);
+	test_streq("by minor, bus ids as hwloc writes them", out,
+		   "0=0000:1b:00.0,1=0000:43:00.0,2=0000:52:00.0,3=0000:61:00.0");
+	test_cond("the text parses back", ck_nvidia_parse(out, g, 8) == 4 && g[3].minor == 3 &&
+		  !strcmp(g[3].busid, "0000:61:00.0"));
+	test_cond("not such a list: -1", ck_nvidia_parse("0=0000:1b:00.0,x", g, 8) < 0 &&
+		  ck_nvidia_parse("0=gpu0", g, 8) < 0 && ck_nvidia_parse("0=0000:1b:00.0,1=0000:43:00.0", g, 1) < 0);
+	nv_gpu(sub, "0000:70:00.0", "seven", "0000:70:00.0");
+	test_cond("a bad Device Minor is an error", ck_nvidia_read(sub, out, sizeof(out), err, sizeof(err)) < 0);
+	test_err("naming the file and the value", err, "0000:70:00.0/information: Device Minor 'seven': expected 0-255");
+	nv_gpu(sub, "0000:70:00.0", NULL, "0000:70:00.0");
+	test_cond("no Device Minor line is an error", ck_nvidia_read(sub, out, sizeof(out), err, sizeof(err)) < 0);
+	test_err("saying which line is missing", err, "0000:70:00.0/information: no Device Minor line");
+	char cmd[600];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	test_cond("the temporary directory is removed", system(cmd) == 0);
+}
+
+/* Slurm's GPU numbers (device minors) against the driver's bus ids. */
+static void test_gres(void)
+{
+	static const char inorder[] = "0=0000:1b:00.0,1=0000:43:00.0,2=0000:52:00.0,3=0000:61:00.0";
+	struct ck_world *w = world(1, 4);
+	ck_eval_setup(w);
+	test_check("no GPUs, no driver: nothing to check", w, "bind.gres", CK_OK, "no GPUs in this step");
+	drop(w);
+
+	w = world(1, 4);
+	with_gpus(w, 4);
+	ck_eval_setup(w);
+	test_check("GPUs but no driver list on any node: SKIP", w, "bind.gres", CK_SKIP,
+		   "no node has the NVIDIA driver's GPU list (/proc/driver/nvidia/gpus)");
+	drop(w);
+
+	w = world(2, 4);
+	with_gpus(w, 4);
+	for (int i = 0; i < w->n; i++) {
+		struct ck_rank *r = &w->ranks[i];
+		snprintf(r->nvgpus, sizeof(r->nvgpus), "%s", inorder);
+		snprintf(r->env[CK_STEP_GPUS], DDPENV_VALLEN, "0,1,2,3");
+		r->have |= 1u << CK_STEP_GPUS;
+	}
+	ck_eval_setup(w);
+	test_check("minors in bus order, every task on one of the step's GPUs", w, "bind.gres", CK_OK,
+		   "the NVIDIA driver numbers GPUs in PCI bus order on 2 nodes, and every task's GPU is one "
+		   "Slurm gave the step");
+
+	/* node 2's driver numbered its first two GPUs the other way round */
+	w->nres = 0;
+	for (int i = 4; i < 8; i++)
+		snprintf(w->ranks[i].nvgpus, sizeof(w->ranks[i].nvgpus),
+			 "0=0000:43:00.0,1=0000:1b:00.0,2=0000:52:00.0,3=0000:61:00.0");
+	ck_eval_setup(w);
+	test_check("minors out of bus order: WARN naming the node and the devices", w, "bind.gres", CK_WARN,
+		   "gpu02: the NVIDIA driver's device numbers are not in PCI bus order (/dev/nvidia1 is "
+		   "0000:1b:00.0, GPU 0 in bus order, /dev/nvidia0 is 0000:43:00.0, GPU 1 in bus order)");
+	test_check("and why it matters", w, "bind.gres", CK_WARN, "so a task can drive another GPU than Slurm gave it");
+
+	/* the step has /dev/nvidia0 and 1 on node 1, but task 2 runs on 0000:52:00.0 */
+	w->nres = 0;
+	for (int i = 0; i < 8; i++)
+		snprintf(w->ranks[i].nvgpus, sizeof(w->ranks[i].nvgpus), "%s", inorder);
+	snprintf(w->ranks[2].env[CK_STEP_GPUS], DDPENV_VALLEN, "0,1");
+	snprintf(w->ranks[2].gpu_from, sizeof(w->ranks[2].gpu_from), "DDP_GPU_BUSID");
+	ck_eval_setup(w);
+	test_check("a task on a GPU the step was not given: WARN under gloo (the plan said so)", w,
+		   "bind.gres", CK_WARN, "task 2 (gpu01) uses GPU 0000:52:00.0 (from DDP_GPU_BUSID), not one of "
+		   "the step's: SLURM_STEP_GPUS=0,1 is 0000:1b:00.0 0000:43:00.0");
+	w->nres = 0;
+	w->backend = "nccl";
+	ck_eval_setup(w);
+	test_check("FAIL under nccl (CUDA opened it)", w, "bind.gres", CK_FAIL, "task 2 (gpu01) uses GPU 0000:52:00.0");
+
+	w->nres = 0;
+	snprintf(w->ranks[5].env[CK_STEP_GPUS], DDPENV_VALLEN, "0,7");
+	snprintf(w->ranks[6].env[CK_STEP_GPUS], DDPENV_VALLEN, "gpu0");
+	ck_eval_setup(w);
+	test_check("a device number the driver does not list", w, "bind.gres", CK_FAIL,
+		   "task 5 (gpu02): SLURM_STEP_GPUS=0,7 names /dev/nvidia7, which the NVIDIA driver does not list there");
+	test_check("a SLURM_STEP_GPUS that is not numbers", w, "bind.gres", CK_FAIL,
+		   "task 6 (gpu02): SLURM_STEP_GPUS=gpu0 is not a list of device numbers");
+
+	w->nres = 0;
+	w->backend = "gloo";
+	for (int i = 4; i < 8; i++) {
+		w->ranks[i].nvgpus[0] = 0;
+		snprintf(w->ranks[i].nvgpus_err, sizeof(w->ranks[i].nvgpus_err),
+			 "/proc/driver/nvidia/gpus/0000:1b:00.0/information: Permission denied");
+	}
+	ck_eval_setup(w);
+	test_check("a driver list that could not be read is said", w, "bind.gres", CK_WARN,
+		   "gpu02: the NVIDIA driver's GPU list could not be read: /proc/driver/nvidia/gpus/0000:1b:00.0/"
+		   "information: Permission denied");
+
+	/* the table travels in the rank's record */
+	char buf[16384];
+	struct ck_rank back;
+	int n = ck_rank_encode(&w->ranks[0], buf, sizeof(buf));
+	test_cond("the driver's list survives the record", n > 0 && ck_rank_decode(&back, buf, (size_t)n) == 0 &&
+		  !strcmp(back.nvgpus, inorder) && !back.nvgpus_err[0]);
+	drop(w);
+}
+
 static void test_coll_faults(void)
 {
 	struct ck_world *w = world(2, 1);
@@ -517,6 +654,8 @@ int main(void)
 	test_contract_faults();
 	test_network_faults();
 	test_binding_faults();
+	test_nvidia();
+	test_gres();
 	test_coll_faults();
 	return test_report();
 }
