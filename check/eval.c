@@ -870,8 +870,12 @@ static const char *minor_busid(const struct ck_nvgpu *g, int ng, long minor)
 	return NULL;
 }
 
-/* One node's driver table against bus order: "/dev/nvidia0 is 0000:43:00.0,
- * GPU 1 in bus order, ..." for each GPU whose number is not its place. */
+/* One node's driver table against bus order: whether the device numbers
+ * rise with the bus ids.  Only the order is checked, not that /dev/nvidiaN
+ * is exactly the N-th GPU: a container (pyxis, enroot) lists only the
+ * GPUs it was given, and a hole in the numbers alone is no error.  out:
+ * "0000:1b:00.0 is /dev/nvidia1, 0000:43:00.0 is /dev/nvidia0, ..." in bus
+ * order. */
 static int misordered(const struct ck_nvgpu *g, int ng, char *out, size_t len)
 {
 	struct ck_nvgpu s[DDPENV_MAX_GPUS];
@@ -880,15 +884,13 @@ static int misordered(const struct ck_nvgpu *g, int ng, char *out, size_t len)
 	memcpy(s, g, (size_t)ng * sizeof(*g));
 	qsort(s, (size_t)ng, sizeof(*s), by_busid);
 	out[0] = 0;
-	for (int k = 0; k < ng; k++) {
-		if (s[k].minor == k)
-			continue;
-		if (bad++ < 4 && off < len)
-			off += (size_t)snprintf(out + off, len - off, "%s/dev/nvidia%d is %s, GPU %d in bus order",
-						off ? ", " : "", s[k].minor, s[k].busid, k);
-	}
-	if (bad > 4 && off < len)
-		snprintf(out + off, len - off, ", and %d more", bad - 4);
+	for (int k = 1; k < ng; k++)
+		bad += s[k].minor < s[k - 1].minor;
+	for (int k = 0; bad && k < ng && k < 8 && off < len; k++)
+		off += (size_t)snprintf(out + off, len - off, "%s%s is /dev/nvidia%d", k ? ", " : "",
+					s[k].busid, s[k].minor);
+	if (bad && ng > 8 && off < len)
+		snprintf(out + off, len - off, ", and %d more", ng - 8);
 	return bad;
 }
 
@@ -924,7 +926,7 @@ static void eval_gres(struct ck_world *w, const struct nodes *nd)
 		tables++;
 		char list[400];
 		if (misordered(g, ng, list, sizeof(list)))
-			say(&warn, "%s: the NVIDIA driver's device numbers are not in PCI bus order (%s): Slurm "
+			say(&warn, "%s: the NVIDIA driver's device numbers do not follow PCI bus order (%s): Slurm "
 			    "names GPUs by their /dev/nvidiaN (SLURM_STEP_GPUS, and CUDA_VISIBLE_DEVICES without "
 			    "ConstrainDevices=yes), CUDA (CUDA_DEVICE_ORDER=PCI_BUS_ID) and the plugin by their "
 			    "place in bus order, so a task can drive another GPU than Slurm gave it", nd->name[n],
@@ -974,7 +976,7 @@ static void eval_gres(struct ck_world *w, const struct nodes *nd)
 	else if (warn.items)
 		ck_add(w, "bind.gres", CK_WARN, "%s", said(&warn));
 	else if (tables)
-		ck_add(w, "bind.gres", CK_OK, "the NVIDIA driver numbers GPUs in PCI bus order on %d "
+		ck_add(w, "bind.gres", CK_OK, "the NVIDIA driver's device numbers follow PCI bus order on %d "
 		       "node%s%s", tables, tables == 1 ? "" : "s",
 		       checked ? ", and every task's GPU is one Slurm gave the step" : "");
 	else if (!gpus)

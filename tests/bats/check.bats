@@ -237,19 +237,19 @@ fake_nvidia() {
 	run crun env DDP_CHECK_NVIDIA_GPUS="$NV" srun -N2 --ntasks-per-node=2 --gres=gpu:4 --ddp=gloo "$CHECK" "${ARGS[@]}"
 	echo "$output"
 	assert_success
-	assert_line --regexp "^OK +bind.gres +the NVIDIA driver numbers GPUs in PCI bus order on 2 nodes, and every task's GPU is one Slurm gave the step$"
+	assert_line --regexp "^OK +bind.gres +the NVIDIA driver's device numbers follow PCI bus order on 2 nodes, and every task's GPU is one Slurm gave the step$"
 	# the driver numbered the first two the other way round
 	fake_nvidia "$NV" 0000:30:00.0 0000:20:00.0 0000:60:00.0 0000:70:00.0
 	run crun env DDP_CHECK_NVIDIA_GPUS="$NV" srun -N1 --ntasks-per-node=2 --gres=gpu:4 --ddp=gloo "$CHECK" "${ARGS[@]}"
 	echo "$output"
 	assert_success
-	assert_line --regexp "^WARN +bind.gres +node1: the NVIDIA driver's device numbers are not in PCI bus order \(/dev/nvidia1 is 0000:20:00.0, GPU 0 in bus order, /dev/nvidia0 is 0000:30:00.0, GPU 1 in bus order\)"
+	assert_line --regexp "^WARN +bind.gres +node1: the NVIDIA driver's device numbers do not follow PCI bus order \(0000:20:00.0 is /dev/nvidia1, 0000:30:00.0 is /dev/nvidia0, 0000:60:00.0 is /dev/nvidia2, 0000:70:00.0 is /dev/nvidia3\)"
 	# two of the four GPUs: each task's GPU (the plugin's DDP_GPU_BUSID) is one of them
 	fake_nvidia "$NV" 0000:20:00.0 0000:30:00.0 0000:60:00.0 0000:70:00.0
 	run crun env DDP_CHECK_NVIDIA_GPUS="$NV" srun -N1 --ntasks-per-node=2 --gres=gpu:2 --ddp=gloo "$CHECK" "${ARGS[@]}"
 	echo "$output"
 	assert_success
-	assert_line --regexp "^OK +bind.gres +the NVIDIA driver numbers GPUs in PCI bus order on 1 node, and every task's GPU is one Slurm gave the step$"
+	assert_line --regexp "^OK +bind.gres +the NVIDIA driver's device numbers follow PCI bus order on 1 node, and every task's GPU is one Slurm gave the step$"
 }
 
 @test "--min-busbw above what the network gives is a failure naming the figure" {

@@ -568,8 +568,8 @@ static void test_gres(void)
 	}
 	ck_eval_setup(w);
 	test_check("minors in bus order, every task on one of the step's GPUs", w, "bind.gres", CK_OK,
-		   "the NVIDIA driver numbers GPUs in PCI bus order on 2 nodes, and every task's GPU is one "
-		   "Slurm gave the step");
+		   "the NVIDIA driver's device numbers follow PCI bus order on 2 nodes, and every task's GPU "
+		   "is one Slurm gave the step");
 
 	/* node 2's driver numbered its first two GPUs the other way round */
 	w->nres = 0;
@@ -578,9 +578,24 @@ static void test_gres(void)
 			 "0=0000:43:00.0,1=0000:1b:00.0,2=0000:52:00.0,3=0000:61:00.0");
 	ck_eval_setup(w);
 	test_check("minors out of bus order: WARN naming the node and the devices", w, "bind.gres", CK_WARN,
-		   "gpu02: the NVIDIA driver's device numbers are not in PCI bus order (/dev/nvidia1 is "
-		   "0000:1b:00.0, GPU 0 in bus order, /dev/nvidia0 is 0000:43:00.0, GPU 1 in bus order)");
+		   "gpu02: the NVIDIA driver's device numbers do not follow PCI bus order (0000:1b:00.0 is "
+		   "/dev/nvidia1, 0000:43:00.0 is /dev/nvidia0, 0000:52:00.0 is /dev/nvidia2, 0000:61:00.0 is "
+		   "/dev/nvidia3)");
 	test_check("and why it matters", w, "bind.gres", CK_WARN, "so a task can drive another GPU than Slurm gave it");
+
+	/* a container (pyxis) lists only its GPUs: numbers with holes, in order */
+	w->nres = 0;
+	for (int i = 0; i < 8; i++) {
+		snprintf(w->ranks[i].nvgpus, sizeof(w->ranks[i].nvgpus), "1=0000:43:00.0,3=0000:61:00.0");
+		snprintf(w->ranks[i].env[CK_STEP_GPUS], DDPENV_VALLEN, "1,3");
+		snprintf(w->ranks[i].gpu, sizeof(w->ranks[i].gpu), "%s", i % 2 ? "0000:61:00.0" : "0000:43:00.0");
+	}
+	ck_eval_setup(w);
+	test_check("a container's partial list with holes in the numbers is no error", w, "bind.gres", CK_OK,
+		   "follow PCI bus order on 2 nodes, and every task's GPU is one Slurm gave the step");
+	with_gpus(w, 4);
+	for (int i = 0; i < 8; i++)
+		snprintf(w->ranks[i].env[CK_STEP_GPUS], DDPENV_VALLEN, "0,1,2,3");
 
 	/* the step has /dev/nvidia0 and 1 on node 1, but task 2 runs on 0000:52:00.0 */
 	w->nres = 0;
