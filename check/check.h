@@ -162,6 +162,9 @@ struct ck_nvgpu {
  * sorted by minor.  Returns the GPU count, 0 (out "") when dir does not
  * exist (no NVIDIA driver), -1 with err naming the file and line. */
 int ck_nvidia_read(const char *dir, char *out, size_t len, char *err, size_t errlen);
+/* A PCI bus id as hwloc and Slurm write it: "0000:1B:00.0" or CUDA's
+ * "00000000:1b:00.0" -> "0000:1b:00.0"; -1 if s is not one. */
+int ck_busid_norm(const char *s, char *out, size_t len);
 /* Parse that text back; the count, -1 if it is not such a list. */
 int ck_nvidia_parse(const char *s, struct ck_nvgpu *g, size_t max);
 

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "coll.h"
 
 #ifdef HAVE_NCCL
@@ -127,10 +128,7 @@ int ck_nccl_device(int local_rank, int *dev, int *count, char *busid, size_t len
 		return -1;
 	}
 	/* CUDA says "00000000:1B:00.0"; hwloc and Slurm "0000:1b:00.0". */
-	unsigned d, bu, de, f;
-	if (sscanf(b, "%x:%x:%x.%x", &d, &bu, &de, &f) == 4)
-		snprintf(busid, len, "%04x:%02x:%02x.%x", d, bu, de, f);
-	else
+	if (ck_busid_norm(b, busid, len) < 0)
 		snprintf(busid, len, "%s", b);
 	return 0;
 }

@@ -16,8 +16,7 @@
 
 #define MAXGPU DDPENV_MAX_GPUS
 
-/* "0000:1B:00.0" or "00000000:1b:00.0" -> "0000:1b:00.0"; -1 if not a bus id. */
-static int busid_norm(const char *s, char *out, size_t len)
+int ck_busid_norm(const char *s, char *out, size_t len)
 {
 	unsigned d, b, dev, f;
 	char tail;
@@ -44,7 +43,7 @@ static int read_info(const char *dir, const char *name, struct ck_nvgpu *g, char
 		snprintf(err, errlen, "%s: %s", path, strerror(errno));
 		return -1;
 	}
-	if (busid_norm(name, g->busid, sizeof(g->busid)) < 0)
+	if (ck_busid_norm(name, g->busid, sizeof(g->busid)) < 0)
 		g->busid[0] = 0;
 	while (fgets(line, sizeof(line), f)) {
 		char *v = strchr(line, ':');
@@ -63,7 +62,7 @@ static int read_info(const char *dir, const char *name, struct ck_nvgpu *g, char
 			}
 			g->minor = (int)m;
 			have_minor = 1;
-		} else if (!strcmp(line, "Bus Location") && busid_norm(v, g->busid, sizeof(g->busid)) < 0) {
+		} else if (!strcmp(line, "Bus Location") && ck_busid_norm(v, g->busid, sizeof(g->busid)) < 0) {
 			fclose(f);
 			snprintf(err, errlen, "%s: Bus Location '%.32s': expected a PCI bus id such as "
 				 "0000:1b:00.0", path, v);
@@ -137,7 +136,7 @@ int ck_nvidia_parse(const char *s, struct ck_nvgpu *g, size_t max)
 		*eq = 0;
 		long m = strtol(item, &end, 10);
 		if (end == item || *end || m < 0 || m > 255 ||
-		    busid_norm(eq + 1, g[n].busid, sizeof(g[n].busid)) < 0)
+		    ck_busid_norm(eq + 1, g[n].busid, sizeof(g[n].busid)) < 0)
 			return -1;
 		g[n++].minor = (int)m;
 	}
