@@ -19,9 +19,11 @@
 int ck_busid_norm(const char *s, char *out, size_t len)
 {
 	unsigned d, b, dev, f;
-	char tail;
-	if (sscanf(s, "%x:%x:%x.%x%c", &d, &b, &dev, &f, &tail) != 4 || d > 0xffff || b > 0xff ||
-	    dev > 0x1f || f > 7)
+	int used = -1;
+	/* hex digits and the separators only: scanf's %x would take "0x" too */
+	if (strspn(s, "0123456789abcdefABCDEF:.") != strlen(s) ||
+	    sscanf(s, "%x:%x:%x.%x%n", &d, &b, &dev, &f, &used) != 4 || used != (int)strlen(s) ||
+	    d > 0xffff || b > 0xff || dev > 0x1f || f > 7)
 		return -1;
 	snprintf(out, len, "%04x:%02x:%02x.%x", d, b, dev, f);
 	return 0;
