@@ -23,7 +23,7 @@ int ck_busid_norm(const char *s, char *out, size_t len)
 	/* hex digits and the separators only: scanf's %x would take "0x" too */
 	if (strspn(s, "0123456789abcdefABCDEF:.") != strlen(s) ||
 	    sscanf(s, "%x:%x:%x.%x%n", &d, &b, &dev, &f, &used) != 4 || used != (int)strlen(s) ||
-	    d > 0xffff || b > 0xff || dev > 0x1f || f > 7)
+	    d > 0xfffffff || b > 0xff || dev > 0x1f || f > 7)   /* VMD domains are 0x10000 and up */
 		return -1;
 	snprintf(out, len, "%04x:%02x:%02x.%x", d, b, dev, f);
 	return 0;
