@@ -149,24 +149,14 @@ int ck_coll_decode(struct ck_coll *c, const char *buf, size_t len);
 
 /* ---- the NVIDIA driver's GPU list (nvidia.c) ------------------------------ */
 
-/* Where the driver lists its GPUs; DDP_CHECK_NVIDIA_GPUS overrides it (a
- * container that mounts the host's /proc/driver/nvidia elsewhere). */
-#define CK_NVIDIA_GPUS "/proc/driver/nvidia/gpus"
-
-struct ck_nvgpu {
-	int minor;                       /* N of /dev/nvidiaN */
-	char busid[DDPENV_BUSIDLEN];     /* "0000:1b:00.0" */
-};
-
-/* Read dir's per-GPU "information" files into out as "minor=busid,..."
- * sorted by minor.  Returns the GPU count, 0 (out "") when dir does not
+/* Read the driver's list at dir (ddpenv_nvidia_gpus; ddp-check passes
+ * DDPENV_NVIDIA_GPUS unless DDP_CHECK_NVIDIA_GPUS names another directory,
+ * for a container that mounts the host's /proc/driver/nvidia elsewhere)
+ * into out as "minor=busid,..." sorted by minor.  Returns the GPU count, 0 (out "") when dir does not
  * exist (no NVIDIA driver), -1 with err naming the file and line. */
 int ck_nvidia_read(const char *dir, char *out, size_t len, char *err, size_t errlen);
-/* A PCI bus id as hwloc and Slurm write it: "0000:1B:00.0" or CUDA's
- * "00000000:1b:00.0" -> "0000:1b:00.0"; -1 if s is not one. */
-int ck_busid_norm(const char *s, char *out, size_t len);
 /* Parse that text back; the count, -1 if it is not such a list. */
-int ck_nvidia_parse(const char *s, struct ck_nvgpu *g, size_t max);
+int ck_nvidia_parse(const char *s, struct ddpenv_nvgpu *g, size_t max);
 
 /* ---- verdicts (eval.c) --------------------------------------------------- */
 

@@ -858,11 +858,11 @@ static void eval_visible(struct ck_world *w)
 
 static int by_busid(const void *a, const void *b)
 {
-	return strcasecmp(((const struct ck_nvgpu *)a)->busid, ((const struct ck_nvgpu *)b)->busid);
+	return strcasecmp(((const struct ddpenv_nvgpu *)a)->busid, ((const struct ddpenv_nvgpu *)b)->busid);
 }
 
 /* The bus id of /dev/nvidia<minor> in g, NULL if the driver lists none. */
-static const char *minor_busid(const struct ck_nvgpu *g, int ng, long minor)
+static const char *minor_busid(const struct ddpenv_nvgpu *g, int ng, long minor)
 {
 	for (int k = 0; k < ng; k++)
 		if (g[k].minor == minor)
@@ -876,9 +876,9 @@ static const char *minor_busid(const struct ck_nvgpu *g, int ng, long minor)
  * GPUs it was given, and a hole in the numbers alone is no error.  out:
  * "0000:1b:00.0 is /dev/nvidia1, 0000:43:00.0 is /dev/nvidia0, ..." in bus
  * order. */
-static int misordered(const struct ck_nvgpu *g, int ng, char *out, size_t len)
+static int misordered(const struct ddpenv_nvgpu *g, int ng, char *out, size_t len)
 {
-	struct ck_nvgpu s[DDPENV_MAX_GPUS];
+	struct ddpenv_nvgpu s[DDPENV_MAX_GPUS];
 	size_t off = 0;
 	int bad = 0;
 	memcpy(s, g, (size_t)ng * sizeof(*g));
@@ -906,7 +906,7 @@ static void eval_gres(struct ck_world *w, const struct nodes *nd)
 
 	for (int n = 0; n < nd->n; n++) {
 		const struct ck_rank *t = NULL;
-		struct ck_nvgpu g[DDPENV_MAX_GPUS];
+		struct ddpenv_nvgpu g[DDPENV_MAX_GPUS];
 		int ng;
 		for (int i = 0; i < w->n; i++) {
 			const struct ck_rank *r = &w->ranks[i];
@@ -983,7 +983,7 @@ static void eval_gres(struct ck_world *w, const struct nodes *nd)
 		ck_add(w, "bind.gres", CK_OK, "no GPUs in this step");
 	else
 		ck_add(w, "bind.gres", CK_SKIP, "no node has the NVIDIA driver's GPU list (%s): Slurm's "
-		       "GPU numbers were not checked against PCI bus ids", CK_NVIDIA_GPUS);
+		       "GPU numbers were not checked against PCI bus ids", DDPENV_NVIDIA_GPUS);
 }
 
 static void eval_backend(struct ck_world *w)

@@ -128,7 +128,7 @@ int ck_nccl_device(int local_rank, int *dev, int *count, char *busid, size_t len
 		return -1;
 	}
 	/* CUDA says "00000000:1B:00.0"; hwloc and Slurm "0000:1b:00.0". */
-	if (ck_busid_norm(b, busid, len) < 0)
+	if (ddpenv_busid_norm(b, busid, len) < 0)
 		snprintf(busid, len, "%s", b);
 	return 0;
 }

@@ -413,6 +413,32 @@ int ddpenv_topo_numa_of(const struct ddpenv_topo *t, const char *cpulist, char *
 #define DDPENV_MAX_LOCAL 1024   /* tasks of a step on one node */
 #define DDPENV_CPULIST 512      /* a CPU list: "0-27,112-139" */
 #define DDPENV_BUSIDLEN 16      /* "0000:1b:00.0" */
+
+/* The NVIDIA driver's own list of a node's GPUs: a directory per GPU under
+ * /proc/driver/nvidia/gpus whose "information" file gives its "Bus
+ * Location" and "Device Minor", the N of /dev/nvidiaN.  Slurm names GPUs by
+ * that N (the number of a gres.conf File= device: SLURM_STEP_GPUS), so this
+ * is how a GPU number of Slurm's becomes a PCI device.  Plain file reads:
+ * no driver library is loaded. */
+#define DDPENV_NVIDIA_GPUS "/proc/driver/nvidia/gpus"
+struct ddpenv_nvgpu {
+	int minor;                       /* N of /dev/nvidiaN */
+	char busid[DDPENV_BUSIDLEN];     /* "0000:1b:00.0" */
+};
+/* Read dir (NULL: DDPENV_NVIDIA_GPUS) into out, sorted by minor.  The GPU
+ * count; 0 when dir does not exist (no NVIDIA driver); -1 with err naming
+ * the file and the line at fault. */
+int ddpenv_nvidia_gpus(const char *dir, struct ddpenv_nvgpu *out, size_t max, char *err,
+		       size_t errlen);
+/* A PCI bus id as hwloc and Slurm write it: "0000:1B:00.0" or CUDA's
+ * "00000000:1b:00.0" -> "0000:1b:00.0"; -1 if s is not one. */
+int ddpenv_busid_norm(const char *s, char *out, size_t len);
+/* Give a topology the driver's list (n 0: forget it): the binding plan
+ * then finds each of Slurm's GPU numbers by its device minor's bus id,
+ * instead of taking number k for the k-th GPU in bus order.  -1 with err
+ * if g is not a list of distinct minors. */
+int ddpenv_topo_set_nvidia(struct ddpenv_topo *t, const struct ddpenv_nvgpu *g, size_t n,
+			   char *err, size_t errlen);
 /* Slurm's CUDA_VISIBLE_DEVICES before the plugin permuted it. */
 #define DDPENV_SLURM_CVD "DDP_SLURM_CUDA_VISIBLE_DEVICES"
 

@@ -11,6 +11,8 @@ struct ddpenv_topo {
 	int inited;
 	int thissystem;              /* binding acts on this machine */
 	char source[DDPENV_PATHLEN];
+	size_t nnv;                  /* the NVIDIA driver's GPUs, by minor (0: none given) */
+	struct ddpenv_nvgpu nv[DDPENV_MAX_GPUS];
 };
 
 /* A GPU function: NVIDIA or AMD, display or 3D/compute class. */

@@ -513,7 +513,7 @@ static void nv_gpu(const char *dir, const char *name, const char *minor, const c
 static void test_nvidia(void)
 {
 	char dir[] = "/tmp/ddp-check-nvXXXXXX", out[960], err[256], sub[600];
-	struct ck_nvgpu g[8];
+	struct ddpenv_nvgpu g[8];
 	test_cond("a temporary directory", mkdtemp(dir) != NULL);
 	snprintf(sub, sizeof(sub), "%s/gpus", dir);
 	test_cond("no driver list (no directory): 0 GPUs, no error",
@@ -532,11 +532,11 @@ static void test_nvidia(void)
 	test_cond("not such a list: -1", ck_nvidia_parse("0=0000:1b:00.0,x", g, 8) < 0 &&
 		  ck_nvidia_parse("0=gpu0", g, 8) < 0 && ck_nvidia_parse("0=0000:1b:00.0,1=0000:43:00.0", g, 1) < 0);
 	char bus[DDPENV_BUSIDLEN];
-	test_cond("CUDA's bus id in hwloc's form", ck_busid_norm("00000000:1B:00.0", bus, sizeof(bus)) == 0 &&
+	test_cond("CUDA's bus id in hwloc's form", ddpenv_busid_norm("00000000:1B:00.0", bus, sizeof(bus)) == 0 &&
 		  !strcmp(bus, "0000:1b:00.0"));
-	test_cond("not a bus id: refused", ck_busid_norm("gpu0", bus, sizeof(bus)) < 0 &&
-		  ck_busid_norm("0000:1b:00.0x", bus, sizeof(bus)) < 0 &&
-		  ck_busid_norm("0000:1b:20.0", bus, sizeof(bus)) < 0);
+	test_cond("not a bus id: refused", ddpenv_busid_norm("gpu0", bus, sizeof(bus)) < 0 &&
+		  ddpenv_busid_norm("0000:1b:00.0x", bus, sizeof(bus)) < 0 &&
+		  ddpenv_busid_norm("0000:1b:20.0", bus, sizeof(bus)) < 0);
 	nv_gpu(sub, "0000:70:00.0", "seven", "0000:70:00.0");
 	test_cond("a bad Device Minor is an error", ck_nvidia_read(sub, out, sizeof(out), err, sizeof(err)) < 0);
 	test_err("naming the file and the value", err, "0000:70:00.0/information: Device Minor 'seven': expected 0-255");
