@@ -896,8 +896,8 @@ static int misordered(const struct ddpenv_nvgpu *g, int ng, char *out, size_t le
 
 /* Slurm's GPU numbers against the NVIDIA driver's: Slurm names a GPU by
  * the N of its /dev/nvidiaN (SLURM_STEP_GPUS; CUDA_VISIBLE_DEVICES too
- * without ConstrainDevices), CUDA under CUDA_DEVICE_ORDER=PCI_BUS_ID and
- * the plugin by its place in bus order.  Where they differ, a task drives
+ * without ConstrainDevices), CUDA under CUDA_DEVICE_ORDER=PCI_BUS_ID by
+ * its place in bus order.  Where they differ, a task drives
  * another GPU than Slurm gave it. */
 static void eval_gres(struct ck_world *w, const struct nodes *nd)
 {
@@ -928,8 +928,8 @@ static void eval_gres(struct ck_world *w, const struct nodes *nd)
 		if (misordered(g, ng, list, sizeof(list)))
 			say(&warn, "%s: the NVIDIA driver's device numbers do not follow PCI bus order (%s): Slurm "
 			    "names GPUs by their /dev/nvidiaN (SLURM_STEP_GPUS, and CUDA_VISIBLE_DEVICES without "
-			    "ConstrainDevices=yes), CUDA (CUDA_DEVICE_ORDER=PCI_BUS_ID) and the plugin by their "
-			    "place in bus order, so a task can drive another GPU than Slurm gave it", nd->name[n],
+			    "ConstrainDevices=yes), CUDA (CUDA_DEVICE_ORDER=PCI_BUS_ID) by their place in bus "
+			    "order, so a task can drive another GPU than Slurm gave it", nd->name[n],
 			    list);
 		for (int i = 0; i < w->n; i++) {
 			const struct ck_rank *r = &w->ranks[i];

@@ -28,7 +28,8 @@ static struct {
 	struct ddpenv_topo *topo;    /* kept for the tasks' memory binding */
 	struct ddpenv_bind_plan plan;
 	int have_plan;
-	char bind_warn[DDPENV_ERRLEN]; /* auto could not plan: said once per node */
+	char bind_warn[DDPENV_ERRLEN]; /* auto could not plan, or planned without the driver's
+					* GPU list: said once per node */
 	enum ddpenv_bind bind;       /* the policy, for DDP_BIND_POLICY */
 	char bind_how[DDPENV_HOWLEN];
 } st;
@@ -172,8 +173,18 @@ static int plan_binding(spank_t sp, struct ddpenv_env *env, const struct ddpenv_
 			return -1;
 		}
 	}
-	if (ddpenv_topo_load(eff->topology[0] ? eff->topology : NULL, 1, &st.topo, err, sizeof(err)) < 0 ||
-	    ddpenv_bind_plan(st.topo, env, policy, NULL, &st.plan, err, sizeof(err)) < 0) {
+	if (ddpenv_topo_load(eff->topology[0] ? eff->topology : NULL, 1, &st.topo, err, sizeof(err)) == 0 &&
+	    ddpenv_env_get(env, "SLURM_STEP_GPUS")) {
+		/* Slurm's GPU numbers are device minors: the driver says which
+		 * bus id each is (plain /proc reads; no driver library). */
+		struct ddpenv_nvgpu nv[DDPENV_MAX_GPUS];
+		char nverr[DDPENV_ERRLEN];
+		int n = ddpenv_nvidia_gpus(NULL, nv, DDPENV_MAX_GPUS, nverr, sizeof(nverr));
+		if (n < 0 || ddpenv_topo_set_nvidia(st.topo, nv, n > 0 ? (size_t)n : 0, nverr, sizeof(nverr)) < 0)
+			snprintf(st.bind_warn, sizeof(st.bind_warn), "the NVIDIA driver's GPU list: %.200s; "
+				 "GPU N taken for the N-th by PCI bus id", nverr);
+	}
+	if (!st.topo || ddpenv_bind_plan(st.topo, env, policy, NULL, &st.plan, err, sizeof(err)) < 0) {
 		if (policy == DDPENV_BIND_STRICT) {
 			snprintf(st.err, sizeof(st.err), "--ddp-bind=strict (%.60s): %s", src, err);
 			return -1;
@@ -292,7 +303,8 @@ int ddp_stepd_task_init(spank_t sp)
 			}
 			slurm_error(DDP_PFX "warning: --ddp-bind=auto: %s; this task runs with Slurm's binding", err);
 		}
-	} else if (st.bind_warn[0]) {
+	}
+	if (st.bind_warn[0]) {
 		const char *lr = ddpenv_env_get(&env, "SLURM_LOCALID");
 		if (lr && strcmp(lr, "0") == 0)
 			slurm_error(DDP_PFX "warning: %s", st.bind_warn);

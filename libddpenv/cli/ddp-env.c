@@ -74,6 +74,10 @@ static void usage(FILE *f)
 		"                       node (of this machine, or of --topology)\n"
 		"      --gpus=LIST      the step's GRES GPU indices (outside a step)\n"
 		"      --allowed=CPUS   the CPUs Slurm allows (default: the topology's)\n"
+		"      --nvidia-gpus=DIR  the NVIDIA driver's GPU list that says which bus\n"
+		"                       id each /dev/nvidiaN (Slurm's GPU N) is (default:\n"
+		"                       " DDPENV_NVIDIA_GPUS " of this machine; none for\n"
+		"                       --topology, where GPU N is the N-th by bus id)\n"
 		"      --check-config [PATH]\n"
 		"                       validate a ddp.yaml before deploying it and print\n"
 		"                       the settings it gives (exit 0 valid, 1 not)\n"
@@ -269,9 +273,33 @@ out:
 	return rv;
 }
 
+/* The NVIDIA driver's GPU list into t, as the plugin does: dir, else this
+ * machine's own (not another machine's --topology; a list that cannot be
+ * read there is a warning).  -1 with err only when dir cannot be used. */
+static int use_nvidia(struct ddpenv_topo *t, const char *dir, int this_machine, char *err,
+		      size_t errlen)
+{
+	struct ddpenv_nvgpu nv[DDPENV_MAX_GPUS];
+	char e[DDPENV_ERRLEN];
+	if (!dir && !this_machine)
+		return 0;
+	int n = ddpenv_nvidia_gpus(dir, nv, DDPENV_MAX_GPUS, e, sizeof(e));
+	if (dir && n == 0)
+		snprintf(e, sizeof(e), "--nvidia-gpus=%s: no GPU listed there (expected a directory per "
+			 "GPU holding the driver's 'information' file, as in %s)", dir, DDPENV_NVIDIA_GPUS);
+	if ((dir && n == 0) || n < 0 || ddpenv_topo_set_nvidia(t, nv, n > 0 ? (size_t)n : 0, e, sizeof(e)) < 0) {
+		if (dir) {
+			snprintf(err, errlen, "%s", e);
+			return -1;
+		}
+		fprintf(stderr, "ddp-env: warning: GPU N taken for the N-th by bus id: %s\n", e);
+	}
+	return 0;
+}
+
 /* ddp-env --topology FILE.xml --tasks N [--gpus LIST]: the plan alone. */
 static int plan_only(const char *path, const char *bind_arg, const char *tasks, const char *gpus,
-		     const char *allowed)
+		     const char *allowed, const char *nvidia)
 {
 	struct ddpenv_env env;
 	struct ddpenv_topo *t = NULL;
@@ -300,6 +328,11 @@ static int plan_only(const char *path, const char *bind_arg, const char *tasks, 
 		}
 	if (ddpenv_topo_load(path, !path, &t, err, sizeof(err)) < 0) {
 		fprintf(stderr, "ddp-env: %s\n", err);
+		goto out;
+	}
+	if (use_nvidia(t, nvidia, !path, err, sizeof(err)) < 0) {
+		fprintf(stderr, "ddp-env: %s\n", err);
+		rv = 2;
 		goto out;
 	}
 	/* By default: every GPU of the machine, one task each (or one task). */
@@ -354,13 +387,14 @@ int main(int argc, char **argv)
 		{ "tasks", required_argument, NULL, 'T' },
 		{ "gpus", required_argument, NULL, 'G' },
 		{ "allowed", required_argument, NULL, 'A' },
+		{ "nvidia-gpus", required_argument, NULL, 'N' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *backend_arg = NULL, *head_from = NULL, *config = NULL;
 	const char *bind_arg = NULL, *topo_path = NULL, *tasks_arg = NULL, *gpus_arg = NULL,
-		   *allowed_arg = NULL;
+		   *allowed_arg = NULL, *nvidia_arg = NULL;
 	struct ddpenv_topo *topo = NULL;
 	struct ddpenv_bind_plan plan;
 	char policy_how[DDPENV_HOWLEN];
@@ -384,6 +418,7 @@ int main(int argc, char **argv)
 		case 'T': tasks_arg = optarg; break;
 		case 'G': gpus_arg = optarg; break;
 		case 'A': allowed_arg = optarg; break;
+		case 'N': nvidia_arg = optarg; break;
 		case 'c': config = optarg; break;
 		case 'C':
 			check = 1;
@@ -426,7 +461,7 @@ int main(int argc, char **argv)
 	}
 	/* Outside a step, --topology (or --tasks) prints the plan alone. */
 	if (tasks_arg || (topo_path && !getenv("SLURM_STEP_ID") && !getenv("SLURM_STEPID")))
-		return plan_only(topo_path, bind_arg, tasks_arg, gpus_arg, allowed_arg);
+		return plan_only(topo_path, bind_arg, tasks_arg, gpus_arg, allowed_arg, nvidia_arg);
 	if (!backend_arg)
 		backend_arg = getenv("SLURM_SPANK__SLURM_SPANK_OPTION_ddp_ddp");
 	if (backend_arg && !*backend_arg)
@@ -496,7 +531,8 @@ int main(int argc, char **argv)
 		if (!getenv("SLURM_NODEID")) {
 			/* not a task: the contract below says why */
 		} else if (ddpenv_topo_load(tp, !topo_path, &topo, err, sizeof(err)) < 0 ||
-		    ddpenv_bind_plan(topo, &env, policy, allowed_arg, &plan, err, sizeof(err)) < 0) {
+			   use_nvidia(topo, nvidia_arg, !topo_path, err, sizeof(err)) < 0 ||
+			   ddpenv_bind_plan(topo, &env, policy, allowed_arg, &plan, err, sizeof(err)) < 0) {
 			if (topo_path || policy == DDPENV_BIND_STRICT) {
 				fprintf(stderr, "ddp-env: %s\n", err);
 				goto out;

@@ -483,9 +483,11 @@ struct ddpenv_bind_plan {
  * SLURM_STEP_TASKS_PER_NODE the task count, SLURM_CPU_BIND,
  * SLURMD_TRES_BIND/SLURM_GPU_BIND and SLURM_MEM_BIND an explicit binding
  * the user asked Slurm for (left alone).  allowed: a CPU list, or NULL for
- * the topology's allowed set (the calling process's cgroup).  GRES index k
- * is the k-th GPU of the topology in PCI bus id order (nvidia-smi's order,
- * and CUDA's under CUDA_DEVICE_ORDER=PCI_BUS_ID).
+ * the topology's allowed set (the calling process's cgroup).  Slurm's GPU
+ * number N is /dev/nvidiaN: at the bus id the NVIDIA driver gives it when
+ * the topology has the driver's list (ddpenv_topo_set_nvidia), else the
+ * N-th GPU of the topology in PCI bus id order (nvidia-smi's order, and
+ * CUDA's under CUDA_DEVICE_ORDER=PCI_BUS_ID).
  * Free with ddpenv_bind_plan_free, also after an error. */
 int ddpenv_bind_plan(const struct ddpenv_topo *t, const struct ddpenv_env *env,
 		     enum ddpenv_bind policy, const char *allowed,

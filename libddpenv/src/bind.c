@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <hwloc.h>
 
@@ -308,6 +309,32 @@ static void left_alone(int *on, char *how, size_t n, const char *why, const char
 	snprintf(how, n, "%s (%s=%.64s): left to Slurm", why, key, v);
 }
 
+/* The topology's GPU that Slurm's GPU number idx names: with the NVIDIA
+ * driver's list, /dev/nvidia<idx>'s bus id (busid set even when the
+ * topology lacks it; *unlisted counts numbers the driver does not list);
+ * without it, the idx-th GPU in bus order. */
+static hwloc_obj_t gpu_of(const struct ddpenv_topo *t, hwloc_obj_t *tgpu, size_t ntg, uint32_t idx,
+			  char *busid, size_t len, size_t *unlisted)
+{
+	busid[0] = 0;
+	if (!t->nnv)
+		return idx < ntg ? tgpu[idx] : NULL;
+	for (size_t i = 0; i < t->nnv; i++) {
+		if (t->nv[i].minor < 0 || (uint32_t)t->nv[i].minor != idx)
+			continue;
+		snprintf(busid, len, "%s", t->nv[i].busid);
+		for (size_t k = 0; k < ntg; k++) {
+			char b[DDPENV_BUSIDLEN];
+			ddpenv_topo_busid(tgpu[k], b, sizeof(b));
+			if (!strcasecmp(b, busid))
+				return tgpu[k];
+		}
+		return NULL;
+	}
+	(*unlisted)++;
+	return NULL;
+}
+
 int ddpenv_bind_plan(const struct ddpenv_topo *t, const struct ddpenv_env *env,
 		     enum ddpenv_bind policy, const char *allowed_list,
 		     struct ddpenv_bind_plan *plan, char *err, size_t errlen)
@@ -456,13 +483,13 @@ int ddpenv_bind_plan(const struct ddpenv_topo *t, const struct ddpenv_env *env,
 	}
 	plan->ngpus = nids;
 	ntg = ddpenv_topo_gpus(t, tgpu, DDPENV_MAX_GPUS);
-	size_t missing = 0;
+	size_t missing = 0, unlisted = 0;
 	for (size_t k = 0; k < nids; k++) {
 		struct ddpenv_bind_gpu *g = &plan->gpus[k];
 		g->index = (uint32_t)strtoul(ids[k], NULL, 10);
 		snprintf(g->value, sizeof(g->value), "%s", vals[k]);
 		g->numa = -1;
-		gobj[k] = g->index < ntg ? tgpu[g->index] : NULL;
+		gobj[k] = gpu_of(t, tgpu, ntg, g->index, g->busid, sizeof(g->busid), &unlisted);
 		missing += gobj[k] == NULL;
 		gdom[k] = ddpenv_topo_locality(topo, gobj[k], allowed);
 		if (gobj[k]) {
@@ -528,10 +555,18 @@ int ddpenv_bind_plan(const struct ddpenv_topo *t, const struct ddpenv_env *env,
 	if (plan->gpu) {
 		if (!nids)
 			snprintf(plan->gpu_how, sizeof(plan->gpu_how), "the step has no GPU here");
+		else if (unlisted)
+			snprintf(plan->gpu_how, sizeof(plan->gpu_how),
+				 "%s=%.64s: %zu of these /dev/nvidiaN the NVIDIA driver does not list (it has %zu GPUs): their locality is unknown",
+				 ids_key, s ? s : "", unlisted, t->nnv);
 		else if (missing)
 			snprintf(plan->gpu_how, sizeof(plan->gpu_how),
 				 "%zu of the step's GPUs are not PCI devices of the topology (it has %zu GPUs): their locality is unknown",
 				 missing, ntg);
+		else if (t->nnv)
+			snprintf(plan->gpu_how, sizeof(plan->gpu_how),
+				 "%s=%.64s: GPU N is /dev/nvidiaN, at the bus id the NVIDIA driver gives it", ids_key,
+				 s ? s : "");
 		else
 			snprintf(plan->gpu_how, sizeof(plan->gpu_how),
 				 "%s=%.64s: GRES index k is the k-th GPU by PCI bus id", ids_key, s ? s : "");

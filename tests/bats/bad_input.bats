@@ -87,3 +87,30 @@ teardown() {
 	assert_failure 1
 	[[ "$stderr" == *"5000 tasks on node 0: expected 1-1024"* ]]
 }
+
+@test "ddp-env --nvidia-gpus: Slurm's GPU N is /dev/nvidiaN at the driver's bus id; a bad list is named" {
+	local T="$REPO/tests/topologies/dgx-h100.xml" NV="$BATS_TEST_TMPDIR/gpus" m=0 bus
+	# the driver numbered socket 1's 0000:9d:00.0 first
+	for bus in 0000:9d:00.0 0000:1b:00.0; do
+		mkdir -p "$NV/$bus"
+		printf 'Model: \t\t NVIDIA H100\nBus Location: \t %s\nDevice Minor: \t %d\n' "$bus" $m >"$NV/$bus/information"
+		m=$((m + 1))
+	done
+	run --separate-stderr "$REPO/build/bin/ddp-env" --topology "$T" --nvidia-gpus "$NV" --tasks 2 --gpus 0,1
+	echo "$output"
+	assert_success
+	assert_line "# gpu: bound: SLURM_STEP_GPUS=0,1: GPU N is /dev/nvidiaN, at the bus id the NVIDIA driver gives it"
+	assert_output --regexp "
+# 0 +0 0000:9d:00.0 +1 mlx5_4 +56-111,168-223 .*near its GPU
+# 1 +1 0000:1b:00.0 +0 mlx5_0 +0-55,112-167 .*near its GPU"
+	# without the list GPU 0 is the first by bus id
+	run --separate-stderr "$REPO/build/bin/ddp-env" --topology "$T" --tasks 2 --gpus 0,1
+	assert_output --regexp "# 0 +0 0000:1b:00.0 "
+	run --separate-stderr "$REPO/build/bin/ddp-env" --topology "$T" --nvidia-gpus "$BATS_TEST_TMPDIR/none" --tasks 2
+	assert_failure 2
+	[[ "$stderr" == *"--nvidia-gpus=$BATS_TEST_TMPDIR/none: no GPU listed there"* ]]
+	printf 'Device Minor: \t zero\n' >"$NV/0000:1b:00.0/information"
+	run --separate-stderr "$REPO/build/bin/ddp-env" --topology "$T" --nvidia-gpus "$NV" --tasks 2
+	assert_failure 2
+	[[ "$stderr" == *"0000:1b:00.0/information: Device Minor 'zero': expected 0-255" ]]
+}

@@ -8,6 +8,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <hwloc.h>
 
@@ -571,6 +572,87 @@ static void test_apply(void)
 	ddpenv_env_free(&env);
 }
 
+/* A fake NVIDIA driver list (/proc/driver/nvidia/gpus): minor k at bus[k]. */
+static void nv_list(const char *dir, const char *const *bus, int n)
+{
+	char path[512];
+	mkdir(dir, 0755);
+	for (int k = 0; k < n; k++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, bus[k]);
+		mkdir(path, 0755);
+		snprintf(path, sizeof(path), "%s/%s/information", dir, bus[k]);
+		FILE *f = fopen(path, "w");
+		fprintf(f, "Model: \t\t NVIDIA H100 80GB HBM3\nBus Type: \t PCIe\nBus Location: \t %s\n"
+			"Device Minor: \t %d\nGPU Excluded:\t No\n", bus[k], k);
+		fclose(f);
+	}
+}
+
+/* Slurm's GPU N is /dev/nvidiaN: with the driver's list, the plan finds it
+ * by that device's bus id, even where the driver numbered GPUs out of bus
+ * order (here /dev/nvidia0 is socket 1's 0000:9d:00.0). */
+static void test_nvidia_minors(void)
+{
+	static const char *const bus[] = { "0000:9d:00.0", "0000:1b:00.0", "0000:43:00.0", "0000:52:00.0",
+					   "0000:61:00.0", "0000:c3:00.0", "0000:d1:00.0", "0000:df:00.0" };
+	char dir[] = "/tmp/ddp-nvXXXXXX", sub[600], cmd[700];
+	struct ddpenv_nvgpu nv[DDPENV_MAX_GPUS];
+	struct ddpenv_topo *t = NULL;
+	struct ddpenv_bind_plan p;
+	struct ddpenv_env env;
+
+	test_cond("a temporary directory", mkdtemp(dir) != NULL);
+	snprintf(sub, sizeof(sub), "%s/gpus", dir);
+	test_cond("no driver list: 0 GPUs, no error", ddpenv_nvidia_gpus(sub, nv, DDPENV_MAX_GPUS, err, sizeof(err)) == 0);
+	nv_list(sub, bus, 8);
+	int n = ddpenv_nvidia_gpus(sub, nv, DDPENV_MAX_GPUS, err, sizeof(err));
+	test_cond("the driver's 8 GPUs, by minor", n == 8 && nv[0].minor == 0 && !strcmp(nv[0].busid, "0000:9d:00.0") &&
+		  nv[7].minor == 7 && !strcmp(nv[7].busid, "0000:df:00.0"));
+	struct ddpenv_nvgpu few[4];
+	test_cond("a list too long for the caller is an error", ddpenv_nvidia_gpus(sub, few, 4, err, sizeof(err)) < 0);
+	test_err("... naming the directory", err, "/gpus: more than 4 GPUs");
+	test_cond("dgx-h100.xml loads", ddpenv_topo_load(topo_path("dgx-h100.xml"), 0, &t, err, sizeof(err)) == 0);
+	struct ddpenv_nvgpu twice[2] = { { 3, "0000:1b:00.0" }, { 3, "0000:43:00.0" } };
+	test_cond("a minor listed twice is refused", ddpenv_topo_set_nvidia(t, twice, 2, err, sizeof(err)) < 0);
+	test_err("... naming it", err, "the NVIDIA driver lists /dev/nvidia3 twice (0000:1b:00.0 and 0000:43:00.0)");
+	test_cond("the list is given to the topology", ddpenv_topo_set_nvidia(t, nv, 8, err, sizeof(err)) == 0);
+
+	/* ConstrainDevices: the step has /dev/nvidia0 and 1, CUDA numbers them 0 and 1 */
+	step_env(&env, 2, "0,1", "0,1", NULL);
+	test_cond("planned with the driver's list", ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &p, err, sizeof(err)) == 0);
+	invariants("dgx-h100.xml", &p, "DGX H100, /dev/nvidia0 on socket 1");
+	test_err("the plan says where GPU N comes from", p.gpu_how, "GPU N is /dev/nvidiaN, at the bus id the NVIDIA driver gives it");
+	test_cond("GPU 0 is /dev/nvidia0 at 0000:9d:00.0, GPU 1 at 0000:1b:00.0",
+		  p.ngpus == 2 && p.gpus[0].index == 0 && !strcmp(p.gpus[0].busid, "0000:9d:00.0") &&
+		  p.gpus[1].index == 1 && !strcmp(p.gpus[1].busid, "0000:1b:00.0"));
+	int g0 = p.tasks[0].gpu, g1 = p.tasks[1].gpu;
+	test_cond("each task near its own GPU: socket 1's cores for 0000:9d:00.0, socket 0's for 0000:1b:00.0",
+		  g0 >= 0 && g1 >= 0 &&
+		  !strcmp(p.tasks[!strcmp(p.gpus[g0].busid, "0000:9d:00.0") ? 0 : 1].cpus, "56-111,168-223") &&
+		  !strcmp(p.tasks[!strcmp(p.gpus[g0].busid, "0000:9d:00.0") ? 1 : 0].cpus, "0-55,112-167"));
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	/* a number the driver does not list: its locality is unknown, and said */
+	step_env(&env, 2, "1,9", "0,1", NULL);
+	test_cond("planned with a GPU the driver does not list", ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &p, err, sizeof(err)) == 0);
+	test_err("... and the plan says so", p.gpu_how, "SLURM_STEP_GPUS=1,9: 1 of these /dev/nvidiaN the NVIDIA driver does not list (it has 8 GPUs)");
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	/* without the list: GPU N is the N-th by bus id, as before */
+	test_cond("the list is taken back", ddpenv_topo_set_nvidia(t, NULL, 0, err, sizeof(err)) == 0);
+	step_env(&env, 2, "0,1", "0,1", NULL);
+	ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &p, err, sizeof(err));
+	test_cond("without it GPU 0 is the first by bus id", p.ngpus == 2 && !strcmp(p.gpus[0].busid, "0000:1b:00.0"));
+	test_err("... and the plan says that", p.gpu_how, "GRES index k is the k-th GPU by PCI bus id");
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+	ddpenv_topo_free(t);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	test_cond("the temporary directory is removed", system(cmd) == 0);
+}
+
 int main(void)
 {
 	test_dgx_h100();
@@ -581,6 +663,7 @@ int main(void)
 	test_policy();
 	test_vars();
 	test_errors();
+	test_nvidia_minors();
 	test_apply();
 	return test_report();
 }
