@@ -130,6 +130,25 @@ ncclComm_t cnn_nccl_comm(struct cnn_comm *c)
 								 NULL;
 }
 
+/* After a collective call: an error aborts the communicator.  A
+ * non-blocking communicator's operation is on the stream only once its
+ * state leaves ncclInProgress (connection set-up on first use): settle
+ * before anything else is enqueued or a graph capture ends. */
+static int enqueued(struct cnn_comm *c, struct nccl_impl *ni, ncclResult_t r, const char *what,
+		    char *err, size_t errlen)
+{
+	if (r != ncclSuccess && r != ncclInProgress) {
+		nccl_fail(ni, r, what, err, errlen);
+		nccl_abort(ni);
+		return -1;
+	}
+	if (r == ncclInProgress && settle(c, ni, what, err, errlen) < 0) {
+		nccl_abort(ni);
+		return -1;
+	}
+	return 0;
+}
+
 int cnn_nccl_allreduce_avg(struct cnn_comm *c, float *buf, size_t n, cudaStream_t s, char *err,
 			   size_t errlen)
 {
@@ -139,19 +158,7 @@ int cnn_nccl_allreduce_avg(struct cnn_comm *c, float *buf, size_t n, cudaStream_
 		return -1;
 	}
 	ncclResult_t r = ncclAllReduce(buf, buf, n, ncclFloat32, ncclAvg, ni->comm, s);
-	if (r != ncclSuccess && r != ncclInProgress) {
-		nccl_fail(ni, r, "all-reduce of the gradients", err, errlen);
-		nccl_abort(ni);
-		return -1;
-	}
-	/* A non-blocking communicator's operation is enqueued on s only once
-	 * its state leaves ncclInProgress (connection set-up on first use):
-	 * settle before anything else is enqueued or a graph capture ends. */
-	if (r == ncclInProgress && settle(c, ni, "all-reduce of the gradients", err, errlen) < 0) {
-		nccl_abort(ni);
-		return -1;
-	}
-	return 0;
+	return enqueued(c, ni, r, "all-reduce of the gradients", err, errlen);
 }
 
 int cnn_nccl_wait(struct cnn_comm *c, cudaEvent_t ev, int timeout_ms, const char *what, char *err,
@@ -223,18 +230,10 @@ static int host_allreduce(struct cnn_comm *c, float *buf, size_t n, char *err, s
 	if ((e = cudaMemcpyAsync(ni->scratch, ni->pinned, n * sizeof(float), cudaMemcpyHostToDevice,
 				 ni->s)) != cudaSuccess)
 		goto cuda;
+	/* the copy back must come after the all-reduce is on ni->s */
 	ncclResult_t r = ncclAllReduce(ni->scratch, ni->scratch, n, ncclFloat32, ncclSum, ni->comm, ni->s);
-	if (r != ncclSuccess && r != ncclInProgress) {
-		nccl_fail(ni, r, "all-reduce", err, errlen);
-		nccl_abort(ni);
+	if (enqueued(c, ni, r, "all-reduce", err, errlen) < 0)
 		return -1;
-	}
-	/* as in cnn_nccl_allreduce_avg: not on ni->s before the state settles,
-	 * and the copy back must come after it */
-	if (r == ncclInProgress && settle(c, ni, "all-reduce", err, errlen) < 0) {
-		nccl_abort(ni);
-		return -1;
-	}
 	if ((e = cudaMemcpyAsync(ni->pinned, ni->scratch, n * sizeof(float), cudaMemcpyDeviceToHost,
 				 ni->s)) != cudaSuccess || (e = cudaEventRecord(ni->done, ni->s)) != cudaSuccess)
 		goto cuda;
