@@ -345,7 +345,7 @@ static void read_gpus(struct self *me)
 		snprintf(r->gpu_from, sizeof(r->gpu_from), "DDP_GPU_BUSID");
 	}
 	/* The driver's minor -> bus id table, to check Slurm's GPU numbers with. */
-	const char *dir = getenv("DDP_CHEDDPENV_NVIDIA_GPUS");
+	const char *dir = getenv("DDP_CHECK_NVIDIA_GPUS");
 	if (ck_nvidia_read(dir && *dir ? dir : DDPENV_NVIDIA_GPUS, r->nvgpus, sizeof(r->nvgpus),
 			   r->nvgpus_err, sizeof(r->nvgpus_err)) < 0)
 		r->nvgpus[0] = 0;

@@ -125,7 +125,8 @@ int ddpenv_topo_set_nvidia(struct ddpenv_topo *t, const struct ddpenv_nvgpu *g, 
 					 g[i].minor, g[j].busid, g[i].busid);
 				return -1;
 			}
-	memcpy(t->nv, g, n * sizeof(*g));
+	if (n)
+		memcpy(t->nv, g, n * sizeof(*g));
 	t->nnv = n;
 	return 0;
 }

@@ -71,9 +71,9 @@ assert r["bandwidth"] and r["bandwidth"][-1]["size"] == 262144, r["bandwidth"]
 b = r["bandwidth"][-1]
 assert abs(b["busbw"] - b["algbw"] * 2 * 2 / 3) < 1e-3, b
 names = [c["name"] for c in r["checks"]]
-assert len(names) == 20 and "net.probe" in names and "clock.skew" in names, names
+assert len(names) == 21 and "net.probe" in names and "bind.gres" in names and "clock.skew" in names, names
 assert all(c["level"] == "OK" for c in r["checks"]), r["checks"]
-assert r["summary"] == {"ok": 20, "warn": 0, "fail": 0, "skip": 0} and r["exit_code"] == 0
+assert r["summary"] == {"ok": 21, "warn": 0, "fail": 0, "skip": 0} and r["exit_code"] == 0
 print("json ok")' "$output"
 	assert_success
 	assert_output "json ok"
