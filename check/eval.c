@@ -902,7 +902,21 @@ static int misordered(const struct ddpenv_nvgpu *g, int ng, char *out, size_t le
 static void eval_gres(struct ck_world *w, const struct nodes *nd)
 {
 	struct msg fail = { 0 }, warn = { 0 };
-	int nccl = !strcmp(w->backend, "nccl"), tables = 0, gpus = 0, checked = 0;
+	int nccl = !strcmp(w->backend, "nccl"), tables = 0, gpus = 0, checked = 0, planned = 0;
+
+	/* Under nccl CUDA said which GPU each task opened: the one the plugin
+	 * planned (DDP_GPU_BUSID), near which it bound the task's CPUs? */
+	for (int i = 0; nccl && i < w->n; i++) {
+		const struct ck_rank *r = &w->ranks[i];
+		if (!r->joined || !r->gpu[0] || !has(r, CK_GPU_BUSID) || strncmp(r->gpu_from, "CUDA", 4))
+			continue;
+		planned++;
+		if (strcasecmp(r->gpu, r->env[CK_GPU_BUSID]))
+			say(&fail, "task %d (%s) opened GPU %s (%s), but slurm-ddp planned %s (DDP_GPU_BUSID) "
+			    "and bound its CPUs near that one: CUDA_VISIBLE_DEVICES=%s names other GPUs "
+			    "than the plan (set by hand, or CUDA counts them otherwise)", i, r->host, r->gpu,
+			    r->gpu_from, r->env[CK_GPU_BUSID], has(r, CK_CVD) ? r->env[CK_CVD] : "(unset)");
+	}
 
 	for (int n = 0; n < nd->n; n++) {
 		const struct ck_rank *t = NULL;
@@ -929,8 +943,9 @@ static void eval_gres(struct ck_world *w, const struct nodes *nd)
 			say(&warn, "%s: the NVIDIA driver's device numbers do not follow PCI bus order (%s): Slurm "
 			    "names GPUs by their /dev/nvidiaN (SLURM_STEP_GPUS, and CUDA_VISIBLE_DEVICES without "
 			    "ConstrainDevices=yes), CUDA (CUDA_DEVICE_ORDER=PCI_BUS_ID) by their place in bus "
-			    "order, so a task can drive another GPU than Slurm gave it", nd->name[n],
-			    list);
+			    "order, so a task can drive another GPU than Slurm gave it (srun --ddp writes "
+			    "CUDA_VISIBLE_DEVICES as CUDA counts; steps without it get Slurm's numbers)",
+			    nd->name[n], list);
 		for (int i = 0; i < w->n; i++) {
 			const struct ck_rank *r = &w->ranks[i];
 			if (nd->of[i] != n || !r->gpu[0] || !has(r, CK_STEP_GPUS))
@@ -977,10 +992,15 @@ static void eval_gres(struct ck_world *w, const struct nodes *nd)
 		ck_add(w, "bind.gres", CK_WARN, "%s", said(&warn));
 	else if (tables)
 		ck_add(w, "bind.gres", CK_OK, "the NVIDIA driver's device numbers follow PCI bus order on %d "
-		       "node%s%s", tables, tables == 1 ? "" : "s",
-		       checked ? ", and every task's GPU is one Slurm gave the step" : "");
+		       "node%s%s%s", tables, tables == 1 ? "" : "s",
+		       checked ? ", and every task's GPU is one Slurm gave the step" : "",
+		       planned ? "; each task opened the GPU planned for it" : "");
 	else if (!gpus)
 		ck_add(w, "bind.gres", CK_OK, "no GPUs in this step");
+	else if (planned)
+		ck_add(w, "bind.gres", CK_OK, "each task opened the GPU planned for it (DDP_GPU_BUSID); no "
+		       "node has the NVIDIA driver's GPU list (%s) to check Slurm's numbers with",
+		       DDPENV_NVIDIA_GPUS);
 	else
 		ck_add(w, "bind.gres", CK_SKIP, "no node has the NVIDIA driver's GPU list (%s): Slurm's "
 		       "GPU numbers were not checked against PCI bus ids", DDPENV_NVIDIA_GPUS);

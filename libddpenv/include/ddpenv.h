@@ -421,9 +421,12 @@ int ddpenv_topo_numa_of(const struct ddpenv_topo *t, const char *cpulist, char *
  * is how a GPU number of Slurm's becomes a PCI device.  Plain file reads:
  * no driver library is loaded. */
 #define DDPENV_NVIDIA_GPUS "/proc/driver/nvidia/gpus"
+#define DDPENV_UUIDLEN 48       /* "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6" */
 struct ddpenv_nvgpu {
 	int minor;                       /* N of /dev/nvidiaN */
 	char busid[DDPENV_BUSIDLEN];     /* "0000:1b:00.0" */
+	char uuid[DDPENV_UUIDLEN];       /* "GPU UUID", "" when the driver gives none */
+	int excluded;                    /* "GPU Excluded: Yes": CUDA does not see it */
 };
 /* Read dir (NULL: DDPENV_NVIDIA_GPUS) into out, sorted by minor.  The GPU
  * count; 0 when dir does not exist (no NVIDIA driver); -1 with err naming
@@ -445,6 +448,7 @@ int ddpenv_topo_set_nvidia(struct ddpenv_topo *t, const struct ddpenv_nvgpu *g, 
 struct ddpenv_bind_gpu {
 	uint32_t index;                  /* Slurm's GRES index (SLURM_STEP_GPUS) */
 	char value[16];                  /* its entry in Slurm's CUDA_VISIBLE_DEVICES */
+	char cuda[DDPENV_UUIDLEN];       /* its entry in ours: value, or its UUID */
 	char busid[DDPENV_BUSIDLEN];     /* "" when the topology has no such GPU */
 	int numa;                        /* os index of its NUMA node, -1 unknown */
 	char near[DDPENV_CPULIST];       /* allowed CPUs near it ("" none) */
@@ -487,7 +491,11 @@ struct ddpenv_bind_plan {
  * number N is /dev/nvidiaN: at the bus id the NVIDIA driver gives it when
  * the topology has the driver's list (ddpenv_topo_set_nvidia), else the
  * N-th GPU of the topology in PCI bus id order (nvidia-smi's order, and
- * CUDA's under CUDA_DEVICE_ORDER=PCI_BUS_ID).
+ * CUDA's under CUDA_DEVICE_ORDER=PCI_BUS_ID).  With the driver's list,
+ * each GPU's cuda is what CUDA calls it: Slurm's value where CUDA means
+ * the same GPU by it, else CUDA's number for it (its count of the step's
+ * GPUs under ConstrainDevices, of all the driver's without) or, where
+ * Slurm's values do not tell which count, its UUID (abbreviated).
  * Free with ddpenv_bind_plan_free, also after an error. */
 int ddpenv_bind_plan(const struct ddpenv_topo *t, const struct ddpenv_env *env,
 		     enum ddpenv_bind policy, const char *allowed,

@@ -309,6 +309,122 @@ static void left_alone(int *on, char *how, size_t n, const char *why, const char
 	snprintf(how, n, "%s (%s=%.64s): left to Slurm", why, key, v);
 }
 
+/* A PCI bus id's place in bus order ("0000:1b:00.0", normalised). */
+static unsigned long long bus_key(const char *busid)
+{
+	unsigned d = 0, b = 0, dev = 0, f = 0;
+	sscanf(busid, "%x:%x:%x.%x", &d, &b, &dev, &f);
+	return (unsigned long long)d << 16 | b << 8 | dev << 3 | f;
+}
+
+static const struct ddpenv_nvgpu *nv_of(const struct ddpenv_topo *t, uint32_t minor)
+{
+	for (size_t i = 0; i < t->nnv; i++)
+		if (t->nv[i].minor >= 0 && (uint32_t)t->nv[i].minor == minor)
+			return &t->nv[i];
+	return NULL;
+}
+
+/* The shortest prefix of u, "GPU-" and at least 8 digits, that no other
+ * GPU's UUID starts with (CUDA takes abbreviated UUIDs); the whole UUID
+ * when some GPU's is unknown. */
+static void uuid_abbrev(const struct ddpenv_topo *t, const char *u, char *out, size_t len)
+{
+	size_t n = 12, full = strlen(u);
+	for (size_t i = 0; i < t->nnv; i++)
+		if (!t->nv[i].uuid[0])
+			n = full;
+	for (int clash = 1; clash && n < full;) {
+		clash = 0;
+		for (size_t i = 0; i < t->nnv; i++)
+			clash |= strcmp(t->nv[i].uuid, u) && !strncasecmp(t->nv[i].uuid, u, n);
+		n += clash;
+	}
+	snprintf(out, len, "%.*s", (int)n, u);
+}
+
+/* What CUDA (CUDA_DEVICE_ORDER=PCI_BUS_ID) calls each of the step's GPUs,
+ * from the NVIDIA driver's list.  CUDA numbers the GPUs it can open in bus
+ * order, skipping the ones the driver excludes; Slurm numbers them by
+ * /dev/nvidiaN.  Under ConstrainDevices Slurm's CUDA_VISIBLE_DEVICES
+ * counts the step's GPUs 0..n-1 and CUDA opens only those; without it,
+ * it holds the device numbers and CUDA sees every GPU.  So values that are
+ * 0..n-1 other than the step's device numbers (mode 0) mean
+ * ConstrainDevices; device numbers other than 0..n-1 (mode 1) mean none;
+ * for /dev/nvidia0..n-1 the values cannot tell, and where the two ways
+ * differ the GPUs' UUIDs name them.  Mode -1 (neither): Slurm's values
+ * stand.  Sets each gpus[k].cuda; how: why they differ from Slurm's
+ * values, "" when they do not. */
+static void cuda_names(const struct ddpenv_topo *t, struct ddpenv_bind_plan *p, int mode,
+		       const char *ids_key, const char *ids, char *how, size_t len)
+{
+	long rall[DDPENV_MAX_GPUS], rstep[DDPENV_MAX_GPUS];
+	const struct ddpenv_nvgpu *nv[DDPENV_MAX_GPUS];
+	int ids_local = 1, same = 1, uuids = 1, changed = 0, values_are_ids = mode == 1;
+	size_t n = p->ngpus, off = 0, need = 0;
+
+	how[0] = 0;
+	for (size_t k = 0; k < n; k++)
+		snprintf(p->gpus[k].cuda, sizeof(p->gpus[k].cuda), "%s", p->gpus[k].value);
+	if (!t->nnv || mode < 0)
+		return;
+	for (size_t k = 0; k < n; k++) {
+		if (!(nv[k] = nv_of(t, p->gpus[k].index)))
+			return;   /* said by the caller */
+		if (nv[k]->excluded) {
+			snprintf(how, len, "%s=%.64s: /dev/nvidia%u (%s) is excluded by the NVIDIA driver "
+				 "(NVreg_ExcludedGpus): CUDA cannot open it", ids_key, ids,
+				 p->gpus[k].index, nv[k]->busid);
+			return;
+		}
+		ids_local &= p->gpus[k].index == k;
+		uuids &= nv[k]->uuid[0] != 0;
+	}
+	for (size_t k = 0; k < n; k++) {
+		unsigned long long key = bus_key(nv[k]->busid);
+		rall[k] = rstep[k] = 0;
+		for (size_t i = 0; i < t->nnv; i++)
+			rall[k] += !t->nv[i].excluded && bus_key(t->nv[i].busid) < key;
+		for (size_t j = 0; j < n; j++)
+			rstep[k] += bus_key(nv[j]->busid) < key;
+		same &= rall[k] == rstep[k];
+	}
+	if (!values_are_ids || !ids_local || same) {
+		const long *r = values_are_ids ? rall : rstep;
+		for (size_t k = 0; k < n; k++) {
+			snprintf(p->gpus[k].cuda, sizeof(p->gpus[k].cuda), "%ld", r[k]);
+			changed |= strcmp(p->gpus[k].cuda, p->gpus[k].value) != 0;
+		}
+		if (!changed)
+			return;
+		off = (size_t)snprintf(how, len, "%s=%.64s: the NVIDIA driver's /dev/nvidiaN are not the N-th "
+				       "GPUs in bus order; CUDA%s numbers", ids_key, ids,
+				       values_are_ids ? "" : " (ConstrainDevices)");
+		for (size_t k = 0; k < n && off < len; k++)
+			off += (size_t)snprintf(how + off, len - off, "%s /dev/nvidia%u %s", k ? "," : "",
+						p->gpus[k].index, p->gpus[k].cuda);
+		return;
+	}
+	/* /dev/nvidia0..n-1, out of bus order: which count CUDA uses depends on
+	 * ConstrainDevices, which the step's variables do not show. */
+	for (size_t k = 0; k < n && uuids; k++) {
+		uuid_abbrev(t, nv[k]->uuid, p->gpus[k].cuda, sizeof(p->gpus[k].cuda));
+		need += strlen(p->gpus[k].cuda) + 1;
+	}
+	if (uuids && need <= sizeof(p->visible)) {
+		snprintf(how, len, "%s=%.64s: the NVIDIA driver's /dev/nvidiaN are not the N-th GPUs in bus "
+			 "order, and Slurm's numbers can mean either count: CUDA_VISIBLE_DEVICES names them "
+			 "by UUID", ids_key, ids);
+		return;
+	}
+	for (size_t k = 0; k < n; k++)
+		snprintf(p->gpus[k].cuda, sizeof(p->gpus[k].cuda), "%s", p->gpus[k].value);
+	snprintf(how, len, "%s=%.64s: the NVIDIA driver's /dev/nvidiaN are not the N-th GPUs in bus order, "
+		 "and %s: CUDA may take Slurm's numbers for other GPUs than planned", ids_key, ids,
+		 uuids ? "their UUIDs do not fit in CUDA_VISIBLE_DEVICES" :
+		 "the driver gives no UUIDs (GPUs not initialised: persistence mode off?)");
+}
+
 /* The topology's GPU that Slurm's GPU number idx names: with the NVIDIA
  * driver's list, /dev/nvidia<idx>'s bus id (busid set even when the
  * topology lacks it; *unlisted counts numbers the driver does not list);
@@ -501,6 +617,17 @@ int ddpenv_bind_plan(const struct ddpenv_topo *t, const struct ddpenv_env *env,
 			hwloc_bitmap_list_snprintf(g->near, sizeof(g->near), tmp);
 		}
 	}
+	char names_how[DDPENV_HOWLEN] = "";
+	if (plan->gpu && nids) {
+		int are_ids = 1, local = 1;
+		for (size_t k = 0; k < nids; k++) {
+			unsigned long v = strtoul(vals[k], NULL, 10);
+			are_ids &= v == strtoul(ids[k], NULL, 10);
+			local &= v == k;
+		}
+		cuda_names(t, plan, are_ids ? 1 : local ? 0 : -1, ids_key, s ? s : "", names_how,
+			   sizeof(names_how));
+	}
 	{
 		unsigned char taken[256] = { 0 };
 		for (size_t k = 0; k < nids; k++)
@@ -544,9 +671,9 @@ int ddpenv_bind_plan(const struct ddpenv_topo *t, const struct ddpenv_env *env,
 	}
 	if (nids) {
 		size_t l = 0;
-		for (size_t i = 0; i < norder; i++)
+		for (size_t i = 0; i < norder && l < sizeof(plan->visible); i++)
 			l += (size_t)snprintf(plan->visible + l, sizeof(plan->visible) - l, "%s%s", i ? "," : "",
-					      plan->gpus[order[i]].value);
+					      plan->gpus[order[i]].cuda);
 		if (!plan->gpu)
 			plan->visible[0] = '\0';
 		for (uint32_t i = 0; i < ntasks && plan->gpu; i++)
@@ -563,6 +690,8 @@ int ddpenv_bind_plan(const struct ddpenv_topo *t, const struct ddpenv_env *env,
 			snprintf(plan->gpu_how, sizeof(plan->gpu_how),
 				 "%zu of the step's GPUs are not PCI devices of the topology (it has %zu GPUs): their locality is unknown",
 				 missing, ntg);
+		else if (names_how[0])
+			snprintf(plan->gpu_how, sizeof(plan->gpu_how), "%s", names_how);
 		else if (t->nnv)
 			snprintf(plan->gpu_how, sizeof(plan->gpu_how),
 				 "%s=%.64s: GPU N is /dev/nvidiaN, at the bus id the NVIDIA driver gives it", ids_key,

@@ -246,7 +246,7 @@ static int bind_vars(const struct ddpenv_node *node, const struct ddpenv_env *ta
 	if (!p->gpu || !p->ngpus || local_rank >= p->ntasks || (gi = p->tasks[local_rank].gpu) < 0)
 		return 0;
 	g = &p->gpus[gi];
-	for (size_t k = 0; k < p->ngpus; k++)
+	for (size_t k = 0; k < p->ngpus && l < sizeof(slurm); k++)
 		l += (size_t)snprintf(slurm + l, sizeof(slurm) - l, "%s%s", k ? "," : "", p->gpus[k].value);
 	if (p->policy == DDPENV_BIND_STRICT)
 		snprintf(how, sizeof(how), "--ddp-bind=strict: this task's GPU only (%s)",
@@ -257,7 +257,7 @@ static int bind_vars(const struct ddpenv_node *node, const struct ddpenv_env *ta
 	else
 		snprintf(how, sizeof(how), "all the step's GPUs here; %u tasks share %zu GPUs: this task's is index %u",
 			 p->ntasks, p->ngpus, (unsigned)(local_rank % p->ngpus));
-	const char *vis = p->policy == DDPENV_BIND_STRICT ? g->value : p->visible;
+	const char *vis = p->policy == DDPENV_BIND_STRICT ? g->cuda : p->visible;
 	ok &= add(out, "CUDA_VISIBLE_DEVICES", 0, how, "%s", vis) != NULL;
 	if (ddpenv_env_get(task_env, "GPU_DEVICE_ORDINAL"))
 		ok &= add(out, "GPU_DEVICE_ORDINAL", 0, "= CUDA_VISIBLE_DEVICES (Slurm sets both)", "%s", vis) != NULL;

@@ -1,7 +1,8 @@
 /* The NVIDIA driver's list of a node's GPUs (see ddpenv.h): one directory
  * per GPU under /proc/driver/nvidia/gpus, named by its PCI bus id, whose
- * "information" file has lines such as "Bus Location: \t 0000:1b:00.0" and
- * "Device Minor: \t 0". */
+ * "information" file has lines such as "Bus Location: \t 0000:1b:00.0",
+ * "Device Minor: \t 0", "GPU UUID: \t GPU-8932f937-..." and
+ * "GPU Excluded: \t No". */
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -41,6 +42,7 @@ static int read_info(const char *dir, const char *name, struct ddpenv_nvgpu *g, 
 		snprintf(err, errlen, "%s: %s", path, strerror(errno));
 		return -1;
 	}
+	memset(g, 0, sizeof(*g));
 	if (ddpenv_busid_norm(name, g->busid, sizeof(g->busid)) < 0)
 		g->busid[0] = 0;
 	while (fgets(line, sizeof(line), f)) {
@@ -60,6 +62,16 @@ static int read_info(const char *dir, const char *name, struct ddpenv_nvgpu *g, 
 			}
 			g->minor = (int)m;
 			have_minor = 1;
+		} else if (!strcmp(line, "GPU UUID")) {
+			/* "GPU-" and the 36 characters of a UUID, as nvidia-smi -L
+			 * prints it; anything else (question marks where the driver
+			 * has not read it: a GPU not initialised since boot, no
+			 * persistence mode) leaves it unknown */
+			if (!strncmp(v, "GPU-", 4) && strlen(v) == 40 &&
+			    strspn(v + 4, "0123456789abcdefABCDEF-") == 36)
+				snprintf(g->uuid, sizeof(g->uuid), "%s", v);
+		} else if (!strcmp(line, "GPU Excluded")) {
+			g->excluded = !strcmp(v, "Yes");
 		} else if (!strcmp(line, "Bus Location") &&
 			   ddpenv_busid_norm(v, g->busid, sizeof(g->busid)) < 0) {
 			fclose(f);

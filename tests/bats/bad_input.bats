@@ -99,10 +99,27 @@ teardown() {
 	run --separate-stderr "$REPO/build/bin/ddp-env" --topology "$T" --nvidia-gpus "$NV" --tasks 2 --gpus 0,1
 	echo "$output"
 	assert_success
-	assert_line "# gpu: bound: SLURM_STEP_GPUS=0,1: GPU N is /dev/nvidiaN, at the bus id the NVIDIA driver gives it"
+	# CUDA counts in bus order: /dev/nvidia0 is its GPU 1
+	assert_line "# gpu: bound: SLURM_STEP_GPUS=0,1: the NVIDIA driver's /dev/nvidiaN are not the N-th GPUs in bus order; CUDA numbers /dev/nvidia0 1, /dev/nvidia1 0"
+	assert_line "# CUDA_VISIBLE_DEVICES=1,0 for every task"
 	assert_output --regexp "
 # 0 +0 0000:9d:00.0 +1 mlx5_4 +56-111,168-223 .*near its GPU
 # 1 +1 0000:1b:00.0 +0 mlx5_0 +0-55,112-167 .*near its GPU"
+	# a third GPU: CUDA's count for Slurm's 0,1 depends on ConstrainDevices; UUIDs name them
+	mkdir -p "$NV/0000:43:00.0"
+	printf 'Bus Location: \t 0000:43:00.0\nDevice Minor: \t 2\n' >"$NV/0000:43:00.0/information"
+	run --separate-stderr "$REPO/build/bin/ddp-env" --topology "$T" --nvidia-gpus "$NV" --tasks 2 --gpus 0,1
+	assert_success
+	assert_line --partial "and the driver gives no UUIDs (GPUs not initialised: persistence mode off?): CUDA may take Slurm's numbers"
+	m=0
+	for bus in 0000:9d:00.0 0000:1b:00.0 0000:43:00.0; do
+		printf 'GPU UUID: \t GPU-%d932f937-d72c-4106-c12f-20bd9faed9f6\n' $m >>"$NV/$bus/information"
+		m=$((m + 1))
+	done
+	run --separate-stderr "$REPO/build/bin/ddp-env" --topology "$T" --nvidia-gpus "$NV" --tasks 2 --gpus 0,1
+	assert_success
+	assert_line --partial "Slurm's numbers can mean either count: CUDA_VISIBLE_DEVICES names them by UUID"
+	assert_line "# CUDA_VISIBLE_DEVICES=GPU-0932f937,GPU-1932f937 for every task"
 	# without the list GPU 0 is the first by bus id
 	run --separate-stderr "$REPO/build/bin/ddp-env" --topology "$T" --tasks 2 --gpus 0,1
 	assert_output --regexp "# 0 +0 0000:1b:00.0 "

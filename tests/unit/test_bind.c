@@ -111,7 +111,7 @@ static void invariants(const char *xml, const struct ddpenv_bind_plan *p, const 
 			for (tok = strtok_r(vis, ",", &save); tok && k < i; tok = strtok_r(NULL, ",", &save))
 				k++;
 			if (i < p->ngpus)
-				visible &= tok && strcmp(tok, g->value) == 0;
+				visible &= tok && strcmp(tok, g->cuda) == 0;
 		}
 	}
 	if (p->gpu && p->ntasks >= p->ngpus)
@@ -573,7 +573,11 @@ static void test_apply(void)
 }
 
 /* A fake NVIDIA driver list (/proc/driver/nvidia/gpus): minor k at bus[k]. */
-static void nv_list(const char *dir, const char *const *bus, int n)
+/* A fake /proc/driver/nvidia/gpus: GPU k at bus[k] is /dev/nvidia<k>.
+ * uuid: "GPU UUID" lines (GPU-<k>...; NV_UNREAD: question marks, as the
+ * driver writes before it has read them); excluded: a mask of minors. */
+enum { NV_NONE, NV_UUID, NV_UNREAD };
+static void nv_list_as(const char *dir, const char *const *bus, int n, int uuid, unsigned excluded)
 {
 	char path[512];
 	mkdir(dir, 0755);
@@ -582,10 +586,21 @@ static void nv_list(const char *dir, const char *const *bus, int n)
 		mkdir(path, 0755);
 		snprintf(path, sizeof(path), "%s/%s/information", dir, bus[k]);
 		FILE *f = fopen(path, "w");
-		fprintf(f, "Model: \t\t NVIDIA H100 80GB HBM3\nBus Type: \t PCIe\nBus Location: \t %s\n"
-			"Device Minor: \t %d\nGPU Excluded:\t No\n", bus[k], k);
+		fprintf(f, "Model: \t\t NVIDIA H100 80GB HBM3\nIRQ:   \t\t 42\n");
+		if (uuid == NV_UUID)   /* GPUs 0 and 1 share their first 15 digits */
+			fprintf(f, "GPU UUID: \t GPU-%08x-%04x-4106-c12f-20bd9faed9f6\n",
+				k < 2 ? 0x8932f937u : 0x5e0a0000u + (unsigned)k, 0xd72cu + (unsigned)k);
+		else if (uuid == NV_UNREAD)
+			fprintf(f, "GPU UUID: \t GPU-%s\n", "????????" "-" "????" "-" "????" "-" "????" "-" "????????????");
+		fprintf(f, "Bus Type: \t PCIe\nBus Location: \t %s\nDevice Minor: \t %d\nGPU Excluded:\t %s\n",
+			bus[k], k, excluded >> k & 1 ? "Yes" : "No");
 		fclose(f);
 	}
+}
+
+static void nv_list(const char *dir, const char *const *bus, int n)
+{
+	nv_list_as(dir, bus, n, NV_NONE, 0);
 }
 
 /* Slurm's GPU N is /dev/nvidiaN: with the driver's list, the plan finds it
@@ -612,7 +627,8 @@ static void test_nvidia_minors(void)
 	test_cond("a list too long for the caller is an error", ddpenv_nvidia_gpus(sub, few, 4, err, sizeof(err)) < 0);
 	test_err("... naming the directory", err, "/gpus: more than 4 GPUs");
 	test_cond("dgx-h100.xml loads", ddpenv_topo_load(topo_path("dgx-h100.xml"), 0, &t, err, sizeof(err)) == 0);
-	struct ddpenv_nvgpu twice[2] = { { 3, "0000:1b:00.0" }, { 3, "0000:43:00.0" } };
+	struct ddpenv_nvgpu twice[2] = { { .minor = 3, .busid = "0000:1b:00.0" },
+					{ .minor = 3, .busid = "0000:43:00.0" } };
 	test_cond("a minor listed twice is refused", ddpenv_topo_set_nvidia(t, twice, 2, err, sizeof(err)) < 0);
 	test_err("... naming it", err, "the NVIDIA driver lists /dev/nvidia3 twice (0000:1b:00.0 and 0000:43:00.0)");
 	test_cond("the list is given to the topology", ddpenv_topo_set_nvidia(t, nv, 8, err, sizeof(err)) == 0);
@@ -621,7 +637,8 @@ static void test_nvidia_minors(void)
 	step_env(&env, 2, "0,1", "0,1", NULL);
 	test_cond("planned with the driver's list", ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &p, err, sizeof(err)) == 0);
 	invariants("dgx-h100.xml", &p, "DGX H100, /dev/nvidia0 on socket 1");
-	test_err("the plan says where GPU N comes from", p.gpu_how, "GPU N is /dev/nvidiaN, at the bus id the NVIDIA driver gives it");
+	test_err("the plan says CUDA may count them otherwise (no UUIDs in this list)", p.gpu_how,
+		 "SLURM_STEP_GPUS=0,1: the NVIDIA driver's /dev/nvidiaN are not the N-th GPUs in bus order");
 	test_cond("GPU 0 is /dev/nvidia0 at 0000:9d:00.0, GPU 1 at 0000:1b:00.0",
 		  p.ngpus == 2 && p.gpus[0].index == 0 && !strcmp(p.gpus[0].busid, "0000:9d:00.0") &&
 		  p.gpus[1].index == 1 && !strcmp(p.gpus[1].busid, "0000:1b:00.0"));
@@ -653,6 +670,225 @@ static void test_nvidia_minors(void)
 	test_cond("the temporary directory is removed", system(cmd) == 0);
 }
 
+/* CUDA's side, as its documentation gives it: under
+ * CUDA_DEVICE_ORDER=PCI_BUS_ID it numbers the GPUs it can open (the
+ * driver's, less the excluded ones; under ConstrainDevices only the
+ * step's) in bus order, and an entry of CUDA_VISIBLE_DEVICES is a number
+ * among them or the start of one GPU's UUID.  The bus id of what a task
+ * opens as device local_rank; "" for nothing. */
+static const char *cuda_opens(const struct ddpenv_nvgpu *nv, int n, const char *step, const char *cvd,
+			      unsigned local_rank)
+{
+	const struct ddpenv_nvgpu *open[DDPENV_MAX_GPUS];
+	char list[DDPENV_VALLEN], *tok, *save = NULL;
+	int m = 0;
+
+	for (int i = 0; i < n; i++) {
+		int in = !step;
+		snprintf(list, sizeof(list), "%s", step ? step : "");
+		for (tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+			in |= atoi(tok) == nv[i].minor;
+		if (in && !nv[i].excluded)
+			open[m++] = &nv[i];
+	}
+	for (int i = 0; i < m; i++)
+		for (int j = i + 1; j < m; j++)
+			if (strcmp(open[j]->busid, open[i]->busid) < 0) {
+				const struct ddpenv_nvgpu *x = open[i];
+				open[i] = open[j];
+				open[j] = x;
+			}
+	snprintf(list, sizeof(list), "%s", cvd);
+	tok = strtok_r(list, ",", &save);
+	for (unsigned k = 0; tok && k < local_rank; k++)
+		tok = strtok_r(NULL, ",", &save);
+	if (!tok)
+		return "";
+	if (!strncmp(tok, "GPU-", 4)) {
+		const char *hit = "";
+		for (int i = 0; i < m; i++)
+			if (!strncmp(open[i]->uuid, tok, strlen(tok)))
+				hit = *hit ? "(ambiguous)" : open[i]->busid;
+		return hit;
+	}
+	return atoi(tok) < m ? open[atoi(tok)]->busid : "";
+}
+
+/* Every task of the plan opens, as device LOCAL_RANK, the GPU it was
+ * planned for: under ConstrainDevices (CUDA opens the step's GPUs only)
+ * and without (it sees them all). */
+static void opens_planned(const char *what, const struct ddpenv_nvgpu *nv, int n, const char *step,
+			  const struct ddpenv_bind_plan *p, int constrained, int unconstrained)
+{
+	int ok[2] = { 1, 1 };
+	char desc[300];
+	for (uint32_t i = 0; i < p->ntasks; i++) {
+		const char *want = p->tasks[i].gpu >= 0 ? p->gpus[p->tasks[i].gpu].busid : "?";
+		const char *cvd = p->policy == DDPENV_BIND_STRICT ? p->gpus[p->tasks[i].gpu].cuda : p->visible;
+		unsigned dev = p->policy == DDPENV_BIND_STRICT ? 0 : i;
+		const char *got[2] = { cuda_opens(nv, n, step, cvd, dev), cuda_opens(nv, n, NULL, cvd, dev) };
+		for (int c = 0; c < 2; c++)
+			if (strcmp(got[c], want)) {
+				if (ok[c] && (c ? unconstrained : constrained))
+					printf("# %s: task %u planned for %s opens '%s' (CUDA_VISIBLE_DEVICES=%s, %s)\n",
+					       what, i, want, got[c], cvd, c ? "unconstrained" : "ConstrainDevices");
+				ok[c] = 0;
+			}
+	}
+	if (constrained) {
+		snprintf(desc, sizeof(desc), "%s: under ConstrainDevices each task opens its planned GPU", what);
+		test_cond(desc, ok[0]);
+	}
+	if (unconstrained) {
+		snprintf(desc, sizeof(desc), "%s: without ConstrainDevices each task opens its planned GPU", what);
+		test_cond(desc, ok[1]);
+	}
+}
+
+/* The driver numbered GPUs out of bus order (/dev/nvidia0 is socket 1's
+ * 0000:9d:00.0): CUDA_VISIBLE_DEVICES must name each task's GPU the way
+ * CUDA counts, which is not Slurm's. */
+static void test_cuda_names(void)
+{
+	static const char *const bus[] = { "0000:9d:00.0", "0000:1b:00.0", "0000:43:00.0", "0000:52:00.0",
+					   "0000:61:00.0", "0000:c3:00.0", "0000:d1:00.0", "0000:df:00.0" };
+	static const char *const inorder[] = { "0000:1b:00.0", "0000:43:00.0", "0000:52:00.0", "0000:61:00.0",
+					       "0000:9d:00.0", "0000:c3:00.0", "0000:d1:00.0", "0000:df:00.0" };
+	char dir[] = "/tmp/ddp-nvXXXXXX", sub[600], cmd[700];
+	struct ddpenv_nvgpu nv[DDPENV_MAX_GPUS];
+	struct ddpenv_topo *t = NULL;
+	struct ddpenv_bind_plan p;
+	struct ddpenv_env env, te;
+	struct ddpenv_node node;
+	struct ddpenv_vars v;
+	int n;
+
+	test_cond("a temporary directory", mkdtemp(dir) != NULL);
+	test_cond("dgx-h100.xml loads", ddpenv_topo_load(topo_path("dgx-h100.xml"), 0, &t, err, sizeof(err)) == 0);
+	snprintf(sub, sizeof(sub), "%s/uuid", dir);
+	nv_list_as(sub, bus, 8, NV_UUID, 0);
+	n = ddpenv_nvidia_gpus(sub, nv, DDPENV_MAX_GPUS, err, sizeof(err));
+	test_cond("the driver's list with UUIDs", n == 8 && !nv[0].excluded &&
+		  !strcmp(nv[0].uuid, "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6") &&
+		  !strcmp(nv[7].uuid, "GPU-5e0a0007-d733-4106-c12f-20bd9faed9f6"));
+	ddpenv_topo_set_nvidia(t, nv, 8, err, sizeof(err));
+
+	/* /dev/nvidia0 and 1: ConstrainDevices or not, Slurm writes "0,1" */
+	step_env(&env, 2, "0,1", "0,1", NULL);
+	test_cond("/dev/nvidia0,1: planned", ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &p, err, sizeof(err)) == 0);
+	test_err("... Slurm's 0,1 can mean either count: named by UUID", p.gpu_how,
+		 "SLURM_STEP_GPUS=0,1: the NVIDIA driver's /dev/nvidiaN are not the N-th GPUs in bus order, and "
+		 "Slurm's numbers can mean either count: CUDA_VISIBLE_DEVICES names them by UUID");
+	test_cond("... abbreviated to what tells them apart",
+		  !strcmp(p.gpus[0].cuda, "GPU-8932f937-d72c") && !strcmp(p.gpus[1].cuda, "GPU-8932f937-d72d"));
+	opens_planned("/dev/nvidia0,1 by UUID", nv, 8, "0,1", &p, 1, 1);
+	node_of(&node, DDPENV_BACKEND_NCCL, 2, 2);
+	node.plan = &p;
+	task_env(&te, 2, 0, "CUDA_VISIBLE_DEVICES=0,1", NULL);
+	test_cond("... task variables", ddpenv_task_vars(&node, &te, &v, err, sizeof(err)) == 0);
+	test_streq("... CUDA_VISIBLE_DEVICES: the UUIDs", var(&v, "CUDA_VISIBLE_DEVICES"), p.visible);
+	test_streq("... Slurm's numbers kept", var(&v, "DDP_SLURM_CUDA_VISIBLE_DEVICES"), "0,1");
+	ddpenv_env_free(&te);
+	ddpenv_bind_plan_free(&p);
+	test_cond("... --ddp-bind=strict: planned", ddpenv_bind_plan(t, &env, DDPENV_BIND_STRICT, NULL, &p, err, sizeof(err)) == 0);
+	opens_planned("/dev/nvidia0,1 strict", nv, 8, "0,1", &p, 1, 1);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	/* ConstrainDevices: Slurm counts the step's GPUs 0..n-1 */
+	step_env(&env, 2, "0,2", "0,1", NULL);
+	test_cond("/dev/nvidia0,2 under ConstrainDevices: planned",
+		  ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &p, err, sizeof(err)) == 0);
+	test_err("... CUDA's numbers, and why", p.gpu_how,
+		 "SLURM_STEP_GPUS=0,2: the NVIDIA driver's /dev/nvidiaN are not the N-th GPUs in bus order; "
+		 "CUDA (ConstrainDevices) numbers /dev/nvidia0 1, /dev/nvidia2 0");
+	test_cond("... numbers, not UUIDs", !strchr(p.visible, '-'));
+	opens_planned("/dev/nvidia0,2 ConstrainDevices", nv, 8, "0,2", &p, 1, 0);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	/* without: Slurm writes the device numbers, CUDA sees all 8 */
+	step_env(&env, 2, "0,2", "0,2", NULL);
+	test_cond("/dev/nvidia0,2 without ConstrainDevices: planned",
+		  ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &p, err, sizeof(err)) == 0);
+	test_err("... CUDA's numbers among all 8", p.gpu_how, "CUDA numbers /dev/nvidia0 4, /dev/nvidia2 1");
+	opens_planned("/dev/nvidia0,2 unconstrained", nv, 8, NULL, &p, 0, 1);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	/* the whole node: both counts agree */
+	step_env(&env, 8, "0,1,2,3,4,5,6,7", NULL, NULL);
+	test_cond("all 8: planned", ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &p, err, sizeof(err)) == 0);
+	test_cond("... numbers", !strchr(p.visible, '-'));
+	opens_planned("all 8", nv, 8, "0,1,2,3,4,5,6,7", &p, 1, 1);
+	invariants("dgx-h100.xml", &p, "DGX H100, /dev/nvidiaN out of bus order");
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	/* GPUs whose numbers agree with CUDA's: Slurm's values stand */
+	step_env(&env, 2, "1,2", "0,1", NULL);
+	ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &p, err, sizeof(err));
+	test_err("/dev/nvidia1,2 (in bus order): Slurm's numbers stand", p.gpu_how,
+		 "SLURM_STEP_GPUS=1,2: GPU N is /dev/nvidiaN, at the bus id the NVIDIA driver gives it");
+	opens_planned("/dev/nvidia1,2 ConstrainDevices", nv, 8, "1,2", &p, 1, 0);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	/* UUIDs not read yet (persistence mode off): said, Slurm's values kept */
+	snprintf(sub, sizeof(sub), "%s/unread", dir);
+	nv_list_as(sub, bus, 8, NV_UNREAD, 0);
+	n = ddpenv_nvidia_gpus(sub, nv, DDPENV_MAX_GPUS, err, sizeof(err));
+	test_cond("question marks for a UUID: unknown, not an error", n == 8 && !nv[3].uuid[0]);
+	ddpenv_topo_set_nvidia(t, nv, 8, err, sizeof(err));
+	step_env(&env, 2, "0,1", "0,1", NULL);
+	ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &p, err, sizeof(err));
+	test_err("... /dev/nvidia0,1 without UUIDs: the plan says CUDA may differ", p.gpu_how,
+		 "the driver gives no UUIDs (GPUs not initialised: persistence mode off?): CUDA may take "
+		 "Slurm's numbers for other GPUs than planned");
+	test_streq("... Slurm's values", p.visible, "0,1");
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	/* an excluded GPU is not in CUDA's count */
+	snprintf(sub, sizeof(sub), "%s/excluded", dir);
+	nv_list_as(sub, bus, 8, NV_UUID, 1u << 3);
+	n = ddpenv_nvidia_gpus(sub, nv, DDPENV_MAX_GPUS, err, sizeof(err));
+	test_cond("GPU Excluded: Yes is read", n == 8 && nv[3].excluded && !nv[4].excluded);
+	ddpenv_topo_set_nvidia(t, nv, 8, err, sizeof(err));
+	step_env(&env, 2, "4,5", "4,5", NULL);
+	ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &p, err, sizeof(err));
+	test_err("... /dev/nvidia4,5 without ConstrainDevices: CUDA skips /dev/nvidia3", p.gpu_how,
+		 "CUDA numbers /dev/nvidia4 2, /dev/nvidia5 4");
+	opens_planned("beside an excluded GPU", nv, 8, NULL, &p, 0, 1);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+	step_env(&env, 1, "3", "3", NULL);
+	ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &p, err, sizeof(err));
+	test_err("... a step given the excluded GPU is told", p.gpu_how,
+		 "SLURM_STEP_GPUS=3: /dev/nvidia3 (0000:52:00.0) is excluded by the NVIDIA driver "
+		 "(NVreg_ExcludedGpus): CUDA cannot open it");
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	/* numbered in bus order: nothing to translate */
+	snprintf(sub, sizeof(sub), "%s/inorder", dir);
+	nv_list_as(sub, inorder, 8, NV_UUID, 0);
+	n = ddpenv_nvidia_gpus(sub, nv, DDPENV_MAX_GPUS, err, sizeof(err));
+	ddpenv_topo_set_nvidia(t, nv, 8, err, sizeof(err));
+	step_env(&env, 2, "0,1", "0,1", NULL);
+	ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &p, err, sizeof(err));
+	test_err("numbered in bus order: Slurm's numbers stand", p.gpu_how,
+		 "GPU N is /dev/nvidiaN, at the bus id the NVIDIA driver gives it");
+	test_streq("... as numbers", p.visible, "0,1");
+	opens_planned("numbered in bus order", nv, 8, "0,1", &p, 1, 1);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	ddpenv_topo_free(t);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	test_cond("the temporary directory is removed", system(cmd) == 0);
+}
+
 int main(void)
 {
 	test_dgx_h100();
@@ -664,6 +900,7 @@ int main(void)
 	test_vars();
 	test_errors();
 	test_nvidia_minors();
+	test_cuda_names();
 	test_apply();
 	return test_report();
 }

@@ -562,6 +562,31 @@ static void test_gres(void)
 	ck_eval_setup(w);
 	test_check("GPUs but no driver list on any node: SKIP", w, "bind.gres", CK_SKIP,
 		   "no node has the NVIDIA driver's GPU list (/proc/driver/nvidia/gpus)");
+
+	/* nccl: CUDA says which GPU each task opened; the plan said which it should */
+	w->nres = 0;
+	w->backend = "nccl";
+	for (int i = 0; i < w->n; i++) {
+		struct ck_rank *r = &w->ranks[i];
+		snprintf(r->env[CK_GPU_BUSID], DDPENV_VALLEN, "%s", r->gpu);
+		r->have |= 1u << CK_GPU_BUSID;
+		snprintf(r->gpu_from, sizeof(r->gpu_from), "CUDA device %d", i);
+	}
+	ck_eval_setup(w);
+	test_check("each task opened the GPU planned for it: OK without the driver's list", w, "bind.gres",
+		   CK_OK, "each task opened the GPU planned for it (DDP_GPU_BUSID); no node has the NVIDIA "
+		   "driver's GPU list");
+	w->nres = 0;
+	snprintf(w->ranks[0].env[CK_GPU_BUSID], DDPENV_VALLEN, "0000:9d:00.0");
+	ck_eval_setup(w);
+	test_check("a task that opened another GPU than planned: FAIL naming both", w, "bind.gres", CK_FAIL,
+		   "task 0 (gpu01) opened GPU 0000:1b:00.0 (CUDA device 0), but slurm-ddp planned 0000:9d:00.0 "
+		   "(DDP_GPU_BUSID) and bound its CPUs near that one: CUDA_VISIBLE_DEVICES=0,1,2,3 names other "
+		   "GPUs than the plan");
+	w->nres = 0;
+	w->backend = "gloo";
+	ck_eval_setup(w);
+	test_check("... under gloo no GPU was opened: not checked", w, "bind.gres", CK_SKIP, "no node has");
 	drop(w);
 
 	w = world(2, 4);

@@ -69,6 +69,22 @@ static int cu_ok(cudaError_t e, const char *file, int line, const char *call)
 }
 #define CUDA(call) CU(cu_ok((call), __FILE__, __LINE__, #call))
 
+/* slurm-ddp bound this task's CPUs near DDP_GPU_BUSID: say so when CUDA
+ * opened another GPU (CUDA_VISIBLE_DEVICES set by hand, or a numbering
+ * the plan did not foresee); training goes on, only slower. */
+static void plan_check(const char *bus, int dev, const char *host, int rank)
+{
+	const char *want = getenv("DDP_GPU_BUSID");
+	unsigned a[4], b[4];
+	if (!want || !*want || sscanf(bus, "%x:%x:%x.%x", &a[0], &a[1], &a[2], &a[3]) != 4 ||
+	    sscanf(want, "%x:%x:%x.%x", &b[0], &b[1], &b[2], &b[3]) != 4 || !memcmp(a, b, sizeof(a)))
+		return;
+	fprintf(stderr, "cnn_train: rank %d (%s): warning: CUDA device %d is %s, but slurm-ddp planned "
+		"%s (DDP_GPU_BUSID) and bound this task's CPUs near it (CUDA_VISIBLE_DEVICES=%s); "
+		"run ddp-check\n", rank, host, dev, bus, want,
+		getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "unset");
+}
+
 static int gpu_open(struct cnn_gpu **out, const struct cnn_gpu_opts *o, char *err, size_t errlen)
 {
 	struct cnn_gpu *g = calloc(1, sizeof(*g));
@@ -111,6 +127,7 @@ static int gpu_open(struct cnn_gpu **out, const struct cnn_gpu_opts *o, char *er
 	CUDA(cudaGetDeviceProperties(&p, g->dev));
 	cudaDeviceGetPCIBusId(bus, sizeof(bus), g->dev);
 	snprintf(g->name, sizeof(g->name), "%s (sm_%d%d, %s)", p.name, p.major, p.minor, bus);
+	plan_check(bus, g->dev, host, o->rank);
 	if (o->precision == CNN_PREC_BF16 && p.major < 8)
 		FAIL("--precision bf16 needs bf16 tensor cores (compute capability 8.0 or newer): "
 		     "GPU %d is %s; use tf32 or fp32", g->dev, g->name);
