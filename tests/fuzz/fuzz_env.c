@@ -65,6 +65,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int planned = 0;
 	if (!topo && ddpenv_topo_load(TOPODIR "/dgx-h100.xml", 0, &topo, err, sizeof(err)) < 0)
 		abort();
+	/* The NVIDIA driver's list: DDP_FUZZ_NVIDIA=minor/busid/uuid/excluded,... */
+	static struct ddpenv_nvgpu nv[DDPENV_MAX_GPUS];
+	size_t nnv = 0;
+	const char *nvs = ddpenv_env_get(&env, "DDP_FUZZ_NVIDIA");
+	if (nvs) {
+		char buf[DDPENV_MAX_GPUS * 80], *save = NULL;
+		snprintf(buf, sizeof(buf), "%s", nvs);
+		for (char *it = strtok_r(buf, ",", &save); it && nnv < DDPENV_MAX_GPUS;
+		     it = strtok_r(NULL, ",", &save)) {
+			struct ddpenv_nvgpu *g = &nv[nnv++];
+			char *f[4] = { it, "", "", "" }, *p = it;
+			for (int k = 1; k < 4 && (p = strchr(p, '/')); k++) {
+				*p++ = '\0';
+				f[k] = p;
+			}
+			memset(g, 0, sizeof(*g));
+			g->minor = atoi(f[0]);
+			snprintf(g->busid, sizeof(g->busid), "%s", f[1]);
+			snprintf(g->uuid, sizeof(g->uuid), "%s", f[2]);
+			g->excluded = f[3][0] == '1';
+		}
+	}
+	(void)ddpenv_topo_set_nvidia(topo, nv, nnv, err, sizeof(err));
 	enum ddpenv_bind policy = DDPENV_BIND_AUTO;
 	(void)ddpenv_bind_parse(ddpenv_env_get(&env, "DDP_BIND"), &policy, err, sizeof(err));
 	planned = ddpenv_bind_plan(topo, &env, policy, ddpenv_env_get(&env, "DDP_FUZZ_ALLOWED"), &plan,
