@@ -603,13 +603,16 @@ static void nv_list(const char *dir, const char *const *bus, int n)
 	nv_list_as(dir, bus, n, NV_NONE, 0);
 }
 
+/* The DGX H100's GPUs as a driver numbered them: /dev/nvidia0 is socket
+ * 1's 0000:9d:00.0, the others in bus order. */
+static const char *const bus[] = { "0000:9d:00.0", "0000:1b:00.0", "0000:43:00.0", "0000:52:00.0",
+				   "0000:61:00.0", "0000:c3:00.0", "0000:d1:00.0", "0000:df:00.0" };
+
 /* Slurm's GPU N is /dev/nvidiaN: with the driver's list, the plan finds it
  * by that device's bus id, even where the driver numbered GPUs out of bus
  * order (here /dev/nvidia0 is socket 1's 0000:9d:00.0). */
 static void test_nvidia_minors(void)
 {
-	static const char *const bus[] = { "0000:9d:00.0", "0000:1b:00.0", "0000:43:00.0", "0000:52:00.0",
-					   "0000:61:00.0", "0000:c3:00.0", "0000:d1:00.0", "0000:df:00.0" };
 	char dir[] = "/tmp/ddp-nvXXXXXX", sub[600], cmd[700];
 	struct ddpenv_nvgpu nv[DDPENV_MAX_GPUS];
 	struct ddpenv_topo *t = NULL;
@@ -745,13 +748,34 @@ static void opens_planned(const char *what, const struct ddpenv_nvgpu *nv, int n
 	}
 }
 
+/* One step on the driver's list nv: the plan's word on the GPUs' names
+ * (how), numbers rather than UUIDs, and every task opening its GPU under
+ * ConstrainDevices (c) and without (u). */
+static void naming(struct ddpenv_topo *t, const struct ddpenv_nvgpu *nv, const char *what, unsigned ntasks,
+		   const char *gpus, const char *cvd, const char *how, int c, int u)
+{
+	struct ddpenv_bind_plan p;
+	struct ddpenv_env env;
+	char desc[300];
+
+	step_env(&env, ntasks, gpus, cvd, NULL);
+	snprintf(desc, sizeof(desc), "%s: planned", what);
+	test_cond(desc, ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &p, err, sizeof(err)) == 0);
+	snprintf(desc, sizeof(desc), "%s: the plan says how CUDA names the GPUs", what);
+	test_err(desc, p.gpu_how, how);
+	snprintf(desc, sizeof(desc), "%s: by number (%s)", what, p.visible);
+	test_cond(desc, !strchr(p.visible, '-'));
+	opens_planned(what, nv, 8, c ? gpus : NULL, &p, c, u);
+	invariants("dgx-h100.xml", &p, what);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+}
+
 /* The driver numbered GPUs out of bus order (/dev/nvidia0 is socket 1's
  * 0000:9d:00.0): CUDA_VISIBLE_DEVICES must name each task's GPU the way
  * CUDA counts, which is not Slurm's. */
 static void test_cuda_names(void)
 {
-	static const char *const bus[] = { "0000:9d:00.0", "0000:1b:00.0", "0000:43:00.0", "0000:52:00.0",
-					   "0000:61:00.0", "0000:c3:00.0", "0000:d1:00.0", "0000:df:00.0" };
 	static const char *const inorder[] = { "0000:1b:00.0", "0000:43:00.0", "0000:52:00.0", "0000:61:00.0",
 					       "0000:9d:00.0", "0000:c3:00.0", "0000:d1:00.0", "0000:df:00.0" };
 	char dir[] = "/tmp/ddp-nvXXXXXX", sub[600], cmd[700];
@@ -795,44 +819,18 @@ static void test_cuda_names(void)
 	ddpenv_bind_plan_free(&p);
 	ddpenv_env_free(&env);
 
-	/* ConstrainDevices: Slurm counts the step's GPUs 0..n-1 */
-	step_env(&env, 2, "0,2", "0,1", NULL);
-	test_cond("/dev/nvidia0,2 under ConstrainDevices: planned",
-		  ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &p, err, sizeof(err)) == 0);
-	test_err("... CUDA's numbers, and why", p.gpu_how,
-		 "SLURM_STEP_GPUS=0,2: the NVIDIA driver's /dev/nvidiaN are not the N-th GPUs in bus order; "
-		 "CUDA (ConstrainDevices) numbers /dev/nvidia0 1, /dev/nvidia2 0");
-	test_cond("... numbers, not UUIDs", !strchr(p.visible, '-'));
-	opens_planned("/dev/nvidia0,2 ConstrainDevices", nv, 8, "0,2", &p, 1, 0);
-	ddpenv_bind_plan_free(&p);
-	ddpenv_env_free(&env);
-
-	/* without: Slurm writes the device numbers, CUDA sees all 8 */
-	step_env(&env, 2, "0,2", "0,2", NULL);
-	test_cond("/dev/nvidia0,2 without ConstrainDevices: planned",
-		  ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &p, err, sizeof(err)) == 0);
-	test_err("... CUDA's numbers among all 8", p.gpu_how, "CUDA numbers /dev/nvidia0 4, /dev/nvidia2 1");
-	opens_planned("/dev/nvidia0,2 unconstrained", nv, 8, NULL, &p, 0, 1);
-	ddpenv_bind_plan_free(&p);
-	ddpenv_env_free(&env);
-
-	/* the whole node: both counts agree */
-	step_env(&env, 8, "0,1,2,3,4,5,6,7", NULL, NULL);
-	test_cond("all 8: planned", ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &p, err, sizeof(err)) == 0);
-	test_cond("... numbers", !strchr(p.visible, '-'));
-	opens_planned("all 8", nv, 8, "0,1,2,3,4,5,6,7", &p, 1, 1);
-	invariants("dgx-h100.xml", &p, "DGX H100, /dev/nvidiaN out of bus order");
-	ddpenv_bind_plan_free(&p);
-	ddpenv_env_free(&env);
-
-	/* GPUs whose numbers agree with CUDA's: Slurm's values stand */
-	step_env(&env, 2, "1,2", "0,1", NULL);
-	ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &p, err, sizeof(err));
-	test_err("/dev/nvidia1,2 (in bus order): Slurm's numbers stand", p.gpu_how,
-		 "SLURM_STEP_GPUS=1,2: GPU N is /dev/nvidiaN, at the bus id the NVIDIA driver gives it");
-	opens_planned("/dev/nvidia1,2 ConstrainDevices", nv, 8, "1,2", &p, 1, 0);
-	ddpenv_bind_plan_free(&p);
-	ddpenv_env_free(&env);
+	/* ConstrainDevices: Slurm counts the step's GPUs 0..n-1 (values other
+	 * than the device numbers); without, it writes the device numbers and
+	 * CUDA sees all 8; for the whole node both counts agree */
+	naming(t, nv, "/dev/nvidia0,2 under ConstrainDevices", 2, "0,2", "0,1",
+	       "SLURM_STEP_GPUS=0,2: the NVIDIA driver's /dev/nvidiaN are not the N-th GPUs in bus order; "
+	       "CUDA (ConstrainDevices) numbers /dev/nvidia0 1, /dev/nvidia2 0", 1, 0);
+	naming(t, nv, "/dev/nvidia0,2 without ConstrainDevices", 2, "0,2", "0,2",
+	       "CUDA numbers /dev/nvidia0 4, /dev/nvidia2 1", 0, 1);
+	naming(t, nv, "all 8", 8, "0,1,2,3,4,5,6,7", "0,1,2,3,4,5,6,7", "CUDA numbers /dev/nvidia0 4, /dev/nvidia1 0",
+	       1, 1);
+	naming(t, nv, "/dev/nvidia1,2 (in bus order)", 2, "1,2", "0,1",
+	       "SLURM_STEP_GPUS=1,2: GPU N is /dev/nvidiaN, at the bus id the NVIDIA driver gives it", 1, 0);
 
 	/* UUIDs not read yet (persistence mode off): said, Slurm's values kept */
 	snprintf(sub, sizeof(sub), "%s/unread", dir);
