@@ -174,12 +174,12 @@ static int plan_binding(spank_t sp, struct ddpenv_env *env, const struct ddpenv_
 		}
 	}
 	if (ddpenv_topo_load(eff->topology[0] ? eff->topology : NULL, 1, &st.topo, err, sizeof(err)) == 0 &&
-	    ddpenv_env_get(env, "SLURM_STEP_GPUS")) {
+	    ddpenv_env_get(env, "SLURM_STEP_GPUS") && eff->nvidia_gpus[0]) {
 		/* Slurm's GPU numbers are device minors: the driver says which
 		 * bus id each is (plain /proc reads; no driver library). */
 		struct ddpenv_nvgpu nv[DDPENV_MAX_GPUS];
 		char nverr[DDPENV_ERRLEN];
-		int n = ddpenv_nvidia_gpus(NULL, nv, DDPENV_MAX_GPUS, nverr, sizeof(nverr));
+		int n = ddpenv_nvidia_gpus(eff->nvidia_gpus, nv, DDPENV_MAX_GPUS, nverr, sizeof(nverr));
 		if (n < 0 || ddpenv_topo_set_nvidia(st.topo, nv, n > 0 ? (size_t)n : 0, nverr, sizeof(nverr)) < 0)
 			snprintf(st.bind_warn, sizeof(st.bind_warn), "the NVIDIA driver's GPU list: %.200s; "
 				 "GPU N taken for the N-th by PCI bus id", nverr);

@@ -192,6 +192,9 @@ static void print_settings(const char *title, const struct ddpenv_settings *s)
 			snprintf(buf, sizeof(buf), "%s", s->topology[0] ? s->topology : "\"\" (discover)");
 			break;
 		case DDPENV_SET_BIND_NIC: snprintf(buf, sizeof(buf), "%s", s->bind_nic_hca ? "nccl_ib_hca" : "report"); break;
+		case DDPENV_SET_NVIDIA_GPUS:
+			snprintf(buf, sizeof(buf), "%s", s->nvidia_gpus[0] ? s->nvidia_gpus : "\"\" (not read)");
+			break;
 		}
 		printf("  %-18s %-32s %s\n", ddpenv_setting_name((enum ddpenv_setting)k), buf, s->where[k]);
 	}
@@ -273,17 +276,19 @@ out:
 	return rv;
 }
 
-/* The NVIDIA driver's GPU list into t, as the plugin does: dir, else this
- * machine's own (not another machine's --topology; a list that cannot be
- * read there is a warning).  -1 with err only when dir cannot be used. */
-static int use_nvidia(struct ddpenv_topo *t, const char *dir, int this_machine, char *err,
+/* The NVIDIA driver's GPU list into t, as the plugin does: dir
+ * (--nvidia-gpus), else this machine's own, mine (the configured
+ * nvidia_gpus; NULL for another machine's --topology, "" when the config
+ * turns it off; a list that cannot be read there is a warning).  -1 with
+ * err only when dir cannot be used. */
+static int use_nvidia(struct ddpenv_topo *t, const char *dir, const char *mine, char *err,
 		      size_t errlen)
 {
 	struct ddpenv_nvgpu nv[DDPENV_MAX_GPUS];
 	char e[DDPENV_ERRLEN];
-	if (!dir && !this_machine)
+	if (!dir && (!mine || !*mine))
 		return 0;
-	int n = ddpenv_nvidia_gpus(dir, nv, DDPENV_MAX_GPUS, e, sizeof(e));
+	int n = ddpenv_nvidia_gpus(dir ? dir : mine, nv, DDPENV_MAX_GPUS, e, sizeof(e));
 	if (dir && n == 0)
 		snprintf(e, sizeof(e), "--nvidia-gpus=%s: no GPU listed there (expected a directory per "
 			 "GPU holding the driver's 'information' file, as in %s)", dir, DDPENV_NVIDIA_GPUS);
@@ -330,7 +335,7 @@ static int plan_only(const char *path, const char *bind_arg, const char *tasks, 
 		fprintf(stderr, "ddp-env: %s\n", err);
 		goto out;
 	}
-	if (use_nvidia(t, nvidia, !path, err, sizeof(err)) < 0) {
+	if (use_nvidia(t, nvidia, path ? NULL : DDPENV_NVIDIA_GPUS, err, sizeof(err)) < 0) {
 		fprintf(stderr, "ddp-env: %s\n", err);
 		rv = 2;
 		goto out;
@@ -531,7 +536,7 @@ int main(int argc, char **argv)
 		if (!getenv("SLURM_NODEID")) {
 			/* not a task: the contract below says why */
 		} else if (ddpenv_topo_load(tp, !topo_path, &topo, err, sizeof(err)) < 0 ||
-			   use_nvidia(topo, nvidia_arg, !topo_path, err, sizeof(err)) < 0 ||
+			   use_nvidia(topo, nvidia_arg, topo_path ? NULL : eff.nvidia_gpus, err, sizeof(err)) < 0 ||
 			   ddpenv_bind_plan(topo, &env, policy, allowed_arg, &plan, err, sizeof(err)) < 0) {
 			if (topo_path || policy == DDPENV_BIND_STRICT) {
 				fprintf(stderr, "ddp-env: %s\n", err);

@@ -263,6 +263,7 @@ enum ddpenv_setting {
 	DDPENV_SET_BIND,
 	DDPENV_SET_TOPOLOGY,
 	DDPENV_SET_BIND_NIC,
+	DDPENV_SET_NVIDIA_GPUS,
 	DDPENV_SET_COUNT
 };
 
@@ -300,6 +301,7 @@ struct ddpenv_settings {
 	int bind;                            /* enum ddpenv_bind: the default policy */
 	char topology[DDPENV_PATHLEN];       /* "" : discover; else this node's hwloc XML */
 	int bind_nic_hca;                    /* set NCCL_IB_HCA to each rank's NIC */
+	char nvidia_gpus[DDPENV_PATHLEN];    /* the NVIDIA driver's GPU list; "" : not read */
 	char where[DDPENV_SET_COUNT][DDPENV_WHERELEN];
 };
 

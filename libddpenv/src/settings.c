@@ -21,6 +21,7 @@ void ddpenv_settings_defaults(struct ddpenv_settings *s)
 			    1u << DDPENV_SET_NETWORK_INCLUDE | 1u << DDPENV_SET_OMP |
 			    1u << DDPENV_SET_BIND;
 	s->bind = DDPENV_BIND_AUTO;
+	snprintf(s->nvidia_gpus, sizeof(s->nvidia_gpus), "%s", DDPENV_NVIDIA_GPUS);
 	for (int k = 0; k < DDPENV_SET_COUNT; k++)
 		snprintf(s->where[k], sizeof(s->where[k]), "default");
 }
@@ -217,6 +218,17 @@ static int set_topology(struct ddpenv_settings *s, const char *v, char *why, siz
 	return 0;
 }
 
+static int set_nvidia_gpus(struct ddpenv_settings *s, const char *v, char *why, size_t n)
+{
+	if (*v && (*v != '/' || strlen(v) >= sizeof(s->nvidia_gpus))) {
+		snprintf(why, n, "'%.64s': expected the absolute path of the NVIDIA driver's GPU list (%s), "
+			 "or \"\" not to read it", v, DDPENV_NVIDIA_GPUS);
+		return -1;
+	}
+	snprintf(s->nvidia_gpus, sizeof(s->nvidia_gpus), "%s", v);
+	return 0;
+}
+
 static int set_bind_nic(struct ddpenv_settings *s, const char *v, char *why, size_t n)
 {
 	if (strcmp(v, "report") == 0)
@@ -332,6 +344,7 @@ static const struct setting table[DDPENV_SET_COUNT] = {
 	[DDPENV_SET_BIND] = { "bind", SCALAR, set_bind },
 	[DDPENV_SET_TOPOLOGY] = { "topology", SCALAR, set_topology },
 	[DDPENV_SET_BIND_NIC] = { "bind_nic", SCALAR, set_bind_nic },
+	[DDPENV_SET_NVIDIA_GPUS] = { "nvidia_gpus", SCALAR, set_nvidia_gpus },
 };
 
 const char *ddpenv_setting_name(enum ddpenv_setting k)
@@ -461,6 +474,9 @@ int ddpenv_settings_merge(struct ddpenv_settings *dst, const struct ddpenv_setti
 			memcpy(dst->topology, src->topology, sizeof(dst->topology));
 			break;
 		case DDPENV_SET_BIND_NIC: dst->bind_nic_hca = src->bind_nic_hca; break;
+		case DDPENV_SET_NVIDIA_GPUS:
+			memcpy(dst->nvidia_gpus, src->nvidia_gpus, sizeof(dst->nvidia_gpus));
+			break;
 		}
 	}
 	return rv;

@@ -122,6 +122,73 @@ assert_matches_plan() {
 	assert_line --partial "# mem: CPUs left alone, so memory too"
 }
 
+# What CUDA (CUDA_DEVICE_ORDER=PCI_BUS_ID; no ConstrainDevices here, so
+# every GPU of the driver's list DIR) opens as device LOCAL under CVD: the
+# bus id of the LOCAL-th entry, a number in bus order or a UUID's start.
+cuda_opens() {
+	local dir=$1 cvd=$2 lr=$3 ents order b
+	IFS=, read -ra ents <<<"$cvd"
+	mapfile -t order < <(ls "$dir" | sort)
+	if [[ ${ents[$lr]} == GPU-* ]]; then
+		for b in "${order[@]}"; do
+			if [[ $(awk '/^GPU UUID:/ {print $NF}' "$dir/$b/information") == "${ents[$lr]}"* ]]; then
+				echo "$b"
+			fi
+		done
+	else
+		echo "${order[${ents[$lr]}]}"
+	fi
+}
+
+# Every task line: its GPU as CUDA would open it is the one planned.
+assert_cuda_opens_planned() {
+	local line n=0
+	while read -r line; do
+		[[ $line == rank=* ]] || continue
+		local lr cvd busid got
+		lr=$(sed 's/.* local=\([^ ]*\).*/\1/' <<<"$line")
+		cvd=$(sed 's/.* cvd=\([^ ]*\).*/\1/' <<<"$line")
+		busid=$(sed 's/.* busid=\([^ ]*\).*/\1/' <<<"$line")
+		got=$(cuda_opens "$1" "$cvd" "$lr")
+		[ "$got" = "$busid" ] || fail "CUDA would open '$got' as device $lr, planned $busid: $line"
+		n=$((n + 1))
+	done <<<"$output"
+	[ "$n" -ge 1 ] || fail "no task lines"
+}
+
+@test "the NVIDIA driver numbered GPUs out of bus order: each task's CUDA_VISIBLE_DEVICES names its GPU as CUDA counts" {
+	testnode_topology
+	local NV="$BATS_TEST_TMPDIR/gpus" m=0 bus
+	# /dev/nvidia0 is package 1's 0000:60:00.0, the others in bus order
+	for bus in 0000:60:00.0 0000:20:00.0 0000:30:00.0 0000:70:00.0; do
+		mkdir -p "$NV/$bus"
+		printf 'Model: \t\t NVIDIA H100\nGPU UUID: \t GPU-%d1c2d3e4-d72c-4106-c12f-20bd9faed9f6\nBus Location: \t %s\nDevice Minor: \t %d\nGPU Excluded:\t No\n' \
+			$m "$bus" $m >"$NV/$bus/information"
+		m=$((m + 1))
+	done
+	sed -i "s|^nvidia_gpus: .*|nvidia_gpus: $NV|" "$CONF"
+	grep -q "^nvidia_gpus: $NV" "$CONF"
+	# /dev/nvidia0,1: Slurm's 0,1 would be 0000:20 and 0000:30 to CUDA
+	run --separate-stderr crun srun --ddp=gloo -N1 -n2 --gres=gpu:2 "$BIND_REPORT"
+	assert_success
+	assert_matches_plan 2
+	assert_line --partial "Slurm's numbers can mean either count: CUDA_VISIBLE_DEVICES names them by UUID"
+	assert_line --regexp '^rank=[01] local=[01] cpus=1 .* cvd=GPU-01c2d3e4,GPU-11c2d3e4|GPU-11c2d3e4,GPU-01c2d3e4 .* busid=0000:60:00.0 '
+	assert_cuda_opens_planned "$NV"
+	# the whole node: CUDA's numbers
+	run --separate-stderr crun srun --ddp=gloo -N1 -n4 --gres=gpu:4 "$BIND_REPORT"
+	assert_success
+	assert_matches_plan 4
+	assert_line --partial "CUDA numbers /dev/nvidia0 2, /dev/nvidia1 0, /dev/nvidia2 1, /dev/nvidia3 3"
+	assert_cuda_opens_planned "$NV"
+	# nvidia_gpus: "" turns the list off: GPU N is the N-th by bus id again
+	sed -i "s|^nvidia_gpus: .*|nvidia_gpus: \"\"|" "$CONF"
+	run --separate-stderr crun srun --ddp=gloo -N1 -n2 --gres=gpu:2 "$BIND_REPORT"
+	assert_success
+	assert_matches_plan 2
+	assert_line --partial "GRES index k is the k-th GPU by PCI bus id"
+}
+
 @test "an explicit --gpu-bind is left alone (CPUs are still bound), and --explain says so" {
 	testnode_topology
 	run --separate-stderr crun srun --ddp=gloo --gpu-bind=closest -N1 -n2 --gres=gpu:4 "$BIND_REPORT"

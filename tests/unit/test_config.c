@@ -167,6 +167,9 @@ static void test_refused(void)
 		"t.yaml:1:7: bind: 'closest': expected auto, none or strict");
 	refused("a relative topology", "topology: node.xml\n",
 		"t.yaml:1:11: topology: 'node.xml': expected the absolute path of this node's hwloc XML export");
+	refused("a relative nvidia_gpus", "nvidia_gpus: gpus\n",
+		"t.yaml:1:14: nvidia_gpus: 'gpus': expected the absolute path of the NVIDIA driver's GPU list "
+		"(/proc/driver/nvidia/gpus), or \"\" not to read it");
 	refused("an unknown bind_nic", "bind_nic: yes\n",
 		"t.yaml:1:11: bind_nic: 'yes': expected report (DDP_NIC only) or nccl_ib_hca");
 	refused("a duplicate key", "port_range: 1-2\nhead_from: name\nport_range: 3-4\n",
@@ -319,6 +322,21 @@ static void test_bind_keys(void)
 	test_cond("bind=none as a plugstack argument", ddpenv_config_plugstack(&c, 1, ps, err, sizeof(err)) == 0);
 	ddpenv_config_effective(&c, NULL, NULL, &e, err, sizeof(err));
 	test_cond("... wins over the file", e.bind == DDPENV_BIND_NONE);
+	ddpenv_config_free(&c);
+
+	/* nvidia_gpus: where the driver's GPU list is read, "" for not at all */
+	char *nvoff[] = { "nvidia_gpus=" };
+	ddpenv_config_init(&c);
+	test_streq("nvidia_gpus: the driver's own list by default", c.base.nvidia_gpus, "/proc/driver/nvidia/gpus");
+	test_cond("nvidia_gpus parses", parse(&c, "nvidia_gpus: /run/nvidia/gpus\npartitions:\n  old: {nvidia_gpus: \"\"}\n") == 0);
+	ddpenv_config_effective(&c, NULL, NULL, &e, err, sizeof(err));
+	test_streq("... its value", e.nvidia_gpus, "/run/nvidia/gpus");
+	ddpenv_config_effective(&c, "old", NULL, &e, err, sizeof(err));
+	test_cond("... \"\" in a partition: not read there", !e.nvidia_gpus[0]);
+	test_streq("... saying where", e.where[DDPENV_SET_NVIDIA_GPUS], "t.yaml:3:22 (partition old)");
+	test_cond("nvidia_gpus= as a plugstack argument", ddpenv_config_plugstack(&c, 1, nvoff, err, sizeof(err)) == 0);
+	ddpenv_config_effective(&c, NULL, NULL, &e, err, sizeof(err));
+	test_cond("... wins over the file", !e.nvidia_gpus[0]);
 	ddpenv_config_free(&c);
 }
 
