@@ -285,6 +285,26 @@ static void read_iface(struct self *me)
 	if_freenameindex(ni);
 }
 
+/* The settings the plugin used for this step (the site's ddp.yaml, this
+ * partition, the user's DDP_* variables); -1 when they cannot be had. */
+static int site_settings(struct ddpenv_settings *eff)
+{
+	struct ddpenv_config cfg;
+	struct ddpenv_env env;
+	extern char **environ;
+	const char *cpath = getenv("DDP_CONFIG");
+	char err[DDPENV_ERRLEN];
+	int rv;
+	ddpenv_config_init(&cfg);
+	ddpenv_env_init(&env);
+	ddpenv_env_from_envp(&env, environ);
+	rv = ddpenv_config_load(&cfg, cpath ? cpath : cfg.path, cpath != NULL, err, sizeof(err)) == 0 &&
+	     ddpenv_config_effective(&cfg, getenv("SLURM_JOB_PARTITION"), &env, eff, err, sizeof(err)) == 0 ? 0 : -1;
+	ddpenv_env_free(&env);
+	ddpenv_config_free(&cfg);
+	return rv;
+}
+
 static void read_binding(struct self *me)
 {
 	struct ck_rank *r = &me->r;
@@ -301,18 +321,9 @@ static void read_binding(struct self *me)
 	hwloc_bitmap_free(b);
 
 	/* The topology the plugin planned with: the site's export, else this machine. */
-	struct ddpenv_config cfg;
 	struct ddpenv_settings eff;
-	struct ddpenv_env env;
-	extern char **environ;
-	const char *cpath = getenv("DDP_CONFIG");
 	const char *tp = NULL;
-	ddpenv_config_init(&cfg);
-	ddpenv_env_init(&env);
-	ddpenv_env_from_envp(&env, environ);
-	if (ddpenv_config_load(&cfg, cpath ? cpath : cfg.path, cpath != NULL, err, sizeof(err)) == 0 &&
-	    ddpenv_config_effective(&cfg, getenv("SLURM_JOB_PARTITION"), &env, &eff, err, sizeof(err)) == 0 &&
-	    eff.topology[0])
+	if (site_settings(&eff) == 0 && eff.topology[0])
 		tp = eff.topology;
 	struct ddpenv_topo *t = NULL;
 	if (ddpenv_topo_load(tp, 1, &t, err, sizeof(err)) < 0) {
@@ -329,8 +340,6 @@ static void read_binding(struct self *me)
 	if (!r->allowed[0])
 		snprintf(r->allowed, sizeof(r->allowed), "%s", r->cpus);
 	ddpenv_topo_free(t);
-	ddpenv_env_free(&env);
-	ddpenv_config_free(&cfg);
 }
 
 static void read_gpus(struct self *me)
@@ -344,10 +353,15 @@ static void read_gpus(struct self *me)
 		snprintf(r->gpu, sizeof(r->gpu), "%s", r->env[CK_GPU_BUSID]);
 		snprintf(r->gpu_from, sizeof(r->gpu_from), "DDP_GPU_BUSID");
 	}
-	/* The driver's minor -> bus id table, to check Slurm's GPU numbers with. */
+	/* The driver's minor -> bus id table, to check Slurm's GPU numbers
+	 * with: DDP_CHECK_NVIDIA_GPUS, else where the plugin reads it (none
+	 * where the site turned it off: nvidia_gpus: ""). */
+	struct ddpenv_settings eff;
 	const char *dir = getenv("DDP_CHECK_NVIDIA_GPUS");
-	if (ck_nvidia_read(dir && *dir ? dir : DDPENV_NVIDIA_GPUS, r->nvgpus, sizeof(r->nvgpus),
-			   r->nvgpus_err, sizeof(r->nvgpus_err)) < 0)
+	if (!dir || !*dir)
+		dir = site_settings(&eff) == 0 ? eff.nvidia_gpus : DDPENV_NVIDIA_GPUS;
+	if (!*dir || ck_nvidia_read(dir, r->nvgpus, sizeof(r->nvgpus), r->nvgpus_err,
+				    sizeof(r->nvgpus_err)) < 0)
 		r->nvgpus[0] = 0;
 }
 

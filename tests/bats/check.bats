@@ -250,6 +250,14 @@ fake_nvidia() {
 	echo "$output"
 	assert_success
 	assert_line --regexp "^OK +bind.gres +the NVIDIA driver's device numbers follow PCI bus order on 1 node, and every task's GPU is one Slurm gave the step$"
+	# without DDP_CHECK_NVIDIA_GPUS: the list the plugin reads (ddp.yaml nvidia_gpus)
+	fake_nvidia "$NV" 0000:30:00.0 0000:20:00.0 0000:60:00.0 0000:70:00.0
+	sed -i "s|^nvidia_gpus: .*|nvidia_gpus: $NV|" "$CONF"
+	run crun srun -N1 --ntasks-per-node=2 --gres=gpu:4 --ddp=gloo "$CHECK" "${ARGS[@]}"
+	echo "$output"
+	assert_success
+	assert_line --regexp "^WARN +bind.gres +node1: the NVIDIA driver's device numbers do not follow PCI bus order \(0000:20:00.0 is /dev/nvidia1, "
+	assert_line --regexp "srun --ddp writes CUDA_VISIBLE_DEVICES as CUDA counts"
 }
 
 @test "--min-busbw above what the network gives is a failure naming the figure" {
