@@ -868,6 +868,51 @@ static void test_cuda_names(void)
 	ddpenv_bind_plan_free(&p);
 	ddpenv_env_free(&env);
 
+	/* a GPU outside the step whose UUID the driver has not read: a prefix
+	 * might be its too, so the step's GPUs are named in full */
+	snprintf(sub, sizeof(sub), "%s/one-unread", dir);
+	nv_list_as(sub, bus, 8, NV_UUID, 0);
+	snprintf(cmd, sizeof(cmd), "sed -i 's/^GPU UUID:.*/GPU UUID: \\t GPU-%s/' '%s/%s/information'",
+		 "????????" "-" "????" "-" "????" "-" "????" "-" "????????????", sub, bus[5]);
+	test_cond("... one GPU's UUID unread", system(cmd) == 0);
+	n = ddpenv_nvidia_gpus(sub, nv, DDPENV_MAX_GPUS, err, sizeof(err));
+	test_cond("... read as unknown", n == 8 && !nv[5].uuid[0] && nv[4].uuid[0]);
+	ddpenv_topo_set_nvidia(t, nv, 8, err, sizeof(err));
+	step_env(&env, 2, "0,1", "0,1", NULL);
+	ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &p, err, sizeof(err));
+	test_cond("... the step's GPUs by their whole UUIDs",
+		  !strcmp(p.gpus[0].cuda, "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6") &&
+		  !strcmp(p.gpus[1].cuda, "GPU-8932f937-d72d-4106-c12f-20bd9faed9f6"));
+	opens_planned("whole UUIDs", nv, 8, "0,1", &p, 1, 1);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	/* 24 GPUs numbered against bus order, 20 in the step: their UUIDs do
+	 * not fit in CUDA_VISIBLE_DEVICES, and the plan says so */
+	{
+		char many[24][DDPENV_BUSIDLEN], gpus[128] = "";
+		const char *mb[24];
+		for (int k = 0; k < 24; k++) {
+			snprintf(many[k], sizeof(many[k]), "0000:%02x:00.0", 0xa0 - 4 * k);
+			mb[k] = many[k];
+		}
+		for (int k = 0; k < 20; k++)
+			snprintf(gpus + strlen(gpus), sizeof(gpus) - strlen(gpus), "%s%d", k ? "," : "", k);
+		snprintf(sub, sizeof(sub), "%s/many", dir);
+		nv_list_as(sub, mb, 24, NV_UUID, 0);
+		n = ddpenv_nvidia_gpus(sub, nv, DDPENV_MAX_GPUS, err, sizeof(err));
+		test_cond("24 GPUs listed", n == 24 && ddpenv_topo_set_nvidia(t, nv, 24, err, sizeof(err)) == 0);
+		step_env(&env, 20, gpus, gpus, NULL);
+		test_cond("... 20 of them planned", ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &p, err, sizeof(err)) == 0);
+		test_streq("... Slurm's numbers kept", p.visible, gpus);
+		int kept = 1;
+		for (size_t k = 0; k < p.ngpus; k++)
+			kept &= !strcmp(p.gpus[k].cuda, p.gpus[k].value);
+		test_cond("... for every GPU", p.ngpus == 20 && kept);
+		ddpenv_bind_plan_free(&p);
+		ddpenv_env_free(&env);
+	}
+
 	/* numbered in bus order: nothing to translate */
 	snprintf(sub, sizeof(sub), "%s/inorder", dir);
 	nv_list_as(sub, inorder, 8, NV_UUID, 0);
