@@ -688,8 +688,8 @@ int ddpenv_bind_plan(const struct ddpenv_topo *t, const struct ddpenv_env *env,
 				 ids_key, s ? s : "", unlisted, t->nnv);
 		else if (missing)
 			snprintf(plan->gpu_how, sizeof(plan->gpu_how),
-				 "%zu of the step's GPUs are not PCI devices of the topology (it has %zu GPUs): their locality is unknown",
-				 missing, ntg);
+				 "%zu of the step's GPUs are not PCI devices of the topology (it has %zu GPUs): their locality is unknown%s%.160s",
+				 missing, ntg, names_how[0] ? "; " : "", names_how);
 		else if (names_how[0])
 			snprintf(plan->gpu_how, sizeof(plan->gpu_how), "%s", names_how);
 		else if (t->nnv)

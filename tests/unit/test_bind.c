@@ -905,6 +905,8 @@ static void test_cuda_names(void)
 		step_env(&env, 20, gpus, gpus, NULL);
 		test_cond("... 20 of them planned", ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &p, err, sizeof(err)) == 0);
 		test_streq("... Slurm's numbers kept", p.visible, gpus);
+		test_err("... and why", p.gpu_how, "not PCI devices of the topology (it has 8 GPUs): their locality "
+			 "is unknown; SLURM_STEP_GPUS=0,1,2");
 		int kept = 1;
 		for (size_t k = 0; k < p.ngpus; k++)
 			kept &= !strcmp(p.gpus[k].cuda, p.gpus[k].value);
