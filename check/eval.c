@@ -861,12 +861,12 @@ static int by_busid(const void *a, const void *b)
 	return strcasecmp(((const struct ddpenv_nvgpu *)a)->busid, ((const struct ddpenv_nvgpu *)b)->busid);
 }
 
-/* The bus id of /dev/nvidia<minor> in g, NULL if the driver lists none. */
-static const char *minor_busid(const struct ddpenv_nvgpu *g, int ng, long minor)
+/* /dev/nvidia<minor> in g, NULL if the driver lists none. */
+static const struct ddpenv_nvgpu *minor_gpu(const struct ddpenv_nvgpu *g, int ng, long minor)
 {
 	for (int k = 0; k < ng; k++)
 		if (g[k].minor == minor)
-			return g[k].busid;
+			return &g[k];
 	return NULL;
 }
 
@@ -881,7 +881,11 @@ static int misordered(const struct ddpenv_nvgpu *g, int ng, char *out, size_t le
 	struct ddpenv_nvgpu s[DDPENV_MAX_GPUS];
 	size_t off = 0;
 	int bad = 0;
-	memcpy(s, g, (size_t)ng * sizeof(*g));
+	int ns = 0;
+	for (int k = 0; k < ng; k++)   /* CUDA does not count excluded GPUs */
+		if (!g[k].excluded)
+			s[ns++] = g[k];
+	ng = ns;
 	qsort(s, (size_t)ng, sizeof(*s), by_busid);
 	out[0] = 0;
 	for (int k = 1; k < ng; k++)
@@ -952,16 +956,19 @@ static void eval_gres(struct ck_world *w, const struct nodes *nd)
 				continue;
 			char ids[DDPENV_VALLEN], busids[400] = "";
 			size_t off = 0;
-			int mine = 0, unknown = -1;
+			int mine = 0, unknown = -1, excluded = -1;
 			snprintf(ids, sizeof(ids), "%s", r->env[CK_STEP_GPUS]);
 			for (char *sv = NULL, *tok = strtok_r(ids, ",", &sv); tok; tok = strtok_r(NULL, ",", &sv)) {
 				char *end;
 				long m = strtol(tok, &end, 10);
-				const char *b = end != tok && !*end ? minor_busid(g, ng, m) : NULL;
-				if (!b) {
+				const struct ddpenv_nvgpu *d = end != tok && !*end ? minor_gpu(g, ng, m) : NULL;
+				if (!d) {
 					unknown = end != tok && !*end ? (int)m : -2;
 					break;
 				}
+				if (d->excluded && excluded < 0)
+					excluded = (int)m;
+				const char *b = d->busid;
 				mine |= !strcasecmp(b, r->gpu);
 				if (off < sizeof(busids))
 					off += (size_t)snprintf(busids + off, sizeof(busids) - off, "%s%s",
@@ -978,6 +985,10 @@ static void eval_gres(struct ck_world *w, const struct nodes *nd)
 				continue;
 			}
 			checked++;
+			if (excluded >= 0)
+				say(nccl ? &fail : &warn, "task %d (%s): SLURM_STEP_GPUS=%s names /dev/nvidia%d, which "
+				    "the NVIDIA driver excludes (NVreg_ExcludedGpus): CUDA cannot open it", i, r->host,
+				    r->env[CK_STEP_GPUS], excluded);
 			if (!mine)
 				say(nccl ? &fail : &warn, "task %d (%s) uses GPU %s%s%s%s, not one of the "
 				    "step's: SLURM_STEP_GPUS=%s is %s", i, r->host, r->gpu,

@@ -2,7 +2,8 @@
  * under /proc/driver/nvidia/gpus, named by its PCI bus id, whose
  * "information" file gives "Bus Location:" and "Device Minor:" (the N of
  * /dev/nvidiaN), read by libddpenv (ddpenv_nvidia_gpus); here as the
- * text a rank's record carries to task 0.  Slurm names GPUs by that N (a
+ * text a rank's record carries to task 0: "0=0000:1b:00.0,1=0000:43:00.0/x"
+ * (/x: "GPU Excluded: Yes").  Slurm names GPUs by that N (a
  * gres.conf File= device's number: SLURM_STEP_GPUS, and
  * CUDA_VISIBLE_DEVICES without ConstrainDevices), CUDA under
  * CUDA_DEVICE_ORDER=PCI_BUS_ID by their place in bus order: this table is
@@ -21,7 +22,8 @@ int ck_nvidia_read(const char *dir, char *out, size_t len, char *err, size_t err
 
 	out[0] = 0;
 	for (int i = 0; i < n; i++) {
-		int w = snprintf(out + off, len - off, "%s%d=%s", i ? "," : "", g[i].minor, g[i].busid);
+		int w = snprintf(out + off, len - off, "%s%d=%s%s", i ? "," : "", g[i].minor, g[i].busid,
+				 g[i].excluded ? "/x" : "");
 		if (w < 0 || off + (size_t)w >= len) {
 			out[0] = 0;
 			snprintf(err, errlen, "%s: %d GPUs do not fit in %zu bytes", dir, n, len);
@@ -46,6 +48,14 @@ int ck_nvidia_parse(const char *s, struct ddpenv_nvgpu *g, size_t max)
 		if (!(eq = strchr(item, '=')))
 			return -1;
 		*eq = 0;
+		char *x = strchr(eq + 1, '/');
+		memset(&g[n], 0, sizeof(g[n]));
+		if (x) {   /* "/x": the driver excludes it */
+			if (strcmp(x, "/x"))
+				return -1;
+			*x = 0;
+			g[n].excluded = 1;
+		}
 		long m = strtol(item, &end, 10);
 		if (end == item || *end || m < 0 || m > 255 ||
 		    ddpenv_busid_norm(eq + 1, g[n].busid, sizeof(g[n].busid)) < 0)

@@ -537,6 +537,18 @@ static void test_nvidia(void)
 	test_cond("not a bus id: refused", ddpenv_busid_norm("gpu0", bus, sizeof(bus)) < 0 &&
 		  ddpenv_busid_norm("0000:1b:00.0x", bus, sizeof(bus)) < 0 &&
 		  ddpenv_busid_norm("0000:1b:20.0", bus, sizeof(bus)) < 0);
+	/* an excluded GPU (NVreg_ExcludedGpus) travels with its mark */
+	nv_gpu(sub, "0000:10:00.0", "4", "0000:10:00.0");
+	char cmd0[700];
+	snprintf(cmd0, sizeof(cmd0), "sed -i 's/^GPU Excluded:.*/GPU Excluded:\\t Yes/' '%s/0000:10:00.0/information'", sub);
+	test_cond("... marked excluded", system(cmd0) == 0);
+	test_cond("five GPUs read", ck_nvidia_read(sub, out, sizeof(out), err, sizeof(err)) == 5);
+	test_streq("the excluded one marked /x", out,
+		   "0=0000:1b:00.0,1=0000:43:00.0,2=0000:52:00.0,3=0000:61:00.0,4=0000:10:00.0/x");
+	test_cond("... and parsed back", ck_nvidia_parse(out, g, 8) == 5 && g[4].excluded && !g[3].excluded &&
+		  !strcmp(g[4].busid, "0000:10:00.0") && ck_nvidia_parse("0=0000:1b:00.0/y", g, 8) < 0);
+	snprintf(cmd0, sizeof(cmd0), "rm -r '%s/0000:10:00.0'", sub);
+	test_cond("... removed", system(cmd0) == 0);
 	nv_gpu(sub, "0000:70:00.0", "seven", "0000:70:00.0");
 	test_cond("a bad Device Minor is an error", ck_nvidia_read(sub, out, sizeof(out), err, sizeof(err)) < 0);
 	test_err("naming the file and the value", err, "0000:70:00.0/information: Device Minor 'seven': expected 0-255");
@@ -613,6 +625,23 @@ static void test_gres(void)
 		   "/dev/nvidia1, 0000:43:00.0 is /dev/nvidia0, 0000:52:00.0 is /dev/nvidia2, 0000:61:00.0 is "
 		   "/dev/nvidia3)");
 	test_check("and why it matters", w, "bind.gres", CK_WARN, "so a task can drive another GPU than Slurm gave it");
+
+	/* an excluded GPU out of order is not CUDA's: no WARN for it; a step
+	 * given it is told CUDA cannot open it */
+	w->nres = 0;
+	for (int i = 4; i < 8; i++)
+		snprintf(w->ranks[i].nvgpus, sizeof(w->ranks[i].nvgpus),
+			 "0=0000:1b:00.0,1=0000:43:00.0,2=0000:52:00.0,3=0000:61:00.0,4=0000:10:00.0/x");
+	ck_eval_setup(w);
+	test_check("an excluded GPU out of bus order is not counted", w, "bind.gres", CK_OK,
+		   "follow PCI bus order on 2 nodes");
+	w->nres = 0;
+	snprintf(w->ranks[5].env[CK_STEP_GPUS], DDPENV_VALLEN, "1,4");
+	ck_eval_setup(w);
+	test_check("a step given an excluded GPU: WARN naming it", w, "bind.gres", CK_WARN,
+		   "task 5 (gpu02): SLURM_STEP_GPUS=1,4 names /dev/nvidia4, which the NVIDIA driver excludes "
+		   "(NVreg_ExcludedGpus): CUDA cannot open it");
+	snprintf(w->ranks[5].env[CK_STEP_GPUS], DDPENV_VALLEN, "0,1,2,3");
 
 	/* a container (pyxis) lists only its GPUs: numbers with holes, in order */
 	w->nres = 0;
