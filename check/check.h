@@ -66,6 +66,7 @@ struct ck_rank {
 	 * (ck_nvidia_read): "" when the driver has no list there. */
 	char nvgpus[960];
 	char nvgpus_err[200];
+	int gres_order;                  /* enum ddpenv_gres_order of its node's config */
 	char topo_err[160];
 	/* Where its node's prober listens ("10.0.0.1:40000"), "" none. */
 	char probe[80];

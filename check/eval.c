@@ -861,15 +861,6 @@ static int by_busid(const void *a, const void *b)
 	return strcasecmp(((const struct ddpenv_nvgpu *)a)->busid, ((const struct ddpenv_nvgpu *)b)->busid);
 }
 
-/* /dev/nvidia<minor> in g, NULL if the driver lists none. */
-static const struct ddpenv_nvgpu *minor_gpu(const struct ddpenv_nvgpu *g, int ng, long minor)
-{
-	for (int k = 0; k < ng; k++)
-		if (g[k].minor == minor)
-			return &g[k];
-	return NULL;
-}
-
 /* One node's driver table against bus order: whether the device numbers
  * rise with the bus ids.  Only the order is checked, not that /dev/nvidiaN
  * is exactly the N-th GPU: a container (pyxis, enroot) lists only the
@@ -898,15 +889,18 @@ static int misordered(const struct ddpenv_nvgpu *g, int ng, char *out, size_t le
 	return bad;
 }
 
-/* Slurm's GPU numbers against the NVIDIA driver's: Slurm names a GPU by
- * the N of its /dev/nvidiaN (SLURM_STEP_GPUS; CUDA_VISIBLE_DEVICES too
- * without ConstrainDevices), CUDA under CUDA_DEVICE_ORDER=PCI_BUS_ID by
- * its place in bus order.  Where they differ, a task drives
- * another GPU than Slurm gave it. */
+/* Slurm's GPU numbers against the NVIDIA driver's list.  Slurm's GPU k
+ * (SLURM_STEP_GPUS; CUDA_VISIBLE_DEVICES too without ConstrainDevices) is
+ * the k-th of slurmd's GPU list: in bus order with AutoDetect=nvml, in
+ * File= order (by device minor) from a hand-written gres.conf, as the
+ * site told the plugin (gres_order).  CUDA under
+ * CUDA_DEVICE_ORDER=PCI_BUS_ID counts in bus order.  Where the two
+ * differ, a task can drive another GPU than Slurm gave it. */
 static void eval_gres(struct ck_world *w, const struct nodes *nd)
 {
 	struct msg fail = { 0 }, warn = { 0 };
 	int nccl = !strcmp(w->backend, "nccl"), tables = 0, gpus = 0, checked = 0, planned = 0;
+	char busorder[CK_HOST * 2] = "", partial[CK_HOST * 2] = "";
 
 	/* Under nccl CUDA said which GPU each task opened: the one the plugin
 	 * planned (DDP_GPU_BUSID), near which it bound the task's CPUs? */
@@ -918,13 +912,17 @@ static void eval_gres(struct ck_world *w, const struct nodes *nd)
 		if (strcasecmp(r->gpu, r->env[CK_GPU_BUSID]))
 			say(&fail, "task %d (%s) opened GPU %s (%s), but slurm-ddp planned %s (DDP_GPU_BUSID) "
 			    "and bound its CPUs near that one: CUDA_VISIBLE_DEVICES=%s names other GPUs "
-			    "than the plan (set by hand, or CUDA counts them otherwise)", i, r->host, r->gpu,
-			    r->gpu_from, r->env[CK_GPU_BUSID], has(r, CK_CVD) ? r->env[CK_CVD] : "(unset)");
+			    "than the plan (set by hand, or Slurm numbers its GPUs otherwise than gres_order "
+			    "%s says: minor for a gres.conf listing File=/dev/nvidia[0-N], bus for "
+			    "AutoDetect=nvml)", i, r->host, r->gpu, r->gpu_from, r->env[CK_GPU_BUSID],
+			    has(r, CK_CVD) ? r->env[CK_CVD] : "(unset)",
+			    ddpenv_gres_order_name((enum ddpenv_gres_order)r->gres_order));
 	}
 
 	for (int n = 0; n < nd->n; n++) {
 		const struct ck_rank *t = NULL;
 		struct ddpenv_nvgpu g[DDPENV_MAX_GPUS];
+		const struct ddpenv_nvgpu *slurm[DDPENV_MAX_GPUS];
 		int ng;
 		for (int i = 0; i < w->n; i++) {
 			const struct ck_rank *r = &w->ranks[i];
@@ -942,58 +940,73 @@ static void eval_gres(struct ck_world *w, const struct nodes *nd)
 			continue;
 		}
 		tables++;
+		/* A container (pyxis, enroot) shows only its own GPUs: device
+		 * numbers with holes, which Slurm's node-wide numbers do not
+		 * index. */
+		int dense = 1;
+		for (int k = 0; k < ng; k++)
+			dense &= g[k].minor == k;
+		if (!dense) {
+			if (!partial[0])
+				snprintf(partial, sizeof(partial), "%s", nd->name[n]);
+			continue;
+		}
+		enum ddpenv_gres_order order = (enum ddpenv_gres_order)t->gres_order;
+		size_t ns = ddpenv_nvidia_slurm_order(g, (size_t)ng, order, slurm, DDPENV_MAX_GPUS);
 		char list[400];
-		if (misordered(g, ng, list, sizeof(list)))
-			say(&warn, "%s: the NVIDIA driver's device numbers do not follow PCI bus order (%s): Slurm "
-			    "names GPUs by their /dev/nvidiaN (SLURM_STEP_GPUS, and CUDA_VISIBLE_DEVICES without "
-			    "ConstrainDevices=yes), CUDA (CUDA_DEVICE_ORDER=PCI_BUS_ID) by their place in bus "
-			    "order, so a task can drive another GPU than Slurm gave it (srun --ddp writes "
-			    "CUDA_VISIBLE_DEVICES as CUDA counts; steps without it get Slurm's numbers)",
-			    nd->name[n], list);
+		if (misordered(g, ng, list, sizeof(list))) {
+			if (order == DDPENV_GRES_ORDER_MINOR)
+				say(&warn, "%s: gres_order minor, and the NVIDIA driver's device numbers do not follow "
+				    "PCI bus order (%s): Slurm's GPU numbers (SLURM_STEP_GPUS, and "
+				    "CUDA_VISIBLE_DEVICES without ConstrainDevices=yes) mean other GPUs to CUDA "
+				    "(CUDA_DEVICE_ORDER=PCI_BUS_ID) than to Slurm; srun --ddp writes "
+				    "CUDA_VISIBLE_DEVICES as CUDA counts, steps without it get Slurm's numbers "
+				    "(list the files in bus order in gres.conf, or use AutoDetect=nvml and "
+				    "gres_order: bus)", nd->name[n], list);
+			else if (!busorder[0])
+				snprintf(busorder, sizeof(busorder), "%s", nd->name[n]);
+		}
 		for (int i = 0; i < w->n; i++) {
 			const struct ck_rank *r = &w->ranks[i];
 			if (nd->of[i] != n || !r->gpu[0] || !has(r, CK_STEP_GPUS))
 				continue;
 			char ids[DDPENV_VALLEN], busids[400] = "";
 			size_t off = 0;
-			int mine = 0, unknown = -1, excluded = -1;
+			int mine = 0;
+			long past = -1;
 			snprintf(ids, sizeof(ids), "%s", r->env[CK_STEP_GPUS]);
 			for (char *sv = NULL, *tok = strtok_r(ids, ",", &sv); tok; tok = strtok_r(NULL, ",", &sv)) {
 				char *end;
-				long m = strtol(tok, &end, 10);
-				const struct ddpenv_nvgpu *d = end != tok && !*end ? minor_gpu(g, ng, m) : NULL;
-				if (!d) {
-					unknown = end != tok && !*end ? (int)m : -2;
+				long k = strtol(tok, &end, 10);
+				if (end == tok || *end || k < 0) {
+					past = -2;
 					break;
 				}
-				if (d->excluded && excluded < 0)
-					excluded = (int)m;
-				const char *b = d->busid;
-				mine |= !strcasecmp(b, r->gpu);
+				if ((size_t)k >= ns) {
+					past = k;
+					break;
+				}
+				mine |= !strcasecmp(slurm[k]->busid, r->gpu);
 				if (off < sizeof(busids))
-					off += (size_t)snprintf(busids + off, sizeof(busids) - off, "%s%s",
-								off ? " " : "", b);
+					off += (size_t)snprintf(busids + off, sizeof(busids) - off, "%s%s (/dev/nvidia%d)",
+								off ? ", " : "", slurm[k]->busid, slurm[k]->minor);
 			}
-			if (unknown != -1) {
-				if (unknown >= 0)
-					say(&warn, "task %d (%s): SLURM_STEP_GPUS=%s names /dev/nvidia%d, which the "
-					    "NVIDIA driver does not list there", i, r->host, r->env[CK_STEP_GPUS],
-					    unknown);
+			if (past != -1) {
+				if (past >= 0)
+					say(&warn, "task %d (%s): SLURM_STEP_GPUS=%s names GPU %ld, but the NVIDIA driver "
+					    "there lists %zu GPUs CUDA can open", i, r->host, r->env[CK_STEP_GPUS],
+					    past, ns);
 				else
-					say(&warn, "task %d (%s): SLURM_STEP_GPUS=%s is not a list of device numbers",
+					say(&warn, "task %d (%s): SLURM_STEP_GPUS=%s is not a list of GPU numbers",
 					    i, r->host, r->env[CK_STEP_GPUS]);
 				continue;
 			}
 			checked++;
-			if (excluded >= 0)
-				say(nccl ? &fail : &warn, "task %d (%s): SLURM_STEP_GPUS=%s names /dev/nvidia%d, which "
-				    "the NVIDIA driver excludes (NVreg_ExcludedGpus): CUDA cannot open it", i, r->host,
-				    r->env[CK_STEP_GPUS], excluded);
 			if (!mine)
 				say(nccl ? &fail : &warn, "task %d (%s) uses GPU %s%s%s%s, not one of the "
-				    "step's: SLURM_STEP_GPUS=%s is %s", i, r->host, r->gpu,
+				    "step's: SLURM_STEP_GPUS=%s is %s in gres_order %s", i, r->host, r->gpu,
 				    r->gpu_from[0] ? " (from " : "", r->gpu_from, r->gpu_from[0] ? ")" : "",
-				    r->env[CK_STEP_GPUS], busids);
+				    r->env[CK_STEP_GPUS], busids, ddpenv_gres_order_name(order));
 		}
 	}
 	if (fail.items)
@@ -1001,10 +1014,24 @@ static void eval_gres(struct ck_world *w, const struct nodes *nd)
 		       warn.items ? said(&warn) : "");
 	else if (warn.items)
 		ck_add(w, "bind.gres", CK_WARN, "%s", said(&warn));
+	else if (tables && partial[0] && !checked)
+		ck_add(w, "bind.gres", CK_OK, "the NVIDIA driver lists only some GPUs, with holes in their "
+		       "device numbers, on %s%s (a container's own GPUs?): Slurm's node-wide GPU numbers are not "
+		       "checked against them%s", partial, tables > 1 ? " and others" : "",
+		       planned ? "; each task opened the GPU planned for it" : "");
+	else if (tables && busorder[0])
+		ck_add(w, "bind.gres", CK_OK, "Slurm's GPU numbers taken in PCI bus order (gres_order bus, "
+		       "as AutoDetect=nvml numbers them) on %d node%s, where the NVIDIA driver's device numbers "
+		       "do not follow bus order (%s%s: a gres.conf listing File=/dev/nvidia[0-N] there needs "
+		       "gres_order: minor)%s%s", tables, tables == 1 ? "" : "s", busorder,
+		       tables > 1 ? ", ..." : "",
+		       checked ? "; every task's GPU is one Slurm gave the step" : "",
+		       planned ? "; each task opened the GPU planned for it" : "");
 	else if (tables)
 		ck_add(w, "bind.gres", CK_OK, "the NVIDIA driver's device numbers follow PCI bus order on %d "
-		       "node%s%s%s", tables, tables == 1 ? "" : "s",
+		       "node%s%s%s%s%s%s", tables, tables == 1 ? "" : "s",
 		       checked ? ", and every task's GPU is one Slurm gave the step" : "",
+		       partial[0] ? " (not checked on " : "", partial, partial[0] ? ": a container's partial list?)" : "",
 		       planned ? "; each task opened the GPU planned for it" : "");
 	else if (!gpus)
 		ck_add(w, "bind.gres", CK_OK, "no GPUs in this step");

@@ -357,9 +357,12 @@ static void read_gpus(struct self *me)
 	 * with: DDP_CHECK_NVIDIA_GPUS, else where the plugin reads it (none
 	 * where the site turned it off: nvidia_gpus: ""). */
 	struct ddpenv_settings eff;
+	int have_eff = site_settings(&eff) == 0;
 	const char *dir = getenv("DDP_CHECK_NVIDIA_GPUS");
 	if (!dir || !*dir)
-		dir = site_settings(&eff) == 0 ? eff.nvidia_gpus : DDPENV_NVIDIA_GPUS;
+		dir = have_eff ? eff.nvidia_gpus : DDPENV_NVIDIA_GPUS;
+	/* How Slurm numbers the GPUs, as the plugin was told (gres_order). */
+	r->gres_order = have_eff ? eff.gres_order : DDPENV_GRES_ORDER_BUS;
 	if (!*dir || ck_nvidia_read(dir, r->nvgpus, sizeof(r->nvgpus), r->nvgpus_err,
 				    sizeof(r->nvgpus_err)) < 0)
 		r->nvgpus[0] = 0;

@@ -103,6 +103,7 @@ int ck_rank_encode(const struct ck_rank *r, char *buf, size_t len)
 	put(&o, "step_gpus", "%d", r->step_gpus);
 	put(&o, "nvgpus", "%s", r->nvgpus);
 	put(&o, "nvgpus_err", "%s", r->nvgpus_err);
+	put(&o, "gres_order", "%s", ddpenv_gres_order_name((enum ddpenv_gres_order)r->gres_order));
 	put(&o, "topo_err", "%s", r->topo_err);
 	put(&o, "probe", "%s", r->probe);
 	put(&o, "joined_s", "%.6f", r->joined_s);
@@ -165,6 +166,8 @@ static void rank_field(void *ctx, const char *k, const char *v)
 		STR(r->nvgpus, v);
 	} else if (!strcmp(k, "nvgpus_err")) {
 		STR(r->nvgpus_err, v);
+	} else if (!strcmp(k, "gres_order")) {
+		r->gres_order = !strcmp(v, "minor") ? DDPENV_GRES_ORDER_MINOR : DDPENV_GRES_ORDER_BUS;
 	} else if (!strcmp(k, "topo_err")) {
 		STR(r->topo_err, v);
 	} else if (!strcmp(k, "probe")) {

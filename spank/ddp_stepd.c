@@ -173,10 +173,11 @@ static int plan_binding(spank_t sp, struct ddpenv_env *env, const struct ddpenv_
 			return -1;
 		}
 	}
-	if (ddpenv_topo_load(eff->topology[0] ? eff->topology : NULL, 1, &st.topo, err, sizeof(err)) == 0 &&
-	    ddpenv_env_get(env, "SLURM_STEP_GPUS") && eff->nvidia_gpus[0]) {
-		/* Slurm's GPU numbers are device minors: the driver says which
-		 * bus id each is (plain /proc reads; no driver library). */
+	if (ddpenv_topo_load(eff->topology[0] ? eff->topology : NULL, 1, &st.topo, err, sizeof(err)) == 0)
+		ddpenv_topo_set_gres_order(st.topo, (enum ddpenv_gres_order)eff->gres_order);
+	if (st.topo && ddpenv_env_get(env, "SLURM_STEP_GPUS") && eff->nvidia_gpus[0]) {
+		/* Which GPUs CUDA can open, and each /dev/nvidiaN's bus id
+		 * (plain /proc reads; no driver library). */
 		struct ddpenv_nvgpu nv[DDPENV_MAX_GPUS];
 		char nverr[DDPENV_ERRLEN];
 		int n = ddpenv_nvidia_gpus(eff->nvidia_gpus, nv, DDPENV_MAX_GPUS, nverr, sizeof(nverr));

@@ -74,10 +74,15 @@ static void usage(FILE *f)
 		"                       node (of this machine, or of --topology)\n"
 		"      --gpus=LIST      the step's GRES GPU indices (outside a step)\n"
 		"      --allowed=CPUS   the CPUs Slurm allows (default: the topology's)\n"
-		"      --nvidia-gpus=DIR  the NVIDIA driver's GPU list that says which bus\n"
-		"                       id each /dev/nvidiaN (Slurm's GPU N) is (default:\n"
+		"      --nvidia-gpus=DIR  the NVIDIA driver's GPU list: each /dev/nvidiaN's\n"
+		"                       bus id, and the GPUs it excludes (default:\n"
 		"                       " DDPENV_NVIDIA_GPUS " of this machine; none for\n"
-		"                       --topology, where GPU N is the N-th by bus id)\n"
+		"                       --topology)\n"
+		"      --gres-order=ORDER  how Slurm numbers the node's GPUs: bus (its GPU k\n"
+		"                       is the k-th by PCI bus id: AutoDetect=nvml) or minor\n"
+		"                       (the k-th /dev/nvidiaN: gres.conf File=/dev/nvidia[0-N];\n"
+		"                       needs the driver's list) (default: the config's\n"
+		"                       gres_order, else bus)\n"
 		"      --check-config [PATH]\n"
 		"                       validate a ddp.yaml before deploying it and print\n"
 		"                       the settings it gives (exit 0 valid, 1 not)\n"
@@ -195,6 +200,9 @@ static void print_settings(const char *title, const struct ddpenv_settings *s)
 		case DDPENV_SET_NVIDIA_GPUS:
 			snprintf(buf, sizeof(buf), "%s", s->nvidia_gpus[0] ? s->nvidia_gpus : "\"\" (not read)");
 			break;
+		case DDPENV_SET_GRES_ORDER:
+			snprintf(buf, sizeof(buf), "%s", ddpenv_gres_order_name((enum ddpenv_gres_order)s->gres_order));
+			break;
 		}
 		printf("  %-18s %-32s %s\n", ddpenv_setting_name((enum ddpenv_setting)k), buf, s->where[k]);
 	}
@@ -304,7 +312,7 @@ static int use_nvidia(struct ddpenv_topo *t, const char *dir, const char *mine, 
 
 /* ddp-env --topology FILE.xml --tasks N [--gpus LIST]: the plan alone. */
 static int plan_only(const char *path, const char *bind_arg, const char *tasks, const char *gpus,
-		     const char *allowed, const char *nvidia)
+		     const char *allowed, const char *nvidia, const char *order)
 {
 	struct ddpenv_env env;
 	struct ddpenv_topo *t = NULL;
@@ -339,6 +347,15 @@ static int plan_only(const char *path, const char *bind_arg, const char *tasks, 
 		fprintf(stderr, "ddp-env: %s\n", err);
 		rv = 2;
 		goto out;
+	}
+	if (order) {
+		enum ddpenv_gres_order o;
+		if (ddpenv_gres_order_parse(order, &o, err, sizeof(err)) < 0) {
+			fprintf(stderr, "ddp-env: --gres-order=%s\n", err);
+			rv = 2;
+			goto out;
+		}
+		ddpenv_topo_set_gres_order(t, o);
 	}
 	/* By default: every GPU of the machine, one task each (or one task). */
 	char all[DDPENV_VALLEN] = "", ntasks[16];
@@ -393,13 +410,14 @@ int main(int argc, char **argv)
 		{ "gpus", required_argument, NULL, 'G' },
 		{ "allowed", required_argument, NULL, 'A' },
 		{ "nvidia-gpus", required_argument, NULL, 'N' },
+		{ "gres-order", required_argument, NULL, 'O' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *backend_arg = NULL, *head_from = NULL, *config = NULL;
 	const char *bind_arg = NULL, *topo_path = NULL, *tasks_arg = NULL, *gpus_arg = NULL,
-		   *allowed_arg = NULL, *nvidia_arg = NULL;
+		   *allowed_arg = NULL, *nvidia_arg = NULL, *order_arg = NULL;
 	struct ddpenv_topo *topo = NULL;
 	struct ddpenv_bind_plan plan;
 	char policy_how[DDPENV_HOWLEN];
@@ -424,6 +442,7 @@ int main(int argc, char **argv)
 		case 'G': gpus_arg = optarg; break;
 		case 'A': allowed_arg = optarg; break;
 		case 'N': nvidia_arg = optarg; break;
+		case 'O': order_arg = optarg; break;
 		case 'c': config = optarg; break;
 		case 'C':
 			check = 1;
@@ -466,7 +485,7 @@ int main(int argc, char **argv)
 	}
 	/* Outside a step, --topology (or --tasks) prints the plan alone. */
 	if (tasks_arg || (topo_path && !getenv("SLURM_STEP_ID") && !getenv("SLURM_STEPID")))
-		return plan_only(topo_path, bind_arg, tasks_arg, gpus_arg, allowed_arg, nvidia_arg);
+		return plan_only(topo_path, bind_arg, tasks_arg, gpus_arg, allowed_arg, nvidia_arg, order_arg);
 	if (!backend_arg)
 		backend_arg = getenv("SLURM_SPANK__SLURM_SPANK_OPTION_ddp_ddp");
 	if (backend_arg && !*backend_arg)
@@ -533,10 +552,17 @@ int main(int argc, char **argv)
 			rv = 2;
 			goto out;
 		}
+		enum ddpenv_gres_order order = (enum ddpenv_gres_order)eff.gres_order;
+		if (order_arg && ddpenv_gres_order_parse(order_arg, &order, err, sizeof(err)) < 0) {
+			fprintf(stderr, "ddp-env: --gres-order=%s\n", err);
+			rv = 2;
+			goto out;
+		}
 		if (!getenv("SLURM_NODEID")) {
 			/* not a task: the contract below says why */
 		} else if (ddpenv_topo_load(tp, !topo_path, &topo, err, sizeof(err)) < 0 ||
 			   use_nvidia(topo, nvidia_arg, topo_path ? NULL : eff.nvidia_gpus, err, sizeof(err)) < 0 ||
+			   (ddpenv_topo_set_gres_order(topo, order), 0) ||
 			   ddpenv_bind_plan(topo, &env, policy, allowed_arg, &plan, err, sizeof(err)) < 0) {
 			if (topo_path || policy == DDPENV_BIND_STRICT) {
 				fprintf(stderr, "ddp-env: %s\n", err);

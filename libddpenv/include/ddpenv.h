@@ -264,6 +264,7 @@ enum ddpenv_setting {
 	DDPENV_SET_TOPOLOGY,
 	DDPENV_SET_BIND_NIC,
 	DDPENV_SET_NVIDIA_GPUS,
+	DDPENV_SET_GRES_ORDER,
 	DDPENV_SET_COUNT
 };
 
@@ -302,6 +303,7 @@ struct ddpenv_settings {
 	char topology[DDPENV_PATHLEN];       /* "" : discover; else this node's hwloc XML */
 	int bind_nic_hca;                    /* set NCCL_IB_HCA to each rank's NIC */
 	char nvidia_gpus[DDPENV_PATHLEN];    /* the NVIDIA driver's GPU list; "" : not read */
+	int gres_order;                      /* enum ddpenv_gres_order: how Slurm numbers GPUs */
 	char where[DDPENV_SET_COUNT][DDPENV_WHERELEN];
 };
 
@@ -439,11 +441,26 @@ int ddpenv_nvidia_gpus(const char *dir, struct ddpenv_nvgpu *out, size_t max, ch
  * "00000000:1b:00.0" -> "0000:1b:00.0"; -1 if s is not one. */
 int ddpenv_busid_norm(const char *s, char *out, size_t len);
 /* Give a topology the driver's list (n 0: forget it): the binding plan
- * then finds each of Slurm's GPU numbers by its device minor's bus id,
- * instead of taking number k for the k-th GPU in bus order.  -1 with err
- * if g is not a list of distinct minors. */
+ * then counts Slurm's GPUs among the GPUs the driver lets CUDA open (not
+ * the excluded ones), in the gres order set below.  -1 with err if g is
+ * not a list of distinct minors. */
 int ddpenv_topo_set_nvidia(struct ddpenv_topo *t, const struct ddpenv_nvgpu *g, size_t n,
 			   char *err, size_t errlen);
+
+/* How Slurm numbers a node's GPUs (SLURM_STEP_GPUS, and
+ * CUDA_VISIBLE_DEVICES without ConstrainDevices): its GPU k is the k-th
+ * of slurmd's GPU list.  With AutoDetect=nvml that list is NVML's, in PCI
+ * bus order (bus); a hand-written gres.conf keeps the order of its File=
+ * lines, which for File=/dev/nvidia[0-N] is device-minor order (minor).
+ * Minor order needs the driver's list; bus is the default. */
+enum ddpenv_gres_order { DDPENV_GRES_ORDER_BUS, DDPENV_GRES_ORDER_MINOR };
+int ddpenv_gres_order_parse(const char *s, enum ddpenv_gres_order *out, char *err, size_t errlen);
+const char *ddpenv_gres_order_name(enum ddpenv_gres_order o);
+void ddpenv_topo_set_gres_order(struct ddpenv_topo *t, enum ddpenv_gres_order o);
+/* The driver's GPUs that Slurm counts (the ones not excluded), in Slurm's
+ * order: out[k] is Slurm's GPU k.  The count. */
+size_t ddpenv_nvidia_slurm_order(const struct ddpenv_nvgpu *g, size_t n, enum ddpenv_gres_order o,
+				 const struct ddpenv_nvgpu **out, size_t max);
 /* Slurm's CUDA_VISIBLE_DEVICES before the plugin permuted it. */
 #define DDPENV_SLURM_CVD "DDP_SLURM_CUDA_VISIBLE_DEVICES"
 

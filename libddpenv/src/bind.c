@@ -317,12 +317,13 @@ static unsigned long long bus_key(const char *busid)
 	return (unsigned long long)d << 16 | b << 8 | dev << 3 | f;
 }
 
-static const struct ddpenv_nvgpu *nv_of(const struct ddpenv_topo *t, uint32_t minor)
+/* Slurm's GPU idx in the driver's list (gres_order), NULL past its end. */
+static const struct ddpenv_nvgpu *nv_of(const struct ddpenv_topo *t, uint32_t idx)
 {
-	for (size_t i = 0; i < t->nnv; i++)
-		if (t->nv[i].minor >= 0 && (uint32_t)t->nv[i].minor == minor)
-			return &t->nv[i];
-	return NULL;
+	const struct ddpenv_nvgpu *o[DDPENV_MAX_GPUS];
+	size_t n = ddpenv_nvidia_slurm_order(t->nv, t->nnv, (enum ddpenv_gres_order)t->gres_order, o,
+					     DDPENV_MAX_GPUS);
+	return idx < n ? o[idx] : NULL;
 }
 
 /* The shortest prefix of u, "GPU-" and at least 8 digits, that no other
@@ -343,18 +344,19 @@ static void uuid_abbrev(const struct ddpenv_topo *t, const char *u, char *out, s
 	snprintf(out, len, "%.*s", (int)n, u);
 }
 
-/* What CUDA (CUDA_DEVICE_ORDER=PCI_BUS_ID) calls each of the step's GPUs,
- * from the NVIDIA driver's list.  CUDA numbers the GPUs it can open in bus
- * order, skipping the ones the driver excludes; Slurm numbers them by
- * /dev/nvidiaN.  Under ConstrainDevices Slurm's CUDA_VISIBLE_DEVICES
- * counts the step's GPUs 0..n-1 and CUDA opens only those; without it,
- * it holds the device numbers and CUDA sees every GPU.  So values that are
- * 0..n-1 other than the step's device numbers (mode 0) mean
- * ConstrainDevices; device numbers other than 0..n-1 (mode 1) mean none;
- * for /dev/nvidia0..n-1 the values cannot tell, and where the two ways
- * differ the GPUs' UUIDs name them.  Mode -1 (neither): Slurm's values
- * stand.  Sets each gpus[k].cuda; how: why they differ from Slurm's
- * values, "" when they do not. */
+/* What CUDA (CUDA_DEVICE_ORDER=PCI_BUS_ID) calls each of the step's GPUs.
+ * CUDA numbers the GPUs it can open in bus order, skipping the ones the
+ * driver excludes.  In bus order (AutoDetect=nvml) Slurm's numbers are
+ * CUDA's.  In minor order (gres_order: minor) they are not where the
+ * driver numbered /dev/nvidiaN out of bus order.  Under ConstrainDevices
+ * Slurm's CUDA_VISIBLE_DEVICES counts the step's GPUs 0..n-1 and CUDA
+ * opens only those; without it, it holds Slurm's GPU numbers and CUDA
+ * sees every GPU.  So values that are 0..n-1 other than the step's GPU
+ * numbers (mode 0) mean ConstrainDevices; GPU numbers other than 0..n-1
+ * (mode 1) mean none; for GPUs 0..n-1 the values cannot tell, and where
+ * the two counts differ the GPUs' UUIDs name them.  Mode -1 (neither):
+ * Slurm's values stand.  Sets each gpus[k].cuda; how: why they differ
+ * from Slurm's values, "" when they do not. */
 static void cuda_names(const struct ddpenv_topo *t, struct ddpenv_bind_plan *p, int mode,
 		       const char *ids_key, const char *ids, char *how, size_t len)
 {
@@ -366,17 +368,11 @@ static void cuda_names(const struct ddpenv_topo *t, struct ddpenv_bind_plan *p, 
 	how[0] = 0;
 	for (size_t k = 0; k < n; k++)
 		snprintf(p->gpus[k].cuda, sizeof(p->gpus[k].cuda), "%s", p->gpus[k].value);
-	if (!t->nnv || mode < 0)
+	if (!t->nnv || mode < 0 || t->gres_order != DDPENV_GRES_ORDER_MINOR)
 		return;
 	for (size_t k = 0; k < n; k++) {
 		if (!(nv[k] = nv_of(t, p->gpus[k].index)))
 			return;   /* said by the caller */
-		if (nv[k]->excluded) {
-			snprintf(how, len, "%s=%.64s: /dev/nvidia%u (%s) is excluded by the NVIDIA driver "
-				 "(NVreg_ExcludedGpus): CUDA cannot open it", ids_key, ids,
-				 p->gpus[k].index, nv[k]->busid);
-			return;
-		}
 		ids_local &= p->gpus[k].index == k;
 		uuids &= nv[k]->uuid[0] != 0;
 	}
@@ -397,57 +393,56 @@ static void cuda_names(const struct ddpenv_topo *t, struct ddpenv_bind_plan *p, 
 		}
 		if (!changed)
 			return;
-		off = (size_t)snprintf(how, len, "%s=%.64s: the NVIDIA driver's /dev/nvidiaN are not the N-th "
-				       "GPUs in bus order; CUDA%s numbers", ids_key, ids,
+		off = (size_t)snprintf(how, len, "%s=%.64s: gres_order minor, and the NVIDIA driver numbered "
+				       "/dev/nvidiaN out of bus order; CUDA%s numbers", ids_key, ids,
 				       values_are_ids ? "" : " (ConstrainDevices)");
 		for (size_t k = 0; k < n && off < len; k++)
-			off += (size_t)snprintf(how + off, len - off, "%s /dev/nvidia%u %s", k ? "," : "",
-						p->gpus[k].index, p->gpus[k].cuda);
+			off += (size_t)snprintf(how + off, len - off, "%s /dev/nvidia%d %s", k ? "," : "",
+						nv[k]->minor, p->gpus[k].cuda);
 		return;
 	}
-	/* /dev/nvidia0..n-1, out of bus order: which count CUDA uses depends on
+	/* GPUs 0..n-1, out of bus order: which count CUDA uses depends on
 	 * ConstrainDevices, which the step's variables do not show. */
 	for (size_t k = 0; k < n && uuids; k++) {
 		uuid_abbrev(t, nv[k]->uuid, p->gpus[k].cuda, sizeof(p->gpus[k].cuda));
 		need += strlen(p->gpus[k].cuda) + 1;
 	}
 	if (uuids && need <= sizeof(p->visible)) {
-		snprintf(how, len, "%s=%.64s: the NVIDIA driver's /dev/nvidiaN are not the N-th GPUs in bus "
-			 "order, and Slurm's numbers can mean either count: CUDA_VISIBLE_DEVICES names them "
-			 "by UUID", ids_key, ids);
+		snprintf(how, len, "%s=%.64s: gres_order minor, and the NVIDIA driver numbered /dev/nvidiaN "
+			 "out of bus order; Slurm's numbers can mean either count: CUDA_VISIBLE_DEVICES names "
+			 "them by UUID", ids_key, ids);
 		return;
 	}
 	for (size_t k = 0; k < n; k++)
 		snprintf(p->gpus[k].cuda, sizeof(p->gpus[k].cuda), "%s", p->gpus[k].value);
-	snprintf(how, len, "%s=%.64s: the NVIDIA driver's /dev/nvidiaN are not the N-th GPUs in bus order, "
-		 "and %s: CUDA may take Slurm's numbers for other GPUs than planned", ids_key, ids,
+	snprintf(how, len, "%s=%.64s: gres_order minor, and the NVIDIA driver numbered /dev/nvidiaN out of "
+		 "bus order, and %s: CUDA may take Slurm's numbers for other GPUs than planned", ids_key, ids,
 		 uuids ? "their UUIDs do not fit in CUDA_VISIBLE_DEVICES" :
 		 "the driver gives no UUIDs (GPUs not initialised: persistence mode off?)");
 }
 
 /* The topology's GPU that Slurm's GPU number idx names: with the NVIDIA
- * driver's list, /dev/nvidia<idx>'s bus id (busid set even when the
- * topology lacks it; *unlisted counts numbers the driver does not list);
- * without it, the idx-th GPU in bus order. */
+ * driver's list, the idx-th of its GPUs in gres order (busid set even
+ * when the topology lacks it; *unlisted counts numbers past the list's
+ * end); without it, the idx-th GPU of the topology in bus order. */
 static hwloc_obj_t gpu_of(const struct ddpenv_topo *t, hwloc_obj_t *tgpu, size_t ntg, uint32_t idx,
 			  char *busid, size_t len, size_t *unlisted)
 {
+	const struct ddpenv_nvgpu *g;
 	busid[0] = 0;
 	if (!t->nnv)
 		return idx < ntg ? tgpu[idx] : NULL;
-	for (size_t i = 0; i < t->nnv; i++) {
-		if (t->nv[i].minor < 0 || (uint32_t)t->nv[i].minor != idx)
-			continue;
-		snprintf(busid, len, "%s", t->nv[i].busid);
-		for (size_t k = 0; k < ntg; k++) {
-			char b[DDPENV_BUSIDLEN];
-			ddpenv_topo_busid(tgpu[k], b, sizeof(b));
-			if (!strcasecmp(b, busid))
-				return tgpu[k];
-		}
+	if (!(g = nv_of(t, idx))) {
+		(*unlisted)++;
 		return NULL;
 	}
-	(*unlisted)++;
+	snprintf(busid, len, "%s", g->busid);
+	for (size_t k = 0; k < ntg; k++) {
+		char b[DDPENV_BUSIDLEN];
+		ddpenv_topo_busid(tgpu[k], b, sizeof(b));
+		if (!strcasecmp(b, busid))
+			return tgpu[k];
+	}
 	return NULL;
 }
 
@@ -682,20 +677,32 @@ int ddpenv_bind_plan(const struct ddpenv_topo *t, const struct ddpenv_env *env,
 	if (plan->gpu) {
 		if (!nids)
 			snprintf(plan->gpu_how, sizeof(plan->gpu_how), "the step has no GPU here");
-		else if (unlisted)
+		else if (unlisted) {
+			size_t usable = 0;
+			for (size_t i = 0; i < t->nnv; i++)
+				usable += !t->nv[i].excluded;
 			snprintf(plan->gpu_how, sizeof(plan->gpu_how),
-				 "%s=%.64s: %zu of these /dev/nvidiaN the NVIDIA driver does not list (it has %zu GPUs): their locality is unknown",
-				 ids_key, s ? s : "", unlisted, t->nnv);
+				 "%s=%.64s: %zu of these GPU numbers are past the %zu GPUs the NVIDIA driver lets CUDA open: their locality is unknown",
+				 ids_key, s ? s : "", unlisted, usable);
+		}
 		else if (missing)
 			snprintf(plan->gpu_how, sizeof(plan->gpu_how),
 				 "%zu of the step's GPUs are not PCI devices of the topology (it has %zu GPUs): their locality is unknown%s%.160s",
 				 missing, ntg, names_how[0] ? "; " : "", names_how);
 		else if (names_how[0])
 			snprintf(plan->gpu_how, sizeof(plan->gpu_how), "%s", names_how);
+		else if (t->nnv && t->gres_order == DDPENV_GRES_ORDER_MINOR)
+			snprintf(plan->gpu_how, sizeof(plan->gpu_how),
+				 "%s=%.64s: Slurm's GPU k is the k-th /dev/nvidiaN (gres_order minor), at the bus id the NVIDIA driver gives it",
+				 ids_key, s ? s : "");
 		else if (t->nnv)
 			snprintf(plan->gpu_how, sizeof(plan->gpu_how),
-				 "%s=%.64s: GPU N is /dev/nvidiaN, at the bus id the NVIDIA driver gives it", ids_key,
-				 s ? s : "");
+				 "%s=%.64s: Slurm's GPU k is the k-th by PCI bus id of the GPUs the NVIDIA driver lets CUDA open (gres_order bus)",
+				 ids_key, s ? s : "");
+		else if (t->gres_order == DDPENV_GRES_ORDER_MINOR)
+			snprintf(plan->gpu_how, sizeof(plan->gpu_how),
+				 "%s=%.64s: gres_order minor needs the NVIDIA driver's GPU list, which is not read here: GRES index k taken for the k-th GPU by PCI bus id",
+				 ids_key, s ? s : "");
 		else
 			snprintf(plan->gpu_how, sizeof(plan->gpu_how),
 				 "%s=%.64s: GRES index k is the k-th GPU by PCI bus id", ids_key, s ? s : "");

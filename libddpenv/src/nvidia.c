@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "ddpenv.h"
 #include "topo.h"
@@ -141,4 +142,55 @@ int ddpenv_topo_set_nvidia(struct ddpenv_topo *t, const struct ddpenv_nvgpu *g, 
 		memcpy(t->nv, g, n * sizeof(*g));
 	t->nnv = n;
 	return 0;
+}
+
+int ddpenv_gres_order_parse(const char *s, enum ddpenv_gres_order *out, char *err, size_t errlen)
+{
+	if (strcmp(s, "bus") == 0)
+		*out = DDPENV_GRES_ORDER_BUS;
+	else if (strcmp(s, "minor") == 0)
+		*out = DDPENV_GRES_ORDER_MINOR;
+	else {
+		snprintf(err, errlen, "'%.64s': expected bus (AutoDetect=nvml, or a gres.conf listing the "
+			 "GPUs in PCI bus order) or minor (a gres.conf listing File=/dev/nvidia[0-N])", s);
+		return -1;
+	}
+	return 0;
+}
+
+const char *ddpenv_gres_order_name(enum ddpenv_gres_order o)
+{
+	return o == DDPENV_GRES_ORDER_MINOR ? "minor" : "bus";
+}
+
+void ddpenv_topo_set_gres_order(struct ddpenv_topo *t, enum ddpenv_gres_order o)
+{
+	t->gres_order = o;
+}
+
+static int by_bus_ptr(const void *a, const void *b)
+{
+	return strcasecmp((*(const struct ddpenv_nvgpu *const *)a)->busid,
+			  (*(const struct ddpenv_nvgpu *const *)b)->busid);
+}
+
+static int by_minor_ptr(const void *a, const void *b)
+{
+	int x = (*(const struct ddpenv_nvgpu *const *)a)->minor;
+	int y = (*(const struct ddpenv_nvgpu *const *)b)->minor;
+	return (x > y) - (x < y);
+}
+
+size_t ddpenv_nvidia_slurm_order(const struct ddpenv_nvgpu *g, size_t n, enum ddpenv_gres_order o,
+				 const struct ddpenv_nvgpu **out, size_t max)
+{
+	size_t k = 0;
+	/* NVML, and so AutoDetect, does not list the GPUs the driver excludes. */
+	for (size_t i = 0; i < n && k < max; i++)
+		if (!g[i].excluded)
+			out[k++] = &g[i];
+	/* Bus ids are normalised ("0000:1b:00.0"): fixed width, so text order
+	 * is bus order. */
+	qsort(out, k, sizeof(*out), o == DDPENV_GRES_ORDER_MINOR ? by_minor_ptr : by_bus_ptr);
+	return k;
 }

@@ -22,6 +22,7 @@ void ddpenv_settings_defaults(struct ddpenv_settings *s)
 			    1u << DDPENV_SET_BIND;
 	s->bind = DDPENV_BIND_AUTO;
 	snprintf(s->nvidia_gpus, sizeof(s->nvidia_gpus), "%s", DDPENV_NVIDIA_GPUS);
+	s->gres_order = DDPENV_GRES_ORDER_BUS;
 	for (int k = 0; k < DDPENV_SET_COUNT; k++)
 		snprintf(s->where[k], sizeof(s->where[k]), "default");
 }
@@ -229,6 +230,16 @@ static int set_nvidia_gpus(struct ddpenv_settings *s, const char *v, char *why, 
 	return 0;
 }
 
+static int set_gres_order(struct ddpenv_settings *s, const char *v, char *why, size_t n)
+{
+	enum ddpenv_gres_order o;
+
+	if (ddpenv_gres_order_parse(v, &o, why, n) < 0)
+		return -1;
+	s->gres_order = (int)o;
+	return 0;
+}
+
 static int set_bind_nic(struct ddpenv_settings *s, const char *v, char *why, size_t n)
 {
 	if (strcmp(v, "report") == 0)
@@ -345,6 +356,7 @@ static const struct setting table[DDPENV_SET_COUNT] = {
 	[DDPENV_SET_TOPOLOGY] = { "topology", SCALAR, set_topology },
 	[DDPENV_SET_BIND_NIC] = { "bind_nic", SCALAR, set_bind_nic },
 	[DDPENV_SET_NVIDIA_GPUS] = { "nvidia_gpus", SCALAR, set_nvidia_gpus },
+	[DDPENV_SET_GRES_ORDER] = { "gres_order", SCALAR, set_gres_order },
 };
 
 const char *ddpenv_setting_name(enum ddpenv_setting k)
@@ -477,6 +489,7 @@ int ddpenv_settings_merge(struct ddpenv_settings *dst, const struct ddpenv_setti
 		case DDPENV_SET_NVIDIA_GPUS:
 			memcpy(dst->nvidia_gpus, src->nvidia_gpus, sizeof(dst->nvidia_gpus));
 			break;
+		case DDPENV_SET_GRES_ORDER: dst->gres_order = src->gres_order; break;
 		}
 	}
 	return rv;

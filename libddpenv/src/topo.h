@@ -13,6 +13,7 @@ struct ddpenv_topo {
 	char source[DDPENV_PATHLEN];
 	size_t nnv;                  /* the NVIDIA driver's GPUs, by minor (0: none given) */
 	struct ddpenv_nvgpu nv[DDPENV_MAX_GPUS];
+	int gres_order;              /* enum ddpenv_gres_order: how Slurm numbers the GPUs */
 };
 
 /* A GPU function: NVIDIA or AMD, display or 3D/compute class. */

@@ -156,8 +156,10 @@ assert_cuda_opens_planned() {
 	[ "$n" -ge 1 ] || fail "no task lines"
 }
 
-@test "the NVIDIA driver numbered GPUs out of bus order: each task's CUDA_VISIBLE_DEVICES names its GPU as CUDA counts" {
+@test "gres_order minor (this cluster's hand-written gres.conf) and a driver that numbered GPUs out of bus order: each task's CUDA_VISIBLE_DEVICES names its GPU as CUDA counts" {
 	testnode_topology
+	sed -i "s|^gres_order: .*|gres_order: minor|" "$CONF"
+	grep -q "^gres_order: minor" "$CONF"
 	local NV="$BATS_TEST_TMPDIR/gpus" m=0 bus
 	# /dev/nvidia0 is package 1's 0000:60:00.0, the others in bus order
 	for bus in 0000:60:00.0 0000:20:00.0 0000:30:00.0 0000:70:00.0; do
@@ -181,12 +183,21 @@ assert_cuda_opens_planned() {
 	assert_matches_plan 4
 	assert_line --partial "CUDA numbers /dev/nvidia0 2, /dev/nvidia1 0, /dev/nvidia2 1, /dev/nvidia3 3"
 	assert_cuda_opens_planned "$NV"
-	# nvidia_gpus: "" turns the list off: GPU N is the N-th by bus id again
-	sed -i "s|^nvidia_gpus: .*|nvidia_gpus: \"\"|" "$CONF"
+	# gres_order bus (AutoDetect=nvml): Slurm's GPU k is the k-th by bus id,
+	# as CUDA counts: its numbers stand
+	sed -i "s|^gres_order: .*|gres_order: bus|" "$CONF"
 	run --separate-stderr crun srun --ddp=gloo -N1 -n2 --gres=gpu:2 "$BIND_REPORT"
 	assert_success
 	assert_matches_plan 2
-	assert_line --partial "GRES index k is the k-th GPU by PCI bus id"
+	assert_line --partial "Slurm's GPU k is the k-th by PCI bus id of the GPUs the NVIDIA driver lets CUDA open (gres_order bus)"
+	assert_line --regexp '^rank=[01] local=[01] cpus=0 .* cvd=(0,1|1,0) .* busid=0000:20:00.0 '
+	assert_cuda_opens_planned "$NV"
+	# minor order without the driver's list (nvidia_gpus: ""): said, and bus order taken
+	sed -i "s|^gres_order: .*|gres_order: minor|; s|^nvidia_gpus: .*|nvidia_gpus: \"\"|" "$CONF"
+	run --separate-stderr crun srun --ddp=gloo -N1 -n2 --gres=gpu:2 "$BIND_REPORT"
+	assert_success
+	assert_matches_plan 2
+	assert_line --partial "gres_order minor needs the NVIDIA driver's GPU list, which is not read here: GRES index k taken for the k-th GPU by PCI bus id"
 }
 
 @test "an explicit --gpu-bind is left alone (CPUs are still bound), and --explain says so" {

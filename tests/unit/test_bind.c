@@ -608,9 +608,10 @@ static void nv_list(const char *dir, const char *const *bus, int n)
 static const char *const bus[] = { "0000:9d:00.0", "0000:1b:00.0", "0000:43:00.0", "0000:52:00.0",
 				   "0000:61:00.0", "0000:c3:00.0", "0000:d1:00.0", "0000:df:00.0" };
 
-/* Slurm's GPU N is /dev/nvidiaN: with the driver's list, the plan finds it
- * by that device's bus id, even where the driver numbered GPUs out of bus
- * order (here /dev/nvidia0 is socket 1's 0000:9d:00.0). */
+/* gres_order minor (a hand-written gres.conf, File=/dev/nvidia[0-7]):
+ * Slurm's GPU N is /dev/nvidiaN, and with the driver's list the plan finds
+ * it by that device's bus id, even where the driver numbered GPUs out of
+ * bus order (here /dev/nvidia0 is socket 1's 0000:9d:00.0). */
 static void test_nvidia_minors(void)
 {
 	char dir[] = "/tmp/ddp-nvXXXXXX", sub[600], cmd[700];
@@ -635,13 +636,14 @@ static void test_nvidia_minors(void)
 	test_cond("a minor listed twice is refused", ddpenv_topo_set_nvidia(t, twice, 2, err, sizeof(err)) < 0);
 	test_err("... naming it", err, "the NVIDIA driver lists /dev/nvidia3 twice (0000:1b:00.0 and 0000:43:00.0)");
 	test_cond("the list is given to the topology", ddpenv_topo_set_nvidia(t, nv, 8, err, sizeof(err)) == 0);
+	ddpenv_topo_set_gres_order(t, DDPENV_GRES_ORDER_MINOR);
 
 	/* ConstrainDevices: the step has /dev/nvidia0 and 1, CUDA numbers them 0 and 1 */
 	step_env(&env, 2, "0,1", "0,1", NULL);
 	test_cond("planned with the driver's list", ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &p, err, sizeof(err)) == 0);
 	invariants("dgx-h100.xml", &p, "DGX H100, /dev/nvidia0 on socket 1");
 	test_err("the plan says CUDA may count them otherwise (no UUIDs in this list)", p.gpu_how,
-		 "SLURM_STEP_GPUS=0,1: the NVIDIA driver's /dev/nvidiaN are not the N-th GPUs in bus order");
+		 "SLURM_STEP_GPUS=0,1: gres_order minor, and the NVIDIA driver numbered /dev/nvidiaN out of bus order");
 	test_cond("GPU 0 is /dev/nvidia0 at 0000:9d:00.0, GPU 1 at 0000:1b:00.0",
 		  p.ngpus == 2 && p.gpus[0].index == 0 && !strcmp(p.gpus[0].busid, "0000:9d:00.0") &&
 		  p.gpus[1].index == 1 && !strcmp(p.gpus[1].busid, "0000:1b:00.0"));
@@ -656,7 +658,7 @@ static void test_nvidia_minors(void)
 	/* a number the driver does not list: its locality is unknown, and said */
 	step_env(&env, 2, "1,9", "0,1", NULL);
 	test_cond("planned with a GPU the driver does not list", ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &p, err, sizeof(err)) == 0);
-	test_err("... and the plan says so", p.gpu_how, "SLURM_STEP_GPUS=1,9: 1 of these /dev/nvidiaN the NVIDIA driver does not list (it has 8 GPUs)");
+	test_err("... and the plan says so", p.gpu_how, "SLURM_STEP_GPUS=1,9: 1 of these GPU numbers are past the 8 GPUs the NVIDIA driver lets CUDA open");
 	ddpenv_bind_plan_free(&p);
 	ddpenv_env_free(&env);
 
@@ -665,7 +667,9 @@ static void test_nvidia_minors(void)
 	step_env(&env, 2, "0,1", "0,1", NULL);
 	ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &p, err, sizeof(err));
 	test_cond("without it GPU 0 is the first by bus id", p.ngpus == 2 && !strcmp(p.gpus[0].busid, "0000:1b:00.0"));
-	test_err("... and the plan says that", p.gpu_how, "GRES index k is the k-th GPU by PCI bus id");
+	test_err("... and the plan says that minor order needs the list", p.gpu_how,
+		 "gres_order minor needs the NVIDIA driver's GPU list, which is not read here: GRES index k taken "
+		 "for the k-th GPU by PCI bus id");
 	ddpenv_bind_plan_free(&p);
 	ddpenv_env_free(&env);
 	ddpenv_topo_free(t);
@@ -679,18 +683,23 @@ static void test_nvidia_minors(void)
  * step's) in bus order, and an entry of CUDA_VISIBLE_DEVICES is a number
  * among them or the start of one GPU's UUID.  The bus id of what a task
  * opens as device local_rank; "" for nothing. */
+static enum ddpenv_gres_order slurm_order = DDPENV_GRES_ORDER_MINOR; /* Slurm's, modelled */
+
 static const char *cuda_opens(const struct ddpenv_nvgpu *nv, int n, const char *step, const char *cvd,
 			      unsigned local_rank)
 {
-	const struct ddpenv_nvgpu *open[DDPENV_MAX_GPUS];
+	const struct ddpenv_nvgpu *open[DDPENV_MAX_GPUS], *numbered[DDPENV_MAX_GPUS];
 	char list[DDPENV_VALLEN], *tok, *save = NULL;
 	int m = 0;
+	/* Slurm's GPU k is the k-th of slurmd's list: under ConstrainDevices
+	 * the step's device files are those of its GPUs' numbers. */
+	size_t nn = ddpenv_nvidia_slurm_order(nv, (size_t)n, slurm_order, numbered, DDPENV_MAX_GPUS);
 
 	for (int i = 0; i < n; i++) {
 		int in = !step;
 		snprintf(list, sizeof(list), "%s", step ? step : "");
 		for (tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
-			in |= atoi(tok) == nv[i].minor;
+			in |= (size_t)atoi(tok) < nn && numbered[atoi(tok)] == &nv[i];
 		if (in && !nv[i].excluded)
 			open[m++] = &nv[i];
 	}
@@ -796,13 +805,15 @@ static void test_cuda_names(void)
 		  !strcmp(nv[0].uuid, "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6") &&
 		  !strcmp(nv[7].uuid, "GPU-5e0a0007-d733-4106-c12f-20bd9faed9f6"));
 	ddpenv_topo_set_nvidia(t, nv, 8, err, sizeof(err));
+	ddpenv_topo_set_gres_order(t, DDPENV_GRES_ORDER_MINOR);
+	slurm_order = DDPENV_GRES_ORDER_MINOR;
 
 	/* /dev/nvidia0 and 1: ConstrainDevices or not, Slurm writes "0,1" */
 	step_env(&env, 2, "0,1", "0,1", NULL);
 	test_cond("/dev/nvidia0,1: planned", ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &p, err, sizeof(err)) == 0);
 	test_err("... Slurm's 0,1 can mean either count: named by UUID", p.gpu_how,
-		 "SLURM_STEP_GPUS=0,1: the NVIDIA driver's /dev/nvidiaN are not the N-th GPUs in bus order, and "
-		 "Slurm's numbers can mean either count: CUDA_VISIBLE_DEVICES names them by UUID");
+		 "SLURM_STEP_GPUS=0,1: gres_order minor, and the NVIDIA driver numbered /dev/nvidiaN out of bus "
+		 "order; Slurm's numbers can mean either count: CUDA_VISIBLE_DEVICES names them by UUID");
 	test_cond("... abbreviated to what tells them apart",
 		  !strcmp(p.gpus[0].cuda, "GPU-8932f937-d72c") && !strcmp(p.gpus[1].cuda, "GPU-8932f937-d72d"));
 	opens_planned("/dev/nvidia0,1 by UUID", nv, 8, "0,1", &p, 1, 1);
@@ -823,14 +834,15 @@ static void test_cuda_names(void)
 	 * than the device numbers); without, it writes the device numbers and
 	 * CUDA sees all 8; for the whole node both counts agree */
 	naming(t, nv, "/dev/nvidia0,2 under ConstrainDevices", 2, "0,2", "0,1",
-	       "SLURM_STEP_GPUS=0,2: the NVIDIA driver's /dev/nvidiaN are not the N-th GPUs in bus order; "
-	       "CUDA (ConstrainDevices) numbers /dev/nvidia0 1, /dev/nvidia2 0", 1, 0);
+	       "SLURM_STEP_GPUS=0,2: gres_order minor, and the NVIDIA driver numbered /dev/nvidiaN out of bus "
+	       "order; CUDA (ConstrainDevices) numbers /dev/nvidia0 1, /dev/nvidia2 0", 1, 0);
 	naming(t, nv, "/dev/nvidia0,2 without ConstrainDevices", 2, "0,2", "0,2",
 	       "CUDA numbers /dev/nvidia0 4, /dev/nvidia2 1", 0, 1);
 	naming(t, nv, "all 8", 8, "0,1,2,3,4,5,6,7", "0,1,2,3,4,5,6,7", "CUDA numbers /dev/nvidia0 4, /dev/nvidia1 0",
 	       1, 1);
 	naming(t, nv, "/dev/nvidia1,2 (in bus order)", 2, "1,2", "0,1",
-	       "SLURM_STEP_GPUS=1,2: GPU N is /dev/nvidiaN, at the bus id the NVIDIA driver gives it", 1, 0);
+	       "SLURM_STEP_GPUS=1,2: Slurm's GPU k is the k-th /dev/nvidiaN (gres_order minor), at the bus id "
+	       "the NVIDIA driver gives it", 1, 0);
 
 	/* UUIDs not read yet (persistence mode off): said, Slurm's values kept */
 	snprintf(sub, sizeof(sub), "%s/unread", dir);
@@ -853,18 +865,19 @@ static void test_cuda_names(void)
 	n = ddpenv_nvidia_gpus(sub, nv, DDPENV_MAX_GPUS, err, sizeof(err));
 	test_cond("GPU Excluded: Yes is read", n == 8 && nv[3].excluded && !nv[4].excluded);
 	ddpenv_topo_set_nvidia(t, nv, 8, err, sizeof(err));
-	step_env(&env, 2, "4,5", "4,5", NULL);
+	/* Slurm lists the 7 others (File=/dev/nvidia[0-2,4-7]): its GPUs 2,3
+	 * are /dev/nvidia2 and 4 */
+	step_env(&env, 2, "2,3", "2,3", NULL);
 	ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &p, err, sizeof(err));
-	test_err("... /dev/nvidia4,5 without ConstrainDevices: CUDA skips /dev/nvidia3", p.gpu_how,
-		 "CUDA numbers /dev/nvidia4 2, /dev/nvidia5 4");
+	test_err("... Slurm's GPUs 2,3 without ConstrainDevices: /dev/nvidia2 and 4, CUDA skips /dev/nvidia3",
+		 p.gpu_how, "CUDA numbers /dev/nvidia2 1, /dev/nvidia4 2");
 	opens_planned("beside an excluded GPU", nv, 8, NULL, &p, 0, 1);
 	ddpenv_bind_plan_free(&p);
 	ddpenv_env_free(&env);
-	step_env(&env, 1, "3", "3", NULL);
+	step_env(&env, 1, "7", "7", NULL);
 	ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &p, err, sizeof(err));
-	test_err("... a step given the excluded GPU is told", p.gpu_how,
-		 "SLURM_STEP_GPUS=3: /dev/nvidia3 (0000:52:00.0) is excluded by the NVIDIA driver "
-		 "(NVreg_ExcludedGpus): CUDA cannot open it");
+	test_err("... Slurm's GPU 7 of 7 is past the list, and said", p.gpu_how,
+		 "SLURM_STEP_GPUS=7: 1 of these GPU numbers are past the 7 GPUs the NVIDIA driver lets CUDA open");
 	ddpenv_bind_plan_free(&p);
 	ddpenv_env_free(&env);
 
@@ -923,9 +936,85 @@ static void test_cuda_names(void)
 	step_env(&env, 2, "0,1", "0,1", NULL);
 	ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &p, err, sizeof(err));
 	test_err("numbered in bus order: Slurm's numbers stand", p.gpu_how,
-		 "GPU N is /dev/nvidiaN, at the bus id the NVIDIA driver gives it");
+		 "Slurm's GPU k is the k-th /dev/nvidiaN (gres_order minor), at the bus id the NVIDIA driver gives it");
 	test_streq("... as numbers", p.visible, "0,1");
 	opens_planned("numbered in bus order", nv, 8, "0,1", &p, 1, 1);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	ddpenv_topo_free(t);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	test_cond("the temporary directory is removed", system(cmd) == 0);
+}
+
+/* gres_order bus, the default (AutoDetect=nvml numbers GPUs as NVML does,
+ * in bus order): on the same DGX H100 whose driver numbered /dev/nvidia0
+ * out of bus order, Slurm's GPU k is the k-th by bus id, which is also
+ * CUDA's number for it, so Slurm's values stand, and the device minors
+ * do not matter. */
+static void test_gres_bus_order(void)
+{
+	char dir[] = "/tmp/ddp-nvXXXXXX", sub[600], cmd[700];
+	struct ddpenv_nvgpu nv[DDPENV_MAX_GPUS];
+	struct ddpenv_topo *t = NULL;
+	struct ddpenv_bind_plan p;
+	struct ddpenv_env env;
+	enum ddpenv_gres_order o;
+
+	test_cond("gres orders parse", ddpenv_gres_order_parse("bus", &o, err, sizeof(err)) == 0 &&
+		  o == DDPENV_GRES_ORDER_BUS && ddpenv_gres_order_parse("minor", &o, err, sizeof(err)) == 0 &&
+		  o == DDPENV_GRES_ORDER_MINOR && !strcmp(ddpenv_gres_order_name(o), "minor"));
+	test_cond("another order is refused", ddpenv_gres_order_parse("pci", &o, err, sizeof(err)) < 0);
+	test_err("... naming what is expected", err, "'pci': expected bus (AutoDetect=nvml");
+	test_cond("a temporary directory", mkdtemp(dir) != NULL);
+	test_cond("dgx-h100.xml loads", ddpenv_topo_load(topo_path("dgx-h100.xml"), 0, &t, err, sizeof(err)) == 0);
+	snprintf(sub, sizeof(sub), "%s/uuid", dir);
+	nv_list_as(sub, bus, 8, NV_UUID, 0);
+	int n = ddpenv_nvidia_gpus(sub, nv, DDPENV_MAX_GPUS, err, sizeof(err));
+	test_cond("the driver's list, /dev/nvidia0 at 0000:9d:00.0", n == 8 && !strcmp(nv[0].busid, "0000:9d:00.0"));
+	ddpenv_topo_set_nvidia(t, nv, 8, err, sizeof(err));
+	slurm_order = DDPENV_GRES_ORDER_BUS;
+
+	step_env(&env, 2, "0,1", "0,1", NULL);
+	test_cond("Slurm's GPUs 0,1: planned", ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &p, err, sizeof(err)) == 0);
+	test_cond("... GPU 0 is the first by bus id (0000:1b:00.0), GPU 1 the second, not /dev/nvidia0",
+		  p.ngpus == 2 && !strcmp(p.gpus[0].busid, "0000:1b:00.0") && !strcmp(p.gpus[1].busid, "0000:43:00.0"));
+	test_err("... and the plan says why", p.gpu_how,
+		 "SLURM_STEP_GPUS=0,1: Slurm's GPU k is the k-th by PCI bus id of the GPUs the NVIDIA driver lets "
+		 "CUDA open (gres_order bus)");
+	test_streq("... Slurm's values stand", p.visible, "0,1");
+	opens_planned("bus order, GPUs 0,1", nv, 8, "0,1", &p, 1, 1);
+	invariants("dgx-h100.xml", &p, "bus order, GPUs 0,1");
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	/* GPU 4 is the fifth by bus id, 0000:9d:00.0 on socket 1 (/dev/nvidia0) */
+	step_env(&env, 2, "0,4", "0,4", NULL);
+	ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &p, err, sizeof(err));
+	int g0 = p.tasks[0].gpu, g1 = p.tasks[1].gpu;
+	test_cond("Slurm's GPUs 0,4: 0000:1b:00.0 and 0000:9d:00.0, each task near its own",
+		  p.ngpus == 2 && !strcmp(p.gpus[1].busid, "0000:9d:00.0") && g0 >= 0 && g1 >= 0 &&
+		  !strcmp(p.tasks[!strcmp(p.gpus[g0].busid, "0000:9d:00.0") ? 0 : 1].cpus, "56-111,168-223"));
+	opens_planned("bus order, GPUs 0,4 without ConstrainDevices", nv, 8, NULL, &p, 0, 1);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+	step_env(&env, 2, "0,4", "0,1", NULL);
+	ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &p, err, sizeof(err));
+	test_streq("... under ConstrainDevices Slurm's 0,1 stand", p.visible, "0,1");
+	opens_planned("bus order, GPUs 0,4 under ConstrainDevices", nv, 8, "0,4", &p, 1, 0);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	/* NVML does not list an excluded GPU: nor does Slurm's count */
+	snprintf(sub, sizeof(sub), "%s/excluded", dir);
+	nv_list_as(sub, bus, 8, NV_UUID, 1u << 3);   /* /dev/nvidia3, 0000:52:00.0 */
+	n = ddpenv_nvidia_gpus(sub, nv, DDPENV_MAX_GPUS, err, sizeof(err));
+	ddpenv_topo_set_nvidia(t, nv, 8, err, sizeof(err));
+	step_env(&env, 2, "2,3", "2,3", NULL);
+	ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &p, err, sizeof(err));
+	test_cond("an excluded GPU: Slurm's GPUs 2,3 are the third and fourth by bus id of the others",
+		  p.ngpus == 2 && !strcmp(p.gpus[0].busid, "0000:61:00.0") && !strcmp(p.gpus[1].busid, "0000:9d:00.0"));
+	opens_planned("bus order beside an excluded GPU", nv, 8, "2,3", &p, 0, 1);
 	ddpenv_bind_plan_free(&p);
 	ddpenv_env_free(&env);
 
@@ -946,6 +1035,7 @@ int main(void)
 	test_errors();
 	test_nvidia_minors();
 	test_cuda_names();
+	test_gres_bus_order();
 	test_apply();
 	return test_report();
 }

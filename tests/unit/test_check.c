@@ -620,11 +620,23 @@ static void test_gres(void)
 		snprintf(w->ranks[i].nvgpus, sizeof(w->ranks[i].nvgpus),
 			 "0=0000:43:00.0,1=0000:1b:00.0,2=0000:52:00.0,3=0000:61:00.0");
 	ck_eval_setup(w);
-	test_check("minors out of bus order: WARN naming the node and the devices", w, "bind.gres", CK_WARN,
-		   "gpu02: the NVIDIA driver's device numbers do not follow PCI bus order (0000:1b:00.0 is "
-		   "/dev/nvidia1, 0000:43:00.0 is /dev/nvidia0, 0000:52:00.0 is /dev/nvidia2, 0000:61:00.0 is "
-		   "/dev/nvidia3)");
-	test_check("and why it matters", w, "bind.gres", CK_WARN, "so a task can drive another GPU than Slurm gave it");
+	test_check("minors out of bus order, gres_order bus (AutoDetect=nvml): OK, saying what a hand-written "
+		   "gres.conf would need", w, "bind.gres", CK_OK,
+		   "Slurm's GPU numbers taken in PCI bus order (gres_order bus, as AutoDetect=nvml numbers them) "
+		   "on 2 nodes, where the NVIDIA driver's device numbers do not follow bus order (gpu02, ...: a "
+		   "gres.conf listing File=/dev/nvidia[0-N] there needs gres_order: minor)");
+	w->nres = 0;
+	for (int i = 4; i < 8; i++)
+		w->ranks[i].gres_order = DDPENV_GRES_ORDER_MINOR;
+	ck_eval_setup(w);
+	test_check("... gres_order minor: WARN naming the node and the devices", w, "bind.gres", CK_WARN,
+		   "gpu02: gres_order minor, and the NVIDIA driver's device numbers do not follow PCI bus order "
+		   "(0000:1b:00.0 is /dev/nvidia1, 0000:43:00.0 is /dev/nvidia0, 0000:52:00.0 is /dev/nvidia2, "
+		   "0000:61:00.0 is /dev/nvidia3)");
+	test_check("and why it matters", w, "bind.gres", CK_WARN,
+		   "mean other GPUs to CUDA (CUDA_DEVICE_ORDER=PCI_BUS_ID) than to Slurm");
+	for (int i = 4; i < 8; i++)
+		w->ranks[i].gres_order = DDPENV_GRES_ORDER_BUS;
 
 	/* an excluded GPU out of order is not CUDA's: no WARN for it; a step
 	 * given it is told CUDA cannot open it */
@@ -638,9 +650,9 @@ static void test_gres(void)
 	w->nres = 0;
 	snprintf(w->ranks[5].env[CK_STEP_GPUS], DDPENV_VALLEN, "1,4");
 	ck_eval_setup(w);
-	test_check("a step given an excluded GPU: WARN naming it", w, "bind.gres", CK_WARN,
-		   "task 5 (gpu02): SLURM_STEP_GPUS=1,4 names /dev/nvidia4, which the NVIDIA driver excludes "
-		   "(NVreg_ExcludedGpus): CUDA cannot open it");
+	test_check("Slurm's GPU 4 beside an excluded GPU: past the 4 CUDA can open, WARN", w, "bind.gres", CK_WARN,
+		   "task 5 (gpu02): SLURM_STEP_GPUS=1,4 names GPU 4, but the NVIDIA driver there lists 4 GPUs "
+		   "CUDA can open");
 	snprintf(w->ranks[5].env[CK_STEP_GPUS], DDPENV_VALLEN, "0,1,2,3");
 
 	/* a container (pyxis) lists only its GPUs: numbers with holes, in order */
@@ -651,8 +663,9 @@ static void test_gres(void)
 		snprintf(w->ranks[i].gpu, sizeof(w->ranks[i].gpu), "%s", i % 2 ? "0000:61:00.0" : "0000:43:00.0");
 	}
 	ck_eval_setup(w);
-	test_check("a container's partial list with holes in the numbers is no error", w, "bind.gres", CK_OK,
-		   "follow PCI bus order on 2 nodes, and every task's GPU is one Slurm gave the step");
+	test_check("a container's partial list with holes in the numbers is no error, and not checked", w,
+		   "bind.gres", CK_OK, "the NVIDIA driver lists only some GPUs, with holes in their device numbers, "
+		   "on gpu01 and others (a container's own GPUs?): Slurm's node-wide GPU numbers are not checked");
 	with_gpus(w, 4);
 	for (int i = 0; i < 8; i++)
 		snprintf(w->ranks[i].env[CK_STEP_GPUS], DDPENV_VALLEN, "0,1,2,3");
@@ -666,7 +679,8 @@ static void test_gres(void)
 	ck_eval_setup(w);
 	test_check("a task on a GPU the step was not given: WARN under gloo (the plan said so)", w,
 		   "bind.gres", CK_WARN, "task 2 (gpu01) uses GPU 0000:52:00.0 (from DDP_GPU_BUSID), not one of "
-		   "the step's: SLURM_STEP_GPUS=0,1 is 0000:1b:00.0 0000:43:00.0");
+		   "the step's: SLURM_STEP_GPUS=0,1 is 0000:1b:00.0 (/dev/nvidia0), 0000:43:00.0 (/dev/nvidia1) "
+		   "in gres_order bus");
 	w->nres = 0;
 	w->backend = "nccl";
 	ck_eval_setup(w);
@@ -676,10 +690,11 @@ static void test_gres(void)
 	snprintf(w->ranks[5].env[CK_STEP_GPUS], DDPENV_VALLEN, "0,7");
 	snprintf(w->ranks[6].env[CK_STEP_GPUS], DDPENV_VALLEN, "gpu0");
 	ck_eval_setup(w);
-	test_check("a device number the driver does not list", w, "bind.gres", CK_FAIL,
-		   "task 5 (gpu02): SLURM_STEP_GPUS=0,7 names /dev/nvidia7, which the NVIDIA driver does not list there");
+	test_check("a GPU number past the driver's list", w, "bind.gres", CK_FAIL,
+		   "task 5 (gpu02): SLURM_STEP_GPUS=0,7 names GPU 7, but the NVIDIA driver there lists 4 GPUs "
+		   "CUDA can open");
 	test_check("a SLURM_STEP_GPUS that is not numbers", w, "bind.gres", CK_FAIL,
-		   "task 6 (gpu02): SLURM_STEP_GPUS=gpu0 is not a list of device numbers");
+		   "task 6 (gpu02): SLURM_STEP_GPUS=gpu0 is not a list of GPU numbers");
 
 	w->nres = 0;
 	w->backend = "gloo";

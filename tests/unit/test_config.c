@@ -170,6 +170,9 @@ static void test_refused(void)
 	refused("a relative nvidia_gpus", "nvidia_gpus: gpus\n",
 		"t.yaml:1:14: nvidia_gpus: 'gpus': expected the absolute path of the NVIDIA driver's GPU list "
 		"(/proc/driver/nvidia/gpus), or \"\" not to read it");
+	refused("an unknown gres_order", "gres_order: pci\n",
+		"t.yaml:1:13: gres_order: 'pci': expected bus (AutoDetect=nvml, or a gres.conf listing the GPUs "
+		"in PCI bus order) or minor (a gres.conf listing File=/dev/nvidia[0-N])");
 	refused("an unknown bind_nic", "bind_nic: yes\n",
 		"t.yaml:1:11: bind_nic: 'yes': expected report (DDP_NIC only) or nccl_ib_hca");
 	refused("a duplicate key", "port_range: 1-2\nhead_from: name\nport_range: 3-4\n",
@@ -337,6 +340,23 @@ static void test_bind_keys(void)
 	test_cond("nvidia_gpus= as a plugstack argument", ddpenv_config_plugstack(&c, 1, nvoff, err, sizeof(err)) == 0);
 	ddpenv_config_effective(&c, NULL, NULL, &e, err, sizeof(err));
 	test_cond("... wins over the file", !e.nvidia_gpus[0]);
+	ddpenv_config_free(&c);
+
+	/* gres_order: how Slurm numbers the node's GPUs, bus order by default */
+	char *minor[] = { "gres_order=minor" };
+	ddpenv_config_init(&c);
+	test_cond("gres_order: bus by default", c.base.gres_order == DDPENV_GRES_ORDER_BUS);
+	test_cond("gres_order parses", parse(&c, "gres_order: bus\npartitions:\n  handmade: {gres_order: minor}\n") == 0);
+	ddpenv_config_effective(&c, NULL, NULL, &e, err, sizeof(err));
+	test_cond("... bus", e.gres_order == DDPENV_GRES_ORDER_BUS);
+	ddpenv_config_effective(&c, "handmade", NULL, &e, err, sizeof(err));
+	test_cond("... minor in a partition", e.gres_order == DDPENV_GRES_ORDER_MINOR);
+	test_streq("... saying where", e.where[DDPENV_SET_GRES_ORDER], "t.yaml:3:26 (partition handmade)");
+	ddpenv_config_free(&c);
+	ddpenv_config_init(&c);
+	test_cond("gres_order=minor as a plugstack argument", ddpenv_config_plugstack(&c, 1, minor, err, sizeof(err)) == 0);
+	ddpenv_config_effective(&c, NULL, NULL, &e, err, sizeof(err));
+	test_cond("... taken", e.gres_order == DDPENV_GRES_ORDER_MINOR);
 	ddpenv_config_free(&c);
 }
 
