@@ -26,3 +26,63 @@ dump_logs_on_failure() {
 		done
 	fi
 }
+
+# ---- binding (bind.bats, gres.bats): lines of tests/bats/bind_report.sh ----
+
+# Every task got what the plan says.
+assert_matches_plan() {
+	local line n=0
+	while read -r line; do
+		[[ $line == rank=* ]] || continue
+		n=$((n + 1))
+		local cpus plan_cpus cvd plan_cvd busid plan_busid
+		cpus=$(sed 's/.* cpus=\([^ ]*\).*/\1/' <<<"$line")
+		plan_cpus=$(sed 's/.* plan_cpus=\([^ ]*\).*/\1/' <<<"$line")
+		cvd=$(sed 's/.* cvd=\([^ ]*\).*/\1/' <<<"$line")
+		plan_cvd=$(sed 's/.* plan_cvd=\([^ ]*\).*/\1/' <<<"$line")
+		busid=$(sed 's/.* busid=\([^ ]*\).*/\1/' <<<"$line")
+		plan_busid=$(sed 's/.* plan_busid=\([^ ]*\).*/\1/' <<<"$line")
+		# "(left" (alone) and "none": the plan sets nothing there
+		[ "$cpus" = "$plan_cpus" ] || [ "$plan_cpus" = "(left" ] ||
+			fail "Cpus_allowed_list $cpus, planned $plan_cpus: $line"
+		[ "$cvd" = "$plan_cvd" ] || [ "$plan_cvd" = none ] ||
+			fail "CUDA_VISIBLE_DEVICES $cvd, planned $plan_cvd: $line"
+		[ "$busid" = "$plan_busid" ] || [ "$plan_busid" = - ] ||
+			fail "DDP_GPU_BUSID $busid, planned $plan_busid: $line"
+	done <<<"$output"
+	[ "$n" -ge "${1:-1}" ] || fail "expected ${1:-1} task lines, got $n"
+}
+
+# What CUDA (CUDA_DEVICE_ORDER=PCI_BUS_ID; no ConstrainDevices here, so
+# every GPU of the driver's list DIR) opens as device LOCAL under CVD: the
+# bus id of the LOCAL-th entry, a number in bus order or a UUID's start.
+cuda_opens() {
+	local dir=$1 cvd=$2 lr=$3 ents order b
+	IFS=, read -ra ents <<<"$cvd"
+	mapfile -t order < <(ls "$dir" | sort)
+	if [[ ${ents[$lr]} == GPU-* ]]; then
+		for b in "${order[@]}"; do
+			if [[ $(awk '/^GPU UUID:/ {print $NF}' "$dir/$b/information") == "${ents[$lr]}"* ]]; then
+				echo "$b"
+			fi
+		done
+	else
+		echo "${order[${ents[$lr]}]}"
+	fi
+}
+
+# Every task line: its GPU as CUDA would open it is the one planned.
+assert_cuda_opens_planned() {
+	local line n=0
+	while read -r line; do
+		[[ $line == rank=* ]] || continue
+		local lr cvd busid got
+		lr=$(sed 's/.* local=\([^ ]*\).*/\1/' <<<"$line")
+		cvd=$(sed 's/.* cvd=\([^ ]*\).*/\1/' <<<"$line")
+		busid=$(sed 's/.* busid=\([^ ]*\).*/\1/' <<<"$line")
+		got=$(cuda_opens "$1" "$cvd" "$lr")
+		[ "$got" = "$busid" ] || fail "CUDA would open '$got' as device $lr, planned $busid: $line"
+		n=$((n + 1))
+	done <<<"$output"
+	[ "$n" -ge 1 ] || fail "no task lines"
+}
