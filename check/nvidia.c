@@ -3,11 +3,11 @@
  * "information" file gives "Bus Location:" and "Device Minor:" (the N of
  * /dev/nvidiaN), read by libddpenv (ddpenv_nvidia_gpus); here as the
  * text a rank's record carries to task 0: "0=0000:1b:00.0,1=0000:43:00.0/x"
- * (/x: "GPU Excluded: Yes").  Slurm names GPUs by that N (a
- * gres.conf File= device's number: SLURM_STEP_GPUS, and
- * CUDA_VISIBLE_DEVICES without ConstrainDevices), CUDA under
- * CUDA_DEVICE_ORDER=PCI_BUS_ID by their place in bus order: this table is
- * how ddp-check tells whether the two agree. */
+ * (/x: "GPU Excluded: Yes").  Slurm's GPU k (SLURM_STEP_GPUS, and
+ * CUDA_VISIBLE_DEVICES without ConstrainDevices) is the k-th of this list
+ * in the site's gres_order, CUDA's under CUDA_DEVICE_ORDER=PCI_BUS_ID the
+ * k-th in bus order: this table is how ddp-check tells whether the two
+ * agree. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

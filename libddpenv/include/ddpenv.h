@@ -420,10 +420,12 @@ int ddpenv_topo_numa_of(const struct ddpenv_topo *t, const char *cpulist, char *
 
 /* The NVIDIA driver's own list of a node's GPUs: a directory per GPU under
  * /proc/driver/nvidia/gpus whose "information" file gives its "Bus
- * Location" and "Device Minor", the N of /dev/nvidiaN.  Slurm names GPUs by
- * that N (the number of a gres.conf File= device: SLURM_STEP_GPUS), so this
- * is how a GPU number of Slurm's becomes a PCI device.  Plain file reads:
- * no driver library is loaded. */
+ * Location", "Device Minor" (the N of /dev/nvidiaN), "GPU UUID" and "GPU
+ * Excluded".  Slurm's GPU numbers index slurmd's GPU list (in bus order
+ * with AutoDetect=nvml, in File= order from a hand-written gres.conf: see
+ * enum ddpenv_gres_order), so this list, less the excluded GPUs that NVML
+ * and CUDA do not count, is how a GPU number of Slurm's becomes a PCI
+ * device.  Plain file reads: no driver library is loaded. */
 #define DDPENV_NVIDIA_GPUS "/proc/driver/nvidia/gpus"
 #define DDPENV_UUIDLEN 48       /* "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6" */
 struct ddpenv_nvgpu {
@@ -507,14 +509,16 @@ struct ddpenv_bind_plan {
  * SLURMD_TRES_BIND/SLURM_GPU_BIND and SLURM_MEM_BIND an explicit binding
  * the user asked Slurm for (left alone).  allowed: a CPU list, or NULL for
  * the topology's allowed set (the calling process's cgroup).  Slurm's GPU
- * number N is /dev/nvidiaN: at the bus id the NVIDIA driver gives it when
- * the topology has the driver's list (ddpenv_topo_set_nvidia), else the
- * N-th GPU of the topology in PCI bus id order (nvidia-smi's order, and
- * CUDA's under CUDA_DEVICE_ORDER=PCI_BUS_ID).  With the driver's list,
- * each GPU's cuda is what CUDA calls it: Slurm's value where CUDA means
- * the same GPU by it, else CUDA's number for it (its count of the step's
- * GPUs under ConstrainDevices, of all the driver's without) or, where
- * Slurm's values do not tell which count, its UUID (abbreviated).
+ * number k is the k-th of the driver's GPUs (not excluded) in the
+ * topology's gres order when it has the driver's list
+ * (ddpenv_topo_set_nvidia, ddpenv_topo_set_gres_order), else the k-th GPU
+ * of the topology in PCI bus id order (nvidia-smi's order, and CUDA's
+ * under CUDA_DEVICE_ORDER=PCI_BUS_ID).  In minor order each GPU's cuda is
+ * what CUDA calls it: Slurm's value where CUDA means the same GPU by it,
+ * else CUDA's number for it (its count of the step's GPUs under
+ * ConstrainDevices, of all the driver's without) or, where Slurm's values
+ * do not tell which count, its UUID (abbreviated); in bus order Slurm's
+ * values are CUDA's.
  * Free with ddpenv_bind_plan_free, also after an error. */
 int ddpenv_bind_plan(const struct ddpenv_topo *t, const struct ddpenv_env *env,
 		     enum ddpenv_bind policy, const char *allowed,
