@@ -88,7 +88,7 @@ teardown() {
 	[[ "$stderr" == *"5000 tasks on node 0: expected 1-1024"* ]]
 }
 
-@test "ddp-env --nvidia-gpus: Slurm's GPU N is /dev/nvidiaN at the driver's bus id; a bad list is named" {
+@test "ddp-env --nvidia-gpus, --gres-order: Slurm's GPU k in bus order, or /dev/nvidiaN at the driver's bus id; a bad list or order is named" {
 	local T="$REPO/tests/topologies/dgx-h100.xml" NV="$BATS_TEST_TMPDIR/gpus" m=0 bus
 	# the driver numbered socket 1's 0000:9d:00.0 first
 	for bus in 0000:9d:00.0 0000:1b:00.0; do
@@ -96,11 +96,20 @@ teardown() {
 		printf 'Model: \t\t NVIDIA H100\nBus Location: \t %s\nDevice Minor: \t %d\n' "$bus" $m >"$NV/$bus/information"
 		m=$((m + 1))
 	done
+	# bus order (AutoDetect=nvml), the default: GPU 0 is the first by bus id, Slurm's numbers stand
 	run --separate-stderr "$REPO/build/bin/ddp-env" --topology "$T" --nvidia-gpus "$NV" --tasks 2 --gpus 0,1
+	assert_success
+	assert_line "# gpu: bound: SLURM_STEP_GPUS=0,1: Slurm's GPU k is the k-th by PCI bus id of the GPUs the NVIDIA driver lets CUDA open (gres_order bus)"
+	assert_line "# CUDA_VISIBLE_DEVICES=0,1 for every task"
+	assert_output --regexp "# 0 +0 0000:1b:00.0 "
+	run --separate-stderr "$REPO/build/bin/ddp-env" --topology "$T" --nvidia-gpus "$NV" --gres-order pci --tasks 2
+	assert_failure 2
+	[[ "$stderr" == *"--gres-order='pci': expected bus (AutoDetect=nvml, or a gres.conf listing the GPUs in PCI bus order) or minor"* ]]
+	# minor order (File=/dev/nvidia[0-1]): CUDA counts in bus order, /dev/nvidia0 is its GPU 1
+	run --separate-stderr "$REPO/build/bin/ddp-env" --topology "$T" --nvidia-gpus "$NV" --gres-order minor --tasks 2 --gpus 0,1
 	echo "$output"
 	assert_success
-	# CUDA counts in bus order: /dev/nvidia0 is its GPU 1
-	assert_line "# gpu: bound: SLURM_STEP_GPUS=0,1: the NVIDIA driver's /dev/nvidiaN are not the N-th GPUs in bus order; CUDA numbers /dev/nvidia0 1, /dev/nvidia1 0"
+	assert_line "# gpu: bound: SLURM_STEP_GPUS=0,1: gres_order minor, and the NVIDIA driver numbered /dev/nvidiaN out of bus order; CUDA numbers /dev/nvidia0 1, /dev/nvidia1 0"
 	assert_line "# CUDA_VISIBLE_DEVICES=1,0 for every task"
 	assert_output --regexp "
 # 0 +0 0000:9d:00.0 +1 mlx5_4 +56-111,168-223 .*near its GPU
@@ -108,7 +117,7 @@ teardown() {
 	# a third GPU: CUDA's count for Slurm's 0,1 depends on ConstrainDevices; UUIDs name them
 	mkdir -p "$NV/0000:43:00.0"
 	printf 'Bus Location: \t 0000:43:00.0\nDevice Minor: \t 2\n' >"$NV/0000:43:00.0/information"
-	run --separate-stderr "$REPO/build/bin/ddp-env" --topology "$T" --nvidia-gpus "$NV" --tasks 2 --gpus 0,1
+	run --separate-stderr "$REPO/build/bin/ddp-env" --topology "$T" --nvidia-gpus "$NV" --gres-order minor --tasks 2 --gpus 0,1
 	assert_success
 	assert_line --partial "and the driver gives no UUIDs (GPUs not initialised: persistence mode off?): CUDA may take Slurm's numbers"
 	m=0
@@ -116,7 +125,7 @@ teardown() {
 		printf 'GPU UUID: \t GPU-%d932f937-d72c-4106-c12f-20bd9faed9f6\n' $m >>"$NV/$bus/information"
 		m=$((m + 1))
 	done
-	run --separate-stderr "$REPO/build/bin/ddp-env" --topology "$T" --nvidia-gpus "$NV" --tasks 2 --gpus 0,1
+	run --separate-stderr "$REPO/build/bin/ddp-env" --topology "$T" --nvidia-gpus "$NV" --gres-order minor --tasks 2 --gpus 0,1
 	assert_success
 	assert_line --partial "Slurm's numbers can mean either count: CUDA_VISIBLE_DEVICES names them by UUID"
 	assert_line "# CUDA_VISIBLE_DEVICES=GPU-0932f937,GPU-1932f937 for every task"

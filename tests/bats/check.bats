@@ -238,12 +238,20 @@ fake_nvidia() {
 	echo "$output"
 	assert_success
 	assert_line --regexp "^OK +bind.gres +the NVIDIA driver's device numbers follow PCI bus order on 2 nodes, and every task's GPU is one Slurm gave the step$"
-	# the driver numbered the first two the other way round
+	# the driver numbered the first two the other way round: Slurm's numbers
+	# in bus order (gres_order bus, AutoDetect=nvml's) are still CUDA's
 	fake_nvidia "$NV" 0000:30:00.0 0000:20:00.0 0000:60:00.0 0000:70:00.0
 	run crun env DDP_CHECK_NVIDIA_GPUS="$NV" srun -N1 --ntasks-per-node=2 --gres=gpu:4 --ddp=gloo "$CHECK" "${ARGS[@]}"
 	echo "$output"
 	assert_success
-	assert_line --regexp "^WARN +bind.gres +node1: the NVIDIA driver's device numbers do not follow PCI bus order \(0000:20:00.0 is /dev/nvidia1, 0000:30:00.0 is /dev/nvidia0, 0000:60:00.0 is /dev/nvidia2, 0000:70:00.0 is /dev/nvidia3\)"
+	assert_line --regexp "^OK +bind.gres +Slurm's GPU numbers taken in PCI bus order \(gres_order bus, as AutoDetect=nvml numbers them\) on 1 node, where the NVIDIA driver's device numbers do not follow bus order \(node1: a gres.conf listing File=/dev/nvidia\[0-N\] there needs gres_order: minor\)"
+	# ... but by minor (this cluster's hand-written gres.conf: gres_order minor) they are not
+	sed -i "s|^gres_order: .*|gres_order: minor|" "$CONF"
+	run crun env DDP_CHECK_NVIDIA_GPUS="$NV" srun -N1 --ntasks-per-node=2 --gres=gpu:4 --ddp=gloo "$CHECK" "${ARGS[@]}"
+	echo "$output"
+	assert_success
+	assert_line --regexp "^WARN +bind.gres +node1: gres_order minor, and the NVIDIA driver's device numbers do not follow PCI bus order \(0000:20:00.0 is /dev/nvidia1, 0000:30:00.0 is /dev/nvidia0, 0000:60:00.0 is /dev/nvidia2, 0000:70:00.0 is /dev/nvidia3\)"
+	sed -i "s|^gres_order: .*|gres_order: bus|" "$CONF"
 	# two of the four GPUs: each task's GPU (the plugin's DDP_GPU_BUSID) is one of them
 	fake_nvidia "$NV" 0000:20:00.0 0000:30:00.0 0000:60:00.0 0000:70:00.0
 	run crun env DDP_CHECK_NVIDIA_GPUS="$NV" srun -N1 --ntasks-per-node=2 --gres=gpu:2 --ddp=gloo "$CHECK" "${ARGS[@]}"
@@ -252,11 +260,11 @@ fake_nvidia() {
 	assert_line --regexp "^OK +bind.gres +the NVIDIA driver's device numbers follow PCI bus order on 1 node, and every task's GPU is one Slurm gave the step$"
 	# without DDP_CHECK_NVIDIA_GPUS: the list the plugin reads (ddp.yaml nvidia_gpus)
 	fake_nvidia "$NV" 0000:30:00.0 0000:20:00.0 0000:60:00.0 0000:70:00.0
-	sed -i "s|^nvidia_gpus: .*|nvidia_gpus: $NV|" "$CONF"
+	sed -i "s|^nvidia_gpus: .*|nvidia_gpus: $NV|; s|^gres_order: .*|gres_order: minor|" "$CONF"
 	run crun srun -N1 --ntasks-per-node=2 --gres=gpu:4 --ddp=gloo "$CHECK" "${ARGS[@]}"
 	echo "$output"
 	assert_success
-	assert_line --regexp "^WARN +bind.gres +node1: the NVIDIA driver's device numbers do not follow PCI bus order \(0000:20:00.0 is /dev/nvidia1, "
+	assert_line --regexp "^WARN +bind.gres +node1: gres_order minor, and the NVIDIA driver's device numbers do not follow PCI bus order \(0000:20:00.0 is /dev/nvidia1, "
 	assert_line --regexp "srun --ddp writes CUDA_VISIBLE_DEVICES as CUDA counts"
 }
 
