@@ -88,6 +88,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		}
 	}
 	(void)ddpenv_topo_set_nvidia(topo, nv, nnv, err, sizeof(err));
+	enum ddpenv_gres_order order = DDPENV_GRES_ORDER_BUS;
+	const char *o = ddpenv_env_get(&env, "DDP_FUZZ_GRES_ORDER");
+	if (o)
+		(void)ddpenv_gres_order_parse(o, &order, err, sizeof(err));
+	ddpenv_topo_set_gres_order(topo, order);
 	enum ddpenv_bind policy = DDPENV_BIND_AUTO;
 	(void)ddpenv_bind_parse(ddpenv_env_get(&env, "DDP_BIND"), &policy, err, sizeof(err));
 	planned = ddpenv_bind_plan(topo, &env, policy, ddpenv_env_get(&env, "DDP_FUZZ_ALLOWED"), &plan,
