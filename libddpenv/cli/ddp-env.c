@@ -216,7 +216,9 @@ static void print_plan(const struct ddpenv_bind_plan *p, const char *policy_how,
 	printf("# cpu: %s%s\n", p->cpu ? "bound: " : "", p->cpu_how);
 	printf("# gpu: %s%s\n", p->gpu && p->ngpus ? "bound: " : "", p->gpu_how);
 	printf("# mem: %s%s\n", p->mem ? "bound: " : "", p->mem_how);
-	if (p->gpu && p->ngpus)
+	if (p->gpu && p->ngpus && p->mig)
+		printf("# CUDA_VISIBLE_DEVICES: each task its own MIG device (CUDA opens one per process)\n");
+	else if (p->gpu && p->ngpus)
 		printf("# CUDA_VISIBLE_DEVICES=%s%s\n", p->visible,
 		       p->policy == DDPENV_BIND_STRICT ? " (strict: each task sees only its own)" : " for every task");
 	printf("# %-10s %4s %-13s %4s %-8s %-26s %5s %-5s %s\n", "local_rank", "gpu", "busid", "numa", "nic",
@@ -226,13 +228,19 @@ static void print_plan(const struct ddpenv_bind_plan *p, const char *policy_how,
 		const struct ddpenv_bind_gpu *g = t->gpu >= 0 ? &p->gpus[t->gpu] : NULL;
 		char gi[16] = "-", numa[16] = "-";
 		if (g) {
-			snprintf(gi, sizeof(gi), "%s", g->value);
+			/* A MIG device by its GRES index; its UUID in the notes. */
+			if (p->mig)
+				snprintf(gi, sizeof(gi), "%u", g->index);
+			else
+				snprintf(gi, sizeof(gi), "%s", g->value);
 			if (g->numa >= 0)
 				snprintf(numa, sizeof(numa), "%d", g->numa);
 		}
-		printf("# %-10u %4s %-13s %4s %-8s %-26s %5u %-5s %s%s%s%s\n", i, gi,
+		/* A MIG device's UUID leads the notes: it is the task's CUDA_VISIBLE_DEVICES. */
+		printf("# %-10u %4s %-13s %4s %-8s %-26s %5u %-5s %s%s%s%s%s%s\n", i, gi,
 		       g && g->busid[0] ? g->busid : "-", numa, g && g->nic[0] ? g->nic : "-",
 		       p->cpu ? t->cpus : "(left alone)", t->cores, p->mem ? t->mems : "-",
+		       g && p->mig ? g->value : "", g && p->mig && (int)i == mine ? " " : "",
 		       (int)i == mine ? "this task" : "",
 		       g && p->cpu && t->near ? (i == (uint32_t)mine ? ", near its GPU" : "near its GPU") : "",
 		       g && p->cpu && g->busid[0] && !t->near ? " NOT near its GPU" : "",

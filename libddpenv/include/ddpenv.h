@@ -137,6 +137,7 @@ struct ddpenv_step {
 	uint32_t restart_count;
 	uint32_t het_size;     /* 0 for ordinary steps */
 	int has_gpus;          /* SLURM_STEP_GPUS / CUDA_VISIBLE_DEVICES */
+	int mig;               /* CUDA_VISIBLE_DEVICES names MIG devices (MIG-<uuid>) */
 	uint32_t gpus;         /* how many of them on this node */
 	const char *gpus_key;  /* which of the two said so */
 	char head[DDPENV_HOSTLEN];
@@ -465,11 +466,17 @@ size_t ddpenv_nvidia_slurm_order(const struct ddpenv_nvgpu *g, size_t n, enum dd
 				 const struct ddpenv_nvgpu **out, size_t max);
 /* Slurm's CUDA_VISIBLE_DEVICES before the plugin permuted it. */
 #define DDPENV_SLURM_CVD "DDP_SLURM_CUDA_VISIBLE_DEVICES"
+/* An entry of CUDA_VISIBLE_DEVICES: "3", a GPU UUID, or a MIG device's
+ * ("MIG-<uuid>", which Slurm sets for MIG GRES). */
+#define DDPENV_GPUVAL 64
+/* A MIG device's entry: CUDA opens at most one MIG device per process
+ * (the first it is shown), and NCCL does not run ranks on them. */
+int ddpenv_is_mig(const char *cvd_entry);
 
 struct ddpenv_bind_gpu {
 	uint32_t index;                  /* Slurm's GRES index (SLURM_STEP_GPUS) */
-	char value[16];                  /* its entry in Slurm's CUDA_VISIBLE_DEVICES */
-	char cuda[DDPENV_UUIDLEN];       /* its entry in ours: value, or its UUID */
+	char value[DDPENV_GPUVAL];       /* its entry in Slurm's CUDA_VISIBLE_DEVICES */
+	char cuda[DDPENV_GPUVAL];        /* its entry in ours: value, or its UUID */
 	char busid[DDPENV_BUSIDLEN];     /* "" when the topology has no such GPU */
 	int numa;                        /* os index of its NUMA node, -1 unknown */
 	char near[DDPENV_CPULIST];       /* allowed CPUs near it ("" none) */
@@ -497,9 +504,12 @@ struct ddpenv_bind_plan {
 	char allowed[DDPENV_CPULIST];    /* CPUs Slurm allowed the step here */
 	size_t ngpus;
 	struct ddpenv_bind_gpu gpus[DDPENV_MAX_GPUS];
+	int mig;                         /* the GPUs are MIG devices: each task sees
+					  * only its own, locality unknown */
 	uint32_t ntasks;                 /* tasks of the step on this node */
 	struct ddpenv_bind_task *tasks;  /* [ntasks], malloc'd */
-	char visible[DDPENV_VALLEN];     /* CUDA_VISIBLE_DEVICES of every task (auto) */
+	char visible[DDPENV_VALLEN];     /* CUDA_VISIBLE_DEVICES of every task (auto;
+					  * "" under MIG) */
 };
 
 /* Plan the binding of the step's tasks on this node from the topology
@@ -518,7 +528,11 @@ struct ddpenv_bind_plan {
  * else CUDA's number for it (its count of the step's GPUs under
  * ConstrainDevices, of all the driver's without) or, where Slurm's values
  * do not tell which count, its UUID (abbreviated); in bus order Slurm's
- * values are CUDA's.
+ * values are CUDA's.  MIG devices (Slurm's values MIG-<uuid>, paired
+ * with SLURM_STEP_GPUS by position): task k gets the k-th, alone in its
+ * CUDA_VISIBLE_DEVICES (CUDA would open only the first of a list), and
+ * their locality is unknown (only NVML knows a MIG device's GPU): CPUs
+ * are spread as for a CPU-only step.
  * Free with ddpenv_bind_plan_free, also after an error. */
 int ddpenv_bind_plan(const struct ddpenv_topo *t, const struct ddpenv_env *env,
 		     enum ddpenv_bind policy, const char *allowed,

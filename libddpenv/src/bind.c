@@ -64,8 +64,8 @@ void ddpenv_bind_plan_free(struct ddpenv_bind_plan *plan)
 
 /* ---- inputs ------------------------------------------------------------- */
 
-/* Split a comma-separated list into at most max items of len bytes. */
-static int split(const char *key, const char *s, char (*items)[16], size_t max, size_t *n,
+/* Split a comma-separated list into at most max items of itemlen bytes. */
+static int split(const char *key, const char *s, char *items, size_t itemlen, size_t max, size_t *n,
 		 char *err, size_t errlen)
 {
 	const char *p = s;
@@ -73,19 +73,25 @@ static int split(const char *key, const char *s, char (*items)[16], size_t max, 
 	*n = 0;
 	while (*p) {
 		size_t l = strcspn(p, ",");
-		if (l == 0 || l >= 16 || *n >= max) {
+		if (l == 0 || l >= itemlen || *n >= max) {
 			snprintf(err, errlen, "%s=%.100s: %s: expected at most %zu comma-separated GPU ids", key, s,
-				 l == 0 ? "an empty entry" : l >= 16 ? "an entry of 16 or more characters" : "too many",
+				 l == 0 ? "an empty entry" : l >= itemlen ? "an entry too long for a GPU id" : "too many",
 				 max);
 			return -1;
 		}
-		memcpy(items[*n], p, l);
-		items[(*n)++][l] = '\0';
+		memcpy(items + *n * itemlen, p, l);
+		items[*n * itemlen + l] = '\0';
+		(*n)++;
 		p += l;
 		if (*p == ',')
 			p++;
 	}
 	return 0;
+}
+
+int ddpenv_is_mig(const char *v)
+{
+	return v && strncmp(v, "MIG-", 4) == 0;
 }
 
 static int all_digits(const char *s)
@@ -455,7 +461,7 @@ int ddpenv_bind_plan(const struct ddpenv_topo *t, const struct ddpenv_env *env,
 	hwloc_bitmap_t *sets = NULL;
 	hwloc_obj_t tgpu[DDPENV_MAX_GPUS], gobj[DDPENV_MAX_GPUS], gdom[DDPENV_MAX_GPUS];
 	hwloc_obj_t *tdom = NULL;
-	char ids[DDPENV_MAX_GPUS][16], vals[DDPENV_MAX_GPUS][16];
+	char ids[DDPENV_MAX_GPUS][16], vals[DDPENV_MAX_GPUS][DDPENV_GPUVAL];
 	size_t nids = 0, nvals = 0, ntg;
 	size_t order[DDPENV_MAX_GPUS], norder = 0;
 	uint32_t node_id, ntasks;
@@ -558,7 +564,7 @@ int ddpenv_bind_plan(const struct ddpenv_topo *t, const struct ddpenv_env *env,
 		}
 		s = NULL;
 	}
-	if (s && *s && split(ids_key, s, ids, DDPENV_MAX_GPUS, &nids, err, errlen) < 0)
+	if (s && *s && split(ids_key, s, ids[0], sizeof(ids[0]), DDPENV_MAX_GPUS, &nids, err, errlen) < 0)
 		goto out;
 	for (size_t i = 0; i < nids; i++)
 		if (!all_digits(ids[i])) {
@@ -570,27 +576,51 @@ int ddpenv_bind_plan(const struct ddpenv_topo *t, const struct ddpenv_env *env,
 			nids = 0;
 			break;
 		}
-	qsort(ids, nids, sizeof(ids[0]), value_cmp);
 	if (nids) {
 		/* In a task of a --ddp step, what Slurm set before we permuted it. */
 		const char *cvd = ddpenv_env_get(env, DDPENV_SLURM_CVD);
+		size_t need = 0;
+		int numeric = 1, mig = 0;
 		if (!cvd || !this_step_marked(env))
 			cvd = ddpenv_env_get(env, "CUDA_VISIBLE_DEVICES");
-		if (!cvd || split("CUDA_VISIBLE_DEVICES", cvd, vals, DDPENV_MAX_GPUS, &nvals, err, errlen) < 0)
+		if (!cvd || split("CUDA_VISIBLE_DEVICES", cvd, vals[0], sizeof(vals[0]), DDPENV_MAX_GPUS, &nvals,
+				  err, errlen) < 0)
 			nvals = 0;
-		int numeric = 1;
-		for (size_t i = 0; i < nvals; i++)
+		for (size_t i = 0; i < nvals; i++) {
 			numeric &= all_digits(vals[i]);
-		if (plan->gpu && (nvals != nids || !numeric)) {
+			mig |= ddpenv_is_mig(vals[i]);
+			need += strlen(vals[i]) + 1;
+		}
+		if (mig && nvals == nids) {
+			/* MIG devices by UUID, in the order of Slurm's GRES
+			 * indices: paired by position, never sorted. */
+			plan->mig = 1;
+		} else {
+			qsort(ids, nids, sizeof(ids[0]), value_cmp);
+			if (plan->gpu && (nvals != nids || !numeric)) {
+				plan->gpu = 0;
+				if (mig)
+					snprintf(plan->gpu_how, sizeof(plan->gpu_how),
+						 "CUDA_VISIBLE_DEVICES=%.64s names MIG devices, but not one for each of the step's %zu GPUs (%s): left to Slurm",
+						 cvd, nids, ids_key);
+				else
+					snprintf(plan->gpu_how, sizeof(plan->gpu_how),
+						 "CUDA_VISIBLE_DEVICES=%.64s does not list the step's %zu GPUs (%s) by index: Slurm bound GPUs per task; left alone",
+						 cvd ? cvd : "(unset)", nids, ids_key);
+			}
+			if (nvals == nids && numeric)
+				qsort(vals, nvals, sizeof(vals[0]), value_cmp);
+			else
+				for (size_t i = 0; i < nids; i++)
+					snprintf(vals[i], sizeof(vals[i]), "%s", ids[i]);
+		}
+		if (plan->gpu && need > DDPENV_VALLEN) {
+			/* The tasks carry Slurm's list (DDP_SLURM_CUDA_VISIBLE_DEVICES). */
 			plan->gpu = 0;
 			snprintf(plan->gpu_how, sizeof(plan->gpu_how),
-				 "CUDA_VISIBLE_DEVICES=%.64s does not list the step's %zu GPUs (%s) by index: Slurm bound GPUs per task; left alone",
-				 cvd ? cvd : "(unset)", nids, ids_key);
+				 "CUDA_VISIBLE_DEVICES=%.64s...: %zu characters, more than the %d a variable of the plugin holds: left to Slurm",
+				 cvd, need - 1, DDPENV_VALLEN - 1);
 		}
-		if (nvals == nids && numeric)
-			qsort(vals, nvals, sizeof(vals[0]), value_cmp);
-		else
-			memcpy(vals, ids, sizeof(ids));
 	}
 	plan->ngpus = nids;
 	ntg = ddpenv_topo_gpus(t, tgpu, DDPENV_MAX_GPUS);
@@ -600,6 +630,12 @@ int ddpenv_bind_plan(const struct ddpenv_topo *t, const struct ddpenv_env *env,
 		g->index = (uint32_t)strtoul(ids[k], NULL, 10);
 		snprintf(g->value, sizeof(g->value), "%s", vals[k]);
 		g->numa = -1;
+		if (plan->mig) {
+			/* Which GPU a MIG device is on only NVML knows. */
+			gobj[k] = NULL;
+			gdom[k] = ddpenv_topo_locality(topo, NULL, allowed);
+			continue;
+		}
 		gobj[k] = gpu_of(t, tgpu, ntg, g->index, g->busid, sizeof(g->busid), &unlisted);
 		missing += gobj[k] == NULL;
 		gdom[k] = ddpenv_topo_locality(topo, gobj[k], allowed);
@@ -613,7 +649,9 @@ int ddpenv_bind_plan(const struct ddpenv_topo *t, const struct ddpenv_env *env,
 		}
 	}
 	char names_how[DDPENV_HOWLEN] = "";
-	if (plan->gpu && nids) {
+	if (plan->gpu && nids && plan->mig) {
+		cuda_names(t, plan, -1, ids_key, s ? s : "", names_how, sizeof(names_how));
+	} else if (plan->gpu && nids) {
 		int are_ids = 1, local = 1;
 		for (size_t k = 0; k < nids; k++) {
 			unsigned long v = strtoul(vals[k], NULL, 10);
@@ -631,7 +669,7 @@ int ddpenv_bind_plan(const struct ddpenv_topo *t, const struct ddpenv_env *env,
 	}
 
 	/* GPUs for the tasks, in local rank order. */
-	if (nids && ntasks < nids) {
+	if (nids && ntasks < nids && !plan->mig) {
 		/* Round-robin over localities, near ones (with allowed CPUs
 		 * close to the GPU) first, then the picks in index order. */
 		unsigned char picked[DDPENV_MAX_GPUS] = { 0 };
@@ -669,7 +707,7 @@ int ddpenv_bind_plan(const struct ddpenv_topo *t, const struct ddpenv_env *env,
 		for (size_t i = 0; i < norder && l < sizeof(plan->visible); i++)
 			l += (size_t)snprintf(plan->visible + l, sizeof(plan->visible) - l, "%s%s", i ? "," : "",
 					      plan->gpus[order[i]].cuda);
-		if (!plan->gpu)
+		if (!plan->gpu || plan->mig)
 			plan->visible[0] = '\0';
 		for (uint32_t i = 0; i < ntasks && plan->gpu; i++)
 			plan->tasks[i].gpu = (int)order[i % nids];
@@ -677,6 +715,11 @@ int ddpenv_bind_plan(const struct ddpenv_topo *t, const struct ddpenv_env *env,
 	if (plan->gpu) {
 		if (!nids)
 			snprintf(plan->gpu_how, sizeof(plan->gpu_how), "the step has no GPU here");
+		else if (plan->mig)
+			snprintf(plan->gpu_how, sizeof(plan->gpu_how),
+				 "%s=%.64s, CUDA_VISIBLE_DEVICES=%.80s%s: MIG devices: each task sees only its own (CUDA opens one MIG device per process)%s; which GPU each is on only NVML knows: their locality is unknown",
+				 ids_key, s ? s : "", plan->gpus[0].value, nids > 1 ? ",..." : "",
+				 ntasks > nids ? ", and tasks share them" : "");
 		else if (unlisted) {
 			size_t usable = 0;
 			for (size_t i = 0; i < t->nnv; i++)
@@ -779,7 +822,7 @@ int ddpenv_bind_plan(const struct ddpenv_topo *t, const struct ddpenv_env *env,
 			}
 		}
 		snprintf(plan->cpu_how, sizeof(plan->cpu_how), "%s%s%s",
-			 plan->gpu && nids && !missing ? "the cores near each task's GPU, split evenly" :
+			 plan->gpu && nids && !missing && !plan->mig ? "the cores near each task's GPU, split evenly" :
 							  "tasks spread evenly over packages, NUMA nodes and cores",
 			 shared ? "; fewer CPUs than tasks: some share" : "",
 			 far ? "; some GPUs have no allowed CPU near them" : "");

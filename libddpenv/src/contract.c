@@ -30,6 +30,11 @@ static int choose_backend(const struct ddpenv_step *step, enum ddpenv_backend re
 		node->backend = cfg->default_backend;
 		snprintf(node->backend_how, sizeof(node->backend_how), "a bare --ddp: default_backend (%.80s)",
 			 cfg->where[DDPENV_SET_DEFAULT_BACKEND]);
+	} else if (step->mig) {
+		/* NCCL wants a whole GPU per rank (NVIDIA/nccl#1716). */
+		node->backend = DDPENV_BACKEND_GLOO;
+		snprintf(node->backend_how, sizeof(node->backend_how),
+			 "--ddp=auto: the step's GPUs are MIG devices, on which NCCL does not run ranks");
 	} else {
 		node->backend = step->has_gpus ? DDPENV_BACKEND_NCCL : DDPENV_BACKEND_GLOO;
 		snprintf(node->backend_how, sizeof(node->backend_how),
@@ -248,7 +253,12 @@ static int bind_vars(const struct ddpenv_node *node, const struct ddpenv_env *ta
 	g = &p->gpus[gi];
 	for (size_t k = 0; k < p->ngpus && l < sizeof(slurm); k++)
 		l += (size_t)snprintf(slurm + l, sizeof(slurm) - l, "%s%s", k ? "," : "", p->gpus[k].value);
-	if (p->policy == DDPENV_BIND_STRICT)
+	if (p->mig && local_rank < p->ngpus)
+		snprintf(how, sizeof(how), "this task's MIG device only: CUDA opens one MIG device per process");
+	else if (p->mig)
+		snprintf(how, sizeof(how), "%u tasks share %zu MIG devices: this task has entry %u of Slurm's list",
+			 p->ntasks, p->ngpus, (unsigned)(local_rank % p->ngpus));
+	else if (p->policy == DDPENV_BIND_STRICT)
 		snprintf(how, sizeof(how), "--ddp-bind=strict: this task's GPU only (%s)",
 			 g->busid[0] ? g->busid : "not in the topology");
 	else if (local_rank < p->ngpus)
@@ -257,7 +267,7 @@ static int bind_vars(const struct ddpenv_node *node, const struct ddpenv_env *ta
 	else
 		snprintf(how, sizeof(how), "all the step's GPUs here; %u tasks share %zu GPUs: this task's is index %u",
 			 p->ntasks, p->ngpus, (unsigned)(local_rank % p->ngpus));
-	const char *vis = p->policy == DDPENV_BIND_STRICT ? g->cuda : p->visible;
+	const char *vis = p->policy == DDPENV_BIND_STRICT || p->mig ? g->cuda : p->visible;
 	ok &= add(out, "CUDA_VISIBLE_DEVICES", 0, how, "%s", vis) != NULL;
 	if (ddpenv_env_get(task_env, "GPU_DEVICE_ORDINAL"))
 		ok &= add(out, "GPU_DEVICE_ORDINAL", 0, "= CUDA_VISIBLE_DEVICES (Slurm sets both)", "%s", vis) != NULL;

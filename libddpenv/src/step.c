@@ -253,6 +253,12 @@ int ddpenv_step_parse(const struct ddpenv_env *env, struct ddpenv_step *step,
 		step->gpus_key = "CUDA_VISIBLE_DEVICES";
 	}
 	step->has_gpus = gpus && *gpus && strcmp(gpus, "NoDevFiles") != 0;
+	/* Slurm names MIG GRES by their UUIDs in CUDA_VISIBLE_DEVICES; in a
+	 * task of a --ddp step that holds the task's own one. */
+	{
+		const char *cvd = ddpenv_env_get(env, "CUDA_VISIBLE_DEVICES");
+		step->mig = step->has_gpus && cvd && ddpenv_is_mig(cvd);
+	}
 	step->gpus = 0;
 	if (step->has_gpus) /* "0,1,3": the node's GPUs for this step */
 		for (const char *p = gpus; p; p = strchr(p, ','), p = p ? p + 1 : NULL)

@@ -110,8 +110,9 @@ static void invariants(const char *xml, const struct ddpenv_bind_plan *p, const 
 			snprintf(vis, sizeof(vis), "%s", p->visible);
 			for (tok = strtok_r(vis, ",", &save); tok && k < i; tok = strtok_r(NULL, ",", &save))
 				k++;
+			/* MIG: no common list; each task's own (bind_vars) */
 			if (i < p->ngpus)
-				visible &= tok && strcmp(tok, g->cuda) == 0;
+				visible &= p->mig ? !p->visible[0] : tok && strcmp(tok, g->cuda) == 0;
 		}
 	}
 	if (p->gpu && p->ntasks >= p->ngpus)
@@ -1023,6 +1024,111 @@ static void test_gres_bus_order(void)
 	test_cond("the temporary directory is removed", system(cmd) == 0);
 }
 
+/* MIG GRES: Slurm names them by UUID in CUDA_VISIBLE_DEVICES (and its
+ * GRES indices in SLURM_STEP_GPUS count MIG devices, not GPUs).  CUDA
+ * opens only the first MIG device it is shown, so each task must see its
+ * own alone; which GPU each is on only NVML knows. */
+#define MIG_A "MIG-4a1b2c3d-5e6f-5a7b-8c9d-0e1f2a3b4c5d"
+#define MIG_B "MIG-5b2c3d4e-6f70-5b8c-9dae-1f2a3b4c5d6e"
+#define MIG_C "MIG-6c3d4e5f-7081-5c9d-aebf-2a3b4c5d6e7f"
+static void test_mig(void)
+{
+	struct ddpenv_env env, te;
+	struct ddpenv_bind_plan p;
+	struct ddpenv_node node;
+	struct ddpenv_vars v;
+	struct ddpenv_step st;
+
+	test_cond("a MIG device's entry", ddpenv_is_mig(MIG_A) && !ddpenv_is_mig("GPU-4a1b2c3d") &&
+		  !ddpenv_is_mig("3") && !ddpenv_is_mig(NULL));
+
+	/* Slurm's GRES indices of MIG devices on GPUs 0 and 1, out of
+	 * numeric order with their UUIDs: paired by position. */
+	step_env(&env, 2, "3,9", MIG_B "," MIG_A, NULL);
+	test_cond("MIG: planned", plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p) == 0);
+	test_cond("... as MIG devices", p.mig && p.gpu && p.cpu && p.ngpus == 2);
+	test_cond("... task k gets Slurm's k-th", p.tasks[0].gpu == 0 && p.tasks[1].gpu == 1 &&
+		  p.gpus[0].index == 3 && strcmp(p.gpus[0].value, MIG_B) == 0 && p.gpus[1].index == 9 &&
+		  strcmp(p.gpus[1].cuda, MIG_A) == 0);
+	test_cond("... no bus id, no common list", !p.gpus[0].busid[0] && !p.visible[0]);
+	test_err("... said why", p.gpu_how, "MIG devices: each task sees only its own");
+	test_err("... and that the locality is unknown", p.gpu_how, "only NVML knows");
+	test_err("... so CPUs are spread", p.cpu_how, "tasks spread evenly over packages");
+	test_cond("... over both sockets", strcmp(p.tasks[0].cpus, p.tasks[1].cpus) != 0 && even(&p));
+	invariants("dgx-h100.xml", &p, "MIG 2 tasks");
+
+	node_of(&node, DDPENV_BACKEND_GLOO, 2, 2);
+	node.plan = &p;
+	task_env(&te, 2, 1, "CUDA_VISIBLE_DEVICES=" MIG_B "," MIG_A, NULL);
+	test_cond("MIG: task variables", ddpenv_task_vars(&node, &te, &v, err, sizeof(err)) == 0);
+	test_streq("... CUDA_VISIBLE_DEVICES: the task's own MIG device alone", var(&v, "CUDA_VISIBLE_DEVICES"),
+		   MIG_A);
+	test_streq("... Slurm's list kept", var(&v, "DDP_SLURM_CUDA_VISIBLE_DEVICES"), MIG_B "," MIG_A);
+	test_cond("... no DDP_GPU_BUSID (unknown)", var(&v, "DDP_GPU_BUSID") == NULL);
+	ddpenv_env_free(&te);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	/* In the task: its CUDA_VISIBLE_DEVICES is its own; the plan again
+	 * from Slurm's list (ddp-env --explain, ddp-check). */
+	step_env(&env, 2, "3,9", MIG_A, "DDP_SLURM_CUDA_VISIBLE_DEVICES=" MIG_B "," MIG_A, "DDP_STEP=7.0",
+		 "SLURM_JOB_ID=7", "SLURM_STEP_ID=0", NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	test_cond("MIG, in the task: the same plan", p.mig && p.gpu && strcmp(p.gpus[1].value, MIG_A) == 0);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	/* More tasks than MIG devices: they share (gloo can). */
+	step_env(&env, 3, "0,1", MIG_A "," MIG_B, NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_STRICT, NULL, &p);
+	test_cond("MIG, 3 tasks on 2: shared round-robin", p.mig && p.tasks[2].gpu == 0);
+	test_err("... said so", p.gpu_how, "tasks share them");
+	node_of(&node, DDPENV_BACKEND_GLOO, 3, 2);
+	node.plan = &p;
+	task_env(&te, 3, 2, "CUDA_VISIBLE_DEVICES=" MIG_A "," MIG_B, NULL);
+	ddpenv_task_vars(&node, &te, &v, err, sizeof(err));
+	test_streq("... task 2 sees Slurm's first", var(&v, "CUDA_VISIBLE_DEVICES"), MIG_A);
+	ddpenv_env_free(&te);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	/* A MIG list that does not pair with SLURM_STEP_GPUS: Slurm's. */
+	step_env(&env, 2, "0,1", MIG_A, NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	test_cond("MIG devices, not one per GRES index: left alone", !p.gpu && p.cpu);
+	test_err("... said so", p.gpu_how, "names MIG devices, but not one for each of the step's 2 GPUs");
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	/* Slurm's list longer than a variable of the plugin holds (7
+	 * devices of 40 characters): left to Slurm, never cut short. */
+	{
+		char cvd[512] = "", ids[64] = "";
+		for (int i = 0; i < 7; i++) {
+			snprintf(cvd + strlen(cvd), sizeof(cvd) - strlen(cvd), "%sMIG-%08d-5e6f-5a7b-8c9d-0e1f2a3b4c5d",
+				 i ? "," : "", i);
+			snprintf(ids + strlen(ids), sizeof(ids) - strlen(ids), "%s%d", i ? "," : "", i);
+		}
+		step_env(&env, 7, ids, cvd, NULL);
+		plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+		test_cond("7 MIG devices: too long to carry: left alone", !p.gpu && p.cpu);
+		test_err("... said so", p.gpu_how, "more than the 255 a variable of the plugin holds");
+		ddpenv_bind_plan_free(&p);
+		ddpenv_env_free(&env);
+	}
+
+	/* --ddp=auto: NCCL does not run ranks on MIG devices. */
+	step_env(&env, 2, "0,1", MIG_A "," MIG_B, "SLURM_STEP_NUM_TASKS=2", "SLURM_STEP_NODELIST=n1",
+		 "SLURM_JOB_ID=7", "SLURM_STEP_ID=0", NULL);
+	test_cond("the step: MIG", ddpenv_step_parse(&env, &st, err, sizeof(err)) == 0 && st.mig &&
+		  st.has_gpus && st.gpus == 2);
+	ddpenv_env_free(&env);
+	step_env(&env, 2, "0,1", NULL, "SLURM_STEP_NUM_TASKS=2", "SLURM_STEP_NODELIST=n1", "SLURM_JOB_ID=7",
+		 "SLURM_STEP_ID=0", NULL);
+	test_cond("the step: not MIG", ddpenv_step_parse(&env, &st, err, sizeof(err)) == 0 && !st.mig);
+	ddpenv_env_free(&env);
+}
+
 int main(void)
 {
 	test_dgx_h100();
@@ -1036,6 +1142,7 @@ int main(void)
 	test_nvidia_minors();
 	test_cuda_names();
 	test_gres_bus_order();
+	test_mig();
 	test_apply();
 	return test_report();
 }

@@ -81,6 +81,20 @@ static void test_full_contract(void)
 	test_streq("NCCL_SOCKET_IFNAME still chosen", var(&v, "NCCL_SOCKET_IFNAME"), "enp2s0");
 	ddpenv_env_free(&env);
 
+	/* MIG GRES: NCCL does not run ranks on MIG devices. */
+	env_of(&env, STEP3, "SLURM_PROCID=0", "SLURM_LOCALID=0", "SLURM_NODEID=0", "SLURM_STEP_GPUS=0,1",
+	       "CUDA_VISIBLE_DEVICES=MIG-4a1b2c3d-5e6f-5a7b-8c9d-0e1f2a3b4c5d,MIG-5b2c3d4e-6f70-5b8c-9dae-1f2a3b4c5d6e",
+	       NULL);
+	ok = ddpenv_node_resolve(&env, DDPENV_BACKEND_AUTO, NULL, &sys, &node, err, sizeof(err)) == 0 &&
+	     ddpenv_task_vars(&node, &env, &v, err, sizeof(err)) == 0;
+	test_cond("MIG GPUs resolve", ok);
+	test_streq("auto with MIG GPUs is gloo", var(&v, "DDP_BACKEND"), "gloo");
+	test_err("... saying why", node.backend_how, "MIG devices, on which NCCL does not run ranks");
+	ok = ddpenv_node_resolve(&env, DDPENV_BACKEND_NCCL, NULL, &sys, &node, err, sizeof(err)) == 0 &&
+	     ddpenv_task_vars(&node, &env, &v, err, sizeof(err)) == 0;
+	test_cond("... an explicit --ddp=nccl is the user's", ok && !strcmp(var(&v, "DDP_BACKEND"), "nccl"));
+	ddpenv_env_free(&env);
+
 	/* Values inherited from an outer --ddp step (marker) are recomputed. */
 	env_of(&env, STEP3, "SLURM_PROCID=0", "SLURM_LOCALID=0", "SLURM_NODEID=0",
 	       "MASTER_PORT=29999", "OMP_NUM_THREADS=9", DDPENV_MARKER "=77.1", NULL);
