@@ -58,6 +58,8 @@ struct ck_rank {
 	char allowed[DDPENV_CPULIST];    /* CPUs the node's cgroup allows */
 	char gpu[DDPENV_BUSIDLEN];       /* its GPU's PCI bus id, "" none */
 	char gpu_from[24];               /* DDP_GPU_BUSID or CUDA */
+	char mig[DDPENV_GPUVAL];         /* the MIG device CUDA opens (the first of
+					  * CUDA_VISIBLE_DEVICES), "" none */
 	char gpu_near[DDPENV_CPULIST];   /* allowed CPUs near that GPU */
 	int gpu_numa;
 	int visible;                     /* GPUs it can see, -1 unknown */

@@ -777,7 +777,13 @@ static void eval_locality(struct ck_world *w)
 	}
 	hwloc_bitmap_free(a);
 	hwloc_bitmap_free(near);
-	if (!gpus)
+	int migs = 0;
+	for (int i = 0; i < w->n; i++)
+		migs += w->ranks[i].joined && w->ranks[i].mig[0] && !w->ranks[i].gpu[0];
+	if (!gpus && migs)
+		ck_add(w, "bind.locality", CK_SKIP, "the tasks' GPUs are MIG devices, and which GPU each is on "
+		       "only NVML knows (ddp-check --ddp=nccl asks CUDA): their locality is not checked");
+	else if (!gpus)
 		ck_add(w, "bind.locality", CK_OK, "no task has a GPU: nothing to place near one");
 	else if (warn.items)
 		ck_add(w, "bind.locality", CK_WARN, "%s", said(&warn));
@@ -785,10 +791,16 @@ static void eval_locality(struct ck_world *w)
 		ck_add(w, "bind.locality", CK_OK, "each of %d tasks runs on CPUs near its GPU", gpus);
 }
 
+/* What names a task's GPU: its MIG device, else its bus id. */
+static const char *gpu_key(const struct ck_rank *r)
+{
+	return r->mig[0] ? r->mig : r->gpu;
+}
+
 static void eval_gpus(struct ck_world *w, const struct nodes *nd)
 {
 	struct msg fail = { 0 }, warn = { 0 };
-	int any = 0, nccl = !strcmp(w->backend, "nccl");
+	int any = 0, migs = 0, nccl = !strcmp(w->backend, "nccl");
 
 	for (int n = 0; n < nd->n; n++) {
 		int used = 0, step = 0;
@@ -798,7 +810,7 @@ static void eval_gpus(struct ck_world *w, const struct nodes *nd)
 				continue;
 			if (r->step_gpus > step)
 				step = r->step_gpus;
-			if (!r->gpu[0]) {
+			if (!gpu_key(r)[0]) {
 				if (r->step_gpus > 0)
 					say(nccl ? &fail : &warn, "task %d (%s) has no GPU of its own (%d task%s, %d "
 					    "GPU%s there)", i, r->host, nd->count[n], nd->count[n] == 1 ? "" : "s",
@@ -806,14 +818,27 @@ static void eval_gpus(struct ck_world *w, const struct nodes *nd)
 				continue;
 			}
 			any++;
+			migs += r->mig[0] != 0;
 			int dup = 0;
-			for (int j = 0; j < i; j++)
-				if (nd->of[j] == n && !strcasecmp(w->ranks[j].gpu, r->gpu)) {
-					say(nccl ? &fail : &warn, "%s: GPU %s is used by tasks %d and %d", r->host,
-					    r->gpu, j, i);
+			for (int j = 0; j < i; j++) {
+				const struct ck_rank *q = &w->ranks[j];
+				if (nd->of[j] != n)
+					continue;
+				if (!strcasecmp(gpu_key(q), gpu_key(r))) {
+					say(nccl ? &fail : &warn, "%s: %s %s is used by tasks %d and %d%s", r->host,
+					    r->mig[0] ? "MIG device" : "GPU", gpu_key(r), j, i,
+					    r->mig[0] && r->visible > 1 ? " (CUDA opens the first MIG device of "
+					    "CUDA_VISIBLE_DEVICES only: run with srun --ddp, which gives each task "
+					    "its own)" : "");
 					dup = 1;
 					break;
 				}
+				if (nccl && r->mig[0] && q->mig[0] && r->gpu[0] && !strcasecmp(q->gpu, r->gpu)) {
+					say(&fail, "%s: tasks %d and %d run on MIG devices of one GPU (%s): NCCL "
+					    "does not run two ranks on one GPU; use --ddp=gloo", r->host, j, i, r->gpu);
+					break;
+				}
+			}
 			used += !dup;
 		}
 		if (step > used && used > 0)
@@ -827,6 +852,8 @@ static void eval_gpus(struct ck_world *w, const struct nodes *nd)
 		ck_add(w, "bind.gpus", CK_WARN, "%s", said(&warn));
 	else if (!any)
 		ck_add(w, "bind.gpus", CK_OK, "no GPUs in this step");
+	else if (migs == any)
+		ck_add(w, "bind.gpus", CK_OK, "each of %d MIG devices is used by exactly one task", any);
 	else
 		ck_add(w, "bind.gpus", CK_OK, "each of %d GPUs is used by exactly one task", any);
 }
@@ -834,14 +861,20 @@ static void eval_gpus(struct ck_world *w, const struct nodes *nd)
 static void eval_visible(struct ck_world *w)
 {
 	struct msg warn = { 0 };
-	int checked = 0;
+	int checked = 0, migs = 0;
 
 	for (int i = 0; i < w->n; i++) {
 		const struct ck_rank *r = &w->ranks[i];
 		if (!r->joined || r->step_gpus <= 0 || r->visible < 0)
 			continue;
 		checked++;
-		if (r->visible < r->step_gpus)
+		if (r->mig[0]) {
+			/* No peer access between MIG devices; CUDA opens one. */
+			migs++;
+			if (r->visible > 1)
+				say(&warn, "task %d (%s) is shown %d MIG devices (CUDA_VISIBLE_DEVICES=%s), but "
+				    "CUDA opens only the first, %s", i, r->host, r->visible, r->env[CK_CVD], r->mig);
+		} else if (r->visible < r->step_gpus)
 			say(&warn, "task %d (%s) sees %d of the step's %d GPUs there: no CUDA peer access "
 			    "(NVLink, P2P) to the others' GPUs (CUDA_VISIBLE_DEVICES=%s, narrowed by "
 			    "--gpu-bind or --ddp-bind=strict?)", i, r->host, r->visible, r->step_gpus,
@@ -851,9 +884,12 @@ static void eval_visible(struct ck_world *w)
 		ck_add(w, "bind.visible", CK_WARN, "%s", said(&warn));
 	else if (!checked)
 		ck_add(w, "bind.visible", CK_OK, "no GPUs in this step");
+	else if (migs == checked)
+		ck_add(w, "bind.visible", CK_OK, "every task sees its own MIG device only (CUDA opens one "
+		       "MIG device per process, and MIG devices have no peer access)");
 	else
 		ck_add(w, "bind.visible", CK_OK, "every task sees all of its node's GPUs of the step "
-		       "(peer access possible)");
+		       "(peer access possible)%s", migs ? "; the tasks on MIG devices, their own" : "");
 }
 
 static int by_busid(const void *a, const void *b)
@@ -899,7 +935,7 @@ static int misordered(const struct ddpenv_nvgpu *g, int ng, char *out, size_t le
 static void eval_gres(struct ck_world *w, const struct nodes *nd)
 {
 	struct msg fail = { 0 }, warn = { 0 };
-	int nccl = !strcmp(w->backend, "nccl"), tables = 0, gpus = 0, checked = 0, planned = 0;
+	int nccl = !strcmp(w->backend, "nccl"), tables = 0, gpus = 0, checked = 0, planned = 0, migs = 0;
 	char busorder[CK_HOST * 2] = "", partial[CK_HOST * 2] = "";
 
 	/* Under nccl CUDA said which GPU each task opened: the one the plugin
@@ -929,6 +965,7 @@ static void eval_gres(struct ck_world *w, const struct nodes *nd)
 			if (nd->of[i] != n)
 				continue;
 			gpus |= r->gpu[0] || r->step_gpus > 0;
+			migs += r->mig[0] != 0;
 			if (!t && (r->nvgpus[0] || r->nvgpus_err[0]))
 				t = r;
 		}
@@ -968,7 +1005,10 @@ static void eval_gres(struct ck_world *w, const struct nodes *nd)
 		}
 		for (int i = 0; i < w->n; i++) {
 			const struct ck_rank *r = &w->ranks[i];
-			if (nd->of[i] != n || !r->gpu[0] || !has(r, CK_STEP_GPUS))
+			if (nd->of[i] != n)
+				continue;
+			/* Slurm's GRES numbers count MIG devices, not GPUs. */
+			if (!r->gpu[0] || !has(r, CK_STEP_GPUS) || r->mig[0])
 				continue;
 			char ids[DDPENV_VALLEN], busids[400] = "";
 			size_t off = 0;
@@ -1014,6 +1054,9 @@ static void eval_gres(struct ck_world *w, const struct nodes *nd)
 		       warn.items ? said(&warn) : "");
 	else if (warn.items)
 		ck_add(w, "bind.gres", CK_WARN, "%s", said(&warn));
+	else if (migs && !checked)
+		ck_add(w, "bind.gres", CK_OK, "the step's GPUs are MIG devices, which Slurm names by UUID: "
+		       "its GRES numbers count MIG devices, not GPUs, and are not checked against PCI bus ids");
 	else if (tables && partial[0] && !checked)
 		ck_add(w, "bind.gres", CK_OK, "the NVIDIA driver lists only some GPUs, with holes in their "
 		       "device numbers, on %s%s (a container's own GPUs?): Slurm's node-wide GPU numbers are not "

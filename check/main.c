@@ -349,6 +349,9 @@ static void read_gpus(struct self *me)
 	r->step_gpus = r->have & (1u << CK_SLURM_CVD) ? list_count(r->env[CK_SLURM_CVD]) :
 		       r->have & (1u << CK_STEP_GPUS) ? list_count(r->env[CK_STEP_GPUS]) :
 		       r->visible > 0 ? r->visible : 0;
+	/* A MIG device: CUDA opens the first one it is shown, and only it. */
+	if (r->have & (1u << CK_CVD) && ddpenv_is_mig(r->env[CK_CVD]))
+		snprintf(r->mig, sizeof(r->mig), "%.*s", (int)strcspn(r->env[CK_CVD], ","), r->env[CK_CVD]);
 	if (r->have & (1u << CK_GPU_BUSID)) {
 		snprintf(r->gpu, sizeof(r->gpu), "%s", r->env[CK_GPU_BUSID]);
 		snprintf(r->gpu_from, sizeof(r->gpu_from), "DDP_GPU_BUSID");

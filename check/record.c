@@ -97,6 +97,7 @@ int ck_rank_encode(const struct ck_rank *r, char *buf, size_t len)
 	put(&o, "allowed", "%s", r->allowed);
 	put(&o, "gpu", "%s", r->gpu);
 	put(&o, "gpu_from", "%s", r->gpu_from);
+	put(&o, "mig", "%s", r->mig);
 	put(&o, "gpu_near", "%s", r->gpu_near);
 	put(&o, "gpu_numa", "%d", r->gpu_numa);
 	put(&o, "visible", "%d", r->visible);
@@ -154,6 +155,8 @@ static void rank_field(void *ctx, const char *k, const char *v)
 		STR(r->gpu, v);
 	} else if (!strcmp(k, "gpu_from")) {
 		STR(r->gpu_from, v);
+	} else if (!strcmp(k, "mig")) {
+		STR(r->mig, v);
 	} else if (!strcmp(k, "gpu_near")) {
 		STR(r->gpu_near, v);
 	} else if (!strcmp(k, "gpu_numa")) {

@@ -58,6 +58,12 @@ static const char *dash(const char *s)
 	return s && s[0] ? s : "-";
 }
 
+/* A task's GPU in the placement: its bus id, else its MIG device. */
+static const char *gpu_shown(const struct ck_rank *r)
+{
+	return r->gpu[0] ? r->gpu : r->mig;
+}
+
 static const char *head_host(const struct ck_world *w)
 {
 	for (int i = 0; i < w->n; i++)
@@ -90,7 +96,7 @@ void ck_report_text(const struct ck_world *w, FILE *out)
 		WIDEN(wh, r->host);
 		WIDEN(wi, r->ifname);
 		WIDEN(wa, r->ifaddr);
-		WIDEN(wg, r->gpu);
+		WIDEN(wg, gpu_shown(r));
 		WIDEN(wc, r->cpus);
 #undef WIDEN
 	}
@@ -103,7 +109,7 @@ void ck_report_text(const struct ck_world *w, FILE *out)
 			continue;
 		}
 		fprintf(out, "  %5d  %-*s  %8ld  %-*s  %-*s  %-*s  %-*s  %s\n", i, wh, r->host, r->pid,
-			wi, dash(r->ifname), wa, dash(r->ifaddr), wg, dash(r->gpu), wc, dash(r->cpus),
+			wi, dash(r->ifname), wa, dash(r->ifaddr), wg, dash(gpu_shown(r)), wc, dash(r->cpus),
 			dash(r->numa));
 	}
 
@@ -180,6 +186,10 @@ void ck_report_json(const struct ck_world *w, FILE *out)
 			js(out, r->ifaddr);
 			fprintf(out, ", \"gpu\": ");
 			js(out, r->gpu);
+			if (r->mig[0]) {
+				fprintf(out, ", \"mig\": ");
+				js(out, r->mig);
+			}
 			fprintf(out, ", \"cpus\": ");
 			js(out, r->cpus);
 			fprintf(out, ", \"numa\": ");

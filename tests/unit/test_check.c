@@ -165,6 +165,7 @@ static void test_records(void)
 	char buf[16384];
 
 	snprintf(r->head_err, sizeof(r->head_err), "line one\nline two");
+	snprintf(r->mig, sizeof(r->mig), "MIG-4a1b2c3d-5e6f-5a7b-8c9d-0e1f2a3b4c5d");
 	int n = ck_rank_encode(r, buf, sizeof(buf));
 	test_cond("a rank record encodes", n > 0);
 	test_cond("the rank record decodes", ck_rank_decode(&back, buf, (size_t)n) == 0);
@@ -172,6 +173,7 @@ static void test_records(void)
 	test_cond("set variables survive, unset ones stay unset",
 		  back.have == r->have && !strcmp(back.env[CK_WORLD_SIZE], "4") && !(back.have & (1u << CK_CVD)));
 	test_streq("cpus survive", back.cpus, "2-3");
+	test_streq("a MIG device survives", back.mig, "MIG-4a1b2c3d-5e6f-5a7b-8c9d-0e1f2a3b4c5d");
 	test_streq("a newline in a value becomes a space", back.head_err, "line one line two");
 	test_cond("a short buffer is an error, not a truncated record", ck_rank_encode(r, buf, 64) < 0);
 	test_cond("a record without id or host is refused", ck_rank_decode(&back, "pid=3\n", 6) < 0);
@@ -736,6 +738,70 @@ static void test_coll_faults(void)
 	drop(w);
 }
 
+/* MIG devices: each task sees its own (CUDA opens one per process), named
+ * by UUID; their GPU is known only where CUDA said (--ddp=nccl). */
+static void with_migs(struct ck_world *w, int per, int shown_all)
+{
+	static const char *const mig[] = { "MIG-4a1b2c3d-5e6f-5a7b-8c9d-0e1f2a3b4c5d",
+					   "MIG-5b2c3d4e-6f70-5b8c-9dae-1f2a3b4c5d6e" };
+	for (int i = 0; i < w->n; i++) {
+		struct ck_rank *r = &w->ranks[i];
+		int lr = i % per;
+		r->step_gpus = per;
+		r->visible = shown_all ? per : 1;
+		if (shown_all)
+			snprintf(r->env[CK_CVD], sizeof(r->env[CK_CVD]), "%s,%s", mig[0], mig[1]);
+		else
+			snprintf(r->env[CK_CVD], sizeof(r->env[CK_CVD]), "%s", mig[lr % 2]);
+		snprintf(r->mig, sizeof(r->mig), "%s", shown_all ? mig[0] : mig[lr % 2]);
+		snprintf(r->env[CK_STEP_GPUS], sizeof(r->env[CK_STEP_GPUS]), "5,6");
+		r->have |= 1u << CK_CVD | 1u << CK_STEP_GPUS;
+	}
+}
+
+static void test_mig(void)
+{
+	struct ck_world *w = world(1, 2);
+	with_migs(w, 2, 0);
+	ck_eval_setup(w);
+	test_check("MIG, one each: bind.gpus OK", w, "bind.gpus", CK_OK, "each of 2 MIG devices is used by exactly one task");
+	test_check("... bind.visible OK, no peer access to ask for", w, "bind.visible", CK_OK,
+		   "every task sees its own MIG device only");
+	test_check("... bind.locality not checked", w, "bind.locality", CK_SKIP, "MIG devices");
+	test_check("... bind.gres: MIG GRES numbers not mapped", w, "bind.gres", CK_OK,
+		   "the step's GPUs are MIG devices, which Slurm names by UUID");
+	test_cond("... nothing else said", count_level(w, CK_FAIL) == 0 && count_level(w, CK_WARN) == 0);
+	drop(w);
+
+	/* Without srun --ddp: both tasks shown both, and CUDA opens the first. */
+	w = world(1, 2);
+	with_migs(w, 2, 1);
+	ck_eval_setup(w);
+	test_check("MIG, all shown: the tasks share the first", w, "bind.gpus", CK_WARN,
+		   "gpu01: MIG device MIG-4a1b2c3d-5e6f-5a7b-8c9d-0e1f2a3b4c5d is used by tasks 0 and 1 "
+		   "(CUDA opens the first MIG device");
+	test_check("... and bind.visible says why", w, "bind.visible", CK_WARN,
+		   "task 0 (gpu01) is shown 2 MIG devices (CUDA_VISIBLE_DEVICES=MIG-4a1b2c3d");
+	drop(w);
+
+	/* NCCL: CUDA said both are on one GPU. */
+	w = world(1, 2);
+	w->backend = "nccl";
+	with_migs(w, 2, 0);
+	for (int i = 0; i < 2; i++) {
+		snprintf(w->ranks[i].gpu, sizeof(w->ranks[i].gpu), "0000:1b:00.0");
+		snprintf(w->ranks[i].gpu_near, sizeof(w->ranks[i].gpu_near), "0-3");
+		snprintf(w->ranks[i].gpu_from, sizeof(w->ranks[i].gpu_from), "CUDA device 0");
+	}
+	ck_eval_setup(w);
+	test_check("MIG devices of one GPU under nccl: FAIL", w, "bind.gpus", CK_FAIL,
+		   "gpu01: tasks 0 and 1 run on MIG devices of one GPU (0000:1b:00.0): NCCL does not run two "
+		   "ranks on one GPU; use --ddp=gloo");
+	test_check("... their locality checked (CUDA named the GPU)", w, "bind.locality", CK_OK,
+		   "each of 2 tasks runs on CPUs near its GPU");
+	drop(w);
+}
+
 int main(void)
 {
 	test_records();
@@ -746,6 +812,7 @@ int main(void)
 	test_binding_faults();
 	test_nvidia();
 	test_gres();
+	test_mig();
 	test_coll_faults();
 	return test_report();
 }
