@@ -30,6 +30,7 @@ static struct {
 	int have_plan;
 	char bind_warn[DDPENV_ERRLEN]; /* auto could not plan, or planned without the driver's
 					* GPU list: said once per node */
+	char mig_warn[320];          /* --ddp=nccl with ranks on MIG devices: said once per node */
 	enum ddpenv_bind bind;       /* the policy, for DDP_BIND_POLICY */
 	char bind_how[DDPENV_HOWLEN];
 } st;
@@ -232,6 +233,19 @@ int ddp_stepd_user_init(spank_t sp, int ac, char **av)
 		goto fail;
 	if (plan_binding(sp, &env, eff) < 0)
 		goto fail;
+	/* The user's --ddp=nccl on MIG devices: NCCL's own error for two
+	 * ranks on one GPU ("Duplicate GPU detected") would not say why. */
+	if (st.node.backend == DDPENV_BACKEND_NCCL && st.node.step.mig &&
+	    spank_get_item(sp, S_JOB_NODEID, &nodeid) == ESPANK_SUCCESS) {
+		uint32_t here = 0;
+		char terr[DDPENV_ERRLEN];
+		if (ddpenv_tasks_on_node(ddpenv_env_get(&env, "SLURM_STEP_TASKS_PER_NODE"), nodeid, &here, terr,
+					 sizeof(terr)) == 0 && here > 1)
+			snprintf(st.mig_warn, sizeof(st.mig_warn),
+				 "%s on MIG devices: NCCL does not support MIG (NVIDIA/nccl#1716), and %u ranks on "
+				 "MIG devices of one GPU fail with \"Duplicate GPU detected\"; use --ddp=gloo, or one "
+				 "task per node", st.node.backend_how, here);
+	}
 	/* The head checks, once per step, that the port it was given is free. */
 	if (!st.node.master_port_user && st.node.step.het_size <= 1 &&
 	    spank_get_item(sp, S_JOB_NODEID, &nodeid) == ESPANK_SUCCESS && nodeid == 0) {
@@ -305,10 +319,12 @@ int ddp_stepd_task_init(spank_t sp)
 			slurm_error(DDP_PFX "warning: --ddp-bind=auto: %s; this task runs with Slurm's binding", err);
 		}
 	}
-	if (st.bind_warn[0]) {
+	if (st.bind_warn[0] || st.mig_warn[0]) {
 		const char *lr = ddpenv_env_get(&env, "SLURM_LOCALID");
-		if (lr && strcmp(lr, "0") == 0)
+		if (lr && strcmp(lr, "0") == 0 && st.bind_warn[0])
 			slurm_error(DDP_PFX "warning: %s", st.bind_warn);
+		if (lr && strcmp(lr, "0") == 0 && st.mig_warn[0])
+			slurm_error(DDP_PFX "warning: %s", st.mig_warn);
 	}
 	if (ddpenv_task_vars(&st.node, &env, &vars, err, sizeof(err)) < 0) {
 		slurm_error(DDP_PFX "%s", err);

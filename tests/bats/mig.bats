@@ -76,3 +76,15 @@ teardown() {
 	assert_line --regexp "^WARN +bind\.gpus +node1: MIG device ${MIGS[0]} is used by tasks 0 and 1 \(CUDA opens the first MIG device"
 	assert_line --regexp "^WARN +bind\.visible +task 0 \(node1\) is shown 2 MIG devices"
 }
+
+@test "--ddp=nccl on MIG devices is the user's choice, with a warning naming NCCL's failure" {
+	run --separate-stderr crun srun --ddp=nccl -N1 -n2 --gres=gpu:2 printenv DDP_BACKEND
+	assert_success
+	assert_output "$(printf 'nccl\nnccl')"
+	[[ "$stderr" == *"ddp: warning: --ddp=nccl on MIG devices: NCCL does not support MIG (NVIDIA/nccl#1716), and 2 ranks on MIG devices of one GPU fail with \"Duplicate GPU detected\"; use --ddp=gloo, or one task per node"* ]] ||
+		fail "no warning: $stderr"
+	[ "$(grep -c 'ddp: warning' <<<"$stderr")" = 1 ] || fail "said more than once: $stderr"
+	run --separate-stderr crun srun --ddp=nccl -N1 -n1 --gres=gpu:1 printenv DDP_BACKEND
+	assert_success
+	[[ "$stderr" != *"ddp: warning"* ]] || fail "warned for one rank: $stderr"
+}
