@@ -342,8 +342,9 @@ int ddp_stepd_task_init(spank_t sp)
 	}
 	/* ddp-env --explain in the task shows the policy the plugin used. */
 	if (spank_setenv(sp, "DDP_BIND_POLICY", ddpenv_bind_name(st.bind), 1) != ESPANK_SUCCESS ||
-	    spank_setenv(sp, "DDP_BIND_FROM", st.bind_how, 1) != ESPANK_SUCCESS) {
-		slurm_error(DDP_PFX "cannot set DDP_BIND_POLICY in the task's environment");
+	    spank_setenv(sp, "DDP_BIND_FROM", st.bind_how, 1) != ESPANK_SUCCESS ||
+	    spank_setenv(sp, "DDP_BACKEND_FROM", st.node.backend_how, 1) != ESPANK_SUCCESS) {
+		slurm_error(DDP_PFX "cannot set DDP_BIND_POLICY, DDP_BIND_FROM or DDP_BACKEND_FROM in the task's environment");
 		goto out;
 	}
 	rv = 0;

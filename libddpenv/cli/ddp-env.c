@@ -208,6 +208,16 @@ static void print_settings(const char *title, const struct ddpenv_settings *s)
 	}
 }
 
+/* The plugin set this task's variables (DDP_STEP names this step). */
+static int marked_here(void)
+{
+	const char *mark = getenv(DDPENV_MARKER), *job = getenv("SLURM_JOB_ID"), *stp = getenv("SLURM_STEP_ID");
+	char want[64];
+
+	snprintf(want, sizeof(want), "%s.%s", job ? job : "", stp ? stp : "");
+	return mark && strcmp(mark, want) == 0;
+}
+
 static void print_plan(const struct ddpenv_bind_plan *p, const char *policy_how, int mine)
 {
 	printf("# binding: --ddp-bind=%s (%s); topology %s\n", ddpenv_bind_name(p->policy), policy_how,
@@ -498,8 +508,9 @@ int main(int argc, char **argv)
 		backend_arg = getenv("SLURM_SPANK__SLURM_SPANK_OPTION_ddp_ddp");
 	if (backend_arg && !*backend_arg)
 		backend_arg = NULL; /* a bare --ddp */
-	if (!backend_arg)
-		backend_arg = getenv("DDP_BACKEND");
+	int backend_from_env = 0;
+	if (!backend_arg && (backend_arg = getenv("DDP_BACKEND")))
+		backend_from_env = 1;
 	if (ddpenv_backend_parse(backend_arg, &backend, err, sizeof(err)) < 0) {
 		fprintf(stderr, "ddp-env: %s\n", err);
 		return 2;
@@ -541,11 +552,7 @@ int main(int argc, char **argv)
 		/* The plugin's choice (--ddp-bind or the config), in this step's tasks. */
 		const char *opt = getenv("DDP_BIND_POLICY");
 		const char *from = getenv("DDP_BIND_FROM");
-		const char *mark = getenv(DDPENV_MARKER), *job = getenv("SLURM_JOB_ID"),
-			   *stp = getenv("SLURM_STEP_ID");
-		char want[64];
-		snprintf(want, sizeof(want), "%s.%s", job ? job : "", stp ? stp : "");
-		if (!mark || strcmp(mark, want) != 0)
+		if (!marked_here())
 			opt = NULL;
 		const char *tp = topo_path ? topo_path : eff.topology[0] ? eff.topology : NULL;
 		snprintf(policy_how, sizeof(policy_how), "bind: %s", eff.where[DDPENV_SET_BIND]);
@@ -584,13 +591,24 @@ int main(int argc, char **argv)
 	sys.nodeaddr = nodeaddr;
 	sys.lookup = counting_lookup;
 	double t0 = now_s();
-	for (long i = 0; i < (repeat ? repeat : 1); i++)
+	/* In a task of a --ddp step DDP_BACKEND is the plugin's choice, and
+	 * DDP_BACKEND_FROM its reason (a bare --ddp is not in the task's
+	 * environment). */
+	const char *backend_from = backend_from_env && marked_here() ? getenv("DDP_BACKEND_FROM") : NULL;
+	for (long i = 0; i < (repeat ? repeat : 1); i++) {
 		if (ddpenv_node_resolve(&env, backend, &eff, &sys, &node, err, sizeof(err)) < 0 ||
-		    set_token(&node, &env) < 0 || !(node.plan = have_plan ? &plan : NULL, 1) ||
-		    ddpenv_task_vars(&node, &env, &vars, err, sizeof(err)) < 0) {
+		    set_token(&node, &env) < 0) {
 			fprintf(stderr, "ddp-env: %s\n", err);
 			goto out;
 		}
+		if (backend_from && *backend_from)
+			snprintf(node.backend_how, sizeof(node.backend_how), "%s", backend_from);
+		node.plan = have_plan ? &plan : NULL;
+		if (ddpenv_task_vars(&node, &env, &vars, err, sizeof(err)) < 0) {
+			fprintf(stderr, "ddp-env: %s\n", err);
+			goto out;
+		}
+	}
 	if (repeat)
 		printf("# %ld resolutions: %.2f us each, %.2f name lookups each, head %s\n", repeat,
 		       (now_s() - t0) * 1e6 / (double)repeat, (double)lookups / (double)repeat,

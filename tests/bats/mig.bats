@@ -57,6 +57,10 @@ teardown() {
 	assert_line --partial "# gpu: bound: SLURM_STEP_GPUS=0,1, CUDA_VISIBLE_DEVICES=${MIGS[0]},...: MIG devices: each task sees only its own"
 	assert_line --partial "# cpu: bound: tasks spread evenly over packages, NUMA nodes and cores"
 	refute_output --partial "busid=0000"
+	# The plugin's reason, in the task (a bare --ddp is not in its environment).
+	run --separate-stderr crun srun --ddp -N1 -n1 --gres=gpu:1 "$REPO/build/bin/ddp-env" --explain
+	assert_success
+	assert_line --regexp "^DDP_BACKEND +gloo +--ddp=auto: the step's GPUs are MIG devices, on which NCCL does not run ranks$"
 }
 
 @test "ddp-check on MIG devices: each task on its own is all OK; without --ddp it names the shared one" {
