@@ -777,12 +777,19 @@ static void eval_locality(struct ck_world *w)
 	}
 	hwloc_bitmap_free(a);
 	hwloc_bitmap_free(near);
-	int migs = 0;
-	for (int i = 0; i < w->n; i++)
-		migs += w->ranks[i].joined && w->ranks[i].mig[0] && !w->ranks[i].gpu[0];
+	int migs = 0, unplaced = 0;
+	for (int i = 0; i < w->n; i++) {
+		const struct ck_rank *r = &w->ranks[i];
+		migs += r->joined && r->mig[0] && !r->gpu[0];
+		unplaced += r->joined && !r->mig[0] && !r->gpu[0] && r->step_gpus > 0;
+	}
 	if (!gpus && migs)
 		ck_add(w, "bind.locality", CK_SKIP, "the tasks' GPUs are MIG devices, and which GPU each is on "
 		       "only NVML knows (ddp-check --ddp=nccl asks CUDA): their locality is not checked");
+	else if (!gpus && unplaced)
+		ck_add(w, "bind.locality", CK_SKIP, "the tasks' GPUs have no PCI bus id: the topology does not "
+		       "place them (no DDP_GPU_BUSID), and CUDA was not asked or did not answer; their "
+		       "locality is not checked");
 	else if (!gpus)
 		ck_add(w, "bind.locality", CK_OK, "no task has a GPU: nothing to place near one");
 	else if (warn.items)
@@ -791,26 +798,63 @@ static void eval_locality(struct ck_world *w)
 		ck_add(w, "bind.locality", CK_OK, "each of %d tasks runs on CPUs near its GPU", gpus);
 }
 
-/* What names a task's GPU: its MIG device, else its bus id. */
-static const char *gpu_key(const struct ck_rank *r)
+/* What names a task's GPU: its MIG device, else its bus id, else (no
+ * topology places it, and no CUDA was asked) the entry of its
+ * CUDA_VISIBLE_DEVICES that a CUDA program opens: the only one, or the
+ * one at LOCAL_RANK (the plugin's order).  by_index says it is the last. */
+static const char *gpu_key(const struct ck_rank *r, char *buf, size_t len, int *by_index)
 {
-	return r->mig[0] ? r->mig : r->gpu;
+	*by_index = 0;
+	if (r->mig[0])
+		return r->mig;
+	if (r->gpu[0])
+		return r->gpu;
+	buf[0] = 0;
+	if (!(r->have & 1u << CK_CVD) || r->visible < 1)
+		return buf;
+	long at = 0;
+	if (r->visible > 1) {
+		char *end;
+		if (!(r->have & 1u << CK_LOCAL_RANK))
+			return buf;
+		at = strtol(r->env[CK_LOCAL_RANK], &end, 10);
+		if (*end || at < 0 || at >= r->visible)
+			return buf;
+	}
+	const char *p = r->env[CK_CVD];
+	for (long k = 0; k < at && p; k++)
+		p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL;
+	if (!p || !*p || *p == ',')
+		return buf;
+	snprintf(buf, len, "%.*s", (int)strcspn(p, ","), p);
+	*by_index = 1;
+	return buf;
+}
+
+/* The GPU sharing GRES Slurm gave the task, NULL none. */
+static const char *shared_by(const struct ck_rank *r)
+{
+	return r->have & 1u << CK_SHARDS ? "gres/shard" : r->have & 1u << CK_MPS ? "gres/mps" : NULL;
 }
 
 static void eval_gpus(struct ck_world *w, const struct nodes *nd)
 {
-	struct msg fail = { 0 }, warn = { 0 };
-	int any = 0, migs = 0, nccl = !strcmp(w->backend, "nccl");
+	struct msg fail = { 0 }, warn = { 0 }, shared = { 0 };
+	int any = 0, migs = 0, byidx = 0, nccl = !strcmp(w->backend, "nccl");
+	const char *share = NULL;
 
 	for (int n = 0; n < nd->n; n++) {
 		int used = 0, step = 0;
 		for (int i = 0; i < w->n; i++) {
 			const struct ck_rank *r = &w->ranks[i];
+			char kr[DDPENV_GPUVAL], kq[DDPENV_GPUVAL];
+			int ir, iq;
 			if (nd->of[i] != n)
 				continue;
 			if (r->step_gpus > step)
 				step = r->step_gpus;
-			if (!gpu_key(r)[0]) {
+			const char *key = gpu_key(r, kr, sizeof(kr), &ir);
+			if (!key[0]) {
 				if (r->step_gpus > 0)
 					say(nccl ? &fail : &warn, "task %d (%s) has no GPU of its own (%d task%s, %d "
 					    "GPU%s there)", i, r->host, nd->count[n], nd->count[n] == 1 ? "" : "s",
@@ -819,17 +863,32 @@ static void eval_gpus(struct ck_world *w, const struct nodes *nd)
 			}
 			any++;
 			migs += r->mig[0] != 0;
+			byidx += ir;
 			int dup = 0;
 			for (int j = 0; j < i; j++) {
 				const struct ck_rank *q = &w->ranks[j];
 				if (nd->of[j] != n)
 					continue;
-				if (!strcasecmp(gpu_key(q), gpu_key(r))) {
-					say(nccl ? &fail : &warn, "%s: %s %s is used by tasks %d and %d%s", r->host,
-					    r->mig[0] ? "MIG device" : "GPU", gpu_key(r), j, i,
-					    r->mig[0] && r->visible > 1 ? " (CUDA opens the first MIG device of "
-					    "CUDA_VISIBLE_DEVICES only: run with srun --ddp, which gives each task "
-					    "its own)" : "");
+				const char *qkey = gpu_key(q, kq, sizeof(kq), &iq);
+				if (iq == ir && !strcasecmp(qkey, key)) {
+					const char *sh = shared_by(r);
+					char what[DDPENV_GPUVAL + 48];
+					if (ir)
+						snprintf(what, sizeof(what), "GPU %s of CUDA_VISIBLE_DEVICES", key);
+					else
+						snprintf(what, sizeof(what), "%s %s", r->mig[0] ? "MIG device" : "GPU", key);
+					if (sh && !nccl) {
+						/* what the user asked Slurm for: named
+						 * once, at the GPU's first task */
+						share = sh;
+					} else {
+						say(nccl ? &fail : &warn, "%s: %s is used by tasks %d and %d%s%s%s", r->host,
+						    what, j, i, sh ? " (shares of it from " : "", sh ? sh : "",
+						    sh ? ": NCCL runs one rank per GPU; use --ddp=gloo)" :
+						    r->mig[0] && r->visible > 1 ? " (CUDA opens the first MIG device of "
+						    "CUDA_VISIBLE_DEVICES only: run with srun --ddp, which gives each task "
+						    "its own)" : "");
+					}
 					dup = 1;
 					break;
 				}
@@ -840,22 +899,45 @@ static void eval_gpus(struct ck_world *w, const struct nodes *nd)
 				}
 			}
 			used += !dup;
+			if (!dup && shared_by(r) && !nccl) {
+				/* the tasks after it on the same shared GPU */
+				char list[160];
+				size_t off = 0;
+				int sharers = 0;
+				for (int j = i + 1; j < w->n; j++) {
+					const struct ck_rank *q = &w->ranks[j];
+					if (nd->of[j] != n || strcasecmp(gpu_key(q, kq, sizeof(kq), &iq), key) ||
+					    iq != ir)
+						continue;
+					sharers++;
+					if (off < sizeof(list))
+						off += (size_t)snprintf(list + off, sizeof(list) - off, ", %d", j);
+				}
+				if (sharers)
+					say(&shared, "%s: %s%s%s by tasks %d%s", r->host, ir ? "GPU " : r->mig[0] ?
+					    "MIG device " : "GPU ", key, ir ? " of CUDA_VISIBLE_DEVICES" : "", i, list);
+			}
 		}
 		if (step > used && used > 0)
 			say(&warn, "%s: %d of the step's %d GPUs there are used by no task", nd->name[n],
 			    step - used, step);
 	}
+	const char *idx_note = byidx ? " (GPUs named by CUDA_VISIBLE_DEVICES: no topology places "
+				       "them, and CUDA was not asked or did not answer)" : "";
 	if (fail.items)
-		ck_add(w, "bind.gpus", CK_FAIL, "%s%s%s", said(&fail), warn.items ? "; " : "",
-		       warn.items ? said(&warn) : "");
+		ck_add(w, "bind.gpus", CK_FAIL, "%s%s%s%s", said(&fail), warn.items ? "; " : "",
+		       warn.items ? said(&warn) : "", idx_note);
 	else if (warn.items)
-		ck_add(w, "bind.gpus", CK_WARN, "%s", said(&warn));
+		ck_add(w, "bind.gpus", CK_WARN, "%s%s", said(&warn), idx_note);
 	else if (!any)
 		ck_add(w, "bind.gpus", CK_OK, "no GPUs in this step");
+	else if (shared.items)
+		ck_add(w, "bind.gpus", CK_OK, "GPUs shared as %s gave them: %s%s", share, said(&shared),
+		       idx_note);
 	else if (migs == any)
 		ck_add(w, "bind.gpus", CK_OK, "each of %d MIG devices is used by exactly one task", any);
 	else
-		ck_add(w, "bind.gpus", CK_OK, "each of %d GPUs is used by exactly one task", any);
+		ck_add(w, "bind.gpus", CK_OK, "each of %d GPUs is used by exactly one task%s", any, idx_note);
 }
 
 static void eval_visible(struct ck_world *w)

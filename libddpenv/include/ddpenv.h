@@ -138,6 +138,11 @@ struct ddpenv_step {
 	uint32_t het_size;     /* 0 for ordinary steps */
 	int has_gpus;          /* SLURM_STEP_GPUS / CUDA_VISIBLE_DEVICES */
 	int mig;               /* CUDA_VISIBLE_DEVICES names MIG devices (MIG-<uuid>) */
+	/* The step's GPUs are shares of GPUs: "gres/shard" (Slurm set
+	 * SLURM_SHARDS_ON_NODE) or "gres/mps" (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE);
+	 * NULL for whole GPUs or none. */
+	const char *shared;
+	uint32_t max_local;    /* most tasks on any node (SLURM_STEP_TASKS_PER_NODE); 0 unknown */
 	uint32_t gpus;         /* how many of them on this node */
 	const char *gpus_key;  /* which of the two said so */
 	char head[DDPENV_HOSTLEN];
@@ -165,6 +170,8 @@ int ddpenv_hostlist_contains(const char *list, const char *host);
 /* Count of tasks on node node_id from "2(x3),1" (SLURM_STEP_TASKS_PER_NODE). */
 int ddpenv_tasks_on_node(const char *tasks_per_node, uint32_t node_id,
 			 uint32_t *count, char *err, size_t errlen);
+/* The most tasks any node of the step runs, from the same list. */
+int ddpenv_tasks_max(const char *tasks_per_node, uint32_t *max, char *err, size_t errlen);
 
 /* ---- head address ------------------------------------------------------- */
 

@@ -35,6 +35,18 @@ static int choose_backend(const struct ddpenv_step *step, enum ddpenv_backend re
 		node->backend = DDPENV_BACKEND_GLOO;
 		snprintf(node->backend_how, sizeof(node->backend_how),
 			 "--ddp=auto: the step's GPUs are MIG devices, on which NCCL does not run ranks");
+	} else if (step->shared && step->max_local != 1) {
+		/* Shares of GPUs: tasks of a node may get the same GPU, and
+		 * NCCL runs one rank per GPU, MPS or not (NVIDIA/nccl#418).
+		 * Decided on the step-wide task counts, so every node agrees. */
+		node->backend = DDPENV_BACKEND_GLOO;
+		snprintf(node->backend_how, sizeof(node->backend_how),
+			 "--ddp=auto: the step's GPUs are shared (%s) and a node runs several tasks; NCCL runs one rank per GPU",
+			 step->shared);
+	} else if (step->shared) {
+		node->backend = DDPENV_BACKEND_NCCL;
+		snprintf(node->backend_how, sizeof(node->backend_how),
+			 "--ddp=auto: the step has GPUs (%s, one task per node)", step->shared);
 	} else {
 		node->backend = step->has_gpus ? DDPENV_BACKEND_NCCL : DDPENV_BACKEND_GLOO;
 		snprintf(node->backend_how, sizeof(node->backend_how),
@@ -332,6 +344,9 @@ int ddpenv_task_vars(const struct ddpenv_node *node,
 		if (st->gpus == 0)
 			snprintf(err, errlen, "--ddp=nccl (%.80s): node %u runs %u task(s) of the step and the step has no GPU there (%s unset): NCCL needs one GPU per task; ask for GPUs (--gpus-per-task=1) or use --ddp=gloo",
 				 node->backend_how, node_id, local_size, st->gpus_key);
+		else if (st->shared)
+			snprintf(err, errlen, "--ddp=nccl (%.80s): node %u runs %u tasks of the step on %u shared GPU(s) (%s, %s): NCCL cannot share a GPU between ranks, even with MPS; use --ddp=gloo, or whole GPUs (--gpus-per-task=1)",
+				 node->backend_how, node_id, local_size, st->gpus, st->shared, st->gpus_key);
 		else
 			snprintf(err, errlen, "--ddp=nccl (%.80s): node %u runs %u tasks of the step but has %u GPU(s) for it (%s): NCCL cannot share a GPU between ranks; ask for --gpus-per-task=1, fewer --ntasks-per-node, or use --ddp=gloo",
 				 node->backend_how, node_id, local_size, st->gpus, st->gpus_key);

@@ -126,9 +126,11 @@ int ddpenv_hostlist_contains(const char *list, const char *host)
 /*
  * SLURM_STEP_TASKS_PER_NODE is Slurm's run-length form "2(x3),1": counts
  * per node id, in node id order.  libslurm has no public parser for it.
+ * tpn_scan walks it for the count of node_id (count not NULL), or for the
+ * largest count of any node (max).
  */
-int ddpenv_tasks_on_node(const char *tpn, uint32_t node_id, uint32_t *count,
-			 char *err, size_t errlen)
+static int tpn_scan(const char *tpn, uint32_t node_id, uint32_t *count, uint32_t *max,
+		    char *err, size_t errlen)
 {
 	const char *p = tpn;
 	uint64_t seen = 0;
@@ -153,16 +155,22 @@ int ddpenv_tasks_on_node(const char *tpn, uint32_t node_id, uint32_t *count,
 				goto bad;
 			p = end + 1;
 		}
-		if (node_id < seen + rep) {
+		if (n > UINT32_MAX)
+			goto bad;
+		if (count && node_id < seen + rep) {
 			*count = (uint32_t)n;
 			return 0;
 		}
+		if (max && n > *max)
+			*max = (uint32_t)n;
 		seen += rep;
 		if (*p == ',')
 			p++;
 		else if (*p)
 			goto bad;
 	}
+	if (!count)
+		return 0;
 	snprintf(err, errlen, "SLURM_STEP_TASKS_PER_NODE=%.64s covers %llu nodes, not node id %u",
 		 tpn, (unsigned long long)seen, node_id);
 	return -1;
@@ -170,6 +178,18 @@ bad:
 	snprintf(err, errlen, "SLURM_STEP_TASKS_PER_NODE=%.64s: expected counts such as 2(x3),1",
 		 tpn);
 	return -1;
+}
+
+int ddpenv_tasks_on_node(const char *tpn, uint32_t node_id, uint32_t *count,
+			 char *err, size_t errlen)
+{
+	return tpn_scan(tpn, node_id, count, NULL, err, errlen);
+}
+
+int ddpenv_tasks_max(const char *tpn, uint32_t *max, char *err, size_t errlen)
+{
+	*max = 0;
+	return tpn_scan(tpn, 0, NULL, max, err, errlen);
 }
 
 /* The head of a heterogeneous step: the first host of component 0's
@@ -258,6 +278,18 @@ int ddpenv_step_parse(const struct ddpenv_env *env, struct ddpenv_step *step,
 	{
 		const char *cvd = ddpenv_env_get(env, "CUDA_VISIBLE_DEVICES");
 		step->mig = step->has_gpus && cvd && ddpenv_is_mig(cvd);
+	}
+	/* GPU sharing GRES: Slurm gives a step shares, and several tasks
+	 * may get the same GPU. */
+	if (step->has_gpus && ddpenv_env_get(env, "SLURM_SHARDS_ON_NODE"))
+		step->shared = "gres/shard";
+	else if (step->has_gpus && ddpenv_env_get(env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"))
+		step->shared = "gres/mps";
+	{
+		const char *tpn = ddpenv_env_get(env, "SLURM_STEP_TASKS_PER_NODE");
+		char terr[DDPENV_ERRLEN];
+		if (!tpn || ddpenv_tasks_max(tpn, &step->max_local, terr, sizeof(terr)) < 0)
+			step->max_local = 0; /* the task's own check names a bad list */
 	}
 	step->gpus = 0;
 	if (step->has_gpus) /* "0,1,3": the node's GPUs for this step */

@@ -19,6 +19,8 @@
 #   DDP_FAKE_GPUS     a fake_gpus.conf for slurmd: Slurm's own stand-in for
 #                     AutoDetect (each GPU's device file, Links, flags), so
 #                     slurmd orders its GPU list as AutoDetect=nvml would
+#   DDP_CLUSTER_SHARING  NAME:COUNT, shard:8 or mps:400: each node also has
+#                     COUNT of that GPU-sharing GRES over its 4 fake GPUs
 #   DDP_CLUSTER_VALGRIND  if set, slurmd of node1 and the slurmstepd it starts
 #                     run under valgrind (slow); logs in <run>/log/valgrind.*
 #
@@ -70,7 +72,13 @@ start_daemon() {
 }
 
 write_conf() {
-	local n=$1 i
+	local n=$1 i share_type= share_node=
+	case ${DDP_CLUSTER_SHARING:-} in
+	"") ;;
+	shard:[0-9]*|mps:[0-9]*)
+		share_type=,${DDP_CLUSTER_SHARING%%:*} share_node=,$DDP_CLUSTER_SHARING ;;
+	*) die "DDP_CLUSTER_SHARING=$DDP_CLUSTER_SHARING: expected shard:COUNT or mps:COUNT" ;;
+	esac
 	mkdir -p "$RUN/etc" "$RUN/state" "$RUN/spool" "$RUN/log" "$RUN/dev" "$RUN/pids" "$RUN/munge"
 	for i in 0 1 2 3; do
 		[ -e "$RUN/dev/fakegpu$i" ] || mknod "$RUN/dev/fakegpu$i" c 1 3
@@ -97,7 +105,7 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SlurmdParameters=config_overrides
-GresTypes=gpu
+GresTypes=gpu$share_type
 MailProg=/bin/true
 PlugStackConfig=$RUN/etc/plugstack.conf
 JobCompType=jobcomp/none
@@ -113,12 +121,14 @@ MinJobAge=30
 SchedulerParameters=defer_batch=0
 CONF
 	for i in $(seq 1 "$n"); do
-		echo "NodeName=node$i NodeAddr=$(node_ip "$i") NodeHostname=node$i CPUs=4 RealMemory=1000 Gres=gpu:4 State=UNKNOWN" >>"$RUN/etc/slurm.conf"
+		echo "NodeName=node$i NodeAddr=$(node_ip "$i") NodeHostname=node$i CPUs=4 RealMemory=1000 Gres=gpu:4$share_node State=UNKNOWN" >>"$RUN/etc/slurm.conf"
 	done
 	echo "PartitionName=debug Nodes=node[1-$n] Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO" >>"$RUN/etc/slurm.conf"
 	{
 		echo "AutoDetect=off"
 		echo "NodeName=node[1-$n] Name=gpu File=$RUN/dev/fakegpu[0-3]"
+		[ -z "$share_node" ] ||
+			echo "NodeName=node[1-$n] Name=${DDP_CLUSTER_SHARING%%:*} Count=${DDP_CLUSTER_SHARING#*:} File=$RUN/dev/fakegpu[0-3]"
 	} >"$RUN/etc/gres.conf"
 	if [ -n "${DDP_FAKE_GPUS:-}" ]; then cp "$DDP_FAKE_GPUS" "$RUN/etc/fake_gpus.conf"; else rm -f "$RUN/etc/fake_gpus.conf"; fi
 	{

@@ -802,6 +802,91 @@ static void test_mig(void)
 	drop(w);
 }
 
+/* GPUs with no bus id (no topology places them, CUDA not asked), each
+ * task shown cvd; share: "shard" or "mps" for Slurm's GPU sharing GRES. */
+static void with_cvd(struct ck_world *w, const char *cvd, int step_gpus, const char *share)
+{
+	for (int i = 0; i < w->n; i++) {
+		struct ck_rank *r = &w->ranks[i];
+		int n = 1;
+		for (const char *p = cvd; (p = strchr(p, ',')); p++)
+			n++;
+		snprintf(r->env[CK_CVD], sizeof(r->env[CK_CVD]), "%s", cvd);
+		r->have |= 1u << CK_CVD;
+		r->visible = n;
+		r->step_gpus = step_gpus;
+		if (share) {
+			int k = !strcmp(share, "shard") ? CK_SHARDS : CK_MPS;
+			snprintf(r->env[k], sizeof(r->env[k]), "%s", k == CK_SHARDS ? "2" : "50");
+			r->have |= 1u << k;
+		}
+	}
+}
+
+static void test_shared_gpus(void)
+{
+	/* The plugin's permutation: each task's GPU at LOCAL_RANK. */
+	struct ck_world *w = world(1, 2);
+	with_cvd(w, "1,0", 2, NULL);   /* task 0 on GPU 1, task 1 on GPU 0 */
+	ck_eval_setup(w);
+	test_check("no bus ids: GPUs told apart by CUDA_VISIBLE_DEVICES at LOCAL_RANK", w, "bind.gpus",
+		   CK_OK, "each of 2 GPUs is used by exactly one task (GPUs named by CUDA_VISIBLE_DEVICES: "
+		   "no topology places them");
+	test_check("... their locality not checked, and said why", w, "bind.locality", CK_SKIP,
+		   "the tasks' GPUs have no PCI bus id");
+	drop(w);
+
+	/* Two tasks whose lists put one GPU at their LOCAL_RANK. */
+	w = world(1, 2);
+	with_cvd(w, "0,1", 2, NULL);
+	snprintf(w->ranks[0].env[CK_CVD], sizeof(w->ranks[0].env[CK_CVD]), "1,0");
+	ck_eval_setup(w);
+	test_check("no bus ids, one GPU at both LOCAL_RANKs: WARN", w, "bind.gpus", CK_WARN,
+		   "gpu01: GPU 1 of CUDA_VISIBLE_DEVICES is used by tasks 0 and 1; gpu01: 1 of the step's 2 "
+		   "GPUs there are used by no task");
+	drop(w);
+
+	w = world(1, 2);
+	with_cvd(w, "0", 1, NULL);
+	ck_eval_setup(w);
+	test_check("one GPU, two tasks, no sharing GRES: WARN under gloo", w, "bind.gpus", CK_WARN,
+		   "gpu01: GPU 0 of CUDA_VISIBLE_DEVICES is used by tasks 0 and 1 (GPUs named by");
+	drop(w);
+
+	/* gres/shard: sharing is what was asked for. */
+	w = world(2, 3);
+	with_cvd(w, "0", 1, "shard");
+	ck_eval_setup(w);
+	test_check("gres/shard under gloo: OK, the sharers named once per GPU", w, "bind.gpus", CK_OK,
+		   "GPUs shared as gres/shard gave them: gpu01: GPU 0 of CUDA_VISIBLE_DEVICES by tasks 0, 1, 2; "
+		   "gpu02: GPU 0 of CUDA_VISIBLE_DEVICES by tasks 3, 4, 5 (GPUs named by");
+	drop(w);
+
+	w = world(1, 2);
+	with_cvd(w, "0", 1, "mps");
+	w->backend = "nccl";
+	for (int i = 0; i < 2; i++) {
+		snprintf(w->ranks[i].gpu, sizeof(w->ranks[i].gpu), "0000:1b:00.0");
+		snprintf(w->ranks[i].gpu_from, sizeof(w->ranks[i].gpu_from), "CUDA device 0");
+	}
+	ck_eval_setup(w);
+	test_check("gres/mps under nccl: FAIL, and says why", w, "bind.gpus", CK_FAIL,
+		   "gpu01: GPU 0000:1b:00.0 is used by tasks 0 and 1 (shares of it from gres/mps: NCCL runs "
+		   "one rank per GPU; use --ddp=gloo)");
+	drop(w);
+
+	/* A record carries the sharing variables. */
+	w = world(1, 1);
+	with_cvd(w, "0", 1, "shard");
+	char buf[16384];
+	struct ck_rank back;
+	int n = ck_rank_encode(&w->ranks[0], buf, sizeof(buf));
+	test_cond("a record round trip keeps SLURM_SHARDS_ON_NODE",
+		  n > 0 && ck_rank_decode(&back, buf, (size_t)n) == 0 && back.have & 1u << CK_SHARDS &&
+		  !strcmp(back.env[CK_SHARDS], "2"));
+	drop(w);
+}
+
 int main(void)
 {
 	test_records();
@@ -813,6 +898,7 @@ int main(void)
 	test_nvidia();
 	test_gres();
 	test_mig();
+	test_shared_gpus();
 	test_coll_faults();
 	return test_report();
 }

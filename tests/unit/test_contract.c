@@ -95,6 +95,46 @@ static void test_full_contract(void)
 	test_cond("... an explicit --ddp=nccl is the user's", ok && !strcmp(var(&v, "DDP_BACKEND"), "nccl"));
 	ddpenv_env_free(&env);
 
+	/* GPU sharing GRES: tasks of a node may get one GPU, and NCCL runs
+	 * one rank per GPU (MPS or not). */
+	env_of(&env, STEP3, "SLURM_PROCID=0", "SLURM_LOCALID=0", "SLURM_NODEID=0", "SLURM_STEP_GPUS=0",
+	       "CUDA_VISIBLE_DEVICES=0", "SLURM_SHARDS_ON_NODE=2", NULL);
+	ok = ddpenv_node_resolve(&env, DDPENV_BACKEND_AUTO, NULL, &sys, &node, err, sizeof(err)) == 0 &&
+	     ddpenv_task_vars(&node, &env, &v, err, sizeof(err)) == 0;
+	test_cond("gres/shard, 2 tasks a node: resolves", ok);
+	test_streq("... auto is gloo", var(&v, "DDP_BACKEND"), "gloo");
+	test_err("... saying why", node.backend_how,
+		 "--ddp=auto: the step's GPUs are shared (gres/shard) and a node runs several tasks; NCCL runs one rank per GPU");
+	test_cond("... an explicit --ddp=nccl fails",
+		  ddpenv_node_resolve(&env, DDPENV_BACKEND_NCCL, NULL, &sys, &node, err, sizeof(err)) == 0 &&
+		  ddpenv_task_vars(&node, &env, &v, err, sizeof(err)) < 0);
+	test_err("... naming the sharing", err,
+		 "node 0 runs 2 tasks of the step on 1 shared GPU(s) (gres/shard, SLURM_STEP_GPUS): NCCL cannot "
+		 "share a GPU between ranks, even with MPS; use --ddp=gloo");
+	ddpenv_env_free(&env);
+
+	/* The choice is the step's, not the node's: one node with 2 tasks
+	 * makes every node gloo, node 2 (1 task) included. */
+	env_of(&env, "SLURM_JOB_ID=77", "SLURM_STEP_ID=2", "SLURM_STEP_NODELIST=node[1-3]",
+	       "SLURM_STEP_NUM_NODES=3", "SLURM_STEP_NUM_TASKS=5", "SLURM_STEP_TASKS_PER_NODE=2(x2),1",
+	       "SLURM_PROCID=4", "SLURM_LOCALID=0", "SLURM_NODEID=2", "SLURM_STEP_GPUS=0",
+	       "CUDA_VISIBLE_DEVICES=0", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50", NULL);
+	ok = ddpenv_node_resolve(&env, DDPENV_BACKEND_AUTO, NULL, &sys, &node, err, sizeof(err)) == 0 &&
+	     ddpenv_task_vars(&node, &env, &v, err, sizeof(err)) == 0;
+	test_cond("gres/mps, the one-task node of 2(x2),1 is gloo too",
+		  ok && !strcmp(var(&v, "DDP_BACKEND"), "gloo") && strstr(node.backend_how, "(gres/mps)"));
+	ddpenv_env_free(&env);
+
+	env_of(&env, "SLURM_JOB_ID=77", "SLURM_STEP_ID=2", "SLURM_STEP_NODELIST=node[1-3]",
+	       "SLURM_STEP_NUM_NODES=3", "SLURM_STEP_NUM_TASKS=3", "SLURM_STEP_TASKS_PER_NODE=1(x3)",
+	       "SLURM_PROCID=1", "SLURM_LOCALID=0", "SLURM_NODEID=1", "SLURM_STEP_GPUS=2",
+	       "CUDA_VISIBLE_DEVICES=2", "SLURM_SHARDS_ON_NODE=1", NULL);
+	ok = ddpenv_node_resolve(&env, DDPENV_BACKEND_AUTO, NULL, &sys, &node, err, sizeof(err)) == 0 &&
+	     ddpenv_task_vars(&node, &env, &v, err, sizeof(err)) == 0;
+	test_cond("gres/shard, one task a node: nccl", ok && !strcmp(var(&v, "DDP_BACKEND"), "nccl"));
+	test_err("... saying why", node.backend_how, "--ddp=auto: the step has GPUs (gres/shard, one task per node)");
+	ddpenv_env_free(&env);
+
 	/* Values inherited from an outer --ddp step (marker) are recomputed. */
 	env_of(&env, STEP3, "SLURM_PROCID=0", "SLURM_LOCALID=0", "SLURM_NODEID=0",
 	       "MASTER_PORT=29999", "OMP_NUM_THREADS=9", DDPENV_MARKER "=77.1", NULL);
@@ -181,6 +221,11 @@ static void test_hostlists(void)
 	test_cond("tpn past end refused", ddpenv_tasks_on_node("2(x3)", 3, &c, err, sizeof(err)) < 0);
 	test_cond("tpn garbage refused", ddpenv_tasks_on_node("2(y3)", 0, &c, err, sizeof(err)) < 0);
 	test_err("tpn garbage named", err, "2(y3)");
+	test_cond("tpn max", ddpenv_tasks_max("1(x3),4,2(x2)", &c, err, sizeof(err)) == 0 && c == 4);
+	test_cond("tpn max of one", ddpenv_tasks_max("1(x128)", &c, err, sizeof(err)) == 0 && c == 1);
+	test_cond("tpn max of garbage refused", ddpenv_tasks_max("1,x", &c, err, sizeof(err)) < 0);
+	test_err("... naming it", err, "SLURM_STEP_TASKS_PER_NODE=1,x: expected counts such as 2(x3),1");
+	test_cond("tpn count past 32 bits refused", ddpenv_tasks_on_node("4294967296", 0, &c, err, sizeof(err)) < 0);
 }
 
 static void test_het(void)
