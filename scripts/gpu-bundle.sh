@@ -8,9 +8,10 @@
 #
 #   .gpu/run.sh check        test_cuda_kernels, test_gpu_step, ddp-check (NCCL, world 1)
 #   .gpu/run.sh train        cnn_train --device cuda, 2 epochs
+#   .gpu/run.sh gloo2        two cnn_train ranks on the one GPU over gloo (host all-reduce)
 #   .gpu/run.sh bench        bench/gpu_vs_torch.sh (BATCHES, PRECISION, TORCH_MODES, EPOCHS)
 #   .gpu/run.sh h2d          bench/h2d_bind.sh
-#   .gpu/run.sh all          check, train (tf32, bf16), h2d, bench (tf32, bf16; no
+#   .gpu/run.sh all          check, train (tf32, bf16, gloo2), h2d, bench (tf32, bf16; no
 #                            torch.compile): one device call, logs in $OUT
 #   .gpu/run.sh libs         where each CUDA library was found
 #   .gpu/run.sh CMD ARGS     any program of .gpu/bin with the bundle's libraries
@@ -145,6 +146,20 @@ train)
 	shift || true
 	world1 run cnn_train --device cuda --epochs 2 --progress lines --log-every 200 "$@"
 	;;
+gloo2)
+	# Two ranks on the one GPU over gloo (what a bare --ddp takes on MIG
+	# devices and shared GPUs): the gradients through host memory
+	shift || true
+	port=$(free_port) pids=() rc=0
+	for r in 0 1; do
+		RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 NODE_RANK=0 MASTER_ADDR=127.0.0.1 \
+			MASTER_PORT=$port GLOO_SOCKET_IFNAME=lo DDP_BACKEND=gloo CUDA_VISIBLE_DEVICES=0 \
+			run cnn_train --device cuda --epochs 1 --max-steps 300 --progress lines --log-every 100 "$@" &
+		pids+=($!)
+	done
+	for p in "${pids[@]}"; do wait "$p" || rc=1; done
+	exit $rc
+	;;
 bench)
 	shift || true
 	CNN_TRAIN=$(wrapper cnn_train) bench/gpu_vs_torch.sh "$@"
@@ -178,6 +193,7 @@ all)
 	part train 90 -- train
 	part bench_tf32 150 TORCH_MODES="eager graph" -- bench
 	part train_bf16 60 -- train --precision bf16
+	part train_gloo2 60 -- gloo2
 	part bench_bf16 150 TORCH_MODES="eager graph" PRECISION=bf16 -- bench
 	printf '=== summary (logs in %s)\n' "$logs"
 	printf '%s\n' "${summary[@]}" | tee "$logs/summary.log"

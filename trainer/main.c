@@ -499,15 +499,17 @@ static void setup(struct run *R, int argc, char **argv)
 			     (uint32_t)R->r.rank, R->a.seed, 1) < 0)
 		die(R, "out of memory for the sampler");
 
-	const char *backend = gpu ? "nccl" : "gloo";
+	/* GPUs all-reduce with NCCL, unless the step said gloo (--ddp=gloo,
+	 * or a bare --ddp on MIG devices or shared GPUs, where NCCL runs no
+	 * ranks): then through host memory, as PyTorch's gloo does. */
+	int nccl = gpu && !(R->r.backend == DDPENV_BACKEND_GLOO && R->r.world > 1);
+	const char *backend = nccl ? "nccl" : "gloo";
 	if (R->r.backend == DDPENV_BACKEND_NCCL && !gpu && R->r.rank == 0 && R->r.world > 1)
 		fprintf(stderr, "cnn_train: DDP_BACKEND=nccl but this run is on CPUs: using gloo\n");
-	if (R->r.backend == DDPENV_BACKEND_GLOO && gpu && R->r.rank == 0 && R->r.world > 1)
-		fprintf(stderr, "cnn_train: DDP_BACKEND=gloo but this run is on GPUs: using NCCL\n");
 	struct cnn_comm_opts co = { backend, R->r.master_addr, R->r.master_port, R->r.rank,
 				    R->r.world, R->r.gloo_ifname[0] ? R->r.gloo_ifname : NULL,
 				    R->r.token[0] ? R->r.token : NULL, R->a.timeout_s * 1000,
-				    gpu ? R->G->comm : NULL, same_options, R };
+				    nccl ? R->G->comm : NULL, same_options, R };
 	if (cnn_comm_open(&R->comm, &co, err, sizeof(err)) < 0)
 		die(R, "%s", err);
 	if (gpu) {

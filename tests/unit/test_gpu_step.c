@@ -495,20 +495,37 @@ static void test_bf16_twin(void)
 	cnn_model_free(&m);
 }
 
+/* A host backend of two ranks whose other rank computed the same
+ * gradients: its sum doubles them (exactly), so the average is the
+ * gradients themselves. */
+static int twin_sum(struct cnn_comm *c, float *buf, size_t n, char *err, size_t errlen)
+{
+	(void)c, (void)err, (void)errlen;
+	for (size_t i = 0; i < n; i++)
+		buf[i] += buf[i];
+	return 0;
+}
+static const struct cnn_comm_ops twin_ops = { "twin", twin_sum, NULL };
+
+enum { NO_COMM, NCCL_1, HOST_TWIN };
+
 /* 20 steps through the module's API (gather on the GPU, dropout, SGD with
  * momentum, the learning rate from device memory); graph: 0 eager, 1
- * captured after 2 eager steps; comm: NCCL at world 1 inside the step. */
+ * captured after 2 eager steps; comm: none, NCCL at world 1 inside the
+ * step, or a host backend (the gloo path: through pinned memory). */
 static int gpu_run(const struct cnn_dataset *tr, const struct cnn_dataset *te,
-		   const struct cnn_model *m0, enum cnn_precision prec, int graph, int nccl, float *out,
+		   const struct cnn_model *m0, enum cnn_precision prec, int graph, int comm, float *out,
 		   char *err, size_t errlen)
 {
 	struct cnn_model m = *m0;
 	struct cnn_optim o = { .lr = 0.05f, .momentum = 0.9f };
-	struct cnn_comm *c = NULL;
+	struct cnn_comm *c = NULL, twin = { .ops = &twin_ops, .rank = 0, .world = 2 };
 	cnn_optim_init(&o, CNN_SGD, m.nparams);
 	struct cnn_gpu *g = open_gpu(&m, 32, prec, graph, &o);
 	int ok = g != NULL;
-	if (ok && nccl) {
+	if (ok && comm == HOST_TWIN)
+		cnn_gpu_api.use_comm(g, &twin);
+	if (ok && comm == NCCL_1) {
 		struct cnn_comm_opts co = { "nccl", "127.0.0.1", 0, 0, 1, NULL, NULL, 60000, cnn_gpu_api.comm,
 					    NULL, NULL };
 		ok = cnn_comm_open(&c, &co, err, errlen) == 0;
@@ -654,40 +671,48 @@ static void test_steps_vs_cpu(int bf16)
 		return;
 	float *p0 = malloc(m.nparams * 4), *eager = malloc(m.nparams * 4),
 	      *graph = malloc(m.nparams * 4), *nccl = malloc(m.nparams * 4),
-	      *beager = malloc(m.nparams * 4), *bgraph = malloc(m.nparams * 4);
+	      *beager = malloc(m.nparams * 4), *bgraph = malloc(m.nparams * 4),
+	      *host = malloc(m.nparams * 4);
 	memcpy(p0, m.params, m.nparams * 4);
 
 	cpu_run(&tr, &m, 0);
 	struct cnn_model mg = m;
 	mg.params = p0;
-	int r1 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 0, 0, eager, err, sizeof(err));
+	int r1 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 0, NO_COMM, eager, err, sizeof(err));
 	if (r1 < 0)
 		printf("#   eager: %s\n", err);
 	test_cond("20 eager GPU steps (dropout, SGD) run", r1 == 0);
 	test_cond("20 eager GPU steps equal the CPU path's (same images, same dropout masks)",
 		  r1 == 0 && checkf("steps", "params", eager, m.params, m.nparams) == 0);
-	int r2 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 1, 0, graph, err, sizeof(err));
+	int r2 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 1, NO_COMM, graph, err, sizeof(err));
 	if (r2 < 0)
 		printf("#   graph: %s\n", err);
 	test_cond("20 GPU steps replayed as a CUDA graph run", r2 == 0);
 	test_cond("the graph's result equals the eager one's",
 		  r1 == 0 && r2 == 0 && checkf("graph", "params", graph, eager, m.nparams) == 0);
-	int r3 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 1, 1, nccl, err, sizeof(err));
+	int r3 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 1, NCCL_1, nccl, err, sizeof(err));
 	if (r3 < 0)
 		printf("#   nccl: %s\n", err);
 	test_cond("20 GPU steps with the NCCL all-reduce in the graph run (world 1)", r3 == 0);
 	test_cond("NCCL's average over one rank changes nothing",
 		  r2 == 0 && r3 == 0 && checkf("graph", "params", nccl, graph, m.nparams) == 0);
+	int r6 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 1, HOST_TWIN, host, err, sizeof(err));
+	if (r6 < 0)
+		printf("#   host: %s\n", err);
+	test_cond("20 GPU steps with the gradients all-reduced through host memory (gloo's path) run",
+		  r6 == 0);
+	test_cond("... a twin rank's average changes nothing: the eager steps' result",
+		  r1 == 0 && r6 == 0 && checkf("graph", "params", host, eager, m.nparams) == 0);
 	if (!bf16) {
 		test_skip("bf16 training steps", "this GPU has no bf16 tensor cores (sm_80+)");
 	} else {
-		int r4 = gpu_run(&tr, &te, &mg, CNN_PREC_BF16, 0, 0, beager, err, sizeof(err));
+		int r4 = gpu_run(&tr, &te, &mg, CNN_PREC_BF16, 0, NO_COMM, beager, err, sizeof(err));
 		if (r4 < 0)
 			printf("#   bf16 eager: %s\n", err);
 		test_cond("20 eager GPU steps in bf16 run", r4 == 0);
 		test_cond("20 bf16 steps track the CPU path's fp32 ones (bf16 steps tolerance)",
 			  r4 == 0 && steps_gap("bf16 GPU", &m, beager) == 0);
-		int r5 = gpu_run(&tr, &te, &mg, CNN_PREC_BF16, 1, 1, bgraph, err, sizeof(err));
+		int r5 = gpu_run(&tr, &te, &mg, CNN_PREC_BF16, 1, NCCL_1, bgraph, err, sizeof(err));
 		if (r5 < 0)
 			printf("#   bf16 graph: %s\n", err);
 		test_cond("20 bf16 GPU steps as a CUDA graph with NCCL (world 1) run", r5 == 0);
@@ -697,7 +722,7 @@ static void test_steps_vs_cpu(int bf16)
 	cnn_model_free(&m);
 	cnn_data_free(&tr);
 	cnn_data_free(&te);
-	free(p0), free(eager), free(graph), free(nccl), free(beager), free(bgraph);
+	free(p0), free(eager), free(graph), free(nccl), free(beager), free(bgraph), free(host);
 }
 
 int main(void)

@@ -4,6 +4,11 @@
  * captured once as a CUDA graph and replayed, evaluation, and the state's
  * way to and from the host.
  *
+ * Over a host backend (gloo: --ddp=gloo, or what a bare --ddp takes on MIG
+ * devices and shared GPUs, where NCCL runs no ranks) the gradients go
+ * through pinned host memory after the backward, as PyTorch's gloo does
+ * for CUDA tensors, and the step runs without a graph.
+ *
  * A step's inputs (its indices, the dropout keys, the learning rate) go
  * through two pinned host slots into fixed device buffers, so the graph
  * replays unchanged; the host runs at most one step ahead, waiting (with
@@ -33,7 +38,9 @@ struct cnn_gpu {
 	struct cnn_optim opt;       /* kind and hyper-parameters; state below */
 	float *s1, *s2;             /* device optimizer state */
 	long long updates;
-	struct cnn_comm *comm;      /* NULL: no all-reduce */
+	struct cnn_comm *comm;      /* NCCL's; NULL: no all-reduce on the GPU */
+	struct cnn_comm *hcomm;     /* a host backend's (gloo, world > 1): gradients via h_grads */
+	float *h_grads;             /* pinned, nparams */
 	int dev;
 	char name[128];
 	cudaStream_t s, cs;         /* compute, gradient all-reduce */
@@ -163,7 +170,9 @@ static void gpu_describe(const struct cnn_gpu *g, char *buf, size_t len)
 {
 	char lib[128];
 	cnn_gnet_describe(&g->net, lib, sizeof(lib));
-	snprintf(buf, len, "%s, %s, %s", g->name, lib, g->o.graph ? "CUDA graph" : "no graph");
+	snprintf(buf, len, "%s, %s, %s", g->name, lib,
+		 g->hcomm ? "no graph (gradients all-reduced through host memory)" :
+		 g->o.graph ? "CUDA graph" : "no graph");
 }
 
 static void gpu_use_comm(struct cnn_gpu *g, struct cnn_comm *c)
@@ -171,6 +180,36 @@ static void gpu_use_comm(struct cnn_gpu *g, struct cnn_comm *c)
 	/* NCCL even for a world of 1 (an all-reduce that copies): the path
 	 * a multi-GPU run takes, testable on one GPU */
 	g->comm = cnn_nccl_comm(c) ? c : NULL;
+	/* Another backend's all-reduce is a host call, which no graph can
+	 * hold: each step is launched eagerly. */
+	g->hcomm = !g->comm && c && c->world > 1 && c->ops && c->ops->allreduce_sum ? c : NULL;
+	if (g->hcomm)
+		g->o.graph = 0;
+}
+
+/* The host backend's all-reduce of the whole gradient, once the backward
+ * is done: to pinned memory, summed over the ranks, averaged, back. */
+static int host_reduce(struct cnn_gpu *g)
+{
+	size_t n = g->o.m->nparams;
+	char err[512];
+	size_t errlen = sizeof(err);
+	if (!g->h_grads)
+		CUDA(cudaMallocHost((void **)&g->h_grads, n * sizeof(float)));
+	CUDA(cudaMemcpyAsync(g->h_grads, g->net.grads, n * sizeof(float), cudaMemcpyDeviceToHost, g->s));
+	CUDA(cudaEventRecord(g->ev_reduced, g->s));
+	if (cnn_nccl_wait(NULL, g->ev_reduced, g->o.timeout_ms, "the gradients' copy to the host", err,
+			  errlen) < 0 ||
+	    g->hcomm->ops->allreduce_sum(g->hcomm, g->h_grads, n, err, errlen) < 0) {
+		cnn_cuda_fail(__FILE__, __LINE__, g->hcomm->ops->name, err);
+		return -1;
+	}
+	float inv = 1.f / (float)g->hcomm->world;
+	for (size_t i = 0; i < n; i++)
+		g->h_grads[i] *= inv;
+	/* the next step's copy to the host is behind this one on g->s */
+	CUDA(cudaMemcpyAsync(g->net.grads, g->h_grads, n * sizeof(float), cudaMemcpyHostToDevice, g->s));
+	return 0;
 }
 
 /* Copies between the host's memory and the device's go on the compute
@@ -253,6 +292,8 @@ static int bucket_ready(void *ctx, int bucket)
 	cudaEvent_t ev = bucket == CNN_BUCKET_FC ? g->ev_fc : g->ev_conv;
 	char err[512];
 	size_t errlen = sizeof(err);
+	if (g->hcomm && bucket == CNN_BUCKET_CONV)
+		return host_reduce(g);
 	if (!g->comm)
 		return 0;
 	CUDA(cudaEventRecord(ev, g->s));
@@ -427,6 +468,8 @@ static void gpu_close(struct cnn_gpu *g)
 	}
 	if (g->h_stats)
 		cudaFreeHost(g->h_stats);
+	if (g->h_grads)
+		cudaFreeHost(g->h_grads);
 	cudaEvent_t evs[] = { g->ev_fc, g->ev_conv, g->ev_reduced, g->ev_slot[0], g->ev_slot[1], g->ev_eval };
 	for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++)
 		if (evs[i])
