@@ -277,8 +277,9 @@ static int bind_vars(const struct ddpenv_node *node, const struct ddpenv_env *ta
 		snprintf(how, sizeof(how), "all the step's GPUs here, this task's (%s) at index LOCAL_RANK",
 			 g->busid[0] ? g->busid : "not in the topology");
 	else
-		snprintf(how, sizeof(how), "all the step's GPUs here; %u tasks share %zu GPUs: this task's is index %u",
-			 p->ntasks, p->ngpus, (unsigned)(local_rank % p->ngpus));
+		snprintf(how, sizeof(how), "all the step's GPUs here; %u tasks share %zu GPU%s: this task's is index %u (LOCAL_RANK mod %zu)",
+			 p->ntasks, p->ngpus, p->ngpus == 1 ? "" : "s", (unsigned)(local_rank % p->ngpus),
+			 p->ngpus);
 	const char *vis = p->policy == DDPENV_BIND_STRICT || p->mig ? g->cuda : p->visible;
 	ok &= add(out, "CUDA_VISIBLE_DEVICES", 0, how, "%s", vis) != NULL;
 	if (ddpenv_env_get(task_env, "GPU_DEVICE_ORDINAL"))

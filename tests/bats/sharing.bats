@@ -37,8 +37,9 @@ teardown() {
 
 @test "bare --ddp on shards: gloo when a node runs several tasks, saying why, in the task too" {
 	run --separate-stderr crun srun --ddp -N1 -n2 --gres=shard:2 bash -c \
-		'echo "$SLURM_PROCID $DDP_BACKEND cvd=$CUDA_VISIBLE_DEVICES"; '"$REPO"'/build/bin/ddp-env --explain | grep "^DDP_BACKEND "'
+		'echo "$SLURM_PROCID $DDP_BACKEND cvd=$CUDA_VISIBLE_DEVICES"; '"$REPO"'/build/bin/ddp-env --explain | grep -e "^DDP_BACKEND " -e "^CUDA_VISIBLE_DEVICES "'
 	assert_success
+	assert_line --regexp "^CUDA_VISIBLE_DEVICES +0 +all the step's GPUs here; 2 tasks share 1 GPU: this task's is index 0 \(LOCAL_RANK mod 1\)$"
 	assert_line "0 gloo cvd=0"
 	assert_line "1 gloo cvd=0"
 	assert_line --regexp "^DDP_BACKEND +gloo +--ddp=auto: the step's GPUs are shared \(gres/shard\) and a node runs several tasks; NCCL runs one rank per GPU$"
