@@ -15,6 +15,11 @@ static int on_ddp(int val, const char *optarg, int remote)
 	 * context: a failing remote init drains the node for batch jobs. */
 	if (remote && optarg && !*optarg)
 		optarg = NULL;
+	/* A bare #SBATCH --ddp or salloc --ddp reaches the job's sruns
+	 * through SLURM_SPANK__SLURM_SPANK_OPTION_ddp_ddp, which Slurm 22.05
+	 * sets to "(null)" (its printf of the missing argument): bare too. */
+	if (optarg && !strcmp(optarg, "(null)"))
+		optarg = NULL;
 	if (ddpenv_backend_parse(optarg, &ddp_req.backend, ddp_req.err,
 				 sizeof(ddp_req.err)) < 0) {
 		ddp_req.valid = 0;

@@ -142,6 +142,30 @@ field() { printf '%s\n' "${T[@]}" | awk -v f="$1" '{print $f}'; }
 	assert_equal "$(field 15 | sed 's/.*\.//' | sort -u | tr '\n' ' ')" "0 1 "
 }
 
+@test "a bare #SBATCH --ddp (or salloc --ddp) reaches every srun as auto" {
+	# Slurm 22.05 hands the sruns a bare option as the string "(null)"
+	out="$BATS_FILE_TMPDIR/bare.out"
+	cat >"$BATS_FILE_TMPDIR/bare.sh" <<-SCRIPT
+	#!/bin/bash
+	#SBATCH --ddp
+	echo "batch option=\$SLURM_SPANK__SLURM_SPANK_OPTION_ddp_ddp"
+	srun -n2 bash -c 'echo "gpu \$SLURM_PROCID \$DDP_BACKEND \$DDP_BACKEND_FROM"'
+	srun -n2 --gres=none bash -c 'echo "task \$SLURM_PROCID \$DDP_BACKEND \$DDP_BACKEND_FROM"'
+	SCRIPT
+	run --separate-stderr crun sbatch --wait -N2 --gres=gpu:1 -o "$out" "$BATS_FILE_TMPDIR/bare.sh"
+	assert_success
+	run cat "$out"
+	assert_line "batch option=(null)"
+	assert_line "task 0 gloo --ddp=auto: the step has no GPUs"
+	assert_line "task 1 gloo --ddp=auto: the step has no GPUs"
+	assert_line "gpu 0 nccl --ddp=auto: the step has GPUs"
+	assert_line "gpu 1 nccl --ddp=auto: the step has GPUs"
+	refute_output --partial "unknown backend"
+	run --separate-stderr crun salloc -N1 --ddp srun -n1 bash -c 'echo "salloc $DDP_BACKEND"'
+	assert_success
+	assert_output "salloc gloo"
+}
+
 @test "a sub-step on other nodes gets its own head" {
 	out="$BATS_FILE_TMPDIR/substep.out"
 	cat >"$BATS_FILE_TMPDIR/sub.sh" <<-SCRIPT

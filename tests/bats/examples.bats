@@ -4,7 +4,8 @@
 # example can rot.  The test cluster has no GPU: the GPU examples run on its
 # fake GPUs (Gres=gpu:4 per node, tests/topologies/testnode.xml for their
 # bus ids) with `--ddp=gloo` on the command line, which overrides the
-# file's #SBATCH --ddp=nccl; each example says so itself.
+# file's #SBATCH --ddp=nccl; each example says so itself.  The nodes also
+# have gres/shard (8 over their 4 GPUs) for shared-gpus.sbatch.
 # bats file_tags=slurm
 
 load helpers
@@ -17,7 +18,7 @@ TORCH_OPTS=(--max-steps 8 --batch-size 32 --train-limit 2048 --test-limit 512)
 CNN_OPTS=(--train-limit 2048 --test-limit 512 --batch-size 32)
 
 setup_file() {
-	cluster_start 2
+	DDP_CLUSTER_SHARING=shard:8 cluster_start 2
 	local conf=${DDP_CLUSTER_DIR:-$REPO/build/cluster}/etc/ddp.yaml
 	sed -i "s|^topology: .*|topology: $REPO/tests/topologies/testnode.xml|" "$conf"
 }
@@ -62,7 +63,7 @@ submit() {
 		head -n 2 "$f" | grep -qE '^# [A-Z]' || { echo "$f: no description on line 2"; return 1; }
 		grep -qE '^#SBATCH --ddp(=|$)' "$f" || { echo "$f: no #SBATCH --ddp"; return 1; }
 	done
-	[ "$n" -ge 6 ]
+	[ "$n" -ge 7 ]
 }
 
 @test "single-node-gpus.sbatch: 4 ranks on one node's 4 GPUs (gloo on the fake GPUs)" {
@@ -100,6 +101,15 @@ submit() {
 	omp=$(crun srun -N2 --ntasks-per-node=2 --cpus-per-task=2 --ddp=gloo printenv OMP_NUM_THREADS | sort -u)
 	[[ "$omp" =~ ^[1-9][0-9]*$ ]] || { echo "OMP_NUM_THREADS per task: $omp"; return 1; }
 	grep -E "^# batch 32 per rank, .* $omp threads? per rank," "$OUT"
+}
+
+@test "shared-gpus.sbatch: 2 ranks on shards of one GPU, a bare --ddp takes gloo" {
+	submit shared-gpus.sbatch "${CNN_OPTS[@]}"
+	assert_success
+	grep -E "^[01]: DDP_BACKEND=gloo CUDA_VISIBLE_DEVICES=0 \(--ddp=auto: the step's GPUs are shared \(gres/shard\)" "$OUT"
+	[ "$(grep -cE "^[01]: DDP_BACKEND=gloo CUDA_VISIBLE_DEVICES=0 " "$OUT")" = 2 ]
+	grep -E "^# cnn_train: world 2 \(gloo\)" "$OUT"
+	grep -E "^done: [0-9]+ steps, [0-9]+ images/s \(2 ranks\), test accuracy" "$OUT"
 }
 
 @test "ddp-check-first.sbatch: the check passes, then the training runs" {
