@@ -1,7 +1,11 @@
 /* Every CUDA kernel of trainer/cuda/kernels.cu against its CPU twin on
  * random inputs, llm.c style: |gpu - cpu| <= atol + rtol * |cpu|, the first
  * mismatches printed.  Without a GPU (or a driver) every check is skipped,
- * loudly, and the program exits 0: make check compiles it everywhere. */
+ * loudly, and the program exits 0: make check compiles it everywhere.
+ * Built a second time as test_cuda_kernels_emu (-DCNN_CUEMU): the same
+ * checks on the kernels' source run on the CPU by tests/cuemu, so their
+ * indexing, bounds and reductions are tested on every machine; "gpu" in
+ * its messages is then the emulated kernel. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -490,7 +494,11 @@ int main(void)
 	}
 	struct cudaDeviceProp prop;
 	CK(cudaGetDeviceProperties(&prop, 0));
+#ifdef CNN_CUEMU
+	printf("# %s: tests/cuemu/cuemu.h says what this proves and what only a GPU can\n", prop.name);
+#else
 	printf("# GPU 0: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
+#endif
 	for (int bf16 = 0; bf16 < 2; bf16++) {
 		test_bias_relu(bf16);
 		test_maxpool(24, 24, bf16);

@@ -1,0 +1,419 @@
+// cuemu: the CUDA runtime calls test_cuda_kernels makes, and the thread
+// scheduler behind cuemu::launch (see cuemu.h for what is emulated and
+// what is not).
+#include "cuemu.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include <map>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define CUEMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CUEMU_ASAN 1
+#endif
+#endif
+#ifdef CUEMU_ASAN
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+uint3 threadIdx, blockIdx;
+dim3 blockDim, gridDim;
+
+namespace {
+
+constexpr unsigned kMaxThreads = 1024;   // per block, as every GPU since Fermi
+constexpr size_t kStack = 64 * 1024;     // a fiber's stack: kernels need little
+
+enum State { RUN, WAIT, DONE };
+
+// A fiber per thread slot of a block, kept for the whole run: it runs a
+// thread, says DONE, waits for its next thread.
+struct Fiber {
+	void *sp;     // its stack pointer while switched away
+	char *stack;  // kStack bytes above a guard page
+	State state;
+	uint3 idx;
+	void *fake;   // ASan's fake stack while switched away
+};
+
+Fiber fibers[kMaxThreads];
+void *sched_sp;
+constexpr int kOutside = -1, kDirect = -2;
+int cur = kOutside;           // the fiber running, or one of those
+unsigned long barriers;       // __syncthreads calls of this launch
+bool late_said;               // its late barrier reported
+const char *kernel_name;
+void (*body)(void *);
+void *body_arg;
+#ifdef CUEMU_ASAN
+const void *sched_bottom;     // the scheduler's stack
+size_t sched_size;
+#endif
+
+cudaError_t last_error = cudaSuccess;
+std::map<uintptr_t, size_t> allocs;   // "device" allocations: start -> size
+
+void fail(cudaError_t e, const char *kernel, const char *what)
+{
+	fprintf(stderr, "cuemu: %s: %s\n", kernel, what);
+	if (last_error == cudaSuccess)
+		last_error = e;
+}
+
+} // namespace
+
+// cuemu_switch(&save, to): push the callee-saved registers, keep the stack
+// pointer in save, take to's and pop its registers.  swapcontext would do
+// (and did: twice as slow, a sigprocmask system call per switch, and
+// ASan's interceptor clears a stack's shadow at each).  x86-64 System V;
+// tests/Makefile builds cuemu on x86-64 only.
+extern "C" void cuemu_switch(void **save, void *to);
+asm(R"(
+	.text
+	.globl cuemu_switch
+	.hidden cuemu_switch
+	.type cuemu_switch, @function
+	.p2align 4
+cuemu_switch:
+	pushq %rbp
+	pushq %rbx
+	pushq %r12
+	pushq %r13
+	pushq %r14
+	pushq %r15
+	movq %rsp, (%rdi)
+	movq %rsi, %rsp
+	popq %r15
+	popq %r14
+	popq %r13
+	popq %r12
+	popq %rbx
+	popq %rbp
+	ret
+	.size cuemu_switch, .-cuemu_switch
+)");
+
+namespace {
+
+// The running fiber back to the scheduler (at a barrier, or done).
+void yield(Fiber &f)
+{
+#ifdef CUEMU_ASAN
+	__sanitizer_start_switch_fiber(&f.fake, sched_bottom, sched_size);
+#endif
+	cuemu_switch(&f.sp, sched_sp);
+#ifdef CUEMU_ASAN
+	__sanitizer_finish_switch_fiber(f.fake, nullptr, nullptr);
+#endif
+}
+
+[[noreturn]] void fiber_main()
+{
+	Fiber &f = fibers[cur];
+#ifdef CUEMU_ASAN
+	__sanitizer_finish_switch_fiber(nullptr, &sched_bottom, &sched_size);
+#endif
+	for (;;) {
+		body(body_arg);
+		f.state = DONE;
+		yield(f);
+	}
+}
+
+void to_fiber(int i)
+{
+	cur = i;
+	threadIdx = fibers[i].idx;
+#ifdef CUEMU_ASAN
+	void *fake = nullptr;
+	__sanitizer_start_switch_fiber(&fake, fibers[i].stack, kStack);
+#endif
+	cuemu_switch(&sched_sp, fibers[i].sp);
+#ifdef CUEMU_ASAN
+	__sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+	cur = kOutside;
+}
+
+// A stack whose first switch "returns" into fiber_main as if called
+// (16-byte aligned before the call, so 8 mod 16 at its entry).
+bool fiber_init(Fiber &f)
+{
+	if (f.stack)
+		return true;
+	size_t page = 4096;
+	char *m = static_cast<char *>(mmap(nullptr, kStack + page, PROT_READ | PROT_WRITE,
+					   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+	if (m == MAP_FAILED)
+		return false;
+	mprotect(m, page, PROT_NONE);   // a fiber overflowing its stack faults
+	f.stack = m + page;
+	void **top = reinterpret_cast<void **>(f.stack + kStack);
+	top[-1] = nullptr;                                    // fiber_main's return address
+	top[-2] = reinterpret_cast<void *>(&fiber_main);      // where the ret goes
+	for (int r = 3; r <= 8; r++)
+		top[-r] = nullptr;                            // rbp rbx r12-r15
+	f.sp = top - 8;
+	return true;
+}
+
+// The launch configurations a GPU (compute capability 8.x/9.x) refuses.
+const char *bad_config(const cuemu::Cfg &c)
+{
+	unsigned long threads = (unsigned long)c.block.x * c.block.y * c.block.z;
+	if (!threads || !c.grid.x || !c.grid.y || !c.grid.z)
+		return "an empty grid or block";
+	if (threads > kMaxThreads || c.block.z > 64)
+		return "more than 1024 threads in a block, or block.z over 64";
+	if (c.grid.x > 2147483647u || c.grid.y > 65535 || c.grid.z > 65535)
+		return "grid.x over 2^31-1, or grid.y or grid.z over 65535";
+	if (c.shmem > 48 * 1024)
+		return "more than 48 KiB of dynamic shared memory without opting in";
+	return nullptr;
+}
+
+} // namespace
+
+void __syncthreads(void)
+{
+	if (cur == kOutside) {
+		fprintf(stderr, "cuemu: __syncthreads outside a kernel\n");
+		abort();
+	}
+	if (cur == kDirect) {
+		// A barrier where the launch's first block had none: legal CUDA
+		// (a condition uniform over each block), but these threads run
+		// to completion one by one and cannot wait.  Loud, never silent.
+		if (late_said)
+			return;
+		late_said = true;
+		char m[200];
+		snprintf(m, sizeof(m),
+			 "block (%u,%u,%u) reached __syncthreads, block (0,0,0) did not: cuemu runs "
+			 "such a launch's later blocks without fibers and cannot emulate this barrier",
+			 blockIdx.x, blockIdx.y, blockIdx.z);
+		fail(cudaErrorLaunchFailure, kernel_name, m);
+		return;
+	}
+	barriers++;
+	Fiber &f = fibers[cur];
+	f.state = WAIT;
+	yield(f);
+}
+
+float atomicAdd(float *address, float val)
+{
+	float old = *address;
+	*address = old + val;
+	return old;
+}
+
+void cuemu::run(const Cfg &cfg, const char *kernel, void (*fn)(void *), void *arg)
+{
+	const char *bad = bad_config(cfg);
+	if (bad) {
+		char m[160];
+		snprintf(m, sizeof(m), "launch <<<(%u,%u,%u), (%u,%u,%u)>>> refused: %s", cfg.grid.x,
+			 cfg.grid.y, cfg.grid.z, cfg.block.x, cfg.block.y, cfg.block.z, bad);
+		fail(cudaErrorInvalidConfiguration, kernel, m);
+		return;
+	}
+	unsigned nt = cfg.block.x * cfg.block.y * cfg.block.z;
+	for (unsigned i = 0; i < nt; i++)
+		if (!fiber_init(fibers[i])) {
+			fail(cudaErrorMemoryAllocation, kernel, "no memory for the threads' stacks");
+			return;
+		}
+	gridDim = cfg.grid;
+	blockDim = cfg.block;
+	body = fn;
+	body_arg = arg;
+	kernel_name = kernel;
+	barriers = 0;
+	late_said = false;
+	bool diverged = false, first = true;
+	for (unsigned bz = 0; bz < cfg.grid.z; bz++)
+		for (unsigned by = 0; by < cfg.grid.y; by++)
+			for (unsigned bx = 0; bx < cfg.grid.x; bx++) {
+				blockIdx = make_uint3(bx, by, bz);
+				// Fibers cost two context switches a thread; when
+				// the first block met no barrier (element-wise
+				// kernels), the later blocks' threads are plain
+				// calls, in the same order.
+				if (!first && !barriers) {
+					cur = kDirect;
+					for (unsigned i = 0; i < nt; i++) {
+						threadIdx = make_uint3(i % cfg.block.x,
+								       i / cfg.block.x % cfg.block.y,
+								       i / (cfg.block.x * cfg.block.y));
+						fn(arg);
+					}
+					cur = kOutside;
+					continue;
+				}
+				first = false;
+				for (unsigned i = 0; i < nt; i++) {
+					Fiber &f = fibers[i];
+					f.state = RUN;
+					f.idx = make_uint3(i % cfg.block.x, i / cfg.block.x % cfg.block.y,
+							   i / (cfg.block.x * cfg.block.y));
+				}
+				// from barrier to barrier: every thread runs until it
+				// waits or ends; all waiting releases them
+				for (;;) {
+					unsigned waiting = 0, done = 0;
+					for (unsigned i = 0; i < nt; i++)
+						if (fibers[i].state == RUN)
+							to_fiber((int)i);
+					for (unsigned i = 0; i < nt; i++) {
+						waiting += fibers[i].state == WAIT;
+						done += fibers[i].state == DONE;
+					}
+					if (!waiting)
+						break;
+					if (done && !diverged) {
+						char m[200];
+						snprintf(m, sizeof(m),
+							 "block (%u,%u,%u): %u of its %u threads wait at "
+							 "__syncthreads, %u ended without reaching it",
+							 bx, by, bz, waiting, nt, done);
+						fail(cudaErrorLaunchFailure, kernel, m);
+						diverged = true;
+					}
+					for (unsigned i = 0; i < nt; i++)
+						if (fibers[i].state == WAIT)
+							fibers[i].state = RUN;
+				}
+			}
+}
+
+// ---- the runtime calls test_cuda_kernels makes ----------------------------
+
+namespace {
+
+// Is [p, p+n) inside one allocation?  (Host pointers given as device ones
+// are a bug a GPU reports as an illegal address.)
+bool inside(const void *p, size_t n)
+{
+	uintptr_t a = (uintptr_t)p;
+	auto it = allocs.upper_bound(a);
+	if (it == allocs.begin())
+		return false;
+	--it;
+	return a >= it->first && a - it->first + n <= it->second;
+}
+
+} // namespace
+
+extern "C" {
+
+cudaError_t cudaMalloc(void **devPtr, size_t size)
+{
+	if (!devPtr)
+		return cudaErrorInvalidValue;
+	*devPtr = nullptr;
+	void *p = malloc(size ? size : 1);
+	if (!p)
+		return cudaErrorMemoryAllocation;
+	allocs[(uintptr_t)p] = size;
+	*devPtr = p;
+	return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *devPtr)
+{
+	if (!devPtr)
+		return cudaSuccess;
+	auto it = allocs.find((uintptr_t)devPtr);
+	if (it == allocs.end())
+		return cudaErrorInvalidValue;
+	allocs.erase(it);
+	free(devPtr);
+	return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
+{
+	if (!count)
+		return cudaSuccess;
+	bool dev_dst = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+	bool dev_src = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+	if ((dev_dst && !inside(dst, count)) || (dev_src && !inside(src, count)))
+		return cudaErrorInvalidValue;
+	memcpy(dst, src, count);
+	return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void *devPtr, int value, size_t count)
+{
+	if (count && !inside(devPtr, count))
+		return cudaErrorInvalidValue;
+	memset(devPtr, value, count);
+	return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void)
+{
+	return last_error;   // a failed launch is sticky in the emulation
+}
+
+cudaError_t cudaGetLastError(void)
+{
+	cudaError_t e = last_error;
+	last_error = cudaSuccess;
+	return e;
+}
+
+cudaError_t cudaPeekAtLastError(void)
+{
+	return last_error;
+}
+
+const char *cudaGetErrorName(cudaError_t error)
+{
+	switch (error) {
+	case cudaSuccess: return "cudaSuccess";
+	case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+	case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+	case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+	case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+	default: return "cudaErrorUnknown";
+	}
+}
+
+const char *cudaGetErrorString(cudaError_t error)
+{
+	switch (error) {
+	case cudaSuccess: return "no error";
+	case cudaErrorInvalidValue: return "invalid argument (cuemu: a pointer outside every cudaMalloc)";
+	case cudaErrorMemoryAllocation: return "out of memory";
+	case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+	case cudaErrorLaunchFailure: return "unspecified launch failure (cuemu: see its message above)";
+	default: return "unknown error";
+	}
+}
+
+cudaError_t cudaGetDeviceCount(int *count)
+{
+	*count = 1;
+	return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
+{
+	if (device != 0)
+		return cudaErrorInvalidValue;
+	memset(prop, 0, sizeof(*prop));
+	snprintf(prop->name, sizeof(prop->name), "cuemu (the kernels' source run on the CPU)");
+	prop->maxThreadsPerBlock = kMaxThreads;
+	prop->warpSize = 32;
+	return cudaSuccess;
+}
+
+} // extern "C"

@@ -1,0 +1,14 @@
+/* selftest.cu's launches; each returns cudaGetLastError() after it. */
+#ifndef CUEMU_SELFTEST_H
+#define CUEMU_SELFTEST_H
+
+int cuemu_selftest_coords(int *out, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+			  unsigned by, unsigned bz);
+/* sums[b] = sum of block b's 256 values, sums[blocks] += each of them;
+ * shifted[i] = x of the next thread of the same block (cyclic) */
+int cuemu_selftest_block_sums(const float *x, int blocks, float *sums, float *shifted);
+int cuemu_selftest_diverged(float *x);     /* 64 threads */
+int cuemu_selftest_late_barrier(float *x); /* 2 blocks of 32 */
+int cuemu_selftest_touch(float *x, unsigned threads);
+
+#endif
