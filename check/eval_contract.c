@@ -1,0 +1,309 @@
+/* ddp-check's contract checks: every variable present on every task, RANK
+ * a permutation, WORLD_SIZE and the head the same everywhere, LOCAL_RANK
+ * and NODE_RANK consistent with the nodes, the head on rank 0's node. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "eval.h"
+
+static void eval_join(struct ck_world *w)
+{
+	struct msg m = { 0 };
+	int missing = 0;
+	const struct ck_rank *r0 = NULL;
+
+	for (int i = 0; i < w->n; i++) {
+		if (!w->ranks[i].joined) {
+			missing++;
+			say(&m, "%d", i);
+		} else if (!r0) {
+			r0 = &w->ranks[i];
+		}
+	}
+	const char *addr = r0 && has(r0, CK_MASTER_ADDR) ? r0->env[CK_MASTER_ADDR] : "?";
+	const char *port = r0 && has(r0, CK_MASTER_PORT) ? r0->env[CK_MASTER_PORT] : "?";
+	if (!missing)
+		ck_add(w, "rdzv.join", CK_OK, "all %d tasks joined the rendezvous at %s:%s", w->n, addr, port);
+	else
+		ck_add(w, "rdzv.join", CK_FAIL,
+		       "task%s %s (of %d) never joined the rendezvous at %s:%s within %d s; each "
+		       "prints its own reason on its stderr (a different MASTER_ADDR or MASTER_PORT, "
+		       "no route to the head, a wrong DDP_RDZV_TOKEN)%s%s",
+		       missing > 1 ? "s" : "", said(&m), w->n, addr, port, w->opts.timeout_s,
+		       w->refused[0] ? "; the rendezvous " : "", w->refused);
+}
+
+static void eval_present(struct ck_world *w)
+{
+	struct msg m = { 0 };
+
+	for (int i = 0; i < w->n; i++) {
+		const struct ck_rank *r = &w->ranks[i];
+		char lack[256] = "";
+		size_t off = 0;
+		if (!r->joined)
+			continue;
+		for (int k = 0; k < CK_NCONTRACT; k++)
+			if (!has(r, k) || !r->env[k][0])
+				off += (size_t)snprintf(lack + off, sizeof(lack) - off, "%s%s", off ? " " : "",
+							ck_env_names[k]);
+		if (off)
+			say(&m, "task %d (%s) lacks %s", i, r->host, lack);
+	}
+	if (m.items)
+		ck_add(w, "env.present", CK_FAIL, "%s (run it with srun --ddp, or set them all)", said(&m));
+	else
+		ck_add(w, "env.present", CK_OK, "MASTER_ADDR MASTER_PORT RANK LOCAL_RANK WORLD_SIZE "
+		       "LOCAL_WORLD_SIZE NODE_RANK set on every task");
+}
+
+/* Group the tasks by the value of a variable; the most common value
+ * first.  Writes "6 on tasks 0-1,3-5; 5 on task 2 (node2)" and returns
+ * how many distinct values there were. */
+static int groups(const struct ck_world *w, enum ck_env k, char *out, size_t len,
+		  const char **common)
+{
+	int nv = 0, *seen = calloc((size_t)w->n, sizeof(int));
+	size_t off = 0;
+
+	*common = NULL;
+	out[0] = 0;
+	if (!seen)
+		return 0;
+	/* Value classes by first task; pick the largest as "common". */
+	int best = -1, bestn = 0;
+	for (int i = 0; i < w->n; i++) {
+		if (!has(&w->ranks[i], k) || seen[i])
+			continue;
+		int cnt = 0;
+		for (int j = i; j < w->n; j++)
+			if (has(&w->ranks[j], k) && !strcmp(w->ranks[j].env[k], w->ranks[i].env[k])) {
+				seen[j] = i + 1;
+				cnt++;
+			}
+		nv++;
+		if (cnt > bestn) {
+			best = i;
+			bestn = cnt;
+		}
+	}
+	if (best >= 0)
+		*common = w->ranks[best].env[k];
+	/* Print the minority classes with their tasks, then the common one. */
+	for (int pass = 0; pass < 2; pass++) {
+		for (int i = 0; i < w->n; i++) {
+			if (!seen[i] || seen[i] != i + 1 || (pass == 0) == (i == best))
+				continue;
+			int shown = 0, more = 0;
+			off += (size_t)snprintf(out + off, off < len ? len - off : 0, "%s%s=%s on ",
+						off ? "; " : "", ck_env_names[k], w->ranks[i].env[k]);
+			for (int j = i; j < w->n; j++) {
+				if (seen[j] != i + 1)
+					continue;
+				if (shown < (pass == 0 ? 4 : 2)) {
+					off += (size_t)snprintf(out + off, off < len ? len - off : 0, "%stask %d (%s)",
+								shown ? ", " : "", j, w->ranks[j].host);
+					shown++;
+				} else {
+					more++;
+				}
+			}
+			if (more)
+				off += (size_t)snprintf(out + off, off < len ? len - off : 0, " and %d more", more);
+		}
+	}
+	if (off >= len && len > 4)
+		strcpy(out + len - 4, "...");
+	free(seen);
+	return nv;
+}
+
+static void eval_same(struct ck_world *w, const char *name, enum ck_env a, enum ck_env b)
+{
+	char ga[CK_MSG / 2], gb[CK_MSG / 2];
+	const char *ca, *cb;
+	int na = groups(w, a, ga, sizeof(ga), &ca), nb = groups(w, b, gb, sizeof(gb), &cb);
+
+	if (na > 1 || nb > 1)
+		ck_add(w, name, CK_FAIL, "differ between tasks: %s%s%s", na > 1 ? ga : "",
+		       na > 1 && nb > 1 ? "; " : "", nb > 1 ? gb : "");
+	else if (ca && cb)
+		ck_add(w, name, CK_OK, "MASTER_ADDR=%s MASTER_PORT=%s on every task", ca, cb);
+	else
+		ck_add(w, name, CK_SKIP, "MASTER_ADDR or MASTER_PORT is set on no task");
+}
+
+static void eval_world(struct ck_world *w)
+{
+	char g[CK_MSG];
+	const char *common;
+	int nv = groups(w, CK_WORLD_SIZE, g, sizeof(g), &common);
+
+	if (nv > 1) {
+		ck_add(w, "env.world_size", CK_FAIL, "differs between tasks: %s", g);
+		return;
+	}
+	if (!common) {
+		ck_add(w, "env.world_size", CK_SKIP, "WORLD_SIZE is set on no task");
+		return;
+	}
+	char *end;
+	long ws = strtol(common, &end, 10);
+	if (*end || ws != w->n)
+		ck_add(w, "env.world_size", CK_FAIL, "WORLD_SIZE=%s on every task, but the step has %d tasks",
+		       common, w->n);
+	else
+		ck_add(w, "env.world_size", CK_OK, "WORLD_SIZE=%d on every task, the step's task count", w->n);
+}
+
+static void eval_rank(struct ck_world *w)
+{
+	struct msg m = { 0 };
+	int *owner = malloc((size_t)w->n * sizeof(int));
+
+	if (!owner)
+		return;
+	for (int i = 0; i < w->n; i++)
+		owner[i] = -1;
+	for (int i = 0; i < w->n; i++) {
+		const struct ck_rank *r = &w->ranks[i];
+		long v;
+		if (!r->joined || !has(r, CK_RANK))
+			continue;
+		if (!intval(r, CK_RANK, &v) || v >= w->n) {
+			say(&m, "task %d (%s) has RANK=%s, expected 0..%d", i, r->host, r->env[CK_RANK], w->n - 1);
+		} else if (owner[v] >= 0) {
+			say(&m, "RANK=%ld on both task %d (%s) and task %d (%s)", v, owner[v],
+			    w->ranks[owner[v]].host, i, r->host);
+		} else {
+			owner[v] = i;
+		}
+	}
+	if (!m.items && all_joined(w)) {
+		for (int v = 0; v < w->n; v++)
+			if (owner[v] < 0)
+				say(&m, "no task has RANK=%d", v);
+	}
+	free(owner);
+	if (m.items)
+		ck_add(w, "env.rank", CK_FAIL, "%s", said(&m));
+	else
+		ck_add(w, "env.rank", CK_OK, "RANK 0..%d, each on one task", w->n - 1);
+}
+
+static void eval_local(struct ck_world *w, const struct nodes *nd)
+{
+	struct msg m = { 0 };
+	int complete = all_joined(w);
+
+	for (int n = 0; n < nd->n; n++) {
+		int cnt = nd->count[n];
+		char *seen = calloc((size_t)cnt + 1, 1);
+		if (!seen)
+			return;
+		for (int i = 0; i < w->n; i++) {
+			const struct ck_rank *r = &w->ranks[i];
+			long v, lw;
+			if (nd->of[i] != n)
+				continue;
+			if (has(r, CK_LOCAL_RANK) && (!intval(r, CK_LOCAL_RANK, &v) || (complete && v >= cnt)))
+				say(&m, "task %d (%s) has LOCAL_RANK=%s, expected 0..%d (%d tasks there)", i,
+				    r->host, r->env[CK_LOCAL_RANK], cnt - 1, cnt);
+			else if (has(r, CK_LOCAL_RANK) && v <= cnt && seen[v]++)
+				say(&m, "LOCAL_RANK=%ld twice on %s (task %d and another)", v, r->host, i);
+			if (complete && has(r, CK_LOCAL_WORLD_SIZE) &&
+			    (!intval(r, CK_LOCAL_WORLD_SIZE, &lw) || lw != cnt))
+				say(&m, "task %d (%s) has LOCAL_WORLD_SIZE=%s, but %d tasks run there", i,
+				    r->host, r->env[CK_LOCAL_WORLD_SIZE], cnt);
+		}
+		free(seen);
+	}
+	if (m.items)
+		ck_add(w, "env.local_rank", CK_FAIL, "%s", said(&m));
+	else
+		ck_add(w, "env.local_rank", CK_OK, "LOCAL_RANK unique on each of %d node%s, LOCAL_WORLD_SIZE "
+		       "its task count", nd->n, nd->n == 1 ? "" : "s");
+}
+
+static void eval_node_rank(struct ck_world *w, const struct nodes *nd)
+{
+	struct msg m = { 0 };
+	long *val = malloc(((size_t)nd->n + 1) * sizeof(long));
+
+	if (!val)
+		return;
+	for (int n = 0; n < nd->n; n++)
+		val[n] = -1;
+	for (int i = 0; i < w->n; i++) {
+		const struct ck_rank *r = &w->ranks[i];
+		long v;
+		int n = nd->of[i];
+		if (n < 0 || !has(r, CK_NODE_RANK))
+			continue;
+		if (!intval(r, CK_NODE_RANK, &v) || (all_joined(w) && v >= nd->n)) {
+			say(&m, "task %d (%s) has NODE_RANK=%s, expected 0..%d", i, r->host,
+			    r->env[CK_NODE_RANK], nd->n - 1);
+		} else if (val[n] < 0) {
+			val[n] = v;
+		} else if (val[n] != v) {
+			say(&m, "tasks on %s disagree: NODE_RANK=%ld and %ld (task %d)", r->host, val[n], v, i);
+		}
+	}
+	for (int a = 0; a < nd->n; a++)
+		for (int b = a + 1; b < nd->n; b++)
+			if (val[a] >= 0 && val[a] == val[b])
+				say(&m, "NODE_RANK=%ld on both %s and %s", val[a], nd->name[a], nd->name[b]);
+	free(val);
+	if (m.items)
+		ck_add(w, "env.node_rank", CK_FAIL, "%s", said(&m));
+	else
+		ck_add(w, "env.node_rank", CK_OK, "NODE_RANK the same within each node, distinct across %d",
+		       nd->n);
+}
+
+static void eval_head(struct ck_world *w, const struct nodes *nd)
+{
+	const struct ck_rank *r0 = NULL;
+
+	for (int i = 0; i < w->n && !r0; i++) {
+		long v;
+		if (intval(&w->ranks[i], CK_RANK, &v) && v == 0)
+			r0 = &w->ranks[i];
+	}
+	if (!r0) {
+		ck_add(w, "env.head", CK_SKIP, "no task with RANK=0 reported");
+		return;
+	}
+	const char *ma = r0->env[CK_MASTER_ADDR];
+	struct ddpenv_addr a;
+	if (!has(r0, CK_MASTER_ADDR)) {
+		ck_add(w, "env.head", CK_FAIL, "RANK 0 (%s) has no MASTER_ADDR", r0->host);
+	} else if (nd->n > 1 && ddpenv_addr_parse(ma, &a) == 0 && ddpenv_addr_is_loopback(&a)) {
+		ck_add(w, "env.head", CK_FAIL, "MASTER_ADDR=%s is a loopback address: the other %d node%s "
+		       "cannot reach RANK 0 on %s there (a '127.0.1.1 %s' line in /etc/hosts?)", ma,
+		       nd->n - 1, nd->n == 2 ? "" : "s", r0->host, r0->host);
+	} else if (r0->head_local == 1) {
+		ck_add(w, "env.head", CK_OK, "MASTER_ADDR=%s is an address of %s, which runs RANK 0", ma,
+		       r0->host);
+	} else if (r0->head_local == 0) {
+		ck_add(w, "env.head", CK_FAIL, "MASTER_ADDR=%s is not an address of %s, which runs RANK 0 "
+		       "(RANK 0 hosts the rendezvous there)%s%s", ma, r0->host, r0->head_err[0] ? ": " : "",
+		       r0->head_err);
+	} else {
+		ck_add(w, "env.head", CK_WARN, "could not tell whether MASTER_ADDR=%s is %s's: %s", ma,
+		       r0->host, r0->head_err[0] ? r0->head_err : "no answer");
+	}
+}
+
+void ck_eval_contract(struct ck_world *w, const struct nodes *nd)
+{
+	eval_join(w);
+	eval_present(w);
+	eval_rank(w);
+	eval_world(w);
+	eval_same(w, "env.master", CK_MASTER_ADDR, CK_MASTER_PORT);
+	eval_local(w, nd);
+	eval_node_rank(w, nd);
+	eval_head(w, nd);
+}

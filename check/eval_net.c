@@ -1,0 +1,195 @@
+/* ddp-check's network checks: the interface each task chose, its kind
+ * across nodes, the probe mesh between nodes, the clocks' skew. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "eval.h"
+
+static void eval_iface(struct ck_world *w, const struct nodes *nd)
+{
+	struct msg fail = { 0 }, warn = { 0 };
+	char first[128] = "", names[128] = "";
+	size_t noff = 0;
+	int nnames = 0, nlocal = 0;
+
+	for (int i = 0; i < w->n; i++) {
+		const struct ck_rank *r = &w->ranks[i];
+		if (!r->joined)
+			continue;
+		const char *st = r->ifstate;
+		/* a loopback or a bridge serves a step on one node */
+		int local = nd->n <= 1 && (!strcmp(st, "loopback") || !strcmp(st, "virtual"));
+		if (local)
+			nlocal++;
+		if (!strcmp(st, "up") || local) {
+			if (!first[0])
+				snprintf(first, sizeof(first), "%s", r->ifvar);
+			if (!strstr(names, r->ifname) && nnames++ < 4)
+				noff += (size_t)snprintf(names + noff, noff < sizeof(names) ? sizeof(names) - noff : 0,
+							 "%s%s", noff ? ", " : "", r->ifname);
+		} else if (!strcmp(st, "unset")) {
+			say(&warn, "task %d (%s): %s is not set, so the backend picks an interface itself "
+			    "(the route to the head is %s)", i, r->host, r->ifvar, r->ifname[0] ? r->ifname : "unknown");
+		} else if (!strcmp(st, "missing")) {
+			say(&fail, "task %d (%s): %s=%s: no such interface there (it has %s)", i, r->host,
+			    r->ifvar, r->ifname, r->ifs_here);
+		} else if (!strcmp(st, "down")) {
+			say(&fail, "task %d (%s): %s=%s is down", i, r->host, r->ifvar, r->ifname);
+		} else if (!strcmp(st, "noaddr")) {
+			say(&fail, "task %d (%s): %s=%s has no address of the head's family (MASTER_ADDR=%s)",
+			    i, r->host, r->ifvar, r->ifname, r->env[CK_MASTER_ADDR]);
+		} else if (!strcmp(st, "loopback")) {
+			if (nd->n > 1)
+				say(&fail, "task %d (%s): %s=%s is a loopback interface: other nodes cannot "
+				    "reach it", i, r->host, r->ifvar, r->ifname);
+		} else if (!strcmp(st, "virtual")) {
+			if (nd->n > 1)
+				say(&fail, "task %d (%s): %s=%s is a container or virtual bridge (%s): other "
+				    "nodes cannot reach it", i, r->host, r->ifvar, r->ifname, r->ifaddr);
+		} else if (!strcmp(st, "pattern")) {
+			say(&warn, "task %d (%s): %s=%s excludes interfaces rather than naming one: not "
+			    "checked", i, r->host, r->ifvar, r->env[CK_NCCL_IF]);
+		} else {
+			say(&fail, "task %d (%s): interface state '%s'", i, r->host, st);
+		}
+	}
+	if (fail.items)
+		ck_add(w, "net.iface", CK_FAIL, "%s", said(&fail));
+	else if (warn.items)
+		ck_add(w, "net.iface", CK_WARN, "%s", said(&warn));
+	else
+		ck_add(w, "net.iface", CK_OK, "%s (%s%s) exists, is up and has an address of the head's "
+		       "family on every task%s", first[0] ? first : "the interface", names,
+		       nnames > 4 ? ", ..." : "",
+		       nlocal ? " (local only, enough for a step on one node)" : "");
+}
+
+static void eval_kind(struct ck_world *w, const struct nodes *nd)
+{
+	char kinds[8][16];
+	int nk = 0, which[8] = { 0 };
+	struct msg m = { 0 };
+
+	for (int n = 0; n < nd->n; n++) {
+		const struct ck_rank *r = &w->ranks[nd->first[n]];
+		int k;
+		if (!r->ifkind[0])
+			continue;
+		for (k = 0; k < nk; k++)
+			if (!strcmp(kinds[k], r->ifkind))
+				break;
+		if (k == nk && nk < 8)
+			snprintf(kinds[nk++], sizeof(kinds[0]), "%s", r->ifkind);
+		if (k < 8)
+			which[k]++;
+	}
+	if (nk == 0) {
+		ck_add(w, "net.kind", CK_SKIP, "no node reported its interface's kind");
+		return;
+	}
+	if (nk == 1) {
+		ck_add(w, "net.kind", CK_OK, "%s on every node", kinds[0]);
+		return;
+	}
+	for (int n = 0; n < nd->n; n++) {
+		const struct ck_rank *r = &w->ranks[nd->first[n]];
+		say(&m, "%s: %s (%s)", r->host, r->ifkind, r->ifname);
+	}
+	ck_add(w, "net.kind", CK_WARN, "the nodes use different kinds of interface: %s; the "
+	       "slowest sets the pace of every collective", said(&m));
+}
+
+static void eval_probe(struct ck_world *w, const struct nodes *nd)
+{
+	struct msg fail = { 0 }, warn = { 0 };
+	double worst = 0;
+	char worst_s[160] = "";
+	int pairs = 0;
+
+	if (nd->n < 2) {
+		ck_add(w, "net.probe", CK_OK, "one node: no other node to reach");
+		return;
+	}
+	for (int n = 0; n < nd->n; n++) {
+		int p = -1;
+		for (int i = 0; i < w->n; i++)
+			if (nd->of[i] == n && w->probes[i].have) {
+				p = i;
+				break;
+			}
+		if (p < 0) {
+			int f = nd->first[n];
+			if (!w->ranks[f].probe[0])
+				say(&warn, "%s was not probed: no usable interface to listen on (net.iface)",
+				    nd->name[n]);
+			else
+				say(&fail, "%s did not report its probes (its prober, task %d, is gone?)",
+				    nd->name[n], f);
+			continue;
+		}
+		const struct ck_probe *pr = &w->probes[p];
+		for (size_t k = 0; k < pr->npeers; k++) {
+			const struct ck_peer *q = &pr->peers[k];
+			pairs++;
+			if (!q->ok) {
+				say(&fail, "%s cannot reach %s at %s: %s", nd->name[n], q->node, q->addr, q->err);
+			} else if (q->rtt_us > worst) {
+				worst = q->rtt_us;
+				snprintf(worst_s, sizeof(worst_s), "%s to %s", nd->name[n], q->node);
+			}
+		}
+	}
+	if (fail.items)
+		ck_add(w, "net.probe", CK_FAIL, "%s%s%s", said(&fail), warn.items ? "; " : "",
+		       warn.items ? said(&warn) : "");
+	else if (warn.items)
+		ck_add(w, "net.probe", CK_WARN, "%s", said(&warn));
+	else
+		ck_add(w, "net.probe", CK_OK, "every node reached every other (%d connections within %d ms; "
+		       "slowest %.0f us, %s)", pairs, w->opts.probe_ms, worst, worst_s);
+}
+
+static void eval_clock(struct ck_world *w, const struct nodes *nd)
+{
+	double worst = 0, unc = 0;
+	const char *who = NULL;
+	int measured = 0;
+
+	if (nd->n < 2) {
+		ck_add(w, "clock.skew", CK_OK, "one node: no skew to measure");
+		return;
+	}
+	for (int i = 0; i < w->n; i++) {
+		const struct ck_probe *p = &w->probes[i];
+		if (!p->have || !p->have_clock)
+			continue;
+		measured++;
+		if (!who || fabs(p->clock_off_us) > fabs(worst)) {
+			worst = p->clock_off_us;
+			unc = p->clock_unc_us;
+			who = w->ranks[i].host;
+		}
+	}
+	if (!who) {
+		ck_add(w, "clock.skew", CK_SKIP, "no node could reach the head's node to compare clocks");
+		return;
+	}
+	const char *head = nd->name[0];
+	if (fabs(worst) - unc > w->opts.max_skew_ms * 1000)
+		ck_add(w, "clock.skew", CK_WARN, "%s's clock is %.1f ms %s %s's (+-%.2f ms), more than %.0f ms: "
+		       "is NTP (chrony) running there?", who, fabs(worst) / 1000,
+		       worst > 0 ? "ahead of" : "behind", head, unc / 1000, w->opts.max_skew_ms);
+	else
+		ck_add(w, "clock.skew", CK_OK, "largest skew to %s: %.3f ms (%s, +-%.3f ms), %d node%s measured",
+		       head, fabs(worst) / 1000, who, unc / 1000, measured, measured == 1 ? "" : "s");
+}
+
+void ck_eval_net(struct ck_world *w, const struct nodes *nd)
+{
+	eval_iface(w, nd);
+	eval_kind(w, nd);
+	eval_probe(w, nd);
+	eval_clock(w, nd);
+}
