@@ -1,0 +1,231 @@
+/* What a ddp-check task finds out about itself (self.h). */
+#include <net/if.h>
+#include <net/if_arp.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <hwloc.h>
+
+#include "self.h"
+
+static int marker_matches(void)
+{
+	const char *m = getenv(DDPENV_MARKER), *j = getenv("SLURM_JOB_ID"), *s = getenv("SLURM_STEP_ID");
+	char want[64];
+	snprintf(want, sizeof(want), "%s.%s", j ? j : "", s ? s : "");
+	return m && !strcmp(m, want);
+}
+
+static int list_count(const char *s)
+{
+	int n = 0;
+	if (!s || !*s)
+		return 0;
+	for (n = 1; *s; s++)
+		n += *s == ',';
+	return n;
+}
+
+void ck_self_env(struct self *me)
+{
+	struct ck_rank *r = &me->r;
+	for (int k = 0; k < CK_NENV; k++) {
+		const char *v = getenv(ck_env_names[k]);
+		/* The plugin's per-step variables, unless inherited from another step. */
+		if ((k == CK_GPU_BUSID || k == CK_SLURM_CVD) && !marker_matches())
+			v = NULL;
+		if (v) {
+			snprintf(r->env[k], sizeof(r->env[k]), "%s", v);
+			r->have |= 1u << k;
+		}
+	}
+}
+
+/* The interface the backend will use, as NCCL or gloo reads the variable. */
+void ck_self_iface(struct self *me)
+{
+	struct ck_rank *r = &me->r;
+	int nccl = !strcmp(me->backend, "nccl");
+	enum ck_env k = nccl ? CK_NCCL_IF : CK_GLOO_IF;
+	struct ddpenv_ifaddr *ifa = NULL;
+	size_t nifa = 0;
+	char err[DDPENV_ERRLEN];
+	struct if_nameindex *ni = if_nameindex();
+	size_t off = 0;
+
+	snprintf(r->ifvar, sizeof(r->ifvar), "%s", ck_env_names[k]);
+	for (struct if_nameindex *p = ni; p && p->if_name; p++)
+		off += (size_t)snprintf(r->ifs_here + off, off < sizeof(r->ifs_here) ? sizeof(r->ifs_here) - off : 0,
+					"%s%s", off ? ", " : "", p->if_name);
+	ddpenv_sys_ifaddrs(NULL, &ifa, &nifa, err, sizeof(err));
+
+	const char *want = r->have & (1u << k) ? r->env[k] : NULL;
+	char name[2 * IF_NAMESIZE] = "";
+	if (!want || !*want) {
+		snprintf(r->ifstate, sizeof(r->ifstate), "unset");
+		if (me->head_ok)
+			ddpenv_sys_route(NULL, &me->head, name, sizeof(name), err, sizeof(err));
+	} else if (want[0] == '^') {
+		snprintf(r->ifstate, sizeof(r->ifstate), "pattern");
+	} else {
+		/* NCCL: "=eth0" exact, "eth" a prefix, "a,b" a list (first
+		 * used here); gloo: the exact name. */
+		int exact = !nccl || want[0] == '=';
+		const char *w = want + (want[0] == '=');
+		size_t wl = strcspn(w, ",");
+		for (struct if_nameindex *p = ni; p && p->if_name && !name[0]; p++)
+			if (strlen(p->if_name) == wl && !strncmp(p->if_name, w, wl))
+				snprintf(name, sizeof(name), "%s", p->if_name);
+		for (struct if_nameindex *p = ni; !exact && p && p->if_name && !name[0]; p++)
+			if (!strncmp(p->if_name, w, wl))
+				snprintf(name, sizeof(name), "%s", p->if_name);
+		if (!name[0]) {
+			snprintf(r->ifstate, sizeof(r->ifstate), "missing");
+			snprintf(r->ifname, sizeof(r->ifname), "%.*s", (int)(wl < 31 ? wl : 31), w);
+		}
+	}
+	if (name[0]) {
+		snprintf(r->ifname, sizeof(r->ifname), "%s", name);
+		int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+		struct ifreq ifr;
+		memset(&ifr, 0, sizeof(ifr));
+		snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", name);
+		unsigned flags = 0;
+		if (fd >= 0 && ioctl(fd, SIOCGIFFLAGS, &ifr) == 0)
+			flags = (unsigned)ifr.ifr_flags;
+		if (fd >= 0)
+			close(fd);
+		/* The address peers will reach it on: of the head's family. */
+		int fam = me->head_ok ? me->head.family : AF_INET;
+		for (size_t i = 0; i < nifa && !r->ifaddr[0]; i++)
+			if (!strcmp(ifa[i].name, name) && ifa[i].addr.family == fam &&
+			    !ddpenv_addr_is_linklocal(&ifa[i].addr))
+				ddpenv_addr_format(&ifa[i].addr, r->ifaddr, sizeof(r->ifaddr));
+		/* The link type from the interface itself: /sys/class/net may
+		 * belong to another network namespace. */
+		int type = -1;
+		fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+		if (fd >= 0 && ioctl(fd, SIOCGIFHWADDR, &ifr) == 0)
+			type = ifr.ifr_hwaddr.sa_family;
+		if (fd >= 0)
+			close(fd);
+		snprintf(r->ifkind, sizeof(r->ifkind), type == ARPHRD_ETHER ? "ethernet" :
+			 type == ARPHRD_INFINIBAND ? "infiniband" : type == ARPHRD_LOOPBACK ? "loopback" :
+			 "type %d", type);
+		if (r->ifstate[0]) {
+			/* unset: the route's interface, for the probe and the report */
+		} else if ((flags & IFF_LOOPBACK))
+			snprintf(r->ifstate, sizeof(r->ifstate), "loopback");
+		else if (!(flags & IFF_UP) || !(flags & IFF_RUNNING))
+			snprintf(r->ifstate, sizeof(r->ifstate), "down");
+		else if (!r->ifaddr[0])
+			snprintf(r->ifstate, sizeof(r->ifstate), "noaddr");
+		else if (ddpenv_iface_excluded(name))
+			snprintf(r->ifstate, sizeof(r->ifstate), "virtual");
+		else
+			snprintf(r->ifstate, sizeof(r->ifstate), "up");
+	}
+
+	/* Is MASTER_ADDR one of this node's addresses? */
+	r->head_local = -1;
+	if (me->head_ok) {
+		r->head_local = 0;
+		for (size_t i = 0; i < nifa; i++)
+			if (ifa[i].addr.family == me->head.family &&
+			    ddpenv_addr_same_subnet(&ifa[i].addr, &me->head, me->head.family == AF_INET ? 32 : 128))
+				r->head_local = 1;
+	}
+	free(ifa);
+	if_freenameindex(ni);
+}
+
+/* The settings the plugin used for this step (the site's ddp.yaml, this
+ * partition, the user's DDP_* variables); -1 when they cannot be had. */
+static int site_settings(struct ddpenv_settings *eff)
+{
+	struct ddpenv_config cfg;
+	struct ddpenv_env env;
+	extern char **environ;
+	const char *cpath = getenv("DDP_CONFIG");
+	char err[DDPENV_ERRLEN];
+	int rv;
+	ddpenv_config_init(&cfg);
+	ddpenv_env_init(&env);
+	ddpenv_env_from_envp(&env, environ);
+	rv = ddpenv_config_load(&cfg, cpath ? cpath : cfg.path, cpath != NULL, err, sizeof(err)) == 0 &&
+	     ddpenv_config_effective(&cfg, getenv("SLURM_JOB_PARTITION"), &env, eff, err, sizeof(err)) == 0 ? 0 : -1;
+	ddpenv_env_free(&env);
+	ddpenv_config_free(&cfg);
+	return rv;
+}
+
+void ck_self_binding(struct self *me)
+{
+	struct ck_rank *r = &me->r;
+	cpu_set_t cs;
+	hwloc_bitmap_t b = hwloc_bitmap_alloc();
+	char err[DDPENV_ERRLEN];
+
+	if (b && sched_getaffinity(0, sizeof(cs), &cs) == 0) {
+		for (int c = 0; c < CPU_SETSIZE; c++)
+			if (CPU_ISSET(c, &cs))
+				hwloc_bitmap_set(b, (unsigned)c);
+		hwloc_bitmap_list_snprintf(r->cpus, sizeof(r->cpus), b);
+	}
+	hwloc_bitmap_free(b);
+
+	/* The topology the plugin planned with: the site's export, else this machine. */
+	struct ddpenv_settings eff;
+	const char *tp = NULL;
+	if (site_settings(&eff) == 0 && eff.topology[0])
+		tp = eff.topology;
+	struct ddpenv_topo *t = NULL;
+	if (ddpenv_topo_load(tp, 1, &t, err, sizeof(err)) < 0) {
+		snprintf(r->topo_err, sizeof(r->topo_err), "%s", err);
+	} else {
+		ddpenv_topo_allowed(t, r->allowed, sizeof(r->allowed), err, sizeof(err));
+		if (r->cpus[0])
+			ddpenv_topo_numa_of(t, r->cpus, r->numa, sizeof(r->numa), err, sizeof(err));
+		if (r->gpu[0] && ddpenv_topo_gpu_near(t, r->gpu, r->gpu_near, sizeof(r->gpu_near),
+						      &r->gpu_numa, err, sizeof(err)) < 0)
+			snprintf(r->topo_err, sizeof(r->topo_err), "%s", err);
+	}
+	/* A cgroup narrower than the topology file: the process knows best. */
+	if (!r->allowed[0])
+		snprintf(r->allowed, sizeof(r->allowed), "%s", r->cpus);
+	ddpenv_topo_free(t);
+}
+
+void ck_self_gpus(struct self *me)
+{
+	struct ck_rank *r = &me->r;
+	r->visible = r->have & (1u << CK_CVD) ? list_count(r->env[CK_CVD]) : -1;
+	r->step_gpus = r->have & (1u << CK_SLURM_CVD) ? list_count(r->env[CK_SLURM_CVD]) :
+		       r->have & (1u << CK_STEP_GPUS) ? list_count(r->env[CK_STEP_GPUS]) :
+		       r->visible > 0 ? r->visible : 0;
+	/* A MIG device: CUDA opens the first one it is shown, and only it. */
+	if (r->have & (1u << CK_CVD) && ddpenv_is_mig(r->env[CK_CVD]))
+		snprintf(r->mig, sizeof(r->mig), "%.*s", (int)strcspn(r->env[CK_CVD], ","), r->env[CK_CVD]);
+	if (r->have & (1u << CK_GPU_BUSID)) {
+		snprintf(r->gpu, sizeof(r->gpu), "%s", r->env[CK_GPU_BUSID]);
+		snprintf(r->gpu_from, sizeof(r->gpu_from), "DDP_GPU_BUSID");
+	}
+	/* The driver's minor -> bus id table, to check Slurm's GPU numbers
+	 * with: DDP_CHECK_NVIDIA_GPUS, else where the plugin reads it (none
+	 * where the site turned it off: nvidia_gpus: ""). */
+	struct ddpenv_settings eff;
+	int have_eff = site_settings(&eff) == 0;
+	const char *dir = getenv("DDP_CHECK_NVIDIA_GPUS");
+	if (!dir || !*dir)
+		dir = have_eff ? eff.nvidia_gpus : DDPENV_NVIDIA_GPUS;
+	/* How Slurm numbers the GPUs, as the plugin was told (gres_order). */
+	r->gres_order = have_eff ? eff.gres_order : DDPENV_GRES_ORDER_BUS;
+	if (!*dir || ck_nvidia_read(dir, r->nvgpus, sizeof(r->nvgpus), r->nvgpus_err,
+				    sizeof(r->nvgpus_err)) < 0)
+		r->nvgpus[0] = 0;
+}

@@ -1,0 +1,31 @@
+/* What a ddp-check task finds out about itself before it joins the store:
+ * its contract variables, the interface its backend will use, its CPUs
+ * and the topology around them, its GPU.  Each fills me->r, the record
+ * task 0 gathers; none fails: what cannot be read is left empty or named
+ * in the record's *_err fields, for a check to report. */
+#ifndef CK_SELF_H
+#define CK_SELF_H
+
+#include "check.h"
+#include "ddpenv.h"
+
+struct self {
+	struct ck_rank r;
+	int id, n;
+	int step_nodes;               /* SLURM_STEP_NUM_NODES; 0 outside Slurm */
+	const char *backend;
+	int local_rank;
+	int prober;                   /* listens for its node */
+	struct ddpenv_addr head;
+	int head_ok;
+};
+
+void ck_self_env(struct self *me);
+/* after ck_self_env: needs the step's GPU variables */
+void ck_self_gpus(struct self *me);
+/* needs me->backend */
+void ck_self_iface(struct self *me);
+/* after ck_self_gpus: needs r->gpu for the GPU's locality */
+void ck_self_binding(struct self *me);
+
+#endif
