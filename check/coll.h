@@ -8,6 +8,18 @@
 #include "ddpenv_store.h"
 
 struct ck_nccl;
+struct ck_coll;
+struct ck_opts;
+struct self;
+
+/* Every task: open the backend's communicator over the store (NCCL for
+ * "nccl", else gloo on the task's interface), run an all-reduce of 1 and
+ * of many floats whose sums are known exactly, then the bandwidth sweep
+ * over sizes (ascending, bytes), and say how it went in out: set-up time,
+ * time to the first collective, per-size times or what failed. */
+void ck_run_colls(struct self *me, struct ddpenv_store *s, const struct ck_opts *o,
+		  const size_t *sizes, size_t nsizes, struct ck_coll *out);
+
 
 /* dlopen libcudart and libnccl; -1 with err naming what was tried. */
 int ck_nccl_load(char *err, size_t errlen);

@@ -33,39 +33,6 @@
 #define KEYLEN 64
 #define RECLEN 16384
 
-static double mono(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-/* Seconds since this process started (what a user waits through). */
-static double task_age(void)
-{
-	FILE *f = fopen("/proc/self/stat", "r");
-	char buf[1024];
-	struct timespec t;
-	unsigned long long start = 0;
-
-	if (!f)
-		return 0;
-	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = 0;
-	char *p = strrchr(buf, ')');   /* the command name may hold spaces */
-	if (!p)
-		return 0;
-	/* fields after ")": state is field 3, starttime field 22 */
-	int field = 2;
-	for (char *s = p + 1; *s && field < 22; s++)
-		if (*s == ' ' && ++field == 22)
-			start = strtoull(s + 1, NULL, 10);
-	clock_gettime(CLOCK_BOOTTIME, &t);
-	double age = (double)t.tv_sec + t.tv_nsec * 1e-9 - (double)start / (double)sysconf(_SC_CLK_TCK);
-	return age > 0 ? age : 0;
-}
-
 static void usage(FILE *out)
 {
 	fprintf(out,
@@ -161,7 +128,7 @@ static int gather(struct ddpenv_store *s, const char *phase, int n, int want, do
 	for (;;) {
 		if (ddpenv_store_add(s, key, 0, &cnt, err, errlen) < 0)
 			return -1;
-		if (cnt >= want || mono() > deadline)
+		if (cnt >= want || ck_mono() > deadline)
 			break;
 		usleep(cnt + 1 >= want ? 2000 : 20000);
 	}
@@ -204,161 +171,6 @@ static void got_coll(void *ctx, int id, const char *buf, size_t len)
 {
 	struct ck_world *w = ctx;
 	ck_coll_decode(&w->colls[id], buf, len);
-}
-
-/* ---- collectives --------------------------------------------------------- */
-
-struct coll {
-	int nccl;
-	struct cnn_comm *gloo;
-	struct ck_nccl *nc;
-	int rank, world;
-};
-
-static void *coll_alloc(struct coll *c, size_t bytes)
-{
-	return c->nccl ? ck_nccl_alloc(bytes) : malloc(bytes);
-}
-
-static void coll_free(struct coll *c, void *p)
-{
-	if (c->nccl)
-		ck_nccl_free(p);
-	else
-		free(p);
-}
-
-static int coll_allreduce(struct coll *c, void *buf, size_t n, int sync, char *err, size_t errlen)
-{
-	if (!c->nccl)
-		return cnn_comm_allreduce_sum(c->gloo, buf, n, err, errlen);
-	if (ck_nccl_allreduce(c->nc, buf, n, err, errlen) < 0)
-		return -1;
-	return sync ? ck_nccl_sync(c->nc, err, errlen) : 0;
-}
-
-static int coll_sync(struct coll *c, char *err, size_t errlen)
-{
-	return c->nccl ? ck_nccl_sync(c->nc, err, errlen) : 0;
-}
-
-/* An all-reduce of n floats whose sum is known exactly. */
-static int exact(struct coll *c, void *dbuf, float *host, size_t n, char *msg, size_t len)
-{
-	int big = c->world > 2048;   /* keep every partial sum exact in float */
-	float mine = big ? 1.0f : (float)(c->rank + 1);
-	double tri = big ? c->world : (double)c->world * (c->world + 1) / 2;
-	char err[DDPENV_ERRLEN];
-
-	for (size_t i = 0; i < n; i++)
-		host[i] = mine * (float)(i % 7 + 1);
-	if (c->nccl && ck_nccl_copy(dbuf, host, n * 4, 1) < 0) {
-		snprintf(msg, len, "cudaMemcpy to the GPU failed");
-		return -1;
-	}
-	if (coll_allreduce(c, c->nccl ? dbuf : host, n, 1, err, sizeof(err)) < 0) {
-		if (!c->nccl)
-			cnn_comm_explain_failure(c->gloo, err, sizeof(err));
-		snprintf(msg, len, "all-reduce of %zu floats failed: %s", n, err);
-		return -1;
-	}
-	if (c->nccl && ck_nccl_copy(host, dbuf, n * 4, 0) < 0) {
-		snprintf(msg, len, "cudaMemcpy from the GPU failed");
-		return -1;
-	}
-	size_t bad = 0, first = 0;
-	for (size_t i = 0; i < n; i++)
-		if (host[i] != (float)(tri * (i % 7 + 1)) && bad++ == 0)
-			first = i;
-	if (bad) {
-		snprintf(msg, len, "all-reduce of %zu floats WRONG at %zu elements, first [%zu] = %.9g, "
-			 "expected %.9g", n, bad, first, host[first], tri * (first % 7 + 1));
-		return -1;
-	}
-	return 0;
-}
-
-static void run_colls(struct self *me, struct ddpenv_store *s, const struct ck_opts *o,
-		      const size_t *sizes, size_t nsizes, struct ck_coll *out)
-{
-	struct coll c = { .nccl = !strcmp(me->backend, "nccl"), .rank = me->id, .world = me->n };
-	char err[DDPENV_ERRLEN];
-	size_t maxb = nsizes ? sizes[nsizes - 1] : 0;
-	size_t nexact = maxb / 4 > (1u << 20) ? (1u << 20) : maxb / 4 > 4096 ? maxb / 4 : 4096;
-	size_t bytes = (maxb > nexact * 4 ? maxb : nexact * 4);
-	void *dbuf = NULL;
-	float *host = NULL;
-	double t0 = mono();
-
-	memset(out, 0, sizeof(*out));
-	if (c.nccl) {
-		if (ck_nccl_open(&c.nc, s, me->id, me->n, o->timeout_s * 1000, err, sizeof(err)) < 0) {
-			snprintf(out->msg, sizeof(out->msg), "%s", err);
-			return;
-		}
-	} else {
-		const char *ifn = me->r.ifstate[0] && !strcmp(me->r.ifstate, "up") ? me->r.ifname : NULL;
-		if (cnn_comm_attach(&c.gloo, s, me->id, me->n, "gloo", ifn, o->timeout_s * 1000, err,
-				    sizeof(err)) < 0) {
-			snprintf(out->msg, sizeof(out->msg), "%s", err);
-			return;
-		}
-	}
-	out->init_s = mono() - t0;
-	host = malloc(nexact * 4);
-	dbuf = coll_alloc(&c, bytes);
-	if (!host || !dbuf) {
-		snprintf(out->msg, sizeof(out->msg), "cannot allocate %zu bytes for the all-reduce", bytes);
-		goto out;
-	}
-	/* Zeros everywhere, so the sweep never sums garbage (or slow denormals). */
-	memset(host, 0, nexact * 4);
-	for (size_t off = 0; off < bytes; off += nexact * 4) {
-		size_t chunk = bytes - off < nexact * 4 ? bytes - off : nexact * 4;
-		if (c.nccl ? ck_nccl_copy((char *)dbuf + off, host, chunk, 1) < 0 :
-			     (memset((char *)dbuf + off, 0, chunk), 0)) {
-			snprintf(out->msg, sizeof(out->msg), "cudaMemcpy to the GPU failed");
-			goto out;
-		}
-	}
-	if (exact(&c, dbuf, host, 1, out->msg, sizeof(out->msg)) < 0)
-		goto out;
-	out->first_s = task_age();
-	if (exact(&c, dbuf, host, nexact, out->msg, sizeof(out->msg)) < 0)
-		goto out;
-	snprintf(out->msg, sizeof(out->msg), "1 and %zu floats, sums of %s", nexact,
-		 me->n > 2048 ? "ones" : "rank+1");
-	out->ok = 1;
-	/* The sweep: what it sums no longer matters, only the time. */
-	for (size_t k = 0; k < nsizes; k++) {
-		size_t n = sizes[k] / 4;
-		double t = 0;
-		for (int i = 0; i < o->warmup; i++)
-			if (coll_allreduce(&c, dbuf, n, 0, err, sizeof(err)) < 0)
-				goto sweep_failed;
-		if (coll_sync(&c, err, sizeof(err)) < 0)
-			goto sweep_failed;
-		t = mono();
-		for (int i = 0; i < o->iters; i++)
-			if (coll_allreduce(&c, dbuf, n, 0, err, sizeof(err)) < 0)
-				goto sweep_failed;
-		if (coll_sync(&c, err, sizeof(err)) < 0)
-			goto sweep_failed;
-		out->times[out->ntimes++] = (mono() - t) / (o->iters > 0 ? o->iters : 1);
-	}
-	goto out;
-sweep_failed:
-	out->ok = 0;
-	if (!c.nccl)
-		cnn_comm_explain_failure(c.gloo, err, sizeof(err));
-	snprintf(out->msg, sizeof(out->msg), "bandwidth sweep failed: %s", err);
-out:
-	coll_free(&c, dbuf);
-	free(host);
-	if (c.nccl)
-		ck_nccl_close(c.nc);
-	else
-		cnn_comm_close(c.gloo);
 }
 
 /* ---- task 0's plan for the probes --------------------------------------- */
@@ -637,7 +449,7 @@ int main(int argc, char **argv)
 		local_fail(&me, "rdzv.join", err, json);
 		return 1;
 	}
-	me.r.joined_s = task_age();
+	me.r.joined_s = ck_task_age();
 
 	char *rec = malloc(RECLEN);
 	int len = rec ? ck_rank_encode(&me.r, rec, RECLEN) : -1;
@@ -653,7 +465,7 @@ int main(int argc, char **argv)
 	int rc = 0, *probers = NULL;
 	char *plan = NULL;
 	w.nsizes = ck_sizes(&o, w.sizes, CK_MAX_SIZES);
-	double deadline = mono() + o.timeout_s;
+	double deadline = ck_mono() + o.timeout_s;
 	void *v2;
 	size_t l2;
 	/* The others wait on task 0 for as long as it may wait on them. */
@@ -731,7 +543,7 @@ int main(int argc, char **argv)
 		free(t);
 		if (me.id == 0) {
 			/* The probers report within about probe-timeout per batch. */
-			double pd = mono() + (double)o.probe_ms / 1000 * ((me.n + 127) / 128 + 2) + 5;
+			double pd = ck_mono() + (double)o.probe_ms / 1000 * ((me.n + 127) / 128 + 2) + 5;
 			if (gather(s, "probe", me.n, nprobers, pd, got_probe, &w, err, sizeof(err)) < 0)
 				goto store_failed;
 		}
@@ -757,7 +569,7 @@ int main(int argc, char **argv)
 
 	if (go) {
 		struct ck_coll mine;
-		run_colls(&me, s, &o, w.sizes, w.nsizes, &mine);
+		ck_run_colls(&me, s, &o, w.sizes, w.nsizes, &mine);
 		if (!mine.ok)
 			fprintf(stderr, "ddp-check: task %d (%s): FAIL coll.allreduce: %s\n", me.id, me.r.host,
 				mine.msg);
@@ -768,7 +580,7 @@ int main(int argc, char **argv)
 			rc = 1;
 		if (me.id == 0) {
 			w.coll_ran = 1;
-			if (gather(s, "coll", me.n, me.n, mono() + o.timeout_s, got_coll, &w, err, sizeof(err)) < 0)
+			if (gather(s, "coll", me.n, me.n, ck_mono() + o.timeout_s, got_coll, &w, err, sizeof(err)) < 0)
 				goto store_failed;
 		}
 	}

@@ -16,6 +16,7 @@
 
 #include "check.h"
 #include "coll.h"
+#include "self.h"
 
 #ifdef HAVE_NCCL
 #include <cuda_runtime_api.h>
@@ -140,13 +141,6 @@ struct ck_nccl {
 	int broken;          /* a wait timed out: abort, never finalize */
 };
 
-static double mono(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
-
 static int nerr(struct ck_nccl *c, ncclResult_t r, const char *what, char *err, size_t errlen)
 {
 	const char *last = c && c->comm && dl.GetLastError ? dl.GetLastError(c->comm) : NULL;
@@ -158,7 +152,7 @@ static int nerr(struct ck_nccl *c, ncclResult_t r, const char *what, char *err, 
 /* Wait for the non-blocking communicator's last operation. */
 static int settle(struct ck_nccl *c, const char *what, char *err, size_t errlen)
 {
-	double deadline = mono() + c->timeout_ms / 1000.0;
+	double deadline = ck_mono() + c->timeout_ms / 1000.0;
 	ncclResult_t st;
 	for (;;) {
 		ncclResult_t r = dl.CommGetAsyncError(c->comm, &st);
@@ -168,7 +162,7 @@ static int settle(struct ck_nccl *c, const char *what, char *err, size_t errlen)
 			return 0;
 		if (st != ncclInProgress)
 			return nerr(c, st, what, err, errlen);
-		if (mono() > deadline) {
+		if (ck_mono() > deadline) {
 			snprintf(err, errlen, "NCCL %s: not done after %d s (a peer is missing or its "
 				 "network is cut)", what, c->timeout_ms / 1000);
 			c->broken = 1;
@@ -245,7 +239,7 @@ int ck_nccl_allreduce(struct ck_nccl *c, void *dbuf, size_t n, char *err, size_t
  * ends, so poll the stream and NCCL's error state until the deadline. */
 int ck_nccl_sync(struct ck_nccl *c, char *err, size_t errlen)
 {
-	double deadline = mono() + c->timeout_ms / 1000.0;
+	double deadline = ck_mono() + c->timeout_ms / 1000.0;
 	for (;;) {
 		cudaError_t e = dl.StreamQuery(c->stream);
 		if (e == cudaSuccess)
@@ -258,7 +252,7 @@ int ck_nccl_sync(struct ck_nccl *c, char *err, size_t errlen)
 		if (dl.CommGetAsyncError(c->comm, &st) == ncclSuccess && st != ncclSuccess &&
 		    st != ncclInProgress)
 			return nerr(c, st, "all-reduce", err, errlen);
-		if (mono() > deadline) {
+		if (ck_mono() > deadline) {
 			snprintf(err, errlen, "NCCL all-reduce: not done after %d s (a peer is missing or "
 				 "its network is cut)", c->timeout_ms / 1000);
 			c->broken = 1;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <hwloc.h>
@@ -228,4 +229,38 @@ void ck_self_gpus(struct self *me)
 	if (!*dir || ck_nvidia_read(dir, r->nvgpus, sizeof(r->nvgpus), r->nvgpus_err,
 				    sizeof(r->nvgpus_err)) < 0)
 		r->nvgpus[0] = 0;
+}
+
+/* CLOCK_MONOTONIC seconds: the clock of every deadline. */
+double ck_mono(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* Seconds since this process started (what a user waits through). */
+double ck_task_age(void)
+{
+	FILE *f = fopen("/proc/self/stat", "r");
+	char buf[1024];
+	struct timespec t;
+	unsigned long long start = 0;
+
+	if (!f)
+		return 0;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	char *p = strrchr(buf, ')');   /* the command name may hold spaces */
+	if (!p)
+		return 0;
+	/* fields after ")": state is field 3, starttime field 22 */
+	int field = 2;
+	for (char *s = p + 1; *s && field < 22; s++)
+		if (*s == ' ' && ++field == 22)
+			start = strtoull(s + 1, NULL, 10);
+	clock_gettime(CLOCK_BOOTTIME, &t);
+	double age = (double)t.tv_sec + t.tv_nsec * 1e-9 - (double)start / (double)sysconf(_SC_CLK_TCK);
+	return age > 0 ? age : 0;
 }

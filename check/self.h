@@ -28,4 +28,10 @@ void ck_self_iface(struct self *me);
 /* after ck_self_gpus: needs r->gpu for the GPU's locality */
 void ck_self_binding(struct self *me);
 
+/* CLOCK_MONOTONIC seconds: the clock of every deadline. */
+double ck_mono(void);
+/* Seconds since this process started, from /proc/self/stat (what a user
+ * waits through before the first collective). */
+double ck_task_age(void);
+
 #endif
