@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <slurm/slurm.h>
+
 #include "ddp.h"
 
 extern char **environ;
@@ -56,6 +58,59 @@ out:
 	ddpenv_env_free(&env);
 	ddpenv_config_free(&cfg);
 	return rv;
+}
+
+/* srun, once the step exists and before its tasks start.  Under an
+ * arbitrary distribution (SLURM_HOSTFILE, or srun -m arbitrary -w LIST)
+ * task 0 runs on the node the list names first, while every node's
+ * SLURM_STEP_NODELIST is sorted: no compute node can tell where task 0 is.
+ * One RPC from here (not one per node) reads the step's layout from
+ * slurmctld; DDP_TASK0_NODE="<job>.<step>:<host>" carries the answer to
+ * every node and task of the step. */
+int ddp_local_user_init(spank_t sp)
+{
+	const char *dist = getenv("SLURM_DISTRIBUTION");
+	uint32_t job = 0, step = 0;
+	char host[DDPENV_HOSTLEN] = "", val[DDPENV_HOSTLEN + 32], err[DDPENV_ERRLEN] = "";
+	slurm_step_layout_t *l;
+	int found = 0;
+
+	if (!ddp_req.given || !ddp_req.valid)
+		return 0;
+	/* ours, so never a value inherited from an outer step */
+	unsetenv(DDPENV_TASK0_NODE);
+	if (!dist || strncmp(dist, "arbitrary", 9) != 0)
+		return 0;
+	if (spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS ||
+	    spank_get_item(sp, S_JOB_STEPID, &step) != ESPANK_SUCCESS) {
+		slurm_error(DDP_PFX "SLURM_DISTRIBUTION=%s: srun gave no job and step id to find task 0's node",
+			    dist);
+		return -1;
+	}
+	l = slurm_job_step_layout_get(&(slurm_step_id_t){ .job_id = job, .step_id = step,
+							  .step_het_comp = NO_VAL });
+	if (!l) {
+		slurm_error(DDP_PFX "SLURM_DISTRIBUTION=%s: cannot read step %u.%u's layout from slurmctld "
+			    "(%s), so task 0's node, the head, is unknown; use a block or cyclic distribution",
+			    dist, job, step, slurm_strerror(slurm_get_errno()));
+		return -1;
+	}
+	for (uint32_t n = 0; n < l->node_cnt && !found; n++)
+		for (uint16_t t = 0; t < l->tasks[n] && !found; t++)
+			if (l->tids[n][t] == 0)
+				found = ddpenv_hostlist_nth(l->node_list, n, host, sizeof(host), err,
+							    sizeof(err)) == 0 ? 1 : -1;
+	if (found <= 0)
+		slurm_error(DDP_PFX "SLURM_DISTRIBUTION=%s: step %u.%u's layout from slurmctld (%u nodes, "
+			    "%.100s) %s%s", dist, job, step, l->node_cnt,
+			    l->node_list ? l->node_list : "no node list",
+			    found ? "names no host for task 0's node: " : "places no task 0", err);
+	slurm_job_step_layout_free(l);
+	if (found <= 0)
+		return -1;
+	snprintf(val, sizeof(val), "%u.%u:%s", job, step, host);
+	setenv(DDPENV_TASK0_NODE, val, 1);
+	return 0;
 }
 
 int ddp_config_load(struct ddpenv_config *cfg, int ac, char **av, char *err, size_t errlen)

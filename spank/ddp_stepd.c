@@ -246,9 +246,11 @@ int ddp_stepd_user_init(spank_t sp, int ac, char **av)
 				 "MIG devices of one GPU fail with \"Duplicate GPU detected\"; use --ddp=gloo, or one "
 				 "task per node", st.node.backend_how, here);
 	}
-	/* The head checks, once per step, that the port it was given is free. */
+	/* The head, the node that runs task 0 (under any distribution), checks
+	 * once per step that the port it was given is free. */
+	uint32_t local0 = 0;
 	if (!st.node.master_port_user && st.node.step.het_size <= 1 &&
-	    spank_get_item(sp, S_JOB_NODEID, &nodeid) == ESPANK_SUCCESS && nodeid == 0) {
+	    spank_get_item(sp, S_JOB_GLOBAL_TO_LOCAL_ID, (uint32_t)0, &local0) == ESPANK_SUCCESS) {
 		struct ddpenv_addr a;
 		char perr[DDPENV_ERRLEN];
 		int fam = ddpenv_addr_parse(st.node.master_addr, &a) == 0 ? a.family : AF_INET;

@@ -29,6 +29,15 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 	}
 }
 
+int slurm_spank_local_user_init(spank_t sp, int ac, char **av)
+{
+	(void)ac;
+	(void)av;
+	if (spank_context() != S_CTX_LOCAL)
+		return 0;
+	return ddp_local_user_init(sp);
+}
+
 int slurm_spank_user_init(spank_t sp, int ac, char **av)
 {
 	if (spank_context() != S_CTX_REMOTE)

@@ -158,13 +158,18 @@ int ddpenv_step_is_parallel(uint32_t step_id);
 
 /* Read the step's facts.  The head node is the first host of the step's
  * node list (SLURM_STEP_NODELIST, expanded with libslurm's hostlist); for a
- * heterogeneous step, the first host of component 0 within the step. */
+ * heterogeneous step, the first host of component 0 within the step; under
+ * an arbitrary distribution, the node of task 0 that srun --ddp passed in
+ * DDPENV_TASK0_NODE (an error without it: no node can tell). */
 int ddpenv_step_parse(const struct ddpenv_env *env, struct ddpenv_step *step,
 		      char *err, size_t errlen);
 
 /* First host of a Slurm host list expression ("gpu[0001-0004],login1"). */
 int ddpenv_hostlist_first(const char *list, char *out, size_t len,
 			  char *err, size_t errlen);
+/* Host n (0-based) of a Slurm host list, as Slurm numbers a step's nodes. */
+int ddpenv_hostlist_nth(const char *list, uint32_t n, char *out, size_t len, char *err,
+			size_t errlen);
 /* Whether host is in the list; -1 on a malformed list. */
 int ddpenv_hostlist_contains(const char *list, const char *host);
 /* Count of tasks on node node_id from "2(x3),1" (SLURM_STEP_TASKS_PER_NODE). */
@@ -612,6 +617,10 @@ int ddpenv_task_vars(const struct ddpenv_node *node,
  * with a different marker was inherited from an outer --ddp step, not set
  * by the user, and is recomputed. */
 #define DDPENV_MARKER "DDP_STEP"
+
+/* Set by srun --ddp under an arbitrary distribution: "<job>.<step>:<host>",
+ * the node that runs task 0, from the step's layout (slurmctld). */
+#define DDPENV_TASK0_NODE "DDP_TASK0_NODE"
 
 /* ---- reading the contract (a training process) ---------------------------- */
 

@@ -111,6 +111,39 @@ out:
 	return rv;
 }
 
+int ddpenv_hostlist_nth(const char *list, uint32_t n, char *out, size_t len, char *err,
+			size_t errlen)
+{
+	hostlist_t hl = list ? slurm_hostlist_create(list) : NULL;
+	char *h = NULL;
+	uint32_t i;
+
+	if (!hl) {
+		snprintf(err, errlen, "node list '%.200s' does not expand: expected a Slurm host list",
+			 list ? list : "(null)");
+		return -1;
+	}
+	for (i = 0; i <= n; i++) {
+		free(h);
+		if (!(h = slurm_hostlist_shift(hl)))
+			break;
+	}
+	slurm_hostlist_destroy(hl);
+	if (!h) {
+		snprintf(err, errlen, "node list '%.200s' has %u hosts: expected more than %u", list, i, n);
+		return -1;
+	}
+	if (strlen(h) >= len) {
+		snprintf(err, errlen, "node list '%.200s': host %u is longer than %zu characters", list, n,
+			 len - 1);
+		free(h);
+		return -1;
+	}
+	strcpy(out, h);
+	free(h);
+	return 0;
+}
+
 int ddpenv_hostlist_contains(const char *list, const char *host)
 {
 	hostlist_t hl = slurm_hostlist_create(list);
@@ -237,6 +270,46 @@ static int het_head(const struct ddpenv_env *env, const char *steplist,
 	return rv;
 }
 
+/* The head under an arbitrary distribution (SLURM_HOSTFILE, or srun -m
+ * arbitrary -w LIST): task 0 runs on the node the list names first, which
+ * need not be the first host of SLURM_STEP_NODELIST (a sorted list), and
+ * no node can tell which from its environment.  srun --ddp asks slurmctld
+ * for the step's layout and passes DDPENV_TASK0_NODE="<job>.<step>:<host>";
+ * a value for another step was inherited from an outer one and is not
+ * this step's.  1: not an arbitrary step and no value (the first host). */
+static int task0_head(const struct ddpenv_env *env, const char *steplist,
+		      struct ddpenv_step *step, char *err, size_t errlen)
+{
+	const char *v = ddpenv_env_get(env, DDPENV_TASK0_NODE);
+	const char *dist = ddpenv_env_get(env, "SLURM_DISTRIBUTION");
+	char want[32];
+	size_t wl = (size_t)snprintf(want, sizeof(want), "%u.%u:", step->job_id, step->step_id);
+
+	if (v && strncmp(v, want, wl) == 0) {
+		const char *host = v + wl;
+		int in = *host ? ddpenv_hostlist_contains(steplist, host) : 0;
+		if (in <= 0 || strlen(host) >= sizeof(step->head)) {
+			snprintf(err, errlen, "%s=%.100s: expected a host of SLURM_STEP_NODELIST=%.100s after "
+				 "\"%s\"", DDPENV_TASK0_NODE, v, steplist, want);
+			return -1;
+		}
+		strcpy(step->head, host);
+		snprintf(step->head_how, sizeof(step->head_how),
+			 "node of task 0 in the step's layout (%.40s, from srun --ddp)",
+			 dist ? dist : "SLURM_DISTRIBUTION unset");
+		return 0;
+	}
+	if (dist && strncmp(dist, "arbitrary", 9) == 0 && step->num_nodes > 1) {
+		snprintf(err, errlen, "SLURM_DISTRIBUTION=%.40s: task 0 runs on the node the host file or "
+			 "-w list names first, not necessarily the first of SLURM_STEP_NODELIST=%.100s, and "
+			 "only srun knows which: launch the step with srun --ddp (it asks slurmctld for the "
+			 "step's layout and passes %s), or use a block or cyclic distribution",
+			 dist, steplist, DDPENV_TASK0_NODE);
+		return -1;
+	}
+	return 1;
+}
+
 int ddpenv_step_parse(const struct ddpenv_env *env, struct ddpenv_step *step,
 		      char *err, size_t errlen)
 {
@@ -305,6 +378,10 @@ int ddpenv_step_parse(const struct ddpenv_env *env, struct ddpenv_step *step,
 	}
 	if (step->het_size > 1) {
 		r = het_head(env, list, step, err, errlen);
+		if (r <= 0)
+			return r;
+	} else {
+		r = task0_head(env, list, step, err, errlen);
 		if (r <= 0)
 			return r;
 	}

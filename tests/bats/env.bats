@@ -220,6 +220,48 @@ field() { printf '%s\n' "${T[@]}" | awk -v f="$1" '{print $f}'; }
 	assert_equal "$(printf '%s\n' "${T[@]}" | awk '$3==0 {print $2}')" "node2"
 }
 
+@test "an arbitrary distribution: the head is task 0's node, and its port is checked there" {
+	# node3 runs task 0, node1 sorts first in SLURM_STEP_NODELIST=node[1-3]
+	printf 'node3\nnode2\nnode2\nnode1\n' >"$BATS_TEST_TMPDIR/hosts"
+	run --separate-stderr crun env SLURM_HOSTFILE="$BATS_TEST_TMPDIR/hosts" \
+		srun -n4 -m arbitrary --ddp=gloo "$REPORT"
+	assert_success
+	tasks
+	[ "${#T[@]}" -eq 4 ]
+	assert_equal "$(printf '%s\n' "${T[@]}" | awk '$3==0 {print $2}')" "node3"
+	assert_equal "$(field 8 | sort -u)" "$(node_ip 3)"
+	assert_equal "$(field 9 | sort -u | wc -l)" "1"
+	# the same from a -w list, and an unmodified ddp-check agrees on every check
+	run --separate-stderr crun srun -n3 -m arbitrary -w node2,node3,node1 --ddp=gloo \
+		"$REPO/build/bin/ddp-check" -e 64K --timeout 30
+	assert_success
+	assert_line --partial "head node2 (MASTER_ADDR=$(node_ip 2) "
+	assert_line --regexp "^OK +env.head +MASTER_ADDR=$(node_ip 2) is an address of node2, which runs RANK 0"
+	# the port is checked on task 0's node: busy on node1 is no matter ...
+	port=24571
+	nsenter --net="/run/netns/${DDP_CLUSTER_NS:-ddpt}-n1" /usr/bin/python3 -c '
+import socket, sys, time
+s = socket.socket(); s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(1); time.sleep(60)' "$port" \
+		</dev/null >/dev/null 2>&1 3>&- &
+	LISTENER=$!
+	for _ in $(seq 1 50); do
+		nsenter --net="/run/netns/${DDP_CLUSTER_NS:-ddpt}-n1" ss -Hltn "sport = :$port" | grep -q . && break
+		sleep 0.1
+	done
+	run --separate-stderr crun env DDP_PORT=$port srun -n2 -m arbitrary -w node3,node1 --ddp=gloo \
+		printenv MASTER_PORT
+	assert_success
+	# ... and where task 0 runs it fails the step, naming that node
+	run --separate-stderr crun env DDP_PORT=$port srun -n2 -m arbitrary -w node1,node3 --ddp=gloo true
+	kill "$LISTENER" 2>/dev/null || true
+	assert_failure
+	[[ "$stderr" == *"ddp: MASTER_PORT $port is not free on the head node (node1)"* ]]
+	# without the plugin no node can know where task 0 is: ddp-env says so
+	run --separate-stderr crun srun -n2 -m arbitrary -w node2,node1 "$REPO/build/bin/ddp-env"
+	assert_failure
+	[[ "$stderr" == *"SLURM_DISTRIBUTION=arbitrary: task 0 runs on the node the host file or -w list names first, not necessarily the first of SLURM_STEP_NODELIST=node[1-2], and only srun knows which: launch the step with srun --ddp"* ]]
+}
+
 @test "a failure on a compute node fails only that step, says what and why, drains nothing" {
 	run --separate-stderr crun env MASTER_ADDR=nosuch.invalid srun -N2 -n2 --ddp=gloo true
 	assert_failure

@@ -212,6 +212,14 @@ static void test_hostlists(void)
 	test_streq("first in given order", h, "b1");
 	test_cond("16384-node list", ddpenv_hostlist_first("gpu[00001-16384]", h, sizeof(h), err, sizeof(err)) == 0);
 	test_streq("16384: first", h, "gpu00001");
+	test_cond("nth: 0", ddpenv_hostlist_nth("n[1-3],a7", 0, h, sizeof(h), err, sizeof(err)) == 0);
+	test_streq("... the first", h, "n1");
+	test_cond("nth: 3", ddpenv_hostlist_nth("n[1-3],a7", 3, h, sizeof(h), err, sizeof(err)) == 0);
+	test_streq("... the last, in the list's order", h, "a7");
+	test_cond("nth past the end refused", ddpenv_hostlist_nth("n[1-3]", 3, h, sizeof(h), err, sizeof(err)) < 0);
+	test_err("... naming the list and its length", err, "node list 'n[1-3]' has 3 hosts: expected more than 3");
+	test_cond("nth of 16384: the last", ddpenv_hostlist_nth("gpu[00001-16384]", 16383, h, sizeof(h), err,
+								sizeof(err)) == 0 && !strcmp(h, "gpu16384"));
 	test_cond("contains", ddpenv_hostlist_contains("n[1-9]", "n5") == 1);
 	test_cond("not contains", ddpenv_hostlist_contains("n[1-9]", "n10") == 0);
 
@@ -255,6 +263,70 @@ static void test_het(void)
 	ddpenv_env_free(&env);
 }
 
+/* An arbitrary distribution (SLURM_HOSTFILE, srun -m arbitrary -w LIST):
+ * task 0 runs where the list says first, which only srun --ddp tells the
+ * nodes (DDP_TASK0_NODE); without it no node can know, and resolution
+ * fails saying so rather than hand out the wrong head. */
+static void test_arbitrary(void)
+{
+	struct fake f = { hosts, nodeaddrs, ifs, "enp2s0", 0 };
+	struct ddpenv_sys sys = fake_sys(&f);
+	struct ddpenv_env env;
+	struct ddpenv_node node;
+	char err[DDPENV_ERRLEN] = "";
+
+	env_of(&env, STEP3, "SLURM_DISTRIBUTION=arbitrary", "DDP_TASK0_NODE=77.2:node3", NULL);
+	test_cond("arbitrary with srun's task-0 node: resolves",
+		  ddpenv_node_resolve(&env, DDPENV_BACKEND_GLOO, NULL, &sys, &node, err, sizeof(err)) == 0);
+	test_streq("... the head is task 0's node, not the list's first", node.step.head, "node3");
+	test_streq("... and its address", node.master_addr, "10.0.0.13");
+	test_err("... saying where it came from", node.step.head_how,
+		 "node of task 0 in the step's layout (arbitrary, from srun --ddp)");
+	ddpenv_env_free(&env);
+
+	env_of(&env, STEP3, "SLURM_DISTRIBUTION=arbitrary", NULL);
+	test_cond("arbitrary without it: refused",
+		  ddpenv_node_resolve(&env, DDPENV_BACKEND_GLOO, NULL, &sys, &node, err, sizeof(err)) < 0);
+	test_err("... saying why and what to do", err,
+		 "SLURM_DISTRIBUTION=arbitrary: task 0 runs on the node the host file or -w list names first, "
+		 "not necessarily the first of SLURM_STEP_NODELIST=node[1-3], and only srun knows which: "
+		 "launch the step with srun --ddp");
+	ddpenv_env_free(&env);
+
+	/* another step's value was inherited from an outer step: not ours */
+	env_of(&env, STEP3, "SLURM_DISTRIBUTION=arbitrary", "DDP_TASK0_NODE=77.1:node3", NULL);
+	test_cond("an outer step's task-0 node is not this step's",
+		  ddpenv_node_resolve(&env, DDPENV_BACKEND_GLOO, NULL, &sys, &node, err, sizeof(err)) < 0);
+	test_err("... so this one is still unknown", err, "SLURM_DISTRIBUTION=arbitrary: task 0 runs");
+	ddpenv_env_free(&env);
+	env_of(&env, STEP3, "DDP_TASK0_NODE=77.1:node3", NULL);
+	test_cond("... and under block it is ignored",
+		  ddpenv_node_resolve(&env, DDPENV_BACKEND_GLOO, NULL, &sys, &node, err, sizeof(err)) == 0 &&
+		  !strcmp(node.step.head, "node1"));
+	ddpenv_env_free(&env);
+
+	env_of(&env, STEP3, "SLURM_DISTRIBUTION=arbitrary", "DDP_TASK0_NODE=77.2:node9", NULL);
+	test_cond("a task-0 node outside the step: refused",
+		  ddpenv_node_resolve(&env, DDPENV_BACKEND_GLOO, NULL, &sys, &node, err, sizeof(err)) < 0);
+	test_err("... naming both", err,
+		 "DDP_TASK0_NODE=77.2:node9: expected a host of SLURM_STEP_NODELIST=node[1-3] after \"77.2:\"");
+	ddpenv_env_free(&env);
+
+	/* one node: task 0 cannot be anywhere else */
+	env_of(&env, "SLURM_JOB_ID=77", "SLURM_STEP_ID=3", "SLURM_STEP_NODELIST=node2",
+	       "SLURM_STEP_NUM_NODES=1", "SLURM_STEP_NUM_TASKS=2", "SLURM_DISTRIBUTION=arbitrary", NULL);
+	test_cond("arbitrary on one node: resolves",
+		  ddpenv_node_resolve(&env, DDPENV_BACKEND_GLOO, NULL, &sys, &node, err, sizeof(err)) == 0 &&
+		  !strcmp(node.step.head, "node2"));
+	ddpenv_env_free(&env);
+
+	env_of(&env, STEP3, "SLURM_DISTRIBUTION=cyclic", NULL);
+	test_cond("cyclic: the list's first host",
+		  ddpenv_node_resolve(&env, DDPENV_BACKEND_GLOO, NULL, &sys, &node, err, sizeof(err)) == 0 &&
+		  !strcmp(node.step.head, "node1"));
+	ddpenv_env_free(&env);
+}
+
 /* DDP_HEAD_FROM in the step's environment (the plugstack default or the
  * user's) steers the head's address, and a bad value names itself. */
 static void test_head_from_env(void)
@@ -288,6 +360,7 @@ int main(void)
 	test_full_contract();
 	test_bad_env();
 	test_het();
+	test_arbitrary();
 	test_head_from_env();
 	return test_report();
 }
