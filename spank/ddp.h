@@ -27,7 +27,7 @@ int ddp_option_register(spank_t sp, int ac, char **av);
 
 /* ddp_local.c: srun, sbatch, salloc */
 int ddp_local_post_opt(spank_t sp, int ac, char **av);
-/* srun: task 0's node for an arbitrary distribution (DDP_TASK0_NODE) */
+/* srun: task 0's node for an arbitrary distribution (SLURM_DDP_TASK0_NODE) */
 int ddp_local_user_init(spank_t sp);
 /* The configuration named by plugstack.conf (config=PATH, key=value). */
 int ddp_config_load(struct ddpenv_config *cfg, int ac, char **av, char *err, size_t errlen);

@@ -65,7 +65,7 @@ out:
  * task 0 runs on the node the list names first, while every node's
  * SLURM_STEP_NODELIST is sorted: no compute node can tell where task 0 is.
  * One RPC from here (not one per node) reads the step's layout from
- * slurmctld; DDP_TASK0_NODE="<job>.<step>:<host>" carries the answer to
+ * slurmctld; SLURM_DDP_TASK0_NODE="<job>.<step>:<host>" carries the answer to
  * every node and task of the step. */
 int ddp_local_user_init(spank_t sp)
 {

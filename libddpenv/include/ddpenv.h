@@ -619,8 +619,9 @@ int ddpenv_task_vars(const struct ddpenv_node *node,
 #define DDPENV_MARKER "DDP_STEP"
 
 /* Set by srun --ddp under an arbitrary distribution: "<job>.<step>:<host>",
- * the node that runs task 0, from the step's layout (slurmctld). */
-#define DDPENV_TASK0_NODE "DDP_TASK0_NODE"
+ * the node that runs task 0, from the step's layout (slurmctld).  SLURM_
+ * because that is what srun --export=NONE still passes to the step. */
+#define DDPENV_TASK0_NODE "SLURM_DDP_TASK0_NODE"
 
 /* ---- reading the contract (a training process) ---------------------------- */
 

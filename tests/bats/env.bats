@@ -256,6 +256,11 @@ s = socket.socket(); s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(1); time.sl
 	kill "$LISTENER" 2>/dev/null || true
 	assert_failure
 	[[ "$stderr" == *"ddp: MASTER_PORT $port is not free on the head node (node1)"* ]]
+	# srun --export=NONE passes the step only SLURM_* variables: still task 0's node
+	run --separate-stderr crun srun --export=NONE -n2 -m arbitrary -w node2,node1 --ddp=gloo \
+		/usr/bin/printenv MASTER_ADDR
+	assert_success
+	assert_equal "$(printf '%s\n' "$output" | sort -u)" "$(node_ip 2)"
 	# without the plugin no node can know where task 0 is: ddp-env says so
 	run --separate-stderr crun srun -n2 -m arbitrary -w node2,node1 "$REPO/build/bin/ddp-env"
 	assert_failure

@@ -265,7 +265,7 @@ static void test_het(void)
 
 /* An arbitrary distribution (SLURM_HOSTFILE, srun -m arbitrary -w LIST):
  * task 0 runs where the list says first, which only srun --ddp tells the
- * nodes (DDP_TASK0_NODE); without it no node can know, and resolution
+ * nodes (SLURM_DDP_TASK0_NODE); without it no node can know, and resolution
  * fails saying so rather than hand out the wrong head. */
 static void test_arbitrary(void)
 {
@@ -275,7 +275,7 @@ static void test_arbitrary(void)
 	struct ddpenv_node node;
 	char err[DDPENV_ERRLEN] = "";
 
-	env_of(&env, STEP3, "SLURM_DISTRIBUTION=arbitrary", "DDP_TASK0_NODE=77.2:node3", NULL);
+	env_of(&env, STEP3, "SLURM_DISTRIBUTION=arbitrary", "SLURM_DDP_TASK0_NODE=77.2:node3", NULL);
 	test_cond("arbitrary with srun's task-0 node: resolves",
 		  ddpenv_node_resolve(&env, DDPENV_BACKEND_GLOO, NULL, &sys, &node, err, sizeof(err)) == 0);
 	test_streq("... the head is task 0's node, not the list's first", node.step.head, "node3");
@@ -294,22 +294,22 @@ static void test_arbitrary(void)
 	ddpenv_env_free(&env);
 
 	/* another step's value was inherited from an outer step: not ours */
-	env_of(&env, STEP3, "SLURM_DISTRIBUTION=arbitrary", "DDP_TASK0_NODE=77.1:node3", NULL);
+	env_of(&env, STEP3, "SLURM_DISTRIBUTION=arbitrary", "SLURM_DDP_TASK0_NODE=77.1:node3", NULL);
 	test_cond("an outer step's task-0 node is not this step's",
 		  ddpenv_node_resolve(&env, DDPENV_BACKEND_GLOO, NULL, &sys, &node, err, sizeof(err)) < 0);
 	test_err("... so this one is still unknown", err, "SLURM_DISTRIBUTION=arbitrary: task 0 runs");
 	ddpenv_env_free(&env);
-	env_of(&env, STEP3, "DDP_TASK0_NODE=77.1:node3", NULL);
+	env_of(&env, STEP3, "SLURM_DDP_TASK0_NODE=77.1:node3", NULL);
 	test_cond("... and under block it is ignored",
 		  ddpenv_node_resolve(&env, DDPENV_BACKEND_GLOO, NULL, &sys, &node, err, sizeof(err)) == 0 &&
 		  !strcmp(node.step.head, "node1"));
 	ddpenv_env_free(&env);
 
-	env_of(&env, STEP3, "SLURM_DISTRIBUTION=arbitrary", "DDP_TASK0_NODE=77.2:node9", NULL);
+	env_of(&env, STEP3, "SLURM_DISTRIBUTION=arbitrary", "SLURM_DDP_TASK0_NODE=77.2:node9", NULL);
 	test_cond("a task-0 node outside the step: refused",
 		  ddpenv_node_resolve(&env, DDPENV_BACKEND_GLOO, NULL, &sys, &node, err, sizeof(err)) < 0);
 	test_err("... naming both", err,
-		 "DDP_TASK0_NODE=77.2:node9: expected a host of SLURM_STEP_NODELIST=node[1-3] after \"77.2:\"");
+		 "SLURM_DDP_TASK0_NODE=77.2:node9: expected a host of SLURM_STEP_NODELIST=node[1-3] after \"77.2:\"");
 	ddpenv_env_free(&env);
 
 	/* one node: task 0 cannot be anywhere else */
