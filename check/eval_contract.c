@@ -23,14 +23,17 @@ static void eval_join(struct ck_world *w)
 	}
 	const char *addr = r0 && has(r0, CK_MASTER_ADDR) ? r0->env[CK_MASTER_ADDR] : "?";
 	const char *port = r0 && has(r0, CK_MASTER_PORT) ? r0->env[CK_MASTER_PORT] : "?";
+	char at[DDPENV_VALLEN + 16];
+	/* an IPv6 address in brackets, so the port stays apart */
+	snprintf(at, sizeof(at), strchr(addr, ':') ? "[%s]:%s" : "%s:%s", addr, port);
 	if (!missing)
-		ck_add(w, "rdzv.join", CK_OK, "all %d tasks joined the rendezvous at %s:%s", w->n, addr, port);
+		ck_add(w, "rdzv.join", CK_OK, "all %d tasks joined the rendezvous at %s", w->n, at);
 	else
 		ck_add(w, "rdzv.join", CK_FAIL,
-		       "task%s %s (of %d) never joined the rendezvous at %s:%s within %d s; each "
+		       "task%s %s (of %d) never joined the rendezvous at %s within %d s; each "
 		       "prints its own reason on its stderr (a different MASTER_ADDR or MASTER_PORT, "
 		       "no route to the head, a wrong DDP_RDZV_TOKEN)%s%s",
-		       missing > 1 ? "s" : "", said(&m), w->n, addr, port, w->opts.timeout_s,
+		       missing > 1 ? "s" : "", said(&m), w->n, at, w->opts.timeout_s,
 		       w->refused[0] ? "; the rendezvous " : "", w->refused);
 }
 

@@ -96,7 +96,9 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(args.seed)
     if rank == 0:
-        print(f"# world {world}, backend {backend}, device {device.type}, master {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}", flush=True)
+        addr = os.environ["MASTER_ADDR"]
+        addr = f"[{addr}]" if ":" in addr else addr  # IPv6: the port stays apart
+        print(f"# world {world}, backend {backend}, device {device.type}, master {addr}:{os.environ['MASTER_PORT']}", flush=True)
 
     train = load(args.data_dir, "train", args.train_limit)
     test = load(args.data_dir, "test", args.test_limit)

@@ -226,7 +226,9 @@ static void log_refused(struct store_server *sv, const struct conn *c, uint32_t 
 			port = ntohs(a->sin6_port);
 		}
 	}
-	snprintf(msg, sizeof(msg), "refused a client at %s:%d (it said rank %u of %u): %s rendezvous token (DDP_RDZV_TOKEN)",
+	snprintf(msg, sizeof(msg), strchr(host, ':') ?
+		 "refused a client at [%s]:%d (it said rank %u of %u): %s rendezvous token (DDP_RDZV_TOKEN)" :
+		 "refused a client at %s:%d (it said rank %u of %u): %s rendezvous token (DDP_RDZV_TOKEN)",
 		 host, port, rank, world, what);
 	sv->log(sv->log_ctx, msg);
 }

@@ -10,6 +10,8 @@ REPORT="$REPO/tests/bats/task_report.sh"
 export BATS_TEST_TIMEOUT=${BATS_TEST_TIMEOUT:-120}
 
 node_ip() { echo "$NET.$((10 + $1))"; }
+# a node's address on the IPv6 network of DDP_CLUSTER_IPV6 (ipv6.bats)
+node_ip6() { echo "${DDP_CLUSTER_NET6:-fd00:ddb:231}::$((10 + $1))"; }
 
 cluster_start() { "$CLUSTER" start "$1" >&3 2>&1; }
 cluster_stop() { "$CLUSTER" stop >/dev/null 2>&1 || true; }

@@ -21,6 +21,11 @@
 #                     slurmd orders its GPU list as AutoDetect=nvml would
 #   DDP_CLUSTER_SHARING  NAME:COUNT, shard:8 or mps:400: each node also has
 #                     COUNT of that GPU-sharing GRES over its 4 fake GPUs
+#   DDP_CLUSTER_IPV6  if set, an IPv6 network beside the IPv4 one that Slurm
+#                     keeps using (NodeAddr): each node also has
+#                     DDP_CLUSTER_NET6::(10+I)/64 (default fd00:ddb:231) on its
+#                     veth, and every /etc/hosts names the nodes by their IPv6
+#                     addresses only, so names resolve as on an IPv6-only network
 #   DDP_CLUSTER_VALGRIND  if set, slurmd of node1 and the slurmstepd it starts
 #                     run under valgrind (slow); logs in <run>/log/valgrind.*
 #
@@ -43,6 +48,9 @@ NS=${DDP_CLUSTER_NS:-ddpt}
 PLUGIN=${DDP_PLUGIN:-$repo/build/lib/spank_ddp.so}
 SUBNET="$NET.0/24"
 CTL_IP="$NET.2"
+IPV6=${DDP_CLUSTER_IPV6:-}
+NET6=${DDP_CLUSTER_NET6:-fd00:ddb:231}
+SUBNET6="$NET6::/64"
 
 STARTING=
 die() {
@@ -54,6 +62,7 @@ die() {
 log() { echo "cluster: $*" >&2; }
 
 node_ip() { echo "$NET.$((10 + $1))"; }
+node_ip6() { echo "$NET6::$((10 + $1))"; }
 node_if() { echo "enp${1}s0"; }
 
 nsexec() { # nsexec NS CMD...: run in the network namespace, keeping /sys and cgroups
@@ -145,7 +154,9 @@ CONF
 			echo "::1 localhost ip6-localhost ip6-loopback"
 			if [ "$self" = ctl ]; then echo "127.0.1.1 ctl"; else echo "$CTL_IP ctl"; fi
 			for j in $(seq 1 "$n"); do
-				if [ "$self" = "$j" ]; then echo "127.0.1.1 node$j"; else echo "$(node_ip "$j") node$j"; fi
+				if [ -n "$IPV6" ]; then echo "$(node_ip6 "$j") node$j"
+				elif [ "$self" = "$j" ]; then echo "127.0.1.1 node$j"
+				else echo "$(node_ip "$j") node$j"; fi
 			done
 		} >"$RUN/etc/hosts.$self"
 	done
@@ -169,10 +180,15 @@ make_network() {
 	local n=$1 i ns
 	ip route add unreachable "$SUBNET" 2>/dev/null || die "cannot add 'unreachable $SUBNET' route in the root namespace (already a cluster? try: $0 stop)"
 	echo "$SUBNET" >"$RUN/route"
+	if [ -n "$IPV6" ]; then
+		ip -6 route add unreachable "$SUBNET6" 2>/dev/null || die "cannot add 'unreachable $SUBNET6' route in the root namespace"
+		echo "$SUBNET6" >>"$RUN/route"
+	fi
 	ip netns add "$NS-ctl"
 	nsexec "$NS-ctl" ip link set lo up
 	nsexec "$NS-ctl" ip link add br0 type bridge
 	nsexec "$NS-ctl" ip addr add "$CTL_IP/24" dev br0
+	[ -z "$IPV6" ] || nsexec "$NS-ctl" ip addr add "$NET6::2/64" dev br0 nodad
 	nsexec "$NS-ctl" ip link set br0 up
 	for i in $(seq 1 "$n"); do
 		ns="$NS-n$i"
@@ -181,6 +197,8 @@ make_network() {
 		ip link add "$NS-v$i" netns "$NS-ctl" type veth peer name "$(node_if "$i")" netns "$ns"
 		nsexec "$NS-ctl" ip link set "$NS-v$i" master br0 up
 		nsexec "$ns" ip addr add "$(node_ip "$i")/24" dev "$(node_if "$i")"
+		# nodad: usable at once, not tentative for a second
+		[ -z "$IPV6" ] || nsexec "$ns" ip addr add "$(node_ip6 "$i")/64" dev "$(node_if "$i")" nodad
 		nsexec "$ns" ip link set "$(node_if "$i")" up
 		# a decoy container bridge (no carrier), as on many compute nodes
 		nsexec "$ns" ip link add docker0 type bridge
@@ -236,7 +254,7 @@ cmd_start() {
 	done
 	wait_idle "$n"
 	STARTING=
-	log "up: $n nodes on $SUBNET, run folder $RUN"
+	log "up: $n nodes on $SUBNET${IPV6:+ and $SUBNET6}, run folder $RUN"
 }
 
 cmd_stop() {
@@ -262,7 +280,9 @@ cmd_stop() {
 		done
 	fi
 	if [ -f "$RUN/route" ]; then
-		ip route del unreachable "$(cat "$RUN/route")" 2>/dev/null || true
+		while read -r f; do
+			[ -z "$f" ] || ip route del unreachable "$f" 2>/dev/null || true
+		done <"$RUN/route"
 		rm -f "$RUN/route"
 	fi
 	log "stopped"
@@ -278,6 +298,7 @@ run) shift; crun "$@" ;;
 node) shift; i=$1; shift; SLURM_CONF="$RUN/etc/slurm.conf" nsexec "$NS-n$i" "$@" ;;
 env)
 	echo "DDP_CLUSTER_DIR=$RUN"; echo "DDP_CLUSTER_NET=$NET"; echo "DDP_CLUSTER_NS=$NS"
+	[ -z "$IPV6" ] || echo "DDP_CLUSTER_NET6=$NET6"
 	echo "DDP_CLUSTER_NODES=$(cat "$RUN/nodes" 2>/dev/null || echo 0)"
 	echo "SLURM_CONF=$RUN/etc/slurm.conf" ;;
 *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;

@@ -346,6 +346,15 @@ static void test_contract_faults(void)
 	ck_eval_coll(w);
 	test_check("skipped collectives say why", w, "coll.allreduce", CK_SKIP, "not run: rdzv.join failed");
 	drop(w);
+
+	/* an IPv6 head: the address in brackets, apart from the port */
+	w = world(2, 1);
+	for (int i = 0; i < w->n; i++)
+		snprintf(w->ranks[i].env[CK_MASTER_ADDR], DDPENV_VALLEN, "fd00:ddb:231::11");
+	ck_eval_setup(w);
+	test_check("an IPv6 rendezvous is written [address]:port", w, "rdzv.join", CK_OK,
+		   "all 2 tasks joined the rendezvous at [fd00:ddb:231::11]:29512");
+	drop(w);
 }
 
 static void test_network_faults(void)

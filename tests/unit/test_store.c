@@ -158,6 +158,20 @@ static void test_errors(void)
 		 "refused a client at 127.0.0.1:");
 	test_err("... the wrong one", logged, "(it said rank 1 of 2): wrong rendezvous token (DDP_RDZV_TOKEN)");
 	test_err("... the missing one", logged, "(it said rank 1 of 2): missing rendezvous token");
+	/* over IPv6 the refused client's address is in brackets, apart from its port */
+	struct ddpenv_store_opts o6 = { "::1", port, 1, 2, 300, "guess", NULL, NULL };
+	int fd6 = socket(AF_INET6, SOCK_STREAM, 0);
+	struct sockaddr_in6 lo6 = { .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT };
+	if (fd6 >= 0 && bind(fd6, (struct sockaddr *)&lo6, sizeof(lo6)) == 0) {
+		logged[0] = 0;
+		test_cond("a wrong token over IPv6 is refused", ddpenv_store_open(&s1, &o6, err, sizeof(err)) < 0);
+		test_err("... logged as [address]:port", logged, "refused a client at [::1]:");
+	} else {
+		test_skip("a wrong token over IPv6 is refused", "no IPv6 loopback (::1) here");
+		test_skip("... logged as [address]:port", "no IPv6 loopback (::1) here");
+	}
+	if (fd6 >= 0)
+		close(fd6);
 	o.token = "s3cret";
 	test_cond("the right token joins", ddpenv_store_open(&s1, &o, err, sizeof(err)) == 0);
 	struct ddpenv_store *dup;
