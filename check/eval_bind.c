@@ -9,35 +9,13 @@
 
 #include "eval.h"
 
-/* A CPU list from another task: refused when it names a CPU beyond any
- * machine's (a record could otherwise make task 0 allocate gigabytes). */
-#define CK_MAX_CPU 65535
-
+/* A CPU list from another task: refused when it is not a plain decimal list
+ * or names a CPU beyond any machine's (a record could otherwise make task 0
+ * allocate gigabytes, or hang hwloc's printer). */
 static int bm(hwloc_bitmap_t b, const char *list)
 {
-	/* "N" or "N-M" items, comma-separated, every N <= CK_MAX_CPU */
-	const char *s = list;
-	if (!s || !*s)
-		return 0;
-	for (;;) {
-		for (int half = 0; half < 2; half++) {
-			if (*s < '0' || *s > '9')
-				return 0;
-			unsigned long v = 0;
-			while (*s >= '0' && *s <= '9' && v <= CK_MAX_CPU)
-				v = v * 10 + (unsigned long)(*s++ - '0');
-			if (v > CK_MAX_CPU)
-				return 0;
-			if (half == 1 || *s != '-')
-				break;
-			s++;
-		}
-		if (!*s)
-			break;
-		if (*s++ != ',')
-			return 0;
-	}
-	return hwloc_bitmap_list_sscanf(b, list) == 0;
+	char err[DDPENV_ERRLEN];
+	return list && *list && ddpenv_cpulist_parse(b, list, DDPENV_MAX_CPU, err, sizeof(err)) == 0;
 }
 
 /* Tasks i and j share CPUs because their GPUs have fewer CPUs near them

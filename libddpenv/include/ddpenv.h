@@ -423,6 +423,14 @@ int ddpenv_topo_allowed(const struct ddpenv_topo *t, char *out, size_t len,
 int ddpenv_topo_gpu_near(const struct ddpenv_topo *t, const char *busid, char *cpus,
 			 size_t len, int *numa, char *err, size_t errlen);
 /* The NUMA nodes (a list, "0-1") that the CPUs of cpulist belong to. */
+/* A CPU (or NUMA node) list as Linux writes it, "0-3,8,10-11", into an hwloc
+ * bitmap: decimal numbers (hwloc's own parser reads "010" as octal and lets
+ * "08-3" make a bitmap that hangs its printer), ranges ascending, every
+ * number at most max.  The empty string is the empty set. */
+struct hwloc_bitmap_s;
+int ddpenv_cpulist_parse(struct hwloc_bitmap_s *out, const char *list, unsigned max, char *err,
+			 size_t errlen);
+#define DDPENV_MAX_CPU 65535u  /* beyond any machine's CPU numbers */
 int ddpenv_topo_numa_of(const struct ddpenv_topo *t, const char *cpulist, char *out,
 			size_t len, char *err, size_t errlen);
 

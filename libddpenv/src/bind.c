@@ -323,9 +323,11 @@ int ddpenv_bind_plan(const struct ddpenv_topo *t, const struct ddpenv_env *env,
 
 	/* The CPUs the step may use here. */
 	if (allowed_list) {
-		if (hwloc_bitmap_list_sscanf(allowed, allowed_list) < 0 || hwloc_bitmap_iszero(allowed)) {
-			snprintf(err, errlen, "allowed CPUs '%.100s': expected a CPU list such as 0-27,112-139",
-				 allowed_list);
+		char perr[DDPENV_ERRLEN] = "";
+		if (ddpenv_cpulist_parse(allowed, allowed_list, DDPENV_MAX_CPU, perr, sizeof(perr)) < 0 ||
+		    hwloc_bitmap_iszero(allowed)) {
+			snprintf(err, errlen, "allowed CPUs '%.100s': expected a CPU list such as 0-27,112-139%s%.200s",
+				 allowed_list, perr[0] ? ": " : "", perr);
 			goto out;
 		}
 		if (!hwloc_bitmap_isincluded(allowed, hwloc_topology_get_complete_cpuset(topo))) {
@@ -407,7 +409,8 @@ int ddpenv_bind_apply(const struct ddpenv_topo *t, const struct ddpenv_bind_plan
 	if (!plan->cpu || !bt->cpus[0])
 		return 0;
 	set = hwloc_bitmap_alloc();
-	if (!set || hwloc_bitmap_list_sscanf(set, bt->cpus) < 0 || (max = hwloc_bitmap_last(set)) < 0) {
+	if (!set || ddpenv_cpulist_parse(set, bt->cpus, DDPENV_MAX_CPU, err, errlen) < 0 ||
+	    (max = hwloc_bitmap_last(set)) < 0) {
 		snprintf(err, errlen, "CPU list '%.100s': cannot be read back", bt->cpus);
 		goto out;
 	}
@@ -427,7 +430,8 @@ int ddpenv_bind_apply(const struct ddpenv_topo *t, const struct ddpenv_bind_plan
 	}
 	if (plan->mem && bt->mems[0] && t && t->thissystem) {
 		hwloc_bitmap_t ns = hwloc_bitmap_alloc();
-		int r = ns ? hwloc_bitmap_list_sscanf(ns, bt->mems) : -1;
+		char perr[DDPENV_ERRLEN];
+		int r = ns ? ddpenv_cpulist_parse(ns, bt->mems, DDPENV_MAX_CPU, perr, sizeof(perr)) : -1;
 		if (r == 0)
 			r = hwloc_set_membind(t->topo, ns, HWLOC_MEMBIND_BIND,
 					      HWLOC_MEMBIND_PROCESS | HWLOC_MEMBIND_BYNODESET);

@@ -205,6 +205,52 @@ int ddpenv_topo_gpu_near(const struct ddpenv_topo *t, const char *busid, char *c
 	return rc;
 }
 
+int ddpenv_cpulist_parse(struct hwloc_bitmap_s *out, const char *list, unsigned max, char *err,
+			 size_t errlen)
+{
+	const char *s = list;
+
+	hwloc_bitmap_zero(out);
+	if (!s) {
+		snprintf(err, errlen, "no CPU list: expected a list like 0-3,8");
+		return -1;
+	}
+	while (*s) {
+		unsigned long v[2] = { 0, 0 };
+		int n = 0;
+		for (; n < 2; n++) {
+			const char *d = s;
+			while (*s >= '0' && *s <= '9' && v[n] <= max)
+				v[n] = v[n] * 10 + (unsigned long)(*s++ - '0');
+			if (s == d || v[n] > max) {
+				snprintf(err, errlen, "CPU list '%.64s': %s at offset %zu: expected a list like 0-3,8 "
+					 "of decimal numbers up to %u", list, s == d ? "no number" : "a number too large",
+					 (size_t)(d - list), max);
+				return -1;
+			}
+			if (n == 1 || *s != '-')
+				break;
+			s++;
+		}
+		if (n == 1 && v[1] < v[0]) {
+			snprintf(err, errlen, "CPU list '%.64s': range %lu-%lu runs backwards: expected a list like "
+				 "0-3,8", list, v[0], v[1]);
+			return -1;
+		}
+		hwloc_bitmap_set_range(out, (unsigned)v[0], (int)(n == 1 ? v[1] : v[0]));
+		if (*s && *s++ != ',') {
+			snprintf(err, errlen, "CPU list '%.64s': '%c' at offset %zu: expected a list like 0-3,8", list,
+				 s[-1], (size_t)(s - 1 - list));
+			return -1;
+		}
+		if (s > list && s[-1] == ',' && !*s) {
+			snprintf(err, errlen, "CPU list '%.64s' ends with ',': expected a list like 0-3,8", list);
+			return -1;
+		}
+	}
+	return 0;
+}
+
 int ddpenv_topo_numa_of(const struct ddpenv_topo *t, const char *cpulist, char *out,
 			size_t len, char *err, size_t errlen)
 {
@@ -215,10 +261,8 @@ int ddpenv_topo_numa_of(const struct ddpenv_topo *t, const char *cpulist, char *
 		snprintf(err, errlen, "out of memory");
 		goto out;
 	}
-	if (hwloc_bitmap_list_sscanf(cpus, cpulist) < 0) {
-		snprintf(err, errlen, "CPU list '%.64s': expected a list like 0-3,8", cpulist);
+	if (ddpenv_cpulist_parse(cpus, cpulist, DDPENV_MAX_CPU, err, errlen) < 0)
 		goto out;
-	}
 	hwloc_cpuset_to_nodeset(t->topo, cpus, nodes);
 	if (hwloc_bitmap_list_snprintf(out, len, nodes) >= (int)len) {
 		snprintf(err, errlen, "NUMA list of %.64s does not fit", cpulist);

@@ -1129,8 +1129,39 @@ static void test_mig(void)
 	ddpenv_env_free(&env);
 }
 
+/* CPU lists from outside (a ddp-check record, ddp-env --allowed): decimal,
+ * bounded, ascending; what hwloc's own parser gets wrong is refused or read
+ * as a person means it. */
+static void test_cpulist(void)
+{
+	hwloc_bitmap_t b = hwloc_bitmap_alloc();
+	char s[64];
+
+	test_cond("0-3,8,10-11", ddpenv_cpulist_parse(b, "0-3,8,10-11", 100, err, sizeof(err)) == 0 &&
+		  hwloc_bitmap_list_snprintf(s, sizeof(s), b) > 0 && !strcmp(s, "0-3,8,10-11"));
+	test_cond("010 is ten, not octal eight", ddpenv_cpulist_parse(b, "010", 100, err, sizeof(err)) == 0 &&
+		  hwloc_bitmap_first(b) == 10 && hwloc_bitmap_weight(b) == 1);
+	test_cond("the empty list is the empty set", ddpenv_cpulist_parse(b, "", 100, err, sizeof(err)) == 0 &&
+		  hwloc_bitmap_iszero(b));
+	test_cond("08-3 (which hangs hwloc's printer) refused", ddpenv_cpulist_parse(b, "08-3", 100, err,
+											 sizeof(err)) < 0);
+	test_err("... a backwards range", err, "CPU list '08-3': range 8-3 runs backwards");
+	test_cond("beyond max refused", ddpenv_cpulist_parse(b, "0-4294967293", DDPENV_MAX_CPU, err,
+							     sizeof(err)) < 0);
+	test_err("... naming the bound", err, "a number too large at offset 2: expected a list like 0-3,8 of "
+		 "decimal numbers up to 65535");
+	test_cond("hex refused", ddpenv_cpulist_parse(b, "0x3", 100, err, sizeof(err)) < 0);
+	test_err("... at the x", err, "'x' at offset 1");
+	test_cond("a trailing comma refused", ddpenv_cpulist_parse(b, "1,", 100, err, sizeof(err)) < 0);
+	test_cond("an open range refused", ddpenv_cpulist_parse(b, "3-", 100, err, sizeof(err)) < 0);
+	test_cond("a space refused", ddpenv_cpulist_parse(b, "1, 2", 100, err, sizeof(err)) < 0);
+	test_cond("NULL refused", ddpenv_cpulist_parse(b, NULL, 100, err, sizeof(err)) < 0);
+	hwloc_bitmap_free(b);
+}
+
 int main(void)
 {
+	test_cpulist();
 	test_dgx_h100();
 	test_dgx_a100_nps4();
 	test_single_socket();
