@@ -213,15 +213,7 @@ nodes_healthy() {
 
 @test "the head's port in use fails the step, naming the port and how to override it" {
 	port=24567
-	nsenter --net="/run/netns/${DDP_CLUSTER_NS:-ddpt}-n1" /usr/bin/python3 -c '
-import socket, sys, time
-s = socket.socket(); s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(1); time.sleep(60)' "$port" \
-		</dev/null >/dev/null 2>&1 3>&- &
-	LISTENER=$!
-	for _ in $(seq 1 50); do
-		nsenter --net="/run/netns/${DDP_CLUSTER_NS:-ddpt}-n1" ss -Hltn "sport = :$port" | grep -q . && break
-		sleep 0.1
-	done
+	hold_port 1 "$port"
 	run --separate-stderr crun env DDP_PORT=$port srun -N2 -n2 --ddp=gloo true
 	assert_failure
 	[[ "$stderr" == *"ddp: MASTER_PORT $port is not free on the head node (node1): port $port: Address already in use; another program holds it. Run this step with DDP_PORT=<a free port> (or MASTER_PORT)"* ]]

@@ -16,10 +16,6 @@ teardown() {
 	dump_logs_on_failure
 }
 
-# Lines "task ..." of $output into the array T.
-tasks() { mapfile -t T < <(printf '%s\n' "$output" | grep '^task '); }
-field() { printf '%s\n' "${T[@]}" | awk -v f="$1" '{print $f}'; }
-
 @test "srun -N3 --ntasks-per-node=2 --ddp: every task gets the contract" {
 	run --separate-stderr crun srun -N3 --ntasks-per-node=2 --ddp "$REPORT"
 	assert_success
@@ -239,15 +235,7 @@ field() { printf '%s\n' "${T[@]}" | awk -v f="$1" '{print $f}'; }
 	assert_line --regexp "^OK +env.head +MASTER_ADDR=$(node_ip 2) is an address of node2, which runs RANK 0"
 	# the port is checked on task 0's node: busy on node1 is no matter ...
 	port=24571
-	nsenter --net="/run/netns/${DDP_CLUSTER_NS:-ddpt}-n1" /usr/bin/python3 -c '
-import socket, sys, time
-s = socket.socket(); s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(1); time.sleep(60)' "$port" \
-		</dev/null >/dev/null 2>&1 3>&- &
-	LISTENER=$!
-	for _ in $(seq 1 50); do
-		nsenter --net="/run/netns/${DDP_CLUSTER_NS:-ddpt}-n1" ss -Hltn "sport = :$port" | grep -q . && break
-		sleep 0.1
-	done
+	hold_port 1 "$port"
 	run --separate-stderr crun env DDP_PORT=$port srun -n2 -m arbitrary -w node3,node1 --ddp=gloo \
 		printenv MASTER_PORT
 	assert_success

@@ -19,6 +19,26 @@ cluster_stop() { "$CLUSTER" stop >/dev/null 2>&1 || true; }
 # Run a Slurm client inside the cluster (bounded).
 crun() { timeout 90 "$CLUSTER" run "$@"; }
 
+# Lines "task ..." of $output (tests/bats/task_report.sh) into the array T,
+# and column N of them.
+tasks() { mapfile -t T < <(printf '%s\n' "$output" | grep '^task '); }
+field() { printf '%s\n' "${T[@]}" | awk -v f="$1" '{print $f}'; }
+
+# hold_port I PORT: a listener on PORT in node I's namespace (at most 60 s),
+# its pid in LISTENER, returning once it listens.
+hold_port() {
+	local ns="/run/netns/${DDP_CLUSTER_NS:-ddpt}-n$1"
+	nsenter --net="$ns" /usr/bin/python3 -c '
+import socket, sys, time
+s = socket.socket(); s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(1); time.sleep(60)' "$2" \
+		</dev/null >/dev/null 2>&1 3>&- &
+	LISTENER=$!
+	for _ in $(seq 1 50); do
+		nsenter --net="$ns" ss -Hltn "sport = :$2" | grep -q . && return 0
+		sleep 0.1
+	done
+}
+
 # Dump the daemons' logs when a test failed, redis-style.
 dump_logs_on_failure() {
 	local d=${DDP_CLUSTER_DIR:-$REPO/build/cluster}

@@ -20,9 +20,6 @@ teardown() {
 	dump_logs_on_failure
 }
 
-tasks() { mapfile -t T < <(printf '%s\n' "$output" | grep '^task '); }
-field() { printf '%s\n' "${T[@]}" | awk -v f="$1" '{print $f}'; }
-
 @test "MASTER_ADDR is the head's IPv6 address, without brackets; each node's interface carries the head's network" {
 	run --separate-stderr crun srun -N3 -n3 --ddp=gloo "$REPORT"
 	assert_success

@@ -24,9 +24,6 @@ teardown() {
 	dump_logs_on_failure
 }
 
-tasks() { mapfile -t T < <(printf '%s\n' "$output" | grep '^task '); }
-field() { printf '%s\n' "${T[@]}" | awk -v f="$1" '{print $f}'; }
-
 @test "srun -N16 --ntasks-per-node=4 --ddp=gloo: 64 ranks, complete and unique, one head, one port" {
 	run --separate-stderr crun srun -N16 --ntasks-per-node=4 -c1 --ddp=gloo "$REPORT"
 	if [ "$status" -ne 0 ]; then echo "$stderr"; fi
