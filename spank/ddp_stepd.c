@@ -31,6 +31,7 @@ static struct {
 	char bind_warn[DDPENV_ERRLEN]; /* auto could not plan, or planned without the driver's
 					* GPU list: said once per node */
 	char mig_warn[320];          /* --ddp=nccl with ranks on MIG devices: said once per node */
+	char node_gpus[DDPENV_VALLEN]; /* SLURM_STEP_GPUS before Slurm binds each task */
 	enum ddpenv_bind bind;       /* the policy, for DDP_BIND_POLICY */
 	char bind_how[DDPENV_HOWLEN];
 } st;
@@ -231,6 +232,10 @@ int ddp_stepd_user_init(spank_t sp, int ac, char **av)
 	    ddpenv_token_derive(st.secret, (size_t)st.secret_len, st.node.step.job_id,
 				st.node.step.step_id, st.node.token, st.err, sizeof(st.err)) < 0)
 		goto fail;
+	{
+		const char *g = ddpenv_env_get(&env, "SLURM_STEP_GPUS");
+		snprintf(st.node_gpus, sizeof(st.node_gpus), "%s", g && strlen(g) < sizeof(st.node_gpus) ? g : "");
+	}
 	if (plan_binding(sp, &env, eff) < 0)
 		goto fail;
 	/* The user's --ddp=nccl on MIG devices: NCCL's own error for two
@@ -298,8 +303,26 @@ int ddp_stepd_task_init(spank_t sp)
 	 * It differs from the node's only where Slurm set something per task
 	 * (SLURMD_TRES_BIND for --gpu-bind). */
 	if (st.have_plan) {
+		/* Under Slurm's per-task GPU binding a task sees only its own
+		 * GPUs: its plan needs the node's, as the plugin passes them. */
+		const char *mine = ddpenv_env_get(&env, "SLURM_STEP_GPUS");
+		struct ddpenv_env penv; /* the marker would make the user's variables ours */
+		char mark[32];
+		int r;
+		ddpenv_env_init(&penv);
+		snprintf(mark, sizeof(mark), "%u.%u", st.node.step.job_id, st.node.step.step_id);
+		if (st.node_gpus[0] && mine && strcmp(mine, st.node_gpus) != 0 &&
+		    (snapshot(sp, &penv, &st.node.cfg) < 0 ||
+		     ddpenv_env_set(&penv, DDPENV_SLURM_STEP_GPUS, st.node_gpus) < 0 ||
+		     ddpenv_env_set(&penv, DDPENV_MARKER, mark) < 0)) {
+			slurm_error(DDP_PFX "%s", st.err[0] ? st.err : "out of memory");
+			ddpenv_env_free(&penv);
+			goto out;
+		}
 		ddpenv_bind_plan_free(&st.plan);
-		if (ddpenv_bind_plan(st.topo, &env, st.bind, NULL, &st.plan, err, sizeof(err)) < 0) {
+		r = ddpenv_bind_plan(st.topo, penv.n ? &penv : &env, st.bind, NULL, &st.plan, err, sizeof(err));
+		ddpenv_env_free(&penv);
+		if (r < 0) {
 			st.have_plan = 0;
 			st.node.plan = NULL;
 			if (st.bind == DDPENV_BIND_STRICT) {
@@ -320,6 +343,20 @@ int ddp_stepd_task_init(spank_t sp)
 			}
 			slurm_error(DDP_PFX "warning: --ddp-bind=auto: %s; this task runs with Slurm's binding", err);
 		}
+	}
+	if (st.have_plan && st.plan.slurm_per_task && st.plan.ntasks > 1 &&
+	    st.node.backend == DDPENV_BACKEND_NCCL) {
+		const char *lr = ddpenv_env_get(&env, "SLURM_LOCALID");
+		if (lr && strcmp(lr, "0") == 0)
+			slurm_error(DDP_PFX "warning: Slurm binds each of this node's %u tasks to its own GPU "
+				    "(SLURMD_TRES_BIND=%s, which --gpus-per-task implies): each sees one GPU, "
+				    "so NCCL can lose P2P/NVLink between them and cuda:LOCAL_RANK is not the "
+				    "task's GPU; --gpus-per-node=%u (or --gres=gpu:%u) with --ntasks-per-node=%u "
+				    "keeps every GPU visible to every task",
+				    st.plan.ntasks, ddpenv_env_get(&env, "SLURMD_TRES_BIND") ?
+				    ddpenv_env_get(&env, "SLURMD_TRES_BIND") : "gpu:per_task",
+				    (unsigned)(st.plan.ntasks * st.plan.slurm_per_task),
+				    (unsigned)(st.plan.ntasks * st.plan.slurm_per_task), st.plan.ntasks);
 	}
 	if (st.bind_warn[0] || st.mig_warn[0]) {
 		const char *lr = ddpenv_env_get(&env, "SLURM_LOCALID");

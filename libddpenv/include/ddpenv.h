@@ -486,6 +486,10 @@ size_t ddpenv_nvidia_slurm_order(const struct ddpenv_nvgpu *g, size_t n, enum dd
 				 const struct ddpenv_nvgpu **out, size_t max);
 /* Slurm's CUDA_VISIBLE_DEVICES before the plugin permuted it. */
 #define DDPENV_SLURM_CVD "DDP_SLURM_CUDA_VISIBLE_DEVICES"
+/* The step's GPUs on this node, as SLURM_STEP_GPUS was before Slurm bound
+ * each task to its own (--gpus-per-task, --gpu-bind=per_task:N): only the
+ * node knows them, and a task's plan needs them. */
+#define DDPENV_SLURM_STEP_GPUS "DDP_SLURM_STEP_GPUS"
 /* An entry of CUDA_VISIBLE_DEVICES: "3", a GPU UUID, or a MIG device's
  * ("MIG-<uuid>", which Slurm sets for MIG GRES). */
 #define DDPENV_GPUVAL 64
@@ -530,6 +534,12 @@ struct ddpenv_bind_plan {
 	struct ddpenv_bind_task *tasks;  /* [ntasks], malloc'd */
 	char visible[DDPENV_VALLEN];     /* CUDA_VISIBLE_DEVICES of every task (auto;
 					  * "" under MIG) */
+	uint32_t slurm_per_task;         /* Slurm binds each task to its own N GPUs
+					  * (SLURMD_TRES_BIND=gpu:per_task:N, from
+					  * --gpus-per-task or --gpu-bind): gpu is 0,
+					  * and tasks[].gpu is Slurm's pick (the first
+					  * of its N) when the step's GPUs here are
+					  * known (DDP_SLURM_STEP_GPUS in a task) */
 };
 
 /* Plan the binding of the step's tasks on this node from the topology
@@ -537,7 +547,9 @@ struct ddpenv_bind_plan {
  * names the GPUs, CUDA_VISIBLE_DEVICES their values, SLURM_NODEID and
  * SLURM_STEP_TASKS_PER_NODE the task count, SLURM_CPU_BIND,
  * SLURMD_TRES_BIND/SLURM_GPU_BIND and SLURM_MEM_BIND an explicit binding
- * the user asked Slurm for (left alone).  allowed: a CPU list, or NULL for
+ * the user asked Slurm for (left alone; under Slurm's per_task GPU binding
+ * the CPUs still follow each task's GPU, Slurm's pick: task i has the
+ * i-th N of the step's GPUs here, DDP_SLURM_STEP_GPUS in a task).  allowed: a CPU list, or NULL for
  * the topology's allowed set (the calling process's cgroup).  Slurm's GPU
  * number k is the k-th of the driver's GPUs (not excluded) in the
  * topology's gres order when it has the driver's list

@@ -171,6 +171,26 @@ static void left_alone(int *on, char *how, size_t n, const char *why, const char
 	snprintf(how, n, "%s (%s=%.64s): left to Slurm", why, key, v);
 }
 
+/* N of Slurm's per-task GPU binding in a SLURMD_TRES_BIND value
+ * ("gpu:per_task:1", "gpu:verbose,per_task:2", "gres/gpu:per_task:1"),
+ * else 0: --gpus-per-task=N implies it, and task i gets the i-th N of the
+ * step's GPUs on the node, in Slurm's order. */
+static uint32_t per_task_gpus(const char *tres_bind)
+{
+	const char *g = strstr(tres_bind, "gpu:"), *p, *end;
+	unsigned long n;
+	char *e;
+
+	if (!g)
+		return 0;
+	end = strchr(g, ';');
+	p = strstr(g, "per_task:");
+	if (!p || (end && p > end))
+		return 0;
+	n = strtoul(p + strlen("per_task:"), &e, 10);
+	return e != p + strlen("per_task:") && n >= 1 && n <= DDPENV_MAX_GPUS ? (uint32_t)n : 0;
+}
+
 /* Each task's CPUs and NUMA nodes: the tasks sharing a locality (their
  * GPU's, else the machine's) split its allowed CPUs evenly. */
 static int plan_cpus(const struct ddpenv_topo *t, hwloc_const_bitmap_t allowed,
@@ -189,7 +209,7 @@ static int plan_cpus(const struct ddpenv_topo *t, hwloc_const_bitmap_t allowed,
 		goto out;
 	}
 	for (uint32_t i = 0; i < ntasks; i++) {
-		int gi = plan->gpu ? plan->tasks[i].gpu : -1;
+		int gi = plan->gpu || plan->slurm_per_task ? plan->tasks[i].gpu : -1;
 		tdom[i] = gi >= 0 ? gdom[gi] : hwloc_get_root_obj(topo);
 		if (!(sets[i] = hwloc_bitmap_alloc())) {
 			snprintf(err, errlen, "out of memory planning %u tasks", ntasks);
@@ -245,7 +265,7 @@ static int plan_cpus(const struct ddpenv_topo *t, hwloc_const_bitmap_t allowed,
 			if (j != i && hwloc_bitmap_intersects(sets[i], sets[j]))
 				bt->shared = 1;
 		shared |= bt->shared;
-		if (plan->gpu && bt->gpu >= 0 && gobj[bt->gpu]) {
+		if ((plan->gpu || plan->slurm_per_task) && bt->gpu >= 0 && gobj[bt->gpu]) {
 			hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(topo, gobj[bt->gpu]);
 			bt->near = hwloc_bitmap_isincluded(sets[i], anc->cpuset);
 			far |= !bt->near;
@@ -256,9 +276,11 @@ static int plan_cpus(const struct ddpenv_topo *t, hwloc_const_bitmap_t allowed,
 			hwloc_bitmap_free(ns);
 		}
 	}
-	snprintf(plan->cpu_how, sizeof(plan->cpu_how), "%s%s%s",
-		 plan->gpu && nids && !missing && !plan->mig ? "the cores near each task's GPU, split evenly" :
-						  "tasks spread evenly over packages, NUMA nodes and cores",
+	int by_gpu = nids && !missing && !plan->mig && (plan->gpu || (plan->slurm_per_task && plan->tasks[0].gpu >= 0));
+	snprintf(plan->cpu_how, sizeof(plan->cpu_how), "%s%s%s%s",
+		 by_gpu ? "the cores near each task's GPU, split evenly" :
+			  "tasks spread evenly over packages, NUMA nodes and cores",
+		 by_gpu && !plan->gpu ? " (Slurm's pick of its GPU)" : "",
 		 shared ? "; fewer CPUs than tasks: some share" : "",
 		 far ? "; some GPUs have no allowed CPU near them" : "");
 	if (plan->mem) {
@@ -370,9 +392,13 @@ int ddpenv_bind_plan(const struct ddpenv_topo *t, const struct ddpenv_env *env,
 	if ((s = ddpenv_env_get(env, "SLURM_GPU_BIND")))
 		left_alone(&plan->gpu, plan->gpu_how, sizeof(plan->gpu_how), "explicit --gpu-bind",
 			   "SLURM_GPU_BIND", s);
-	else if ((s = ddpenv_env_get(env, "SLURMD_TRES_BIND")) && strstr(s, "gpu:"))
-		left_alone(&plan->gpu, plan->gpu_how, sizeof(plan->gpu_how), "explicit --gpu-bind",
+	else if ((s = ddpenv_env_get(env, "SLURMD_TRES_BIND")) && strstr(s, "gpu:")) {
+		plan->slurm_per_task = per_task_gpus(s);
+		left_alone(&plan->gpu, plan->gpu_how, sizeof(plan->gpu_how),
+			   plan->slurm_per_task ? "Slurm binds each task to its own GPUs (--gpus-per-task or --gpu-bind=per_task)"
+						: "Slurm binds GPUs per task (--gpu-bind, or --ntasks-per-gpu)",
 			   "SLURMD_TRES_BIND", s);
+	}
 
 	/* The GPUs, and which task takes which. */
 	if (ddpenv_bind_plan_gpus(t, env, allowed, plan, &bg, err, errlen) < 0)

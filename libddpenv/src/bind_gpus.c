@@ -30,6 +30,8 @@ struct gpu_planning {
 	hwloc_obj_t tgpu[DDPENV_MAX_GPUS];         /* the topology's GPUs in bus order */
 	size_t ntg, unlisted;                      /* past the driver's list */
 	char names_how[DDPENV_HOWLEN];             /* why CUDA's names differ from Slurm's */
+	int per_task_unknown;                      /* Slurm's per_task binding, in a task
+						    * without the node's list */
 };
 
 /* ---- inputs ------------------------------------------------------------- */
@@ -82,21 +84,6 @@ static int value_cmp(const void *a, const void *b)
 	return p < q ? -1 : p > q;
 }
 
-/* DDP_STEP names this step: the plugin set the task's variables. */
-static int this_step_marked(const struct ddpenv_env *env)
-{
-	const char *m = ddpenv_env_get(env, DDPENV_MARKER);
-	const char *j = ddpenv_env_get(env, "SLURM_JOB_ID");
-	const char *st = ddpenv_env_get(env, "SLURM_STEP_ID");
-	char want[64];
-
-	if (!st)
-		st = ddpenv_env_get(env, "SLURM_STEPID");
-	if (!m || !j || !st)
-		return 0;
-	snprintf(want, sizeof(want), "%s.%s", j, st);
-	return strcmp(m, want) == 0;
-}
 
 /* ---- NIC closest to a GPU ------------------------------------------------ */
 
@@ -326,6 +313,17 @@ static int step_gpus(struct gpu_planning *gp, const struct ddpenv_env *env, char
 	const char *s, *ids_key = gp->ids_key;
 
 	s = ddpenv_env_get(env, "SLURM_STEP_GPUS");
+	if (plan->slurm_per_task && s && *s) {
+		/* A task's SLURM_STEP_GPUS is its own GPUs: the node's list
+		 * came from the plugin, if it ran this step. */
+		const char *node = ddpenv_env_get(env, DDPENV_SLURM_STEP_GPUS);
+		if (node && *node && ddpenv_step_marked(env)) {
+			s = node;
+			gp->ids_key = ids_key = DDPENV_SLURM_STEP_GPUS;
+		} else {
+			gp->per_task_unknown = 1;
+		}
+	}
 	if ((!s || !*s) && plan->gpu) {
 		/* GPUs not from Slurm's GRES: the user's choice. */
 		s = ddpenv_env_get(env, "CUDA_VISIBLE_DEVICES");
@@ -353,7 +351,7 @@ static int step_gpus(struct gpu_planning *gp, const struct ddpenv_env *env, char
 		const char *cvd = ddpenv_env_get(env, DDPENV_SLURM_CVD);
 		size_t need = 0;
 		int numeric = 1, mig = 0;
-		if (!cvd || !this_step_marked(env))
+		if (!cvd || !ddpenv_step_marked(env))
 			cvd = ddpenv_env_get(env, "CUDA_VISIBLE_DEVICES");
 		if (!cvd || split("CUDA_VISIBLE_DEVICES", cvd, vals[0], sizeof(vals[0]), DDPENV_MAX_GPUS, &nvals,
 				  err, errlen) < 0)
@@ -517,6 +515,31 @@ static void assign(struct gpu_planning *gp)
 		for (uint32_t i = 0; i < ntasks && plan->gpu; i++)
 			plan->tasks[i].gpu = (int)order[i % nids];
 	}
+	if (nids && !plan->gpu && plan->slurm_per_task && !gp->per_task_unknown && !plan->mig)
+		/* Slurm's own: the i-th N of the step's GPUs, in GRES index
+		 * order; a task past them gets the first (slurmstepd says
+		 * "Binding to the first device in the allocation instead"). */
+		for (uint32_t i = 0; i < ntasks; i++) {
+			size_t k = (size_t)i * plan->slurm_per_task;
+			plan->tasks[i].gpu = k < nids ? (int)k : 0;
+		}
+}
+
+/* Slurm's per-task binding, said once: what the tasks see and lose. */
+static void explain_per_task(struct gpu_planning *gp)
+{
+	struct ddpenv_bind_plan *plan = gp->plan;
+
+	if (gp->per_task_unknown)
+		snprintf(plan->gpu_how, sizeof(plan->gpu_how),
+			 "Slurm binds each task to its own %u GPU%s (SLURMD_TRES_BIND=gpu:per_task:%u): left to Slurm; the other tasks' GPUs are unknown here (no %s)",
+			 plan->slurm_per_task, plan->slurm_per_task == 1 ? "" : "s", plan->slurm_per_task,
+			 DDPENV_SLURM_STEP_GPUS);
+	else
+		snprintf(plan->gpu_how, sizeof(plan->gpu_how),
+			 "Slurm binds each task to its own %u GPU%s (gpu:per_task:%u; --gpus-per-task or --gpu-bind): each sees only %s, from cuda:0, not cuda:LOCAL_RANK, and NCCL can lose P2P/NVLink between them; left to Slurm",
+			 plan->slurm_per_task, plan->slurm_per_task == 1 ? "" : "s", plan->slurm_per_task,
+			 plan->slurm_per_task == 1 ? "it" : "them");
 }
 
 /* Why the GPUs are bound as they are, for ddp-env --explain. */
@@ -588,6 +611,8 @@ int ddpenv_bind_plan_gpus(const struct ddpenv_topo *t, const struct ddpenv_env *
 	assign(gp);
 	if (plan->gpu)
 		explain(gp);
+	else if (plan->slurm_per_task && gp->nids && !plan->mig)
+		explain_per_task(gp);
 	rv = 0;
 out:
 	free(gp);

@@ -260,9 +260,20 @@ static int bind_vars(const struct ddpenv_node *node, const struct ddpenv_env *ta
 	size_t l = 0;
 	int ok = 1, gi;
 
-	if (!p->gpu || !p->ngpus || local_rank >= p->ntasks || (gi = p->tasks[local_rank].gpu) < 0)
+	if ((!p->gpu && !p->slurm_per_task) || !p->ngpus || local_rank >= p->ntasks ||
+	    (gi = p->tasks[local_rank].gpu) < 0)
 		return 0;
 	g = &p->gpus[gi];
+	if (!p->gpu) {
+		/* Slurm bound the task to its own GPUs: its CUDA_VISIBLE_DEVICES
+		 * stays; ddp-env --explain in the task needs the node's list. */
+		for (size_t k = 0; k < p->ngpus && l < sizeof(slurm); k++)
+			l += (size_t)snprintf(slurm + l, sizeof(slurm) - l, "%s%u", k ? "," : "", p->gpus[k].index);
+		ok &= add(out, DDPENV_SLURM_STEP_GPUS, 0,
+			  "the step's GPUs on this node, before Slurm bound each task to its own", "%s",
+			  slurm) != NULL;
+		goto identity;
+	}
 	for (size_t k = 0; k < p->ngpus && l < sizeof(slurm); k++)
 		l += (size_t)snprintf(slurm + l, sizeof(slurm) - l, "%s%s", k ? "," : "", p->gpus[k].value);
 	if (p->mig && local_rank < p->ngpus)
@@ -292,6 +303,7 @@ static int bind_vars(const struct ddpenv_node *node, const struct ddpenv_env *ta
 	else
 		ok &= add(out, "CUDA_DEVICE_ORDER", 0, "CUDA numbers GPUs as nvidia-smi and Slurm do",
 			  "PCI_BUS_ID") != NULL;
+identity:
 	if (g->busid[0])
 		ok &= add(out, "DDP_GPU_BUSID", 0, p->gpu_how, "%s", g->busid) != NULL;
 	if (g->nic[0]) {
@@ -343,13 +355,13 @@ int ddpenv_task_vars(const struct ddpenv_node *node,
 
 	if (node->backend == DDPENV_BACKEND_NCCL && local_size > st->gpus) {
 		if (st->gpus == 0)
-			snprintf(err, errlen, "--ddp=nccl (%.80s): node %u runs %u task(s) of the step and the step has no GPU there (%s unset): NCCL needs one GPU per task; ask for GPUs (--gpus-per-task=1) or use --ddp=gloo",
+			snprintf(err, errlen, "--ddp=nccl (%.80s): node %u runs %u task(s) of the step and the step has no GPU there (%s unset): NCCL needs one GPU per task; ask for one per task (--gres=gpu:N, or --gpus-per-node=N, with --ntasks-per-node=N) or use --ddp=gloo",
 				 node->backend_how, node_id, local_size, st->gpus_key);
 		else if (st->shared)
-			snprintf(err, errlen, "--ddp=nccl (%.80s): node %u runs %u tasks of the step on %u shared GPU(s) (%s, %s): NCCL cannot share a GPU between ranks, even with MPS; use --ddp=gloo, or whole GPUs (--gpus-per-task=1)",
+			snprintf(err, errlen, "--ddp=nccl (%.80s): node %u runs %u tasks of the step on %u shared GPU(s) (%s, %s): NCCL cannot share a GPU between ranks, even with MPS; use --ddp=gloo, or whole GPUs (--gres=gpu:N with --ntasks-per-node=N)",
 				 node->backend_how, node_id, local_size, st->gpus, st->shared, st->gpus_key);
 		else
-			snprintf(err, errlen, "--ddp=nccl (%.80s): node %u runs %u tasks of the step but has %u GPU(s) for it (%s): NCCL cannot share a GPU between ranks; ask for --gpus-per-task=1, fewer --ntasks-per-node, or use --ddp=gloo",
+			snprintf(err, errlen, "--ddp=nccl (%.80s): node %u runs %u tasks of the step but has %u GPU(s) for it (%s): NCCL cannot share a GPU between ranks; ask for as many GPUs as tasks per node (--gres=gpu:N or --gpus-per-node=N), fewer --ntasks-per-node, or use --ddp=gloo",
 				 node->backend_how, node_id, local_size, st->gpus, st->gpus_key);
 		return -1;
 	}

@@ -1,10 +1,12 @@
 /* The environment snapshot: a small owned list of KEY=VALUE strings. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
 
 #include "ddpenv.h"
+#include "internal.h"
 
 const char *const ddpenv_env_keys[] = {
 	"SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEPID",
@@ -23,6 +25,7 @@ const char *const ddpenv_env_keys[] = {
 	"DDP_RDZV_TOKEN", "DDP_CONFIG", "SLURM_JOB_PARTITION",
 	"SLURM_CPU_BIND", "SLURM_MEM_BIND", "SLURM_GPU_BIND", "SLURMD_TRES_BIND",
 	"GPU_DEVICE_ORDINAL", "CUDA_DEVICE_ORDER", "NCCL_IB_HCA", "DDP_BIND", DDPENV_SLURM_CVD,
+	DDPENV_SLURM_STEP_GPUS,
 	NULL,
 };
 
@@ -112,4 +115,20 @@ int ddpenv_env_from_envp(struct ddpenv_env *env, char *const *envp)
 			return -1;
 	}
 	return 0;
+}
+
+/* DDP_STEP names this step: the plugin set the task's variables. */
+int ddpenv_step_marked(const struct ddpenv_env *env)
+{
+	const char *m = ddpenv_env_get(env, DDPENV_MARKER);
+	const char *j = ddpenv_env_get(env, "SLURM_JOB_ID");
+	const char *st = ddpenv_env_get(env, "SLURM_STEP_ID");
+	char want[64];
+
+	if (!st)
+		st = ddpenv_env_get(env, "SLURM_STEPID");
+	if (!m || !j || !st)
+		return 0;
+	snprintf(want, sizeof(want), "%s.%s", j, st);
+	return strcmp(m, want) == 0;
 }

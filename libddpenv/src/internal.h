@@ -8,6 +8,11 @@
 int ddpenv_parse_u32(const char *key, const char *s, uint32_t *out,
 		     char *err, size_t errlen);
 
+struct ddpenv_env;
+/* env carries the plugin's marker (DDP_STEP) for its own job step: the
+ * DDP_* values in it are this step's, not inherited from an outer one. */
+int ddpenv_step_marked(const struct ddpenv_env *env);
+
 struct ddpenv_settings;
 /* settings.c: the per-setting parsers behind config.c. */
 int ddpenv_setting_lookup(const char *name);

@@ -341,6 +341,11 @@ int ddpenv_step_parse(const struct ddpenv_env *env, struct ddpenv_step *step,
 	}
 	gpus = ddpenv_env_get(env, "SLURM_STEP_GPUS");
 	step->gpus_key = "SLURM_STEP_GPUS";
+	if (gpus && *gpus && ddpenv_step_marked(env) && ddpenv_env_get(env, DDPENV_SLURM_STEP_GPUS)) {
+		/* In a task that Slurm bound to its own GPUs: the node's. */
+		gpus = ddpenv_env_get(env, DDPENV_SLURM_STEP_GPUS);
+		step->gpus_key = DDPENV_SLURM_STEP_GPUS;
+	}
 	if (!gpus || !*gpus) {
 		gpus = ddpenv_env_get(env, "CUDA_VISIBLE_DEVICES");
 		step->gpus_key = "CUDA_VISIBLE_DEVICES";
@@ -370,6 +375,21 @@ int ddpenv_step_parse(const struct ddpenv_env *env, struct ddpenv_step *step,
 			step->gpus++;
 	else
 		step->gpus_key = "SLURM_STEP_GPUS";
+	{
+		/* A task's list under Slurm's per-task GPU binding (--gpus-per-task,
+		 * --gpu-bind) is its own GPUs; SLURM_GPUS_ON_NODE counts the node's. */
+		const char *tb = ddpenv_env_get(env, "SLURMD_TRES_BIND");
+		const char *on = ddpenv_env_get(env, "SLURM_GPUS_ON_NODE");
+		uint32_t n = 0;
+		char perr[DDPENV_ERRLEN];
+		if (step->has_gpus && !step->mig && !step->shared && tb && strstr(tb, "gpu:") &&
+		    !strstr(tb, "gpu:none") && on &&
+		    ddpenv_parse_u32("SLURM_GPUS_ON_NODE", on, &n, perr, sizeof(perr)) == 0 &&
+		    n > step->gpus) {
+			step->gpus = n;
+			step->gpus_key = "SLURM_GPUS_ON_NODE";
+		}
+	}
 
 	list = ddpenv_env_get(env, "SLURM_STEP_NODELIST");
 	if (!list) {

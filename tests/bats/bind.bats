@@ -148,7 +148,44 @@ testnode_topology() {
 	assert_success
 	assert_matches_plan 2
 	assert_line --regexp '^rank=0 local=0 cpus=0 plan_cpus=0 cvd=0,1,2,3 plan_cvd=none busid=unset'
-	assert_line --partial "# gpu: explicit --gpu-bind (SLURMD_TRES_BIND=gpu:closest): left to Slurm"
+	assert_line --partial "# gpu: Slurm binds GPUs per task (--gpu-bind, or --ntasks-per-gpu) (SLURMD_TRES_BIND=gpu:closest): left to Slurm"
+}
+
+@test "--gpus-per-task=1: Slurm's per-task GPUs stay, each task's CPUs follow its GPU as --explain planned, NCCL is warned once per node" {
+	testnode_topology
+	# Another job holds node1's GPUs 0,1 (package 0): there the step gets
+	# 2,3 (package 1), on node2 0,1; Slurm gives task i the i-th.
+	run crun sbatch --parsable -w node1 -n1 --gres=gpu:2 --wrap "sleep 120"
+	assert_success
+	holder=$output
+	for _ in $(seq 1 40); do
+		[ "$(crun squeue -h -j "$holder" -o %t)" = R ] && break
+		sleep 0.25
+	done
+	run --separate-stderr crun srun --ddp=nccl -N2 --ntasks-per-node=2 --gpus-per-task=1 -w node1,node2 "$BIND_REPORT"
+	crun scancel "$holder"
+	assert_success
+	assert_matches_plan 4
+	# ddp-env --explain works in each task (no "has 1 GPU(s)" from the task's own list)
+	refute_line --regexp 'plan_cpus=none'
+	assert_line --regexp '^rank=0 local=0 cpus=1 plan_cpus=1 cvd=2 plan_cvd=none busid=0000:60:00.0 '
+	assert_line --regexp '^rank=1 local=1 cpus=1 plan_cpus=1 cvd=3 plan_cvd=none busid=0000:70:00.0 '
+	assert_line --regexp '^rank=2 local=0 cpus=0 plan_cpus=0 cvd=0 plan_cvd=none busid=0000:20:00.0 '
+	assert_line --regexp '^rank=3 local=1 cpus=0 plan_cpus=0 cvd=1 plan_cvd=none busid=0000:30:00.0 '
+	assert_line --partial "# gpu: Slurm binds each task to its own 1 GPU (gpu:per_task:1; --gpus-per-task or --gpu-bind): each sees only it, from cuda:0, not cuda:LOCAL_RANK"
+	assert_line --partial "# cpu: bound: the cores near each task's GPU, split evenly (Slurm's pick of its GPU)"
+	assert_equal "$(grep -c 'warning: Slurm binds each of this node.s 2 tasks to its own GPU' <<<"$stderr")" 2
+	grep -q -- '--gpus-per-node=2 (or --gres=gpu:2) with --ntasks-per-node=2 keeps every GPU visible' <<<"$stderr"
+}
+
+@test "--gpus-per-task=2 under gloo: each task's two GPUs, its CPUs near the first, no warning" {
+	testnode_topology
+	run --separate-stderr crun srun --ddp=gloo -N1 -n2 --gpus-per-task=2 "$BIND_REPORT"
+	assert_success
+	assert_matches_plan 2
+	assert_line --regexp '^rank=0 local=0 cpus=0 plan_cpus=0 cvd=0,1 plan_cvd=none busid=0000:20:00.0 '
+	assert_line --regexp '^rank=1 local=1 cpus=1 plan_cpus=1 cvd=2,3 plan_cvd=none busid=0000:60:00.0 '
+	refute [ "$(grep -c 'warning' <<<"$stderr")" -gt 0 ]
 }
 
 @test "--ddp-bind=strict: each task sees only its own GPU" {

@@ -69,6 +69,8 @@ static int plan_on(const char *xml, struct ddpenv_env *env, enum ddpenv_bind pol
 
 static void invariants(const char *xml, const struct ddpenv_bind_plan *p, const char *what)
 {
+	/* the tasks' GPUs: ours, or Slurm's per-task pick */
+	int known = p->gpu || (p->slurm_per_task && p->ntasks && p->tasks[0].gpu >= 0);
 	hwloc_topology_t topo;
 	hwloc_bitmap_t allowed = hwloc_bitmap_alloc(), *set = calloc(p->ntasks, sizeof(*set));
 	hwloc_bitmap_t all = hwloc_bitmap_alloc(), near_used = hwloc_bitmap_alloc();
@@ -93,7 +95,7 @@ static void invariants(const char *xml, const struct ddpenv_bind_plan *p, const 
 		hwloc_bitmap_or(all, all, set[i]);
 		for (uint32_t j = 0; j < i; j++)
 			disjoint &= !hwloc_bitmap_intersects(set[i], set[j]);
-		if (t->gpu >= 0 && p->gpu) {
+		if (t->gpu >= 0 && known) {
 			const struct ddpenv_bind_gpu *g = &p->gpus[t->gpu];
 			hwloc_obj_t pci = hwloc_get_pcidev_by_busidstring(topo, g->busid);
 			used[t->gpu]++;
@@ -111,14 +113,14 @@ static void invariants(const char *xml, const struct ddpenv_bind_plan *p, const 
 			for (tok = strtok_r(vis, ",", &save); tok && k < i; tok = strtok_r(NULL, ",", &save))
 				k++;
 			/* MIG: no common list; each task's own (bind_vars) */
-			if (i < p->ngpus)
+			if (i < p->ngpus && p->gpu)
 				visible &= p->mig ? !p->visible[0] : tok && strcmp(tok, g->cuda) == 0;
 		}
 	}
 	if (p->gpu && p->ntasks >= p->ngpus)
 		for (size_t k = 0; k < p->ngpus; k++)
 			once &= used[k] == (p->ntasks + p->ngpus - 1 - k) / p->ngpus;
-	if (p->gpu && p->ntasks <= p->ngpus)
+	if (known && p->ntasks <= p->ngpus)
 		for (size_t k = 0; k < p->ngpus; k++)
 			once &= used[k] <= 1;
 
@@ -130,7 +132,7 @@ static void invariants(const char *xml, const struct ddpenv_bind_plan *p, const 
 		snprintf(desc, sizeof(desc), "%s: disjoint", what);
 		test_cond(desc, disjoint);
 	}
-	if (p->gpu && p->ngpus) {
+	if (known && p->ngpus) {
 		snprintf(desc, sizeof(desc), "%s: each GPU used once (or evenly shared)", what);
 		test_cond(desc, once);
 		snprintf(desc, sizeof(desc), "%s: each task's CPUs near its GPU", what);
@@ -393,7 +395,7 @@ static void test_policy(void)
 	step_env(&env, 2, "0,1", NULL, "SLURMD_TRES_BIND=gpu:closest", NULL);
 	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
 	test_cond("--gpu-bind given: GPUs left alone, CPUs still bound", !p.gpu && p.cpu && !p.visible[0]);
-	test_err("... said so", p.gpu_how, "explicit --gpu-bind (SLURMD_TRES_BIND=gpu:closest)");
+	test_err("... said so", p.gpu_how, "Slurm binds GPUs per task (--gpu-bind, or --ntasks-per-gpu) (SLURMD_TRES_BIND=gpu:closest): left to Slurm");
 	ddpenv_bind_plan_free(&p);
 	ddpenv_env_free(&env);
 
@@ -422,6 +424,75 @@ static void test_policy(void)
 }
 
 /* ---- the task's variables ------------------------------------------------------ */
+
+/* --gpus-per-task=N: Slurm binds task i to the i-th N of the step's GPUs
+ * on the node (srun(1), per_task) and shows it only those. */
+static void test_slurm_per_task(void)
+{
+	struct ddpenv_env env;
+	struct ddpenv_bind_plan p;
+
+	/* The node's view (slurmstepd before the tasks): no SLURMD_TRES_BIND
+	 * yet; a task's view: its own GPU, and the node's from the plugin. */
+	step_env(&env, 4, "2", "2", "SLURMD_TRES_BIND=gpu:per_task:1", "DDP_SLURM_STEP_GPUS=0,1,2,3",
+		 "DDP_STEP=7.0", "SLURM_JOB_ID=7", "SLURM_STEP_ID=0", NULL);
+	test_cond("--gpus-per-task=1, 4 tasks: planned", plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p) == 0);
+	invariants("dgx-h100.xml", &p, "DGX H100, Slurm's per_task:1 on GPUs 0-3");
+	test_cond("... GPUs left to Slurm, per_task 1, no list of ours", !p.gpu && p.cpu && p.slurm_per_task == 1 &&
+		  !p.visible[0]);
+	test_cond("... task i has the i-th of the node's GPUs", p.ngpus == 4 && p.tasks[0].gpu == 0 &&
+		  p.tasks[1].gpu == 1 && p.tasks[2].gpu == 2 && p.tasks[3].gpu == 3 && p.gpus[2].index == 2);
+	test_cond("... each task's CPUs near its GPU, split evenly", p.tasks[0].near && p.tasks[3].near && even(&p));
+	test_err("... CPUs: said so", p.cpu_how, "the cores near each task's GPU, split evenly (Slurm's pick of its GPU)");
+	test_err("... GPUs: said what it costs", p.gpu_how,
+		 "Slurm binds each task to its own 1 GPU (gpu:per_task:1; --gpus-per-task or --gpu-bind): each sees only it, from cuda:0, not cuda:LOCAL_RANK, and NCCL can lose P2P/NVLink between them; left to Slurm");
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	/* per_task:2 over both sockets' GPUs: task 1 takes GRES 4,5. */
+	step_env(&env, 2, "0,1", "0,1", "SLURMD_TRES_BIND=gpu:verbose,per_task:2", "DDP_SLURM_STEP_GPUS=0,1,4,5",
+		 "DDP_STEP=7.0", "SLURM_JOB_ID=7", "SLURM_STEP_ID=0", NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	invariants("dgx-h100.xml", &p, "DGX H100, Slurm's per_task:2");
+	test_cond("per_task:2 (after verbose,): task 1 has GRES 4 first", p.slurm_per_task == 2 &&
+		  p.tasks[0].gpu == 0 && p.gpus[p.tasks[1].gpu].index == 4);
+	test_cond("... on the other socket: the tasks' CPUs do not meet", p.tasks[0].near && p.tasks[1].near &&
+		  p.gpus[0].numa != p.gpus[p.tasks[1].gpu].numa);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	/* More tasks than GPUs: slurmstepd binds the extra ones to the first. */
+	step_env(&env, 3, "0", "0", "SLURMD_TRES_BIND=gpu:per_task:1", "DDP_SLURM_STEP_GPUS=4,5",
+		 "DDP_STEP=7.0", "SLURM_JOB_ID=7", "SLURM_STEP_ID=0", NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	test_cond("3 tasks on 2 GPUs, per_task:1: task 2 falls back to the first", p.tasks[2].gpu == 0 &&
+		  p.tasks[1].gpu == 1 && p.gpus[0].index == 4);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	/* ddp-env in a task without the plugin, or another step's list:
+	 * the other tasks' GPUs are unknown, so no GPU locality. */
+	step_env(&env, 2, "1", "1", "SLURMD_TRES_BIND=gpu:per_task:1", "DDP_SLURM_STEP_GPUS=0,1",
+		 "DDP_STEP=6.0", "SLURM_JOB_ID=7", "SLURM_STEP_ID=0", NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	test_cond("per_task without this step's node list: no task has a GPU", !p.gpu && p.tasks[0].gpu < 0 &&
+		  p.tasks[1].gpu < 0);
+	test_err("... said so", p.gpu_how, "the other tasks' GPUs are unknown here (no DDP_SLURM_STEP_GPUS)");
+	test_err("... CPUs spread as for a CPU-only step", p.cpu_how, "tasks spread evenly");
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	step_env(&env, 2, "0,1", NULL, "SLURMD_TRES_BIND=gpu:none", NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	test_cond("--gpu-bind=none is not per_task: left alone", !p.gpu && p.slurm_per_task == 0);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+	step_env(&env, 2, "0,1", NULL, "SLURMD_TRES_BIND=gpu:per_task:x", NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	test_cond("per_task:x (not a count): left alone, not per_task", !p.gpu && p.slurm_per_task == 0);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+}
 
 static void node_of(struct ddpenv_node *n, enum ddpenv_backend b, unsigned tasks, unsigned gpus)
 {
@@ -452,6 +523,34 @@ static void task_env(struct ddpenv_env *e, unsigned tasks, unsigned rank, ...)
 	va_start(ap, rank);
 	env_add_v(e, ap);
 	va_end(ap);
+}
+
+/* The task's variables under Slurm's per-task binding: its GPU named,
+ * Slurm's CUDA_VISIBLE_DEVICES kept, the node's list handed on. */
+static void test_vars_per_task(void)
+{
+	struct ddpenv_env env, te;
+	struct ddpenv_bind_plan p;
+	struct ddpenv_node node;
+	struct ddpenv_vars v;
+
+	step_env(&env, 2, "5", "5", "SLURMD_TRES_BIND=gpu:per_task:1", "DDP_SLURM_STEP_GPUS=4,5",
+		 "DDP_STEP=7.0", "SLURM_JOB_ID=7", "SLURM_STEP_ID=0", NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	node_of(&node, DDPENV_BACKEND_NCCL, 2, 2);
+	node.plan = &p;
+	task_env(&te, 2, 1, "CUDA_VISIBLE_DEVICES=5", NULL);
+	test_cond("per_task: task variables", ddpenv_task_vars(&node, &te, &v, err, sizeof(err)) == 0);
+	test_cond("... CUDA_VISIBLE_DEVICES is Slurm's (not set by us)", var(&v, "CUDA_VISIBLE_DEVICES") == NULL &&
+		  var(&v, "DDP_SLURM_CUDA_VISIBLE_DEVICES") == NULL);
+	test_streq("... DDP_GPU_BUSID: GRES 5, Slurm's pick for local rank 1", var(&v, "DDP_GPU_BUSID"),
+		   p.gpus[1].busid);
+	test_cond("... a bus id from the topology", p.gpus[1].busid[0] != '\0');
+	test_streq("... the node's list for ddp-env --explain", var(&v, "DDP_SLURM_STEP_GPUS"), "4,5");
+	test_cond("... its NIC", var(&v, "DDP_NIC") != NULL);
+	ddpenv_env_free(&te);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
 }
 
 static void test_vars(void)
@@ -1168,7 +1267,9 @@ int main(void)
 	test_cpu_only();
 	test_cgroup();
 	test_policy();
+	test_slurm_per_task();
 	test_vars();
+	test_vars_per_task();
 	test_errors();
 	test_nvidia_minors();
 	test_cuda_names();

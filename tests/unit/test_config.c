@@ -593,6 +593,26 @@ static void test_contract(void)
 		  ddpenv_task_vars(node, &env, &vars, err, sizeof(err)) < 0);
 	test_err("... naming the counts", err, "node 0 runs 2 tasks of the step but has 1 GPU(s) for it (SLURM_STEP_GPUS): NCCL cannot share a GPU between ranks");
 	ddpenv_env_free(&env);
+	/* A task that Slurm bound to its own GPU (--gpus-per-task=1): its
+	 * SLURM_STEP_GPUS is that one; the node's count is elsewhere. */
+	env_of(&env, STEP, "SLURM_STEP_GPUS=1", "CUDA_VISIBLE_DEVICES=1", "SLURMD_TRES_BIND=gpu:per_task:1",
+	       "SLURM_GPUS_ON_NODE=2", NULL);
+	test_cond("--gpus-per-task=1, 2 tasks: nccl is fine in a task (SLURM_GPUS_ON_NODE)",
+		  ddpenv_node_resolve(&env, DDPENV_BACKEND_NCCL, NULL, &sys, node, err, sizeof(err)) == 0 &&
+		  ddpenv_task_vars(node, &env, &vars, err, sizeof(err)) == 0 && node->step.gpus == 2);
+	ddpenv_env_free(&env);
+	env_of(&env, STEP, "SLURM_STEP_GPUS=1", "CUDA_VISIBLE_DEVICES=1", "SLURMD_TRES_BIND=gpu:per_task:1",
+	       "DDP_SLURM_STEP_GPUS=0,1,5", "DDP_STEP=77.2", NULL);
+	test_cond("... and with the plugin's DDP_SLURM_STEP_GPUS, the node's list counts",
+		  ddpenv_node_resolve(&env, DDPENV_BACKEND_NCCL, NULL, &sys, node, err, sizeof(err)) == 0 &&
+		  node->step.gpus == 3 && strcmp(node->step.gpus_key, "DDP_SLURM_STEP_GPUS") == 0);
+	ddpenv_env_free(&env);
+	env_of(&env, STEP, "SLURM_STEP_GPUS=1", "SLURMD_TRES_BIND=gpu:per_task:1", "DDP_SLURM_STEP_GPUS=0,1,5",
+	       "DDP_STEP=77.1", NULL);
+	test_cond("... but not another step's",
+		  ddpenv_node_resolve(&env, DDPENV_BACKEND_NCCL, NULL, &sys, node, err, sizeof(err)) == 0 &&
+		  node->step.gpus == 1);
+	ddpenv_env_free(&env);
 	env_of(&env, STEP, "CUDA_VISIBLE_DEVICES=0,1", NULL);
 	test_cond("nccl with 2 tasks and 2 GPUs is fine",
 		  ddpenv_node_resolve(&env, DDPENV_BACKEND_NCCL, NULL, &sys, node, err, sizeof(err)) == 0 &&

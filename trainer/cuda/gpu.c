@@ -111,12 +111,21 @@ static int gpu_open(struct cnn_gpu **out, const struct cnn_gpu_opts *o, char *er
 		FAIL("no CUDA device visible (CUDA_VISIBLE_DEVICES=%s): %s",
 		     getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "unset",
 		     e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-	/* never rank % count: two ranks on one GPU is what NCCL refuses */
-	g->dev = count == 1 ? 0 : o->local_rank;
+	/* The GPU slurm-ddp planned, by bus id: entry LOCAL_RANK of its
+	 * permuted list, or under Slurm's own per-task binding (--gpus-per-task)
+	 * one of the few this task sees.  Never rank % count: two ranks on one
+	 * GPU is what NCCL refuses. */
+	const char *planned = getenv("DDP_GPU_BUSID");
+	int by_bus = -1;
+	if (planned && *planned && cudaDeviceGetByPCIBusId(&by_bus, planned) != cudaSuccess) {
+		(void)cudaGetLastError();
+		by_bus = -1;
+	}
+	g->dev = by_bus >= 0 ? by_bus : count == 1 ? 0 : o->local_rank;
 	if (g->dev < 0 || g->dev >= count)
 		FAIL("LOCAL_RANK %d names GPU %d but %d are visible "
-		     "(CUDA_VISIBLE_DEVICES=%s); ask Slurm for a GPU per task (--gpus-per-task=1 "
-		     "or --gres=gpu:N with N tasks per node)", o->local_rank, g->dev, count,
+		     "(CUDA_VISIBLE_DEVICES=%s); ask Slurm for a GPU per task (--gres=gpu:N "
+		     "or --gpus-per-node=N, with N tasks per node)", o->local_rank, g->dev, count,
 		     getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "unset");
 	/* fp32 means fp32: no library may pick TF32 behind our back (and a
 	 * later TF32 open in the same process takes back what we set) */
