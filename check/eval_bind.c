@@ -333,7 +333,7 @@ static void eval_visible(struct ck_world *w)
 		} else if (r->visible < r->step_gpus)
 			say(&warn, "task %d (%s) sees %d of the step's %d GPUs there: no CUDA peer access "
 			    "(NVLink, P2P) to the others' GPUs (CUDA_VISIBLE_DEVICES=%s, narrowed by "
-			    "--gpu-bind or --ddp-bind=strict?)", i, r->host, r->visible, r->step_gpus,
+			    "--gpus-per-task, --gpu-bind or --ddp-bind=strict?)", i, r->host, r->visible, r->step_gpus,
 			    r->env[CK_CVD]);
 	}
 	if (warn.items)

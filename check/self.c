@@ -206,7 +206,10 @@ void ck_self_gpus(struct self *me)
 {
 	struct ck_rank *r = &me->r;
 	r->visible = r->have & (1u << CK_CVD) ? list_count(r->env[CK_CVD]) : -1;
-	r->step_gpus = r->have & (1u << CK_SLURM_CVD) ? list_count(r->env[CK_SLURM_CVD]) :
+	/* Under Slurm's per-task binding the task's SLURM_STEP_GPUS is its own:
+	 * the plugin hands on the node's. */
+	r->step_gpus = r->have & (1u << CK_NODE_GPUS) ? list_count(r->env[CK_NODE_GPUS]) :
+		       r->have & (1u << CK_SLURM_CVD) ? list_count(r->env[CK_SLURM_CVD]) :
 		       r->have & (1u << CK_STEP_GPUS) ? list_count(r->env[CK_STEP_GPUS]) :
 		       r->visible > 0 ? r->visible : 0;
 	/* A MIG device: CUDA opens the first one it is shown, and only it. */

@@ -208,6 +208,14 @@ time.sleep(60)' &
 	assert_success
 	assert_line --regexp "^WARN +bind.visible +task 0 \(node1\) sees 1 of the step's 4 GPUs there: no CUDA peer access"
 	assert_line --regexp "^WARN +bind.gpus +node1: 2 of the step's 4 GPUs there are used by no task$"
+	# --gpus-per-task=1: Slurm shows each task its own GPU; the check counts
+	# the node's (DDP_SLURM_STEP_GPUS), and finds each task near its GPU
+	run crun srun -N1 --ntasks-per-node=2 --gpus-per-task=1 --ddp=gloo "$CHECK" "${ARGS[@]}"
+	echo "$output"
+	assert_success
+	assert_line --regexp "^WARN +bind.visible +task 0 \(node1\) sees 1 of the step's 2 GPUs there: no CUDA peer access .* narrowed by --gpus-per-task"
+	assert_line --regexp "^OK +bind.locality +each of 2 tasks runs on CPUs near its GPU$"
+	assert_line --regexp "^OK +bind.gpus +each of 2 GPUs is used by exactly one task$"
 }
 
 # The NVIDIA driver's list of the node's GPUs, faked (DDP_CHECK_NVIDIA_GPUS):
