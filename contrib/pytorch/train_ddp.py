@@ -88,9 +88,11 @@ def main():
     # NCCL: one GPU per rank. slurm-ddp lists every GPU of the node in
     # CUDA_VISIBLE_DEVICES with this task's own (the one near its CPUs) at
     # index LOCAL_RANK, so cuda:LOCAL_RANK is right and peer access stays.
+    # Under --gpus-per-task Slurm shows each task only its own GPUs: cuda:0.
     device = torch.device("cpu")
     if backend == "nccl":
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        device = torch.device("cuda", 0 if torch.cuda.device_count() == 1 else local)
         torch.cuda.set_device(device)
     dist.init_process_group(backend, init_method="env://")
     rank, world = dist.get_rank(), dist.get_world_size()
