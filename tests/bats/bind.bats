@@ -19,18 +19,11 @@ teardown_file() {
 }
 
 setup() {
-	DIR=${DDP_CLUSTER_DIR:-$REPO/build/cluster}
-	CONF="$DIR/etc/ddp.yaml"
-	BIND_REPORT="$REPO/tests/bats/bind_report.sh"
+	cluster_paths
 }
 
 teardown() {
-	dump_logs_on_failure
-	cp "$REPO/conf/ddp.yaml" "$CONF"
-}
-
-testnode_topology() {
-	sed -i "s|^topology: .*|topology: $REPO/tests/topologies/testnode.xml|" "$CONF"
+	restore_conf
 }
 
 @test "auto with GPUs: each task gets the cores near its GPU and the permuted GPU list, as --explain planned" {
@@ -94,8 +87,17 @@ testnode_topology() {
 	assert_success
 	assert_line --regexp '^rank=0 local=0 cpus=0-1 plan_cpus=\(left cvd=0,2,1,3 plan_cvd=0,2,1,3 '
 	assert_line --regexp '^rank=1 local=1 cpus=0-1 .* cvd=0,2,1,3 '
-	assert_line --partial "# cpu: explicit --cpu-bind (SLURM_CPU_BIND=quiet,cores"
+	assert_line --partial "# cpu: explicit --cpu-bind (DDP_SLURM_CPU_BIND=quiet,cores"
 	assert_line --partial "# mem: CPUs left alone, so memory too"
+}
+
+@test "a --cpu-bind longer than 4 KiB (as task/affinity writes for many tasks of a big node) runs, left alone" {
+	local list
+	list=$(printf '0,1,%.0s' $(seq 1 1100))
+	run --separate-stderr crun srun --ddp=gloo -N1 -n2 --cpu-bind="map_cpu:${list%,}" "$BIND_REPORT"
+	assert_success
+	assert_line --regexp '^rank=0 local=0 cpus=0-1 plan_cpus=\(left '
+	assert_line --partial "# cpu: explicit --cpu-bind (DDP_SLURM_CPU_BIND=quiet,map_cpu:0,1,0,1,"
 }
 
 @test "gres_order minor (this cluster's hand-written gres.conf) and a driver that numbered GPUs out of bus order: each task's CUDA_VISIBLE_DEVICES names its GPU as CUDA counts" {
@@ -155,7 +157,7 @@ testnode_topology() {
 	testnode_topology
 	# Another job holds node1's GPUs 0,1 (package 0): there the step gets
 	# 2,3 (package 1), on node2 0,1; Slurm gives task i the i-th.
-	run crun sbatch --parsable -w node1 -n1 --gres=gpu:2 --wrap "sleep 120"
+	run crun sbatch --parsable -o /dev/null -w node1 -n1 --gres=gpu:2 --wrap "sleep 120"
 	assert_success
 	holder=$output
 	for _ in $(seq 1 40); do
