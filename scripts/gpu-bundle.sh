@@ -46,6 +46,7 @@ awk '/=> \// { print $3 } /^\t\/.*ld-linux/ { print $1 }' "$out/stage/ldd" | sor
 	grep -v -e '^/usr/local/cuda' -e 'libcuda\.so' -e 'libnvidia' |
 	while read -r lib; do cp -L "$lib" "$out/stage/"; done
 rm "$out/stage/ldd"
+getconf GNU_LIBC_VERSION | awk '{print $2}' >"$out/glibc-version"
 tar -C "$out/stage" -cJf "$out/lib.tar.xz" .
 rm -rf "${out:?}/stage" "${out:?}/lib"
 cp "$data"/*-ubyte.gz "$out/data/"
@@ -95,8 +96,21 @@ fi
 CUDA_LIBS=$(IFS=:; echo "${dirs[*]}")
 LIBPATH="$G/lib${CUDA_LIBS:+:$CUDA_LIBS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export CNN_TRAIN_CUDA_MODULE="$G/bin/cnn_train_cuda.so" DDP_DATA_DIR="$G/data"
-# This glibc's loader runs the programs (the machine's may be older).
+# This glibc's loader runs the programs where the machine's is older; where
+# it is as new or newer (its CUDA libraries may need it: libnccl wants
+# GLIBC_2.38 on some), the machine's glibc and C++ runtime run them, and
+# ours stay out of the library path.
 LOADER="$G/lib/ld-linux-x86-64.so.2"
+sysglibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}' || true)
+if [ -n "$sysglibc" ] && [ -e /lib64/ld-linux-x86-64.so.2 ] &&
+	[ "$(printf '%s\n%s\n' "$(cat "$G/glibc-version")" "$sysglibc" | sort -V | tail -1)" = "$sysglibc" ]; then
+	mkdir -p "$G/lib-ours"
+	for f in ld-linux-x86-64.so.2 libc.so.6 libm.so.6 libpthread.so.0 libdl.so.2 librt.so.1 \
+		libresolv.so.2 libutil.so.1 libstdc++.so.6 libgcc_s.so.1; do
+		[ -e "$G/lib/$f" ] && mv "$G/lib/$f" "$G/lib-ours/"
+	done
+	LOADER=/lib64/ld-linux-x86-64.so.2
+fi
 run() { local p=$1; shift; "$LOADER" --library-path "$LIBPATH" "$G/bin/$p" "$@"; }
 # Every program and the module resolve all their libraries, or nothing runs.
 preflight() {

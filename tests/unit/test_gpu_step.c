@@ -55,8 +55,7 @@ static const struct tol tols[] = {
 	{ "bf16 twin grad", 0.15, 0, "as bf16 twin: gradient entries moved up to 0.05 mean |grad| (a flipped rounding cascades through the cancelling sums); x3" },
 	{ "steps",       1e-4, 1e-2, "20 SGD steps with dropout, GPU (fp32) vs the CPU path: differences in summation order compound" },
 	{ "bf16 steps",  0,    0.35, "per tensor, |bf16 - fp32| over |fp32's update| after 20 SGD steps with dropout: measured up to 0.134 (fc1.bias) on the emulation; x2.6" },
-	{ "graph",       1e-6, 1e-5, "graph replay vs eager launches: the same kernels; cuDNN's backward-filter may add in another order" },
-	{ "bf16 graph",  1e-4, 1e-3, "as graph, and a bf16 weight gradient rounds a different summation order to 2^-8" },
+	{ "graph",       2e-5, 2e-3, "each run times cuDNN's algorithms afresh (cudnnFind) and may pick others, which sum in another order, and 20 SGD steps compound it: measured on an H100 up to 2.1e-6 on a 2.2e-3 weight; x5" },
 };
 
 static struct cnn_gpu *open_gpu(const struct cnn_model *m, int batch, enum cnn_precision prec,
@@ -716,8 +715,13 @@ static void test_steps_vs_cpu(int bf16)
 		if (r5 < 0)
 			printf("#   bf16 graph: %s\n", err);
 		test_cond("20 bf16 GPU steps as a CUDA graph with NCCL (world 1) run", r5 == 0);
-		test_cond("the bf16 graph's result equals the bf16 eager one's",
-			  r4 == 0 && r5 == 0 && checkf("bf16 graph", "params", bgraph, beager, m.nparams) == 0);
+		/* Not entry by entry against the bf16 eager run: a run whose
+		 * cuDNN algorithms (cudnnFind's pick) sum in another order
+		 * rounds to other bf16 values, and 20 steps compound it
+		 * (measured on an H100: 1716 of 1.2M weights past 2e-3 +
+		 * 1e-2 |w|, by up to 0.03).  Per tensor, like the eager run. */
+		test_cond("20 bf16 graph steps with NCCL track the CPU path's fp32 ones as the eager ones do (bf16 steps tolerance)",
+			  r5 == 0 && steps_gap("bf16 graph", &m, bgraph) == 0);
 	}
 	cnn_model_free(&m);
 	cnn_data_free(&tr);

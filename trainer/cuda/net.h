@@ -33,7 +33,7 @@ struct cnn_gnet {
 	cudaStream_t s;
 	cudnnHandle_t dnn;
 	cublasHandle_t blas;
-	cudnnTensorDescriptor_t tx, t1, t2, tb1, tb2;
+	cudnnTensorDescriptor_t tx, t1, t2;
 	cudnnFilterDescriptor_t fw[2];
 	cudnnConvolutionDescriptor_t cv[2];
 	struct cnn_gnet_algos algos[8];
