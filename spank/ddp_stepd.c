@@ -32,6 +32,8 @@ static struct {
 					* GPU list: said once per node */
 	char mig_warn[320];          /* --ddp=nccl with ranks on MIG devices: said once per node */
 	char node_gpus[DDPENV_VALLEN]; /* SLURM_STEP_GPUS before Slurm binds each task */
+	char user_cpu_bind[DDPENV_VALLEN]; /* the user's --cpu-bind, before task/affinity
+					    * sets SLURM_CPU_BIND in every task */
 	enum ddpenv_bind bind;       /* the policy, for DDP_BIND_POLICY */
 	char bind_how[DDPENV_HOWLEN];
 } st;
@@ -51,25 +53,45 @@ static int nodeaddr(void *ctx, const char *node, char *out, size_t len)
 	return rv;
 }
 
-/* Copy KEY from the job's environment into the snapshot, if present. */
+/* Copy KEY from the job's environment into the snapshot, if present.
+ * Some values are long: task/affinity's SLURM_CPU_BIND holds a mask per
+ * task (128 tasks of a 256-CPU node: 8 KiB), a --cpu-bind=map_cpu list
+ * whatever the user wrote. */
+#define FETCH_MAX (1u << 20)
 static int fetch(spank_t sp, struct ddpenv_env *env, const char *key)
 {
-	char buf[4096];
-	spank_err_t rc = spank_getenv(sp, key, buf, sizeof(buf));
+	char small[4096], *buf = small, *big = NULL;
+	size_t len = sizeof(small);
+	spank_err_t rc;
+	int rv = -1;
 
-	if (rc == ESPANK_ENV_NOEXIST)
-		return 0;
+	while ((rc = spank_getenv(sp, key, buf, (int)len)) == ESPANK_NOSPACE && len < FETCH_MAX) {
+		char *b = realloc(big, len * 4);
+		if (!b) {
+			snprintf(st.err, sizeof(st.err), "out of memory reading %s", key);
+			goto out;
+		}
+		buf = big = b;
+		len *= 4;
+	}
+	if (rc == ESPANK_ENV_NOEXIST) {
+		rv = 0;
+		goto out;
+	}
 	if (rc != ESPANK_SUCCESS) {
 		snprintf(st.err, sizeof(st.err),
 			 "%s: value longer than %zu bytes or unreadable: %s",
-			 key, sizeof(buf) - 1, spank_strerror(rc));
-		return -1;
+			 key, len - 1, spank_strerror(rc));
+		goto out;
 	}
 	if (ddpenv_env_set(env, key, buf) < 0) {
 		snprintf(st.err, sizeof(st.err), "out of memory copying %s", key);
-		return -1;
+		goto out;
 	}
-	return 0;
+	rv = 0;
+out:
+	free(big);
+	return rv;
 }
 
 /* The snapshot: the variables libddpenv reads, and the admin's extra
@@ -234,7 +256,11 @@ int ddp_stepd_user_init(spank_t sp, int ac, char **av)
 		goto fail;
 	{
 		const char *g = ddpenv_env_get(&env, "SLURM_STEP_GPUS");
+		const char *cb = ddpenv_env_get(&env, "SLURM_CPU_BIND");
 		snprintf(st.node_gpus, sizeof(st.node_gpus), "%s", g && strlen(g) < sizeof(st.node_gpus) ? g : "");
+		/* Only here is SLURM_CPU_BIND the user's alone (a long one is
+		 * cut: what counts is that there is one). */
+		snprintf(st.user_cpu_bind, sizeof(st.user_cpu_bind), "%s", cb ? cb : "");
 	}
 	if (plan_binding(sp, &env, eff) < 0)
 		goto fail;
@@ -299,28 +325,40 @@ int ddp_stepd_task_init(spank_t sp)
 		slurm_error(DDP_PFX "%s", st.err);
 		goto out;
 	}
-	/* The task's own plan: what ddp-env --explain computes in the task.
-	 * It differs from the node's only where Slurm set something per task
-	 * (SLURMD_TRES_BIND for --gpu-bind). */
+	/* An outer step's (a nested srun's inheritance) is not this step's. */
+	for (const char *const *k = ddpenv_plugin_keys; *k; k++)
+		ddpenv_env_unset(&env, *k);
+	/* The task's own plan: what ddp-env --explain computes in the task,
+	 * whose environment the plugin marks as this step's.  It differs from
+	 * the node's where Slurm set something per task: SLURMD_TRES_BIND for
+	 * --gpu-bind, and task/affinity's SLURM_CPU_BIND. */
 	if (st.have_plan) {
 		/* Under Slurm's per-task GPU binding a task sees only its own
-		 * GPUs: its plan needs the node's, as the plugin passes them. */
+		 * GPUs: its plan needs the node's, as the plugin passes them;
+		 * and the user's --cpu-bind is the one the step started with. */
 		const char *mine = ddpenv_env_get(&env, "SLURM_STEP_GPUS");
 		struct ddpenv_env penv; /* the marker would make the user's variables ours */
 		char mark[32];
 		int r;
 		ddpenv_env_init(&penv);
 		snprintf(mark, sizeof(mark), "%u.%u", st.node.step.job_id, st.node.step.step_id);
-		if (st.node_gpus[0] && mine && strcmp(mine, st.node_gpus) != 0 &&
-		    (snapshot(sp, &penv, &st.node.cfg) < 0 ||
-		     ddpenv_env_set(&penv, DDPENV_SLURM_STEP_GPUS, st.node_gpus) < 0 ||
-		     ddpenv_env_set(&penv, DDPENV_MARKER, mark) < 0)) {
-			slurm_error(DDP_PFX "%s", st.err[0] ? st.err : "out of memory");
+		if (snapshot(sp, &penv, &st.node.cfg) < 0) {
+			slurm_error(DDP_PFX "%s", st.err);
+			ddpenv_env_free(&penv);
+			goto out;
+		}
+		for (const char *const *k = ddpenv_plugin_keys; *k; k++)
+			ddpenv_env_unset(&penv, *k);
+		if (ddpenv_env_set(&penv, DDPENV_MARKER, mark) < 0 ||
+		    (st.node_gpus[0] && mine && strcmp(mine, st.node_gpus) != 0 &&
+		     ddpenv_env_set(&penv, DDPENV_SLURM_STEP_GPUS, st.node_gpus) < 0) ||
+		    (st.user_cpu_bind[0] && ddpenv_env_set(&penv, DDPENV_SLURM_CPU_BIND, st.user_cpu_bind) < 0)) {
+			slurm_error(DDP_PFX "out of memory");
 			ddpenv_env_free(&penv);
 			goto out;
 		}
 		ddpenv_bind_plan_free(&st.plan);
-		r = ddpenv_bind_plan(st.topo, penv.n ? &penv : &env, st.bind, NULL, &st.plan, err, sizeof(err));
+		r = ddpenv_bind_plan(st.topo, &penv, st.bind, NULL, &st.plan, err, sizeof(err));
 		ddpenv_env_free(&penv);
 		if (r < 0) {
 			st.have_plan = 0;
@@ -376,6 +414,15 @@ int ddp_stepd_task_init(spank_t sp)
 		if (spank_setenv(sp, vars.v[i].key, vars.v[i].value, 1) != ESPANK_SUCCESS) {
 			slurm_error(DDP_PFX "cannot set %s=%s in the task's environment",
 				    vars.v[i].key, vars.v[i].value);
+			goto out;
+		}
+	}
+	for (const char *const *k = ddpenv_plugin_keys; *k; k++) {
+		size_t i = 0;
+		while (i < vars.n && strcmp(vars.v[i].key, *k) != 0)
+			i++;
+		if (i == vars.n && spank_unsetenv(sp, *k) != ESPANK_SUCCESS) {
+			slurm_error(DDP_PFX "cannot remove %s (another step's) from the task's environment", *k);
 			goto out;
 		}
 	}

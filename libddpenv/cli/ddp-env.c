@@ -222,7 +222,7 @@ static void print_plan(const struct ddpenv_bind_plan *p, const char *policy_how,
 {
 	printf("# binding: --ddp-bind=%s (%s); topology %s\n", ddpenv_bind_name(p->policy), policy_how,
 	       p->topology);
-	printf("# allowed CPUs: %s\n", p->allowed);
+	printf("# allowed CPUs: %s (%s)\n", p->allowed, p->allowed_how);
 	printf("# cpu: %s%s\n", p->cpu ? "bound: " : "", p->cpu_how);
 	printf("# gpu: %s%s\n", p->gpu && p->ngpus ? "bound: " : "", p->gpu_how);
 	printf("# mem: %s%s\n", p->mem ? "bound: " : "", p->mem_how);

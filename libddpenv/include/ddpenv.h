@@ -42,12 +42,19 @@ void ddpenv_env_free(struct ddpenv_env *env);
 int ddpenv_env_set(struct ddpenv_env *env, const char *key, const char *value);
 /* Value of KEY, or NULL when absent. */
 const char *ddpenv_env_get(const struct ddpenv_env *env, const char *key);
+/* Remove KEY (nothing when absent). */
+void ddpenv_env_unset(struct ddpenv_env *env, const char *key);
 /* Copy every entry of an envp-style array (e.g. environ). */
 int ddpenv_env_from_envp(struct ddpenv_env *env, char *const *envp);
 
 /* NULL-terminated list of every variable the library may read; a caller
  * that cannot copy a whole environment (the SPANK plugin) fetches these. */
 extern const char *const ddpenv_env_keys[];
+/* NULL-terminated: the variables only the plugin sets, each for the tasks
+ * of one step.  A task has them from its own step or not at all: an outer
+ * step's, inherited by a nested srun, would mislead the plan (the user's
+ * --cpu-bind, the node's GPUs), cnn_train's GPU and the rendezvous. */
+extern const char *const ddpenv_plugin_keys[];
 
 /* ---- backends ---------------------------------------------------------- */
 
@@ -490,6 +497,10 @@ size_t ddpenv_nvidia_slurm_order(const struct ddpenv_nvgpu *g, size_t n, enum dd
  * each task to its own (--gpus-per-task, --gpu-bind=per_task:N): only the
  * node knows them, and a task's plan needs them. */
 #define DDPENV_SLURM_STEP_GPUS "DDP_SLURM_STEP_GPUS"
+/* The user's --cpu-bind, as srun passed it to the step (SLURM_CPU_BIND):
+ * task/affinity then sets SLURM_CPU_BIND in every task, asked or not (its
+ * auto binding, TaskPluginParam), so in a task only this tells them apart. */
+#define DDPENV_SLURM_CPU_BIND "DDP_SLURM_CPU_BIND"
 /* An entry of CUDA_VISIBLE_DEVICES: "3", a GPU UUID, or a MIG device's
  * ("MIG-<uuid>", which Slurm sets for MIG GRES). */
 #define DDPENV_GPUVAL 64
@@ -540,14 +551,20 @@ struct ddpenv_bind_plan {
 					  * and tasks[].gpu is Slurm's pick (the first
 					  * of its N) when the step's GPUs here are
 					  * known (DDP_SLURM_STEP_GPUS in a task) */
+	char user_cpu_bind[DDPENV_VALLEN]; /* the user's --cpu-bind ("" none): CPUs
+					  * left alone (DDP_SLURM_CPU_BIND in a task) */
+	char allowed_how[DDPENV_HOWLEN]; /* where allowed came from */
 };
 
 /* Plan the binding of the step's tasks on this node from the topology
  * and the step's environment: SLURM_STEP_GPUS (else CUDA_VISIBLE_DEVICES)
  * names the GPUs, CUDA_VISIBLE_DEVICES their values, SLURM_NODEID and
- * SLURM_STEP_TASKS_PER_NODE the task count, SLURM_CPU_BIND,
- * SLURMD_TRES_BIND/SLURM_GPU_BIND and SLURM_MEM_BIND an explicit binding
- * the user asked Slurm for (left alone; under Slurm's per_task GPU binding
+ * SLURM_STEP_TASKS_PER_NODE the task count, SLURM_CPU_BIND (in a task of
+ * a --ddp step DDP_SLURM_CPU_BIND, there SLURM_CPU_BIND being task/affinity's
+ * own masks, which narrow the allowed CPUs to those Slurm gave the node's
+ * tasks), SLURMD_TRES_BIND/SLURM_GPU_BIND and SLURM_MEM_BIND an explicit binding
+ * the user asked Slurm for (left alone, but a SLURM_CPU_BIND of map_cpu or
+ * mask_cpu picks each task's GPU near its CPUs; under Slurm's per_task GPU binding
  * the CPUs still follow each task's GPU, Slurm's pick: task i has the
  * i-th N of the step's GPUs here, DDP_SLURM_STEP_GPUS in a task).  allowed: a CPU list, or NULL for
  * the topology's allowed set (the calling process's cgroup).  Slurm's GPU

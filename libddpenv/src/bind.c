@@ -11,7 +11,8 @@
  *      group, package, ...) that holds CPUs the step may use.
  *   3. Local ranks take GPUs in index order; with fewer tasks than GPUs the
  *      GPUs are picked round-robin across localities first, so tasks do not
- *      crowd onto one socket.
+ *      crowd onto one socket.  Under the user's --cpu-bind naming each
+ *      task's CPUs, each task takes the GPU nearest them instead.
  *   4. The tasks sharing a locality split its allowed CPUs evenly, down the
  *      tree (packages, NUMA nodes, caches, cores, then hardware threads):
  *      disjoint sets, none empty; tasks share CPUs only when there are
@@ -191,6 +192,169 @@ static uint32_t per_task_gpus(const char *tres_bind)
 	return e != p + strlen("per_task:") && n >= 1 && n <= DDPENV_MAX_GPUS ? (uint32_t)n : 0;
 }
 
+/* The user's --cpu-bind.  srun passes it to the step as SLURM_CPU_BIND,
+ * which is how the plugin sees it when the step starts; task/affinity then
+ * sets SLURM_CPU_BIND in every task, asked or not (its auto binding, or
+ * TaskPluginParam), so in a task of a --ddp step the user's is the one the
+ * plugin passed on, DDP_SLURM_CPU_BIND.  Outside one, a task's
+ * SLURM_CPU_BIND cannot be told apart and counts as the user's. */
+static const char *user_cpu_bind(const struct ddpenv_env *env, const char **key)
+{
+	const char *v;
+
+	*key = ddpenv_step_marked(env) ? DDPENV_SLURM_CPU_BIND : "SLURM_CPU_BIND";
+	v = ddpenv_env_get(env, *key);
+	if (!v)
+		return NULL;
+	/* --cpu-bind=verbose (or quiet) only asks Slurm to report. */
+	for (const char *p = v; *p; p += *p == ',') {
+		size_t n = strcspn(p, ",");
+		if (!(n == 7 && strncmp(p, "verbose", n) == 0) && !(n == 5 && strncmp(p, "quiet", n) == 0) &&
+		    !(n == 1 && (*p == 'v' || *p == 'q')) && n)
+			return v;
+		p += n;
+	}
+	return NULL;
+}
+
+static void free_sets(hwloc_bitmap_t *sets, size_t n)
+{
+	for (size_t i = 0; sets && i < n; i++)
+		hwloc_bitmap_free(sets[i]);
+	free(sets);
+}
+
+/* The entries of a --cpu-bind value that names CPUs: mask_cpu:0x3,0xc (hex
+ * masks) or map_cpu:1,0 (CPU numbers, decimal or 0x hex), as task/affinity
+ * writes it in every task (cores, sockets and ldoms become masks) or as the
+ * user gave it; at most max.  *out (free_sets) and 1; 0 for another kind
+ * of value (cores, none, ...); -1 unreadable, or out of memory. */
+static int cpu_bind_sets(const char *v, size_t max, hwloc_bitmap_t **out, size_t *n)
+{
+	const char *m = v ? strstr(v, "mask_cpu:") : NULL;
+	int map = 0;
+
+	*out = NULL;
+	*n = 0;
+	if (m) {
+		m += strlen("mask_cpu:");
+	} else if (v && (m = strstr(v, "map_cpu:"))) {
+		m += strlen("map_cpu:");
+		map = 1;
+	} else {
+		return 0;
+	}
+	if (!*m || !(*out = calloc(max, sizeof(**out))))
+		return -1;
+	for (const char *p = m, *e; *p && *n < max; p = *e ? e + 1 : e) {
+		char ent[DDPENV_CPULIST], *end;
+		size_t len;
+		e = p + strcspn(p, ",");
+		len = (size_t)(e - p);
+		if (!len || len >= sizeof(ent) || !((*out)[*n] = hwloc_bitmap_alloc()))
+			goto bad;
+		memcpy(ent, p, len);
+		ent[len] = '\0';
+		if (!map) {
+			if (hwloc_bitmap_taskset_sscanf((*out)[*n], ent) < 0 || hwloc_bitmap_iszero((*out)[*n]))
+				goto bad;
+		} else {
+			int hex = ent[0] == '0' && (ent[1] == 'x' || ent[1] == 'X');
+			unsigned long c;
+			errno = 0;
+			c = strtoul(ent + (hex ? 2 : 0), &end, hex ? 16 : 10);
+			if (errno || *end || end == ent + (hex ? 2 : 0) || c > DDPENV_MAX_CPU ||
+			    hwloc_bitmap_only((*out)[*n], (unsigned)c) < 0)
+				goto bad;
+		}
+		(*n)++;
+	}
+	return 1;
+bad:
+	free_sets(*out, *n + 1);
+	*out = NULL;
+	*n = 0;
+	return -1;
+}
+
+/* task/affinity's own binding of this node's tasks, in a task of a --ddp
+ * step: SLURM_CPU_BIND=quiet,mask_cpu:0x3,0xc, one mask per local task
+ * (reused round-robin).  Their union is what Slurm gave the step's tasks
+ * here; without task/cgroup's cpuset hwloc sees the whole machine, other
+ * jobs' CPUs included.  Narrows allowed, saying how in plan->allowed_how. */
+static void slurm_task_masks(const struct ddpenv_env *env, hwloc_bitmap_t allowed,
+			     struct ddpenv_bind_plan *plan)
+{
+	const char *v = ddpenv_env_get(env, "SLURM_CPU_BIND");
+	hwloc_bitmap_t all = hwloc_bitmap_alloc(), one = hwloc_bitmap_alloc(), *sets = NULL;
+	size_t n = 0, l = strlen(plan->allowed_how);
+	char buf[DDPENV_CPULIST], how[64];
+	int r;
+
+	if (!v || !ddpenv_step_marked(env) || !all || !one ||
+	    (r = cpu_bind_sets(v, DDPENV_MAX_LOCAL, &sets, &n)) == 0)
+		goto out;
+	snprintf(how, sizeof(how), "%s%.40s", strlen(v) > 40 ? "..." : "",
+		 strlen(v) > 40 ? v + strlen(v) - 40 : v);
+	if (r < 0) {
+		snprintf(plan->allowed_how + l, sizeof(plan->allowed_how) - l,
+			 "; SLURM_CPU_BIND=%s: expected mask_cpu:0x..,0x.. (task/affinity's), not used", how);
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++)
+		hwloc_bitmap_or(all, all, sets[i]);
+	hwloc_bitmap_and(one, allowed, all);
+	if (hwloc_bitmap_iszero(one)) {
+		hwloc_bitmap_list_snprintf(buf, sizeof(buf), all);
+		snprintf(plan->allowed_how + l, sizeof(plan->allowed_how) - l,
+			 "; task/affinity's CPUs %.60s (SLURM_CPU_BIND) are none of them: not used", buf);
+		goto out;
+	}
+	hwloc_bitmap_copy(allowed, one);
+	snprintf(plan->allowed_how + l, sizeof(plan->allowed_how) - l,
+		 ", within the CPUs task/affinity gave this node's tasks (SLURM_CPU_BIND=%s)", how);
+out:
+	free_sets(sets, n);
+	hwloc_bitmap_free(all);
+	hwloc_bitmap_free(one);
+}
+
+/* Each of the node's tasks' CPUs under the user's --cpu-bind, where its
+ * value names them (task i takes entry i mod n, as Slurm does); NULL
+ * where it does not.  Free with free_sets(.., ntasks). */
+static hwloc_bitmap_t *user_task_cpus(const struct ddpenv_env *env, uint32_t ntasks)
+{
+	hwloc_bitmap_t *sets = NULL, *per = NULL;
+	size_t n = 0;
+
+	if (cpu_bind_sets(ddpenv_env_get(env, "SLURM_CPU_BIND"), ntasks, &sets, &n) <= 0 || !n ||
+	    !(per = calloc(ntasks, sizeof(*per))))
+		goto out;
+	for (uint32_t i = 0; i < ntasks; i++)
+		if (!(per[i] = hwloc_bitmap_dup(sets[i % n]))) {
+			free_sets(per, ntasks);
+			per = NULL;
+			break;
+		}
+out:
+	free_sets(sets, n);
+	return per;
+}
+
+/* Slurm's GPU binding picks each task's GPUs from its CPU binding:
+ * gpu:closest, gpu:single:N (--ntasks-per-gpu). */
+static int gpus_follow_cpus(const char *tres_bind)
+{
+	const char *g = strstr(tres_bind, "gpu:"), *end, *c, *one;
+
+	if (!g)
+		return 0;
+	end = strchr(g, ';');
+	c = strstr(g, "closest");
+	one = strstr(g, "single:");
+	return (c && (!end || c < end)) || (one && (!end || one < end));
+}
+
 /* Each task's CPUs and NUMA nodes: the tasks sharing a locality (their
  * GPU's, else the machine's) split its allowed CPUs evenly. */
 static int plan_cpus(const struct ddpenv_topo *t, hwloc_const_bitmap_t allowed,
@@ -359,10 +523,15 @@ int ddpenv_bind_plan(const struct ddpenv_topo *t, const struct ddpenv_env *env,
 				 allowed_list, t->source, plan->allowed);
 			goto out;
 		}
+		snprintf(plan->allowed_how, sizeof(plan->allowed_how), "as given");
 	} else {
 		hwloc_bitmap_and(allowed, hwloc_topology_get_allowed_cpuset(topo),
 				 hwloc_topology_get_complete_cpuset(topo));
+		snprintf(plan->allowed_how, sizeof(plan->allowed_how), "%s",
+			 t->thissystem ? "this process's cgroup cpuset, as hwloc reads it" : "the topology's allowed CPUs");
 	}
+	if (policy != DDPENV_BIND_NONE && !user_cpu_bind(env, &s))
+		slurm_task_masks(env, allowed, plan);
 	hwloc_bitmap_list_snprintf(plan->allowed, sizeof(plan->allowed), allowed);
 	if (hwloc_bitmap_iszero(allowed)) {
 		snprintf(err, errlen, "the topology %.200s allows no CPU", t->source);
@@ -379,16 +548,27 @@ int ddpenv_bind_plan(const struct ddpenv_topo *t, const struct ddpenv_env *env,
 		rv = 0;
 		goto out;
 	}
-	if ((s = ddpenv_env_get(env, "SLURM_CPU_BIND")))
+	const char *ucb_key, *ucb = user_cpu_bind(env, &ucb_key);
+	const char *cpu_key = ucb_key, *cpu_val = ucb, *tres = ddpenv_env_get(env, "SLURMD_TRES_BIND");
+	if (ucb) {
 		left_alone(&plan->cpu, plan->cpu_how, sizeof(plan->cpu_how), "explicit --cpu-bind",
-			   "SLURM_CPU_BIND", s);
+			   ucb_key, ucb);
+		snprintf(plan->user_cpu_bind, sizeof(plan->user_cpu_bind), "%s", ucb);
+	} else if (tres && ddpenv_env_get(env, "SLURM_CPU_BIND") && gpus_follow_cpus(tres)) {
+		/* task/affinity bound the task, Slurm picked its GPUs near
+		 * those CPUs: moving them would move the task off its GPUs. */
+		cpu_key = "SLURMD_TRES_BIND";
+		cpu_val = tres;
+		left_alone(&plan->cpu, plan->cpu_how, sizeof(plan->cpu_how),
+			   "Slurm picked each task's GPUs near the CPUs task/affinity gave it (--gpu-bind=closest or single, --ntasks-per-gpu): those CPUs stay",
+			   cpu_key, cpu_val);
+	}
 	if ((s = ddpenv_env_get(env, "SLURM_MEM_BIND")))
 		left_alone(&plan->mem, plan->mem_how, sizeof(plan->mem_how), "explicit --mem-bind",
 			   "SLURM_MEM_BIND", s);
 	else if (!plan->cpu)
 		left_alone(&plan->mem, plan->mem_how, sizeof(plan->mem_how),
-			   "CPUs left alone, so memory too", "SLURM_CPU_BIND",
-			   ddpenv_env_get(env, "SLURM_CPU_BIND"));
+			   "CPUs left alone, so memory too", cpu_key, cpu_val);
 	if ((s = ddpenv_env_get(env, "SLURM_GPU_BIND")))
 		left_alone(&plan->gpu, plan->gpu_how, sizeof(plan->gpu_how), "explicit --gpu-bind",
 			   "SLURM_GPU_BIND", s);
@@ -401,7 +581,10 @@ int ddpenv_bind_plan(const struct ddpenv_topo *t, const struct ddpenv_env *env,
 	}
 
 	/* The GPUs, and which task takes which. */
-	if (ddpenv_bind_plan_gpus(t, env, allowed, plan, &bg, err, errlen) < 0)
+	hwloc_bitmap_t *ucpus = ucb ? user_task_cpus(env, ntasks) : NULL;
+	int r = ddpenv_bind_plan_gpus(t, env, allowed, ucpus, plan, &bg, err, errlen);
+	free_sets(ucpus, ntasks);
+	if (r < 0)
 		goto out;
 
 	/* CPUs: the tasks of each locality split it. */

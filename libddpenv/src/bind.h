@@ -18,9 +18,11 @@ struct bind_gpus {
  * set to -1 by the caller): plan->ngpus, gpus[], mig, visible, each
  * task's gpu and gpu_how, from SLURM_STEP_GPUS and CUDA_VISIBLE_DEVICES.
  * plan->gpu turns 0 where the GPUs are left to Slurm or the user (said in
- * gpu_how).  allowed: the step's CPUs here. */
+ * gpu_how).  allowed: the step's CPUs here.  user_cpus: each task's CPUs
+ * under the user's --cpu-bind ([plan->ntasks]), or NULL where unknown: a
+ * task's GPU is then picked near them. */
 int ddpenv_bind_plan_gpus(const struct ddpenv_topo *t, const struct ddpenv_env *env,
-			  hwloc_const_bitmap_t allowed, struct ddpenv_bind_plan *plan,
-			  struct bind_gpus *bg, char *err, size_t errlen);
+			  hwloc_const_bitmap_t allowed, hwloc_bitmap_t const *user_cpus,
+			  struct ddpenv_bind_plan *plan, struct bind_gpus *bg, char *err, size_t errlen);
 
 #endif

@@ -21,6 +21,7 @@
 struct gpu_planning {
 	const struct ddpenv_topo *t;
 	hwloc_const_bitmap_t allowed;
+	hwloc_bitmap_t const *user_cpus;           /* the user's --cpu-bind per task, or NULL */
 	struct ddpenv_bind_plan *plan;
 	struct bind_gpus *bg;
 	char ids[DDPENV_MAX_GPUS][16];             /* SLURM_STEP_GPUS entries */
@@ -472,7 +473,34 @@ static void assign(struct gpu_planning *gp)
 	size_t nids = gp->nids, order[DDPENV_MAX_GPUS], norder = 0;
 	uint32_t ntasks = plan->ntasks;
 
-	if (nids && ntasks < nids && !plan->mig) {
+	if (nids && ntasks <= nids && !plan->mig && gp->user_cpus) {
+		/* The user bound each task's CPUs: its GPU is the one (lowest
+		 * index first) whose locality holds most of them. */
+		unsigned char picked[DDPENV_MAX_GPUS] = { 0 };
+		hwloc_bitmap_t both = hwloc_bitmap_alloc();
+		for (uint32_t i = 0; i < ntasks; i++) {
+			int best = -1, bestw = -1;
+			for (size_t k = 0; k < nids; k++) {
+				int w = 0;
+				if (picked[k])
+					continue;
+				if (both && gdom[k] && gdom[k]->cpuset) {
+					hwloc_bitmap_and(both, gp->user_cpus[i], gdom[k]->cpuset);
+					w = hwloc_bitmap_weight(both);
+				}
+				if (w > bestw) {
+					best = (int)k;
+					bestw = w;
+				}
+			}
+			picked[best] = 1;
+			order[norder++] = (size_t)best;
+		}
+		hwloc_bitmap_free(both);
+		for (size_t k = 0; k < nids; k++)
+			if (!picked[k])
+				order[norder++] = k;
+	} else if (nids && ntasks < nids && !plan->mig) {
 		/* Round-robin over localities, near ones (with allowed CPUs
 		 * close to the GPU) first, then the picks in index order. */
 		unsigned char picked[DDPENV_MAX_GPUS] = { 0 };
@@ -590,8 +618,8 @@ static void explain(struct gpu_planning *gp)
 }
 
 int ddpenv_bind_plan_gpus(const struct ddpenv_topo *t, const struct ddpenv_env *env,
-			  hwloc_const_bitmap_t allowed, struct ddpenv_bind_plan *plan,
-			  struct bind_gpus *bg, char *err, size_t errlen)
+			  hwloc_const_bitmap_t allowed, hwloc_bitmap_t const *user_cpus,
+			  struct ddpenv_bind_plan *plan, struct bind_gpus *bg, char *err, size_t errlen)
 {
 	struct gpu_planning *gp = calloc(1, sizeof(*gp));
 	int rv = -1;
@@ -603,6 +631,7 @@ int ddpenv_bind_plan_gpus(const struct ddpenv_topo *t, const struct ddpenv_env *
 	}
 	gp->t = t;
 	gp->allowed = allowed;
+	gp->user_cpus = user_cpus;
 	gp->plan = plan;
 	gp->bg = bg;
 	gp->ids_key = "SLURM_STEP_GPUS";
@@ -611,6 +640,11 @@ int ddpenv_bind_plan_gpus(const struct ddpenv_topo *t, const struct ddpenv_env *
 	assign(gp);
 	if (plan->gpu)
 		explain(gp);
+	if (plan->gpu && user_cpus && gp->nids && !plan->mig && plan->ntasks <= gp->nids) {
+		size_t l = strlen(plan->gpu_how);
+		snprintf(plan->gpu_how + l, sizeof(plan->gpu_how) - l,
+			 "; each task's GPU near the CPUs of its --cpu-bind");
+	}
 	else if (plan->slurm_per_task && gp->nids && !plan->mig)
 		explain_per_task(gp);
 	rv = 0;

@@ -260,6 +260,11 @@ static int bind_vars(const struct ddpenv_node *node, const struct ddpenv_env *ta
 	size_t l = 0;
 	int ok = 1, gi;
 
+	if (p->user_cpu_bind[0] &&
+	    !add(out, DDPENV_SLURM_CPU_BIND, 0,
+		 "the user's --cpu-bind, before task/affinity set SLURM_CPU_BIND per task", "%s",
+		 p->user_cpu_bind))
+		return -1;
 	if ((!p->gpu && !p->slurm_per_task) || !p->ngpus || local_rank >= p->ntasks ||
 	    (gi = p->tasks[local_rank].gpu) < 0)
 		return 0;

@@ -25,7 +25,13 @@ const char *const ddpenv_env_keys[] = {
 	"DDP_RDZV_TOKEN", "DDP_CONFIG", "SLURM_JOB_PARTITION",
 	"SLURM_CPU_BIND", "SLURM_MEM_BIND", "SLURM_GPU_BIND", "SLURMD_TRES_BIND",
 	"GPU_DEVICE_ORDINAL", "CUDA_DEVICE_ORDER", "NCCL_IB_HCA", "DDP_BIND", DDPENV_SLURM_CVD,
-	DDPENV_SLURM_STEP_GPUS,
+	DDPENV_SLURM_STEP_GPUS, DDPENV_SLURM_CPU_BIND,
+	NULL,
+};
+
+const char *const ddpenv_plugin_keys[] = {
+	"DDP_GPU_BUSID", "DDP_NIC", DDPENV_SLURM_CVD, DDPENV_SLURM_STEP_GPUS, DDPENV_SLURM_CPU_BIND,
+	"DDP_RDZV_TOKEN", "DDP_CONFIG",
 	NULL,
 };
 
@@ -49,6 +55,16 @@ static ssize_t find(const struct ddpenv_env *env, const char *key, size_t klen)
 		if (strncmp(env->kv[i], key, klen) == 0 && env->kv[i][klen] == '=')
 			return (ssize_t)i;
 	return -1;
+}
+
+void ddpenv_env_unset(struct ddpenv_env *env, const char *key)
+{
+	ssize_t i = key ? find(env, key, strlen(key)) : -1;
+
+	if (i < 0)
+		return;
+	free(env->kv[i]);
+	env->kv[i] = env->kv[--env->n];
 }
 
 int ddpenv_env_set(struct ddpenv_env *env, const char *key, const char *value)

@@ -43,9 +43,12 @@ int ddpenv_topo_load(const char *xml_path, int this_machine, struct ddpenv_topo 
 	/* PCI devices (GPUs, NICs, bridges) and their OS devices (mlx5_0, ib0). */
 	hwloc_topology_set_io_types_filter(t->topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
 	/* Keep the CPUs the cgroup does not allow, so the plan can say where a
-	 * GPU's cores are even when the step may not use them. */
+	 * GPU's cores are even when the step may not use them.  An export of
+	 * this machine (the admin's topology:) still takes the allowed CPUs
+	 * from this process's cgroup, as discovery does: the step's cpuset. */
 	hwloc_topology_set_flags(t->topo, HWLOC_TOPOLOGY_FLAG_INCLUDE_DISALLOWED |
-				 (xml_path && this_machine ? HWLOC_TOPOLOGY_FLAG_IS_THISSYSTEM : 0));
+				 (xml_path && this_machine ? HWLOC_TOPOLOGY_FLAG_IS_THISSYSTEM |
+				  HWLOC_TOPOLOGY_FLAG_THISSYSTEM_ALLOWED_RESOURCES : 0));
 	if (xml_path) {
 		if (hwloc_topology_set_xml(t->topo, xml_path) < 0) {
 			snprintf(err, errlen, "topology %.200s: cannot be read as an hwloc XML file (lstopo --of xml): %m",

@@ -16,16 +16,14 @@ teardown_file() {
 }
 
 setup() {
-	DIR=${DDP_CLUSTER_DIR:-$REPO/build/cluster}
-	CONF="$DIR/etc/ddp.yaml"
+	cluster_paths
 	CHECK="$REPO/build/bin/ddp-check"
 	# small sweeps: the VM's 2 cores carry every node
 	ARGS=(-e 256K -n 5 -w 1 --timeout 15)
 }
 
 teardown() {
-	dump_logs_on_failure
-	cp "$REPO/conf/ddp.yaml" "$CONF"
+	restore_conf
 	# faults this file injects, undone whatever happened
 	"$CLUSTER" node 2 ip route del blackhole "$(node_ip 3)/32" 2>/dev/null || true
 	if [ -n "${SQUATTER:-}" ]; then kill "$SQUATTER" 2>/dev/null || true; fi

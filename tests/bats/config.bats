@@ -16,8 +16,7 @@ teardown_file() {
 }
 
 setup() {
-	DIR=${DDP_CLUSTER_DIR:-$REPO/build/cluster}
-	CONF="$DIR/etc/ddp.yaml"
+	cluster_paths
 	PLUGSTACK="$DIR/etc/plugstack.conf"
 	cp "$PLUGSTACK" "$BATS_TEST_TMPDIR/plugstack.conf"
 }

@@ -35,15 +35,12 @@ teardown_file() {
 }
 
 setup() {
-	DIR=${DDP_CLUSTER_DIR:-$REPO/build/cluster}
-	CONF="$DIR/etc/ddp.yaml"
-	BIND_REPORT="$REPO/tests/bats/bind_report.sh"
+	cluster_paths
 	sed -i "s|^topology: .*|topology: $REPO/tests/topologies/testnode.xml|; s|^nvidia_gpus: .*|nvidia_gpus: $NV|" "$CONF"
 }
 
 teardown() {
-	dump_logs_on_failure
-	cp "$REPO/conf/ddp.yaml" "$CONF"
+	restore_conf
 }
 
 # slurmd's GPU list in its order (slurmd -G): Slurm's GPU k is line k.

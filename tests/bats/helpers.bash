@@ -16,6 +16,19 @@ node_ip6() { echo "${DDP_CLUSTER_NET6:-fd00:ddb:231}::$((10 + $1))"; }
 cluster_start() { "$CLUSTER" start "$1" >&3 2>&1; }
 cluster_stop() { "$CLUSTER" stop >/dev/null 2>&1 || true; }
 
+# The cluster's run folder, its ddp.yaml (tests edit it) and the binding
+# report; then, after each test, the logs if it failed and the shipped
+# ddp.yaml back.
+cluster_paths() {
+	DIR=${DDP_CLUSTER_DIR:-$REPO/build/cluster}
+	CONF="$DIR/etc/ddp.yaml"
+	BIND_REPORT="$REPO/tests/bats/bind_report.sh"
+}
+restore_conf() {
+	dump_logs_on_failure
+	cp "$REPO/conf/ddp.yaml" "$CONF"
+}
+
 # Run a Slurm client inside the cluster (bounded).
 crun() { timeout 90 "$CLUSTER" run "$@"; }
 
@@ -50,6 +63,12 @@ dump_logs_on_failure() {
 }
 
 # ---- binding (bind.bats, gres.bats): lines of tests/bats/bind_report.sh ----
+
+# The cluster's ddp.yaml ($CONF) names tests/topologies/testnode.xml: the
+# nodes' 2 CPUs as two packages, two fake GPUs behind each.
+testnode_topology() {
+	sed -i "s|^topology: .*|topology: $REPO/tests/topologies/testnode.xml|" "$CONF"
+}
 
 # Every task got what the plan says.
 assert_matches_plan() {

@@ -29,15 +29,12 @@ teardown_file() {
 }
 
 setup() {
-	DIR=${DDP_CLUSTER_DIR:-$REPO/build/cluster}
-	CONF="$DIR/etc/ddp.yaml"
-	BIND_REPORT="$REPO/tests/bats/bind_report.sh"
+	cluster_paths
 	sed -i "s|^topology: .*|topology: $REPO/tests/topologies/testnode.xml|" "$CONF"
 }
 
 teardown() {
-	dump_logs_on_failure
-	cp "$REPO/conf/ddp.yaml" "$CONF"
+	restore_conf
 }
 
 @test "Slurm names MIG GRES by UUID, the same list for every task" {

@@ -553,6 +553,190 @@ static void test_vars_per_task(void)
 	ddpenv_env_free(&env);
 }
 
+/* task/affinity sets SLURM_CPU_BIND in every task, asked or not; in a task
+ * of a --ddp step (marked DDP_STEP) the user's --cpu-bind is
+ * DDP_SLURM_CPU_BIND, and task/affinity's masks are the CPUs Slurm gave
+ * the node's tasks. */
+static void test_task_affinity(void)
+{
+	struct ddpenv_env env, te;
+	struct ddpenv_bind_plan p;
+	struct ddpenv_node node;
+	struct ddpenv_vars v;
+
+	step_env(&env, 2, "0,1", NULL, "SLURM_CPU_BIND=quiet,mask_cpu:0x3,0xc", "DDP_STEP=7.0",
+		 "SLURM_JOB_ID=7", "SLURM_STEP_ID=0", NULL);
+	test_cond("task/affinity's own masks in a --ddp task: planned",
+		  plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p) == 0);
+	invariants("dgx-h100.xml", &p, "task/affinity masks 0x3,0xc");
+	test_cond("... CPUs bound by us, not left to Slurm", p.cpu && p.mem && p.gpu && !p.user_cpu_bind[0]);
+	test_streq("... allowed: the union of the masks", p.allowed, "0-3");
+	test_err("... said so", p.allowed_how,
+		 "within the CPUs task/affinity gave this node's tasks (SLURM_CPU_BIND=quiet,mask_cpu:0x3,0xc)");
+	test_cond("... 2 cores each", p.tasks[0].cores == 2 && p.tasks[1].cores == 2);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	/* a mask past 64 CPUs: CPU 0 and its hyperthread 112 */
+	step_env(&env, 1, "0", NULL, "SLURM_CPU_BIND=quiet,mask_cpu:0x10000000000000000000000000001",
+		 "DDP_STEP=7.0", "SLURM_JOB_ID=7", "SLURM_STEP_ID=0", NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	test_streq("a 113-bit mask: CPUs 0 and 112", p.allowed, "0,112");
+	test_streq("... the task gets both", p.tasks[0].cpus, "0,112");
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	step_env(&env, 2, "0,1", NULL, "SLURM_CPU_BIND=quiet,mask_cpu:0x3", "DDP_STEP=7.0",
+		 "SLURM_JOB_ID=7", "SLURM_STEP_ID=0", NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, "56-59", &p);
+	test_streq("masks outside the allowed CPUs: not used", p.allowed, "56-59");
+	test_err("... said so", p.allowed_how, "task/affinity's CPUs 0-1 (SLURM_CPU_BIND) are none of them: not used");
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	step_env(&env, 2, "0,1", NULL, "SLURM_CPU_BIND=quiet,mask_cpu:0xZZ,", "DDP_STEP=7.0",
+		 "SLURM_JOB_ID=7", "SLURM_STEP_ID=0", NULL);
+	test_cond("an unreadable mask: still planned", plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p) == 0 && p.cpu);
+	test_err("... not used, said so", p.allowed_how, "SLURM_CPU_BIND=quiet,mask_cpu:0xZZ,: expected mask_cpu:0x..,0x.. (task/affinity's), not used");
+	test_cond("... the topology's allowed CPUs", strstr(p.allowed, "0-") == p.allowed);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	step_env(&env, 2, "0,1", NULL, "SLURM_CPU_BIND=quiet,none", "DDP_STEP=7.0", "SLURM_JOB_ID=7",
+		 "SLURM_STEP_ID=0", NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	test_cond("task/affinity binding nothing (TaskPluginParam=none): bound, nothing narrowed",
+		  p.cpu && !strstr(p.allowed_how, "task/affinity"));
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	/* the user's --cpu-bind, which task/affinity turned into masks */
+	step_env(&env, 2, "0,1", NULL, "SLURM_CPU_BIND=quiet,map_cpu:1,0", "DDP_SLURM_CPU_BIND=quiet,map_cpu:1,0",
+		 "DDP_STEP=7.0", "SLURM_JOB_ID=7", "SLURM_STEP_ID=0", NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	test_cond("the user's --cpu-bind in a --ddp task: CPUs and memory left alone", !p.cpu && !p.mem && p.gpu);
+	test_err("... said so", p.cpu_how, "explicit --cpu-bind (DDP_SLURM_CPU_BIND=quiet,map_cpu:1,0): left to Slurm");
+	node_of(&node, DDPENV_BACKEND_NCCL, 2, 2);
+	node.plan = &p;
+	task_env(&te, 2, 1, NULL);
+	test_cond("... task variables", ddpenv_task_vars(&node, &te, &v, err, sizeof(err)) == 0);
+	test_streq("... DDP_SLURM_CPU_BIND passed on for ddp-env --explain", var(&v, "DDP_SLURM_CPU_BIND"),
+		   "quiet,map_cpu:1,0");
+	ddpenv_env_free(&te);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	/* a GPU near the CPUs the user bound each task to: without it, task 0
+	 * would take GPU 0 (socket 0) while --cpu-bind puts it on socket 1 */
+	step_env(&env, 2, "0,1,2,3,4,5,6,7", NULL, "SLURM_CPU_BIND=quiet,map_cpu:60,1", NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	test_cond("--cpu-bind=map_cpu:60,1: task 0 takes GPU 4 (socket 1), task 1 GPU 0",
+		  p.gpu && p.tasks[0].gpu == 4 && p.tasks[1].gpu == 0);
+	test_streq("... every GPU visible, each task's at LOCAL_RANK", p.visible, "4,0,1,2,3,5,6,7");
+	test_err("... said so", p.gpu_how, "; each task's GPU near the CPUs of its --cpu-bind");
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	/* in a task: task/affinity's masks of --cpu-bind=sockets, CPU 56 and CPU 0 */
+	step_env(&env, 4, "0,1,4,5", NULL, "SLURM_CPU_BIND=quiet,mask_cpu:0x100000000000000,0x1",
+		 "DDP_SLURM_CPU_BIND=quiet,sockets", "DDP_STEP=7.0", "SLURM_JOB_ID=7", "SLURM_STEP_ID=0", NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	test_cond("masks reused round-robin: tasks 0 and 2 on socket 1 take GPUs 4 and 5 (2, 3), 1 and 3 GPUs 0 and 1",
+		  p.tasks[0].gpu == 2 && p.tasks[1].gpu == 0 && p.tasks[2].gpu == 3 && p.tasks[3].gpu == 1);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	step_env(&env, 2, "0,1,2,3,4,5,6,7", NULL, "SLURM_CPU_BIND=quiet,cores", NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	test_cond("--cpu-bind=cores (no CPUs named): GPUs round-robin over sockets as without it",
+		  p.tasks[0].gpu == 0 && p.tasks[1].gpu == 4 && !strstr(p.gpu_how, "--cpu-bind"));
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	step_env(&env, 2, "0,1", NULL, "SLURM_CPU_BIND=quiet,map_cpu:0x3c,x", NULL);
+	test_cond("an unreadable map_cpu: planned as without it", plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p) == 0 &&
+		  p.tasks[0].gpu == 0 && p.tasks[1].gpu == 1 && !p.cpu);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	step_env(&env, 2, "0,4", NULL, "SLURM_CPU_BIND=quiet,map_cpu:0x3c,0", NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	test_cond("map_cpu:0x3c,0 is CPUs 60 (hex) and 0: GPU 4 (socket 1), then GPU 0",
+		  p.tasks[0].gpu == 1 && p.tasks[1].gpu == 0 && strcmp(p.visible, "4,0") == 0);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	/* --gpu-bind=closest (or single, --ntasks-per-gpu) under task/affinity:
+	 * Slurm picked each task's GPUs near the CPUs it bound the task to */
+	step_env(&env, 2, "0,1", NULL, "SLURM_CPU_BIND=quiet,mask_cpu:0x3,0xc", "SLURMD_TRES_BIND=gpu:closest",
+		 "DDP_STEP=7.0", "SLURM_JOB_ID=7", "SLURM_STEP_ID=0", NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	test_cond("gpu:closest after task/affinity: CPUs and memory stay Slurm's", !p.cpu && !p.mem && !p.gpu);
+	test_err("... said so", p.cpu_how, "Slurm picked each task's GPUs near the CPUs task/affinity gave it (--gpu-bind=closest or single, --ntasks-per-gpu): those CPUs stay (SLURMD_TRES_BIND=gpu:closest): left to Slurm");
+	test_err("... memory too, naming why", p.mem_how, "CPUs left alone, so memory too (SLURMD_TRES_BIND=gpu:closest)");
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	step_env(&env, 2, "0,1", NULL, "SLURM_CPU_BIND=quiet,mask_cpu:0x3,0xc", "SLURMD_TRES_BIND=gres/gpu:verbose,single:2",
+		 "DDP_STEP=7.0", "SLURM_JOB_ID=7", "SLURM_STEP_ID=0", NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	test_cond("gpu:single:2 (--ntasks-per-gpu=2): the same", !p.cpu);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	step_env(&env, 2, "0,1", NULL, "SLURMD_TRES_BIND=gpu:closest", "DDP_STEP=7.0", "SLURM_JOB_ID=7",
+		 "SLURM_STEP_ID=0", NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	test_cond("gpu:closest without task/affinity (no SLURM_CPU_BIND): CPUs bound", p.cpu);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	step_env(&env, 2, "0,1", NULL, "SLURM_CPU_BIND=quiet,mask_cpu:0x3,0xc", "SLURMD_TRES_BIND=gpu:map_gpu:1,0",
+		 "DDP_STEP=7.0", "SLURM_JOB_ID=7", "SLURM_STEP_ID=0", NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	test_cond("gpu:map_gpu (not picked from the CPUs): CPUs bound", p.cpu && !p.gpu);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	step_env(&env, 2, "0,1", NULL, "SLURM_CPU_BIND=verbose", NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	test_cond("--cpu-bind=verbose only asks for a report: CPUs bound", p.cpu && !p.user_cpu_bind[0]);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	step_env(&env, 2, "0,1", NULL, "SLURM_CPU_BIND=verbose,coresv,cores", NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	test_cond("--cpu-bind=v,cores (srun passes verbose,coresv,cores): left alone", !p.cpu);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	/* where the plugin sees it: the step's environment, before task/affinity */
+	step_env(&env, 2, "0,1", NULL, "SLURM_CPU_BIND=quiet,cores", NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	test_streq("the step's SLURM_CPU_BIND is the user's", p.user_cpu_bind, "quiet,cores");
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	/* another step's marker: SLURM_CPU_BIND counts as the user's */
+	step_env(&env, 2, "0,1", NULL, "SLURM_CPU_BIND=quiet,mask_cpu:0x3", "DDP_STEP=6.0", "SLURM_JOB_ID=7",
+		 "SLURM_STEP_ID=0", NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	test_cond("not this step's marker: SLURM_CPU_BIND is taken as the user's", !p.cpu);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	ddpenv_env_init(&env);
+	ddpenv_env_set(&env, "A", "1");
+	ddpenv_env_set(&env, "B", "2");
+	ddpenv_env_set(&env, "C", "3");
+	ddpenv_env_unset(&env, "A");
+	ddpenv_env_unset(&env, "Z");
+	test_cond("ddpenv_env_unset removes one key, keeps the others",
+		  !ddpenv_env_get(&env, "A") && strcmp(ddpenv_env_get(&env, "B"), "2") == 0 &&
+		  strcmp(ddpenv_env_get(&env, "C"), "3") == 0 && env.n == 2);
+	ddpenv_env_free(&env);
+}
+
 static void test_vars(void)
 {
 	struct ddpenv_env env, te;
@@ -1268,6 +1452,7 @@ int main(void)
 	test_cgroup();
 	test_policy();
 	test_slurm_per_task();
+	test_task_affinity();
 	test_vars();
 	test_vars_per_task();
 	test_errors();
