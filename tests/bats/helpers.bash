@@ -5,13 +5,15 @@ load '/usr/lib/bats/bats-assert/load'
 
 REPO=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)
 CLUSTER="$REPO/tests/cluster/cluster.sh"
-NET=${DDP_CLUSTER_NET:-10.231.0}
+CLUSTER_DIR=${DDP_CLUSTER_DIR:-$REPO/build/cluster}
 REPORT="$REPO/tests/bats/task_report.sh"
 export BATS_TEST_TIMEOUT=${BATS_TEST_TIMEOUT:-120}
 
-node_ip() { echo "$NET.$((10 + $1))"; }
+# the networks the running cluster chose (cluster.sh writes them at start)
+cluster_net() { sed -n "s/^$1=//p" "$CLUSTER_DIR/net" 2>/dev/null; }
+node_ip() { echo "$(cluster_net NET).$((10 + $1))"; }
 # a node's address on the IPv6 network of DDP_CLUSTER_IPV6 (ipv6.bats)
-node_ip6() { echo "${DDP_CLUSTER_NET6:-fd00:ddb:231}::$((10 + $1))"; }
+node_ip6() { echo "$(cluster_net NET6)::$((10 + $1))"; }
 
 cluster_start() { "$CLUSTER" start "$1" >&3 2>&1; }
 cluster_stop() { "$CLUSTER" stop >/dev/null 2>&1 || true; }
@@ -20,7 +22,7 @@ cluster_stop() { "$CLUSTER" stop >/dev/null 2>&1 || true; }
 # report; then, after each test, the logs if it failed and the shipped
 # ddp.yaml back.
 cluster_paths() {
-	DIR=${DDP_CLUSTER_DIR:-$REPO/build/cluster}
+	DIR=$CLUSTER_DIR
 	CONF="$DIR/etc/ddp.yaml"
 	BIND_REPORT="$REPO/tests/bats/bind_report.sh"
 }

@@ -12,7 +12,10 @@
 #
 # Environment (all optional):
 #   DDP_CLUSTER_DIR   run folder (default: <repo>/build/cluster)
-#   DDP_CLUSTER_NET   first three octets of the test /24 (default 10.231.0)
+#   DDP_CLUSTER_NET   first three octets of the test /24 (default: the first of
+#                     10.231.0 .. 10.231.63 that no route or address of this
+#                     network namespace overlaps, so a second cluster sharing the
+#                     namespace, or a route a killed run left, is not hit)
 #   DDP_CLUSTER_NS    namespace name prefix (default ddpt)
 #   DDP_PLUGIN        plugin to list in plugstack.conf (default: <repo>/build/lib/spank_ddp.so)
 #   DDP_PLUGIN_ARGS   more plugstack.conf arguments for the plugin (key=value ...)
@@ -23,7 +26,8 @@
 #                     COUNT of that GPU-sharing GRES over its 4 fake GPUs
 #   DDP_CLUSTER_IPV6  if set, an IPv6 network beside the IPv4 one that Slurm
 #                     keeps using (NodeAddr): each node also has
-#                     DDP_CLUSTER_NET6::(10+I)/64 (default fd00:ddb:231) on its
+#                     DDP_CLUSTER_NET6::(10+I)/64 (default fd00:ddb:231, or
+#                     fd00:ddb:231:K beside 10.231.K) on its
 #                     veth, and every /etc/hosts names the nodes by their IPv6
 #                     addresses only, so names resolve as on an IPv6-only network
 #   DDP_CLUSTER_TASKPLUGIN  slurm.conf TaskPlugin (default task/none; task/affinity
@@ -46,14 +50,55 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 RUN=${DDP_CLUSTER_DIR:-$repo/build/cluster}
-NET=${DDP_CLUSTER_NET:-10.231.0}
 NS=${DDP_CLUSTER_NS:-ddpt}
 PLUGIN=${DDP_PLUGIN:-$repo/build/lib/spank_ddp.so}
-SUBNET="$NET.0/24"
-CTL_IP="$NET.2"
 IPV6=${DDP_CLUSTER_IPV6:-}
-NET6=${DDP_CLUSTER_NET6:-fd00:ddb:231}
-SUBNET6="$NET6::/64"
+
+# use_net A.B.C [NET6]: the cluster's networks.  The ones a running cluster
+# chose are in <run>/net, for every later command (run, node, stop, env, tests).
+use_net() {
+	NET=$1
+	NET6=${2:-${DDP_CLUSTER_NET6:-fd00:ddb:231}}
+	SUBNET="$NET.0/24"
+	CTL_IP="$NET.2"
+	SUBNET6="$NET6::/64"
+}
+if [ -n "${DDP_CLUSTER_NET:-}" ]; then
+	use_net "$DDP_CLUSTER_NET"
+elif [ -s "$RUN/net" ]; then
+	use_net "$(sed -n 's/^NET=//p' "$RUN/net")" "$(sed -n 's/^NET6=//p' "$RUN/net")"
+else
+	use_net 10.231.0
+fi
+
+# net_free A.B.C [NET6]: nothing in this network namespace routes or holds an
+# address inside A.B.C.0/24 (nor, with IPv6, NET6::/64)
+net_free() {
+	[ -z "$(ip -4 route show table all root "$1.0/24" 2>/dev/null)" ] &&
+		[ -z "$(ip -4 addr show to "$1.0/24" 2>/dev/null)" ] || return 1
+	[ -z "$IPV6" ] && return 0
+	[ -z "$(ip -6 route show table all root "$2::/64" 2>/dev/null)" ] &&
+		[ -z "$(ip -6 addr show to "$2::/64" 2>/dev/null)" ]
+}
+
+# pick_net: DDP_CLUSTER_NET as given, else the first free 10.231.K
+pick_net() {
+	local k net6
+	if [ -n "${DDP_CLUSTER_NET:-}" ]; then use_net "$DDP_CLUSTER_NET"
+	else
+		for k in $(seq 0 63); do
+			net6=${DDP_CLUSTER_NET6:-fd00:ddb:231}
+			[ -n "${DDP_CLUSTER_NET6:-}" ] || [ "$k" = 0 ] || net6="fd00:ddb:231:$k"
+			if net_free "10.231.$k" "$net6"; then
+				[ "$k" = 0 ] || log "10.231.0.0/24 is in use in this network namespace (another cluster, or a route a killed run left): using 10.231.$k.0/24"
+				use_net "10.231.$k" "$net6"
+				break
+			fi
+			[ "$k" != 63 ] || die "no free test network: 10.231.0.0/24 to 10.231.63.0/24 all overlap a route or address here (see: ip route show table all); set DDP_CLUSTER_NET"
+		done
+	fi
+	printf 'NET=%s\nNET6=%s\n' "$NET" "$NET6" >"$RUN/net"
+}
 
 STARTING=
 die() {
@@ -250,6 +295,7 @@ cmd_start() {
 	mkdir -p "$RUN"
 	STARTING=1
 	echo "$n" >"$RUN/nodes"
+	pick_net
 	write_conf "$n"
 	make_network "$n"
 	start_munge

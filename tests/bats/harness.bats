@@ -1,0 +1,50 @@
+#!/usr/bin/env bats
+# The test cluster itself: it must not trip over a network someone else holds.
+# bats file_tags=slurm
+
+load helpers
+
+BLOCKED=
+
+teardown() {
+	dump_logs_on_failure
+	cluster_stop
+	[ -z "$BLOCKED" ] || ip route del unreachable "$BLOCKED" 2>/dev/null || true
+}
+
+@test "a route over the cluster's /24 that is not ours (a second cluster, a killed run): the next free /24, and stop leaves that route" {
+	cluster_start 1
+	local first
+	first=$(cluster_net NET)
+	[[ "$first" =~ ^10\.231\.[0-9]+$ ]]
+	cluster_stop
+	# what a killed run or a cluster in another checkout leaves in this namespace
+	BLOCKED="$first.0/24"
+	ip route add unreachable "$BLOCKED"
+	run "$CLUSTER" start 1
+	assert_success
+	assert_output --partial "$first.0/24 is in use in this network namespace"
+	local second
+	second=$(cluster_net NET)
+	[ "$second" != "$first" ]
+	run --separate-stderr crun srun -N1 --ddp=gloo sh -c 'echo "$MASTER_ADDR"'
+	assert_success
+	assert_output "$second.11"
+	run "$CLUSTER" env
+	assert_line "DDP_CLUSTER_NET=$second"
+	cluster_stop
+	run ip route show table all root "$BLOCKED"
+	assert_output --partial "unreachable $BLOCKED"
+	run ip route show table all root "$second.0/24"
+	assert_output ""
+}
+
+@test "DDP_CLUSTER_NET names a network that is in use: start refuses, naming it, and leaves nothing behind" {
+	BLOCKED="10.231.60.0/24"
+	ip route add unreachable "$BLOCKED"
+	run env DDP_CLUSTER_NET=10.231.60 "$CLUSTER" start 1
+	assert_failure
+	assert_output --partial "cannot add 'unreachable 10.231.60.0/24' route"
+	run ip netns list
+	refute_output --partial "ddpt-"
+}
