@@ -330,6 +330,212 @@ static void test_bias_grad(void)
 		  cnn_cuda_bias_grad_scratch(0, 64, 576) == 0);
 }
 
+/* ---- channels-last (--conv-layout nhwc): each _nhwc kernel against the
+ * CPU twin of its NCHW sibling, its input and output transposed here ----- */
+
+/* dst (nimg x hw x c) from src (nimg x c x hw), and back */
+static void to_nhwc(const float *src, float *dst, int nimg, int c, int hw)
+{
+	for (size_t i = 0; i < (size_t)nimg; i++)
+		for (int ch = 0; ch < c; ch++)
+			for (int k = 0; k < hw; k++)
+				dst[(i * hw + k) * c + ch] = src[(i * c + ch) * hw + k];
+}
+
+static void to_nchw(const float *src, float *dst, int nimg, int c, int hw)
+{
+	for (size_t i = 0; i < (size_t)nimg; i++)
+		for (int ch = 0; ch < c; ch++)
+			for (int k = 0; k < hw; k++)
+				dst[(i * c + ch) * hw + k] = src[(i * hw + k) * c + ch];
+}
+
+static void test_bias_relu_nhwc(int nimg, int oc, int n, int bf16)
+{
+	size_t tot = (size_t)nimg * oc * n;
+	float *y = malloc(tot * 4), *t = malloc(tot * 4), *b = malloc(oc * 4), *got = malloc(tot * 4);
+	char d[128];
+	fill(y, tot);
+	fill(b, oc);
+	if (bf16)
+		cnn_bf16_round(y, tot);
+	to_nhwc(y, t, nimg, oc, n);
+	void *dy = up(t, tot, bf16);
+	float *db = dev(b, oc * 4);
+	snprintf(d, sizeof(d), "bias_relu_nhwc%s launches on %d x %d x %d", ty(bf16), nimg, oc, n);
+	test_cond(d, (bf16 ? cnn_cuda_bias_relu_nhwc_bf16(dy, db, nimg, oc, n, NULL) :
+			     cnn_cuda_bias_relu_nhwc(dy, db, nimg, oc, n, NULL)) == 0);
+	down(t, dy, tot, bf16);
+	to_nchw(t, got, nimg, oc, n);
+	for (int i = 0; i < nimg; i++)
+		cnn_bias_relu(y + (size_t)i * oc * n, b, oc, n);
+	if (bf16)
+		cnn_bf16_round(y, tot);
+	snprintf(d, sizeof(d), "bias_relu_nhwc%s on %d x %d x %d equals cnn_bias_relu%s, transposed (exact)",
+		 ty(bf16), nimg, oc, n, bf16 ? " rounded to bf16" : "");
+	test_cond(d, compare("bias_relu_nhwc", got, y, tot, T_EXACT) == 0);
+	cudaFree(dy), cudaFree(db);
+	free(y), free(t), free(b), free(got);
+}
+
+static void test_maxpool_nhwc(int nimg, int c, int h, int w, int bf16)
+{
+	int planes = nimg * c, ph = h / 2, pw = w / 2;
+	size_t nx = (size_t)planes * h * w, ny = (size_t)planes * ph * pw;
+	float *x = malloc(nx * 4), *t = malloc(nx * 4), *y = malloc(ny * 4), *gy = malloc(ny * 4);
+	uint8_t *arg = malloc(ny), *garg = malloc(ny);
+	char d[160];
+	fill(x, nx);
+	for (size_t i = 0; i < nx; i += 7)   /* ties: the first maximum wins */
+		x[i] = x[i + 1 < nx ? i + 1 : i];
+	if (bf16)
+		cnn_bf16_round(x, nx);
+	to_nhwc(x, t, nimg, c, h * w);
+	void *dx = up(t, nx, bf16);
+	float *dyv = dev(NULL, ny * 4);
+	uint8_t *darg = dev(NULL, ny);
+	snprintf(d, sizeof(d), "maxpool2_fwd_nhwc%s %d x %d x %dx%d launches", ty(bf16), nimg, c, h, w);
+	test_cond(d, (bf16 ? cnn_cuda_maxpool2_fwd_nhwc_bf16(dx, nimg, c, h, w, dyv, darg, NULL) :
+			     cnn_cuda_maxpool2_fwd_nhwc(dx, nimg, c, h, w, dyv, darg, NULL)) == 0);
+	back(gy, dyv, ny * 4);
+	back(garg, darg, ny);
+	cnn_maxpool2_fwd(x, planes, h, w, y, arg);
+	snprintf(d, sizeof(d), "maxpool2_fwd_nhwc%s %d x %d x %dx%d equals cnn_maxpool2_fwd on the "
+		 "NCHW input: output and arg in NCHW order (exact)", ty(bf16), nimg, c, h, w);
+	test_cond(d, compare("maxpool2_fwd_nhwc", gy, y, ny, T_EXACT) == 0 && memcmp(garg, arg, ny) == 0);
+
+	float *g = malloc(ny * 4), *gx = malloc(nx * 4), *cx = malloc(nx * 4);
+	fill(g, ny);
+	float *dg = dev(g, ny * 4);
+	void *ddx = dev(NULL, nx * 4);
+	CK(cudaMemset(ddx, 0x7f, nx * 4)); /* garbage: the kernel must overwrite all */
+	snprintf(d, sizeof(d), "maxpool2_relu_bwd_nhwc%s %d x %d x %dx%d launches", ty(bf16), nimg, c, h, w);
+	test_cond(d, (bf16 ? cnn_cuda_maxpool2_relu_bwd_nhwc_bf16(dg, dyv, darg, nimg, c, h, w, ddx, NULL) :
+			     cnn_cuda_maxpool2_relu_bwd_nhwc(dg, dyv, darg, nimg, c, h, w, ddx, NULL)) == 0);
+	down(t, ddx, nx, bf16);
+	to_nchw(t, gx, nimg, c, h * w);
+	cnn_maxpool2_relu_bwd(g, y, arg, planes, h, w, cx);
+	if (bf16)
+		cnn_bf16_round(cx, nx);
+	snprintf(d, sizeof(d), "maxpool2_relu_bwd_nhwc%s %d x %d x %dx%d equals cnn_maxpool2_relu_bwd, "
+		 "transposed (exact)", ty(bf16), nimg, c, h, w);
+	test_cond(d, compare("maxpool2_relu_bwd_nhwc", gx, cx, nx, T_EXACT) == 0);
+	cudaFree(dx), cudaFree(dyv), cudaFree(darg), cudaFree(dg), cudaFree(ddx);
+	free(x), free(t), free(y), free(gy), free(arg), free(garg), free(g), free(gx), free(cx);
+}
+
+/* The channels-last bias gradient: against the CPU twin summed over the
+ * images and against a double sum within the worst-case float bound of its
+ * summation order, d * 2^-24 * sum |dy|, d the depth of that order in
+ * kernels.cu (kBiasRows = 256 rows a block, its 256 threads in lanes of
+ * min(oc, 256) channels: a thread adds 256 / groups rows, then the groups
+ * are added in order, then bias_grad_sum strides over the chunks and
+ * finishes with a tree of 8).  Channel counts past a block's 256 threads
+ * included; twice each, the same bits. */
+static void test_bias_grad_nhwc(void)
+{
+	static const int shapes[][3] = { /* images, channels, pixels */
+		{ 8, 64, 24 * 24 }, { 1, 32, 26 * 26 }, { 37, 32, 26 * 26 }, { 257, 64, 24 * 24 },
+		{ 5, 3, 7 }, { 1000, 2, 1 }, { 3, 300, 5 },
+	};
+	for (size_t sh = 0; sh < sizeof(shapes) / sizeof(shapes[0]); sh++) {
+		int nimg = shapes[sh][0], oc = shapes[sh][1], n = shapes[sh][2];
+		size_t tot = (size_t)nimg * oc * n, ns = cnn_cuda_bias_grad_nhwc_scratch(nimg, oc, n);
+		size_t rows = (size_t)nimg * n, chunks = (rows + 255) / 256;
+		int lanes = oc < 256 ? oc : 256, groups = 256 / lanes;
+		double depth = 256.0 / groups + groups + (double)(chunks + 255) / 256 + 8;
+		float *dy = malloc(tot * 4), *t = malloc(tot * 4), *want = calloc(oc, 4);
+		float *got = malloc(oc * 4), *again = calloc(oc, 4), *ref = malloc(oc * 4),
+		      *lim = malloc(oc * 4);
+		fill(dy, tot);
+		cnn_bf16_round(dy, tot);   /* both kernels see the same values */
+		to_nhwc(dy, t, nimg, oc, n);
+		cnn_bf16 *th = bits(t, tot);
+		for (int i = 0; i < nimg; i++)
+			cnn_bias_grad(dy + (size_t)i * oc * n, oc, n, want);
+		for (int o = 0; o < oc; o++) {
+			double sum = 0, abs = 0;
+			for (size_t k = 0; k < (size_t)nimg * n; k++) {
+				double v = t[k * oc + o];
+				sum += v;
+				abs += fabs(v);
+			}
+			ref[o] = (float)sum;
+			lim[o] = (float)(depth * 0x1p-24 * abs);
+		}
+		float *ddy = dev(t, tot * 4), *ddb = dev(NULL, oc * 4), *dsc = dev(NULL, ns * 4);
+		cnn_bf16 *ddyh = dev(th, tot * 2);
+		for (int b16 = 0; b16 < 2; b16++) {
+			char d[160];
+			size_t far = 0;
+			int ok = 1;
+			for (int run = 0; run < 2 && ok; run++) {
+				CK(cudaMemset(ddb, 0x7f, oc * 4));
+				ok = (b16 ? cnn_cuda_bias_grad_nhwc_bf16(ddyh, nimg, oc, n, dsc, ddb, NULL) :
+					    cnn_cuda_bias_grad_nhwc(ddy, nimg, oc, n, dsc, ddb, NULL)) == 0;
+				back(run ? again : got, ddb, oc * 4);
+			}
+			snprintf(d, sizeof(d), "bias_grad_nhwc%s launches on %d x %d x %d (%zu floats of scratch)",
+				 ty(b16), nimg, oc, n, ns);
+			test_cond(d, ok);
+			if (nimg * n <= 8 * 24 * 24) {
+				snprintf(d, sizeof(d), "bias_grad_nhwc%s on %d x %d x %d equals cnn_bias_grad "
+					 "summed over the images", ty(b16), nimg, oc, n);
+				test_cond(d, compare("bias_grad_nhwc", got, want, oc, T_BIASSUM) == 0);
+			}
+			for (int o = 0; o < oc; o++)
+				if (!(fabsf(got[o] - ref[o]) <= lim[o]) && far++ < 5)
+					printf("#   bias_grad_nhwc%s[%d]: gpu %.9g, double sum %.9g, bound %g\n",
+					       ty(b16), o, got[o], ref[o], lim[o]);
+			snprintf(d, sizeof(d), "bias_grad_nhwc%s on %d x %d x %d is within float's bound "
+				 "(depth %.0f) of the double sum, the same bits twice", ty(b16), nimg, oc,
+				 n, depth);
+			test_cond(d, far == 0 && memcmp(got, again, oc * 4) == 0);
+		}
+		cudaFree(ddy), cudaFree(ddb), cudaFree(dsc), cudaFree(ddyh);
+		free(dy), free(t), free(th), free(want), free(got), free(again), free(ref), free(lim);
+	}
+	test_cond("bias_grad_nhwc scratch: a float per channel and chunk of 256 rows",
+		  cnn_cuda_bias_grad_nhwc_scratch(1, 64, 576) == 64 * 3 &&
+		  cnn_cuda_bias_grad_nhwc_scratch(0, 64, 576) == 0);
+}
+
+/* OIHW <-> OHWI for conv1 (in 1) and conv2 (in 32), fp32 and bf16 */
+static void test_weights_nhwc(int out, int in, int bf16)
+{
+	int hw = 9;
+	size_t n = (size_t)out * in * hw;
+	float *w = malloc(n * 4), *want = malloc(n * 4), *got = malloc(n * 4);
+	char d[128];
+	fill(w, n);
+	for (int o = 0; o < out; o++)
+		for (int k = 0; k < hw; k++)
+			for (int ci = 0; ci < in; ci++)
+				want[((size_t)o * hw + k) * in + ci] = w[((size_t)o * in + ci) * hw + k];
+	if (bf16)
+		cnn_bf16_round(want, n);
+	float *dw = dev(w, n * 4), *dback = dev(NULL, n * 4);
+	void *dt = dev(NULL, n * 4);
+	snprintf(d, sizeof(d), "oihw_to_ohwi%s (%d x %d x 3x3) launches", ty(bf16), out, in);
+	test_cond(d, (bf16 ? cnn_cuda_oihw_to_ohwi_bf16(dw, out, in, hw, dt, NULL) :
+			     cnn_cuda_oihw_to_ohwi(dw, out, in, hw, dt, NULL)) == 0);
+	down(got, dt, n, bf16);
+	snprintf(d, sizeof(d), "oihw_to_ohwi%s (%d x %d x 3x3) is the transpose%s (exact)", ty(bf16),
+		 out, in, bf16 ? ", rounded" : "");
+	test_cond(d, compare("oihw_to_ohwi", got, want, n, T_EXACT) == 0);
+	snprintf(d, sizeof(d), "ohwi_to_oihw%s (%d x %d x 3x3) launches", ty(bf16), out, in);
+	test_cond(d, (bf16 ? cnn_cuda_ohwi_to_oihw_bf16(dt, out, in, hw, dback, NULL) :
+			     cnn_cuda_ohwi_to_oihw(dt, out, in, hw, dback, NULL)) == 0);
+	back(got, dback, n * 4);
+	if (bf16)
+		cnn_bf16_round(w, n);
+	snprintf(d, sizeof(d), "ohwi_to_oihw%s (%d x %d x 3x3) restores the weights%s (exact)",
+		 ty(bf16), out, in, bf16 ? " as rounded" : "");
+	test_cond(d, compare("ohwi_to_oihw", got, w, n, T_EXACT) == 0);
+	cudaFree(dw), cudaFree(dback), cudaFree(dt);
+	free(w), free(want), free(got);
+}
+
 static void test_logsoftmax(void)
 {
 	int n = 1000, k = 10;
@@ -469,13 +675,23 @@ static void test_gather(void)
 	uint8_t *dxs = dev(d.x, d.n * img), *dys = dev(d.y, d.n), *dyo = dev(NULL, n);
 	uint32_t *didx = dev(idx, sizeof(idx));
 	float *dxo = dev(NULL, n * img * 4);
-	test_cond("gather launches", cnn_cuda_gather(dxs, dys, didx, n, d.c, d.h, d.w, &nm, dxo, dyo, NULL) == 0);
+	test_cond("gather launches", cnn_cuda_gather(dxs, dys, didx, n, d.c, d.h, d.w, &nm, 0, dxo, dyo, NULL) == 0);
 	back(got, dxo, n * img * 4);
 	back(gy, dyo, n);
 	cnn_data_gather(&d, idx, n, x, y);
 	test_cond("gather equals cnn_data_gather: images (fma tolerance)",
 		  compare("gather", got, x, n * img, T_FMA) == 0);
 	test_cond("gather equals cnn_data_gather: labels", memcmp(gy, y, n) == 0);
+	/* channels-last: the same images, transposed */
+	float *t = malloc(n * img * 4);
+	memset(gy, 0, n);
+	test_cond("gather nhwc launches", cnn_cuda_gather(dxs, dys, didx, n, d.c, d.h, d.w, &nm, 1, dxo, dyo, NULL) == 0);
+	back(t, dxo, n * img * 4);
+	back(gy, dyo, n);
+	to_nchw(t, got, n, d.c, d.h * d.w);
+	test_cond("gather nhwc equals cnn_data_gather transposed to NHWC: images (fma), labels",
+		  compare("gather nhwc", got, x, n * img, T_FMA) == 0 && memcmp(gy, y, n) == 0);
+	free(t);
 	cudaFree(dxs), cudaFree(dys), cudaFree(dyo), cudaFree(didx), cudaFree(dxo);
 	free(d.x), free(d.y), free(x), free(got);
 }
@@ -504,6 +720,12 @@ int main(void)
 		test_maxpool(24, 24, bf16);
 		test_maxpool(7, 9, bf16); /* odd sizes: the last row and column are dropped */
 		test_relu_bwd(bf16);
+		test_bias_relu_nhwc(8, 64, 24 * 24, bf16);
+		test_bias_relu_nhwc(3, 5, 7, bf16);
+		test_maxpool_nhwc(8, 64, 24, 24, bf16);
+		test_maxpool_nhwc(5, 3, 7, 9, bf16);
+		test_weights_nhwc(32, 1, bf16);
+		test_weights_nhwc(64, 32, bf16);
 	}
 	test_logsoftmax();
 	test_optim(CNN_SGD, 0.9f, 0.f);
@@ -515,6 +737,7 @@ int main(void)
 	test_bias_add_rows();
 	test_gather();
 	test_bias_grad();
+	test_bias_grad_nhwc();
 	test_bf16_convert();
 	return test_report();
 }

@@ -176,6 +176,128 @@ bias_grad_sum(const float *part, int chunks, float *db)
 		db[o] = s;
 }
 
+// ---- NHWC (channels-last) twins, for --conv-layout nhwc -------------------
+// The same computations on activations stored image by image, pixel by
+// pixel, with a pixel's channels contiguous (cuDNN's CUDNN_TENSOR_NHWC);
+// the pool's output (the flattened input of fc1) stays in NCHW order, so
+// the linear layers and the checkpoints do not see the layout.
+
+template <typename T>
+__global__ void bias_relu_nhwc(T *y, const float *b, int oc, size_t total)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		float v = ld(y + i) + b[i % oc];
+		st(y + i, v > 0.f ? v : 0.f);
+	}
+}
+
+// One thread per output, in the pool's NCHW output order.
+template <typename T>
+__global__ void maxpool2_fwd_nhwc(const T *x, int c, int h, int w, int ph, int pw, size_t total,
+				  float *y, uint8_t *arg)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		size_t plane = i / ((size_t)ph * pw), img = plane / c;
+		int ch = (int)(plane % c);
+		int r = (int)(i % ((size_t)ph * pw)), py = r / pw, px = r % pw;
+		const T *r0 = x + ((img * h + 2 * py) * w + 2 * px) * c + ch, *r1 = r0 + (size_t)w * c;
+		float m = ld(r0), v;
+		uint8_t a = 0;
+		if ((v = ld(r0 + c)) > m) { m = v; a = 1; }
+		if ((v = ld(r1)) > m) { m = v; a = 2; }
+		if ((v = ld(r1 + c)) > m) { m = v; a = 3; }
+		y[i] = m;
+		arg[i] = a;
+	}
+}
+
+// One thread per input element, in NHWC order; dy, y and arg in the
+// pool's NCHW order.
+template <typename T>
+__global__ void maxpool2_relu_bwd_nhwc(const float *dy, const float *y, const uint8_t *arg, int c,
+				       int h, int w, int ph, int pw, size_t total, T *dx)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		int ch = (int)(i % c);
+		size_t pix = i / c, img = pix / ((size_t)h * w);
+		int r = (int)(pix % ((size_t)h * w)), iy = r / w, ix = r % w;
+		int py = iy >> 1, px = ix >> 1;
+		float v = 0.f;
+		if (py < ph && px < pw) {
+			size_t o = ((img * c + ch) * ph + py) * pw + px;
+			if (y[o] > 0.f && arg[o] == (uint8_t)(((iy & 1) << 1) | (ix & 1)))
+				v = dy[o];
+		}
+		st(dx + i, v);
+	}
+}
+
+// db[o] = sum over rows (image, pixel) of dy[row][o]: a block sums a chunk
+// of kBiasRows rows for every channel, lanes of consecutive threads on
+// consecutive channels (coalesced) and the block's groups of lanes on
+// interleaved rows, then the groups in a fixed order: deterministic, as
+// bias_grad_part.  part[o][chunk]; bias_grad_sum finishes.
+constexpr int kBiasRows = 256;
+
+template <typename T>
+__global__ void __launch_bounds__(kBiasThreads)
+bias_grad_part_nhwc(const T *dy, size_t rows, int oc, float *part)
+{
+	__shared__ float red[kBiasThreads];
+	int lanes = oc < kBiasThreads ? oc : kBiasThreads, groups = kBiasThreads / lanes;
+	int lane = threadIdx.x % lanes, grp = threadIdx.x / lanes;
+	size_t r0 = (size_t)blockIdx.x * kBiasRows, r1 = r0 + kBiasRows < rows ? r0 + kBiasRows : rows;
+	for (int o0 = 0; o0 < oc; o0 += lanes) {
+		int o = o0 + lane;
+		float s = 0.f;
+		if (grp < groups && o < oc)
+			for (size_t r = r0 + grp; r < r1; r += groups)
+				s += ld(dy + r * oc + o);
+		red[threadIdx.x] = s;
+		__syncthreads();
+		if (grp == 0 && o < oc) {
+			float t = 0.f;
+			for (int k = 0; k < groups; k++)
+				t += red[k * lanes + lane];
+			part[(size_t)o * gridDim.x + blockIdx.x] = t;
+		}
+		__syncthreads();
+	}
+}
+
+// Convolution weights between PyTorch's OIHW (the parameters, fp32) and
+// cuDNN's NHWC filter layout OHWI (KRSC), in the convolutions' type.
+template <typename T>
+__global__ void oihw_to_ohwi(const float *w, int in, int hw, size_t total, T *out)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		// i indexes out: [o][k][ci]
+		int ci = (int)(i % in);
+		size_t q = i / in;
+		int k = (int)(q % hw);
+		size_t o = q / hw;
+		st(out + i, w[(o * in + ci) * hw + k]);
+	}
+}
+
+template <typename T>
+__global__ void ohwi_to_oihw(const T *w, int in, int hw, size_t total, float *out)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		// i indexes out: [o][ci][k]
+		int k = (int)(i % hw);
+		size_t q = i / hw;
+		int ci = (int)(q % in);
+		size_t o = q / in;
+		out[i] = ld(w + (o * hw + k) * in + ci);
+	}
+}
+
 __global__ void to_bf16(const float *x, bf16 *y, size_t n)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
@@ -304,9 +426,11 @@ __global__ void bias_add_rows(float *y, const float *b, int k, size_t total)
 		y[i] += b[i % k];
 }
 
-// One thread per output pixel; the image and label come from idx.
+// One thread per output pixel; the image and label come from idx.  The
+// data set is NCHW; nhwc writes the batch channels-last.
 __global__ void gather(const uint8_t *xs, const uint8_t *ys, const uint32_t *idx, int c,
-		       size_t plane, struct cnn_cuda_norm norm, size_t total, float *x, uint8_t *y)
+		       size_t plane, struct cnn_cuda_norm norm, size_t total, int nhwc, float *x,
+		       uint8_t *y)
 {
 	size_t img = (size_t)c * plane;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
@@ -314,7 +438,8 @@ __global__ void gather(const uint8_t *xs, const uint8_t *ys, const uint32_t *idx
 		size_t row = i / img, r = i % img;
 		int ch = (int)(r / plane);
 		uint32_t src = idx[row];
-		x[i] = (float)xs[(size_t)src * img + r] * norm.scale[ch] - norm.off[ch];
+		size_t to = nhwc ? row * img + (r % plane) * c + ch : i;
+		x[to] = (float)xs[(size_t)src * img + r] * norm.scale[ch] - norm.off[ch];
 		if (r == 0)
 			y[row] = ys[src];
 	}
@@ -392,6 +517,92 @@ int launch_bias_grad(const T *dy, int nimg, int oc, int n, float *scratch, float
 	return 0;
 }
 
+template <typename T>
+int launch_bias_relu_nhwc(T *y, const float *b, int nimg, int oc, int n, cudaStream_t s)
+{
+	size_t total = (size_t)nimg * oc * n;
+	if (!total)
+		return 0;
+	bias_relu_nhwc<<<blocks_for(total), kThreads, 0, s>>>(y, b, oc, total);
+	cudaCheck(cudaGetLastError());
+	return 0;
+}
+
+template <typename T>
+int launch_maxpool2_fwd_nhwc(const T *x, int nimg, int c, int h, int w, float *y, uint8_t *arg,
+			     cudaStream_t s)
+{
+	int ph = h / 2, pw = w / 2;
+	size_t total = (size_t)nimg * c * ph * pw;
+	if (!total)
+		return 0;
+	maxpool2_fwd_nhwc<<<blocks_for(total), kThreads, 0, s>>>(x, c, h, w, ph, pw, total, y, arg);
+	cudaCheck(cudaGetLastError());
+	return 0;
+}
+
+template <typename T>
+int launch_maxpool2_relu_bwd_nhwc(const float *dy, const float *y, const uint8_t *arg, int nimg,
+				  int c, int h, int w, T *dx, cudaStream_t s)
+{
+	size_t total = (size_t)nimg * c * h * w;
+	if (!total)
+		return 0;
+	maxpool2_relu_bwd_nhwc<<<blocks_for(total), kThreads, 0, s>>>(dy, y, arg, c, h, w, h / 2,
+									w / 2, total, dx);
+	cudaCheck(cudaGetLastError());
+	return 0;
+}
+
+size_t bias_chunks_nhwc(int nimg, int n)
+{
+	size_t rows = (size_t)nimg * n;
+	return (rows + kBiasRows - 1) / kBiasRows;
+}
+
+template <typename T>
+int launch_bias_grad_nhwc(const T *dy, int nimg, int oc, int n, float *scratch, float *db,
+			  cudaStream_t s)
+{
+	if (oc <= 0)
+		return 0;
+	size_t chunks = nimg >= 1 && n >= 1 ? bias_chunks_nhwc(nimg, n) : 0;
+	if (nimg < 1 || n < 1 || chunks > 0x7fffffffu) {
+		char m[96];
+		snprintf(m, sizeof(m), "%d images of %d pixels of %d channels: expected >= 1 each",
+			 nimg, n, oc);
+		cnn_cuda_fail(__FILE__, __LINE__, "cnn_cuda_bias_grad_nhwc", m);
+		return -1;
+	}
+	bias_grad_part_nhwc<<<(unsigned)chunks, kBiasThreads, 0, s>>>(dy, (size_t)nimg * n, oc, scratch);
+	cudaCheck(cudaGetLastError());
+	bias_grad_sum<<<oc, kBiasThreads, 0, s>>>(scratch, (int)chunks, db);
+	cudaCheck(cudaGetLastError());
+	return 0;
+}
+
+template <typename T>
+int launch_oihw_to_ohwi(const float *w, int out, int in, int hw, T *o, cudaStream_t s)
+{
+	size_t total = (size_t)out * in * hw;
+	if (!total)
+		return 0;
+	oihw_to_ohwi<<<blocks_for(total), kThreads, 0, s>>>(w, in, hw, total, o);
+	cudaCheck(cudaGetLastError());
+	return 0;
+}
+
+template <typename T>
+int launch_ohwi_to_oihw(const T *w, int out, int in, int hw, float *o, cudaStream_t s)
+{
+	size_t total = (size_t)out * in * hw;
+	if (!total)
+		return 0;
+	ohwi_to_oihw<<<blocks_for(total), kThreads, 0, s>>>(w, in, hw, total, o);
+	cudaCheck(cudaGetLastError());
+	return 0;
+}
+
 } // namespace
 
 extern "C" int cnn_cuda_bias_relu(float *y, const float *b, int nimg, int oc, int n,
@@ -463,6 +674,87 @@ extern "C" int cnn_cuda_bias_grad_bf16(const cnn_bf16 *dy, int nimg, int oc, int
 				       float *scratch, float *db, cudaStream_t s)
 {
 	return launch_bias_grad(B(dy), nimg, oc, n, scratch, db, s);
+}
+
+extern "C" int cnn_cuda_bias_relu_nhwc(float *y, const float *b, int nimg, int oc, int n,
+				       cudaStream_t s)
+{
+	return launch_bias_relu_nhwc(y, b, nimg, oc, n, s);
+}
+
+extern "C" int cnn_cuda_maxpool2_fwd_nhwc(const float *x, int nimg, int c, int h, int w, float *y,
+					  uint8_t *arg, cudaStream_t s)
+{
+	return launch_maxpool2_fwd_nhwc(x, nimg, c, h, w, y, arg, s);
+}
+
+extern "C" int cnn_cuda_maxpool2_relu_bwd_nhwc(const float *dy, const float *y,
+					       const uint8_t *arg, int nimg, int c, int h, int w,
+					       float *dx, cudaStream_t s)
+{
+	return launch_maxpool2_relu_bwd_nhwc(dy, y, arg, nimg, c, h, w, dx, s);
+}
+
+extern "C" size_t cnn_cuda_bias_grad_nhwc_scratch(int nimg, int oc, int n)
+{
+	if (nimg < 1 || oc < 1 || n < 1)
+		return 0;
+	return (size_t)oc * bias_chunks_nhwc(nimg, n);
+}
+
+extern "C" int cnn_cuda_bias_grad_nhwc(const float *dy, int nimg, int oc, int n, float *scratch,
+				       float *db, cudaStream_t s)
+{
+	return launch_bias_grad_nhwc(dy, nimg, oc, n, scratch, db, s);
+}
+
+extern "C" int cnn_cuda_oihw_to_ohwi(const float *w, int out, int in, int hw, float *o,
+				     cudaStream_t s)
+{
+	return launch_oihw_to_ohwi(w, out, in, hw, o, s);
+}
+
+extern "C" int cnn_cuda_ohwi_to_oihw(const float *w, int out, int in, int hw, float *o,
+				     cudaStream_t s)
+{
+	return launch_ohwi_to_oihw(w, out, in, hw, o, s);
+}
+
+extern "C" int cnn_cuda_bias_relu_nhwc_bf16(cnn_bf16 *y, const float *b, int nimg, int oc, int n,
+					    cudaStream_t s)
+{
+	return launch_bias_relu_nhwc(B(y), b, nimg, oc, n, s);
+}
+
+extern "C" int cnn_cuda_maxpool2_fwd_nhwc_bf16(const cnn_bf16 *x, int nimg, int c, int h, int w,
+					       float *y, uint8_t *arg, cudaStream_t s)
+{
+	return launch_maxpool2_fwd_nhwc(B(x), nimg, c, h, w, y, arg, s);
+}
+
+extern "C" int cnn_cuda_maxpool2_relu_bwd_nhwc_bf16(const float *dy, const float *y,
+						    const uint8_t *arg, int nimg, int c, int h,
+						    int w, cnn_bf16 *dx, cudaStream_t s)
+{
+	return launch_maxpool2_relu_bwd_nhwc(dy, y, arg, nimg, c, h, w, B(dx), s);
+}
+
+extern "C" int cnn_cuda_bias_grad_nhwc_bf16(const cnn_bf16 *dy, int nimg, int oc, int n,
+					    float *scratch, float *db, cudaStream_t s)
+{
+	return launch_bias_grad_nhwc(B(dy), nimg, oc, n, scratch, db, s);
+}
+
+extern "C" int cnn_cuda_oihw_to_ohwi_bf16(const float *w, int out, int in, int hw, cnn_bf16 *o,
+					  cudaStream_t s)
+{
+	return launch_oihw_to_ohwi(w, out, in, hw, B(o), s);
+}
+
+extern "C" int cnn_cuda_ohwi_to_oihw_bf16(const cnn_bf16 *w, int out, int in, int hw, float *o,
+					  cudaStream_t s)
+{
+	return launch_ohwi_to_oihw(B(w), out, in, hw, o, s);
 }
 
 extern "C" int cnn_cuda_to_bf16(const float *x, cnn_bf16 *y, size_t n, cudaStream_t s)
@@ -565,8 +857,8 @@ extern "C" void cnn_cuda_norm_set(struct cnn_cuda_norm *nm, int c, const float *
 }
 
 extern "C" int cnn_cuda_gather(const uint8_t *xs, const uint8_t *ys, const uint32_t *idx, int n,
-			       int c, int h, int w, const struct cnn_cuda_norm *norm, float *x,
-			       uint8_t *y, cudaStream_t s)
+			       int c, int h, int w, const struct cnn_cuda_norm *norm, int nhwc,
+			       float *x, uint8_t *y, cudaStream_t s)
 {
 	size_t plane = (size_t)h * w, total = (size_t)n * c * plane;
 	if (!total)
@@ -577,7 +869,7 @@ extern "C" int cnn_cuda_gather(const uint8_t *xs, const uint8_t *ys, const uint3
 		cnn_cuda_fail(__FILE__, __LINE__, "cnn_cuda_gather", m);
 		return -1;
 	}
-	gather<<<blocks_for(total), kThreads, 0, s>>>(xs, ys, idx, c, plane, *norm, total, x, y);
+	gather<<<blocks_for(total), kThreads, 0, s>>>(xs, ys, idx, c, plane, *norm, total, nhwc, x, y);
 	cudaCheck(cudaGetLastError());
 	return 0;
 }

@@ -14,6 +14,14 @@
  *   cnn_cuda_gather             cnn_data_gather (images and labels by index)
  *   cnn_cuda_bias_grad          cnn_bias_grad, summed over the images
  *
+ * --conv-layout nhwc stores the convolutions' activations channels-last
+ * (cuDNN's NHWC, the layout its tensor-core kernels read): the _nhwc
+ * kernels are the twins of the same CPU functions on the transposed data
+ * (each test transposes the CPU function's input and output), and the
+ * pool's output, fc1's input, stays in NCHW order; cnn_cuda_oihw_to_ohwi
+ * and back move convolution weights between PyTorch's layout (the
+ * parameters) and cuDNN's NHWC filter layout.
+ *
  * --precision bf16 keeps the convolutions' activations and gradients in
  * bfloat16: the _bf16 kernels are the same computation in float with the
  * bf16 values widened on load and rounded to nearest even on store, twins
@@ -77,10 +85,11 @@ struct cnn_cuda_norm {
 	float scale[4], off[4];
 };
 void cnn_cuda_norm_set(struct cnn_cuda_norm *nm, int c, const float *mean, const float *std);
-/* x (n x c x h x w) and y (n) from the data set's bytes xs and labels ys
- * (both on the device) at the device indices idx[0..n). */
+/* x (n x c x h x w, or with nhwc n x h x w x c) and y (n) from the data
+ * set's bytes xs and labels ys (both on the device) at the device indices
+ * idx[0..n). */
 int cnn_cuda_gather(const uint8_t *xs, const uint8_t *ys, const uint32_t *idx, int n, int c,
-		    int h, int w, const struct cnn_cuda_norm *norm, float *x, uint8_t *y,
+		    int h, int w, const struct cnn_cuda_norm *norm, int nhwc, float *x, uint8_t *y,
 		    cudaStream_t s);
 
 /* db[o] = sum of dy over nimg images of oc planes of n pixels (overwritten):
@@ -92,6 +101,25 @@ size_t cnn_cuda_bias_grad_scratch(int nimg, int oc, int n);
 int cnn_cuda_bias_grad(const float *dy, int nimg, int oc, int n, float *scratch, float *db,
 		       cudaStream_t s);
 
+/* Channels-last: y is nimg x n pixels x oc channels; the pool reads x
+ * (nimg x h x w x c) and writes y and arg in the NCHW order of
+ * cnn_cuda_maxpool2_fwd (nimg x c planes); its backward writes dx
+ * channels-last.  The bias gradient sums dy (nimg x n x oc) per channel,
+ * deterministically, with cnn_cuda_bias_grad_nhwc_scratch floats of
+ * scratch. */
+int cnn_cuda_bias_relu_nhwc(float *y, const float *b, int nimg, int oc, int n, cudaStream_t s);
+int cnn_cuda_maxpool2_fwd_nhwc(const float *x, int nimg, int c, int h, int w, float *y,
+			       uint8_t *arg, cudaStream_t s);
+int cnn_cuda_maxpool2_relu_bwd_nhwc(const float *dy, const float *y, const uint8_t *arg, int nimg,
+				    int c, int h, int w, float *dx, cudaStream_t s);
+size_t cnn_cuda_bias_grad_nhwc_scratch(int nimg, int oc, int n);
+int cnn_cuda_bias_grad_nhwc(const float *dy, int nimg, int oc, int n, float *scratch, float *db,
+			    cudaStream_t s);
+/* Convolution weights: o = w from OIHW (out x in x hw) to OHWI (out x hw x
+ * in), and back. */
+int cnn_cuda_oihw_to_ohwi(const float *w, int out, int in, int hw, float *o, cudaStream_t s);
+int cnn_cuda_ohwi_to_oihw(const float *w, int out, int in, int hw, float *o, cudaStream_t s);
+
 /* bf16 storage, float math (see the top of this file). */
 int cnn_cuda_bias_relu_bf16(cnn_bf16 *y, const float *b, int nimg, int oc, int n, cudaStream_t s);
 int cnn_cuda_maxpool2_fwd_bf16(const cnn_bf16 *x, int planes, int h, int w, float *y,
@@ -101,6 +129,21 @@ int cnn_cuda_maxpool2_relu_bwd_bf16(const float *dy, const float *y, const uint8
 int cnn_cuda_relu_bwd_bf16(cnn_bf16 *dx, const cnn_bf16 *y, size_t n, cudaStream_t s);
 int cnn_cuda_bias_grad_bf16(const cnn_bf16 *dy, int nimg, int oc, int n, float *scratch,
 			    float *db, cudaStream_t s);
+int cnn_cuda_bias_relu_nhwc_bf16(cnn_bf16 *y, const float *b, int nimg, int oc, int n,
+				 cudaStream_t s);
+int cnn_cuda_maxpool2_fwd_nhwc_bf16(const cnn_bf16 *x, int nimg, int c, int h, int w, float *y,
+				    uint8_t *arg, cudaStream_t s);
+int cnn_cuda_maxpool2_relu_bwd_nhwc_bf16(const float *dy, const float *y, const uint8_t *arg,
+					 int nimg, int c, int h, int w, cnn_bf16 *dx,
+					 cudaStream_t s);
+int cnn_cuda_bias_grad_nhwc_bf16(const cnn_bf16 *dy, int nimg, int oc, int n, float *scratch,
+				 float *db, cudaStream_t s);
+/* fp32 OIHW weights to bf16 OHWI (rounded), and bf16 OHWI gradients to
+ * fp32 OIHW (exact). */
+int cnn_cuda_oihw_to_ohwi_bf16(const float *w, int out, int in, int hw, cnn_bf16 *o,
+			       cudaStream_t s);
+int cnn_cuda_ohwi_to_oihw_bf16(const cnn_bf16 *w, int out, int in, int hw, float *o,
+			       cudaStream_t s);
 /* y = bf16(x), rounded to nearest even; and back (exact). */
 int cnn_cuda_to_bf16(const float *x, cnn_bf16 *y, size_t n, cudaStream_t s);
 int cnn_cuda_from_bf16(const cnn_bf16 *x, float *y, size_t n, cudaStream_t s);
