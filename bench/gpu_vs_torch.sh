@@ -12,6 +12,7 @@
 #   BATCHES="64 1024" PRECISION=fp32 bench/gpu_vs_torch.sh   (tf32, fp32 or bf16)
 #   DDP_DATA_DIR=/path/to/fashion-mnist      where the IDX files are
 #   TORCH_MODES="eager graph"                skip torch.compile (slow to compile)
+#   CNN_ARGS="--conv-layout nhwc"            more cnn_train options (both its runs)
 #   DEVICE=cpu                               a dry run of this script on the CPU
 #                                            (eager PyTorch only): no GPU figures
 set -eu
@@ -22,6 +23,7 @@ steps=${STEPS:-300}
 epochs=${EPOCHS:-}
 batches=${BATCHES:-64 256 1024}
 precision=${PRECISION:-tf32}
+read -r -a cnn_args <<<"${CNN_ARGS:-}"
 device=${DEVICE:-cuda}
 case $device in
 cuda) modes=${TORCH_MODES:-eager compile graph} ;;
@@ -81,7 +83,8 @@ esac
 run_cnn() { # OUT ARGS...
 	local out=$1; shift
 	"$cnn" --device "$device" --batch-size "$b" --precision "$precision" --data-dir "$data" \
-		"${len[@]}" --progress lines --log-every 1000000 --log-json "$out.json" "$@" >"$out" 2>&1 ||
+		"${len[@]}" --progress lines --log-every 1000000 --log-json "$out.json" \
+		${cnn_args[@]+"${cnn_args[@]}"} "$@" >"$out" 2>&1 ||
 		{ echo "bench: cnn_train failed:" >&2; cat "$out" >&2; exit 1; }
 	"$py" -c 'import json,sys; j=json.load(open(sys.argv[1])); a=j["test_accuracy"];
 print(j["images_per_sec"], "-" if a is None else f"{a:.4f}")' "$out.json"
@@ -96,9 +99,10 @@ run_torch() { # OUT MODE
 length="$steps steps"
 [ -z "$epochs" ] || length="$epochs epochs"
 printf '# gpu_vs_torch: %s, %s, %s, %s\n' "$gpu" "$precision" "$length" "$(date -u +%Y-%m-%d)"
-printf '# torch %s, CUDA %s; training FLOPs per image %s; peak %s TFLOP/s\n' \
+printf '# torch %s, CUDA %s; training FLOPs per image %s; peak %s TFLOP/s%s\n' \
 	"$("$py" -c 'import torch; print(torch.__version__)')" \
-	"$("$py" -c 'import torch; print(torch.version.cuda)')" "$flops" "${peak:-unknown}"
+	"$("$py" -c 'import torch; print(torch.version.cuda)')" "$flops" "${peak:-unknown}" \
+	"${CNN_ARGS:+; cnn_train $CNN_ARGS}"
 printf '%6s %10s %10s' batch cnn cnn_nograph
 for m in $modes; do printf ' %10s' "torch_$m"; done
 printf ' %9s %9s %8s %7s' vs_eager vs_best TFLOP/s of_peak

@@ -9,7 +9,7 @@
 #   .gpu/run.sh check        test_cuda_kernels, test_gpu_step, ddp-check (NCCL, world 1)
 #   .gpu/run.sh train        cnn_train --device cuda, 2 epochs
 #   .gpu/run.sh gloo2        two cnn_train ranks on the one GPU over gloo (host all-reduce)
-#   .gpu/run.sh bench        bench/gpu_vs_torch.sh (BATCHES, PRECISION, TORCH_MODES, EPOCHS)
+#   .gpu/run.sh bench        bench/gpu_vs_torch.sh (BATCHES, PRECISION, TORCH_MODES, EPOCHS, CNN_ARGS)
 #   .gpu/run.sh h2d          bench/h2d_bind.sh
 #   .gpu/run.sh all          check, train (tf32, bf16, gloo2), h2d, bench (tf32, bf16; no
 #                            torch.compile): one device call, logs in $OUT

@@ -21,7 +21,7 @@
 #include "model.h"
 #include "optim.h"
 
-#define CNN_GPU_ABI 1
+#define CNN_GPU_ABI 2
 #define CNN_GPU_MODULE "cnn_train_cuda.so"
 
 enum cnn_precision {
@@ -38,6 +38,20 @@ static inline const char *cnn_precision_name(enum cnn_precision p)
 	return p == CNN_PREC_FP32 ? "fp32" : p == CNN_PREC_BF16 ? "bf16" : "tf32";
 }
 
+/* How the GPU stores the convolutions' activations (--conv-layout). */
+enum cnn_layout {
+	CNN_LAYOUT_NCHW = 0, /* PyTorch's default; cuDNN may convert inside */
+	CNN_LAYOUT_NHWC,     /* channels-last, what cuDNN's tensor-core kernels read */
+	CNN_LAYOUT_AUTO,     /* per batch size, the layout whose cuDNN algorithms
+			      * cudnnFind timed fastest in total */
+};
+
+/* "nchw", "nhwc", "auto" (the --conv-layout names) */
+static inline const char *cnn_layout_name(enum cnn_layout l)
+{
+	return l == CNN_LAYOUT_NHWC ? "nhwc" : l == CNN_LAYOUT_AUTO ? "auto" : "nchw";
+}
+
 struct cnn_gpu_opts {
 	const struct cnn_model *m;   /* shapes and dropout; not kept */
 	int batch;                   /* per-rank training batch */
@@ -51,6 +65,7 @@ struct cnn_gpu_opts {
 	uint64_t seed;
 	int rank, world;
 	int timeout_ms;              /* bound on every wait for the GPU or a peer */
+	enum cnn_layout layout;      /* the convolutions' activations (0: NCHW) */
 };
 
 struct cnn_gpu;

@@ -417,7 +417,8 @@ static int open_gpu(struct run *R, int maxb)
 	}
 	struct cnn_gpu_opts o = { &R->m, R->a.batch, maxb, R->r.local_rank,
 				  (enum cnn_precision)R->a.precision, !R->a.no_graph, &R->opt, R->a.seed,
-				  R->r.rank, R->r.world, R->a.timeout_s * 1000 };
+				  R->r.rank, R->r.world, R->a.timeout_s * 1000,
+				  (enum cnn_layout)R->a.conv_layout };
 	struct cnn_gpu *g = NULL;
 	if (G->open(&g, &o, err, sizeof(err)) < 0) {
 		G->close(g);
@@ -529,7 +530,7 @@ static void setup(struct run *R, int argc, char **argv)
 		       R->a.threads, R->a.threads == 1 ? "" : "s", R->a.seed,
 		       R->r.world > 1 ? "" : " (single process)");
 		if (gpu) {
-			char d[512];
+			char d[768];
 			R->G->describe(R->g, d, sizeof(d));
 			printf("# GPU: %s\n", d);
 		} else {

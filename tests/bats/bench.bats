@@ -44,12 +44,18 @@ ratio_ok() {
 	assert_equal "${#lines[@]}" 5
 }
 
-@test "gpu_vs_torch.sh: bf16 reaches both programs; a CPU dry run refuses the CUDA-only modes" {
+@test "gpu_vs_torch.sh: bf16 and CNN_ARGS reach the programs; a CPU dry run refuses the CUDA-only modes" {
 	run --separate-stderr env DEVICE=cpu PYTHON=$PY BATCHES=32 STEPS=12 PRECISION=bf16 "$REPO/bench/gpu_vs_torch.sh"
 	assert_success
 	assert_line --index 0 --partial ", bf16, 12 steps"
 	read -r b c cn te ve _ <<<"${lines[3]}"
 	ratio_ok "$ve" "$c" "$te"
+
+	# CNN_ARGS reaches cnn_train (an option it refuses fails the bench, saying why)
+	run --separate-stderr env DEVICE=cpu PYTHON=$PY BATCHES=32 STEPS=2 CNN_ARGS="--conv-layout chwn" "$REPO/bench/gpu_vs_torch.sh"
+	assert_equal "$status" 1
+	assert_line --index 1 --partial "; cnn_train --conv-layout chwn"
+	[[ "$stderr" == *"bench: cnn_train failed:"*"--conv-layout=chwn: expected nchw, nhwc or auto"* ]]
 
 	run --separate-stderr env DEVICE=cpu PYTHON=$PY TORCH_MODES="eager graph" "$REPO/bench/gpu_vs_torch.sh"
 	assert_equal "$status" 2

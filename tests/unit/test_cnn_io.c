@@ -262,6 +262,12 @@ static void test_args(void)
 		  a.precision == CNN_PREC_FP32 && a.no_graph == 1 && strcmp(a.device, "cuda") == 0);
 	test_cond("--precision bf16", parse(&a, err, NULL, "--precision", "bf16", NULL) == 0 &&
 		  a.precision == CNN_PREC_BF16);
+	test_cond("--conv-layout: nchw by default, nhwc and auto",
+		  parse(&a, err, NULL, NULL) == 0 && a.conv_layout == CNN_LAYOUT_NCHW &&
+		  parse(&a, err, NULL, "--conv-layout", "nhwc", NULL) == 0 && a.conv_layout == CNN_LAYOUT_NHWC &&
+		  parse(&a, err, NULL, "--conv-layout=auto", NULL) == 0 && a.conv_layout == CNN_LAYOUT_AUTO);
+	test_cond("--conv-layout=chwn", parse(&a, err, NULL, "--conv-layout=chwn", NULL) < 0);
+	test_err("... lists the choices", err, "--conv-layout=chwn: expected nchw, nhwc or auto");
 	test_cond("--precision=fp8", parse(&a, err, NULL, "--precision=fp8", NULL) < 0);
 	test_err("... lists the choices", err, "--precision=fp8: expected tf32, fp32 or bf16");
 	test_cond("--device=tpu", parse(&a, err, NULL, "--device=tpu", NULL) < 0);

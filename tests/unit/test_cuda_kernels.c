@@ -675,23 +675,13 @@ static void test_gather(void)
 	uint8_t *dxs = dev(d.x, d.n * img), *dys = dev(d.y, d.n), *dyo = dev(NULL, n);
 	uint32_t *didx = dev(idx, sizeof(idx));
 	float *dxo = dev(NULL, n * img * 4);
-	test_cond("gather launches", cnn_cuda_gather(dxs, dys, didx, n, d.c, d.h, d.w, &nm, 0, dxo, dyo, NULL) == 0);
+	test_cond("gather launches", cnn_cuda_gather(dxs, dys, didx, n, d.c, d.h, d.w, &nm, dxo, dyo, NULL) == 0);
 	back(got, dxo, n * img * 4);
 	back(gy, dyo, n);
 	cnn_data_gather(&d, idx, n, x, y);
 	test_cond("gather equals cnn_data_gather: images (fma tolerance)",
 		  compare("gather", got, x, n * img, T_FMA) == 0);
 	test_cond("gather equals cnn_data_gather: labels", memcmp(gy, y, n) == 0);
-	/* channels-last: the same images, transposed */
-	float *t = malloc(n * img * 4);
-	memset(gy, 0, n);
-	test_cond("gather nhwc launches", cnn_cuda_gather(dxs, dys, didx, n, d.c, d.h, d.w, &nm, 1, dxo, dyo, NULL) == 0);
-	back(t, dxo, n * img * 4);
-	back(gy, dyo, n);
-	to_nchw(t, got, n, d.c, d.h * d.w);
-	test_cond("gather nhwc equals cnn_data_gather transposed to NHWC: images (fma), labels",
-		  compare("gather nhwc", got, x, n * img, T_FMA) == 0 && memcmp(gy, y, n) == 0);
-	free(t);
 	cudaFree(dxs), cudaFree(dys), cudaFree(dyo), cudaFree(didx), cudaFree(dxo);
 	free(d.x), free(d.y), free(x), free(got);
 }

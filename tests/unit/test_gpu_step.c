@@ -2,7 +2,9 @@
  * golden file PyTorch wrote (the same file the CPU path is checked
  * against), in fp32, TF32 and bf16; then training steps through the module's
  * API (data set on the GPU, dropout, SGD, CUDA graph, NCCL at world 1)
- * against the CPU path on the same images and dropout masks.
+ * against the CPU path on the same images and dropout masks.  Both
+ * layouts of the convolutions' activations (--conv-layout nchw and nhwc)
+ * face the same checks, and auto runs.
  *
  * The bf16 step emulated on the CPU runs first, everywhere.  Without a GPU
  * (or a driver) the rest is skipped, loudly: make check compiles and
@@ -59,11 +61,11 @@ static const struct tol tols[] = {
 };
 
 static struct cnn_gpu *open_gpu(const struct cnn_model *m, int batch, enum cnn_precision prec,
-				int graph, const struct cnn_optim *o)
+				int graph, const struct cnn_optim *o, enum cnn_layout layout)
 {
 	struct cnn_gpu *g = NULL;
 	char err[1024];
-	struct cnn_gpu_opts go = { m, batch, batch, 0, prec, graph, o, 1, 0, 1, 60000 };
+	struct cnn_gpu_opts go = { m, batch, batch, 0, prec, graph, o, 1, 0, 1, 60000, layout };
 	if (cnn_gpu_api.open(&g, &go, err, sizeof(err)) < 0) {
 		printf("#   open: %s\n", err);
 		cnn_gpu_api.close(g);
@@ -252,6 +254,7 @@ struct stepper {
 	const char *name;          /* in the test descriptions */
 	const char *tol;           /* the tolerance rows' prefix: "tf32", "bf16" */
 	enum cnn_precision prec;
+	enum cnn_layout layout;    /* the GPU's convolutions' activations */
 	int emulate;               /* 1: bf16_ref on the CPU; 2: the same without its
 				    * roundings (the fp32 step: checks the emulation) */
 	struct cnn_gpu *g;
@@ -272,7 +275,7 @@ static int st_open(struct stepper *s, struct cnn_model *m, struct cnn_optim *o, 
 		s->r.exact = s->emulate == 2;
 		return 0;
 	}
-	s->g = open_gpu(m, 8, s->prec, 0, o);
+	s->g = open_gpu(m, 8, s->prec, 0, o, s->layout);
 	if (!s->g) {
 		snprintf(err, errlen, "the GPU path does not open");
 		return -1;
@@ -513,14 +516,19 @@ enum { NO_COMM, NCCL_1, HOST_TWIN };
  * captured after 2 eager steps; comm: none, NCCL at world 1 inside the
  * step, or a host backend (the gloo path: through pinned memory). */
 static int gpu_run(const struct cnn_dataset *tr, const struct cnn_dataset *te,
-		   const struct cnn_model *m0, enum cnn_precision prec, int graph, int comm, float *out,
-		   char *err, size_t errlen)
+		   const struct cnn_model *m0, enum cnn_precision prec, int graph, int comm,
+		   enum cnn_layout layout, float *out, char *err, size_t errlen)
 {
 	struct cnn_model m = *m0;
 	struct cnn_optim o = { .lr = 0.05f, .momentum = 0.9f };
 	struct cnn_comm *c = NULL, twin = { .ops = &twin_ops, .rank = 0, .world = 2 };
 	cnn_optim_init(&o, CNN_SGD, m.nparams);
-	struct cnn_gpu *g = open_gpu(&m, 32, prec, graph, &o);
+	struct cnn_gpu *g = open_gpu(&m, 32, prec, graph, &o, layout);
+	if (g && layout == CNN_LAYOUT_AUTO) {
+		char d[768];
+		cnn_gpu_api.describe(g, d, sizeof(d));
+		printf("#   auto: %s\n", d);
+	}
 	int ok = g != NULL;
 	if (ok && comm == HOST_TWIN)
 		cnn_gpu_api.use_comm(g, &twin);
@@ -677,25 +685,25 @@ static void test_steps_vs_cpu(int bf16)
 	cpu_run(&tr, &m, 0);
 	struct cnn_model mg = m;
 	mg.params = p0;
-	int r1 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 0, NO_COMM, eager, err, sizeof(err));
+	int r1 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 0, NO_COMM, CNN_LAYOUT_NCHW, eager, err, sizeof(err));
 	if (r1 < 0)
 		printf("#   eager: %s\n", err);
 	test_cond("20 eager GPU steps (dropout, SGD) run", r1 == 0);
 	test_cond("20 eager GPU steps equal the CPU path's (same images, same dropout masks)",
 		  r1 == 0 && checkf("steps", "params", eager, m.params, m.nparams) == 0);
-	int r2 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 1, NO_COMM, graph, err, sizeof(err));
+	int r2 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 1, NO_COMM, CNN_LAYOUT_NCHW, graph, err, sizeof(err));
 	if (r2 < 0)
 		printf("#   graph: %s\n", err);
 	test_cond("20 GPU steps replayed as a CUDA graph run", r2 == 0);
 	test_cond("the graph's result equals the eager one's",
 		  r1 == 0 && r2 == 0 && checkf("graph", "params", graph, eager, m.nparams) == 0);
-	int r3 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 1, NCCL_1, nccl, err, sizeof(err));
+	int r3 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 1, NCCL_1, CNN_LAYOUT_NCHW, nccl, err, sizeof(err));
 	if (r3 < 0)
 		printf("#   nccl: %s\n", err);
 	test_cond("20 GPU steps with the NCCL all-reduce in the graph run (world 1)", r3 == 0);
 	test_cond("NCCL's average over one rank changes nothing",
 		  r2 == 0 && r3 == 0 && checkf("graph", "params", nccl, graph, m.nparams) == 0);
-	int r6 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 1, HOST_TWIN, host, err, sizeof(err));
+	int r6 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 1, HOST_TWIN, CNN_LAYOUT_NCHW, host, err, sizeof(err));
 	if (r6 < 0)
 		printf("#   host: %s\n", err);
 	test_cond("20 GPU steps with the gradients all-reduced through host memory (gloo's path) run",
@@ -705,13 +713,13 @@ static void test_steps_vs_cpu(int bf16)
 	if (!bf16) {
 		test_skip("bf16 training steps", "this GPU has no bf16 tensor cores (sm_80+)");
 	} else {
-		int r4 = gpu_run(&tr, &te, &mg, CNN_PREC_BF16, 0, NO_COMM, beager, err, sizeof(err));
+		int r4 = gpu_run(&tr, &te, &mg, CNN_PREC_BF16, 0, NO_COMM, CNN_LAYOUT_NCHW, beager, err, sizeof(err));
 		if (r4 < 0)
 			printf("#   bf16 eager: %s\n", err);
 		test_cond("20 eager GPU steps in bf16 run", r4 == 0);
 		test_cond("20 bf16 steps track the CPU path's fp32 ones (bf16 steps tolerance)",
 			  r4 == 0 && steps_gap("bf16 GPU", &m, beager) == 0);
-		int r5 = gpu_run(&tr, &te, &mg, CNN_PREC_BF16, 1, NCCL_1, bgraph, err, sizeof(err));
+		int r5 = gpu_run(&tr, &te, &mg, CNN_PREC_BF16, 1, NCCL_1, CNN_LAYOUT_NCHW, bgraph, err, sizeof(err));
 		if (r5 < 0)
 			printf("#   bf16 graph: %s\n", err);
 		test_cond("20 bf16 GPU steps as a CUDA graph with NCCL (world 1) run", r5 == 0);
@@ -727,6 +735,60 @@ static void test_steps_vs_cpu(int bf16)
 	cnn_data_free(&tr);
 	cnn_data_free(&te);
 	free(p0), free(eager), free(graph), free(nccl), free(beager), free(bgraph), free(host);
+}
+
+/* Channels-last (--conv-layout nhwc) and auto: the same 20 steps against
+ * the CPU path, eager and as a graph with NCCL; bf16 per tensor. */
+static void test_steps_nhwc(int bf16)
+{
+	struct cnn_dataset tr, te;
+	struct cnn_model m;
+	char err[1024];
+	if (synthetic(&tr, &te, &m) < 0)
+		return;
+	float *p0 = malloc(m.nparams * 4), *out = malloc(m.nparams * 4);
+	memcpy(p0, m.params, m.nparams * 4);
+	cpu_run(&tr, &m, 0);
+	struct cnn_model mg = m;
+	mg.params = p0;
+	static const struct {
+		const char *what;
+		enum cnn_precision prec;
+		int graph, comm;
+		enum cnn_layout layout;
+	} runs[] = {
+		{ "20 eager GPU steps, NHWC", CNN_PREC_FP32, 0, NO_COMM, CNN_LAYOUT_NHWC },
+		{ "20 GPU steps, NHWC, as a CUDA graph with NCCL (world 1)", CNN_PREC_FP32, 1, NCCL_1, CNN_LAYOUT_NHWC },
+		{ "20 GPU steps, auto layout, as a CUDA graph", CNN_PREC_FP32, 1, NO_COMM, CNN_LAYOUT_AUTO },
+		{ "20 eager GPU steps in bf16, NHWC", CNN_PREC_BF16, 0, NO_COMM, CNN_LAYOUT_NHWC },
+		{ "20 bf16 GPU steps, NHWC, as a CUDA graph with NCCL (world 1)", CNN_PREC_BF16, 1, NCCL_1, CNN_LAYOUT_NHWC },
+	};
+	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+		char d[192];
+		int b = runs[i].prec == CNN_PREC_BF16;
+		if (b && !bf16) {
+			test_skip(runs[i].what, "this GPU has no bf16 tensor cores (sm_80+)");
+			continue;
+		}
+		int r = gpu_run(&tr, &te, &mg, runs[i].prec, runs[i].graph, runs[i].comm,
+				runs[i].layout, out, err, sizeof(err));
+		if (r < 0)
+			printf("#   %s: %s\n", runs[i].what, err);
+		snprintf(d, sizeof(d), "%s run", runs[i].what);
+		test_cond(d, r == 0);
+		if (b) {
+			snprintf(d, sizeof(d), "%s track the CPU path's fp32 ones (bf16 steps tolerance)",
+				 runs[i].what);
+			test_cond(d, r == 0 && steps_gap(runs[i].what, &m, out) == 0);
+		} else {
+			snprintf(d, sizeof(d), "%s equal the CPU path's (steps tolerance)", runs[i].what);
+			test_cond(d, r == 0 && checkf("steps", "params", out, m.params, m.nparams) == 0);
+		}
+	}
+	cnn_model_free(&m);
+	cnn_data_free(&tr);
+	cnn_data_free(&te);
+	free(p0), free(out);
 }
 
 int main(void)
@@ -766,5 +828,16 @@ int main(void)
 	}
 	test_golden(&fp32);
 	test_steps_vs_cpu(bf16);
+	/* channels-last: the golden step in each precision, then training */
+	struct stepper tf32h = { .name = "tf32 nhwc", .tol = "tf32", .prec = CNN_PREC_TF32, .layout = CNN_LAYOUT_NHWC };
+	struct stepper bfh = { .name = "bf16 nhwc", .tol = "bf16", .prec = CNN_PREC_BF16, .layout = CNN_LAYOUT_NHWC };
+	struct stepper fp32h = { .name = "fp32 nhwc", .tol = "fp32", .prec = CNN_PREC_FP32, .layout = CNN_LAYOUT_NHWC };
+	test_golden(&tf32h);
+	if (bf16)
+		test_golden(&bfh);
+	else
+		test_skip("bf16 nhwc golden step", "this GPU has no bf16 tensor cores (sm_80+)");
+	test_golden(&fp32h);
+	test_steps_nhwc(bf16);
 	return test_report();
 }

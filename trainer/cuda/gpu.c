@@ -154,7 +154,7 @@ static int gpu_open(struct cnn_gpu **out, const struct cnn_gpu_opts *o, char *er
 	for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++)
 		CUDA(cudaEventCreateWithFlags(evs[i], cudaEventDisableTiming));
 	int maxb = o->batch > o->eval_batch ? o->batch : o->eval_batch;
-	if (cnn_gnet_init(&g->net, o->m, maxb, o->precision, g->s) < 0)
+	if (cnn_gnet_init(&g->net, o->m, maxb, o->precision, o->layout, g->s) < 0)
 		FAIL("%s", g->net.err[0] ? g->net.err : cnn_cuda_last_error());
 	size_t n = o->m->nparams;
 	CUDA(cudaMalloc((void **)&g->s1, n * 4));
@@ -177,7 +177,7 @@ static int gpu_open(struct cnn_gpu **out, const struct cnn_gpu_opts *o, char *er
 
 static void gpu_describe(const struct cnn_gpu *g, char *buf, size_t len)
 {
-	char lib[128];
+	char lib[384];
 	cnn_gnet_describe(&g->net, lib, sizeof(lib));
 	snprintf(buf, len, "%s, %s, %s", g->name, lib,
 		 g->hcomm ? "no graph (gradients all-reduced through host memory)" :
@@ -340,7 +340,7 @@ static int step_body(struct cnn_gpu *g, int n, int first)
 	cudaCheck(cudaMemsetAsync(net->stats, 0, 2 * sizeof(float), g->s));
 	cudaCheck(cudaMemcpyAsync(net->keys, g->d_in->key, sizeof(g->d_in->key),
 				  cudaMemcpyDeviceToDevice, g->s));
-	if (cnn_cuda_gather(g->train_x, g->train_y, g->d_idx, n, m->in.c, m->in.h, m->in.w, &g->norm, 0,
+	if (cnn_cuda_gather(g->train_x, g->train_y, g->d_idx, n, m->in.c, m->in.h, m->in.w, &g->norm,
 			    net->x, net->y, g->s) < 0 ||
 	    cnn_gnet_forward(net, n, 1) < 0 ||
 	    /* mean over this rank's n; NCCL's average makes it the global mean */
@@ -444,7 +444,7 @@ static int gpu_evaluate(struct cnn_gpu *g, const uint32_t *idx, int n, double *l
 	memcpy(g->h_idx[g->slot], idx, (size_t)n * 4);
 	CUDA(cudaMemcpyAsync(g->d_idx, g->h_idx[g->slot], (size_t)n * 4, cudaMemcpyHostToDevice, g->s));
 	CUDA(cudaMemsetAsync(net->stats, 0, 2 * sizeof(float), g->s));
-	if (cnn_cuda_gather(g->test_x, g->test_y, g->d_idx, n, m->in.c, m->in.h, m->in.w, &g->norm, 0,
+	if (cnn_cuda_gather(g->test_x, g->test_y, g->d_idx, n, m->in.c, m->in.h, m->in.w, &g->norm,
 			    net->x, net->y, g->s) < 0 ||
 	    cnn_gnet_forward(net, n, 0) < 0)
 		FAIL("%s", net->err[0] ? net->err : cnn_cuda_last_error());

@@ -426,11 +426,9 @@ __global__ void bias_add_rows(float *y, const float *b, int k, size_t total)
 		y[i] += b[i % k];
 }
 
-// One thread per output pixel; the image and label come from idx.  The
-// data set is NCHW; nhwc writes the batch channels-last.
+// One thread per output pixel; the image and label come from idx.
 __global__ void gather(const uint8_t *xs, const uint8_t *ys, const uint32_t *idx, int c,
-		       size_t plane, struct cnn_cuda_norm norm, size_t total, int nhwc, float *x,
-		       uint8_t *y)
+		       size_t plane, struct cnn_cuda_norm norm, size_t total, float *x, uint8_t *y)
 {
 	size_t img = (size_t)c * plane;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
@@ -438,8 +436,7 @@ __global__ void gather(const uint8_t *xs, const uint8_t *ys, const uint32_t *idx
 		size_t row = i / img, r = i % img;
 		int ch = (int)(r / plane);
 		uint32_t src = idx[row];
-		size_t to = nhwc ? row * img + (r % plane) * c + ch : i;
-		x[to] = (float)xs[(size_t)src * img + r] * norm.scale[ch] - norm.off[ch];
+		x[i] = (float)xs[(size_t)src * img + r] * norm.scale[ch] - norm.off[ch];
 		if (r == 0)
 			y[row] = ys[src];
 	}
@@ -857,8 +854,8 @@ extern "C" void cnn_cuda_norm_set(struct cnn_cuda_norm *nm, int c, const float *
 }
 
 extern "C" int cnn_cuda_gather(const uint8_t *xs, const uint8_t *ys, const uint32_t *idx, int n,
-			       int c, int h, int w, const struct cnn_cuda_norm *norm, int nhwc,
-			       float *x, uint8_t *y, cudaStream_t s)
+			       int c, int h, int w, const struct cnn_cuda_norm *norm, float *x,
+			       uint8_t *y, cudaStream_t s)
 {
 	size_t plane = (size_t)h * w, total = (size_t)n * c * plane;
 	if (!total)
@@ -869,7 +866,7 @@ extern "C" int cnn_cuda_gather(const uint8_t *xs, const uint8_t *ys, const uint3
 		cnn_cuda_fail(__FILE__, __LINE__, "cnn_cuda_gather", m);
 		return -1;
 	}
-	gather<<<blocks_for(total), kThreads, 0, s>>>(xs, ys, idx, c, plane, *norm, total, nhwc, x, y);
+	gather<<<blocks_for(total), kThreads, 0, s>>>(xs, ys, idx, c, plane, *norm, total, x, y);
 	cudaCheck(cudaGetLastError());
 	return 0;
 }

@@ -85,11 +85,10 @@ struct cnn_cuda_norm {
 	float scale[4], off[4];
 };
 void cnn_cuda_norm_set(struct cnn_cuda_norm *nm, int c, const float *mean, const float *std);
-/* x (n x c x h x w, or with nhwc n x h x w x c) and y (n) from the data
- * set's bytes xs and labels ys (both on the device) at the device indices
- * idx[0..n). */
+/* x (n x c x h x w) and y (n) from the data set's bytes xs and labels ys
+ * (both on the device) at the device indices idx[0..n). */
 int cnn_cuda_gather(const uint8_t *xs, const uint8_t *ys, const uint32_t *idx, int n, int c,
-		    int h, int w, const struct cnn_cuda_norm *norm, int nhwc, float *x, uint8_t *y,
+		    int h, int w, const struct cnn_cuda_norm *norm, float *x, uint8_t *y,
 		    cudaStream_t s);
 
 /* db[o] = sum of dy over nimg images of oc planes of n pixels (overwritten):
@@ -116,7 +115,8 @@ size_t cnn_cuda_bias_grad_nhwc_scratch(int nimg, int oc, int n);
 int cnn_cuda_bias_grad_nhwc(const float *dy, int nimg, int oc, int n, float *scratch, float *db,
 			    cudaStream_t s);
 /* Convolution weights: o = w from OIHW (out x in x hw) to OHWI (out x hw x
- * in), and back. */
+ * in), and back; with out images of in channels, a batch from NCHW to
+ * NHWC. */
 int cnn_cuda_oihw_to_ohwi(const float *w, int out, int in, int hw, float *o, cudaStream_t s);
 int cnn_cuda_ohwi_to_oihw(const float *w, int out, int in, int hw, float *o, cudaStream_t s);
 

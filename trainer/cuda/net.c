@@ -11,6 +11,15 @@
  * the loss, the bias gradients, the all-reduced gradients and the
  * optimizer stay fp32.  Needs sm_80 or newer (bf16 tensor cores).
  *
+ * --conv-layout nhwc keeps the convolutions' activations and their
+ * gradients channels-last (NHWC), the layout cuDNN's tensor-core kernels
+ * read, where NCHW makes cuDNN convert (nchwToNhwcKernel) or pick its FMA
+ * kernels: the weights go to OHWI (KRSC) before each forward and their
+ * gradients back to OIHW, so parameters, checkpoints and the linear layers
+ * (the pool writes fc1's input in NCHW order) never see the layout.  auto
+ * takes, per batch size, the layout whose convolutions cudnnFind times
+ * faster.
+ *
  * cuDNN 9 marks its legacy convolution API (cudnnConvolutionForward and
  * friends) deprecated in favour of the graph API; it is still shipped and
  * supported in every 9.x, and it is what this file uses: one fixed 3x3
@@ -60,13 +69,14 @@ static int set_math(struct cnn_gnet *g)
 }
 
 int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
-		  enum cnn_precision precision, cudaStream_t s)
+		  enum cnn_precision precision, enum cnn_layout layout, cudaStream_t s)
 {
 	memset(g, 0, sizeof(*g));
 	g->m = *m;
 	g->m.params = g->m.grads = NULL;
 	g->max_batch = max_batch;
 	g->precision = precision;
+	g->layout = layout;
 	g->s = s;
 	const struct cnn_model *M = &g->m;
 	size_t N = (size_t)max_batch;
@@ -95,6 +105,9 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 		cudnnCheck(cudnnCreateFilterDescriptor(&g->fw[l]));
 		cudnnCheck(cudnnSetFilter4dDescriptor(g->fw[l], dtype(g), CUDNN_TENSOR_NCHW,
 						      cout[l], cin[l], 3, 3));
+		cudnnCheck(cudnnCreateFilterDescriptor(&g->fwh[l]));
+		cudnnCheck(cudnnSetFilter4dDescriptor(g->fwh[l], dtype(g), CUDNN_TENSOR_NHWC,
+						      cout[l], cin[l], 3, 3));
 		cudnnCheck(cudnnCreateConvolutionDescriptor(&g->cv[l]));
 		/* PyTorch's conv is a cross-correlation, as the CPU path's;
 		 * fp32 accumulation in every precision */
@@ -116,9 +129,18 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 	    alloc(&g->arg, np) < 0 || alloc(&g->y, N) < 0 || alloc(&g->stats, 2 * 4) < 0 ||
 	    alloc(&g->keys, 2 * 8) < 0)
 		return -1;
-	size_t bs1 = cnn_cuda_bias_grad_scratch(max_batch, M->c1, M->h1 * M->w1);
-	size_t bs2 = cnn_cuda_bias_grad_scratch(max_batch, M->c2, M->h2 * M->w2);
-	if (alloc(&g->bgs, (bs1 > bs2 ? bs1 : bs2) * 4) < 0)
+	size_t bs[4] = { cnn_cuda_bias_grad_scratch(max_batch, M->c1, M->h1 * M->w1),
+			 cnn_cuda_bias_grad_scratch(max_batch, M->c2, M->h2 * M->w2),
+			 cnn_cuda_bias_grad_nhwc_scratch(max_batch, M->c1, M->h1 * M->w1),
+			 cnn_cuda_bias_grad_nhwc_scratch(max_batch, M->c2, M->h2 * M->w2) }, bsmax = 0;
+	for (int i = 0; i < 4; i++)
+		bsmax = bs[i] > bsmax ? bs[i] : bsmax;
+	if (alloc(&g->bgs, bsmax * 4) < 0)
+		return -1;
+	size_t nw = M->t[P_W1].n + M->t[P_W2].n;
+	if (layout != CNN_LAYOUT_NCHW &&
+	    (alloc(&g->wt, nw * es) < 0 || alloc(&g->dwt, nw * es) < 0 ||
+	     (M->in.c > 1 && alloc(&g->xt, nx * es) < 0)))
 		return -1;
 	if (bf(g) && (alloc(&g->wb, M->nparams * 2) < 0 || alloc(&g->xb, nx * 2) < 0 ||
 		      alloc(&g->pb, np * 2) < 0 || alloc(&g->hb, nh * 2) < 0 ||
@@ -147,13 +169,15 @@ void cnn_gnet_free(struct cnn_gnet *g)
 	void *bufs[] = { g->params, g->grads, g->x, g->a1, g->a2, g->p, g->h, g->logits, g->logp,
 			 g->dlogits, g->dh, g->dp, g->da2, g->da1, g->ones, g->arg, g->y, g->stats,
 			 g->keys, g->ws, g->blas_ws, g->wb, g->xb, g->pb, g->hb, g->dlb, g->dhb,
-			 g->dwb, g->bgs };
+			 g->dwb, g->bgs, g->wt, g->dwt, g->xt };
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		if (bufs[i])
 			cudaFree(bufs[i]);
 	for (int l = 0; l < 2; l++) {
 		if (g->fw[l])
 			cudnnDestroyFilterDescriptor(g->fw[l]);
+		if (g->fwh[l])
+			cudnnDestroyFilterDescriptor(g->fwh[l]);
 		if (g->cv[l])
 			cudnnDestroyConvolutionDescriptor(g->cv[l]);
 	}
@@ -168,17 +192,21 @@ void cnn_gnet_free(struct cnn_gnet *g)
 	memset(g, 0, sizeof(*g));
 }
 
-/* The activations' descriptors for a batch of n. */
-static int set_batch(struct cnn_gnet *g, int n)
+/* The activations' descriptors for a batch of n in either layout. */
+static int set_batch(struct cnn_gnet *g, int n, int nhwc)
 {
 	const struct cnn_model *M = &g->m;
-	cudnnCheck(cudnnSetTensor4dDescriptor(g->tx, CUDNN_TENSOR_NCHW, dtype(g), n, M->in.c,
-					      M->in.h, M->in.w));
-	cudnnCheck(cudnnSetTensor4dDescriptor(g->t1, CUDNN_TENSOR_NCHW, dtype(g), n, M->c1,
-					      M->h1, M->w1));
-	cudnnCheck(cudnnSetTensor4dDescriptor(g->t2, CUDNN_TENSOR_NCHW, dtype(g), n, M->c2,
-					      M->h2, M->w2));
+	cudnnTensorFormat_t f = nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+	cudnnCheck(cudnnSetTensor4dDescriptor(g->tx, f, dtype(g), n, M->in.c, M->in.h, M->in.w));
+	cudnnCheck(cudnnSetTensor4dDescriptor(g->t1, f, dtype(g), n, M->c1, M->h1, M->w1));
+	cudnnCheck(cudnnSetTensor4dDescriptor(g->t2, f, dtype(g), n, M->c2, M->h2, M->w2));
 	return 0;
+}
+
+/* Convolution l's filter descriptor in a layout. */
+static cudnnFilterDescriptor_t filt(const struct cnn_gnet *g, int l, int nhwc)
+{
+	return nhwc ? g->fwh[l] : g->fw[l];
 }
 
 /* fp32 takes only FMA kernels; TF32 and bf16 take the fastest of any kind. */
@@ -210,9 +238,42 @@ static const struct cnn_gnet_algos *find_algos(struct cnn_gnet *g, int n)
 		}                                                                            \
 		(out) = (perf)[k_].algo;                                                     \
 		(math) = (perf)[k_].mathType;                                                \
+		ms += (perf)[k_].time;                                                       \
 		if ((perf)[k_].memory > need)                                                \
 			need = (perf)[k_].memory;                                            \
 	} while (0)
+
+/* The five convolution calls' algorithms for batch n in one layout into
+ * a, their workspace into *need and cudnnFind's total time into *total. */
+static int find_layout(struct cnn_gnet *g, int n, int nhwc, struct cnn_gnet_algos *a,
+		       size_t *need_out, float *total)
+{
+	size_t need = 0;
+	float ms = 0.f;
+	int cnt;
+	cudnnConvolutionFwdAlgoPerf_t fp[16];
+	cudnnConvolutionBwdDataAlgoPerf_t dp[16];
+	cudnnConvolutionBwdFilterAlgoPerf_t wp[16];
+	cudnnTensorDescriptor_t in[2] = { g->tx, g->t1 }, out[2] = { g->t1, g->t2 };
+
+	if (set_batch(g, n, nhwc) < 0)
+		return -1;
+	for (int l = 0; l < 2; l++) {
+		cudnnCheck(cudnnFindConvolutionForwardAlgorithm(g->dnn, in[l], filt(g, l, nhwc),
+								g->cv[l], out[l], 16, &cnt, fp));
+		PICK(fp, cnt, a->fwd[l], a->fwd_math[l], "forward");
+		cudnnCheck(cudnnFindConvolutionBackwardFilterAlgorithm(g->dnn, in[l], out[l], g->cv[l],
+								       filt(g, l, nhwc), 16, &cnt,
+								       wp));
+		PICK(wp, cnt, a->bwd_filter[l], a->bwd_filter_math[l], "backward-filter");
+	}
+	cudnnCheck(cudnnFindConvolutionBackwardDataAlgorithm(g->dnn, filt(g, 1, nhwc), g->t2,
+							     g->cv[1], g->t1, 16, &cnt, dp));
+	PICK(dp, cnt, a->bwd_data, a->bwd_data_math, "backward-data");
+	*need_out = need;
+	*total = ms;
+	return 0;
+}
 
 int cnn_gnet_prepare(struct cnn_gnet *g, int n)
 {
@@ -222,27 +283,21 @@ int cnn_gnet_prepare(struct cnn_gnet *g, int n)
 		snprintf(g->err, sizeof(g->err), "batch of %d images: expected 1 to %d", n, g->max_batch);
 		return -1;
 	}
-	struct cnn_gnet_algos a = { .n = n };
-	size_t need = 0;
-	int cnt;
-	cudnnConvolutionFwdAlgoPerf_t fp[16];
-	cudnnConvolutionBwdDataAlgoPerf_t dp[16];
-	cudnnConvolutionBwdFilterAlgoPerf_t wp[16];
-	cudnnTensorDescriptor_t in[2] = { g->tx, g->t1 }, out[2] = { g->t1, g->t2 };
-
-	if (set_batch(g, n) < 0)
+	struct cnn_gnet_algos a = { .n = n }, b = { .n = n, .nhwc = 1 };
+	size_t need = 0, needb = 0;
+	if (g->layout != CNN_LAYOUT_NHWC && find_layout(g, n, 0, &a, &need, &a.ms[0]) < 0)
 		return -1;
-	for (int l = 0; l < 2; l++) {
-		cudnnCheck(cudnnFindConvolutionForwardAlgorithm(g->dnn, in[l], g->fw[l], g->cv[l], out[l],
-								16, &cnt, fp));
-		PICK(fp, cnt, a.fwd[l], a.fwd_math[l], "forward");
-		cudnnCheck(cudnnFindConvolutionBackwardFilterAlgorithm(g->dnn, in[l], out[l], g->cv[l],
-								       g->fw[l], 16, &cnt, wp));
-		PICK(wp, cnt, a.bwd_filter[l], a.bwd_filter_math[l], "backward-filter");
+	if (g->layout != CNN_LAYOUT_NCHW) {
+		if (find_layout(g, n, 1, &b, &needb, &b.ms[1]) < 0)
+			return -1;
+		b.ms[0] = a.ms[0];
+		if (g->layout == CNN_LAYOUT_NHWC || b.ms[1] < a.ms[0]) {
+			a = b;
+			need = needb;
+		} else {
+			a.ms[1] = b.ms[1];
+		}
 	}
-	cudnnCheck(cudnnFindConvolutionBackwardDataAlgorithm(g->dnn, g->fw[1], g->t2, g->cv[1], g->t1,
-							     16, &cnt, dp));
-	PICK(dp, cnt, a.bwd_data, a.bwd_data_math, "backward-data");
 	if (need > g->ws_bytes && !g->ws_frozen) {
 		if (g->ws)
 			cudaCheck(cudaFree(g->ws));
@@ -299,11 +354,65 @@ static const void *W(const struct cnn_gnet *g, int t)
 	return bf(g) ? (const void *)(g->wb + off) : (const void *)(g->params + off);
 }
 
-/* The activation kernels in the convolutions' storage type. */
-static int bias_relu(struct cnn_gnet *g, void *y, const float *b, int n, int oc, int pix)
+/* The activation kernels in the convolutions' storage type and layout. */
+static int bias_relu(struct cnn_gnet *g, int nhwc, void *y, const float *b, int n, int oc, int pix)
 {
+	if (nhwc)
+		return bf(g) ? cnn_cuda_bias_relu_nhwc_bf16(y, b, n, oc, pix, g->s) :
+			       cnn_cuda_bias_relu_nhwc(y, b, n, oc, pix, g->s);
 	return bf(g) ? cnn_cuda_bias_relu_bf16(y, b, n, oc, pix, g->s) :
 		       cnn_cuda_bias_relu(y, b, n, oc, pix, g->s);
+}
+
+/* conv2's output (n x c2 x h2 x w2, either layout) pooled into p and arg,
+ * NCHW order */
+static int maxpool(struct cnn_gnet *g, int nhwc, int n)
+{
+	const struct cnn_model *M = &g->m;
+	if (nhwc)
+		return bf(g) ? cnn_cuda_maxpool2_fwd_nhwc_bf16(g->a2, n, M->c2, M->h2, M->w2, g->p,
+							       g->arg, g->s) :
+			       cnn_cuda_maxpool2_fwd_nhwc(g->a2, n, M->c2, M->h2, M->w2, g->p, g->arg,
+							  g->s);
+	return bf(g) ? cnn_cuda_maxpool2_fwd_bf16(g->a2, n * M->c2, M->h2, M->w2, g->p, g->arg, g->s) :
+		       cnn_cuda_maxpool2_fwd(g->a2, n * M->c2, M->h2, M->w2, g->p, g->arg, g->s);
+}
+
+static int maxpool_relu_bwd(struct cnn_gnet *g, int nhwc, int n)
+{
+	const struct cnn_model *M = &g->m;
+	if (nhwc)
+		return bf(g) ? cnn_cuda_maxpool2_relu_bwd_nhwc_bf16(g->dp, g->p, g->arg, n, M->c2,
+								    M->h2, M->w2, g->da2, g->s) :
+			       cnn_cuda_maxpool2_relu_bwd_nhwc(g->dp, g->p, g->arg, n, M->c2, M->h2,
+							       M->w2, g->da2, g->s);
+	return bf(g) ? cnn_cuda_maxpool2_relu_bwd_bf16(g->dp, g->p, g->arg, n * M->c2, M->h2, M->w2,
+						       g->da2, g->s) :
+		       cnn_cuda_maxpool2_relu_bwd(g->dp, g->p, g->arg, n * M->c2, M->h2, M->w2, g->da2,
+						  g->s);
+}
+
+/* Channels-last: does convolution l read OHWI weights of its own (conv1's
+ * OIHW is already OHWI for one input channel), and the batch transposed? */
+static int own_ohwi(const struct cnn_gnet *g, int l)
+{
+	return l == 1 || g->m.in.c > 1;
+}
+
+/* Convolution l's weights as it reads them in a layout. */
+static const void *conv_w(const struct cnn_gnet *g, int l, int nhwc)
+{
+	if (!nhwc || !own_ohwi(g, l))
+		return W(g, l ? P_W2 : P_W1);
+	return (const char *)g->wt + (l ? g->m.t[P_W1].n : 0) * g->esize;
+}
+
+/* The batch as conv1 reads it (after the forward's conversions). */
+static const void *conv_x(const struct cnn_gnet *g, int nhwc)
+{
+	if (nhwc && g->m.in.c > 1)
+		return g->xt;
+	return bf(g) ? (const void *)g->xb : (const void *)g->x;
 }
 
 static int relu_bwd(struct cnn_gnet *g, void *dx, const void *y, size_t n)
@@ -315,25 +424,63 @@ static int relu_bwd(struct cnn_gnet *g, void *dx, const void *y, size_t n)
  * kernel: cuDNN's cudnnConvolutionBackwardBias (calc_bias_diff_nchw_packed)
  * took 42% of a batch-1024 TF32 step's GPU time on an H100 (ncu,
  * 2026-11-22). */
-static int bias_grad(struct cnn_gnet *g, const void *dy, int n, int oc, int pix, float *db)
+static int bias_grad(struct cnn_gnet *g, int nhwc, const void *dy, int n, int oc, int pix,
+		     float *db)
 {
+	if (nhwc)
+		return bf(g) ? cnn_cuda_bias_grad_nhwc_bf16(dy, n, oc, pix, g->bgs, db, g->s) :
+			       cnn_cuda_bias_grad_nhwc(dy, n, oc, pix, g->bgs, db, g->s);
 	if (bf(g))
 		return cnn_cuda_bias_grad_bf16(dy, n, oc, pix, g->bgs, db, g->s);
 	return cnn_cuda_bias_grad(dy, n, oc, pix, g->bgs, db, g->s);
 }
 
 /* Backward-filter of convolution l into grads at off (through the bf16
- * scratch dwb at boff, then widened, for bf16). */
+ * scratch dwb at boff, then widened, for bf16; channels-last, through the
+ * OHWI scratch dwt at boff, then transposed). */
 static int conv_bwd_filter(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int l,
 			   cudnnTensorDescriptor_t tin, const void *in, cudnnTensorDescriptor_t tout,
 			   const void *dout, size_t off, size_t boff, size_t count)
 {
-	void *dw = bf(g) ? (void *)(g->dwb + boff) : (void *)(g->grads + off);
+	const struct cnn_model *M = &g->m;
+	int t = a->nhwc && own_ohwi(g, l);
+	void *dw = t ? (void *)((char *)g->dwt + boff * g->esize) :
+		   bf(g) ? (void *)(g->dwb + boff) : (void *)(g->grads + off);
 	cudnnCheck(cudnnSetConvolutionMathType(g->cv[l], a->bwd_filter_math[l]));
 	cudnnCheck(cudnnConvolutionBackwardFilter(g->dnn, &one, tin, in, tout, dout, g->cv[l],
 						  a->bwd_filter[l], g->ws, g->ws_bytes, &zero,
-						  g->fw[l], dw));
+						  filt(g, l, a->nhwc), dw));
+	if (t) {
+		int co = l ? M->c2 : M->c1, ci = l ? M->c1 : M->in.c;
+		return bf(g) ? cnn_cuda_ohwi_to_oihw_bf16(dw, co, ci, 9, g->grads + off, g->s) :
+			       cnn_cuda_ohwi_to_oihw(dw, co, ci, 9, g->grads + off, g->s);
+	}
 	return bf(g) ? cnn_cuda_from_bf16(g->dwb + boff, g->grads + off, count, g->s) : 0;
+}
+
+/* Channels-last: this step's OHWI weights (and the batch, for more than
+ * one input channel) from the fp32 master copy, in the convolutions' type. */
+static int to_nhwc(struct cnn_gnet *g, int n)
+{
+	const struct cnn_model *M = &g->m;
+	const float *P = g->params;
+	for (int l = 0; l < 2; l++) {
+		if (!own_ohwi(g, l))
+			continue;
+		int co = l ? M->c2 : M->c1, ci = l ? M->c1 : M->in.c;
+		const float *w = P + M->t[l ? P_W2 : P_W1].off;
+		void *o = (void *)conv_w(g, l, 1);
+		if ((bf(g) ? cnn_cuda_oihw_to_ohwi_bf16(w, co, ci, 9, o, g->s) :
+			     cnn_cuda_oihw_to_ohwi(w, co, ci, 9, o, g->s)) < 0)
+			return -1;
+	}
+	if (M->in.c > 1) {
+		int hw = M->in.h * M->in.w;
+		if ((bf(g) ? cnn_cuda_oihw_to_ohwi_bf16(g->x, n, M->in.c, hw, g->xt, g->s) :
+			     cnn_cuda_oihw_to_ohwi(g->x, n, M->in.c, hw, g->xt, g->s)) < 0)
+			return -1;
+	}
+	return 0;
 }
 
 static const struct cnn_gnet_algos *algos_for(struct cnn_gnet *g, int n)
@@ -341,7 +488,7 @@ static const struct cnn_gnet_algos *algos_for(struct cnn_gnet *g, int n)
 	const struct cnn_gnet_algos *a = find_algos(g, n);
 	if (!a)
 		snprintf(g->err, sizeof(g->err), "batch of %d: cnn_gnet_prepare was not called", n);
-	else if (set_batch(g, n) < 0)
+	else if (set_batch(g, n, a->nhwc) < 0)
 		return NULL;
 	return a;
 }
@@ -354,22 +501,26 @@ int cnn_gnet_forward(struct cnn_gnet *g, int n, int train)
 	size_t nx = (size_t)n * M->in.c * M->in.h * M->in.w;
 	if (!a)
 		return -1;
-	/* bf16: this step's weights and input as the tensor cores read them */
+	int nh = a->nhwc;
+	/* bf16: this step's weights and input as the tensor cores read them;
+	 * channels-last: the convolutions' weights (and input) transposed */
 	if (bf(g) && (cnn_cuda_to_bf16(P, g->wb, M->nparams, g->s) < 0 ||
-		      cnn_cuda_to_bf16(g->x, g->xb, nx, g->s) < 0))
+		      (!(nh && M->in.c > 1) && cnn_cuda_to_bf16(g->x, g->xb, nx, g->s) < 0)))
 		return -1;
-	const void *x = bf(g) ? (const void *)g->xb : (const void *)g->x;
+	if (nh && to_nhwc(g, n) < 0)
+		return -1;
 	cudnnCheck(cudnnSetConvolutionMathType(g->cv[0], a->fwd_math[0]));
-	cudnnCheck(cudnnConvolutionForward(g->dnn, &one, g->tx, x, g->fw[0], W(g, P_W1), g->cv[0],
-					   a->fwd[0], g->ws, g->ws_bytes, &zero, g->t1, g->a1));
-	if (bias_relu(g, g->a1, P + M->t[P_B1].off, n, M->c1, M->h1 * M->w1) < 0)
+	cudnnCheck(cudnnConvolutionForward(g->dnn, &one, g->tx, conv_x(g, nh), filt(g, 0, nh),
+					   conv_w(g, 0, nh), g->cv[0], a->fwd[0], g->ws,
+					   g->ws_bytes, &zero, g->t1, g->a1));
+	if (bias_relu(g, nh, g->a1, P + M->t[P_B1].off, n, M->c1, M->h1 * M->w1) < 0)
 		return -1;
 	cudnnCheck(cudnnSetConvolutionMathType(g->cv[1], a->fwd_math[1]));
-	cudnnCheck(cudnnConvolutionForward(g->dnn, &one, g->t1, g->a1, g->fw[1], W(g, P_W2), g->cv[1],
-					   a->fwd[1], g->ws, g->ws_bytes, &zero, g->t2, g->a2));
-	if (bias_relu(g, g->a2, P + M->t[P_B2].off, n, M->c2, M->h2 * M->w2) < 0 ||
-	    (bf(g) ? cnn_cuda_maxpool2_fwd_bf16(g->a2, n * M->c2, M->h2, M->w2, g->p, g->arg, g->s) :
-		     cnn_cuda_maxpool2_fwd(g->a2, n * M->c2, M->h2, M->w2, g->p, g->arg, g->s)) < 0)
+	cudnnCheck(cudnnConvolutionForward(g->dnn, &one, g->t1, g->a1, filt(g, 1, nh),
+					   conv_w(g, 1, nh), g->cv[1], a->fwd[1], g->ws,
+					   g->ws_bytes, &zero, g->t2, g->a2));
+	if (bias_relu(g, nh, g->a2, P + M->t[P_B2].off, n, M->c2, M->h2 * M->w2) < 0 ||
+	    maxpool(g, nh, n) < 0)
 		return -1;
 	if (train && M->p_drop1 > 0.f &&
 	    cnn_cuda_dropout_fwd(g->p, (size_t)n * M->flat, M->p_drop1, g->keys, g->s) < 0)
@@ -422,22 +573,20 @@ int cnn_gnet_backward(struct cnn_gnet *g, int n, float scale_n,
 		return -1;
 	/* p is the pool's output after dropout: > 0 exactly where a gradient
 	 * flows back through the ReLU, the pool and the mask. */
-	if ((bf(g) ? cnn_cuda_maxpool2_relu_bwd_bf16(g->dp, g->p, g->arg, n * M->c2, M->h2, M->w2,
-						     g->da2, g->s) :
-		     cnn_cuda_maxpool2_relu_bwd(g->dp, g->p, g->arg, n * M->c2, M->h2, M->w2, g->da2,
-						g->s)) < 0 ||
-	    bias_grad(g, g->da2, n, M->c2, M->h2 * M->w2, G + M->t[P_B2].off) < 0 ||
+	int nh = a->nhwc;
+	if (maxpool_relu_bwd(g, nh, n) < 0 ||
+	    bias_grad(g, nh, g->da2, n, M->c2, M->h2 * M->w2, G + M->t[P_B2].off) < 0 ||
 	    conv_bwd_filter(g, a, 1, g->t1, g->a1, g->t2, g->da2, M->t[P_W2].off, M->t[P_W1].n,
 			    M->t[P_W2].n) < 0)
 		return -1;
 	cudnnCheck(cudnnSetConvolutionMathType(g->cv[1], a->bwd_data_math));
-	cudnnCheck(cudnnConvolutionBackwardData(g->dnn, &one, g->fw[1], W(g, P_W2), g->t2, g->da2,
-						g->cv[1], a->bwd_data, g->ws, g->ws_bytes, &zero,
-						g->t1, g->da1));
-	const void *x = bf(g) ? (const void *)g->xb : (const void *)g->x;
+	cudnnCheck(cudnnConvolutionBackwardData(g->dnn, &one, filt(g, 1, nh), conv_w(g, 1, nh), g->t2,
+						g->da2, g->cv[1], a->bwd_data, g->ws, g->ws_bytes,
+						&zero, g->t1, g->da1));
 	if (relu_bwd(g, g->da1, g->a1, n1) < 0 ||
-	    bias_grad(g, g->da1, n, M->c1, M->h1 * M->w1, G + M->t[P_B1].off) < 0 ||
-	    conv_bwd_filter(g, a, 0, g->tx, x, g->t1, g->da1, M->t[P_W1].off, 0, M->t[P_W1].n) < 0)
+	    bias_grad(g, nh, g->da1, n, M->c1, M->h1 * M->w1, G + M->t[P_B1].off) < 0 ||
+	    conv_bwd_filter(g, a, 0, g->tx, conv_x(g, nh), g->t1, g->da1, M->t[P_W1].off, 0,
+			    M->t[P_W1].n) < 0)
 		return -1;
 	if (ready && ready(ctx, CNN_BUCKET_CONV) < 0)
 		return -1;
@@ -449,8 +598,20 @@ void cnn_gnet_describe(const struct cnn_gnet *g, char *buf, size_t len)
 	size_t v = cudnnGetVersion();
 	int bv = 0;
 	cublasGetVersion(g->blas, &bv);
-	snprintf(buf, len, "cuDNN %zu.%zu.%zu, cuBLAS %d.%d.%d, %s", v / 10000, v / 100 % 100, v % 100,
-		 bv / 10000, bv / 100 % 100, bv % 100,
-		 g->precision == CNN_PREC_TF32 ? "TF32" :
-		 g->precision == CNN_PREC_FP32 ? "fp32" : "bf16 with fp32 master weights");
+	int k = snprintf(buf, len, "cuDNN %zu.%zu.%zu, cuBLAS %d.%d.%d, %s", v / 10000, v / 100 % 100,
+			 v % 100, bv / 10000, bv / 100 % 100, bv % 100,
+			 g->precision == CNN_PREC_TF32 ? "TF32" :
+			 g->precision == CNN_PREC_FP32 ? "fp32" : "bf16 with fp32 master weights");
+	/* the layout; with auto, each batch size's and the times that chose it */
+	if (g->layout != CNN_LAYOUT_AUTO) {
+		if (k >= 0 && (size_t)k < len)
+			snprintf(buf + k, len - k, ", %s", g->layout == CNN_LAYOUT_NHWC ? "NHWC" : "NCHW");
+		return;
+	}
+	for (int i = 0; i < g->nalgos && k >= 0 && (size_t)k < len; i++) {
+		const struct cnn_gnet_algos *a = &g->algos[i];
+		k += snprintf(buf + k, len - k, ", batch %d %s (convolutions %.3f ms, %s %.3f ms)",
+			      a->n, a->nhwc ? "NHWC" : "NCHW", a->ms[a->nhwc],
+			      a->nhwc ? "NCHW" : "NHWC", a->ms[!a->nhwc]);
+	}
 }

@@ -17,9 +17,13 @@
 #include "gpu.h"
 #include "model.h"
 
-/* Algorithms for one batch size, found by cuDNN's benchmark. */
+/* Algorithms for one batch size, found by cuDNN's benchmark, and the
+ * layout of the convolutions' activations they were timed on. */
 struct cnn_gnet_algos {
 	int n;
+	int nhwc;                                       /* 1: channels-last */
+	float ms[2];                                    /* cudnnFind's total for NCHW, NHWC
+							 * (0: not timed) */
 	cudnnConvolutionFwdAlgo_t fwd[2];
 	cudnnConvolutionBwdDataAlgo_t bwd_data;         /* conv2 only */
 	cudnnConvolutionBwdFilterAlgo_t bwd_filter[2];
@@ -30,11 +34,12 @@ struct cnn_gnet {
 	struct cnn_model m;              /* shapes; m.params/grads are NULL here */
 	int max_batch;
 	enum cnn_precision precision;
+	enum cnn_layout layout;          /* asked for: nchw, nhwc or auto */
 	cudaStream_t s;
 	cudnnHandle_t dnn;
 	cublasHandle_t blas;
 	cudnnTensorDescriptor_t tx, t1, t2;
-	cudnnFilterDescriptor_t fw[2];
+	cudnnFilterDescriptor_t fw[2], fwh[2]; /* OIHW (NCHW), OHWI (NHWC) */
 	cudnnConvolutionDescriptor_t cv[2];
 	struct cnn_gnet_algos algos[8];
 	int nalgos;
@@ -51,7 +56,12 @@ struct cnn_gnet {
 	 * (cast from params at each forward), the GEMMs' bf16 operands, and
 	 * the convolutions' weight gradients before they widen into grads. */
 	cnn_bf16 *wb, *xb, *pb, *hb, *dlb, *dhb, *dwb;
-	float *bgs;                      /* bf16 only: the bias gradients' chunk sums */
+	float *bgs;                      /* the bias gradients' chunk sums */
+	/* Channels-last only: the convolutions' weights in OHWI (conv1's at 0,
+	 * conv2's at its size) as the convolutions read them, their gradients
+	 * before they go back to OIHW, and (input of more than one channel) the
+	 * batch transposed; esize bytes each. */
+	void *wt, *dwt, *xt;
 	uint8_t *arg, *y;
 	float *stats;                    /* [0] loss sum, [1] correct, of the last forward */
 	uint64_t *keys;                  /* dropout keys of layers 1 and 2 */
@@ -63,11 +73,13 @@ struct cnn_gnet {
 enum { CNN_BUCKET_FC, CNN_BUCKET_CONV };
 
 int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
-		  enum cnn_precision precision, cudaStream_t s);
+		  enum cnn_precision precision, enum cnn_layout layout, cudaStream_t s);
 void cnn_gnet_free(struct cnn_gnet *g);
 /* cuDNN's algorithms for batch n (benchmarked once per n; not while a
- * stream is being captured).  Once ws_frozen is set, only algorithms that
- * fit the workspace are taken.  -1 with g->err. */
+ * stream is being captured), in the layout asked for, or with auto in
+ * the one whose five convolution calls cudnnFind timed faster in total.
+ * Once ws_frozen is set, only algorithms that fit the workspace are taken.
+ * -1 with g->err. */
 int cnn_gnet_prepare(struct cnn_gnet *g, int n);
 /* Forward of n images in g->x with labels in g->y; adds the loss sum and
  * the correct count to g->stats.  train: dropout with g->keys. */
@@ -76,7 +88,9 @@ int cnn_gnet_forward(struct cnn_gnet *g, int n, int train);
  * ready(ctx, bucket) as each bucket's gradients are final on g->s. */
 int cnn_gnet_backward(struct cnn_gnet *g, int n, float scale_n,
 		      int (*ready)(void *ctx, int bucket), void *ctx);
-/* "cuDNN 9.19.0, cuBLAS 13.0.0, TF32" (or fp32, or "bf16, fp32 master weights") */
+/* "cuDNN 9.19.0, cuBLAS 13.0.0, TF32, NCHW" (or fp32, or "bf16, fp32
+ * master weights"; the layout of each batch size prepared, with auto the
+ * times it was chosen by) */
 void cnn_gnet_describe(const struct cnn_gnet *g, char *buf, size_t len);
 
 #endif
