@@ -254,82 +254,6 @@ static void test_relu_bwd(int bf16)
 	free(dx), free(y), free(got);
 }
 
-/* The bias gradient on the Net's shapes and odd ones (one image, a batch
- * that leaves a short last chunk, planes smaller than a block, planes of
- * one pixel), fp32 and bf16 storage: against the CPU twin summed over the
- * images, and against a double sum with the worst-case float bound for a
- * summation tree of depth d, d * 2^-24 * sum |dy| (d = 64 covers a
- * thread's stride of ~16, two block trees of 8 and a stride over up to 16
- * chunks; a chunk summed twice or lost is off by far more).  Twice each:
- * the same bits (the sums' order is fixed). */
-static void test_bias_grad(void)
-{
-	static const int shapes[][3] = { /* images, channels, pixels */
-		{ 8, 64, 24 * 24 }, { 1, 32, 26 * 26 }, { 37, 32, 26 * 26 }, { 257, 64, 24 * 24 },
-		{ 5, 3, 7 }, { 1000, 2, 1 },
-	};
-	for (size_t sh = 0; sh < sizeof(shapes) / sizeof(shapes[0]); sh++) {
-		int nimg = shapes[sh][0], oc = shapes[sh][1], n = shapes[sh][2];
-		size_t tot = (size_t)nimg * oc * n, ns = cnn_cuda_bias_grad_scratch(nimg, oc, n);
-		float *dy = malloc(tot * 4), *want = calloc(oc, 4), *got = malloc(oc * 4);
-		float *again = calloc(oc, 4), *ref = malloc(oc * 4), *lim = malloc(oc * 4);
-		fill(dy, tot);
-		cnn_bf16 *dyh = bits(dy, tot);
-		widen(dyh, dy, tot);   /* both kernels see the same values */
-		for (int i = 0; i < nimg; i++)
-			cnn_bias_grad(dy + (size_t)i * oc * n, oc, n, want);
-		for (int o = 0; o < oc; o++) {
-			double sum = 0, abs = 0;
-			for (int i = 0; i < nimg; i++)
-				for (int j = 0; j < n; j++) {
-					double v = dy[((size_t)i * oc + o) * n + j];
-					sum += v;
-					abs += fabs(v);
-				}
-			ref[o] = (float)sum;
-			lim[o] = (float)(64.0 * 0x1p-24 * abs);
-		}
-		float *ddy = dev(dy, tot * 4), *ddb = dev(NULL, oc * 4), *dsc = dev(NULL, ns * 4);
-		cnn_bf16 *ddyh = dev(dyh, tot * 2);
-		for (int b16 = 0; b16 < 2; b16++) {
-			char d[160];
-			size_t far = 0;
-			int ok = 1;
-			for (int run = 0; run < 2 && ok; run++) {
-				CK(cudaMemset(ddb, 0x7f, oc * 4));   /* overwritten, not accumulated */
-				ok = (b16 ? cnn_cuda_bias_grad_bf16(ddyh, nimg, oc, n, dsc, ddb, NULL) :
-					    cnn_cuda_bias_grad(ddy, nimg, oc, n, dsc, ddb, NULL)) == 0;
-				back(run ? again : got, ddb, oc * 4);
-			}
-			snprintf(d, sizeof(d), "bias_grad%s launches on %d x %d x %d (%zu floats of scratch)",
-				 ty(b16), nimg, oc, n, ns);
-			test_cond(d, ok);
-			if (nimg * n <= 8 * 24 * 24) {
-				snprintf(d, sizeof(d), "bias_grad%s on %d x %d x %d equals cnn_bias_grad summed "
-					 "over the images", ty(b16), nimg, oc, n);
-				test_cond(d, compare("bias_grad", got, want, oc, T_BIASSUM) == 0);
-			}
-			for (int o = 0; o < oc; o++)
-				if (!(fabsf(got[o] - ref[o]) <= lim[o]) && far++ < 5)
-					printf("#   bias_grad%s[%d]: gpu %.9g, double sum %.9g, bound %g\n",
-					       ty(b16), o, got[o], ref[o], lim[o]);
-			snprintf(d, sizeof(d), "bias_grad%s on %d x %d x %d is within float's bound of the "
-				 "double sum", ty(b16), nimg, oc, n);
-			test_cond(d, far == 0);
-			snprintf(d, sizeof(d), "bias_grad%s on %d x %d x %d gives the same bits twice",
-				 ty(b16), nimg, oc, n);
-			test_cond(d, memcmp(got, again, oc * 4) == 0);
-		}
-		cudaFree(ddy), cudaFree(ddb), cudaFree(dsc), cudaFree(ddyh);
-		free(dy), free(dyh), free(want), free(got), free(again), free(ref), free(lim);
-	}
-	/* the scratch it asks for: one float per channel and chunk of images */
-	test_cond("bias_grad scratch grows with the batch and never shrinks below one chunk",
-		  cnn_cuda_bias_grad_scratch(1, 64, 576) == 64 &&
-		  cnn_cuda_bias_grad_scratch(1024, 64, 576) >= cnn_cuda_bias_grad_scratch(64, 64, 576) &&
-		  cnn_cuda_bias_grad_scratch(0, 64, 576) == 0);
-}
-
 /* ---- channels-last (--conv-layout nhwc): each _nhwc kernel against the
  * CPU twin of its NCHW sibling, its input and output transposed here ----- */
 
@@ -424,80 +348,105 @@ static void test_maxpool_nhwc(int nimg, int c, int h, int w, int bf16)
 	free(x), free(t), free(y), free(gy), free(arg), free(garg), free(g), free(gx), free(cx);
 }
 
-/* The channels-last bias gradient: against the CPU twin summed over the
- * images and against a double sum within the worst-case float bound of its
- * summation order, d * 2^-24 * sum |dy|, d the depth of that order in
- * kernels.cu (kBiasRows = 256 rows a block, its 256 threads in lanes of
- * min(oc, 256) channels: a thread adds 256 / groups rows, then the groups
- * are added in order, then bias_grad_sum strides over the chunks and
- * finishes with a tree of 8).  Channel counts past a block's 256 threads
- * included; twice each, the same bits. */
-static void test_bias_grad_nhwc(void)
+/* The bias gradient, NCHW (nhwc 0) or channels-last, on the Net's shapes
+ * and odd ones (one image, a batch that leaves a short last chunk, planes
+ * smaller than a block, planes of one pixel, more channels than a block
+ * has threads), fp32 and bf16 storage: against the CPU twin summed over
+ * the images, and against a double sum within the worst-case float bound
+ * of the kernel's summation order, d * 2^-24 * sum |dy| (a chunk summed
+ * twice or lost is off by far more).  NCHW: d = 64 covers a thread's
+ * stride of ~16, two block trees of 8 and a stride over up to 16 chunks.
+ * NHWC (kBiasRows = 256 rows a block in kernels.cu, its 256 threads in
+ * lanes of min(oc, 256) channels): a thread adds 256 / groups rows, the
+ * groups are added in order, then bias_grad_sum strides over the chunks
+ * and finishes with a tree of 8.  Twice each: the same bits. */
+static void test_bias_grad(int nhwc)
 {
 	static const int shapes[][3] = { /* images, channels, pixels */
 		{ 8, 64, 24 * 24 }, { 1, 32, 26 * 26 }, { 37, 32, 26 * 26 }, { 257, 64, 24 * 24 },
 		{ 5, 3, 7 }, { 1000, 2, 1 }, { 3, 300, 5 },
 	};
+	const char *name = nhwc ? "bias_grad_nhwc" : "bias_grad";
 	for (size_t sh = 0; sh < sizeof(shapes) / sizeof(shapes[0]); sh++) {
 		int nimg = shapes[sh][0], oc = shapes[sh][1], n = shapes[sh][2];
-		size_t tot = (size_t)nimg * oc * n, ns = cnn_cuda_bias_grad_nhwc_scratch(nimg, oc, n);
-		size_t rows = (size_t)nimg * n, chunks = (rows + 255) / 256;
+		size_t tot = (size_t)nimg * oc * n;
+		size_t ns = nhwc ? cnn_cuda_bias_grad_nhwc_scratch(nimg, oc, n) :
+				   cnn_cuda_bias_grad_scratch(nimg, oc, n);
+		size_t chunks = ((size_t)nimg * n + 255) / 256;
 		int lanes = oc < 256 ? oc : 256, groups = 256 / lanes;
-		double depth = 256.0 / groups + groups + (double)(chunks + 255) / 256 + 8;
+		double depth = nhwc ? 256.0 / groups + groups + (double)(chunks + 255) / 256 + 8 : 64;
 		float *dy = malloc(tot * 4), *t = malloc(tot * 4), *want = calloc(oc, 4);
 		float *got = malloc(oc * 4), *again = calloc(oc, 4), *ref = malloc(oc * 4),
 		      *lim = malloc(oc * 4);
 		fill(dy, tot);
 		cnn_bf16_round(dy, tot);   /* both kernels see the same values */
-		to_nhwc(dy, t, nimg, oc, n);
+		if (nhwc)
+			to_nhwc(dy, t, nimg, oc, n);
+		else
+			memcpy(t, dy, tot * 4);
 		cnn_bf16 *th = bits(t, tot);
 		for (int i = 0; i < nimg; i++)
 			cnn_bias_grad(dy + (size_t)i * oc * n, oc, n, want);
 		for (int o = 0; o < oc; o++) {
 			double sum = 0, abs = 0;
-			for (size_t k = 0; k < (size_t)nimg * n; k++) {
-				double v = t[k * oc + o];
-				sum += v;
-				abs += fabs(v);
-			}
+			for (int i = 0; i < nimg; i++)
+				for (int j = 0; j < n; j++) {
+					double v = dy[((size_t)i * oc + o) * n + j];
+					sum += v;
+					abs += fabs(v);
+				}
 			ref[o] = (float)sum;
 			lim[o] = (float)(depth * 0x1p-24 * abs);
 		}
 		float *ddy = dev(t, tot * 4), *ddb = dev(NULL, oc * 4), *dsc = dev(NULL, ns * 4);
 		cnn_bf16 *ddyh = dev(th, tot * 2);
 		for (int b16 = 0; b16 < 2; b16++) {
-			char d[160];
+			char d[192];
 			size_t far = 0;
 			int ok = 1;
 			for (int run = 0; run < 2 && ok; run++) {
-				CK(cudaMemset(ddb, 0x7f, oc * 4));
-				ok = (b16 ? cnn_cuda_bias_grad_nhwc_bf16(ddyh, nimg, oc, n, dsc, ddb, NULL) :
-					    cnn_cuda_bias_grad_nhwc(ddy, nimg, oc, n, dsc, ddb, NULL)) == 0;
+				CK(cudaMemset(ddb, 0x7f, oc * 4));   /* overwritten, not accumulated */
+				if (nhwc)
+					ok = (b16 ? cnn_cuda_bias_grad_nhwc_bf16(ddyh, nimg, oc, n, dsc, ddb, NULL) :
+						    cnn_cuda_bias_grad_nhwc(ddy, nimg, oc, n, dsc, ddb, NULL)) == 0;
+				else
+					ok = (b16 ? cnn_cuda_bias_grad_bf16(ddyh, nimg, oc, n, dsc, ddb, NULL) :
+						    cnn_cuda_bias_grad(ddy, nimg, oc, n, dsc, ddb, NULL)) == 0;
 				back(run ? again : got, ddb, oc * 4);
 			}
-			snprintf(d, sizeof(d), "bias_grad_nhwc%s launches on %d x %d x %d (%zu floats of scratch)",
-				 ty(b16), nimg, oc, n, ns);
+			snprintf(d, sizeof(d), "%s%s launches on %d x %d x %d (%zu floats of scratch)",
+				 name, ty(b16), nimg, oc, n, ns);
 			test_cond(d, ok);
 			if (nimg * n <= 8 * 24 * 24) {
-				snprintf(d, sizeof(d), "bias_grad_nhwc%s on %d x %d x %d equals cnn_bias_grad "
-					 "summed over the images", ty(b16), nimg, oc, n);
-				test_cond(d, compare("bias_grad_nhwc", got, want, oc, T_BIASSUM) == 0);
+				snprintf(d, sizeof(d), "%s%s on %d x %d x %d equals cnn_bias_grad summed over "
+					 "the images", name, ty(b16), nimg, oc, n);
+				test_cond(d, compare(name, got, want, oc, T_BIASSUM) == 0);
 			}
 			for (int o = 0; o < oc; o++)
 				if (!(fabsf(got[o] - ref[o]) <= lim[o]) && far++ < 5)
-					printf("#   bias_grad_nhwc%s[%d]: gpu %.9g, double sum %.9g, bound %g\n",
+					printf("#   %s%s[%d]: gpu %.9g, double sum %.9g, bound %g\n", name,
 					       ty(b16), o, got[o], ref[o], lim[o]);
-			snprintf(d, sizeof(d), "bias_grad_nhwc%s on %d x %d x %d is within float's bound "
-				 "(depth %.0f) of the double sum, the same bits twice", ty(b16), nimg, oc,
-				 n, depth);
-			test_cond(d, far == 0 && memcmp(got, again, oc * 4) == 0);
+			snprintf(d, sizeof(d), "%s%s on %d x %d x %d is within float's bound (depth %.0f) of "
+				 "the double sum", name, ty(b16), nimg, oc, n, depth);
+			test_cond(d, far == 0);
+			snprintf(d, sizeof(d), "%s%s on %d x %d x %d gives the same bits twice", name,
+				 ty(b16), nimg, oc, n);
+			test_cond(d, memcmp(got, again, oc * 4) == 0);
 		}
 		cudaFree(ddy), cudaFree(ddb), cudaFree(dsc), cudaFree(ddyh);
 		free(dy), free(t), free(th), free(want), free(got), free(again), free(ref), free(lim);
 	}
-	test_cond("bias_grad_nhwc scratch: a float per channel and chunk of 256 rows",
-		  cnn_cuda_bias_grad_nhwc_scratch(1, 64, 576) == 64 * 3 &&
-		  cnn_cuda_bias_grad_nhwc_scratch(0, 64, 576) == 0);
+	/* the scratch each asks for: a float per channel and chunk of images
+	 * (NCHW) or of 256 rows (NHWC) */
+	if (nhwc)
+		test_cond("bias_grad_nhwc scratch: a float per channel and chunk of 256 rows",
+			  cnn_cuda_bias_grad_nhwc_scratch(1, 64, 576) == 64 * 3 &&
+			  cnn_cuda_bias_grad_nhwc_scratch(0, 64, 576) == 0);
+	else
+		test_cond("bias_grad scratch grows with the batch and never shrinks below one chunk",
+			  cnn_cuda_bias_grad_scratch(1, 64, 576) == 64 &&
+			  cnn_cuda_bias_grad_scratch(1024, 64, 576) >= cnn_cuda_bias_grad_scratch(64, 64, 576) &&
+			  cnn_cuda_bias_grad_scratch(0, 64, 576) == 0);
 }
 
 /* OIHW <-> OHWI for conv1 (in 1) and conv2 (in 32), fp32 and bf16 */
@@ -726,8 +675,8 @@ int main(void)
 	test_dropout(128 * 7 + 3, 0.5f);       /* a tail shorter than 4 */
 	test_bias_add_rows();
 	test_gather();
-	test_bias_grad();
-	test_bias_grad_nhwc();
+	test_bias_grad(0);
+	test_bias_grad(1);
 	test_bf16_convert();
 	return test_report();
 }
