@@ -20,12 +20,14 @@ enum {
 	M_W1, M_W1F, M_B1,          /* conv1 weights: OIHW, forward layout; bias */
 	M_W2, M_W2F, M_W2D, M_B2,   /* conv2 weights: OIHW, forward, backward-data */
 	M_DW1, M_DW1I, M_DB1,       /* conv1 weight gradient: OIHW, oneDNN's; bias */
+	M_X1W, M_DA1W,              /* conv1 weight gradient's own input layouts, if any */
 	M_DW2, M_DW2I, M_DB2,
 	M_COUNT
 };
 enum {
 	K_C1F, K_C2F, K_C1W, K_C2W, K_C2D,     /* convolutions */
 	K_RX, K_RW1F, K_RW2F, K_RW2D, K_RDW1, K_RDW2,   /* reorders */
+	K_RX1W, K_RDA1W,
 	K_COUNT
 };
 
@@ -50,7 +52,7 @@ struct cnn_convnet {
 	float *tile;                /* the pool's tiles, tile_n floats per thread */
 	size_t tile_n;
 	int tile_threads;
-	char desc[96];
+	char desc[160];
 };
 
 static int fail(char *err, size_t errlen, const char *what, dnnl_status_t s, ...)
@@ -182,6 +184,39 @@ static dnnl_status_t conv_bwd_w_pd(struct cnn_convnet *c, dnnl_primitive_desc_t 
 	return s;
 }
 
+static int is_ref(dnnl_primitive_desc_t pd)
+{
+	return strncmp(impl_of(pd), "ref", 3) == 0;
+}
+
+/* conv1's weight gradient when oneDNN offers only its reference code for
+ * the layouts the forward chose (oneDNN 2.6 on AVX2: one input channel,
+ * blocked diff_dst; ref:any took 800 ms of a 900 ms batch of 64): the
+ * first of oneDNN's own layouts, then plain NCHW, that an optimized
+ * implementation takes (gemm:jit for plain), its inputs reordered to it.
+ * *pd is kept when none does. */
+static dnnl_status_t conv1_bwd_w_fast(struct cnn_convnet *c, dnnl_primitive_desc_t *pd,
+				      const dnnl_dims_t xd, const dnnl_dims_t wd,
+				      const dnnl_dims_t ad, dnnl_primitive_desc_t hint)
+{
+	static const dnnl_format_tag_t tags[] = { dnnl_format_tag_any, dnnl_nchw };
+	for (size_t i = 0; i < sizeof(tags) / sizeof(tags[0]) && is_ref(*pd); i++) {
+		dnnl_memory_desc_t x, a;
+		dnnl_primitive_desc_t alt = NULL;
+		if (tag_md(&x, 4, xd, tags[i]) || tag_md(&a, 4, ad, tags[i]))
+			return dnnl_invalid_arguments;
+		if (conv_bwd_w_pd(c, &alt, &x, wd, &a, hint) != dnnl_success)
+			continue;
+		if (is_ref(alt)) {
+			dnnl_primitive_desc_destroy(alt);
+			continue;
+		}
+		dnnl_primitive_desc_destroy(*pd);
+		*pd = alt;
+	}
+	return dnnl_success;
+}
+
 /* Channels per block of an activation layout we can pool: 16, 8, 1 (nchw),
  * 0 for another. */
 static int block_of(const dnnl_memory_desc_t *md)
@@ -254,7 +289,8 @@ static int batch_build(struct cnn_convnet *c, struct batch *b, const struct cnn_
 	y2 = *dnnl_primitive_desc_query_md(f2, dnnl_query_dst_md, 0);
 
 	what = "conv1 backward weights";
-	if ((s = conv_bwd_w_pd(c, &w1p, &x_int, w1d, &a1, f1)) != dnnl_success)
+	if ((s = conv_bwd_w_pd(c, &w1p, &x_int, w1d, &a1, f1)) != dnnl_success ||
+	    (s = conv1_bwd_w_fast(c, &w1p, xd, w1d, a1d, f1)) != dnnl_success)
 		goto out;
 	what = "conv2 backward weights";
 	if ((s = conv_bwd_w_pd(c, &w2p, &a1, w2d, &y2, f2)) != dnnl_success)
@@ -297,6 +333,10 @@ static int batch_build(struct cnn_convnet *c, struct batch *b, const struct cnn_
 			       1, &M[M_W2D], &b->prim[K_RW2D])) ||
 	    (s = maybe_reorder(c, dnnl_primitive_desc_query_md(w1p, dnnl_query_diff_weights_md, 0),
 			       &w1_user, 0, &M[M_DW1I], &b->prim[K_RDW1])) ||
+	    (s = maybe_reorder(c, &x_int, dnnl_primitive_desc_query_md(w1p, dnnl_query_src_md, 0),
+			       1, &M[M_X1W], &b->prim[K_RX1W])) ||
+	    (s = maybe_reorder(c, &a1, dnnl_primitive_desc_query_md(w1p, dnnl_query_diff_dst_md, 0),
+			       1, &M[M_DA1W], &b->prim[K_RDA1W])) ||
 	    (s = maybe_reorder(c, dnnl_primitive_desc_query_md(w2p, dnnl_query_diff_weights_md, 0),
 			       &w2_user, 0, &M[M_DW2I], &b->prim[K_RDW2])))
 		goto out;
@@ -308,8 +348,8 @@ static int batch_build(struct cnn_convnet *c, struct batch *b, const struct cnn_
 		goto out;
 	}
 	c->block = block_of(&y2);
-	snprintf(c->desc, sizeof(c->desc), "%s, %s", impl_of(f2),
-		 c->block == 16 ? "nChw16c" : c->block == 8 ? "nChw8c" : "nchw");
+	snprintf(c->desc, sizeof(c->desc), "%s, %s; conv1 weight gradient %s", impl_of(f2),
+		 c->block == 16 ? "nChw16c" : c->block == 8 ? "nChw8c" : "nchw", impl_of(w1p));
 out:
 	if (f1)
 		dnnl_primitive_desc_destroy(f1);
@@ -665,7 +705,9 @@ int cnn_convnet_bwd(struct cnn_convnet *c, const struct cnn_model *m, const floa
 	    (s = dnnl_stream_wait(c->st)))
 		return fail(err, errlen, "conv2 backward of %d images", s, n);
 	relu_bwd(c->da1, c->a1, b->a1_bytes / sizeof(float));
-	if ((s = run(c, R[K_C1W], 4, DNNL_ARG_SRC, xs, DNNL_ARG_DIFF_DST, M[M_DA1],
+	dnnl_memory_t x1w = M[M_X1W] ? M[M_X1W] : xs, da1w = M[M_DA1W] ? M[M_DA1W] : M[M_DA1];
+	if ((s = reorder(c, R[K_RX1W], xs, x1w)) || (s = reorder(c, R[K_RDA1W], M[M_DA1], da1w)) ||
+	    (s = run(c, R[K_C1W], 4, DNNL_ARG_SRC, x1w, DNNL_ARG_DIFF_DST, da1w,
 		     DNNL_ARG_DIFF_WEIGHTS, dw1, DNNL_ARG_DIFF_BIAS, M[M_DB1])) ||
 	    (s = reorder(c, R[K_RDW1], dw1, M[M_DW1])) || (s = reorder(c, R[K_RDW2], dw2, M[M_DW2])) ||
 	    (s = dnnl_stream_wait(c->st)))

@@ -28,6 +28,7 @@ static const struct tol tols[] = {
 	{ "gradsum",1e-4, 1e-3, "sums of 1.2M gradients; fc2's cancel to ~0, so mostly atol" },
 	{ "param",  1e-5, 1e-3, "three optimizer steps compound the gradient differences" },
 	{ "twin",   1e-5, 1e-4, "oneDNN's direct convolution sums in another order than im2col+GEMM" },
+	{ "twin28", 1e-4, 1e-4, "as twin, on 28x28 inputs: a conv2 weight gradient sums 8 x 24 x 24 products, which cancel (measured up to 2.1e-5; x5)" },
 };
 
 static void fill_uniform(float *p, size_t n, uint64_t *s, float lo, float hi)
@@ -223,12 +224,11 @@ static void test_nll_fd(void)
 /* The model's convolution stack (oneDNN, conv_dnnl.c) against the readable
  * reference in ops_cpu.c (im2col + GEMM), image by image, for several batch
  * sizes: more than the stack keeps primitives for, and back to the first. */
-static void test_convnet_twin(void)
+static void test_convnet_twin(struct cnn_shape sh)
 {
 	struct cnn_model m;
 	struct cnn_convnet *c = NULL;
-	char err[256];
-	struct cnn_shape sh = { 3, 12, 11, 4 };
+	char err[256], d[160];
 	const int sizes[] = { 3, 1, 5, 2, 4, 6, 7, 8, 3 };
 	const int maxn = 8;
 	if (cnn_model_init(&m, sh, err, sizeof(err)) < 0 ||
@@ -237,7 +237,13 @@ static void test_convnet_twin(void)
 		test_cond("convolution stack set up", 0);
 		return;
 	}
-	printf("#   oneDNN: %s\n", cnn_convnet_describe(c));
+	printf("#   oneDNN, %d channels in: %s\n", sh.c, cnn_convnet_describe(c));
+	/* oneDNN's reference code is correct and 10x to 100x slower: on AVX2,
+	 * conv1's weight gradient for one input channel fell to ref:any, and
+	 * the CPU trainer ran at 70 images/s instead of 580 */
+	snprintf(d, sizeof(d), "convolution stack on %dx%dx%d: no primitive runs oneDNN's reference code",
+		 sh.c, sh.h, sh.w);
+	test_cond(d, strstr(cnn_convnet_describe(c), "ref") == NULL);
 	uint64_t s = 77;
 	cnn_model_init_params(&m, 3);
 	size_t in_n = (size_t)sh.c * sh.h * sh.w, a1_n = (size_t)m.c1 * m.h1 * m.w1;
@@ -282,17 +288,21 @@ static void test_convnet_twin(void)
 		}
 		char name[32];
 		snprintf(name, sizeof(name), "pool[n=%d]", n);
-		bad_fwd += checkf("twin", name, p, pr, n * flat);
+		const char *tw = sh.h * sh.w > 200 ? "twin28" : "twin";
+		bad_fwd += checkf(tw, name, p, pr, n * flat);
 		/* a winner may differ only where two inputs round to a tie */
 		for (size_t i = 0; i < n * flat; i++)
 			bad_arg += arg[i] != argr[i] && fabsf(p[i] - pr[i]) > 1e-5f;
 		snprintf(name, sizeof(name), "conv grads[n=%d]", n);
-		bad_bwd += checkf("twin", name, g, gr, conv_n);
+		bad_bwd += checkf(tw, name, g, gr, conv_n);
 	}
-	test_cond("convolution stack: every batch size builds and runs", fails == 0);
-	test_cond("convolution stack forward (oneDNN) == im2col+GEMM reference", bad_fwd == 0);
+	snprintf(d, sizeof(d), "convolution stack, %d channels in: every batch size builds and runs", sh.c);
+	test_cond(d, fails == 0);
+	snprintf(d, sizeof(d), "convolution stack, %d channels in: forward (oneDNN) == im2col+GEMM reference", sh.c);
+	test_cond(d, bad_fwd == 0);
 	test_cond("... the same pool winners", bad_arg == 0);
-	test_cond("convolution stack gradients (oneDNN) == reference", bad_bwd == 0);
+	snprintf(d, sizeof(d), "convolution stack, %d channels in: gradients (oneDNN) == reference", sh.c);
+	test_cond(d, bad_bwd == 0);
 	free(x); free(a1); free(y); free(da2); free(da1); free(col); free(dcol);
 	free(p); free(pr); free(dp); free(arg); free(argr); free(g); free(gr);
 	cnn_convnet_free(c);
@@ -535,7 +545,8 @@ int main(void)
 	test_linear_fd();
 	test_pool_fd();
 	test_nll_fd();
-	test_convnet_twin();
+	test_convnet_twin((struct cnn_shape){ 3, 12, 11, 4 });
+	test_convnet_twin((struct cnn_shape){ 1, 28, 28, 10 });   /* the Net on Fashion-MNIST */
 	test_bf16();
 	test_model_fd();
 	test_shapes();
