@@ -4,12 +4,13 @@
 
 load helpers
 
-BLOCKED=
+BLOCKED= FOREIGN=
 
 teardown() {
 	dump_logs_on_failure
 	cluster_stop
 	[ -z "$BLOCKED" ] || ip route del unreachable "$BLOCKED" 2>/dev/null || true
+	[ -z "$FOREIGN" ] || ip netns del "$FOREIGN" 2>/dev/null || true
 }
 
 @test "a route over the cluster's /24 that is not ours (a second cluster, a killed run): the next free /24, and stop leaves that route" {
@@ -47,4 +48,25 @@ teardown() {
 	assert_output --partial "cannot add 'unreachable 10.231.60.0/24' route"
 	run ip netns list
 	refute_output --partial "ddpt-"
+}
+
+@test "another checkout's cluster holds the namespaces ddpt-*: the next prefix, and stop leaves the other's alone" {
+	[ ! -e /run/netns/ddpt-ctl ] || skip "a cluster already runs in ddpt-*"
+	FOREIGN=ddpt-ctl
+	ip netns add ddpt-ctl
+	run "$CLUSTER" start 1
+	assert_success
+	assert_output --partial "namespace ddpt-ctl belongs to another cluster (not this run folder's): using ddpt2-*"
+	assert_equal "$(cluster_net NS)" ddpt2
+	run --separate-stderr crun srun -N1 --ddp=gloo printenv RANK
+	assert_success
+	assert_output 0
+	# a second start of this run folder's cluster is refused: it runs
+	run "$CLUSTER" start 1
+	assert_failure
+	assert_output --partial "namespace ddpt2-ctl exists: a cluster is running"
+	cluster_stop
+	[ -e /run/netns/ddpt-ctl ]
+	[ ! -e /run/netns/ddpt2-ctl ]
+	[ ! -e "$CLUSTER_DIR/net" ]
 }

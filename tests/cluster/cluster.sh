@@ -16,7 +16,8 @@
 #                     10.231.0 .. 10.231.63 that no route or address of this
 #                     network namespace overlaps, so a second cluster sharing the
 #                     namespace, or a route a killed run left, is not hit)
-#   DDP_CLUSTER_NS    namespace name prefix (default ddpt)
+#   DDP_CLUSTER_NS    namespace name prefix (default: ddpt, or ddpt2 .. ddpt9
+#                     when another checkout's cluster holds ddpt)
 #   DDP_PLUGIN        plugin to list in plugstack.conf (default: <repo>/build/lib/spank_ddp.so)
 #   DDP_PLUGIN_ARGS   more plugstack.conf arguments for the plugin (key=value ...)
 #   DDP_FAKE_GPUS     a fake_gpus.conf for slurmd: Slurm's own stand-in for
@@ -50,12 +51,12 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 RUN=${DDP_CLUSTER_DIR:-$repo/build/cluster}
-NS=${DDP_CLUSTER_NS:-ddpt}
 PLUGIN=${DDP_PLUGIN:-$repo/build/lib/spank_ddp.so}
 IPV6=${DDP_CLUSTER_IPV6:-}
 
 # use_net A.B.C [NET6]: the cluster's networks.  The ones a running cluster
-# chose are in <run>/net, for every later command (run, node, stop, env, tests).
+# chose, and its namespaces' prefix, are in <run>/net, for every later
+# command (run, node, stop, env, tests); stop removes it.
 use_net() {
 	NET=$1
 	NET6=${2:-${DDP_CLUSTER_NET6:-fd00:ddb:231}}
@@ -63,6 +64,13 @@ use_net() {
 	CTL_IP="$NET.2"
 	SUBNET6="$NET6::/64"
 }
+if [ -n "${DDP_CLUSTER_NS:-}" ]; then
+	NS=$DDP_CLUSTER_NS
+elif [ -s "$RUN/net" ] && grep -q '^NS=' "$RUN/net"; then
+	NS=$(sed -n 's/^NS=//p' "$RUN/net")
+else
+	NS=ddpt
+fi
 if [ -n "${DDP_CLUSTER_NET:-}" ]; then
 	use_net "$DDP_CLUSTER_NET"
 elif [ -s "$RUN/net" ]; then
@@ -97,7 +105,7 @@ pick_net() {
 			[ "$k" != 63 ] || die "no free test network: 10.231.0.0/24 to 10.231.63.0/24 all overlap a route or address here (see: ip route show table all); set DDP_CLUSTER_NET"
 		done
 	fi
-	printf 'NET=%s\nNET6=%s\n' "$NET" "$NET6" >"$RUN/net"
+	printf 'NET=%s\nNET6=%s\nNS=%s\n' "$NET" "$NET6" "$NS" >"$RUN/net"
 }
 
 STARTING=
@@ -289,7 +297,21 @@ cmd_start() {
 	local n=${1:-3} i
 	[ "$(id -u)" = 0 ] || die "must run as root (network namespaces, slurmd)"
 	[[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 64 ] || die "node count '$n': expected 1..64"
-	[ ! -e "/run/netns/$NS-ctl" ] || die "namespace $NS-ctl exists: a cluster is running (stop it with: $0 stop)"
+	# ours (this run folder records it) or the one asked for: running
+	if [ -e "/run/netns/$NS-ctl" ] && { [ -n "${DDP_CLUSTER_NS:-}" ] || [ -s "$RUN/net" ]; }; then
+		die "namespace $NS-ctl exists: a cluster is running (stop it with: $0 stop)"
+	fi
+	# another checkout's: the next free prefix
+	if [ -z "${DDP_CLUSTER_NS:-}" ]; then
+		NS=ddpt
+		local k=1
+		while [ -e "/run/netns/$NS-ctl" ]; do
+			k=$((k + 1))
+			[ "$k" -le 9 ] || die "namespaces ddpt-ctl to ddpt9-ctl all exist (other clusters?); set DDP_CLUSTER_NS"
+			NS=ddpt$k
+		done
+		[ "$NS" = ddpt ] || log "namespace ddpt-ctl belongs to another cluster (not this run folder's): using $NS-*"
+	fi
 	[ -z "$PLUGIN" ] || [ -f "$PLUGIN" ] || die "plugin $PLUGIN not built (run make first)"
 	rm -rf "$RUN"
 	mkdir -p "$RUN"
@@ -352,6 +374,7 @@ cmd_stop() {
 		done <"$RUN/route"
 		rm -f "$RUN/route"
 	fi
+	rm -f "$RUN/net"
 	log "stopped"
 }
 
