@@ -285,19 +285,19 @@ int cnn_gnet_prepare(struct cnn_gnet *g, int n)
 	}
 	struct cnn_gnet_algos a = { .n = n }, b = { .n = n, .nhwc = 1 };
 	size_t need = 0, needb = 0;
-	if (g->layout != CNN_LAYOUT_NHWC && find_layout(g, n, 0, &a, &need, &a.ms[0]) < 0)
+	int oka = g->layout != CNN_LAYOUT_NHWC && find_layout(g, n, 0, &a, &need, &a.ms[0]) == 0;
+	int okb = g->layout != CNN_LAYOUT_NCHW && find_layout(g, n, 1, &b, &needb, &b.ms[1]) == 0;
+	/* auto: a layout cuDNN has no algorithm for loses to the other (its
+	 * time -1); neither is the error, g->err the last one's */
+	if (!oka && !okb)
 		return -1;
-	if (g->layout != CNN_LAYOUT_NCHW) {
-		if (find_layout(g, n, 1, &b, &needb, &b.ms[1]) < 0)
-			return -1;
-		b.ms[0] = a.ms[0];
-		if (g->layout == CNN_LAYOUT_NHWC || b.ms[1] < a.ms[0]) {
-			a = b;
-			need = needb;
-		} else {
-			a.ms[1] = b.ms[1];
-		}
+	float ms[2] = { oka ? a.ms[0] : -1.f, okb ? b.ms[1] : -1.f };
+	if (okb && (!oka || ms[1] < ms[0])) {
+		a = b;
+		need = needb;
 	}
+	a.ms[0] = ms[0];
+	a.ms[1] = ms[1];
 	if (need > g->ws_bytes && !g->ws_frozen) {
 		if (g->ws)
 			cudaCheck(cudaFree(g->ws));
@@ -610,8 +610,13 @@ void cnn_gnet_describe(const struct cnn_gnet *g, char *buf, size_t len)
 	}
 	for (int i = 0; i < g->nalgos && k >= 0 && (size_t)k < len; i++) {
 		const struct cnn_gnet_algos *a = &g->algos[i];
-		k += snprintf(buf + k, len - k, ", batch %d %s (convolutions %.3f ms, %s %.3f ms)",
-			      a->n, a->nhwc ? "NHWC" : "NCHW", a->ms[a->nhwc],
-			      a->nhwc ? "NCHW" : "NHWC", a->ms[!a->nhwc]);
+		char other[48];
+		if (a->ms[!a->nhwc] < 0.f)
+			snprintf(other, sizeof(other), "no %s algorithm", a->nhwc ? "NCHW" : "NHWC");
+		else
+			snprintf(other, sizeof(other), "%s %.3f ms", a->nhwc ? "NCHW" : "NHWC",
+				 a->ms[!a->nhwc]);
+		k += snprintf(buf + k, len - k, ", batch %d %s (convolutions %.3f ms, %s)", a->n,
+			      a->nhwc ? "NHWC" : "NCHW", a->ms[a->nhwc], other);
 	}
 }

@@ -23,7 +23,7 @@ struct cnn_gnet_algos {
 	int n;
 	int nhwc;                                       /* 1: channels-last */
 	float ms[2];                                    /* cudnnFind's total for NCHW, NHWC
-							 * (0: not timed) */
+							 * (0: not timed, -1: no algorithm) */
 	cudnnConvolutionFwdAlgo_t fwd[2];
 	cudnnConvolutionBwdDataAlgo_t bwd_data;         /* conv2 only */
 	cudnnConvolutionBwdFilterAlgo_t bwd_filter[2];
