@@ -232,7 +232,7 @@ static const struct cnn_gnet_algos *find_algos(struct cnn_gnet *g, int n)
 			k_++;                                                                \
 		if (k_ == (cnt)) {                                                           \
 			snprintf(g->err, sizeof(g->err), "cuDNN has no %s algorithm for a "  \
-				 "batch of %d (%s)", what, n,                                \
+				 "batch of %d in %s (%s)", what, n, nhwc ? "NHWC" : "NCHW",  \
 				 cnn_precision_name(g->precision));                          \
 			return -1;                                                           \
 		}                                                                            \
@@ -241,6 +241,20 @@ static const struct cnn_gnet_algos *find_algos(struct cnn_gnet *g, int n)
 		ms += (perf)[k_].time;                                                       \
 		if ((perf)[k_].memory > need)                                                \
 			need = (perf)[k_].memory;                                            \
+	} while (0)
+
+/* cudnnFind's own failure (NOT_SUPPORTED for a layout, say) goes to
+ * g->err without printing: under --conv-layout auto the other layout may
+ * still do, and a forced layout's caller reports g->err. */
+#define FIND(call, what)                                                                     \
+	do {                                                                                 \
+		cudnnStatus_t s_ = (call);                                                   \
+		if (s_ != CUDNN_STATUS_SUCCESS) {                                            \
+			snprintf(g->err, sizeof(g->err), "cudnnFind of the %s convolution for a " \
+				 "batch of %d in %s (%s): %s", what, n, nhwc ? "NHWC" : "NCHW", \
+				 cnn_precision_name(g->precision), cudnnGetErrorString(s_));  \
+			return -1;                                                           \
+		}                                                                            \
 	} while (0)
 
 /* The five convolution calls' algorithms for batch n in one layout into
@@ -259,16 +273,18 @@ static int find_layout(struct cnn_gnet *g, int n, int nhwc, struct cnn_gnet_algo
 	if (set_batch(g, n, nhwc) < 0)
 		return -1;
 	for (int l = 0; l < 2; l++) {
-		cudnnCheck(cudnnFindConvolutionForwardAlgorithm(g->dnn, in[l], filt(g, l, nhwc),
-								g->cv[l], out[l], 16, &cnt, fp));
+		FIND(cudnnFindConvolutionForwardAlgorithm(g->dnn, in[l], filt(g, l, nhwc), g->cv[l],
+							  out[l], 16, &cnt, fp),
+		     "forward");
 		PICK(fp, cnt, a->fwd[l], a->fwd_math[l], "forward");
-		cudnnCheck(cudnnFindConvolutionBackwardFilterAlgorithm(g->dnn, in[l], out[l], g->cv[l],
-								       filt(g, l, nhwc), 16, &cnt,
-								       wp));
+		FIND(cudnnFindConvolutionBackwardFilterAlgorithm(g->dnn, in[l], out[l], g->cv[l],
+								 filt(g, l, nhwc), 16, &cnt, wp),
+		     "backward-filter");
 		PICK(wp, cnt, a->bwd_filter[l], a->bwd_filter_math[l], "backward-filter");
 	}
-	cudnnCheck(cudnnFindConvolutionBackwardDataAlgorithm(g->dnn, filt(g, 1, nhwc), g->t2,
-							     g->cv[1], g->t1, 16, &cnt, dp));
+	FIND(cudnnFindConvolutionBackwardDataAlgorithm(g->dnn, filt(g, 1, nhwc), g->t2, g->cv[1],
+						       g->t1, 16, &cnt, dp),
+	     "backward-data");
 	PICK(dp, cnt, a->bwd_data, a->bwd_data_math, "backward-data");
 	*need_out = need;
 	*total = ms;
@@ -285,12 +301,24 @@ int cnn_gnet_prepare(struct cnn_gnet *g, int n)
 	}
 	struct cnn_gnet_algos a = { .n = n }, b = { .n = n, .nhwc = 1 };
 	size_t need = 0, needb = 0;
+	char why[sizeof(a.why)] = "";
 	int oka = g->layout != CNN_LAYOUT_NHWC && find_layout(g, n, 0, &a, &need, &a.ms[0]) == 0;
+	if (!oka && g->layout == CNN_LAYOUT_AUTO)
+		snprintf(why, sizeof(why), "%s", g->err);
 	int okb = g->layout != CNN_LAYOUT_NCHW && find_layout(g, n, 1, &b, &needb, &b.ms[1]) == 0;
 	/* auto: a layout cuDNN has no algorithm for loses to the other (its
-	 * time -1); neither is the error, g->err the last one's */
-	if (!oka && !okb)
+	 * time -1, its reason kept for the log); neither is the error */
+	if (!oka && !okb) {
+		if (why[0]) {
+			char last[sizeof(g->err)];
+			snprintf(last, sizeof(last), "%s", g->err);
+			snprintf(g->err, sizeof(g->err), "%s; %s", why, last);
+		}
 		return -1;
+	}
+	if (!okb && g->layout == CNN_LAYOUT_AUTO)
+		snprintf(why, sizeof(why), "%s", g->err);
+	g->err[0] = '\0';
 	float ms[2] = { oka ? a.ms[0] : -1.f, okb ? b.ms[1] : -1.f };
 	if (okb && (!oka || ms[1] < ms[0])) {
 		a = b;
@@ -298,6 +326,7 @@ int cnn_gnet_prepare(struct cnn_gnet *g, int n)
 	}
 	a.ms[0] = ms[0];
 	a.ms[1] = ms[1];
+	snprintf(a.why, sizeof(a.why), "%s", why);
 	if (need > g->ws_bytes && !g->ws_frozen) {
 		if (g->ws)
 			cudaCheck(cudaFree(g->ws));
@@ -610,9 +639,9 @@ void cnn_gnet_describe(const struct cnn_gnet *g, char *buf, size_t len)
 	}
 	for (int i = 0; i < g->nalgos && k >= 0 && (size_t)k < len; i++) {
 		const struct cnn_gnet_algos *a = &g->algos[i];
-		char other[48];
+		char other[sizeof(a->why) + 8];
 		if (a->ms[!a->nhwc] < 0.f)
-			snprintf(other, sizeof(other), "no %s algorithm", a->nhwc ? "NCHW" : "NHWC");
+			snprintf(other, sizeof(other), "%s", a->why);
 		else
 			snprintf(other, sizeof(other), "%s %.3f ms", a->nhwc ? "NCHW" : "NHWC",
 				 a->ms[!a->nhwc]);

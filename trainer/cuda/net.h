@@ -28,6 +28,8 @@ struct cnn_gnet_algos {
 	cudnnConvolutionBwdDataAlgo_t bwd_data;         /* conv2 only */
 	cudnnConvolutionBwdFilterAlgo_t bwd_filter[2];
 	cudnnMathType_t fwd_math[2], bwd_data_math, bwd_filter_math[2];
+	char why[256];                                  /* auto: why the other layout had
+							 * no algorithm ("" if it had) */
 };
 
 struct cnn_gnet {
