@@ -382,19 +382,21 @@ int ddp_stepd_task_init(spank_t sp)
 			slurm_error(DDP_PFX "warning: --ddp-bind=auto: %s; this task runs with Slurm's binding", err);
 		}
 	}
-	if (st.have_plan && st.plan.slurm_per_task && st.plan.ntasks > 1 &&
+	if (st.have_plan && st.plan.slurm_binds && st.plan.ntasks > 1 &&
 	    st.node.backend == DDPENV_BACKEND_NCCL) {
 		const char *lr = ddpenv_env_get(&env, "SLURM_LOCALID");
+		const char *tb = ddpenv_env_get(&env, "SLURMD_TRES_BIND");
+		unsigned n = st.plan.slurm_per_task ? (unsigned)(st.plan.ntasks * st.plan.slurm_per_task)
+						    : (unsigned)st.plan.ngpus;
 		if (lr && strcmp(lr, "0") == 0)
 			slurm_error(DDP_PFX "warning: Slurm binds each of this node's %u tasks to its own GPU "
-				    "(SLURMD_TRES_BIND=%s, which --gpus-per-task implies): each sees one GPU, "
+				    "(SLURMD_TRES_BIND=%s, %s): each sees its own only, "
 				    "so NCCL can lose P2P/NVLink between them and cuda:LOCAL_RANK is not the "
 				    "task's GPU; --gpus-per-node=%u (or --gres=gpu:%u) with --ntasks-per-node=%u "
-				    "keeps every GPU visible to every task",
-				    st.plan.ntasks, ddpenv_env_get(&env, "SLURMD_TRES_BIND") ?
-				    ddpenv_env_get(&env, "SLURMD_TRES_BIND") : "gpu:per_task",
-				    (unsigned)(st.plan.ntasks * st.plan.slurm_per_task),
-				    (unsigned)(st.plan.ntasks * st.plan.slurm_per_task), st.plan.ntasks);
+				    "and no --gpu-bind keeps every GPU visible to every task",
+				    st.plan.ntasks, tb ? tb : "gpu:per_task",
+				    st.plan.slurm_per_task ? "which --gpus-per-task implies" : "from --gpu-bind",
+				    n ? n : st.plan.ntasks, n ? n : st.plan.ntasks, st.plan.ntasks);
 	}
 	if (st.bind_warn[0] || st.mig_warn[0]) {
 		const char *lr = ddpenv_env_get(&env, "SLURM_LOCALID");

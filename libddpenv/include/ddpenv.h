@@ -494,8 +494,8 @@ size_t ddpenv_nvidia_slurm_order(const struct ddpenv_nvgpu *g, size_t n, enum dd
 /* Slurm's CUDA_VISIBLE_DEVICES before the plugin permuted it. */
 #define DDPENV_SLURM_CVD "DDP_SLURM_CUDA_VISIBLE_DEVICES"
 /* The step's GPUs on this node, as SLURM_STEP_GPUS was before Slurm bound
- * each task to its own (--gpus-per-task, --gpu-bind=per_task:N): only the
- * node knows them, and a task's plan needs them. */
+ * each task to its own (--gpus-per-task, --gpu-bind=per_task:N, map_gpu or
+ * mask_gpu): only the node knows them, and a task's plan needs them. */
 #define DDPENV_SLURM_STEP_GPUS "DDP_SLURM_STEP_GPUS"
 /* The user's --cpu-bind, as srun passed it to the step (SLURM_CPU_BIND):
  * task/affinity then sets SLURM_CPU_BIND in every task, asked or not (its
@@ -534,7 +534,8 @@ struct ddpenv_bind_plan {
 	enum ddpenv_bind policy;
 	char policy_how[DDPENV_HOWLEN];
 	int cpu, gpu, mem;               /* what the plugin binds; 0: left alone */
-	char cpu_how[DDPENV_HOWLEN], gpu_how[DDPENV_HOWLEN], mem_how[DDPENV_HOWLEN];
+	char cpu_how[DDPENV_HOWLEN], mem_how[DDPENV_HOWLEN];
+	char gpu_how[2 * DDPENV_HOWLEN]; /* Slurm's per-task picks take a list */
 	char topology[DDPENV_PATHLEN];   /* ddpenv_topo_source() */
 	char allowed[DDPENV_CPULIST];    /* CPUs Slurm allowed the step here */
 	size_t ngpus;
@@ -551,6 +552,14 @@ struct ddpenv_bind_plan {
 					  * and tasks[].gpu is Slurm's pick (the first
 					  * of its N) when the step's GPUs here are
 					  * known (DDP_SLURM_STEP_GPUS in a task) */
+	char slurm_map[DDPENV_VALLEN];   /* Slurm binds each task to the GPUs a
+					  * --gpu-bind=map_gpu:LIST or mask_gpu:LIST
+					  * names ("map_gpu:3,1" as SLURMD_TRES_BIND
+					  * has it; "" none): gpu is 0, and tasks[].gpu
+					  * is Slurm's pick (the first of the task's
+					  * GPUs here) when the step's GPUs are known */
+	int slurm_binds;                 /* either of the two: Slurm picks each
+					  * task's GPUs, and tasks[].gpu follows it */
 	char user_cpu_bind[DDPENV_VALLEN]; /* the user's --cpu-bind ("" none): CPUs
 					  * left alone (DDP_SLURM_CPU_BIND in a task) */
 	char allowed_how[DDPENV_HOWLEN]; /* where allowed came from */
@@ -566,7 +575,10 @@ struct ddpenv_bind_plan {
  * the user asked Slurm for (left alone, but a SLURM_CPU_BIND of map_cpu or
  * mask_cpu picks each task's GPU near its CPUs; under Slurm's per_task GPU binding
  * the CPUs still follow each task's GPU, Slurm's pick: task i has the
- * i-th N of the step's GPUs here, DDP_SLURM_STEP_GPUS in a task).  allowed: a CPU list, or NULL for
+ * i-th N of the step's GPUs here, DDP_SLURM_STEP_GPUS in a task; under
+ * map_gpu/mask_gpu the list's entry i, repeated from its start, of Slurm's
+ * GPU numbers on the node, the step's first GPU where it names none of
+ * them).  allowed: a CPU list, or NULL for
  * the topology's allowed set (the calling process's cgroup).  Slurm's GPU
  * number k is the k-th of the driver's GPUs (not excluded) in the
  * topology's gres order when it has the driver's list

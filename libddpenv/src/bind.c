@@ -192,6 +192,23 @@ static uint32_t per_task_gpus(const char *tres_bind)
 	return e != p + strlen("per_task:") && n >= 1 && n <= DDPENV_MAX_GPUS ? (uint32_t)n : 0;
 }
 
+/* Slurm's map_gpu:LIST or mask_gpu:LIST in a SLURMD_TRES_BIND value
+ * ("gpu:map_gpu:3,1", "gpu:verbose,mask_gpu:0xc,0x4") into out, else "":
+ * --gpu-bind=map_gpu/mask_gpu, the list last in the gpu part. */
+static void slurm_gpu_map(const char *tres_bind, char *out, size_t n)
+{
+	const char *g = strstr(tres_bind, "gpu:"), *end, *m;
+
+	out[0] = '\0';
+	if (!g)
+		return;
+	end = g + strcspn(g, ";");
+	if (!(m = strstr(g, "map_gpu:")) || m > end)
+		m = strstr(g, "mask_gpu:");
+	if (m && m < end && (m[-1] == ':' || m[-1] == ','))
+		snprintf(out, n, "%.*s", (int)(end - m), m);
+}
+
 /* The user's --cpu-bind.  srun passes it to the step as SLURM_CPU_BIND,
  * which is how the plugin sees it when the step starts; task/affinity then
  * sets SLURM_CPU_BIND in every task, asked or not (its auto binding, or
@@ -373,7 +390,7 @@ static int plan_cpus(const struct ddpenv_topo *t, hwloc_const_bitmap_t allowed,
 		goto out;
 	}
 	for (uint32_t i = 0; i < ntasks; i++) {
-		int gi = plan->gpu || plan->slurm_per_task ? plan->tasks[i].gpu : -1;
+		int gi = plan->gpu || plan->slurm_binds ? plan->tasks[i].gpu : -1;
 		tdom[i] = gi >= 0 ? gdom[gi] : hwloc_get_root_obj(topo);
 		if (!(sets[i] = hwloc_bitmap_alloc())) {
 			snprintf(err, errlen, "out of memory planning %u tasks", ntasks);
@@ -429,7 +446,7 @@ static int plan_cpus(const struct ddpenv_topo *t, hwloc_const_bitmap_t allowed,
 			if (j != i && hwloc_bitmap_intersects(sets[i], sets[j]))
 				bt->shared = 1;
 		shared |= bt->shared;
-		if ((plan->gpu || plan->slurm_per_task) && bt->gpu >= 0 && gobj[bt->gpu]) {
+		if ((plan->gpu || plan->slurm_binds) && bt->gpu >= 0 && gobj[bt->gpu]) {
 			hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(topo, gobj[bt->gpu]);
 			bt->near = hwloc_bitmap_isincluded(sets[i], anc->cpuset);
 			far |= !bt->near;
@@ -440,7 +457,7 @@ static int plan_cpus(const struct ddpenv_topo *t, hwloc_const_bitmap_t allowed,
 			hwloc_bitmap_free(ns);
 		}
 	}
-	int by_gpu = nids && !missing && !plan->mig && (plan->gpu || (plan->slurm_per_task && plan->tasks[0].gpu >= 0));
+	int by_gpu = nids && !missing && !plan->mig && (plan->gpu || (plan->slurm_binds && plan->tasks[0].gpu >= 0));
 	snprintf(plan->cpu_how, sizeof(plan->cpu_how), "%s%s%s%s",
 		 by_gpu ? "the cores near each task's GPU, split evenly" :
 			  "tasks spread evenly over packages, NUMA nodes and cores",
@@ -574,8 +591,11 @@ int ddpenv_bind_plan(const struct ddpenv_topo *t, const struct ddpenv_env *env,
 			   "SLURM_GPU_BIND", s);
 	else if ((s = ddpenv_env_get(env, "SLURMD_TRES_BIND")) && strstr(s, "gpu:")) {
 		plan->slurm_per_task = per_task_gpus(s);
+		slurm_gpu_map(s, plan->slurm_map, sizeof(plan->slurm_map));
+		plan->slurm_binds = plan->slurm_per_task || plan->slurm_map[0];
 		left_alone(&plan->gpu, plan->gpu_how, sizeof(plan->gpu_how),
-			   plan->slurm_per_task ? "Slurm binds each task to its own GPUs (--gpus-per-task or --gpu-bind=per_task)"
+			   plan->slurm_per_task ? "Slurm binds each task to its own GPUs (--gpus-per-task or --gpu-bind=per_task)" :
+			   plan->slurm_map[0]	? "Slurm binds each task to the GPUs its --gpu-bind=map_gpu or mask_gpu entry names"
 						: "Slurm binds GPUs per task (--gpu-bind, or --ntasks-per-gpu)",
 			   "SLURMD_TRES_BIND", s);
 	}

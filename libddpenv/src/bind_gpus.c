@@ -6,6 +6,7 @@
  * tasks than GPUs; and the plan says why, in gpu_how.
  */
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,9 @@ struct gpu_planning {
 	char names_how[DDPENV_HOWLEN];             /* why CUDA's names differ from Slurm's */
 	int per_task_unknown;                      /* Slurm's per_task binding, in a task
 						    * without the node's list */
+	int map_none;                              /* map/mask_gpu: first task whose entry
+						    * names none of the step's GPUs, -1 */
+	int map_bad;                               /* the list is not Slurm's syntax */
 };
 
 /* ---- inputs ------------------------------------------------------------- */
@@ -314,7 +318,7 @@ static int step_gpus(struct gpu_planning *gp, const struct ddpenv_env *env, char
 	const char *s, *ids_key = gp->ids_key;
 
 	s = ddpenv_env_get(env, "SLURM_STEP_GPUS");
-	if (plan->slurm_per_task && s && *s) {
+	if (plan->slurm_binds && s && *s) {
 		/* A task's SLURM_STEP_GPUS is its own GPUs: the node's list
 		 * came from the plugin, if it ran this step. */
 		const char *node = ddpenv_env_get(env, DDPENV_SLURM_STEP_GPUS);
@@ -464,6 +468,53 @@ static int locate(struct gpu_planning *gp, char *err, size_t errlen)
 	return 0;
 }
 
+/* Slurm's --gpu-bind=map_gpu:LIST or mask_gpu:LIST (plan->slurm_map),
+ * for local task i: the GPUs (bits of Slurm's GPU numbers, below 64) of
+ * the list's entry i, counting "ID*N" N times and starting over past its
+ * end, as slurmstepd reads it.  map_gpu IDs are decimal, masks hex ("0x"
+ * optional).  -1: not that syntax. */
+static int map_entry(const char *map, uint32_t i, uint64_t *mask)
+{
+	int is_mask = !strncmp(map, "mask_gpu:", strlen("mask_gpu:"));
+	const char *list = strchr(map, ':') + 1;
+	uint64_t total = 0, want = 0;
+
+	for (int pass = 0; pass < 2; pass++) {
+		uint64_t at = 0;
+		for (const char *p = list;; p++) {
+			char *e;
+			unsigned long long v, n = 1;
+			if (!isxdigit((unsigned char)*p))
+				return -1;
+			errno = 0;
+			v = strtoull(p, &e, is_mask ? 16 : 10);
+			if (e == p || errno || (!is_mask && v >= 64))
+				return -1;
+			if (*e == '*') {
+				p = e + 1;
+				if (!isdigit((unsigned char)*p))
+					return -1;
+				n = strtoull(p, &e, 10);
+				if (n < 1 || n > 1000000 || errno)
+					return -1;
+			}
+			if (*e != ',' && *e != '\0')
+				return -1;
+			if (pass == 1 && want < at + n) {
+				*mask = is_mask ? (uint64_t)v : (uint64_t)1 << v;
+				return 0;
+			}
+			at += n;
+			p = e;
+			if (!*p)
+				break;
+		}
+		total = at;
+		want = i % total;
+	}
+	return -1;
+}
+
 /* GPUs for the tasks, in local rank order, and the CUDA_VISIBLE_DEVICES
  * they share (entry LOCAL_RANK first in each task's, later). */
 static void assign(struct gpu_planning *gp)
@@ -551,23 +602,70 @@ static void assign(struct gpu_planning *gp)
 			size_t k = (size_t)i * plan->slurm_per_task;
 			plan->tasks[i].gpu = k < nids ? (int)k : 0;
 		}
+	gp->map_none = -1;
+	if (nids && !plan->gpu && plan->slurm_map[0] && !gp->per_task_unknown && !plan->mig)
+		for (uint32_t i = 0; i < ntasks; i++) {
+			uint64_t m;
+			int k = -1;
+			if (map_entry(plan->slurm_map, i, &m) < 0) {
+				gp->map_bad = 1;
+				for (uint32_t j = 0; j < ntasks; j++)
+					plan->tasks[j].gpu = -1;
+				break;
+			}
+			for (size_t g = 0; g < nids && k < 0; g++)
+				if (plan->gpus[g].index < 64 && (m >> plan->gpus[g].index & 1))
+					k = (int)g;
+			if (k < 0 && gp->map_none < 0)
+				gp->map_none = (int)i;
+			plan->tasks[i].gpu = k < 0 ? 0 : k;
+		}
 }
 
 /* Slurm's per-task binding, said once: what the tasks see and lose. */
 static void explain_per_task(struct gpu_planning *gp)
 {
 	struct ddpenv_bind_plan *plan = gp->plan;
+	char what[DDPENV_VALLEN + 64];
+	size_t l;
 
-	if (gp->per_task_unknown)
-		snprintf(plan->gpu_how, sizeof(plan->gpu_how),
-			 "Slurm binds each task to its own %u GPU%s (SLURMD_TRES_BIND=gpu:per_task:%u): left to Slurm; the other tasks' GPUs are unknown here (no %s)",
-			 plan->slurm_per_task, plan->slurm_per_task == 1 ? "" : "s", plan->slurm_per_task,
-			 DDPENV_SLURM_STEP_GPUS);
+	if (plan->slurm_per_task)
+		snprintf(what, sizeof(what), "its own %u GPU%s (gpu:per_task:%u; --gpus-per-task or --gpu-bind)",
+			 plan->slurm_per_task, plan->slurm_per_task == 1 ? "" : "s", plan->slurm_per_task);
 	else
+		snprintf(what, sizeof(what), "the GPUs of its entry in --gpu-bind=%.128s", plan->slurm_map);
+	if (gp->per_task_unknown) {
 		snprintf(plan->gpu_how, sizeof(plan->gpu_how),
-			 "Slurm binds each task to its own %u GPU%s (gpu:per_task:%u; --gpus-per-task or --gpu-bind): each sees only %s, from cuda:0, not cuda:LOCAL_RANK, and NCCL can lose P2P/NVLink between them; left to Slurm",
-			 plan->slurm_per_task, plan->slurm_per_task == 1 ? "" : "s", plan->slurm_per_task,
-			 plan->slurm_per_task == 1 ? "it" : "them");
+			 "Slurm binds each task to %s: left to Slurm; the other tasks' GPUs are unknown here (no %s)",
+			 what, DDPENV_SLURM_STEP_GPUS);
+		return;
+	}
+	if (gp->map_bad) {
+		snprintf(plan->gpu_how, sizeof(plan->gpu_how),
+			 "Slurm binds each task to %s, which is not map_gpu:ID[*N],... (decimal IDs below 64) or mask_gpu:HEX[*N],...: left to Slurm, the tasks' GPUs unknown here",
+			 what);
+		return;
+	}
+	if (plan->slurm_per_task)
+		l = (size_t)snprintf(plan->gpu_how, sizeof(plan->gpu_how),
+				     "Slurm binds each task to %s: each sees only %s, from cuda:0, not cuda:LOCAL_RANK, and NCCL can lose P2P/NVLink between them; left to Slurm",
+				     what, plan->slurm_per_task > 1 ? "them" : "it");
+	else
+		l = (size_t)snprintf(plan->gpu_how, sizeof(plan->gpu_how),
+				     "Slurm binds each task to its --gpu-bind=%.100s entry: each sees only %s, as cuda:0 (not cuda:LOCAL_RANK); NCCL can lose P2P/NVLink; left to Slurm",
+				     plan->slurm_map, plan->slurm_map[2] == 's' ? "its GPUs" : "its GPU");
+	if (gp->map_none >= 0 && l < sizeof(plan->gpu_how))
+		l += (size_t)snprintf(plan->gpu_how + l, sizeof(plan->gpu_how) - l,
+				      "; task %d's entry names none of the step's GPUs (%s): Slurm gives it %u",
+				      gp->map_none, gp->s ? gp->s : "", plan->gpus[0].index);
+	for (uint32_t i = 0; plan->slurm_map[0] && i < plan->ntasks && l < sizeof(plan->gpu_how); i++)
+		for (uint32_t j = i + 1; j < plan->ntasks; j++)
+			if (plan->tasks[i].gpu >= 0 && plan->tasks[i].gpu == plan->tasks[j].gpu) {
+				snprintf(plan->gpu_how + l, sizeof(plan->gpu_how) - l,
+					 "; tasks %u and %u share GPU %u: NCCL refuses two ranks on one GPU", i, j,
+					 plan->gpus[plan->tasks[i].gpu].index);
+				return;
+			}
 }
 
 /* Why the GPUs are bound as they are, for ddp-env --explain. */
@@ -645,7 +743,7 @@ int ddpenv_bind_plan_gpus(const struct ddpenv_topo *t, const struct ddpenv_env *
 		snprintf(plan->gpu_how + l, sizeof(plan->gpu_how) - l,
 			 "; each task's GPU near the CPUs of its --cpu-bind");
 	}
-	else if (plan->slurm_per_task && gp->nids && !plan->mig)
+	else if (plan->slurm_binds && gp->nids && !plan->mig)
 		explain_per_task(gp);
 	rv = 0;
 out:

@@ -265,7 +265,7 @@ static int bind_vars(const struct ddpenv_node *node, const struct ddpenv_env *ta
 		 "the user's --cpu-bind, before task/affinity set SLURM_CPU_BIND per task", "%s",
 		 p->user_cpu_bind))
 		return -1;
-	if ((!p->gpu && !p->slurm_per_task) || !p->ngpus || local_rank >= p->ntasks ||
+	if ((!p->gpu && !p->slurm_binds) || !p->ngpus || local_rank >= p->ntasks ||
 	    (gi = p->tasks[local_rank].gpu) < 0)
 		return 0;
 	g = &p->gpus[gi];

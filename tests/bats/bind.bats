@@ -177,7 +177,7 @@ teardown() {
 	assert_line --partial "# gpu: Slurm binds each task to its own 1 GPU (gpu:per_task:1; --gpus-per-task or --gpu-bind): each sees only it, from cuda:0, not cuda:LOCAL_RANK"
 	assert_line --partial "# cpu: bound: the cores near each task's GPU, split evenly (Slurm's pick of its GPU)"
 	assert_equal "$(grep -c 'warning: Slurm binds each of this node.s 2 tasks to its own GPU' <<<"$stderr")" 2
-	grep -q -- '--gpus-per-node=2 (or --gres=gpu:2) with --ntasks-per-node=2 keeps every GPU visible' <<<"$stderr"
+	grep -q -- '--gpus-per-node=2 (or --gres=gpu:2) with --ntasks-per-node=2 and no --gpu-bind keeps every GPU visible' <<<"$stderr"
 }
 
 @test "--gpus-per-task=2 under gloo: each task's two GPUs, its CPUs near the first, no warning" {
@@ -188,6 +188,42 @@ teardown() {
 	assert_line --regexp '^rank=0 local=0 cpus=0 plan_cpus=0 cvd=0,1 plan_cvd=none busid=0000:20:00.0 '
 	assert_line --regexp '^rank=1 local=1 cpus=1 plan_cpus=1 cvd=2,3 plan_cvd=none busid=0000:60:00.0 '
 	refute [ "$(grep -c 'warning' <<<"$stderr")" -gt 0 ]
+}
+
+@test "--gpu-bind=map_gpu: each task keeps Slurm's GPU (an entry outside the step falls back to its first), its CPUs follow it, --explain says which" {
+	testnode_topology
+	# Another job holds node1's GPUs 0,1: the step gets 2,3.  map_gpu
+	# numbers are the node's: 3 is the step's, 1 is not, so Slurm binds
+	# task 1 to the step's first (2); task 2 starts the list over.
+	run crun sbatch --parsable -o /dev/null -w node1 -n1 --gres=gpu:2 --wrap "sleep 120"
+	assert_success
+	holder=$output
+	for _ in $(seq 1 40); do
+		[ "$(crun squeue -h -j "$holder" -o %t)" = R ] && break
+		sleep 0.25
+	done
+	run --separate-stderr crun srun --ddp=gloo -w node1 -n3 --gres=gpu:2 --gpu-bind=map_gpu:3,1 "$BIND_REPORT"
+	crun scancel "$holder"
+	assert_success
+	assert_matches_plan 3
+	refute_line --regexp 'plan_cpus=none'
+	assert_line --regexp '^rank=0 local=0 cpus=1 plan_cpus=1 cvd=3 plan_cvd=none busid=0000:70:00.0 '
+	assert_line --regexp '^rank=1 local=1 cpus=1 plan_cpus=1 cvd=2 plan_cvd=none busid=0000:60:00.0 '
+	assert_line --regexp '^rank=2 local=2 cpus=1 plan_cpus=1 cvd=3 plan_cvd=none busid=0000:70:00.0 '
+	assert_line --partial "# gpu: Slurm binds each task to its --gpu-bind=map_gpu:3,1 entry: each sees only its GPU, as cuda:0 (not cuda:LOCAL_RANK)"
+	assert_line --partial "; task 1's entry names none of the step's GPUs (2,3): Slurm gives it 2; tasks 0 and 2 share GPU 3: NCCL refuses two ranks on one GPU"
+	assert_line --partial "# cpu: bound: the cores near each task's GPU, split evenly (Slurm's pick of its GPU)"
+}
+
+@test "--gpu-bind=mask_gpu under NCCL: each task's GPUs stay Slurm's, its CPUs near the first, NCCL warned once" {
+	testnode_topology
+	run --separate-stderr crun srun --ddp=nccl -w node2 -n2 --gres=gpu:4 --gpu-bind=mask_gpu:0xc,0x3 "$BIND_REPORT"
+	assert_success
+	assert_matches_plan 2
+	assert_line --regexp '^rank=0 local=0 cpus=1 plan_cpus=1 cvd=2,3 plan_cvd=none busid=0000:60:00.0 '
+	assert_line --regexp '^rank=1 local=1 cpus=0 plan_cpus=0 cvd=0,1 plan_cvd=none busid=0000:20:00.0 '
+	assert_line --partial "# gpu: Slurm binds each task to its --gpu-bind=mask_gpu:0xc,0x3 entry: each sees only its GPUs"
+	assert_equal "$(grep -c 'warning: Slurm binds each of this node.s 2 tasks to its own GPU (SLURMD_TRES_BIND=gpu:mask_gpu:0xc,0x3, from --gpu-bind)' <<<"$stderr")" 1
 }
 
 @test "--ddp-bind=strict: each task sees only its own GPU" {

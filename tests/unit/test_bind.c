@@ -494,6 +494,86 @@ static void test_slurm_per_task(void)
 	ddpenv_env_free(&env);
 }
 
+/* --gpu-bind=map_gpu:LIST / mask_gpu:LIST: Slurm gives local task i the
+ * GPUs of the list's entry i (ID*N counting N, the list starting over),
+ * by its GPU numbers on the node, and the step's first GPU where the entry
+ * names none of the step's (as seen on the test cluster's Slurm 22.05). */
+static void test_slurm_map(void)
+{
+	struct ddpenv_env env;
+	struct ddpenv_bind_plan p;
+
+	step_env(&env, 3, "5", "5", "SLURMD_TRES_BIND=gpu:verbose,map_gpu:5,1", "DDP_SLURM_STEP_GPUS=0,1,4,5",
+		 "DDP_STEP=7.0", "SLURM_JOB_ID=7", "SLURM_STEP_ID=0", NULL);
+	test_cond("map_gpu:5,1 (after verbose,), 3 tasks: planned",
+		  plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p) == 0);
+	invariants("dgx-h100.xml", &p, "DGX H100, Slurm's map_gpu:5,1 on GPUs 0,1,4,5");
+	test_streq("... the list as Slurm has it", p.slurm_map, "map_gpu:5,1");
+	test_cond("... GPUs left to Slurm, no list of ours, not per_task", !p.gpu && p.cpu && p.slurm_binds &&
+		  !p.slurm_per_task && !p.visible[0]);
+	test_cond("... task 0 has GPU 5, task 1 GPU 1, task 2 GPU 5 again", p.ngpus == 4 &&
+		  p.gpus[p.tasks[0].gpu].index == 5 && p.gpus[p.tasks[1].gpu].index == 1 &&
+		  p.gpus[p.tasks[2].gpu].index == 5);
+	test_cond("... each task's CPUs near its GPU", p.tasks[0].near && p.tasks[1].near && p.tasks[2].near &&
+		  p.gpus[p.tasks[0].gpu].numa != p.gpus[p.tasks[1].gpu].numa);
+	test_err("... CPUs: said so", p.cpu_how, "the cores near each task's GPU, split evenly (Slurm's pick of its GPU)");
+	test_err("... GPUs: said what it costs", p.gpu_how,
+		 "Slurm binds each task to its --gpu-bind=map_gpu:5,1 entry: each sees only its GPU, as cuda:0 (not cuda:LOCAL_RANK); NCCL can lose P2P/NVLink; left to Slurm");
+	test_err("... and that two tasks share a GPU", p.gpu_how,
+		 "; tasks 0 and 2 share GPU 5: NCCL refuses two ranks on one GPU");
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	/* "7*2,0": tasks 0 and 1 name GPU 7, not the step's: Slurm binds
+	 * them to its first ("Binding to the first device in the allocation
+	 * instead"); task 2 names 0. */
+	step_env(&env, 3, "0", "0", "SLURMD_TRES_BIND=gpu:map_gpu:7*2,4", "DDP_SLURM_STEP_GPUS=0,1,4,5",
+		 "DDP_STEP=7.0", "SLURM_JOB_ID=7", "SLURM_STEP_ID=0", NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	test_cond("map_gpu:7*2,4: tasks 0 and 1 fall back to the step's first GPU, task 2 has 4",
+		  p.tasks[0].gpu == 0 && p.tasks[1].gpu == 0 && p.gpus[p.tasks[2].gpu].index == 4);
+	test_err("... said so", p.gpu_how,
+		 "; task 0's entry names none of the step's GPUs (0,1,4,5): Slurm gives it 0");
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	/* masks, hex with or without 0x: a task's first GPU is its pick */
+	step_env(&env, 4, "4,5", "4,5", "SLURMD_TRES_BIND=gpu:mask_gpu:0x30,3*2", "DDP_SLURM_STEP_GPUS=0,1,4,5",
+		 "DDP_STEP=7.0", "SLURM_JOB_ID=7", "SLURM_STEP_ID=0", NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	invariants("dgx-h100.xml", &p, "DGX H100, Slurm's mask_gpu:0x30,3*2");
+	test_cond("mask_gpu:0x30,3*2, 4 tasks: GPUs 4, 0, 0, 4", p.gpus[p.tasks[0].gpu].index == 4 &&
+		  p.gpus[p.tasks[1].gpu].index == 0 && p.gpus[p.tasks[2].gpu].index == 0 &&
+		  p.gpus[p.tasks[3].gpu].index == 4);
+	test_err("... each sees its GPUs", p.gpu_how, "--gpu-bind=mask_gpu:0x30,3*2 entry: each sees only its GPUs");
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	const char *bad[] = { "map_gpu:a,1", "map_gpu:1,,2", "map_gpu:64", "map_gpu:1*0", "map_gpu:1*",
+			      "mask_gpu:0xg", "map_gpu:", "map_gpu:-1", "map_gpu:1x", NULL };
+	for (const char *const *b = bad; *b; b++) {
+		char tb[64], name[96];
+		snprintf(tb, sizeof(tb), "SLURMD_TRES_BIND=gpu:%s", *b);
+		step_env(&env, 2, "0", "0", tb, "DDP_SLURM_STEP_GPUS=0,1,4,5", "DDP_STEP=7.0", "SLURM_JOB_ID=7",
+			 "SLURM_STEP_ID=0", NULL);
+		snprintf(name, sizeof(name), "%s: not Slurm's syntax, the tasks' GPUs unknown, CPUs spread", *b);
+		test_cond(name, plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p) == 0 && !p.gpu &&
+			  p.tasks[0].gpu < 0 && p.tasks[1].gpu < 0 && strstr(p.cpu_how, "tasks spread evenly") &&
+			  strstr(p.gpu_how, "which is not map_gpu:ID[*N]") != NULL);
+		ddpenv_bind_plan_free(&p);
+		ddpenv_env_free(&env);
+	}
+
+	step_env(&env, 2, "1", "1", "SLURMD_TRES_BIND=gpu:map_gpu:1,0", "DDP_SLURM_STEP_GPUS=0,1",
+		 "DDP_STEP=6.0", "SLURM_JOB_ID=7", "SLURM_STEP_ID=0", NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	test_cond("map_gpu without this step's node list: no task has a GPU", !p.gpu && p.tasks[0].gpu < 0 &&
+		  p.tasks[1].gpu < 0);
+	test_err("... said so", p.gpu_how, "the other tasks' GPUs are unknown here (no DDP_SLURM_STEP_GPUS)");
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+}
+
 static void node_of(struct ddpenv_node *n, enum ddpenv_backend b, unsigned tasks, unsigned gpus)
 {
 	memset(n, 0, sizeof(*n));
@@ -548,6 +628,23 @@ static void test_vars_per_task(void)
 	test_cond("... a bus id from the topology", p.gpus[1].busid[0] != '\0');
 	test_streq("... the node's list for ddp-env --explain", var(&v, "DDP_SLURM_STEP_GPUS"), "4,5");
 	test_cond("... its NIC", var(&v, "DDP_NIC") != NULL);
+	ddpenv_env_free(&te);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	/* --gpu-bind=map_gpu:5,4: local rank 1's is GRES 4 */
+	step_env(&env, 2, "5", "5", "SLURMD_TRES_BIND=gpu:map_gpu:5,4", "DDP_SLURM_STEP_GPUS=4,5",
+		 "DDP_STEP=7.0", "SLURM_JOB_ID=7", "SLURM_STEP_ID=0", NULL);
+	plan_on("dgx-h100.xml", &env, DDPENV_BIND_AUTO, NULL, &p);
+	node_of(&node, DDPENV_BACKEND_NCCL, 2, 2);
+	node.plan = &p;
+	task_env(&te, 2, 1, "CUDA_VISIBLE_DEVICES=4", NULL);
+	test_cond("map_gpu: task variables", ddpenv_task_vars(&node, &te, &v, err, sizeof(err)) == 0);
+	test_cond("... CUDA_VISIBLE_DEVICES is Slurm's", var(&v, "CUDA_VISIBLE_DEVICES") == NULL);
+	test_streq("... DDP_GPU_BUSID: GRES 4, the list's entry for local rank 1", var(&v, "DDP_GPU_BUSID"),
+		   p.gpus[0].busid);
+	test_cond("... not GRES 5's", strcmp(p.gpus[0].busid, p.gpus[1].busid) != 0);
+	test_streq("... the node's list for ddp-env --explain", var(&v, "DDP_SLURM_STEP_GPUS"), "4,5");
 	ddpenv_env_free(&te);
 	ddpenv_bind_plan_free(&p);
 	ddpenv_env_free(&env);
@@ -1452,6 +1549,7 @@ int main(void)
 	test_cgroup();
 	test_policy();
 	test_slurm_per_task();
+	test_slurm_map();
 	test_task_affinity();
 	test_vars();
 	test_vars_per_task();
