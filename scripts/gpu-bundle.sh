@@ -13,6 +13,8 @@
 #   .gpu/run.sh h2d          bench/h2d_bind.sh
 #   .gpu/run.sh all          check, train (tf32, bf16, gloo2), h2d, bench (tf32, bf16; no
 #                            torch.compile): one device call, logs in $OUT
+#   .gpu/run.sh layouts      check, then bench with --conv-layout nhwc and auto (tf32) and
+#                            nhwc (bf16): one device call, logs in $OUT
 #   .gpu/run.sh libs         where each CUDA library was found
 #   .gpu/run.sh CMD ARGS     any program of .gpu/bin with the bundle's libraries
 #
@@ -182,7 +184,7 @@ h2d)
 	shift || true
 	H2D_BIND=$(wrapper h2d_bind) bench/h2d_bind.sh "$@"
 	;;
-all)
+all | layouts)
 	# What one device call holds (10 minutes): each part bounded in time
 	# and logged to $OUT/PART.log (.gpu/logs without OUT); a failing part
 	# does not stop the next.  torch.compile's autotuning is left for
@@ -203,6 +205,15 @@ all)
 	# most wanted first: a part that hangs to its bound leaves the later
 	# ones less of the call
 	part check 180 -- check
+	if [ "$1" = layouts ]; then
+		# the channels-last convolutions against the NCHW rows of `all`
+		part nhwc_tf32 120 CNN_ARGS="--conv-layout nhwc" TORCH_MODES="eager graph" -- bench
+		part auto_tf32 120 CNN_ARGS="--conv-layout auto" TORCH_MODES="eager graph" -- bench
+		part nhwc_bf16 120 CNN_ARGS="--conv-layout nhwc" PRECISION=bf16 TORCH_MODES="eager graph" -- bench
+		printf '=== summary (logs in %s)\n' "$logs"
+		printf '%s\n' "${summary[@]}" | tee "$logs/summary.log"
+		exit 0
+	fi
 	part h2d 60 -- h2d
 	part train 90 -- train
 	part bench_tf32 150 TORCH_MODES="eager graph" -- bench
