@@ -71,13 +71,7 @@ teardown() {
 }
 
 @test "a step given one CPU of a node another job shares stays on that CPU" {
-	run crun sbatch --parsable -o /dev/null -w node1 -n1 --wrap "sleep 120"
-	assert_success
-	HOLDER=$output
-	for _ in $(seq 1 40); do
-		[ "$(crun squeue -h -j "$HOLDER" -o %t)" = R ] && break
-		sleep 0.25
-	done
+	hold_job -w node1
 	run crun srun --jobid="$HOLDER" --overlap -n1 bash -c 'grep Cpus_allowed_list /proc/self/status | cut -f2'
 	assert_success
 	held=$output

@@ -157,15 +157,9 @@ teardown() {
 	testnode_topology
 	# Another job holds node1's GPUs 0,1 (package 0): there the step gets
 	# 2,3 (package 1), on node2 0,1; Slurm gives task i the i-th.
-	run crun sbatch --parsable -o /dev/null -w node1 -n1 --gres=gpu:2 --wrap "sleep 120"
-	assert_success
-	holder=$output
-	for _ in $(seq 1 40); do
-		[ "$(crun squeue -h -j "$holder" -o %t)" = R ] && break
-		sleep 0.25
-	done
+	hold_job -w node1 --gres=gpu:2
 	run --separate-stderr crun srun --ddp=nccl -N2 --ntasks-per-node=2 --gpus-per-task=1 -w node1,node2 "$BIND_REPORT"
-	crun scancel "$holder"
+	crun scancel "$HOLDER"
 	assert_success
 	assert_matches_plan 4
 	# ddp-env --explain works in each task (no "has 1 GPU(s)" from the task's own list)
@@ -195,15 +189,9 @@ teardown() {
 	# Another job holds node1's GPUs 0,1: the step gets 2,3.  map_gpu
 	# numbers are the node's: 3 is the step's, 1 is not, so Slurm binds
 	# task 1 to the step's first (2); task 2 starts the list over.
-	run crun sbatch --parsable -o /dev/null -w node1 -n1 --gres=gpu:2 --wrap "sleep 120"
-	assert_success
-	holder=$output
-	for _ in $(seq 1 40); do
-		[ "$(crun squeue -h -j "$holder" -o %t)" = R ] && break
-		sleep 0.25
-	done
+	hold_job -w node1 --gres=gpu:2
 	run --separate-stderr crun srun --ddp=gloo -w node1 -n3 --gres=gpu:2 --gpu-bind=map_gpu:3,1 "$BIND_REPORT"
-	crun scancel "$holder"
+	crun scancel "$HOLDER"
 	assert_success
 	assert_matches_plan 3
 	refute_line --regexp 'plan_cpus=none'

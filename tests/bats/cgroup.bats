@@ -31,13 +31,7 @@ teardown() {
 
 # Another job takes one of node1's 2 CPUs (its cgroup's cpuset); HELD is it.
 hold_one_cpu() {
-	run crun sbatch --parsable -o /dev/null -n1 --wrap "sleep 120"
-	assert_success
-	HOLDER=$output
-	for _ in $(seq 1 40); do
-		[ "$(crun squeue -h -j "$HOLDER" -o %t)" = R ] && break
-		sleep 0.25
-	done
+	hold_job
 	run crun srun --jobid="$HOLDER" --overlap -n1 bash -c \
 		'cat "/sys/fs/cgroup/cpuset$(sed -n "s/^[0-9]*:cpuset://p" /proc/self/cgroup)/cpuset.cpus"'
 	assert_success

@@ -54,6 +54,20 @@ s = socket.socket(); s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(1); time.sl
 	done
 }
 
+# hold_job SBATCH-ARGS...: another job (sleep 120) holding what the
+# arguments ask for, its id in HOLDER, returning once it runs (a step
+# started before it would take what it is meant to hold).
+hold_job() {
+	run crun sbatch --parsable -o /dev/null -n1 "$@" --wrap "sleep 120"
+	assert_success
+	HOLDER=$output
+	for _ in $(seq 1 80); do
+		[ "$(crun squeue -h -j "$HOLDER" -o %t)" = R ] && return 0
+		sleep 0.25
+	done
+	fail "job $HOLDER ($*) did not start in 20 s"
+}
+
 # Dump the daemons' logs when a test failed, redis-style.
 dump_logs_on_failure() {
 	local d=${DDP_CLUSTER_DIR:-$REPO/build/cluster}
