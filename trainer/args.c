@@ -52,6 +52,8 @@ void cnn_args_usage(FILE *f)
 "  --conv-layout KIND     GPU: the convolutions' activations nchw (default),\n"
 "                         nhwc (channels-last, for cuDNN's tensor-core kernels)\n"
 "                         or auto (per batch size, the one cuDNN times faster)\n"
+"  --backward-streams N   GPU: 1 (default) or 2: the weight gradients on a second\n"
+"                         stream, beside the data gradients\n"
 "  --timeout SECONDS      bound on rendezvous and on each collective (default 60)\n"
 "checkpoints and output:\n"
 "  --checkpoint-dir DIR   rank 0 writes DIR/checkpoint.bin after each epoch\n"
@@ -105,7 +107,7 @@ static int num_f(const char *opt, const char *s, double lo, double hi, float *ou
 enum {
 	O_DATA = 256, O_DATA_DIR, O_EPOCHS, O_MAX_STEPS, O_EVAL, O_BATCH, O_OPTIM, O_LR,
 	O_MOMENTUM, O_WD, O_SCHED, O_STEP_EPOCHS, O_GAMMA, O_WARMUP, O_NO_DROPOUT, O_SEED,
-	O_THREADS, O_DEVICE, O_PRECISION, O_NO_GRAPH, O_CONV_LAYOUT, O_TIMEOUT, O_CKPT_DIR, O_CKPT_EVERY, O_RESUME, O_LOG_JSON,
+	O_THREADS, O_DEVICE, O_PRECISION, O_NO_GRAPH, O_CONV_LAYOUT, O_STREAMS, O_TIMEOUT, O_CKPT_DIR, O_CKPT_EVERY, O_RESUME, O_LOG_JSON,
 	O_DUMP, O_PROGRESS, O_LOG_EVERY, O_TRAIN_LIMIT, O_TEST_LIMIT,
 };
 
@@ -131,6 +133,7 @@ static const struct option opts[] = {
 	{ "precision", required_argument, NULL, O_PRECISION },
 	{ "no-graph", no_argument, NULL, O_NO_GRAPH },
 	{ "conv-layout", required_argument, NULL, O_CONV_LAYOUT },
+	{ "backward-streams", required_argument, NULL, O_STREAMS },
 	{ "timeout", required_argument, NULL, O_TIMEOUT },
 	{ "checkpoint-dir", required_argument, NULL, O_CKPT_DIR },
 	{ "checkpoint-every", required_argument, NULL, O_CKPT_EVERY },
@@ -161,6 +164,7 @@ int cnn_args_parse(struct cnn_args *a, int argc, char **argv, const char *env_da
 	a->seed = 1;
 	a->device = "auto";
 	a->timeout_s = 60;
+	a->streams = 1;
 	a->progress = -1;
 	a->log_every = 50;
 	a->sched.step_epochs = 1;
@@ -263,6 +267,7 @@ int cnn_args_parse(struct cnn_args *a, int argc, char **argv, const char *env_da
 				return -1;
 			}
 			break;
+		case O_STREAMS: rv = num_int("--backward-streams", optarg, 1, 2, &a->streams, err, errlen); break;
 		case O_TIMEOUT: rv = num_int("--timeout", optarg, 1, 86400, &a->timeout_s, err, errlen); break;
 		case O_CKPT_DIR: a->checkpoint_dir = optarg; break;
 		case O_CKPT_EVERY: rv = num_ll("--checkpoint-every", optarg, 1, LLONG_MAX / 2, &a->checkpoint_every, err, errlen); break;

@@ -25,6 +25,7 @@ struct cnn_args {
 	int precision;             /* enum cnn_precision: tf32 (default), fp32, bf16 */
 	int no_graph;              /* GPU: run the step eagerly, not as a CUDA graph */
 	int conv_layout;           /* enum cnn_layout: nchw (default), nhwc, auto */
+	int streams;               /* GPU backward streams: 1 (default) or 2 */
 	const char *checkpoint_dir;
 	long long checkpoint_every;/* steps; 0: each epoch only */
 	int resume;

@@ -21,7 +21,7 @@
 #include "model.h"
 #include "optim.h"
 
-#define CNN_GPU_ABI 2
+#define CNN_GPU_ABI 3
 #define CNN_GPU_MODULE "cnn_train_cuda.so"
 
 enum cnn_precision {
@@ -66,6 +66,8 @@ struct cnn_gpu_opts {
 	int rank, world;
 	int timeout_ms;              /* bound on every wait for the GPU or a peer */
 	enum cnn_layout layout;      /* the convolutions' activations (0: NCHW) */
+	int streams;                 /* --backward-streams: 2 runs the weight gradients
+				      * beside the data gradients (0: 1) */
 };
 
 struct cnn_gpu;

@@ -268,6 +268,11 @@ static void test_args(void)
 		  parse(&a, err, NULL, "--conv-layout=auto", NULL) == 0 && a.conv_layout == CNN_LAYOUT_AUTO);
 	test_cond("--conv-layout=chwn", parse(&a, err, NULL, "--conv-layout=chwn", NULL) < 0);
 	test_err("... lists the choices", err, "--conv-layout=chwn: expected nchw, nhwc or auto");
+	test_cond("--backward-streams: 1 by default, 2",
+		  parse(&a, err, NULL, NULL) == 0 && a.streams == 1 &&
+		  parse(&a, err, NULL, "--backward-streams", "2", NULL) == 0 && a.streams == 2);
+	test_cond("--backward-streams=3", parse(&a, err, NULL, "--backward-streams=3", NULL) < 0);
+	test_err("... names the range", err, "--backward-streams");
 	test_cond("--precision=fp8", parse(&a, err, NULL, "--precision=fp8", NULL) < 0);
 	test_err("... lists the choices", err, "--precision=fp8: expected tf32, fp32 or bf16");
 	test_cond("--device=tpu", parse(&a, err, NULL, "--device=tpu", NULL) < 0);

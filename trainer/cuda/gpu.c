@@ -154,7 +154,8 @@ static int gpu_open(struct cnn_gpu **out, const struct cnn_gpu_opts *o, char *er
 	for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++)
 		CUDA(cudaEventCreateWithFlags(evs[i], cudaEventDisableTiming));
 	int maxb = o->batch > o->eval_batch ? o->batch : o->eval_batch;
-	if (cnn_gnet_init(&g->net, o->m, maxb, o->precision, o->layout, g->s) < 0)
+	if (cnn_gnet_init(&g->net, o->m, maxb, o->precision, o->layout,
+			  o->streams ? o->streams : 1, g->s) < 0)
 		FAIL("%s", g->net.err[0] ? g->net.err : cnn_cuda_last_error());
 	size_t n = o->m->nparams;
 	CUDA(cudaMalloc((void **)&g->s1, n * 4));
@@ -179,9 +180,10 @@ static void gpu_describe(const struct cnn_gpu *g, char *buf, size_t len)
 {
 	char lib[384];
 	cnn_gnet_describe(&g->net, lib, sizeof(lib));
-	snprintf(buf, len, "%s, %s, %s", g->name, lib,
+	snprintf(buf, len, "%s, %s, %s%s", g->name, lib,
 		 g->hcomm ? "no graph (gradients all-reduced through host memory)" :
-		 g->o.graph ? "CUDA graph" : "no graph");
+		 g->o.graph ? "CUDA graph" : "no graph",
+		 g->net.streams == 2 ? ", weight gradients on a second stream" : "");
 }
 
 static void gpu_use_comm(struct cnn_gpu *g, struct cnn_comm *c)
@@ -292,8 +294,9 @@ static int gpu_get_state(struct cnn_gpu *g, float *params, struct cnn_optim *opt
 	return 0;
 }
 
-/* Backward's bucket hook: fork the all-reduce onto the comm stream. */
-static int bucket_ready(void *ctx, int bucket)
+/* Backward's bucket hook: fork the all-reduce onto the comm stream from
+ * the stream the bucket is final on. */
+static int bucket_ready(void *ctx, int bucket, cudaStream_t on)
 {
 	struct cnn_gpu *g = ctx;
 	const struct cnn_model *m = g->o.m;
@@ -305,7 +308,7 @@ static int bucket_ready(void *ctx, int bucket)
 		return host_reduce(g);
 	if (!g->comm)
 		return 0;
-	CUDA(cudaEventRecord(ev, g->s));
+	CUDA(cudaEventRecord(ev, on));
 	CUDA(cudaStreamWaitEvent(g->cs, ev, 0));
 	float *buf = bucket == CNN_BUCKET_FC ? g->net.grads + fc : g->net.grads;
 	size_t n = bucket == CNN_BUCKET_FC ? m->nparams - fc : fc;

@@ -63,13 +63,36 @@ static int set_math(struct cnn_gnet *g)
 	cudnnMathType_t cm = g->precision == CNN_PREC_TF32 ? CUDNN_DEFAULT_MATH :
 			     g->precision == CNN_PREC_FP32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
 	cublasCheck(cublasSetMathMode(g->blas, bm));
+	if (g->blasw != g->blas)
+		cublasCheck(cublasSetMathMode(g->blasw, bm));
 	for (int l = 0; l < 2; l++)
 		cudnnCheck(cudnnSetConvolutionMathType(g->cv[l], cm));
 	return 0;
 }
 
+/* A cuBLAS handle on stream s with a workspace of its own: cuBLAS must
+ * not allocate inside a captured graph.  Its size is what cuBLAS's
+ * documentation of cublasSetWorkspace recommends: 32 MiB on Hopper and
+ * newer, 4 MiB before. */
+static int blas_open(struct cnn_gnet *g, cublasHandle_t *h, void **ws, cudaStream_t s)
+{
+	int dev = 0, major = 0;
+	cudaCheck(cudaGetDevice(&dev));
+	cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+	size_t bws = (size_t)(major >= 9 ? 32 : 4) << 20;
+	cublasCheck(cublasCreate(h));
+	cublasCheck(cublasSetStream(*h, s));
+	if (alloc(ws, bws) < 0)
+		return -1;
+	cublasCheck(cublasSetWorkspace(*h, *ws, bws));
+	cublasCheck(cublasSetPointerMode(*h, CUBLAS_POINTER_MODE_HOST));
+	(void)g;
+	return 0;
+}
+
 int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
-		  enum cnn_precision precision, enum cnn_layout layout, cudaStream_t s)
+		  enum cnn_precision precision, enum cnn_layout layout, int streams,
+		  cudaStream_t s)
 {
 	memset(g, 0, sizeof(*g));
 	g->m = *m;
@@ -81,21 +104,28 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 	const struct cnn_model *M = &g->m;
 	size_t N = (size_t)max_batch;
 
+	if (streams != 1 && streams != 2) {
+		snprintf(g->err, sizeof(g->err), "%d backward streams: expected 1 or 2", streams);
+		return -1;
+	}
+	g->streams = streams;
 	cudnnCheck(cudnnCreate(&g->dnn));
 	cudnnCheck(cudnnSetStream(g->dnn, s));
-	cublasCheck(cublasCreate(&g->blas));
-	cublasCheck(cublasSetStream(g->blas, s));
-	/* A workspace of our own: cuBLAS must not allocate inside a captured
-	 * graph.  Its size is what cuBLAS's documentation of cublasSetWorkspace
-	 * recommends: 32 MiB on Hopper and newer, 4 MiB before. */
-	int dev = 0, major = 0;
-	cudaCheck(cudaGetDevice(&dev));
-	cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-	size_t bws = (size_t)(major >= 9 ? 32 : 4) << 20;
-	if (alloc(&g->blas_ws, bws) < 0)
+	if (blas_open(g, &g->blas, &g->blas_ws, s) < 0)
 		return -1;
-	cublasCheck(cublasSetWorkspace(g->blas, g->blas_ws, bws));
-	cublasCheck(cublasSetPointerMode(g->blas, CUBLAS_POINTER_MODE_HOST));
+	if (streams == 2) {
+		cudaCheck(cudaStreamCreateWithFlags(&g->sw, cudaStreamNonBlocking));
+		cudnnCheck(cudnnCreate(&g->dnnw));
+		cudnnCheck(cudnnSetStream(g->dnnw, g->sw));
+		if (blas_open(g, &g->blasw, &g->blasw_ws, g->sw) < 0)
+			return -1;
+		for (int i = 0; i < 4; i++)
+			cudaCheck(cudaEventCreateWithFlags(&g->ev[i], cudaEventDisableTiming));
+	} else {
+		g->sw = s;
+		g->dnnw = g->dnn;
+		g->blasw = g->blas;
+	}
 
 	cudnnCheck(cudnnCreateTensorDescriptor(&g->tx));
 	cudnnCheck(cudnnCreateTensorDescriptor(&g->t1));
@@ -135,7 +165,9 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 			 cnn_cuda_bias_grad_nhwc_scratch(max_batch, M->c2, M->h2 * M->w2) }, bsmax = 0;
 	for (int i = 0; i < 4; i++)
 		bsmax = bs[i] > bsmax ? bs[i] : bsmax;
-	if (alloc(&g->bgs, bsmax * 4) < 0)
+	/* two streams may run both layers' bias gradients at once */
+	g->bgs_off = bsmax;
+	if (alloc(&g->bgs, 2 * bsmax * 4) < 0)
 		return -1;
 	size_t nw = M->t[P_W1].n + M->t[P_W2].n;
 	if (layout != CNN_LAYOUT_NCHW &&
@@ -169,7 +201,7 @@ void cnn_gnet_free(struct cnn_gnet *g)
 	void *bufs[] = { g->params, g->grads, g->x, g->a1, g->a2, g->p, g->h, g->logits, g->logp,
 			 g->dlogits, g->dh, g->dp, g->da2, g->da1, g->ones, g->arg, g->y, g->stats,
 			 g->keys, g->ws, g->blas_ws, g->wb, g->xb, g->pb, g->hb, g->dlb, g->dhb,
-			 g->dwb, g->bgs, g->wt, g->dwt, g->xt };
+			 g->dwb, g->bgs, g->wt, g->dwt, g->xt, g->wsw, g->blasw_ws };
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		if (bufs[i])
 			cudaFree(bufs[i]);
@@ -185,6 +217,17 @@ void cnn_gnet_free(struct cnn_gnet *g)
 	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
 		if (t[i])
 			cudnnDestroyTensorDescriptor(t[i]);
+	if (g->streams == 2) {
+		if (g->blasw)
+			cublasDestroy(g->blasw);
+		if (g->dnnw)
+			cudnnDestroy(g->dnnw);
+		for (int i = 0; i < 4; i++)
+			if (g->ev[i])
+				cudaEventDestroy(g->ev[i]);
+		if (g->sw)
+			cudaStreamDestroy(g->sw);
+	}
 	if (g->blas)
 		cublasDestroy(g->blas);
 	if (g->dnn)
@@ -328,11 +371,15 @@ int cnn_gnet_prepare(struct cnn_gnet *g, int n)
 	a.ms[1] = ms[1];
 	snprintf(a.why, sizeof(a.why), "%s", why);
 	if (need > g->ws_bytes && !g->ws_frozen) {
-		if (g->ws)
-			cudaCheck(cudaFree(g->ws));
-		g->ws = NULL;
-		if (alloc(&g->ws, need) < 0)
-			return -1;
+		/* with two streams, sw's backward-filter calls have their own */
+		void **ws[2] = { &g->ws, &g->wsw };
+		for (int i = 0; i < g->streams; i++) {
+			if (*ws[i])
+				cudaCheck(cudaFree(*ws[i]));
+			*ws[i] = NULL;
+			if (alloc(ws[i], need) < 0)
+				return -1;
+		}
 		g->ws_bytes = need;
 	}
 	if (g->nalgos == 8)
@@ -343,15 +390,16 @@ int cnn_gnet_prepare(struct cnn_gnet *g, int n)
 
 /* Column-major C (m x n, fp32) = alpha op(A) op(B): Sgemm, or for bf16
  * GemmEx on bf16 A and B with fp32 accumulation and output. */
-static int gemm(struct cnn_gnet *g, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-		int k, float alpha, const void *a, int lda, const void *b, int ldb, float *c, int ldc)
+static int gemm(struct cnn_gnet *g, cublasHandle_t h, cublasOperation_t ta,
+		cublasOperation_t tb, int m, int n, int k, float alpha, const void *a, int lda,
+		const void *b, int ldb, float *c, int ldc)
 {
 	if (bf(g))
-		cublasCheck(cublasGemmEx(g->blas, ta, tb, m, n, k, &alpha, a, CUDA_R_16BF, lda, b,
+		cublasCheck(cublasGemmEx(h, ta, tb, m, n, k, &alpha, a, CUDA_R_16BF, lda, b,
 					 CUDA_R_16BF, ldb, &zero, c, CUDA_R_32F, ldc,
 					 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 	else
-		cublasCheck(cublasSgemm(g->blas, ta, tb, m, n, k, &alpha, a, lda, b, ldb, &zero, c, ldc));
+		cublasCheck(cublasSgemm(h, ta, tb, m, n, k, &alpha, a, lda, b, ldb, &zero, c, ldc));
 	return 0;
 }
 
@@ -360,19 +408,44 @@ static int gemm(struct cnn_gnet *g, cublasOperation_t ta, cublasOperation_t tb, 
 static int linear_fwd(struct cnn_gnet *g, const void *x, int n, int in, const void *w, int out,
 		      float *y)
 {
-	return gemm(g, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, 1.f, w, in, x, in, y, out);
+	return gemm(g, g->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, 1.f, w, in, x, in, y, out);
 }
 
-/* dW = dY^T X, db = colsum(dY), dX = scale * dY W (dx may be NULL); dy is
- * dY in the GEMMs' operand type, dyf the same in fp32 for the bias. */
-static int linear_bwd(struct cnn_gnet *g, const void *x, int n, int in, const void *w, int out,
-		      const void *dy, const float *dyf, float *dw, float *db, float *dx, float scale)
+/* dW = dY^T X and db = colsum(dY) on sw (the weight-gradient stream); dy
+ * is dY in the GEMMs' operand type, dyf the same in fp32 for the bias. */
+static int linear_bwd_w(struct cnn_gnet *g, const void *x, int n, int in, int out, const void *dy,
+			const float *dyf, float *dw, float *db)
 {
-	if (gemm(g, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, 1.f, x, in, dy, out, dw, in) < 0)
+	if (gemm(g, g->blasw, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, 1.f, x, in, dy, out, dw, in) < 0)
 		return -1;
-	cublasCheck(cublasSgemv(g->blas, CUBLAS_OP_N, out, n, &one, dyf, out, g->ones, 1, &zero, db, 1));
-	if (dx && gemm(g, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, scale, w, in, dy, out, dx, in) < 0)
-		return -1;
+	cublasCheck(cublasSgemv(g->blasw, CUBLAS_OP_N, out, n, &one, dyf, out, g->ones, 1, &zero, db, 1));
+	return 0;
+}
+
+/* dX = scale * dY W on s. */
+static int linear_bwd_x(struct cnn_gnet *g, int n, int in, const void *w, int out, const void *dy,
+			float *dx, float scale)
+{
+	return gemm(g, g->blas, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, scale, w, in, dy, out, dx, in);
+}
+
+/* Two streams: sw waits for what s has enqueued so far (event k). */
+static int fork_w(struct cnn_gnet *g, int k)
+{
+	if (g->streams == 1)
+		return 0;
+	cudaCheck(cudaEventRecord(g->ev[k], g->s));
+	cudaCheck(cudaStreamWaitEvent(g->sw, g->ev[k], 0));
+	return 0;
+}
+
+/* Two streams: s waits for what sw has enqueued so far. */
+static int join_w(struct cnn_gnet *g)
+{
+	if (g->streams == 1)
+		return 0;
+	cudaCheck(cudaEventRecord(g->ev[3], g->sw));
+	cudaCheck(cudaStreamWaitEvent(g->s, g->ev[3], 0));
 	return 0;
 }
 
@@ -454,37 +527,44 @@ static int relu_bwd(struct cnn_gnet *g, void *dx, const void *y, size_t n)
  * took 42% of a batch-1024 TF32 step's GPU time on an H100 (ncu,
  * 2026-11-22). */
 static int bias_grad(struct cnn_gnet *g, int nhwc, const void *dy, int n, int oc, int pix,
-		     float *db)
+		     float *db, float *scratch, cudaStream_t s)
 {
 	if (nhwc)
-		return bf(g) ? cnn_cuda_bias_grad_nhwc_bf16(dy, n, oc, pix, g->bgs, db, g->s) :
-			       cnn_cuda_bias_grad_nhwc(dy, n, oc, pix, g->bgs, db, g->s);
+		return bf(g) ? cnn_cuda_bias_grad_nhwc_bf16(dy, n, oc, pix, scratch, db, s) :
+			       cnn_cuda_bias_grad_nhwc(dy, n, oc, pix, scratch, db, s);
 	if (bf(g))
-		return cnn_cuda_bias_grad_bf16(dy, n, oc, pix, g->bgs, db, g->s);
-	return cnn_cuda_bias_grad(dy, n, oc, pix, g->bgs, db, g->s);
+		return cnn_cuda_bias_grad_bf16(dy, n, oc, pix, scratch, db, s);
+	return cnn_cuda_bias_grad(dy, n, oc, pix, scratch, db, s);
 }
 
 /* Backward-filter of convolution l into grads at off (through the bf16
  * scratch dwb at boff, then widened, for bf16; channels-last, through the
- * OHWI scratch dwt at boff, then transposed). */
-static int conv_bwd_filter(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int l,
-			   cudnnTensorDescriptor_t tin, const void *in, cudnnTensorDescriptor_t tout,
-			   const void *dout, size_t off, size_t boff, size_t count)
+ * OHWI scratch dwt at boff, then transposed), and its bias gradient from
+ * dout (scratch at bgs + l * bgs_off), on stream w: 0 s, 1 sw. */
+static int conv_bwd_w(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int l, int w, int n,
+		      cudnnTensorDescriptor_t tin, const void *in, cudnnTensorDescriptor_t tout,
+		      const void *dout, size_t boff)
 {
 	const struct cnn_model *M = &g->m;
+	cudaStream_t s = w ? g->sw : g->s;
+	int co = l ? M->c2 : M->c1, ci = l ? M->c1 : M->in.c;
+	int pix = l ? M->h2 * M->w2 : M->h1 * M->w1;
+	size_t off = M->t[l ? P_W2 : P_W1].off, count = M->t[l ? P_W2 : P_W1].n;
 	int t = a->nhwc && own_ohwi(g, l);
 	void *dw = t ? (void *)((char *)g->dwt + boff * g->esize) :
 		   bf(g) ? (void *)(g->dwb + boff) : (void *)(g->grads + off);
+	if (bias_grad(g, a->nhwc, dout, n, co, pix, g->grads + M->t[l ? P_B2 : P_B1].off,
+		      g->bgs + (size_t)l * g->bgs_off, s) < 0)
+		return -1;
 	cudnnCheck(cudnnSetConvolutionMathType(g->cv[l], a->bwd_filter_math[l]));
-	cudnnCheck(cudnnConvolutionBackwardFilter(g->dnn, &one, tin, in, tout, dout, g->cv[l],
-						  a->bwd_filter[l], g->ws, g->ws_bytes, &zero,
-						  filt(g, l, a->nhwc), dw));
-	if (t) {
-		int co = l ? M->c2 : M->c1, ci = l ? M->c1 : M->in.c;
-		return bf(g) ? cnn_cuda_ohwi_to_oihw_bf16(dw, co, ci, 9, g->grads + off, g->s) :
-			       cnn_cuda_ohwi_to_oihw(dw, co, ci, 9, g->grads + off, g->s);
-	}
-	return bf(g) ? cnn_cuda_from_bf16(g->dwb + boff, g->grads + off, count, g->s) : 0;
+	cudnnCheck(cudnnConvolutionBackwardFilter(w ? g->dnnw : g->dnn, &one, tin, in, tout, dout,
+						  g->cv[l], a->bwd_filter[l],
+						  w && g->streams == 2 ? g->wsw : g->ws,
+						  g->ws_bytes, &zero, filt(g, l, a->nhwc), dw));
+	if (t)
+		return bf(g) ? cnn_cuda_ohwi_to_oihw_bf16(dw, co, ci, 9, g->grads + off, s) :
+			       cnn_cuda_ohwi_to_oihw(dw, co, ci, 9, g->grads + off, s);
+	return bf(g) ? cnn_cuda_from_bf16(g->dwb + boff, g->grads + off, count, s) : 0;
 }
 
 /* Channels-last: this step's OHWI weights (and the batch, for more than
@@ -572,8 +652,21 @@ int cnn_gnet_forward(struct cnn_gnet *g, int n, int train)
 	return cnn_cuda_logsoftmax_nll_fwd(g->logits, g->y, n, M->in.classes, g->logp, g->stats, g->s);
 }
 
+/* With two streams the weight gradients run on sw as their inputs are
+ * final (fork_w), the data gradients on s, so the critical path is s's
+ * chain (the GEMMs' dX, the pool, conv2's backward-data, conv1's
+ * backward-filter) while conv2's backward-filter, the largest of the
+ * weight-gradient calls, runs beside it:
+ *
+ *   s:  nll' -+- dh = dl W4, relu' -+- dp = dh W3, pool' -+- conv2 data', relu', conv1 filter' -+- join
+ *   sw:       +- dW4, db4           +- dW3, db3 [FC]      +- db2, conv2 filter' ----------------+
+ *
+ * Nothing s writes after a fork is read by sw: each buffer sw reads is
+ * written once per step, before the fork that hands it over, and the next
+ * step's writes wait for the join (and with a graph for the whole replay).
+ * The two layers' bias gradients have scratch of their own (bgs_off). */
 int cnn_gnet_backward(struct cnn_gnet *g, int n, float scale_n,
-		      int (*ready)(void *ctx, int bucket), void *ctx)
+		      int (*ready)(void *ctx, int bucket, cudaStream_t on), void *ctx)
 {
 	const struct cnn_model *M = &g->m;
 	const struct cnn_gnet_algos *a = algos_for(g, n);
@@ -584,40 +677,40 @@ int cnn_gnet_backward(struct cnn_gnet *g, int n, float scale_n,
 	 * elements are > 0 after the ReLU, dropped ones are 0 and gated off. */
 	float s1 = M->p_drop1 > 0.f ? 1.f / (1.f - M->p_drop1) : 1.f;
 	float s2 = M->p_drop2 > 0.f ? 1.f / (1.f - M->p_drop2) : 1.f;
+	const void *dl = bf(g) ? (const void *)g->dlb : g->dlogits;
+	const void *dh = bf(g) ? (const void *)g->dhb : g->dh;
 	if (!a)
 		return -1;
 
 	if (cnn_cuda_logsoftmax_nll_bwd(g->logp, g->y, n, K, scale_n, g->dlogits, g->s) < 0 ||
 	    (bf(g) && cnn_cuda_to_bf16(g->dlogits, g->dlb, (size_t)n * K, g->s) < 0) ||
-	    linear_bwd(g, bf(g) ? (const void *)g->hb : g->h, n, M->hidden, W(g, P_W4), K,
-		       bf(g) ? (const void *)g->dlb : g->dlogits, g->dlogits, G + M->t[P_W4].off,
-		       G + M->t[P_B4].off, g->dh, s2) < 0 ||
+	    fork_w(g, 0) < 0 ||
+	    linear_bwd_w(g, bf(g) ? (const void *)g->hb : g->h, n, M->hidden, K, dl, g->dlogits,
+			 G + M->t[P_W4].off, G + M->t[P_B4].off) < 0 ||
+	    linear_bwd_x(g, n, M->hidden, W(g, P_W4), K, dl, g->dh, s2) < 0 ||
 	    cnn_cuda_relu_bwd(g->dh, g->h, (size_t)n * M->hidden, g->s) < 0 ||
 	    (bf(g) && cnn_cuda_to_bf16(g->dh, g->dhb, (size_t)n * M->hidden, g->s) < 0) ||
-	    linear_bwd(g, bf(g) ? (const void *)g->pb : g->p, n, M->flat, W(g, P_W3), M->hidden,
-		       bf(g) ? (const void *)g->dhb : g->dh, g->dh, G + M->t[P_W3].off,
-		       G + M->t[P_B3].off, g->dp, s1) < 0)
+	    fork_w(g, 1) < 0 ||
+	    linear_bwd_w(g, bf(g) ? (const void *)g->pb : g->p, n, M->flat, M->hidden, dh, g->dh,
+			 G + M->t[P_W3].off, G + M->t[P_B3].off) < 0)
 		return -1;
-	if (ready && ready(ctx, CNN_BUCKET_FC) < 0)
+	if (ready && ready(ctx, CNN_BUCKET_FC, g->sw) < 0)
 		return -1;
 	/* p is the pool's output after dropout: > 0 exactly where a gradient
 	 * flows back through the ReLU, the pool and the mask. */
 	int nh = a->nhwc;
-	if (maxpool_relu_bwd(g, nh, n) < 0 ||
-	    bias_grad(g, nh, g->da2, n, M->c2, M->h2 * M->w2, G + M->t[P_B2].off) < 0 ||
-	    conv_bwd_filter(g, a, 1, g->t1, g->a1, g->t2, g->da2, M->t[P_W2].off, M->t[P_W1].n,
-			    M->t[P_W2].n) < 0)
+	if (linear_bwd_x(g, n, M->flat, W(g, P_W3), M->hidden, dh, g->dp, s1) < 0 ||
+	    maxpool_relu_bwd(g, nh, n) < 0 || fork_w(g, 2) < 0 ||
+	    conv_bwd_w(g, a, 1, 1, n, g->t1, g->a1, g->t2, g->da2, M->t[P_W1].n) < 0)
 		return -1;
 	cudnnCheck(cudnnSetConvolutionMathType(g->cv[1], a->bwd_data_math));
 	cudnnCheck(cudnnConvolutionBackwardData(g->dnn, &one, filt(g, 1, nh), conv_w(g, 1, nh), g->t2,
 						g->da2, g->cv[1], a->bwd_data, g->ws, g->ws_bytes,
 						&zero, g->t1, g->da1));
 	if (relu_bwd(g, g->da1, g->a1, n1) < 0 ||
-	    bias_grad(g, nh, g->da1, n, M->c1, M->h1 * M->w1, G + M->t[P_B1].off) < 0 ||
-	    conv_bwd_filter(g, a, 0, g->tx, conv_x(g, nh), g->t1, g->da1, M->t[P_W1].off, 0,
-			    M->t[P_W1].n) < 0)
+	    conv_bwd_w(g, a, 0, 0, n, g->tx, conv_x(g, nh), g->t1, g->da1, 0) < 0 || join_w(g) < 0)
 		return -1;
-	if (ready && ready(ctx, CNN_BUCKET_CONV) < 0)
+	if (ready && ready(ctx, CNN_BUCKET_CONV, g->s) < 0)
 		return -1;
 	return 0;
 }

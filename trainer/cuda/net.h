@@ -48,6 +48,18 @@ struct cnn_gnet {
 	void *ws, *blas_ws;
 	size_t ws_bytes;
 	int ws_frozen;                   /* a captured graph holds ws: never reallocate */
+	/* --backward-streams 2: the backward's weight gradients (the linear
+	 * layers' dW and db, conv2's bias gradient and backward-filter) on sw,
+	 * forked from s as each one's inputs are final and joined back before
+	 * the convolutions' bucket, concurrent with the data gradients on s:
+	 * a cuDNN and a cuBLAS handle, workspaces and events of their own.
+	 * With one stream sw is s and the handles are s's. */
+	int streams;
+	cudaStream_t sw;
+	cudnnHandle_t dnnw;
+	cublasHandle_t blasw;
+	void *wsw, *blasw_ws;
+	cudaEvent_t ev[4];
 	float *params, *grads;           /* nparams each: the master copy (fp32 always) */
 	float *x, *p, *h, *logits, *logp, *dlogits, *dh, *dp, *ones;
 	/* The convolutions' activations and their gradients: float, or bf16
@@ -58,7 +70,9 @@ struct cnn_gnet {
 	 * (cast from params at each forward), the GEMMs' bf16 operands, and
 	 * the convolutions' weight gradients before they widen into grads. */
 	cnn_bf16 *wb, *xb, *pb, *hb, *dlb, *dhb, *dwb;
-	float *bgs;                      /* the bias gradients' chunk sums */
+	float *bgs;                      /* the bias gradients' chunk sums: conv1's, then
+					  * conv2's at bgs_off (concurrent with two streams) */
+	size_t bgs_off;
 	/* Channels-last only: the convolutions' weights in OHWI (conv1's at 0,
 	 * conv2's at its size) as the convolutions read them, their gradients
 	 * before they go back to OIHW, and (input of more than one channel) the
@@ -75,7 +89,8 @@ struct cnn_gnet {
 enum { CNN_BUCKET_FC, CNN_BUCKET_CONV };
 
 int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
-		  enum cnn_precision precision, enum cnn_layout layout, cudaStream_t s);
+		  enum cnn_precision precision, enum cnn_layout layout, int streams,
+		  cudaStream_t s);
 void cnn_gnet_free(struct cnn_gnet *g);
 /* cuDNN's algorithms for batch n (benchmarked once per n; not while a
  * stream is being captured), in the layout asked for, or with auto in
@@ -87,9 +102,11 @@ int cnn_gnet_prepare(struct cnn_gnet *g, int n);
  * the correct count to g->stats.  train: dropout with g->keys. */
 int cnn_gnet_forward(struct cnn_gnet *g, int n, int train);
 /* Backward of the last forward, gradients the mean over scale_n images;
- * ready(ctx, bucket) as each bucket's gradients are final on g->s. */
+ * ready(ctx, bucket, on) as each bucket's gradients are final on stream
+ * on (the linear layers' on sw, the convolutions' on g->s).  Every
+ * gradient is final on g->s when it returns. */
 int cnn_gnet_backward(struct cnn_gnet *g, int n, float scale_n,
-		      int (*ready)(void *ctx, int bucket), void *ctx);
+		      int (*ready)(void *ctx, int bucket, cudaStream_t on), void *ctx);
 /* "cuDNN 9.19.0, cuBLAS 13.0.0, TF32, NCHW" (or fp32, or "bf16, fp32
  * master weights"; the layout of each batch size prepared, with auto the
  * times it was chosen by) */
