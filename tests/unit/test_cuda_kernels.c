@@ -191,29 +191,72 @@ static void test_bias_relu(int bf16)
 	free(y), free(b), free(got);
 }
 
-static void test_maxpool(int h, int w, int bf16)
+/* The pool's CPU twin, with a bias: cnn_bias_relu (rounded to bf16 where
+ * the unfused kernel would store it) on a copy, then cnn_maxpool2_fwd. */
+static void twin_pool(const float *x, const float *b, int nimg, int c, int h, int w, int bf16,
+		      float *y, uint8_t *arg)
 {
-	int planes = 8 * 64, ph = h / 2, pw = w / 2;
+	size_t nx = (size_t)nimg * c * h * w;
+	float *t = malloc(nx * 4);
+	memcpy(t, x, nx * 4);
+	if (b) {
+		for (int i = 0; i < nimg; i++)
+			cnn_bias_relu(t + (size_t)i * c * h * w, b, c, h * w);
+		if (bf16)
+			cnn_bf16_round(t, nx);
+	}
+	cnn_maxpool2_fwd(t, nimg * c, h, w, y, arg);
+	free(t);
+}
+
+/* bias: conv2's, with values within a bias of zero, so the ReLU makes ties
+ * at 0 that the raw values do not have */
+static float *pool_bias(float *x, size_t nx, int c, int hw)
+{
+	float *b = malloc(c * 4);
+	fill(b, c);
+	for (size_t i = 3; i < nx; i += 11)
+		x[i] = -b[(i / hw) % c] * (1.f + 0.01f * (float)(i % 5));
+	return b;
+}
+
+static void test_maxpool(int h, int w, int bf16, int bias)
+{
+	int nimg = 8, c = 64, planes = nimg * c, ph = h / 2, pw = w / 2;
 	size_t nx = (size_t)planes * h * w, ny = (size_t)planes * ph * pw;
 	float *x = malloc(nx * 4), *y = malloc(ny * 4), *gy = malloc(ny * 4);
 	uint8_t *arg = malloc(ny), *garg = malloc(ny);
+	const char *bn = bias ? " with bias and ReLU" : "";
 	fill(x, nx);
 	/* ties: the first maximum must win on both sides (bf16 rounding makes more) */
 	for (size_t i = 0; i < nx; i += 7)
 		x[i] = x[i + 1 < nx ? i + 1 : i];
+	float *b = bias ? pool_bias(x, nx, c, h * w) : NULL, *dbias = b ? dev(b, c * 4) : NULL;
 	void *dx = up(x, nx, bf16);
 	float *dyv = dev(NULL, ny * 4);
 	uint8_t *darg = dev(NULL, ny);
-	char d[128];
-	snprintf(d, sizeof(d), "maxpool2_fwd%s %dx%d launches", ty(bf16), h, w);
-	test_cond(d, (bf16 ? cnn_cuda_maxpool2_fwd_bf16(dx, planes, h, w, dyv, darg, NULL) :
-			     cnn_cuda_maxpool2_fwd(dx, planes, h, w, dyv, darg, NULL)) == 0);
+	char d[160];
+	snprintf(d, sizeof(d), "maxpool2_fwd%s%s %dx%d launches", ty(bf16), bn, h, w);
+	test_cond(d, (bf16 ? cnn_cuda_maxpool2_fwd_bf16(dx, dbias, nimg, c, h, w, dyv, darg, NULL) :
+			     cnn_cuda_maxpool2_fwd(dx, dbias, nimg, c, h, w, dyv, darg, NULL)) == 0);
 	back(gy, dyv, ny * 4);
 	back(garg, darg, ny);
-	cnn_maxpool2_fwd(x, planes, h, w, y, arg);
-	snprintf(d, sizeof(d), "maxpool2_fwd%s %dx%d equals cnn_maxpool2_fwd, arg included (exact)",
-		 ty(bf16), h, w);
+	twin_pool(x, b, nimg, c, h, w, bf16, y, arg);
+	snprintf(d, sizeof(d), "maxpool2_fwd%s%s %dx%d equals %scnn_maxpool2_fwd, arg included (exact)",
+		 ty(bf16), bn, h, w, bias ? bf16 ? "cnn_bias_relu rounded to bf16, then " :
+					    "cnn_bias_relu, then " : "");
 	test_cond(d, compare("maxpool2_fwd", gy, y, ny, T_EXACT) == 0 && memcmp(garg, arg, ny) == 0);
+	if (bias) {
+		size_t zero = 0;
+		for (size_t i = 0; i < ny; i++)
+			zero += y[i] == 0.f;
+		snprintf(d, sizeof(d), "... the ReLU clamped windows to 0 (%zu of %zu)", zero, ny);
+		test_cond(d, zero > ny / 20);
+		cudaFree(dbias), free(b);
+		cudaFree(dx), cudaFree(dyv), cudaFree(darg);
+		free(x), free(y), free(gy), free(arg), free(garg);
+		return;
+	}
 
 	/* backward: y has negatives (the ReLU gate) and positives */
 	float *g = malloc(ny * 4), *gx = malloc(nx * 4), *cx = malloc(nx * 4);
@@ -235,21 +278,19 @@ static void test_maxpool(int h, int w, int bf16)
 	free(x), free(y), free(gy), free(arg), free(garg), free(g), free(gx), free(cx);
 }
 
-static void test_relu_bwd(int bf16)
+/* fc1's ReLU backward (fp32: the convolutions' are fused into their bias
+ * gradients, test_bias_grad_gated) */
+static void test_relu_bwd(void)
 {
 	size_t n = 100003;
 	float *dx = malloc(n * 4), *y = malloc(n * 4), *got = malloc(n * 4);
-	char d[96];
 	fill(dx, n);
 	fill(y, n);
-	void *ddx = up(dx, n, bf16), *dy = up(y, n, bf16);
-	snprintf(d, sizeof(d), "relu_bwd%s launches", ty(bf16));
-	test_cond(d, (bf16 ? cnn_cuda_relu_bwd_bf16(ddx, dy, n, NULL) :
-			     cnn_cuda_relu_bwd(ddx, dy, n, NULL)) == 0);
-	down(got, ddx, n, bf16);
+	float *ddx = dev(dx, n * 4), *dy = dev(y, n * 4);
+	test_cond("relu_bwd launches", cnn_cuda_relu_bwd(ddx, dy, n, NULL) == 0);
+	back(got, ddx, n * 4);
 	cnn_relu_bwd(dx, y, n);
-	snprintf(d, sizeof(d), "relu_bwd%s equals cnn_relu_bwd (exact)", ty(bf16));
-	test_cond(d, compare("relu_bwd", got, dx, n, T_EXACT) == 0);
+	test_cond("relu_bwd equals cnn_relu_bwd (exact)", compare("relu_bwd", got, dx, n, T_EXACT) == 0);
 	cudaFree(ddx), cudaFree(dy);
 	free(dx), free(y), free(got);
 }
@@ -302,31 +343,40 @@ static void test_bias_relu_nhwc(int nimg, int oc, int n, int bf16)
 	free(y), free(t), free(b), free(got);
 }
 
-static void test_maxpool_nhwc(int nimg, int c, int h, int w, int bf16)
+static void test_maxpool_nhwc(int nimg, int c, int h, int w, int bf16, int bias)
 {
 	int planes = nimg * c, ph = h / 2, pw = w / 2;
 	size_t nx = (size_t)planes * h * w, ny = (size_t)planes * ph * pw;
 	float *x = malloc(nx * 4), *t = malloc(nx * 4), *y = malloc(ny * 4), *gy = malloc(ny * 4);
 	uint8_t *arg = malloc(ny), *garg = malloc(ny);
-	char d[160];
+	const char *bn = bias ? " with bias and ReLU" : "";
+	char d[200];
 	fill(x, nx);
 	for (size_t i = 0; i < nx; i += 7)   /* ties: the first maximum wins */
 		x[i] = x[i + 1 < nx ? i + 1 : i];
+	float *b = bias ? pool_bias(x, nx, c, h * w) : NULL, *dbias = b ? dev(b, c * 4) : NULL;
 	if (bf16)
 		cnn_bf16_round(x, nx);
 	to_nhwc(x, t, nimg, c, h * w);
 	void *dx = up(t, nx, bf16);
 	float *dyv = dev(NULL, ny * 4);
 	uint8_t *darg = dev(NULL, ny);
-	snprintf(d, sizeof(d), "maxpool2_fwd_nhwc%s %d x %d x %dx%d launches", ty(bf16), nimg, c, h, w);
-	test_cond(d, (bf16 ? cnn_cuda_maxpool2_fwd_nhwc_bf16(dx, nimg, c, h, w, dyv, darg, NULL) :
-			     cnn_cuda_maxpool2_fwd_nhwc(dx, nimg, c, h, w, dyv, darg, NULL)) == 0);
+	snprintf(d, sizeof(d), "maxpool2_fwd_nhwc%s%s %d x %d x %dx%d launches", ty(bf16), bn, nimg, c,
+		 h, w);
+	test_cond(d, (bf16 ? cnn_cuda_maxpool2_fwd_nhwc_bf16(dx, dbias, nimg, c, h, w, dyv, darg, NULL) :
+			     cnn_cuda_maxpool2_fwd_nhwc(dx, dbias, nimg, c, h, w, dyv, darg, NULL)) == 0);
 	back(gy, dyv, ny * 4);
 	back(garg, darg, ny);
-	cnn_maxpool2_fwd(x, planes, h, w, y, arg);
-	snprintf(d, sizeof(d), "maxpool2_fwd_nhwc%s %d x %d x %dx%d equals cnn_maxpool2_fwd on the "
-		 "NCHW input: output and arg in NCHW order (exact)", ty(bf16), nimg, c, h, w);
+	twin_pool(x, b, nimg, c, h, w, bf16, y, arg);
+	snprintf(d, sizeof(d), "maxpool2_fwd_nhwc%s%s %d x %d x %dx%d equals the twin on the NCHW "
+		 "input: output and arg in NCHW order (exact)", ty(bf16), bn, nimg, c, h, w);
 	test_cond(d, compare("maxpool2_fwd_nhwc", gy, y, ny, T_EXACT) == 0 && memcmp(garg, arg, ny) == 0);
+	if (bias) {
+		cudaFree(dbias), free(b);
+		cudaFree(dx), cudaFree(dyv), cudaFree(darg);
+		free(x), free(t), free(y), free(gy), free(arg), free(garg);
+		return;
+	}
 
 	float *g = malloc(ny * 4), *gx = malloc(nx * 4), *cx = malloc(nx * 4);
 	fill(g, ny);
@@ -407,11 +457,11 @@ static void test_bias_grad(int nhwc)
 			for (int run = 0; run < 2 && ok; run++) {
 				CK(cudaMemset(ddb, 0x7f, oc * 4));   /* overwritten, not accumulated */
 				if (nhwc)
-					ok = (b16 ? cnn_cuda_bias_grad_nhwc_bf16(ddyh, nimg, oc, n, dsc, ddb, NULL) :
-						    cnn_cuda_bias_grad_nhwc(ddy, nimg, oc, n, dsc, ddb, NULL)) == 0;
+					ok = (b16 ? cnn_cuda_bias_grad_nhwc_bf16(ddyh, NULL, 0, nimg, oc, n, dsc, ddb, NULL) :
+						    cnn_cuda_bias_grad_nhwc(ddy, NULL, 0, nimg, oc, n, dsc, ddb, NULL)) == 0;
 				else
-					ok = (b16 ? cnn_cuda_bias_grad_bf16(ddyh, nimg, oc, n, dsc, ddb, NULL) :
-						    cnn_cuda_bias_grad(ddy, nimg, oc, n, dsc, ddb, NULL)) == 0;
+					ok = (b16 ? cnn_cuda_bias_grad_bf16(ddyh, NULL, 0, nimg, oc, n, dsc, ddb, NULL) :
+						    cnn_cuda_bias_grad(ddy, NULL, 0, nimg, oc, n, dsc, ddb, NULL)) == 0;
 				back(run ? again : got, ddb, oc * 4);
 			}
 			snprintf(d, sizeof(d), "%s%s launches on %d x %d x %d (%zu floats of scratch)",
@@ -447,6 +497,76 @@ static void test_bias_grad(int nhwc)
 			  cnn_cuda_bias_grad_scratch(1, 64, 576) == 64 &&
 			  cnn_cuda_bias_grad_scratch(1024, 64, 576) >= cnn_cuda_bias_grad_scratch(64, 64, 576) &&
 			  cnn_cuda_bias_grad_scratch(0, 64, 576) == 0);
+}
+
+/* The gated bias gradient, NCHW or channels-last, fp32 and bf16: db sums dy
+ * where gate > 0, against cnn_relu_bwd then cnn_bias_grad summed over the
+ * images; with relu, dy becomes cnn_relu_bwd's result (exact), without, it
+ * is left as it was.  The shapes: conv1's (relu_bwd and its bias gradient
+ * in one pass), the pool's output (conv2's bias gradient from it), odd. */
+static void test_bias_grad_gated(int nhwc)
+{
+	static const int shapes[][3] = { { 8, 32, 26 * 26 }, { 8, 64, 12 * 12 }, { 5, 3, 7 } };
+	const char *name = nhwc ? "bias_grad_nhwc" : "bias_grad";
+	for (size_t sh = 0; sh < sizeof(shapes) / sizeof(shapes[0]); sh++) {
+		int nimg = shapes[sh][0], oc = shapes[sh][1], n = shapes[sh][2];
+		size_t tot = (size_t)nimg * oc * n;
+		size_t ns = nhwc ? cnn_cuda_bias_grad_nhwc_scratch(nimg, oc, n) :
+				   cnn_cuda_bias_grad_scratch(nimg, oc, n);
+		float *dy = malloc(tot * 4), *gate = malloc(tot * 4), *gd = malloc(tot * 4);
+		float *t = malloc(tot * 4), *tg = malloc(tot * 4), *got = malloc(tot * 4);
+		float *want = calloc(oc, 4), *db = malloc(oc * 4);
+		fill(dy, tot);
+		fill(gate, tot);
+		for (size_t i = 0; i < tot; i += 13)
+			gate[i] = 0.f;      /* not > 0: gated */
+		cnn_bf16_round(dy, tot);   /* both storage types see the same values */
+		cnn_bf16_round(gate, tot);
+		memcpy(gd, dy, tot * 4);
+		cnn_relu_bwd(gd, gate, tot);
+		for (int i = 0; i < nimg; i++)
+			cnn_bias_grad(gd + (size_t)i * oc * n, oc, n, want);
+		if (nhwc) {
+			to_nhwc(dy, t, nimg, oc, n);
+			to_nhwc(gate, tg, nimg, oc, n);
+		} else {
+			memcpy(t, dy, tot * 4);
+			memcpy(tg, gate, tot * 4);
+		}
+		float *dsc = dev(NULL, ns * 4), *ddb = dev(NULL, oc * 4);
+		for (int b16 = 0; b16 < 2; b16++)
+			for (int relu = 0; relu < 2; relu++) {
+				char d[192];
+				void *ddy = up(t, tot, b16), *dg = up(tg, tot, b16);
+				int ok;
+				CK(cudaMemset(ddb, 0x7f, oc * 4));
+				if (nhwc)
+					ok = (b16 ? cnn_cuda_bias_grad_nhwc_bf16(ddy, dg, relu, nimg, oc, n, dsc, ddb, NULL) :
+						    cnn_cuda_bias_grad_nhwc(ddy, dg, relu, nimg, oc, n, dsc, ddb, NULL)) == 0;
+				else
+					ok = (b16 ? cnn_cuda_bias_grad_bf16(ddy, dg, relu, nimg, oc, n, dsc, ddb, NULL) :
+						    cnn_cuda_bias_grad(ddy, dg, relu, nimg, oc, n, dsc, ddb, NULL)) == 0;
+				snprintf(d, sizeof(d), "%s%s gated%s launches on %d x %d x %d", name, ty(b16),
+					 relu ? ", relu" : "", nimg, oc, n);
+				test_cond(d, ok);
+				back(db, ddb, oc * 4);
+				snprintf(d, sizeof(d), "%s%s gated%s on %d x %d x %d equals cnn_relu_bwd then "
+					 "cnn_bias_grad", name, ty(b16), relu ? ", relu" : "", nimg, oc, n);
+				test_cond(d, compare(name, db, want, oc, T_BIASSUM) == 0);
+				down(got, ddy, tot, b16);
+				if (nhwc) {
+					to_nchw(got, t, nimg, oc, n);
+					memcpy(got, t, tot * 4);
+					to_nhwc(dy, t, nimg, oc, n);   /* t back to the input */
+				}
+				snprintf(d, sizeof(d), "... and dy %s", relu ? "is cnn_relu_bwd's (exact)" :
+					 "is untouched");
+				test_cond(d, compare(name, got, relu ? gd : dy, tot, T_EXACT) == 0);
+				cudaFree(ddy), cudaFree(dg);
+			}
+		cudaFree(dsc), cudaFree(ddb);
+		free(dy), free(gate), free(gd), free(t), free(tg), free(got), free(want), free(db);
+	}
 }
 
 /* OIHW <-> OHWI for conv1 (in 1) and conv2 (in 32), fp32 and bf16 */
@@ -656,13 +776,16 @@ int main(void)
 #endif
 	for (int bf16 = 0; bf16 < 2; bf16++) {
 		test_bias_relu(bf16);
-		test_maxpool(24, 24, bf16);
-		test_maxpool(7, 9, bf16); /* odd sizes: the last row and column are dropped */
-		test_relu_bwd(bf16);
+		test_maxpool(24, 24, bf16, 0);
+		test_maxpool(7, 9, bf16, 0); /* odd sizes: the last row and column are dropped */
+		test_maxpool(24, 24, bf16, 1);
+		test_maxpool(7, 9, bf16, 1);
 		test_bias_relu_nhwc(8, 64, 24 * 24, bf16);
 		test_bias_relu_nhwc(3, 5, 7, bf16);
-		test_maxpool_nhwc(8, 64, 24, 24, bf16);
-		test_maxpool_nhwc(5, 3, 7, 9, bf16);
+		test_maxpool_nhwc(8, 64, 24, 24, bf16, 0);
+		test_maxpool_nhwc(5, 3, 7, 9, bf16, 0);
+		test_maxpool_nhwc(8, 64, 24, 24, bf16, 1);
+		test_maxpool_nhwc(5, 3, 7, 9, bf16, 1);
 		test_weights_nhwc(32, 1, bf16);
 		test_weights_nhwc(64, 32, bf16);
 	}
@@ -675,7 +798,10 @@ int main(void)
 	test_dropout(128 * 7 + 3, 0.5f);       /* a tail shorter than 4 */
 	test_bias_add_rows();
 	test_gather();
+	test_relu_bwd();
 	test_bias_grad(0);
+	test_bias_grad_gated(0);
+	test_bias_grad_gated(1);
 	test_bias_grad(1);
 	test_bf16_convert();
 	return test_report();

@@ -230,13 +230,24 @@ static float bf16_ref_step(struct bf16_ref *r, const float *params, const float 
 	for (int i = 0; i < n; i++)
 		for (int o = 0; o < M->hidden; o++)
 			G[M->t[P_B3].off + o] += r->dh[(size_t)i * H + o];
+	/* conv2's bias gradient as the GPU sums it: the pool's output
+	 * gradient in fp32 where p > 0, before da2 is rounded */
+	float *db2 = calloc(M->c2, 4);   /* conv3_bwd's, from the rounded da2: not used */
+	size_t pp = F / M->c2;
+	for (int i = 0; i < n; i++)
+		for (int o = 0; o < M->c2; o++)
+			for (size_t k = 0; k < pp; k++) {
+				size_t q = i * F + o * pp + k;
+				if (r->p[q] > 0.f)
+					G[M->t[P_B2].off + o] += r->dp[q];
+			}
 	for (int i = 0; i < n; i++) {
 		float *a1 = r->a1 + i * a1n;
 		cnn_maxpool2_relu_bwd(r->dp + i * F, r->p + i * F, r->arg + i * F, M->c2, M->h2, M->w2,
 				      r->da2);
 		rnd(r, r->da2, a2n);
 		cnn_conv3_bwd(a1, M->c1, M->h1, M->w1, Wb + M->t[P_W2].off, M->c2, r->da2, r->col,
-			      r->dcol, G + M->t[P_W2].off, G + M->t[P_B2].off, r->da1);
+			      r->dcol, G + M->t[P_W2].off, db2, r->da1);
 		rnd(r, r->da1, a1n);
 		cnn_relu_bwd(r->da1, a1, a1n);
 		cnn_conv3_bwd(r->xb + i * in, M->in.c, M->in.h, M->in.w, Wb + M->t[P_W1].off, M->c1,
@@ -245,6 +256,7 @@ static float bf16_ref_step(struct bf16_ref *r, const float *params, const float 
 	rnd(r, G + M->t[P_W1].off, M->t[P_W1].n);
 	rnd(r, G + M->t[P_W2].off, M->t[P_W2].n);
 	free(a2);
+	free(db2);
 	return loss;
 }
 

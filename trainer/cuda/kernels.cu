@@ -57,6 +57,20 @@ __device__ __forceinline__ void st(float *p, float v) { *p = v; }
 // round to nearest even, as cnn_bf16_from_float (bf16.h)
 __device__ __forceinline__ void st(bf16 *p, float v) { *p = __float2bfloat16_rn(v); }
 
+// relu(x + b) as bias_relu stores it in T: the pool applies the bias and
+// the ReLU of conv2 on its way in, so they cost no pass over conv2's
+// output, and its maxima and arg are those of bias_relu then maxpool2_fwd.
+__device__ __forceinline__ float bias_relu_as(const float *, float x, float b)
+{
+	float v = x + b;
+	return v > 0.f ? v : 0.f;
+}
+__device__ __forceinline__ float bias_relu_as(const bf16 *, float x, float b)
+{
+	float v = x + b;
+	return __bfloat162float(__float2bfloat16_rn(v > 0.f ? v : 0.f));
+}
+
 template <typename T>
 __global__ void bias_relu(T *y, const float *b, int oc, int n, size_t total)
 {
@@ -67,23 +81,37 @@ __global__ void bias_relu(T *y, const float *b, int oc, int n, size_t total)
 	}
 }
 
+// The window's maximum (strict > keeps the first, as PyTorch and the CPU
+// twin) and its position 0..3, of x or with b of bias_relu_as(x, b).
 template <typename T>
-__global__ void maxpool2_fwd(const T *x, int h, int w, int ph, int pw, size_t total, float *y,
-			     uint8_t *arg)
+__device__ __forceinline__ void pool4(const T *p0, const T *p1, const T *p2, const T *p3,
+				      const float *b, float bc, float *y, uint8_t *arg)
+{
+	float v[4] = { ld(p0), ld(p1), ld(p2), ld(p3) };
+	if (b)
+		for (int k = 0; k < 4; k++)
+			v[k] = bias_relu_as(p0, v[k], bc);
+	float m = v[0];
+	uint8_t a = 0;
+	for (int k = 1; k < 4; k++)
+		if (v[k] > m) {
+			m = v[k];
+			a = (uint8_t)k;
+		}
+	*y = m;
+	*arg = a;
+}
+
+template <typename T>
+__global__ void maxpool2_fwd(const T *x, const float *b, int c, int h, int w, int ph, int pw,
+			     size_t total, float *y, uint8_t *arg)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
 	     i += (size_t)gridDim.x * blockDim.x) {
 		size_t plane = i / ((size_t)ph * pw);
 		int r = (int)(i % ((size_t)ph * pw)), py = r / pw, px = r % pw;
 		const T *r0 = x + plane * h * w + (size_t)(2 * py) * w + 2 * px, *r1 = r0 + w;
-		// strict > keeps the first maximum, as PyTorch and the CPU twin
-		float m = ld(r0), v;
-		uint8_t a = 0;
-		if ((v = ld(r0 + 1)) > m) { m = v; a = 1; }
-		if ((v = ld(r1)) > m) { m = v; a = 2; }
-		if ((v = ld(r1 + 1)) > m) { m = v; a = 3; }
-		y[i] = m;
-		arg[i] = a;
+		pool4(r0, r0 + 1, r1, r1 + 1, b, b ? b[plane % c] : 0.f, y + i, arg + i);
 	}
 }
 
@@ -144,9 +172,24 @@ __device__ float block_sum(float s, float *red)
 	return red[0];
 }
 
-template <typename T>
+// dy[q] where gate[q] > 0, else 0 (no gate: dy[q]); with relu the zeros
+// are also stored into dy (relu_bwd in the same pass).  Each element is
+// one thread's, once.
+template <typename T, typename G>
+__device__ __forceinline__ float gated(T *dy, const G *gate, int relu, size_t q)
+{
+	float v = ld(dy + q);
+	if (gate && !(ld(gate + q) > 0.f)) {
+		if (relu && v != 0.f)
+			st(dy + q, 0.f);
+		v = 0.f;
+	}
+	return v;
+}
+
+template <typename T, typename G>
 __global__ void __launch_bounds__(kBiasThreads)
-bias_grad_part(const T *dy, int nimg, int oc, int n, int ipc, float *part)
+bias_grad_part(T *dy, const G *gate, int relu, int nimg, int oc, int n, int ipc, float *part)
 {
 	__shared__ float red[kBiasThreads];
 	int c = blockIdx.x, o = blockIdx.y, i0 = c * ipc;
@@ -156,7 +199,7 @@ bias_grad_part(const T *dy, int nimg, int oc, int n, int ipc, float *part)
 #pragma unroll 4
 	for (size_t k = threadIdx.x; k < cnt; k += kBiasThreads) {
 		size_t i = i0 + k / n, j = k % n;
-		s += ld(dy + (i * oc + o) * n + j);
+		s += gated(dy, gate, relu, (i * oc + o) * n + j);
 	}
 	s = block_sum(s, red);
 	if (threadIdx.x == 0)
@@ -194,8 +237,8 @@ __global__ void bias_relu_nhwc(T *y, const float *b, int oc, size_t total)
 
 // One thread per output, in the pool's NCHW output order.
 template <typename T>
-__global__ void maxpool2_fwd_nhwc(const T *x, int c, int h, int w, int ph, int pw, size_t total,
-				  float *y, uint8_t *arg)
+__global__ void maxpool2_fwd_nhwc(const T *x, const float *b, int c, int h, int w, int ph, int pw,
+				  size_t total, float *y, uint8_t *arg)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
 	     i += (size_t)gridDim.x * blockDim.x) {
@@ -203,13 +246,7 @@ __global__ void maxpool2_fwd_nhwc(const T *x, int c, int h, int w, int ph, int p
 		int ch = (int)(plane % c);
 		int r = (int)(i % ((size_t)ph * pw)), py = r / pw, px = r % pw;
 		const T *r0 = x + ((img * h + 2 * py) * w + 2 * px) * c + ch, *r1 = r0 + (size_t)w * c;
-		float m = ld(r0), v;
-		uint8_t a = 0;
-		if ((v = ld(r0 + c)) > m) { m = v; a = 1; }
-		if ((v = ld(r1)) > m) { m = v; a = 2; }
-		if ((v = ld(r1 + c)) > m) { m = v; a = 3; }
-		y[i] = m;
-		arg[i] = a;
+		pool4(r0, r0 + c, r1, r1 + c, b, b ? b[ch] : 0.f, y + i, arg + i);
 	}
 }
 
@@ -244,7 +281,7 @@ constexpr int kBiasRows = 256;
 
 template <typename T>
 __global__ void __launch_bounds__(kBiasThreads)
-bias_grad_part_nhwc(const T *dy, size_t rows, int oc, float *part)
+bias_grad_part_nhwc(T *dy, const T *gate, int relu, size_t rows, int oc, float *part)
 {
 	__shared__ float red[kBiasThreads];
 	int lanes = oc < kBiasThreads ? oc : kBiasThreads, groups = kBiasThreads / lanes;
@@ -255,7 +292,7 @@ bias_grad_part_nhwc(const T *dy, size_t rows, int oc, float *part)
 		float s = 0.f;
 		if (grp < groups && o < oc)
 			for (size_t r = r0 + grp; r < r1; r += groups)
-				s += ld(dy + r * oc + o);
+				s += gated(dy, gate, relu, r * oc + o);
 		red[threadIdx.x] = s;
 		__syncthreads();
 		if (grp == 0 && o < oc) {
@@ -458,14 +495,14 @@ int launch_bias_relu(T *y, const float *b, int nimg, int oc, int n, cudaStream_t
 }
 
 template <typename T>
-int launch_maxpool2_fwd(const T *x, int planes, int h, int w, float *y, uint8_t *arg,
-			cudaStream_t s)
+int launch_maxpool2_fwd(const T *x, const float *b, int nimg, int c, int h, int w, float *y,
+			uint8_t *arg, cudaStream_t s)
 {
 	int ph = h / 2, pw = w / 2;
-	size_t total = (size_t)planes * ph * pw;
+	size_t total = (size_t)nimg * c * ph * pw;
 	if (!total)
 		return 0;
-	maxpool2_fwd<<<blocks_for(total), kThreads, 0, s>>>(x, h, w, ph, pw, total, y, arg);
+	maxpool2_fwd<<<blocks_for(total), kThreads, 0, s>>>(x, b, c, h, w, ph, pw, total, y, arg);
 	cudaCheck(cudaGetLastError());
 	return 0;
 }
@@ -493,9 +530,9 @@ int launch_relu_bwd(T *dx, const T *y, size_t n, cudaStream_t s)
 	return 0;
 }
 
-template <typename T>
-int launch_bias_grad(const T *dy, int nimg, int oc, int n, float *scratch, float *db,
-		     cudaStream_t s)
+template <typename T, typename G>
+int launch_bias_grad(T *dy, const G *gate, int relu, int nimg, int oc, int n, float *scratch,
+		     float *db, cudaStream_t s)
 {
 	if (oc <= 0)
 		return 0;
@@ -507,7 +544,8 @@ int launch_bias_grad(const T *dy, int nimg, int oc, int n, float *scratch, float
 		return -1;
 	}
 	int ipc = bias_ipc(n), chunks = (nimg + ipc - 1) / ipc;
-	bias_grad_part<<<dim3(chunks, oc), kBiasThreads, 0, s>>>(dy, nimg, oc, n, ipc, scratch);
+	bias_grad_part<<<dim3(chunks, oc), kBiasThreads, 0, s>>>(dy, gate, relu, nimg, oc, n, ipc,
+								 scratch);
 	cudaCheck(cudaGetLastError());
 	bias_grad_sum<<<oc, kBiasThreads, 0, s>>>(scratch, chunks, db);
 	cudaCheck(cudaGetLastError());
@@ -526,14 +564,15 @@ int launch_bias_relu_nhwc(T *y, const float *b, int nimg, int oc, int n, cudaStr
 }
 
 template <typename T>
-int launch_maxpool2_fwd_nhwc(const T *x, int nimg, int c, int h, int w, float *y, uint8_t *arg,
-			     cudaStream_t s)
+int launch_maxpool2_fwd_nhwc(const T *x, const float *b, int nimg, int c, int h, int w, float *y,
+			     uint8_t *arg, cudaStream_t s)
 {
 	int ph = h / 2, pw = w / 2;
 	size_t total = (size_t)nimg * c * ph * pw;
 	if (!total)
 		return 0;
-	maxpool2_fwd_nhwc<<<blocks_for(total), kThreads, 0, s>>>(x, c, h, w, ph, pw, total, y, arg);
+	maxpool2_fwd_nhwc<<<blocks_for(total), kThreads, 0, s>>>(x, b, c, h, w, ph, pw, total, y,
+								 arg);
 	cudaCheck(cudaGetLastError());
 	return 0;
 }
@@ -558,8 +597,8 @@ size_t bias_chunks_nhwc(int nimg, int n)
 }
 
 template <typename T>
-int launch_bias_grad_nhwc(const T *dy, int nimg, int oc, int n, float *scratch, float *db,
-			  cudaStream_t s)
+int launch_bias_grad_nhwc(T *dy, const T *gate, int relu, int nimg, int oc, int n, float *scratch,
+			  float *db, cudaStream_t s)
 {
 	if (oc <= 0)
 		return 0;
@@ -571,7 +610,8 @@ int launch_bias_grad_nhwc(const T *dy, int nimg, int oc, int n, float *scratch, 
 		cnn_cuda_fail(__FILE__, __LINE__, "cnn_cuda_bias_grad_nhwc", m);
 		return -1;
 	}
-	bias_grad_part_nhwc<<<(unsigned)chunks, kBiasThreads, 0, s>>>(dy, (size_t)nimg * n, oc, scratch);
+	bias_grad_part_nhwc<<<(unsigned)chunks, kBiasThreads, 0, s>>>(dy, gate, relu,
+									(size_t)nimg * n, oc, scratch);
 	cudaCheck(cudaGetLastError());
 	bias_grad_sum<<<oc, kBiasThreads, 0, s>>>(scratch, (int)chunks, db);
 	cudaCheck(cudaGetLastError());
@@ -608,10 +648,10 @@ extern "C" int cnn_cuda_bias_relu(float *y, const float *b, int nimg, int oc, in
 	return launch_bias_relu(y, b, nimg, oc, n, s);
 }
 
-extern "C" int cnn_cuda_maxpool2_fwd(const float *x, int planes, int h, int w, float *y,
-				     uint8_t *arg, cudaStream_t s)
+extern "C" int cnn_cuda_maxpool2_fwd(const float *x, const float *b, int nimg, int c, int h,
+				     int w, float *y, uint8_t *arg, cudaStream_t s)
 {
-	return launch_maxpool2_fwd(x, planes, h, w, y, arg, s);
+	return launch_maxpool2_fwd(x, b, nimg, c, h, w, y, arg, s);
 }
 
 extern "C" int cnn_cuda_maxpool2_relu_bwd(const float *dy, const float *y, const uint8_t *arg,
@@ -633,10 +673,10 @@ extern "C" size_t cnn_cuda_bias_grad_scratch(int nimg, int oc, int n)
 	return (size_t)oc * ((nimg + ipc - 1) / ipc);
 }
 
-extern "C" int cnn_cuda_bias_grad(const float *dy, int nimg, int oc, int n, float *scratch,
-				  float *db, cudaStream_t s)
+extern "C" int cnn_cuda_bias_grad(float *dy, const float *gate, int relu, int nimg, int oc, int n,
+				  float *scratch, float *db, cudaStream_t s)
 {
-	return launch_bias_grad(dy, nimg, oc, n, scratch, db, s);
+	return launch_bias_grad(dy, gate, relu, nimg, oc, n, scratch, db, s);
 }
 
 // bf16 storage: cnn_bf16 is the bits of a __nv_bfloat16.
@@ -649,10 +689,10 @@ extern "C" int cnn_cuda_bias_relu_bf16(cnn_bf16 *y, const float *b, int nimg, in
 	return launch_bias_relu(B(y), b, nimg, oc, n, s);
 }
 
-extern "C" int cnn_cuda_maxpool2_fwd_bf16(const cnn_bf16 *x, int planes, int h, int w, float *y,
-					  uint8_t *arg, cudaStream_t s)
+extern "C" int cnn_cuda_maxpool2_fwd_bf16(const cnn_bf16 *x, const float *b, int nimg, int c,
+					  int h, int w, float *y, uint8_t *arg, cudaStream_t s)
 {
-	return launch_maxpool2_fwd(B(x), planes, h, w, y, arg, s);
+	return launch_maxpool2_fwd(B(x), b, nimg, c, h, w, y, arg, s);
 }
 
 extern "C" int cnn_cuda_maxpool2_relu_bwd_bf16(const float *dy, const float *y,
@@ -662,15 +702,10 @@ extern "C" int cnn_cuda_maxpool2_relu_bwd_bf16(const float *dy, const float *y,
 	return launch_maxpool2_relu_bwd(dy, y, arg, planes, h, w, B(dx), s);
 }
 
-extern "C" int cnn_cuda_relu_bwd_bf16(cnn_bf16 *dx, const cnn_bf16 *y, size_t n, cudaStream_t s)
+extern "C" int cnn_cuda_bias_grad_bf16(cnn_bf16 *dy, const cnn_bf16 *gate, int relu, int nimg,
+				       int oc, int n, float *scratch, float *db, cudaStream_t s)
 {
-	return launch_relu_bwd(B(dx), B(y), n, s);
-}
-
-extern "C" int cnn_cuda_bias_grad_bf16(const cnn_bf16 *dy, int nimg, int oc, int n,
-				       float *scratch, float *db, cudaStream_t s)
-{
-	return launch_bias_grad(B(dy), nimg, oc, n, scratch, db, s);
+	return launch_bias_grad(B(dy), B(gate), relu, nimg, oc, n, scratch, db, s);
 }
 
 extern "C" int cnn_cuda_bias_relu_nhwc(float *y, const float *b, int nimg, int oc, int n,
@@ -679,10 +714,10 @@ extern "C" int cnn_cuda_bias_relu_nhwc(float *y, const float *b, int nimg, int o
 	return launch_bias_relu_nhwc(y, b, nimg, oc, n, s);
 }
 
-extern "C" int cnn_cuda_maxpool2_fwd_nhwc(const float *x, int nimg, int c, int h, int w, float *y,
-					  uint8_t *arg, cudaStream_t s)
+extern "C" int cnn_cuda_maxpool2_fwd_nhwc(const float *x, const float *b, int nimg, int c, int h,
+					  int w, float *y, uint8_t *arg, cudaStream_t s)
 {
-	return launch_maxpool2_fwd_nhwc(x, nimg, c, h, w, y, arg, s);
+	return launch_maxpool2_fwd_nhwc(x, b, nimg, c, h, w, y, arg, s);
 }
 
 extern "C" int cnn_cuda_maxpool2_relu_bwd_nhwc(const float *dy, const float *y,
@@ -699,10 +734,10 @@ extern "C" size_t cnn_cuda_bias_grad_nhwc_scratch(int nimg, int oc, int n)
 	return (size_t)oc * bias_chunks_nhwc(nimg, n);
 }
 
-extern "C" int cnn_cuda_bias_grad_nhwc(const float *dy, int nimg, int oc, int n, float *scratch,
-				       float *db, cudaStream_t s)
+extern "C" int cnn_cuda_bias_grad_nhwc(float *dy, const float *gate, int relu, int nimg, int oc,
+				       int n, float *scratch, float *db, cudaStream_t s)
 {
-	return launch_bias_grad_nhwc(dy, nimg, oc, n, scratch, db, s);
+	return launch_bias_grad_nhwc(dy, gate, relu, nimg, oc, n, scratch, db, s);
 }
 
 extern "C" int cnn_cuda_oihw_to_ohwi(const float *w, int out, int in, int hw, float *o,
@@ -723,10 +758,10 @@ extern "C" int cnn_cuda_bias_relu_nhwc_bf16(cnn_bf16 *y, const float *b, int nim
 	return launch_bias_relu_nhwc(B(y), b, nimg, oc, n, s);
 }
 
-extern "C" int cnn_cuda_maxpool2_fwd_nhwc_bf16(const cnn_bf16 *x, int nimg, int c, int h, int w,
-					       float *y, uint8_t *arg, cudaStream_t s)
+extern "C" int cnn_cuda_maxpool2_fwd_nhwc_bf16(const cnn_bf16 *x, const float *b, int nimg, int c,
+					       int h, int w, float *y, uint8_t *arg, cudaStream_t s)
 {
-	return launch_maxpool2_fwd_nhwc(B(x), nimg, c, h, w, y, arg, s);
+	return launch_maxpool2_fwd_nhwc(B(x), b, nimg, c, h, w, y, arg, s);
 }
 
 extern "C" int cnn_cuda_maxpool2_relu_bwd_nhwc_bf16(const float *dy, const float *y,
@@ -736,10 +771,11 @@ extern "C" int cnn_cuda_maxpool2_relu_bwd_nhwc_bf16(const float *dy, const float
 	return launch_maxpool2_relu_bwd_nhwc(dy, y, arg, nimg, c, h, w, B(dx), s);
 }
 
-extern "C" int cnn_cuda_bias_grad_nhwc_bf16(const cnn_bf16 *dy, int nimg, int oc, int n,
-					    float *scratch, float *db, cudaStream_t s)
+extern "C" int cnn_cuda_bias_grad_nhwc_bf16(cnn_bf16 *dy, const cnn_bf16 *gate, int relu,
+					    int nimg, int oc, int n, float *scratch, float *db,
+					    cudaStream_t s)
 {
-	return launch_bias_grad_nhwc(B(dy), nimg, oc, n, scratch, db, s);
+	return launch_bias_grad_nhwc(B(dy), B(gate), relu, nimg, oc, n, scratch, db, s);
 }
 
 extern "C" int cnn_cuda_oihw_to_ohwi_bf16(const float *w, int out, int in, int hw, cnn_bf16 *o,

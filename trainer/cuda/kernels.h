@@ -12,7 +12,16 @@
  *   cnn_cuda_dropout_fwd        cnn_dropout_fwd (the same mask)
  *   cnn_cuda_bias_add_rows      the bias of cnn_linear_fwd
  *   cnn_cuda_gather             cnn_data_gather (images and labels by index)
- *   cnn_cuda_bias_grad          cnn_bias_grad, summed over the images
+ *   cnn_cuda_bias_grad          cnn_bias_grad, summed over the images (gated:
+ *                               after cnn_relu_bwd, which relu also stores)
+ *
+ * Two are fusions, so the step makes fewer passes over the convolutions'
+ * activations: the pool applies conv2's bias and ReLU on its way in (its
+ * twin is cnn_bias_relu then cnn_maxpool2_fwd, exactly), and the bias
+ * gradient can gate by a ReLU's output (conv1's: relu_bwd and the bias
+ * gradient in one pass; conv2's: summed from the pool's output gradient,
+ * 4x smaller than conv2's, where each window's gradient reaches exactly
+ * one of its four inputs).
  *
  * --conv-layout nhwc stores the convolutions' activations channels-last
  * (cuDNN's NHWC, the layout its tensor-core kernels read): the _nhwc
@@ -49,9 +58,12 @@ typedef uint16_t cnn_bf16;
 
 /* y[i][o][*] = relu(y[i][o][*] + b[o]) for nimg images of oc planes of n pixels. */
 int cnn_cuda_bias_relu(float *y, const float *b, int nimg, int oc, int n, cudaStream_t s);
-/* 2x2/2 max-pool of planes (images x channels) of h x w; arg gets 0..3. */
-int cnn_cuda_maxpool2_fwd(const float *x, int planes, int h, int w, float *y, uint8_t *arg,
-			  cudaStream_t s);
+/* 2x2/2 max-pool of nimg images of c planes of h x w; arg gets 0..3.  b:
+ * NULL, or a bias per plane added with a ReLU before the max, each value
+ * as cnn_cuda_bias_relu stores it (for bf16, rounded): the maxima and arg
+ * of bias_relu then the pool, in one pass. */
+int cnn_cuda_maxpool2_fwd(const float *x, const float *b, int nimg, int c, int h, int w, float *y,
+			  uint8_t *arg, cudaStream_t s);
 /* dx (planes x h x w, overwritten): each window's dy to its winner where y > 0. */
 int cnn_cuda_maxpool2_relu_bwd(const float *dy, const float *y, const uint8_t *arg, int planes,
 			       int h, int w, float *dx, cudaStream_t s);
@@ -92,28 +104,30 @@ int cnn_cuda_gather(const uint8_t *xs, const uint8_t *ys, const uint32_t *idx, i
 		    cudaStream_t s);
 
 /* db[o] = sum of dy over nimg images of oc planes of n pixels (overwritten):
- * a convolution's bias gradient.  scratch: device memory of at least
- * cnn_cuda_bias_grad_scratch(nimg, oc, n) floats (the per-chunk sums; it
- * grows with nimg, so the largest batch's size serves every smaller one).
- * Deterministic: the same bits for the same input. */
+ * a convolution's bias gradient.  gate: NULL, or sum dy only where gate > 0
+ * (a ReLU's output of the same shape); relu (with a gate): also store those
+ * zeros into dy, cnn_cuda_relu_bwd in the same pass.  scratch: device
+ * memory of at least cnn_cuda_bias_grad_scratch(nimg, oc, n) floats (the
+ * per-chunk sums; it grows with nimg, so the largest batch's size serves
+ * every smaller one).  Deterministic: the same bits for the same input. */
 size_t cnn_cuda_bias_grad_scratch(int nimg, int oc, int n);
-int cnn_cuda_bias_grad(const float *dy, int nimg, int oc, int n, float *scratch, float *db,
-		       cudaStream_t s);
+int cnn_cuda_bias_grad(float *dy, const float *gate, int relu, int nimg, int oc, int n,
+		       float *scratch, float *db, cudaStream_t s);
 
 /* Channels-last: y is nimg x n pixels x oc channels; the pool reads x
  * (nimg x h x w x c) and writes y and arg in the NCHW order of
  * cnn_cuda_maxpool2_fwd (nimg x c planes); its backward writes dx
  * channels-last.  The bias gradient sums dy (nimg x n x oc) per channel,
  * deterministically, with cnn_cuda_bias_grad_nhwc_scratch floats of
- * scratch. */
+ * scratch; gate and relu as cnn_cuda_bias_grad's. */
 int cnn_cuda_bias_relu_nhwc(float *y, const float *b, int nimg, int oc, int n, cudaStream_t s);
-int cnn_cuda_maxpool2_fwd_nhwc(const float *x, int nimg, int c, int h, int w, float *y,
-			       uint8_t *arg, cudaStream_t s);
+int cnn_cuda_maxpool2_fwd_nhwc(const float *x, const float *b, int nimg, int c, int h, int w,
+			       float *y, uint8_t *arg, cudaStream_t s);
 int cnn_cuda_maxpool2_relu_bwd_nhwc(const float *dy, const float *y, const uint8_t *arg, int nimg,
 				    int c, int h, int w, float *dx, cudaStream_t s);
 size_t cnn_cuda_bias_grad_nhwc_scratch(int nimg, int oc, int n);
-int cnn_cuda_bias_grad_nhwc(const float *dy, int nimg, int oc, int n, float *scratch, float *db,
-			    cudaStream_t s);
+int cnn_cuda_bias_grad_nhwc(float *dy, const float *gate, int relu, int nimg, int oc, int n,
+			    float *scratch, float *db, cudaStream_t s);
 /* Convolution weights: o = w from OIHW (out x in x hw) to OHWI (out x hw x
  * in), and back; with out images of in channels, a batch from NCHW to
  * NHWC. */
@@ -122,22 +136,21 @@ int cnn_cuda_ohwi_to_oihw(const float *w, int out, int in, int hw, float *o, cud
 
 /* bf16 storage, float math (see the top of this file). */
 int cnn_cuda_bias_relu_bf16(cnn_bf16 *y, const float *b, int nimg, int oc, int n, cudaStream_t s);
-int cnn_cuda_maxpool2_fwd_bf16(const cnn_bf16 *x, int planes, int h, int w, float *y,
-			       uint8_t *arg, cudaStream_t s);
+int cnn_cuda_maxpool2_fwd_bf16(const cnn_bf16 *x, const float *b, int nimg, int c, int h, int w,
+			       float *y, uint8_t *arg, cudaStream_t s);
 int cnn_cuda_maxpool2_relu_bwd_bf16(const float *dy, const float *y, const uint8_t *arg,
 				    int planes, int h, int w, cnn_bf16 *dx, cudaStream_t s);
-int cnn_cuda_relu_bwd_bf16(cnn_bf16 *dx, const cnn_bf16 *y, size_t n, cudaStream_t s);
-int cnn_cuda_bias_grad_bf16(const cnn_bf16 *dy, int nimg, int oc, int n, float *scratch,
-			    float *db, cudaStream_t s);
+int cnn_cuda_bias_grad_bf16(cnn_bf16 *dy, const cnn_bf16 *gate, int relu, int nimg, int oc, int n,
+			    float *scratch, float *db, cudaStream_t s);
 int cnn_cuda_bias_relu_nhwc_bf16(cnn_bf16 *y, const float *b, int nimg, int oc, int n,
 				 cudaStream_t s);
-int cnn_cuda_maxpool2_fwd_nhwc_bf16(const cnn_bf16 *x, int nimg, int c, int h, int w, float *y,
-				    uint8_t *arg, cudaStream_t s);
+int cnn_cuda_maxpool2_fwd_nhwc_bf16(const cnn_bf16 *x, const float *b, int nimg, int c, int h,
+				    int w, float *y, uint8_t *arg, cudaStream_t s);
 int cnn_cuda_maxpool2_relu_bwd_nhwc_bf16(const float *dy, const float *y, const uint8_t *arg,
 					 int nimg, int c, int h, int w, cnn_bf16 *dx,
 					 cudaStream_t s);
-int cnn_cuda_bias_grad_nhwc_bf16(const cnn_bf16 *dy, int nimg, int oc, int n, float *scratch,
-				 float *db, cudaStream_t s);
+int cnn_cuda_bias_grad_nhwc_bf16(cnn_bf16 *dy, const cnn_bf16 *gate, int relu, int nimg, int oc,
+				 int n, float *scratch, float *db, cudaStream_t s);
 /* fp32 OIHW weights to bf16 OHWI (rounded), and bf16 OHWI gradients to
  * fp32 OIHW (exact). */
 int cnn_cuda_oihw_to_ohwi_bf16(const float *w, int out, int in, int hw, cnn_bf16 *o,

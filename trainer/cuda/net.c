@@ -159,11 +159,11 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 	    alloc(&g->arg, np) < 0 || alloc(&g->y, N) < 0 || alloc(&g->stats, 2 * 4) < 0 ||
 	    alloc(&g->keys, 2 * 8) < 0)
 		return -1;
-	size_t bs[4] = { cnn_cuda_bias_grad_scratch(max_batch, M->c1, M->h1 * M->w1),
-			 cnn_cuda_bias_grad_scratch(max_batch, M->c2, M->h2 * M->w2),
+	/* conv1's in either layout; conv2's from the pool's gradient (bias_grad) */
+	size_t bs[3] = { cnn_cuda_bias_grad_scratch(max_batch, M->c1, M->h1 * M->w1),
 			 cnn_cuda_bias_grad_nhwc_scratch(max_batch, M->c1, M->h1 * M->w1),
-			 cnn_cuda_bias_grad_nhwc_scratch(max_batch, M->c2, M->h2 * M->w2) }, bsmax = 0;
-	for (int i = 0; i < 4; i++)
+			 cnn_cuda_bias_grad_scratch(max_batch, M->c2, M->flat / M->c2) }, bsmax = 0;
+	for (int i = 0; i < 3; i++)
 		bsmax = bs[i] > bsmax ? bs[i] : bsmax;
 	/* two streams may run both layers' bias gradients at once */
 	g->bgs_off = bsmax;
@@ -466,18 +466,19 @@ static int bias_relu(struct cnn_gnet *g, int nhwc, void *y, const float *b, int 
 		       cnn_cuda_bias_relu(y, b, n, oc, pix, g->s);
 }
 
-/* conv2's output (n x c2 x h2 x w2, either layout) pooled into p and arg,
- * NCHW order */
-static int maxpool(struct cnn_gnet *g, int nhwc, int n)
+/* conv2's output before its bias (n x c2 x h2 x w2, either layout) through
+ * the bias b, the ReLU and the pool into p and arg, NCHW order: one pass */
+static int maxpool(struct cnn_gnet *g, int nhwc, int n, const float *b)
 {
 	const struct cnn_model *M = &g->m;
 	if (nhwc)
-		return bf(g) ? cnn_cuda_maxpool2_fwd_nhwc_bf16(g->a2, n, M->c2, M->h2, M->w2, g->p,
+		return bf(g) ? cnn_cuda_maxpool2_fwd_nhwc_bf16(g->a2, b, n, M->c2, M->h2, M->w2, g->p,
 							       g->arg, g->s) :
-			       cnn_cuda_maxpool2_fwd_nhwc(g->a2, n, M->c2, M->h2, M->w2, g->p, g->arg,
-							  g->s);
-	return bf(g) ? cnn_cuda_maxpool2_fwd_bf16(g->a2, n * M->c2, M->h2, M->w2, g->p, g->arg, g->s) :
-		       cnn_cuda_maxpool2_fwd(g->a2, n * M->c2, M->h2, M->w2, g->p, g->arg, g->s);
+			       cnn_cuda_maxpool2_fwd_nhwc(g->a2, b, n, M->c2, M->h2, M->w2, g->p,
+							  g->arg, g->s);
+	return bf(g) ? cnn_cuda_maxpool2_fwd_bf16(g->a2, b, n, M->c2, M->h2, M->w2, g->p, g->arg,
+						  g->s) :
+		       cnn_cuda_maxpool2_fwd(g->a2, b, n, M->c2, M->h2, M->w2, g->p, g->arg, g->s);
 }
 
 static int maxpool_relu_bwd(struct cnn_gnet *g, int nhwc, int n)
@@ -517,30 +518,34 @@ static const void *conv_x(const struct cnn_gnet *g, int nhwc)
 	return bf(g) ? (const void *)g->xb : (const void *)g->x;
 }
 
-static int relu_bwd(struct cnn_gnet *g, void *dx, const void *y, size_t n)
+/* The convolutions' bias gradients, with our kernel: cuDNN's
+ * cudnnConvolutionBackwardBias (calc_bias_diff_nchw_packed) took 42% of a
+ * batch-1024 TF32 step's GPU time on an H100 (ncu, 2026-11-22).  conv1's
+ * from da1 where a1 > 0, storing the ReLU's zeros into da1 on the way (the
+ * ReLU's backward in the same pass); conv2's from the pool's output
+ * gradient dp where p > 0 (fp32, NCHW order in every layout and
+ * precision): each window's gradient reaches exactly one of conv2's
+ * outputs (maxpool2_relu_bwd), so the channel sums are da2's, read from a
+ * quarter of the memory. */
+static int bias_grad(struct cnn_gnet *g, int nhwc, int l, int n, float *db, float *scratch,
+		     cudaStream_t s)
 {
-	return bf(g) ? cnn_cuda_relu_bwd_bf16(dx, y, n, g->s) : cnn_cuda_relu_bwd(dx, y, n, g->s);
-}
-
-/* A convolution's bias gradient from its output gradient dy, with our
- * kernel: cuDNN's cudnnConvolutionBackwardBias (calc_bias_diff_nchw_packed)
- * took 42% of a batch-1024 TF32 step's GPU time on an H100 (ncu,
- * 2026-11-22). */
-static int bias_grad(struct cnn_gnet *g, int nhwc, const void *dy, int n, int oc, int pix,
-		     float *db, float *scratch, cudaStream_t s)
-{
+	const struct cnn_model *M = &g->m;
+	if (l == 1)
+		return cnn_cuda_bias_grad(g->dp, g->p, 0, n, M->c2, M->flat / M->c2, scratch, db, s);
+	int pix = M->h1 * M->w1;
 	if (nhwc)
-		return bf(g) ? cnn_cuda_bias_grad_nhwc_bf16(dy, n, oc, pix, scratch, db, s) :
-			       cnn_cuda_bias_grad_nhwc(dy, n, oc, pix, scratch, db, s);
-	if (bf(g))
-		return cnn_cuda_bias_grad_bf16(dy, n, oc, pix, scratch, db, s);
-	return cnn_cuda_bias_grad(dy, n, oc, pix, scratch, db, s);
+		return bf(g) ? cnn_cuda_bias_grad_nhwc_bf16(g->da1, g->a1, 1, n, M->c1, pix, scratch,
+							    db, s) :
+			       cnn_cuda_bias_grad_nhwc(g->da1, g->a1, 1, n, M->c1, pix, scratch, db, s);
+	return bf(g) ? cnn_cuda_bias_grad_bf16(g->da1, g->a1, 1, n, M->c1, pix, scratch, db, s) :
+		       cnn_cuda_bias_grad(g->da1, g->a1, 1, n, M->c1, pix, scratch, db, s);
 }
 
 /* Backward-filter of convolution l into grads at off (through the bf16
  * scratch dwb at boff, then widened, for bf16; channels-last, through the
- * OHWI scratch dwt at boff, then transposed), and its bias gradient from
- * dout (scratch at bgs + l * bgs_off), on stream w: 0 s, 1 sw. */
+ * OHWI scratch dwt at boff, then transposed), after its bias gradient
+ * (bias_grad; scratch at bgs + l * bgs_off), on stream w: 0 s, 1 sw. */
 static int conv_bwd_w(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int l, int w, int n,
 		      cudnnTensorDescriptor_t tin, const void *in, cudnnTensorDescriptor_t tout,
 		      const void *dout, size_t boff)
@@ -548,12 +553,11 @@ static int conv_bwd_w(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int l,
 	const struct cnn_model *M = &g->m;
 	cudaStream_t s = w ? g->sw : g->s;
 	int co = l ? M->c2 : M->c1, ci = l ? M->c1 : M->in.c;
-	int pix = l ? M->h2 * M->w2 : M->h1 * M->w1;
 	size_t off = M->t[l ? P_W2 : P_W1].off, count = M->t[l ? P_W2 : P_W1].n;
 	int t = a->nhwc && own_ohwi(g, l);
 	void *dw = t ? (void *)((char *)g->dwt + boff * g->esize) :
 		   bf(g) ? (void *)(g->dwb + boff) : (void *)(g->grads + off);
-	if (bias_grad(g, a->nhwc, dout, n, co, pix, g->grads + M->t[l ? P_B2 : P_B1].off,
+	if (bias_grad(g, a->nhwc, l, n, g->grads + M->t[l ? P_B2 : P_B1].off,
 		      g->bgs + (size_t)l * g->bgs_off, s) < 0)
 		return -1;
 	cudnnCheck(cudnnSetConvolutionMathType(g->cv[l], a->bwd_filter_math[l]));
@@ -628,8 +632,7 @@ int cnn_gnet_forward(struct cnn_gnet *g, int n, int train)
 	cudnnCheck(cudnnConvolutionForward(g->dnn, &one, g->t1, g->a1, filt(g, 1, nh),
 					   conv_w(g, 1, nh), g->cv[1], a->fwd[1], g->ws,
 					   g->ws_bytes, &zero, g->t2, g->a2));
-	if (bias_relu(g, nh, g->a2, P + M->t[P_B2].off, n, M->c2, M->h2 * M->w2) < 0 ||
-	    maxpool(g, nh, n) < 0)
+	if (maxpool(g, nh, n, P + M->t[P_B2].off) < 0)
 		return -1;
 	if (train && M->p_drop1 > 0.f &&
 	    cnn_cuda_dropout_fwd(g->p, (size_t)n * M->flat, M->p_drop1, g->keys, g->s) < 0)
@@ -658,8 +661,8 @@ int cnn_gnet_forward(struct cnn_gnet *g, int n, int train)
  * backward-filter) while conv2's backward-filter, the largest of the
  * weight-gradient calls, runs beside it:
  *
- *   s:  nll' -+- dh = dl W4, relu' -+- dp = dh W3, pool' -+- conv2 data', relu', conv1 filter' -+- join
- *   sw:       +- dW4, db4           +- dW3, db3 [FC]      +- db2, conv2 filter' ----------------+
+ *   s:  nll' -+- dh = dl W4, relu' -+- dp = dh W3, pool' -+- conv2 data', relu' + db1, conv1 filter' -+- join
+ *   sw:       +- dW4, db4           +- dW3, db3 [FC]      +- db2 (from dp), conv2 filter' -----------+
  *
  * Nothing s writes after a fork is read by sw: each buffer sw reads is
  * written once per step, before the fork that hands it over, and the next
@@ -672,7 +675,6 @@ int cnn_gnet_backward(struct cnn_gnet *g, int n, float scale_n,
 	const struct cnn_gnet_algos *a = algos_for(g, n);
 	float *G = g->grads;
 	int K = M->in.classes;
-	size_t n1 = (size_t)n * M->c1 * M->h1 * M->w1;
 	/* Dropout's 1/(1-p) rides on the GEMMs that produce dh and dp: kept
 	 * elements are > 0 after the ReLU, dropped ones are 0 and gated off. */
 	float s1 = M->p_drop1 > 0.f ? 1.f / (1.f - M->p_drop1) : 1.f;
@@ -707,8 +709,7 @@ int cnn_gnet_backward(struct cnn_gnet *g, int n, float scale_n,
 	cudnnCheck(cudnnConvolutionBackwardData(g->dnn, &one, filt(g, 1, nh), conv_w(g, 1, nh), g->t2,
 						g->da2, g->cv[1], a->bwd_data, g->ws, g->ws_bytes,
 						&zero, g->t1, g->da1));
-	if (relu_bwd(g, g->da1, g->a1, n1) < 0 ||
-	    conv_bwd_w(g, a, 0, 0, n, g->tx, conv_x(g, nh), g->t1, g->da1, 0) < 0 || join_w(g) < 0)
+	if (conv_bwd_w(g, a, 0, 0, n, g->tx, conv_x(g, nh), g->t1, g->da1, 0) < 0 || join_w(g) < 0)
 		return -1;
 	if (ready && ready(ctx, CNN_BUCKET_CONV, g->s) < 0)
 		return -1;

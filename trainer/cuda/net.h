@@ -63,7 +63,8 @@ struct cnn_gnet {
 	float *params, *grads;           /* nparams each: the master copy (fp32 always) */
 	float *x, *p, *h, *logits, *logp, *dlogits, *dh, *dp, *ones;
 	/* The convolutions' activations and their gradients: float, or bf16
-	 * for --precision bf16 (esize bytes each). */
+	 * for --precision bf16 (esize bytes each).  a2 is conv2's output
+	 * before its bias: the pool applies the bias and the ReLU. */
 	void *a1, *a2, *da1, *da2;
 	size_t esize;
 	/* bf16 only: the weights as the convolutions and GEMMs read them
