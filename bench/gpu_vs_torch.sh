@@ -13,6 +13,11 @@
 #   DDP_DATA_DIR=/path/to/fashion-mnist      where the IDX files are
 #   TORCH_MODES="eager graph"                skip torch.compile (slow to compile)
 #   CNN_ARGS="--conv-layout nhwc"            more cnn_train options (both its runs)
+#   CNN_VARIANTS="nhwc:--conv-layout nhwc;s2:--backward-streams 2"
+#                                            more cnn_train columns (graph runs), each
+#                                            LABEL:OPTIONS on top of CNN_ARGS; the
+#                                            ratios then take the fastest cnn column,
+#                                            named in a last column, cnn_best
 #   DEVICE=cpu                               a dry run of this script on the CPU
 #                                            (eager PyTorch only): no GPU figures
 set -eu
@@ -24,6 +29,16 @@ epochs=${EPOCHS:-}
 batches=${BATCHES:-64 256 1024}
 precision=${PRECISION:-tf32}
 read -r -a cnn_args <<<"${CNN_ARGS:-}"
+labels=() vopts=()
+IFS=';' read -r -a variants <<<"${CNN_VARIANTS:-}"
+for v in ${variants[@]+"${variants[@]}"}; do
+	if [[ $v =~ ^([A-Za-z0-9_]+):(.*)$ ]]; then
+		labels+=("${BASH_REMATCH[1]}") vopts+=("${BASH_REMATCH[2]}")
+	else
+		echo "bench: CNN_VARIANTS entry '$v': expected LABEL:OPTIONS (a label of letters, digits and _)" >&2
+		exit 2
+	fi
+done
 device=${DEVICE:-cuda}
 case $device in
 cuda) modes=${TORCH_MODES:-eager compile graph} ;;
@@ -102,15 +117,27 @@ printf '# gpu_vs_torch: %s, %s, %s, %s\n' "$gpu" "$precision" "$length" "$(date 
 printf '# torch %s, CUDA %s; training FLOPs per image %s; peak %s TFLOP/s%s\n' \
 	"$("$py" -c 'import torch; print(torch.__version__)')" \
 	"$("$py" -c 'import torch; print(torch.version.cuda)')" "$flops" "${peak:-unknown}" \
-	"${CNN_ARGS:+; cnn_train $CNN_ARGS}"
+	"${CNN_ARGS:+; cnn_train $CNN_ARGS}${CNN_VARIANTS:+; variants $CNN_VARIANTS}"
 printf '%6s %10s %10s' batch cnn cnn_nograph
+for l in ${labels[@]+"${labels[@]}"}; do printf ' %10s' "cnn_$l"; done
 for m in $modes; do printf ' %10s' "torch_$m"; done
 printf ' %9s %9s %8s %7s' vs_eager vs_best TFLOP/s of_peak
 [ -z "$epochs" ] || printf ' %8s %8s' cnn_acc torch_acc
+[ ${#labels[@]} -eq 0 ] || printf ' %s' cnn_best
 printf '\n'
 for b in $batches; do
 	read -r c cacc < <(run_cnn "$tmp/cnn")
 	read -r cn _ < <(run_cnn "$tmp/cnn_ng" --no-graph)
+	# the variants' columns; the ratios take the fastest cnn column
+	vals=() pick=cnn c0=$c
+	for i in ${labels[@]+"${!labels[@]}"}; do
+		read -r -a vo <<<"${vopts[$i]}"
+		read -r v vacc < <(run_cnn "$tmp/cnn_v$i" ${vo[@]+"${vo[@]}"})
+		vals+=("$v")
+		if awk -v a="$v" -v b="$c" 'BEGIN { exit !(a > b) }'; then
+			c=$v cacc=$vacc pick=cnn_${labels[$i]}
+		fi
+	done
 	declare -A t=() tacc=()
 	for m in $modes; do
 		read -r "t[$m]" "tacc[$m]" < <(run_torch "$tmp/torch_$m" "$m")
@@ -118,7 +145,8 @@ for b in $batches; do
 	best=0
 	for m in $modes; do best=$(awk -v a="$best" -v b="${t[$m]}" 'BEGIN { print (b > a ? b : a) }'); done
 	eager=${t[eager]:-0}
-	printf '%6d %10.0f %10.0f' "$b" "$c" "$cn"
+	printf '%6d %10.0f %10.0f' "$b" "$c0" "$cn"
+	for v in ${vals[@]+"${vals[@]}"}; do printf ' %10.0f' "$v"; done
 	for m in $modes; do printf ' %10.0f' "${t[$m]}"; done
 	tf=$(awk -v i="$c" -v f="$flops" 'BEGIN { printf "%.2f", i * f / 1e12 }')
 	printf ' %8.2fx %8.2fx %8s %7s' \
@@ -126,6 +154,7 @@ for b in $batches; do
 		"$(awk -v a="$c" -v b="$best" 'BEGIN { print (b > 0 ? a / b : 0) }')" "$tf" \
 		"$([ -n "$peak" ] && awk -v a="$tf" -v p="$peak" 'BEGIN { printf "%.1f%%", 100 * a / p }' || echo -)"
 	[ -z "$epochs" ] || printf ' %8s %8s' "$cacc" "${tacc[eager]:--}"
+	[ ${#labels[@]} -eq 0 ] || printf ' %s' "$pick"
 	printf '\n'
 	unset t tacc
 done

@@ -9,12 +9,14 @@
 #   .gpu/run.sh check        test_cuda_kernels, test_gpu_step, ddp-check (NCCL, world 1)
 #   .gpu/run.sh train        cnn_train --device cuda, 2 epochs
 #   .gpu/run.sh gloo2        two cnn_train ranks on the one GPU over gloo (host all-reduce)
-#   .gpu/run.sh bench        bench/gpu_vs_torch.sh (BATCHES, PRECISION, TORCH_MODES, EPOCHS, CNN_ARGS)
+#   .gpu/run.sh bench        bench/gpu_vs_torch.sh (BATCHES, PRECISION, TORCH_MODES, EPOCHS, CNN_ARGS,
+#                            CNN_VARIANTS)
 #   .gpu/run.sh h2d          bench/h2d_bind.sh
 #   .gpu/run.sh all          check, train (tf32, bf16, gloo2), h2d, bench (tf32, bf16; no
 #                            torch.compile): one device call, logs in $OUT
-#   .gpu/run.sh layouts      check, then bench with --conv-layout nhwc and auto (tf32) and
-#                            nhwc (bf16): one device call, logs in $OUT
+#   .gpu/run.sh variants     check, then bench (tf32, bf16) with cnn_train's variants as
+#                            columns: --conv-layout nhwc and auto, --backward-streams 2,
+#                            both: one device call, logs in $OUT
 #   .gpu/run.sh libs         where each CUDA library was found
 #   .gpu/run.sh CMD ARGS     any program of .gpu/bin with the bundle's libraries
 #
@@ -184,7 +186,7 @@ h2d)
 	shift || true
 	H2D_BIND=$(wrapper h2d_bind) bench/h2d_bind.sh "$@"
 	;;
-all | layouts)
+all | variants)
 	# What one device call holds (10 minutes): each part bounded in time
 	# and logged to $OUT/PART.log (.gpu/logs without OUT); a failing part
 	# does not stop the next.  torch.compile's autotuning is left for
@@ -205,11 +207,13 @@ all | layouts)
 	# most wanted first: a part that hangs to its bound leaves the later
 	# ones less of the call
 	part check 180 -- check
-	if [ "$1" = layouts ]; then
-		# the channels-last convolutions against the NCHW rows of `all`
-		part nhwc_tf32 120 CNN_ARGS="--conv-layout nhwc" TORCH_MODES="eager graph" -- bench
-		part auto_tf32 120 CNN_ARGS="--conv-layout auto" TORCH_MODES="eager graph" -- bench
-		part nhwc_bf16 120 CNN_ARGS="--conv-layout nhwc" PRECISION=bf16 TORCH_MODES="eager graph" -- bench
+	if [ "$1" = variants ]; then
+		# channels-last and the second backward stream as columns beside
+		# the defaults (NCHW, one stream) and PyTorch, one table per precision
+		part variants_tf32 180 TORCH_MODES="eager graph" \
+			CNN_VARIANTS="nhwc:--conv-layout nhwc;auto:--conv-layout auto;s2:--backward-streams 2;nhwc_s2:--conv-layout nhwc --backward-streams 2" -- bench
+		part variants_bf16 150 TORCH_MODES="eager graph" PRECISION=bf16 \
+			CNN_VARIANTS="nhwc:--conv-layout nhwc;s2:--backward-streams 2;nhwc_s2:--conv-layout nhwc --backward-streams 2" -- bench
 		printf '=== summary (logs in %s)\n' "$logs"
 		printf '%s\n' "${summary[@]}" | tee "$logs/summary.log"
 		exit 0
