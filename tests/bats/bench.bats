@@ -44,12 +44,27 @@ ratio_ok() {
 	assert_equal "${#lines[@]}" 5
 }
 
-@test "gpu_vs_torch.sh: bf16 and CNN_ARGS reach the programs; a CPU dry run refuses the CUDA-only modes" {
-	run --separate-stderr env DEVICE=cpu PYTHON=$PY BATCHES=32 STEPS=12 PRECISION=bf16 "$REPO/bench/gpu_vs_torch.sh"
+@test "gpu_vs_torch.sh: bf16, CNN_VARIANTS and CNN_ARGS reach the programs; a CPU dry run refuses the CUDA-only modes" {
+	# CNN_VARIANTS: a column per variant, the ratios from the fastest cnn
+	# column, named last
+	run --separate-stderr env DEVICE=cpu PYTHON=$PY BATCHES=32 STEPS=12 PRECISION=bf16 \
+		CNN_VARIANTS="t2:--threads 2;nd:--no-dropout" "$REPO/bench/gpu_vs_torch.sh"
 	assert_success
 	assert_line --index 0 --partial ", bf16, 12 steps"
-	read -r b c cn te ve _ <<<"${lines[3]}"
-	ratio_ok "$ve" "$c" "$te"
+	assert_line --index 1 --partial "; variants t2:--threads 2;nd:--no-dropout"
+	assert_line --index 2 --regexp '^ batch +cnn cnn_nograph +cnn_t2 +cnn_nd +torch_eager +vs_eager +vs_best +TFLOP/s of_peak cnn_best$'
+	read -r b c cn v1 v2 te ve vb tf pk best <<<"${lines[3]}"
+	assert_equal "$b" 32
+	# the column named is the fastest of the three graph columns (to their
+	# printed rounding; cnn_nograph is not a variant)
+	declare -A col=([cnn]=$c [cnn_t2]=$v1 [cnn_nd]=$v2)
+	top=$(printf '%s\n' "$c" "$v1" "$v2" | sort -nr | head -1)
+	assert_equal "${col[$best]}" "$top"
+	ratio_ok "$ve" "$top" "$te"
+	assert_equal "$vb" "$ve"
+	run --separate-stderr env DEVICE=cpu PYTHON=$PY CNN_VARIANTS="--threads 2" "$REPO/bench/gpu_vs_torch.sh"
+	assert_equal "$status" 2
+	assert_equal "$stderr" "bench: CNN_VARIANTS entry '--threads 2': expected LABEL:OPTIONS (a label of letters, digits and _)"
 
 	# CNN_ARGS reaches cnn_train (an option it refuses fails the bench, saying why)
 	run --separate-stderr env DEVICE=cpu PYTHON=$PY BATCHES=32 STEPS=2 CNN_ARGS="--conv-layout chwn" "$REPO/bench/gpu_vs_torch.sh"
@@ -66,27 +81,6 @@ ratio_ok() {
 	run --separate-stderr "$PY" "$REPO/bench/torch_cnn_gpu.py" --device cpu --mode graph
 	assert_equal "$status" 2
 	[[ "$stderr" == *"--mode graph needs CUDA: --device cpu runs --mode eager only"* ]]
-}
-
-@test "gpu_vs_torch.sh CNN_VARIANTS: a column per variant, the ratios from the fastest cnn column, named last" {
-	run --separate-stderr env DEVICE=cpu PYTHON=$PY BATCHES=32 STEPS=12 \
-		CNN_VARIANTS="t2:--threads 2;nd:--no-dropout" "$REPO/bench/gpu_vs_torch.sh"
-	assert_success
-	assert_line --index 1 --partial "; variants t2:--threads 2;nd:--no-dropout"
-	assert_line --index 2 --regexp '^ batch +cnn cnn_nograph +cnn_t2 +cnn_nd +torch_eager +vs_eager +vs_best +TFLOP/s of_peak cnn_best$'
-	read -r b c cn v1 v2 te ve vb tf pk best <<<"${lines[3]}"
-	assert_equal "$b" 32
-	# the column named is the fastest of the three graph columns (to their
-	# printed rounding; cnn_nograph is not a variant)
-	declare -A col=([cnn]=$c [cnn_t2]=$v1 [cnn_nd]=$v2)
-	top=$(printf '%s\n' "$c" "$v1" "$v2" | sort -nr | head -1)
-	assert_equal "${col[$best]}" "$top"
-	ratio_ok "$ve" "$top" "$te"
-	assert_equal "$vb" "$ve"
-
-	run --separate-stderr env DEVICE=cpu PYTHON=$PY CNN_VARIANTS="--threads 2" "$REPO/bench/gpu_vs_torch.sh"
-	assert_equal "$status" 2
-	assert_equal "$stderr" "bench: CNN_VARIANTS entry '--threads 2': expected LABEL:OPTIONS (a label of letters, digits and _)"
 }
 
 @test "gpu_vs_torch.sh and h2d_bind.sh without a GPU: each says so (2: refused, 0: skipped)" {

@@ -226,7 +226,7 @@ teardown() {
 @test "#SBATCH --ddp-bind reaches the job's steps" {
 	testnode_topology
 	local out="$BATS_TEST_TMPDIR/out"
-	run crun sbatch --wait -N1 -n2 --gres=gpu:4 --ddp=gloo --ddp-bind=strict -o "$out" \
+	run sbatch_wait -N1 -n2 --gres=gpu:4 --ddp=gloo --ddp-bind=strict -o "$out" \
 		--wrap "srun $BIND_REPORT"
 	assert_success
 	run cat "$out"

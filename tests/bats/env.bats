@@ -126,7 +126,7 @@ teardown() {
 	srun -n2 $REPORT
 	srun -n2 --ddp=nccl $REPORT
 	SCRIPT
-	run --separate-stderr crun sbatch --wait -N2 --gres=gpu:1 -o "$out" "$BATS_FILE_TMPDIR/job.sh"
+	run --separate-stderr sbatch_wait -N2 --gres=gpu:1 -o "$out" "$BATS_FILE_TMPDIR/job.sh"
 	assert_success
 	run cat "$out"
 	assert_line "batch RANK=unset MASTER_ADDR=unset DDP_STEP=unset"
@@ -148,7 +148,7 @@ teardown() {
 	srun -n2 bash -c 'echo "gpu \$SLURM_PROCID \$DDP_BACKEND \$DDP_BACKEND_FROM"'
 	srun -n2 --gres=none bash -c 'echo "task \$SLURM_PROCID \$DDP_BACKEND \$DDP_BACKEND_FROM"'
 	SCRIPT
-	run --separate-stderr crun sbatch --wait -N2 --gres=gpu:1 -o "$out" "$BATS_FILE_TMPDIR/bare.sh"
+	run --separate-stderr sbatch_wait -N2 --gres=gpu:1 -o "$out" "$BATS_FILE_TMPDIR/bare.sh"
 	assert_success
 	run cat "$out"
 	assert_line "batch option=(null)"
@@ -169,7 +169,7 @@ teardown() {
 	srun -N1 -n1 -r1 --ddp=gloo $REPORT
 	srun -N2 -n2 -r1 --ddp=gloo $REPORT
 	SCRIPT
-	run --separate-stderr crun sbatch --wait -N3 -o "$out" "$BATS_FILE_TMPDIR/sub.sh"
+	run --separate-stderr sbatch_wait -N3 -o "$out" "$BATS_FILE_TMPDIR/sub.sh"
 	assert_success
 	run cat "$out"
 	tasks
@@ -191,7 +191,7 @@ teardown() {
 	wait
 	SCRIPT
 	rm -f "$BATS_FILE_TMPDIR"/[ab].out
-	run --separate-stderr crun sbatch --wait -N2 -o "$out" "$BATS_FILE_TMPDIR/conc.sh"
+	run --separate-stderr sbatch_wait -N2 -o "$out" "$BATS_FILE_TMPDIR/conc.sh"
 	assert_success
 	pa=$(awk '{print $9}' "$BATS_FILE_TMPDIR/a.out" | sort -u)
 	pb=$(awk '{print $9}' "$BATS_FILE_TMPDIR/b.out" | sort -u)

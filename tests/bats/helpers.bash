@@ -34,6 +34,30 @@ restore_conf() {
 # Run a Slurm client inside the cluster (bounded).
 crun() { timeout 90 "$CLUSTER" run "$@"; }
 
+# sbatch_wait ARGS...: sbatch --wait without its sleeps (2 s, then 8, then
+# 32: a job that ends at second 11 is seen at second 42).  Submits, polls
+# the job's state every 0.2 s for up to SBATCH_WAIT_MAX seconds (280), and
+# returns as sbatch --wait does: the job's exit code, 1 if a signal ended it.
+sbatch_wait() {
+	local out job st rc sig i
+	out=$(timeout 90 "$CLUSTER" run sbatch --parsable "$@") || return
+	job=${out%%;*}
+	echo "Submitted batch job $job"
+	for ((i = 0; i < ${SBATCH_WAIT_MAX:-280} * 5; i++)); do
+		st=$("$CLUSTER" run scontrol show job -o "$job" 2>/dev/null) || true
+		if [[ " $st " =~ \ JobState=(COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE|PREEMPTED)\  ]]; then
+			read -r rc sig < <(sed -n 's/.* ExitCode=\([0-9]*\):\([0-9]*\).*/\1 \2/p' <<<"$st")
+			[ "${sig:-0}" = 0 ] || return 1
+			[ "${rc:-0}" = 0 ] || return "$rc"
+			[ "${BASH_REMATCH[1]}" = COMPLETED ] && return 0
+			return 1
+		fi
+		sleep 0.2
+	done
+	echo "sbatch_wait: job $job not over after ${SBATCH_WAIT_MAX:-280} s" >&2
+	return 124
+}
+
 # Lines "task ..." of $output (tests/bats/task_report.sh) into the array T,
 # and column N of them.
 tasks() { mapfile -t T < <(printf '%s\n' "$output" | grep '^task '); }

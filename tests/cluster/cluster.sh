@@ -183,7 +183,7 @@ SlurmdTimeout=30
 InactiveLimit=0
 KillWait=2
 MinJobAge=30
-SchedulerParameters=defer_batch=0
+SchedulerParameters=defer_batch=0,bf_interval=1
 CONF
 	for i in $(seq 1 "$n"); do
 		echo "NodeName=node$i NodeAddr=$(node_ip "$i") NodeHostname=node$i CPUs=4 RealMemory=1000 Gres=gpu:4$share_node State=UNKNOWN" >>"$RUN/etc/slurm.conf"
