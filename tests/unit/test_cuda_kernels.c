@@ -192,9 +192,10 @@ static void test_bias_relu(int bf16)
 }
 
 /* The pool's CPU twin, with a bias: cnn_bias_relu (rounded to bf16 where
- * the unfused kernel would store it) on a copy, then cnn_maxpool2_fwd. */
+ * the unfused kernel would store it) on a copy, then cnn_maxpool2_fwd;
+ * with p > 0, cnn_dropout_fwd of the output with key. */
 static void twin_pool(const float *x, const float *b, int nimg, int c, int h, int w, int bf16,
-		      float *y, uint8_t *arg)
+		      float p, uint64_t key, float *y, uint8_t *arg)
 {
 	size_t nx = (size_t)nimg * c * h * w;
 	float *t = malloc(nx * 4);
@@ -206,7 +207,16 @@ static void twin_pool(const float *x, const float *b, int nimg, int c, int h, in
 			cnn_bf16_round(t, nx);
 	}
 	cnn_maxpool2_fwd(t, nimg * c, h, w, y, arg);
+	if (p > 0.f)
+		cnn_dropout_fwd(y, (size_t)nimg * c * (h / 2) * (w / 2), p, key);
 	free(t);
+}
+
+/* The pool's epilogue for a test: none (ep 0), the bias (1), the bias and
+ * dropout (2), the key on the device at *dkey. */
+static const char *ep_name(int ep)
+{
+	return ep == 2 ? " with bias, ReLU and dropout" : ep ? " with bias and ReLU" : "";
 }
 
 /* bias: conv2's, with values within a bias of zero, so the ReLU makes ties
@@ -222,41 +232,47 @@ static float *pool_bias(float *x, size_t nx, int c, int hw)
 
 static void test_maxpool(int h, int w, int bf16, int bias)
 {
+	uint64_t key = cnn_dropout_key(7, 99, 1, 1), *dkey = dev(&key, 8);
+	float pd = bias == 2 ? 0.25f : 0.f;
 	int nimg = 8, c = 64, planes = nimg * c, ph = h / 2, pw = w / 2;
 	size_t nx = (size_t)planes * h * w, ny = (size_t)planes * ph * pw;
 	float *x = malloc(nx * 4), *y = malloc(ny * 4), *gy = malloc(ny * 4);
 	uint8_t *arg = malloc(ny), *garg = malloc(ny);
-	const char *bn = bias ? " with bias and ReLU" : "";
+	const char *bn = ep_name(bias);
 	fill(x, nx);
 	/* ties: the first maximum must win on both sides (bf16 rounding makes more) */
 	for (size_t i = 0; i < nx; i += 7)
 		x[i] = x[i + 1 < nx ? i + 1 : i];
 	float *b = bias ? pool_bias(x, nx, c, h * w) : NULL, *dbias = b ? dev(b, c * 4) : NULL;
+	struct cnn_cuda_pool_ep ep = { dbias, pd, dkey };
 	void *dx = up(x, nx, bf16);
 	float *dyv = dev(NULL, ny * 4);
 	uint8_t *darg = dev(NULL, ny);
-	char d[160];
+	char d[200];
 	snprintf(d, sizeof(d), "maxpool2_fwd%s%s %dx%d launches", ty(bf16), bn, h, w);
-	test_cond(d, (bf16 ? cnn_cuda_maxpool2_fwd_bf16(dx, dbias, nimg, c, h, w, dyv, darg, NULL) :
-			     cnn_cuda_maxpool2_fwd(dx, dbias, nimg, c, h, w, dyv, darg, NULL)) == 0);
+	test_cond(d, (bf16 ? cnn_cuda_maxpool2_fwd_bf16(dx, nimg, c, h, w, bias ? &ep : NULL, dyv, darg, NULL) :
+			     cnn_cuda_maxpool2_fwd(dx, nimg, c, h, w, bias ? &ep : NULL, dyv, darg, NULL)) == 0);
 	back(gy, dyv, ny * 4);
 	back(garg, darg, ny);
-	twin_pool(x, b, nimg, c, h, w, bf16, y, arg);
-	snprintf(d, sizeof(d), "maxpool2_fwd%s%s %dx%d equals %scnn_maxpool2_fwd, arg included (exact)",
+	twin_pool(x, b, nimg, c, h, w, bf16, pd, key, y, arg);
+	snprintf(d, sizeof(d), "maxpool2_fwd%s%s %dx%d equals %scnn_maxpool2_fwd%s, arg included (exact)",
 		 ty(bf16), bn, h, w, bias ? bf16 ? "cnn_bias_relu rounded to bf16, then " :
-					    "cnn_bias_relu, then " : "");
+					    "cnn_bias_relu, then " : "",
+		 pd > 0.f ? ", then cnn_dropout_fwd" : "");
 	test_cond(d, compare("maxpool2_fwd", gy, y, ny, T_EXACT) == 0 && memcmp(garg, arg, ny) == 0);
 	if (bias) {
 		size_t zero = 0;
 		for (size_t i = 0; i < ny; i++)
 			zero += y[i] == 0.f;
-		snprintf(d, sizeof(d), "... the ReLU clamped windows to 0 (%zu of %zu)", zero, ny);
-		test_cond(d, zero > ny / 20);
+		snprintf(d, sizeof(d), "... the ReLU%s zeroed outputs (%zu of %zu)",
+			 pd > 0.f ? " and the dropout" : "", zero, ny);
+		test_cond(d, zero > ny / 20 + (pd > 0.f ? ny / 5 : 0));
 		cudaFree(dbias), free(b);
-		cudaFree(dx), cudaFree(dyv), cudaFree(darg);
+		cudaFree(dx), cudaFree(dyv), cudaFree(darg), cudaFree(dkey);
 		free(x), free(y), free(gy), free(arg), free(garg);
 		return;
 	}
+	cudaFree(dkey);
 
 	/* backward: y has negatives (the ReLU gate) and positives */
 	float *g = malloc(ny * 4), *gx = malloc(nx * 4), *cx = malloc(nx * 4);
@@ -345,16 +361,19 @@ static void test_bias_relu_nhwc(int nimg, int oc, int n, int bf16)
 
 static void test_maxpool_nhwc(int nimg, int c, int h, int w, int bf16, int bias)
 {
+	uint64_t key = cnn_dropout_key(7, 99, 1, 1), *dkey = dev(&key, 8);
+	float pd = bias == 2 ? 0.25f : 0.f;
 	int planes = nimg * c, ph = h / 2, pw = w / 2;
 	size_t nx = (size_t)planes * h * w, ny = (size_t)planes * ph * pw;
 	float *x = malloc(nx * 4), *t = malloc(nx * 4), *y = malloc(ny * 4), *gy = malloc(ny * 4);
 	uint8_t *arg = malloc(ny), *garg = malloc(ny);
-	const char *bn = bias ? " with bias and ReLU" : "";
+	const char *bn = ep_name(bias);
 	char d[200];
 	fill(x, nx);
 	for (size_t i = 0; i < nx; i += 7)   /* ties: the first maximum wins */
 		x[i] = x[i + 1 < nx ? i + 1 : i];
 	float *b = bias ? pool_bias(x, nx, c, h * w) : NULL, *dbias = b ? dev(b, c * 4) : NULL;
+	struct cnn_cuda_pool_ep ep = { dbias, pd, dkey };
 	if (bf16)
 		cnn_bf16_round(x, nx);
 	to_nhwc(x, t, nimg, c, h * w);
@@ -363,20 +382,21 @@ static void test_maxpool_nhwc(int nimg, int c, int h, int w, int bf16, int bias)
 	uint8_t *darg = dev(NULL, ny);
 	snprintf(d, sizeof(d), "maxpool2_fwd_nhwc%s%s %d x %d x %dx%d launches", ty(bf16), bn, nimg, c,
 		 h, w);
-	test_cond(d, (bf16 ? cnn_cuda_maxpool2_fwd_nhwc_bf16(dx, dbias, nimg, c, h, w, dyv, darg, NULL) :
-			     cnn_cuda_maxpool2_fwd_nhwc(dx, dbias, nimg, c, h, w, dyv, darg, NULL)) == 0);
+	test_cond(d, (bf16 ? cnn_cuda_maxpool2_fwd_nhwc_bf16(dx, nimg, c, h, w, bias ? &ep : NULL, dyv, darg, NULL) :
+			     cnn_cuda_maxpool2_fwd_nhwc(dx, nimg, c, h, w, bias ? &ep : NULL, dyv, darg, NULL)) == 0);
 	back(gy, dyv, ny * 4);
 	back(garg, darg, ny);
-	twin_pool(x, b, nimg, c, h, w, bf16, y, arg);
+	twin_pool(x, b, nimg, c, h, w, bf16, pd, key, y, arg);
 	snprintf(d, sizeof(d), "maxpool2_fwd_nhwc%s%s %d x %d x %dx%d equals the twin on the NCHW "
 		 "input: output and arg in NCHW order (exact)", ty(bf16), bn, nimg, c, h, w);
 	test_cond(d, compare("maxpool2_fwd_nhwc", gy, y, ny, T_EXACT) == 0 && memcmp(garg, arg, ny) == 0);
 	if (bias) {
 		cudaFree(dbias), free(b);
-		cudaFree(dx), cudaFree(dyv), cudaFree(darg);
+		cudaFree(dx), cudaFree(dyv), cudaFree(darg), cudaFree(dkey);
 		free(x), free(t), free(y), free(gy), free(arg), free(garg);
 		return;
 	}
+	cudaFree(dkey);
 
 	float *g = malloc(ny * 4), *gx = malloc(nx * 4), *cx = malloc(nx * 4);
 	fill(g, ny);
@@ -605,32 +625,48 @@ static void test_weights_nhwc(int out, int in, int bf16)
 	free(w), free(want), free(got);
 }
 
-static void test_logsoftmax(void)
+/* bias: the logits without fc2's bias in, the bias added by the kernel;
+ * the twin adds it as cnn_linear_fwd does, then cnn_logsoftmax_nll_fwd */
+static void test_logsoftmax(int bias)
 {
 	int n = 1000, k = 10;
 	size_t t = (size_t)n * k;
 	float *z = malloc(t * 4), *lp = malloc(t * 4), *glp = malloc(t * 4);
-	float *d = malloc(t * 4), *gd = malloc(t * 4), out[2] = { 0, 0 };
+	float *d = malloc(t * 4), *gd = malloc(t * 4), out[2] = { 0, 0 }, b[10];
+	const char *bn = bias ? " with fc2's bias" : "";
+	char m[160];
 	uint8_t *lab = malloc(n);
 	for (size_t i = 0; i < t; i++)
 		z[i] = 8.f * frand();
 	for (int i = 0; i < n; i++)
 		lab[i] = (uint8_t)((frand() + 1.f) * 5.f) % 10;
+	fill(b, k);
 	float *dz = dev(z, t * 4), *dlp = dev(NULL, t * 4), *dout = dev(out, 8), *dd = dev(NULL, t * 4);
+	float *db = dev(b, k * 4);
 	uint8_t *dlab = dev(lab, n);
-	test_cond("logsoftmax_nll_fwd launches",
-		  cnn_cuda_logsoftmax_nll_fwd(dz, dlab, n, k, dlp, dout, NULL) == 0);
+	snprintf(m, sizeof(m), "logsoftmax_nll_fwd%s launches", bn);
+	test_cond(m, cnn_cuda_logsoftmax_nll_fwd(dz, bias ? db : NULL, dlab, n, k, dlp, dout, NULL) == 0);
 	back(glp, dlp, t * 4);
 	back(out, dout, 8);
 	int correct = 0;
+	if (bias)
+		for (size_t i = 0; i < t; i++)
+			z[i] += b[i % k];
 	float loss = cnn_logsoftmax_nll_fwd(z, lab, n, k, lp, &correct);
-	test_cond("logsoftmax_nll_fwd: log-probabilities equal the CPU's (expf tolerance: CUDA's double exp and log)",
-		  compare("logp", glp, lp, t, T_EXPF) == 0);
+	snprintf(m, sizeof(m), "logsoftmax_nll_fwd%s: log-probabilities equal the CPU's (expf "
+		 "tolerance: CUDA's double exp and log)", bn);
+	test_cond(m, compare("logp", glp, lp, t, T_EXPF) == 0);
 	float mean = out[0] / n, cpu_sum = loss * n;
-	test_cond("logsoftmax_nll_fwd: loss sum within the sum tolerance",
-		  compare("loss", &out[0], &cpu_sum, 1, T_SUM) == 0);
-	test_cond("logsoftmax_nll_fwd: correct count equals the CPU's", (int)out[1] == correct);
+	snprintf(m, sizeof(m), "logsoftmax_nll_fwd%s: loss sum within the sum tolerance", bn);
+	test_cond(m, compare("loss", &out[0], &cpu_sum, 1, T_SUM) == 0);
+	snprintf(m, sizeof(m), "logsoftmax_nll_fwd%s: correct count equals the CPU's", bn);
+	test_cond(m, (int)out[1] == correct);
 	printf("# loss gpu %.7f cpu %.7f, correct %d of %d\n", mean, loss, correct, n);
+	if (bias) {
+		cudaFree(dz), cudaFree(dlp), cudaFree(dout), cudaFree(dd), cudaFree(dlab), cudaFree(db);
+		free(z), free(lp), free(glp), free(d), free(gd), free(lab);
+		return;
+	}
 	test_cond("logsoftmax_nll_bwd launches",
 		  cnn_cuda_logsoftmax_nll_bwd(dlp, dlab, n, k, 64.f, dd, NULL) == 0);
 	back(gd, dd, t * 4);
@@ -638,8 +674,8 @@ static void test_logsoftmax(void)
 	test_cond("logsoftmax_nll_bwd equals cnn_logsoftmax_nll_bwd (expf tolerance)",
 		  compare("dlogits", gd, d, t, T_EXPF) == 0);
 	test_cond("logsoftmax_nll_fwd refuses 65 classes",
-		  cnn_cuda_logsoftmax_nll_fwd(dz, dlab, 10, 65, dlp, dout, NULL) == -1);
-	cudaFree(dz), cudaFree(dlp), cudaFree(dout), cudaFree(dd), cudaFree(dlab);
+		  cnn_cuda_logsoftmax_nll_fwd(dz, NULL, dlab, 10, 65, dlp, dout, NULL) == -1);
+	cudaFree(dz), cudaFree(dlp), cudaFree(dout), cudaFree(dd), cudaFree(dlab), cudaFree(db);
 	free(z), free(lp), free(glp), free(d), free(gd), free(lab);
 }
 
@@ -681,44 +717,33 @@ static void test_optim(enum cnn_optim_kind kind, float mom, float wd)
 	free(p), free(g), free(got);
 }
 
-static void test_dropout(size_t n, float p)
+/* k > 0: fc1's bias (rows of k) and ReLU first, twin cnn_bias_relu of
+ * each row then cnn_dropout_fwd */
+static void test_dropout(size_t n, float p, int k)
 {
-	float *x = malloc(n * 4), *got = malloc(n * 4);
+	float *x = malloc(n * 4), *got = malloc(n * 4), *b = malloc((k > 0 ? k : 1) * 4);
 	fill(x, n);
+	fill(b, k > 0 ? k : 1);
 	uint64_t key = cnn_dropout_key(42, 1234, 3, 2);
-	float *dx = dev(x, n * 4);
+	float *dx = dev(x, n * 4), *db = dev(b, (k > 0 ? k : 1) * 4);
 	uint64_t *dkey = dev(&key, 8);
-	char d[128];
-	snprintf(d, sizeof(d), "dropout_fwd of %zu elements, p %g, launches", n, p);
-	test_cond(d, cnn_cuda_dropout_fwd(dx, n, p, dkey, NULL) == 0);
+	char d[160];
+	snprintf(d, sizeof(d), "dropout_fwd of %zu elements, p %g%s, launches", n, p,
+		 k > 0 ? ", with bias and ReLU" : "");
+	test_cond(d, cnn_cuda_dropout_fwd(dx, k > 0 ? db : NULL, k, n, p, dkey, NULL) == 0);
 	back(got, dx, n * 4);
+	for (size_t r = 0; k > 0 && r < n / k; r++)
+		cnn_bias_relu(x + r * k, b, k, 1);
 	cnn_dropout_fwd(x, n, p, key);
 	size_t zeros = 0;
 	for (size_t i = 0; i < n; i++)
 		zeros += x[i] == 0.f;
-	snprintf(d, sizeof(d), "dropout_fwd (%zu elements) draws cnn_dropout_fwd's mask (exact)", n);
+	snprintf(d, sizeof(d), "dropout_fwd (%zu elements%s) draws cnn_dropout_fwd's mask (exact)", n,
+		 k > 0 ? ", after cnn_bias_relu" : "");
 	test_cond(d, compare("dropout", got, x, n, T_EXACT) == 0);
-	printf("#   %.3f of the elements dropped (p %g)\n", (double)zeros / n, p);
-	cudaFree(dx), cudaFree(dkey);
-	free(x), free(got);
-}
-
-static void test_bias_add_rows(void)
-{
-	int n = 77, k = 10;
-	size_t t = (size_t)n * k;
-	float *y = malloc(t * 4), *b = malloc(k * 4), *got = malloc(t * 4);
-	fill(y, t);
-	fill(b, k);
-	float *dy = dev(y, t * 4), *db = dev(b, k * 4);
-	test_cond("bias_add_rows launches", cnn_cuda_bias_add_rows(dy, db, n, k, NULL) == 0);
-	back(got, dy, t * 4);
-	for (size_t i = 0; i < t; i++)
-		y[i] += b[i % k];
-	test_cond("bias_add_rows equals the bias of cnn_linear_fwd (exact)",
-		  compare("bias_add_rows", got, y, t, T_EXACT) == 0);
-	cudaFree(dy), cudaFree(db);
-	free(y), free(b), free(got);
+	printf("#   %.3f of the elements zeroed (p %g)\n", (double)zeros / n, p);
+	cudaFree(dx), cudaFree(dkey), cudaFree(db);
+	free(x), free(got), free(b);
 }
 
 /* A CIFAR-like set (3 channels, odd mean/std) gathered at shuffled indices. */
@@ -780,23 +805,29 @@ int main(void)
 		test_maxpool(7, 9, bf16, 0); /* odd sizes: the last row and column are dropped */
 		test_maxpool(24, 24, bf16, 1);
 		test_maxpool(7, 9, bf16, 1);
+		test_maxpool(24, 24, bf16, 2);
+		test_maxpool(7, 9, bf16, 2); /* outputs not a multiple of 4: a short last draw */
 		test_bias_relu_nhwc(8, 64, 24 * 24, bf16);
 		test_bias_relu_nhwc(3, 5, 7, bf16);
 		test_maxpool_nhwc(8, 64, 24, 24, bf16, 0);
 		test_maxpool_nhwc(5, 3, 7, 9, bf16, 0);
 		test_maxpool_nhwc(8, 64, 24, 24, bf16, 1);
 		test_maxpool_nhwc(5, 3, 7, 9, bf16, 1);
+		test_maxpool_nhwc(8, 64, 24, 24, bf16, 2);
+		test_maxpool_nhwc(5, 3, 7, 9, bf16, 2);
 		test_weights_nhwc(32, 1, bf16);
 		test_weights_nhwc(64, 32, bf16);
 	}
-	test_logsoftmax();
+	test_logsoftmax(0);
+	test_logsoftmax(1);
 	test_optim(CNN_SGD, 0.9f, 0.f);
 	test_optim(CNN_SGD, 0.9f, 1e-4f);
 	test_optim(CNN_SGD, 0.f, 0.f);
 	test_optim(CNN_ADADELTA, 0.f, 0.f);
-	test_dropout(64 * 12 * 12 * 8, 0.25f); /* dropout1 of a batch of 8 */
-	test_dropout(128 * 7 + 3, 0.5f);       /* a tail shorter than 4 */
-	test_bias_add_rows();
+	test_dropout(64 * 12 * 12 * 8, 0.25f, 0); /* dropout1 of a batch of 8 */
+	test_dropout(128 * 7 + 3, 0.5f, 0);       /* a tail shorter than 4 */
+	test_dropout(128 * 8, 0.5f, 128);         /* fc1's: its bias and ReLU first */
+	test_dropout(11 * 7, 0.5f, 7);            /* rows of 7, a short last group of 4 */
 	test_gather();
 	test_relu_bwd();
 	test_bias_grad(0);

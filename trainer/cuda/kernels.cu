@@ -57,6 +57,22 @@ __device__ __forceinline__ void st(float *p, float v) { *p = v; }
 // round to nearest even, as cnn_bf16_from_float (bf16.h)
 __device__ __forceinline__ void st(bf16 *p, float v) { *p = __float2bfloat16_rn(v); }
 
+// The CPU twin's cnn_mix64 (rng.h), for the dropout masks.
+__device__ __forceinline__ uint64_t mix64(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+// Whether dropout keeps element i of the mask of key (cnn_dropout_fwd's:
+// each group of 4 elements shares one draw of 64 bits, 16 per element).
+__device__ __forceinline__ bool kept(uint64_t key, size_t i, uint32_t thresh)
+{
+	uint64_t r = mix64(key + (i & ~(size_t)3));
+	return ((r >> (16 * (i & 3))) & 0xffff) >= thresh;
+}
+
 // relu(x + b) as bias_relu stores it in T: the pool applies the bias and
 // the ReLU of conv2 on its way in, so they cost no pass over conv2's
 // output, and its maxima and arg are those of bias_relu then maxpool2_fwd.
@@ -81,12 +97,25 @@ __global__ void bias_relu(T *y, const float *b, int oc, int n, size_t total)
 	}
 }
 
+// What the pool does besides the max (kernels.h cnn_cuda_pool_ep): the
+// bias (NULL: none), and dropout (keyp NULL: none) with thresh and scale
+// as cnn_dropout_fwd computes them.
+struct PoolEp {
+	const float *b;
+	uint32_t thresh;
+	float scale;
+	const uint64_t *keyp;
+};
+
 // The window's maximum (strict > keeps the first, as PyTorch and the CPU
-// twin) and its position 0..3, of x or with b of bias_relu_as(x, b).
+// twin) and its position 0..3, of x or with b of bias_relu_as(x, b); the
+// maximum through dropout as output i of the mask.
 template <typename T>
 __device__ __forceinline__ void pool4(const T *p0, const T *p1, const T *p2, const T *p3,
-				      const float *b, float bc, float *y, uint8_t *arg)
+				      const PoolEp &ep, uint64_t key, float bc, size_t i, float *y,
+				      uint8_t *arg)
 {
+	const float *b = ep.b;
 	float v[4] = { ld(p0), ld(p1), ld(p2), ld(p3) };
 	if (b)
 		for (int k = 0; k < 4; k++)
@@ -98,20 +127,24 @@ __device__ __forceinline__ void pool4(const T *p0, const T *p1, const T *p2, con
 			m = v[k];
 			a = (uint8_t)k;
 		}
+	if (ep.keyp)
+		m = kept(key, i, ep.thresh) ? m * ep.scale : 0.f;
 	*y = m;
 	*arg = a;
 }
 
 template <typename T>
-__global__ void maxpool2_fwd(const T *x, const float *b, int c, int h, int w, int ph, int pw,
+__global__ void maxpool2_fwd(const T *x, PoolEp ep, int c, int h, int w, int ph, int pw,
 			     size_t total, float *y, uint8_t *arg)
 {
+	const float *b = ep.b;
+	uint64_t key = ep.keyp ? *ep.keyp : 0;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
 	     i += (size_t)gridDim.x * blockDim.x) {
 		size_t plane = i / ((size_t)ph * pw);
 		int r = (int)(i % ((size_t)ph * pw)), py = r / pw, px = r % pw;
 		const T *r0 = x + plane * h * w + (size_t)(2 * py) * w + 2 * px, *r1 = r0 + w;
-		pool4(r0, r0 + 1, r1, r1 + 1, b, b ? b[plane % c] : 0.f, y + i, arg + i);
+		pool4(r0, r0 + 1, r1, r1 + 1, ep, key, b ? b[plane % c] : 0.f, i, y + i, arg + i);
 	}
 }
 
@@ -237,16 +270,18 @@ __global__ void bias_relu_nhwc(T *y, const float *b, int oc, size_t total)
 
 // One thread per output, in the pool's NCHW output order.
 template <typename T>
-__global__ void maxpool2_fwd_nhwc(const T *x, const float *b, int c, int h, int w, int ph, int pw,
+__global__ void maxpool2_fwd_nhwc(const T *x, PoolEp ep, int c, int h, int w, int ph, int pw,
 				  size_t total, float *y, uint8_t *arg)
 {
+	const float *b = ep.b;
+	uint64_t key = ep.keyp ? *ep.keyp : 0;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
 	     i += (size_t)gridDim.x * blockDim.x) {
 		size_t plane = i / ((size_t)ph * pw), img = plane / c;
 		int ch = (int)(plane % c);
 		int r = (int)(i % ((size_t)ph * pw)), py = r / pw, px = r % pw;
 		const T *r0 = x + ((img * h + 2 * py) * w + 2 * px) * c + ch, *r1 = r0 + (size_t)w * c;
-		pool4(r0, r0 + c, r1, r1 + c, b, b ? b[ch] : 0.f, y + i, arg + i);
+		pool4(r0, r0 + c, r1, r1 + c, ep, key, b ? b[ch] : 0.f, i, y + i, arg + i);
 	}
 }
 
@@ -349,14 +384,17 @@ __global__ void from_bf16(const bf16 *x, float *y, size_t n)
 		y[i] = __bfloat162float(x[i]);
 }
 
-__global__ void logsoftmax_nll_fwd(const float *logits, const uint8_t *label, int n, int k,
-				   float *logp, float *out)
+// With b, the linear layer's bias is added to the logits on the way in.
+__global__ void logsoftmax_nll_fwd(const float *logits, const float *b, const uint8_t *label, int n,
+				   int k, float *logp, float *out)
 {
+	float z[64];
 	__shared__ float part[2][kThreads];
 	int i = blockIdx.x * blockDim.x + threadIdx.x;
 	float loss = 0.f, good = 0.f;
 	if (i < n) {
-		const float *z = logits + (size_t)i * k;
+		for (int j = 0; j < k; j++)
+			z[j] = b ? logits[(size_t)i * k + j] + b[j] : logits[(size_t)i * k + j];
 		float *lp = logp + (size_t)i * k;
 		float mx = -FLT_MAX;
 		int am = 0;
@@ -434,16 +472,10 @@ __global__ void adadelta_step(float *p, const float *g, float *sq, float *acc, s
 	}
 }
 
-// The CPU twin's cnn_mix64 (rng.h), for the dropout masks.
-__device__ __forceinline__ uint64_t mix64(uint64_t z)
-{
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-// One thread per group of 4 elements, as cnn_dropout_fwd draws them.
-__global__ void dropout_fwd(float *x, size_t n, uint32_t thresh, float scale, const uint64_t *keyp)
+// One thread per group of 4 elements, as cnn_dropout_fwd draws them; with
+// b, bias_relu's bias (per column of rows of k) and ReLU first.
+__global__ void dropout_fwd(float *x, const float *b, int k, size_t n, uint32_t thresh,
+			    float scale, const uint64_t *keyp)
 {
 	uint64_t key = *keyp;
 	size_t groups = (n + 3) / 4;
@@ -451,16 +483,13 @@ __global__ void dropout_fwd(float *x, size_t n, uint32_t thresh, float scale, co
 	     g += (size_t)gridDim.x * blockDim.x) {
 		size_t i = g * 4;
 		uint64_t r = mix64(key + i);
-		for (int j = 0; j < 4 && i + j < n; j++)
-			x[i + j] = ((r >> (16 * j)) & 0xffff) >= thresh ? x[i + j] * scale : 0.f;
+		for (int j = 0; j < 4 && i + j < n; j++) {
+			float v = x[i + j];
+			if (b)
+				v = bias_relu_as(x, v, b[(i + j) % k]);
+			x[i + j] = ((r >> (16 * j)) & 0xffff) >= thresh ? v * scale : 0.f;
+		}
 	}
-}
-
-__global__ void bias_add_rows(float *y, const float *b, int k, size_t total)
-{
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
-	     i += (size_t)gridDim.x * blockDim.x)
-		y[i] += b[i % k];
 }
 
 // One thread per output pixel; the image and label come from idx.
@@ -494,15 +523,30 @@ int launch_bias_relu(T *y, const float *b, int nimg, int oc, int n, cudaStream_t
 	return 0;
 }
 
+PoolEp pool_ep(const cnn_cuda_pool_ep *ep)
+{
+	PoolEp e = { NULL, 0, 1.f, NULL };
+	if (ep) {
+		e.b = ep->bias;
+		if (ep->p > 0.f && ep->key) {
+			e.thresh = (uint32_t)(ep->p * 65536.f);
+			e.scale = 1.f / (1.f - ep->p);
+			e.keyp = ep->key;
+		}
+	}
+	return e;
+}
+
 template <typename T>
-int launch_maxpool2_fwd(const T *x, const float *b, int nimg, int c, int h, int w, float *y,
-			uint8_t *arg, cudaStream_t s)
+int launch_maxpool2_fwd(const T *x, int nimg, int c, int h, int w, const cnn_cuda_pool_ep *ep,
+			float *y, uint8_t *arg, cudaStream_t s)
 {
 	int ph = h / 2, pw = w / 2;
 	size_t total = (size_t)nimg * c * ph * pw;
 	if (!total)
 		return 0;
-	maxpool2_fwd<<<blocks_for(total), kThreads, 0, s>>>(x, b, c, h, w, ph, pw, total, y, arg);
+	maxpool2_fwd<<<blocks_for(total), kThreads, 0, s>>>(x, pool_ep(ep), c, h, w, ph, pw, total, y,
+							    arg);
 	cudaCheck(cudaGetLastError());
 	return 0;
 }
@@ -564,15 +608,15 @@ int launch_bias_relu_nhwc(T *y, const float *b, int nimg, int oc, int n, cudaStr
 }
 
 template <typename T>
-int launch_maxpool2_fwd_nhwc(const T *x, const float *b, int nimg, int c, int h, int w, float *y,
-			     uint8_t *arg, cudaStream_t s)
+int launch_maxpool2_fwd_nhwc(const T *x, int nimg, int c, int h, int w,
+			     const cnn_cuda_pool_ep *ep, float *y, uint8_t *arg, cudaStream_t s)
 {
 	int ph = h / 2, pw = w / 2;
 	size_t total = (size_t)nimg * c * ph * pw;
 	if (!total)
 		return 0;
-	maxpool2_fwd_nhwc<<<blocks_for(total), kThreads, 0, s>>>(x, b, c, h, w, ph, pw, total, y,
-								 arg);
+	maxpool2_fwd_nhwc<<<blocks_for(total), kThreads, 0, s>>>(x, pool_ep(ep), c, h, w, ph, pw,
+								 total, y, arg);
 	cudaCheck(cudaGetLastError());
 	return 0;
 }
@@ -648,10 +692,11 @@ extern "C" int cnn_cuda_bias_relu(float *y, const float *b, int nimg, int oc, in
 	return launch_bias_relu(y, b, nimg, oc, n, s);
 }
 
-extern "C" int cnn_cuda_maxpool2_fwd(const float *x, const float *b, int nimg, int c, int h,
-				     int w, float *y, uint8_t *arg, cudaStream_t s)
+extern "C" int cnn_cuda_maxpool2_fwd(const float *x, int nimg, int c, int h, int w,
+				     const struct cnn_cuda_pool_ep *ep, float *y, uint8_t *arg,
+				     cudaStream_t s)
 {
-	return launch_maxpool2_fwd(x, b, nimg, c, h, w, y, arg, s);
+	return launch_maxpool2_fwd(x, nimg, c, h, w, ep, y, arg, s);
 }
 
 extern "C" int cnn_cuda_maxpool2_relu_bwd(const float *dy, const float *y, const uint8_t *arg,
@@ -689,10 +734,11 @@ extern "C" int cnn_cuda_bias_relu_bf16(cnn_bf16 *y, const float *b, int nimg, in
 	return launch_bias_relu(B(y), b, nimg, oc, n, s);
 }
 
-extern "C" int cnn_cuda_maxpool2_fwd_bf16(const cnn_bf16 *x, const float *b, int nimg, int c,
-					  int h, int w, float *y, uint8_t *arg, cudaStream_t s)
+extern "C" int cnn_cuda_maxpool2_fwd_bf16(const cnn_bf16 *x, int nimg, int c, int h, int w,
+					  const struct cnn_cuda_pool_ep *ep, float *y, uint8_t *arg,
+					  cudaStream_t s)
 {
-	return launch_maxpool2_fwd(B(x), b, nimg, c, h, w, y, arg, s);
+	return launch_maxpool2_fwd(B(x), nimg, c, h, w, ep, y, arg, s);
 }
 
 extern "C" int cnn_cuda_maxpool2_relu_bwd_bf16(const float *dy, const float *y,
@@ -714,10 +760,11 @@ extern "C" int cnn_cuda_bias_relu_nhwc(float *y, const float *b, int nimg, int o
 	return launch_bias_relu_nhwc(y, b, nimg, oc, n, s);
 }
 
-extern "C" int cnn_cuda_maxpool2_fwd_nhwc(const float *x, const float *b, int nimg, int c, int h,
-					  int w, float *y, uint8_t *arg, cudaStream_t s)
+extern "C" int cnn_cuda_maxpool2_fwd_nhwc(const float *x, int nimg, int c, int h, int w,
+					  const struct cnn_cuda_pool_ep *ep, float *y, uint8_t *arg,
+					  cudaStream_t s)
 {
-	return launch_maxpool2_fwd_nhwc(x, b, nimg, c, h, w, y, arg, s);
+	return launch_maxpool2_fwd_nhwc(x, nimg, c, h, w, ep, y, arg, s);
 }
 
 extern "C" int cnn_cuda_maxpool2_relu_bwd_nhwc(const float *dy, const float *y,
@@ -758,10 +805,11 @@ extern "C" int cnn_cuda_bias_relu_nhwc_bf16(cnn_bf16 *y, const float *b, int nim
 	return launch_bias_relu_nhwc(B(y), b, nimg, oc, n, s);
 }
 
-extern "C" int cnn_cuda_maxpool2_fwd_nhwc_bf16(const cnn_bf16 *x, const float *b, int nimg, int c,
-					       int h, int w, float *y, uint8_t *arg, cudaStream_t s)
+extern "C" int cnn_cuda_maxpool2_fwd_nhwc_bf16(const cnn_bf16 *x, int nimg, int c, int h, int w,
+					       const struct cnn_cuda_pool_ep *ep, float *y,
+					       uint8_t *arg, cudaStream_t s)
 {
-	return launch_maxpool2_fwd_nhwc(B(x), b, nimg, c, h, w, y, arg, s);
+	return launch_maxpool2_fwd_nhwc(B(x), nimg, c, h, w, ep, y, arg, s);
 }
 
 extern "C" int cnn_cuda_maxpool2_relu_bwd_nhwc_bf16(const float *dy, const float *y,
@@ -808,8 +856,9 @@ extern "C" int cnn_cuda_from_bf16(const cnn_bf16 *x, float *y, size_t n, cudaStr
 	return 0;
 }
 
-extern "C" int cnn_cuda_logsoftmax_nll_fwd(const float *logits, const uint8_t *label, int n,
-					   int k, float *logp, float *out, cudaStream_t s)
+extern "C" int cnn_cuda_logsoftmax_nll_fwd(const float *logits, const float *b,
+					   const uint8_t *label, int n, int k, float *logp,
+					   float *out, cudaStream_t s)
 {
 	if (n <= 0)
 		return 0;
@@ -819,8 +868,8 @@ extern "C" int cnn_cuda_logsoftmax_nll_fwd(const float *logits, const uint8_t *l
 		cnn_cuda_fail(__FILE__, __LINE__, "cnn_cuda_logsoftmax_nll_fwd", m);
 		return -1;
 	}
-	logsoftmax_nll_fwd<<<(n + kThreads - 1) / kThreads, kThreads, 0, s>>>(logits, label, n, k,
-									       logp, out);
+	logsoftmax_nll_fwd<<<(n + kThreads - 1) / kThreads, kThreads, 0, s>>>(logits, b, label, n,
+									       k, logp, out);
 	cudaCheck(cudaGetLastError());
 	return 0;
 }
@@ -859,23 +908,20 @@ extern "C" int cnn_cuda_adadelta_step(float *p, const float *g, float *sq, float
 	return 0;
 }
 
-extern "C" int cnn_cuda_dropout_fwd(float *x, size_t n, float p, const uint64_t *key, cudaStream_t s)
+extern "C" int cnn_cuda_dropout_fwd(float *x, const float *b, int k, size_t n, float p,
+				    const uint64_t *key, cudaStream_t s)
 {
 	if (!n)
 		return 0;
+	if (b && k < 1) {
+		char m[64];
+		snprintf(m, sizeof(m), "rows of %d: expected >= 1", k);
+		cnn_cuda_fail(__FILE__, __LINE__, "cnn_cuda_dropout_fwd", m);
+		return -1;
+	}
 	uint32_t thresh = (uint32_t)(p * 65536.f);
 	float scale = 1.f / (1.f - p);
-	dropout_fwd<<<blocks_for((n + 3) / 4), kThreads, 0, s>>>(x, n, thresh, scale, key);
-	cudaCheck(cudaGetLastError());
-	return 0;
-}
-
-extern "C" int cnn_cuda_bias_add_rows(float *y, const float *b, int n, int k, cudaStream_t s)
-{
-	size_t total = (size_t)n * k;
-	if (!total)
-		return 0;
-	bias_add_rows<<<blocks_for(total), kThreads, 0, s>>>(y, b, k, total);
+	dropout_fwd<<<blocks_for((n + 3) / 4), kThreads, 0, s>>>(x, b, k, n, thresh, scale, key);
 	cudaCheck(cudaGetLastError());
 	return 0;
 }

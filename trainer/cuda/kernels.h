@@ -5,19 +5,21 @@
  *   cnn_cuda_maxpool2_fwd       cnn_maxpool2_fwd (first maximum wins)
  *   cnn_cuda_maxpool2_relu_bwd  cnn_maxpool2_relu_bwd
  *   cnn_cuda_relu_bwd           cnn_relu_bwd
- *   cnn_cuda_logsoftmax_nll_fwd cnn_logsoftmax_nll_fwd (sum of losses, correct count)
+ *   cnn_cuda_logsoftmax_nll_fwd cnn_logsoftmax_nll_fwd (sum of losses, correct count),
+ *                               after the bias of cnn_linear_fwd
  *   cnn_cuda_logsoftmax_nll_bwd cnn_logsoftmax_nll_bwd
  *   cnn_cuda_sgd_step           SGD of cnn_optim_step (torch.optim.SGD)
  *   cnn_cuda_adadelta_step      Adadelta of cnn_optim_step
- *   cnn_cuda_dropout_fwd        cnn_dropout_fwd (the same mask)
- *   cnn_cuda_bias_add_rows      the bias of cnn_linear_fwd
+ *   cnn_cuda_dropout_fwd        cnn_dropout_fwd (the same mask), after cnn_bias_relu
  *   cnn_cuda_gather             cnn_data_gather (images and labels by index)
  *   cnn_cuda_bias_grad          cnn_bias_grad, summed over the images (gated:
  *                               after cnn_relu_bwd, which relu also stores)
  *
- * Two are fusions, so the step makes fewer passes over the convolutions'
- * activations: the pool applies conv2's bias and ReLU on its way in (its
- * twin is cnn_bias_relu then cnn_maxpool2_fwd, exactly), and the bias
+ * Several are fusions, so the step makes fewer passes over the activations
+ * and launches fewer kernels: the pool applies conv2's bias and ReLU on its
+ * way in and dropout on its way out (its twin is cnn_bias_relu,
+ * cnn_maxpool2_fwd then cnn_dropout_fwd, exactly), fc1's dropout its bias
+ * and ReLU, the loss fc2's bias; and the bias
  * gradient can gate by a ReLU's output (conv1's: relu_bwd and the bias
  * gradient in one pass; conv2's: summed from the pool's output gradient,
  * 4x smaller than conv2's, where each window's gradient reaches exactly
@@ -58,22 +60,30 @@ typedef uint16_t cnn_bf16;
 
 /* y[i][o][*] = relu(y[i][o][*] + b[o]) for nimg images of oc planes of n pixels. */
 int cnn_cuda_bias_relu(float *y, const float *b, int nimg, int oc, int n, cudaStream_t s);
-/* 2x2/2 max-pool of nimg images of c planes of h x w; arg gets 0..3.  b:
- * NULL, or a bias per plane added with a ReLU before the max, each value
- * as cnn_cuda_bias_relu stores it (for bf16, rounded): the maxima and arg
- * of bias_relu then the pool, in one pass. */
-int cnn_cuda_maxpool2_fwd(const float *x, const float *b, int nimg, int c, int h, int w, float *y,
-			  uint8_t *arg, cudaStream_t s);
+/* What a pool does besides the max (NULL: nothing): bias, the previous
+ * convolution's bias per plane, added with a ReLU before the max, each
+ * value as cnn_cuda_bias_relu stores it (for bf16, rounded: the maxima and
+ * arg of bias_relu then the pool); then, p > 0, dropout of the output with
+ * the mask of cnn_dropout_fwd(y, nimg * c * (h/2) * (w/2), p, *key). */
+struct cnn_cuda_pool_ep {
+	const float *bias;
+	float p;
+	const uint64_t *key;   /* device memory, as cnn_cuda_dropout_fwd's */
+};
+/* 2x2/2 max-pool of nimg images of c planes of h x w; arg gets 0..3. */
+int cnn_cuda_maxpool2_fwd(const float *x, int nimg, int c, int h, int w,
+			  const struct cnn_cuda_pool_ep *ep, float *y, uint8_t *arg, cudaStream_t s);
 /* dx (planes x h x w, overwritten): each window's dy to its winner where y > 0. */
 int cnn_cuda_maxpool2_relu_bwd(const float *dy, const float *y, const uint8_t *arg, int planes,
 			       int h, int w, float *dx, cudaStream_t s);
 /* dx[i] = y[i] > 0 ? dx[i] : 0 */
 int cnn_cuda_relu_bwd(float *dx, const float *y, size_t n, cudaStream_t s);
-/* logp = log_softmax(logits) over n rows of k <= 64; out[0] += sum of the
+/* logp = log_softmax(logits + b) over n rows of k <= 64 (b: NULL, or a bias
+ * per column, cnn_linear_fwd's); out[0] += sum of the
  * rows' losses, out[1] += rows whose argmax (first maximum) is the label.
  * The mean loss is out[0] / n. */
-int cnn_cuda_logsoftmax_nll_fwd(const float *logits, const uint8_t *label, int n, int k,
-				float *logp, float *out, cudaStream_t s);
+int cnn_cuda_logsoftmax_nll_fwd(const float *logits, const float *b, const uint8_t *label, int n,
+				int k, float *logp, float *out, cudaStream_t s);
 /* dlogits = (softmax - onehot) / scale_n */
 int cnn_cuda_logsoftmax_nll_bwd(const float *logp, const uint8_t *label, int n, int k,
 				float scale_n, float *dlogits, cudaStream_t s);
@@ -87,10 +97,10 @@ int cnn_cuda_adadelta_step(float *p, const float *g, float *sq, float *acc, size
 
 /* In-place dropout with the mask of cnn_dropout_fwd(x, n, p, *key); the
  * key is read from device memory so a captured graph draws a new mask
- * each replay. */
-int cnn_cuda_dropout_fwd(float *x, size_t n, float p, const uint64_t *key, cudaStream_t s);
-/* y[i][j] += b[j] over n rows of k. */
-int cnn_cuda_bias_add_rows(float *y, const float *b, int n, int k, cudaStream_t s);
+ * each replay.  b: NULL, or a bias per column of rows of k added with a
+ * ReLU first (cnn_cuda_bias_relu's, one pass). */
+int cnn_cuda_dropout_fwd(float *x, const float *b, int k, size_t n, float p, const uint64_t *key,
+			 cudaStream_t s);
 
 /* Per-channel normalization of cnn_data_gather: x = byte * scale - off. */
 struct cnn_cuda_norm {
@@ -121,8 +131,9 @@ int cnn_cuda_bias_grad(float *dy, const float *gate, int relu, int nimg, int oc,
  * deterministically, with cnn_cuda_bias_grad_nhwc_scratch floats of
  * scratch; gate and relu as cnn_cuda_bias_grad's. */
 int cnn_cuda_bias_relu_nhwc(float *y, const float *b, int nimg, int oc, int n, cudaStream_t s);
-int cnn_cuda_maxpool2_fwd_nhwc(const float *x, const float *b, int nimg, int c, int h, int w,
-			       float *y, uint8_t *arg, cudaStream_t s);
+int cnn_cuda_maxpool2_fwd_nhwc(const float *x, int nimg, int c, int h, int w,
+			       const struct cnn_cuda_pool_ep *ep, float *y, uint8_t *arg,
+			       cudaStream_t s);
 int cnn_cuda_maxpool2_relu_bwd_nhwc(const float *dy, const float *y, const uint8_t *arg, int nimg,
 				    int c, int h, int w, float *dx, cudaStream_t s);
 size_t cnn_cuda_bias_grad_nhwc_scratch(int nimg, int oc, int n);
@@ -136,16 +147,18 @@ int cnn_cuda_ohwi_to_oihw(const float *w, int out, int in, int hw, float *o, cud
 
 /* bf16 storage, float math (see the top of this file). */
 int cnn_cuda_bias_relu_bf16(cnn_bf16 *y, const float *b, int nimg, int oc, int n, cudaStream_t s);
-int cnn_cuda_maxpool2_fwd_bf16(const cnn_bf16 *x, const float *b, int nimg, int c, int h, int w,
-			       float *y, uint8_t *arg, cudaStream_t s);
+int cnn_cuda_maxpool2_fwd_bf16(const cnn_bf16 *x, int nimg, int c, int h, int w,
+			       const struct cnn_cuda_pool_ep *ep, float *y, uint8_t *arg,
+			       cudaStream_t s);
 int cnn_cuda_maxpool2_relu_bwd_bf16(const float *dy, const float *y, const uint8_t *arg,
 				    int planes, int h, int w, cnn_bf16 *dx, cudaStream_t s);
 int cnn_cuda_bias_grad_bf16(cnn_bf16 *dy, const cnn_bf16 *gate, int relu, int nimg, int oc, int n,
 			    float *scratch, float *db, cudaStream_t s);
 int cnn_cuda_bias_relu_nhwc_bf16(cnn_bf16 *y, const float *b, int nimg, int oc, int n,
 				 cudaStream_t s);
-int cnn_cuda_maxpool2_fwd_nhwc_bf16(const cnn_bf16 *x, const float *b, int nimg, int c, int h,
-				    int w, float *y, uint8_t *arg, cudaStream_t s);
+int cnn_cuda_maxpool2_fwd_nhwc_bf16(const cnn_bf16 *x, int nimg, int c, int h, int w,
+				    const struct cnn_cuda_pool_ep *ep, float *y, uint8_t *arg,
+				    cudaStream_t s);
 int cnn_cuda_maxpool2_relu_bwd_nhwc_bf16(const float *dy, const float *y, const uint8_t *arg,
 					 int nimg, int c, int h, int w, cnn_bf16 *dx,
 					 cudaStream_t s);

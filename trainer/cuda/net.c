@@ -467,18 +467,21 @@ static int bias_relu(struct cnn_gnet *g, int nhwc, void *y, const float *b, int 
 }
 
 /* conv2's output before its bias (n x c2 x h2 x w2, either layout) through
- * the bias b, the ReLU and the pool into p and arg, NCHW order: one pass */
-static int maxpool(struct cnn_gnet *g, int nhwc, int n, const float *b)
+ * its bias, the ReLU, the pool and (training) the first dropout into p and
+ * arg, NCHW order: one pass */
+static int maxpool(struct cnn_gnet *g, int nhwc, int n, int train)
 {
 	const struct cnn_model *M = &g->m;
+	struct cnn_cuda_pool_ep ep = { g->params + M->t[P_B2].off, train ? M->p_drop1 : 0.f,
+				       g->keys };
 	if (nhwc)
-		return bf(g) ? cnn_cuda_maxpool2_fwd_nhwc_bf16(g->a2, b, n, M->c2, M->h2, M->w2, g->p,
+		return bf(g) ? cnn_cuda_maxpool2_fwd_nhwc_bf16(g->a2, n, M->c2, M->h2, M->w2, &ep, g->p,
 							       g->arg, g->s) :
-			       cnn_cuda_maxpool2_fwd_nhwc(g->a2, b, n, M->c2, M->h2, M->w2, g->p,
+			       cnn_cuda_maxpool2_fwd_nhwc(g->a2, n, M->c2, M->h2, M->w2, &ep, g->p,
 							  g->arg, g->s);
-	return bf(g) ? cnn_cuda_maxpool2_fwd_bf16(g->a2, b, n, M->c2, M->h2, M->w2, g->p, g->arg,
+	return bf(g) ? cnn_cuda_maxpool2_fwd_bf16(g->a2, n, M->c2, M->h2, M->w2, &ep, g->p, g->arg,
 						  g->s) :
-		       cnn_cuda_maxpool2_fwd(g->a2, b, n, M->c2, M->h2, M->w2, g->p, g->arg, g->s);
+		       cnn_cuda_maxpool2_fwd(g->a2, n, M->c2, M->h2, M->w2, &ep, g->p, g->arg, g->s);
 }
 
 static int maxpool_relu_bwd(struct cnn_gnet *g, int nhwc, int n)
@@ -632,27 +635,26 @@ int cnn_gnet_forward(struct cnn_gnet *g, int n, int train)
 	cudnnCheck(cudnnConvolutionForward(g->dnn, &one, g->t1, g->a1, filt(g, 1, nh),
 					   conv_w(g, 1, nh), g->cv[1], a->fwd[1], g->ws,
 					   g->ws_bytes, &zero, g->t2, g->a2));
-	if (maxpool(g, nh, n, P + M->t[P_B2].off) < 0)
-		return -1;
-	if (train && M->p_drop1 > 0.f &&
-	    cnn_cuda_dropout_fwd(g->p, (size_t)n * M->flat, M->p_drop1, g->keys, g->s) < 0)
+	if (maxpool(g, nh, n, train) < 0)
 		return -1;
 	if (bf(g) && cnn_cuda_to_bf16(g->p, g->pb, (size_t)n * M->flat, g->s) < 0)
 		return -1;
+	/* fc1's bias and ReLU, and in training its dropout, in one pass */
 	if (linear_fwd(g, bf(g) ? (const void *)g->pb : g->p, n, M->flat, W(g, P_W3), M->hidden,
 		       g->h) < 0 ||
-	    cnn_cuda_bias_relu(g->h, P + M->t[P_B3].off, n, M->hidden, 1, g->s) < 0)
-		return -1;
-	if (train && M->p_drop2 > 0.f &&
-	    cnn_cuda_dropout_fwd(g->h, (size_t)n * M->hidden, M->p_drop2, g->keys + 1, g->s) < 0)
+	    (train && M->p_drop2 > 0.f ?
+		     cnn_cuda_dropout_fwd(g->h, P + M->t[P_B3].off, M->hidden, (size_t)n * M->hidden,
+					  M->p_drop2, g->keys + 1, g->s) :
+		     cnn_cuda_bias_relu(g->h, P + M->t[P_B3].off, n, M->hidden, 1, g->s)) < 0)
 		return -1;
 	if (bf(g) && cnn_cuda_to_bf16(g->h, g->hb, (size_t)n * M->hidden, g->s) < 0)
 		return -1;
+	/* fc2's bias rides on the loss */
 	if (linear_fwd(g, bf(g) ? (const void *)g->hb : g->h, n, M->hidden, W(g, P_W4),
-		       M->in.classes, g->logits) < 0 ||
-	    cnn_cuda_bias_add_rows(g->logits, P + M->t[P_B4].off, n, M->in.classes, g->s) < 0)
+		       M->in.classes, g->logits) < 0)
 		return -1;
-	return cnn_cuda_logsoftmax_nll_fwd(g->logits, g->y, n, M->in.classes, g->logp, g->stats, g->s);
+	return cnn_cuda_logsoftmax_nll_fwd(g->logits, P + M->t[P_B4].off, g->y, n, M->in.classes,
+					   g->logp, g->stats, g->s);
 }
 
 /* With two streams the weight gradients run on sw as their inputs are
