@@ -12,6 +12,9 @@
 #   .gpu/run.sh bench        bench/gpu_vs_torch.sh (BATCHES, PRECISION, TORCH_MODES, EPOCHS, CNN_ARGS,
 #                            CNN_VARIANTS)
 #   .gpu/run.sh h2d          bench/h2d_bind.sh
+#   .gpu/run.sh profile      ncu: each kernel's GPU time in two graph-replayed steps of
+#                            cnn_train, batch 64 and 1024 (BATCHES), NCHW and NHWC (bench/
+#                            ncu_kernels.py): where the time goes, one device call
 #   .gpu/run.sh all          check, train (tf32, bf16, gloo2), h2d, bench (tf32, bf16; no
 #                            torch.compile): one device call, logs in $OUT
 #   .gpu/run.sh variants     check, then bench (tf32, bf16) with cnn_train's variants as
@@ -185,6 +188,31 @@ bench)
 h2d)
 	shift || true
 	H2D_BIND=$(wrapper h2d_bind) bench/h2d_bind.sh "$@"
+	;;
+profile)
+	# Steps 21 and 22 (graph replays, long after cudnnFind) under ncu,
+	# which --cuda-profile-steps lets capture; more options: run.sh
+	# profile --backward-streams 2 ...
+	shift || true
+	ncu=$(command -v ncu || echo "$cuda/bin/ncu")
+	[ -x "$ncu" ] || { echo "run.sh: no ncu on this machine (PATH, $cuda/bin)" >&2; exit 2; }
+	cnn=$(wrapper cnn_train) rc=0
+	for b in ${BATCHES:-64 1024}; do
+		for layout in nchw nhwc; do
+			echo "=== ncu: batch $b, --conv-layout $layout $*, steps 21-22"
+			if "$ncu" --profile-from-start off --metrics gpu__time_duration.sum --csv "$cnn" \
+				--device cuda --batch-size "$b" --conv-layout "$layout" --max-steps 22 \
+				--cuda-profile-steps 21:22 --progress lines --log-every 1000 "$@" \
+				>"$G/ncu.csv" 2>"$G/ncu.err"; then
+				python3 bench/ncu_kernels.py --steps 2 "$G/ncu.csv" || rc=1
+				grep -h '^# GPU' "$G/ncu.csv" || true
+			else
+				rc=1
+				tail -n 20 "$G/ncu.err" "$G/ncu.csv"
+			fi
+		done
+	done
+	exit $rc
 	;;
 all | variants)
 	# What one device call holds (10 minutes): each part bounded in time

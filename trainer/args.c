@@ -54,6 +54,9 @@ void cnn_args_usage(FILE *f)
 "                         or auto (per batch size, the one cuDNN times faster)\n"
 "  --backward-streams N   GPU: 1 (default) or 2: the weight gradients on a second\n"
 "                         stream, beside the data gradients\n"
+"  --cuda-profile-steps A:B  GPU: cudaProfilerStart before step A, Stop after\n"
+"                         step B (from 1, across epochs), for nsys --capture-\n"
+"                         range=cudaProfilerApi or ncu --profile-from-start off\n"
 "  --timeout SECONDS      bound on rendezvous and on each collective (default 60)\n"
 "checkpoints and output:\n"
 "  --checkpoint-dir DIR   rank 0 writes DIR/checkpoint.bin after each epoch\n"
@@ -107,7 +110,7 @@ static int num_f(const char *opt, const char *s, double lo, double hi, float *ou
 enum {
 	O_DATA = 256, O_DATA_DIR, O_EPOCHS, O_MAX_STEPS, O_EVAL, O_BATCH, O_OPTIM, O_LR,
 	O_MOMENTUM, O_WD, O_SCHED, O_STEP_EPOCHS, O_GAMMA, O_WARMUP, O_NO_DROPOUT, O_SEED,
-	O_THREADS, O_DEVICE, O_PRECISION, O_NO_GRAPH, O_CONV_LAYOUT, O_STREAMS, O_TIMEOUT, O_CKPT_DIR, O_CKPT_EVERY, O_RESUME, O_LOG_JSON,
+	O_THREADS, O_DEVICE, O_PRECISION, O_NO_GRAPH, O_CONV_LAYOUT, O_STREAMS, O_PROFILE, O_TIMEOUT, O_CKPT_DIR, O_CKPT_EVERY, O_RESUME, O_LOG_JSON,
 	O_DUMP, O_PROGRESS, O_LOG_EVERY, O_TRAIN_LIMIT, O_TEST_LIMIT,
 };
 
@@ -134,6 +137,7 @@ static const struct option opts[] = {
 	{ "no-graph", no_argument, NULL, O_NO_GRAPH },
 	{ "conv-layout", required_argument, NULL, O_CONV_LAYOUT },
 	{ "backward-streams", required_argument, NULL, O_STREAMS },
+	{ "cuda-profile-steps", required_argument, NULL, O_PROFILE },
 	{ "timeout", required_argument, NULL, O_TIMEOUT },
 	{ "checkpoint-dir", required_argument, NULL, O_CKPT_DIR },
 	{ "checkpoint-every", required_argument, NULL, O_CKPT_EVERY },
@@ -268,6 +272,23 @@ int cnn_args_parse(struct cnn_args *a, int argc, char **argv, const char *env_da
 			}
 			break;
 		case O_STREAMS: rv = num_int("--backward-streams", optarg, 1, 2, &a->streams, err, errlen); break;
+		case O_PROFILE: {
+			char from[32], to[32];
+			const char *colon = strchr(optarg, ':');
+			if (!colon || colon - optarg >= (long)sizeof(from) || strlen(colon + 1) >= sizeof(to)) {
+				snprintf(err, errlen, "--cuda-profile-steps=%s: expected FIRST:LAST, such as 10:12",
+					 optarg);
+				return -1;
+			}
+			snprintf(from, sizeof(from), "%.*s", (int)(colon - optarg), optarg);
+			snprintf(to, sizeof(to), "%s", colon + 1);
+			rv = num_ll("--cuda-profile-steps' first step", from, 1, LLONG_MAX / 2,
+				    &a->profile_from, err, errlen);
+			if (rv == 0)
+				rv = num_ll("--cuda-profile-steps' last step", to, a->profile_from,
+					    LLONG_MAX / 2, &a->profile_to, err, errlen);
+			break;
+		}
 		case O_TIMEOUT: rv = num_int("--timeout", optarg, 1, 86400, &a->timeout_s, err, errlen); break;
 		case O_CKPT_DIR: a->checkpoint_dir = optarg; break;
 		case O_CKPT_EVERY: rv = num_ll("--checkpoint-every", optarg, 1, LLONG_MAX / 2, &a->checkpoint_every, err, errlen); break;

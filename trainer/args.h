@@ -26,6 +26,7 @@ struct cnn_args {
 	int no_graph;              /* GPU: run the step eagerly, not as a CUDA graph */
 	int conv_layout;           /* enum cnn_layout: nchw (default), nhwc, auto */
 	int streams;               /* GPU backward streams: 1 (default) or 2 */
+	long long profile_from, profile_to; /* --cuda-profile-steps (0: none) */
 	const char *checkpoint_dir;
 	long long checkpoint_every;/* steps; 0: each epoch only */
 	int resume;

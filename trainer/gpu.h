@@ -68,6 +68,9 @@ struct cnn_gpu_opts {
 	enum cnn_layout layout;      /* the convolutions' activations (0: NCHW) */
 	int streams;                 /* --backward-streams: 2 runs the weight gradients
 				      * beside the data gradients (0: 1) */
+	long long profile_from;      /* --cuda-profile-steps: cudaProfilerStart before this
+				      * step (counted from 1; 0: never) ... */
+	long long profile_to;        /* ... and cudaProfilerStop after this one */
 };
 
 struct cnn_gpu;

@@ -418,7 +418,8 @@ static int open_gpu(struct run *R, int maxb)
 	struct cnn_gpu_opts o = { &R->m, R->a.batch, maxb, R->r.local_rank,
 				  (enum cnn_precision)R->a.precision, !R->a.no_graph, &R->opt, R->a.seed,
 				  R->r.rank, R->r.world, R->a.timeout_s * 1000,
-				  (enum cnn_layout)R->a.conv_layout, R->a.streams };
+				  (enum cnn_layout)R->a.conv_layout, R->a.streams, R->a.profile_from,
+				  R->a.profile_to };
 	struct cnn_gpu *g = NULL;
 	if (G->open(&g, &o, err, sizeof(err)) < 0) {
 		G->close(g);

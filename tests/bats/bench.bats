@@ -83,6 +83,35 @@ ratio_ok() {
 	[[ "$stderr" == *"--mode graph needs CUDA: --device cpu runs --mode eager only"* ]]
 }
 
+@test "ncu_kernels.py: ncu's CSV (units, thousands separators, other lines) per kernel and step, largest first" {
+	local csv="$BATS_TEST_TMPDIR/ncu.csv"
+	cat >"$csv" <<-'CSV'
+	==PROF== Connected to process 1234 (/g/bin/cnn_train)
+	# GPU: NVIDIA H100 80GB HBM3 (sm_90), TF32, NCHW, CUDA graph
+	"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
+	"0","1234","cnn_train","h","void (anonymous namespace)::bias_relu<float>(float *, const float *, int, int, unsigned long)","1","13","(256, 1, 1)","(5408, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","usecond","4.96"
+	"1","1234","cnn_train","h","sm90_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nhwc","1","13","(128, 1, 1)","(16, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","usecond","1,012.50"
+	"2","1234","cnn_train","h","void (anonymous namespace)::bias_relu<float>(float *, const float *, int, int, unsigned long)","1","13","(256, 1, 1)","(5408, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","nsecond","5040"
+	"3","1234","cnn_train","h","void cudnn::nchwToNhwcKernel<float, (cudnnKernelDataType_t)0>(const float *, float *)","1","13","(256, 1, 1)","(12, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","msecond","0.002"
+	CSV
+	run --separate-stderr "$PY" "$REPO/bench/ncu_kernels.py" --steps 2 --top 2 --width 40 "$csv"
+	assert_success
+	assert_line --index 0 --regexp '^kernel +us/step +calls +share$'
+	assert_line --index 1 --regexp '^sm90_xmma_fprop_implicit_gemm_tf32f32\.\.\. +506\.2 +0\.5 +98\.8%$'
+	assert_line --index 2 --regexp '^bias_relu<float> +5\.0 +1\.0 +1\.0%$'
+	assert_line --index 3 --regexp '^\(1 more\) +1\.0 +0\.5 +0\.2%$'
+	assert_line --index 4 --regexp '^total +512\.2 +2\.0 +100\.0%$'
+	# a capture with nothing in it, and a unit it does not know, say so
+	grep -v '^"' "$csv" >"$BATS_TEST_TMPDIR/empty.csv"
+	run --separate-stderr "$PY" "$REPO/bench/ncu_kernels.py" "$BATS_TEST_TMPDIR/empty.csv"
+	assert_failure
+	[[ "$stderr" == *"holds no CSV rows (did ncu capture any kernel?"* ]]
+	sed 's/"usecond","4.96"/"cycle","4.96"/' "$csv" >"$BATS_TEST_TMPDIR/cycles.csv"
+	run --separate-stderr "$PY" "$REPO/bench/ncu_kernels.py" "$BATS_TEST_TMPDIR/cycles.csv"
+	assert_failure
+	[[ "$stderr" == *"unit 'cycle' of gpu__time_duration.sum: expected one of"* ]]
+}
+
 @test "gpu_vs_torch.sh and h2d_bind.sh without a GPU: each says so (2: refused, 0: skipped)" {
 	if nvidia-smi -L >/dev/null 2>&1; then
 		skip "this machine has a GPU: the real runs are the benchmarks themselves"

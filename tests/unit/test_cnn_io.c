@@ -273,6 +273,17 @@ static void test_args(void)
 		  parse(&a, err, NULL, "--backward-streams", "2", NULL) == 0 && a.streams == 2);
 	test_cond("--backward-streams=3", parse(&a, err, NULL, "--backward-streams=3", NULL) < 0);
 	test_err("... names the range", err, "--backward-streams");
+	test_cond("--cuda-profile-steps: none by default, 10:12",
+		  parse(&a, err, NULL, NULL) == 0 && a.profile_from == 0 && a.profile_to == 0 &&
+		  parse(&a, err, NULL, "--cuda-profile-steps", "10:12", NULL) == 0 &&
+		  a.profile_from == 10 && a.profile_to == 12 &&
+		  parse(&a, err, NULL, "--cuda-profile-steps=5:5", NULL) == 0 && a.profile_to == 5);
+	test_cond("--cuda-profile-steps=12:10", parse(&a, err, NULL, "--cuda-profile-steps=12:10", NULL) < 0);
+	test_err("... names the last step and its bound", err, "--cuda-profile-steps' last step=10: expected an integer from 12");
+	test_cond("--cuda-profile-steps=10", parse(&a, err, NULL, "--cuda-profile-steps=10", NULL) < 0);
+	test_err("... names the form", err, "--cuda-profile-steps=10: expected FIRST:LAST, such as 10:12");
+	test_cond("--cuda-profile-steps=0:3", parse(&a, err, NULL, "--cuda-profile-steps=0:3", NULL) < 0);
+	test_err("... steps count from 1", err, "--cuda-profile-steps' first step=0: expected an integer from 1");
 	test_cond("--precision=fp8", parse(&a, err, NULL, "--precision=fp8", NULL) < 0);
 	test_err("... lists the choices", err, "--precision=fp8: expected tf32, fp32 or bf16");
 	test_cond("--device=tpu", parse(&a, err, NULL, "--device=tpu", NULL) < 0);

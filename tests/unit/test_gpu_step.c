@@ -65,7 +65,8 @@ static struct cnn_gpu *open_gpu(const struct cnn_model *m, int batch, enum cnn_p
 {
 	struct cnn_gpu *g = NULL;
 	char err[1024];
-	struct cnn_gpu_opts go = { m, batch, batch, 0, prec, graph, o, 1, 0, 1, 60000, layout, streams };
+	struct cnn_gpu_opts go = { m, batch, batch, 0, prec, graph, o, 1, 0, 1, 60000, layout, streams,
+				   0, 0 };
 	if (cnn_gpu_api.open(&g, &go, err, sizeof(err)) < 0) {
 		printf("#   open: %s\n", err);
 		cnn_gpu_api.close(g);

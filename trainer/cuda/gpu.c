@@ -18,6 +18,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cuda_profiler_api.h>
+
 #include "gpu.h"
 
 #include "cuda/check.h"
@@ -393,6 +395,11 @@ static int gpu_train_step(struct cnn_gpu *g, const uint32_t *idx, int n, float l
 	if (cnn_gnet_prepare(&g->net, n) < 0)
 		FAIL("%s", g->net.err[0] ? g->net.err : cnn_cuda_last_error());
 	int first = g->updates == 0;
+	/* --cuda-profile-steps: the range a profiler captures (step numbers
+	 * from 1, counting the steps a resumed run did before) */
+	long long num = g->updates + 1;
+	if (g->o.profile_from > 0 && num == g->o.profile_from)
+		CUDA(cudaProfilerStart());
 	/* Replay the graph for full batches once two eager steps have warmed
 	 * up cuDNN, cuBLAS and NCCL's connections (and the first SGD update,
 	 * which differs, is done). */
@@ -408,6 +415,8 @@ static int gpu_train_step(struct cnn_gpu *g, const uint32_t *idx, int n, float l
 			g->eager_steps++;
 	}
 	CUDA(cudaEventRecord(g->ev_slot[k], g->s));
+	if (g->o.profile_from > 0 && num == g->o.profile_to)
+		CUDA(cudaProfilerStop());
 	g->slot_used[k] = 1;
 	g->slot = k ^ 1;
 	g->last_n = n;
