@@ -625,29 +625,38 @@ static void test_weights_nhwc(int out, int in, int bf16)
 	free(w), free(want), free(got);
 }
 
-/* bias: the logits without fc2's bias in, the bias added by the kernel;
- * the twin adds it as cnn_linear_fwd does, then cnn_logsoftmax_nll_fwd */
-static void test_logsoftmax(int bias)
+/* n rows; bias: the logits without fc2's bias in, the bias added by the
+ * kernel, the twin adding it as cnn_linear_fwd does; grad: the loss's
+ * gradient in the same pass, against cnn_logsoftmax_nll_bwd.  The sums
+ * are overwritten (garbage before) and the same bits twice. */
+static void test_logsoftmax(int n, int bias, int grad)
 {
-	int n = 1000, k = 10;
+	int k = 10;
 	size_t t = (size_t)n * k;
 	float *z = malloc(t * 4), *lp = malloc(t * 4), *glp = malloc(t * 4);
-	float *d = malloc(t * 4), *gd = malloc(t * 4), out[2] = { 0, 0 }, b[10];
-	const char *bn = bias ? " with fc2's bias" : "";
-	char m[160];
+	float *d = malloc(t * 4), *gd = malloc(t * 4), out[2], again[2], b[10];
+	char bn[64], m[200];
 	uint8_t *lab = malloc(n);
+	snprintf(bn, sizeof(bn), " of %d rows%s%s", n, bias ? " with fc2's bias" : "",
+		 grad ? " and the gradient" : "");
 	for (size_t i = 0; i < t; i++)
 		z[i] = 8.f * frand();
 	for (int i = 0; i < n; i++)
 		lab[i] = (uint8_t)((frand() + 1.f) * 5.f) % 10;
 	fill(b, k);
-	float *dz = dev(z, t * 4), *dlp = dev(NULL, t * 4), *dout = dev(out, 8), *dd = dev(NULL, t * 4);
+	float *dz = dev(z, t * 4), *dlp = dev(NULL, t * 4), *dout = dev(NULL, 8), *dd = dev(NULL, t * 4);
 	float *db = dev(b, k * 4);
 	uint8_t *dlab = dev(lab, n);
+	int ok = 1;
+	for (int run = 0; run < 2; run++) {
+		CK(cudaMemset(dout, 0x7f, 8));   /* overwritten, not added to */
+		ok &= cnn_cuda_logsoftmax_nll_fwd(dz, bias ? db : NULL, dlab, n, k, dlp, dout,
+						  grad ? dd : NULL, 64.f, NULL) == 0;
+		back(run ? again : out, dout, 8);
+	}
 	snprintf(m, sizeof(m), "logsoftmax_nll_fwd%s launches", bn);
-	test_cond(m, cnn_cuda_logsoftmax_nll_fwd(dz, bias ? db : NULL, dlab, n, k, dlp, dout, NULL) == 0);
+	test_cond(m, ok);
 	back(glp, dlp, t * 4);
-	back(out, dout, 8);
 	int correct = 0;
 	if (bias)
 		for (size_t i = 0; i < t; i++)
@@ -656,25 +665,26 @@ static void test_logsoftmax(int bias)
 	snprintf(m, sizeof(m), "logsoftmax_nll_fwd%s: log-probabilities equal the CPU's (expf "
 		 "tolerance: CUDA's double exp and log)", bn);
 	test_cond(m, compare("logp", glp, lp, t, T_EXPF) == 0);
-	float mean = out[0] / n, cpu_sum = loss * n;
-	snprintf(m, sizeof(m), "logsoftmax_nll_fwd%s: loss sum within the sum tolerance", bn);
-	test_cond(m, compare("loss", &out[0], &cpu_sum, 1, T_SUM) == 0);
+	float cpu_sum = loss * n;
+	snprintf(m, sizeof(m), "logsoftmax_nll_fwd%s: loss sum within the sum tolerance, the same "
+		 "bits twice", bn);
+	test_cond(m, compare("loss", &out[0], &cpu_sum, 1, T_SUM) == 0 && !memcmp(out, again, 8));
 	snprintf(m, sizeof(m), "logsoftmax_nll_fwd%s: correct count equals the CPU's", bn);
 	test_cond(m, (int)out[1] == correct);
-	printf("# loss gpu %.7f cpu %.7f, correct %d of %d\n", mean, loss, correct, n);
-	if (bias) {
-		cudaFree(dz), cudaFree(dlp), cudaFree(dout), cudaFree(dd), cudaFree(dlab), cudaFree(db);
-		free(z), free(lp), free(glp), free(d), free(gd), free(lab);
-		return;
+	printf("# loss gpu %.7f cpu %.7f, correct %d of %d\n", out[0] / n, loss, correct, n);
+	if (grad) {
+		back(gd, dd, t * 4);
+		cnn_logsoftmax_nll_bwd(lp, lab, n, k, 64.f, d);
+		snprintf(m, sizeof(m), "logsoftmax_nll_fwd%s: the gradient equals cnn_logsoftmax_nll_bwd "
+			 "(expf tolerance)", bn);
+		test_cond(m, compare("dlogits", gd, d, t, T_EXPF) == 0);
 	}
-	test_cond("logsoftmax_nll_bwd launches",
-		  cnn_cuda_logsoftmax_nll_bwd(dlp, dlab, n, k, 64.f, dd, NULL) == 0);
-	back(gd, dd, t * 4);
-	cnn_logsoftmax_nll_bwd(lp, lab, n, k, 64.f, d);
-	test_cond("logsoftmax_nll_bwd equals cnn_logsoftmax_nll_bwd (expf tolerance)",
-		  compare("dlogits", gd, d, t, T_EXPF) == 0);
-	test_cond("logsoftmax_nll_fwd refuses 65 classes",
-		  cnn_cuda_logsoftmax_nll_fwd(dz, NULL, dlab, 10, 65, dlp, dout, NULL) == -1);
+	if (!bias && !grad) {
+		test_cond("logsoftmax_nll_fwd refuses 65 classes",
+			  cnn_cuda_logsoftmax_nll_fwd(dz, NULL, dlab, 10, 65, dlp, dout, NULL, 0.f, NULL) == -1);
+		test_cond("logsoftmax_nll_fwd refuses a gradient over 0 images",
+			  cnn_cuda_logsoftmax_nll_fwd(dz, NULL, dlab, 10, 10, dlp, dout, dd, 0.f, NULL) == -1);
+	}
 	cudaFree(dz), cudaFree(dlp), cudaFree(dout), cudaFree(dd), cudaFree(dlab), cudaFree(db);
 	free(z), free(lp), free(glp), free(d), free(gd), free(lab);
 }
@@ -818,8 +828,10 @@ int main(void)
 		test_weights_nhwc(32, 1, bf16);
 		test_weights_nhwc(64, 32, bf16);
 	}
-	test_logsoftmax(0);
-	test_logsoftmax(1);
+	test_logsoftmax(1000, 0, 0);
+	test_logsoftmax(1000, 1, 1);
+	test_logsoftmax(64, 1, 1);      /* the training batch: a row per thread */
+	test_logsoftmax(3001, 0, 1);    /* more rows than threads: strided */
 	test_optim(CNN_SGD, 0.9f, 0.f);
 	test_optim(CNN_SGD, 0.9f, 1e-4f);
 	test_optim(CNN_SGD, 0.f, 0.f);

@@ -171,6 +171,10 @@ static int gpu_open(struct cnn_gpu **out, const struct cnn_gpu_opts *o, char *er
 	CUDA(cudaMallocHost((void **)&g->h_stats, 2 * sizeof(float)));
 	CUDA(cudaMalloc((void **)&g->d_idx, (size_t)maxb * 4));
 	CUDA(cudaMalloc((void **)&g->d_in, sizeof(struct step_in)));
+	CUDA(cudaMemset(g->d_in, 0, sizeof(struct step_in)));
+	CUDA(cudaDeviceSynchronize());   /* the legacy stream's, before s uses it */
+	/* dropout reads each step's keys where the step's inputs land */
+	g->net.keys = g->d_in->key;
 	/* the two batch sizes first: the workspace is sized for both before a
 	 * graph pins it */
 	if (cnn_gnet_prepare(&g->net, o->batch) < 0 || cnn_gnet_prepare(&g->net, o->eval_batch) < 0)
@@ -342,14 +346,11 @@ static int step_body(struct cnn_gpu *g, int n, int first)
 {
 	struct cnn_gnet *net = &g->net;
 	const struct cnn_model *m = g->o.m;
-	cudaCheck(cudaMemsetAsync(net->stats, 0, 2 * sizeof(float), g->s));
-	cudaCheck(cudaMemcpyAsync(net->keys, g->d_in->key, sizeof(g->d_in->key),
-				  cudaMemcpyDeviceToDevice, g->s));
 	if (cnn_cuda_gather(g->train_x, g->train_y, g->d_idx, n, m->in.c, m->in.h, m->in.w, &g->norm,
 			    net->x, net->y, g->s) < 0 ||
-	    cnn_gnet_forward(net, n, 1) < 0 ||
 	    /* mean over this rank's n; NCCL's average makes it the global mean */
-	    cnn_gnet_backward(net, n, (float)n, bucket_ready, g) < 0 ||
+	    cnn_gnet_forward(net, n, 1, (float)n) < 0 ||
+	    cnn_gnet_backward(net, n, bucket_ready, g) < 0 ||
 	    optimizer(g, first) < 0)
 		return -1;
 	return 0;
@@ -455,10 +456,9 @@ static int gpu_evaluate(struct cnn_gpu *g, const uint32_t *idx, int n, double *l
 	/* every slot is free after sync_all: stage the indices in one */
 	memcpy(g->h_idx[g->slot], idx, (size_t)n * 4);
 	CUDA(cudaMemcpyAsync(g->d_idx, g->h_idx[g->slot], (size_t)n * 4, cudaMemcpyHostToDevice, g->s));
-	CUDA(cudaMemsetAsync(net->stats, 0, 2 * sizeof(float), g->s));
 	if (cnn_cuda_gather(g->test_x, g->test_y, g->d_idx, n, m->in.c, m->in.h, m->in.w, &g->norm,
 			    net->x, net->y, g->s) < 0 ||
-	    cnn_gnet_forward(net, n, 0) < 0)
+	    cnn_gnet_forward(net, n, 0, 0.f) < 0)
 		FAIL("%s", net->err[0] ? net->err : cnn_cuda_last_error());
 	CUDA(cudaMemcpyAsync(g->h_stats, net->stats, 2 * sizeof(float), cudaMemcpyDeviceToHost, g->s));
 	if (sync_all(g, "evaluation", err, errlen) < 0)
@@ -513,8 +513,7 @@ int cnn_gpu_debug_step(struct cnn_gpu *g, const float *x, const uint8_t *labels,
 	if (copy(g, net->x, x, (size_t)n * img * 4, cudaMemcpyHostToDevice, err, errlen) < 0 ||
 	    copy(g, net->y, labels, (size_t)n, cudaMemcpyHostToDevice, err, errlen) < 0)
 		return -1;
-	CUDA(cudaMemsetAsync(net->stats, 0, 2 * sizeof(float), g->s));
-	if (cnn_gnet_forward(net, n, 0) < 0 || cnn_gnet_backward(net, n, (float)n, NULL, NULL) < 0)
+	if (cnn_gnet_forward(net, n, 0, (float)n) < 0 || cnn_gnet_backward(net, n, NULL, NULL) < 0)
 		FAIL("%s", net->err[0] ? net->err : cnn_cuda_last_error());
 	CUDA(cudaStreamSynchronize(g->s));
 	float st[2];

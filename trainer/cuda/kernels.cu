@@ -384,15 +384,21 @@ __global__ void from_bf16(const bf16 *x, float *y, size_t n)
 		y[i] = __bfloat162float(x[i]);
 }
 
-// With b, the linear layer's bias is added to the logits on the way in.
-__global__ void logsoftmax_nll_fwd(const float *logits, const float *b, const uint8_t *label, int n,
-				   int k, float *logp, float *out)
+// One block: a thread per row (rows strided over the block), the sums in
+// a fixed order (the thread's rows, then the tree), written, not added: no
+// memset before it, no atomics, the same bits each run.  With b, the
+// linear layer's bias is added to the logits on the way in; with d, the
+// loss's gradient (logsoftmax_nll_bwd's arithmetic) is written too.
+constexpr int kLossThreads = 1024;
+
+__global__ void __launch_bounds__(kLossThreads)
+logsoftmax_nll_fwd(const float *logits, const float *b, const uint8_t *label, int n, int k,
+		   float *logp, float *out, float *d, float inv)
 {
+	__shared__ float part[2][kLossThreads];
 	float z[64];
-	__shared__ float part[2][kThreads];
-	int i = blockIdx.x * blockDim.x + threadIdx.x;
 	float loss = 0.f, good = 0.f;
-	if (i < n) {
+	for (int i = threadIdx.x; i < n; i += blockDim.x) {
 		for (int j = 0; j < k; j++)
 			z[j] = b ? logits[(size_t)i * k + j] + b[j] : logits[(size_t)i * k + j];
 		float *lp = logp + (size_t)i * k;
@@ -409,8 +415,13 @@ __global__ void logsoftmax_nll_fwd(const float *logits, const float *b, const ui
 		float lse = mx + (float)log(s);
 		for (int j = 0; j < k; j++)
 			lp[j] = z[j] - lse;
-		loss = -lp[label[i]];
-		good = am == label[i] ? 1.f : 0.f;
+		loss += -lp[label[i]];
+		good += am == label[i] ? 1.f : 0.f;
+		if (d)
+			for (int j = 0; j < k; j++) {
+				float v = expf(lp[j]) * inv;
+				d[(size_t)i * k + j] = j == label[i] ? v - inv : v;
+			}
 	}
 	part[0][threadIdx.x] = loss;
 	part[1][threadIdx.x] = good;
@@ -423,20 +434,8 @@ __global__ void logsoftmax_nll_fwd(const float *logits, const float *b, const ui
 		__syncthreads();
 	}
 	if (threadIdx.x == 0) {
-		atomicAdd(&out[0], part[0][0]);
-		atomicAdd(&out[1], part[1][0]);
-	}
-}
-
-__global__ void logsoftmax_nll_bwd(const float *logp, const uint8_t *label, int k, float inv,
-				   size_t total, float *d)
-{
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
-	     i += (size_t)gridDim.x * blockDim.x) {
-		size_t row = i / k;
-		int j = (int)(i % k);
-		float v = expf(logp[i]) * inv;
-		d[i] = j == label[row] ? v - inv : v;
+		out[0] = part[0][0];
+		out[1] = part[1][0];
 	}
 }
 
@@ -858,30 +857,21 @@ extern "C" int cnn_cuda_from_bf16(const cnn_bf16 *x, float *y, size_t n, cudaStr
 
 extern "C" int cnn_cuda_logsoftmax_nll_fwd(const float *logits, const float *b,
 					   const uint8_t *label, int n, int k, float *logp,
-					   float *out, cudaStream_t s)
+					   float *out, float *dlogits, float scale_n, cudaStream_t s)
 {
-	if (n <= 0)
-		return 0;
-	if (k < 1 || k > 64) {
-		char m[64];
-		snprintf(m, sizeof(m), "%d classes: expected 1-64", k);
+	if (n < 0 || k < 1 || k > 64 || (dlogits && !(scale_n > 0.f))) {
+		char m[96];
+		snprintf(m, sizeof(m), "%d rows of %d classes, scale %g: expected 0 or more, 1-64, > 0",
+			 n, k, scale_n);
 		cnn_cuda_fail(__FILE__, __LINE__, "cnn_cuda_logsoftmax_nll_fwd", m);
 		return -1;
 	}
-	logsoftmax_nll_fwd<<<(n + kThreads - 1) / kThreads, kThreads, 0, s>>>(logits, b, label, n,
-									       k, logp, out);
-	cudaCheck(cudaGetLastError());
-	return 0;
-}
-
-extern "C" int cnn_cuda_logsoftmax_nll_bwd(const float *logp, const uint8_t *label, int n,
-					   int k, float scale_n, float *dlogits, cudaStream_t s)
-{
-	size_t total = (size_t)n * k;
-	if (!total)
-		return 0;
-	logsoftmax_nll_bwd<<<blocks_for(total), kThreads, 0, s>>>(logp, label, k, 1.f / scale_n,
-								    total, dlogits);
+	/* a power of two (the tree), enough for a row each up to 1024 */
+	int threads = 32;
+	while (threads < n && threads < kLossThreads)
+		threads *= 2;
+	logsoftmax_nll_fwd<<<1, threads, 0, s>>>(logits, b, label, n, k, logp, out, dlogits,
+						   dlogits ? 1.f / scale_n : 0.f);
 	cudaCheck(cudaGetLastError());
 	return 0;
 }

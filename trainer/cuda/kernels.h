@@ -6,8 +6,8 @@
  *   cnn_cuda_maxpool2_relu_bwd  cnn_maxpool2_relu_bwd
  *   cnn_cuda_relu_bwd           cnn_relu_bwd
  *   cnn_cuda_logsoftmax_nll_fwd cnn_logsoftmax_nll_fwd (sum of losses, correct count),
- *                               after the bias of cnn_linear_fwd
- *   cnn_cuda_logsoftmax_nll_bwd cnn_logsoftmax_nll_bwd
+ *                               after the bias of cnn_linear_fwd, and
+ *                               cnn_logsoftmax_nll_bwd in the same pass
  *   cnn_cuda_sgd_step           SGD of cnn_optim_step (torch.optim.SGD)
  *   cnn_cuda_adadelta_step      Adadelta of cnn_optim_step
  *   cnn_cuda_dropout_fwd        cnn_dropout_fwd (the same mask), after cnn_bias_relu
@@ -79,14 +79,14 @@ int cnn_cuda_maxpool2_relu_bwd(const float *dy, const float *y, const uint8_t *a
 /* dx[i] = y[i] > 0 ? dx[i] : 0 */
 int cnn_cuda_relu_bwd(float *dx, const float *y, size_t n, cudaStream_t s);
 /* logp = log_softmax(logits + b) over n rows of k <= 64 (b: NULL, or a bias
- * per column, cnn_linear_fwd's); out[0] += sum of the
- * rows' losses, out[1] += rows whose argmax (first maximum) is the label.
- * The mean loss is out[0] / n. */
+ * per column, cnn_linear_fwd's); out[0] = sum of the rows' losses, out[1] =
+ * rows whose argmax (first maximum) is the label, overwritten (one block,
+ * summed in a fixed order: the same bits each run).  The mean loss is
+ * out[0] / n.  dlogits: NULL, or also the loss's gradient
+ * (softmax - onehot) / scale_n (scale_n > 0), in the same pass. */
 int cnn_cuda_logsoftmax_nll_fwd(const float *logits, const float *b, const uint8_t *label, int n,
-				int k, float *logp, float *out, cudaStream_t s);
-/* dlogits = (softmax - onehot) / scale_n */
-int cnn_cuda_logsoftmax_nll_bwd(const float *logp, const uint8_t *label, int n, int k,
-				float scale_n, float *dlogits, cudaStream_t s);
+				int k, float *logp, float *out, float *dlogits, float scale_n,
+				cudaStream_t s);
 /* SGD with momentum and weight decay; first != 0 on the first update (the
  * buffer becomes the gradient, as torch does).  lr from device memory so a
  * captured CUDA graph can replay with a new schedule value. */

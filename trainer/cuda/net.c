@@ -157,7 +157,7 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 	    alloc(&g->dlogits, nk * 4) < 0 || alloc(&g->dh, nh * 4) < 0 || alloc(&g->dp, np * 4) < 0 ||
 	    alloc(&g->da2, n2 * es) < 0 || alloc(&g->da1, n1 * es) < 0 || alloc(&g->ones, N * 4) < 0 ||
 	    alloc(&g->arg, np) < 0 || alloc(&g->y, N) < 0 || alloc(&g->stats, 2 * 4) < 0 ||
-	    alloc(&g->keys, 2 * 8) < 0)
+	    alloc(&g->keys_own, 2 * 8) < 0)
 		return -1;
 	/* conv1's in either layout; conv2's from the pool's gradient (bias_grad) */
 	size_t bs[3] = { cnn_cuda_bias_grad_scratch(max_batch, M->c1, M->h1 * M->w1),
@@ -190,7 +190,8 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 	free(h);
 	cudaCheck(e);
 	cudaCheck(cudaMemset(g->grads, 0, M->nparams * 4));
-	cudaCheck(cudaMemset(g->keys, 0, 2 * 8));
+	cudaCheck(cudaMemset(g->keys_own, 0, 2 * 8));
+	g->keys = g->keys_own;
 	/* the legacy stream's work above is not ordered with s's */
 	cudaCheck(cudaDeviceSynchronize());
 	return 0;
@@ -200,7 +201,7 @@ void cnn_gnet_free(struct cnn_gnet *g)
 {
 	void *bufs[] = { g->params, g->grads, g->x, g->a1, g->a2, g->p, g->h, g->logits, g->logp,
 			 g->dlogits, g->dh, g->dp, g->da2, g->da1, g->ones, g->arg, g->y, g->stats,
-			 g->keys, g->ws, g->blas_ws, g->wb, g->xb, g->pb, g->hb, g->dlb, g->dhb,
+			 g->keys_own, g->ws, g->blas_ws, g->wb, g->xb, g->pb, g->hb, g->dlb, g->dhb,
 			 g->dwb, g->bgs, g->wt, g->dwt, g->xt, g->wsw, g->blasw_ws };
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		if (bufs[i])
@@ -609,7 +610,7 @@ static const struct cnn_gnet_algos *algos_for(struct cnn_gnet *g, int n)
 	return a;
 }
 
-int cnn_gnet_forward(struct cnn_gnet *g, int n, int train)
+int cnn_gnet_forward(struct cnn_gnet *g, int n, int train, float scale_n)
 {
 	const struct cnn_model *M = &g->m;
 	const struct cnn_gnet_algos *a = algos_for(g, n);
@@ -654,7 +655,8 @@ int cnn_gnet_forward(struct cnn_gnet *g, int n, int train)
 		       M->in.classes, g->logits) < 0)
 		return -1;
 	return cnn_cuda_logsoftmax_nll_fwd(g->logits, P + M->t[P_B4].off, g->y, n, M->in.classes,
-					   g->logp, g->stats, g->s);
+					   g->logp, g->stats, scale_n > 0.f ? g->dlogits : NULL,
+					   scale_n, g->s);
 }
 
 /* With two streams the weight gradients run on sw as their inputs are
@@ -670,7 +672,7 @@ int cnn_gnet_forward(struct cnn_gnet *g, int n, int train)
  * written once per step, before the fork that hands it over, and the next
  * step's writes wait for the join (and with a graph for the whole replay).
  * The two layers' bias gradients have scratch of their own (bgs_off). */
-int cnn_gnet_backward(struct cnn_gnet *g, int n, float scale_n,
+int cnn_gnet_backward(struct cnn_gnet *g, int n,
 		      int (*ready)(void *ctx, int bucket, cudaStream_t on), void *ctx)
 {
 	const struct cnn_model *M = &g->m;
@@ -686,8 +688,8 @@ int cnn_gnet_backward(struct cnn_gnet *g, int n, float scale_n,
 	if (!a)
 		return -1;
 
-	if (cnn_cuda_logsoftmax_nll_bwd(g->logp, g->y, n, K, scale_n, g->dlogits, g->s) < 0 ||
-	    (bf(g) && cnn_cuda_to_bf16(g->dlogits, g->dlb, (size_t)n * K, g->s) < 0) ||
+	/* dlogits: the forward's (cnn_gnet_forward with scale_n) */
+	if ((bf(g) && cnn_cuda_to_bf16(g->dlogits, g->dlb, (size_t)n * K, g->s) < 0) ||
 	    fork_w(g, 0) < 0 ||
 	    linear_bwd_w(g, bf(g) ? (const void *)g->hb : g->h, n, M->hidden, K, dl, g->dlogits,
 			 G + M->t[P_W4].off, G + M->t[P_B4].off) < 0 ||

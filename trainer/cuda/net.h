@@ -81,7 +81,11 @@ struct cnn_gnet {
 	void *wt, *dwt, *xt;
 	uint8_t *arg, *y;
 	float *stats;                    /* [0] loss sum, [1] correct, of the last forward */
-	uint64_t *keys;                  /* dropout keys of layers 1 and 2 */
+	/* The dropout keys of layers 1 and 2 in device memory: keys_own (zeros)
+	 * until the caller points keys at its own (gpu.c: the step's inputs, so
+	 * a replayed graph reads each step's without a copy). */
+	const uint64_t *keys;
+	uint64_t *keys_own;
 	char err[512];
 };
 
@@ -99,14 +103,16 @@ void cnn_gnet_free(struct cnn_gnet *g);
  * Once ws_frozen is set, only algorithms that fit the workspace are taken.
  * -1 with g->err. */
 int cnn_gnet_prepare(struct cnn_gnet *g, int n);
-/* Forward of n images in g->x with labels in g->y; adds the loss sum and
- * the correct count to g->stats.  train: dropout with g->keys. */
-int cnn_gnet_forward(struct cnn_gnet *g, int n, int train);
-/* Backward of the last forward, gradients the mean over scale_n images;
+/* Forward of n images in g->x with labels in g->y; the loss sum and the
+ * correct count into g->stats (overwritten).  train: dropout with g->keys.
+ * scale_n > 0: also the loss's gradient for a backward, the mean over
+ * scale_n images (0: an evaluation). */
+int cnn_gnet_forward(struct cnn_gnet *g, int n, int train, float scale_n);
+/* Backward of the last forward (scale_n > 0: the gradients are its mean);
  * ready(ctx, bucket, on) as each bucket's gradients are final on stream
  * on (the linear layers' on sw, the convolutions' on g->s).  Every
  * gradient is final on g->s when it returns. */
-int cnn_gnet_backward(struct cnn_gnet *g, int n, float scale_n,
+int cnn_gnet_backward(struct cnn_gnet *g, int n,
 		      int (*ready)(void *ctx, int bucket, cudaStream_t on), void *ctx);
 /* "cuDNN 9.19.0, cuBLAS 13.0.0, TF32, NCHW" (or fp32, or "bf16, fp32
  * master weights"; the layout of each batch size prepared, with auto the
