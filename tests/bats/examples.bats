@@ -152,6 +152,10 @@ submit() {
 		crun scontrol show job "$job" 2>/dev/null | grep -q 'JobState=PENDING' && break
 		sleep 0.2
 	done
+	# slurmd refuses a credential created in the second its job's old run
+	# was killed ("Job credential revoked": it compares whole seconds), and
+	# the backfill (bf_interval=1) would start the job within that second
+	sleep 2
 	run crun scontrol update JobId="$job" StartTime=now
 	assert_success
 	# the job runs again (same id) and completes
