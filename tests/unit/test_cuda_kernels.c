@@ -418,6 +418,13 @@ static void test_maxpool_nhwc(int nimg, int c, int h, int w, int bf16, int bias)
 	free(x), free(t), free(y), free(gy), free(arg), free(garg), free(g), free(gx), free(cx);
 }
 
+/* The scratch floats the bias gradient asks for, in either layout. */
+static size_t bias_scratch(int nhwc, int nimg, int oc, int n)
+{
+	return nhwc ? cnn_cuda_bias_grad_nhwc_scratch(nimg, oc, n) :
+		      cnn_cuda_bias_grad_scratch(nimg, oc, n);
+}
+
 /* The bias gradient, NCHW (nhwc 0) or channels-last, on the Net's shapes
  * and odd ones (one image, a batch that leaves a short last chunk, planes
  * smaller than a block, planes of one pixel, more channels than a block
@@ -440,8 +447,7 @@ static void test_bias_grad(int nhwc)
 	for (size_t sh = 0; sh < sizeof(shapes) / sizeof(shapes[0]); sh++) {
 		int nimg = shapes[sh][0], oc = shapes[sh][1], n = shapes[sh][2];
 		size_t tot = (size_t)nimg * oc * n;
-		size_t ns = nhwc ? cnn_cuda_bias_grad_nhwc_scratch(nimg, oc, n) :
-				   cnn_cuda_bias_grad_scratch(nimg, oc, n);
+		size_t ns = bias_scratch(nhwc, nimg, oc, n);
 		size_t chunks = ((size_t)nimg * n + 255) / 256;
 		int lanes = oc < 256 ? oc : 256, groups = 256 / lanes;
 		double depth = nhwc ? 256.0 / groups + groups + (double)(chunks + 255) / 256 + 8 : 64;
@@ -531,8 +537,7 @@ static void test_bias_grad_gated(int nhwc)
 	for (size_t sh = 0; sh < sizeof(shapes) / sizeof(shapes[0]); sh++) {
 		int nimg = shapes[sh][0], oc = shapes[sh][1], n = shapes[sh][2];
 		size_t tot = (size_t)nimg * oc * n;
-		size_t ns = nhwc ? cnn_cuda_bias_grad_nhwc_scratch(nimg, oc, n) :
-				   cnn_cuda_bias_grad_scratch(nimg, oc, n);
+		size_t ns = bias_scratch(nhwc, nimg, oc, n);
 		float *dy = malloc(tot * 4), *gate = malloc(tot * 4), *gd = malloc(tot * 4);
 		float *t = malloc(tot * 4), *tg = malloc(tot * 4), *got = malloc(tot * 4);
 		float *want = calloc(oc, 4), *db = malloc(oc * 4);
