@@ -165,6 +165,19 @@ static void down(float *x, const void *d, size_t n, int bf16)
 	free(h);
 }
 
+/* A kernel's bf16 copy of its output (the next GEMM's operand): the n
+ * values at d are want's rounded to bf16, exactly. */
+static int bf16_copy_is(const void *d, const float *want, size_t n)
+{
+	float *got = malloc(n * 4), *w = malloc(n * 4);
+	memcpy(w, want, n * 4);
+	cnn_bf16_round(w, n);
+	down(got, d, n, 1);
+	int rv = compare("bf16 copy", got, w, n, T_EXACT) == 0;
+	free(got), free(w);
+	return rv;
+}
+
 static void test_bias_relu(int bf16)
 {
 	/* conv2's output of a batch of 8: 64 planes of 24x24 */
@@ -244,7 +257,8 @@ static void test_maxpool(int h, int w, int bf16, int bias)
 	for (size_t i = 0; i < nx; i += 7)
 		x[i] = x[i + 1 < nx ? i + 1 : i];
 	float *b = bias ? pool_bias(x, nx, c, h * w) : NULL, *dbias = b ? dev(b, c * 4) : NULL;
-	struct cnn_cuda_pool_ep ep = { dbias, pd, dkey };
+	cnn_bf16 *dyb = dev(NULL, ny * 2);
+	struct cnn_cuda_pool_ep ep = { dbias, pd, dkey, bias == 2 ? dyb : NULL };
 	void *dx = up(x, nx, bf16);
 	float *dyv = dev(NULL, ny * 4);
 	uint8_t *darg = dev(NULL, ny);
@@ -267,12 +281,15 @@ static void test_maxpool(int h, int w, int bf16, int bias)
 		snprintf(d, sizeof(d), "... the ReLU%s zeroed outputs (%zu of %zu)",
 			 pd > 0.f ? " and the dropout" : "", zero, ny);
 		test_cond(d, zero > ny / 20 + (pd > 0.f ? ny / 5 : 0));
+		if (bias == 2)
+			test_cond("... and its bf16 copy (fc1's operand) is the output rounded (exact)",
+				  bf16_copy_is(dyb, y, ny));
 		cudaFree(dbias), free(b);
-		cudaFree(dx), cudaFree(dyv), cudaFree(darg), cudaFree(dkey);
+		cudaFree(dx), cudaFree(dyv), cudaFree(darg), cudaFree(dkey), cudaFree(dyb);
 		free(x), free(y), free(gy), free(arg), free(garg);
 		return;
 	}
-	cudaFree(dkey);
+	cudaFree(dkey), cudaFree(dyb);
 
 	/* backward: y has negatives (the ReLU gate) and positives */
 	float *g = malloc(ny * 4), *gx = malloc(nx * 4), *cx = malloc(nx * 4);
@@ -303,11 +320,14 @@ static void test_relu_bwd(void)
 	fill(dx, n);
 	fill(y, n);
 	float *ddx = dev(dx, n * 4), *dy = dev(y, n * 4);
-	test_cond("relu_bwd launches", cnn_cuda_relu_bwd(ddx, dy, n, NULL) == 0);
+	cnn_bf16 *dxb = dev(NULL, n * 2);
+	test_cond("relu_bwd launches", cnn_cuda_relu_bwd(ddx, dy, n, dxb, NULL) == 0);
 	back(got, ddx, n * 4);
 	cnn_relu_bwd(dx, y, n);
 	test_cond("relu_bwd equals cnn_relu_bwd (exact)", compare("relu_bwd", got, dx, n, T_EXACT) == 0);
-	cudaFree(ddx), cudaFree(dy);
+	test_cond("... and its bf16 copy (the next GEMM's operand) is that rounded (exact)",
+		  bf16_copy_is(dxb, dx, n));
+	cudaFree(ddx), cudaFree(dy), cudaFree(dxb);
 	free(dx), free(y), free(got);
 }
 
@@ -373,7 +393,7 @@ static void test_maxpool_nhwc(int nimg, int c, int h, int w, int bf16, int bias)
 	for (size_t i = 0; i < nx; i += 7)   /* ties: the first maximum wins */
 		x[i] = x[i + 1 < nx ? i + 1 : i];
 	float *b = bias ? pool_bias(x, nx, c, h * w) : NULL, *dbias = b ? dev(b, c * 4) : NULL;
-	struct cnn_cuda_pool_ep ep = { dbias, pd, dkey };
+	struct cnn_cuda_pool_ep ep = { dbias, pd, dkey, NULL };
 	if (bf16)
 		cnn_bf16_round(x, nx);
 	to_nhwc(x, t, nimg, c, h * w);
@@ -651,12 +671,13 @@ static void test_logsoftmax(int n, int bias, int grad)
 	fill(b, k);
 	float *dz = dev(z, t * 4), *dlp = dev(NULL, t * 4), *dout = dev(NULL, 8), *dd = dev(NULL, t * 4);
 	float *db = dev(b, k * 4);
+	cnn_bf16 *ddb16 = dev(NULL, t * 2);
 	uint8_t *dlab = dev(lab, n);
 	int ok = 1;
 	for (int run = 0; run < 2; run++) {
 		CK(cudaMemset(dout, 0x7f, 8));   /* overwritten, not added to */
 		ok &= cnn_cuda_logsoftmax_nll_fwd(dz, bias ? db : NULL, dlab, n, k, dlp, dout,
-						  grad ? dd : NULL, 64.f, NULL) == 0;
+						  grad ? dd : NULL, ddb16, 64.f, NULL) == 0;
 		back(run ? again : out, dout, 8);
 	}
 	snprintf(m, sizeof(m), "logsoftmax_nll_fwd%s launches", bn);
@@ -683,14 +704,20 @@ static void test_logsoftmax(int n, int bias, int grad)
 		snprintf(m, sizeof(m), "logsoftmax_nll_fwd%s: the gradient equals cnn_logsoftmax_nll_bwd "
 			 "(expf tolerance)", bn);
 		test_cond(m, compare("dlogits", gd, d, t, T_EXPF) == 0);
+		snprintf(m, sizeof(m), "logsoftmax_nll_fwd%s: the gradient's bf16 copy is it rounded "
+			 "(exact)", bn);
+		test_cond(m, bf16_copy_is(ddb16, gd, t));
 	}
 	if (!bias && !grad) {
 		test_cond("logsoftmax_nll_fwd refuses 65 classes",
-			  cnn_cuda_logsoftmax_nll_fwd(dz, NULL, dlab, 10, 65, dlp, dout, NULL, 0.f, NULL) == -1);
+			  cnn_cuda_logsoftmax_nll_fwd(dz, NULL, dlab, 10, 65, dlp, dout, NULL, NULL, 0.f,
+						      NULL) == -1);
 		test_cond("logsoftmax_nll_fwd refuses a gradient over 0 images",
-			  cnn_cuda_logsoftmax_nll_fwd(dz, NULL, dlab, 10, 10, dlp, dout, dd, 0.f, NULL) == -1);
+			  cnn_cuda_logsoftmax_nll_fwd(dz, NULL, dlab, 10, 10, dlp, dout, dd, NULL, 0.f,
+						      NULL) == -1);
 	}
 	cudaFree(dz), cudaFree(dlp), cudaFree(dout), cudaFree(dd), cudaFree(dlab), cudaFree(db);
+	cudaFree(ddb16);
 	free(z), free(lp), free(glp), free(d), free(gd), free(lab);
 }
 
@@ -733,9 +760,11 @@ static void test_optim(enum cnn_optim_kind kind, float mom, float wd)
 }
 
 /* k > 0: fc1's bias (rows of k) and ReLU first, twin cnn_bias_relu of
- * each row then cnn_dropout_fwd */
+ * each row then cnn_dropout_fwd, and the bf16 copy (fc2's operand); p 0:
+ * no dropout, the bias and ReLU alone (an evaluation's) */
 static void test_dropout(size_t n, float p, int k)
 {
+	cnn_bf16 *dxb = dev(NULL, n * 2);
 	float *x = malloc(n * 4), *got = malloc(n * 4), *b = malloc((k > 0 ? k : 1) * 4);
 	fill(x, n);
 	fill(b, k > 0 ? k : 1);
@@ -745,19 +774,23 @@ static void test_dropout(size_t n, float p, int k)
 	char d[160];
 	snprintf(d, sizeof(d), "dropout_fwd of %zu elements, p %g%s, launches", n, p,
 		 k > 0 ? ", with bias and ReLU" : "");
-	test_cond(d, cnn_cuda_dropout_fwd(dx, k > 0 ? db : NULL, k, n, p, dkey, NULL) == 0);
+	test_cond(d, cnn_cuda_dropout_fwd(dx, k > 0 ? db : NULL, k, n, p, dkey, k > 0 ? dxb : NULL,
+					  NULL) == 0);
 	back(got, dx, n * 4);
 	for (size_t r = 0; k > 0 && r < n / k; r++)
 		cnn_bias_relu(x + r * k, b, k, 1);
-	cnn_dropout_fwd(x, n, p, key);
+	if (p > 0.f)
+		cnn_dropout_fwd(x, n, p, key);
 	size_t zeros = 0;
 	for (size_t i = 0; i < n; i++)
 		zeros += x[i] == 0.f;
 	snprintf(d, sizeof(d), "dropout_fwd (%zu elements%s) draws cnn_dropout_fwd's mask (exact)", n,
 		 k > 0 ? ", after cnn_bias_relu" : "");
 	test_cond(d, compare("dropout", got, x, n, T_EXACT) == 0);
+	if (k > 0)
+		test_cond("... and its bf16 copy is that rounded (exact)", bf16_copy_is(dxb, x, n));
 	printf("#   %.3f of the elements zeroed (p %g)\n", (double)zeros / n, p);
-	cudaFree(dx), cudaFree(dkey), cudaFree(db);
+	cudaFree(dx), cudaFree(dkey), cudaFree(db), cudaFree(dxb);
 	free(x), free(got), free(b);
 }
 
@@ -845,6 +878,7 @@ int main(void)
 	test_dropout(128 * 7 + 3, 0.5f, 0);       /* a tail shorter than 4 */
 	test_dropout(128 * 8, 0.5f, 128);         /* fc1's: its bias and ReLU first */
 	test_dropout(11 * 7, 0.5f, 7);            /* rows of 7, a short last group of 4 */
+	test_dropout(128 * 8, 0.f, 128);          /* an evaluation: bias and ReLU only */
 	test_gather();
 	test_relu_bwd();
 	test_bias_grad(0);

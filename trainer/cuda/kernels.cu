@@ -105,6 +105,7 @@ struct PoolEp {
 	uint32_t thresh;
 	float scale;
 	const uint64_t *keyp;
+	bf16 *yb;                   // also the output rounded to bf16 (NULL: not)
 };
 
 // The window's maximum (strict > keeps the first, as PyTorch and the CPU
@@ -131,6 +132,8 @@ __device__ __forceinline__ void pool4(const T *p0, const T *p1, const T *p2, con
 		m = kept(key, i, ep.thresh) ? m * ep.scale : 0.f;
 	*y = m;
 	*arg = a;
+	if (ep.yb)
+		ep.yb[i] = __float2bfloat16_rn(m);
 }
 
 template <typename T>
@@ -169,12 +172,16 @@ __global__ void maxpool2_relu_bwd(const float *dy, const float *y, const uint8_t
 }
 
 template <typename T>
-__global__ void relu_bwd(T *dx, const T *y, size_t n)
+__global__ void relu_bwd(T *dx, const T *y, size_t n, bf16 *xb)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-	     i += (size_t)gridDim.x * blockDim.x)
-		if (!(ld(y + i) > 0.f))
-			st(dx + i, 0.f);
+	     i += (size_t)gridDim.x * blockDim.x) {
+		float v = ld(dx + i);
+		if (!(ld(y + i) > 0.f) && v != 0.f)
+			st(dx + i, v = 0.f);
+		if (xb)
+			xb[i] = __float2bfloat16_rn(v);
+	}
 }
 
 // db[o] = sum of channel o over nimg images of n pixels, in two passes so
@@ -393,7 +400,7 @@ constexpr int kLossThreads = 1024;
 
 __global__ void __launch_bounds__(kLossThreads)
 logsoftmax_nll_fwd(const float *logits, const float *b, const uint8_t *label, int n, int k,
-		   float *logp, float *out, float *d, float inv)
+		   float *logp, float *out, float *d, bf16 *db, float inv)
 {
 	__shared__ float part[2][kLossThreads];
 	float z[64];
@@ -420,7 +427,10 @@ logsoftmax_nll_fwd(const float *logits, const float *b, const uint8_t *label, in
 		if (d)
 			for (int j = 0; j < k; j++) {
 				float v = expf(lp[j]) * inv;
-				d[(size_t)i * k + j] = j == label[i] ? v - inv : v;
+				v = j == label[i] ? v - inv : v;
+				d[(size_t)i * k + j] = v;
+				if (db)
+					db[(size_t)i * k + j] = __float2bfloat16_rn(v);
 			}
 	}
 	part[0][threadIdx.x] = loss;
@@ -474,9 +484,9 @@ __global__ void adadelta_step(float *p, const float *g, float *sq, float *acc, s
 // One thread per group of 4 elements, as cnn_dropout_fwd draws them; with
 // b, bias_relu's bias (per column of rows of k) and ReLU first.
 __global__ void dropout_fwd(float *x, const float *b, int k, size_t n, uint32_t thresh,
-			    float scale, const uint64_t *keyp)
+			    float scale, const uint64_t *keyp, bf16 *xb)
 {
-	uint64_t key = *keyp;
+	uint64_t key = keyp ? *keyp : 0;
 	size_t groups = (n + 3) / 4;
 	for (size_t g = blockIdx.x * (size_t)blockDim.x + threadIdx.x; g < groups;
 	     g += (size_t)gridDim.x * blockDim.x) {
@@ -486,7 +496,11 @@ __global__ void dropout_fwd(float *x, const float *b, int k, size_t n, uint32_t 
 			float v = x[i + j];
 			if (b)
 				v = bias_relu_as(x, v, b[(i + j) % k]);
-			x[i + j] = ((r >> (16 * j)) & 0xffff) >= thresh ? v * scale : 0.f;
+			if (keyp)
+				v = ((r >> (16 * j)) & 0xffff) >= thresh ? v * scale : 0.f;
+			x[i + j] = v;
+			if (xb)
+				xb[i + j] = __float2bfloat16_rn(v);
 		}
 	}
 }
@@ -524,9 +538,10 @@ int launch_bias_relu(T *y, const float *b, int nimg, int oc, int n, cudaStream_t
 
 PoolEp pool_ep(const cnn_cuda_pool_ep *ep)
 {
-	PoolEp e = { NULL, 0, 1.f, NULL };
+	PoolEp e = { NULL, 0, 1.f, NULL, NULL };
 	if (ep) {
 		e.b = ep->bias;
+		e.yb = reinterpret_cast<bf16 *>(ep->yb);
 		if (ep->p > 0.f && ep->key) {
 			e.thresh = (uint32_t)(ep->p * 65536.f);
 			e.scale = 1.f / (1.f - ep->p);
@@ -564,11 +579,11 @@ int launch_maxpool2_relu_bwd(const float *dy, const float *y, const uint8_t *arg
 }
 
 template <typename T>
-int launch_relu_bwd(T *dx, const T *y, size_t n, cudaStream_t s)
+int launch_relu_bwd(T *dx, const T *y, size_t n, bf16 *xb, cudaStream_t s)
 {
 	if (!n)
 		return 0;
-	relu_bwd<<<blocks_for(n), kThreads, 0, s>>>(dx, y, n);
+	relu_bwd<<<blocks_for(n), kThreads, 0, s>>>(dx, y, n, xb);
 	cudaCheck(cudaGetLastError());
 	return 0;
 }
@@ -704,9 +719,10 @@ extern "C" int cnn_cuda_maxpool2_relu_bwd(const float *dy, const float *y, const
 	return launch_maxpool2_relu_bwd(dy, y, arg, planes, h, w, dx, s);
 }
 
-extern "C" int cnn_cuda_relu_bwd(float *dx, const float *y, size_t n, cudaStream_t s)
+extern "C" int cnn_cuda_relu_bwd(float *dx, const float *y, size_t n, cnn_bf16 *dxb,
+				 cudaStream_t s)
 {
-	return launch_relu_bwd(dx, y, n, s);
+	return launch_relu_bwd(dx, y, n, reinterpret_cast<bf16 *>(dxb), s);
 }
 
 extern "C" size_t cnn_cuda_bias_grad_scratch(int nimg, int oc, int n)
@@ -857,7 +873,8 @@ extern "C" int cnn_cuda_from_bf16(const cnn_bf16 *x, float *y, size_t n, cudaStr
 
 extern "C" int cnn_cuda_logsoftmax_nll_fwd(const float *logits, const float *b,
 					   const uint8_t *label, int n, int k, float *logp,
-					   float *out, float *dlogits, float scale_n, cudaStream_t s)
+					   float *out, float *dlogits, cnn_bf16 *dlb, float scale_n,
+					   cudaStream_t s)
 {
 	if (n < 0 || k < 1 || k > 64 || (dlogits && !(scale_n > 0.f))) {
 		char m[96];
@@ -871,6 +888,7 @@ extern "C" int cnn_cuda_logsoftmax_nll_fwd(const float *logits, const float *b,
 	while (threads < n && threads < kLossThreads)
 		threads *= 2;
 	logsoftmax_nll_fwd<<<1, threads, 0, s>>>(logits, b, label, n, k, logp, out, dlogits,
+						   dlogits ? reinterpret_cast<bf16 *>(dlb) : NULL,
 						   dlogits ? 1.f / scale_n : 0.f);
 	cudaCheck(cudaGetLastError());
 	return 0;
@@ -899,7 +917,7 @@ extern "C" int cnn_cuda_adadelta_step(float *p, const float *g, float *sq, float
 }
 
 extern "C" int cnn_cuda_dropout_fwd(float *x, const float *b, int k, size_t n, float p,
-				    const uint64_t *key, cudaStream_t s)
+				    const uint64_t *key, cnn_bf16 *xb, cudaStream_t s)
 {
 	if (!n)
 		return 0;
@@ -911,7 +929,9 @@ extern "C" int cnn_cuda_dropout_fwd(float *x, const float *b, int k, size_t n, f
 	}
 	uint32_t thresh = (uint32_t)(p * 65536.f);
 	float scale = 1.f / (1.f - p);
-	dropout_fwd<<<blocks_for((n + 3) / 4), kThreads, 0, s>>>(x, b, k, n, thresh, scale, key);
+	dropout_fwd<<<blocks_for((n + 3) / 4), kThreads, 0, s>>>(x, b, k, n, thresh, scale,
+								   p > 0.f ? key : NULL,
+								   reinterpret_cast<bf16 *>(xb));
 	cudaCheck(cudaGetLastError());
 	return 0;
 }

@@ -64,11 +64,13 @@ int cnn_cuda_bias_relu(float *y, const float *b, int nimg, int oc, int n, cudaSt
  * convolution's bias per plane, added with a ReLU before the max, each
  * value as cnn_cuda_bias_relu stores it (for bf16, rounded: the maxima and
  * arg of bias_relu then the pool); then, p > 0, dropout of the output with
- * the mask of cnn_dropout_fwd(y, nimg * c * (h/2) * (w/2), p, *key). */
+ * the mask of cnn_dropout_fwd(y, nimg * c * (h/2) * (w/2), p, *key); yb:
+ * NULL, or also the output rounded to bf16 (for a bf16 GEMM next). */
 struct cnn_cuda_pool_ep {
 	const float *bias;
 	float p;
 	const uint64_t *key;   /* device memory, as cnn_cuda_dropout_fwd's */
+	cnn_bf16 *yb;
 };
 /* 2x2/2 max-pool of nimg images of c planes of h x w; arg gets 0..3. */
 int cnn_cuda_maxpool2_fwd(const float *x, int nimg, int c, int h, int w,
@@ -76,17 +78,19 @@ int cnn_cuda_maxpool2_fwd(const float *x, int nimg, int c, int h, int w,
 /* dx (planes x h x w, overwritten): each window's dy to its winner where y > 0. */
 int cnn_cuda_maxpool2_relu_bwd(const float *dy, const float *y, const uint8_t *arg, int planes,
 			       int h, int w, float *dx, cudaStream_t s);
-/* dx[i] = y[i] > 0 ? dx[i] : 0 */
-int cnn_cuda_relu_bwd(float *dx, const float *y, size_t n, cudaStream_t s);
+/* dx[i] = y[i] > 0 ? dx[i] : 0; dxb: NULL, or also the result rounded to
+ * bf16 (cnn_cuda_to_bf16's, for a bf16 GEMM next) */
+int cnn_cuda_relu_bwd(float *dx, const float *y, size_t n, cnn_bf16 *dxb, cudaStream_t s);
 /* logp = log_softmax(logits + b) over n rows of k <= 64 (b: NULL, or a bias
  * per column, cnn_linear_fwd's); out[0] = sum of the rows' losses, out[1] =
  * rows whose argmax (first maximum) is the label, overwritten (one block,
  * summed in a fixed order: the same bits each run).  The mean loss is
  * out[0] / n.  dlogits: NULL, or also the loss's gradient
- * (softmax - onehot) / scale_n (scale_n > 0), in the same pass. */
+ * (softmax - onehot) / scale_n (scale_n > 0), in the same pass, and (dlb
+ * not NULL) rounded to bf16. */
 int cnn_cuda_logsoftmax_nll_fwd(const float *logits, const float *b, const uint8_t *label, int n,
-				int k, float *logp, float *out, float *dlogits, float scale_n,
-				cudaStream_t s);
+				int k, float *logp, float *out, float *dlogits, cnn_bf16 *dlb,
+				float scale_n, cudaStream_t s);
 /* SGD with momentum and weight decay; first != 0 on the first update (the
  * buffer becomes the gradient, as torch does).  lr from device memory so a
  * captured CUDA graph can replay with a new schedule value. */
@@ -97,10 +101,11 @@ int cnn_cuda_adadelta_step(float *p, const float *g, float *sq, float *acc, size
 
 /* In-place dropout with the mask of cnn_dropout_fwd(x, n, p, *key); the
  * key is read from device memory so a captured graph draws a new mask
- * each replay.  b: NULL, or a bias per column of rows of k added with a
- * ReLU first (cnn_cuda_bias_relu's, one pass). */
+ * each replay (p 0 or key NULL: no dropout).  b: NULL, or a bias per
+ * column of rows of k added with a ReLU first (cnn_cuda_bias_relu's, one
+ * pass).  xb: NULL, or also the result rounded to bf16. */
 int cnn_cuda_dropout_fwd(float *x, const float *b, int k, size_t n, float p, const uint64_t *key,
-			 cudaStream_t s);
+			 cnn_bf16 *xb, cudaStream_t s);
 
 /* Per-channel normalization of cnn_data_gather: x = byte * scale - off. */
 struct cnn_cuda_norm {

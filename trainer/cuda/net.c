@@ -469,12 +469,12 @@ static int bias_relu(struct cnn_gnet *g, int nhwc, void *y, const float *b, int 
 
 /* conv2's output before its bias (n x c2 x h2 x w2, either layout) through
  * its bias, the ReLU, the pool and (training) the first dropout into p and
- * arg, NCHW order: one pass */
+ * arg, NCHW order, and for bf16 into pb, fc1's operand: one pass */
 static int maxpool(struct cnn_gnet *g, int nhwc, int n, int train)
 {
 	const struct cnn_model *M = &g->m;
 	struct cnn_cuda_pool_ep ep = { g->params + M->t[P_B2].off, train ? M->p_drop1 : 0.f,
-				       g->keys };
+				       g->keys, bf(g) ? g->pb : NULL };
 	if (nhwc)
 		return bf(g) ? cnn_cuda_maxpool2_fwd_nhwc_bf16(g->a2, n, M->c2, M->h2, M->w2, &ep, g->p,
 							       g->arg, g->s) :
@@ -638,17 +638,12 @@ int cnn_gnet_forward(struct cnn_gnet *g, int n, int train, float scale_n)
 					   g->ws_bytes, &zero, g->t2, g->a2));
 	if (maxpool(g, nh, n, train) < 0)
 		return -1;
-	if (bf(g) && cnn_cuda_to_bf16(g->p, g->pb, (size_t)n * M->flat, g->s) < 0)
-		return -1;
-	/* fc1's bias and ReLU, and in training its dropout, in one pass */
+	/* fc1's bias and ReLU, in training its dropout, and for bf16 fc2's
+	 * operand hb, in one pass */
 	if (linear_fwd(g, bf(g) ? (const void *)g->pb : g->p, n, M->flat, W(g, P_W3), M->hidden,
 		       g->h) < 0 ||
-	    (train && M->p_drop2 > 0.f ?
-		     cnn_cuda_dropout_fwd(g->h, P + M->t[P_B3].off, M->hidden, (size_t)n * M->hidden,
-					  M->p_drop2, g->keys + 1, g->s) :
-		     cnn_cuda_bias_relu(g->h, P + M->t[P_B3].off, n, M->hidden, 1, g->s)) < 0)
-		return -1;
-	if (bf(g) && cnn_cuda_to_bf16(g->h, g->hb, (size_t)n * M->hidden, g->s) < 0)
+	    cnn_cuda_dropout_fwd(g->h, P + M->t[P_B3].off, M->hidden, (size_t)n * M->hidden,
+				 train ? M->p_drop2 : 0.f, g->keys + 1, bf(g) ? g->hb : NULL, g->s) < 0)
 		return -1;
 	/* fc2's bias rides on the loss */
 	if (linear_fwd(g, bf(g) ? (const void *)g->hb : g->h, n, M->hidden, W(g, P_W4),
@@ -656,7 +651,7 @@ int cnn_gnet_forward(struct cnn_gnet *g, int n, int train, float scale_n)
 		return -1;
 	return cnn_cuda_logsoftmax_nll_fwd(g->logits, P + M->t[P_B4].off, g->y, n, M->in.classes,
 					   g->logp, g->stats, scale_n > 0.f ? g->dlogits : NULL,
-					   scale_n, g->s);
+					   bf(g) ? g->dlb : NULL, scale_n, g->s);
 }
 
 /* With two streams the weight gradients run on sw as their inputs are
@@ -688,14 +683,13 @@ int cnn_gnet_backward(struct cnn_gnet *g, int n,
 	if (!a)
 		return -1;
 
-	/* dlogits: the forward's (cnn_gnet_forward with scale_n) */
-	if ((bf(g) && cnn_cuda_to_bf16(g->dlogits, g->dlb, (size_t)n * K, g->s) < 0) ||
-	    fork_w(g, 0) < 0 ||
+	/* dlogits (and for bf16 dlb): the forward's (cnn_gnet_forward with
+	 * scale_n) */
+	if (fork_w(g, 0) < 0 ||
 	    linear_bwd_w(g, bf(g) ? (const void *)g->hb : g->h, n, M->hidden, K, dl, g->dlogits,
 			 G + M->t[P_W4].off, G + M->t[P_B4].off) < 0 ||
 	    linear_bwd_x(g, n, M->hidden, W(g, P_W4), K, dl, g->dh, s2) < 0 ||
-	    cnn_cuda_relu_bwd(g->dh, g->h, (size_t)n * M->hidden, g->s) < 0 ||
-	    (bf(g) && cnn_cuda_to_bf16(g->dh, g->dhb, (size_t)n * M->hidden, g->s) < 0) ||
+	    cnn_cuda_relu_bwd(g->dh, g->h, (size_t)n * M->hidden, bf(g) ? g->dhb : NULL, g->s) < 0 ||
 	    fork_w(g, 1) < 0 ||
 	    linear_bwd_w(g, bf(g) ? (const void *)g->pb : g->p, n, M->flat, M->hidden, dh, g->dh,
 			 G + M->t[P_W3].off, G + M->t[P_B3].off) < 0)
