@@ -35,8 +35,10 @@ static const struct {
 	{ "update", 1e-6f, 1e-5f, "3 optimizer updates: nvcc and gcc's vectorized loop contract different multiply-adds into FMAs" },
 	{ "fma", 1e-6f, 1e-6f, "byte * scale - off: either compiler may fuse it into one FMA (one rounding fewer)" },
 	{ "biassum", 2e-4f, 1e-5f, "a sum of 4608 values in [-1, 1): a block's tree vs the CPU's simd lanes" },
+	{ "conv9", 2e-6f, 1e-6f, "9 products of values in [-1, 1) summed in another order (nvcc's FMAs, oneDNN's GEMM)" },
+	{ "conv9 bf16", 1e-6f, 8e-3f, "as conv9, then rounded to bf16: an order that differs may round to the neighbouring bf16 value (2^-7 relative)" },
 };
-enum { T_EXACT, T_EXPF, T_SUM, T_UPDATE, T_FMA, T_BIASSUM };
+enum { T_EXACT, T_EXPF, T_SUM, T_UPDATE, T_FMA, T_BIASSUM, T_CONV9, T_CONV9_BF16 };
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static float frand(void) /* [-1, 1) */
@@ -614,6 +616,92 @@ static void test_bias_grad_gated(int nhwc)
 	}
 }
 
+/* conv1 direct (one input channel), forward and its weight and bias
+ * gradients, NCHW or channels-last, fp32 or bf16 operands: against
+ * cnn_im2col3 + cnn_sgemm (rounded to bf16 where cuDNN's output is) +
+ * cnn_bias_relu, and cnn_relu_bwd + cnn_conv3_bwd summed over the images;
+ * the gradients the same bits twice. */
+static void test_conv1(int nimg, int h, int w, int oc, int nhwc, int bf16)
+{
+	int pix = (h - 2) * (w - 2);
+	size_t nx = (size_t)nimg * h * w, ny = (size_t)nimg * oc * pix;
+	size_t ns = cnn_cuda_conv1_wgrad_scratch(nimg, h, w, oc);
+	float *x = malloc(nx * 4), *wt = malloc(oc * 9 * 4), *b = malloc(oc * 4);
+	float *y = malloc(ny * 4), *got = malloc(ny * 4), *t = malloc(ny * 4), *dy = malloc(ny * 4);
+	float *col = malloc((size_t)9 * pix * 4), *dcol = malloc((size_t)9 * pix * 4);
+	float *dw = calloc(oc * 9, 4), *db = calloc(oc, 4), *gdw = malloc(oc * 9 * 4),
+	      *gdb = malloc(oc * 4), *gdw2 = malloc(oc * 9 * 4), *gdb2 = malloc(oc * 4);
+	char d[200], sh[96];
+	snprintf(sh, sizeof(sh), "%s%s on %d x %dx%d, %d channels", nhwc ? "_nhwc" : "", ty(bf16),
+		 nimg, h, w, oc);
+	fill(x, nx);
+	fill(wt, oc * 9);
+	fill(b, oc);
+	void *dx = up(x, nx, bf16), *dwt = up(wt, oc * 9, bf16), *dyv = dev(NULL, ny * (bf16 ? 2 : 4));
+	float *dbias = dev(b, oc * 4);
+	snprintf(d, sizeof(d), "conv1_fwd%s launches", sh);
+	test_cond(d, (bf16 ? cnn_cuda_conv1_fwd_bf16(dx, dwt, dbias, nimg, h, w, oc, nhwc, dyv, NULL) :
+			     cnn_cuda_conv1_fwd(dx, dwt, dbias, nimg, h, w, oc, nhwc, dyv, NULL)) == 0);
+	down(t, dyv, ny, bf16);
+	if (nhwc)
+		to_nchw(t, got, nimg, oc, pix);
+	else
+		memcpy(got, t, ny * 4);
+	for (int i = 0; i < nimg; i++) {
+		float *yi = y + (size_t)i * oc * pix;
+		cnn_im2col3(x + (size_t)i * h * w, 1, h, w, col);
+		cnn_sgemm('N', 'N', oc, pix, 9, 1.f, wt, 9, col, pix, 0.f, yi, pix);
+		if (bf16)
+			cnn_bf16_round(yi, (size_t)oc * pix);
+		cnn_bias_relu(yi, b, oc, pix);
+	}
+	if (bf16)
+		cnn_bf16_round(y, ny);
+	snprintf(d, sizeof(d), "conv1_fwd%s equals im2col, GEMM, bias and ReLU (%s tolerance)", sh,
+		 bf16 ? "conv9 bf16" : "conv9");
+	test_cond(d, compare("conv1_fwd", got, y, ny, bf16 ? T_CONV9_BF16 : T_CONV9) == 0);
+
+	/* backward: the gate is the GPU's own output (the twin reads the same) */
+	memcpy(y, got, ny * 4);
+	fill(dy, ny);
+	if (bf16)
+		cnn_bf16_round(dy, ny);
+	float *tg = malloc(ny * 4);
+	if (nhwc) {
+		to_nhwc(dy, t, nimg, oc, pix);
+		to_nhwc(y, tg, nimg, oc, pix);
+	} else {
+		memcpy(t, dy, ny * 4);
+		memcpy(tg, y, ny * 4);
+	}
+	void *ddy = up(t, ny, bf16), *dg = up(tg, ny, bf16);
+	float *dsc = dev(NULL, ns * 4), *ddw = dev(NULL, oc * 9 * 4), *ddb = dev(NULL, oc * 4);
+	int ok = 1;
+	for (int run = 0; run < 2; run++) {
+		CK(cudaMemset(ddw, 0x7f, oc * 9 * 4));   /* overwritten, not added to */
+		ok &= (bf16 ? cnn_cuda_conv1_wgrad_bf16(dx, ddy, dg, nimg, h, w, oc, nhwc, dsc, ddw, ddb, NULL) :
+			      cnn_cuda_conv1_wgrad(dx, ddy, dg, nimg, h, w, oc, nhwc, dsc, ddw, ddb, NULL)) == 0;
+		back(run ? gdw2 : gdw, ddw, oc * 9 * 4);
+		back(run ? gdb2 : gdb, ddb, oc * 4);
+	}
+	snprintf(d, sizeof(d), "conv1_wgrad%s launches (%zu floats of scratch)", sh, ns);
+	test_cond(d, ok);
+	cnn_relu_bwd(dy, y, ny);
+	for (int i = 0; i < nimg; i++)
+		cnn_conv3_bwd(x + (size_t)i * h * w, 1, h, w, wt, oc, dy + (size_t)i * oc * pix, col,
+			      dcol, dw, db, NULL);
+	snprintf(d, sizeof(d), "conv1_wgrad%s equals relu_bwd then cnn_conv3_bwd's weight and bias "
+		 "gradients (biassum tolerance)", sh);
+	test_cond(d, compare("conv1_dw", gdw, dw, oc * 9, T_BIASSUM) == 0 &&
+		     compare("conv1_db", gdb, db, oc, T_BIASSUM) == 0);
+	snprintf(d, sizeof(d), "conv1_wgrad%s gives the same bits twice", sh);
+	test_cond(d, !memcmp(gdw, gdw2, oc * 9 * 4) && !memcmp(gdb, gdb2, oc * 4));
+	cudaFree(dx), cudaFree(dwt), cudaFree(dyv), cudaFree(dbias), cudaFree(ddy), cudaFree(dg);
+	cudaFree(dsc), cudaFree(ddw), cudaFree(ddb);
+	free(x), free(wt), free(b), free(y), free(got), free(t), free(dy), free(col), free(dcol);
+	free(dw), free(db), free(gdw), free(gdb), free(gdw2), free(gdb2), free(tg);
+}
+
 /* OIHW <-> OHWI for conv1 (in 1) and conv2 (in 32), fp32 and bf16 */
 static void test_weights_nhwc(int out, int in, int bf16)
 {
@@ -881,6 +969,12 @@ int main(void)
 	test_dropout(128 * 8, 0.f, 128);          /* an evaluation: bias and ReLU only */
 	test_gather();
 	test_relu_bwd();
+	for (int nhwc = 0; nhwc < 2; nhwc++)
+		for (int b16 = 0; b16 < 2; b16++) {
+			test_conv1(8, 28, 28, 32, nhwc, b16);
+			test_conv1(5, 7, 9, 3, nhwc, b16);
+		}
+	test_conv1(37, 28, 28, 32, 0, 0);   /* chunks of 7 images: a short last one */
 	test_bias_grad(0);
 	test_bias_grad_gated(0);
 	test_bias_grad_gated(1);

@@ -259,6 +259,101 @@ bias_grad_sum(const float *part, int chunks, float *db)
 		db[o] = s;
 }
 
+// ---- conv1 direct: one input channel, 3x3, stride 1, no padding ----------
+// The first convolution has one input channel: 9 products per output, too
+// little work for cuDNN's GEMM-shaped kernels, and its bias, ReLU, and on
+// the way back the ReLU's gate and the bias gradient, ride along.  x is the
+// batch (n x h x w, fp32 or the bf16 operand), w the 9 weights per output
+// channel (fp32, or bf16 operands), y conv1's output in T, NCHW or (nhwc)
+// channels-last.  Sums in fp32; with bf16, the sum rounded as cuDNN stores
+// its output, then bias_relu_as.
+__device__ __forceinline__ float stored_as(const float *, float v) { return v; }
+__device__ __forceinline__ float stored_as(const bf16 *, float v)
+{
+	return __bfloat162float(__float2bfloat16_rn(v));
+}
+
+template <typename T>
+__global__ void conv1_fwd(const T *x, const T *w, const float *b, int h, int wd, int oc, int nhwc,
+			  size_t total, T *y)
+{
+	int ow = wd - 2;
+	size_t pix = (size_t)(h - 2) * ow;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		size_t n, p;
+		int o;
+		if (nhwc) {
+			o = (int)(i % oc);
+			p = (i / oc) % pix;
+			n = i / oc / pix;
+		} else {
+			p = i % pix;
+			o = (int)((i / pix) % oc);
+			n = i / pix / oc;
+		}
+		const T *xi = x + n * h * wd + (p / ow) * wd + p % ow, *wo = w + (size_t)o * 9;
+		float s = 0.f;
+		for (int ky = 0; ky < 3; ky++)
+			for (int kx = 0; kx < 3; kx++)
+				s += ld(wo + ky * 3 + kx) * ld(xi + ky * wd + kx);
+		st(y + i, bias_relu_as(y, stored_as(y, s), b[o]));
+	}
+}
+
+// conv1's weight and bias gradients from dy gated where y > 0 (the ReLU's
+// backward) and x: a block per (chunk of ipc images, output channel) adds
+// its 9 + 1 sums into part[((o * chunks) + chunk) * 10 + j] (j < 9: weight
+// ky * 3 + kx; 9: the bias), conv1_wgrad_sum adds the chunks: a fixed order,
+// the same bits each run.
+template <typename T>
+__global__ void __launch_bounds__(kBiasThreads)
+conv1_wgrad_part(const T *x, const T *dy, const T *y, int h, int wd, int oc, int nhwc, int nimg,
+		 int ipc, float *part)
+{
+	__shared__ float red[kBiasThreads];
+	int c = blockIdx.x, o = blockIdx.y, i0 = c * ipc, i1 = i0 + ipc < nimg ? i0 + ipc : nimg;
+	int ow = wd - 2;
+	size_t pix = (size_t)(h - 2) * ow, cnt = (size_t)(i1 - i0) * pix;
+	float s[10] = { 0.f };
+	for (size_t k = threadIdx.x; k < cnt; k += kBiasThreads) {
+		size_t n = i0 + k / pix, p = k % pix;
+		size_t q = nhwc ? (n * pix + p) * oc + o : (n * oc + o) * pix + p;
+		if (!(ld(y + q) > 0.f))
+			continue;
+		float g = ld(dy + q);
+		const T *xi = x + n * h * wd + (p / ow) * wd + p % ow;
+		for (int ky = 0; ky < 3; ky++)
+			for (int kx = 0; kx < 3; kx++)
+				s[ky * 3 + kx] += g * ld(xi + ky * wd + kx);
+		s[9] += g;
+	}
+	for (int j = 0; j < 10; j++) {
+		float t = block_sum(s[j], red);
+		if (threadIdx.x == 0)
+			part[((size_t)o * gridDim.x + c) * 10 + j] = t;
+		__syncthreads();   // red is the next sum's
+	}
+}
+
+// A block per (output channel, sum j): the chunks' part in a fixed order.
+__global__ void __launch_bounds__(kBiasThreads)
+conv1_wgrad_sum(const float *part, int chunks, float *dw, float *db)
+{
+	__shared__ float red[kBiasThreads];
+	int o = blockIdx.x / 10, j = blockIdx.x % 10;
+	float s = 0.f;
+	for (int c = threadIdx.x; c < chunks; c += kBiasThreads)
+		s += part[((size_t)o * chunks + c) * 10 + j];
+	s = block_sum(s, red);
+	if (threadIdx.x == 0) {
+		if (j < 9)
+			dw[o * 9 + j] = s;
+		else
+			db[o] = s;
+	}
+}
+
 // ---- NHWC (channels-last) twins, for --conv-layout nhwc -------------------
 // The same computations on activations stored image by image, pixel by
 // pixel, with a pixel's channels contiguous (cuDNN's CUDNN_TENSOR_NHWC);
@@ -698,6 +793,51 @@ int launch_ohwi_to_oihw(const T *w, int out, int in, int hw, float *o, cudaStrea
 	return 0;
 }
 
+template <typename T>
+int launch_conv1_fwd(const T *x, const T *w, const float *b, int nimg, int h, int wd, int oc,
+		     int nhwc, T *y, cudaStream_t s)
+{
+	size_t total = (size_t)nimg * oc * (h - 2) * (wd - 2);
+	if (!total)
+		return 0;
+	if (h < 3 || wd < 3) {
+		char m[64];
+		snprintf(m, sizeof(m), "images of %dx%d: expected 3x3 or larger", h, wd);
+		cnn_cuda_fail(__FILE__, __LINE__, "cnn_cuda_conv1_fwd", m);
+		return -1;
+	}
+	conv1_fwd<<<blocks_for(total), kThreads, 0, s>>>(x, w, b, h, wd, oc, nhwc, total, y);
+	cudaCheck(cudaGetLastError());
+	return 0;
+}
+
+int conv1_ipc(int h, int wd)
+{
+	return bias_ipc((h - 2) * (wd - 2));
+}
+
+template <typename T>
+int launch_conv1_wgrad(const T *x, const T *dy, const T *y, int nimg, int h, int wd, int oc,
+		       int nhwc, float *scratch, float *dw, float *db, cudaStream_t s)
+{
+	if (oc <= 0 || nimg == 0)
+		return 0;
+	if (nimg < 0 || h < 3 || wd < 3 || oc > 65535) {
+		char m[96];
+		snprintf(m, sizeof(m), "%d images of %dx%d, %d channels: expected >= 0, 3x3 or larger, "
+			 "1-65535", nimg, h, wd, oc);
+		cnn_cuda_fail(__FILE__, __LINE__, "cnn_cuda_conv1_wgrad", m);
+		return -1;
+	}
+	int ipc = conv1_ipc(h, wd), chunks = (nimg + ipc - 1) / ipc;
+	conv1_wgrad_part<<<dim3(chunks, oc), kBiasThreads, 0, s>>>(x, dy, y, h, wd, oc, nhwc, nimg,
+								      ipc, scratch);
+	cudaCheck(cudaGetLastError());
+	conv1_wgrad_sum<<<oc * 10, kBiasThreads, 0, s>>>(scratch, chunks, dw, db);
+	cudaCheck(cudaGetLastError());
+	return 0;
+}
+
 } // namespace
 
 extern "C" int cnn_cuda_bias_relu(float *y, const float *b, int nimg, int oc, int n,
@@ -961,4 +1101,39 @@ extern "C" int cnn_cuda_gather(const uint8_t *xs, const uint8_t *ys, const uint3
 	gather<<<blocks_for(total), kThreads, 0, s>>>(xs, ys, idx, c, plane, *norm, total, x, y);
 	cudaCheck(cudaGetLastError());
 	return 0;
+}
+
+extern "C" size_t cnn_cuda_conv1_wgrad_scratch(int nimg, int h, int w, int oc)
+{
+	if (nimg < 1 || h < 3 || w < 3 || oc < 1)
+		return 0;
+	int ipc = conv1_ipc(h, w);
+	return (size_t)oc * ((nimg + ipc - 1) / ipc) * 10;
+}
+
+extern "C" int cnn_cuda_conv1_fwd(const float *x, const float *w, const float *b, int nimg, int h,
+				  int wd, int oc, int nhwc, float *y, cudaStream_t s)
+{
+	return launch_conv1_fwd(x, w, b, nimg, h, wd, oc, nhwc, y, s);
+}
+
+extern "C" int cnn_cuda_conv1_fwd_bf16(const cnn_bf16 *x, const cnn_bf16 *w, const float *b,
+				       int nimg, int h, int wd, int oc, int nhwc, cnn_bf16 *y,
+				       cudaStream_t s)
+{
+	return launch_conv1_fwd(B(x), B(w), b, nimg, h, wd, oc, nhwc, B(y), s);
+}
+
+extern "C" int cnn_cuda_conv1_wgrad(const float *x, const float *dy, const float *y, int nimg,
+				    int h, int wd, int oc, int nhwc, float *scratch, float *dw,
+				    float *db, cudaStream_t s)
+{
+	return launch_conv1_wgrad(x, dy, y, nimg, h, wd, oc, nhwc, scratch, dw, db, s);
+}
+
+extern "C" int cnn_cuda_conv1_wgrad_bf16(const cnn_bf16 *x, const cnn_bf16 *dy, const cnn_bf16 *y,
+					 int nimg, int h, int wd, int oc, int nhwc, float *scratch,
+					 float *dw, float *db, cudaStream_t s)
+{
+	return launch_conv1_wgrad(B(x), B(dy), B(y), nimg, h, wd, oc, nhwc, scratch, dw, db, s);
 }

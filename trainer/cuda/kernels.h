@@ -150,6 +150,26 @@ int cnn_cuda_bias_grad_nhwc(float *dy, const float *gate, int relu, int nimg, in
 int cnn_cuda_oihw_to_ohwi(const float *w, int out, int in, int hw, float *o, cudaStream_t s);
 int cnn_cuda_ohwi_to_oihw(const float *w, int out, int in, int hw, float *o, cudaStream_t s);
 
+/* conv1 direct, for one input channel (3x3, stride 1, no padding): y (nimg
+ * x oc x (h-2) x (w-2), or channels-last with nhwc) = relu(conv(x, w) + b),
+ * the twin of cnn_conv3_relu_fwd; x is nimg x h x w, w the oc x 9 weights.
+ * bf16: operands and y in bf16, the sum rounded to bf16 before the bias and
+ * ReLU (as cuDNN's output then cnn_cuda_bias_relu_bf16).  Its backward:
+ * the weight and bias gradients (fp32, overwritten) from dy where y > 0 (the
+ * ReLU's backward), the twin of cnn_relu_bwd then cnn_conv3_bwd's dw and db
+ * summed over the images, deterministic, with
+ * cnn_cuda_conv1_wgrad_scratch floats of scratch (it grows with nimg). */
+int cnn_cuda_conv1_fwd(const float *x, const float *w, const float *b, int nimg, int h, int wd,
+		       int oc, int nhwc, float *y, cudaStream_t s);
+size_t cnn_cuda_conv1_wgrad_scratch(int nimg, int h, int w, int oc);
+int cnn_cuda_conv1_wgrad(const float *x, const float *dy, const float *y, int nimg, int h, int wd,
+			 int oc, int nhwc, float *scratch, float *dw, float *db, cudaStream_t s);
+int cnn_cuda_conv1_fwd_bf16(const cnn_bf16 *x, const cnn_bf16 *w, const float *b, int nimg, int h,
+			    int wd, int oc, int nhwc, cnn_bf16 *y, cudaStream_t s);
+int cnn_cuda_conv1_wgrad_bf16(const cnn_bf16 *x, const cnn_bf16 *dy, const cnn_bf16 *y, int nimg,
+			      int h, int wd, int oc, int nhwc, float *scratch, float *dw, float *db,
+			      cudaStream_t s);
+
 /* bf16 storage, float math (see the top of this file). */
 int cnn_cuda_bias_relu_bf16(cnn_bf16 *y, const float *b, int nimg, int oc, int n, cudaStream_t s);
 int cnn_cuda_maxpool2_fwd_bf16(const cnn_bf16 *x, int nimg, int c, int h, int w,
