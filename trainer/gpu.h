@@ -46,6 +46,15 @@ enum cnn_layout {
 			      * cudnnFind timed fastest in total */
 };
 
+/* conv1, one input channel: cuDNN's, the project's direct kernels
+ * (kernels.h cnn_cuda_conv1_fwd and _wgrad), or for each batch size and
+ * each of the two calls whichever runs faster, timed (--conv1). */
+enum cnn_conv1 {
+	CNN_CONV1_AUTO = 0,
+	CNN_CONV1_CUDNN,
+	CNN_CONV1_DIRECT,
+};
+
 /* "nchw", "nhwc", "auto" (the --conv-layout names) */
 static inline const char *cnn_layout_name(enum cnn_layout l)
 {
@@ -71,6 +80,7 @@ struct cnn_gpu_opts {
 	long long profile_from;      /* --cuda-profile-steps: cudaProfilerStart before this
 				      * step (counted from 1; 0: never) ... */
 	long long profile_to;        /* ... and cudaProfilerStop after this one */
+	enum cnn_conv1 conv1;        /* --conv1 (0: auto) */
 };
 
 struct cnn_gpu;

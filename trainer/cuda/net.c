@@ -92,7 +92,7 @@ static int blas_open(struct cnn_gnet *g, cublasHandle_t *h, void **ws, cudaStrea
 
 int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 		  enum cnn_precision precision, enum cnn_layout layout, int streams,
-		  cudaStream_t s)
+		  enum cnn_conv1 conv1, cudaStream_t s)
 {
 	memset(g, 0, sizeof(*g));
 	g->m = *m;
@@ -100,10 +100,16 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 	g->max_batch = max_batch;
 	g->precision = precision;
 	g->layout = layout;
+	g->conv1 = conv1;
 	g->s = s;
 	const struct cnn_model *M = &g->m;
 	size_t N = (size_t)max_batch;
 
+	if (conv1 == CNN_CONV1_DIRECT && m->in.c != 1) {
+		snprintf(g->err, sizeof(g->err), "conv1 direct: the direct kernels take one input channel, "
+			 "this data set's images have %d (use auto or cudnn)", m->in.c);
+		return -1;
+	}
 	if (streams != 1 && streams != 2) {
 		snprintf(g->err, sizeof(g->err), "%d backward streams: expected 1 or 2", streams);
 		return -1;
@@ -169,6 +175,9 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 	g->bgs_off = bsmax;
 	if (alloc(&g->bgs, 2 * bsmax * 4) < 0)
 		return -1;
+	if (M->in.c == 1 && conv1 != CNN_CONV1_CUDNN &&
+	    alloc(&g->c1s, cnn_cuda_conv1_wgrad_scratch(max_batch, M->in.h, M->in.w, M->c1) * 4) < 0)
+		return -1;
 	size_t nw = M->t[P_W1].n + M->t[P_W2].n;
 	if (layout != CNN_LAYOUT_NCHW &&
 	    (alloc(&g->wt, nw * es) < 0 || alloc(&g->dwt, nw * es) < 0 ||
@@ -202,7 +211,7 @@ void cnn_gnet_free(struct cnn_gnet *g)
 	void *bufs[] = { g->params, g->grads, g->x, g->a1, g->a2, g->p, g->h, g->logits, g->logp,
 			 g->dlogits, g->dh, g->dp, g->da2, g->da1, g->ones, g->arg, g->y, g->stats,
 			 g->keys_own, g->ws, g->blas_ws, g->wb, g->xb, g->pb, g->hb, g->dlb, g->dhb,
-			 g->dwb, g->bgs, g->wt, g->dwt, g->xt, g->wsw, g->blasw_ws };
+			 g->dwb, g->bgs, g->wt, g->dwt, g->xt, g->wsw, g->blasw_ws, g->c1s };
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		if (bufs[i])
 			cudaFree(bufs[i]);
@@ -335,6 +344,8 @@ static int find_layout(struct cnn_gnet *g, int n, int nhwc, struct cnn_gnet_algo
 	return 0;
 }
 
+static int choose_conv1(struct cnn_gnet *g, struct cnn_gnet_algos *a);
+
 int cnn_gnet_prepare(struct cnn_gnet *g, int n)
 {
 	if (find_algos(g, n))
@@ -383,6 +394,8 @@ int cnn_gnet_prepare(struct cnn_gnet *g, int n)
 		}
 		g->ws_bytes = need;
 	}
+	if (choose_conv1(g, &a) < 0)
+		return -1;
 	if (g->nalgos == 8)
 		memmove(g->algos, g->algos + 1, 7 * sizeof(a));
 	g->algos[g->nalgos < 8 ? g->nalgos++ : 7] = a;
@@ -600,6 +613,95 @@ static int to_nhwc(struct cnn_gnet *g, int n)
 	return 0;
 }
 
+/* conv1 with its bias and ReLU into a1: cuDNN's call then bias_relu, or
+ * (direct, one input channel) the direct kernel. */
+static int conv1_forward(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int n, int direct)
+{
+	const struct cnn_model *M = &g->m;
+	const float *b = g->params + M->t[P_B1].off;
+	int nh = a->nhwc;
+	if (direct)
+		return bf(g) ? cnn_cuda_conv1_fwd_bf16(conv_x(g, nh), conv_w(g, 0, nh), b, n, M->in.h,
+						       M->in.w, M->c1, nh, g->a1, g->s) :
+			       cnn_cuda_conv1_fwd(conv_x(g, nh), conv_w(g, 0, nh), b, n, M->in.h,
+						  M->in.w, M->c1, nh, g->a1, g->s);
+	cudnnCheck(cudnnSetConvolutionMathType(g->cv[0], a->fwd_math[0]));
+	cudnnCheck(cudnnConvolutionForward(g->dnn, &one, g->tx, conv_x(g, nh), filt(g, 0, nh),
+					   conv_w(g, 0, nh), g->cv[0], a->fwd[0], g->ws,
+					   g->ws_bytes, &zero, g->t1, g->a1));
+	return bias_relu(g, nh, g->a1, b, n, M->c1, M->h1 * M->w1);
+}
+
+/* conv1's weight and bias gradients from da1 gated by a1 (the ReLU's
+ * backward), on s: the fused bias gradient then cuDNN's backward-filter,
+ * or (direct) the direct kernels, which leave da1 as it is. */
+static int conv1_backward(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int n, int direct)
+{
+	const struct cnn_model *M = &g->m;
+	int nh = a->nhwc;
+	if (!direct)
+		return conv_bwd_w(g, a, 0, 0, n, g->tx, conv_x(g, nh), g->t1, g->da1, 0);
+	float *dw = g->grads + M->t[P_W1].off, *db = g->grads + M->t[P_B1].off;
+	return bf(g) ? cnn_cuda_conv1_wgrad_bf16(conv_x(g, nh), g->da1, g->a1, n, M->in.h, M->in.w,
+						 M->c1, nh, g->c1s, dw, db, g->s) :
+		       cnn_cuda_conv1_wgrad(conv_x(g, nh), g->da1, g->a1, n, M->in.h, M->in.w, M->c1,
+					    nh, g->c1s, dw, db, g->s);
+}
+
+/* One of conv1's two calls (0 forward, 1 weight gradient) by cuDNN or the
+ * direct kernels, timed on s: 3 runs, then the mean of 10, in *ms.  The
+ * buffers' contents do not matter (timing only, before any step). */
+static int time_conv1(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int call, int direct,
+		      float *ms)
+{
+	cudaEvent_t ev[2] = { NULL, NULL };
+	int rv = -1;
+	if (cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess) {
+		snprintf(g->err, sizeof(g->err), "timing conv1: cudaEventCreate failed");
+		goto out;
+	}
+	for (int i = 0; i < 13; i++) {
+		if (i == 3 && cudaEventRecord(ev[0], g->s) != cudaSuccess)
+			goto out;
+		if ((call ? conv1_backward(g, a, a->n, direct) : conv1_forward(g, a, a->n, direct)) < 0)
+			goto out;
+	}
+	if (cudaEventRecord(ev[1], g->s) != cudaSuccess || cudaEventSynchronize(ev[1]) != cudaSuccess ||
+	    cudaEventElapsedTime(ms, ev[0], ev[1]) != cudaSuccess) {
+		snprintf(g->err, sizeof(g->err), "timing conv1: %s", cudaGetErrorString(cudaGetLastError()));
+		goto out;
+	}
+	*ms /= 10.f;
+	rv = 0;
+out:
+	for (int i = 0; i < 2; i++)
+		if (ev[i])
+			cudaEventDestroy(ev[i]);
+	return rv;
+}
+
+/* conv1's calls for batch a->n: cuDNN's or the direct kernels as asked,
+ * or (auto) each the faster of the two, timed here; the direct kernels
+ * take one input channel only. */
+static int choose_conv1(struct cnn_gnet *g, struct cnn_gnet_algos *a)
+{
+	a->direct1 = 0;
+	if (g->m.in.c != 1 || g->conv1 == CNN_CONV1_CUDNN)
+		return 0;
+	if (g->conv1 == CNN_CONV1_DIRECT) {
+		a->direct1 = 3;
+		return 0;
+	}
+	if (set_batch(g, a->n, a->nhwc) < 0)
+		return -1;
+	for (int call = 0; call < 2; call++)
+		for (int direct = 0; direct < 2; direct++)
+			if (time_conv1(g, a, call, direct, &a->ms1[call][direct]) < 0)
+				return -1;
+	a->direct1 = (a->ms1[0][1] < a->ms1[0][0] ? 1 : 0) | (a->ms1[1][1] < a->ms1[1][0] ? 2 : 0);
+	return 0;
+}
+
 static const struct cnn_gnet_algos *algos_for(struct cnn_gnet *g, int n)
 {
 	const struct cnn_gnet_algos *a = find_algos(g, n);
@@ -626,11 +728,7 @@ int cnn_gnet_forward(struct cnn_gnet *g, int n, int train, float scale_n)
 		return -1;
 	if (nh && to_nhwc(g, n) < 0)
 		return -1;
-	cudnnCheck(cudnnSetConvolutionMathType(g->cv[0], a->fwd_math[0]));
-	cudnnCheck(cudnnConvolutionForward(g->dnn, &one, g->tx, conv_x(g, nh), filt(g, 0, nh),
-					   conv_w(g, 0, nh), g->cv[0], a->fwd[0], g->ws,
-					   g->ws_bytes, &zero, g->t1, g->a1));
-	if (bias_relu(g, nh, g->a1, P + M->t[P_B1].off, n, M->c1, M->h1 * M->w1) < 0)
+	if (conv1_forward(g, a, n, a->direct1 & 1) < 0)
 		return -1;
 	cudnnCheck(cudnnSetConvolutionMathType(g->cv[1], a->fwd_math[1]));
 	cudnnCheck(cudnnConvolutionForward(g->dnn, &one, g->t1, g->a1, filt(g, 1, nh),
@@ -707,7 +805,7 @@ int cnn_gnet_backward(struct cnn_gnet *g, int n,
 	cudnnCheck(cudnnConvolutionBackwardData(g->dnn, &one, filt(g, 1, nh), conv_w(g, 1, nh), g->t2,
 						g->da2, g->cv[1], a->bwd_data, g->ws, g->ws_bytes,
 						&zero, g->t1, g->da1));
-	if (conv_bwd_w(g, a, 0, 0, n, g->tx, conv_x(g, nh), g->t1, g->da1, 0) < 0 || join_w(g) < 0)
+	if (conv1_backward(g, a, n, a->direct1 & 2) < 0 || join_w(g) < 0)
 		return -1;
 	if (ready && ready(ctx, CNN_BUCKET_CONV, g->s) < 0)
 		return -1;
@@ -723,6 +821,18 @@ void cnn_gnet_describe(const struct cnn_gnet *g, char *buf, size_t len)
 			 v % 100, bv / 10000, bv / 100 % 100, bv % 100,
 			 g->precision == CNN_PREC_TF32 ? "TF32" :
 			 g->precision == CNN_PREC_FP32 ? "fp32" : "bf16 with fp32 master weights");
+	/* conv1's: with auto, each batch size's choice and the times that made it */
+	if (g->m.in.c == 1 && g->conv1 == CNN_CONV1_DIRECT && k >= 0 && (size_t)k < len)
+		k += snprintf(buf + k, len - k, ", conv1 direct");
+	for (int i = 0; g->m.in.c == 1 && g->conv1 == CNN_CONV1_AUTO && i < g->nalgos && k >= 0 &&
+			(size_t)k < len; i++) {
+		const struct cnn_gnet_algos *a = &g->algos[i];
+		int f = a->direct1 & 1, w = (a->direct1 >> 1) & 1;
+		k += snprintf(buf + k, len - k, ", batch %d conv1 forward %s %.3f ms (%s %.3f), weight "
+			      "gradient %s %.3f ms (%s %.3f)", a->n, f ? "direct" : "cuDNN",
+			      a->ms1[0][f], f ? "cuDNN" : "direct", a->ms1[0][!f], w ? "direct" : "cuDNN",
+			      a->ms1[1][w], w ? "cuDNN" : "direct", a->ms1[1][!w]);
+	}
 	/* the layout; with auto, each batch size's and the times that chose it */
 	if (g->layout != CNN_LAYOUT_AUTO) {
 		if (k >= 0 && (size_t)k < len)

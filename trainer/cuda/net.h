@@ -28,6 +28,12 @@ struct cnn_gnet_algos {
 	cudnnConvolutionBwdDataAlgo_t bwd_data;         /* conv2 only */
 	cudnnConvolutionBwdFilterAlgo_t bwd_filter[2];
 	cudnnMathType_t fwd_math[2], bwd_data_math, bwd_filter_math[2];
+	/* conv1 (one input channel): bit 0, its forward by the direct kernel;
+	 * bit 1, its weight gradient; and what each took, cuDNN's call (with
+	 * the bias and ReLU work it needs) against the direct kernel's, in ms
+	 * (0: not timed) */
+	int direct1;
+	float ms1[2][2];
 	char why[256];                                  /* auto: why the other layout had
 							 * no algorithm ("" if it had) */
 };
@@ -55,6 +61,8 @@ struct cnn_gnet {
 	 * a cuDNN and a cuBLAS handle, workspaces and events of their own.
 	 * With one stream sw is s and the handles are s's. */
 	int streams;
+	enum cnn_conv1 conv1;            /* asked for; algos[].direct1 has the choice */
+	float *c1s;                      /* the direct conv1 weight gradient's scratch */
 	cudaStream_t sw;
 	cudnnHandle_t dnnw;
 	cublasHandle_t blasw;
@@ -95,7 +103,7 @@ enum { CNN_BUCKET_FC, CNN_BUCKET_CONV };
 
 int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 		  enum cnn_precision precision, enum cnn_layout layout, int streams,
-		  cudaStream_t s);
+		  enum cnn_conv1 conv1, cudaStream_t s);
 void cnn_gnet_free(struct cnn_gnet *g);
 /* cuDNN's algorithms for batch n (benchmarked once per n; not while a
  * stream is being captured), in the layout asked for, or with auto in
@@ -116,7 +124,8 @@ int cnn_gnet_backward(struct cnn_gnet *g, int n,
 		      int (*ready)(void *ctx, int bucket, cudaStream_t on), void *ctx);
 /* "cuDNN 9.19.0, cuBLAS 13.0.0, TF32, NCHW" (or fp32, or "bf16, fp32
  * master weights"; the layout of each batch size prepared, with auto the
- * times it was chosen by) */
+ * times it was chosen by; conv1's choice, with auto per batch size and
+ * call, and its times) */
 void cnn_gnet_describe(const struct cnn_gnet *g, char *buf, size_t len);
 
 #endif
