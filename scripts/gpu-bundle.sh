@@ -19,7 +19,7 @@
 #                            torch.compile): one device call, logs in $OUT
 #   .gpu/run.sh variants     check, then bench (tf32, bf16) with cnn_train's variants as
 #                            columns: --conv-layout nhwc and auto, --backward-streams 2,
-#                            both: one device call, logs in $OUT
+#                            both, --conv1 cudnn: one device call, logs in $OUT
 #   .gpu/run.sh libs         where each CUDA library was found
 #   .gpu/run.sh CMD ARGS     any program of .gpu/bin with the bundle's libraries
 #
@@ -239,7 +239,7 @@ all | variants)
 		# channels-last and the second backward stream as columns beside
 		# the defaults (NCHW, one stream) and PyTorch, one table per precision
 		part variants_tf32 180 TORCH_MODES="eager graph" \
-			CNN_VARIANTS="nhwc:--conv-layout nhwc;auto:--conv-layout auto;s2:--backward-streams 2;nhwc_s2:--conv-layout nhwc --backward-streams 2" -- bench
+			CNN_VARIANTS="nhwc:--conv-layout nhwc;auto:--conv-layout auto;s2:--backward-streams 2;nhwc_s2:--conv-layout nhwc --backward-streams 2;c1cudnn:--conv1 cudnn" -- bench
 		part variants_bf16 150 TORCH_MODES="eager graph" PRECISION=bf16 \
 			CNN_VARIANTS="nhwc:--conv-layout nhwc;s2:--backward-streams 2;nhwc_s2:--conv-layout nhwc --backward-streams 2" -- bench
 		printf '=== summary (logs in %s)\n' "$logs"
