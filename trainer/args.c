@@ -86,6 +86,38 @@ static int num_ll(const char *opt, const char *s, long long lo, long long hi, lo
 	return 0;
 }
 
+/* One of an option's keywords: its value into *out, or err "--OPT=VAL:
+ * expected a, b or c". */
+struct keyword {
+	const char *name;
+	int value;
+};
+
+static int keyword(const char *opt, const char *val, const struct keyword *k, int n, int *out,
+		   char *err, size_t errlen)
+{
+	for (int i = 0; i < n; i++)
+		if (strcmp(val, k[i].name) == 0) {
+			*out = k[i].value;
+			return 0;
+		}
+	int len = snprintf(err, errlen, "%s=%s: expected ", opt, val);
+	for (int i = 0; i < n && len >= 0 && (size_t)len < errlen; i++)
+		len += snprintf(err + len, errlen - len, "%s%s", i == 0 ? "" : i == n - 1 ? " or " : ", ",
+				k[i].name);
+	return -1;
+}
+
+/* field = the value of optarg among the keywords { "name", value }, ... */
+#define KEYWORD(opt, field, ...)                                                               \
+	do {                                                                                   \
+		static const struct keyword k_[] = { __VA_ARGS__ };                           \
+		int v_ = 0;                                                                    \
+		rv = keyword(opt, optarg, k_, (int)(sizeof(k_) / sizeof(k_[0])), &v_, err, errlen); \
+		if (rv == 0)                                                                   \
+			field = v_;                                                            \
+	} while (0)
+
 static int num_int(const char *opt, const char *s, int lo, int hi, int *out, char *err, size_t errlen)
 {
 	long long v;
@@ -208,30 +240,15 @@ int cnn_args_parse(struct cnn_args *a, int argc, char **argv, const char *env_da
 		case O_EVAL: a->eval = 1; break;
 		case O_BATCH: rv = num_int("--batch-size", optarg, 1, 65536, &a->batch, err, errlen); break;
 		case O_OPTIM:
-			if (strcmp(optarg, "sgd") == 0)
-				a->optim = CNN_SGD;
-			else if (strcmp(optarg, "adadelta") == 0)
-				a->optim = CNN_ADADELTA;
-			else {
-				snprintf(err, errlen, "--optimizer=%s: expected sgd or adadelta", optarg);
-				return -1;
-			}
+			KEYWORD("--optimizer", a->optim, { "sgd", CNN_SGD }, { "adadelta", CNN_ADADELTA });
 			break;
 		case O_LR: rv = num_f("--lr", optarg, 0, 1e3, &a->lr, err, errlen); a->lr_set = 1; break;
 		case O_MOMENTUM: rv = num_f("--momentum", optarg, 0, 0.999999, &a->momentum, err, errlen); break;
 		case O_WD: rv = num_f("--weight-decay", optarg, 0, 1, &a->weight_decay, err, errlen); break;
 		case O_SCHED:
 			a->sched_set = 1;
-			if (strcmp(optarg, "none") == 0)
-				a->sched.kind = CNN_SCHED_NONE;
-			else if (strcmp(optarg, "step") == 0)
-				a->sched.kind = CNN_SCHED_STEP;
-			else if (strcmp(optarg, "cosine") == 0)
-				a->sched.kind = CNN_SCHED_COSINE;
-			else {
-				snprintf(err, errlen, "--lr-schedule=%s: expected none, step or cosine", optarg);
-				return -1;
-			}
+			KEYWORD("--lr-schedule", a->sched.kind, { "none", CNN_SCHED_NONE },
+				{ "step", CNN_SCHED_STEP }, { "cosine", CNN_SCHED_COSINE });
 			break;
 		case O_STEP_EPOCHS: rv = num_int("--lr-step-epochs", optarg, 1, 100000, &a->sched.step_epochs, err, errlen); break;
 		case O_GAMMA: rv = num_f("--lr-gamma", optarg, 0, 1, &a->sched.gamma, err, errlen); break;
@@ -250,42 +267,18 @@ int cnn_args_parse(struct cnn_args *a, int argc, char **argv, const char *env_da
 			a->device = optarg;
 			break;
 		case O_PRECISION:
-			if (strcmp(optarg, "tf32") == 0)
-				a->precision = CNN_PREC_TF32;
-			else if (strcmp(optarg, "fp32") == 0)
-				a->precision = CNN_PREC_FP32;
-			else if (strcmp(optarg, "bf16") == 0)
-				a->precision = CNN_PREC_BF16;
-			else {
-				snprintf(err, errlen, "--precision=%s: expected tf32, fp32 or bf16", optarg);
-				return -1;
-			}
+			KEYWORD("--precision", a->precision, { "tf32", CNN_PREC_TF32 },
+				{ "fp32", CNN_PREC_FP32 }, { "bf16", CNN_PREC_BF16 });
 			break;
 		case O_NO_GRAPH: a->no_graph = 1; break;
 		case O_CONV_LAYOUT:
-			if (strcmp(optarg, "nchw") == 0)
-				a->conv_layout = CNN_LAYOUT_NCHW;
-			else if (strcmp(optarg, "nhwc") == 0)
-				a->conv_layout = CNN_LAYOUT_NHWC;
-			else if (strcmp(optarg, "auto") == 0)
-				a->conv_layout = CNN_LAYOUT_AUTO;
-			else {
-				snprintf(err, errlen, "--conv-layout=%s: expected nchw, nhwc or auto", optarg);
-				return -1;
-			}
+			KEYWORD("--conv-layout", a->conv_layout, { "nchw", CNN_LAYOUT_NCHW },
+				{ "nhwc", CNN_LAYOUT_NHWC }, { "auto", CNN_LAYOUT_AUTO });
 			break;
 		case O_STREAMS: rv = num_int("--backward-streams", optarg, 1, 2, &a->streams, err, errlen); break;
 		case O_CONV1:
-			if (strcmp(optarg, "auto") == 0)
-				a->conv1 = CNN_CONV1_AUTO;
-			else if (strcmp(optarg, "cudnn") == 0)
-				a->conv1 = CNN_CONV1_CUDNN;
-			else if (strcmp(optarg, "direct") == 0)
-				a->conv1 = CNN_CONV1_DIRECT;
-			else {
-				snprintf(err, errlen, "--conv1=%s: expected auto, cudnn or direct", optarg);
-				return -1;
-			}
+			KEYWORD("--conv1", a->conv1, { "auto", CNN_CONV1_AUTO }, { "cudnn", CNN_CONV1_CUDNN },
+				{ "direct", CNN_CONV1_DIRECT });
 			break;
 		case O_PROFILE: {
 			char from[32], to[32];
@@ -311,16 +304,7 @@ int cnn_args_parse(struct cnn_args *a, int argc, char **argv, const char *env_da
 		case O_LOG_JSON: a->log_json = optarg; break;
 		case O_DUMP: a->dump_params = optarg; break;
 		case O_PROGRESS:
-			if (strcmp(optarg, "bar") == 0)
-				a->progress = 1;
-			else if (strcmp(optarg, "lines") == 0)
-				a->progress = 0;
-			else if (strcmp(optarg, "auto") == 0)
-				a->progress = -1;
-			else {
-				snprintf(err, errlen, "--progress=%s: expected bar, lines or auto", optarg);
-				return -1;
-			}
+			KEYWORD("--progress", a->progress, { "bar", 1 }, { "lines", 0 }, { "auto", -1 });
 			break;
 		case O_LOG_EVERY: rv = num_int("--log-every", optarg, 1, 1000000, &a->log_every, err, errlen); break;
 		case O_TRAIN_LIMIT: rv = num_ll("--train-limit", optarg, 1, INT_MAX, &a->train_limit, err, errlen); break;

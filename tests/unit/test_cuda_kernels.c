@@ -353,6 +353,15 @@ static void to_nchw(const float *src, float *dst, int nimg, int c, int hw)
 				dst[(i * c + ch) * hw + k] = src[(i * hw + k) * c + ch];
 }
 
+/* dst as a kernel of either layout reads src (nimg x c x hw, NCHW) */
+static void to_layout(int nhwc, const float *src, float *dst, int nimg, int c, int hw)
+{
+	if (nhwc)
+		to_nhwc(src, dst, nimg, c, hw);
+	else
+		memcpy(dst, src, (size_t)nimg * c * hw * 4);
+}
+
 static void test_bias_relu_nhwc(int nimg, int oc, int n, int bf16)
 {
 	size_t tot = (size_t)nimg * oc * n;
@@ -478,10 +487,7 @@ static void test_bias_grad(int nhwc)
 		      *lim = malloc(oc * 4);
 		fill(dy, tot);
 		cnn_bf16_round(dy, tot);   /* both kernels see the same values */
-		if (nhwc)
-			to_nhwc(dy, t, nimg, oc, n);
-		else
-			memcpy(t, dy, tot * 4);
+		to_layout(nhwc, dy, t, nimg, oc, n);
 		cnn_bf16 *th = bits(t, tot);
 		for (int i = 0; i < nimg; i++)
 			cnn_bias_grad(dy + (size_t)i * oc * n, oc, n, want);
@@ -573,13 +579,8 @@ static void test_bias_grad_gated(int nhwc)
 		cnn_relu_bwd(gd, gate, tot);
 		for (int i = 0; i < nimg; i++)
 			cnn_bias_grad(gd + (size_t)i * oc * n, oc, n, want);
-		if (nhwc) {
-			to_nhwc(dy, t, nimg, oc, n);
-			to_nhwc(gate, tg, nimg, oc, n);
-		} else {
-			memcpy(t, dy, tot * 4);
-			memcpy(tg, gate, tot * 4);
-		}
+		to_layout(nhwc, dy, t, nimg, oc, n);
+		to_layout(nhwc, gate, tg, nimg, oc, n);
 		float *dsc = dev(NULL, ns * 4), *ddb = dev(NULL, oc * 4);
 		for (int b16 = 0; b16 < 2; b16++)
 			for (int relu = 0; relu < 2; relu++) {
@@ -667,13 +668,8 @@ static void test_conv1(int nimg, int h, int w, int oc, int nhwc, int bf16)
 	if (bf16)
 		cnn_bf16_round(dy, ny);
 	float *tg = malloc(ny * 4);
-	if (nhwc) {
-		to_nhwc(dy, t, nimg, oc, pix);
-		to_nhwc(y, tg, nimg, oc, pix);
-	} else {
-		memcpy(t, dy, ny * 4);
-		memcpy(tg, y, ny * 4);
-	}
+	to_layout(nhwc, dy, t, nimg, oc, pix);
+	to_layout(nhwc, y, tg, nimg, oc, pix);
 	void *ddy = up(t, ny, bf16), *dg = up(tg, ny, bf16);
 	float *dsc = dev(NULL, ns * 4), *ddw = dev(NULL, oc * 9 * 4), *ddb = dev(NULL, oc * 4);
 	int ok = 1;
