@@ -541,6 +541,22 @@ static void setup(struct run *R, int argc, char **argv)
 			if (R->a.precision == CNN_PREC_BF16)
 				printf("# --precision bf16 is GPU math: on the CPU this run computes in "
 				       "fp32\n");
+			/* the GPU's options a user gave: said, not silently dropped */
+			const char *set[] = {
+				R->a.no_graph ? "--no-graph" : NULL,
+				R->a.conv_layout != CNN_LAYOUT_NCHW ? "--conv-layout" : NULL,
+				R->a.streams != 1 ? "--backward-streams" : NULL,
+				R->a.conv1 != CNN_CONV1_AUTO ? "--conv1" : NULL,
+				R->a.profile_from ? "--cuda-profile-steps" : NULL,
+			};
+			char names[160] = "";
+			size_t k = 0;
+			for (size_t i = 0; i < sizeof(set) / sizeof(set[0]); i++)
+				if (set[i] && k < sizeof(names))
+					k += (size_t)snprintf(names + k, sizeof(names) - k, "%s%s",
+							      k ? ", " : "", set[i]);
+			if (k)
+				printf("# %s: GPU options, not used by this run on the CPU\n", names);
 		}
 		fflush(stdout);
 	}

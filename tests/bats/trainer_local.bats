@@ -155,6 +155,16 @@ for split in ("train", "t10k"):
 	assert_line --partial "# convolutions: oneDNN"
 }
 
+@test "the GPU's options on a CPU run are named as unused, not silently dropped" {
+	run --separate-stderr "$CNN" --device cpu --data synthetic --max-steps 1 --progress lines \
+		--conv1 direct --backward-streams 2 --no-graph
+	assert_success
+	assert_line "# --no-graph, --backward-streams, --conv1: GPU options, not used by this run on the CPU"
+	run --separate-stderr "$CNN" --device cpu --data synthetic --max-steps 1 --progress lines
+	assert_success
+	refute_line --partial "GPU options"
+}
+
 @test "--device=cuda without a usable GPU fails and names the cause" {
 	[ -f "$REPO/build/lib/cnn_train_cuda.so" ] || skip "built without nvcc: no GPU module"
 	nvidia-smi -L >/dev/null 2>&1 && skip "this machine has a GPU"
