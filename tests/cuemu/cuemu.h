@@ -18,7 +18,14 @@
 //   error, returned by cudaGetLastError as on the GPU;
 // - "device" memory is host memory from malloc, so ASan sees a kernel
 //   that reads or writes out of bounds;
-// - atomicAdd is a plain add (one OS thread runs everything).
+// - atomicAdd is a plain add (one OS thread runs everything);
+// - nvcuda::wmma (the tensor-core kernels): each thread holds a whole
+//   tile where a GPU spreads it over the warp, so a load, an mma or a
+//   store is each thread's own full computation, with the warp's result
+//   (the products of tf32 and bf16 operands are exact in fp32; the sums
+//   run in k order); a kernel may apply an element-wise operation to all
+//   of a fragment's x[] but never rely on which element a thread holds,
+//   which is the rule on a GPU too.
 //
 // What it cannot show: the GPU's own float behaviour (nvcc's FMA
 // contraction, the device's expf, bf16 conversion instructions: here they
@@ -29,6 +36,9 @@
 #define CUEMU_H
 
 #include <stddef.h>
+#include <string.h>
+
+#include <type_traits>
 
 #include <cuda_runtime_api.h>
 #include <cuda_bf16.h>
@@ -46,6 +56,100 @@ extern dim3 blockDim, gridDim;
 
 void __syncthreads(void);
 float atomicAdd(float *address, float val);
+
+namespace nvcuda {
+namespace wmma {
+
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+namespace precision {
+struct tf32 {};
+}
+enum layout_t { mem_row_major, mem_col_major };
+
+template <class T> struct elem { typedef T type; };
+template <> struct elem<precision::tf32> { typedef float type; };
+
+template <class Use, int M, int N, int K> struct dims;
+template <int M, int N, int K> struct dims<matrix_a, M, N, K> { enum { rows = M, cols = K }; };
+template <int M, int N, int K> struct dims<matrix_b, M, N, K> { enum { rows = K, cols = N }; };
+template <int M, int N, int K> struct dims<accumulator, M, N, K> { enum { rows = M, cols = N }; };
+
+template <class Use, int M, int N, int K, class T, class Layout = void> struct fragment {
+	typedef typename elem<T>::type element_type;
+	enum { rows = dims<Use, M, N, K>::rows, cols = dims<Use, M, N, K>::cols,
+	       num_elements = rows * cols };
+	element_type x[num_elements];   // row-major, the whole tile
+};
+
+// cvt.rna.tf32.f32: 10 mantissa bits, to nearest, ties away from zero
+inline float __float_to_tf32(float v)
+{
+	unsigned u;
+	memcpy(&u, &v, 4);
+	if ((u & 0x7f800000u) != 0x7f800000u)
+		u = (u + 0x1000u) & ~0x1fffu;
+	memcpy(&v, &u, 4);
+	return v;
+}
+
+template <class Use, int M, int N, int K, class T, class L, class E>
+void fill_fragment(fragment<Use, M, N, K, T, L> &f, const E &v)
+{
+	for (int i = 0; i < f.num_elements; i++)
+		f.x[i] = v;
+}
+
+template <class Use, int M, int N, int K, class T, class L, class E>
+void load_matrix_sync(fragment<Use, M, N, K, T, L> &f, const E *p, unsigned ldm)
+{
+	const bool col = std::is_same<L, col_major>::value;
+	for (int i = 0; i < f.rows; i++)
+		for (int j = 0; j < f.cols; j++)
+			f.x[i * f.cols + j] = col ? p[i + (size_t)j * ldm] : p[(size_t)i * ldm + j];
+}
+
+template <int M, int N, int K>
+void load_matrix_sync(fragment<accumulator, M, N, K, float> &f, const float *p, unsigned ldm,
+		      layout_t l)
+{
+	for (int i = 0; i < M; i++)
+		for (int j = 0; j < N; j++)
+			f.x[i * N + j] = l == mem_col_major ? p[i + (size_t)j * ldm] : p[(size_t)i * ldm + j];
+}
+
+template <int M, int N, int K>
+void store_matrix_sync(float *p, const fragment<accumulator, M, N, K, float> &f, unsigned ldm,
+		       layout_t l)
+{
+	for (int i = 0; i < M; i++)
+		for (int j = 0; j < N; j++)
+			(l == mem_col_major ? p[i + (size_t)j * ldm] : p[(size_t)i * ldm + j]) = f.x[i * N + j];
+}
+
+inline float as_float(float v) { return v; }
+inline float as_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <int M, int N, int K, class T, class LA, class LB>
+void mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<matrix_a, M, N, K, T, LA> &a,
+	      const fragment<matrix_b, M, N, K, T, LB> &b, const fragment<accumulator, M, N, K, float> &c)
+{
+	float r[M * N];
+	for (int i = 0; i < M; i++)
+		for (int j = 0; j < N; j++) {
+			float s = c.x[i * N + j];
+			for (int k = 0; k < K; k++)
+				s += as_float(a.x[i * K + k]) * as_float(b.x[k * N + j]);
+			r[i * N + j] = s;
+		}
+	memcpy(d.x, r, sizeof(r));
+}
+
+} // namespace wmma
+} // namespace nvcuda
 
 namespace cuemu {
 

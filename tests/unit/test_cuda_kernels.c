@@ -37,8 +37,10 @@ static const struct {
 	{ "biassum", 2e-4f, 1e-5f, "a sum of 4608 values in [-1, 1): a block's tree vs the CPU's simd lanes" },
 	{ "conv9", 2e-6f, 1e-6f, "9 products of values in [-1, 1) summed in another order (nvcc's FMAs, oneDNN's GEMM)" },
 	{ "conv9 bf16", 1e-6f, 8e-3f, "as conv9, then rounded to bf16: an order that differs may round to the neighbouring bf16 value (2^-7 relative)" },
+	{ "mma", 2e-4f, 1e-5f, "up to ~2000 exact products of TF32 or bf16 operands in [-1, 1) (sums of magnitude ~15): the tensor cores' and the blocks' order vs oneDNN's, image by image" },
+	{ "mma bf16", 2e-4f, 8e-3f, "as mma, then rounded to bf16 (2^-7 relative)" },
 };
-enum { T_EXACT, T_EXPF, T_SUM, T_UPDATE, T_FMA, T_BIASSUM, T_CONV9, T_CONV9_BF16 };
+enum { T_EXACT, T_EXPF, T_SUM, T_UPDATE, T_FMA, T_BIASSUM, T_CONV9, T_CONV9_BF16, T_MMA, T_MMA_BF16 };
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static float frand(void) /* [-1, 1) */
@@ -698,6 +700,112 @@ static void test_conv1(int nimg, int h, int w, int oc, int nhwc, int bf16)
 	free(dw), free(db), free(gdw), free(gdb), free(gdw2), free(gdb2), free(tg);
 }
 
+/* TF32 as cvt.rna.tf32.f32 makes it (cuDNN's TF32 and the _tf32 kernels):
+ * 10 mantissa bits, to nearest, ties away from zero */
+static void tf32_round(float *x, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint32_t u;
+		memcpy(&u, &x[i], 4);
+		if ((u & 0x7f800000u) != 0x7f800000u)
+			u = (u + 0x1000u) & ~0x1fffu;
+		memcpy(&x[i], &u, 4);
+	}
+}
+
+/* conv2 on the tensor cores (cnn_cuda_conv3_*): forward, backward-data and
+ * backward-filter of a 3x3 convolution of c channels into oc, NCHW or
+ * channels-last (OHWI weights), TF32 or bf16 operands, against
+ * cnn_im2col3 + cnn_sgemm and cnn_conv3_bwd on the operands rounded as the
+ * kernels read them; the weight gradient the same bits twice. */
+static void test_conv3(int nimg, int c, int h, int w, int oc, int nhwc, int bf16)
+{
+	int pix = (h - 2) * (w - 2), K = c * 9;
+	size_t nx = (size_t)nimg * c * h * w, ny = (size_t)nimg * oc * pix, nw = (size_t)oc * K;
+	size_t ns = cnn_cuda_conv3_wgrad_scratch(nimg, c, h, w, oc);
+	float *x = malloc(nx * 4), *wt = malloc(nw * 4), *dy = malloc(ny * 4);
+	float *xl = malloc(nx * 4), *wl = malloc(nw * 4), *dyl = malloc(ny * 4);
+	float *y = malloc(ny * 4), *got = malloc((nx > ny ? nx : ny) * 4), *t = malloc((nx > ny ? nx : ny) * 4);
+	float *dx = malloc(nx * 4), *dw = calloc(nw, 4), *db = calloc(oc, 4);
+	float *gdw = malloc(nw * 4), *gdw2 = malloc(nw * 4);
+	float *col = malloc((size_t)K * pix * 4), *dcol = malloc((size_t)K * pix * 4);
+	char d[220], sh[96];
+	snprintf(sh, sizeof(sh), "%s%s on %d x %d x %dx%d, %d outputs", nhwc ? "_nhwc" : "",
+		 bf16 ? "_bf16" : "_tf32", nimg, c, h, w, oc);
+	fill(x, nx);
+	fill(wt, nw);
+	fill(dy, ny);
+	to_layout(nhwc, x, xl, nimg, c, h * w);
+	to_layout(nhwc, wt, wl, oc, c, 9);   /* OIHW, or OHWI */
+	to_layout(nhwc, dy, dyl, nimg, oc, pix);
+	void *dX = up(xl, nx, bf16), *dW = up(wl, nw, bf16), *dDY = up(dyl, ny, bf16);
+	void *dY = dev(NULL, ny * (bf16 ? 2 : 4)), *dDX = dev(NULL, nx * (bf16 ? 2 : 4));
+	float *dsc = dev(NULL, ns * 4), *ddw = dev(NULL, nw * 4);
+	/* the operands as the kernels read them */
+	if (bf16) {
+		cnn_bf16_round(x, nx);
+		cnn_bf16_round(wt, nw);
+		cnn_bf16_round(dy, ny);
+	} else {
+		tf32_round(x, nx);
+		tf32_round(wt, nw);
+		tf32_round(dy, ny);
+	}
+	int tol = bf16 ? T_MMA_BF16 : T_MMA;
+
+	snprintf(d, sizeof(d), "conv3_fwd%s launches", sh);
+	test_cond(d, (bf16 ? cnn_cuda_conv3_fwd_bf16(dX, dW, nimg, c, h, w, oc, nhwc, dY, NULL) :
+			     cnn_cuda_conv3_fwd_tf32(dX, dW, nimg, c, h, w, oc, nhwc, dY, NULL)) == 0);
+	down(t, dY, ny, bf16);
+	if (nhwc)
+		to_nchw(t, got, nimg, oc, pix);
+	else
+		memcpy(got, t, ny * 4);
+	for (int i = 0; i < nimg; i++) {
+		cnn_im2col3(x + (size_t)i * c * h * w, c, h, w, col);
+		cnn_sgemm('N', 'N', oc, pix, K, 1.f, wt, K, col, pix, 0.f, y + (size_t)i * oc * pix, pix);
+	}
+	if (bf16)
+		cnn_bf16_round(y, ny);
+	snprintf(d, sizeof(d), "conv3_fwd%s equals im2col and GEMM (%s tolerance)", sh, TOL[tol].what);
+	test_cond(d, compare("conv3_fwd", got, y, ny, tol) == 0);
+
+	for (int i = 0; i < nimg; i++)
+		cnn_conv3_bwd(x + (size_t)i * c * h * w, c, h, w, wt, oc, dy + (size_t)i * oc * pix, col,
+			      dcol, dw, db, dx + (size_t)i * c * h * w);
+	if (bf16)
+		cnn_bf16_round(dx, nx);
+	snprintf(d, sizeof(d), "conv3_dgrad%s launches", sh);
+	test_cond(d, (bf16 ? cnn_cuda_conv3_dgrad_bf16(dDY, dW, nimg, c, h, w, oc, nhwc, dDX, NULL) :
+			     cnn_cuda_conv3_dgrad_tf32(dDY, dW, nimg, c, h, w, oc, nhwc, dDX, NULL)) == 0);
+	down(t, dDX, nx, bf16);
+	if (nhwc)
+		to_nchw(t, got, nimg, c, h * w);
+	else
+		memcpy(got, t, nx * 4);
+	snprintf(d, sizeof(d), "conv3_dgrad%s equals cnn_conv3_bwd's dx (%s tolerance)", sh, TOL[tol].what);
+	test_cond(d, compare("conv3_dgrad", got, dx, nx, tol) == 0);
+
+	int ok = 1;
+	for (int run = 0; run < 2; run++) {
+		CK(cudaMemset(ddw, 0x7f, nw * 4));   /* overwritten, not added to */
+		ok &= (bf16 ? cnn_cuda_conv3_wgrad_bf16(dX, dDY, nimg, c, h, w, oc, nhwc, dsc, ddw, NULL) :
+			      cnn_cuda_conv3_wgrad_tf32(dX, dDY, nimg, c, h, w, oc, nhwc, dsc, ddw, NULL)) == 0;
+		back(run ? gdw2 : gdw, ddw, nw * 4);
+	}
+	snprintf(d, sizeof(d), "conv3_wgrad%s launches (%zu floats of scratch)", sh, ns);
+	test_cond(d, ok);
+	snprintf(d, sizeof(d), "conv3_wgrad%s equals cnn_conv3_bwd's dw summed over the images (mma "
+		 "tolerance)", sh);
+	test_cond(d, compare("conv3_wgrad", gdw, dw, nw, T_MMA) == 0);
+	snprintf(d, sizeof(d), "conv3_wgrad%s gives the same bits twice", sh);
+	test_cond(d, !memcmp(gdw, gdw2, nw * 4));
+	cudaFree(dX), cudaFree(dW), cudaFree(dDY), cudaFree(dY), cudaFree(dDX), cudaFree(dsc);
+	cudaFree(ddw);
+	free(x), free(wt), free(dy), free(xl), free(wl), free(dyl), free(y), free(got), free(t);
+	free(dx), free(dw), free(db), free(gdw), free(gdw2), free(col), free(dcol);
+}
+
 /* OIHW <-> OHWI for conv1 (in 1) and conv2 (in 32), fp32 and bf16 */
 static void test_weights_nhwc(int out, int in, int bf16)
 {
@@ -971,6 +1079,15 @@ int main(void)
 			test_conv1(5, 7, 9, 3, nhwc, b16);
 		}
 	test_conv1(37, 28, 28, 32, 0, 0);   /* chunks of 7 images: a short last one */
+	for (int nhwc = 0; nhwc < 2; nhwc++)
+		for (int b16 = 0; b16 < 2; b16++) {
+			/* conv2's shape: 9 pixel tiles, the last one short; 5
+			 * weight-gradient splits of 256 pixels, the last short */
+			test_conv3(2, 32, 26, 26, 64, nhwc, b16);
+			/* fewer channels than a tile; more than one tile of each */
+			test_conv3(3, 5, 7, 9, 6, nhwc, b16);
+			test_conv3(2, 40, 6, 5, 70, nhwc, b16);
+		}
 	test_bias_grad(0);
 	test_bias_grad_gated(0);
 	test_bias_grad_gated(1);

@@ -10,6 +10,11 @@
 #include <string.h>
 
 #include <cuda_bf16.h>
+#ifdef __CUDACC__
+#include <mma.h>
+#endif
+
+#include <type_traits>
 
 #include "check.h"
 #include "kernels.h"
@@ -50,6 +55,7 @@ unsigned blocks_for(size_t n)
 }
 
 typedef __nv_bfloat16 bf16;
+namespace wmma = nvcuda::wmma;
 
 __device__ __forceinline__ float ld(const float *p) { return *p; }
 __device__ __forceinline__ float ld(const bf16 *p) { return __bfloat162float(*p); }
@@ -838,6 +844,315 @@ int launch_conv1_wgrad(const T *x, const T *dy, const T *y, int nimg, int h, int
 	return 0;
 }
 
+
+// ---- conv2 on the tensor cores: 3x3 implicit GEMM ------------------------
+// The output pixels (image, row, column) are the GEMM's rows, the output
+// channels its columns, (tap, input channel) its reduction: a block stages
+// a tile of 128 pixels by 32 input channels of one tap, and those channels'
+// weights for 64 output channels, in shared memory; its 8 warps each own
+// 32 x 32 of the 128 x 64 output tile, 2 x 2 wmma fragments (m16n16k8 TF32,
+// or m16n16k16 bf16) accumulating in fp32.  The backward-data is the same
+// kernel on dy, padded by 2 with the weights flipped and transposed; the
+// backward-filter makes the pixels the reduction, split over blocks with
+// partial sums added in a fixed order.  Operands are staged in the layout
+// that lets a warp's 32 loads hit consecutive addresses in memory and
+// distinct banks in shared memory: pixel-major for NCHW, channel-major for
+// NHWC; wmma reads either (row_major or col_major fragments).
+
+// Per operand type: the wmma precision and k, the shared-memory padding
+// (rows a multiple of 16 bytes, as wmma's ldm must be), and what a staged
+// operand is: TF32-rounded (cvt.rna) floats, or the bf16 bits as they are.
+template <typename T> struct Mma;
+template <> struct Mma<float> {
+	typedef wmma::precision::tf32 P;
+	enum { K = 8, PAD = 4 };
+	__device__ static float op(float v) { return wmma::__float_to_tf32(v); }
+	__device__ static float zero() { return 0.f; }
+};
+template <> struct Mma<bf16> {
+	typedef bf16 P;
+	enum { K = 16, PAD = 8 };
+	__device__ static bf16 op(bf16 v) { return v; }
+	__device__ static bf16 zero() { return __float2bfloat16_rn(0.f); }
+};
+
+constexpr int kCvThreads = 256, kCvBM = 128, kCvBN = 64, kCvBK = 32;
+
+// Output pixel m = (n, y, x) of oh x ow reads input (y + ky - pad, x + kx -
+// pad) of h x w (zero outside) and weight (o, c, ky', kx') at
+// o * wo + c * wc + ky' * wy + kx' * wx, with ky' = 2 - ky when flip.
+struct Conv3 {
+	int c, h, w, o, oh, ow, pad, flip;
+	long long wo, wc, wy, wx, m;
+};
+
+template <typename T, bool NHWC>
+__global__ void __launch_bounds__(kCvThreads) conv3_igemm(const T *x, const T *wt, Conv3 g, T *y)
+{
+	typedef Mma<T> M;
+	typedef typename std::conditional<NHWC, wmma::row_major, wmma::col_major>::type LayA;
+	// A (pixel, channel): NHWC [m][k], NCHW [k][m]; B (channel, output) [k][o];
+	// the output tile C in floats: NHWC [m][o], NCHW [o][m]
+	constexpr int LA = NHWC ? kCvBK + M::PAD : kCvBM + M::PAD, LB = kCvBN + M::PAD;
+	constexpr int LC = NHWC ? kCvBN + 4 : kCvBM + 4;
+	constexpr int SA = NHWC ? kCvBM * LA : kCvBK * LA;
+	constexpr int SAB = (SA + kCvBK * LB) * (int)sizeof(T);
+	constexpr int SC = (NHWC ? kCvBM : kCvBN) * LC * 4;
+	__shared__ __align__(128) unsigned char smem[SAB > SC ? SAB : SC];
+	__shared__ int pn[kCvBM], py[kCvBM], px[kCvBM];   // the tile's pixels; pn -1 past the end
+	T *As = reinterpret_cast<T *>(smem), *Bs = As + SA;
+	float *Cs = reinterpret_cast<float *>(smem);
+	long long m0 = (long long)blockIdx.x * kCvBM;
+	int o0 = blockIdx.y * kCvBN, opix = g.oh * g.ow;
+	for (int i = threadIdx.x; i < kCvBM; i += kCvThreads) {
+		long long m = m0 + i;
+		int r = (int)(m % opix);
+		pn[i] = m < g.m ? (int)(m / opix) : -1;
+		py[i] = r / g.ow;
+		px[i] = r % g.ow;
+	}
+	int warp = threadIdx.x / 32, wm = warp % 4 * 32, wn = warp / 4 * 32;
+	wmma::fragment<wmma::accumulator, 16, 16, M::K, float> acc[2][2];
+	for (int i = 0; i < 2; i++)
+		for (int j = 0; j < 2; j++)
+			wmma::fill_fragment(acc[i][j], 0.f);
+	__syncthreads();
+	for (int tap = 0; tap < 9; tap++) {
+		int ky = tap / 3, kx = tap % 3;
+		long long wtap = (g.flip ? 2 - ky : ky) * g.wy + (g.flip ? 2 - kx : kx) * g.wx;
+		for (int c0 = 0; c0 < g.c; c0 += kCvBK) {
+			for (int e = threadIdx.x; e < kCvBM * kCvBK; e += kCvThreads) {
+				int mi = NHWC ? e / kCvBK : e % kCvBM, ki = NHWC ? e % kCvBK : e / kCvBM;
+				int n = pn[mi], c = c0 + ki, iy = py[mi] + ky - g.pad, ix = px[mi] + kx - g.pad;
+				T v = M::zero();
+				if (n >= 0 && c < g.c && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w)
+					v = M::op(x[NHWC ? (((size_t)n * g.h + iy) * g.w + ix) * g.c + c :
+						    (((size_t)n * g.c + c) * g.h + iy) * g.w + ix]);
+				As[NHWC ? mi * LA + ki : ki * LA + mi] = v;
+			}
+			for (int e = threadIdx.x; e < kCvBK * kCvBN; e += kCvThreads) {
+				int oi = e % kCvBN, ki = e / kCvBN, o = o0 + oi, c = c0 + ki;
+				Bs[ki * LB + oi] = o < g.o && c < g.c ?
+					M::op(wt[o * g.wo + c * g.wc + wtap]) : M::zero();
+			}
+			__syncthreads();
+			for (int k = 0; k < kCvBK; k += M::K) {
+				wmma::fragment<wmma::matrix_a, 16, 16, M::K, typename M::P, LayA> a[2];
+				wmma::fragment<wmma::matrix_b, 16, 16, M::K, typename M::P, wmma::row_major> b[2];
+				for (int i = 0; i < 2; i++)
+					wmma::load_matrix_sync(a[i], NHWC ? As + (wm + 16 * i) * LA + k :
+									  As + k * LA + wm + 16 * i, LA);
+				for (int j = 0; j < 2; j++)
+					wmma::load_matrix_sync(b[j], Bs + k * LB + wn + 16 * j, LB);
+				for (int i = 0; i < 2; i++)
+					for (int j = 0; j < 2; j++)
+						wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
+			}
+			__syncthreads();
+		}
+	}
+	for (int i = 0; i < 2; i++)
+		for (int j = 0; j < 2; j++)
+			wmma::store_matrix_sync(NHWC ? Cs + (wm + 16 * i) * LC + wn + 16 * j :
+						       Cs + (wn + 16 * j) * LC + wm + 16 * i,
+						acc[i][j], LC, NHWC ? wmma::mem_row_major : wmma::mem_col_major);
+	__syncthreads();
+	for (int e = threadIdx.x; e < kCvBM * kCvBN; e += kCvThreads) {
+		int mi = NHWC ? e / kCvBN : e % kCvBM, oi = NHWC ? e % kCvBN : e / kCvBM;
+		int n = pn[mi], o = o0 + oi;
+		if (n < 0 || o >= g.o)
+			continue;
+		size_t q = NHWC ? (((size_t)n * g.oh + py[mi]) * g.ow + px[mi]) * g.o + o :
+				  (((size_t)n * g.o + o) * g.oh + py[mi]) * g.ow + px[mi];
+		st(y + q, NHWC ? Cs[mi * LC + oi] : Cs[oi * LC + mi]);
+	}
+}
+
+// Backward-filter: a block per (split s of the pixels, 64 output channels,
+// 32 input channels) sums dw over its pixels, 16 at a time, into
+// part[s][o tile][c tile][64][9 * 32] (tap-major); 8 warps each own 9 of
+// the 4 x 18 fragments.  dy is matrix A (o, pixel), x at each tap matrix B
+// (pixel, (tap, c)).
+constexpr int kWgP = 16, kWgO = 64, kWgC = 32, kWgK = 9 * kWgC;
+
+template <typename T, bool NHWC>
+__global__ void __launch_bounds__(kCvThreads) conv3_wgrad_part(const T *x, const T *dy, Conv3 g,
+							      long long ppb, float *part)
+{
+	typedef Mma<T> M;
+	// dy: NCHW [o][p] (row-major A), NHWC [p][o] (col-major A); x: NCHW
+	// [k][p] (col-major B), NHWC [p][k] (row-major B)
+	typedef typename std::conditional<NHWC, wmma::col_major, wmma::row_major>::type LayA;
+	typedef typename std::conditional<NHWC, wmma::row_major, wmma::col_major>::type LayB;
+	constexpr int LD = NHWC ? kWgO + M::PAD : kWgP + M::PAD, LX = NHWC ? kWgK + M::PAD : kWgP + M::PAD;
+	constexpr int SD = NHWC ? kWgP * LD : kWgO * LD, SX = NHWC ? kWgP * LX : kWgK * LX;
+	__shared__ __align__(128) T Ds[SD];
+	__shared__ __align__(128) T Xs[SX];
+	__shared__ int pn[kWgP], py[kWgP], px[kWgP];
+	int to = gridDim.y, tc = gridDim.z, o0 = blockIdx.y * kWgO, c0 = blockIdx.z * kWgC;
+	int opix = g.oh * g.ow;
+	long long p0 = blockIdx.x * ppb, p1 = p0 + ppb < g.m ? p0 + ppb : g.m;
+	int warp = threadIdx.x / 32, fr = warp % 4, fc0 = warp / 4 * 9;
+	wmma::fragment<wmma::accumulator, 16, 16, M::K, float> acc[9];
+	for (int j = 0; j < 9; j++)
+		wmma::fill_fragment(acc[j], 0.f);
+	for (long long pc = p0; pc < p1; pc += kWgP) {
+		if (threadIdx.x < kWgP) {
+			long long p = pc + threadIdx.x;
+			int r = (int)(p % opix);
+			pn[threadIdx.x] = p < p1 ? (int)(p / opix) : -1;
+			py[threadIdx.x] = r / g.ow;
+			px[threadIdx.x] = r % g.ow;
+		}
+		__syncthreads();
+		for (int e = threadIdx.x; e < kWgP * kWgO; e += kCvThreads) {
+			int pi = NHWC ? e / kWgO : e % kWgP, oi = NHWC ? e % kWgO : e / kWgP;
+			int n = pn[pi], o = o0 + oi;
+			T v = M::zero();
+			if (n >= 0 && o < g.o)
+				v = M::op(dy[NHWC ? (((size_t)n * g.oh + py[pi]) * g.ow + px[pi]) * g.o + o :
+					     (((size_t)n * g.o + o) * g.oh + py[pi]) * g.ow + px[pi]]);
+			Ds[NHWC ? pi * LD + oi : oi * LD + pi] = v;
+		}
+		for (int e = threadIdx.x; e < kWgP * kWgK; e += kCvThreads) {
+			int pi = NHWC ? e / kWgK : e % kWgP, ki = NHWC ? e % kWgK : e / kWgP;
+			int tap = ki / kWgC, n = pn[pi], c = c0 + ki % kWgC;
+			int iy = py[pi] + tap / 3, ix = px[pi] + tap % 3;
+			T v = M::zero();
+			if (n >= 0 && c < g.c)
+				v = M::op(x[NHWC ? (((size_t)n * g.h + iy) * g.w + ix) * g.c + c :
+					    (((size_t)n * g.c + c) * g.h + iy) * g.w + ix]);
+			Xs[NHWC ? pi * LX + ki : ki * LX + pi] = v;
+		}
+		__syncthreads();
+		for (int k = 0; k < kWgP; k += M::K) {
+			wmma::fragment<wmma::matrix_a, 16, 16, M::K, typename M::P, LayA> a;
+			wmma::load_matrix_sync(a, NHWC ? Ds + k * LD + fr * 16 : Ds + fr * 16 * LD + k, LD);
+			for (int j = 0; j < 9; j++) {
+				wmma::fragment<wmma::matrix_b, 16, 16, M::K, typename M::P, LayB> b;
+				int kc = (fc0 + j) * 16;
+				wmma::load_matrix_sync(b, NHWC ? Xs + k * LX + kc : Xs + kc * LX + k, LX);
+				wmma::mma_sync(acc[j], a, b, acc[j]);
+			}
+		}
+		__syncthreads();
+	}
+	float *out = part + (((size_t)blockIdx.x * to + blockIdx.y) * tc + blockIdx.z) * kWgO * kWgK;
+	for (int j = 0; j < 9; j++)
+		wmma::store_matrix_sync(out + fr * 16 * kWgK + (fc0 + j) * 16, acc[j], kWgK,
+					wmma::mem_row_major);
+}
+
+// dw[o][c][tap] = the splits' partial sums in order: a thread per entry of
+// one split's part, read along its rows.
+__global__ void conv3_wgrad_sum(const float *part, int splits, int to, int tc, int oc, int c,
+				float *dw)
+{
+	size_t per = (size_t)to * tc * kWgO * kWgK;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < per;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		int k = (int)(i % kWgK), ol = (int)(i / kWgK % kWgO);
+		int bc = (int)(i / kWgK / kWgO % tc), bo = (int)(i / kWgK / kWgO / tc);
+		int o = bo * kWgO + ol, ci = bc * kWgC + k % kWgC, tap = k / kWgC;
+		if (o >= oc || ci >= c)
+			continue;
+		float s = 0.f;
+		for (int p = 0; p < splits; p++)
+			s += part[p * per + i];
+		dw[((size_t)o * c + ci) * 9 + tap] = s;
+	}
+}
+
+// The split of the pixels for the backward-filter: at least 256 pixels a
+// block, at most 256 blocks a tile, 16-pixel steps.
+long long conv3_wgrad_ppb(long long m)
+{
+	long long ppb = (m + 255) / 256;
+	ppb = (ppb + kWgP - 1) / kWgP * kWgP;
+	return ppb < 256 ? 256 : ppb;
+}
+
+bool conv3_args(const char *call, int nimg, int c, int h, int wd, int oc)
+{
+	if (nimg >= 0 && c >= 1 && oc >= 1 && h >= 3 && wd >= 3 && oc <= 65535 * kCvBN &&
+	    (long long)nimg * (h - 2) * (wd - 2) / kCvBM < 0x7fffffffLL && (c + kWgC - 1) / kWgC <= 65535)
+		return true;
+	char m[128];
+	snprintf(m, sizeof(m), "%d images of %d channels %dx%d, %d outputs: expected >= 0, >= 1, 3x3 "
+		 "or larger, >= 1", nimg, c, h, wd, oc);
+	cnn_cuda_fail(__FILE__, __LINE__, call, m);
+	return false;
+}
+
+// The weight strides of OIHW (nhwc 0) or OHWI weights of oc x c x 3 x 3.
+Conv3 conv3_geom(int nimg, int c, int h, int wd, int oc, int nhwc)
+{
+	Conv3 g;
+	g.c = c, g.h = h, g.w = wd, g.o = oc, g.oh = h - 2, g.ow = wd - 2, g.pad = 0, g.flip = 0;
+	g.wo = 9LL * c;
+	g.wc = nhwc ? 1 : 9;
+	g.wy = nhwc ? 3LL * c : 3;
+	g.wx = nhwc ? c : 1;
+	g.m = (long long)nimg * g.oh * g.ow;
+	return g;
+}
+
+template <typename T>
+int launch_conv3_igemm(const T *x, const T *w, const Conv3 &g, int nhwc, T *y, cudaStream_t s)
+{
+	if (!g.m)
+		return 0;
+	dim3 grid((unsigned)((g.m + kCvBM - 1) / kCvBM), (unsigned)((g.o + kCvBN - 1) / kCvBN));
+	void (*k)(const T *, const T *, Conv3, T *) = nhwc ? conv3_igemm<T, true> : conv3_igemm<T, false>;
+	k<<<grid, kCvThreads, 0, s>>>(x, w, g, y);
+	cudaCheck(cudaGetLastError());
+	return 0;
+}
+
+template <typename T>
+int launch_conv3_fwd(const T *x, const T *w, int nimg, int c, int h, int wd, int oc, int nhwc,
+		     T *y, cudaStream_t s)
+{
+	if (!conv3_args("cnn_cuda_conv3_fwd", nimg, c, h, wd, oc))
+		return -1;
+	return launch_conv3_igemm(x, w, conv3_geom(nimg, c, h, wd, oc, nhwc), nhwc, y, s);
+}
+
+// dx = the "full" convolution of dy with the flipped, transposed weights:
+// input oc channels of (h-2) x (w-2) padded by 2, output c channels of h x w.
+template <typename T>
+int launch_conv3_dgrad(const T *dy, const T *w, int nimg, int c, int h, int wd, int oc, int nhwc,
+		       T *dx, cudaStream_t s)
+{
+	if (!conv3_args("cnn_cuda_conv3_dgrad", nimg, c, h, wd, oc))
+		return -1;
+	Conv3 f = conv3_geom(nimg, c, h, wd, oc, nhwc), g;
+	g.c = oc, g.h = h - 2, g.w = wd - 2, g.o = c, g.oh = h, g.ow = wd, g.pad = 2, g.flip = 1;
+	g.wo = f.wc, g.wc = f.wo, g.wy = f.wy, g.wx = f.wx;
+	g.m = (long long)nimg * h * wd;
+	return launch_conv3_igemm(dy, w, g, nhwc, dx, s);
+}
+
+template <typename T>
+int launch_conv3_wgrad(const T *x, const T *dy, int nimg, int c, int h, int wd, int oc, int nhwc,
+		       float *scratch, float *dw, cudaStream_t s)
+{
+	if (!conv3_args("cnn_cuda_conv3_wgrad", nimg, c, h, wd, oc))
+		return -1;
+	Conv3 g = conv3_geom(nimg, c, h, wd, oc, nhwc);
+	long long ppb = conv3_wgrad_ppb(g.m);
+	int splits = (int)((g.m + ppb - 1) / ppb), to = (oc + kWgO - 1) / kWgO, tc = (c + kWgC - 1) / kWgC;
+	if (splits) {   // no images: the sum of no splits, zeros
+		void (*k)(const T *, const T *, Conv3, long long, float *) =
+			nhwc ? conv3_wgrad_part<T, true> : conv3_wgrad_part<T, false>;
+		k<<<dim3(splits, to, tc), kCvThreads, 0, s>>>(x, dy, g, ppb, scratch);
+		cudaCheck(cudaGetLastError());
+	}
+	conv3_wgrad_sum<<<blocks_for((size_t)to * tc * kWgO * kWgK), kThreads, 0, s>>>(scratch, splits, to, tc, oc, c, dw);
+	cudaCheck(cudaGetLastError());
+	return 0;
+}
+
 } // namespace
 
 extern "C" int cnn_cuda_bias_relu(float *y, const float *b, int nimg, int oc, int n,
@@ -1136,4 +1451,52 @@ extern "C" int cnn_cuda_conv1_wgrad_bf16(const cnn_bf16 *x, const cnn_bf16 *dy, 
 					 float *dw, float *db, cudaStream_t s)
 {
 	return launch_conv1_wgrad(B(x), B(dy), B(y), nimg, h, wd, oc, nhwc, scratch, dw, db, s);
+}
+
+extern "C" size_t cnn_cuda_conv3_wgrad_scratch(int nimg, int c, int h, int wd, int oc)
+{
+	if (nimg < 1 || c < 1 || h < 3 || wd < 3 || oc < 1)
+		return 0;
+	long long m = (long long)nimg * (h - 2) * (wd - 2), ppb = conv3_wgrad_ppb(m);
+	return (size_t)((m + ppb - 1) / ppb) * ((oc + kWgO - 1) / kWgO) * ((c + kWgC - 1) / kWgC) *
+	       kWgO * kWgK;
+}
+
+extern "C" int cnn_cuda_conv3_fwd_tf32(const float *x, const float *w, int nimg, int c, int h,
+				       int wd, int oc, int nhwc, float *y, cudaStream_t s)
+{
+	return launch_conv3_fwd(x, w, nimg, c, h, wd, oc, nhwc, y, s);
+}
+
+extern "C" int cnn_cuda_conv3_dgrad_tf32(const float *dy, const float *w, int nimg, int c, int h,
+					 int wd, int oc, int nhwc, float *dx, cudaStream_t s)
+{
+	return launch_conv3_dgrad(dy, w, nimg, c, h, wd, oc, nhwc, dx, s);
+}
+
+extern "C" int cnn_cuda_conv3_wgrad_tf32(const float *x, const float *dy, int nimg, int c, int h,
+					 int wd, int oc, int nhwc, float *scratch, float *dw,
+					 cudaStream_t s)
+{
+	return launch_conv3_wgrad(x, dy, nimg, c, h, wd, oc, nhwc, scratch, dw, s);
+}
+
+extern "C" int cnn_cuda_conv3_fwd_bf16(const cnn_bf16 *x, const cnn_bf16 *w, int nimg, int c,
+				       int h, int wd, int oc, int nhwc, cnn_bf16 *y, cudaStream_t s)
+{
+	return launch_conv3_fwd(B(x), B(w), nimg, c, h, wd, oc, nhwc, B(y), s);
+}
+
+extern "C" int cnn_cuda_conv3_dgrad_bf16(const cnn_bf16 *dy, const cnn_bf16 *w, int nimg, int c,
+					 int h, int wd, int oc, int nhwc, cnn_bf16 *dx,
+					 cudaStream_t s)
+{
+	return launch_conv3_dgrad(B(dy), B(w), nimg, c, h, wd, oc, nhwc, B(dx), s);
+}
+
+extern "C" int cnn_cuda_conv3_wgrad_bf16(const cnn_bf16 *x, const cnn_bf16 *dy, int nimg, int c,
+					 int h, int wd, int oc, int nhwc, float *scratch, float *dw,
+					 cudaStream_t s)
+{
+	return launch_conv3_wgrad(B(x), B(dy), nimg, c, h, wd, oc, nhwc, scratch, dw, s);
 }

@@ -170,6 +170,35 @@ int cnn_cuda_conv1_wgrad_bf16(const cnn_bf16 *x, const cnn_bf16 *dy, const cnn_b
 			      int h, int wd, int oc, int nhwc, float *scratch, float *dw, float *db,
 			      cudaStream_t s);
 
+/* A 3x3 convolution (stride 1, no padding) of many input channels, conv2,
+ * on the tensor cores as an implicit GEMM (no im2col buffer): the weights
+ * in the activations' layout (OIHW, or OHWI with nhwc), sums in fp32 of
+ * operands rounded to TF32 (cvt.rna, as cuDNN's TF32) for the _tf32 calls
+ * or read as bf16 for the _bf16 ones.  Twins: cnn_im2col3 + cnn_sgemm on
+ * the rounded operands (no bias: the pool applies conv2's), col2im of W^T dy
+ * (cnn_conv3_bwd's dx), and its dw summed over the images.
+ *   fwd:   y (nimg x oc x (h-2) x (w-2)) = conv(x (nimg x c x h x w), w)
+ *   dgrad: dx (nimg x c x h x w) from dy (nimg x oc x (h-2) x (w-2))
+ *   wgrad: dw (fp32 OIHW in every layout, overwritten) from x and dy; the
+ *          blocks' partial sums go to scratch (cnn_cuda_conv3_wgrad_scratch
+ *          floats, for up to nimg images) and are added in a fixed order:
+ *          the same bits each run.
+ * y and dx are stored in the operands' type (float, or bf16 rounded to
+ * nearest even, as cuDNN stores its output). */
+int cnn_cuda_conv3_fwd_tf32(const float *x, const float *w, int nimg, int c, int h, int wd, int oc,
+			    int nhwc, float *y, cudaStream_t s);
+int cnn_cuda_conv3_dgrad_tf32(const float *dy, const float *w, int nimg, int c, int h, int wd,
+			      int oc, int nhwc, float *dx, cudaStream_t s);
+size_t cnn_cuda_conv3_wgrad_scratch(int nimg, int c, int h, int wd, int oc);
+int cnn_cuda_conv3_wgrad_tf32(const float *x, const float *dy, int nimg, int c, int h, int wd,
+			      int oc, int nhwc, float *scratch, float *dw, cudaStream_t s);
+int cnn_cuda_conv3_fwd_bf16(const cnn_bf16 *x, const cnn_bf16 *w, int nimg, int c, int h, int wd,
+			    int oc, int nhwc, cnn_bf16 *y, cudaStream_t s);
+int cnn_cuda_conv3_dgrad_bf16(const cnn_bf16 *dy, const cnn_bf16 *w, int nimg, int c, int h,
+			      int wd, int oc, int nhwc, cnn_bf16 *dx, cudaStream_t s);
+int cnn_cuda_conv3_wgrad_bf16(const cnn_bf16 *x, const cnn_bf16 *dy, int nimg, int c, int h,
+			      int wd, int oc, int nhwc, float *scratch, float *dw, cudaStream_t s);
+
 /* bf16 storage, float math (see the top of this file). */
 int cnn_cuda_bias_relu_bf16(cnn_bf16 *y, const float *b, int nimg, int oc, int n, cudaStream_t s);
 int cnn_cuda_maxpool2_fwd_bf16(const cnn_bf16 *x, int nimg, int c, int h, int w,
