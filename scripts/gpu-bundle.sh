@@ -18,8 +18,9 @@
 #   .gpu/run.sh all          check, train (tf32, bf16, gloo2), h2d, bench (tf32, bf16; no
 #                            torch.compile): one device call, logs in $OUT
 #   .gpu/run.sh variants     check, then bench (tf32, bf16) with cnn_train's variants as
-#                            columns: --conv-layout nhwc and auto, --backward-streams 2,
-#                            both, --conv1 cudnn: one device call, logs in $OUT
+#                            columns: --conv-layout nhwc, --backward-streams 2,
+#                            both, --conv1 cudnn, --conv2 cudnn and direct: one device
+#                            call, logs in $OUT
 #   .gpu/run.sh libs         where each CUDA library was found
 #   .gpu/run.sh CMD ARGS     any program of .gpu/bin with the bundle's libraries
 #
@@ -236,12 +237,13 @@ all | variants)
 	# ones less of the call
 	part check 180 -- check
 	if [ "$1" = variants ]; then
-		# channels-last and the second backward stream as columns beside
+		# channels-last, the second backward stream and the convolutions by
+		# cuDNN or the project's kernels as columns beside
 		# the defaults (NCHW, one stream) and PyTorch, one table per precision
-		part variants_tf32 180 TORCH_MODES="eager graph" \
-			CNN_VARIANTS="nhwc:--conv-layout nhwc;auto:--conv-layout auto;s2:--backward-streams 2;nhwc_s2:--conv-layout nhwc --backward-streams 2;c1cudnn:--conv1 cudnn" -- bench
+		part variants_tf32 210 TORCH_MODES="eager graph" \
+			CNN_VARIANTS="nhwc:--conv-layout nhwc;s2:--backward-streams 2;nhwc_s2:--conv-layout nhwc --backward-streams 2;c1cudnn:--conv1 cudnn;c2cudnn:--conv2 cudnn;c2direct:--conv2 direct;nhwc_c2d:--conv-layout nhwc --conv2 direct" -- bench
 		part variants_bf16 150 TORCH_MODES="eager graph" PRECISION=bf16 \
-			CNN_VARIANTS="nhwc:--conv-layout nhwc;s2:--backward-streams 2;nhwc_s2:--conv-layout nhwc --backward-streams 2" -- bench
+			CNN_VARIANTS="nhwc:--conv-layout nhwc;s2:--backward-streams 2;c2cudnn:--conv2 cudnn;c2direct:--conv2 direct" -- bench
 		printf '=== summary (logs in %s)\n' "$logs"
 		printf '%s\n' "${summary[@]}" | tee "$logs/summary.log"
 		exit 0

@@ -56,6 +56,8 @@ void cnn_args_usage(FILE *f)
 "                         stream, beside the data gradients\n"
 "  --conv1 KIND           GPU, one input channel: conv1 by cuDNN, by the direct\n"
 "                         kernels, or auto (default: each call the faster, timed)\n"
+"  --conv2 KIND           GPU, TF32 or bf16: conv2 by cuDNN, by the project's\n"
+"                         tensor-core kernels (direct), or auto (default, timed)\n"
 "  --cuda-profile-steps A:B  GPU: cudaProfilerStart before step A, Stop after\n"
 "                         step B (from 1, across epochs), for nsys --capture-\n"
 "                         range=cudaProfilerApi or ncu --profile-from-start off\n"
@@ -144,7 +146,7 @@ static int num_f(const char *opt, const char *s, double lo, double hi, float *ou
 enum {
 	O_DATA = 256, O_DATA_DIR, O_EPOCHS, O_MAX_STEPS, O_EVAL, O_BATCH, O_OPTIM, O_LR,
 	O_MOMENTUM, O_WD, O_SCHED, O_STEP_EPOCHS, O_GAMMA, O_WARMUP, O_NO_DROPOUT, O_SEED,
-	O_THREADS, O_DEVICE, O_PRECISION, O_NO_GRAPH, O_CONV_LAYOUT, O_STREAMS, O_CONV1, O_PROFILE, O_TIMEOUT, O_CKPT_DIR, O_CKPT_EVERY, O_RESUME, O_LOG_JSON,
+	O_THREADS, O_DEVICE, O_PRECISION, O_NO_GRAPH, O_CONV_LAYOUT, O_STREAMS, O_CONV1, O_CONV2, O_PROFILE, O_TIMEOUT, O_CKPT_DIR, O_CKPT_EVERY, O_RESUME, O_LOG_JSON,
 	O_DUMP, O_PROGRESS, O_LOG_EVERY, O_TRAIN_LIMIT, O_TEST_LIMIT,
 };
 
@@ -173,6 +175,7 @@ static const struct option opts[] = {
 	{ "backward-streams", required_argument, NULL, O_STREAMS },
 	{ "cuda-profile-steps", required_argument, NULL, O_PROFILE },
 	{ "conv1", required_argument, NULL, O_CONV1 },
+	{ "conv2", required_argument, NULL, O_CONV2 },
 	{ "timeout", required_argument, NULL, O_TIMEOUT },
 	{ "checkpoint-dir", required_argument, NULL, O_CKPT_DIR },
 	{ "checkpoint-every", required_argument, NULL, O_CKPT_EVERY },
@@ -277,8 +280,12 @@ int cnn_args_parse(struct cnn_args *a, int argc, char **argv, const char *env_da
 			break;
 		case O_STREAMS: rv = num_int("--backward-streams", optarg, 1, 2, &a->streams, err, errlen); break;
 		case O_CONV1:
-			KEYWORD("--conv1", a->conv1, { "auto", CNN_CONV1_AUTO }, { "cudnn", CNN_CONV1_CUDNN },
-				{ "direct", CNN_CONV1_DIRECT });
+			KEYWORD("--conv1", a->conv1, { "auto", CNN_CONV_AUTO }, { "cudnn", CNN_CONV_CUDNN },
+				{ "direct", CNN_CONV_DIRECT });
+			break;
+		case O_CONV2:
+			KEYWORD("--conv2", a->conv2, { "auto", CNN_CONV_AUTO }, { "cudnn", CNN_CONV_CUDNN },
+				{ "direct", CNN_CONV_DIRECT });
 			break;
 		case O_PROFILE: {
 			char from[32], to[32];

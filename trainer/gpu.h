@@ -21,7 +21,7 @@
 #include "model.h"
 #include "optim.h"
 
-#define CNN_GPU_ABI 3
+#define CNN_GPU_ABI 4
 #define CNN_GPU_MODULE "cnn_train_cuda.so"
 
 enum cnn_precision {
@@ -46,13 +46,15 @@ enum cnn_layout {
 			      * cudnnFind timed fastest in total */
 };
 
-/* conv1, one input channel: cuDNN's, the project's direct kernels
- * (kernels.h cnn_cuda_conv1_fwd and _wgrad), or for each batch size and
- * each of the two calls whichever runs faster, timed (--conv1). */
-enum cnn_conv1 {
-	CNN_CONV1_AUTO = 0,
-	CNN_CONV1_CUDNN,
-	CNN_CONV1_DIRECT,
+/* A convolution by cuDNN, by the project's own kernels, or for each batch
+ * size and each of its calls whichever runs faster, timed (--conv1: the
+ * direct kernels for one input channel, kernels.h cnn_cuda_conv1_fwd and
+ * _wgrad; --conv2: the tensor-core implicit GEMMs cnn_cuda_conv3_*, TF32
+ * or bf16 only). */
+enum cnn_conv_impl {
+	CNN_CONV_AUTO = 0,
+	CNN_CONV_CUDNN,
+	CNN_CONV_DIRECT,
 };
 
 /* "nchw", "nhwc", "auto" (the --conv-layout names) */
@@ -80,7 +82,8 @@ struct cnn_gpu_opts {
 	long long profile_from;      /* --cuda-profile-steps: cudaProfilerStart before this
 				      * step (counted from 1; 0: never) ... */
 	long long profile_to;        /* ... and cudaProfilerStop after this one */
-	enum cnn_conv1 conv1;        /* --conv1 (0: auto) */
+	enum cnn_conv_impl conv1;    /* --conv1 (0: auto) */
+	enum cnn_conv_impl conv2;    /* --conv2 (0: auto) */
 };
 
 struct cnn_gpu;

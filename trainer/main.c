@@ -419,7 +419,8 @@ static int open_gpu(struct run *R, int maxb)
 				  (enum cnn_precision)R->a.precision, !R->a.no_graph, &R->opt, R->a.seed,
 				  R->r.rank, R->r.world, R->a.timeout_s * 1000,
 				  (enum cnn_layout)R->a.conv_layout, R->a.streams, R->a.profile_from,
-				  R->a.profile_to, (enum cnn_conv1)R->a.conv1 };
+				  R->a.profile_to, (enum cnn_conv_impl)R->a.conv1,
+				  (enum cnn_conv_impl)R->a.conv2 };
 	struct cnn_gpu *g = NULL;
 	if (G->open(&g, &o, err, sizeof(err)) < 0) {
 		G->close(g);
@@ -531,7 +532,7 @@ static void setup(struct run *R, int argc, char **argv)
 		       R->a.threads, R->a.threads == 1 ? "" : "s", R->a.seed,
 		       R->r.world > 1 ? "" : " (single process)");
 		if (gpu) {
-			char d[1400];
+			char d[2400];
 			R->G->describe(R->g, d, sizeof(d));
 			printf("# GPU: %s\n", d);
 		} else {
@@ -546,7 +547,8 @@ static void setup(struct run *R, int argc, char **argv)
 				R->a.no_graph ? "--no-graph" : NULL,
 				R->a.conv_layout != CNN_LAYOUT_NCHW ? "--conv-layout" : NULL,
 				R->a.streams != 1 ? "--backward-streams" : NULL,
-				R->a.conv1 != CNN_CONV1_AUTO ? "--conv1" : NULL,
+				R->a.conv1 != CNN_CONV_AUTO ? "--conv1" : NULL,
+				R->a.conv2 != CNN_CONV_AUTO ? "--conv2" : NULL,
 				R->a.profile_from ? "--cuda-profile-steps" : NULL,
 			};
 			char names[160] = "";

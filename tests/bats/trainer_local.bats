@@ -157,9 +157,9 @@ for split in ("train", "t10k"):
 
 @test "the GPU's options on a CPU run are named as unused, not silently dropped" {
 	run --separate-stderr "$CNN" --device cpu --data synthetic --max-steps 1 --progress lines \
-		--conv1 direct --backward-streams 2 --no-graph
+		--conv1 direct --conv2 cudnn --backward-streams 2 --no-graph
 	assert_success
-	assert_line "# --no-graph, --backward-streams, --conv1: GPU options, not used by this run on the CPU"
+	assert_line "# --no-graph, --backward-streams, --conv1, --conv2: GPU options, not used by this run on the CPU"
 	run --separate-stderr "$CNN" --device cpu --data synthetic --max-steps 1 --progress lines
 	assert_success
 	refute_line --partial "GPU options"

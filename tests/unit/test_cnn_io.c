@@ -285,11 +285,17 @@ static void test_args(void)
 	test_cond("--cuda-profile-steps=0:3", parse(&a, err, NULL, "--cuda-profile-steps=0:3", NULL) < 0);
 	test_err("... steps count from 1", err, "--cuda-profile-steps' first step=0: expected an integer from 1");
 	test_cond("--conv1: auto by default, cudnn and direct",
-		  parse(&a, err, NULL, NULL) == 0 && a.conv1 == CNN_CONV1_AUTO &&
-		  parse(&a, err, NULL, "--conv1", "cudnn", NULL) == 0 && a.conv1 == CNN_CONV1_CUDNN &&
-		  parse(&a, err, NULL, "--conv1=direct", NULL) == 0 && a.conv1 == CNN_CONV1_DIRECT);
+		  parse(&a, err, NULL, NULL) == 0 && a.conv1 == CNN_CONV_AUTO &&
+		  parse(&a, err, NULL, "--conv1", "cudnn", NULL) == 0 && a.conv1 == CNN_CONV_CUDNN &&
+		  parse(&a, err, NULL, "--conv1=direct", NULL) == 0 && a.conv1 == CNN_CONV_DIRECT);
 	test_cond("--conv1=winograd", parse(&a, err, NULL, "--conv1=winograd", NULL) < 0);
 	test_err("... lists the choices", err, "--conv1=winograd: expected auto, cudnn or direct");
+	test_cond("--conv2: auto by default, cudnn and direct",
+		  parse(&a, err, NULL, NULL) == 0 && a.conv2 == CNN_CONV_AUTO &&
+		  parse(&a, err, NULL, "--conv2", "cudnn", NULL) == 0 && a.conv2 == CNN_CONV_CUDNN &&
+		  parse(&a, err, NULL, "--conv2=direct", NULL) == 0 && a.conv2 == CNN_CONV_DIRECT);
+	test_cond("--conv2=fft", parse(&a, err, NULL, "--conv2=fft", NULL) < 0);
+	test_err("... lists the choices", err, "--conv2=fft: expected auto, cudnn or direct");
 	test_cond("--precision=fp8", parse(&a, err, NULL, "--precision=fp8", NULL) < 0);
 	test_err("... lists the choices", err, "--precision=fp8: expected tf32, fp32 or bf16");
 	test_cond("--device=tpu", parse(&a, err, NULL, "--device=tpu", NULL) < 0);

@@ -62,12 +62,12 @@ static const struct tol tols[] = {
 
 static struct cnn_gpu *open_gpu(const struct cnn_model *m, int batch, enum cnn_precision prec,
 				int graph, const struct cnn_optim *o, enum cnn_layout layout, int streams,
-				enum cnn_conv1 conv1)
+				enum cnn_conv_impl conv1, enum cnn_conv_impl conv2)
 {
 	struct cnn_gpu *g = NULL;
 	char err[1024];
 	struct cnn_gpu_opts go = { m, batch, batch, 0, prec, graph, o, 1, 0, 1, 60000, layout, streams,
-				   0, 0, conv1 };
+				   0, 0, conv1, conv2 };
 	if (cnn_gpu_api.open(&g, &go, err, sizeof(err)) < 0) {
 		printf("#   open: %s\n", err);
 		cnn_gpu_api.close(g);
@@ -270,7 +270,8 @@ struct stepper {
 	enum cnn_precision prec;
 	enum cnn_layout layout;    /* the GPU's convolutions' activations */
 	int streams;               /* the GPU's backward streams (0: 1) */
-	enum cnn_conv1 conv1;      /* the GPU's conv1 (0: auto) */
+	enum cnn_conv_impl conv1;  /* the GPU's conv1 (0: auto) */
+	enum cnn_conv_impl conv2;  /* the GPU's conv2 (0: auto) */
 	int emulate;               /* 1: bf16_ref on the CPU; 2: the same without its
 				    * roundings (the fp32 step: checks the emulation) */
 	struct cnn_gpu *g;
@@ -291,7 +292,7 @@ static int st_open(struct stepper *s, struct cnn_model *m, struct cnn_optim *o, 
 		s->r.exact = s->emulate == 2;
 		return 0;
 	}
-	s->g = open_gpu(m, 8, s->prec, 0, o, s->layout, s->streams, s->conv1);
+	s->g = open_gpu(m, 8, s->prec, 0, o, s->layout, s->streams, s->conv1, s->conv2);
 	if (!s->g) {
 		snprintf(err, errlen, "the GPU path does not open");
 		return -1;
@@ -533,16 +534,16 @@ enum { NO_COMM, NCCL_1, HOST_TWIN };
  * step, or a host backend (the gloo path: through pinned memory). */
 static int gpu_run(const struct cnn_dataset *tr, const struct cnn_dataset *te,
 		   const struct cnn_model *m0, enum cnn_precision prec, int graph, int comm,
-		   enum cnn_layout layout, int streams, enum cnn_conv1 conv1, float *out, char *err,
-		   size_t errlen)
+		   enum cnn_layout layout, int streams, enum cnn_conv_impl conv1,
+		   enum cnn_conv_impl conv2, float *out, char *err, size_t errlen)
 {
 	struct cnn_model m = *m0;
 	struct cnn_optim o = { .lr = 0.05f, .momentum = 0.9f };
 	struct cnn_comm *c = NULL, twin = { .ops = &twin_ops, .rank = 0, .world = 2 };
 	cnn_optim_init(&o, CNN_SGD, m.nparams);
-	struct cnn_gpu *g = open_gpu(&m, 32, prec, graph, &o, layout, streams, conv1);
+	struct cnn_gpu *g = open_gpu(&m, 32, prec, graph, &o, layout, streams, conv1, conv2);
 	if (g && layout == CNN_LAYOUT_AUTO) {
-		char d[768];
+		char d[2400];
 		cnn_gpu_api.describe(g, d, sizeof(d));
 		printf("#   auto: %s\n", d);
 	}
@@ -702,25 +703,25 @@ static void test_steps_vs_cpu(int bf16)
 	cpu_run(&tr, &m, 0);
 	struct cnn_model mg = m;
 	mg.params = p0;
-	int r1 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 0, NO_COMM, CNN_LAYOUT_NCHW, 1, CNN_CONV1_AUTO, eager, err, sizeof(err));
+	int r1 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 0, NO_COMM, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_AUTO, eager, err, sizeof(err));
 	if (r1 < 0)
 		printf("#   eager: %s\n", err);
 	test_cond("20 eager GPU steps (dropout, SGD) run", r1 == 0);
 	test_cond("20 eager GPU steps equal the CPU path's (same images, same dropout masks)",
 		  r1 == 0 && checkf("steps", "params", eager, m.params, m.nparams) == 0);
-	int r2 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 1, NO_COMM, CNN_LAYOUT_NCHW, 1, CNN_CONV1_AUTO, graph, err, sizeof(err));
+	int r2 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 1, NO_COMM, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_AUTO, graph, err, sizeof(err));
 	if (r2 < 0)
 		printf("#   graph: %s\n", err);
 	test_cond("20 GPU steps replayed as a CUDA graph run", r2 == 0);
 	test_cond("the graph's result equals the eager one's",
 		  r1 == 0 && r2 == 0 && checkf("graph", "params", graph, eager, m.nparams) == 0);
-	int r3 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 1, NCCL_1, CNN_LAYOUT_NCHW, 1, CNN_CONV1_AUTO, nccl, err, sizeof(err));
+	int r3 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 1, NCCL_1, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_AUTO, nccl, err, sizeof(err));
 	if (r3 < 0)
 		printf("#   nccl: %s\n", err);
 	test_cond("20 GPU steps with the NCCL all-reduce in the graph run (world 1)", r3 == 0);
 	test_cond("NCCL's average over one rank changes nothing",
 		  r2 == 0 && r3 == 0 && checkf("graph", "params", nccl, graph, m.nparams) == 0);
-	int r6 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 1, HOST_TWIN, CNN_LAYOUT_NCHW, 1, CNN_CONV1_AUTO, host, err, sizeof(err));
+	int r6 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 1, HOST_TWIN, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_AUTO, host, err, sizeof(err));
 	if (r6 < 0)
 		printf("#   host: %s\n", err);
 	test_cond("20 GPU steps with the gradients all-reduced through host memory (gloo's path) run",
@@ -730,13 +731,13 @@ static void test_steps_vs_cpu(int bf16)
 	if (!bf16) {
 		test_skip("bf16 training steps", "this GPU has no bf16 tensor cores (sm_80+)");
 	} else {
-		int r4 = gpu_run(&tr, &te, &mg, CNN_PREC_BF16, 0, NO_COMM, CNN_LAYOUT_NCHW, 1, CNN_CONV1_AUTO, beager, err, sizeof(err));
+		int r4 = gpu_run(&tr, &te, &mg, CNN_PREC_BF16, 0, NO_COMM, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_AUTO, beager, err, sizeof(err));
 		if (r4 < 0)
 			printf("#   bf16 eager: %s\n", err);
 		test_cond("20 eager GPU steps in bf16 run", r4 == 0);
 		test_cond("20 bf16 steps track the CPU path's fp32 ones (bf16 steps tolerance)",
 			  r4 == 0 && steps_gap("bf16 GPU", &m, beager) == 0);
-		int r5 = gpu_run(&tr, &te, &mg, CNN_PREC_BF16, 1, NCCL_1, CNN_LAYOUT_NCHW, 1, CNN_CONV1_AUTO, bgraph, err, sizeof(err));
+		int r5 = gpu_run(&tr, &te, &mg, CNN_PREC_BF16, 1, NCCL_1, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_AUTO, bgraph, err, sizeof(err));
 		if (r5 < 0)
 			printf("#   bf16 graph: %s\n", err);
 		test_cond("20 bf16 GPU steps as a CUDA graph with NCCL (world 1) run", r5 == 0);
@@ -775,20 +776,23 @@ static void test_steps_more(int bf16)
 		int graph, comm;
 		enum cnn_layout layout;
 		int streams;
-		enum cnn_conv1 conv1;
+		enum cnn_conv_impl conv1, conv2;
 	} runs[] = {
-		{ "20 eager GPU steps, NHWC", CNN_PREC_FP32, 0, NO_COMM, CNN_LAYOUT_NHWC, 1, CNN_CONV1_AUTO },
-		{ "20 GPU steps, NHWC, as a CUDA graph with NCCL (world 1)", CNN_PREC_FP32, 1, NCCL_1, CNN_LAYOUT_NHWC, 1, CNN_CONV1_AUTO },
-		{ "20 GPU steps, auto layout, as a CUDA graph", CNN_PREC_FP32, 1, NO_COMM, CNN_LAYOUT_AUTO, 1, CNN_CONV1_AUTO },
-		{ "20 eager GPU steps in bf16, NHWC", CNN_PREC_BF16, 0, NO_COMM, CNN_LAYOUT_NHWC, 1, CNN_CONV1_AUTO },
-		{ "20 bf16 GPU steps, NHWC, as a CUDA graph with NCCL (world 1)", CNN_PREC_BF16, 1, NCCL_1, CNN_LAYOUT_NHWC, 1, CNN_CONV1_AUTO },
-		{ "20 eager GPU steps, two backward streams", CNN_PREC_FP32, 0, NO_COMM, CNN_LAYOUT_NCHW, 2, CNN_CONV1_AUTO },
-		{ "20 GPU steps, two backward streams, as a CUDA graph with NCCL (world 1)", CNN_PREC_FP32, 1, NCCL_1, CNN_LAYOUT_NCHW, 2, CNN_CONV1_AUTO },
-		{ "20 GPU steps, two backward streams, NHWC, all-reduced through the host (no graph)", CNN_PREC_FP32, 0, HOST_TWIN, CNN_LAYOUT_NHWC, 2, CNN_CONV1_AUTO },
-		{ "20 bf16 GPU steps, two backward streams, NHWC, as a CUDA graph with NCCL (world 1)", CNN_PREC_BF16, 1, NCCL_1, CNN_LAYOUT_NHWC, 2, CNN_CONV1_AUTO },
-		{ "20 GPU steps, conv1 direct, as a CUDA graph with NCCL (world 1)", CNN_PREC_FP32, 1, NCCL_1, CNN_LAYOUT_NCHW, 1, CNN_CONV1_DIRECT },
-		{ "20 GPU steps, conv1 by cuDNN, NHWC, two backward streams, as a CUDA graph", CNN_PREC_FP32, 1, NO_COMM, CNN_LAYOUT_NHWC, 2, CNN_CONV1_CUDNN },
-		{ "20 bf16 GPU steps, conv1 direct, NHWC, as a CUDA graph", CNN_PREC_BF16, 1, NO_COMM, CNN_LAYOUT_NHWC, 1, CNN_CONV1_DIRECT },
+		{ "20 eager GPU steps, NHWC", CNN_PREC_FP32, 0, NO_COMM, CNN_LAYOUT_NHWC, 1, CNN_CONV_AUTO, CNN_CONV_AUTO },
+		{ "20 GPU steps, NHWC, as a CUDA graph with NCCL (world 1)", CNN_PREC_FP32, 1, NCCL_1, CNN_LAYOUT_NHWC, 1, CNN_CONV_AUTO, CNN_CONV_AUTO },
+		{ "20 GPU steps, auto layout, as a CUDA graph", CNN_PREC_FP32, 1, NO_COMM, CNN_LAYOUT_AUTO, 1, CNN_CONV_AUTO, CNN_CONV_AUTO },
+		{ "20 eager GPU steps in bf16, NHWC", CNN_PREC_BF16, 0, NO_COMM, CNN_LAYOUT_NHWC, 1, CNN_CONV_AUTO, CNN_CONV_AUTO },
+		{ "20 bf16 GPU steps, NHWC, as a CUDA graph with NCCL (world 1)", CNN_PREC_BF16, 1, NCCL_1, CNN_LAYOUT_NHWC, 1, CNN_CONV_AUTO, CNN_CONV_AUTO },
+		{ "20 eager GPU steps, two backward streams", CNN_PREC_FP32, 0, NO_COMM, CNN_LAYOUT_NCHW, 2, CNN_CONV_AUTO, CNN_CONV_AUTO },
+		{ "20 GPU steps, two backward streams, as a CUDA graph with NCCL (world 1)", CNN_PREC_FP32, 1, NCCL_1, CNN_LAYOUT_NCHW, 2, CNN_CONV_AUTO, CNN_CONV_AUTO },
+		{ "20 GPU steps, two backward streams, NHWC, all-reduced through the host (no graph)", CNN_PREC_FP32, 0, HOST_TWIN, CNN_LAYOUT_NHWC, 2, CNN_CONV_AUTO, CNN_CONV_AUTO },
+		{ "20 bf16 GPU steps, two backward streams, NHWC, as a CUDA graph with NCCL (world 1)", CNN_PREC_BF16, 1, NCCL_1, CNN_LAYOUT_NHWC, 2, CNN_CONV_AUTO, CNN_CONV_AUTO },
+		{ "20 GPU steps, conv1 direct, as a CUDA graph with NCCL (world 1)", CNN_PREC_FP32, 1, NCCL_1, CNN_LAYOUT_NCHW, 1, CNN_CONV_DIRECT, CNN_CONV_AUTO },
+		{ "20 GPU steps, conv1 by cuDNN, NHWC, two backward streams, as a CUDA graph", CNN_PREC_FP32, 1, NO_COMM, CNN_LAYOUT_NHWC, 2, CNN_CONV_CUDNN, CNN_CONV_AUTO },
+		{ "20 bf16 GPU steps, conv1 direct, NHWC, as a CUDA graph", CNN_PREC_BF16, 1, NO_COMM, CNN_LAYOUT_NHWC, 1, CNN_CONV_DIRECT, CNN_CONV_AUTO },
+		{ "20 bf16 GPU steps, conv2 on the tensor-core kernels, as a CUDA graph with NCCL (world 1)", CNN_PREC_BF16, 1, NCCL_1, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_DIRECT },
+		{ "20 bf16 GPU steps, conv1 and conv2 direct, NHWC, two backward streams, as a CUDA graph", CNN_PREC_BF16, 1, NO_COMM, CNN_LAYOUT_NHWC, 2, CNN_CONV_DIRECT, CNN_CONV_DIRECT },
+		{ "20 eager bf16 GPU steps, conv2 by cuDNN, NHWC", CNN_PREC_BF16, 0, NO_COMM, CNN_LAYOUT_NHWC, 1, CNN_CONV_AUTO, CNN_CONV_CUDNN },
 	};
 	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
 		char d[192];
@@ -798,7 +802,8 @@ static void test_steps_more(int bf16)
 			continue;
 		}
 		int r = gpu_run(&tr, &te, &mg, runs[i].prec, runs[i].graph, runs[i].comm,
-				runs[i].layout, runs[i].streams, runs[i].conv1, out, err, sizeof(err));
+				runs[i].layout, runs[i].streams, runs[i].conv1, runs[i].conv2, out, err,
+				sizeof(err));
 		if (r < 0)
 			printf("#   %s: %s\n", runs[i].what, err);
 		snprintf(d, sizeof(d), "%s run", runs[i].what);
@@ -869,15 +874,31 @@ int main(void)
 	struct stepper fp32s = { .name = "fp32 two streams", .tol = "fp32", .prec = CNN_PREC_FP32, .streams = 2 };
 	struct stepper bfhs = { .name = "bf16 nhwc two streams", .tol = "bf16", .prec = CNN_PREC_BF16, .layout = CNN_LAYOUT_NHWC, .streams = 2 };
 	/* conv1 by each: the direct kernels and cuDNN (auto times them) */
-	struct stepper fp32d = { .name = "fp32 conv1 direct", .tol = "fp32", .prec = CNN_PREC_FP32, .conv1 = CNN_CONV1_DIRECT };
-	struct stepper tf32c = { .name = "tf32 conv1 cudnn", .tol = "tf32", .prec = CNN_PREC_TF32, .conv1 = CNN_CONV1_CUDNN };
-	struct stepper bfhd = { .name = "bf16 nhwc conv1 direct", .tol = "bf16", .prec = CNN_PREC_BF16, .layout = CNN_LAYOUT_NHWC, .conv1 = CNN_CONV1_DIRECT };
+	struct stepper fp32d = { .name = "fp32 conv1 direct", .tol = "fp32", .prec = CNN_PREC_FP32, .conv1 = CNN_CONV_DIRECT };
+	struct stepper tf32c = { .name = "tf32 conv1 cudnn", .tol = "tf32", .prec = CNN_PREC_TF32, .conv1 = CNN_CONV_CUDNN };
+	struct stepper bfhd = { .name = "bf16 nhwc conv1 direct", .tol = "bf16", .prec = CNN_PREC_BF16, .layout = CNN_LAYOUT_NHWC, .conv1 = CNN_CONV_DIRECT };
 	test_golden(&fp32d);
 	test_golden(&tf32c);
 	if (bf16)
 		test_golden(&bfhd);
 	else
 		test_skip("bf16 nhwc conv1 direct golden step", "this GPU has no bf16 tensor cores (sm_80+)");
+	/* conv2 by each: the tensor-core kernels (TF32, bf16; either layout)
+	 * and cuDNN (auto times them) */
+	struct stepper tf32d2 = { .name = "tf32 conv2 direct", .tol = "tf32", .prec = CNN_PREC_TF32, .conv2 = CNN_CONV_DIRECT };
+	struct stepper tf32hd2 = { .name = "tf32 nhwc conv2 direct two streams", .tol = "tf32", .prec = CNN_PREC_TF32, .layout = CNN_LAYOUT_NHWC, .streams = 2, .conv2 = CNN_CONV_DIRECT };
+	struct stepper tf32c2 = { .name = "tf32 conv2 cudnn", .tol = "tf32", .prec = CNN_PREC_TF32, .conv2 = CNN_CONV_CUDNN };
+	struct stepper bfhd2 = { .name = "bf16 nhwc conv2 direct", .tol = "bf16", .prec = CNN_PREC_BF16, .layout = CNN_LAYOUT_NHWC, .conv2 = CNN_CONV_DIRECT };
+	struct stepper bfd2 = { .name = "bf16 conv2 direct", .tol = "bf16", .prec = CNN_PREC_BF16, .conv2 = CNN_CONV_DIRECT };
+	test_golden(&tf32d2);
+	test_golden(&tf32hd2);
+	test_golden(&tf32c2);
+	if (bf16) {
+		test_golden(&bfhd2);
+		test_golden(&bfd2);
+	} else {
+		test_skip("bf16 conv2 direct golden steps", "this GPU has no bf16 tensor cores (sm_80+)");
+	}
 	test_golden(&fp32s);
 	if (bf16)
 		test_golden(&bfhs);

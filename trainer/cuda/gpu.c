@@ -157,7 +157,7 @@ static int gpu_open(struct cnn_gpu **out, const struct cnn_gpu_opts *o, char *er
 		CUDA(cudaEventCreateWithFlags(evs[i], cudaEventDisableTiming));
 	int maxb = o->batch > o->eval_batch ? o->batch : o->eval_batch;
 	if (cnn_gnet_init(&g->net, o->m, maxb, o->precision, o->layout,
-			  o->streams ? o->streams : 1, o->conv1, g->s) < 0)
+			  o->streams ? o->streams : 1, o->conv1, o->conv2, g->s) < 0)
 		FAIL("%s", g->net.err[0] ? g->net.err : cnn_cuda_last_error());
 	size_t n = o->m->nparams;
 	CUDA(cudaMalloc((void **)&g->s1, n * 4));
@@ -184,7 +184,7 @@ static int gpu_open(struct cnn_gpu **out, const struct cnn_gpu_opts *o, char *er
 
 static void gpu_describe(const struct cnn_gpu *g, char *buf, size_t len)
 {
-	char lib[1024];
+	char lib[2048];
 	cnn_gnet_describe(&g->net, lib, sizeof(lib));
 	snprintf(buf, len, "%s, %s, %s%s", g->name, lib,
 		 g->hcomm ? "no graph (gradients all-reduced through host memory)" :

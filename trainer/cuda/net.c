@@ -92,7 +92,7 @@ static int blas_open(struct cnn_gnet *g, cublasHandle_t *h, void **ws, cudaStrea
 
 int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 		  enum cnn_precision precision, enum cnn_layout layout, int streams,
-		  enum cnn_conv1 conv1, cudaStream_t s)
+		  enum cnn_conv_impl conv1, enum cnn_conv_impl conv2, cudaStream_t s)
 {
 	memset(g, 0, sizeof(*g));
 	g->m = *m;
@@ -101,13 +101,20 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 	g->precision = precision;
 	g->layout = layout;
 	g->conv1 = conv1;
+	g->conv2 = conv2;
 	g->s = s;
 	const struct cnn_model *M = &g->m;
 	size_t N = (size_t)max_batch;
 
-	if (conv1 == CNN_CONV1_DIRECT && m->in.c != 1) {
+	if (conv1 == CNN_CONV_DIRECT && m->in.c != 1) {
 		snprintf(g->err, sizeof(g->err), "conv1 direct: the direct kernels take one input channel, "
 			 "this data set's images have %d (use auto or cudnn)", m->in.c);
+		return -1;
+	}
+	if (conv2 == CNN_CONV_DIRECT && precision == CNN_PREC_FP32) {
+		snprintf(g->err, sizeof(g->err), "conv2 direct: the tensor-core kernels compute in TF32 "
+			 "or bf16, and --precision fp32 takes FMA kernels only (use tf32, bf16, or "
+			 "--conv2 auto or cudnn)");
 		return -1;
 	}
 	if (streams != 1 && streams != 2) {
@@ -175,8 +182,11 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 	g->bgs_off = bsmax;
 	if (alloc(&g->bgs, 2 * bsmax * 4) < 0)
 		return -1;
-	if (M->in.c == 1 && conv1 != CNN_CONV1_CUDNN &&
+	if (M->in.c == 1 && conv1 != CNN_CONV_CUDNN &&
 	    alloc(&g->c1s, cnn_cuda_conv1_wgrad_scratch(max_batch, M->in.h, M->in.w, M->c1) * 4) < 0)
+		return -1;
+	if (precision != CNN_PREC_FP32 && conv2 != CNN_CONV_CUDNN &&
+	    alloc(&g->c2s, cnn_cuda_conv3_wgrad_scratch(max_batch, M->c1, M->h1, M->w1, M->c2) * 4) < 0)
 		return -1;
 	size_t nw = M->t[P_W1].n + M->t[P_W2].n;
 	if (layout != CNN_LAYOUT_NCHW &&
@@ -211,7 +221,7 @@ void cnn_gnet_free(struct cnn_gnet *g)
 	void *bufs[] = { g->params, g->grads, g->x, g->a1, g->a2, g->p, g->h, g->logits, g->logp,
 			 g->dlogits, g->dh, g->dp, g->da2, g->da1, g->ones, g->arg, g->y, g->stats,
 			 g->keys_own, g->ws, g->blas_ws, g->wb, g->xb, g->pb, g->hb, g->dlb, g->dhb,
-			 g->dwb, g->bgs, g->wt, g->dwt, g->xt, g->wsw, g->blasw_ws, g->c1s };
+			 g->dwb, g->bgs, g->wt, g->dwt, g->xt, g->wsw, g->blasw_ws, g->c1s, g->c2s };
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		if (bufs[i])
 			cudaFree(bufs[i]);
@@ -344,7 +354,7 @@ static int find_layout(struct cnn_gnet *g, int n, int nhwc, struct cnn_gnet_algo
 	return 0;
 }
 
-static int choose_conv1(struct cnn_gnet *g, struct cnn_gnet_algos *a);
+static int choose_convs(struct cnn_gnet *g, struct cnn_gnet_algos *a);
 
 int cnn_gnet_prepare(struct cnn_gnet *g, int n)
 {
@@ -394,7 +404,7 @@ int cnn_gnet_prepare(struct cnn_gnet *g, int n)
 		}
 		g->ws_bytes = need;
 	}
-	if (choose_conv1(g, &a) < 0)
+	if (choose_convs(g, &a) < 0)
 		return -1;
 	if (g->nalgos == 8)
 		memmove(g->algos, g->algos + 1, 7 * sizeof(a));
@@ -559,13 +569,12 @@ static int bias_grad(struct cnn_gnet *g, int nhwc, int l, int n, float *db, floa
 		       cnn_cuda_bias_grad(g->da1, g->a1, 1, n, M->c1, pix, scratch, db, s);
 }
 
-/* Backward-filter of convolution l into grads at off (through the bf16
+/* cuDNN's backward-filter of convolution l into grads (through the bf16
  * scratch dwb at boff, then widened, for bf16; channels-last, through the
- * OHWI scratch dwt at boff, then transposed), after its bias gradient
- * (bias_grad; scratch at bgs + l * bgs_off), on stream w: 0 s, 1 sw. */
-static int conv_bwd_w(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int l, int w, int n,
-		      cudnnTensorDescriptor_t tin, const void *in, cudnnTensorDescriptor_t tout,
-		      const void *dout, size_t boff)
+ * OHWI scratch dwt at boff, then transposed), on stream w: 0 s, 1 sw. */
+static int cudnn_filter(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int l, int w,
+			cudnnTensorDescriptor_t tin, const void *in, cudnnTensorDescriptor_t tout,
+			const void *dout, size_t boff)
 {
 	const struct cnn_model *M = &g->m;
 	cudaStream_t s = w ? g->sw : g->s;
@@ -574,9 +583,6 @@ static int conv_bwd_w(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int l,
 	int t = a->nhwc && own_ohwi(g, l);
 	void *dw = t ? (void *)((char *)g->dwt + boff * g->esize) :
 		   bf(g) ? (void *)(g->dwb + boff) : (void *)(g->grads + off);
-	if (bias_grad(g, a->nhwc, l, n, g->grads + M->t[l ? P_B2 : P_B1].off,
-		      g->bgs + (size_t)l * g->bgs_off, s) < 0)
-		return -1;
 	cudnnCheck(cudnnSetConvolutionMathType(g->cv[l], a->bwd_filter_math[l]));
 	cudnnCheck(cudnnConvolutionBackwardFilter(w ? g->dnnw : g->dnn, &one, tin, in, tout, dout,
 						  g->cv[l], a->bwd_filter[l],
@@ -586,6 +592,57 @@ static int conv_bwd_w(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int l,
 		return bf(g) ? cnn_cuda_ohwi_to_oihw_bf16(dw, co, ci, 9, g->grads + off, s) :
 			       cnn_cuda_ohwi_to_oihw(dw, co, ci, 9, g->grads + off, s);
 	return bf(g) ? cnn_cuda_from_bf16(g->dwb + boff, g->grads + off, count, s) : 0;
+}
+
+/* conv2 without its bias into a2: cuDNN's call, or (direct) the
+ * tensor-core kernel. */
+static int conv2_forward(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int n, int direct)
+{
+	const struct cnn_model *M = &g->m;
+	int nh = a->nhwc;
+	if (direct)
+		return bf(g) ? cnn_cuda_conv3_fwd_bf16(g->a1, conv_w(g, 1, nh), n, M->c1, M->h1, M->w1,
+						       M->c2, nh, g->a2, g->s) :
+			       cnn_cuda_conv3_fwd_tf32(g->a1, conv_w(g, 1, nh), n, M->c1, M->h1, M->w1,
+						       M->c2, nh, g->a2, g->s);
+	cudnnCheck(cudnnSetConvolutionMathType(g->cv[1], a->fwd_math[1]));
+	cudnnCheck(cudnnConvolutionForward(g->dnn, &one, g->t1, g->a1, filt(g, 1, nh),
+					   conv_w(g, 1, nh), g->cv[1], a->fwd[1], g->ws,
+					   g->ws_bytes, &zero, g->t2, g->a2));
+	return 0;
+}
+
+/* conv2's backward-data, da2 into da1, on s. */
+static int conv2_dgrad(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int n, int direct)
+{
+	const struct cnn_model *M = &g->m;
+	int nh = a->nhwc;
+	if (direct)
+		return bf(g) ? cnn_cuda_conv3_dgrad_bf16(g->da2, conv_w(g, 1, nh), n, M->c1, M->h1,
+							 M->w1, M->c2, nh, g->da1, g->s) :
+			       cnn_cuda_conv3_dgrad_tf32(g->da2, conv_w(g, 1, nh), n, M->c1, M->h1,
+							 M->w1, M->c2, nh, g->da1, g->s);
+	cudnnCheck(cudnnSetConvolutionMathType(g->cv[1], a->bwd_data_math));
+	cudnnCheck(cudnnConvolutionBackwardData(g->dnn, &one, filt(g, 1, nh), conv_w(g, 1, nh), g->t2,
+						g->da2, g->cv[1], a->bwd_data, g->ws, g->ws_bytes,
+						&zero, g->t1, g->da1));
+	return 0;
+}
+
+/* conv2's weight gradient (not its bias's) on stream w (0 s, 1 sw):
+ * cuDNN's, or (direct) the tensor-core kernels, which write the fp32 OIHW
+ * gradient themselves in every layout and precision. */
+static int conv2_wgrad(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int n, int w, int direct)
+{
+	const struct cnn_model *M = &g->m;
+	if (!direct)
+		return cudnn_filter(g, a, 1, w, g->t1, g->a1, g->t2, g->da2, M->t[P_W1].n);
+	float *dw = g->grads + M->t[P_W2].off;
+	cudaStream_t s = w ? g->sw : g->s;
+	return bf(g) ? cnn_cuda_conv3_wgrad_bf16(g->a1, g->da2, n, M->c1, M->h1, M->w1, M->c2, a->nhwc,
+						 g->c2s, dw, s) :
+		       cnn_cuda_conv3_wgrad_tf32(g->a1, g->da2, n, M->c1, M->h1, M->w1, M->c2, a->nhwc,
+						 g->c2s, dw, s);
 }
 
 /* Channels-last: this step's OHWI weights (and the batch, for more than
@@ -640,7 +697,8 @@ static int conv1_backward(struct cnn_gnet *g, const struct cnn_gnet_algos *a, in
 	const struct cnn_model *M = &g->m;
 	int nh = a->nhwc;
 	if (!direct)
-		return conv_bwd_w(g, a, 0, 0, n, g->tx, conv_x(g, nh), g->t1, g->da1, 0);
+		return bias_grad(g, nh, 0, n, g->grads + M->t[P_B1].off, g->bgs, g->s) < 0 ? -1 :
+		       cudnn_filter(g, a, 0, 0, g->tx, conv_x(g, nh), g->t1, g->da1, 0);
 	float *dw = g->grads + M->t[P_W1].off, *db = g->grads + M->t[P_B1].off;
 	return bf(g) ? cnn_cuda_conv1_wgrad_bf16(conv_x(g, nh), g->da1, g->a1, n, M->in.h, M->in.w,
 						 M->c1, nh, g->c1s, dw, db, g->s) :
@@ -648,27 +706,39 @@ static int conv1_backward(struct cnn_gnet *g, const struct cnn_gnet_algos *a, in
 					    nh, g->c1s, dw, db, g->s);
 }
 
-/* One of conv1's two calls (0 forward, 1 weight gradient) by cuDNN or the
- * direct kernels, timed on s: 3 runs, then the mean of 10, in *ms.  The
+/* One call of a convolution by cuDNN or the project's kernels: conv1's
+ * (layer 0) forward or weight gradient (calls 0, 1), conv2's (layer 1)
+ * forward, backward-data or backward-filter (0, 1, 2). */
+static int conv_call(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int layer, int call,
+		     int direct)
+{
+	if (!layer)
+		return call ? conv1_backward(g, a, a->n, direct) : conv1_forward(g, a, a->n, direct);
+	return call == 0 ? conv2_forward(g, a, a->n, direct) :
+	       call == 1 ? conv2_dgrad(g, a, a->n, direct) : conv2_wgrad(g, a, a->n, 0, direct);
+}
+
+/* That call timed on s: 3 runs, then the mean of 10, in *ms.  The
  * buffers' contents do not matter (timing only, before any step). */
-static int time_conv1(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int call, int direct,
-		      float *ms)
+static int time_call(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int layer, int call,
+		     int direct, float *ms)
 {
 	cudaEvent_t ev[2] = { NULL, NULL };
 	int rv = -1;
 	if (cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess) {
-		snprintf(g->err, sizeof(g->err), "timing conv1: cudaEventCreate failed");
+		snprintf(g->err, sizeof(g->err), "timing conv%d: cudaEventCreate failed", layer + 1);
 		goto out;
 	}
 	for (int i = 0; i < 13; i++) {
 		if (i == 3 && cudaEventRecord(ev[0], g->s) != cudaSuccess)
 			goto out;
-		if ((call ? conv1_backward(g, a, a->n, direct) : conv1_forward(g, a, a->n, direct)) < 0)
+		if (conv_call(g, a, layer, call, direct) < 0)
 			goto out;
 	}
 	if (cudaEventRecord(ev[1], g->s) != cudaSuccess || cudaEventSynchronize(ev[1]) != cudaSuccess ||
 	    cudaEventElapsedTime(ms, ev[0], ev[1]) != cudaSuccess) {
-		snprintf(g->err, sizeof(g->err), "timing conv1: %s", cudaGetErrorString(cudaGetLastError()));
+		snprintf(g->err, sizeof(g->err), "timing conv%d: %s", layer + 1,
+			 cudaGetErrorString(cudaGetLastError()));
 		goto out;
 	}
 	*ms /= 10.f;
@@ -680,26 +750,36 @@ out:
 	return rv;
 }
 
-/* conv1's calls for batch a->n: cuDNN's or the direct kernels as asked,
- * or (auto) each the faster of the two, timed here; the direct kernels
- * take one input channel only. */
-static int choose_conv1(struct cnn_gnet *g, struct cnn_gnet_algos *a)
+/* A layer's calls for batch a->n: cuDNN's or the project's kernels as
+ * asked (impl), or (auto) each call the faster of the two, timed here,
+ * into the bits of *direct and ms[call][direct]; possible 0 (the kernels
+ * do not apply: conv1's take one input channel, conv2's TF32 or bf16). */
+static int choose_conv(struct cnn_gnet *g, struct cnn_gnet_algos *a, int layer, int calls,
+		       enum cnn_conv_impl impl, int possible, int *direct, float ms[][2])
 {
-	a->direct1 = 0;
-	if (g->m.in.c != 1 || g->conv1 == CNN_CONV1_CUDNN)
+	*direct = 0;
+	if (!possible || impl == CNN_CONV_CUDNN)
 		return 0;
-	if (g->conv1 == CNN_CONV1_DIRECT) {
-		a->direct1 = 3;
+	if (impl == CNN_CONV_DIRECT) {
+		*direct = (1 << calls) - 1;
 		return 0;
 	}
 	if (set_batch(g, a->n, a->nhwc) < 0)
 		return -1;
-	for (int call = 0; call < 2; call++)
-		for (int direct = 0; direct < 2; direct++)
-			if (time_conv1(g, a, call, direct, &a->ms1[call][direct]) < 0)
+	for (int call = 0; call < calls; call++) {
+		for (int d = 0; d < 2; d++)
+			if (time_call(g, a, layer, call, d, &ms[call][d]) < 0)
 				return -1;
-	a->direct1 = (a->ms1[0][1] < a->ms1[0][0] ? 1 : 0) | (a->ms1[1][1] < a->ms1[1][0] ? 2 : 0);
+		*direct |= ms[call][1] < ms[call][0] ? 1 << call : 0;
+	}
 	return 0;
+}
+
+static int choose_convs(struct cnn_gnet *g, struct cnn_gnet_algos *a)
+{
+	return choose_conv(g, a, 0, 2, g->conv1, g->m.in.c == 1, &a->direct1, a->ms1) < 0 ||
+	       choose_conv(g, a, 1, 3, g->conv2, g->precision != CNN_PREC_FP32, &a->direct2, a->ms2) < 0 ?
+		       -1 : 0;
 }
 
 static const struct cnn_gnet_algos *algos_for(struct cnn_gnet *g, int n)
@@ -730,11 +810,7 @@ int cnn_gnet_forward(struct cnn_gnet *g, int n, int train, float scale_n)
 		return -1;
 	if (conv1_forward(g, a, n, a->direct1 & 1) < 0)
 		return -1;
-	cudnnCheck(cudnnSetConvolutionMathType(g->cv[1], a->fwd_math[1]));
-	cudnnCheck(cudnnConvolutionForward(g->dnn, &one, g->t1, g->a1, filt(g, 1, nh),
-					   conv_w(g, 1, nh), g->cv[1], a->fwd[1], g->ws,
-					   g->ws_bytes, &zero, g->t2, g->a2));
-	if (maxpool(g, nh, n, train) < 0)
+	if (conv2_forward(g, a, n, a->direct2 & 1) < 0 || maxpool(g, nh, n, train) < 0)
 		return -1;
 	/* fc1's bias and ReLU, in training its dropout, and for bf16 fc2's
 	 * operand hb, in one pass */
@@ -799,17 +875,42 @@ int cnn_gnet_backward(struct cnn_gnet *g, int n,
 	int nh = a->nhwc;
 	if (linear_bwd_x(g, n, M->flat, W(g, P_W3), M->hidden, dh, g->dp, s1) < 0 ||
 	    maxpool_relu_bwd(g, nh, n) < 0 || fork_w(g, 2) < 0 ||
-	    conv_bwd_w(g, a, 1, 1, n, g->t1, g->a1, g->t2, g->da2, M->t[P_W1].n) < 0)
-		return -1;
-	cudnnCheck(cudnnSetConvolutionMathType(g->cv[1], a->bwd_data_math));
-	cudnnCheck(cudnnConvolutionBackwardData(g->dnn, &one, filt(g, 1, nh), conv_w(g, 1, nh), g->t2,
-						g->da2, g->cv[1], a->bwd_data, g->ws, g->ws_bytes,
-						&zero, g->t1, g->da1));
-	if (conv1_backward(g, a, n, a->direct1 & 2) < 0 || join_w(g) < 0)
+	    bias_grad(g, nh, 1, n, G + M->t[P_B2].off, g->bgs + g->bgs_off, g->sw) < 0 ||
+	    conv2_wgrad(g, a, n, 1, a->direct2 & 4) < 0 || conv2_dgrad(g, a, n, a->direct2 & 2) < 0 ||
+	    conv1_backward(g, a, n, a->direct1 & 2) < 0 || join_w(g) < 0)
 		return -1;
 	if (ready && ready(ctx, CNN_BUCKET_CONV, g->s) < 0)
 		return -1;
 	return 0;
+}
+
+/* ", conv1 direct", or with auto each batch size's choice per call and
+ * the times that made it; nothing where cuDNN does it all. */
+static int describe_conv(const struct cnn_gnet *g, char *buf, size_t len, int k, int layer)
+{
+	static const char *names[2][3] = { { "forward", "weight gradient" },
+					   { "forward", "backward-data", "backward-filter" } };
+	int calls = layer ? 3 : 2;
+	enum cnn_conv_impl impl = layer ? g->conv2 : g->conv1;
+	int possible = layer ? g->precision != CNN_PREC_FP32 : g->m.in.c == 1;
+	if (!possible || impl == CNN_CONV_CUDNN || k < 0 || (size_t)k >= len)
+		return k;
+	if (impl == CNN_CONV_DIRECT)
+		return k + snprintf(buf + k, len - k, ", conv%d direct%s", layer + 1,
+				    layer ? " (tensor cores)" : "");
+	for (int i = 0; i < g->nalgos && k >= 0 && (size_t)k < len; i++) {
+		const struct cnn_gnet_algos *a = &g->algos[i];
+		int direct = layer ? a->direct2 : a->direct1;
+		k += snprintf(buf + k, len - k, ", batch %d conv%d", a->n, layer + 1);
+		for (int c = 0; c < calls && k >= 0 && (size_t)k < len; c++) {
+			const float *ms = layer ? a->ms2[c] : a->ms1[c];
+			int d = (direct >> c) & 1;
+			k += snprintf(buf + k, len - k, "%s %s %s %.3f ms (%s %.3f)", c ? "," : "",
+				      names[layer][c], d ? "direct" : "cuDNN", ms[d],
+				      d ? "cuDNN" : "direct", ms[!d]);
+		}
+	}
+	return k;
 }
 
 void cnn_gnet_describe(const struct cnn_gnet *g, char *buf, size_t len)
@@ -821,18 +922,8 @@ void cnn_gnet_describe(const struct cnn_gnet *g, char *buf, size_t len)
 			 v % 100, bv / 10000, bv / 100 % 100, bv % 100,
 			 g->precision == CNN_PREC_TF32 ? "TF32" :
 			 g->precision == CNN_PREC_FP32 ? "fp32" : "bf16 with fp32 master weights");
-	/* conv1's: with auto, each batch size's choice and the times that made it */
-	if (g->m.in.c == 1 && g->conv1 == CNN_CONV1_DIRECT && k >= 0 && (size_t)k < len)
-		k += snprintf(buf + k, len - k, ", conv1 direct");
-	for (int i = 0; g->m.in.c == 1 && g->conv1 == CNN_CONV1_AUTO && i < g->nalgos && k >= 0 &&
-			(size_t)k < len; i++) {
-		const struct cnn_gnet_algos *a = &g->algos[i];
-		int f = a->direct1 & 1, w = (a->direct1 >> 1) & 1;
-		k += snprintf(buf + k, len - k, ", batch %d conv1 forward %s %.3f ms (%s %.3f), weight "
-			      "gradient %s %.3f ms (%s %.3f)", a->n, f ? "direct" : "cuDNN",
-			      a->ms1[0][f], f ? "cuDNN" : "direct", a->ms1[0][!f], w ? "direct" : "cuDNN",
-			      a->ms1[1][w], w ? "cuDNN" : "direct", a->ms1[1][!w]);
-	}
+	k = describe_conv(g, buf, len, k, 0);
+	k = describe_conv(g, buf, len, k, 1);
 	/* the layout; with auto, each batch size's and the times that chose it */
 	if (g->layout != CNN_LAYOUT_AUTO) {
 		if (k >= 0 && (size_t)k < len)

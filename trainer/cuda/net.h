@@ -34,6 +34,11 @@ struct cnn_gnet_algos {
 	 * (0: not timed) */
 	int direct1;
 	float ms1[2][2];
+	/* conv2 (TF32 or bf16): bit 0, its forward by the tensor-core kernels;
+	 * bit 1, its backward-data; bit 2, its backward-filter; and each
+	 * call's times, cuDNN's against the kernels' (0: not timed) */
+	int direct2;
+	float ms2[3][2];
 	char why[256];                                  /* auto: why the other layout had
 							 * no algorithm ("" if it had) */
 };
@@ -61,8 +66,10 @@ struct cnn_gnet {
 	 * a cuDNN and a cuBLAS handle, workspaces and events of their own.
 	 * With one stream sw is s and the handles are s's. */
 	int streams;
-	enum cnn_conv1 conv1;            /* asked for; algos[].direct1 has the choice */
+	enum cnn_conv_impl conv1;        /* asked for; algos[].direct1 has the choice */
 	float *c1s;                      /* the direct conv1 weight gradient's scratch */
+	enum cnn_conv_impl conv2;        /* asked for; algos[].direct2 has the choice */
+	float *c2s;                      /* the tensor-core conv2 weight gradient's scratch */
 	cudaStream_t sw;
 	cudnnHandle_t dnnw;
 	cublasHandle_t blasw;
@@ -103,7 +110,7 @@ enum { CNN_BUCKET_FC, CNN_BUCKET_CONV };
 
 int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 		  enum cnn_precision precision, enum cnn_layout layout, int streams,
-		  enum cnn_conv1 conv1, cudaStream_t s);
+		  enum cnn_conv_impl conv1, enum cnn_conv_impl conv2, cudaStream_t s);
 void cnn_gnet_free(struct cnn_gnet *g);
 /* cuDNN's algorithms for batch n (benchmarked once per n; not while a
  * stream is being captured), in the layout asked for, or with auto in
@@ -124,8 +131,8 @@ int cnn_gnet_backward(struct cnn_gnet *g, int n,
 		      int (*ready)(void *ctx, int bucket, cudaStream_t on), void *ctx);
 /* "cuDNN 9.19.0, cuBLAS 13.0.0, TF32, NCHW" (or fp32, or "bf16, fp32
  * master weights"; the layout of each batch size prepared, with auto the
- * times it was chosen by; conv1's choice, with auto per batch size and
- * call, and its times) */
+ * times it was chosen by; conv1's and conv2's choices, with auto per
+ * batch size and call, and their times) */
 void cnn_gnet_describe(const struct cnn_gnet *g, char *buf, size_t len);
 
 #endif
