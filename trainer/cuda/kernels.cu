@@ -921,14 +921,24 @@ __global__ void __launch_bounds__(kCvThreads) conv3_igemm(const T *x, const T *w
 		int ky = tap / 3, kx = tap % 3;
 		long long wtap = (g.flip ? 2 - ky : ky) * g.wy + (g.flip ? 2 - kx : kx) * g.wx;
 		for (int c0 = 0; c0 < g.c; c0 += kCvBK) {
-			for (int e = threadIdx.x; e < kCvBM * kCvBK; e += kCvThreads) {
-				int mi = NHWC ? e / kCvBK : e % kCvBM, ki = NHWC ? e % kCvBK : e / kCvBM;
-				int n = pn[mi], c = c0 + ki, iy = py[mi] + ky - g.pad, ix = px[mi] + kx - g.pad;
-				T v = M::zero();
-				if (n >= 0 && c < g.c && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w)
-					v = M::op(x[NHWC ? (((size_t)n * g.h + iy) * g.w + ix) * g.c + c :
-						    (((size_t)n * g.c + c) * g.h + iy) * g.w + ix]);
-				As[NHWC ? mi * LA + ki : ki * LA + mi] = v;
+			if (NHWC) {
+				// a thread's channel is fixed, its pixels step by 8
+				int ki = threadIdx.x % kCvBK, c = c0 + ki;
+				for (int mi = threadIdx.x / kCvBK; mi < kCvBM; mi += kCvThreads / kCvBK) {
+					int n = pn[mi], iy = py[mi] + ky - g.pad, ix = px[mi] + kx - g.pad;
+					bool ok = n >= 0 && c < g.c && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+					As[mi * LA + ki] = ok ? M::op(x[(((size_t)n * g.h + iy) * g.w + ix) * g.c + c]) :
+								M::zero();
+				}
+			} else {
+				// a thread's pixel is fixed, its channels step by 2
+				int mi = threadIdx.x % kCvBM, n = pn[mi];
+				int iy = py[mi] + ky - g.pad, ix = px[mi] + kx - g.pad;
+				bool ok = n >= 0 && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+				size_t plane = (size_t)g.h * g.w;
+				const T *xp = ok ? x + ((size_t)n * g.c + c0) * plane + (size_t)iy * g.w + ix : x;
+				for (int ki = threadIdx.x / kCvBM; ki < kCvBK; ki += kCvThreads / kCvBM)
+					As[ki * LA + mi] = ok && c0 + ki < g.c ? M::op(xp[ki * plane]) : M::zero();
 			}
 			for (int e = threadIdx.x; e < kCvBK * kCvBN; e += kCvThreads) {
 				int oi = e % kCvBN, ki = e / kCvBN, o = o0 + oi, c = c0 + ki;
@@ -1014,15 +1024,23 @@ __global__ void __launch_bounds__(kCvThreads) conv3_wgrad_part(const T *x, const
 					     (((size_t)n * g.o + o) * g.oh + py[pi]) * g.ow + px[pi]]);
 			Ds[NHWC ? pi * LD + oi : oi * LD + pi] = v;
 		}
-		for (int e = threadIdx.x; e < kWgP * kWgK; e += kCvThreads) {
-			int pi = NHWC ? e / kWgK : e % kWgP, ki = NHWC ? e % kWgK : e / kWgP;
-			int tap = ki / kWgC, n = pn[pi], c = c0 + ki % kWgC;
-			int iy = py[pi] + tap / 3, ix = px[pi] + tap % 3;
-			T v = M::zero();
-			if (n >= 0 && c < g.c)
-				v = M::op(x[NHWC ? (((size_t)n * g.h + iy) * g.w + ix) * g.c + c :
-					    (((size_t)n * g.c + c) * g.h + iy) * g.w + ix]);
-			Xs[NHWC ? pi * LX + ki : ki * LX + pi] = v;
+		if (NHWC) {
+			for (int e = threadIdx.x; e < kWgP * kWgK; e += kCvThreads) {
+				int pi = e / kWgK, ki = e % kWgK, tap = ki / kWgC, n = pn[pi], c = c0 + ki % kWgC;
+				int iy = py[pi] + tap / 3, ix = px[pi] + tap % 3;
+				Xs[pi * LX + ki] = n >= 0 && c < g.c ?
+					M::op(x[(((size_t)n * g.h + iy) * g.w + ix) * g.c + c]) : M::zero();
+			}
+		} else {
+			// a thread's pixel is fixed, its (tap, channel) steps by 16
+			int pi = threadIdx.x % kWgP, n = pn[pi];
+			size_t plane = (size_t)g.h * g.w;
+			const T *xp = n >= 0 ? x + ((size_t)n * g.c + c0) * plane + (size_t)py[pi] * g.w + px[pi] : x;
+			for (int ki = threadIdx.x / kWgP; ki < kWgK; ki += kCvThreads / kWgP) {
+				int tap = ki / kWgC, cl = ki % kWgC;
+				Xs[ki * LX + pi] = n >= 0 && c0 + cl < g.c ?
+					M::op(xp[cl * plane + (tap / 3) * g.w + tap % 3]) : M::zero();
+			}
 		}
 		__syncthreads();
 		for (int k = 0; k < kWgP; k += M::K) {
