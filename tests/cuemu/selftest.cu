@@ -2,6 +2,9 @@
 // test_cuda_kernels_emu relies on, and the mistakes it must report.
 // Plain CUDA: nvcc compiles this file as it is.
 #include <cuda_runtime_api.h>
+#ifdef __CUDACC__
+#include <mma.h>
+#endif
 
 extern "C" {
 #include "selftest.h"
@@ -59,6 +62,24 @@ __global__ void late_barrier(float *x)
 
 __global__ void touch(float *x) { x[threadIdx.x] = 1.f; }
 
+// One warp: d (16 x 16, column-major, ld 16) = a (16 x 8, row-major, ld
+// 8) b (8 x 16, column-major, ld 8) + c (16 x 16, row-major, ld 16), TF32;
+// then r[i] = __float_to_tf32(r[i]) in place.
+__global__ void wmma_tf32(const float *a, const float *b, const float *c, float *d, float *r, int nr)
+{
+	using namespace nvcuda;
+	wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fa;
+	wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::col_major> fb;
+	wmma::fragment<wmma::accumulator, 16, 16, 8, float> fc;
+	wmma::load_matrix_sync(fa, a, 8);
+	wmma::load_matrix_sync(fb, b, 8);
+	wmma::load_matrix_sync(fc, c, 16, wmma::mem_row_major);
+	wmma::mma_sync(fc, fa, fb, fc);
+	wmma::store_matrix_sync(d, fc, 16, wmma::mem_col_major);
+	for (int i = threadIdx.x; i < nr; i += 32)
+		r[i] = wmma::__float_to_tf32(r[i]);
+}
+
 } // namespace
 
 extern "C" int cuemu_selftest_coords(int *out, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
@@ -83,6 +104,13 @@ extern "C" int cuemu_selftest_diverged(float *x)
 extern "C" int cuemu_selftest_late_barrier(float *x)
 {
 	late_barrier<<<2, 32>>>(x);
+	return cudaGetLastError();
+}
+
+extern "C" int cuemu_selftest_wmma_tf32(const float *a, const float *b, const float *c, float *d,
+					float *r, int nr)
+{
+	wmma_tf32<<<1, 32>>>(a, b, c, d, r, nr);
 	return cudaGetLastError();
 }
 

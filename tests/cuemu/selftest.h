@@ -10,5 +10,9 @@ int cuemu_selftest_block_sums(const float *x, int blocks, float *sums, float *sh
 int cuemu_selftest_diverged(float *x);     /* 64 threads */
 int cuemu_selftest_late_barrier(float *x); /* 2 blocks of 32 */
 int cuemu_selftest_touch(float *x, unsigned threads);
+/* one warp: d (16x16 column-major) = a (16x8 row-major) b (8x16
+ * column-major) + c (16x16 row-major) in TF32, and r[i] rounded to TF32 */
+int cuemu_selftest_wmma_tf32(const float *a, const float *b, const float *c, float *d, float *r,
+			     int nr);
 
 #endif

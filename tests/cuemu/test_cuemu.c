@@ -5,6 +5,7 @@
  * device one). */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cuda_runtime_api.h>
 
@@ -63,6 +64,50 @@ static void test_block_sums(void)
 	cudaFree(dx), cudaFree(ds), cudaFree(dsh);
 }
 
+/* wmma as the tensor-core kernels use it: each layout read and written as
+ * named (integers: the sums are exact in any order), and cvt.rna's
+ * rounding of TF32: 10 mantissa bits, ties away from zero. */
+static void test_wmma(void)
+{
+	float a[16 * 8], b[8 * 16], c[16 * 16], d[16 * 16], want[16 * 16];
+	float r[] = { 1.f + 0x1p-11f, 1.f + 0x1p-11f + 0x1p-12f, -(1.f + 0x1p-11f), 1.f + 0x1p-12f,
+		      1.f + 3 * 0x1p-11f, 3.f };
+	float rw[] = { 1.f + 0x1p-10f, 1.f + 0x1p-10f, -(1.f + 0x1p-10f), 1.f, 1.f + 0x1p-9f, 3.f };
+	int nr = (int)(sizeof(r) / sizeof(r[0]));
+	for (int i = 0; i < 16; i++)
+		for (int k = 0; k < 8; k++)
+			a[i * 8 + k] = (float)((i * 3 + k * 5) % 7 - 3);           /* a[i][k], row-major */
+	for (int k = 0; k < 8; k++)
+		for (int j = 0; j < 16; j++)
+			b[j * 8 + k] = (float)((k * 2 + j * 7) % 5 - 2);           /* b[k][j], column-major */
+	for (int i = 0; i < 16 * 16; i++)
+		c[i] = (float)(i % 11);                                          /* c[i/16][i%16] */
+	for (int i = 0; i < 16; i++)
+		for (int j = 0; j < 16; j++) {
+			float s = c[i * 16 + j];
+			for (int k = 0; k < 8; k++)
+				s += a[i * 8 + k] * b[j * 8 + k];
+			want[j * 16 + i] = s;                                    /* d column-major */
+		}
+	float *da, *db, *dc, *dd, *dr;
+	cudaMalloc((void **)&da, sizeof(a));
+	cudaMalloc((void **)&db, sizeof(b));
+	cudaMalloc((void **)&dc, sizeof(c));
+	cudaMalloc((void **)&dd, sizeof(d));
+	cudaMalloc((void **)&dr, sizeof(r));
+	cudaMemcpy(da, a, sizeof(a), cudaMemcpyHostToDevice);
+	cudaMemcpy(db, b, sizeof(b), cudaMemcpyHostToDevice);
+	cudaMemcpy(dc, c, sizeof(c), cudaMemcpyHostToDevice);
+	cudaMemcpy(dr, r, sizeof(r), cudaMemcpyHostToDevice);
+	test_cond("a warp's wmma launches", cuemu_selftest_wmma_tf32(da, db, dc, dd, dr, nr) == cudaSuccess);
+	cudaMemcpy(d, dd, sizeof(d), cudaMemcpyDeviceToHost);
+	cudaMemcpy(r, dr, sizeof(r), cudaMemcpyDeviceToHost);
+	test_cond("wmma: row- and column-major fragments, accumulator in and out, d = a b + c",
+		  memcmp(d, want, sizeof(d)) == 0);
+	test_cond("__float_to_tf32: nearest, ties away from zero", memcmp(r, rw, sizeof(r)) == 0);
+	cudaFree(da), cudaFree(db), cudaFree(dc), cudaFree(dd), cudaFree(dr);
+}
+
 static void test_errors(void)
 {
 	float *d, host[64];
@@ -99,6 +144,7 @@ int main(void)
 	test_coords(1000, 1, 1, 256, 1, 1); /* later blocks run without fibers */
 	test_coords(2, 1, 1, 1024, 1, 1);
 	test_block_sums();
+	test_wmma();
 	test_errors();
 	return test_report();
 }
