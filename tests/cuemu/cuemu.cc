@@ -29,6 +29,10 @@ namespace {
 
 constexpr unsigned kMaxThreads = 1024;   // per block, as every GPU since Fermi
 constexpr size_t kStack = 64 * 1024;     // a fiber's stack: kernels need little
+// The device cudaDeviceGetAttribute and the occupancy call describe: a few
+// SMs, each holding two blocks of any kernel, so that code sizing its grid
+// by them makes several blocks here too (blocks still run one at a time).
+constexpr int kSMs = 16, kBlocksPerSM = 2;
 
 enum State { RUN, WAIT, DONE };
 
@@ -413,6 +417,34 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
 	snprintf(prop->name, sizeof(prop->name), "cuemu (the kernels' source run on the CPU)");
 	prop->maxThreadsPerBlock = kMaxThreads;
 	prop->warpSize = 32;
+	prop->multiProcessorCount = kSMs;
+	return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int *device)
+{
+	*device = 0;
+	return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device)
+{
+	if (device != 0)
+		return last_error = cudaErrorInvalidDevice;
+	switch (attr) {
+	case cudaDevAttrMultiProcessorCount: *value = kSMs; return cudaSuccess;
+	case cudaDevAttrMaxThreadsPerBlock: *value = kMaxThreads; return cudaSuccess;
+	case cudaDevAttrWarpSize: *value = 32; return cudaSuccess;
+	default: return last_error = cudaErrorInvalidValue;
+	}
+}
+
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, const void *func,
+							  int blockSize, size_t dynamicSMemSize)
+{
+	if (!func || blockSize < 1 || (unsigned)blockSize > kMaxThreads)
+		return last_error = cudaErrorInvalidValue;
+	*numBlocks = kBlocksPerSM;
 	return cudaSuccess;
 }
 

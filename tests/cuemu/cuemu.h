@@ -19,6 +19,10 @@
 // - "device" memory is host memory from malloc, so ASan sees a kernel
 //   that reads or writes out of bounds;
 // - atomicAdd is a plain add (one OS thread runs everything);
+// - the device has 16 SMs (cudaDeviceGetAttribute, cudaGetDeviceProperties)
+//   and cudaOccupancyMaxActiveBlocksPerMultiprocessor says 2 blocks of
+//   any kernel fit on one: numbers for code that sizes its grid by the GPU,
+//   not a model of occupancy;
 // - nvcuda::wmma (the tensor-core kernels): each thread holds a whole
 //   tile where a GPU spreads it over the warp, so a load, an mma or a
 //   store is each thread's own full computation, with the warp's result

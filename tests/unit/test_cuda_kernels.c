@@ -806,6 +806,56 @@ static void test_conv3(int nimg, int c, int h, int w, int oc, int nhwc, int bf16
 	free(dx), free(dw), free(db), free(gdw), free(gdw2), free(col), free(dcol);
 }
 
+/* The weight gradient's scratch, sized for nimg images, holds the partial
+ * sums of every launch for fewer: the pixels' split is not monotone in
+ * their count (more images can mean fewer, longer splits).  A guard as
+ * large again after it must keep its bytes through launches for 1 to nimg
+ * images; the result of each must match cnn_conv3_bwd. */
+static void test_conv3_scratch(int nimg, int c, int h, int w, int oc)
+{
+	int pix = (h - 2) * (w - 2), K = c * 9;
+	size_t ns = cnn_cuda_conv3_wgrad_scratch(nimg, c, h, w, oc), nw = (size_t)oc * K;
+	size_t nx = (size_t)nimg * c * h * w, ny = (size_t)nimg * oc * pix;
+	float *x = malloc(nx * 4), *dy = malloc(ny * 4), *guard = malloc(ns * 4), *back_ = malloc(ns * 4);
+	float *wt = calloc(nw, 4), *col = malloc((size_t)K * pix * 4), *dcol = malloc((size_t)K * pix * 4);
+	float *dx = malloc((size_t)c * h * w * 4), *dw = calloc(nw, 4), *db = calloc(oc, 4);
+	float *gdw = malloc(nw * 4);
+	fill(x, nx);
+	fill(dy, ny);
+	tf32_round(x, nx);
+	tf32_round(dy, ny);
+	memset(guard, 0x5a, ns * 4);
+	float *dX = up(x, nx, 0), *dDY = up(dy, ny, 0), *dsc = dev(NULL, 2 * ns * 4), *ddw = dev(NULL, nw * 4);
+	CK(cudaMemcpy(dsc + ns, guard, ns * 4, cudaMemcpyHostToDevice));
+	int launched = 1, kept = 1, first_bad = 0, right = 1;
+	for (int n = 1; n <= nimg; n++) {
+		launched &= cnn_cuda_conv3_wgrad_tf32(dX, dDY, n, c, h, w, oc, 0, dsc, ddw, NULL) == 0;
+		back(back_, dsc + ns, ns * 4);
+		if (kept && memcmp(back_, guard, ns * 4))
+			kept = 0, first_bad = n;
+		/* cnn_conv3_bwd adds into dw: image n's share on top of the first n - 1 */
+		cnn_conv3_bwd(x + (size_t)(n - 1) * c * h * w, c, h, w, wt, oc,
+			      dy + (size_t)(n - 1) * oc * pix, col, dcol, dw, db, dx);
+		back(gdw, ddw, nw * 4);
+		if (right && compare("conv3_wgrad (fewer images than the scratch's)", gdw, dw, nw, T_MMA))
+			right = 0;
+	}
+	char d[200];
+	snprintf(d, sizeof(d), "conv3_wgrad on 1 to %d images of %d x %dx%d, %d outputs launches", nimg, c,
+		 h, w, oc);
+	test_cond(d, launched);
+	snprintf(d, sizeof(d), "conv3_wgrad on 1 to %d images stays inside the scratch sized for %d "
+		 "(%zu floats)%s", nimg, nimg, ns, kept ? "" : ": overrun");
+	test_cond(d, kept);
+	if (!kept)
+		printf("#   first overrun at %d images\n", first_bad);
+	snprintf(d, sizeof(d), "conv3_wgrad on 1 to %d images equals cnn_conv3_bwd's dw each time", nimg);
+	test_cond(d, right);
+	cudaFree(dX), cudaFree(dDY), cudaFree(dsc), cudaFree(ddw);
+	free(x), free(dy), free(guard), free(back_), free(wt), free(col), free(dcol), free(dx);
+	free(dw), free(db), free(gdw);
+}
+
 /* OIHW <-> OHWI for conv1 (in 1) and conv2 (in 32), fp32 and bf16 */
 static void test_weights_nhwc(int out, int in, int bf16)
 {
@@ -1087,7 +1137,13 @@ int main(void)
 			/* fewer channels than a tile; more than one tile of each */
 			test_conv3(3, 5, 7, 9, 6, nhwc, b16);
 			test_conv3(2, 40, 6, 5, 70, nhwc, b16);
+			/* as many weight-gradient splits as the device runs at
+			 * once (cuemu: 10 of 256 pixels), so each of the sum's
+			 * 8 ways adds one or more */
+			test_conv3(40, 3, 10, 10, 5, nhwc, b16);
 		}
+	/* cuemu: 32 images of 81 pixels make 9 splits, 31 make 10 */
+	test_conv3_scratch(32, 3, 11, 11, 5);
 	test_bias_grad(0);
 	test_bias_grad_gated(0);
 	test_bias_grad_gated(1);

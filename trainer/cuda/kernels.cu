@@ -14,6 +14,7 @@
 #include <mma.h>
 #endif
 
+#include <atomic>
 #include <type_traits>
 
 #include "check.h"
@@ -849,12 +850,17 @@ int launch_conv1_wgrad(const T *x, const T *dy, const T *y, int nimg, int h, int
 // The output pixels (image, row, column) are the GEMM's rows, the output
 // channels its columns, (tap, input channel) its reduction: a block stages
 // a tile of 128 pixels by 32 input channels of one tap, and those channels'
-// weights for 64 output channels, in shared memory; its 8 warps each own
-// 32 x 32 of the 128 x 64 output tile, 2 x 2 wmma fragments (m16n16k8 TF32,
-// or m16n16k16 bf16) accumulating in fp32.  The backward-data is the same
-// kernel on dy, padded by 2 with the weights flipped and transposed; the
-// backward-filter makes the pixels the reduction, split over blocks with
-// partial sums added in a fixed order.  Operands are staged in the layout
+// weights for 64 output channels (32 where there are no more), in shared
+// memory; its 8 warps each own 32 x 32 (or 32 x 16) of the output tile,
+// 2 x 2 (2 x 1) wmma fragments (m16n16k8 TF32, or m16n16k16 bf16)
+// accumulating in fp32.  While the tensor cores work on one step's tile, each
+// thread already reads its share of the next step's into registers
+// (software pipelining through registers), so memory latency hides behind
+// the mma; 128 registers at most, two blocks an SM.
+// The backward-data is the same kernel on dy, padded by 2 with the weights
+// flipped and transposed; the backward-filter makes the pixels the
+// reduction, split over one wave of blocks with partial sums added in a
+// fixed order.  Operands are staged in the layout
 // that lets a warp's 32 loads hit consecutive addresses in memory and
 // distinct banks in shared memory: pixel-major for NCHW, channel-major for
 // NHWC; wmma reads either (row_major or col_major fragments).
@@ -882,28 +888,32 @@ constexpr int kCvThreads = 256, kCvBM = 128, kCvBN = 64, kCvBK = 32;
 // pad) of h x w (zero outside) and weight (o, c, ky', kx') at
 // o * wo + c * wc + ky' * wy + kx' * wx, with ky' = 2 - ky when flip.
 struct Conv3 {
-	int c, h, w, o, oh, ow, pad, flip;
-	long long wo, wc, wy, wx, m;
+	int c, h, w, o, oh, ow, pad, flip, wo, wc, wy, wx;
+	long long m;
 };
 
-template <typename T, bool NHWC>
-__global__ void __launch_bounds__(kCvThreads) conv3_igemm(const T *x, const T *wt, Conv3 g, T *y)
+template <typename T, bool NHWC, int BN>
+__global__ void __launch_bounds__(kCvThreads, 2) conv3_igemm(const T *x, const T *wt, Conv3 g, T *y)
 {
 	typedef Mma<T> M;
 	typedef typename std::conditional<NHWC, wmma::row_major, wmma::col_major>::type LayA;
 	// A (pixel, channel): NHWC [m][k], NCHW [k][m]; B (channel, output) [k][o];
-	// the output tile C in floats: NHWC [m][o], NCHW [o][m]
-	constexpr int LA = NHWC ? kCvBK + M::PAD : kCvBM + M::PAD, LB = kCvBN + M::PAD;
-	constexpr int LC = NHWC ? kCvBN + 4 : kCvBM + 4;
+	// the output tile C in floats: NHWC [m][o], NCHW [o][m].  A warp owns
+	// 32 pixels by BN / 2 outputs: 2 x FN fragments.
+	constexpr int FN = BN / 32, LA = NHWC ? kCvBK + M::PAD : kCvBM + M::PAD, LB = BN + M::PAD;
+	constexpr int LC = NHWC ? BN + 4 : kCvBM + 4;
 	constexpr int SA = NHWC ? kCvBM * LA : kCvBK * LA;
 	constexpr int SAB = (SA + kCvBK * LB) * (int)sizeof(T);
-	constexpr int SC = (NHWC ? kCvBM : kCvBN) * LC * 4;
+	constexpr int SC = (NHWC ? kCvBM : BN) * LC * 4;
+	constexpr int RA = kCvBM * kCvBK / kCvThreads, RB = kCvBK * BN / kCvThreads;
+	static_assert(FN >= 1 && RB >= 1 && kCvBM * kCvBK % kCvThreads == 0 &&
+		      kCvBK * BN % kCvThreads == 0, "conv3_igemm's tile and its threads");
 	__shared__ __align__(128) unsigned char smem[SAB > SC ? SAB : SC];
 	__shared__ int pn[kCvBM], py[kCvBM], px[kCvBM];   // the tile's pixels; pn -1 past the end
 	T *As = reinterpret_cast<T *>(smem), *Bs = As + SA;
 	float *Cs = reinterpret_cast<float *>(smem);
 	long long m0 = (long long)blockIdx.x * kCvBM;
-	int o0 = blockIdx.y * kCvBN, opix = g.oh * g.ow;
+	int o0 = blockIdx.y * BN, opix = g.oh * g.ow;
 	for (int i = threadIdx.x; i < kCvBM; i += kCvThreads) {
 		long long m = m0 + i;
 		int r = (int)(m % opix);
@@ -911,64 +921,86 @@ __global__ void __launch_bounds__(kCvThreads) conv3_igemm(const T *x, const T *w
 		py[i] = r / g.ow;
 		px[i] = r % g.ow;
 	}
-	int warp = threadIdx.x / 32, wm = warp % 4 * 32, wn = warp / 4 * 32;
-	wmma::fragment<wmma::accumulator, 16, 16, M::K, float> acc[2][2];
+	int warp = threadIdx.x / 32, wm = warp % 4 * 32, wn = warp / 4 * (BN / 2);
+	wmma::fragment<wmma::accumulator, 16, 16, M::K, float> acc[2][FN];
 	for (int i = 0; i < 2; i++)
-		for (int j = 0; j < 2; j++)
+		for (int j = 0; j < FN; j++)
 			wmma::fill_fragment(acc[i][j], 0.f);
 	__syncthreads();
-	for (int tap = 0; tap < 9; tap++) {
-		int ky = tap / 3, kx = tap % 3;
-		long long wtap = (g.flip ? 2 - ky : ky) * g.wy + (g.flip ? 2 - kx : kx) * g.wx;
-		for (int c0 = 0; c0 < g.c; c0 += kCvBK) {
-			if (NHWC) {
-				// a thread's channel is fixed, its pixels step by 8
-				int ki = threadIdx.x % kCvBK, c = c0 + ki;
-				for (int mi = threadIdx.x / kCvBK; mi < kCvBM; mi += kCvThreads / kCvBK) {
-					int n = pn[mi], iy = py[mi] + ky - g.pad, ix = px[mi] + kx - g.pad;
-					bool ok = n >= 0 && c < g.c && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
-					As[mi * LA + ki] = ok ? M::op(x[(((size_t)n * g.h + iy) * g.w + ix) * g.c + c]) :
-								M::zero();
-				}
-			} else {
-				// a thread's pixel is fixed, its channels step by 2
-				int mi = threadIdx.x % kCvBM, n = pn[mi];
-				int iy = py[mi] + ky - g.pad, ix = px[mi] + kx - g.pad;
-				bool ok = n >= 0 && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
-				size_t plane = (size_t)g.h * g.w;
-				const T *xp = ok ? x + ((size_t)n * g.c + c0) * plane + (size_t)iy * g.w + ix : x;
-				for (int ki = threadIdx.x / kCvBM; ki < kCvBK; ki += kCvThreads / kCvBM)
-					As[ki * LA + mi] = ok && c0 + ki < g.c ? M::op(xp[ki * plane]) : M::zero();
+	// The reduction runs over (tap, 32 channels) steps; each step's operands
+	// are read from memory into registers during the one before (ra, rb),
+	// so their latency hides behind that step's mma.
+	int nc = (g.c + kCvBK - 1) / kCvBK, steps = 9 * nc;
+	int plane = g.h * g.w;   // offsets in 32 bits: conv3_args keeps tensors under 2^31 entries
+	T ra[RA], rb[RB];
+	auto fetch = [&](int step) {
+		int tap = step / nc, c0 = step % nc * kCvBK, ky = tap / 3, kx = tap % 3;
+		if (NHWC) {
+			// a thread's channel is fixed, its pixels step by 8
+			int c = c0 + threadIdx.x % kCvBK;
+#pragma unroll
+			for (int j = 0; j < RA; j++) {
+				int mi = threadIdx.x / kCvBK + j * (kCvThreads / kCvBK);
+				int n = pn[mi], iy = py[mi] + ky - g.pad, ix = px[mi] + kx - g.pad;
+				bool ok = n >= 0 && c < g.c && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+				ra[j] = ok ? M::op(x[((n * g.h + iy) * g.w + ix) * g.c + c]) : M::zero();
 			}
-			for (int e = threadIdx.x; e < kCvBK * kCvBN; e += kCvThreads) {
-				int oi = e % kCvBN, ki = e / kCvBN, o = o0 + oi, c = c0 + ki;
-				Bs[ki * LB + oi] = o < g.o && c < g.c ?
-					M::op(wt[o * g.wo + c * g.wc + wtap]) : M::zero();
-			}
-			__syncthreads();
-			for (int k = 0; k < kCvBK; k += M::K) {
-				wmma::fragment<wmma::matrix_a, 16, 16, M::K, typename M::P, LayA> a[2];
-				wmma::fragment<wmma::matrix_b, 16, 16, M::K, typename M::P, wmma::row_major> b[2];
-				for (int i = 0; i < 2; i++)
-					wmma::load_matrix_sync(a[i], NHWC ? As + (wm + 16 * i) * LA + k :
-									  As + k * LA + wm + 16 * i, LA);
-				for (int j = 0; j < 2; j++)
-					wmma::load_matrix_sync(b[j], Bs + k * LB + wn + 16 * j, LB);
-				for (int i = 0; i < 2; i++)
-					for (int j = 0; j < 2; j++)
-						wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
-			}
-			__syncthreads();
+		} else {
+			// a thread's pixel is fixed, its channels step by 2
+			int mi = threadIdx.x % kCvBM, n = pn[mi], kl = threadIdx.x / kCvBM;
+			int iy = py[mi] + ky - g.pad, ix = px[mi] + kx - g.pad;
+			bool ok = n >= 0 && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+			int q = ((n * g.c + c0 + kl) * g.h + iy) * g.w + ix;
+#pragma unroll
+			for (int j = 0; j < RA; j++)
+				ra[j] = ok && c0 + kl + j * (kCvThreads / kCvBM) < g.c ?
+					M::op(x[q + j * (kCvThreads / kCvBM) * plane]) : M::zero();
 		}
+		int wtap = (g.flip ? 2 - ky : ky) * g.wy + (g.flip ? 2 - kx : kx) * g.wx;
+		int oi = threadIdx.x % BN, o = o0 + oi;
+#pragma unroll
+		for (int j = 0; j < RB; j++) {
+			int c = c0 + threadIdx.x / BN + j * (kCvThreads / BN);
+			rb[j] = o < g.o && c < g.c ? M::op(wt[o * g.wo + c * g.wc + wtap]) : M::zero();
+		}
+	};
+	fetch(0);
+	for (int step = 0; step < steps; step++) {
+#pragma unroll
+		for (int j = 0; j < RA; j++) {
+			if (NHWC)
+				As[(threadIdx.x / kCvBK + j * (kCvThreads / kCvBK)) * LA + threadIdx.x % kCvBK] = ra[j];
+			else
+				As[(threadIdx.x / kCvBM + j * (kCvThreads / kCvBM)) * LA + threadIdx.x % kCvBM] = ra[j];
+		}
+#pragma unroll
+		for (int j = 0; j < RB; j++)
+			Bs[(threadIdx.x / BN + j * (kCvThreads / BN)) * LB + threadIdx.x % BN] = rb[j];
+		__syncthreads();
+		if (step + 1 < steps)
+			fetch(step + 1);
+		for (int k = 0; k < kCvBK; k += M::K) {
+			wmma::fragment<wmma::matrix_a, 16, 16, M::K, typename M::P, LayA> a[2];
+			wmma::fragment<wmma::matrix_b, 16, 16, M::K, typename M::P, wmma::row_major> b[FN];
+			for (int i = 0; i < 2; i++)
+				wmma::load_matrix_sync(a[i], NHWC ? As + (wm + 16 * i) * LA + k :
+								  As + k * LA + wm + 16 * i, LA);
+			for (int j = 0; j < FN; j++)
+				wmma::load_matrix_sync(b[j], Bs + k * LB + wn + 16 * j, LB);
+			for (int i = 0; i < 2; i++)
+				for (int j = 0; j < FN; j++)
+					wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
+		}
+		__syncthreads();
 	}
 	for (int i = 0; i < 2; i++)
-		for (int j = 0; j < 2; j++)
+		for (int j = 0; j < FN; j++)
 			wmma::store_matrix_sync(NHWC ? Cs + (wm + 16 * i) * LC + wn + 16 * j :
 						       Cs + (wn + 16 * j) * LC + wm + 16 * i,
 						acc[i][j], LC, NHWC ? wmma::mem_row_major : wmma::mem_col_major);
 	__syncthreads();
-	for (int e = threadIdx.x; e < kCvBM * kCvBN; e += kCvThreads) {
-		int mi = NHWC ? e / kCvBN : e % kCvBM, oi = NHWC ? e % kCvBN : e / kCvBM;
+	for (int e = threadIdx.x; e < kCvBM * BN; e += kCvThreads) {
+		int mi = NHWC ? e / BN : e % kCvBM, oi = NHWC ? e % BN : e / kCvBM;
 		int n = pn[mi], o = o0 + oi;
 		if (n < 0 || o >= g.o)
 			continue;
@@ -978,15 +1010,18 @@ __global__ void __launch_bounds__(kCvThreads) conv3_igemm(const T *x, const T *w
 	}
 }
 
-// Backward-filter: a block per (split s of the pixels, 64 output channels,
-// 32 input channels) sums dw over its pixels, 16 at a time, into
-// part[s][o tile][c tile][64][9 * 32] (tap-major); 8 warps each own 9 of
-// the 4 x 18 fragments.  dy is matrix A (o, pixel), x at each tap matrix B
-// (pixel, (tap, c)).
-constexpr int kWgP = 16, kWgO = 64, kWgC = 32, kWgK = 9 * kWgC;
+// Backward-filter: the pixels are the reduction.  A block per (split s of
+// the pixels, 64 output channels, 32 input channels, tap row ky) sums dw
+// of its 3 taps over its pixels, 32 at a time, into part[s][o tile][c
+// tile][64][9 * 32] (tap-major, the row's 96 columns); 8 warps each own
+// 3 of the 4 x 6 fragments.  dy is matrix A (o, pixel), x at the row's
+// taps matrix B (pixel, (kx, c)).  A chunk's operands are read into
+// registers during the chunk before, as in conv3_igemm.
+constexpr int kWgP = 32, kWgO = 64, kWgC = 32, kWgN = 3 * kWgC, kWgK = 9 * kWgC;
+constexpr int kWgMinPixels = 256;   // a block's least share of the pixels
 
 template <typename T, bool NHWC>
-__global__ void __launch_bounds__(kCvThreads) conv3_wgrad_part(const T *x, const T *dy, Conv3 g,
+__global__ void __launch_bounds__(kCvThreads, 2) conv3_wgrad_part(const T *x, const T *dy, Conv3 g,
 							      long long ppb, float *part)
 {
 	typedef Mma<T> M;
@@ -994,59 +1029,105 @@ __global__ void __launch_bounds__(kCvThreads) conv3_wgrad_part(const T *x, const
 	// [k][p] (col-major B), NHWC [p][k] (row-major B)
 	typedef typename std::conditional<NHWC, wmma::col_major, wmma::row_major>::type LayA;
 	typedef typename std::conditional<NHWC, wmma::row_major, wmma::col_major>::type LayB;
-	constexpr int LD = NHWC ? kWgO + M::PAD : kWgP + M::PAD, LX = NHWC ? kWgK + M::PAD : kWgP + M::PAD;
-	constexpr int SD = NHWC ? kWgP * LD : kWgO * LD, SX = NHWC ? kWgP * LX : kWgK * LX;
+	constexpr int LD = NHWC ? kWgO + M::PAD : kWgP + M::PAD, LX = NHWC ? kWgN + M::PAD : kWgP + M::PAD;
+	constexpr int SD = NHWC ? kWgP * LD : kWgO * LD, SX = NHWC ? kWgP * LX : kWgN * LX;
+	constexpr int RD = kWgP * kWgO / kCvThreads, RX = kWgP * kWgN / kCvThreads;
+	static_assert(kWgP * kWgO % kCvThreads == 0 && kWgP * kWgN % kCvThreads == 0 &&
+		      kCvThreads % kWgP == 0 && kCvThreads % kWgO == 0 && kWgC % (kCvThreads / kWgP) == 0,
+		      "conv3_wgrad_part's tile and its threads");
 	__shared__ __align__(128) T Ds[SD];
 	__shared__ __align__(128) T Xs[SX];
-	__shared__ int pn[kWgP], py[kWgP], px[kWgP];
-	int to = gridDim.y, tc = gridDim.z, o0 = blockIdx.y * kWgO, c0 = blockIdx.z * kWgC;
-	int opix = g.oh * g.ow;
+	// the next chunk's pixels: the offsets of their dy and of their x at
+	// (row + ky, column), channel 0; dq -1 past the end.  Written before the
+	// barrier after which fetch reads them, and again only after the next
+	// barrier.  Offsets are 32 bits: conv3_args keeps every tensor under
+	// 2^31 entries.
+	__shared__ int dq[kWgP], xq[kWgP];
+	int to = gridDim.y, tc = gridDim.z / 3, o0 = blockIdx.y * kWgO, c0 = blockIdx.z / 3 * kWgC;
+	int ky = blockIdx.z % 3, opix = g.oh * g.ow, plane = g.h * g.w;
 	long long p0 = blockIdx.x * ppb, p1 = p0 + ppb < g.m ? p0 + ppb : g.m;
-	int warp = threadIdx.x / 32, fr = warp % 4, fc0 = warp / 4 * 9;
-	wmma::fragment<wmma::accumulator, 16, 16, M::K, float> acc[9];
-	for (int j = 0; j < 9; j++)
+	int chunks = (int)((p1 - p0 + kWgP - 1) / kWgP);
+	int warp = threadIdx.x / 32, fr = warp % 4, fc0 = warp / 4 * 3;
+	wmma::fragment<wmma::accumulator, 16, 16, M::K, float> acc[3];
+	for (int j = 0; j < 3; j++)
 		wmma::fill_fragment(acc[j], 0.f);
-	for (long long pc = p0; pc < p1; pc += kWgP) {
+	auto pixels = [&](int t) {   // chunk t's pixels
 		if (threadIdx.x < kWgP) {
-			long long p = pc + threadIdx.x;
-			int r = (int)(p % opix);
-			pn[threadIdx.x] = p < p1 ? (int)(p / opix) : -1;
-			py[threadIdx.x] = r / g.ow;
-			px[threadIdx.x] = r % g.ow;
+			long long p = p0 + (long long)t * kWgP + threadIdx.x;
+			int n = (int)(p / opix), r = (int)(p % opix), y = r / g.ow, xx = r % g.ow;
+			dq[threadIdx.x] = p >= p1 ? -1 : NHWC ? (n * opix + r) * g.o : n * g.o * opix + r;
+			xq[threadIdx.x] = NHWC ? ((n * g.h + y + ky) * g.w + xx) * g.c :
+						    n * g.c * plane + (y + ky) * g.w + xx;
 		}
-		__syncthreads();
-		for (int e = threadIdx.x; e < kWgP * kWgO; e += kCvThreads) {
-			int pi = NHWC ? e / kWgO : e % kWgP, oi = NHWC ? e % kWgO : e / kWgP;
-			int n = pn[pi], o = o0 + oi;
-			T v = M::zero();
-			if (n >= 0 && o < g.o)
-				v = M::op(dy[NHWC ? (((size_t)n * g.oh + py[pi]) * g.ow + px[pi]) * g.o + o :
-					     (((size_t)n * g.o + o) * g.oh + py[pi]) * g.ow + px[pi]]);
-			Ds[NHWC ? pi * LD + oi : oi * LD + pi] = v;
-		}
+	};
+	T rd[RD], rx[RX];
+	auto fetch = [&]() {   // the chunk pixels() described, into registers
 		if (NHWC) {
-			for (int e = threadIdx.x; e < kWgP * kWgK; e += kCvThreads) {
-				int pi = e / kWgK, ki = e % kWgK, tap = ki / kWgC, n = pn[pi], c = c0 + ki % kWgC;
-				int iy = py[pi] + tap / 3, ix = px[pi] + tap % 3;
-				Xs[pi * LX + ki] = n >= 0 && c < g.c ?
-					M::op(x[(((size_t)n * g.h + iy) * g.w + ix) * g.c + c]) : M::zero();
+			// dy: a thread's output channel fixed, its pixels step by 4;
+			// x: its input channel fixed, (pixel, kx) steps by 8
+			int oi = threadIdx.x % kWgO, o = o0 + oi;
+#pragma unroll
+			for (int j = 0; j < RD; j++) {
+				int q = dq[threadIdx.x / kWgO + j * (kCvThreads / kWgO)];
+				rd[j] = q >= 0 && o < g.o ? M::op(dy[q + o]) : M::zero();
+			}
+			int c = c0 + threadIdx.x % kWgC;
+#pragma unroll
+			for (int j = 0; j < RX; j++) {
+				int k = threadIdx.x / kWgC + j * (kCvThreads / kWgC), pi = k / 3;
+				rx[j] = dq[pi] >= 0 && c < g.c ? M::op(x[xq[pi] + k % 3 * g.c + c]) : M::zero();
 			}
 		} else {
-			// a thread's pixel is fixed, its (tap, channel) steps by 16
-			int pi = threadIdx.x % kWgP, n = pn[pi];
-			size_t plane = (size_t)g.h * g.w;
-			const T *xp = n >= 0 ? x + ((size_t)n * g.c + c0) * plane + (size_t)py[pi] * g.w + px[pi] : x;
-			for (int ki = threadIdx.x / kWgP; ki < kWgK; ki += kCvThreads / kWgP) {
-				int tap = ki / kWgC, cl = ki % kWgC;
-				Xs[ki * LX + pi] = n >= 0 && c0 + cl < g.c ?
-					M::op(xp[cl * plane + (tap / 3) * g.w + tap % 3]) : M::zero();
+			// a thread's pixel is fixed: dy's output channels step by 8,
+			// x's (kx, channel) by 8
+			int pi = threadIdx.x % kWgP, ol = threadIdx.x / kWgP, q = dq[pi];
+			int dbase = q + (o0 + ol) * opix, xbase = xq[pi] + (c0 + ol) * plane;
+#pragma unroll
+			for (int j = 0; j < RD; j++)
+				rd[j] = q >= 0 && o0 + ol + j * (kCvThreads / kWgP) < g.o ?
+					M::op(dy[dbase + j * (kCvThreads / kWgP) * opix]) : M::zero();
+#pragma unroll
+			for (int j = 0; j < RX; j++) {
+				// (kx, channel) = ol + 8 j: kx = j / 4, the channel ol + 8 (j % 4)
+				constexpr int S = kCvThreads / kWgP, PER = kWgC / S;
+				int kx = j / PER, cl = ol + j % PER * S;
+				rx[j] = q >= 0 && c0 + cl < g.c ? M::op(x[xbase + j % PER * S * plane + kx]) : M::zero();
 			}
 		}
+	};
+	pixels(0);
+	__syncthreads();
+	if (chunks)
+		fetch();
+	__syncthreads();   // every thread has read chunk 0's pixels before pixels(1)
+	for (int t = 0; t < chunks; t++) {
+		if (NHWC) {
+#pragma unroll
+			for (int j = 0; j < RD; j++)
+				Ds[(threadIdx.x / kWgO + j * (kCvThreads / kWgO)) * LD + threadIdx.x % kWgO] = rd[j];
+#pragma unroll
+			for (int j = 0; j < RX; j++) {
+				int q = threadIdx.x / kWgC + j * (kCvThreads / kWgC);
+				Xs[q / 3 * LX + q % 3 * kWgC + threadIdx.x % kWgC] = rx[j];
+			}
+		} else {
+#pragma unroll
+			for (int j = 0; j < RD; j++)
+				Ds[(threadIdx.x / kWgP + j * (kCvThreads / kWgP)) * LD + threadIdx.x % kWgP] = rd[j];
+#pragma unroll
+			for (int j = 0; j < RX; j++)
+				Xs[(threadIdx.x / kWgP + j * (kCvThreads / kWgP)) * LX + threadIdx.x % kWgP] = rx[j];
+		}
+		if (t + 1 < chunks)
+			pixels(t + 1);
 		__syncthreads();
+		if (t + 1 < chunks)
+			fetch();
+#pragma unroll 2
 		for (int k = 0; k < kWgP; k += M::K) {
 			wmma::fragment<wmma::matrix_a, 16, 16, M::K, typename M::P, LayA> a;
 			wmma::load_matrix_sync(a, NHWC ? Ds + k * LD + fr * 16 : Ds + fr * 16 * LD + k, LD);
-			for (int j = 0; j < 9; j++) {
+			for (int j = 0; j < 3; j++) {
 				wmma::fragment<wmma::matrix_b, 16, 16, M::K, typename M::P, LayB> b;
 				int kc = (fc0 + j) * 16;
 				wmma::load_matrix_sync(b, NHWC ? Xs + k * LX + kc : Xs + kc * LX + k, LX);
@@ -1055,49 +1136,96 @@ __global__ void __launch_bounds__(kCvThreads) conv3_wgrad_part(const T *x, const
 		}
 		__syncthreads();
 	}
-	float *out = part + (((size_t)blockIdx.x * to + blockIdx.y) * tc + blockIdx.z) * kWgO * kWgK;
-	for (int j = 0; j < 9; j++)
+	float *out = part + (((size_t)blockIdx.x * to + blockIdx.y) * tc + blockIdx.z / 3) * kWgO * kWgK +
+		     ky * kWgN;
+	for (int j = 0; j < 3; j++)
 		wmma::store_matrix_sync(out + fr * 16 * kWgK + (fc0 + j) * 16, acc[j], kWgK,
 					wmma::mem_row_major);
 }
 
-// dw[o][c][tap] = the splits' partial sums in order: a thread per entry of
-// one split's part, read along its rows.
-__global__ void conv3_wgrad_sum(const float *part, int splits, int to, int tc, int oc, int c,
-				float *dw)
+// dw[o][c][tap] = the splits' partial sums, in a fixed order: a block per
+// 32 entries of a split's part, its 8 warps each summing every 8th split
+// from its own (coalesced along the entries), then the 8 sums in order.
+constexpr int kWgSumLanes = 32, kWgSumWays = kCvThreads / kWgSumLanes;
+
+__global__ void __launch_bounds__(kCvThreads) conv3_wgrad_sum(const float *part, int splits, int to,
+							     int tc, int oc, int c, float *dw)
 {
+	__shared__ float sums[kWgSumWays][kWgSumLanes];
 	size_t per = (size_t)to * tc * kWgO * kWgK;
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < per;
-	     i += (size_t)gridDim.x * blockDim.x) {
-		int k = (int)(i % kWgK), ol = (int)(i / kWgK % kWgO);
-		int bc = (int)(i / kWgK / kWgO % tc), bo = (int)(i / kWgK / kWgO / tc);
-		int o = bo * kWgO + ol, ci = bc * kWgC + k % kWgC, tap = k / kWgC;
-		if (o >= oc || ci >= c)
-			continue;
-		float s = 0.f;
-		for (int p = 0; p < splits; p++)
+	size_t i = (size_t)blockIdx.x * kWgSumLanes + threadIdx.x % kWgSumLanes;
+	int way = threadIdx.x / kWgSumLanes;
+	float s = 0.f;
+	if (i < per)
+		for (int p = way; p < splits; p += kWgSumWays)
 			s += part[p * per + i];
+	sums[way][threadIdx.x % kWgSumLanes] = s;
+	__syncthreads();
+	if (way || i >= per)
+		return;
+	s = 0.f;
+	for (int w = 0; w < kWgSumWays; w++)
+		s += sums[w][threadIdx.x];
+	int k = (int)(i % kWgK), ol = (int)(i / kWgK % kWgO);
+	int bc = (int)(i / kWgK / kWgO % tc), bo = (int)(i / kWgK / kWgO / tc);
+	int o = bo * kWgO + ol, ci = bc * kWgC + k % kWgC, tap = k / kWgC;
+	if (o < oc && ci < c)
 		dw[((size_t)o * c + ci) * 9 + tap] = s;
-	}
 }
 
-// The split of the pixels for the backward-filter: at least 256 pixels a
-// block, at most 256 blocks a tile, 16-pixel steps.
-long long conv3_wgrad_ppb(long long m)
+// How many blocks of conv3_wgrad_part<T, NHWC> the current GPU runs at once
+// (its SMs times the blocks an SM holds): the splits of the pixels fill one
+// such wave, so no SM idles through a short last one.  Asked once per
+// device and kept (cnn_cuda_conv3_wgrad_scratch asks before any launch), so
+// that a launch inside a CUDA graph's stream capture makes no query but
+// cudaGetDevice.  A device that cannot say gets 128, not kept (the launch
+// then reports what is wrong with it).
+template <typename T, bool NHWC>
+int conv3_wgrad_slots()
 {
-	long long ppb = (m + 255) / 256;
+	static std::atomic<long long> kept{-1};   // device << 32 | slots
+	int dev = 0, sms = 0, per = 0;
+	if (cudaGetDevice(&dev) != cudaSuccess) {
+		cudaGetLastError();
+		return 128;
+	}
+	long long k = kept.load(std::memory_order_relaxed);
+	if (k >= 0 && k >> 32 == dev)
+		return (int)(k & 0xffffffffLL);
+	if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+	    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, (const void *)conv3_wgrad_part<T, NHWC>,
+							  kCvThreads, 0) != cudaSuccess ||
+	    sms < 1 || per < 1) {
+		cudaGetLastError();
+		return 128;
+	}
+	kept.store((long long)dev << 32 | (long long)sms * per, std::memory_order_relaxed);
+	return sms * per;
+}
+
+// Pixels a block: one wave of slots / tiles splits, at least kWgMinPixels
+// and a whole number of chunks each.  splits = ceil(m / ppb) is then at most
+// min(ceil(m / kWgMinPixels), max(1, slots / tiles)), whatever m is: the
+// bound cnn_cuda_conv3_wgrad_scratch sizes the scratch for.
+long long conv3_wgrad_ppb(long long m, int slots, int tiles)
+{
+	long long want = slots / tiles > 1 ? slots / tiles : 1, ppb = (m + want - 1) / want;
 	ppb = (ppb + kWgP - 1) / kWgP * kWgP;
-	return ppb < 256 ? 256 : ppb;
+	return ppb < kWgMinPixels ? kWgMinPixels : ppb;
 }
 
 bool conv3_args(const char *call, int nimg, int c, int h, int wd, int oc)
 {
-	if (nimg >= 0 && c >= 1 && oc >= 1 && h >= 3 && wd >= 3 && oc <= 65535 * kCvBN &&
-	    (long long)nimg * (h - 2) * (wd - 2) / kCvBM < 0x7fffffffLL && (c + kWgC - 1) / kWgC <= 65535)
+	// every tensor, with a tile's overhang, under 2^31 entries: the kernels'
+	// offsets are 32-bit
+	int cmax = c > oc ? c : oc;
+	if (nimg >= 0 && c >= 1 && oc >= 1 && h >= 3 && wd >= 3 && cmax <= 65535 / 3 * kWgC &&
+	    (long long)(nimg + 1) * (cmax + kCvBN) * h * wd < 0x7fffffffLL &&
+	    9LL * (oc + kCvBN) * (c + kCvBN) < 0x7fffffffLL)
 		return true;
-	char m[128];
+	char m[160];
 	snprintf(m, sizeof(m), "%d images of %d channels %dx%d, %d outputs: expected >= 0, >= 1, 3x3 "
-		 "or larger, >= 1", nimg, c, h, wd, oc);
+		 "or larger, >= 1, and fewer than 2^31 entries in each tensor", nimg, c, h, wd, oc);
 	cnn_cuda_fail(__FILE__, __LINE__, call, m);
 	return false;
 }
@@ -1107,9 +1235,9 @@ Conv3 conv3_geom(int nimg, int c, int h, int wd, int oc, int nhwc)
 {
 	Conv3 g;
 	g.c = c, g.h = h, g.w = wd, g.o = oc, g.oh = h - 2, g.ow = wd - 2, g.pad = 0, g.flip = 0;
-	g.wo = 9LL * c;
+	g.wo = 9 * c;
 	g.wc = nhwc ? 1 : 9;
-	g.wy = nhwc ? 3LL * c : 3;
+	g.wy = nhwc ? 3 * c : 3;
 	g.wx = nhwc ? c : 1;
 	g.m = (long long)nimg * g.oh * g.ow;
 	return g;
@@ -1120,8 +1248,13 @@ int launch_conv3_igemm(const T *x, const T *w, const Conv3 &g, int nhwc, T *y, c
 {
 	if (!g.m)
 		return 0;
-	dim3 grid((unsigned)((g.m + kCvBM - 1) / kCvBM), (unsigned)((g.o + kCvBN - 1) / kCvBN));
-	void (*k)(const T *, const T *, Conv3, T *) = nhwc ? conv3_igemm<T, true> : conv3_igemm<T, false>;
+	// 32 outputs a block where there are no more (conv2's backward-data):
+	// no half-empty tiles
+	int bn = g.o <= 32 ? 32 : kCvBN;
+	dim3 grid((unsigned)((g.m + kCvBM - 1) / kCvBM), (unsigned)((g.o + bn - 1) / bn));
+	void (*k)(const T *, const T *, Conv3, T *) =
+		bn == 32 ? (nhwc ? conv3_igemm<T, true, 32> : conv3_igemm<T, false, 32>) :
+			   (nhwc ? conv3_igemm<T, true, kCvBN> : conv3_igemm<T, false, kCvBN>);
 	k<<<grid, kCvThreads, 0, s>>>(x, w, g, y);
 	cudaCheck(cudaGetLastError());
 	return 0;
@@ -1158,15 +1291,18 @@ int launch_conv3_wgrad(const T *x, const T *dy, int nimg, int c, int h, int wd, 
 	if (!conv3_args("cnn_cuda_conv3_wgrad", nimg, c, h, wd, oc))
 		return -1;
 	Conv3 g = conv3_geom(nimg, c, h, wd, oc, nhwc);
-	long long ppb = conv3_wgrad_ppb(g.m);
-	int splits = (int)((g.m + ppb - 1) / ppb), to = (oc + kWgO - 1) / kWgO, tc = (c + kWgC - 1) / kWgC;
+	int to = (oc + kWgO - 1) / kWgO, tc = (c + kWgC - 1) / kWgC;
+	int slots = nhwc ? conv3_wgrad_slots<T, true>() : conv3_wgrad_slots<T, false>();
+	long long ppb = conv3_wgrad_ppb(g.m, slots, to * tc * 3);
+	int splits = (int)((g.m + ppb - 1) / ppb);
 	if (splits) {   // no images: the sum of no splits, zeros
 		void (*k)(const T *, const T *, Conv3, long long, float *) =
 			nhwc ? conv3_wgrad_part<T, true> : conv3_wgrad_part<T, false>;
-		k<<<dim3(splits, to, tc), kCvThreads, 0, s>>>(x, dy, g, ppb, scratch);
+		k<<<dim3(splits, to, tc * 3), kCvThreads, 0, s>>>(x, dy, g, ppb, scratch);
 		cudaCheck(cudaGetLastError());
 	}
-	conv3_wgrad_sum<<<blocks_for((size_t)to * tc * kWgO * kWgK), kThreads, 0, s>>>(scratch, splits, to, tc, oc, c, dw);
+	size_t per = (size_t)to * tc * kWgO * kWgK;
+	conv3_wgrad_sum<<<(unsigned)((per + kWgSumLanes - 1) / kWgSumLanes), kCvThreads, 0, s>>>(scratch, splits, to, tc, oc, c, dw);
 	cudaCheck(cudaGetLastError());
 	return 0;
 }
@@ -1475,9 +1611,17 @@ extern "C" size_t cnn_cuda_conv3_wgrad_scratch(int nimg, int c, int h, int wd, i
 {
 	if (nimg < 1 || c < 1 || h < 3 || wd < 3 || oc < 1)
 		return 0;
-	long long m = (long long)nimg * (h - 2) * (wd - 2), ppb = conv3_wgrad_ppb(m);
-	return (size_t)((m + ppb - 1) / ppb) * ((oc + kWgO - 1) / kWgO) * ((c + kWgC - 1) / kWgC) *
-	       kWgO * kWgK;
+	// the most splits any launch for up to nimg images makes, in any type
+	// and layout (conv3_wgrad_ppb)
+	long long m = (long long)nimg * (h - 2) * (wd - 2), tiles = 3LL * ((oc + kWgO - 1) / kWgO) *
+		((c + kWgC - 1) / kWgC);
+	int slots[] = {conv3_wgrad_slots<float, false>(), conv3_wgrad_slots<float, true>(),
+		       conv3_wgrad_slots<bf16, false>(), conv3_wgrad_slots<bf16, true>()};
+	long long want = 1;
+	for (int v : slots)
+		want = v / tiles > want ? v / tiles : want;
+	long long splits = (m + kWgMinPixels - 1) / kWgMinPixels;
+	return (size_t)(splits < want ? splits : want) * (tiles / 3) * kWgO * kWgK;
 }
 
 extern "C" int cnn_cuda_conv3_fwd_tf32(const float *x, const float *w, int nimg, int c, int h,
