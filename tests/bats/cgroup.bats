@@ -3,7 +3,11 @@
 # step's CPUs are its cgroup's cpuset, which slurmstepd and the task see,
 # and which the plan must keep to, also when the admin gives the node's
 # topology as a file.  Without task/affinity (affinity.bats), so the cpuset
-# is the only confinement here.  cgroup v1 (Slurm's cgroup/v2 needs slurmd
+# is the only confinement here.  And ConstrainDevices=yes where the devices
+# hierarchy is there: the GPUs' files are char devices 195:0-3 with no driver
+# behind them, so a task can tell the GPUs its devices cgroup allows (open:
+# ENXIO) from the others (EPERM), and CUDA's numbering of what it can open
+# is checked against the plan.  cgroup v1 (Slurm's cgroup/v2 needs slurmd
 # under systemd); skipped where its cpuset hierarchy is missing.
 # bats file_tags=slurm
 
@@ -13,7 +17,11 @@ setup_file() {
 	[ -w /sys/fs/cgroup/cpuset/cgroup.procs ] ||
 		skip "no cgroup v1 cpuset hierarchy at /sys/fs/cgroup/cpuset: task/cgroup not tested"
 	[ "$(nproc --all)" -ge 2 ] || skip "needs 2 CPUs"
-	DDP_CLUSTER_TASKPLUGIN=task/cgroup cluster_start 1
+	if [ -w /sys/fs/cgroup/devices/cgroup.procs ]; then
+		DDP_CLUSTER_TASKPLUGIN=task/cgroup DDP_CLUSTER_CONSTRAIN_DEVICES=1 cluster_start 1
+	else
+		DDP_CLUSTER_TASKPLUGIN=task/cgroup cluster_start 1
+	fi
 }
 
 teardown_file() {
@@ -63,4 +71,63 @@ hold_one_cpu() {
 	assert_matches_plan 1
 	assert_line --regexp "^rank=0 local=0 cpus=$free plan_cpus=$free cvd=$cvd plan_cvd=$cvd busid=$bus plan_busid=$bus "
 	assert_line --partial "# cpu: bound: the cores near each task's GPU, split evenly"
+}
+
+# A task under ConstrainDevices: which of /dev/nvidia0-3 its devices cgroup
+# lets it open (ENXIO: allowed, no driver; EPERM: denied), then what
+# bind_report.sh says of it.
+constrained_task() {
+	local dev=${DDP_CLUSTER_DIR:-$REPO/build/cluster}/dev/nvidia
+	run --separate-stderr crun srun "$@" bash -c '
+		allowed= denied=
+		for i in 0 1 2 3; do
+			case $(exec 2>&1; : <"$1$i") in
+			*"No such device"*) allowed="$allowed,$i" ;;
+			*"not permitted"*) denied="$denied,$i" ;;
+			*) echo "nvidia$i: neither allowed nor denied" ;;
+			esac
+		done
+		echo "local=$SLURM_LOCALID step=$SLURM_STEP_GPUS allowed=${allowed#,} denied=${denied#,} cvd=${CUDA_VISIBLE_DEVICES:-unset} bus=${DDP_GPU_BUSID:-unset}"
+		[ -z "$2" ] || "$2"' constrained_task "$dev" "${REPORT:-}"
+}
+
+@test "ConstrainDevices: the step's GPUs are the ones its cgroup allows, and Slurm numbers them from 0" {
+	grep -q '^ConstrainDevices=yes' "${DDP_CLUSTER_DIR:-$REPO/build/cluster}/etc/cgroup.conf" ||
+		skip "no cgroup v1 devices hierarchy: ConstrainDevices not tested"
+	hold_job --gres=gpu:1
+	constrained_task -N1 -n1 --gres=gpu:2
+	assert_success
+	# the holder has GRES 0; Slurm counts the step's 1 and 2 from 0 for CUDA
+	assert_line "local=0 step=1,2 allowed=1,2 denied=0,3 cvd=0,1 bus=unset"
+}
+
+@test "ConstrainDevices with --ddp: each task's CUDA_VISIBLE_DEVICES names, among the GPUs it can open, its planned one" {
+	grep -q '^ConstrainDevices=yes' "${DDP_CLUSTER_DIR:-$REPO/build/cluster}/etc/cgroup.conf" ||
+		skip "no cgroup v1 devices hierarchy: ConstrainDevices not tested"
+	testnode_topology
+	hold_job --gres=gpu:1
+	REPORT=$BIND_REPORT constrained_task --ddp=gloo -N1 -n2 --gres=gpu:2
+	assert_success
+	assert_matches_plan 2
+	# testnode.xml by bus id: GRES k is /dev/nvidia k, the k-th of these
+	# (no NVIDIA driver list: minor order taken for bus order)
+	local bus=(0000:20:00.0 0000:30:00.0 0000:60:00.0 0000:70:00.0) line seen=
+	for l in 0 1; do
+		line=$(grep "^local=$l " <<<"$output") || fail "no line for local rank $l"
+		[[ $line =~ step=1,2\ allowed=1,2\ denied=0,3\ cvd=([0-9,]+)\ bus=([0-9a-f:.]+) ]] ||
+			fail "local rank $l: $line"
+		local cvd=${BASH_REMATCH[1]} mine=${BASH_REMATCH[2]}
+		# CUDA numbers the GPUs it can open (1 and 2) in bus order: CUDA
+		# device c is GRES c + 1; the task opens device local_rank of its
+		# list
+		local -a ids
+		IFS=, read -r -a ids <<<"$cvd"
+		local opens=${bus[$((ids[l] + 1))]}
+		[ "$opens" = "$mine" ] ||
+			fail "local rank $l: CUDA_VISIBLE_DEVICES=$cvd opens $opens as device $l, but DDP_GPU_BUSID=$mine"
+		seen="$seen $mine"
+	done
+	[ "$(tr ' ' '\n' <<<"$seen" | sort -u | grep -c .)" = 2 ] || fail "the two tasks share a GPU:$seen"
+	assert_line --partial "bus=0000:30:00.0"
+	assert_line --partial "bus=0000:60:00.0"
 }
