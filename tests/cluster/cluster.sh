@@ -218,6 +218,20 @@ CONF
 	*task/cgroup*)
 		[ -w /sys/fs/cgroup/cpuset/cgroup.procs ] ||
 			die "DDP_CLUSTER_TASKPLUGIN=$DDP_CLUSTER_TASKPLUGIN needs cgroup v1's cpuset hierarchy at /sys/fs/cgroup/cpuset"
+		# Slurm names a node's cgroups slurm_<node name> (not configurable),
+		# and every test cluster's nodes are node1..N: another checkout's
+		# task/cgroup cluster on this machine would share them (and its job
+		# ids), so refuse while one holds processes; a stopped or killed
+		# one's empty cgroups are removed, leaves first
+		for i in $(seq 1 "$n"); do
+			for f in /sys/fs/cgroup/*/slurm_node$i; do
+				[ -d "$f" ] || continue
+				if find "$f" -name cgroup.procs -exec cat {} + 2>/dev/null | grep -q .; then
+					die "$f holds processes: another task/cgroup test cluster runs on this machine (Slurm names a node's cgroups after it, node$i in every test cluster); stop it first"
+				fi
+				find "$f" -depth -type d -exec rmdir {} + 2>/dev/null || true
+			done
+		done
 		[ -z "${DDP_CLUSTER_CONSTRAIN_DEVICES:-}" ] || [ -w /sys/fs/cgroup/devices/cgroup.procs ] ||
 			die "DDP_CLUSTER_CONSTRAIN_DEVICES needs cgroup v1's devices hierarchy at /sys/fs/cgroup/devices"
 		printf 'CgroupPlugin=cgroup/v1\nConstrainCores=yes\nConstrainDevices=%s\nConstrainRAMSpace=no\n' \
