@@ -181,8 +181,9 @@ int cnn_cuda_conv1_wgrad_bf16(const cnn_bf16 *x, const cnn_bf16 *dy, const cnn_b
  *   dgrad: dx (nimg x c x h x w) from dy (nimg x oc x (h-2) x (w-2))
  *   wgrad: dw (fp32 OIHW in every layout, overwritten) from x and dy; the
  *          blocks' partial sums go to scratch (cnn_cuda_conv3_wgrad_scratch
- *          floats, for up to nimg images) and are added in a fixed order:
- *          the same bits each run.
+ *          floats, for up to nimg images and any fewer) and are added in a
+ *          fixed order: the same bits each run on a given GPU (the split
+ *          fills one wave of its SMs).
  * y and dx are stored in the operands' type (float, or bf16 rounded to
  * nearest even, as cuDNN stores its output). */
 int cnn_cuda_conv3_fwd_tf32(const float *x, const float *w, int nimg, int c, int h, int wd, int oc,
