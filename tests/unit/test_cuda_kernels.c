@@ -724,7 +724,7 @@ static void test_conv3(int nimg, int c, int h, int w, int oc, int nhwc, int bf16
 	size_t nx = (size_t)nimg * c * h * w, ny = (size_t)nimg * oc * pix, nw = (size_t)oc * K;
 	size_t ns = cnn_cuda_conv3_wgrad_scratch(nimg, c, h, w, oc);
 	float *x = malloc(nx * 4), *wt = malloc(nw * 4), *dy = malloc(ny * 4);
-	float *xl = malloc(nx * 4), *wl = malloc(nw * 4), *dyl = malloc(ny * 4);
+	float *xl = malloc(nx * 4), *dyl = malloc(ny * 4);
 	float *y = malloc(ny * 4), *got = malloc((nx > ny ? nx : ny) * 4), *t = malloc((nx > ny ? nx : ny) * 4);
 	float *dx = malloc(nx * 4), *dw = calloc(nw, 4), *db = calloc(oc, 4);
 	float *gdw = malloc(nw * 4), *gdw2 = malloc(nw * 4);
@@ -736,9 +736,14 @@ static void test_conv3(int nimg, int c, int h, int w, int oc, int nhwc, int bf16
 	fill(wt, nw);
 	fill(dy, ny);
 	to_layout(nhwc, x, xl, nimg, c, h * w);
-	to_layout(nhwc, wt, wl, oc, c, 9);   /* OIHW, or OHWI */
 	to_layout(nhwc, dy, dyl, nimg, oc, pix);
-	void *dX = up(xl, nx, bf16), *dW = up(wl, nw, bf16), *dDY = up(dyl, ny, bf16);
+	/* the weights packed from fp32 OIHW, as the step does */
+	float *dW32 = up(wt, nw, 0);
+	void *dWF = dev(NULL, nw * (bf16 ? 2 : 4)), *dWB = dev(NULL, nw * (bf16 ? 2 : 4));
+	void *dX = up(xl, nx, bf16), *dDY = up(dyl, ny, bf16);
+	snprintf(d, sizeof(d), "conv3_pack%s launches", sh);
+	test_cond(d, (bf16 ? cnn_cuda_conv3_pack_bf16(dW32, oc, c, dWF, dWB, NULL) :
+			     cnn_cuda_conv3_pack_tf32(dW32, oc, c, dWF, dWB, NULL)) == 0);
 	void *dY = dev(NULL, ny * (bf16 ? 2 : 4)), *dDX = dev(NULL, nx * (bf16 ? 2 : 4));
 	float *dsc = dev(NULL, ns * 4), *ddw = dev(NULL, nw * 4);
 	/* the operands as the kernels read them */
@@ -754,8 +759,8 @@ static void test_conv3(int nimg, int c, int h, int w, int oc, int nhwc, int bf16
 	int tol = bf16 ? T_MMA_BF16 : T_MMA;
 
 	snprintf(d, sizeof(d), "conv3_fwd%s launches", sh);
-	test_cond(d, (bf16 ? cnn_cuda_conv3_fwd_bf16(dX, dW, nimg, c, h, w, oc, nhwc, dY, NULL) :
-			     cnn_cuda_conv3_fwd_tf32(dX, dW, nimg, c, h, w, oc, nhwc, dY, NULL)) == 0);
+	test_cond(d, (bf16 ? cnn_cuda_conv3_fwd_bf16(dX, dWF, nimg, c, h, w, oc, nhwc, dY, NULL) :
+			     cnn_cuda_conv3_fwd_tf32(dX, dWF, nimg, c, h, w, oc, nhwc, dY, NULL)) == 0);
 	down(t, dY, ny, bf16);
 	if (nhwc)
 		to_nchw(t, got, nimg, oc, pix);
@@ -776,8 +781,8 @@ static void test_conv3(int nimg, int c, int h, int w, int oc, int nhwc, int bf16
 	if (bf16)
 		cnn_bf16_round(dx, nx);
 	snprintf(d, sizeof(d), "conv3_dgrad%s launches", sh);
-	test_cond(d, (bf16 ? cnn_cuda_conv3_dgrad_bf16(dDY, dW, nimg, c, h, w, oc, nhwc, dDX, NULL) :
-			     cnn_cuda_conv3_dgrad_tf32(dDY, dW, nimg, c, h, w, oc, nhwc, dDX, NULL)) == 0);
+	test_cond(d, (bf16 ? cnn_cuda_conv3_dgrad_bf16(dDY, dWB, nimg, c, h, w, oc, nhwc, dDX, NULL) :
+			     cnn_cuda_conv3_dgrad_tf32(dDY, dWB, nimg, c, h, w, oc, nhwc, dDX, NULL)) == 0);
 	down(t, dDX, nx, bf16);
 	if (nhwc)
 		to_nchw(t, got, nimg, c, h * w);
@@ -800,10 +805,52 @@ static void test_conv3(int nimg, int c, int h, int w, int oc, int nhwc, int bf16
 	test_cond(d, compare("conv3_wgrad", gdw, dw, nw, T_MMA) == 0);
 	snprintf(d, sizeof(d), "conv3_wgrad%s gives the same bits twice", sh);
 	test_cond(d, !memcmp(gdw, gdw2, nw * 4));
-	cudaFree(dX), cudaFree(dW), cudaFree(dDY), cudaFree(dY), cudaFree(dDX), cudaFree(dsc);
-	cudaFree(ddw);
-	free(x), free(wt), free(dy), free(xl), free(wl), free(dyl), free(y), free(got), free(t);
+	cudaFree(dX), cudaFree(dW32), cudaFree(dWF), cudaFree(dWB), cudaFree(dDY), cudaFree(dY);
+	cudaFree(dDX), cudaFree(dsc), cudaFree(ddw);
+	free(x), free(wt), free(dy), free(xl), free(dyl), free(y), free(got), free(t);
 	free(dx), free(dw), free(db), free(gdw), free(gdw2), free(col), free(dcol);
+}
+
+/* conv3_pack: the fp32 OIHW weights reindexed exactly, [tap][c][o] and
+ * [tap][o][c], bf16 rounded to nearest even as cnn_bf16_round does. */
+static void test_conv3_pack(int oc, int c, int bf16)
+{
+	size_t n = (size_t)oc * c * 9;
+	float *w = malloc(n * 4), *ref = malloc(n * 4), *wf = malloc(n * 4), *wb = malloc(n * 4);
+	fill(w, n);
+	memcpy(ref, w, n * 4);
+	if (bf16)
+		cnn_bf16_round(ref, n);
+	float *dw = up(w, n, 0);
+	void *dwf = dev(NULL, n * (bf16 ? 2 : 4)), *dwb = dev(NULL, n * (bf16 ? 2 : 4));
+	char d[160];
+	snprintf(d, sizeof(d), "conv3_pack%s of %d x %d x 3 x 3 launches", bf16 ? "_bf16" : "_tf32", oc, c);
+	test_cond(d, (bf16 ? cnn_cuda_conv3_pack_bf16(dw, oc, c, dwf, dwb, NULL) :
+			     cnn_cuda_conv3_pack_tf32(dw, oc, c, dwf, dwb, NULL)) == 0);
+	down(wf, dwf, n, bf16);
+	down(wb, dwb, n, bf16);
+	size_t bad = 0, first = n;
+	for (int o = 0; o < oc; o++)
+		for (int ci = 0; ci < c; ci++)
+			for (int t = 0; t < 9; t++) {
+				size_t i = ((size_t)o * c + ci) * 9 + t;
+				float a = wf[((size_t)t * c + ci) * oc + o], b = wb[((size_t)t * oc + o) * c + ci];
+				if (memcmp(&a, &ref[i], 4) || memcmp(&b, &ref[i], 4)) {
+					bad++;
+					if (first == n) {
+						first = i;
+						printf("#   w[%d][%d][%d] = %.9g: forward's %.9g, backward's %.9g\n", o,
+						       ci, t, ref[i], a, b);
+					}
+				}
+			}
+	snprintf(d, sizeof(d), "conv3_pack%s of %d x %d x 3 x 3: [tap][c][o] and [tap][o][c], each "
+		 "entry exactly (%zu wrong)", bf16 ? "_bf16" : "_tf32", oc, c, bad);
+	test_cond(d, bad == 0);
+	snprintf(d, sizeof(d), "conv3_pack refuses 0 outputs");
+	test_cond(d, cnn_cuda_conv3_pack_tf32(dw, 0, c, dwf, dwb, NULL) < 0);
+	cudaFree(dw), cudaFree(dwf), cudaFree(dwb);
+	free(w), free(ref), free(wf), free(wb);
 }
 
 /* The weight gradient's scratch, sized for nimg images, holds the partial
@@ -1142,6 +1189,10 @@ int main(void)
 			 * 8 ways adds one or more */
 			test_conv3(40, 3, 10, 10, 5, nhwc, b16);
 		}
+	for (int b16 = 0; b16 < 2; b16++) {
+		test_conv3_pack(64, 32, b16);
+		test_conv3_pack(5, 7, b16);
+	}
 	/* cuemu: 32 images of 81 pixels make 9 splits, 31 make 10 */
 	test_conv3_scratch(32, 3, 11, 11, 5);
 	test_bias_grad(0);

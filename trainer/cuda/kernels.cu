@@ -465,6 +465,24 @@ __global__ void oihw_to_ohwi(const float *w, int in, int hw, size_t total, T *ou
 	}
 }
 
+// conv2's weights for its tensor-core kernels, from the fp32 OIHW
+// parameters in one pass: wf [tap][c][o] for the forward, wb [tap][o][c]
+// for the backward-data, so that the 64 (or 32) outputs a block stages
+// are consecutive in memory: a warp's loads one or two 128-byte lines,
+// where OIHW (and OHWI) put an output's weights 9 c entries apart.
+template <typename T>
+__global__ void conv3_pack(const float *w, int oc, int c, size_t total, T *wf, T *wb)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		// i indexes w: [o][ci][tap]
+		int tap = (int)(i % 9), ci = (int)(i / 9 % c), o = (int)(i / 9 / c);
+		float v = w[i];
+		st(wf + ((size_t)tap * c + ci) * oc + o, v);
+		st(wb + ((size_t)tap * oc + o) * c + ci, v);
+	}
+}
+
 template <typename T>
 __global__ void ohwi_to_oihw(const T *w, int in, int hw, size_t total, float *out)
 {
@@ -774,6 +792,22 @@ int launch_bias_grad_nhwc(T *dy, const T *gate, int relu, int nimg, int oc, int 
 									(size_t)nimg * n, oc, scratch);
 	cudaCheck(cudaGetLastError());
 	bias_grad_sum<<<oc, kBiasThreads, 0, s>>>(scratch, (int)chunks, db);
+	cudaCheck(cudaGetLastError());
+	return 0;
+}
+
+template <typename T>
+int launch_conv3_pack(const float *w, int oc, int c, T *wf, T *wb, cudaStream_t s)
+{
+	if (oc < 1 || c < 1 || 9LL * oc * c >= 0x7fffffffLL) {
+		char m[96];
+		snprintf(m, sizeof(m), "%d x %d x 3 x 3 weights: expected 1 or more of each, under 2^31 in all",
+			 oc, c);
+		cnn_cuda_fail(__FILE__, __LINE__, "cnn_cuda_conv3_pack", m);
+		return -1;
+	}
+	size_t total = 9 * (size_t)oc * c;
+	conv3_pack<<<blocks_for(total), kThreads, 0, s>>>(w, oc, c, total, wf, wb);
 	cudaCheck(cudaGetLastError());
 	return 0;
 }
@@ -1230,15 +1264,15 @@ bool conv3_args(const char *call, int nimg, int c, int h, int wd, int oc)
 	return false;
 }
 
-// The weight strides of OIHW (nhwc 0) or OHWI weights of oc x c x 3 x 3.
-Conv3 conv3_geom(int nimg, int c, int h, int wd, int oc, int nhwc)
+// The forward's geometry, its weights packed [tap][c][o] (conv3_pack's wf).
+Conv3 conv3_geom(int nimg, int c, int h, int wd, int oc)
 {
 	Conv3 g;
 	g.c = c, g.h = h, g.w = wd, g.o = oc, g.oh = h - 2, g.ow = wd - 2, g.pad = 0, g.flip = 0;
-	g.wo = 9 * c;
-	g.wc = nhwc ? 1 : 9;
-	g.wy = nhwc ? 3 * c : 3;
-	g.wx = nhwc ? c : 1;
+	g.wo = 1;
+	g.wc = oc;
+	g.wy = 3 * c * oc;
+	g.wx = c * oc;
 	g.m = (long long)nimg * g.oh * g.ow;
 	return g;
 }
@@ -1266,20 +1300,22 @@ int launch_conv3_fwd(const T *x, const T *w, int nimg, int c, int h, int wd, int
 {
 	if (!conv3_args("cnn_cuda_conv3_fwd", nimg, c, h, wd, oc))
 		return -1;
-	return launch_conv3_igemm(x, w, conv3_geom(nimg, c, h, wd, oc, nhwc), nhwc, y, s);
+	return launch_conv3_igemm(x, w, conv3_geom(nimg, c, h, wd, oc), nhwc, y, s);
 }
 
 // dx = the "full" convolution of dy with the flipped, transposed weights:
-// input oc channels of (h-2) x (w-2) padded by 2, output c channels of h x w.
+// input oc channels of (h-2) x (w-2) padded by 2, output c channels of h x w;
+// the weights packed [tap][o][c] (conv3_pack's wb), the GEMM's outputs (the
+// input channels c) consecutive.
 template <typename T>
 int launch_conv3_dgrad(const T *dy, const T *w, int nimg, int c, int h, int wd, int oc, int nhwc,
 		       T *dx, cudaStream_t s)
 {
 	if (!conv3_args("cnn_cuda_conv3_dgrad", nimg, c, h, wd, oc))
 		return -1;
-	Conv3 f = conv3_geom(nimg, c, h, wd, oc, nhwc), g;
+	Conv3 g;
 	g.c = oc, g.h = h - 2, g.w = wd - 2, g.o = c, g.oh = h, g.ow = wd, g.pad = 2, g.flip = 1;
-	g.wo = f.wc, g.wc = f.wo, g.wy = f.wy, g.wx = f.wx;
+	g.wo = 1, g.wc = c, g.wy = 3 * oc * c, g.wx = oc * c;
 	g.m = (long long)nimg * h * wd;
 	return launch_conv3_igemm(dy, w, g, nhwc, dx, s);
 }
@@ -1290,7 +1326,7 @@ int launch_conv3_wgrad(const T *x, const T *dy, int nimg, int c, int h, int wd, 
 {
 	if (!conv3_args("cnn_cuda_conv3_wgrad", nimg, c, h, wd, oc))
 		return -1;
-	Conv3 g = conv3_geom(nimg, c, h, wd, oc, nhwc);
+	Conv3 g = conv3_geom(nimg, c, h, wd, oc);
 	int to = (oc + kWgO - 1) / kWgO, tc = (c + kWgC - 1) / kWgC;
 	int slots = nhwc ? conv3_wgrad_slots<T, true>() : conv3_wgrad_slots<T, false>();
 	long long ppb = conv3_wgrad_ppb(g.m, slots, to * tc * 3);
@@ -1622,6 +1658,18 @@ extern "C" size_t cnn_cuda_conv3_wgrad_scratch(int nimg, int c, int h, int wd, i
 		want = v / tiles > want ? v / tiles : want;
 	long long splits = (m + kWgMinPixels - 1) / kWgMinPixels;
 	return (size_t)(splits < want ? splits : want) * (tiles / 3) * kWgO * kWgK;
+}
+
+extern "C" int cnn_cuda_conv3_pack_tf32(const float *w, int oc, int c, float *wf, float *wb,
+					cudaStream_t s)
+{
+	return launch_conv3_pack(w, oc, c, wf, wb, s);
+}
+
+extern "C" int cnn_cuda_conv3_pack_bf16(const float *w, int oc, int c, cnn_bf16 *wf, cnn_bf16 *wb,
+					cudaStream_t s)
+{
+	return launch_conv3_pack(w, oc, c, B(wf), B(wb), s);
 }
 
 extern "C" int cnn_cuda_conv3_fwd_tf32(const float *x, const float *w, int nimg, int c, int h,

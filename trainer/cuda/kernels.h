@@ -171,14 +171,18 @@ int cnn_cuda_conv1_wgrad_bf16(const cnn_bf16 *x, const cnn_bf16 *dy, const cnn_b
 			      cudaStream_t s);
 
 /* A 3x3 convolution (stride 1, no padding) of many input channels, conv2,
- * on the tensor cores as an implicit GEMM (no im2col buffer): the weights
- * in the activations' layout (OIHW, or OHWI with nhwc), sums in fp32 of
- * operands rounded to TF32 (cvt.rna, as cuDNN's TF32) for the _tf32 calls
- * or read as bf16 for the _bf16 ones.  Twins: cnn_im2col3 + cnn_sgemm on
- * the rounded operands (no bias: the pool applies conv2's), col2im of W^T dy
- * (cnn_conv3_bwd's dx), and its dw summed over the images.
- *   fwd:   y (nimg x oc x (h-2) x (w-2)) = conv(x (nimg x c x h x w), w)
- *   dgrad: dx (nimg x c x h x w) from dy (nimg x oc x (h-2) x (w-2))
+ * on the tensor cores as an implicit GEMM (no im2col buffer): activations
+ * NCHW, or NHWC with nhwc; sums in fp32 of operands rounded to TF32
+ * (cvt.rna, as cuDNN's TF32) for the _tf32 calls or read as bf16 for the
+ * _bf16 ones.  Twins: cnn_im2col3 + cnn_sgemm on the rounded operands (no
+ * bias: the pool applies conv2's), col2im of W^T dy (cnn_conv3_bwd's dx),
+ * and its dw summed over the images.
+ *   pack:  the fp32 OIHW weights w (oc x c x 3 x 3) as the forward reads
+ *          them, wf [tap][c][oc], and as the backward-data does, wb
+ *          [tap][oc][c] (9 c oc entries each, in the operands' type; bf16
+ *          rounded to nearest even); once a step, after the update
+ *   fwd:   y (nimg x oc x (h-2) x (w-2)) = conv(x (nimg x c x h x w), wf)
+ *   dgrad: dx (nimg x c x h x w) from dy (nimg x oc x (h-2) x (w-2)) and wb
  *   wgrad: dw (fp32 OIHW in every layout, overwritten) from x and dy; the
  *          blocks' partial sums go to scratch (cnn_cuda_conv3_wgrad_scratch
  *          floats, for up to nimg images and any fewer) and are added in a
@@ -186,16 +190,19 @@ int cnn_cuda_conv1_wgrad_bf16(const cnn_bf16 *x, const cnn_bf16 *dy, const cnn_b
  *          fills one wave of its SMs).
  * y and dx are stored in the operands' type (float, or bf16 rounded to
  * nearest even, as cuDNN stores its output). */
-int cnn_cuda_conv3_fwd_tf32(const float *x, const float *w, int nimg, int c, int h, int wd, int oc,
+int cnn_cuda_conv3_pack_tf32(const float *w, int oc, int c, float *wf, float *wb, cudaStream_t s);
+int cnn_cuda_conv3_fwd_tf32(const float *x, const float *wf, int nimg, int c, int h, int wd, int oc,
 			    int nhwc, float *y, cudaStream_t s);
-int cnn_cuda_conv3_dgrad_tf32(const float *dy, const float *w, int nimg, int c, int h, int wd,
+int cnn_cuda_conv3_dgrad_tf32(const float *dy, const float *wb, int nimg, int c, int h, int wd,
 			      int oc, int nhwc, float *dx, cudaStream_t s);
 size_t cnn_cuda_conv3_wgrad_scratch(int nimg, int c, int h, int wd, int oc);
 int cnn_cuda_conv3_wgrad_tf32(const float *x, const float *dy, int nimg, int c, int h, int wd,
 			      int oc, int nhwc, float *scratch, float *dw, cudaStream_t s);
-int cnn_cuda_conv3_fwd_bf16(const cnn_bf16 *x, const cnn_bf16 *w, int nimg, int c, int h, int wd,
+int cnn_cuda_conv3_pack_bf16(const float *w, int oc, int c, cnn_bf16 *wf, cnn_bf16 *wb,
+			     cudaStream_t s);
+int cnn_cuda_conv3_fwd_bf16(const cnn_bf16 *x, const cnn_bf16 *wf, int nimg, int c, int h, int wd,
 			    int oc, int nhwc, cnn_bf16 *y, cudaStream_t s);
-int cnn_cuda_conv3_dgrad_bf16(const cnn_bf16 *dy, const cnn_bf16 *w, int nimg, int c, int h,
+int cnn_cuda_conv3_dgrad_bf16(const cnn_bf16 *dy, const cnn_bf16 *wb, int nimg, int c, int h,
 			      int wd, int oc, int nhwc, cnn_bf16 *dx, cudaStream_t s);
 int cnn_cuda_conv3_wgrad_bf16(const cnn_bf16 *x, const cnn_bf16 *dy, int nimg, int c, int h,
 			      int wd, int oc, int nhwc, float *scratch, float *dw, cudaStream_t s);

@@ -186,7 +186,8 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 	    alloc(&g->c1s, cnn_cuda_conv1_wgrad_scratch(max_batch, M->in.h, M->in.w, M->c1) * 4) < 0)
 		return -1;
 	if (precision != CNN_PREC_FP32 && conv2 != CNN_CONV_CUDNN &&
-	    alloc(&g->c2s, cnn_cuda_conv3_wgrad_scratch(max_batch, M->c1, M->h1, M->w1, M->c2) * 4) < 0)
+	    (alloc(&g->c2s, cnn_cuda_conv3_wgrad_scratch(max_batch, M->c1, M->h1, M->w1, M->c2) * 4) < 0 ||
+	     alloc(&g->c2w, 2 * M->t[P_W2].n * es) < 0))
 		return -1;
 	size_t nw = M->t[P_W1].n + M->t[P_W2].n;
 	if (layout != CNN_LAYOUT_NCHW &&
@@ -221,7 +222,8 @@ void cnn_gnet_free(struct cnn_gnet *g)
 	void *bufs[] = { g->params, g->grads, g->x, g->a1, g->a2, g->p, g->h, g->logits, g->logp,
 			 g->dlogits, g->dh, g->dp, g->da2, g->da1, g->ones, g->arg, g->y, g->stats,
 			 g->keys_own, g->ws, g->blas_ws, g->wb, g->xb, g->pb, g->hb, g->dlb, g->dhb,
-			 g->dwb, g->bgs, g->wt, g->dwt, g->xt, g->wsw, g->blasw_ws, g->c1s, g->c2s };
+			 g->dwb, g->bgs, g->wt, g->dwt, g->xt, g->wsw, g->blasw_ws, g->c1s, g->c2s,
+			 g->c2w };
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		if (bufs[i])
 			cudaFree(bufs[i]);
@@ -594,6 +596,25 @@ static int cudnn_filter(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int 
 	return bf(g) ? cnn_cuda_from_bf16(g->dwb + boff, g->grads + off, count, s) : 0;
 }
 
+/* conv2's packed weights: the forward's ([tap][c][o]) and the
+ * backward-data's ([tap][o][c]), in the convolutions' type. */
+static void *c2w(const struct cnn_gnet *g, int bwd)
+{
+	return (char *)g->c2w + (bwd ? g->m.t[P_W2].n * g->esize : 0);
+}
+
+/* This step's packed conv2 weights from the fp32 master copy, where the
+ * tensor-core kernels run its forward or backward-data. */
+static int conv2_pack(struct cnn_gnet *g, const struct cnn_gnet_algos *a)
+{
+	const struct cnn_model *M = &g->m;
+	const float *w = g->params + M->t[P_W2].off;
+	if (!(a->direct2 & 3))
+		return 0;
+	return bf(g) ? cnn_cuda_conv3_pack_bf16(w, M->c2, M->c1, c2w(g, 0), c2w(g, 1), g->s) :
+		       cnn_cuda_conv3_pack_tf32(w, M->c2, M->c1, c2w(g, 0), c2w(g, 1), g->s);
+}
+
 /* conv2 without its bias into a2: cuDNN's call, or (direct) the
  * tensor-core kernel. */
 static int conv2_forward(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int n, int direct)
@@ -601,10 +622,10 @@ static int conv2_forward(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int
 	const struct cnn_model *M = &g->m;
 	int nh = a->nhwc;
 	if (direct)
-		return bf(g) ? cnn_cuda_conv3_fwd_bf16(g->a1, conv_w(g, 1, nh), n, M->c1, M->h1, M->w1,
-						       M->c2, nh, g->a2, g->s) :
-			       cnn_cuda_conv3_fwd_tf32(g->a1, conv_w(g, 1, nh), n, M->c1, M->h1, M->w1,
-						       M->c2, nh, g->a2, g->s);
+		return bf(g) ? cnn_cuda_conv3_fwd_bf16(g->a1, c2w(g, 0), n, M->c1, M->h1, M->w1, M->c2,
+						       nh, g->a2, g->s) :
+			       cnn_cuda_conv3_fwd_tf32(g->a1, c2w(g, 0), n, M->c1, M->h1, M->w1, M->c2,
+						       nh, g->a2, g->s);
 	cudnnCheck(cudnnSetConvolutionMathType(g->cv[1], a->fwd_math[1]));
 	cudnnCheck(cudnnConvolutionForward(g->dnn, &one, g->t1, g->a1, filt(g, 1, nh),
 					   conv_w(g, 1, nh), g->cv[1], a->fwd[1], g->ws,
@@ -618,10 +639,10 @@ static int conv2_dgrad(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int n
 	const struct cnn_model *M = &g->m;
 	int nh = a->nhwc;
 	if (direct)
-		return bf(g) ? cnn_cuda_conv3_dgrad_bf16(g->da2, conv_w(g, 1, nh), n, M->c1, M->h1,
-							 M->w1, M->c2, nh, g->da1, g->s) :
-			       cnn_cuda_conv3_dgrad_tf32(g->da2, conv_w(g, 1, nh), n, M->c1, M->h1,
-							 M->w1, M->c2, nh, g->da1, g->s);
+		return bf(g) ? cnn_cuda_conv3_dgrad_bf16(g->da2, c2w(g, 1), n, M->c1, M->h1, M->w1,
+							 M->c2, nh, g->da1, g->s) :
+			       cnn_cuda_conv3_dgrad_tf32(g->da2, c2w(g, 1), n, M->c1, M->h1, M->w1,
+							 M->c2, nh, g->da1, g->s);
 	cudnnCheck(cudnnSetConvolutionMathType(g->cv[1], a->bwd_data_math));
 	cudnnCheck(cudnnConvolutionBackwardData(g->dnn, &one, filt(g, 1, nh), conv_w(g, 1, nh), g->t2,
 						g->da2, g->cv[1], a->bwd_data, g->ws, g->ws_bytes,
@@ -806,7 +827,7 @@ int cnn_gnet_forward(struct cnn_gnet *g, int n, int train, float scale_n)
 	if (bf(g) && (cnn_cuda_to_bf16(P, g->wb, M->nparams, g->s) < 0 ||
 		      (!(nh && M->in.c > 1) && cnn_cuda_to_bf16(g->x, g->xb, nx, g->s) < 0)))
 		return -1;
-	if (nh && to_nhwc(g, n) < 0)
+	if ((nh && to_nhwc(g, n) < 0) || conv2_pack(g, a) < 0)
 		return -1;
 	if (conv1_forward(g, a, n, a->direct1 & 1) < 0)
 		return -1;

@@ -70,6 +70,8 @@ struct cnn_gnet {
 	float *c1s;                      /* the direct conv1 weight gradient's scratch */
 	enum cnn_conv_impl conv2;        /* asked for; algos[].direct2 has the choice */
 	float *c2s;                      /* the tensor-core conv2 weight gradient's scratch */
+	void *c2w;                       /* conv2's weights packed for those kernels (the
+					  * forward's, then the backward-data's), each step */
 	cudaStream_t sw;
 	cudnnHandle_t dnnw;
 	cublasHandle_t blasw;
