@@ -5,7 +5,10 @@
 # cnn_train runs with its CUDA graph and with --no-graph; PyTorch eager,
 # torch.compile(mode="max-autotune") and a whole-step CUDA graph.  Prints
 # images/s of each, cnn_train's ratio to eager PyTorch and to PyTorch's
-# best, and the TFLOP/s cnn_train achieved against the GPU's peak.
+# best, and the TFLOP/s cnn_train achieved against the GPU's peak; after
+# the table, per batch size, what cnn_train's default run chose and why
+# (its "# GPU:" line: each convolution call timed on cuDNN and on the
+# project's kernels, the layout).
 #
 #   bench/gpu_vs_torch.sh                    300 timed steps per run
 #   EPOCHS=2 bench/gpu_vs_torch.sh           2 whole epochs: test accuracy too
@@ -125,6 +128,7 @@ printf ' %9s %9s %8s %7s' vs_eager vs_best TFLOP/s of_peak
 [ -z "$epochs" ] || printf ' %8s %8s' cnn_acc torch_acc
 [ ${#labels[@]} -eq 0 ] || printf ' %s' cnn_best
 printf '\n'
+notes=()
 for b in $batches; do
 	read -r c cacc < <(run_cnn "$tmp/cnn")
 	read -r cn _ < <(run_cnn "$tmp/cnn_ng" --no-graph)
@@ -157,4 +161,9 @@ for b in $batches; do
 	[ ${#labels[@]} -eq 0 ] || printf ' %s' "$pick"
 	printf '\n'
 	unset t tacc
+	# what cnn_train's default run chose at this batch size and why (its
+	# "# GPU:" line: the convolutions' calls timed both ways), for after
+	# the table
+	notes+=("$(sed -n "s/^# GPU: /#   batch $b: /p" "$tmp/cnn")")
 done
+for n in ${notes[@]+"${notes[@]}"}; do [ -z "$n" ] || printf '%s\n' "$n"; done

@@ -44,6 +44,27 @@ ratio_ok() {
 	assert_equal "${#lines[@]}" 5
 }
 
+@test "gpu_vs_torch.sh: cnn_train's # GPU: line (each conv call's choice and times) follows the table, per batch size" {
+	# on a GPU cnn_train prints it; here a wrapper around the real program
+	# adds one naming the batch size it was given
+	cat >"$BATS_TEST_TMPDIR/cnn_train" <<-EOF
+	#!/bin/bash
+	"$REPO/build/bin/cnn_train" "\$@" || exit
+	while [ \$# -gt 0 ]; do [ "\$1" = --batch-size ] && echo "# GPU: as given --batch-size \$2"; shift; done
+	EOF
+	chmod +x "$BATS_TEST_TMPDIR/cnn_train"
+	run --separate-stderr env DEVICE=cpu PYTHON=$PY BATCHES="32 48" STEPS=6 CNN_TRAIN="$BATS_TEST_TMPDIR/cnn_train" \
+		"$REPO/bench/gpu_vs_torch.sh"
+	assert_success
+	assert_equal "${#lines[@]}" 7
+	read -r b _ <<<"${lines[3]}"
+	assert_equal "$b" 32
+	read -r b _ <<<"${lines[4]}"
+	assert_equal "$b" 48
+	assert_line --index 5 "#   batch 32: as given --batch-size 32"
+	assert_line --index 6 "#   batch 48: as given --batch-size 48"
+}
+
 @test "gpu_vs_torch.sh: bf16, CNN_VARIANTS and CNN_ARGS reach the programs; a CPU dry run refuses the CUDA-only modes" {
 	# CNN_VARIANTS: a column per variant, the ratios from the fastest cnn
 	# column, named last
