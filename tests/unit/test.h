@@ -11,6 +11,13 @@
 
 static int t_num, t_fail;
 
+/* TAP lines whole in a pipe: a message the code under test prints to
+ * stderr (an error a test provokes) lands between lines, not inside one. */
+__attribute__((constructor)) static void test_line_buffered(void)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+}
+
 #define test_cond(desc, cond) do {                                        \
 	t_num++;                                                          \
 	if (cond) {                                                       \
