@@ -8,6 +8,7 @@
 #   tests/run.sh unit       only the C unit tests
 #   tests/run.sh fuzz       only the fuzz targets (DDP_FUZZ_TIME seconds each, 15)
 #   tests/run.sh bats [F]   only the Bats tests (or file F)
+# Each phase ends with its time ("# --- unit: 20 s"), each Bats test with its own.
 set -u
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo" || exit 2
@@ -64,18 +65,26 @@ run_bats() {
 		return
 	fi
 	tests/cluster/cluster.sh stop >/dev/null 2>&1 # a previous run's leftovers, if any
-	tap bats bats --formatter tap "${@:-tests/bats}"
+	tap bats bats --formatter tap --timing "${@:-tests/bats}"
+}
+
+# PHASE ARGS...: run_PHASE, then say how long it took (make check has 20
+# minutes on CI's 2 cores: this says where they go)
+timed() {
+	local t0=$SECONDS
+	"run_$@"
+	echo "# --- $1${2:+ $2}: $((SECONDS - t0)) s" | tee -a "$log/times"
 }
 
 case "$what" in
-unit) run_unit ;;
-fuzz) run_fuzz ;;
-bats) shift; run_bats "$@" ;;
+unit) timed unit ;;
+fuzz) timed fuzz ;;
+bats) shift; timed bats "$@" ;;
 all)
-	run_unit
-	run_unit address,undefined
-	run_fuzz
-	run_bats
+	timed unit
+	timed unit address,undefined
+	timed fuzz
+	timed bats
 	;;
 *) echo "usage: tests/run.sh [unit|fuzz|bats [FILE]]" >&2; exit 2 ;;
 esac
@@ -84,5 +93,6 @@ pass=$(cat "$log"/*.tap | grep -E '^ok ' | grep -v -i -c '# skip')
 skip=$(cat "$log"/*.tap | grep -E '^ok ' | grep -i -c '# skip')
 fail=$(cat "$log"/*.tap | grep -c -E '^not ok ')
 echo
+cat "$log/times"
 echo "check: $pass passed, $fail failed, $skip skipped"
 [ "$fail" -eq 0 ] && [ "$pass" -gt 0 ]
