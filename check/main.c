@@ -478,7 +478,10 @@ int main(int argc, char **argv)
 		probers = calloc((size_t)me.n, sizeof(int));
 		if (!w.ranks || !w.probes || !w.colls || !probers) {
 			local_fail(&me, "ddp-check", "out of memory", json);
-			return 1;
+			ddpenv_store_close_within(s, 1000);
+			ck_listen_stop(&lis);
+			rc = 1;
+			goto out;
 		}
 		if (gather(s, "rank", me.n, me.n, deadline, got_rank, &w, err, sizeof(err)) < 0)
 			goto store_failed;

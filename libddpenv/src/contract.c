@@ -140,8 +140,8 @@ static int master_port(const struct ddpenv_env *env, struct ddpenv_node *node,
 	else
 		snprintf(node->master_port_how, sizeof(node->master_port_how),
 			 "%u + (job %u * %u + step %u) mod %u (port_range %.100s)", cfg->port_lo,
-			 node->step.job_id, DDPENV_PORT_STRIDE, node->step.step_id,
-			 cfg->port_hi - cfg->port_lo + 1, cfg->where[DDPENV_SET_PORT_RANGE]);
+			 node->step.job_id, (unsigned)DDPENV_PORT_STRIDE, node->step.step_id,
+			 (unsigned)(cfg->port_hi - cfg->port_lo + 1), cfg->where[DDPENV_SET_PORT_RANGE]);
 	return 0;
 }
 
