@@ -33,6 +33,10 @@ constexpr size_t kStack = 64 * 1024;     // a fiber's stack: kernels need little
 // SMs, each holding two blocks of any kernel, so that code sizing its grid
 // by them makes several blocks here too (blocks still run one at a time).
 constexpr int kSMs = 16, kBlocksPerSM = 2;
+// The compute capability it reports: 9.0 (kernels.cu's tensor-core kernels
+// are compiled whole here), or what cuemu_set_cc sets, so a test can see
+// what the host code does on an older GPU.
+int cc_major = 9, cc_minor = 0;
 
 enum State { RUN, WAIT, DONE };
 
@@ -418,6 +422,8 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
 	prop->maxThreadsPerBlock = kMaxThreads;
 	prop->warpSize = 32;
 	prop->multiProcessorCount = kSMs;
+	prop->major = cc_major;
+	prop->minor = cc_minor;
 	return cudaSuccess;
 }
 
@@ -435,6 +441,8 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
 	case cudaDevAttrMultiProcessorCount: *value = kSMs; return cudaSuccess;
 	case cudaDevAttrMaxThreadsPerBlock: *value = kMaxThreads; return cudaSuccess;
 	case cudaDevAttrWarpSize: *value = 32; return cudaSuccess;
+	case cudaDevAttrComputeCapabilityMajor: *value = cc_major; return cudaSuccess;
+	case cudaDevAttrComputeCapabilityMinor: *value = cc_minor; return cudaSuccess;
 	default: return last_error = cudaErrorInvalidValue;
 	}
 }
@@ -446,6 +454,12 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, const 
 		return last_error = cudaErrorInvalidValue;
 	*numBlocks = kBlocksPerSM;
 	return cudaSuccess;
+}
+
+void cuemu_set_cc(int major, int minor)
+{
+	cc_major = major;
+	cc_minor = minor;
 }
 
 } // extern "C"

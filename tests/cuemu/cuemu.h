@@ -22,7 +22,9 @@
 // - the device has 16 SMs (cudaDeviceGetAttribute, cudaGetDeviceProperties)
 //   and cudaOccupancyMaxActiveBlocksPerMultiprocessor says 2 blocks of
 //   any kernel fit on one: numbers for code that sizes its grid by the GPU,
-//   not a model of occupancy;
+//   not a model of occupancy; its compute capability is 9.0, or what
+//   cuemu_set_cc(major, minor) sets (how a test sees the host code on an
+//   older GPU: the kernels themselves are always compiled whole);
 // - nvcuda::wmma (the tensor-core kernels): each thread holds a whole
 //   tile where a GPU spreads it over the warp, so a load, an mma or a
 //   store is each thread's own full computation, with the warp's result
@@ -58,6 +60,7 @@
 extern uint3 threadIdx, blockIdx;
 extern dim3 blockDim, gridDim;
 
+extern "C" void cuemu_set_cc(int major, int minor);
 void __syncthreads(void);
 float atomicAdd(float *address, float val);
 

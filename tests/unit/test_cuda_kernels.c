@@ -14,12 +14,17 @@
 #include <cuda_runtime_api.h>
 
 #include "bf16.h"
+#include "cuda/check.h"
 #include "cuda/kernels.h"
 #include "data.h"
 #include "ops.h"
 #include "optim.h"
 #include "rng.h"
 #include "test.h"
+
+#ifdef CNN_CUEMU
+void cuemu_set_cc(int major, int minor);
+#endif
 
 /* Tolerances, one table, with why.  Element-wise kernels compute the same
  * float operations in the same order as the CPU twin, so they are exact
@@ -811,6 +816,64 @@ static void test_conv3(int nimg, int c, int h, int w, int oc, int nhwc, int bf16
 	free(dx), free(dw), free(db), free(gdw), free(gdw2), free(col), free(dcol);
 }
 
+/* On a GPU older than 8.0 (sm_75) the tensor-core kernels are not run: each
+ * of the three calls refuses, naming the GPU and what it needs, and writes
+ * nothing; cnn_cuda_tensor_cores says 0. */
+static void test_conv3_refused(void)
+{
+	int nimg = 2, c = 5, h = 7, w = 9, oc = 6, cur = 0, major = 0, minor = 0;
+	size_t nx = (size_t)nimg * c * h * w, ny = (size_t)nimg * oc * (h - 2) * (w - 2),
+	       nw = (size_t)oc * c * 9, ns = cnn_cuda_conv3_wgrad_scratch(nimg, c, h, w, oc);
+	char want[32], d[160];
+	CK(cudaGetDevice(&cur));
+	CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, cur));
+	CK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, cur));
+	snprintf(want, sizeof(want), "is sm_%d%d", major, minor);
+	test_cond("cnn_cuda_tensor_cores says 0 on a GPU older than 8.0", cnn_cuda_tensor_cores() == 0);
+	size_t most = nx > ny ? nx : ny;
+	most = most > nw ? most : nw;
+	most = most > ns ? most : ns;
+	float *sentinel = malloc(most * 4), *got = malloc(most * 4);
+	for (size_t i = 0; i < most; i++)
+		sentinel[i] = 1234.5f;
+	float *dX = dev(sentinel, nx * 4), *dY = dev(sentinel, ny * 4), *dW = dev(sentinel, nw * 4),
+	      *dS = dev(sentinel, ns * 4), *dDW = dev(sentinel, nw * 4);
+	for (int b16 = 0; b16 < 2; b16++) {
+		const char *sh = b16 ? "_bf16" : "_tf32";
+		int r[3];
+		r[0] = b16 ? cnn_cuda_conv3_fwd_bf16((cnn_bf16 *)dX, (cnn_bf16 *)dW, nimg, c, h, w, oc, 0,
+						     (cnn_bf16 *)dY, NULL) :
+			     cnn_cuda_conv3_fwd_tf32(dX, dW, nimg, c, h, w, oc, 0, dY, NULL);
+		int fwd_said = strstr(cnn_cuda_last_error(), want) && strstr(cnn_cuda_last_error(), "8.0");
+		printf("#   conv3_fwd%s: %s\n", sh, cnn_cuda_last_error());
+		r[1] = b16 ? cnn_cuda_conv3_dgrad_bf16((cnn_bf16 *)dY, (cnn_bf16 *)dW, nimg, c, h, w, oc, 0,
+						       (cnn_bf16 *)dX, NULL) :
+			     cnn_cuda_conv3_dgrad_tf32(dY, dW, nimg, c, h, w, oc, 0, dX, NULL);
+		int dgrad_said = strstr(cnn_cuda_last_error(), "cnn_cuda_conv3_dgrad") &&
+				 strstr(cnn_cuda_last_error(), want);
+		r[2] = b16 ? cnn_cuda_conv3_wgrad_bf16((cnn_bf16 *)dX, (cnn_bf16 *)dY, nimg, c, h, w, oc, 0,
+						       dS, dDW, NULL) :
+			     cnn_cuda_conv3_wgrad_tf32(dX, dY, nimg, c, h, w, oc, 0, dS, dDW, NULL);
+		int wgrad_said = strstr(cnn_cuda_last_error(), "cnn_cuda_conv3_wgrad") &&
+				 strstr(cnn_cuda_last_error(), want);
+		snprintf(d, sizeof(d), "conv3_fwd%s, _dgrad and _wgrad refuse a GPU older than 8.0, "
+			 "saying which and what they need", sh);
+		test_cond(d, r[0] < 0 && r[1] < 0 && r[2] < 0 && fwd_said && dgrad_said && wgrad_said);
+	}
+	int untouched = 1;
+	float *bufs[] = { dX, dY, dW, dS, dDW };
+	size_t lens[] = { nx, ny, nw, ns, nw };
+	for (int i = 0; i < 5; i++) {
+		back(got, bufs[i], lens[i] * 4);
+		untouched &= memcmp(got, sentinel, lens[i] * 4) == 0;
+	}
+	test_cond("conv3 refused: no kernel ran (every buffer as it was)", untouched);
+	CK(cudaGetLastError());
+	for (int i = 0; i < 5; i++)
+		cudaFree(bufs[i]);
+	free(sentinel), free(got);
+}
+
 /* conv3_pack: the fp32 OIHW weights reindexed exactly, [tap][c][o] and
  * [tap][o][c], bf16 rounded to nearest even as cnn_bf16_round does. */
 static void test_conv3_pack(int oc, int c, int bf16)
@@ -1176,7 +1239,8 @@ int main(void)
 			test_conv1(5, 7, 9, 3, nhwc, b16);
 		}
 	test_conv1(37, 28, 28, 32, 0, 0);   /* chunks of 7 images: a short last one */
-	for (int nhwc = 0; nhwc < 2; nhwc++)
+	int tc = cnn_cuda_tensor_cores();
+	for (int nhwc = 0; nhwc < 2 && tc == 1; nhwc++)
 		for (int b16 = 0; b16 < 2; b16++) {
 			/* conv2's shape: 9 pixel tiles, the last one short; 5
 			 * weight-gradient splits of 256 pixels, the last short */
@@ -1194,7 +1258,20 @@ int main(void)
 		test_conv3_pack(5, 7, b16);
 	}
 	/* cuemu: 32 images of 81 pixels make 9 splits, 31 make 10 */
-	test_conv3_scratch(32, 3, 11, 11, 5);
+	if (tc == 1)
+		test_conv3_scratch(32, 3, 11, 11, 5);
+	else
+		test_skip("conv2's tensor-core kernels (conv3_fwd, _dgrad, _wgrad) against their twins",
+			  "this GPU is older than compute capability 8.0 (no TF32 or bf16 tensor cores)");
+#ifdef CNN_CUEMU
+	/* what the host code does on a T4 */
+	cuemu_set_cc(7, 5);
+	test_conv3_refused();
+	cuemu_set_cc(9, 0);
+#else
+	if (tc == 0)
+		test_conv3_refused();
+#endif
 	test_bias_grad(0);
 	test_bias_grad_gated(0);
 	test_bias_grad_gated(1);

@@ -823,6 +823,31 @@ static void test_steps_more(int bf16)
 	free(p0), free(out);
 }
 
+/* A GPU older than 8.0 (sm_75) trains with cuDNN's convolutions: --conv2
+ * direct is refused there at open, naming the GPU and what it needs, and
+ * auto takes cuDNN (test_golden with tf32 ran that). */
+static void test_conv2_direct_refused(const struct cudaDeviceProp *prop)
+{
+	struct cnn_model m;
+	struct cnn_shape sh = { 1, 28, 28, 10 };
+	char err[1024], want[32];
+	if (cnn_model_init(&m, sh, err, sizeof(err)) < 0)
+		return;
+	struct cnn_optim o = { .lr = 0.05f };
+	cnn_optim_init(&o, CNN_SGD, m.nparams);
+	struct cnn_gpu *g = NULL;
+	struct cnn_gpu_opts go = { &m, 8, 8, 0, CNN_PREC_TF32, 0, &o, 1, 0, 1, 60000, CNN_LAYOUT_NCHW,
+				   1, 0, 0, CNN_CONV_AUTO, CNN_CONV_DIRECT };
+	int r = cnn_gpu_api.open(&g, &go, err, sizeof(err));
+	cnn_gpu_api.close(g);
+	printf("#   open: %s\n", r < 0 ? err : "(opened)");
+	snprintf(want, sizeof(want), "is sm_%d%d", prop->major, prop->minor);
+	test_cond("--conv2 direct on a GPU older than 8.0 is refused at open, naming the GPU and "
+		  "compute capability 8.0", r < 0 && strstr(err, want) && strstr(err, "8.0"));
+	cnn_optim_free(&o);
+	cnn_model_free(&m);
+}
+
 int main(void)
 {
 	/* the bf16 arithmetic the GPU's bf16 step does, against the golden
@@ -846,26 +871,27 @@ int main(void)
 	}
 	struct cudaDeviceProp prop;
 	cudaGetDeviceProperties(&prop, 0);
-	int bf16 = prop.major >= 8;
+	/* TF32 and bf16 tensor cores: 8.0 and newer */
+	int tc = prop.major >= 8;
 	printf("# GPU 0: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
 	struct stepper tf32 = { .name = "tf32", .tol = "tf32", .prec = CNN_PREC_TF32, .emulate = 0 };
 	struct stepper bf = { .name = "bf16", .tol = "bf16", .prec = CNN_PREC_BF16, .emulate = 0 };
 	struct stepper fp32 = { .name = "fp32", .tol = "fp32", .prec = CNN_PREC_FP32, .emulate = 0 };
 	test_golden(&tf32);   /* first: the fp32 run sets NVIDIA_TF32_OVERRIDE=0 */
-	if (bf16) {
+	if (tc) {
 		test_golden(&bf);
 		test_bf16_twin();
 	} else {
 		test_skip("bf16 golden step and twin", "this GPU has no bf16 tensor cores (sm_80+)");
 	}
 	test_golden(&fp32);
-	test_steps_vs_cpu(bf16);
+	test_steps_vs_cpu(tc);
 	/* channels-last: the golden step in each precision, then training */
 	struct stepper tf32h = { .name = "tf32 nhwc", .tol = "tf32", .prec = CNN_PREC_TF32, .layout = CNN_LAYOUT_NHWC };
 	struct stepper bfh = { .name = "bf16 nhwc", .tol = "bf16", .prec = CNN_PREC_BF16, .layout = CNN_LAYOUT_NHWC };
 	struct stepper fp32h = { .name = "fp32 nhwc", .tol = "fp32", .prec = CNN_PREC_FP32, .layout = CNN_LAYOUT_NHWC };
 	test_golden(&tf32h);
-	if (bf16)
+	if (tc)
 		test_golden(&bfh);
 	else
 		test_skip("bf16 nhwc golden step", "this GPU has no bf16 tensor cores (sm_80+)");
@@ -879,7 +905,7 @@ int main(void)
 	struct stepper bfhd = { .name = "bf16 nhwc conv1 direct", .tol = "bf16", .prec = CNN_PREC_BF16, .layout = CNN_LAYOUT_NHWC, .conv1 = CNN_CONV_DIRECT };
 	test_golden(&fp32d);
 	test_golden(&tf32c);
-	if (bf16)
+	if (tc)
 		test_golden(&bfhd);
 	else
 		test_skip("bf16 nhwc conv1 direct golden step", "this GPU has no bf16 tensor cores (sm_80+)");
@@ -890,20 +916,25 @@ int main(void)
 	struct stepper tf32c2 = { .name = "tf32 conv2 cudnn", .tol = "tf32", .prec = CNN_PREC_TF32, .conv2 = CNN_CONV_CUDNN };
 	struct stepper bfhd2 = { .name = "bf16 nhwc conv2 direct", .tol = "bf16", .prec = CNN_PREC_BF16, .layout = CNN_LAYOUT_NHWC, .conv2 = CNN_CONV_DIRECT };
 	struct stepper bfd2 = { .name = "bf16 conv2 direct", .tol = "bf16", .prec = CNN_PREC_BF16, .conv2 = CNN_CONV_DIRECT };
-	test_golden(&tf32d2);
-	test_golden(&tf32hd2);
+	if (tc) {
+		test_golden(&tf32d2);
+		test_golden(&tf32hd2);
+	} else {
+		test_skip("tf32 conv2 direct golden steps", "this GPU has no TF32 tensor cores (sm_80+)");
+		test_conv2_direct_refused(&prop);
+	}
 	test_golden(&tf32c2);
-	if (bf16) {
+	if (tc) {
 		test_golden(&bfhd2);
 		test_golden(&bfd2);
 	} else {
 		test_skip("bf16 conv2 direct golden steps", "this GPU has no bf16 tensor cores (sm_80+)");
 	}
 	test_golden(&fp32s);
-	if (bf16)
+	if (tc)
 		test_golden(&bfhs);
 	else
 		test_skip("bf16 nhwc two streams golden step", "this GPU has no bf16 tensor cores (sm_80+)");
-	test_steps_more(bf16);
+	test_steps_more(tc);
 	return test_report();
 }

@@ -17,6 +17,17 @@
 #include <atomic>
 #include <type_traits>
 
+// conv2's tensor-core kernels (below) use TF32 and bf16 wmma, compute
+// capability 8.0 and newer; the build also carries code for older GPUs
+// (sm_75: T4, Quadro RTX), where cnn_train runs on cuDNN alone: those
+// kernels' bodies are a trap there, and their launchers refuse such a GPU
+// (tc_device) before any launch.  The host pass, and cuemu, see them whole.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#define CNN_TC 1
+#else
+#define CNN_TC 0
+#endif
+
 #include "check.h"
 #include "kernels.h"
 
@@ -903,6 +914,7 @@ int launch_conv1_wgrad(const T *x, const T *dy, const T *y, int nimg, int h, int
 // (rows a multiple of 16 bytes, as wmma's ldm must be), and what a staged
 // operand is: TF32-rounded (cvt.rna) floats, or the bf16 bits as they are.
 template <typename T> struct Mma;
+#if CNN_TC
 template <> struct Mma<float> {
 	typedef wmma::precision::tf32 P;
 	enum { K = 8, PAD = 4 };
@@ -915,6 +927,7 @@ template <> struct Mma<bf16> {
 	__device__ static bf16 op(bf16 v) { return v; }
 	__device__ static bf16 zero() { return __float2bfloat16_rn(0.f); }
 };
+#endif
 
 constexpr int kCvThreads = 256, kCvBM = 128, kCvBN = 64, kCvBK = 32;
 
@@ -929,6 +942,7 @@ struct Conv3 {
 template <typename T, bool NHWC, int BN>
 __global__ void __launch_bounds__(kCvThreads, 2) conv3_igemm(const T *x, const T *wt, Conv3 g, T *y)
 {
+#if CNN_TC
 	typedef Mma<T> M;
 	typedef typename std::conditional<NHWC, wmma::row_major, wmma::col_major>::type LayA;
 	// A (pixel, channel): NHWC [m][k], NCHW [k][m]; B (channel, output) [k][o];
@@ -1042,6 +1056,10 @@ __global__ void __launch_bounds__(kCvThreads, 2) conv3_igemm(const T *x, const T
 				  (((size_t)n * g.o + o) * g.oh + py[mi]) * g.ow + px[mi];
 		st(y + q, NHWC ? Cs[mi * LC + oi] : Cs[oi * LC + mi]);
 	}
+#else
+	(void)kCvBK;   // the tile constants the body uses
+	__trap();      // never launched: the launchers refuse a GPU older than 8.0
+#endif
 }
 
 // Backward-filter: the pixels are the reduction.  A block per (split s of
@@ -1058,6 +1076,7 @@ template <typename T, bool NHWC>
 __global__ void __launch_bounds__(kCvThreads, 2) conv3_wgrad_part(const T *x, const T *dy, Conv3 g,
 							      long long ppb, float *part)
 {
+#if CNN_TC
 	typedef Mma<T> M;
 	// dy: NCHW [o][p] (row-major A), NHWC [p][o] (col-major A); x: NCHW
 	// [k][p] (col-major B), NHWC [p][k] (row-major B)
@@ -1175,6 +1194,10 @@ __global__ void __launch_bounds__(kCvThreads, 2) conv3_wgrad_part(const T *x, co
 	for (int j = 0; j < 3; j++)
 		wmma::store_matrix_sync(out + fr * 16 * kWgK + (fc0 + j) * 16, acc[j], kWgK,
 					wmma::mem_row_major);
+#else
+	(void)kWgN;
+	__trap();
+#endif
 }
 
 // dw[o][c][tap] = the splits' partial sums, in a fixed order: a block per
@@ -1264,6 +1287,38 @@ bool conv3_args(const char *call, int nimg, int c, int h, int wd, int oc)
 	return false;
 }
 
+// Whether the current GPU runs the tensor-core kernels (compute capability
+// 8.0 or newer): 1, 0, or -1 if CUDA cannot say; with call, a refusal is
+// that call's error, naming the GPU and what it needs.
+int tc_device(const char *call)
+{
+	int dev = 0, major = 0, minor = 0;
+	cudaError_t e = cudaGetDevice(&dev);
+	if (e == cudaSuccess)
+		e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+	if (e == cudaSuccess)
+		e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+	char m[200];
+	if (e != cudaSuccess) {
+		cudaGetLastError();
+		if (call) {
+			snprintf(m, sizeof(m), "the current GPU's compute capability: %s",
+				 cudaGetErrorString(e));
+			cnn_cuda_fail(__FILE__, __LINE__, call, m);
+		}
+		return -1;
+	}
+	if (major >= 8)
+		return 1;
+	if (call) {
+		snprintf(m, sizeof(m), "GPU %d is sm_%d%d: these tensor-core kernels (TF32 and bf16) need "
+			 "compute capability 8.0 or newer; cuDNN does this convolution there (--conv2 "
+			 "cudnn)", dev, major, minor);
+		cnn_cuda_fail(__FILE__, __LINE__, call, m);
+	}
+	return 0;
+}
+
 // The forward's geometry, its weights packed [tap][c][o] (conv3_pack's wf).
 Conv3 conv3_geom(int nimg, int c, int h, int wd, int oc)
 {
@@ -1298,7 +1353,8 @@ template <typename T>
 int launch_conv3_fwd(const T *x, const T *w, int nimg, int c, int h, int wd, int oc, int nhwc,
 		     T *y, cudaStream_t s)
 {
-	if (!conv3_args("cnn_cuda_conv3_fwd", nimg, c, h, wd, oc))
+	if (!conv3_args("cnn_cuda_conv3_fwd", nimg, c, h, wd, oc) ||
+	    tc_device("cnn_cuda_conv3_fwd") != 1)
 		return -1;
 	return launch_conv3_igemm(x, w, conv3_geom(nimg, c, h, wd, oc), nhwc, y, s);
 }
@@ -1311,7 +1367,8 @@ template <typename T>
 int launch_conv3_dgrad(const T *dy, const T *w, int nimg, int c, int h, int wd, int oc, int nhwc,
 		       T *dx, cudaStream_t s)
 {
-	if (!conv3_args("cnn_cuda_conv3_dgrad", nimg, c, h, wd, oc))
+	if (!conv3_args("cnn_cuda_conv3_dgrad", nimg, c, h, wd, oc) ||
+	    tc_device("cnn_cuda_conv3_dgrad") != 1)
 		return -1;
 	Conv3 g;
 	g.c = oc, g.h = h - 2, g.w = wd - 2, g.o = c, g.oh = h, g.ow = wd, g.pad = 2, g.flip = 1;
@@ -1324,7 +1381,8 @@ template <typename T>
 int launch_conv3_wgrad(const T *x, const T *dy, int nimg, int c, int h, int wd, int oc, int nhwc,
 		       float *scratch, float *dw, cudaStream_t s)
 {
-	if (!conv3_args("cnn_cuda_conv3_wgrad", nimg, c, h, wd, oc))
+	if (!conv3_args("cnn_cuda_conv3_wgrad", nimg, c, h, wd, oc) ||
+	    tc_device("cnn_cuda_conv3_wgrad") != 1)
 		return -1;
 	Conv3 g = conv3_geom(nimg, c, h, wd, oc);
 	int to = (oc + kWgO - 1) / kWgO, tc = (c + kWgC - 1) / kWgC;
@@ -1641,6 +1699,11 @@ extern "C" int cnn_cuda_conv1_wgrad_bf16(const cnn_bf16 *x, const cnn_bf16 *dy, 
 					 float *dw, float *db, cudaStream_t s)
 {
 	return launch_conv1_wgrad(B(x), B(dy), B(y), nimg, h, wd, oc, nhwc, scratch, dw, db, s);
+}
+
+extern "C" int cnn_cuda_tensor_cores(void)
+{
+	return tc_device(NULL);
 }
 
 extern "C" size_t cnn_cuda_conv3_wgrad_scratch(int nimg, int c, int h, int wd, int oc)

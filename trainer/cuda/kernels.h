@@ -189,7 +189,11 @@ int cnn_cuda_conv1_wgrad_bf16(const cnn_bf16 *x, const cnn_bf16 *dy, const cnn_b
  *          fixed order: the same bits each run on a given GPU (the split
  *          fills one wave of its SMs).
  * y and dx are stored in the operands' type (float, or bf16 rounded to
- * nearest even, as cuDNN stores its output). */
+ * nearest even, as cuDNN stores its output).
+ * fwd, dgrad and wgrad need compute capability 8.0 or newer (TF32 and bf16
+ * wmma) and refuse an older GPU; cnn_cuda_tensor_cores says whether the
+ * current one is: 1, 0, or -1 where CUDA cannot say. */
+int cnn_cuda_tensor_cores(void);
 int cnn_cuda_conv3_pack_tf32(const float *w, int oc, int c, float *wf, float *wb, cudaStream_t s);
 int cnn_cuda_conv3_fwd_tf32(const float *x, const float *wf, int nimg, int c, int h, int wd, int oc,
 			    int nhwc, float *y, cudaStream_t s);

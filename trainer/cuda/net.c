@@ -90,6 +90,13 @@ static int blas_open(struct cnn_gnet *g, cublasHandle_t *h, void **ws, cudaStrea
 	return 0;
 }
 
+/* Whether conv2's tensor-core kernels can run: TF32 or bf16, on a GPU that
+ * has them (cnn_gnet_init sets tc). */
+static int conv2_possible(const struct cnn_gnet *g)
+{
+	return g->precision != CNN_PREC_FP32 && g->tc == 1;
+}
+
 int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 		  enum cnn_precision precision, enum cnn_layout layout, int streams,
 		  enum cnn_conv_impl conv1, enum cnn_conv_impl conv2, cudaStream_t s)
@@ -109,6 +116,21 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 	if (conv1 == CNN_CONV_DIRECT && m->in.c != 1) {
 		snprintf(g->err, sizeof(g->err), "conv1 direct: the direct kernels take one input channel, "
 			 "this data set's images have %d (use auto or cudnn)", m->in.c);
+		return -1;
+	}
+	g->tc = cnn_cuda_tensor_cores();
+	if (g->tc < 0) {
+		snprintf(g->err, sizeof(g->err), "%s", cnn_cuda_last_error());
+		return -1;
+	}
+	if (conv2 == CNN_CONV_DIRECT && !g->tc) {
+		int dev = 0, major = 0, minor = 0;
+		cudaGetDevice(&dev);
+		cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+		cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+		snprintf(g->err, sizeof(g->err), "conv2 direct: the tensor-core kernels need TF32 and bf16 "
+			 "(compute capability 8.0 or newer), and GPU %d is sm_%d%d (use --conv2 auto or "
+			 "cudnn)", dev, major, minor);
 		return -1;
 	}
 	if (conv2 == CNN_CONV_DIRECT && precision == CNN_PREC_FP32) {
@@ -185,7 +207,7 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 	if (M->in.c == 1 && conv1 != CNN_CONV_CUDNN &&
 	    alloc(&g->c1s, cnn_cuda_conv1_wgrad_scratch(max_batch, M->in.h, M->in.w, M->c1) * 4) < 0)
 		return -1;
-	if (precision != CNN_PREC_FP32 && conv2 != CNN_CONV_CUDNN &&
+	if (conv2_possible(g) && conv2 != CNN_CONV_CUDNN &&
 	    (alloc(&g->c2s, cnn_cuda_conv3_wgrad_scratch(max_batch, M->c1, M->h1, M->w1, M->c2) * 4) < 0 ||
 	     alloc(&g->c2w, 2 * M->t[P_W2].n * es) < 0))
 		return -1;
@@ -799,7 +821,7 @@ static int choose_conv(struct cnn_gnet *g, struct cnn_gnet_algos *a, int layer, 
 static int choose_convs(struct cnn_gnet *g, struct cnn_gnet_algos *a)
 {
 	return choose_conv(g, a, 0, 2, g->conv1, g->m.in.c == 1, &a->direct1, a->ms1) < 0 ||
-	       choose_conv(g, a, 1, 3, g->conv2, g->precision != CNN_PREC_FP32, &a->direct2, a->ms2) < 0 ?
+	       choose_conv(g, a, 1, 3, g->conv2, conv2_possible(g), &a->direct2, a->ms2) < 0 ?
 		       -1 : 0;
 }
 
@@ -913,7 +935,7 @@ static int describe_conv(const struct cnn_gnet *g, char *buf, size_t len, int k,
 					   { "forward", "backward-data", "backward-filter" } };
 	int calls = layer ? 3 : 2;
 	enum cnn_conv_impl impl = layer ? g->conv2 : g->conv1;
-	int possible = layer ? g->precision != CNN_PREC_FP32 : g->m.in.c == 1;
+	int possible = layer ? conv2_possible(g) : g->m.in.c == 1;
 	if (!possible || impl == CNN_CONV_CUDNN || k < 0 || (size_t)k >= len)
 		return k;
 	if (impl == CNN_CONV_DIRECT)
@@ -941,7 +963,8 @@ void cnn_gnet_describe(const struct cnn_gnet *g, char *buf, size_t len)
 	cublasGetVersion(g->blas, &bv);
 	int k = snprintf(buf, len, "cuDNN %zu.%zu.%zu, cuBLAS %d.%d.%d, %s", v / 10000, v / 100 % 100,
 			 v % 100, bv / 10000, bv / 100 % 100, bv % 100,
-			 g->precision == CNN_PREC_TF32 ? "TF32" :
+			 g->precision == CNN_PREC_TF32 ?
+				 (g->tc ? "TF32" : "TF32 asked, fp32 math (no TF32 before compute capability 8.0)") :
 			 g->precision == CNN_PREC_FP32 ? "fp32" : "bf16 with fp32 master weights");
 	k = describe_conv(g, buf, len, k, 0);
 	k = describe_conv(g, buf, len, k, 1);

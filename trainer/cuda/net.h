@@ -69,6 +69,7 @@ struct cnn_gnet {
 	enum cnn_conv_impl conv1;        /* asked for; algos[].direct1 has the choice */
 	float *c1s;                      /* the direct conv1 weight gradient's scratch */
 	enum cnn_conv_impl conv2;        /* asked for; algos[].direct2 has the choice */
+	int tc;                          /* the GPU has TF32 and bf16 tensor cores (8.0+) */
 	float *c2s;                      /* the tensor-core conv2 weight gradient's scratch */
 	void *c2w;                       /* conv2's weights packed for those kernels (the
 					  * forward's, then the backward-data's), each step */
