@@ -1289,7 +1289,10 @@ bool conv3_args(const char *call, int nimg, int c, int h, int wd, int oc)
 
 // Whether the current GPU runs the tensor-core kernels (compute capability
 // 8.0 or newer): 1, 0, or -1 if CUDA cannot say; with call, a refusal is
-// that call's error, naming the GPU and what it needs.
+// that call's error, naming the GPU and what it needs.  Asked at each
+// launch, also inside a graph's capture: a query of the device's
+// attributes, which neither enqueues nor loads anything (cuBLAS makes such
+// queries in captured calls too).
 int tc_device(const char *call)
 {
 	int dev = 0, major = 0, minor = 0;
