@@ -33,7 +33,7 @@ constexpr size_t kStack = 64 * 1024;     // a fiber's stack: kernels need little
 // SMs, each holding two blocks of any kernel, so that code sizing its grid
 // by them makes several blocks here too (blocks still run one at a time).
 constexpr int kSMs = 16, kBlocksPerSM = 2;
-// The compute capability it reports: 9.0 (kernels.cu's tensor-core kernels
+// The compute capability it reports: 9.0 (conv2_tc.cu's tensor-core kernels
 // are compiled whole here), or what cuemu_set_cc sets, so a test can see
 // what the host code does on an older GPU.
 int cc_major = 9, cc_minor = 0;

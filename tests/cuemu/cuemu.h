@@ -1,9 +1,10 @@
-// cuemu: run trainer/cuda/kernels.cu on the CPU, for machines without a GPU.
+// cuemu: run trainer/cuda/kernels.cu and conv2_tc.cu on the CPU, for
+// machines without a GPU.
 //
 // Not a CUDA implementation: just enough of the execution model for
 // element-wise kernels and block reductions, so test_cuda_kernels can
 // compare the kernels' own source with their CPU twins where no GPU is
-// lent (make check, CI).  tests/Makefile compiles kernels.cu with g++ and
+// lent (make check, CI).  tests/Makefile compiles those files with g++ and
 // this header forced in front, after one sed that turns each
 // `k<<<grid, block, shmem, stream>>>(args)` into a cuemu::launch call.
 //

@@ -1,6 +1,6 @@
-/* Every CUDA kernel of trainer/cuda/kernels.cu against its CPU twin on
- * random inputs, llm.c style: |gpu - cpu| <= atol + rtol * |cpu|, the first
- * mismatches printed.  Without a GPU (or a driver) every check is skipped,
+/* Every CUDA kernel of trainer/cuda/ (kernels.cu, conv2_tc.cu) against its
+ * CPU twin on random inputs, llm.c style: |gpu - cpu| <= atol + rtol *
+ * |cpu|, the first mismatches printed.  Without a GPU (or a driver) every check is skipped,
  * loudly, and the program exits 0: make check compiles it everywhere.
  * Built a second time as test_cuda_kernels_emu (-DCNN_CUEMU): the same
  * checks on the kernels' source run on the CPU by tests/cuemu, so their

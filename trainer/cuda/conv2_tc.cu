@@ -1,0 +1,650 @@
+// conv2 (a 3x3 convolution of many input channels) on the tensor cores:
+// its weights packed for the kernels, the forward and backward-data as one
+// implicit GEMM, the backward-filter split over the pixels and summed in a
+// fixed order (see kernels.h, cnn_cuda_conv3_*).
+#include <atomic>
+#include <type_traits>
+
+#ifdef __CUDACC__
+#include <mma.h>
+#endif
+
+#include "kernels_common.cuh"
+
+// conv2's tensor-core kernels (below) use TF32 and bf16 wmma, compute
+// capability 8.0 and newer; the build also carries code for older GPUs
+// (sm_75: T4, Quadro RTX), where cnn_train runs on cuDNN alone: those
+// kernels' bodies are a trap there, and their launchers refuse such a GPU
+// (tc_device) before any launch.  The host pass, and cuemu, see them whole.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#define CNN_TC 1
+#else
+#define CNN_TC 0
+#endif
+
+namespace {
+
+namespace wmma = nvcuda::wmma;
+
+// conv2's weights for its tensor-core kernels, from the fp32 OIHW
+// parameters in one pass: wf [tap][c][o] for the forward, wb [tap][o][c]
+// for the backward-data, so that the 64 (or 32) outputs a block stages
+// are consecutive in memory: a warp's loads one or two 128-byte lines,
+// where OIHW (and OHWI) put an output's weights 9 c entries apart.
+template <typename T>
+__global__ void conv3_pack(const float *w, int oc, int c, size_t total, T *wf, T *wb)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		// i indexes w: [o][ci][tap]
+		int tap = (int)(i % 9), ci = (int)(i / 9 % c), o = (int)(i / 9 / c);
+		float v = w[i];
+		st(wf + ((size_t)tap * c + ci) * oc + o, v);
+		st(wb + ((size_t)tap * oc + o) * c + ci, v);
+	}
+}
+
+template <typename T>
+int launch_conv3_pack(const float *w, int oc, int c, T *wf, T *wb, cudaStream_t s)
+{
+	if (oc < 1 || c < 1 || 9LL * oc * c >= 0x7fffffffLL) {
+		char m[96];
+		snprintf(m, sizeof(m), "%d x %d x 3 x 3 weights: expected 1 or more of each, under 2^31 in all",
+			 oc, c);
+		cnn_cuda_fail(__FILE__, __LINE__, "cnn_cuda_conv3_pack", m);
+		return -1;
+	}
+	size_t total = 9 * (size_t)oc * c;
+	conv3_pack<<<blocks_for(total), kThreads, 0, s>>>(w, oc, c, total, wf, wb);
+	cudaCheck(cudaGetLastError());
+	return 0;
+}
+
+
+// ---- conv2 on the tensor cores: 3x3 implicit GEMM ------------------------
+// The output pixels (image, row, column) are the GEMM's rows, the output
+// channels its columns, (tap, input channel) its reduction: a block stages
+// a tile of 128 pixels by 32 input channels of one tap, and those channels'
+// weights for 64 output channels (32 where there are no more), in shared
+// memory; its 8 warps each own 32 x 32 (or 32 x 16) of the output tile,
+// 2 x 2 (2 x 1) wmma fragments (m16n16k8 TF32, or m16n16k16 bf16)
+// accumulating in fp32.  While the tensor cores work on one step's tile, each
+// thread already reads its share of the next step's into registers
+// (software pipelining through registers), so memory latency hides behind
+// the mma; 128 registers at most, two blocks an SM.
+// The backward-data is the same kernel on dy, padded by 2 with the weights
+// flipped and transposed; the backward-filter makes the pixels the
+// reduction, split over one wave of blocks with partial sums added in a
+// fixed order.  Operands are staged in the layout
+// that lets a warp's 32 loads hit consecutive addresses in memory and
+// distinct banks in shared memory: pixel-major for NCHW, channel-major for
+// NHWC; wmma reads either (row_major or col_major fragments).
+
+// Per operand type: the wmma precision and k, the shared-memory padding
+// (rows a multiple of 16 bytes, as wmma's ldm must be), and what a staged
+// operand is: TF32-rounded (cvt.rna) floats, or the bf16 bits as they are.
+template <typename T> struct Mma;
+#if CNN_TC
+template <> struct Mma<float> {
+	typedef wmma::precision::tf32 P;
+	enum { K = 8, PAD = 4 };
+	__device__ static float op(float v) { return wmma::__float_to_tf32(v); }
+	__device__ static float zero() { return 0.f; }
+};
+template <> struct Mma<bf16> {
+	typedef bf16 P;
+	enum { K = 16, PAD = 8 };
+	__device__ static bf16 op(bf16 v) { return v; }
+	__device__ static bf16 zero() { return __float2bfloat16_rn(0.f); }
+};
+#endif
+
+constexpr int kCvThreads = 256, kCvBM = 128, kCvBN = 64, kCvBK = 32;
+
+// Output pixel m = (n, y, x) of oh x ow reads input (y + ky - pad, x + kx -
+// pad) of h x w (zero outside) and weight (o, c, ky', kx') at
+// o * wo + c * wc + ky' * wy + kx' * wx, with ky' = 2 - ky when flip.
+struct Conv3 {
+	int c, h, w, o, oh, ow, pad, flip, wo, wc, wy, wx;
+	long long m;
+};
+
+template <typename T, bool NHWC, int BN>
+__global__ void __launch_bounds__(kCvThreads, 2) conv3_igemm(const T *x, const T *wt, Conv3 g, T *y)
+{
+#if CNN_TC
+	typedef Mma<T> M;
+	typedef typename std::conditional<NHWC, wmma::row_major, wmma::col_major>::type LayA;
+	// A (pixel, channel): NHWC [m][k], NCHW [k][m]; B (channel, output) [k][o];
+	// the output tile C in floats: NHWC [m][o], NCHW [o][m].  A warp owns
+	// 32 pixels by BN / 2 outputs: 2 x FN fragments.
+	constexpr int FN = BN / 32, LA = NHWC ? kCvBK + M::PAD : kCvBM + M::PAD, LB = BN + M::PAD;
+	constexpr int LC = NHWC ? BN + 4 : kCvBM + 4;
+	constexpr int SA = NHWC ? kCvBM * LA : kCvBK * LA;
+	constexpr int SAB = (SA + kCvBK * LB) * (int)sizeof(T);
+	constexpr int SC = (NHWC ? kCvBM : BN) * LC * 4;
+	constexpr int RA = kCvBM * kCvBK / kCvThreads, RB = kCvBK * BN / kCvThreads;
+	static_assert(FN >= 1 && RB >= 1 && kCvBM * kCvBK % kCvThreads == 0 &&
+		      kCvBK * BN % kCvThreads == 0, "conv3_igemm's tile and its threads");
+	__shared__ __align__(128) unsigned char smem[SAB > SC ? SAB : SC];
+	__shared__ int pn[kCvBM], py[kCvBM], px[kCvBM];   // the tile's pixels; pn -1 past the end
+	T *As = reinterpret_cast<T *>(smem), *Bs = As + SA;
+	float *Cs = reinterpret_cast<float *>(smem);
+	long long m0 = (long long)blockIdx.x * kCvBM;
+	int o0 = blockIdx.y * BN, opix = g.oh * g.ow;
+	for (int i = threadIdx.x; i < kCvBM; i += kCvThreads) {
+		long long m = m0 + i;
+		int r = (int)(m % opix);
+		pn[i] = m < g.m ? (int)(m / opix) : -1;
+		py[i] = r / g.ow;
+		px[i] = r % g.ow;
+	}
+	int warp = threadIdx.x / 32, wm = warp % 4 * 32, wn = warp / 4 * (BN / 2);
+	wmma::fragment<wmma::accumulator, 16, 16, M::K, float> acc[2][FN];
+	for (int i = 0; i < 2; i++)
+		for (int j = 0; j < FN; j++)
+			wmma::fill_fragment(acc[i][j], 0.f);
+	__syncthreads();
+	// The reduction runs over (tap, 32 channels) steps; each step's operands
+	// are read from memory into registers during the one before (ra, rb),
+	// so their latency hides behind that step's mma.
+	int nc = (g.c + kCvBK - 1) / kCvBK, steps = 9 * nc;
+	int plane = g.h * g.w;   // offsets in 32 bits: conv3_args keeps tensors under 2^31 entries
+	T ra[RA], rb[RB];
+	auto fetch = [&](int step) {
+		int tap = step / nc, c0 = step % nc * kCvBK, ky = tap / 3, kx = tap % 3;
+		if (NHWC) {
+			// a thread's channel is fixed, its pixels step by 8
+			int c = c0 + threadIdx.x % kCvBK;
+#pragma unroll
+			for (int j = 0; j < RA; j++) {
+				int mi = threadIdx.x / kCvBK + j * (kCvThreads / kCvBK);
+				int n = pn[mi], iy = py[mi] + ky - g.pad, ix = px[mi] + kx - g.pad;
+				bool ok = n >= 0 && c < g.c && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+				ra[j] = ok ? M::op(x[((n * g.h + iy) * g.w + ix) * g.c + c]) : M::zero();
+			}
+		} else {
+			// a thread's pixel is fixed, its channels step by 2
+			int mi = threadIdx.x % kCvBM, n = pn[mi], kl = threadIdx.x / kCvBM;
+			int iy = py[mi] + ky - g.pad, ix = px[mi] + kx - g.pad;
+			bool ok = n >= 0 && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+			int q = ((n * g.c + c0 + kl) * g.h + iy) * g.w + ix;
+#pragma unroll
+			for (int j = 0; j < RA; j++)
+				ra[j] = ok && c0 + kl + j * (kCvThreads / kCvBM) < g.c ?
+					M::op(x[q + j * (kCvThreads / kCvBM) * plane]) : M::zero();
+		}
+		int wtap = (g.flip ? 2 - ky : ky) * g.wy + (g.flip ? 2 - kx : kx) * g.wx;
+		int oi = threadIdx.x % BN, o = o0 + oi;
+#pragma unroll
+		for (int j = 0; j < RB; j++) {
+			int c = c0 + threadIdx.x / BN + j * (kCvThreads / BN);
+			rb[j] = o < g.o && c < g.c ? M::op(wt[o * g.wo + c * g.wc + wtap]) : M::zero();
+		}
+	};
+	fetch(0);
+	for (int step = 0; step < steps; step++) {
+#pragma unroll
+		for (int j = 0; j < RA; j++) {
+			if (NHWC)
+				As[(threadIdx.x / kCvBK + j * (kCvThreads / kCvBK)) * LA + threadIdx.x % kCvBK] = ra[j];
+			else
+				As[(threadIdx.x / kCvBM + j * (kCvThreads / kCvBM)) * LA + threadIdx.x % kCvBM] = ra[j];
+		}
+#pragma unroll
+		for (int j = 0; j < RB; j++)
+			Bs[(threadIdx.x / BN + j * (kCvThreads / BN)) * LB + threadIdx.x % BN] = rb[j];
+		__syncthreads();
+		if (step + 1 < steps)
+			fetch(step + 1);
+		for (int k = 0; k < kCvBK; k += M::K) {
+			wmma::fragment<wmma::matrix_a, 16, 16, M::K, typename M::P, LayA> a[2];
+			wmma::fragment<wmma::matrix_b, 16, 16, M::K, typename M::P, wmma::row_major> b[FN];
+			for (int i = 0; i < 2; i++)
+				wmma::load_matrix_sync(a[i], NHWC ? As + (wm + 16 * i) * LA + k :
+								  As + k * LA + wm + 16 * i, LA);
+			for (int j = 0; j < FN; j++)
+				wmma::load_matrix_sync(b[j], Bs + k * LB + wn + 16 * j, LB);
+			for (int i = 0; i < 2; i++)
+				for (int j = 0; j < FN; j++)
+					wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
+		}
+		__syncthreads();
+	}
+	for (int i = 0; i < 2; i++)
+		for (int j = 0; j < FN; j++)
+			wmma::store_matrix_sync(NHWC ? Cs + (wm + 16 * i) * LC + wn + 16 * j :
+						       Cs + (wn + 16 * j) * LC + wm + 16 * i,
+						acc[i][j], LC, NHWC ? wmma::mem_row_major : wmma::mem_col_major);
+	__syncthreads();
+	for (int e = threadIdx.x; e < kCvBM * BN; e += kCvThreads) {
+		int mi = NHWC ? e / BN : e % kCvBM, oi = NHWC ? e % BN : e / kCvBM;
+		int n = pn[mi], o = o0 + oi;
+		if (n < 0 || o >= g.o)
+			continue;
+		size_t q = NHWC ? (((size_t)n * g.oh + py[mi]) * g.ow + px[mi]) * g.o + o :
+				  (((size_t)n * g.o + o) * g.oh + py[mi]) * g.ow + px[mi];
+		st(y + q, NHWC ? Cs[mi * LC + oi] : Cs[oi * LC + mi]);
+	}
+#else
+	(void)kCvBK;   // the tile constants the body uses
+	__trap();      // never launched: the launchers refuse a GPU older than 8.0
+#endif
+}
+
+// Backward-filter: the pixels are the reduction.  A block per (split s of
+// the pixels, 64 output channels, 32 input channels, tap row ky) sums dw
+// of its 3 taps over its pixels, 32 at a time, into part[s][o tile][c
+// tile][64][9 * 32] (tap-major, the row's 96 columns); 8 warps each own
+// 3 of the 4 x 6 fragments.  dy is matrix A (o, pixel), x at the row's
+// taps matrix B (pixel, (kx, c)).  A chunk's operands are read into
+// registers during the chunk before, as in conv3_igemm.
+constexpr int kWgP = 32, kWgO = 64, kWgC = 32, kWgN = 3 * kWgC, kWgK = 9 * kWgC;
+constexpr int kWgMinPixels = 256;   // a block's least share of the pixels
+
+template <typename T, bool NHWC>
+__global__ void __launch_bounds__(kCvThreads, 2) conv3_wgrad_part(const T *x, const T *dy, Conv3 g,
+							      long long ppb, float *part)
+{
+#if CNN_TC
+	typedef Mma<T> M;
+	// dy: NCHW [o][p] (row-major A), NHWC [p][o] (col-major A); x: NCHW
+	// [k][p] (col-major B), NHWC [p][k] (row-major B)
+	typedef typename std::conditional<NHWC, wmma::col_major, wmma::row_major>::type LayA;
+	typedef typename std::conditional<NHWC, wmma::row_major, wmma::col_major>::type LayB;
+	constexpr int LD = NHWC ? kWgO + M::PAD : kWgP + M::PAD, LX = NHWC ? kWgN + M::PAD : kWgP + M::PAD;
+	constexpr int SD = NHWC ? kWgP * LD : kWgO * LD, SX = NHWC ? kWgP * LX : kWgN * LX;
+	constexpr int RD = kWgP * kWgO / kCvThreads, RX = kWgP * kWgN / kCvThreads;
+	static_assert(kWgP * kWgO % kCvThreads == 0 && kWgP * kWgN % kCvThreads == 0 &&
+		      kCvThreads % kWgP == 0 && kCvThreads % kWgO == 0 && kWgC % (kCvThreads / kWgP) == 0,
+		      "conv3_wgrad_part's tile and its threads");
+	__shared__ __align__(128) T Ds[SD];
+	__shared__ __align__(128) T Xs[SX];
+	// the next chunk's pixels: the offsets of their dy and of their x at
+	// (row + ky, column), channel 0; dq -1 past the end.  Written before the
+	// barrier after which fetch reads them, and again only after the next
+	// barrier.  Offsets are 32 bits: conv3_args keeps every tensor under
+	// 2^31 entries.
+	__shared__ int dq[kWgP], xq[kWgP];
+	int to = gridDim.y, tc = gridDim.z / 3, o0 = blockIdx.y * kWgO, c0 = blockIdx.z / 3 * kWgC;
+	int ky = blockIdx.z % 3, opix = g.oh * g.ow, plane = g.h * g.w;
+	long long p0 = blockIdx.x * ppb, p1 = p0 + ppb < g.m ? p0 + ppb : g.m;
+	int chunks = (int)((p1 - p0 + kWgP - 1) / kWgP);
+	int warp = threadIdx.x / 32, fr = warp % 4, fc0 = warp / 4 * 3;
+	wmma::fragment<wmma::accumulator, 16, 16, M::K, float> acc[3];
+	for (int j = 0; j < 3; j++)
+		wmma::fill_fragment(acc[j], 0.f);
+	auto pixels = [&](int t) {   // chunk t's pixels
+		if (threadIdx.x < kWgP) {
+			long long p = p0 + (long long)t * kWgP + threadIdx.x;
+			int n = (int)(p / opix), r = (int)(p % opix), y = r / g.ow, xx = r % g.ow;
+			dq[threadIdx.x] = p >= p1 ? -1 : NHWC ? (n * opix + r) * g.o : n * g.o * opix + r;
+			xq[threadIdx.x] = NHWC ? ((n * g.h + y + ky) * g.w + xx) * g.c :
+						    n * g.c * plane + (y + ky) * g.w + xx;
+		}
+	};
+	T rd[RD], rx[RX];
+	auto fetch = [&]() {   // the chunk pixels() described, into registers
+		if (NHWC) {
+			// dy: a thread's output channel fixed, its pixels step by 4;
+			// x: its input channel fixed, (pixel, kx) steps by 8
+			int oi = threadIdx.x % kWgO, o = o0 + oi;
+#pragma unroll
+			for (int j = 0; j < RD; j++) {
+				int q = dq[threadIdx.x / kWgO + j * (kCvThreads / kWgO)];
+				rd[j] = q >= 0 && o < g.o ? M::op(dy[q + o]) : M::zero();
+			}
+			int c = c0 + threadIdx.x % kWgC;
+#pragma unroll
+			for (int j = 0; j < RX; j++) {
+				int k = threadIdx.x / kWgC + j * (kCvThreads / kWgC), pi = k / 3;
+				rx[j] = dq[pi] >= 0 && c < g.c ? M::op(x[xq[pi] + k % 3 * g.c + c]) : M::zero();
+			}
+		} else {
+			// a thread's pixel is fixed: dy's output channels step by 8,
+			// x's (kx, channel) by 8
+			int pi = threadIdx.x % kWgP, ol = threadIdx.x / kWgP, q = dq[pi];
+			int dbase = q + (o0 + ol) * opix, xbase = xq[pi] + (c0 + ol) * plane;
+#pragma unroll
+			for (int j = 0; j < RD; j++)
+				rd[j] = q >= 0 && o0 + ol + j * (kCvThreads / kWgP) < g.o ?
+					M::op(dy[dbase + j * (kCvThreads / kWgP) * opix]) : M::zero();
+#pragma unroll
+			for (int j = 0; j < RX; j++) {
+				// (kx, channel) = ol + 8 j: kx = j / 4, the channel ol + 8 (j % 4)
+				constexpr int S = kCvThreads / kWgP, PER = kWgC / S;
+				int kx = j / PER, cl = ol + j % PER * S;
+				rx[j] = q >= 0 && c0 + cl < g.c ? M::op(x[xbase + j % PER * S * plane + kx]) : M::zero();
+			}
+		}
+	};
+	pixels(0);
+	__syncthreads();
+	if (chunks)
+		fetch();
+	__syncthreads();   // every thread has read chunk 0's pixels before pixels(1)
+	for (int t = 0; t < chunks; t++) {
+		if (NHWC) {
+#pragma unroll
+			for (int j = 0; j < RD; j++)
+				Ds[(threadIdx.x / kWgO + j * (kCvThreads / kWgO)) * LD + threadIdx.x % kWgO] = rd[j];
+#pragma unroll
+			for (int j = 0; j < RX; j++) {
+				int q = threadIdx.x / kWgC + j * (kCvThreads / kWgC);
+				Xs[q / 3 * LX + q % 3 * kWgC + threadIdx.x % kWgC] = rx[j];
+			}
+		} else {
+#pragma unroll
+			for (int j = 0; j < RD; j++)
+				Ds[(threadIdx.x / kWgP + j * (kCvThreads / kWgP)) * LD + threadIdx.x % kWgP] = rd[j];
+#pragma unroll
+			for (int j = 0; j < RX; j++)
+				Xs[(threadIdx.x / kWgP + j * (kCvThreads / kWgP)) * LX + threadIdx.x % kWgP] = rx[j];
+		}
+		if (t + 1 < chunks)
+			pixels(t + 1);
+		__syncthreads();
+		if (t + 1 < chunks)
+			fetch();
+#pragma unroll 2
+		for (int k = 0; k < kWgP; k += M::K) {
+			wmma::fragment<wmma::matrix_a, 16, 16, M::K, typename M::P, LayA> a;
+			wmma::load_matrix_sync(a, NHWC ? Ds + k * LD + fr * 16 : Ds + fr * 16 * LD + k, LD);
+			for (int j = 0; j < 3; j++) {
+				wmma::fragment<wmma::matrix_b, 16, 16, M::K, typename M::P, LayB> b;
+				int kc = (fc0 + j) * 16;
+				wmma::load_matrix_sync(b, NHWC ? Xs + k * LX + kc : Xs + kc * LX + k, LX);
+				wmma::mma_sync(acc[j], a, b, acc[j]);
+			}
+		}
+		__syncthreads();
+	}
+	float *out = part + (((size_t)blockIdx.x * to + blockIdx.y) * tc + blockIdx.z / 3) * kWgO * kWgK +
+		     ky * kWgN;
+	for (int j = 0; j < 3; j++)
+		wmma::store_matrix_sync(out + fr * 16 * kWgK + (fc0 + j) * 16, acc[j], kWgK,
+					wmma::mem_row_major);
+#else
+	(void)kWgN;
+	__trap();
+#endif
+}
+
+// dw[o][c][tap] = the splits' partial sums, in a fixed order: a block per
+// 32 entries of a split's part, its 8 warps each summing every 8th split
+// from its own (coalesced along the entries), then the 8 sums in order.
+constexpr int kWgSumLanes = 32, kWgSumWays = kCvThreads / kWgSumLanes;
+
+__global__ void __launch_bounds__(kCvThreads) conv3_wgrad_sum(const float *part, int splits, int to,
+							     int tc, int oc, int c, float *dw)
+{
+	__shared__ float sums[kWgSumWays][kWgSumLanes];
+	size_t per = (size_t)to * tc * kWgO * kWgK;
+	size_t i = (size_t)blockIdx.x * kWgSumLanes + threadIdx.x % kWgSumLanes;
+	int way = threadIdx.x / kWgSumLanes;
+	float s = 0.f;
+	if (i < per)
+		for (int p = way; p < splits; p += kWgSumWays)
+			s += part[p * per + i];
+	sums[way][threadIdx.x % kWgSumLanes] = s;
+	__syncthreads();
+	if (way || i >= per)
+		return;
+	s = 0.f;
+	for (int w = 0; w < kWgSumWays; w++)
+		s += sums[w][threadIdx.x];
+	int k = (int)(i % kWgK), ol = (int)(i / kWgK % kWgO);
+	int bc = (int)(i / kWgK / kWgO % tc), bo = (int)(i / kWgK / kWgO / tc);
+	int o = bo * kWgO + ol, ci = bc * kWgC + k % kWgC, tap = k / kWgC;
+	if (o < oc && ci < c)
+		dw[((size_t)o * c + ci) * 9 + tap] = s;
+}
+
+// How many blocks of conv3_wgrad_part<T, NHWC> the current GPU runs at once
+// (its SMs times the blocks an SM holds): the splits of the pixels fill one
+// such wave, so no SM idles through a short last one.  Asked once per
+// device and kept (cnn_cuda_conv3_wgrad_scratch asks before any launch), so
+// that a launch inside a CUDA graph's stream capture makes no query but
+// cudaGetDevice.  A device that cannot say gets 128, not kept (the launch
+// then reports what is wrong with it).
+template <typename T, bool NHWC>
+int conv3_wgrad_slots()
+{
+	static std::atomic<long long> kept{-1};   // device << 32 | slots
+	int dev = 0, sms = 0, per = 0;
+	if (cudaGetDevice(&dev) != cudaSuccess) {
+		cudaGetLastError();
+		return 128;
+	}
+	long long k = kept.load(std::memory_order_relaxed);
+	if (k >= 0 && k >> 32 == dev)
+		return (int)(k & 0xffffffffLL);
+	if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+	    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, (const void *)conv3_wgrad_part<T, NHWC>,
+							  kCvThreads, 0) != cudaSuccess ||
+	    sms < 1 || per < 1) {
+		cudaGetLastError();
+		return 128;
+	}
+	kept.store((long long)dev << 32 | (long long)sms * per, std::memory_order_relaxed);
+	return sms * per;
+}
+
+// Pixels a block: one wave of slots / tiles splits, at least kWgMinPixels
+// and a whole number of chunks each.  splits = ceil(m / ppb) is then at most
+// min(ceil(m / kWgMinPixels), max(1, slots / tiles)), whatever m is: the
+// bound cnn_cuda_conv3_wgrad_scratch sizes the scratch for.
+long long conv3_wgrad_ppb(long long m, int slots, int tiles)
+{
+	long long want = slots / tiles > 1 ? slots / tiles : 1, ppb = (m + want - 1) / want;
+	ppb = (ppb + kWgP - 1) / kWgP * kWgP;
+	return ppb < kWgMinPixels ? kWgMinPixels : ppb;
+}
+
+bool conv3_args(const char *call, int nimg, int c, int h, int wd, int oc)
+{
+	// every tensor, with a tile's overhang, under 2^31 entries: the kernels'
+	// offsets are 32-bit
+	int cmax = c > oc ? c : oc;
+	if (nimg >= 0 && c >= 1 && oc >= 1 && h >= 3 && wd >= 3 && cmax <= 65535 / 3 * kWgC &&
+	    (long long)(nimg + 1) * (cmax + kCvBN) * h * wd < 0x7fffffffLL &&
+	    9LL * (oc + kCvBN) * (c + kCvBN) < 0x7fffffffLL)
+		return true;
+	char m[160];
+	snprintf(m, sizeof(m), "%d images of %d channels %dx%d, %d outputs: expected >= 0, >= 1, 3x3 "
+		 "or larger, >= 1, and fewer than 2^31 entries in each tensor", nimg, c, h, wd, oc);
+	cnn_cuda_fail(__FILE__, __LINE__, call, m);
+	return false;
+}
+
+// Whether the current GPU runs the tensor-core kernels (compute capability
+// 8.0 or newer): 1, 0, or -1 if CUDA cannot say; with call, a refusal is
+// that call's error, naming the GPU and what it needs.  Asked at each
+// launch, also inside a graph's capture: a query of the device's
+// attributes, which neither enqueues nor loads anything (cuBLAS makes such
+// queries in captured calls too).
+int tc_device(const char *call)
+{
+	int dev = 0, major = 0, minor = 0;
+	cudaError_t e = cudaGetDevice(&dev);
+	if (e == cudaSuccess)
+		e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+	if (e == cudaSuccess)
+		e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+	char m[200];
+	if (e != cudaSuccess) {
+		cudaGetLastError();
+		if (call) {
+			snprintf(m, sizeof(m), "the current GPU's compute capability: %s",
+				 cudaGetErrorString(e));
+			cnn_cuda_fail(__FILE__, __LINE__, call, m);
+		}
+		return -1;
+	}
+	if (major >= 8)
+		return 1;
+	if (call) {
+		snprintf(m, sizeof(m), "GPU %d is sm_%d%d: these tensor-core kernels (TF32 and bf16) need "
+			 "compute capability 8.0 or newer; cuDNN does this convolution there (--conv2 "
+			 "cudnn)", dev, major, minor);
+		cnn_cuda_fail(__FILE__, __LINE__, call, m);
+	}
+	return 0;
+}
+
+// The forward's geometry, its weights packed [tap][c][o] (conv3_pack's wf).
+Conv3 conv3_geom(int nimg, int c, int h, int wd, int oc)
+{
+	Conv3 g;
+	g.c = c, g.h = h, g.w = wd, g.o = oc, g.oh = h - 2, g.ow = wd - 2, g.pad = 0, g.flip = 0;
+	g.wo = 1;
+	g.wc = oc;
+	g.wy = 3 * c * oc;
+	g.wx = c * oc;
+	g.m = (long long)nimg * g.oh * g.ow;
+	return g;
+}
+
+template <typename T>
+int launch_conv3_igemm(const T *x, const T *w, const Conv3 &g, int nhwc, T *y, cudaStream_t s)
+{
+	if (!g.m)
+		return 0;
+	// 32 outputs a block where there are no more (conv2's backward-data):
+	// no half-empty tiles
+	int bn = g.o <= 32 ? 32 : kCvBN;
+	dim3 grid((unsigned)((g.m + kCvBM - 1) / kCvBM), (unsigned)((g.o + bn - 1) / bn));
+	void (*k)(const T *, const T *, Conv3, T *) =
+		bn == 32 ? (nhwc ? conv3_igemm<T, true, 32> : conv3_igemm<T, false, 32>) :
+			   (nhwc ? conv3_igemm<T, true, kCvBN> : conv3_igemm<T, false, kCvBN>);
+	k<<<grid, kCvThreads, 0, s>>>(x, w, g, y);
+	cudaCheck(cudaGetLastError());
+	return 0;
+}
+
+template <typename T>
+int launch_conv3_fwd(const T *x, const T *w, int nimg, int c, int h, int wd, int oc, int nhwc,
+		     T *y, cudaStream_t s)
+{
+	if (!conv3_args("cnn_cuda_conv3_fwd", nimg, c, h, wd, oc) ||
+	    tc_device("cnn_cuda_conv3_fwd") != 1)
+		return -1;
+	return launch_conv3_igemm(x, w, conv3_geom(nimg, c, h, wd, oc), nhwc, y, s);
+}
+
+// dx = the "full" convolution of dy with the flipped, transposed weights:
+// input oc channels of (h-2) x (w-2) padded by 2, output c channels of h x w;
+// the weights packed [tap][o][c] (conv3_pack's wb), the GEMM's outputs (the
+// input channels c) consecutive.
+template <typename T>
+int launch_conv3_dgrad(const T *dy, const T *w, int nimg, int c, int h, int wd, int oc, int nhwc,
+		       T *dx, cudaStream_t s)
+{
+	if (!conv3_args("cnn_cuda_conv3_dgrad", nimg, c, h, wd, oc) ||
+	    tc_device("cnn_cuda_conv3_dgrad") != 1)
+		return -1;
+	Conv3 g;
+	g.c = oc, g.h = h - 2, g.w = wd - 2, g.o = c, g.oh = h, g.ow = wd, g.pad = 2, g.flip = 1;
+	g.wo = 1, g.wc = c, g.wy = 3 * oc * c, g.wx = oc * c;
+	g.m = (long long)nimg * h * wd;
+	return launch_conv3_igemm(dy, w, g, nhwc, dx, s);
+}
+
+template <typename T>
+int launch_conv3_wgrad(const T *x, const T *dy, int nimg, int c, int h, int wd, int oc, int nhwc,
+		       float *scratch, float *dw, cudaStream_t s)
+{
+	if (!conv3_args("cnn_cuda_conv3_wgrad", nimg, c, h, wd, oc) ||
+	    tc_device("cnn_cuda_conv3_wgrad") != 1)
+		return -1;
+	Conv3 g = conv3_geom(nimg, c, h, wd, oc);
+	int to = (oc + kWgO - 1) / kWgO, tc = (c + kWgC - 1) / kWgC;
+	int slots = nhwc ? conv3_wgrad_slots<T, true>() : conv3_wgrad_slots<T, false>();
+	long long ppb = conv3_wgrad_ppb(g.m, slots, to * tc * 3);
+	int splits = (int)((g.m + ppb - 1) / ppb);
+	if (splits) {   // no images: the sum of no splits, zeros
+		void (*k)(const T *, const T *, Conv3, long long, float *) =
+			nhwc ? conv3_wgrad_part<T, true> : conv3_wgrad_part<T, false>;
+		k<<<dim3(splits, to, tc * 3), kCvThreads, 0, s>>>(x, dy, g, ppb, scratch);
+		cudaCheck(cudaGetLastError());
+	}
+	size_t per = (size_t)to * tc * kWgO * kWgK;
+	conv3_wgrad_sum<<<(unsigned)((per + kWgSumLanes - 1) / kWgSumLanes), kCvThreads, 0, s>>>(scratch, splits, to, tc, oc, c, dw);
+	cudaCheck(cudaGetLastError());
+	return 0;
+}
+
+} // namespace
+
+extern "C" int cnn_cuda_tensor_cores(void)
+{
+	return tc_device(NULL);
+}
+
+extern "C" size_t cnn_cuda_conv3_wgrad_scratch(int nimg, int c, int h, int wd, int oc)
+{
+	if (nimg < 1 || c < 1 || h < 3 || wd < 3 || oc < 1)
+		return 0;
+	// the most splits any launch for up to nimg images makes, in any type
+	// and layout (conv3_wgrad_ppb)
+	long long m = (long long)nimg * (h - 2) * (wd - 2), tiles = 3LL * ((oc + kWgO - 1) / kWgO) *
+		((c + kWgC - 1) / kWgC);
+	int slots[] = {conv3_wgrad_slots<float, false>(), conv3_wgrad_slots<float, true>(),
+		       conv3_wgrad_slots<bf16, false>(), conv3_wgrad_slots<bf16, true>()};
+	long long want = 1;
+	for (int v : slots)
+		want = v / tiles > want ? v / tiles : want;
+	long long splits = (m + kWgMinPixels - 1) / kWgMinPixels;
+	return (size_t)(splits < want ? splits : want) * (tiles / 3) * kWgO * kWgK;
+}
+
+extern "C" int cnn_cuda_conv3_pack_tf32(const float *w, int oc, int c, float *wf, float *wb,
+					cudaStream_t s)
+{
+	return launch_conv3_pack(w, oc, c, wf, wb, s);
+}
+
+extern "C" int cnn_cuda_conv3_pack_bf16(const float *w, int oc, int c, cnn_bf16 *wf, cnn_bf16 *wb,
+					cudaStream_t s)
+{
+	return launch_conv3_pack(w, oc, c, B(wf), B(wb), s);
+}
+
+extern "C" int cnn_cuda_conv3_fwd_tf32(const float *x, const float *w, int nimg, int c, int h,
+				       int wd, int oc, int nhwc, float *y, cudaStream_t s)
+{
+	return launch_conv3_fwd(x, w, nimg, c, h, wd, oc, nhwc, y, s);
+}
+
+extern "C" int cnn_cuda_conv3_dgrad_tf32(const float *dy, const float *w, int nimg, int c, int h,
+					 int wd, int oc, int nhwc, float *dx, cudaStream_t s)
+{
+	return launch_conv3_dgrad(dy, w, nimg, c, h, wd, oc, nhwc, dx, s);
+}
+
+extern "C" int cnn_cuda_conv3_wgrad_tf32(const float *x, const float *dy, int nimg, int c, int h,
+					 int wd, int oc, int nhwc, float *scratch, float *dw,
+					 cudaStream_t s)
+{
+	return launch_conv3_wgrad(x, dy, nimg, c, h, wd, oc, nhwc, scratch, dw, s);
+}
+
+extern "C" int cnn_cuda_conv3_fwd_bf16(const cnn_bf16 *x, const cnn_bf16 *w, int nimg, int c,
+				       int h, int wd, int oc, int nhwc, cnn_bf16 *y, cudaStream_t s)
+{
+	return launch_conv3_fwd(B(x), B(w), nimg, c, h, wd, oc, nhwc, B(y), s);
+}
+
+extern "C" int cnn_cuda_conv3_dgrad_bf16(const cnn_bf16 *dy, const cnn_bf16 *w, int nimg, int c,
+					 int h, int wd, int oc, int nhwc, cnn_bf16 *dx,
+					 cudaStream_t s)
+{
+	return launch_conv3_dgrad(B(dy), B(w), nimg, c, h, wd, oc, nhwc, B(dx), s);
+}
+
+extern "C" int cnn_cuda_conv3_wgrad_bf16(const cnn_bf16 *x, const cnn_bf16 *dy, int nimg, int c,
+					 int h, int wd, int oc, int nhwc, float *scratch, float *dw,
+					 cudaStream_t s)
+{
+	return launch_conv3_wgrad(B(x), B(dy), nimg, c, h, wd, oc, nhwc, scratch, dw, s);
+}
