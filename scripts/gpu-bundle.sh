@@ -21,6 +21,8 @@
 #                            columns: --conv-layout nhwc, --backward-streams 2,
 #                            both, --conv1 cudnn, --conv2 cudnn and direct: one device
 #                            call, logs in $OUT
+#   .gpu/run.sh sanitize     test_cuda_kernels under compute-sanitizer: memcheck, racecheck,
+#                            synccheck, initcheck (SANITIZE_TOOLS, SANITIZE_SECONDS each)
 #   .gpu/run.sh libs         where each CUDA library was found
 #   .gpu/run.sh CMD ARGS     any program of .gpu/bin with the bundle's libraries
 #
@@ -189,6 +191,27 @@ bench)
 h2d)
 	shift || true
 	H2D_BIND=$(wrapper h2d_bind) bench/h2d_bind.sh "$@"
+	;;
+sanitize)
+	# The kernels' tests under NVIDIA's checkers: what cuemu's forward and
+	# reversed orders stand in for here (shared-memory races, barriers)
+	# and what it cannot show (the device's own accesses, warps).  Each
+	# tool bounded in time; every tool runs, the status says whether one
+	# found anything.
+	san=$(command -v compute-sanitizer || echo "$cuda/bin/compute-sanitizer")
+	[ -x "$san" ] || { echo "run.sh: no compute-sanitizer on this machine (PATH, $cuda/bin)" >&2; exit 2; }
+	rc=0
+	for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}; do
+		echo "=== compute-sanitizer --tool $tool: test_cuda_kernels (at most ${SANITIZE_SECONDS:-120}s)"
+		trc=0
+		(cd "$G/.." && timeout -k 10 "${SANITIZE_SECONDS:-120}" "$san" --tool "$tool" \
+			--error-exitcode 86 --print-limit 20 "$LOADER" --library-path "$LIBPATH" \
+			"$G/bin/test_cuda_kernels" >"$G/sanitize-$tool.log" 2>&1) || trc=$?
+		grep -v '^ok ' "$G/sanitize-$tool.log" | tail -n 40
+		echo "=== $tool: $(grep -c '^ok ' "$G/sanitize-$tool.log") ok, $(grep -c '^not ok' "$G/sanitize-$tool.log") not ok, status $trc$([ "$trc" = 86 ] && echo ' (the sanitizer reported errors)')$([ "$trc" = 124 ] && echo ' (timed out)')"
+		[ "$trc" = 0 ] || rc=1
+	done
+	exit $rc
 	;;
 profile)
 	# Steps 21 and 22 (graph replays, long after cudnnFind) under ncu,

@@ -10,6 +10,9 @@
 #include <sys/mman.h>
 
 #include <map>
+#include <set>
+#include <utility>
+#include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
 #define CUEMU_ASAN 1
@@ -215,8 +218,162 @@ void __syncthreads(void)
 	yield(f);
 }
 
+namespace {
+
+// The threads' order: every kernel of trainer/cuda gives the same bytes
+// whatever order its blocks and threads run in (no atomics; sums in a
+// fixed order through shared memory and barriers), which a GPU's
+// scheduler never shows the same way twice.  CHECK runs each launch
+// forward and again reversed from the same memory, and compares.
+enum Order { FORWARD, REVERSE, CHECK };
+int order = -1;   // -1: CUEMU_ORDER not read yet
+
+int order_named(const char *name)
+{
+	return !strcmp(name, "forward") ? FORWARD
+	       : !strcmp(name, "reverse") ? REVERSE
+	       : !strcmp(name, "check")   ? CHECK
+					  : -1;
+}
+
+int order_now()
+{
+	if (order < 0) {
+		const char *e = getenv("CUEMU_ORDER");
+		order = e && *e ? order_named(e) : FORWARD;
+		if (order < 0) {
+			fprintf(stderr, "cuemu: CUEMU_ORDER=%s: expected forward, reverse or check\n", e);
+			abort();
+		}
+	}
+	return order;
+}
+
+// Bytes an atomicAdd wrote during a CHECK launch: their sum's rounding
+// depends on the order on a GPU too, so they are not compared.
+std::set<uintptr_t> atomic_bytes;
+bool recording_atomics;
+
+// One pass over the grid, its blocks and each barrier interval's threads
+// in the given order.
+void run_grid(const cuemu::Cfg &cfg, const char *kernel, bool reverse)
+{
+	unsigned nt = cfg.block.x * cfg.block.y * cfg.block.z;
+	unsigned long nb = (unsigned long)cfg.grid.x * cfg.grid.y * cfg.grid.z;
+	auto thread_idx = [&](unsigned i) {
+		return make_uint3(i % cfg.block.x, i / cfg.block.x % cfg.block.y,
+				  i / (cfg.block.x * cfg.block.y));
+	};
+	barriers = 0;
+	late_said = false;
+	bool diverged = false, first = true;
+	for (unsigned long k = 0; k < nb; k++) {
+		unsigned long b = reverse ? nb - 1 - k : k;
+		blockIdx = make_uint3((unsigned)(b % cfg.grid.x), (unsigned)(b / cfg.grid.x % cfg.grid.y),
+				      (unsigned)(b / ((unsigned long)cfg.grid.x * cfg.grid.y)));
+		// Fibers cost two context switches a thread; when the first
+		// block met no barrier (element-wise kernels), the later
+		// blocks' threads are plain calls, in the same order.
+		if (!first && !barriers) {
+			cur = kDirect;
+			for (unsigned j = 0; j < nt; j++) {
+				threadIdx = thread_idx(reverse ? nt - 1 - j : j);
+				body(body_arg);
+			}
+			cur = kOutside;
+			continue;
+		}
+		first = false;
+		for (unsigned i = 0; i < nt; i++) {
+			fibers[i].state = RUN;
+			fibers[i].idx = thread_idx(i);
+		}
+		// from barrier to barrier: every thread runs until it waits or
+		// ends; all waiting releases them
+		for (;;) {
+			unsigned waiting = 0, done = 0;
+			for (unsigned j = 0; j < nt; j++) {
+				unsigned i = reverse ? nt - 1 - j : j;
+				if (fibers[i].state == RUN)
+					to_fiber((int)i);
+			}
+			for (unsigned i = 0; i < nt; i++) {
+				waiting += fibers[i].state == WAIT;
+				done += fibers[i].state == DONE;
+			}
+			if (!waiting)
+				break;
+			if (done && !diverged) {
+				char m[200];
+				snprintf(m, sizeof(m),
+					 "block (%u,%u,%u): %u of its %u threads wait at __syncthreads, "
+					 "%u ended without reaching it",
+					 blockIdx.x, blockIdx.y, blockIdx.z, waiting, nt, done);
+				fail(cudaErrorLaunchFailure, kernel, m);
+				diverged = true;
+			}
+			for (unsigned i = 0; i < nt; i++)
+				if (fibers[i].state == WAIT)
+					fibers[i].state = RUN;
+		}
+	}
+}
+
+// Every "device" allocation's bytes, to run a launch again from them.
+struct Snapshot {
+	std::vector<std::pair<uintptr_t, std::vector<unsigned char>>> parts;
+	void take()
+	{
+		parts.clear();
+		for (const auto &a : allocs) {
+			const unsigned char *p = reinterpret_cast<const unsigned char *>(a.first);
+			parts.emplace_back(a.first, std::vector<unsigned char>(p, p + a.second));
+		}
+	}
+	void put() const
+	{
+		for (const auto &p : parts)
+			memcpy(reinterpret_cast<void *>(p.first), p.second.data(), p.second.size());
+	}
+};
+
+// After the reversed run: the first byte that differs from the forward
+// run's, outside atomicAdd's, as the launch's error.
+void compare(const Snapshot &fwd, const char *kernel)
+{
+	for (const auto &p : fwd.parts) {
+		const unsigned char *now = reinterpret_cast<const unsigned char *>(p.first);
+		for (size_t i = 0; i < p.second.size(); i++) {
+			if (now[i] == p.second[i] || atomic_bytes.count(p.first + i))
+				continue;
+			size_t at = i & ~(size_t)3;
+			float f = 0, r = 0;
+			if (at + 4 <= p.second.size()) {
+				memcpy(&f, p.second.data() + at, 4);
+				memcpy(&r, now + at, 4);
+			}
+			char m[400];
+			snprintf(m, sizeof(m),
+				 "its result depends on the order its threads run in: byte %zu of the "
+				 "%zu-byte allocation %p is 0x%02x with blocks and threads run forward, "
+				 "0x%02x reversed (the 4 bytes from %zu as floats: %.9g, %.9g); a barrier "
+				 "missing between a write and another thread's read, shared memory read "
+				 "before the block wrote it, or two threads writing different values to one place",
+				 i, p.second.size(), reinterpret_cast<void *>(p.first), p.second[i], now[i],
+				 at, (double)f, (double)r);
+			fail(cudaErrorLaunchFailure, kernel, m);
+			return;
+		}
+	}
+}
+
+} // namespace
+
 float atomicAdd(float *address, float val)
 {
+	if (recording_atomics)
+		for (int i = 0; i < 4; i++)
+			atomic_bytes.insert(reinterpret_cast<uintptr_t>(address) + i);
 	float old = *address;
 	*address = old + val;
 	return old;
@@ -243,62 +400,30 @@ void cuemu::run(const Cfg &cfg, const char *kernel, void (*fn)(void *), void *ar
 	body = fn;
 	body_arg = arg;
 	kernel_name = kernel;
-	barriers = 0;
-	late_said = false;
-	bool diverged = false, first = true;
-	for (unsigned bz = 0; bz < cfg.grid.z; bz++)
-		for (unsigned by = 0; by < cfg.grid.y; by++)
-			for (unsigned bx = 0; bx < cfg.grid.x; bx++) {
-				blockIdx = make_uint3(bx, by, bz);
-				// Fibers cost two context switches a thread; when
-				// the first block met no barrier (element-wise
-				// kernels), the later blocks' threads are plain
-				// calls, in the same order.
-				if (!first && !barriers) {
-					cur = kDirect;
-					for (unsigned i = 0; i < nt; i++) {
-						threadIdx = make_uint3(i % cfg.block.x,
-								       i / cfg.block.x % cfg.block.y,
-								       i / (cfg.block.x * cfg.block.y));
-						fn(arg);
-					}
-					cur = kOutside;
-					continue;
-				}
-				first = false;
-				for (unsigned i = 0; i < nt; i++) {
-					Fiber &f = fibers[i];
-					f.state = RUN;
-					f.idx = make_uint3(i % cfg.block.x, i / cfg.block.x % cfg.block.y,
-							   i / (cfg.block.x * cfg.block.y));
-				}
-				// from barrier to barrier: every thread runs until it
-				// waits or ends; all waiting releases them
-				for (;;) {
-					unsigned waiting = 0, done = 0;
-					for (unsigned i = 0; i < nt; i++)
-						if (fibers[i].state == RUN)
-							to_fiber((int)i);
-					for (unsigned i = 0; i < nt; i++) {
-						waiting += fibers[i].state == WAIT;
-						done += fibers[i].state == DONE;
-					}
-					if (!waiting)
-						break;
-					if (done && !diverged) {
-						char m[200];
-						snprintf(m, sizeof(m),
-							 "block (%u,%u,%u): %u of its %u threads wait at "
-							 "__syncthreads, %u ended without reaching it",
-							 bx, by, bz, waiting, nt, done);
-						fail(cudaErrorLaunchFailure, kernel, m);
-						diverged = true;
-					}
-					for (unsigned i = 0; i < nt; i++)
-						if (fibers[i].state == WAIT)
-							fibers[i].state = RUN;
-				}
-			}
+	int o = order_now();
+	if (o != CHECK) {
+		run_grid(cfg, kernel, o == REVERSE);
+		return;
+	}
+	// Forward from the memory as it is, then reversed from the same
+	// memory; a launch that failed forward is not run again.
+	Snapshot before, fwd;
+	before.take();
+	atomic_bytes.clear();
+	recording_atomics = true;
+	cudaError_t had = last_error;
+	last_error = cudaSuccess;
+	run_grid(cfg, kernel, false);
+	if (last_error == cudaSuccess) {
+		fwd.take();
+		before.put();
+		run_grid(cfg, kernel, true);
+		if (last_error == cudaSuccess)
+			compare(fwd, kernel);
+	}
+	recording_atomics = false;
+	if (had != cudaSuccess)
+		last_error = had;
 }
 
 // ---- the runtime calls test_cuda_kernels makes ----------------------------
@@ -454,6 +579,15 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, const 
 		return last_error = cudaErrorInvalidValue;
 	*numBlocks = kBlocksPerSM;
 	return cudaSuccess;
+}
+
+int cuemu_set_order(const char *name)
+{
+	int o = name ? order_named(name) : -1;
+	if (o < 0)
+		return -1;
+	order = o;
+	return 0;
 }
 
 void cuemu_set_cc(int major, int minor)

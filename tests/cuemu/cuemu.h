@@ -32,13 +32,26 @@
 //   (the products of tf32 and bf16 operands are exact in fp32; the sums
 //   run in k order); a kernel may apply an element-wise operation to all
 //   of a fragment's x[] but never rely on which element a thread holds,
-//   which is the rule on a GPU too.
+//   which is the rule on a GPU too;
+// - the order: blocks one after the other and, between two barriers, a
+//   block's threads one after the other, from the first to the last, or
+//   the other way round (CUEMU_ORDER=reverse, or cuemu_set_order); with
+//   CUEMU_ORDER=check each launch runs forward, then again reversed from
+//   the memory it started from, and a byte of any allocation that comes
+//   out different is the launch's error (bytes an atomicAdd wrote aside:
+//   their rounding depends on the order on a GPU too).  That is how a race
+//   shows here: a barrier missing between one thread's write and another's
+//   read (either way round), shared memory read before its block wrote it
+//   (here it holds the previous block's), two threads writing different
+//   values to one place.
 //
 // What it cannot show: the GPU's own float behaviour (nvcc's FMA
 // contraction, the device's expf, bf16 conversion instructions: here they
-// are g++'s and the CUDA headers' host code), data races between threads,
-// memory ordering, warp-level timing.  The real run on a GPU remains the
-// proof; this finds indexing, bounds, reduction and barrier mistakes.
+// are g++'s and the CUDA headers' host code), a race whose outcome is the
+// same both ways round (two threads writing the same value, a write of the
+// value already there), memory ordering, warp-level timing.  The real run
+// on a GPU remains the proof; this finds indexing, bounds, reduction,
+// barrier and race mistakes.
 #ifndef CUEMU_H
 #define CUEMU_H
 
@@ -62,6 +75,8 @@ extern uint3 threadIdx, blockIdx;
 extern dim3 blockDim, gridDim;
 
 extern "C" void cuemu_set_cc(int major, int minor);
+// "forward", "reverse" or "check" (see above): 0, or -1 for another name
+extern "C" int cuemu_set_order(const char *name);
 void __syncthreads(void);
 float atomicAdd(float *address, float val);
 

@@ -62,6 +62,53 @@ __global__ void late_barrier(float *x)
 
 __global__ void touch(float *x) { x[threadIdx.x] = 1.f; }
 
+// Races cuemu's CUEMU_ORDER=check must report, each a launch of 2 blocks
+// of 64 threads writing x[0..127]:
+// 0: a neighbour's shared value read with no barrier after the write;
+// 1: a value read, then overwritten by its neighbour with no barrier
+//    between (write after read);
+// 2: every thread writing its own index to one place;
+// 3: shared memory read before the block wrote it.
+// 4 is the same as 0 with the barrier: no race.
+__global__ void racy(float *x, int kind)
+{
+	__shared__ float s[64];
+	unsigned t = threadIdx.x, i = blockIdx.x * blockDim.x + t;
+	switch (kind) {
+	case 0:
+		s[t] = (float)i;
+		x[i] = s[(t + 1) % 64];
+		break;
+	case 1:
+		s[t] = (float)i;
+		__syncthreads();
+		x[i] = s[(t + 1) % 64];
+		s[t] = -(float)i;
+		break;
+	case 2:
+		x[0] = (float)i;
+		break;
+	case 3:
+		x[i] = s[t];
+		s[t] = (float)i;
+		break;
+	default:
+		s[t] = (float)i;
+		__syncthreads();
+		x[i] = s[(t + 1) % 64];
+		break;
+	}
+}
+
+// Each block adds its value to x[0] with atomicAdd: 1e8, 1, -1e8, 1 sum
+// to 1 in that order and to 0 the other way round, which is a GPU's
+// atomicAdd too: not a race for cuemu's check to report.
+__global__ void atomic_order(float *x)
+{
+	const float v[4] = { 1e8f, 1.f, -1e8f, 1.f };
+	atomicAdd(&x[0], v[blockIdx.x]);
+}
+
 // One warp: d (16 x 16, column-major, ld 16) = a (16 x 8, row-major, ld
 // 8) b (8 x 16, column-major, ld 8) + c (16 x 16, row-major, ld 16), TF32;
 // then r[i] = __float_to_tf32(r[i]) in place.
@@ -111,6 +158,18 @@ extern "C" int cuemu_selftest_wmma_tf32(const float *a, const float *b, const fl
 					float *r, int nr)
 {
 	wmma_tf32<<<1, 32>>>(a, b, c, d, r, nr);
+	return cudaGetLastError();
+}
+
+extern "C" int cuemu_selftest_racy(float *x, int kind)
+{
+	racy<<<2, 64>>>(x, kind);
+	return cudaGetLastError();
+}
+
+extern "C" int cuemu_selftest_atomic_order(float *x)
+{
+	atomic_order<<<4, 1>>>(x);
 	return cudaGetLastError();
 }
 

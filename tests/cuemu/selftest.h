@@ -10,6 +10,11 @@ int cuemu_selftest_block_sums(const float *x, int blocks, float *sums, float *sh
 int cuemu_selftest_diverged(float *x);     /* 64 threads */
 int cuemu_selftest_late_barrier(float *x); /* 2 blocks of 32 */
 int cuemu_selftest_touch(float *x, unsigned threads);
+/* 2 blocks of 64 threads write x[0..127]; kind 0-3 races (see selftest.cu),
+ * 4 does not */
+int cuemu_selftest_racy(float *x, int kind);
+/* 4 blocks atomicAdd 1e8, 1, -1e8, 1 to x[0] */
+int cuemu_selftest_atomic_order(float *x);
 /* one warp: d (16x16 column-major) = a (16x8 row-major) b (8x16
  * column-major) + c (16x16 row-major) in TF32, and r[i] rounded to TF32 */
 int cuemu_selftest_wmma_tf32(const float *a, const float *b, const float *c, float *d, float *r,

@@ -4,6 +4,7 @@
  * some threads skip, a launch a GPU refuses, a host pointer given as a
  * device one). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -137,6 +138,68 @@ static void test_errors(void)
 	test_cond("cudaFree of the allocation", cudaFree(d) == cudaSuccess);
 }
 
+int cuemu_set_order(const char *name);
+
+/* The threads' order, and CUEMU_ORDER=check's report of the races that
+ * one order hides. */
+static void test_order(void)
+{
+	static const char *race[] = {
+		"a neighbour's shared value read with no barrier after its write",
+		"a shared value overwritten with no barrier after a neighbour's read",
+		"every thread writing its own value to one place",
+		"shared memory read before the block wrote it",
+	};
+	float h[128], *d;
+	char m[200];
+	cudaMalloc((void **)&d, sizeof(h));
+
+	test_cond("cuemu_set_order refuses an order it does not know", cuemu_set_order("random") == -1);
+	cuemu_set_order("forward");
+	cudaMemset(d, 0, sizeof(h));
+	int rc = cuemu_selftest_racy(d, 2);
+	cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost);
+	test_cond("forward: the last thread of the last block writes last", rc == cudaSuccess && h[0] == 127.f);
+	cuemu_set_order("reverse");
+	rc = cuemu_selftest_racy(d, 2);
+	cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost);
+	test_cond("reverse: the first thread of the first block writes last", rc == cudaSuccess && h[0] == 0.f);
+
+	for (int k = 0; k < 4; k++) {
+		cuemu_set_order("forward");
+		snprintf(m, sizeof(m), "forward order alone runs race %d (%s) without a word", k, race[k]);
+		test_cond(m, cuemu_selftest_racy(d, k) == cudaSuccess);
+		cuemu_set_order("check");
+		snprintf(m, sizeof(m), "CUEMU_ORDER=check: race %d (%s) is a launch failure", k, race[k]);
+		test_cond(m, cuemu_selftest_racy(d, k) == cudaErrorLaunchFailure);
+		cudaGetLastError();
+	}
+	cudaMemset(d, 0, sizeof(h));
+	rc = cuemu_selftest_racy(d, 4);
+	cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost);
+	int ok = rc == cudaSuccess;
+	for (int i = 0; i < 128; i++)
+		ok &= h[i] == (float)(i / 64 * 64 + (i + 1) % 64);
+	test_cond("CUEMU_ORDER=check: with the barrier, no failure and the right values", ok);
+	cudaMemset(d, 0, sizeof(h));
+	rc = cuemu_selftest_atomic_order(d);
+	cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost);
+	test_cond("CUEMU_ORDER=check: atomicAdd's order-dependent rounding is no failure",
+		  rc == cudaSuccess && (h[0] == 0.f || h[0] == 1.f));
+	cuemu_set_order("forward");
+	cudaMemset(d, 0, sizeof(h));
+	cuemu_selftest_atomic_order(d);
+	cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost);
+	test_cond("atomicAdd forward: ((1e8 + 1) - 1e8) + 1 is 1 in float", h[0] == 1.f);
+	cuemu_set_order("reverse");
+	cudaMemset(d, 0, sizeof(h));
+	cuemu_selftest_atomic_order(d);
+	cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost);
+	test_cond("atomicAdd reversed: ((1 - 1e8) + 1) + 1e8 is 0 in float", h[0] == 0.f);
+	cuemu_set_order("forward");
+	cudaFree(d);
+}
+
 int main(void)
 {
 	test_coords(1, 1, 1, 1, 1, 1);
@@ -146,5 +209,6 @@ int main(void)
 	test_block_sums();
 	test_wmma();
 	test_errors();
+	test_order();
 	return test_report();
 }

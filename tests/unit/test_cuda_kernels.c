@@ -5,7 +5,10 @@
  * Built a second time as test_cuda_kernels_emu (-DCNN_CUEMU): the same
  * checks on the kernels' source run on the CPU by tests/cuemu, so their
  * indexing, bounds and reductions are tested on every machine; "gpu" in
- * its messages is then the emulated kernel. */
+ * its messages is then the emulated kernel.  There each launch runs twice,
+ * its blocks and threads forward and reversed (CUEMU_ORDER=check, unless
+ * CUEMU_ORDER says otherwise): a kernel whose bytes differ, a race on a
+ * GPU, fails its check even where one order matches the twin. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -24,6 +27,7 @@
 
 #ifdef CNN_CUEMU
 void cuemu_set_cc(int major, int minor);
+int cuemu_set_order(const char *name);
 #endif
 
 /* Tolerances, one table, with why.  Element-wise kernels compute the same
@@ -1196,6 +1200,12 @@ int main(void)
 	CK(cudaGetDeviceProperties(&prop, 0));
 #ifdef CNN_CUEMU
 	printf("# %s: tests/cuemu/cuemu.h says what this proves and what only a GPU can\n", prop.name);
+	const char *order = getenv("CUEMU_ORDER");
+	if (!order || !*order) {
+		order = "check (each launch forward and reversed, the bytes compared)";
+		cuemu_set_order("check");
+	}
+	printf("# threads' order: %s\n", order);
 #else
 	printf("# GPU 0: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
 #endif
