@@ -2,6 +2,7 @@
 // scheduler behind cuemu::launch (see cuemu.h for what is emulated and
 // what is not).
 #include "cuemu.h"
+#include "rt.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -70,14 +71,16 @@ size_t sched_size;
 cudaError_t last_error = cudaSuccess;
 std::map<uintptr_t, size_t> allocs;   // "device" allocations: start -> size
 
-void fail(cudaError_t e, const char *kernel, const char *what)
+} // namespace
+
+void cuemu::fail(cudaError_t e, const char *kernel, const char *what)
 {
 	fprintf(stderr, "cuemu: %s: %s\n", kernel, what);
 	if (last_error == cudaSuccess)
 		last_error = e;
 }
 
-} // namespace
+using cuemu::fail;
 
 // cuemu_switch(&save, to): push the callee-saved registers, keep the stack
 // pointer in save, take to's and pop its registers.  swapcontext would do
@@ -379,26 +382,14 @@ float atomicAdd(float *address, float val)
 	return old;
 }
 
-void cuemu::run(const Cfg &cfg, const char *kernel, void (*fn)(void *), void *arg)
+namespace {
+
+void run_now(const cuemu::Cfg &cfg, const char *kernel, std::function<void()> &fn)
 {
-	const char *bad = bad_config(cfg);
-	if (bad) {
-		char m[160];
-		snprintf(m, sizeof(m), "launch <<<(%u,%u,%u), (%u,%u,%u)>>> refused: %s", cfg.grid.x,
-			 cfg.grid.y, cfg.grid.z, cfg.block.x, cfg.block.y, cfg.block.z, bad);
-		fail(cudaErrorInvalidConfiguration, kernel, m);
-		return;
-	}
-	unsigned nt = cfg.block.x * cfg.block.y * cfg.block.z;
-	for (unsigned i = 0; i < nt; i++)
-		if (!fiber_init(fibers[i])) {
-			fail(cudaErrorMemoryAllocation, kernel, "no memory for the threads' stacks");
-			return;
-		}
 	gridDim = cfg.grid;
 	blockDim = cfg.block;
-	body = fn;
-	body_arg = arg;
+	body = [](void *p) { (*static_cast<std::function<void()> *>(p))(); };
+	body_arg = &fn;
 	kernel_name = kernel;
 	int o = order_now();
 	if (o != CHECK) {
@@ -426,13 +417,37 @@ void cuemu::run(const Cfg &cfg, const char *kernel, void (*fn)(void *), void *ar
 		last_error = had;
 }
 
-// ---- the runtime calls test_cuda_kernels makes ----------------------------
+} // namespace
 
-namespace {
+// A configuration the GPU refuses fails at the launch, as there; the
+// grid runs when its stream gets to it (streams.cc).
+void cuemu::run(const Cfg &cfg, const char *kernel, std::function<void()> fn)
+{
+	const char *bad = bad_config(cfg);
+	if (bad) {
+		char m[160];
+		snprintf(m, sizeof(m), "launch <<<(%u,%u,%u), (%u,%u,%u)>>> refused: %s", cfg.grid.x,
+			 cfg.grid.y, cfg.grid.z, cfg.block.x, cfg.block.y, cfg.block.z, bad);
+		fail(cudaErrorInvalidConfiguration, kernel, m);
+		return;
+	}
+	unsigned nt = cfg.block.x * cfg.block.y * cfg.block.z;
+	for (unsigned i = 0; i < nt; i++)
+		if (!fiber_init(fibers[i])) {
+			fail(cudaErrorMemoryAllocation, kernel, "no memory for the threads' stacks");
+			return;
+		}
+	Cfg c = cfg;
+	double threads = (double)nt * cfg.grid.x * cfg.grid.y * cfg.grid.z;
+	enqueue(cfg.stream, kernel, [c, kernel, fn]() mutable { run_now(c, kernel, fn); },
+		threads_ms(threads));
+}
+
+// ---- the runtime calls test_cuda_kernels makes ----------------------------
 
 // Is [p, p+n) inside one allocation?  (Host pointers given as device ones
 // are a bug a GPU reports as an illegal address.)
-bool inside(const void *p, size_t n)
+bool cuemu::inside(const void *p, size_t n)
 {
 	uintptr_t a = (uintptr_t)p;
 	auto it = allocs.upper_bound(a);
@@ -442,7 +457,7 @@ bool inside(const void *p, size_t n)
 	return a >= it->first && a - it->first + n <= it->second;
 }
 
-} // namespace
+using cuemu::inside;
 
 extern "C" {
 
@@ -451,6 +466,9 @@ cudaError_t cudaMalloc(void **devPtr, size_t size)
 	if (!devPtr)
 		return cudaErrorInvalidValue;
 	*devPtr = nullptr;
+	cudaError_t c = cuemu::capture_forbids("cudaMalloc");
+	if (c != cudaSuccess)
+		return c;
 	void *p = malloc(size ? size : 1);
 	if (!p)
 		return cudaErrorMemoryAllocation;
@@ -463,6 +481,10 @@ cudaError_t cudaFree(void *devPtr)
 {
 	if (!devPtr)
 		return cudaSuccess;
+	cudaError_t c = cuemu::capture_forbids("cudaFree");
+	if (c != cudaSuccess)
+		return c;
+	cuemu::drain_all();   // cudaFree waits for the device, as on a GPU
 	auto it = allocs.find((uintptr_t)devPtr);
 	if (it == allocs.end())
 		return cudaErrorInvalidValue;
@@ -479,6 +501,12 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpy
 	bool dev_src = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
 	if ((dev_dst && !inside(dst, count)) || (dev_src && !inside(src, count)))
 		return cudaErrorInvalidValue;
+	cudaError_t c = cuemu::capture_forbids("cudaMemcpy");
+	if (c != cudaSuccess)
+		return c;
+	// the legacy stream's: after its work (and the blocking streams'),
+	// not after a non-blocking stream's
+	cuemu::drain_legacy();
 	memcpy(dst, src, count);
 	return cudaSuccess;
 }
@@ -487,12 +515,20 @@ cudaError_t cudaMemset(void *devPtr, int value, size_t count)
 {
 	if (count && !inside(devPtr, count))
 		return cudaErrorInvalidValue;
+	cudaError_t c = cuemu::capture_forbids("cudaMemset");
+	if (c != cudaSuccess)
+		return c;
+	cuemu::drain_legacy();
 	memset(devPtr, value, count);
 	return cudaSuccess;
 }
 
 cudaError_t cudaDeviceSynchronize(void)
 {
+	cudaError_t c = cuemu::capture_forbids("cudaDeviceSynchronize");
+	if (c != cudaSuccess)
+		return c;
+	cuemu::drain_all();
 	return last_error;   // a failed launch is sticky in the emulation
 }
 
@@ -516,6 +552,16 @@ const char *cudaGetErrorName(cudaError_t error)
 	case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
 	case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
 	case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+	case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+	case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+	case cudaErrorNotReady: return "cudaErrorNotReady";
+	case cudaErrorIllegalState: return "cudaErrorIllegalState";
+	case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+	case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+	case cudaErrorStreamCaptureUnjoined: return "cudaErrorStreamCaptureUnjoined";
+	case cudaErrorStreamCaptureIsolation: return "cudaErrorStreamCaptureIsolation";
+	case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
+	case cudaErrorStreamCaptureUnmatched: return "cudaErrorStreamCaptureUnmatched";
 	default: return "cudaErrorUnknown";
 	}
 }
@@ -528,6 +574,16 @@ const char *cudaGetErrorString(cudaError_t error)
 	case cudaErrorMemoryAllocation: return "out of memory";
 	case cudaErrorInvalidConfiguration: return "invalid configuration argument";
 	case cudaErrorLaunchFailure: return "unspecified launch failure (cuemu: see its message above)";
+	case cudaErrorInvalidDevice: return "invalid device ordinal";
+	case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+	case cudaErrorNotReady: return "device not ready";
+	case cudaErrorIllegalState: return "the operation cannot be performed in the present state";
+	case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+	case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+	case cudaErrorStreamCaptureUnjoined: return "capture sequence contains a fork that was not joined to the primary stream";
+	case cudaErrorStreamCaptureIsolation: return "dependency created on uncaptured work in another stream";
+	case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing blocking stream";
+	case cudaErrorStreamCaptureUnmatched: return "the capture was not initiated in this stream";
 	default: return "unknown error";
 	}
 }

@@ -58,6 +58,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include <functional>
 #include <type_traits>
 
 #include <cuda_runtime_api.h>
@@ -77,6 +78,8 @@ extern dim3 blockDim, gridDim;
 extern "C" void cuemu_set_cc(int major, int minor);
 // "forward", "reverse" or "check" (see above): 0, or -1 for another name
 extern "C" int cuemu_set_order(const char *name);
+// "eager" or "lazy" (streams.cc: when a stream's work runs): 0, or -1
+extern "C" int cuemu_set_streams(const char *name);
 void __syncthreads(void);
 float atomicAdd(float *address, float val);
 
@@ -197,15 +200,16 @@ struct Cfg {
 	}
 };
 
-// Run fn(arg) once per thread of the grid; a failure is kept for
-// cudaGetLastError.
-void run(const Cfg &cfg, const char *kernel, void (*fn)(void *), void *arg);
+// Run fn once per thread of the grid, on cfg.stream (see streams.cc: now,
+// queued, or captured); a refused configuration, or a failure while it
+// runs, is kept for cudaGetLastError.
+void run(const Cfg &cfg, const char *kernel, std::function<void()> fn);
 
-// k<<<cfg>>>(args): the arguments are copied at the launch, as CUDA does.
+// k<<<cfg>>>(args): the arguments are copied at the launch, as CUDA does
+// (the launch may run later: a queued stream, a graph's replay).
 template <class F, class... A> void launch(const Cfg &cfg, const char *kernel, F f, A... a)
 {
-	auto body = [&]() { f(a...); };
-	run(cfg, kernel, [](void *p) { (*static_cast<decltype(body) *>(p))(); }, &body);
+	run(cfg, kernel, [f, a...]() mutable { f(a...); });
 }
 
 } // namespace cuemu

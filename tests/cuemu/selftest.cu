@@ -62,6 +62,9 @@ __global__ void late_barrier(float *x)
 
 __global__ void touch(float *x) { x[threadIdx.x] = 1.f; }
 
+// y = a x + b, one block: the streams' tests' unit of work.
+__global__ void axpb(const float *x, float *y, float a, float b) { y[threadIdx.x] = a * x[threadIdx.x] + b; }
+
 // Races cuemu's CUEMU_ORDER=check must report, each a launch of 2 blocks
 // of 64 threads writing x[0..127]:
 // 0: a neighbour's shared value read with no barrier after the write;
@@ -176,5 +179,12 @@ extern "C" int cuemu_selftest_atomic_order(float *x)
 extern "C" int cuemu_selftest_touch(float *x, unsigned threads)
 {
 	touch<<<1, threads>>>(x);
+	return cudaGetLastError();
+}
+
+extern "C" int cuemu_selftest_axpb(const float *x, float *y, unsigned n, float a, float b,
+				   cudaStream_t s)
+{
+	axpb<<<1, n, 0, s>>>(x, y, a, b);
 	return cudaGetLastError();
 }

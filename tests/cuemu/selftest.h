@@ -2,6 +2,8 @@
 #ifndef CUEMU_SELFTEST_H
 #define CUEMU_SELFTEST_H
 
+#include <cuda_runtime_api.h>
+
 int cuemu_selftest_coords(int *out, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
 			  unsigned by, unsigned bz);
 /* sums[b] = sum of block b's 256 values, sums[blocks] += each of them;
@@ -19,5 +21,8 @@ int cuemu_selftest_atomic_order(float *x);
  * column-major) + c (16x16 row-major) in TF32, and r[i] rounded to TF32 */
 int cuemu_selftest_wmma_tf32(const float *a, const float *b, const float *c, float *d, float *r,
 			     int nr);
+
+/* y[i] = a x[i] + b for i < n (one block), on stream s */
+int cuemu_selftest_axpb(const float *x, float *y, unsigned n, float a, float b, cudaStream_t s);
 
 #endif

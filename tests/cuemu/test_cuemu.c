@@ -200,6 +200,159 @@ static void test_order(void)
 	cudaFree(d);
 }
 
+int cuemu_set_streams(const char *name);
+
+/* Fill d (64 floats) with v through the legacy stream. */
+static void fill(float *d, float v)
+{
+	float h[64];
+	for (int i = 0; i < 64; i++)
+		h[i] = v;
+	cudaMemcpy(d, h, sizeof(h), cudaMemcpyHostToDevice);
+}
+
+/* d[0] as the host sees it after the device is done. */
+static float first(const float *d)
+{
+	float v = -1.f;
+	cudaDeviceSynchronize();
+	cudaMemcpy(&v, d, 4, cudaMemcpyDeviceToHost);
+	return v;
+}
+
+/* Streams, events and graphs (streams.cc): eager runs work as it is
+ * enqueued; lazy runs it as late as its waits allow, so a missing wait
+ * or a graph edge a capture missed changes the result. */
+static void test_streams(void)
+{
+	float *a, *b, *x;
+	cudaStream_t s1, s2;
+	cudaEvent_t ev, ev2, t0, t1;
+	cudaGraph_t g;
+	cudaGraphExec_t ge;
+	cudaMalloc((void **)&a, 256);
+	cudaMalloc((void **)&b, 256);
+	test_cond("cuemu_set_streams refuses a mode it does not know", cuemu_set_streams("random") == -1);
+	test_cond("two non-blocking streams", cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking) == cudaSuccess &&
+		  cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking) == cudaSuccess);
+	cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+	cudaEventCreateWithFlags(&ev2, cudaEventDisableTiming);
+
+	/* a = 5 on s1, b = 2a on s2 with no wait between them */
+	for (int lazy = 0; lazy < 2; lazy++) {
+		cuemu_set_streams(lazy ? "lazy" : "eager");
+		fill(a, 0.f);
+		cuemu_selftest_axpb(a, a, 64, 0.f, 5.f, s1);
+		cuemu_selftest_axpb(a, b, 64, 2.f, 0.f, s2);
+		cudaStreamSynchronize(s2);
+		float v = first(b);
+		test_cond(lazy ? "lazy: a read on another stream with no wait for the write reads the old value" :
+				 "eager: the same missing wait goes unseen (the host's order)",
+			  v == (lazy ? 0.f : 10.f));
+	}
+	/* the same with the wait: right in lazy */
+	fill(a, 0.f);
+	cuemu_selftest_axpb(a, a, 64, 0.f, 5.f, s1);
+	cudaEventRecord(ev, s1);
+	cudaStreamWaitEvent(s2, ev, 0);
+	cuemu_selftest_axpb(a, b, 64, 2.f, 0.f, s2);
+	cudaStreamSynchronize(s2);
+	test_cond("lazy: cudaStreamWaitEvent orders the read after the write", first(b) == 10.f);
+	/* a write on s1 after a read on s2, with no wait: the read sees it */
+	fill(a, 1.f);
+	cuemu_selftest_axpb(a, b, 64, 1.f, 0.f, s2);
+	cuemu_selftest_axpb(a, a, 64, 0.f, 7.f, s1);
+	cudaStreamSynchronize(s1);
+	test_cond("lazy: a read that no wait protects from a later write on another stream sees it",
+		  first(b) == 7.f);
+	/* cudaEventQuery: not ready once (the GPU still at it), then done */
+	cuemu_selftest_axpb(a, a, 64, 1.f, 1.f, s1);
+	cudaEventRecord(ev, s1);
+	cudaError_t q1 = cudaEventQuery(ev), q2 = cudaEventQuery(ev);
+	test_cond("lazy: cudaEventQuery says cudaErrorNotReady, then cudaSuccess",
+		  q1 == cudaErrorNotReady && q2 == cudaSuccess);
+	cudaEventCreate(&t0);
+	cudaEventCreate(&t1);
+	float ms = -1.f;
+	cudaEventRecord(t0, s1);
+	cuemu_selftest_axpb(a, a, 64, 1.f, 1.f, s1);
+	cudaEventRecord(t1, s1);
+	test_cond("lazy: cudaEventElapsedTime before the events ran is cudaErrorNotReady",
+		  cudaEventElapsedTime(&ms, t0, t1) == cudaErrorNotReady);
+	cudaEventSynchronize(t1);
+	test_cond("cudaEventElapsedTime after cudaEventSynchronize",
+		  cudaEventElapsedTime(&ms, t0, t1) == cudaSuccess && ms >= 0.f);
+	test_cond("cudaEventElapsedTime of events made without timing fails",
+		  cudaEventElapsedTime(&ms, ev, ev2) == cudaErrorInvalidResourceHandle);
+
+	/* graphs: a fork joined back replays right; an edge the capture
+	 * missed shows in lazy's replay order, not in eager's */
+	for (int missed = 0; missed < 2; missed++) {
+		for (int lazy = 0; lazy < 2; lazy++) {
+			cuemu_set_streams(lazy ? "lazy" : "eager");
+			int ok = cudaStreamBeginCapture(s1, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+			if (missed)
+				cudaEventRecord(ev, s1);   /* the fork before the write */
+			cuemu_selftest_axpb(a, a, 64, 0.f, 5.f, s1);
+			if (!missed)
+				cudaEventRecord(ev, s1);
+			cudaStreamWaitEvent(s2, ev, 0);
+			cuemu_selftest_axpb(a, b, 64, 2.f, 0.f, s2);
+			cudaEventRecord(ev2, s2);
+			cudaStreamWaitEvent(s1, ev2, 0);
+			ok = ok && cudaStreamEndCapture(s1, &g) == cudaSuccess &&
+			     cudaGraphInstantiate(&ge, g, 0) == cudaSuccess;
+			fill(a, 0.f);
+			fill(b, 0.f);
+			test_cond(missed ? "a capture with a fork and a join (the fork too early) ends" :
+					   "a capture with a fork and a join ends", ok);
+			ok = ok && first(b) == 0.f && cudaGraphLaunch(ge, s1) == cudaSuccess;
+			float v = first(b);
+			char m[200];
+			snprintf(m, sizeof(m), "%s: %s", lazy ? "lazy" : "eager",
+				 !missed ? "the graph's replay follows its edges" :
+				 lazy ? "the replay runs the read before the write its edge missed" :
+					"the missed edge goes unseen (the order of capture)");
+			test_cond(m, ok && v == (missed && lazy ? 0.f : 10.f));
+			cudaGraphExecDestroy(ge);
+			cudaGraphDestroy(g);
+		}
+	}
+
+	/* CUDA's capture rules */
+	cudaStreamBeginCapture(s1, cudaStreamCaptureModeThreadLocal);
+	cudaEventRecord(ev, s1);
+	cudaStreamWaitEvent(s2, ev, 0);
+	cuemu_selftest_axpb(a, b, 64, 2.f, 0.f, s2);
+	g = NULL;
+	test_cond("a fork never joined back: cudaErrorStreamCaptureUnjoined",
+		  cudaStreamEndCapture(s1, &g) == cudaErrorStreamCaptureUnjoined && !g);
+	cudaStreamBeginCapture(s1, cudaStreamCaptureModeThreadLocal);
+	cuemu_selftest_axpb(a, b, 64, 2.f, 0.f, s1);
+	test_cond("cudaMalloc during a capture: cudaErrorStreamCaptureUnsupported",
+		  cudaMalloc((void **)&x, 64) == cudaErrorStreamCaptureUnsupported);
+	test_cond("... and the capture is invalidated",
+		  cudaStreamEndCapture(s1, &g) == cudaErrorStreamCaptureInvalidated && !g);
+	cudaStreamBeginCapture(s1, cudaStreamCaptureModeThreadLocal);
+	int rc = cuemu_selftest_axpb(a, b, 64, 2.f, 0.f, 0);
+	test_cond("a launch on the legacy stream during a capture: cudaErrorStreamCaptureImplicit",
+		  rc == cudaErrorStreamCaptureImplicit);
+	test_cond("... and the capture is invalidated",
+		  cudaStreamEndCapture(s1, &g) == cudaErrorStreamCaptureInvalidated && !g);
+	cudaStreamBeginCapture(s1, cudaStreamCaptureModeThreadLocal);
+	test_cond("cudaStreamSynchronize of a capturing stream: cudaErrorStreamCaptureUnsupported",
+		  cudaStreamSynchronize(s1) == cudaErrorStreamCaptureUnsupported);
+	cudaStreamEndCapture(s1, &g);
+	test_cond("ending a capture on a stream that is not capturing fails",
+		  cudaStreamEndCapture(s2, &g) != cudaSuccess);
+
+	cuemu_set_streams("eager");
+	cudaEventDestroy(ev), cudaEventDestroy(ev2), cudaEventDestroy(t0), cudaEventDestroy(t1);
+	cudaStreamDestroy(s1), cudaStreamDestroy(s2);
+	cudaFree(a), cudaFree(b);
+	test_cond("no error left behind", cudaGetLastError() == cudaSuccess);
+}
+
 int main(void)
 {
 	test_coords(1, 1, 1, 1, 1, 1);
@@ -210,5 +363,6 @@ int main(void)
 	test_wmma();
 	test_errors();
 	test_order();
+	test_streams();
 	return test_report();
 }

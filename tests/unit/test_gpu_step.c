@@ -32,6 +32,19 @@
 #define GOLDEN "tests/golden/net_step.golden"
 #endif
 
+/* The training runs: on a GPU 20 steps of 32 images; on cuemu (the CPU,
+ * CNN_CUEMU: test_gpu_step_emu) 5 of 8, which still replay the CUDA graph
+ * (captured at the third step) three times, at a fraction of the time. */
+#ifdef CNN_CUEMU
+#define STEPS 5
+#define STEPS_S "5"
+#define BATCH 8
+#else
+#define STEPS 20
+#define STEPS_S "20"
+#define BATCH 32
+#endif
+
 /* Tolerances, |got - ref| <= atol + rtol * |ref|, one table, and why (tol.h).
  * The "grad" rows' atol is in units of the tensor's mean |gradient| and the
  * "gradsum" rows' in units of the sum of |gradient| (check_scaled): those
@@ -528,7 +541,7 @@ static const struct cnn_comm_ops twin_ops = { "twin", twin_sum, NULL };
 
 enum { NO_COMM, NCCL_1, HOST_TWIN };
 
-/* 20 steps through the module's API (gather on the GPU, dropout, SGD with
+/* STEPS steps through the module's API (gather on the GPU, dropout, SGD with
  * momentum, the learning rate from device memory); graph: 0 eager, 1
  * captured after 2 eager steps; comm: none, NCCL at world 1 inside the
  * step, or a host backend (the gloo path: through pinned memory). */
@@ -541,7 +554,7 @@ static int gpu_run(const struct cnn_dataset *tr, const struct cnn_dataset *te,
 	struct cnn_optim o = { .lr = 0.05f, .momentum = 0.9f };
 	struct cnn_comm *c = NULL, twin = { .ops = &twin_ops, .rank = 0, .world = 2 };
 	cnn_optim_init(&o, CNN_SGD, m.nparams);
-	struct cnn_gpu *g = open_gpu(&m, 32, prec, graph, &o, layout, streams, conv1, conv2);
+	struct cnn_gpu *g = open_gpu(&m, BATCH, prec, graph, &o, layout, streams, conv1, conv2);
 	if (g && layout == CNN_LAYOUT_AUTO) {
 		char d[2400];
 		cnn_gpu_api.describe(g, d, sizeof(d));
@@ -559,11 +572,11 @@ static int gpu_run(const struct cnn_dataset *tr, const struct cnn_dataset *te,
 	}
 	ok = ok && cnn_gpu_api.load_data(g, tr, te, err, errlen) == 0 &&
 	     cnn_gpu_api.set_state(g, m0->params, &o, err, errlen) == 0;
-	uint32_t idx[32];
-	for (int step = 0; ok && step < 20; step++) {
-		for (int i = 0; i < 32; i++)
-			idx[i] = (uint32_t)((step * 32 + i) * 7 % tr->n);
-		ok = cnn_gpu_api.train_step(g, idx, 32, 0.05f, (uint64_t)step, err, errlen) == 0;
+	uint32_t idx[BATCH];
+	for (int step = 0; ok && step < STEPS; step++) {
+		for (int i = 0; i < BATCH; i++)
+			idx[i] = (uint32_t)((step * BATCH + i) * 7 % tr->n);
+		ok = cnn_gpu_api.train_step(g, idx, BATCH, 0.05f, (uint64_t)step, err, errlen) == 0;
 	}
 	float loss;
 	ok = ok && cnn_gpu_api.last_loss(g, &loss, err, errlen) == 0 &&
@@ -601,7 +614,7 @@ static int steps_gap(const char *what, const struct cnn_model *ref, const float 
 	return bad;
 }
 
-/* 20 steps on the CPU (dropout, SGD with momentum) from m's parameters:
+/* STEPS steps on the CPU (dropout, SGD with momentum) from m's parameters:
  * the CPU path, or (bf16 1) the emulation of the GPU's bf16 step, (bf16 2)
  * the emulation without its roundings; the same images and masks (seed 1,
  * rank 0, step k) as gpu_run. */
@@ -613,25 +626,25 @@ static void cpu_run(const struct cnn_dataset *tr, struct cnn_model *m, int bf16)
 	struct cnn_optim o = { .lr = 0.05f, .momentum = 0.9f };
 	cnn_optim_init(&o, CNN_SGD, m->nparams);
 	if (bf16) {
-		bf16_ref_init(&r, m, 32);
+		bf16_ref_init(&r, m, BATCH);
 		r.train = 1;
 		r.exact = bf16 == 2;
 	}
-	cnn_acts_init(&a, m, 32, 2, err, sizeof(err));
-	uint8_t y[32];
-	uint32_t idx[32];
+	cnn_acts_init(&a, m, BATCH, 2, err, sizeof(err));
+	uint8_t y[BATCH];
+	uint32_t idx[BATCH];
 	float loss, logp0[16];
-	for (int step = 0; step < 20; step++) {
-		for (int i = 0; i < 32; i++)
-			idx[i] = (uint32_t)((step * 32 + i) * 7 % tr->n);
-		cnn_data_gather(tr, idx, 32, a.x, y);
+	for (int step = 0; step < STEPS; step++) {
+		for (int i = 0; i < BATCH; i++)
+			idx[i] = (uint32_t)((step * BATCH + i) * 7 % tr->n);
+		cnn_data_gather(tr, idx, BATCH, a.x, y);
 		if (bf16) {
 			r.key[0] = cnn_dropout_key(1, (uint64_t)step, 0, 1);
 			r.key[1] = cnn_dropout_key(1, (uint64_t)step, 0, 2);
 			bf16_ref_step(&r, m->params, a.x, y, logp0, m->grads);
 		} else {
-			cnn_forward(m, &a, y, 32, 1, 1, (uint64_t)step, 0, &loss, NULL);
-			cnn_backward(m, &a, y, 32, 32.f, NULL, NULL);
+			cnn_forward(m, &a, y, BATCH, 1, 1, (uint64_t)step, 0, &loss, NULL);
+			cnn_backward(m, &a, y, BATCH, (float)BATCH, NULL, NULL);
 		}
 		cnn_optim_step(&o, m->params, m->grads, 0.05f);
 	}
@@ -676,9 +689,9 @@ static void test_bf16_steps_emulated(void)
 	cpu_run(&tr, &m, 0);
 	cpu_run(&tr, &mb, 1);
 	cpu_run(&tr, &mx, 2);
-	test_cond("20 emulated steps without rounding equal the CPU path's (steps): dropout included",
+	test_cond(STEPS_S " emulated steps without rounding equal the CPU path's (steps): dropout included",
 		  checkf("steps", "params", mx.params, m.params, m.nparams) == 0);
-	test_cond("20 emulated bf16 steps (dropout, SGD) track the CPU path's fp32 ones (bf16 steps)",
+	test_cond(STEPS_S " emulated bf16 steps (dropout, SGD) track the CPU path's fp32 ones (bf16 steps)",
 		  steps_gap("bf16 emulated", &m, mb.params) == 0);
 	cnn_model_free(&m);
 	cnn_model_free(&mb);
@@ -706,25 +719,25 @@ static void test_steps_vs_cpu(int bf16)
 	int r1 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 0, NO_COMM, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_AUTO, eager, err, sizeof(err));
 	if (r1 < 0)
 		printf("#   eager: %s\n", err);
-	test_cond("20 eager GPU steps (dropout, SGD) run", r1 == 0);
-	test_cond("20 eager GPU steps equal the CPU path's (same images, same dropout masks)",
+	test_cond(STEPS_S " eager GPU steps (dropout, SGD) run", r1 == 0);
+	test_cond(STEPS_S " eager GPU steps equal the CPU path's (same images, same dropout masks)",
 		  r1 == 0 && checkf("steps", "params", eager, m.params, m.nparams) == 0);
 	int r2 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 1, NO_COMM, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_AUTO, graph, err, sizeof(err));
 	if (r2 < 0)
 		printf("#   graph: %s\n", err);
-	test_cond("20 GPU steps replayed as a CUDA graph run", r2 == 0);
+	test_cond(STEPS_S " GPU steps replayed as a CUDA graph run", r2 == 0);
 	test_cond("the graph's result equals the eager one's",
 		  r1 == 0 && r2 == 0 && checkf("graph", "params", graph, eager, m.nparams) == 0);
 	int r3 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 1, NCCL_1, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_AUTO, nccl, err, sizeof(err));
 	if (r3 < 0)
 		printf("#   nccl: %s\n", err);
-	test_cond("20 GPU steps with the NCCL all-reduce in the graph run (world 1)", r3 == 0);
+	test_cond(STEPS_S " GPU steps with the NCCL all-reduce in the graph run (world 1)", r3 == 0);
 	test_cond("NCCL's average over one rank changes nothing",
 		  r2 == 0 && r3 == 0 && checkf("graph", "params", nccl, graph, m.nparams) == 0);
 	int r6 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 1, HOST_TWIN, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_AUTO, host, err, sizeof(err));
 	if (r6 < 0)
 		printf("#   host: %s\n", err);
-	test_cond("20 GPU steps with the gradients all-reduced through host memory (gloo's path) run",
+	test_cond(STEPS_S " GPU steps with the gradients all-reduced through host memory (gloo's path) run",
 		  r6 == 0);
 	test_cond("... a twin rank's average changes nothing: the eager steps' result",
 		  r1 == 0 && r6 == 0 && checkf("graph", "params", host, eager, m.nparams) == 0);
@@ -734,19 +747,19 @@ static void test_steps_vs_cpu(int bf16)
 		int r4 = gpu_run(&tr, &te, &mg, CNN_PREC_BF16, 0, NO_COMM, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_AUTO, beager, err, sizeof(err));
 		if (r4 < 0)
 			printf("#   bf16 eager: %s\n", err);
-		test_cond("20 eager GPU steps in bf16 run", r4 == 0);
-		test_cond("20 bf16 steps track the CPU path's fp32 ones (bf16 steps tolerance)",
+		test_cond(STEPS_S " eager GPU steps in bf16 run", r4 == 0);
+		test_cond(STEPS_S " bf16 steps track the CPU path's fp32 ones (bf16 steps tolerance)",
 			  r4 == 0 && steps_gap("bf16 GPU", &m, beager) == 0);
 		int r5 = gpu_run(&tr, &te, &mg, CNN_PREC_BF16, 1, NCCL_1, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_AUTO, bgraph, err, sizeof(err));
 		if (r5 < 0)
 			printf("#   bf16 graph: %s\n", err);
-		test_cond("20 bf16 GPU steps as a CUDA graph with NCCL (world 1) run", r5 == 0);
+		test_cond(STEPS_S " bf16 GPU steps as a CUDA graph with NCCL (world 1) run", r5 == 0);
 		/* Not entry by entry against the bf16 eager run: a run whose
 		 * cuDNN algorithms (cudnnFind's pick) sum in another order
 		 * rounds to other bf16 values, and 20 steps compound it
 		 * (measured on an H100: 1716 of 1.2M weights past 2e-3 +
 		 * 1e-2 |w|, by up to 0.03).  Per tensor, like the eager run. */
-		test_cond("20 bf16 graph steps with NCCL track the CPU path's fp32 ones as the eager ones do (bf16 steps tolerance)",
+		test_cond(STEPS_S " bf16 graph steps with NCCL track the CPU path's fp32 ones as the eager ones do (bf16 steps tolerance)",
 			  r5 == 0 && steps_gap("bf16 graph", &m, bgraph) == 0);
 	}
 	cnn_model_free(&m);
@@ -756,7 +769,7 @@ static void test_steps_vs_cpu(int bf16)
 }
 
 /* Channels-last (--conv-layout nhwc), auto and the weight gradients on a
- * second stream (--backward-streams 2): the same 20 steps against the CPU
+ * second stream (--backward-streams 2): the same STEPS steps against the CPU
  * path, eager and as a graph with NCCL; bf16 per tensor. */
 static void test_steps_more(int bf16)
 {
@@ -778,21 +791,21 @@ static void test_steps_more(int bf16)
 		int streams;
 		enum cnn_conv_impl conv1, conv2;
 	} runs[] = {
-		{ "20 eager GPU steps, NHWC", CNN_PREC_FP32, 0, NO_COMM, CNN_LAYOUT_NHWC, 1, CNN_CONV_AUTO, CNN_CONV_AUTO },
-		{ "20 GPU steps, NHWC, as a CUDA graph with NCCL (world 1)", CNN_PREC_FP32, 1, NCCL_1, CNN_LAYOUT_NHWC, 1, CNN_CONV_AUTO, CNN_CONV_AUTO },
-		{ "20 GPU steps, auto layout, as a CUDA graph", CNN_PREC_FP32, 1, NO_COMM, CNN_LAYOUT_AUTO, 1, CNN_CONV_AUTO, CNN_CONV_AUTO },
-		{ "20 eager GPU steps in bf16, NHWC", CNN_PREC_BF16, 0, NO_COMM, CNN_LAYOUT_NHWC, 1, CNN_CONV_AUTO, CNN_CONV_AUTO },
-		{ "20 bf16 GPU steps, NHWC, as a CUDA graph with NCCL (world 1)", CNN_PREC_BF16, 1, NCCL_1, CNN_LAYOUT_NHWC, 1, CNN_CONV_AUTO, CNN_CONV_AUTO },
-		{ "20 eager GPU steps, two backward streams", CNN_PREC_FP32, 0, NO_COMM, CNN_LAYOUT_NCHW, 2, CNN_CONV_AUTO, CNN_CONV_AUTO },
-		{ "20 GPU steps, two backward streams, as a CUDA graph with NCCL (world 1)", CNN_PREC_FP32, 1, NCCL_1, CNN_LAYOUT_NCHW, 2, CNN_CONV_AUTO, CNN_CONV_AUTO },
-		{ "20 GPU steps, two backward streams, NHWC, all-reduced through the host (no graph)", CNN_PREC_FP32, 0, HOST_TWIN, CNN_LAYOUT_NHWC, 2, CNN_CONV_AUTO, CNN_CONV_AUTO },
-		{ "20 bf16 GPU steps, two backward streams, NHWC, as a CUDA graph with NCCL (world 1)", CNN_PREC_BF16, 1, NCCL_1, CNN_LAYOUT_NHWC, 2, CNN_CONV_AUTO, CNN_CONV_AUTO },
-		{ "20 GPU steps, conv1 direct, as a CUDA graph with NCCL (world 1)", CNN_PREC_FP32, 1, NCCL_1, CNN_LAYOUT_NCHW, 1, CNN_CONV_DIRECT, CNN_CONV_AUTO },
-		{ "20 GPU steps, conv1 by cuDNN, NHWC, two backward streams, as a CUDA graph", CNN_PREC_FP32, 1, NO_COMM, CNN_LAYOUT_NHWC, 2, CNN_CONV_CUDNN, CNN_CONV_AUTO },
-		{ "20 bf16 GPU steps, conv1 direct, NHWC, as a CUDA graph", CNN_PREC_BF16, 1, NO_COMM, CNN_LAYOUT_NHWC, 1, CNN_CONV_DIRECT, CNN_CONV_AUTO },
-		{ "20 bf16 GPU steps, conv2 on the tensor-core kernels, as a CUDA graph with NCCL (world 1)", CNN_PREC_BF16, 1, NCCL_1, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_DIRECT },
-		{ "20 bf16 GPU steps, conv1 and conv2 direct, NHWC, two backward streams, as a CUDA graph", CNN_PREC_BF16, 1, NO_COMM, CNN_LAYOUT_NHWC, 2, CNN_CONV_DIRECT, CNN_CONV_DIRECT },
-		{ "20 eager bf16 GPU steps, conv2 by cuDNN, NHWC", CNN_PREC_BF16, 0, NO_COMM, CNN_LAYOUT_NHWC, 1, CNN_CONV_AUTO, CNN_CONV_CUDNN },
+		{ STEPS_S " eager GPU steps, NHWC", CNN_PREC_FP32, 0, NO_COMM, CNN_LAYOUT_NHWC, 1, CNN_CONV_AUTO, CNN_CONV_AUTO },
+		{ STEPS_S " GPU steps, NHWC, as a CUDA graph with NCCL (world 1)", CNN_PREC_FP32, 1, NCCL_1, CNN_LAYOUT_NHWC, 1, CNN_CONV_AUTO, CNN_CONV_AUTO },
+		{ STEPS_S " GPU steps, auto layout, as a CUDA graph", CNN_PREC_FP32, 1, NO_COMM, CNN_LAYOUT_AUTO, 1, CNN_CONV_AUTO, CNN_CONV_AUTO },
+		{ STEPS_S " eager GPU steps in bf16, NHWC", CNN_PREC_BF16, 0, NO_COMM, CNN_LAYOUT_NHWC, 1, CNN_CONV_AUTO, CNN_CONV_AUTO },
+		{ STEPS_S " bf16 GPU steps, NHWC, as a CUDA graph with NCCL (world 1)", CNN_PREC_BF16, 1, NCCL_1, CNN_LAYOUT_NHWC, 1, CNN_CONV_AUTO, CNN_CONV_AUTO },
+		{ STEPS_S " eager GPU steps, two backward streams", CNN_PREC_FP32, 0, NO_COMM, CNN_LAYOUT_NCHW, 2, CNN_CONV_AUTO, CNN_CONV_AUTO },
+		{ STEPS_S " GPU steps, two backward streams, as a CUDA graph with NCCL (world 1)", CNN_PREC_FP32, 1, NCCL_1, CNN_LAYOUT_NCHW, 2, CNN_CONV_AUTO, CNN_CONV_AUTO },
+		{ STEPS_S " GPU steps, two backward streams, NHWC, all-reduced through the host (no graph)", CNN_PREC_FP32, 0, HOST_TWIN, CNN_LAYOUT_NHWC, 2, CNN_CONV_AUTO, CNN_CONV_AUTO },
+		{ STEPS_S " bf16 GPU steps, two backward streams, NHWC, as a CUDA graph with NCCL (world 1)", CNN_PREC_BF16, 1, NCCL_1, CNN_LAYOUT_NHWC, 2, CNN_CONV_AUTO, CNN_CONV_AUTO },
+		{ STEPS_S " GPU steps, conv1 direct, as a CUDA graph with NCCL (world 1)", CNN_PREC_FP32, 1, NCCL_1, CNN_LAYOUT_NCHW, 1, CNN_CONV_DIRECT, CNN_CONV_AUTO },
+		{ STEPS_S " GPU steps, conv1 by cuDNN, NHWC, two backward streams, as a CUDA graph", CNN_PREC_FP32, 1, NO_COMM, CNN_LAYOUT_NHWC, 2, CNN_CONV_CUDNN, CNN_CONV_AUTO },
+		{ STEPS_S " bf16 GPU steps, conv1 direct, NHWC, as a CUDA graph", CNN_PREC_BF16, 1, NO_COMM, CNN_LAYOUT_NHWC, 1, CNN_CONV_DIRECT, CNN_CONV_AUTO },
+		{ STEPS_S " bf16 GPU steps, conv2 on the tensor-core kernels, as a CUDA graph with NCCL (world 1)", CNN_PREC_BF16, 1, NCCL_1, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_DIRECT },
+		{ STEPS_S " bf16 GPU steps, conv1 and conv2 direct, NHWC, two backward streams, as a CUDA graph", CNN_PREC_BF16, 1, NO_COMM, CNN_LAYOUT_NHWC, 2, CNN_CONV_DIRECT, CNN_CONV_DIRECT },
+		{ STEPS_S " eager bf16 GPU steps, conv2 by cuDNN, NHWC", CNN_PREC_BF16, 0, NO_COMM, CNN_LAYOUT_NHWC, 1, CNN_CONV_AUTO, CNN_CONV_CUDNN },
 	};
 	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
 		char d[192];

@@ -1,0 +1,60 @@
+// cuemu's runtime inside: what its emulated libraries (streams.cc, dnn.cc,
+// blas.cc, nccl.cc) share with the kernel scheduler (cuemu.cc).  Not for
+// the code under test, which sees only the CUDA, cuDNN, cuBLAS and NCCL
+// headers.
+#ifndef CUEMU_RT_H
+#define CUEMU_RT_H
+
+#include <stddef.h>
+
+#include <functional>
+
+#include <cuda_runtime_api.h>
+
+namespace cuemu {
+
+// Work on stream s (0: the legacy stream): run now, queued behind the
+// stream's earlier work (CUEMU_STREAMS=lazy), or, while s is being
+// captured, a node of the graph.  what names it in messages; ms is what it
+// adds to the emulated device's clock, which event times read (a model,
+// so that code timing its choices chooses the same way each run).
+void enqueue(cudaStream_t s, const char *what, std::function<void()> fn, double ms);
+
+// The clock model's costs: a kernel's threads at 1 ns each, a library
+// call's multiply-adds at 1 TFLOP/s, a copy's bytes at 100 GB/s, and
+// 2 microseconds a launch.
+constexpr double kLaunchMs = 2e-3;
+inline double threads_ms(double threads) { return kLaunchMs + threads * 1e-6; }
+inline double macs_ms(double macs) { return kLaunchMs + 2 * macs * 1e-9; }
+inline double bytes_ms(double bytes) { return kLaunchMs + bytes * 1e-8; }
+
+// Is [p, p+n) inside one "device" allocation (cudaMalloc)?
+bool inside(const void *p, size_t n);
+// Inside one cudaMallocHost allocation?
+bool inside_host(const void *p, size_t n);
+
+// A failure of the work running now (kernel, library call): printed, and
+// kept for cudaGetLastError as a GPU keeps a sticky error.
+void fail(cudaError_t e, const char *what, const char *msg);
+
+// A call that the stream being captured on this thread forbids
+// (cudaMalloc, a synchronizing call, the legacy stream): the capture is
+// invalidated, as CUDA does, and its error returned; cudaSuccess if no
+// capture is under way.
+cudaError_t capture_forbids(const char *call);
+
+// Everything queued on every stream done (cudaDeviceSynchronize, cudaFree).
+void drain_all();
+// Everything queued on the legacy stream done, and (as the legacy stream
+// waits for them) the blocking streams' work.
+void drain_legacy();
+
+// TF32 where a library may use it: NVIDIA_TF32_OVERRIDE=0 forbids it, as
+// it does in cuDNN and cuBLAS.
+bool tf32_allowed();
+// cvt.rna.tf32.f32, the rounding a tensor core applies to fp32 operands.
+float to_tf32(float v);
+
+} // namespace cuemu
+
+#endif

@@ -1,0 +1,748 @@
+// cuemu: streams, events, CUDA graphs (stream capture), asynchronous
+// copies and pinned host memory, for the GPU path's host code
+// (trainer/cuda/net.c, gpu.c, comm_nccl.c) run on the CPU.
+//
+// Work enqueued on a stream (a kernel, a copy, a cuDNN, cuBLAS or NCCL
+// call) is a closure.  CUEMU_STREAMS (or cuemu_set_streams) says when it
+// runs:
+// - eager (the default): at once, in the order the host enqueues it;
+// - lazy: not before something waits for it: a synchronize, an event
+//   query, another stream's cudaStreamWaitEvent at the moment the waiting
+//   stream gets there, the legacy stream (a blocking stream's work, both
+//   ways), cudaFree.  A stream runs as late as its dependencies allow, so
+//   a missing wait shows: the consumer reads what was there before the
+//   producer ran, or the producer reads what its consumer's stream wrote
+//   after it.  A graph's replay runs its nodes in the reverse of the order
+//   they were captured in wherever its edges allow (ready node captured
+//   last first), so an edge the capture missed changes the result too;
+//   cudaEventQuery says cudaErrorNotReady once for work not yet run (a GPU
+//   still busy), then runs it.
+// Stream capture follows CUDA's rules where code gets them wrong: a
+// stream joins a capture by waiting on an event recorded in it, the
+// capture must end on the stream that began it with every fork joined back
+// (cudaErrorStreamCaptureUnjoined), and a call that would synchronize
+// (cudaMalloc, cudaMemcpy, cudaStreamSynchronize, the legacy stream, a
+// wait on an event recorded outside the capture) invalidates it
+// (cudaStreamEndCapture then fails with cudaErrorStreamCaptureInvalidated).
+// Event times read a modelled clock (rt.h: each operation's threads,
+// multiply-adds or bytes at fixed rates): not a GPU's time, nor the
+// emulation's, but the same each run, so code that times its choices
+// (cnn_train's --conv1/--conv2 auto) chooses the same way each run.
+#include "rt.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <memory>
+#include <queue>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <cuda_profiler_api.h>
+
+struct CUgraph_st;
+
+namespace {
+
+struct Node {
+	std::function<void()> fn;
+	const char *what;
+	std::vector<size_t> deps;
+	double ms;
+};
+
+struct Op {
+	std::function<void()> fn;   // empty: only a wait
+	const char *what;
+	std::vector<std::pair<CUstream_st *, uint64_t>> deps;   // stream's first k ops done first
+	double ms;                  // on the clock
+};
+
+} // namespace
+
+struct CUgraph_st {
+	std::vector<Node> nodes;
+	bool live = true;        // still being captured
+	bool relaxed = false;    // cudaStreamCaptureModeRelaxed
+	std::string invalid;     // why the capture was invalidated, if it was
+};
+
+struct CUgraphExec_st {
+	std::vector<Node> nodes;
+	std::vector<size_t> order;
+};
+
+struct CUstream_st {
+	bool blocking = true;    // synchronizes with the legacy stream
+	std::deque<Op> q;
+	uint64_t enq = 0, done = 0;
+	CUgraph_st *cap = nullptr;   // the capture this stream takes part in
+	bool origin = false;         // ... and began
+	std::vector<size_t> frontier;
+};
+
+struct CUevent_st {
+	unsigned flags = 0;
+	bool recorded = false;
+	CUstream_st *s = nullptr;
+	uint64_t seq = 0;              // s's first seq ops
+	uint64_t gen = 0;              // which record
+	double t = -1;                 // the clock when its record ran
+	bool said_not_ready = false;   // lazy: NotReady said once for this record
+	CUgraph_st *cap = nullptr;     // recorded during this capture
+	std::vector<size_t> nodes;     // ... after these nodes
+};
+
+namespace {
+
+enum Mode { EAGER, LAZY };
+int mode = -1;
+
+int mode_named(const char *n)
+{
+	return !strcmp(n, "eager") ? EAGER : !strcmp(n, "lazy") ? LAZY : -1;
+}
+
+int mode_now()
+{
+	if (mode < 0) {
+		const char *e = getenv("CUEMU_STREAMS");
+		mode = e && *e ? mode_named(e) : EAGER;
+		if (mode < 0) {
+			fprintf(stderr, "cuemu: CUEMU_STREAMS=%s: expected eager or lazy\n", e);
+			abort();
+		}
+	}
+	return mode;
+}
+
+CUstream_st legacy;
+std::vector<CUstream_st *> streams;   // created ones, in creation order
+std::set<CUevent_st *> events;
+std::set<CUgraph_st *> live_captures;
+std::map<uintptr_t, size_t> hosts;    // cudaMallocHost: start -> size
+
+// The emulated device's clock (ms): each operation's modelled time added
+// as it runs (rt.h), one stream after another.
+double clock_ms;
+
+// The stream a handle names; nullptr for one never created (or destroyed).
+CUstream_st *stream_of(cudaStream_t s)
+{
+	if (!s || s == cudaStreamLegacy || s == cudaStreamPerThread)
+		return &legacy;
+	for (CUstream_st *t : streams)
+		if (t == s)
+			return t;
+	return nullptr;
+}
+
+void drain(CUstream_st *st, uint64_t upto)
+{
+	while (st->done < upto) {
+		Op op = std::move(st->q.front());
+		st->q.pop_front();
+		for (const auto &d : op.deps)
+			drain(d.first, d.second);
+		if (op.fn)
+			op.fn();
+		clock_ms += op.ms;
+		st->done++;
+	}
+}
+
+void invalidate(const char *why)
+{
+	for (CUgraph_st *g : live_captures)
+		if (g->invalid.empty())
+			g->invalid = why;
+}
+
+bool capturing_strictly()
+{
+	for (CUgraph_st *g : live_captures)
+		if (!g->relaxed)
+			return true;
+	return false;
+}
+
+// Append op to st's queue (its waits on the legacy stream, or the legacy
+// stream's on the blocking ones, added), run it if eager.
+void push(CUstream_st *st, Op op)
+{
+	if (st == &legacy) {
+		for (CUstream_st *b : streams)
+			if (b->blocking)
+				op.deps.emplace_back(b, b->enq);
+	} else if (st->blocking) {
+		op.deps.emplace_back(&legacy, legacy.enq);
+	}
+	st->q.push_back(std::move(op));
+	st->enq++;
+	if (mode_now() == EAGER)
+		drain(st, st->enq);
+}
+
+// The nodes of g that are ancestors of (or in) from.
+std::vector<bool> reach(const CUgraph_st *g, const std::vector<size_t> &from)
+{
+	std::vector<bool> seen(g->nodes.size(), false);
+	std::vector<size_t> todo(from);
+	while (!todo.empty()) {
+		size_t i = todo.back();
+		todo.pop_back();
+		if (seen[i])
+			continue;
+		seen[i] = true;
+		for (size_t d : g->nodes[i].deps)
+			todo.push_back(d);
+	}
+	return seen;
+}
+
+void end_capture_of(CUgraph_st *g)
+{
+	g->live = false;
+	live_captures.erase(g);
+	for (CUstream_st *t : streams)
+		if (t->cap == g) {
+			t->cap = nullptr;
+			t->origin = false;
+			t->frontier.clear();
+		}
+	for (CUevent_st *e : events)
+		if (e->cap == g) {
+			e->cap = nullptr;
+			e->recorded = false;
+		}
+}
+
+bool host_inside(const void *p, size_t n)
+{
+	uintptr_t a = (uintptr_t)p;
+	auto it = hosts.upper_bound(a);
+	if (it == hosts.begin())
+		return false;
+	--it;
+	return a >= it->first && a - it->first + n <= it->second;
+}
+
+// A copy's device side(s) inside allocations, for its kind.
+bool copy_ok(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind)
+{
+	if (kind == cudaMemcpyDefault)
+		return cuemu::inside(dst, n) || cuemu::inside(src, n);
+	bool dd = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+	bool ds = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+	return (!dd || cuemu::inside(dst, n)) && (!ds || cuemu::inside(src, n));
+}
+
+} // namespace
+
+void cuemu::enqueue(cudaStream_t s, const char *what, std::function<void()> fn, double ms)
+{
+	CUstream_st *st = stream_of(s);
+	if (!st) {
+		char m[120];
+		snprintf(m, sizeof(m), "stream %p: not a stream cudaStreamCreate made (or destroyed)",
+			 (void *)s);
+		fail(cudaErrorInvalidResourceHandle, what, m);
+		return;
+	}
+	if (st->cap) {
+		CUgraph_st *g = st->cap;
+		g->nodes.push_back(Node{ std::move(fn), what, st->frontier, ms });
+		st->frontier.assign(1, g->nodes.size() - 1);
+		return;
+	}
+	if (st == &legacy && capturing_strictly()) {
+		char m[200];
+		snprintf(m, sizeof(m), "enqueued on the legacy stream while a stream is captured: "
+			 "the capture is invalidated (cudaErrorStreamCaptureImplicit)");
+		invalidate(what);
+		fail(cudaErrorStreamCaptureImplicit, what, m);
+		return;
+	}
+	push(st, Op{ std::move(fn), what, {}, ms });
+}
+
+bool cuemu::inside_host(const void *p, size_t n)
+{
+	return host_inside(p, n);
+}
+
+cudaError_t cuemu::capture_forbids(const char *call)
+{
+	if (!capturing_strictly())
+		return cudaSuccess;
+	invalidate(call);
+	fprintf(stderr, "cuemu: %s during a stream capture: not permitted, the capture is invalidated\n",
+		call);
+	return cudaErrorStreamCaptureUnsupported;
+}
+
+void cuemu::drain_all()
+{
+	drain(&legacy, legacy.enq);
+	for (size_t i = 0; i < streams.size(); i++)
+		drain(streams[i], streams[i]->enq);
+}
+
+void cuemu::drain_legacy()
+{
+	for (CUstream_st *b : streams)
+		if (b->blocking)
+			drain(b, b->enq);
+	drain(&legacy, legacy.enq);
+}
+
+bool cuemu::tf32_allowed()
+{
+	const char *e = getenv("NVIDIA_TF32_OVERRIDE");
+	return !(e && !strcmp(e, "0"));
+}
+
+float cuemu::to_tf32(float v)
+{
+	unsigned u;
+	memcpy(&u, &v, 4);
+	if ((u & 0x7f800000u) != 0x7f800000u)
+		u = (u + 0x1000u) & ~0x1fffu;
+	memcpy(&v, &u, 4);
+	return v;
+}
+
+extern "C" {
+
+// "eager" or "lazy" (see above): 0, or -1 for another name.
+int cuemu_set_streams(const char *name)
+{
+	int m = name ? mode_named(name) : -1;
+	if (m < 0)
+		return -1;
+	cuemu::drain_all();
+	mode = m;
+	return 0;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags)
+{
+	if (!pStream || (flags & ~cudaStreamNonBlocking))
+		return cudaErrorInvalidValue;
+	CUstream_st *st = new CUstream_st;
+	st->blocking = !(flags & cudaStreamNonBlocking);
+	streams.push_back(st);
+	*pStream = st;
+	return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t *pStream)
+{
+	return cudaStreamCreateWithFlags(pStream, cudaStreamDefault);
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+	CUstream_st *st = stream_of(s);
+	if (!st || st == &legacy)
+		return cudaErrorInvalidResourceHandle;
+	if (st->cap)
+		return cudaErrorStreamCaptureUnsupported;
+	// CUDA lets the work finish after the call returns; here it is done now
+	drain(st, st->enq);
+	streams.erase(std::find(streams.begin(), streams.end(), st));
+	delete st;
+	return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+	CUstream_st *st = stream_of(s);
+	if (!st)
+		return cudaErrorInvalidResourceHandle;
+	if (st->cap || st == &legacy) {
+		cudaError_t c = cuemu::capture_forbids("cudaStreamSynchronize");
+		if (c != cudaSuccess)
+			return c;
+	}
+	if (st == &legacy)
+		cuemu::drain_legacy();
+	else
+		drain(st, st->enq);
+	return cudaPeekAtLastError();
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags)
+{
+	if (!event)
+		return cudaErrorInvalidValue;
+	CUevent_st *e = new CUevent_st;
+	e->flags = flags;
+	events.insert(e);
+	*event = e;
+	return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t *event)
+{
+	return cudaEventCreateWithFlags(event, cudaEventDefault);
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event)
+{
+	if (!events.erase(event))
+		return cudaErrorInvalidResourceHandle;
+	delete event;
+	return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t s)
+{
+	CUstream_st *st = stream_of(s);
+	if (!st || !events.count(event))
+		return cudaErrorInvalidResourceHandle;
+	CUevent_st *e = event;
+	if (st->cap) {
+		e->recorded = true;
+		e->cap = st->cap;
+		e->nodes = st->frontier;
+		return cudaSuccess;
+	}
+	if (st == &legacy && capturing_strictly()) {
+		invalidate("cudaEventRecord on the legacy stream");
+		return cudaErrorStreamCaptureImplicit;
+	}
+	e->recorded = true;
+	e->cap = nullptr;
+	e->s = st;
+	e->said_not_ready = false;
+	e->t = -1;
+	e->seq = st->enq + 1;
+	uint64_t gen = ++e->gen;
+	push(st, Op{ [e, gen]() {
+			    if (events.count(e) && e->gen == gen)
+				    e->t = clock_ms;
+		    },
+		     "cudaEventRecord", {}, 0 });
+	return cudaSuccess;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t event, unsigned int flags)
+{
+	CUstream_st *st = stream_of(s);
+	if (!st || !events.count(event))
+		return cudaErrorInvalidResourceHandle;
+	CUevent_st *e = event;
+	if (!e->recorded)
+		return cudaSuccess;   // nothing to wait for, as in CUDA
+	if (e->cap) {
+		if (!st->cap) {
+			if (st == &legacy) {
+				invalidate("cudaStreamWaitEvent of the legacy stream");
+				return cudaErrorStreamCaptureImplicit;
+			}
+			st->cap = e->cap;   // st joins the capture
+			st->origin = false;
+			st->frontier = e->nodes;
+		} else if (st->cap == e->cap) {
+			for (size_t n : e->nodes)
+				if (std::find(st->frontier.begin(), st->frontier.end(), n) ==
+				    st->frontier.end())
+					st->frontier.push_back(n);
+		} else {
+			invalidate("cudaStreamWaitEvent across two captures");
+			return cudaErrorStreamCaptureIsolation;
+		}
+		return cudaSuccess;
+	}
+	if (st->cap) {
+		// a captured stream waiting on work outside its graph
+		invalidate("cudaStreamWaitEvent on an event recorded outside the capture");
+		return cudaErrorStreamCaptureIsolation;
+	}
+	if (st == &legacy && capturing_strictly()) {
+		invalidate("cudaStreamWaitEvent of the legacy stream");
+		return cudaErrorStreamCaptureImplicit;
+	}
+	push(st, Op{ nullptr, "cudaStreamWaitEvent", { { e->s, e->seq } }, 0 });
+	return cudaSuccess;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t event)
+{
+	if (!events.count(event))
+		return cudaErrorInvalidResourceHandle;
+	CUevent_st *e = event;
+	if (e->cap) {
+		cuemu::capture_forbids("cudaEventQuery of an event recorded in a capture");
+		return cudaErrorStreamCaptureUnsupported;
+	}
+	if (!e->recorded || e->s->done >= e->seq)
+		return cudaPeekAtLastError();
+	if (e->s->cap) {
+		cudaError_t c = cuemu::capture_forbids("cudaEventQuery");
+		if (c != cudaSuccess)
+			return c;
+	}
+	drain(e->s, e->seq);
+	if (mode_now() == LAZY && !e->said_not_ready) {
+		e->said_not_ready = true;   // the GPU was still at it
+		return cudaErrorNotReady;
+	}
+	return cudaPeekAtLastError();
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event)
+{
+	if (!events.count(event))
+		return cudaErrorInvalidResourceHandle;
+	CUevent_st *e = event;
+	if (e->cap) {
+		cuemu::capture_forbids("cudaEventSynchronize of an event recorded in a capture");
+		return cudaErrorStreamCaptureUnsupported;
+	}
+	if (e->recorded)
+		drain(e->s, e->seq);
+	return cudaPeekAtLastError();
+}
+
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
+{
+	if (!ms || !events.count(start) || !events.count(end))
+		return cudaErrorInvalidResourceHandle;
+	if ((start->flags | end->flags) & cudaEventDisableTiming)
+		return cudaErrorInvalidResourceHandle;
+	if (!start->recorded || !end->recorded || start->t < 0 || end->t < 0)
+		return cudaErrorNotReady;
+	*ms = (float)(end->t - start->t);
+	return cudaSuccess;
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode m)
+{
+	CUstream_st *st = stream_of(s);
+	if (!st)
+		return cudaErrorInvalidResourceHandle;
+	if (st == &legacy)
+		return cudaErrorStreamCaptureUnsupported;
+	if (st->cap)
+		return cudaErrorIllegalState;
+	CUgraph_st *g = new CUgraph_st;
+	g->relaxed = m == cudaStreamCaptureModeRelaxed;
+	live_captures.insert(g);
+	st->cap = g;
+	st->origin = true;
+	st->frontier.clear();
+	return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *pGraph)
+{
+	CUstream_st *st = stream_of(s);
+	if (!st || !pGraph)
+		return cudaErrorInvalidValue;
+	*pGraph = nullptr;
+	if (!st->cap)
+		return cudaErrorIllegalState;
+	if (!st->origin)
+		return cudaErrorStreamCaptureUnmatched;
+	CUgraph_st *g = st->cap;
+	std::vector<bool> joined = reach(g, st->frontier);
+	size_t unjoined = 0;
+	const char *first = nullptr;
+	for (size_t i = 0; i < g->nodes.size(); i++)
+		if (!joined[i] && !unjoined++)
+			first = g->nodes[i].what;
+	end_capture_of(g);
+	if (!g->invalid.empty()) {
+		fprintf(stderr, "cuemu: cudaStreamEndCapture: the capture was invalidated by %s\n",
+			g->invalid.c_str());
+		delete g;
+		return cudaErrorStreamCaptureInvalidated;
+	}
+	if (unjoined) {
+		fprintf(stderr, "cuemu: cudaStreamEndCapture: %zu captured operations (the first: %s) "
+			"are on a stream never joined back into the one that began the capture\n",
+			unjoined, first);
+		delete g;
+		return cudaErrorStreamCaptureUnjoined;
+	}
+	*pGraph = g;
+	return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus *status)
+{
+	CUstream_st *st = stream_of(s);
+	if (!st || !status)
+		return cudaErrorInvalidValue;
+	*status = !st->cap ? cudaStreamCaptureStatusNone :
+		  st->cap->invalid.empty() ? cudaStreamCaptureStatusActive :
+					     cudaStreamCaptureStatusInvalidated;
+	return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph)
+{
+	delete graph;
+	return cudaSuccess;
+}
+
+// The replay's order: the order of capture (eager), or (lazy) each time
+// the ready node captured last: any order the edges allow may be a GPU's.
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
+				 unsigned long long flags)
+{
+	if (!pGraphExec || !graph)
+		return cudaErrorInvalidValue;
+	CUgraphExec_st *x = new CUgraphExec_st;
+	x->nodes = graph->nodes;
+	size_t n = x->nodes.size();
+	if (mode_now() == EAGER) {
+		for (size_t i = 0; i < n; i++)
+			x->order.push_back(i);
+	} else {
+		std::vector<size_t> waiting(n);
+		std::vector<std::vector<size_t>> users(n);
+		for (size_t i = 0; i < n; i++) {
+			waiting[i] = x->nodes[i].deps.size();
+			for (size_t d : x->nodes[i].deps)
+				users[d].push_back(i);
+		}
+		std::priority_queue<size_t> ready;
+		for (size_t i = 0; i < n; i++)
+			if (!waiting[i])
+				ready.push(i);
+		while (!ready.empty()) {
+			size_t i = ready.top();
+			ready.pop();
+			x->order.push_back(i);
+			for (size_t u : users[i])
+				if (!--waiting[u])
+					ready.push(u);
+		}
+	}
+	*pGraphExec = x;
+	return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec)
+{
+	delete exec;
+	return cudaSuccess;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s)
+{
+	CUstream_st *st = stream_of(s);
+	if (!exec || !st)
+		return cudaErrorInvalidResourceHandle;
+	cuemu::enqueue(s, "cudaGraphLaunch", [exec]() {
+		for (size_t i : exec->order) {
+			exec->nodes[i].fn();
+			clock_ms += exec->nodes[i].ms;
+		}
+	}, 0);
+	return cudaPeekAtLastError();
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
+			    cudaStream_t s)
+{
+	if (!count)
+		return cudaSuccess;
+	if (!copy_ok(dst, src, count, kind))
+		return cudaErrorInvalidValue;
+	if (!stream_of(s))
+		return cudaErrorInvalidResourceHandle;
+	cuemu::enqueue(s, "cudaMemcpyAsync", [dst, src, count]() { memcpy(dst, src, count); },
+		       cuemu::bytes_ms(count));
+	return cudaPeekAtLastError();
+}
+
+cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t s)
+{
+	if (count && !cuemu::inside(devPtr, count))
+		return cudaErrorInvalidValue;
+	if (!stream_of(s))
+		return cudaErrorInvalidResourceHandle;
+	cuemu::enqueue(s, "cudaMemsetAsync", [devPtr, value, count]() { memset(devPtr, value, count); },
+		       cuemu::bytes_ms(count));
+	return cudaPeekAtLastError();
+}
+
+cudaError_t cudaMallocHost(void **ptr, size_t size)
+{
+	if (!ptr)
+		return cudaErrorInvalidValue;
+	cudaError_t c = cuemu::capture_forbids("cudaMallocHost");
+	if (c != cudaSuccess)
+		return c;
+	void *p = malloc(size ? size : 1);
+	if (!p)
+		return cudaErrorMemoryAllocation;
+	hosts[(uintptr_t)p] = size;
+	*ptr = p;
+	return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void *ptr)
+{
+	if (!ptr)
+		return cudaSuccess;
+	auto it = hosts.find((uintptr_t)ptr);
+	if (it == hosts.end())
+		return cudaErrorInvalidValue;
+	cuemu::drain_all();
+	hosts.erase(it);
+	free(ptr);
+	return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device)
+{
+	return device == 0 ? cudaSuccess : cudaErrorInvalidDevice;
+}
+
+static const char kBusId[] = "0000:00:00.0";
+
+cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device)
+{
+	if (device != 0)
+		return cudaErrorInvalidDevice;
+	if (!pciBusId || len < (int)sizeof(kBusId))
+		return cudaErrorInvalidValue;
+	memcpy(pciBusId, kBusId, sizeof(kBusId));
+	return cudaSuccess;
+}
+
+// "0000:00:00.0" in any of the spellings CUDA takes (a domain of 4 or 8
+// hex digits, any case).
+cudaError_t cudaDeviceGetByPCIBusId(int *device, const char *pciBusId)
+{
+	unsigned dom, bus, dev, fn;
+	if (!device || !pciBusId || sscanf(pciBusId, "%x:%x:%x.%x", &dom, &bus, &dev, &fn) != 4)
+		return cudaErrorInvalidValue;
+	if (dom || bus || dev || fn)
+		return cudaErrorInvalidDevice;
+	*device = 0;
+	return cudaSuccess;
+}
+
+cudaError_t cudaProfilerStart(void)
+{
+	return cudaSuccess;
+}
+
+cudaError_t cudaProfilerStop(void)
+{
+	return cudaSuccess;
+}
+
+} // extern "C"
