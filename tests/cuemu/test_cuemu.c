@@ -355,6 +355,9 @@ static void test_streams(void)
 
 int main(void)
 {
+	/* the execution model's checks read each launch's error right after
+	 * it: work run as it is enqueued (test_streams sets lazy itself) */
+	cuemu_set_streams("eager");
 	test_coords(1, 1, 1, 1, 1, 1);
 	test_coords(3, 2, 2, 4, 3, 2);
 	test_coords(1000, 1, 1, 256, 1, 1); /* later blocks run without fibers */

@@ -50,18 +50,26 @@
  * "gradsum" rows' in units of the sum of |gradient| (check_scaled): those
  * are the scales rounding errors follow, whatever the cancellation.
  * "measured" numbers come from the step emulated on the CPU with the same
- * roundings (bf16_ref below, which prints them; tf32 by rounding the
- * operands to 10 bits the same way, 2026-11-22); the GPU's own errors
- * differ by its summation order, which the margin covers. */
+ * roundings (bf16_ref below, which prints them); the GPU's own errors
+ * differ by its summation order, which the margin covers.  The tf32 rows:
+ * measured 2026-11-24 by this test's cuemu build (test_gpu_step_emu),
+ * every convolution in TF32 (operands rounded to 10 mantissa bits as
+ * tensor cores do), through cuDNN's calls and through conv2's own
+ * tensor-core kernels alike, which agree to two digits; without TF32 the
+ * same run is within 1e-5.  ReLU gates and max-pool choices the rounding
+ * flips dominate, as in bf16, so the rows are near bf16's.  (The H100's
+ * first runs had stayed within rows 8x tighter, set on 2026-11-22 from
+ * an emulation that rounded less: cuDNN had picked FMA (fp32) kernels at
+ * this batch there, so TF32 convolutions had not run.) */
 static const struct tol tols[] = {
 	{ "fp32 loss",   1e-5, 1e-5, "float32 sums of 10 logits; cuDNN and cuBLAS block the sums unlike PyTorch's CPU kernels" },
 	{ "fp32 grad",   2e-3, 1e-3, "sums of up to 5408 products in another order (cuDNN's FMA algorithms, Winograd included); the CPU's differ by < 1e-5" },
 	{ "fp32 gradsum",2e-4, 1e-3, "as fp32 grad, over sums of up to 1.2M gradients" },
 	{ "fp32 param",  1e-5, 1e-3, "three optimizer steps compound the gradient differences" },
-	{ "tf32 loss",   5e-3, 0,    "operands rounded to 10 mantissa bits: 1/8 of bf16's measured 0.015 after 3 SGD steps, x2.5" },
-	{ "tf32 grad",   0.5,  0,    "measured: conv gradient entries, sums of 5408 cancelling products, move by up to 0.16 mean |grad|; x3 (tensor cores may truncate)" },
-	{ "tf32 gradsum",3e-2, 0,    "measured up to 0.0084 of sum |grad| (conv1.bias); x3" },
-	{ "tf32 param",  2e-3, 0,    "1/8 of bf16's measured 2.6e-3 after 3 Adadelta steps, x6" },
+	{ "tf32 loss",   2e-2, 0,    "measured on cuemu (below): 0.0067 after 3 SGD steps; x3" },
+	{ "tf32 grad",   1.5,  0,    "measured on cuemu: conv gradient entries, sums of 5408 cancelling products, move by up to 0.51 mean |grad| (conv2.weight); x3" },
+	{ "tf32 gradsum",0.15, 0,    "measured on cuemu up to 0.061 of sum |grad| (conv1.weight); x2.5" },
+	{ "tf32 param",  4e-3, 0,    "measured on cuemu up to 1.2e-3 after 3 Adadelta steps; x3.3" },
 	{ "bf16 loss",   4e-2, 0,    "measured: 3.6e-6 for one step, 0.015 after 3 SGD steps on the same batch; x2.5" },
 	{ "bf16 grad",   1.5,  0,    "measured: conv gradient entries, sums of 5408 cancelling products with 8-bit operands, move by up to 0.63 mean |grad|; x2.4" },
 	{ "bf16 gradsum",0.15, 0,    "measured up to 0.061 of sum |grad| (|sum| of conv1.weight); x2.5" },
@@ -673,6 +681,7 @@ static int synthetic(struct cnn_dataset *tr, struct cnn_dataset *te, struct cnn_
 	return 0;
 }
 
+#ifndef CNN_CUEMU
 /* The bf16 emulation's 20 training steps against the CPU path's fp32 ones:
  * what "bf16 steps" allows the GPU's, measured here everywhere. */
 static void test_bf16_steps_emulated(void)
@@ -699,6 +708,7 @@ static void test_bf16_steps_emulated(void)
 	cnn_data_free(&tr);
 	cnn_data_free(&te);
 }
+#endif
 
 static void test_steps_vs_cpu(int bf16)
 {
@@ -865,12 +875,15 @@ int main(void)
 {
 	/* the bf16 arithmetic the GPU's bf16 step does, against the golden
 	 * file, on the CPU: runs everywhere; first without its roundings, where
-	 * it must be the fp32 step */
+	 * it must be the fp32 step (test_gpu_step's: its cuemu build has the
+	 * GPU path to run) */
+#ifndef CNN_CUEMU
 	struct stepper exact = { .name = "bf16 emulation without rounding", .tol = "fp32", .prec = CNN_PREC_FP32, .emulate = 2 };
 	struct stepper emu = { .name = "bf16 emulated on the CPU", .tol = "bf16", .prec = CNN_PREC_BF16, .emulate = 1 };
 	test_golden(&exact);
 	test_golden(&emu);
 	test_bf16_steps_emulated();
+#endif
 	int ndev = 0;
 	cudaError_t e = cudaGetDeviceCount(&ndev);
 	if (e != cudaSuccess || ndev == 0) {
@@ -884,6 +897,10 @@ int main(void)
 	}
 	struct cudaDeviceProp prop;
 	cudaGetDeviceProperties(&prop, 0);
+#ifdef DEBUG_ONLY
+	DEBUG_ONLY;
+	return test_report();
+#endif
 	/* TF32 and bf16 tensor cores: 8.0 and newer */
 	int tc = prop.major >= 8;
 	printf("# GPU 0: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);

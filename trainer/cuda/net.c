@@ -761,8 +761,17 @@ static int conv_call(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int lay
 	       call == 1 ? conv2_dgrad(g, a, a->n, direct) : conv2_wgrad(g, a, a->n, 0, direct);
 }
 
-/* That call timed on s: 3 runs, then the mean of 10, in *ms.  The
- * buffers' contents do not matter (timing only, before any step). */
+/* That call timed on s: CNN_TIME_WARMUP runs, then the mean of
+ * CNN_TIME_RUNS, in *ms.  The buffers' contents do not matter (timing
+ * only, before any step).  cuemu's build (tests/Makefile) times one run:
+ * its clock is a model, the same each run, and every emulated run costs
+ * the CPU what a real one costs a GPU a thousand times over. */
+#ifndef CNN_TIME_WARMUP
+#define CNN_TIME_WARMUP 3
+#endif
+#ifndef CNN_TIME_RUNS
+#define CNN_TIME_RUNS 10
+#endif
 static int time_call(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int layer, int call,
 		     int direct, float *ms)
 {
@@ -772,8 +781,8 @@ static int time_call(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int lay
 		snprintf(g->err, sizeof(g->err), "timing conv%d: cudaEventCreate failed", layer + 1);
 		goto out;
 	}
-	for (int i = 0; i < 13; i++) {
-		if (i == 3 && cudaEventRecord(ev[0], g->s) != cudaSuccess)
+	for (int i = 0; i < CNN_TIME_WARMUP + CNN_TIME_RUNS; i++) {
+		if (i == CNN_TIME_WARMUP && cudaEventRecord(ev[0], g->s) != cudaSuccess)
 			goto out;
 		if (conv_call(g, a, layer, call, direct) < 0)
 			goto out;
@@ -784,7 +793,7 @@ static int time_call(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int lay
 			 cudaGetErrorString(cudaGetLastError()));
 		goto out;
 	}
-	*ms /= 10.f;
+	*ms /= (float)CNN_TIME_RUNS;
 	rv = 0;
 out:
 	for (int i = 0; i < 2; i++)
