@@ -1,5 +1,6 @@
 // cuemu: run trainer/cuda/kernels.cu and conv2_tc.cu on the CPU, for
-// machines without a GPU.
+// machines without a GPU; with streams.cc, dnn.cc, blas.cc and nccl.cc
+// (see each), the GPU path's host code too (test_gpu_step_emu).
 //
 // Not a CUDA implementation: just enough of the execution model for
 // element-wise kernels and block reductions, so test_cuda_kernels can
@@ -20,6 +21,10 @@
 // - "device" memory is host memory from malloc, so ASan sees a kernel
 //   that reads or writes out of bounds;
 // - atomicAdd is a plain add (one OS thread runs everything);
+// - a launch is work on its stream (streams.cc): run at once, or as late
+//   as the stream's waits allow (CUEMU_STREAMS=lazy), or captured into a
+//   graph; a configuration the GPU refuses fails at the launch, a failure
+//   while it runs is kept for the next cudaGetLastError, as on a GPU;
 // - the device has 16 SMs (cudaDeviceGetAttribute, cudaGetDeviceProperties)
 //   and cudaOccupancyMaxActiveBlocksPerMultiprocessor says 2 blocks of
 //   any kernel fit on one: numbers for code that sizes its grid by the GPU,
