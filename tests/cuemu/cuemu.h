@@ -69,6 +69,8 @@
 #include <cuda_runtime_api.h>
 #include <cuda_bf16.h>
 
+#include "rt.h"
+
 // host_defines.h makes __global__, __device__, __shared__ empty outside
 // nvcc; shared memory must be one per block, not one per thread.
 #undef __shared__
@@ -125,15 +127,10 @@ template <class Use, int M, int N, int K, class T, class Layout = void> struct f
 	element_type x[num_elements];   // row-major, the whole tile
 };
 
-// cvt.rna.tf32.f32: 10 mantissa bits, to nearest, ties away from zero
+// cvt.rna.tf32.f32 (rt.h)
 inline float __float_to_tf32(float v)
 {
-	unsigned u;
-	memcpy(&u, &v, 4);
-	if ((u & 0x7f800000u) != 0x7f800000u)
-		u = (u + 0x1000u) & ~0x1fffu;
-	memcpy(&v, &u, 4);
-	return v;
+	return cuemu::to_tf32(v);
 }
 
 template <class Use, int M, int N, int K, class T, class L, class E>

@@ -6,6 +6,7 @@
 #define CUEMU_RT_H
 
 #include <stddef.h>
+#include <string.h>
 
 #include <functional>
 
@@ -52,8 +53,17 @@ void drain_legacy();
 // TF32 where a library may use it: NVIDIA_TF32_OVERRIDE=0 forbids it, as
 // it does in cuDNN and cuBLAS.
 bool tf32_allowed();
-// cvt.rna.tf32.f32, the rounding a tensor core applies to fp32 operands.
-float to_tf32(float v);
+// cvt.rna.tf32.f32, the rounding a tensor core applies to fp32 operands:
+// 10 mantissa bits, to nearest, ties away from zero.
+inline float to_tf32(float v)
+{
+	unsigned u;
+	memcpy(&u, &v, 4);
+	if ((u & 0x7f800000u) != 0x7f800000u)
+		u = (u + 0x1000u) & ~0x1fffu;
+	memcpy(&v, &u, 4);
+	return v;
+}
 
 } // namespace cuemu
 

@@ -308,16 +308,6 @@ bool cuemu::tf32_allowed()
 	return !(e && !strcmp(e, "0"));
 }
 
-float cuemu::to_tf32(float v)
-{
-	unsigned u;
-	memcpy(&u, &v, 4);
-	if ((u & 0x7f800000u) != 0x7f800000u)
-		u = (u + 0x1000u) & ~0x1fffu;
-	memcpy(&v, &u, 4);
-	return v;
-}
-
 extern "C" {
 
 // "eager" or "lazy" (see above): 0, or -1 for another name.
