@@ -12,9 +12,9 @@
 //   ways), cudaFree.  A stream runs as late as its dependencies allow, so
 //   a missing wait shows: the consumer reads what was there before the
 //   producer ran, or the producer reads what its consumer's stream wrote
-//   after it.  A graph's replay runs its nodes in the reverse of the order
-//   they were captured in wherever its edges allow (ready node captured
-//   last first), so an edge the capture missed changes the result too;
+//   after it.  A graph's replays alternate between two orders its edges
+//   allow (cudaGraphInstantiate), so an edge the capture missed changes
+//   the result too;
 //   cudaEventQuery says cudaErrorNotReady once for work not yet run (a GPU
 //   still busy), then runs it.
 // Stream capture follows CUDA's rules where code gets them wrong: a
@@ -55,6 +55,7 @@ struct Node {
 	const char *what;
 	std::vector<size_t> deps;
 	double ms;
+	size_t stream;   // its stream's place in creation order
 };
 
 struct Op {
@@ -75,7 +76,8 @@ struct CUgraph_st {
 
 struct CUgraphExec_st {
 	std::vector<Node> nodes;
-	std::vector<size_t> order;
+	std::vector<size_t> order[2];   // replays alternate between them
+	unsigned long launches = 0;
 };
 
 struct CUstream_st {
@@ -257,7 +259,8 @@ void cuemu::enqueue(cudaStream_t s, const char *what, std::function<void()> fn, 
 	}
 	if (st->cap) {
 		CUgraph_st *g = st->cap;
-		g->nodes.push_back(Node{ std::move(fn), what, st->frontier, ms });
+		size_t rank = std::find(streams.begin(), streams.end(), st) - streams.begin();
+		g->nodes.push_back(Node{ std::move(fn), what, st->frontier, ms, rank });
 		st->frontier.assign(1, g->nodes.size() - 1);
 		return;
 	}
@@ -584,8 +587,49 @@ cudaError_t cudaGraphDestroy(cudaGraph_t graph)
 	return cudaSuccess;
 }
 
-// The replay's order: the order of capture (eager), or (lazy) each time
-// the ready node captured last: any order the edges allow may be a GPU's.
+} // extern "C"
+
+namespace {
+
+// A topological order of x's nodes: each time the ready node that
+// better(a, b) puts first.
+template <class Better> std::vector<size_t> topo(const CUgraphExec_st *x, Better better)
+{
+	size_t n = x->nodes.size();
+	std::vector<size_t> waiting(n), order;
+	std::vector<std::vector<size_t>> users(n);
+	for (size_t i = 0; i < n; i++) {
+		waiting[i] = x->nodes[i].deps.size();
+		for (size_t d : x->nodes[i].deps)
+			users[d].push_back(i);
+	}
+	auto worse = [&](size_t a, size_t b) { return better(b, a); };
+	std::priority_queue<size_t, std::vector<size_t>, decltype(worse)> ready(worse);
+	for (size_t i = 0; i < n; i++)
+		if (!waiting[i])
+			ready.push(i);
+	while (!ready.empty()) {
+		size_t i = ready.top();
+		ready.pop();
+		order.push_back(i);
+		for (size_t u : users[i])
+			if (!--waiting[u])
+				ready.push(u);
+	}
+	return order;
+}
+
+} // namespace
+
+extern "C" {
+
+// The replay's order: the order of capture (eager); lazy alternates, one
+// replay to the next, between two orders any GPU may take: the ready node
+// captured last first (the stream that began the capture runs ahead of
+// the streams it forked, whose work comes late), and the forked streams'
+// ready nodes first (they run ahead of it).  A missing edge changes the
+// result in one or the other: a read before the write it should wait for,
+// or a write before a read that should have come first.
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
 				 unsigned long long flags)
 {
@@ -596,27 +640,14 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
 	size_t n = x->nodes.size();
 	if (mode_now() == EAGER) {
 		for (size_t i = 0; i < n; i++)
-			x->order.push_back(i);
+			x->order[0].push_back(i);
+		x->order[1] = x->order[0];
 	} else {
-		std::vector<size_t> waiting(n);
-		std::vector<std::vector<size_t>> users(n);
-		for (size_t i = 0; i < n; i++) {
-			waiting[i] = x->nodes[i].deps.size();
-			for (size_t d : x->nodes[i].deps)
-				users[d].push_back(i);
-		}
-		std::priority_queue<size_t> ready;
-		for (size_t i = 0; i < n; i++)
-			if (!waiting[i])
-				ready.push(i);
-		while (!ready.empty()) {
-			size_t i = ready.top();
-			ready.pop();
-			x->order.push_back(i);
-			for (size_t u : users[i])
-				if (!--waiting[u])
-					ready.push(u);
-		}
+		x->order[0] = topo(x, [](size_t a, size_t b) { return a > b; });
+		x->order[1] = topo(x, [x](size_t a, size_t b) {
+			size_t sa = x->nodes[a].stream, sb = x->nodes[b].stream;
+			return sa != sb ? sa > sb : a < b;
+		});
 	}
 	*pGraphExec = x;
 	return cudaSuccess;
@@ -634,7 +665,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s)
 	if (!exec || !st)
 		return cudaErrorInvalidResourceHandle;
 	cuemu::enqueue(s, "cudaGraphLaunch", [exec]() {
-		for (size_t i : exec->order) {
+		for (size_t i : exec->order[exec->launches++ % 2]) {
 			exec->nodes[i].fn();
 			clock_ms += exec->nodes[i].ms;
 		}
