@@ -60,6 +60,7 @@ constexpr int kOutside = -1, kDirect = -2;
 int cur = kOutside;           // the fiber running, or one of those
 unsigned long barriers;       // __syncthreads calls of this launch
 bool late_said;               // its late barrier reported
+bool misaligned_said;         // its misaligned wmma tile reported
 const char *kernel_name;
 void (*body)(void *);
 void *body_arg;
@@ -290,6 +291,7 @@ void run_grid(const cuemu::Cfg &cfg, const char *kernel, bool reverse)
 	};
 	barriers = 0;
 	late_said = false;
+	misaligned_said = false;
 	bool diverged = false, first = true;
 	for (unsigned long k = 0; k < nb; k++) {
 		mma_block(nt);
@@ -393,6 +395,28 @@ void compare(const Snapshot &fwd, const char *kernel)
 }
 
 } // namespace
+
+void cuemu::wmma_check(const char *op, const void *p, unsigned ldm, size_t esize)
+{
+	const bool ptr_ok = (uintptr_t)p % 32 == 0, ldm_ok = (size_t)ldm * esize % 16 == 0;
+	if ((ptr_ok && ldm_ok) || misaligned_said)
+		return;
+	misaligned_said = true;
+	char m[300];
+	if (!ptr_ok)
+		snprintf(m, sizeof(m),
+			 "block (%u,%u,%u) thread (%u,%u,%u): wmma::%s at %p, %u bytes past a 32-byte "
+			 "boundary: a tile must start 256-bit aligned (a GPU: misaligned address)",
+			 blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z, op, p,
+			 (unsigned)((uintptr_t)p % 32));
+	else
+		snprintf(m, sizeof(m),
+			 "block (%u,%u,%u) thread (%u,%u,%u): wmma::%s with ldm %u of %zu-byte elements "
+			 "(%zu bytes): the stride must be a multiple of 16 bytes",
+			 blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z, op, ldm,
+			 esize, (size_t)ldm * esize);
+	fail(cudaErrorMisalignedAddress, kernel_name, m);
+}
 
 bool cuemu::mma_reuse(const void *in, size_t in_bytes, void *out, size_t out_bytes)
 {
@@ -520,7 +544,9 @@ cudaError_t cudaMalloc(void **devPtr, size_t size)
 	cudaError_t c = cuemu::capture_forbids("cudaMalloc");
 	if (c != cudaSuccess)
 		return c;
-	void *p = malloc(size ? size : 1);
+	// 256-byte aligned, as cudaMalloc's on a GPU: code may rely on it
+	// (wmma tiles, vector loads), and malloc's 16 would fail wmma_check
+	void *p = aligned_alloc(256, ((size ? size : 1) + 255) / 256 * 256);
 	if (!p)
 		return cudaErrorMemoryAllocation;
 	allocs[(uintptr_t)p] = size;
@@ -603,6 +629,7 @@ const char *cudaGetErrorName(cudaError_t error)
 	case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
 	case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
 	case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+	case cudaErrorMisalignedAddress: return "cudaErrorMisalignedAddress";
 	case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
 	case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
 	case cudaErrorNotReady: return "cudaErrorNotReady";
@@ -625,6 +652,7 @@ const char *cudaGetErrorString(cudaError_t error)
 	case cudaErrorMemoryAllocation: return "out of memory";
 	case cudaErrorInvalidConfiguration: return "invalid configuration argument";
 	case cudaErrorLaunchFailure: return "unspecified launch failure (cuemu: see its message above)";
+	case cudaErrorMisalignedAddress: return "misaligned address (cuemu: see its message above)";
 	case cudaErrorInvalidDevice: return "invalid device ordinal";
 	case cudaErrorInvalidResourceHandle: return "invalid resource handle";
 	case cudaErrorNotReady: return "device not ready";

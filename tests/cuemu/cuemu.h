@@ -97,6 +97,12 @@ namespace cuemu {
 // warp's k-th call: reuse copies it into out and says true).
 bool mma_reuse(const void *in, size_t in_bytes, void *out, size_t out_bytes);
 void mma_keep(const void *in, size_t in_bytes, const void *out, size_t out_bytes);
+// wmma's rule for load_matrix_sync and store_matrix_sync: the tile starts
+// on a 256-bit (32-byte) boundary and its stride, ldm elements of esize
+// bytes, is a multiple of 16 bytes.  A GPU faults (misaligned address) or
+// reads the wrong elements otherwise; here it is the launch's error
+// (cudaErrorMisalignedAddress), said once a launch.
+void wmma_check(const char *op, const void *p, unsigned ldm, size_t esize);
 } // namespace cuemu
 
 namespace nvcuda {
@@ -144,6 +150,7 @@ template <class Use, int M, int N, int K, class T, class L, class E>
 void load_matrix_sync(fragment<Use, M, N, K, T, L> &f, const E *p, unsigned ldm)
 {
 	const bool col = std::is_same<L, col_major>::value;
+	cuemu::wmma_check("load_matrix_sync", p, ldm, sizeof(E));
 	for (int i = 0; i < f.rows; i++)
 		for (int j = 0; j < f.cols; j++)
 			f.x[i * f.cols + j] = col ? p[i + (size_t)j * ldm] : p[(size_t)i * ldm + j];
@@ -153,6 +160,7 @@ template <int M, int N, int K>
 void load_matrix_sync(fragment<accumulator, M, N, K, float> &f, const float *p, unsigned ldm,
 		      layout_t l)
 {
+	cuemu::wmma_check("load_matrix_sync", p, ldm, sizeof(float));
 	for (int i = 0; i < M; i++)
 		for (int j = 0; j < N; j++)
 			f.x[i * N + j] = l == mem_col_major ? p[i + (size_t)j * ldm] : p[(size_t)i * ldm + j];
@@ -162,6 +170,7 @@ template <int M, int N, int K>
 void store_matrix_sync(float *p, const fragment<accumulator, M, N, K, float> &f, unsigned ldm,
 		       layout_t l)
 {
+	cuemu::wmma_check("store_matrix_sync", p, ldm, sizeof(float));
 	for (int i = 0; i < M; i++)
 		for (int j = 0; j < N; j++)
 			(l == mem_col_major ? p[i + (size_t)j * ldm] : p[(size_t)i * ldm + j]) = f.x[i * N + j];

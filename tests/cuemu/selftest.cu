@@ -130,7 +130,31 @@ __global__ void wmma_tf32(const float *a, const float *b, const float *c, float 
 		r[i] = wmma::__float_to_tf32(r[i]);
 }
 
+// One warp copies a 16 x 8 tile (row-major) into a 16 x 16 accumulator's
+// first 8 columns through fragments: from a + off, with stride ldm, into d
+// + doff.  A GPU needs a and d 32-byte aligned and ldm * 4 bytes a
+// multiple of 16.
+__global__ void wmma_copy(const float *a, unsigned off, unsigned ldm, float *d, unsigned doff)
+{
+	using namespace nvcuda;
+	wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fa;
+	wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fb;
+	wmma::fragment<wmma::accumulator, 16, 16, 8, float> fc;
+	wmma::load_matrix_sync(fa, a + off, ldm);
+	wmma::fill_fragment(fb, 1.f);
+	wmma::fill_fragment(fc, 0.f);
+	wmma::mma_sync(fc, fa, fb, fc);
+	wmma::store_matrix_sync(d + doff, fc, 16, wmma::mem_row_major);
+}
+
 } // namespace
+
+extern "C" int cuemu_selftest_wmma_copy(const float *a, unsigned off, unsigned ldm, float *d,
+					unsigned doff)
+{
+	wmma_copy<<<1, 32>>>(a, off, ldm, d, doff);
+	return cudaGetLastError();
+}
 
 extern "C" int cuemu_selftest_coords(int *out, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
 				     unsigned by, unsigned bz)

@@ -21,6 +21,8 @@ int cuemu_selftest_atomic_order(float *x);
  * column-major) + c (16x16 row-major) in TF32, and r[i] rounded to TF32 */
 int cuemu_selftest_wmma_tf32(const float *a, const float *b, const float *c, float *d, float *r,
 			     int nr);
+/* one warp: d[doff..] (16x16, ld 16) = a[off..] (16x8, ld ldm) times ones */
+int cuemu_selftest_wmma_copy(const float *a, unsigned off, unsigned ldm, float *d, unsigned doff);
 
 /* y[i] = a x[i] + b for i < n (one block), on stream s */
 int cuemu_selftest_axpb(const float *x, float *y, unsigned n, float a, float b, cudaStream_t s);

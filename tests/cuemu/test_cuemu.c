@@ -4,6 +4,7 @@
  * some threads skip, a launch a GPU refuses, a host pointer given as a
  * device one). */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,6 +137,30 @@ static void test_errors(void)
 		  cudaMemcpy(host, d, 65 * sizeof(float), cudaMemcpyDeviceToHost) == cudaErrorInvalidValue);
 	test_cond("cudaFree of a pointer inside an allocation fails", cudaFree(d + 1) == cudaErrorInvalidValue);
 	test_cond("cudaFree of the allocation", cudaFree(d) == cudaSuccess);
+}
+
+/* wmma's alignment rule: what a GPU faults on fails here too */
+static void test_wmma_alignment(void)
+{
+	float *a, *d;
+	cudaMalloc((void **)&a, 24 * 16 * sizeof(float));
+	cudaMalloc((void **)&d, (256 + 8) * sizeof(float));
+	test_cond("cudaMalloc is 256-byte aligned, as a GPU's",
+		  (uintptr_t)a % 256 == 0 && (uintptr_t)d % 256 == 0);
+	cudaMemset(a, 0, 24 * 16 * sizeof(float));
+	test_cond("wmma: an aligned tile, ldm 8", cuemu_selftest_wmma_copy(a, 0, 8, d, 0) == cudaSuccess);
+	test_cond("wmma: 8 floats in (32 bytes), ldm 12 (48 bytes)",
+		  cuemu_selftest_wmma_copy(a, 8, 12, d, 0) == cudaSuccess);
+	test_cond("wmma: a tile 4 bytes past a 32-byte boundary is a misaligned address",
+		  cuemu_selftest_wmma_copy(a, 1, 8, d, 0) == cudaErrorMisalignedAddress);
+	test_cond("wmma: 16 bytes past (4 floats) too",
+		  cuemu_selftest_wmma_copy(a, 4, 8, d, 0) == cudaErrorMisalignedAddress);
+	test_cond("wmma: ldm 10 floats (40 bytes, not a multiple of 16) is refused",
+		  cuemu_selftest_wmma_copy(a, 0, 10, d, 0) == cudaErrorMisalignedAddress);
+	test_cond("wmma: a store 16 bytes past a boundary is refused",
+		  cuemu_selftest_wmma_copy(a, 0, 8, d, 4) == cudaErrorMisalignedAddress);
+	test_cond("wmma: the next aligned launch passes", cuemu_selftest_wmma_copy(a, 0, 8, d, 8) == cudaSuccess);
+	cudaFree(a), cudaFree(d);
 }
 
 int cuemu_set_order(const char *name);
@@ -365,6 +390,7 @@ int main(void)
 	test_block_sums();
 	test_wmma();
 	test_errors();
+	test_wmma_alignment();
 	test_order();
 	test_streams();
 	return test_report();
