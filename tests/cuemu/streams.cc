@@ -9,12 +9,15 @@
 // - lazy: not before something waits for it: a synchronize, an event
 //   query, another stream's cudaStreamWaitEvent at the moment the waiting
 //   stream gets there, the legacy stream (a blocking stream's work, both
-//   ways), cudaFree.  A stream runs as late as its dependencies allow, so
-//   a missing wait shows: the consumer reads what was there before the
+//   ways), cudaFree.  Then it runs in one of two orders (drain): late, as
+//   late as its waits allow, or ahead, the other streams' ready work first,
+//   so a missing wait shows (the consumer reads what was there before the
 //   producer ran, or the producer reads what its consumer's stream wrote
-//   after it.  A graph's replays alternate between two orders its edges
-//   allow (cudaGraphInstantiate), so an edge the capture missed changes
-//   the result too;
+//   after it), and so does a fork placed too early (the forked stream reads
+//   before the write that should have come before the fork).  A graph's
+//   replays alternate between two such orders its edges allow
+//   (cudaGraphInstantiate), so an edge the capture missed changes the
+//   result too.  lazy-late and lazy-ahead fix the order (test_cuemu);
 //   cudaEventQuery says cudaErrorNotReady once for work not yet run (a GPU
 //   still busy), then runs it.
 // Stream capture follows CUDA's rules where code gets them wrong: a
@@ -103,13 +106,16 @@ struct CUevent_st {
 
 namespace {
 
-enum Mode { EAGER, LAZY };
+// LATE and AHEAD are lazy with one of its two orders (drain) fixed.
+enum Mode { EAGER, LAZY, LATE, AHEAD };
 int mode = -1;
 
 int mode_named(const char *n)
 {
-	return !strcmp(n, "eager") ? EAGER : !strcmp(n, "lazy") ? LAZY : -1;
+	return !strcmp(n, "eager") ? EAGER : !strcmp(n, "lazy") ? LAZY :
+	       !strcmp(n, "lazy-late") ? LATE : !strcmp(n, "lazy-ahead") ? AHEAD : -1;
 }
+
 
 int mode_now()
 {
@@ -117,11 +123,16 @@ int mode_now()
 		const char *e = getenv("CUEMU_STREAMS");
 		mode = e && *e ? mode_named(e) : EAGER;
 		if (mode < 0) {
-			fprintf(stderr, "cuemu: CUEMU_STREAMS=%s: expected eager or lazy\n", e);
+			fprintf(stderr, "cuemu: CUEMU_STREAMS=%s: expected eager, lazy, lazy-late or lazy-ahead\n", e);
 			abort();
 		}
 	}
 	return mode;
+}
+
+bool lazy_now()
+{
+	return mode_now() != EAGER;
 }
 
 CUstream_st legacy;
@@ -145,18 +156,78 @@ CUstream_st *stream_of(cudaStream_t s)
 	return nullptr;
 }
 
+void drain(CUstream_st *st, uint64_t upto);
+
+// Run st's next operation, after what it waits for.
+void run_front(CUstream_st *st)
+{
+	Op op = std::move(st->q.front());
+	st->q.pop_front();
+	for (const auto &d : op.deps)
+		drain(d.first, d.second);
+	if (op.fn)
+		op.fn();
+	clock_ms += op.ms;
+	st->done++;
+}
+
+bool ready(const Op &op)
+{
+	for (const auto &d : op.deps)
+		if (d.first->done < d.second)
+			return false;
+	return true;
+}
+
+// Every other stream's work that may run now (its waits met), until none.
+void run_ready_others(CUstream_st *st)
+{
+	for (bool again = true; again;) {
+		again = false;
+		for (size_t i = 0; i <= streams.size(); i++) {
+			CUstream_st *t = i ? streams[i - 1] : &legacy;
+			while (t != st && !t->q.empty() && ready(t->q.front())) {
+				run_front(t);
+				again = true;
+			}
+		}
+	}
+}
+
+// Lazy: each call of the host's that waits for work (a synchronize, an
+// event query, a copy, cudaFree) runs it in one of two orders: late, the
+// stream waited for runs through, its waits met as late as they can be
+// (the other streams' work runs when it needs it), so a read with no wait
+// for its write runs before the write; or ahead, each of its operations
+// comes after every other stream's work that is ready then, so a stream
+// forked off too early runs ahead of what follows the fork on the stream
+// it came from.  A GPU may run either way.  CUEMU_STREAMS=lazy picks one
+// for each such call, by a fixed pseudo-random sequence (the same each
+// run: a failure reproduces); lazy-late and lazy-ahead always take one.
+uint64_t pick = 0x9e3779b97f4a7c15ull;   // xorshift64 state
+int drain_depth;
+bool drain_ahead;       // this drain runs the other streams' ready work first
+
+bool pick_ahead()
+{
+	if (mode_now() != LAZY)
+		return mode_now() == AHEAD;
+	pick ^= pick << 13;
+	pick ^= pick >> 7;
+	pick ^= pick << 17;
+	return pick >> 63;
+}
+
 void drain(CUstream_st *st, uint64_t upto)
 {
+	if (drain_depth++ == 0)
+		drain_ahead = st->done < upto && pick_ahead();
 	while (st->done < upto) {
-		Op op = std::move(st->q.front());
-		st->q.pop_front();
-		for (const auto &d : op.deps)
-			drain(d.first, d.second);
-		if (op.fn)
-			op.fn();
-		clock_ms += op.ms;
-		st->done++;
+		if (drain_ahead)
+			run_ready_others(st);
+		run_front(st);
 	}
+	drain_depth--;
 }
 
 void invalidate(const char *why)
@@ -484,7 +555,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event)
 			return c;
 	}
 	drain(e->s, e->seq);
-	if (mode_now() == LAZY && !e->said_not_ready) {
+	if (lazy_now() && !e->said_not_ready) {
 		e->said_not_ready = true;   // the GPU was still at it
 		return cudaErrorNotReady;
 	}
@@ -624,7 +695,7 @@ template <class Better> std::vector<size_t> topo(const CUgraphExec_st *x, Better
 extern "C" {
 
 // The replay's order: the order of capture (eager); lazy alternates, one
-// replay to the next, between two orders any GPU may take: the ready node
+// replay to the next (lazy-late takes the first, lazy-ahead the second), between two orders any GPU may take: the ready node
 // captured last first (the stream that began the capture runs ahead of
 // the streams it forked, whose work comes late), and the forked streams'
 // ready nodes first (they run ahead of it).  A missing edge changes the
@@ -665,7 +736,9 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s)
 	if (!exec || !st)
 		return cudaErrorInvalidResourceHandle;
 	cuemu::enqueue(s, "cudaGraphLaunch", [exec]() {
-		for (size_t i : exec->order[exec->launches++ % 2]) {
+		int o = mode_now() == LATE ? 0 : mode_now() == AHEAD ? 1 : exec->launches % 2;
+		exec->launches++;
+		for (size_t i : exec->order[o]) {
 			exec->nodes[i].fn();
 			clock_ms += exec->nodes[i].ms;
 		}

@@ -265,7 +265,7 @@ static void test_streams(void)
 
 	/* a = 5 on s1, b = 2a on s2 with no wait between them */
 	for (int lazy = 0; lazy < 2; lazy++) {
-		cuemu_set_streams(lazy ? "lazy" : "eager");
+		cuemu_set_streams(lazy ? "lazy-late" : "eager");
 		fill(a, 0.f);
 		cuemu_selftest_axpb(a, a, 64, 0.f, 5.f, s1);
 		cuemu_selftest_axpb(a, b, 64, 2.f, 0.f, s2);
@@ -290,6 +290,37 @@ static void test_streams(void)
 	cudaStreamSynchronize(s1);
 	test_cond("lazy: a read that no wait protects from a later write on another stream sees it",
 		  first(b) == 7.f);
+	/* a fork too early: s2 forked off s1 before the write on s1 that s2's
+	 * read needs, then joined back.  The host enqueues the write first, so
+	 * eager runs it first, as does late (s1 runs through to the join);
+	 * ahead runs s2's read as soon as the fork allows, before the write. */
+	static const char *const modes[] = { "eager", "lazy-late", "lazy-ahead", "lazy" };
+	int seen[2] = { 0, 0 };
+	for (int m = 0; m < 4; m++) {
+		cuemu_set_streams(modes[m]);
+		for (int rep = 0; rep < (m == 3 ? 16 : 1); rep++) {
+			fill(a, 1.f);
+			cudaEventRecord(ev, s1);
+			cudaStreamWaitEvent(s2, ev, 0);
+			cuemu_selftest_axpb(a, a, 64, 0.f, 5.f, s1);   /* the write, after the fork */
+			cuemu_selftest_axpb(a, b, 64, 2.f, 0.f, s2);   /* the read */
+			cudaEventRecord(ev2, s2);
+			cudaStreamWaitEvent(s1, ev2, 0);
+			cudaStreamSynchronize(s1);
+			float v = first(b);
+			if (m == 3)
+				seen[v == 2.f] += v == 2.f || v == 10.f;
+			else if (m < 2)
+				test_cond(m ? "lazy-late: a fork placed too early goes unseen (s1 runs through)" :
+					      "eager: a fork placed too early goes unseen (the host's order)",
+					  v == 10.f);
+			else
+				test_cond("lazy-ahead: the stream forked too early reads before the write", v == 2.f);
+		}
+	}
+	test_cond("lazy: its waits take both orders (a fork too early shows in some)",
+		  seen[0] > 0 && seen[1] > 0);
+	cuemu_set_streams("lazy-late");
 	/* cudaEventQuery: not ready once (the GPU still at it), then done */
 	cuemu_selftest_axpb(a, a, 64, 1.f, 1.f, s1);
 	cudaEventRecord(ev, s1);
