@@ -549,6 +549,10 @@ cudaError_t cudaMalloc(void **devPtr, size_t size)
 	void *p = aligned_alloc(256, ((size ? size : 1) + 255) / 256 * 256);
 	if (!p)
 		return cudaErrorMemoryAllocation;
+	// Never zeros: every byte 0xff, a NaN as a float or bf16, -1 as an
+	// integer, so a kernel or a library call that reads memory nothing
+	// wrote (compute-sanitizer's initcheck) shows in its results.
+	memset(p, 0xff, size);
 	allocs[(uintptr_t)p] = size;
 	*devPtr = p;
 	return cudaSuccess;

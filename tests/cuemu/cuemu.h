@@ -19,7 +19,11 @@
 //   grid, grid.x over 2^31-1, grid.y or .z over 65535) is the launch's
 //   error, returned by cudaGetLastError as on the GPU;
 // - "device" memory is host memory from malloc, so ASan sees a kernel
-//   that reads or writes out of bounds;
+//   that reads or writes out of bounds; 256-byte aligned, as a GPU's, and
+//   filled with 0xff bytes (NaN) where a GPU leaves whatever was there,
+//   so a read of memory nothing wrote shows in the results (initcheck);
+// - wmma tiles must start 32-byte aligned with strides a multiple of 16
+//   bytes, or the launch fails with cudaErrorMisalignedAddress;
 // - atomicAdd is a plain add (one OS thread runs everything);
 // - a launch is work on its stream (streams.cc): run at once, or as late
 //   as the stream's waits allow (CUEMU_STREAMS=lazy), or captured into a

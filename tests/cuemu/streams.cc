@@ -781,6 +781,7 @@ cudaError_t cudaMallocHost(void **ptr, size_t size)
 	void *p = malloc(size ? size : 1);
 	if (!p)
 		return cudaErrorMemoryAllocation;
+	memset(p, 0xff, size);   // never zeros, as cudaMalloc's (cuemu.cc)
 	hosts[(uintptr_t)p] = size;
 	*ptr = p;
 	return cudaSuccess;

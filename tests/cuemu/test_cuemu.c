@@ -112,8 +112,14 @@ static void test_wmma(void)
 
 static void test_errors(void)
 {
-	float *d, host[64];
+	float *d, host[64], *pinned = NULL;
 	cudaMalloc((void **)&d, 64 * sizeof(float));
+	cudaMallocHost((void **)&pinned, 64 * sizeof(float));
+	cudaMemcpy(host, d, sizeof(host), cudaMemcpyDeviceToHost);
+	test_cond("memory cudaMalloc gave reads as NaN until written (never zeros)",
+		  isnan(host[0]) && isnan(host[63]));
+	test_cond("... and cudaMallocHost's", pinned && isnan(pinned[0]) && isnan(pinned[63]));
+	cudaFreeHost(pinned);
 	cudaMemset(d, 0, 64 * sizeof(float));
 
 	test_cond("a barrier 10 of 64 threads reach is a launch failure",
