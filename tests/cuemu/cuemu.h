@@ -65,6 +65,7 @@
 #define CUEMU_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 #include <functional>
@@ -106,7 +107,12 @@ void mma_keep(const void *in, size_t in_bytes, const void *out, size_t out_bytes
 // bytes, is a multiple of 16 bytes.  A GPU faults (misaligned address) or
 // reads the wrong elements otherwise; here it is the launch's error
 // (cudaErrorMisalignedAddress), said once a launch.
-void wmma_check(const char *op, const void *p, unsigned ldm, size_t esize);
+void wmma_misaligned(const char *op, const void *p, unsigned ldm, size_t esize);
+inline void wmma_check(const char *op, const void *p, unsigned ldm, size_t esize)
+{
+	if ((uintptr_t)p % 32 != 0 || (size_t)ldm * esize % 16 != 0)
+		wmma_misaligned(op, p, ldm, esize);
+}
 } // namespace cuemu
 
 namespace nvcuda {
