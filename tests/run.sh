@@ -14,7 +14,7 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo" || exit 2
 what=${1:-all}
 log=$(mktemp -d "${TMPDIR:-/tmp}/ddp-check.XXXXXX")
-trap 'tests/cluster/cluster.sh stop >/dev/null 2>&1; rm -rf "$log"' EXIT
+trap 'beside_stop; tests/cluster/cluster.sh stop >/dev/null 2>&1; rm -rf "$log"' EXIT
 extra_fail=0
 
 # Run a TAP producer, echo its output, keep it for counting.
@@ -28,6 +28,34 @@ tap() {
 	fi
 }
 
+# The longest unit test (the GPU step through cuemu, minutes of one core)
+# runs in the background from the start of the plain pass, beside the other
+# tests and, in a full run, the sanitizer pass (CI has 2 cores): its output
+# is printed whole when beside_end collects it.
+beside=test_gpu_step_emu beside_pid= beside_t0=0
+
+beside_start() {
+	local t=$1
+	beside_t0=$SECONDS
+	(CUEMU_STREAMS=lazy "$t" >"$log/beside.out" 2>&1; echo $? >"$log/beside.rc") &
+	beside_pid=$!
+}
+
+# on an early exit: the background test and its subshell
+beside_stop() {
+	[ -n "${beside_pid:-}" ] || return 0
+	pkill -P "$beside_pid" 2>/dev/null
+	kill "$beside_pid" 2>/dev/null
+}
+
+beside_end() {
+	[ -n "$beside_pid" ] || return 0
+	wait "$beside_pid"
+	beside_pid=
+	tap "$beside" sh -c 'cat "$1"; exit "$(cat "$2")"' sh "$log/beside.out" "$log/beside.rc"
+	echo "# --- $beside: $((SECONDS - beside_t0)) s, beside the others" | tee -a "$log/times"
+}
+
 run_unit() {
 	local san=${1:-} dir t
 	if ! SANITIZER=$san make -s -C tests unit >"$log/build$san.log" 2>&1; then
@@ -36,11 +64,13 @@ run_unit() {
 		return
 	fi
 	dir=build/tests${san:+-san}
+	[ -z "$san" ] && [ -x "$dir/$beside" ] && beside_start "$dir/$beside"
 	for t in "$dir"/test_*; do
+		[ -z "$san" ] && [ "$(basename "$t")" = "$beside" ] && continue
 		# the emulated kernels' race check (each launch run twice) is
 		# the plain pass's; under the sanitizers one order is enough.
-		# Streams lazy: each stream's work as late as its waits allow,
-		# so a missing wait or graph edge changes a result
+		# Streams lazy: each stream's work held until something waits
+		# for it, so a missing wait or graph edge changes a result
 		CUEMU_ORDER=${san:+forward} CUEMU_STREAMS=lazy tap "$(basename "$t")${san:+-$san}" "$t"
 	done
 }
@@ -81,12 +111,13 @@ timed() {
 }
 
 case "$what" in
-unit) timed unit ;;
+unit) timed unit; beside_end ;;
 fuzz) timed fuzz ;;
 bats) shift; timed bats "$@" ;;
 all)
 	timed unit
 	timed unit address,undefined
+	beside_end
 	timed fuzz
 	timed bats
 	;;
