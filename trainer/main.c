@@ -685,6 +685,11 @@ int main(int argc, char **argv)
 		if (!stop) {
 			evaluate(R);
 			save_ckpt(R, epoch + 1, 0);
+			/* --max-steps reached with the epoch's last step: the
+			 * epoch's evaluation and checkpoint above are the run's
+			 * last, not followed by the same again */
+			if (R->a.max_steps && R->steps >= R->a.max_steps)
+				break;
 		}
 	}
 	if (stop && R->a.eval)

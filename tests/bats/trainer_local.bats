@@ -124,6 +124,22 @@ sys.exit(0 if a.size == b.size == 1199882 and d <= 1e-6 else 1)' "$BATS_TEST_TMP
 	cmp "$BATS_TEST_TMPDIR/resumed.bin" "$BATS_TEST_TMPDIR/straight.bin"
 }
 
+# --max-steps reached by an epoch's last step: that epoch's evaluation and
+# checkpoint are the run's last (they were once done twice, the second time
+# after the next epoch's shuffle), and a resume starts the next epoch.
+@test "--max-steps that ends an epoch evaluates once, and a resume starts the next epoch" {
+	local d="$BATS_TEST_TMPDIR/ck" opts=(--train-limit 640 --test-limit 200 --progress lines --log-every 1000 --epochs 2)
+	run "$CNN" "${opts[@]}" --max-steps 10 --eval --checkpoint-dir "$d"
+	assert_success
+	assert_equal "$(grep -c '^test: ' <<<"$output")" 1
+	assert_line --regexp '^done: 10 steps, .*, test accuracy [0-9.]+%$'
+	run "$CNN" "${opts[@]}" --checkpoint-dir "$d" --resume
+	assert_success
+	assert_line "# resumed from $d/checkpoint.bin: epoch 2, step 0 of it, 10 steps done"
+	assert_equal "$(grep -c '^test: ' <<<"$output")" 1
+	assert_line --regexp '^done: 20 steps, '
+}
+
 @test "a checkpoint of another model or optimizer is refused, naming both" {
 	local d="$BATS_TEST_TMPDIR/ck2" data="$BATS_TEST_TMPDIR/idx32"
 	run "$CNN" --max-steps 1 --train-limit 640 --checkpoint-dir "$d"
