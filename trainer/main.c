@@ -484,7 +484,12 @@ static void setup(struct run *R, int argc, char **argv)
 	if (R->a.no_dropout)
 		R->m.p_drop1 = R->m.p_drop2 = 0.f;
 	cnn_model_init_params(&R->m, R->a.seed);
-	int maxb = R->a.batch > 256 ? R->a.batch : 256;
+	/* evaluation in batches of 256, or of the rank's whole share of a
+	 * smaller test set (what the GPU path's start-up times its
+	 * convolutions at, and both paths size their buffers for) */
+	int share = (R->test.n + R->r.world - 1) / R->r.world;
+	int evalb = share < 256 ? (share > 1 ? share : 1) : 256;
+	int maxb = R->a.batch > evalb ? R->a.batch : evalb;
 	R->eval_batch = maxb;
 	R->opt.lr = R->a.lr;
 	R->opt.momentum = R->a.momentum;
