@@ -167,3 +167,22 @@ assert_cuda_opens_planned() {
 	done <<<"$output"
 	[ "$n" -ge 1 ] || fail "no task lines"
 }
+
+# The mean of |a - b| over two --dump-params files, at most LIMIT.  The
+# mean, not the largest: a value that sits on a ReLU's zero or ties a
+# max-pool window, a rounding apart in the two runs, goes one way in one and
+# the other in the next, and moves the few weights it feeds by up to 3e-4
+# (measured) in the steps after; a wrong batch, mask or update moves most
+# of them (one shifted batch of 8 steps: mean 4.7e-4, 683,545 of the
+# 1,199,882 weights by more than 1e-5).
+# (cnn_train's parameters from two runs, to a tolerance)
+params_within() {
+	run /usr/bin/python3 -c '
+import sys, numpy as np
+a = np.fromfile(sys.argv[1], np.float32); b = np.fromfile(sys.argv[2], np.float32)
+d = np.abs(a - b); m = float(d.mean())
+print(f"mean |difference| {m:.3g} (at most {sys.argv[3]}), largest {float(d.max()):.3g}, {int((d > 1e-5).sum())} of {a.size} parameters by more than 1e-5")
+sys.exit(0 if a.size == b.size == 1199882 and m <= float(sys.argv[3]) else 1)' "$1" "$2" "$3"
+	echo "$output"
+	assert_success
+}
