@@ -27,10 +27,22 @@
 #   .gpu/run.sh CMD ARGS     any program of .gpu/bin with the bundle's libraries
 #
 # Build first (make; make -C bench); the bundle stays under the device
-# tool's 64 MiB carry limit by xz-compressing the libraries.
+# tool's 64 MiB carry limit by xz-compressing the libraries (XZ_OPT: xz's
+# options).  GPU_BUNDLE_DIR: where to write it instead of .gpu (it is
+# emptied first: a directory of its own).  On the GPU machine,
+# GPU_BUNDLE_MODULE names another GPU module for the bundle's cnn_train
+# (tests/bats/gpu_bundle.bats runs the bundle here on cuemu's).
 set -eu
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-out=$repo/.gpu
+out=${GPU_BUNDLE_DIR:-$repo/.gpu}
+case "$out" in
+/*/?*) ;;
+*) echo "gpu-bundle: GPU_BUNDLE_DIR=$out: expected an absolute path below a directory, of a directory of its own" >&2; exit 2 ;;
+esac
+if [ -e "$out" ] && [ ! -e "$out/run.sh" ] && [ -n "$(ls -A "$out" 2>/dev/null)" ]; then
+	echo "gpu-bundle: $out is not empty and holds no bundle (no run.sh): not emptying it" >&2
+	exit 2
+fi
 data=${DDP_DATA_DIR:-/usr/share/datasets/fashion-mnist}
 cd "$repo"
 progs=(build/bin/cnn_train build/bin/ddp-check build/tests/test_cuda_kernels build/tests/test_gpu_step
@@ -105,7 +117,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 CUDA_LIBS=$(IFS=:; echo "${dirs[*]}")
 LIBPATH="$G/lib${CUDA_LIBS:+:$CUDA_LIBS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export CNN_TRAIN_CUDA_MODULE="$G/bin/cnn_train_cuda.so" DDP_DATA_DIR="$G/data"
+export CNN_TRAIN_CUDA_MODULE="${GPU_BUNDLE_MODULE:-$G/bin/cnn_train_cuda.so}" DDP_DATA_DIR="$G/data"
 # This glibc's loader runs the programs where the machine's is older; where
 # it is as new or newer (its CUDA libraries may need it: libnccl wants
 # GLIBC_2.38 on some), the machine's glibc and C++ runtime run them, and
@@ -289,3 +301,9 @@ esac
 EOF
 chmod +x "$out/run.sh"
 du -sh "$out"
+# the device tool carries 64 MiB in all
+bytes=$(du -sb "$out" | cut -f1)
+if [ "$bytes" -ge $((64 * 1024 * 1024)) ]; then
+	echo "gpu-bundle: $out is $bytes bytes, over the device tool's 64 MiB carry limit" >&2
+	exit 1
+fi
