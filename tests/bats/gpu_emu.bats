@@ -3,7 +3,8 @@
 # (its batches, evaluation, checkpoints, the options it hands the module)
 # with the GPU module built on cuemu (tests/Makefile:
 # cnn_train_cuda_emu.so: net.c, gpu.c, comm_nccl.c and the kernels as
-# they are, cuemu for CUDA, cuDNN, cuBLAS and NCCL at one rank).
+# they are, cuemu for CUDA, cuDNN, cuBLAS and NCCL: one rank, or several
+# processes over TCP).
 # test_gpu_step checks the module's arithmetic against the golden file;
 # these check what cnn_train does with it.  On a GPU, .gpu/run.sh train
 # and gloo2 run the real module.  Slurm's runs of it are in trainer.bats.
@@ -15,6 +16,23 @@ CNN="$REPO/build/bin/cnn_train"
 EMU="$REPO/build/tests/cuemu/cnn_train_cuda_emu.so"
 # 64 images, 8 steps an epoch, batch 8: a few seconds a run on cuemu
 SMALL=(--train-limit 64 --test-limit 16 --batch-size 8 --progress lines --log-every 1000)
+
+free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# ranks2 BACKEND OUT ARGS...: cnn_train as ranks 0 and 1 of a world of two
+# on this machine, as torchrun would start them; rank 0's output is the
+# run's, rank 1's in OUT.r1
+ranks2() {
+	local be=$1 out=$2 port pid
+	shift 2
+	port=$(free_port)
+	MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=1 LOCAL_RANK=0 DDP_BACKEND=$be NCCL_SOCKET_IFNAME=lo \
+		GLOO_SOCKET_IFNAME=lo timeout 120 "$CNN" "$@" >"$out.r1" 2>&1 3>&- &
+	pid=$!
+	MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=0 LOCAL_RANK=0 DDP_BACKEND=$be NCCL_SOCKET_IFNAME=lo \
+		GLOO_SOCKET_IFNAME=lo run --separate-stderr timeout 120 "$CNN" "$@"
+	wait "$pid" || { cat "$out.r1"; return 1; }
+}
 
 setup() {
 	[ -f "$EMU" ] || skip "no cuemu GPU module ($EMU): CUDA's headers are missing here (see tests/Makefile)"
@@ -118,4 +136,71 @@ epoch 1/2 step 2/8
 cuemu: cudaProfilerStop
 epoch 1/2 step 3/8
 epoch 1/2 step 4/8"
+}
+
+# Two ranks over NCCL (cuemu's, over TCP: rank 0 sums the ranks' buffers in
+# rank order and sends the sum back), the all-reduce of the gradients
+# inside the CUDA graph, against two ranks over gloo through host memory
+# (no graph): the same average, so the same bits.  With --backward-streams
+# 2 the linear layers' bucket goes to NCCL from the second stream.
+@test "two ranks over NCCL train what two ranks over gloo do, bit for bit, graph and two streams (cuemu)" {
+	local opts=("${SMALL[@]}" --max-steps 8 --device cuda --precision fp32 --conv1 direct)
+	ranks2 gloo "$BATS_TEST_TMPDIR/gloo" "${opts[@]}" --dump-params "$BATS_TEST_TMPDIR/gloo.bin"
+	echo "$stderr"
+	assert_success
+	assert_line --regexp '^# GPU: cuemu .*, no graph \(gradients all-reduced through host memory\)$'
+	ranks2 nccl "$BATS_TEST_TMPDIR/nccl" "${opts[@]}" --dump-params "$BATS_TEST_TMPDIR/nccl.bin"
+	echo "$stderr"
+	assert_success
+	assert_line --regexp '^# cnn_train: world 2 \(nccl\), '
+	assert_line --regexp '^# GPU: cuemu .*, fp32, conv1 direct, NCHW, CUDA graph$'
+	assert_line --regexp '^params: identical on all 2 ranks '
+	cmp "$BATS_TEST_TMPDIR/gloo.bin" "$BATS_TEST_TMPDIR/nccl.bin"
+	CUEMU_STREAMS=lazy ranks2 nccl "$BATS_TEST_TMPDIR/s2" "${opts[@]}" --backward-streams 2 \
+		--dump-params "$BATS_TEST_TMPDIR/s2.bin"
+	echo "$stderr"
+	assert_success
+	assert_line --regexp '^# GPU: cuemu .*, CUDA graph, weight gradients on a second stream$'
+	cmp "$BATS_TEST_TMPDIR/gloo.bin" "$BATS_TEST_TMPDIR/s2.bin"
+}
+
+# A rank killed mid-run: its peer's NCCL sees the connection close, the
+# communicator's async error says so, and the survivor stops at its next
+# wait (within two steps: it waits for the step before last), naming the
+# dead rank.  A finished wait is not trusted on a failed communicator:
+# before comm_nccl.c checked that, the survivor trained on alone (its own
+# gradients as the "average") until the evaluation's all-reduce.
+@test "a rank killed mid-run: the NCCL survivor stops within two steps, naming it (cuemu)" {
+	local d="$BATS_TEST_TMPDIR" port i
+	port=$(free_port)
+	local opts=(--train-limit 640 --test-limit 16 --batch-size 8 --epochs 5 --progress lines --log-every 1 --device cuda
+		--precision fp32 --conv1 direct --timeout 20)
+	MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=1 LOCAL_RANK=0 DDP_BACKEND=nccl NCCL_SOCKET_IFNAME=lo \
+		"$CNN" "${opts[@]}" >"$d/r1.log" 2>&1 3>&- &
+	local victim=$!
+	# (set -e holds in the subshell: the status is recorded either way)
+	( if MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=0 LOCAL_RANK=0 DDP_BACKEND=nccl \
+		NCCL_SOCKET_IFNAME=lo timeout 120 "$CNN" "${opts[@]}" >"$d/r0.log" 2>&1 3>&-; then echo 0 >"$d/rc"
+	else echo $? >"$d/rc"; fi ) 3>&- &
+	for ((i = 0; i < 600; i++)); do
+		grep -q '^epoch 1/5 step 10/' "$d/r0.log" 2>/dev/null && break
+		sleep 0.1
+	done
+	grep -q '^epoch 1/5 step 10/' "$d/r0.log" || { cat "$d/r0.log" "$d/r1.log"; false; }
+	local t0=$SECONDS
+	kill -KILL "$victim"
+	for ((i = 0; i < 300; i++)); do
+		[ -f "$d/rc" ] && break
+		sleep 0.1
+	done
+	cat "$d/r0.log"
+	[ -f "$d/rc" ]
+	[ "$(cat "$d/rc")" -eq 1 ]
+	[ $((SECONDS - t0)) -le 10 ]
+	grep -E 'rank 0: rank 1 \([^)]*\) died; NCCL training step: remote process exited or there was a network error' "$d/r0.log"
+	# the step rank 0 was at when rank 1 died, then at most two more
+	local last
+	last=$(sed -n 's|^epoch 1/5 step \([0-9]*\)/.*|\1|p' "$d/r0.log" | tail -1)
+	echo "last step printed: $last"
+	[ "$last" -le 14 ]
 }

@@ -118,21 +118,24 @@ teardown() {
 	params_within "$BATS_TEST_TMPDIR/cpu.bin" "$BATS_TEST_TMPDIR/gpu.bin" 1e-7
 }
 
-# --ddp=nccl with a GPU per task: the plugin's variables take cnn_train to
-# the GPU module and NCCL (world 1: cuemu's NCCL has one rank, as a GPU
-# machine here has one GPU).
-@test "srun --gpus-per-node=1 --ddp=nccl cnn_train --device cuda (cuemu): trains over NCCL as the plugin set it" {
+# --ddp=nccl with a GPU per task on two nodes: the plugin's variables take
+# cnn_train to the GPU module and NCCL, whose bootstrap (cuemu's, as
+# NCCL's) listens on the address of the interface NCCL_SOCKET_IFNAME names,
+# which the plugin chose per node (enp1s0 on one, enp2s0 on the other).
+@test "srun -N2 --gpus-per-node=1 --ddp=nccl cnn_train --device cuda (cuemu): two ranks over NCCL as the plugin set it" {
 	local emu="$REPO/build/tests/cuemu/cnn_train_cuda_emu.so"
 	[ -f "$emu" ] || skip "no cuemu GPU module ($emu): CUDA's headers are missing here (see tests/Makefile)"
-	CNN_TRAIN_CUDA_MODULE="$emu" run --separate-stderr crun srun -N1 -n1 --gpus-per-node=1 -c1 --ddp=nccl "$CNN" \
-		--train-limit 64 --test-limit 16 --batch-size 8 --epochs 1 --progress lines --log-every 4 --device cuda --precision fp32
+	CNN_TRAIN_CUDA_MODULE="$emu" run --separate-stderr crun srun -N2 --ntasks-per-node=1 --gpus-per-node=1 -c1 \
+		--ddp=nccl "$CNN" --train-limit 128 --test-limit 32 --batch-size 8 --epochs 1 --progress lines --log-every 4 \
+		--device cuda --precision fp32
 	echo "$stderr"
 	assert_success
-	assert_line --regexp '^# cnn_train: world 1 \(nccl\), model 1x28x28->10'
+	assert_line --regexp '^# cnn_train: world 2 \(nccl\), model 1x28x28->10'
 	# --conv1 auto timed both ways at the training batch and at the
 	# evaluation's, the rank's 16 test images (not 256)
 	assert_line --regexp '^# GPU: cuemu .*, fp32, batch 8 conv1 forward (direct|cuDNN) [0-9.]+ ms .*, batch 16 conv1 forward (direct|cuDNN) [0-9.]+ ms .*, NCHW, CUDA graph$'
 	assert_line --regexp '^epoch 1/1 step 8/8 loss [0-9.]+ images/s [0-9]+$'
-	assert_line --regexp '^test: loss [0-9.]+ accuracy [0-9.]+% \(16 images\)$'
+	assert_line --regexp '^test: loss [0-9.]+ accuracy [0-9.]+% \(32 images\)$'
+	assert_line --regexp '^params: identical on all 2 ranks '
 	assert_line --regexp '^done: 8 steps, '
 }

@@ -1,24 +1,56 @@
-// cuemu: NCCL for one rank, on the CPU: what test_gpu_step does with it
-// on a GPU (world size 1; NCCL refuses two ranks on one GPU, and the
-// multi-rank logic is tested through the same comm interface on CPU
-// ranks).  A communicator made with config.blocking = 0 says
-// ncclInProgress until ncclCommGetAsyncError is asked once, as a
-// non-blocking one does while it connects.  ncclAllReduce is a stream
-// operation (streams.cc: queued, captured into a graph); over one rank
-// every reduction leaves the data as it is, copied when the buffers
-// differ.  Buffers outside device memory are refused, naming them.
+// cuemu: NCCL on the CPU, for test_gpu_step (one rank) and for cnn_train
+// through the module built on cuemu (one rank, or several processes).
+// A communicator made with config.blocking = 0 says ncclInProgress until
+// ncclCommGetAsyncError is asked once, as a non-blocking one does while it
+// connects.  ncclAllReduce is a stream operation (streams.cc: queued,
+// captured into a graph); buffers outside device memory are refused,
+// naming them.
+//
+// One rank: every reduction leaves the data as it is, copied when the
+// buffers differ.  Several: a bootstrap as NCCL's, over TCP.
+// ncclGetUniqueId (rank 0) listens on the address of the interface
+// NCCL_SOCKET_IFNAME names (its first entry; 127.0.0.1 when unset) and
+// puts that address in the id; the other ranks connect to it.  An
+// all-reduce, when its stream runs it, sends rank r's buffer to rank 0,
+// which sums the ranks' in rank order (the same bits on every rank, each
+// run) and sends the result back; float32 only.  Every wait is bounded by
+// CUEMU_NCCL_TIMEOUT_MS (60000).  Where NCCL's kernel would wait for a
+// peer that is gone until ncclCommAbort, this one gives up at once (the
+// peer's socket closed) or at the bound: the stream operation ends with
+// the buffer as it was, the communicator's async error says why, on
+// stderr too, and every later call returns that error.
 #include "rt.h"
 
+#include <errno.h>
+#include <stdarg.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+
+#include <map>
+#include <string>
+#include <vector>
 
 #include <nccl.h>
 
 struct ncclComm {
-	int nranks = 1;
+	int nranks = 1, rank = 0;
 	bool blocking = true;
 	bool pending = false;   // non-blocking: the last call not yet "done"
 	bool aborted = false;
+	ncclResult_t async = ncclSuccess;   // a failed exchange: every later call returns it
+	std::vector<int> fd;    // rank 0: fd[r] to rank r (r >= 1); others: fd[0] to rank 0
+	uint64_t seq = 0;       // all-reduces run so far
 	char last[256] = "";
 };
 
@@ -37,6 +69,320 @@ size_t type_size(ncclDataType_t t)
 
 char global_last[256];
 
+// The id: this magic, then rank 0's listening address.
+const char kMagic[8] = "cuemu2";
+struct Id {
+	char magic[8];
+	uint32_t len;                          // of addr's bytes
+	unsigned char addr[sizeof(sockaddr_in6)];
+
+	sockaddr_storage get() const
+	{
+		sockaddr_storage a;
+		memset(&a, 0, sizeof(a));
+		memcpy(&a, addr, len <= sizeof(addr) ? len : sizeof(addr));
+		return a;
+	}
+};
+static_assert(sizeof(Id) <= NCCL_UNIQUE_ID_BYTES, "cuemu's NCCL id");
+
+// Listening sockets ncclGetUniqueId opened, by port: rank 0's init takes its own.
+std::map<int, int> listeners;
+
+struct Hello {
+	char magic[8];
+	int32_t rank, nranks;
+};
+
+struct Head {   // before each all-reduce's data, both ways
+	uint64_t seq, count;
+	int32_t type, op;
+};
+
+int timeout_ms()
+{
+	const char *e = getenv("CUEMU_NCCL_TIMEOUT_MS");
+	int v = e && *e ? atoi(e) : 0;
+	return v > 0 ? v : 60000;
+}
+
+double now_ms()
+{
+	timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
+}
+
+// Wait until fd is readable (in) or writable; false at the deadline.
+bool wait_fd(int fd, bool in, double deadline)
+{
+	for (;;) {
+		double left = deadline - now_ms();
+		if (left <= 0)
+			return false;
+		pollfd p = { fd, (short)(in ? POLLIN : POLLOUT), 0 };
+		int r = poll(&p, 1, left > 1e6 ? 1000000 : (int)left + 1);
+		if (r > 0)
+			return true;
+		if (r < 0 && errno != EINTR)
+			return true;   // the read or write says what is wrong
+	}
+}
+
+// All n bytes, or a reason in why.
+bool send_all(int fd, const void *p, size_t n, double deadline, std::string &why)
+{
+	const char *c = (const char *)p;
+	while (n) {
+		if (!wait_fd(fd, false, deadline)) {
+			why = "timed out sending";
+			return false;
+		}
+		ssize_t k = send(fd, c, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (k < 0 && (errno == EAGAIN || errno == EINTR))
+			continue;
+		if (k <= 0) {
+			why = std::string("send: ") + strerror(errno);
+			return false;
+		}
+		c += k;
+		n -= (size_t)k;
+	}
+	return true;
+}
+
+bool recv_all(int fd, void *p, size_t n, double deadline, std::string &why)
+{
+	char *c = (char *)p;
+	while (n) {
+		if (!wait_fd(fd, true, deadline)) {
+			why = "timed out waiting";
+			return false;
+		}
+		ssize_t k = recv(fd, c, n, MSG_DONTWAIT);
+		if (k < 0 && (errno == EAGAIN || errno == EINTR))
+			continue;
+		if (k == 0) {
+			why = "its connection closed (the process exited?)";
+			return false;
+		}
+		if (k < 0) {
+			why = std::string("recv: ") + strerror(errno);
+			return false;
+		}
+		c += k;
+		n -= (size_t)k;
+	}
+	return true;
+}
+
+// The address NCCL_SOCKET_IFNAME's first entry has ("=" for an exact
+// name, as NCCL reads it; IPv4 first), or 127.0.0.1 when it is unset.
+bool bootstrap_addr(sockaddr_storage *a, socklen_t *len, char *err, size_t errlen)
+{
+	memset(a, 0, sizeof(*a));
+	const char *e = getenv("NCCL_SOCKET_IFNAME");
+	if (!e || !*e) {
+		sockaddr_in *in = (sockaddr_in *)a;
+		in->sin_family = AF_INET;
+		in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		*len = sizeof(*in);
+		return true;
+	}
+	std::string want(e[0] == '=' ? e + 1 : e);
+	want = want.substr(0, want.find(','));
+	bool exact = e[0] == '=';
+	ifaddrs *ifs = nullptr;
+	if (getifaddrs(&ifs) < 0) {
+		snprintf(err, errlen, "getifaddrs: %s", strerror(errno));
+		return false;
+	}
+	bool found = false;
+	for (int fam : { AF_INET, AF_INET6 }) {
+		for (ifaddrs *i = ifs; i && !found; i = i->ifa_next) {
+			if (!i->ifa_addr || i->ifa_addr->sa_family != fam || !(i->ifa_flags & IFF_UP))
+				continue;
+			if (exact ? want != i->ifa_name : strncmp(i->ifa_name, want.c_str(), want.size()) != 0)
+				continue;
+			*len = fam == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+			memcpy(a, i->ifa_addr, *len);
+			found = true;
+		}
+		if (found)
+			break;
+	}
+	freeifaddrs(ifs);
+	if (!found)
+		snprintf(err, errlen, "NCCL_SOCKET_IFNAME=%s: no interface here that is up with an address of that name", e);
+	return found;
+}
+
+int port_of(const sockaddr_storage &a)
+{
+	return ntohs(a.ss_family == AF_INET ? ((const sockaddr_in *)&a)->sin_port :
+					      ((const sockaddr_in6 *)&a)->sin6_port);
+}
+
+void close_all(ncclComm *c)
+{
+	for (int f : c->fd)
+		if (f >= 0)
+			close(f);
+	c->fd.clear();
+}
+
+// A failed exchange: said on stderr, kept as the communicator's error.
+void broken(ncclComm *c, ncclResult_t r, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void broken(ncclComm *c, ncclResult_t r, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(c->last, sizeof(c->last), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "cuemu: NCCL rank %d of %d: %s\n", c->rank, c->nranks, c->last);
+	c->async = r;
+	close_all(c);
+}
+
+// One all-reduce across the ranks, as its stream runs it.
+void exchange(ncclComm *c, const void *send, void *recv, size_t count, ncclDataType_t type, ncclRedOp_t op)
+{
+	if (c->async != ncclSuccess || c->aborted)
+		return;
+	uint64_t seq = ++c->seq;
+	Head me = { seq, count, (int32_t)type, (int32_t)op };
+	double deadline = now_ms() + timeout_ms();
+	size_t bytes = count * 4;
+	std::string why;
+	if (c->rank) {
+		Head back;
+		if (!send_all(c->fd[0], &me, sizeof(me), deadline, why) ||
+		    !send_all(c->fd[0], send, bytes, deadline, why) ||
+		    !recv_all(c->fd[0], &back, sizeof(back), deadline, why))
+			return broken(c, ncclRemoteError, "all-reduce #%llu: rank 0: %s", (unsigned long long)seq,
+				      why.c_str());
+		if (back.count != (uint64_t)-1 && back.seq == seq && back.count == count) {
+			if (!recv_all(c->fd[0], recv, bytes, deadline, why))
+				return broken(c, ncclRemoteError, "all-reduce #%llu: rank 0: %s",
+					      (unsigned long long)seq, why.c_str());
+			return;
+		}
+		return broken(c, ncclInvalidUsage, "all-reduce #%llu: rank 0 refused it (the ranks' calls differ: "
+			      "rank 0's message says how)", (unsigned long long)seq);
+	}
+	std::vector<float> acc(count), in(count);
+	memcpy(acc.data(), send, bytes);
+	bool ok = true;
+	char bad[200] = "";
+	for (int r = 1; r < c->nranks; r++) {
+		Head h;
+		if (!recv_all(c->fd[r], &h, sizeof(h), deadline, why))
+			return broken(c, ncclRemoteError, "all-reduce #%llu: rank %d: %s", (unsigned long long)seq, r,
+				      why.c_str());
+		if (h.seq != seq || h.count != count || h.type != me.type || h.op != me.op) {
+			if (ok)
+				snprintf(bad, sizeof(bad), "all-reduce #%llu: rank 0 reduces %llu values (type %d, op "
+					 "%d), rank %d's #%llu %llu (type %d, op %d)", (unsigned long long)seq,
+					 (unsigned long long)count, me.type, me.op, r, (unsigned long long)h.seq,
+					 (unsigned long long)h.count, h.type, h.op);
+			ok = false;
+			// its data is not read: the exchange ends here
+			continue;
+		}
+		if (!recv_all(c->fd[r], in.data(), bytes, deadline, why))
+			return broken(c, ncclRemoteError, "all-reduce #%llu: rank %d: %s", (unsigned long long)seq, r,
+				      why.c_str());
+		for (size_t i = 0; i < count; i++) {
+			float a = acc[i], b = in[i];
+			acc[i] = op == ncclSum || op == ncclAvg ? a + b : op == ncclProd ? a * b :
+				 op == ncclMax ? (a > b ? a : b) : (a < b ? a : b);
+		}
+	}
+	if (!ok) {
+		Head no = { seq, (uint64_t)-1, 0, 0 };
+		for (int r = 1; r < c->nranks; r++)
+			send_all(c->fd[r], &no, sizeof(no), deadline, why);
+		return broken(c, ncclInvalidUsage, "%s", bad);
+	}
+	if (op == ncclAvg)
+		for (size_t i = 0; i < count; i++)
+			acc[i] /= (float)c->nranks;
+	for (int r = 1; r < c->nranks; r++)
+		if (!send_all(c->fd[r], &me, sizeof(me), deadline, why) ||
+		    !send_all(c->fd[r], acc.data(), bytes, deadline, why))
+			return broken(c, ncclRemoteError, "all-reduce #%llu: rank %d: %s", (unsigned long long)seq, r,
+				      why.c_str());
+	memcpy(recv, acc.data(), bytes);
+}
+
+// Rank 0: the other ranks' connections, each saying who it is.
+bool accept_ranks(ncclComm *c, int lfd, char *err, size_t errlen)
+{
+	double deadline = now_ms() + timeout_ms();
+	for (int k = 1; k < c->nranks; k++) {
+		if (!wait_fd(lfd, true, deadline)) {
+			snprintf(err, errlen, "rank 0: %d of %d ranks connected after %d ms", k - 1, c->nranks - 1,
+				 timeout_ms());
+			return false;
+		}
+		int f = accept(lfd, nullptr, nullptr);
+		if (f < 0) {
+			snprintf(err, errlen, "rank 0: accept: %s", strerror(errno));
+			return false;
+		}
+		Hello h;
+		std::string why;
+		if (!recv_all(f, &h, sizeof(h), deadline, why) || memcmp(h.magic, kMagic, sizeof(kMagic)) ||
+		    h.nranks != c->nranks || h.rank < 1 || h.rank >= c->nranks || c->fd[h.rank] >= 0) {
+			snprintf(err, errlen, "rank 0: a connection that is not one of ranks 1 to %d of %d (or a "
+				 "rank twice)%s%s", c->nranks - 1, c->nranks, why.empty() ? "" : ": ", why.c_str());
+			close(f);
+			return false;
+		}
+		c->fd[h.rank] = f;
+	}
+	return true;
+}
+
+bool connect_root(ncclComm *c, const Id &id, char *err, size_t errlen)
+{
+	double deadline = now_ms() + timeout_ms();
+	sockaddr_storage to = id.get();
+	char host[INET6_ADDRSTRLEN] = "?";
+	const void *a = to.ss_family == AF_INET ? (const void *)&((const sockaddr_in *)&to)->sin_addr :
+						  (const void *)&((const sockaddr_in6 *)&to)->sin6_addr;
+	inet_ntop(to.ss_family, a, host, sizeof(host));
+	for (;;) {
+		int f = socket(to.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (f >= 0 && connect(f, (const sockaddr *)&to, id.len) == 0) {
+			int one = 1;
+			setsockopt(f, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+			Hello h;
+			memcpy(h.magic, kMagic, sizeof(kMagic));
+			h.rank = c->rank;
+			h.nranks = c->nranks;
+			std::string why;
+			if (!send_all(f, &h, sizeof(h), deadline, why)) {
+				snprintf(err, errlen, "rank %d: rank 0 at %s port %d: %s", c->rank, host,
+					 port_of(to), why.c_str());
+				close(f);
+				return false;
+			}
+			c->fd[0] = f;
+			return true;
+		}
+		int e = errno;
+		if (f >= 0)
+			close(f);
+		if (now_ms() > deadline) {
+			snprintf(err, errlen, "rank %d: connecting to rank 0 at %s port %d: %s", c->rank, host,
+				 port_of(to), strerror(e));
+			return false;
+		}
+		usleep(10000);
+	}
+}
+
 } // namespace
 
 extern "C" {
@@ -46,7 +392,25 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId)
 	if (!uniqueId)
 		return ncclInvalidArgument;
 	memset(uniqueId, 0, sizeof(*uniqueId));
-	snprintf(uniqueId->internal, sizeof(uniqueId->internal), "cuemu");
+	Id id;
+	memset(&id, 0, sizeof(id));
+	memcpy(id.magic, kMagic, sizeof(kMagic));
+	sockaddr_storage a;
+	socklen_t len;
+	if (!bootstrap_addr(&a, &len, global_last, sizeof(global_last)))
+		return ncclSystemError;
+	int f = socket(a.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (f < 0 || bind(f, (sockaddr *)&a, len) < 0 || listen(f, 128) < 0 ||
+	    getsockname(f, (sockaddr *)&a, &len) < 0 || len > sizeof(id.addr)) {
+		snprintf(global_last, sizeof(global_last), "bootstrap socket: %s", strerror(errno));
+		if (f >= 0)
+			close(f);
+		return ncclSystemError;
+	}
+	listeners[port_of(a)] = f;
+	id.len = len;
+	memcpy(id.addr, &a, len);
+	memcpy(uniqueId->internal, &id, sizeof(id));
 	return ncclSuccess;
 }
 
@@ -56,13 +420,38 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId c
 	if (!comm)
 		return ncclInvalidArgument;
 	*comm = nullptr;
-	if (nranks != 1 || rank != 0) {
-		snprintf(global_last, sizeof(global_last), "cuemu's NCCL has one rank (world size 1): "
-			 "asked for rank %d of %d", rank, nranks);
-		return ncclInvalidUsage;
+	Id id;
+	memcpy(&id, commId.internal, sizeof(id));
+	if (nranks < 1 || rank < 0 || rank >= nranks || memcmp(id.magic, kMagic, sizeof(kMagic))) {
+		snprintf(global_last, sizeof(global_last), "rank %d of %d, or an id ncclGetUniqueId did not make",
+			 rank, nranks);
+		return ncclInvalidArgument;
 	}
 	ncclComm *c = new ncclComm;
+	c->nranks = nranks;
+	c->rank = rank;
 	c->blocking = !config || config->blocking != 0;
+	c->fd.assign(rank ? 1 : nranks, -1);
+	bool ok = true;
+	if (rank == 0) {
+		auto l = listeners.find(port_of(id.get()));
+		if (l == listeners.end()) {
+			snprintf(global_last, sizeof(global_last), "rank 0: the id is not this process's "
+				 "(ncclGetUniqueId is rank 0's)");
+			ok = false;
+		} else {
+			ok = nranks == 1 || accept_ranks(c, l->second, global_last, sizeof(global_last));
+			close(l->second);
+			listeners.erase(l);
+		}
+	} else {
+		ok = connect_root(c, id, global_last, sizeof(global_last));
+	}
+	if (!ok) {
+		close_all(c);
+		delete c;
+		return ncclSystemError;
+	}
 	c->pending = !c->blocking;
 	*comm = c;
 	return c->pending ? ncclInProgress : ncclSuccess;
@@ -72,7 +461,7 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
 {
 	if (!comm || !asyncError)
 		return ncclInvalidArgument;
-	*asyncError = comm->pending ? ncclInProgress : ncclSuccess;
+	*asyncError = comm->pending ? ncclInProgress : comm->async;
 	comm->pending = false;
 	return ncclSuccess;
 }
@@ -82,11 +471,18 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
 {
 	if (!comm || comm->aborted)
 		return ncclInvalidArgument;
+	if (comm->async != ncclSuccess)
+		return comm->async;
 	size_t es = type_size(datatype), bytes = es * count;
 	if (!es || (int)op < 0 || (int)op >= (int)ncclNumOps) {
 		snprintf(comm->last, sizeof(comm->last), "ncclAllReduce: data type %d or operation %d "
 			 "unknown", (int)datatype, (int)op);
 		return ncclInvalidArgument;
+	}
+	if (comm->nranks > 1 && datatype != ncclFloat32) {
+		snprintf(comm->last, sizeof(comm->last), "ncclAllReduce: cuemu reduces float32 only across "
+			 "ranks, not data type %d", (int)datatype);
+		return ncclInvalidUsage;
 	}
 	if (count && (!cuemu::inside(sendbuff, bytes) || !cuemu::inside(recvbuff, bytes))) {
 		snprintf(comm->last, sizeof(comm->last), "ncclAllReduce: %zu bytes at %p (send) or %p "
@@ -94,7 +490,13 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
 		fprintf(stderr, "cuemu: %s\n", comm->last);
 		return ncclInvalidArgument;
 	}
-	if (count && sendbuff != recvbuff)
+	if (comm->nranks > 1)
+		cuemu::enqueue(stream, "ncclAllReduce",
+			       [comm, sendbuff, recvbuff, count, datatype, op]() {
+				       exchange(comm, sendbuff, recvbuff, count, datatype, op);
+			       },
+			       cuemu::bytes_ms(bytes));
+	else if (count && sendbuff != recvbuff)
 		cuemu::enqueue(stream, "ncclAllReduce",
 			       [sendbuff, recvbuff, bytes]() { memmove(recvbuff, sendbuff, bytes); },
 			       cuemu::bytes_ms(bytes));
@@ -117,6 +519,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm)
 {
 	if (!comm)
 		return ncclInvalidArgument;
+	close_all(comm);
 	delete comm;
 	return ncclSuccess;
 }
@@ -125,6 +528,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm)
 {
 	if (!comm)
 		return ncclSuccess;
+	close_all(comm);
 	delete comm;
 	return ncclSuccess;
 }

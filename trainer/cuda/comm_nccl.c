@@ -170,8 +170,19 @@ int cnn_nccl_wait(struct cnn_comm *c, cudaEvent_t ev, int timeout_ms, const char
 	double deadline = mono() + timeout_ms / 1000.0, next_peer_check = mono() + 0.5;
 	for (;;) {
 		cudaError_t e = cudaEventQuery(ev);
-		if (e == cudaSuccess)
+		if (e == cudaSuccess) {
+			/* done, but not to be trusted on a communicator that
+			 * failed meanwhile (NCCL's kernels may end early once it
+			 * has: their buffers are then not the ranks' sum) */
+			ncclResult_t st;
+			if (ni && ncclCommGetAsyncError(ni->comm, &st) == ncclSuccess && st != ncclSuccess &&
+			    st != ncclInProgress) {
+				nccl_fail(ni, st, what, err, errlen);
+				nccl_abort(ni);
+				return -1;
+			}
 			return 0;
+		}
 		if (e != cudaErrorNotReady) {
 			snprintf(err, errlen, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
 			nccl_abort(ni);
