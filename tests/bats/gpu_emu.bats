@@ -164,14 +164,11 @@ epoch 1/2 step 4/8"
 	cmp "$BATS_TEST_TMPDIR/gloo.bin" "$BATS_TEST_TMPDIR/s2.bin"
 }
 
-# A rank killed mid-run: its peer's NCCL sees the connection close, the
-# communicator's async error says so, and the survivor stops at its next
-# wait (within two steps: it waits for the step before last), naming the
-# dead rank.  A finished wait is not trusted on a failed communicator:
-# before comm_nccl.c checked that, the survivor trained on alone (its own
-# gradients as the "average") until the evaluation's all-reduce.
-@test "a rank killed mid-run: the NCCL survivor stops within two steps, naming it (cuemu)" {
-	local d="$BATS_TEST_TMPDIR" port i
+# kill_rank1 DIR [STEP]: ranks 0 and 1 over NCCL on this machine; rank 1
+# killed once rank 0 printed step STEP (10).  Rank 0's output in DIR/r0.log, its status
+# in DIR/rc, the seconds from the kill to its exit in DIR/secs.
+kill_rank1() {
+	local d=$1 at=${2:-10} port i
 	port=$(free_port)
 	local opts=(--train-limit 640 --test-limit 16 --batch-size 8 --epochs 5 --progress lines --log-every 1 --device cuda
 		--precision fp32 --conv1 direct --timeout 20)
@@ -182,25 +179,63 @@ epoch 1/2 step 4/8"
 	( if MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=0 LOCAL_RANK=0 DDP_BACKEND=nccl \
 		NCCL_SOCKET_IFNAME=lo timeout 120 "$CNN" "${opts[@]}" >"$d/r0.log" 2>&1 3>&-; then echo 0 >"$d/rc"
 	else echo $? >"$d/rc"; fi ) 3>&- &
-	for ((i = 0; i < 600; i++)); do
-		grep -q '^epoch 1/5 step 10/' "$d/r0.log" 2>/dev/null && break
+	for ((i = 0; i < 900; i++)); do
+		grep -q "^epoch 1/5 step $at/" "$d/r0.log" 2>/dev/null && break
 		sleep 0.1
 	done
-	grep -q '^epoch 1/5 step 10/' "$d/r0.log" || { cat "$d/r0.log" "$d/r1.log"; false; }
+	grep -q "^epoch 1/5 step $at/" "$d/r0.log" || { cat "$d/r0.log" "$d/r1.log"; false; }
 	local t0=$SECONDS
 	kill -KILL "$victim"
 	for ((i = 0; i < 300; i++)); do
 		[ -f "$d/rc" ] && break
 		sleep 0.1
 	done
+	echo $((SECONDS - t0)) >"$d/secs"
 	cat "$d/r0.log"
 	[ -f "$d/rc" ]
+}
+
+# A rank killed mid-run: its peer's NCCL sees the connection close, the
+# communicator's async error says so, and the survivor stops at its next
+# wait (within two steps: it waits for the step before last), naming the
+# dead rank.  A finished wait is not trusted on a failed communicator:
+# before comm_nccl.c checked that, the survivor trained on alone (its own
+# gradients as the "average") until the evaluation's all-reduce.
+@test "a rank killed mid-run: the NCCL survivor stops within two steps, naming it (cuemu)" {
+	local d="$BATS_TEST_TMPDIR"
+	kill_rank1 "$d"
 	[ "$(cat "$d/rc")" -eq 1 ]
-	[ $((SECONDS - t0)) -le 10 ]
+	[ "$(cat "$d/secs")" -le 10 ]
 	grep -E 'rank 0: rank 1 \([^)]*\) died; NCCL training step: remote process exited or there was a network error' "$d/r0.log"
 	# the step rank 0 was at when rank 1 died, then at most two more
 	local last
 	last=$(sed -n 's|^epoch 1/5 step \([0-9]*\)/.*|\1|p' "$d/r0.log" | tail -1)
 	echo "last step printed: $last"
 	[ "$last" -le 14 ]
+}
+
+# The module built under ASan and UBSan (make check's sanitizer pass; their
+# runtime preloaded into cnn_train alone, which is not built with them):
+# the GPU path's host code, the kernels and cuemu end to end, two ranks
+# over NCCL with the graph, the second stream, conv2's tensor-core kernels
+# and the evaluation; then the failure path of a rank whose peer is
+# killed (the communicator aborted, everything closed, the exit).
+@test "under ASan and UBSan: two ranks over NCCL train, and one whose peer dies exits cleanly (cuemu)" {
+	local san="$REPO/build/tests-san/cuemu/cnn_train_cuda_emu.so"
+	[ -f "$san" ] || skip "no sanitized cuemu module ($san): make check's sanitizer pass builds it"
+	printf '#!/bin/sh\nLD_PRELOAD="%s %s" CNN_TRAIN_CUDA_MODULE="%s" ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 exec "%s" "$@"\n' \
+		"$(gcc -print-file-name=libasan.so)" "$(gcc -print-file-name=libubsan.so)" "$san" "$CNN" >"$BATS_TEST_TMPDIR/cnn_san"
+	chmod +x "$BATS_TEST_TMPDIR/cnn_san"
+	local CNN="$BATS_TEST_TMPDIR/cnn_san" d="$BATS_TEST_TMPDIR"
+	ranks2 nccl "$d/ok" "${SMALL[@]}" --max-steps 3 --eval --device cuda --conv1 direct --conv2 direct \
+		--backward-streams 2
+	echo "$stderr"
+	assert_success
+	assert_line --regexp '^params: identical on all 2 ranks '
+	! grep -E 'Sanitizer|runtime error' <<<"$stderr"
+	! grep -E 'Sanitizer|runtime error' "$d/ok.r1"
+	kill_rank1 "$d" 3
+	[ "$(cat "$d/rc")" -eq 1 ]
+	grep -E 'rank 1 \([^)]*\) died; NCCL training step' "$d/r0.log"
+	! grep -E 'Sanitizer|runtime error' "$d/r0.log"
 }
