@@ -722,6 +722,82 @@ static void tf32_round(float *x, size_t n)
 	}
 }
 
+/* conv2's forward with the pool in its epilogue (cnn_cuda_conv3_fwd_pool)
+ * against the unfused pair the step runs otherwise: conv3_fwd's output dY
+ * (already checked against its twin) through cnn_cuda_maxpool2_fwd (or
+ * _nhwc; its own twin test above), with the epilogue ep (ep_name): p, arg
+ * and the bf16 copy the same bits.  Each output's sum is the same mma
+ * chain in both kernels, only its row in the tile differs. */
+static void test_conv3_pool(const void *dX, const void *dWF, const void *dY, int nimg, int c, int h,
+			    int w, int oc, int nhwc, int bf16, int ep)
+{
+	int ph = (h - 2) / 2, pw = (w - 2) / 2;
+	size_t np = (size_t)nimg * oc * ph * pw;
+	uint64_t key = cnn_dropout_key(3, 41, 2, 1), *dkey = dev(&key, 8);
+	float *b = malloc(oc * 4), *p[2] = { malloc(np * 4 + 4), malloc(np * 4 + 4) };
+	uint8_t *arg[2] = { malloc(np + 1), malloc(np + 1) };
+	uint16_t *pb[2] = { malloc(np * 2 + 2), malloc(np * 2 + 2) };
+	fill(b, oc);
+	float *db = dev(b, oc * 4), *dp[2];
+	uint8_t *darg[2];
+	cnn_bf16 *dpb[2];
+	char d[240];
+	int ok = 1;
+	for (int k = 0; k < 2; k++) {
+		/* NaN-filled and one entry longer: an output written twice, left
+		 * unwritten, or past the end shows */
+		dp[k] = dev(NULL, np * 4 + 4), darg[k] = dev(NULL, np + 1), dpb[k] = dev(NULL, np * 2 + 2);
+		CK(cudaMemset(dp[k], 0xff, np * 4 + 4));
+		CK(cudaMemset(darg[k], 0xee, np + 1));
+		CK(cudaMemset(dpb[k], 0xff, np * 2 + 2));
+		struct cnn_cuda_pool_ep e = { db, ep == 2 ? 0.25f : 0.f, dkey, ep == 2 ? dpb[k] : NULL };
+		const struct cnn_cuda_pool_ep *pe = ep ? &e : NULL;
+		int r;
+		if (k == 0)
+			r = bf16 ? cnn_cuda_conv3_fwd_pool_bf16(dX, dWF, nimg, c, h, w, oc, nhwc, pe, dp[k],
+								darg[k], NULL) :
+				   cnn_cuda_conv3_fwd_pool_tf32(dX, dWF, nimg, c, h, w, oc, nhwc, pe, dp[k],
+								darg[k], NULL);
+		else if (nhwc)
+			r = bf16 ? cnn_cuda_maxpool2_fwd_nhwc_bf16(dY, nimg, oc, h - 2, w - 2, pe, dp[k], darg[k],
+								   NULL) :
+				   cnn_cuda_maxpool2_fwd_nhwc(dY, nimg, oc, h - 2, w - 2, pe, dp[k], darg[k], NULL);
+		else
+			r = bf16 ? cnn_cuda_maxpool2_fwd_bf16(dY, nimg, oc, h - 2, w - 2, pe, dp[k], darg[k],
+							      NULL) :
+				   cnn_cuda_maxpool2_fwd(dY, nimg, oc, h - 2, w - 2, pe, dp[k], darg[k], NULL);
+		ok &= r == 0;
+		back(p[k], dp[k], np * 4 + 4);
+		back(arg[k], darg[k], np + 1);
+		back(pb[k], dpb[k], np * 2 + 2);
+	}
+	snprintf(d, sizeof(d), "conv3_fwd_pool%s%s on %d x %d x %dx%d, %d outputs, launches", nhwc ? "_nhwc" : "",
+		 bf16 ? "_bf16" : "_tf32", nimg, c, h, w, oc);
+	test_cond(d, ok);
+	size_t bad = 0, first = np;
+	for (size_t i = 0; i < np + 1; i++)
+		if (memcmp(&p[0][i], &p[1][i], 4) || arg[0][i] != arg[1][i] ||
+		    (ep == 2 && memcmp(&pb[0][i], &pb[1][i], 2))) {
+			if (!bad++)
+				first = i;
+		}
+	if (bad)
+		printf("#   %zu of %zu pooled outputs differ, the first %zu: fused %g (arg %d), "
+		       "unfused %g (arg %d)\n", bad, np, first, p[0][first], arg[0][first], p[1][first],
+		       arg[1][first]);
+	size_t zero = 0;
+	for (size_t i = 0; i < np; i++)
+		zero += p[1][i] == 0.f;
+	snprintf(d, sizeof(d), "... equals conv3_fwd then maxpool2_fwd%s%s: p, arg%s the same bits "
+		 "(%zu of %zu zero), nothing past the end", nhwc ? "_nhwc" : "", ep_name(ep),
+		 ep == 2 ? " and the bf16 copy" : "", zero, np);
+	/* with the ReLU and dropout, zeros must be there to compare */
+	test_cond(d, !bad && (!ep || zero > np / 5));
+	for (int k = 0; k < 2; k++)
+		cudaFree(dp[k]), cudaFree(darg[k]), cudaFree(dpb[k]), free(p[k]), free(arg[k]), free(pb[k]);
+	cudaFree(db), cudaFree(dkey), free(b);
+}
+
 /* conv2 on the tensor cores (cnn_cuda_conv3_*): forward, backward-data and
  * backward-filter of a 3x3 convolution of c channels into oc, NCHW or
  * channels-last (OHWI weights), TF32 or bf16 operands, against
@@ -783,6 +859,8 @@ static void test_conv3(int nimg, int c, int h, int w, int oc, int nhwc, int bf16
 		cnn_bf16_round(y, ny);
 	snprintf(d, sizeof(d), "conv3_fwd%s equals im2col and GEMM (%s tolerance)", sh, TOL[tol].what);
 	test_cond(d, compare("conv3_fwd", got, y, ny, tol) == 0);
+	for (int ep = 0; ep < 3; ep += 2)
+		test_conv3_pool(dX, dWF, dY, nimg, c, h, w, oc, nhwc, bf16, ep);
 
 	for (int i = 0; i < nimg; i++)
 		cnn_conv3_bwd(x + (size_t)i * c * h * w, c, h, w, wt, oc, dy + (size_t)i * oc * pix, col,

@@ -109,8 +109,16 @@ struct Conv3 {
 	long long m;
 };
 
-template <typename T, bool NHWC, int BN>
-__global__ void __launch_bounds__(kCvThreads, 2) conv3_igemm(const T *x, const T *wt, Conv3 g, T *y)
+// With POOL, the forward with conv2's pool in its epilogue (bias, ReLU,
+// 2x2 max-pool, dropout: pool_window, as maxpool2_fwd applies them to y):
+// the tile's pixels run window by window (the 4 pixels of a 2x2 window
+// consecutive, g.m counting the pooled windows' pixels alone), and the
+// block writes the pool's output p and arg (NCHW order) in place of y, so
+// conv2's output never goes to memory (151 MB written and read back per
+// TF32 step at batch 1024).
+template <typename T, bool NHWC, int BN, bool POOL>
+__global__ void __launch_bounds__(kCvThreads, 2) conv3_igemm(const T *x, const T *wt, Conv3 g, T *y,
+							     PoolEp ep, float *p, uint8_t *arg)
 {
 #if CNN_TC
 	typedef Mma<T> M;
@@ -132,12 +140,21 @@ __global__ void __launch_bounds__(kCvThreads, 2) conv3_igemm(const T *x, const T
 	float *Cs = reinterpret_cast<float *>(smem);
 	long long m0 = (long long)blockIdx.x * kCvBM;
 	int o0 = blockIdx.y * BN, opix = g.oh * g.ow;
+	int pw = g.ow / 2, wins = g.oh / 2 * pw;   // POOL: the windows of an image
 	for (int i = threadIdx.x; i < kCvBM; i += kCvThreads) {
 		long long m = m0 + i;
-		int r = (int)(m % opix);
-		pn[i] = m < g.m ? (int)(m / opix) : -1;
-		py[i] = r / g.ow;
-		px[i] = r % g.ow;
+		if (POOL) {
+			// window m / 4 of the image, its pixel m % 4 (row-major)
+			int r = (int)(m / 4 % wins), k = (int)(m % 4);
+			pn[i] = m < g.m ? (int)(m / 4 / wins) : -1;
+			py[i] = r / pw * 2 + k / 2;
+			px[i] = r % pw * 2 + k % 2;
+		} else {
+			int r = (int)(m % opix);
+			pn[i] = m < g.m ? (int)(m / opix) : -1;
+			py[i] = r / g.ow;
+			px[i] = r % g.ow;
+		}
 	}
 	int warp = threadIdx.x / 32, wm = warp % 4 * 32, wn = warp / 4 * (BN / 2);
 	wmma::fragment<wmma::accumulator, 16, 16, M::K, float> acc[2][FN];
@@ -217,14 +234,36 @@ __global__ void __launch_bounds__(kCvThreads, 2) conv3_igemm(const T *x, const T
 						       Cs + (wn + 16 * j) * LC + wm + 16 * i,
 						acc[i][j], LC, NHWC ? wmma::mem_row_major : wmma::mem_col_major);
 	__syncthreads();
-	for (int e = threadIdx.x; e < kCvBM * BN; e += kCvThreads) {
-		int mi = NHWC ? e / BN : e % kCvBM, oi = NHWC ? e % BN : e / kCvBM;
-		int n = pn[mi], o = o0 + oi;
-		if (n < 0 || o >= g.o)
-			continue;
-		size_t q = NHWC ? (((size_t)n * g.oh + py[mi]) * g.ow + px[mi]) * g.o + o :
-				  (((size_t)n * g.o + o) * g.oh + py[mi]) * g.ow + px[mi];
-		st(y + q, NHWC ? Cs[mi * LC + oi] : Cs[oi * LC + mi]);
+	if (POOL) {
+		// a thread per (window, output channel): NCHW, consecutive threads
+		// on consecutive windows (their p entries consecutive, their
+		// pixels' sums 4 consecutive floats of C); NHWC, on consecutive
+		// outputs (C's banks distinct)
+		constexpr int NW = kCvBM / 4;
+		uint64_t key = ep.keyp ? *ep.keyp : 0;
+		for (int e = threadIdx.x; e < NW * BN; e += kCvThreads) {
+			int wi = NHWC ? e / BN : e % NW, oi = NHWC ? e % BN : e / NW;
+			int n = pn[4 * wi], o = o0 + oi;
+			if (n < 0 || o >= g.o)
+				continue;
+			float v[4];
+#pragma unroll
+			for (int k = 0; k < 4; k++)
+				v[k] = stored_as((const T *)0, NHWC ? Cs[(4 * wi + k) * LC + oi] :
+								      Cs[oi * LC + 4 * wi + k]);
+			size_t i = ((size_t)n * g.o + o) * wins + py[4 * wi] / 2 * pw + px[4 * wi] / 2;
+			pool_window<T>(v, ep, key, ep.b ? ep.b[o] : 0.f, i, p + i, arg + i);
+		}
+	} else {
+		for (int e = threadIdx.x; e < kCvBM * BN; e += kCvThreads) {
+			int mi = NHWC ? e / BN : e % kCvBM, oi = NHWC ? e % BN : e / kCvBM;
+			int n = pn[mi], o = o0 + oi;
+			if (n < 0 || o >= g.o)
+				continue;
+			size_t q = NHWC ? (((size_t)n * g.oh + py[mi]) * g.ow + px[mi]) * g.o + o :
+					  (((size_t)n * g.o + o) * g.oh + py[mi]) * g.ow + px[mi];
+			st(y + q, NHWC ? Cs[mi * LC + oi] : Cs[oi * LC + mi]);
+		}
 	}
 #else
 	(void)kCvBK;   // the tile constants the body uses
@@ -505,19 +544,22 @@ Conv3 conv3_geom(int nimg, int c, int h, int wd, int oc)
 	return g;
 }
 
+// y, or with pool (g.m the pooled windows' pixels) p and arg through ep.
 template <typename T>
-int launch_conv3_igemm(const T *x, const T *w, const Conv3 &g, int nhwc, T *y, cudaStream_t s)
+int launch_conv3_igemm(const T *x, const T *w, const Conv3 &g, int nhwc, T *y, int pool,
+		       const PoolEp &ep, float *p, uint8_t *arg, cudaStream_t s)
 {
 	if (!g.m)
 		return 0;
 	// 32 outputs a block where there are no more (conv2's backward-data):
-	// no half-empty tiles
-	int bn = g.o <= 32 ? 32 : kCvBN;
+	// no half-empty tiles; the pooled forward always 64
+	int bn = g.o <= 32 && !pool ? 32 : kCvBN;
 	dim3 grid((unsigned)((g.m + kCvBM - 1) / kCvBM), (unsigned)((g.o + bn - 1) / bn));
-	void (*k)(const T *, const T *, Conv3, T *) =
-		bn == 32 ? (nhwc ? conv3_igemm<T, true, 32> : conv3_igemm<T, false, 32>) :
-			   (nhwc ? conv3_igemm<T, true, kCvBN> : conv3_igemm<T, false, kCvBN>);
-	k<<<grid, kCvThreads, 0, s>>>(x, w, g, y);
+	void (*k)(const T *, const T *, Conv3, T *, PoolEp, float *, uint8_t *) =
+		pool ? (nhwc ? conv3_igemm<T, true, kCvBN, true> : conv3_igemm<T, false, kCvBN, true>) :
+		bn == 32 ? (nhwc ? conv3_igemm<T, true, 32, false> : conv3_igemm<T, false, 32, false>) :
+			   (nhwc ? conv3_igemm<T, true, kCvBN, false> : conv3_igemm<T, false, kCvBN, false>);
+	k<<<grid, kCvThreads, 0, s>>>(x, w, g, y, ep, p, arg);
 	cudaCheck(cudaGetLastError());
 	return 0;
 }
@@ -529,7 +571,22 @@ int launch_conv3_fwd(const T *x, const T *w, int nimg, int c, int h, int wd, int
 	if (!conv3_args("cnn_cuda_conv3_fwd", nimg, c, h, wd, oc) ||
 	    tc_device("cnn_cuda_conv3_fwd") != 1)
 		return -1;
-	return launch_conv3_igemm(x, w, conv3_geom(nimg, c, h, wd, oc), nhwc, y, s);
+	return launch_conv3_igemm(x, w, conv3_geom(nimg, c, h, wd, oc), nhwc, y, 0, pool_ep(NULL),
+				  (float *)NULL, (uint8_t *)NULL, s);
+}
+
+// The forward with the pool in its epilogue: only the pixels of whole 2x2
+// windows (an odd last row or column the pool drops is not computed).
+template <typename T>
+int launch_conv3_fwd_pool(const T *x, const T *w, int nimg, int c, int h, int wd, int oc, int nhwc,
+			  const cnn_cuda_pool_ep *ep, float *p, uint8_t *arg, cudaStream_t s)
+{
+	if (!conv3_args("cnn_cuda_conv3_fwd_pool", nimg, c, h, wd, oc) ||
+	    tc_device("cnn_cuda_conv3_fwd_pool") != 1)
+		return -1;
+	Conv3 g = conv3_geom(nimg, c, h, wd, oc);
+	g.m = (long long)nimg * (g.oh / 2) * (g.ow / 2) * 4;
+	return launch_conv3_igemm(x, w, g, nhwc, (T *)NULL, 1, pool_ep(ep), p, arg, s);
 }
 
 // dx = the "full" convolution of dy with the flipped, transposed weights:
@@ -547,7 +604,8 @@ int launch_conv3_dgrad(const T *dy, const T *w, int nimg, int c, int h, int wd, 
 	g.c = oc, g.h = h - 2, g.w = wd - 2, g.o = c, g.oh = h, g.ow = wd, g.pad = 2, g.flip = 1;
 	g.wo = 1, g.wc = c, g.wy = 3 * oc * c, g.wx = oc * c;
 	g.m = (long long)nimg * h * wd;
-	return launch_conv3_igemm(dy, w, g, nhwc, dx, s);
+	return launch_conv3_igemm(dy, w, g, nhwc, dx, 0, pool_ep(NULL), (float *)NULL,
+				  (uint8_t *)NULL, s);
 }
 
 template <typename T>
@@ -616,6 +674,13 @@ extern "C" int cnn_cuda_conv3_fwd_tf32(const float *x, const float *w, int nimg,
 	return launch_conv3_fwd(x, w, nimg, c, h, wd, oc, nhwc, y, s);
 }
 
+extern "C" int cnn_cuda_conv3_fwd_pool_tf32(const float *x, const float *w, int nimg, int c, int h,
+					    int wd, int oc, int nhwc, const struct cnn_cuda_pool_ep *ep,
+					    float *p, uint8_t *arg, cudaStream_t s)
+{
+	return launch_conv3_fwd_pool(x, w, nimg, c, h, wd, oc, nhwc, ep, p, arg, s);
+}
+
 extern "C" int cnn_cuda_conv3_dgrad_tf32(const float *dy, const float *w, int nimg, int c, int h,
 					 int wd, int oc, int nhwc, float *dx, cudaStream_t s)
 {
@@ -633,6 +698,14 @@ extern "C" int cnn_cuda_conv3_fwd_bf16(const cnn_bf16 *x, const cnn_bf16 *w, int
 				       int h, int wd, int oc, int nhwc, cnn_bf16 *y, cudaStream_t s)
 {
 	return launch_conv3_fwd(B(x), B(w), nimg, c, h, wd, oc, nhwc, B(y), s);
+}
+
+extern "C" int cnn_cuda_conv3_fwd_pool_bf16(const cnn_bf16 *x, const cnn_bf16 *w, int nimg, int c,
+					    int h, int wd, int oc, int nhwc,
+					    const struct cnn_cuda_pool_ep *ep, float *p, uint8_t *arg,
+					    cudaStream_t s)
+{
+	return launch_conv3_fwd_pool(B(x), B(w), nimg, c, h, wd, oc, nhwc, ep, p, arg, s);
 }
 
 extern "C" int cnn_cuda_conv3_dgrad_bf16(const cnn_bf16 *dy, const cnn_bf16 *w, int nimg, int c,

@@ -33,36 +33,6 @@ extern "C" const char *cnn_cuda_last_error(void) { return last_error; }
 
 namespace {
 
-// The CPU twin's cnn_mix64 (rng.h), for the dropout masks.
-__device__ __forceinline__ uint64_t mix64(uint64_t z)
-{
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-// Whether dropout keeps element i of the mask of key (cnn_dropout_fwd's:
-// each group of 4 elements shares one draw of 64 bits, 16 per element).
-__device__ __forceinline__ bool kept(uint64_t key, size_t i, uint32_t thresh)
-{
-	uint64_t r = mix64(key + (i & ~(size_t)3));
-	return ((r >> (16 * (i & 3))) & 0xffff) >= thresh;
-}
-
-// relu(x + b) as bias_relu stores it in T: the pool applies the bias and
-// the ReLU of conv2 on its way in, so they cost no pass over conv2's
-// output, and its maxima and arg are those of bias_relu then maxpool2_fwd.
-__device__ __forceinline__ float bias_relu_as(const float *, float x, float b)
-{
-	float v = x + b;
-	return v > 0.f ? v : 0.f;
-}
-__device__ __forceinline__ float bias_relu_as(const bf16 *, float x, float b)
-{
-	float v = x + b;
-	return __bfloat162float(__float2bfloat16_rn(v > 0.f ? v : 0.f));
-}
-
 template <typename T>
 __global__ void bias_relu(T *y, const float *b, int oc, int n, size_t total)
 {
@@ -73,43 +43,14 @@ __global__ void bias_relu(T *y, const float *b, int oc, int n, size_t total)
 	}
 }
 
-// What the pool does besides the max (kernels.h cnn_cuda_pool_ep): the
-// bias (NULL: none), and dropout (keyp NULL: none) with thresh and scale
-// as cnn_dropout_fwd computes them.
-struct PoolEp {
-	const float *b;
-	uint32_t thresh;
-	float scale;
-	const uint64_t *keyp;
-	bf16 *yb;                   // also the output rounded to bf16 (NULL: not)
-};
-
-// The window's maximum (strict > keeps the first, as PyTorch and the CPU
-// twin) and its position 0..3, of x or with b of bias_relu_as(x, b); the
-// maximum through dropout as output i of the mask.
+// The window at p0..p3 (pool_window).
 template <typename T>
 __device__ __forceinline__ void pool4(const T *p0, const T *p1, const T *p2, const T *p3,
 				      const PoolEp &ep, uint64_t key, float bc, size_t i, float *y,
 				      uint8_t *arg)
 {
-	const float *b = ep.b;
 	float v[4] = { ld(p0), ld(p1), ld(p2), ld(p3) };
-	if (b)
-		for (int k = 0; k < 4; k++)
-			v[k] = bias_relu_as(p0, v[k], bc);
-	float m = v[0];
-	uint8_t a = 0;
-	for (int k = 1; k < 4; k++)
-		if (v[k] > m) {
-			m = v[k];
-			a = (uint8_t)k;
-		}
-	if (ep.keyp)
-		m = kept(key, i, ep.thresh) ? m * ep.scale : 0.f;
-	*y = m;
-	*arg = a;
-	if (ep.yb)
-		ep.yb[i] = __float2bfloat16_rn(m);
+	pool_window<T>(v, ep, key, bc, i, y, arg);
 }
 
 template <typename T>
@@ -243,12 +184,6 @@ bias_grad_sum(const float *part, int chunks, float *db)
 // channel (fp32, or bf16 operands), y conv1's output in T, NCHW or (nhwc)
 // channels-last.  Sums in fp32; with bf16, the sum rounded as cuDNN stores
 // its output, then bias_relu_as.
-__device__ __forceinline__ float stored_as(const float *, float v) { return v; }
-__device__ __forceinline__ float stored_as(const bf16 *, float v)
-{
-	return __bfloat162float(__float2bfloat16_rn(v));
-}
-
 template <typename T>
 __global__ void conv1_fwd(const T *x, const T *w, const float *b, int h, int wd, int oc, int nhwc,
 			  size_t total, T *y)
@@ -605,21 +540,6 @@ int launch_bias_relu(T *y, const float *b, int nimg, int oc, int n, cudaStream_t
 	bias_relu<<<blocks_for(total), kThreads, 0, s>>>(y, b, oc, n, total);
 	cudaCheck(cudaGetLastError());
 	return 0;
-}
-
-PoolEp pool_ep(const cnn_cuda_pool_ep *ep)
-{
-	PoolEp e = { NULL, 0, 1.f, NULL, NULL };
-	if (ep) {
-		e.b = ep->bias;
-		e.yb = reinterpret_cast<bf16 *>(ep->yb);
-		if (ep->p > 0.f && ep->key) {
-			e.thresh = (uint32_t)(ep->p * 65536.f);
-			e.scale = 1.f / (1.f - ep->p);
-			e.keyp = ep->key;
-		}
-	}
-	return e;
 }
 
 template <typename T>

@@ -182,6 +182,11 @@ int cnn_cuda_conv1_wgrad_bf16(const cnn_bf16 *x, const cnn_bf16 *dy, const cnn_b
  *          [tap][oc][c] (9 c oc entries each, in the operands' type; bf16
  *          rounded to nearest even); once a step, after the update
  *   fwd:   y (nimg x oc x (h-2) x (w-2)) = conv(x (nimg x c x h x w), wf)
+ *   fwd_pool: fwd with conv2's pool in its epilogue: p and arg (nimg x oc x
+ *          (h-2)/2 x (w-2)/2, NCHW in either layout) as
+ *          cnn_cuda_maxpool2_fwd[_nhwc][_bf16] would write them from fwd's y
+ *          with ep (its bias, ReLU, dropout and bf16 copy), the same bits,
+ *          without y in memory
  *   dgrad: dx (nimg x c x h x w) from dy (nimg x oc x (h-2) x (w-2)) and wb
  *   wgrad: dw (fp32 OIHW in every layout, overwritten) from x and dy; the
  *          blocks' partial sums go to scratch (cnn_cuda_conv3_wgrad_scratch
@@ -190,13 +195,16 @@ int cnn_cuda_conv1_wgrad_bf16(const cnn_bf16 *x, const cnn_bf16 *dy, const cnn_b
  *          fills one wave of its SMs).
  * y and dx are stored in the operands' type (float, or bf16 rounded to
  * nearest even, as cuDNN stores its output).
- * fwd, dgrad and wgrad need compute capability 8.0 or newer (TF32 and bf16
+ * fwd, fwd_pool, dgrad and wgrad need compute capability 8.0 or newer (TF32 and bf16
  * wmma) and refuse an older GPU; cnn_cuda_tensor_cores says whether the
  * current one is: 1, 0, or -1 where CUDA cannot say. */
 int cnn_cuda_tensor_cores(void);
 int cnn_cuda_conv3_pack_tf32(const float *w, int oc, int c, float *wf, float *wb, cudaStream_t s);
 int cnn_cuda_conv3_fwd_tf32(const float *x, const float *wf, int nimg, int c, int h, int wd, int oc,
 			    int nhwc, float *y, cudaStream_t s);
+int cnn_cuda_conv3_fwd_pool_tf32(const float *x, const float *wf, int nimg, int c, int h, int wd,
+				 int oc, int nhwc, const struct cnn_cuda_pool_ep *ep, float *p,
+				 uint8_t *arg, cudaStream_t s);
 int cnn_cuda_conv3_dgrad_tf32(const float *dy, const float *wb, int nimg, int c, int h, int wd,
 			      int oc, int nhwc, float *dx, cudaStream_t s);
 size_t cnn_cuda_conv3_wgrad_scratch(int nimg, int c, int h, int wd, int oc);
@@ -206,6 +214,9 @@ int cnn_cuda_conv3_pack_bf16(const float *w, int oc, int c, cnn_bf16 *wf, cnn_bf
 			     cudaStream_t s);
 int cnn_cuda_conv3_fwd_bf16(const cnn_bf16 *x, const cnn_bf16 *wf, int nimg, int c, int h, int wd,
 			    int oc, int nhwc, cnn_bf16 *y, cudaStream_t s);
+int cnn_cuda_conv3_fwd_pool_bf16(const cnn_bf16 *x, const cnn_bf16 *wf, int nimg, int c, int h,
+				 int wd, int oc, int nhwc, const struct cnn_cuda_pool_ep *ep,
+				 float *p, uint8_t *arg, cudaStream_t s);
 int cnn_cuda_conv3_dgrad_bf16(const cnn_bf16 *dy, const cnn_bf16 *wb, int nimg, int c, int h,
 			      int wd, int oc, int nhwc, cnn_bf16 *dx, cudaStream_t s);
 int cnn_cuda_conv3_wgrad_bf16(const cnn_bf16 *x, const cnn_bf16 *dy, int nimg, int c, int h,

@@ -637,22 +637,28 @@ static int conv2_pack(struct cnn_gnet *g, const struct cnn_gnet_algos *a)
 		       cnn_cuda_conv3_pack_tf32(w, M->c2, M->c1, c2w(g, 0), c2w(g, 1), g->s);
 }
 
-/* conv2 without its bias into a2: cuDNN's call, or (direct) the
- * tensor-core kernel. */
-static int conv2_forward(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int n, int direct)
+/* conv2 through its bias, ReLU, pool and (training) first dropout into p
+ * and arg (and pb): cuDNN's call into a2 then the pool (maxpool), or
+ * (direct) the tensor-core kernel with the pool in its epilogue, which
+ * writes p and arg itself (the same bits; a2 is not written). */
+static int conv2_forward(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int n, int direct,
+			 int train)
 {
 	const struct cnn_model *M = &g->m;
 	int nh = a->nhwc;
-	if (direct)
-		return bf(g) ? cnn_cuda_conv3_fwd_bf16(g->a1, c2w(g, 0), n, M->c1, M->h1, M->w1, M->c2,
-						       nh, g->a2, g->s) :
-			       cnn_cuda_conv3_fwd_tf32(g->a1, c2w(g, 0), n, M->c1, M->h1, M->w1, M->c2,
-						       nh, g->a2, g->s);
+	if (direct) {
+		struct cnn_cuda_pool_ep ep = { g->params + M->t[P_B2].off, train ? M->p_drop1 : 0.f,
+					       g->keys, bf(g) ? g->pb : NULL };
+		return bf(g) ? cnn_cuda_conv3_fwd_pool_bf16(g->a1, c2w(g, 0), n, M->c1, M->h1, M->w1,
+							    M->c2, nh, &ep, g->p, g->arg, g->s) :
+			       cnn_cuda_conv3_fwd_pool_tf32(g->a1, c2w(g, 0), n, M->c1, M->h1, M->w1,
+							    M->c2, nh, &ep, g->p, g->arg, g->s);
+	}
 	cudnnCheck(cudnnSetConvolutionMathType(g->cv[1], a->fwd_math[1]));
 	cudnnCheck(cudnnConvolutionForward(g->dnn, &one, g->t1, g->a1, filt(g, 1, nh),
 					   conv_w(g, 1, nh), g->cv[1], a->fwd[1], g->ws,
 					   g->ws_bytes, &zero, g->t2, g->a2));
-	return 0;
+	return maxpool(g, nh, n, train);
 }
 
 /* conv2's backward-data, da2 into da1, on s. */
@@ -751,13 +757,14 @@ static int conv1_backward(struct cnn_gnet *g, const struct cnn_gnet_algos *a, in
 
 /* One call of a convolution by cuDNN or the project's kernels: conv1's
  * (layer 0) forward or weight gradient (calls 0, 1), conv2's (layer 1)
- * forward, backward-data or backward-filter (0, 1, 2). */
+ * forward (with the pool and dropout, which the direct kernel fuses),
+ * backward-data or backward-filter (0, 1, 2). */
 static int conv_call(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int layer, int call,
 		     int direct)
 {
 	if (!layer)
 		return call ? conv1_backward(g, a, a->n, direct) : conv1_forward(g, a, a->n, direct);
-	return call == 0 ? conv2_forward(g, a, a->n, direct) :
+	return call == 0 ? conv2_forward(g, a, a->n, direct, 1) :
 	       call == 1 ? conv2_dgrad(g, a, a->n, direct) : conv2_wgrad(g, a, a->n, 0, direct);
 }
 
@@ -862,7 +869,7 @@ int cnn_gnet_forward(struct cnn_gnet *g, int n, int train, float scale_n)
 		return -1;
 	if (conv1_forward(g, a, n, a->direct1 & 1) < 0)
 		return -1;
-	if (conv2_forward(g, a, n, a->direct2 & 1) < 0 || maxpool(g, nh, n, train) < 0)
+	if (conv2_forward(g, a, n, a->direct2 & 1, train) < 0)
 		return -1;
 	/* fc1's bias and ReLU, in training its dropout, and for bf16 fc2's
 	 * operand hb, in one pass */
@@ -941,7 +948,7 @@ int cnn_gnet_backward(struct cnn_gnet *g, int n,
 static int describe_conv(const struct cnn_gnet *g, char *buf, size_t len, int k, int layer)
 {
 	static const char *names[2][3] = { { "forward", "weight gradient" },
-					   { "forward", "backward-data", "backward-filter" } };
+					   { "forward and pool", "backward-data", "backward-filter" } };
 	int calls = layer ? 3 : 2;
 	enum cnn_conv_impl impl = layer ? g->conv2 : g->conv1;
 	int possible = layer ? conv2_possible(g) : g->m.in.c == 1;

@@ -81,8 +81,9 @@ struct cnn_gnet {
 	float *params, *grads;           /* nparams each: the master copy (fp32 always) */
 	float *x, *p, *h, *logits, *logp, *dlogits, *dh, *dp, *ones;
 	/* The convolutions' activations and their gradients: float, or bf16
-	 * for --precision bf16 (esize bytes each).  a2 is conv2's output
-	 * before its bias: the pool applies the bias and the ReLU. */
+	 * for --precision bf16 (esize bytes each).  a2 is cuDNN's conv2
+	 * output before its bias: the pool applies the bias and the ReLU
+	 * (conv2's tensor-core forward pools in its epilogue: no a2). */
 	void *a1, *a2, *da1, *da2;
 	size_t esize;
 	/* bf16 only: the weights as the convolutions and GEMMs read them
