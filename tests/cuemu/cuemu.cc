@@ -23,6 +23,7 @@
 #endif
 #endif
 #ifdef CUEMU_ASAN
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 
@@ -546,9 +547,17 @@ cudaError_t cudaMalloc(void **devPtr, size_t size)
 		return c;
 	// 256-byte aligned, as cudaMalloc's on a GPU: code may rely on it
 	// (wmma tiles, vector loads), and malloc's 16 would fail wmma_check
-	void *p = aligned_alloc(256, ((size ? size : 1) + 255) / 256 * 256);
+	size_t whole = ((size ? size : 1) + 255) / 256 * 256;
+	void *p = aligned_alloc(256, whole);
 	if (!p)
 		return cudaErrorMemoryAllocation;
+#ifdef CUEMU_ASAN
+	// Under ASan the rounding's tail is poisoned: a read or write past
+	// the size asked for fails there, as compute-sanitizer's memcheck
+	// fails it on a GPU (whose allocations are rounded up too, so the
+	// access itself would not fault).
+	ASAN_POISON_MEMORY_REGION((char *)p + size, whole - size);
+#endif
 	// Never zeros: every byte 0xff, a NaN as a float or bf16, -1 as an
 	// integer, so a kernel or a library call that reads memory nothing
 	// wrote (compute-sanitizer's initcheck) shows in its results.
@@ -569,6 +578,9 @@ cudaError_t cudaFree(void *devPtr)
 	auto it = allocs.find((uintptr_t)devPtr);
 	if (it == allocs.end())
 		return cudaErrorInvalidValue;
+#ifdef CUEMU_ASAN
+	ASAN_UNPOISON_MEMORY_REGION(devPtr, (it->second + 255) / 256 * 256);
+#endif
 	allocs.erase(it);
 	free(devPtr);
 	return cudaSuccess;

@@ -14,6 +14,11 @@
 #include "selftest.h"
 #include "test.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#define CUEMU_TEST_ASAN 1
+#include <sanitizer/asan_interface.h>
+#endif
+
 static void test_coords(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz)
 {
 	size_t n = (size_t)gx * gy * gz * bx * by * bz, bad = 0;
@@ -121,6 +126,16 @@ static void test_errors(void)
 	test_cond("... and cudaMallocHost's", pinned && isnan(pinned[0]) && isnan(pinned[63]));
 	cudaFreeHost(pinned);
 	cudaMemset(d, 0, 64 * sizeof(float));
+#if CUEMU_TEST_ASAN
+	/* 10 bytes asked: the rest of cudaMalloc's 256 poisoned, so a kernel
+	 * reading past its tensor fails under ASan as under memcheck */
+	char *b = NULL;
+	cudaMalloc((void **)&b, 10);
+	test_cond("under ASan, the bytes past a cudaMalloc's size are poisoned (memcheck's bounds)",
+		  b && !__asan_address_is_poisoned(b + 9) && __asan_address_is_poisoned(b + 10) &&
+			  __asan_address_is_poisoned(b + 255));
+	cudaFree(b);
+#endif
 
 	test_cond("a barrier 10 of 64 threads reach is a launch failure",
 		  cuemu_selftest_diverged(d) == cudaErrorLaunchFailure);

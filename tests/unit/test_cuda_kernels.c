@@ -798,6 +798,72 @@ static void test_conv3_pool(const void *dX, const void *dWF, const void *dY, int
 	cudaFree(db), cudaFree(dkey), free(b);
 }
 
+/* conv2's backward-data and backward-filter reading the pool's tensors
+ * (cnn_cuda_conv3_dgrad_pool, _wgrad_pool; NCHW) against the unfused
+ * pair: cnn_cuda_maxpool2_relu_bwd (its own twin test above) writing dy,
+ * then conv3_dgrad and conv3_wgrad (checked against their twins) on it:
+ * the same bits.  The pool's output has zeros and negatives (no gradient
+ * there), arg every position, and an odd last row or column of dy (the
+ * pool dropped it) must read as 0. */
+static void test_conv3_pool_bwd(const void *dX, const void *dWB, int nimg, int c, int h, int w,
+				int oc, int bf16, float *dsc)
+{
+	int oh = h - 2, ow = w - 2, ph = oh / 2, pw = ow / 2;
+	size_t np = (size_t)nimg * oc * ph * pw, ny = (size_t)nimg * oc * oh * ow,
+	       nx = (size_t)nimg * c * h * w, nw = (size_t)oc * c * 9, es = bf16 ? 2 : 4;
+	float *dp = malloc(np * 4 + 4), *pv = malloc(np * 4 + 4), *got[2], *gdw[2];
+	uint8_t *arg = malloc(np + 1);
+	char d[240], sh[96];
+	snprintf(sh, sizeof(sh), "%s on %d x %d x %dx%d, %d outputs", bf16 ? "_bf16" : "_tf32", nimg, c,
+		 h, w, oc);
+	fill(dp, np);
+	fill(pv, np);
+	for (size_t i = 0; i < np; i++) {
+		arg[i] = (uint8_t)(i * 7 % 4);
+		if (i % 5 == 0)
+			pv[i] = 0.f;   /* ReLU or dropout zero: no gradient */
+	}
+	float *ddp = dev(dp, np * 4), *dpv = dev(pv, np * 4);
+	uint8_t *darg = dev(arg, np);
+	void *dDY = dev(NULL, ny * es), *dDX[2] = { dev(NULL, nx * es), dev(NULL, nx * es) };
+	float *ddw[2] = { dev(NULL, nw * 4), dev(NULL, nw * 4) };
+	int ok = (bf16 ? cnn_cuda_maxpool2_relu_bwd_bf16(ddp, dpv, darg, nimg * oc, oh, ow, dDY, NULL) :
+			 cnn_cuda_maxpool2_relu_bwd(ddp, dpv, darg, nimg * oc, oh, ow, dDY, NULL)) == 0;
+	ok &= (bf16 ? cnn_cuda_conv3_dgrad_bf16(dDY, dWB, nimg, c, h, w, oc, 0, dDX[1], NULL) :
+		      cnn_cuda_conv3_dgrad_tf32(dDY, dWB, nimg, c, h, w, oc, 0, dDX[1], NULL)) == 0;
+	ok &= (bf16 ? cnn_cuda_conv3_wgrad_bf16(dX, dDY, nimg, c, h, w, oc, 0, dsc, ddw[1], NULL) :
+		      cnn_cuda_conv3_wgrad_tf32(dX, dDY, nimg, c, h, w, oc, 0, dsc, ddw[1], NULL)) == 0;
+	snprintf(d, sizeof(d), "maxpool2_relu_bwd then conv3_dgrad and conv3_wgrad%s launch", sh);
+	test_cond(d, ok);
+	ok = (bf16 ? cnn_cuda_conv3_dgrad_pool_bf16(ddp, dpv, darg, dWB, nimg, c, h, w, oc, dDX[0], NULL) :
+		     cnn_cuda_conv3_dgrad_pool_tf32(ddp, dpv, darg, dWB, nimg, c, h, w, oc, dDX[0], NULL)) == 0;
+	ok &= (bf16 ? cnn_cuda_conv3_wgrad_pool_bf16(dX, ddp, dpv, darg, nimg, c, h, w, oc, dsc, ddw[0], NULL) :
+		      cnn_cuda_conv3_wgrad_pool_tf32(dX, ddp, dpv, darg, nimg, c, h, w, oc, dsc, ddw[0], NULL)) == 0;
+	snprintf(d, sizeof(d), "conv3_dgrad_pool and conv3_wgrad_pool%s launch", sh);
+	test_cond(d, ok);
+	for (int k = 0; k < 2; k++) {
+		got[k] = malloc(nx * 4), gdw[k] = malloc(nw * 4);
+		down(got[k], dDX[k], nx, bf16);
+		back(gdw[k], ddw[k], nw * 4);
+	}
+	size_t nz = 0;
+	for (size_t i = 0; i < nx; i++)
+		nz += got[1][i] != 0.f;
+	snprintf(d, sizeof(d), "... conv3_dgrad_pool%s: the same bits as the unfused pair (%zu of %zu "
+		 "nonzero)", sh, nz, nx);
+	test_cond(d, !memcmp(got[0], got[1], nx * 4) && nz > nx / 4);
+	if (memcmp(got[0], got[1], nx * 4))
+		compare("conv3_dgrad_pool", got[0], got[1], nx, T_EXACT);
+	snprintf(d, sizeof(d), "... conv3_wgrad_pool%s: the same bits as the unfused pair", sh);
+	test_cond(d, !memcmp(gdw[0], gdw[1], nw * 4));
+	if (memcmp(gdw[0], gdw[1], nw * 4))
+		compare("conv3_wgrad_pool", gdw[0], gdw[1], nw, T_EXACT);
+	for (int k = 0; k < 2; k++)
+		cudaFree(dDX[k]), cudaFree(ddw[k]), free(got[k]), free(gdw[k]);
+	cudaFree(ddp), cudaFree(dpv), cudaFree(darg), cudaFree(dDY);
+	free(dp), free(pv), free(arg);
+}
+
 /* conv2 on the tensor cores (cnn_cuda_conv3_*): forward, backward-data and
  * backward-filter of a 3x3 convolution of c channels into oc, NCHW or
  * channels-last (OHWI weights), TF32 or bf16 operands, against
@@ -892,6 +958,8 @@ static void test_conv3(int nimg, int c, int h, int w, int oc, int nhwc, int bf16
 	test_cond(d, compare("conv3_wgrad", gdw, dw, nw, T_MMA) == 0);
 	snprintf(d, sizeof(d), "conv3_wgrad%s gives the same bits twice", sh);
 	test_cond(d, !memcmp(gdw, gdw2, nw * 4));
+	if (!nhwc)
+		test_conv3_pool_bwd(dX, dWB, nimg, c, h, w, oc, bf16, dsc);
 	cudaFree(dX), cudaFree(dW32), cudaFree(dWF), cudaFree(dWB), cudaFree(dDY), cudaFree(dY);
 	cudaFree(dDX), cudaFree(dsc), cudaFree(ddw);
 	free(x), free(wt), free(dy), free(xl), free(dyl), free(y), free(got), free(t);

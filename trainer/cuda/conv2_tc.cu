@@ -109,6 +109,30 @@ struct Conv3 {
 	long long m;
 };
 
+// The pool's backward where conv2's backward reads its output's gradient
+// (GATE, NCHW): dy at (n, o, y, x) is the pooled gradient dp of window
+// (y / 2, x / 2) where the pool's output p there is > 0 and arg names (y,
+// x), else 0, as maxpool2_relu_bwd stores it in T; dp, p and arg NCHW
+// (the pool's order in every layout).  Rows and columns the pool dropped
+// (an odd last one) get 0.  So the backward reads the pool's tensors, a
+// quarter of conv2's output each, and conv2's output gradient never goes
+// to memory (151 MB written, then read by both calls, per TF32 step at
+// batch 1024).
+struct Gate {
+	const float *dp, *p;
+	const uint8_t *arg;
+};
+
+// Entry q of the pooled tensors for the pixel at position want (0..3) of
+// its window, in T.
+template <typename T>
+__device__ __forceinline__ T gated(const Gate &gt, int q, int want)
+{
+	T t;
+	st(&t, gt.p[q] > 0.f && gt.arg[q] == want ? gt.dp[q] : 0.f);
+	return t;
+}
+
 // With POOL, the forward with conv2's pool in its epilogue (bias, ReLU,
 // 2x2 max-pool, dropout: pool_window, as maxpool2_fwd applies them to y):
 // the tile's pixels run window by window (the 4 pixels of a 2x2 window
@@ -116,10 +140,13 @@ struct Conv3 {
 // block writes the pool's output p and arg (NCHW order) in place of y, so
 // conv2's output never goes to memory (151 MB written and read back per
 // TF32 step at batch 1024).
-template <typename T, bool NHWC, int BN, bool POOL>
+// With GATE (NCHW only: the backward-data), x is not read: its entries
+// come from gt.
+template <typename T, bool NHWC, int BN, bool POOL, bool GATE>
 __global__ void __launch_bounds__(kCvThreads, 2) conv3_igemm(const T *x, const T *wt, Conv3 g, T *y,
-							     PoolEp ep, float *p, uint8_t *arg)
+							     PoolEp ep, float *p, uint8_t *arg, Gate gt)
 {
+	static_assert(!(NHWC && GATE), "the gated input is NCHW");
 #if CNN_TC
 	typedef Mma<T> M;
 	typedef typename std::conditional<NHWC, wmma::row_major, wmma::col_major>::type LayA;
@@ -184,12 +211,23 @@ __global__ void __launch_bounds__(kCvThreads, 2) conv3_igemm(const T *x, const T
 			// a thread's pixel is fixed, its channels step by 2
 			int mi = threadIdx.x % kCvBM, n = pn[mi], kl = threadIdx.x / kCvBM;
 			int iy = py[mi] + ky - g.pad, ix = px[mi] + kx - g.pad;
-			bool ok = n >= 0 && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
-			int q = ((n * g.c + c0 + kl) * g.h + iy) * g.w + ix;
+			if (GATE) {
+				int ph = g.h / 2, pw = g.w / 2, want = (iy & 1) << 1 | (ix & 1);
+				bool ok = n >= 0 && iy >= 0 && iy < 2 * ph && ix >= 0 && ix < 2 * pw;
+				int q = ((n * g.c + c0 + kl) * ph + (iy >> 1)) * pw + (ix >> 1);
 #pragma unroll
-			for (int j = 0; j < RA; j++)
-				ra[j] = ok && c0 + kl + j * (kCvThreads / kCvBM) < g.c ?
-					M::op(x[q + j * (kCvThreads / kCvBM) * plane]) : M::zero();
+				for (int j = 0; j < RA; j++)
+					ra[j] = ok && c0 + kl + j * (kCvThreads / kCvBM) < g.c ?
+						M::op(gated<T>(gt, q + j * (kCvThreads / kCvBM) * ph * pw, want)) :
+						M::zero();
+			} else {
+				bool ok = n >= 0 && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+				int q = ((n * g.c + c0 + kl) * g.h + iy) * g.w + ix;
+#pragma unroll
+				for (int j = 0; j < RA; j++)
+					ra[j] = ok && c0 + kl + j * (kCvThreads / kCvBM) < g.c ?
+						M::op(x[q + j * (kCvThreads / kCvBM) * plane]) : M::zero();
+			}
 		}
 		int wtap = (g.flip ? 2 - ky : ky) * g.wy + (g.flip ? 2 - kx : kx) * g.wx;
 		int oi = threadIdx.x % BN, o = o0 + oi;
@@ -281,10 +319,12 @@ __global__ void __launch_bounds__(kCvThreads, 2) conv3_igemm(const T *x, const T
 constexpr int kWgP = 32, kWgO = 64, kWgC = 32, kWgN = 3 * kWgC, kWgK = 9 * kWgC;
 constexpr int kWgMinPixels = 256;   // a block's least share of the pixels
 
-template <typename T, bool NHWC>
+// With GATE (NCHW only), dy is not read: its entries come from gt.
+template <typename T, bool NHWC, bool GATE>
 __global__ void __launch_bounds__(kCvThreads, 2) conv3_wgrad_part(const T *x, const T *dy, Conv3 g,
-							      long long ppb, float *part)
+							      long long ppb, float *part, Gate gt)
 {
+	static_assert(!(NHWC && GATE), "the gated input is NCHW");
 #if CNN_TC
 	typedef Mma<T> M;
 	// dy: NCHW [o][p] (row-major A), NHWC [p][o] (col-major A); x: NCHW
@@ -303,8 +343,10 @@ __global__ void __launch_bounds__(kCvThreads, 2) conv3_wgrad_part(const T *x, co
 	// (row + ky, column), channel 0; dq -1 past the end.  Written before the
 	// barrier after which fetch reads them, and again only after the next
 	// barrier.  Offsets are 32 bits: conv3_args keeps every tensor under
-	// 2^31 entries.
-	__shared__ int dq[kWgP], xq[kWgP];
+	// 2^31 entries.  GATE: dq the pooled tensors' offset at channel 0, dwin
+	// the pixel's position in its window (4: a row or column the pool
+	// dropped).
+	__shared__ int dq[kWgP], xq[kWgP], dwin[kWgP];
 	int to = gridDim.y, tc = gridDim.z / 3, o0 = blockIdx.y * kWgO, c0 = blockIdx.z / 3 * kWgC;
 	int ky = blockIdx.z % 3, opix = g.oh * g.ow, plane = g.h * g.w;
 	long long p0 = blockIdx.x * ppb, p1 = p0 + ppb < g.m ? p0 + ppb : g.m;
@@ -317,7 +359,13 @@ __global__ void __launch_bounds__(kCvThreads, 2) conv3_wgrad_part(const T *x, co
 		if (threadIdx.x < kWgP) {
 			long long p = p0 + (long long)t * kWgP + threadIdx.x;
 			int n = (int)(p / opix), r = (int)(p % opix), y = r / g.ow, xx = r % g.ow;
-			dq[threadIdx.x] = p >= p1 ? -1 : NHWC ? (n * opix + r) * g.o : n * g.o * opix + r;
+			if (GATE) {
+				int ph = g.oh / 2, pw = g.ow / 2;
+				dq[threadIdx.x] = p >= p1 ? -1 : (n * g.o * ph + (y >> 1)) * pw + (xx >> 1);
+				dwin[threadIdx.x] = y < 2 * ph && xx < 2 * pw ? (y & 1) << 1 | (xx & 1) : 4;
+			} else {
+				dq[threadIdx.x] = p >= p1 ? -1 : NHWC ? (n * opix + r) * g.o : n * g.o * opix + r;
+			}
 			xq[threadIdx.x] = NHWC ? ((n * g.h + y + ky) * g.w + xx) * g.c :
 						    n * g.c * plane + (y + ky) * g.w + xx;
 		}
@@ -343,11 +391,21 @@ __global__ void __launch_bounds__(kCvThreads, 2) conv3_wgrad_part(const T *x, co
 			// a thread's pixel is fixed: dy's output channels step by 8,
 			// x's (kx, channel) by 8
 			int pi = threadIdx.x % kWgP, ol = threadIdx.x / kWgP, q = dq[pi];
-			int dbase = q + (o0 + ol) * opix, xbase = xq[pi] + (c0 + ol) * plane;
+			int xbase = xq[pi] + (c0 + ol) * plane;
+			if (GATE) {
+				int pplane = g.oh / 2 * (g.ow / 2), want = dwin[pi], dbase = q + (o0 + ol) * pplane;
 #pragma unroll
-			for (int j = 0; j < RD; j++)
-				rd[j] = q >= 0 && o0 + ol + j * (kCvThreads / kWgP) < g.o ?
-					M::op(dy[dbase + j * (kCvThreads / kWgP) * opix]) : M::zero();
+				for (int j = 0; j < RD; j++)
+					rd[j] = q >= 0 && want < 4 && o0 + ol + j * (kCvThreads / kWgP) < g.o ?
+						M::op(gated<T>(gt, dbase + j * (kCvThreads / kWgP) * pplane, want)) :
+						M::zero();
+			} else {
+				int dbase = q + (o0 + ol) * opix;
+#pragma unroll
+				for (int j = 0; j < RD; j++)
+					rd[j] = q >= 0 && o0 + ol + j * (kCvThreads / kWgP) < g.o ?
+						M::op(dy[dbase + j * (kCvThreads / kWgP) * opix]) : M::zero();
+			}
 #pragma unroll
 			for (int j = 0; j < RX; j++) {
 				// (kx, channel) = ol + 8 j: kx = j / 4, the channel ol + 8 (j % 4)
@@ -439,14 +497,14 @@ __global__ void __launch_bounds__(kCvThreads) conv3_wgrad_sum(const float *part,
 		dw[((size_t)o * c + ci) * 9 + tap] = s;
 }
 
-// How many blocks of conv3_wgrad_part<T, NHWC> the current GPU runs at once
+// How many blocks of conv3_wgrad_part<T, NHWC, GATE> the current GPU runs at once
 // (its SMs times the blocks an SM holds): the splits of the pixels fill one
 // such wave, so no SM idles through a short last one.  Asked once per
 // device and kept (cnn_cuda_conv3_wgrad_scratch asks before any launch), so
 // that a launch inside a CUDA graph's stream capture makes no query but
 // cudaGetDevice.  A device that cannot say gets 128, not kept (the launch
 // then reports what is wrong with it).
-template <typename T, bool NHWC>
+template <typename T, bool NHWC, bool GATE>
 int conv3_wgrad_slots()
 {
 	static std::atomic<long long> kept{-1};   // device << 32 | slots
@@ -459,7 +517,7 @@ int conv3_wgrad_slots()
 	if (k >= 0 && k >> 32 == dev)
 		return (int)(k & 0xffffffffLL);
 	if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-	    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, (const void *)conv3_wgrad_part<T, NHWC>,
+	    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, (const void *)conv3_wgrad_part<T, NHWC, GATE>,
 							  kCvThreads, 0) != cudaSuccess ||
 	    sms < 1 || per < 1) {
 		cudaGetLastError();
@@ -544,10 +602,11 @@ Conv3 conv3_geom(int nimg, int c, int h, int wd, int oc)
 	return g;
 }
 
-// y, or with pool (g.m the pooled windows' pixels) p and arg through ep.
+// y, or with pool (g.m the pooled windows' pixels) p and arg through ep;
+// with gt (NCHW), x's entries from the pool's tensors.
 template <typename T>
 int launch_conv3_igemm(const T *x, const T *w, const Conv3 &g, int nhwc, T *y, int pool,
-		       const PoolEp &ep, float *p, uint8_t *arg, cudaStream_t s)
+		       const PoolEp &ep, float *p, uint8_t *arg, const Gate *gt, cudaStream_t s)
 {
 	if (!g.m)
 		return 0;
@@ -555,11 +614,17 @@ int launch_conv3_igemm(const T *x, const T *w, const Conv3 &g, int nhwc, T *y, i
 	// no half-empty tiles; the pooled forward always 64
 	int bn = g.o <= 32 && !pool ? 32 : kCvBN;
 	dim3 grid((unsigned)((g.m + kCvBM - 1) / kCvBM), (unsigned)((g.o + bn - 1) / bn));
-	void (*k)(const T *, const T *, Conv3, T *, PoolEp, float *, uint8_t *) =
-		pool ? (nhwc ? conv3_igemm<T, true, kCvBN, true> : conv3_igemm<T, false, kCvBN, true>) :
-		bn == 32 ? (nhwc ? conv3_igemm<T, true, 32, false> : conv3_igemm<T, false, 32, false>) :
-			   (nhwc ? conv3_igemm<T, true, kCvBN, false> : conv3_igemm<T, false, kCvBN, false>);
-	k<<<grid, kCvThreads, 0, s>>>(x, w, g, y, ep, p, arg);
+	void (*k)(const T *, const T *, Conv3, T *, PoolEp, float *, uint8_t *, Gate) =
+		pool ? (nhwc ? conv3_igemm<T, true, kCvBN, true, false> :
+			       conv3_igemm<T, false, kCvBN, true, false>) :
+		gt ? (bn == 32 ? conv3_igemm<T, false, 32, false, true> :
+				 conv3_igemm<T, false, kCvBN, false, true>) :
+		bn == 32 ? (nhwc ? conv3_igemm<T, true, 32, false, false> :
+				   conv3_igemm<T, false, 32, false, false>) :
+			   (nhwc ? conv3_igemm<T, true, kCvBN, false, false> :
+				   conv3_igemm<T, false, kCvBN, false, false>);
+	Gate none = { NULL, NULL, NULL };
+	k<<<grid, kCvThreads, 0, s>>>(x, w, g, y, ep, p, arg, gt ? *gt : none);
 	cudaCheck(cudaGetLastError());
 	return 0;
 }
@@ -572,7 +637,7 @@ int launch_conv3_fwd(const T *x, const T *w, int nimg, int c, int h, int wd, int
 	    tc_device("cnn_cuda_conv3_fwd") != 1)
 		return -1;
 	return launch_conv3_igemm(x, w, conv3_geom(nimg, c, h, wd, oc), nhwc, y, 0, pool_ep(NULL),
-				  (float *)NULL, (uint8_t *)NULL, s);
+				  (float *)NULL, (uint8_t *)NULL, (const Gate *)NULL, s);
 }
 
 // The forward with the pool in its epilogue: only the pixels of whole 2x2
@@ -586,44 +651,48 @@ int launch_conv3_fwd_pool(const T *x, const T *w, int nimg, int c, int h, int wd
 		return -1;
 	Conv3 g = conv3_geom(nimg, c, h, wd, oc);
 	g.m = (long long)nimg * (g.oh / 2) * (g.ow / 2) * 4;
-	return launch_conv3_igemm(x, w, g, nhwc, (T *)NULL, 1, pool_ep(ep), p, arg, s);
+	return launch_conv3_igemm(x, w, g, nhwc, (T *)NULL, 1, pool_ep(ep), p, arg, (const Gate *)NULL,
+				  s);
 }
 
 // dx = the "full" convolution of dy with the flipped, transposed weights:
 // input oc channels of (h-2) x (w-2) padded by 2, output c channels of h x w;
 // the weights packed [tap][o][c] (conv3_pack's wb), the GEMM's outputs (the
-// input channels c) consecutive.
+// input channels c) consecutive.  With gt (NCHW), dy from the pool's
+// tensors (call names the caller).
 template <typename T>
 int launch_conv3_dgrad(const T *dy, const T *w, int nimg, int c, int h, int wd, int oc, int nhwc,
-		       T *dx, cudaStream_t s)
+		       T *dx, const Gate *gt, const char *call, cudaStream_t s)
 {
-	if (!conv3_args("cnn_cuda_conv3_dgrad", nimg, c, h, wd, oc) ||
-	    tc_device("cnn_cuda_conv3_dgrad") != 1)
+	if (!conv3_args(call, nimg, c, h, wd, oc) || tc_device(call) != 1)
 		return -1;
 	Conv3 g;
 	g.c = oc, g.h = h - 2, g.w = wd - 2, g.o = c, g.oh = h, g.ow = wd, g.pad = 2, g.flip = 1;
 	g.wo = 1, g.wc = c, g.wy = 3 * oc * c, g.wx = oc * c;
 	g.m = (long long)nimg * h * wd;
 	return launch_conv3_igemm(dy, w, g, nhwc, dx, 0, pool_ep(NULL), (float *)NULL,
-				  (uint8_t *)NULL, s);
+				  (uint8_t *)NULL, gt, s);
 }
 
+// With gt (NCHW), dy from the pool's tensors (call names the caller).
 template <typename T>
 int launch_conv3_wgrad(const T *x, const T *dy, int nimg, int c, int h, int wd, int oc, int nhwc,
-		       float *scratch, float *dw, cudaStream_t s)
+		       float *scratch, float *dw, const Gate *gt, const char *call, cudaStream_t s)
 {
-	if (!conv3_args("cnn_cuda_conv3_wgrad", nimg, c, h, wd, oc) ||
-	    tc_device("cnn_cuda_conv3_wgrad") != 1)
+	if (!conv3_args(call, nimg, c, h, wd, oc) || tc_device(call) != 1)
 		return -1;
 	Conv3 g = conv3_geom(nimg, c, h, wd, oc);
 	int to = (oc + kWgO - 1) / kWgO, tc = (c + kWgC - 1) / kWgC;
-	int slots = nhwc ? conv3_wgrad_slots<T, true>() : conv3_wgrad_slots<T, false>();
+	int slots = gt ? conv3_wgrad_slots<T, false, true>() :
+		    nhwc ? conv3_wgrad_slots<T, true, false>() : conv3_wgrad_slots<T, false, false>();
 	long long ppb = conv3_wgrad_ppb(g.m, slots, to * tc * 3);
 	int splits = (int)((g.m + ppb - 1) / ppb);
 	if (splits) {   // no images: the sum of no splits, zeros
-		void (*k)(const T *, const T *, Conv3, long long, float *) =
-			nhwc ? conv3_wgrad_part<T, true> : conv3_wgrad_part<T, false>;
-		k<<<dim3(splits, to, tc * 3), kCvThreads, 0, s>>>(x, dy, g, ppb, scratch);
+		void (*k)(const T *, const T *, Conv3, long long, float *, Gate) =
+			gt ? conv3_wgrad_part<T, false, true> :
+			nhwc ? conv3_wgrad_part<T, true, false> : conv3_wgrad_part<T, false, false>;
+		Gate none = { NULL, NULL, NULL };
+		k<<<dim3(splits, to, tc * 3), kCvThreads, 0, s>>>(x, dy, g, ppb, scratch, gt ? *gt : none);
 		cudaCheck(cudaGetLastError());
 	}
 	size_t per = (size_t)to * tc * kWgO * kWgK;
@@ -643,12 +712,13 @@ extern "C" size_t cnn_cuda_conv3_wgrad_scratch(int nimg, int c, int h, int wd, i
 {
 	if (nimg < 1 || c < 1 || h < 3 || wd < 3 || oc < 1)
 		return 0;
-	// the most splits any launch for up to nimg images makes, in any type
-	// and layout (conv3_wgrad_ppb)
+	// the most splits any launch for up to nimg images makes, in any type,
+	// layout and input (conv3_wgrad_ppb)
 	long long m = (long long)nimg * (h - 2) * (wd - 2), tiles = 3LL * ((oc + kWgO - 1) / kWgO) *
 		((c + kWgC - 1) / kWgC);
-	int slots[] = {conv3_wgrad_slots<float, false>(), conv3_wgrad_slots<float, true>(),
-		       conv3_wgrad_slots<bf16, false>(), conv3_wgrad_slots<bf16, true>()};
+	int slots[] = {conv3_wgrad_slots<float, false, false>(), conv3_wgrad_slots<float, true, false>(),
+		       conv3_wgrad_slots<float, false, true>(), conv3_wgrad_slots<bf16, false, false>(),
+		       conv3_wgrad_slots<bf16, true, false>(), conv3_wgrad_slots<bf16, false, true>()};
 	long long want = 1;
 	for (int v : slots)
 		want = v / tiles > want ? v / tiles : want;
@@ -684,14 +754,16 @@ extern "C" int cnn_cuda_conv3_fwd_pool_tf32(const float *x, const float *w, int 
 extern "C" int cnn_cuda_conv3_dgrad_tf32(const float *dy, const float *w, int nimg, int c, int h,
 					 int wd, int oc, int nhwc, float *dx, cudaStream_t s)
 {
-	return launch_conv3_dgrad(dy, w, nimg, c, h, wd, oc, nhwc, dx, s);
+	return launch_conv3_dgrad(dy, w, nimg, c, h, wd, oc, nhwc, dx, (const Gate *)NULL,
+				  "cnn_cuda_conv3_dgrad", s);
 }
 
 extern "C" int cnn_cuda_conv3_wgrad_tf32(const float *x, const float *dy, int nimg, int c, int h,
 					 int wd, int oc, int nhwc, float *scratch, float *dw,
 					 cudaStream_t s)
 {
-	return launch_conv3_wgrad(x, dy, nimg, c, h, wd, oc, nhwc, scratch, dw, s);
+	return launch_conv3_wgrad(x, dy, nimg, c, h, wd, oc, nhwc, scratch, dw, (const Gate *)NULL,
+				  "cnn_cuda_conv3_wgrad", s);
 }
 
 extern "C" int cnn_cuda_conv3_fwd_bf16(const cnn_bf16 *x, const cnn_bf16 *w, int nimg, int c,
@@ -712,12 +784,50 @@ extern "C" int cnn_cuda_conv3_dgrad_bf16(const cnn_bf16 *dy, const cnn_bf16 *w, 
 					 int h, int wd, int oc, int nhwc, cnn_bf16 *dx,
 					 cudaStream_t s)
 {
-	return launch_conv3_dgrad(B(dy), B(w), nimg, c, h, wd, oc, nhwc, B(dx), s);
+	return launch_conv3_dgrad(B(dy), B(w), nimg, c, h, wd, oc, nhwc, B(dx), (const Gate *)NULL,
+				  "cnn_cuda_conv3_dgrad", s);
 }
 
 extern "C" int cnn_cuda_conv3_wgrad_bf16(const cnn_bf16 *x, const cnn_bf16 *dy, int nimg, int c,
 					 int h, int wd, int oc, int nhwc, float *scratch, float *dw,
 					 cudaStream_t s)
 {
-	return launch_conv3_wgrad(B(x), B(dy), nimg, c, h, wd, oc, nhwc, scratch, dw, s);
+	return launch_conv3_wgrad(B(x), B(dy), nimg, c, h, wd, oc, nhwc, scratch, dw, (const Gate *)NULL,
+				  "cnn_cuda_conv3_wgrad", s);
+}
+
+extern "C" int cnn_cuda_conv3_dgrad_pool_tf32(const float *dp, const float *p, const uint8_t *arg,
+					      const float *w, int nimg, int c, int h, int wd, int oc,
+					      float *dx, cudaStream_t s)
+{
+	Gate gt = { dp, p, arg };
+	return launch_conv3_dgrad((const float *)NULL, w, nimg, c, h, wd, oc, 0, dx, &gt,
+				  "cnn_cuda_conv3_dgrad_pool", s);
+}
+
+extern "C" int cnn_cuda_conv3_wgrad_pool_tf32(const float *x, const float *dp, const float *p,
+					      const uint8_t *arg, int nimg, int c, int h, int wd,
+					      int oc, float *scratch, float *dw, cudaStream_t s)
+{
+	Gate gt = { dp, p, arg };
+	return launch_conv3_wgrad(x, (const float *)NULL, nimg, c, h, wd, oc, 0, scratch, dw, &gt,
+				  "cnn_cuda_conv3_wgrad_pool", s);
+}
+
+extern "C" int cnn_cuda_conv3_dgrad_pool_bf16(const float *dp, const float *p, const uint8_t *arg,
+					      const cnn_bf16 *w, int nimg, int c, int h, int wd,
+					      int oc, cnn_bf16 *dx, cudaStream_t s)
+{
+	Gate gt = { dp, p, arg };
+	return launch_conv3_dgrad((const bf16 *)NULL, B(w), nimg, c, h, wd, oc, 0, B(dx), &gt,
+				  "cnn_cuda_conv3_dgrad_pool", s);
+}
+
+extern "C" int cnn_cuda_conv3_wgrad_pool_bf16(const cnn_bf16 *x, const float *dp, const float *p,
+					      const uint8_t *arg, int nimg, int c, int h, int wd,
+					      int oc, float *scratch, float *dw, cudaStream_t s)
+{
+	Gate gt = { dp, p, arg };
+	return launch_conv3_wgrad(B(x), (const bf16 *)NULL, nimg, c, h, wd, oc, 0, scratch, dw, &gt,
+				  "cnn_cuda_conv3_wgrad_pool", s);
 }

@@ -188,6 +188,13 @@ int cnn_cuda_conv1_wgrad_bf16(const cnn_bf16 *x, const cnn_bf16 *dy, const cnn_b
  *          with ep (its bias, ReLU, dropout and bf16 copy), the same bits,
  *          without y in memory
  *   dgrad: dx (nimg x c x h x w) from dy (nimg x oc x (h-2) x (w-2)) and wb
+ *   dgrad_pool, wgrad_pool: dgrad and wgrad (NCHW) with dy the pool's
+ *          backward, read from the pool's tensors where the calls read dy:
+ *          the pooled gradient dp, the pool's output p and arg (nimg x oc
+ *          x (h-2)/2 x (w-2)/2, NCHW), dy at each pixel dp's entry where p
+ *          > 0 and arg names the pixel, else 0, as
+ *          cnn_cuda_maxpool2_relu_bwd[_bf16] stores it: the same bits as
+ *          that kernel then dgrad or wgrad, without dy in memory
  *   wgrad: dw (fp32 OIHW in every layout, overwritten) from x and dy; the
  *          blocks' partial sums go to scratch (cnn_cuda_conv3_wgrad_scratch
  *          floats, for up to nimg images and any fewer) and are added in a
@@ -195,7 +202,7 @@ int cnn_cuda_conv1_wgrad_bf16(const cnn_bf16 *x, const cnn_bf16 *dy, const cnn_b
  *          fills one wave of its SMs).
  * y and dx are stored in the operands' type (float, or bf16 rounded to
  * nearest even, as cuDNN stores its output).
- * fwd, fwd_pool, dgrad and wgrad need compute capability 8.0 or newer (TF32 and bf16
+ * Every call but pack needs compute capability 8.0 or newer (TF32 and bf16
  * wmma) and refuse an older GPU; cnn_cuda_tensor_cores says whether the
  * current one is: 1, 0, or -1 where CUDA cannot say. */
 int cnn_cuda_tensor_cores(void);
@@ -210,6 +217,12 @@ int cnn_cuda_conv3_dgrad_tf32(const float *dy, const float *wb, int nimg, int c,
 size_t cnn_cuda_conv3_wgrad_scratch(int nimg, int c, int h, int wd, int oc);
 int cnn_cuda_conv3_wgrad_tf32(const float *x, const float *dy, int nimg, int c, int h, int wd,
 			      int oc, int nhwc, float *scratch, float *dw, cudaStream_t s);
+int cnn_cuda_conv3_dgrad_pool_tf32(const float *dp, const float *p, const uint8_t *arg,
+				   const float *wb, int nimg, int c, int h, int wd, int oc, float *dx,
+				   cudaStream_t s);
+int cnn_cuda_conv3_wgrad_pool_tf32(const float *x, const float *dp, const float *p,
+				   const uint8_t *arg, int nimg, int c, int h, int wd, int oc,
+				   float *scratch, float *dw, cudaStream_t s);
 int cnn_cuda_conv3_pack_bf16(const float *w, int oc, int c, cnn_bf16 *wf, cnn_bf16 *wb,
 			     cudaStream_t s);
 int cnn_cuda_conv3_fwd_bf16(const cnn_bf16 *x, const cnn_bf16 *wf, int nimg, int c, int h, int wd,
@@ -221,6 +234,12 @@ int cnn_cuda_conv3_dgrad_bf16(const cnn_bf16 *dy, const cnn_bf16 *wb, int nimg, 
 			      int wd, int oc, int nhwc, cnn_bf16 *dx, cudaStream_t s);
 int cnn_cuda_conv3_wgrad_bf16(const cnn_bf16 *x, const cnn_bf16 *dy, int nimg, int c, int h,
 			      int wd, int oc, int nhwc, float *scratch, float *dw, cudaStream_t s);
+int cnn_cuda_conv3_dgrad_pool_bf16(const float *dp, const float *p, const uint8_t *arg,
+				   const cnn_bf16 *wb, int nimg, int c, int h, int wd, int oc,
+				   cnn_bf16 *dx, cudaStream_t s);
+int cnn_cuda_conv3_wgrad_pool_bf16(const cnn_bf16 *x, const float *dp, const float *p,
+				   const uint8_t *arg, int nimg, int c, int h, int wd, int oc,
+				   float *scratch, float *dw, cudaStream_t s);
 
 /* bf16 storage, float math (see the top of this file). */
 int cnn_cuda_bias_relu_bf16(cnn_bf16 *y, const float *b, int nimg, int oc, int n, cudaStream_t s);

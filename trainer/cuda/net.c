@@ -661,11 +661,25 @@ static int conv2_forward(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int
 	return maxpool(g, nh, n, train);
 }
 
-/* conv2's backward-data, da2 into da1, on s. */
+/* Whether conv2's output gradient da2 is written (maxpool_relu_bwd): for
+ * cuDNN's calls, and for the tensor-core kernels in NHWC; in NCHW those
+ * read the pool's backward from dp, p and arg themselves. */
+static int needs_da2(const struct cnn_gnet_algos *a)
+{
+	return a->nhwc || (a->direct2 & 6) != 6;
+}
+
+/* conv2's backward-data, da2 into da1, on s; direct in NCHW, from the
+ * pool's tensors (no da2). */
 static int conv2_dgrad(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int n, int direct)
 {
 	const struct cnn_model *M = &g->m;
 	int nh = a->nhwc;
+	if (direct && !nh)
+		return bf(g) ? cnn_cuda_conv3_dgrad_pool_bf16(g->dp, g->p, g->arg, c2w(g, 1), n, M->c1,
+							      M->h1, M->w1, M->c2, g->da1, g->s) :
+			       cnn_cuda_conv3_dgrad_pool_tf32(g->dp, g->p, g->arg, c2w(g, 1), n, M->c1,
+							      M->h1, M->w1, M->c2, g->da1, g->s);
 	if (direct)
 		return bf(g) ? cnn_cuda_conv3_dgrad_bf16(g->da2, c2w(g, 1), n, M->c1, M->h1, M->w1,
 							 M->c2, nh, g->da1, g->s) :
@@ -680,7 +694,8 @@ static int conv2_dgrad(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int n
 
 /* conv2's weight gradient (not its bias's) on stream w (0 s, 1 sw):
  * cuDNN's, or (direct) the tensor-core kernels, which write the fp32 OIHW
- * gradient themselves in every layout and precision. */
+ * gradient themselves in every layout and precision, and in NCHW read the
+ * pool's tensors in place of da2. */
 static int conv2_wgrad(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int n, int w, int direct)
 {
 	const struct cnn_model *M = &g->m;
@@ -688,6 +703,11 @@ static int conv2_wgrad(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int n
 		return cudnn_filter(g, a, 1, w, g->t1, g->a1, g->t2, g->da2, M->t[P_W1].n);
 	float *dw = g->grads + M->t[P_W2].off;
 	cudaStream_t s = w ? g->sw : g->s;
+	if (!a->nhwc)
+		return bf(g) ? cnn_cuda_conv3_wgrad_pool_bf16(g->a1, g->dp, g->p, g->arg, n, M->c1, M->h1,
+							      M->w1, M->c2, g->c2s, dw, s) :
+			       cnn_cuda_conv3_wgrad_pool_tf32(g->a1, g->dp, g->p, g->arg, n, M->c1, M->h1,
+							      M->w1, M->c2, g->c2s, dw, s);
 	return bf(g) ? cnn_cuda_conv3_wgrad_bf16(g->a1, g->da2, n, M->c1, M->h1, M->w1, M->c2, a->nhwc,
 						 g->c2s, dw, s) :
 		       cnn_cuda_conv3_wgrad_tf32(g->a1, g->da2, n, M->c1, M->h1, M->w1, M->c2, a->nhwc,
@@ -896,6 +916,7 @@ int cnn_gnet_forward(struct cnn_gnet *g, int n, int train, float scale_n)
  *   s:  nll' -+- dh = dl W4, relu' -+- dp = dh W3, pool' -+- conv2 data', relu' + db1, conv1 filter' -+- join
  *   sw:       +- dW4, db4           +- dW3, db3 [FC]      +- db2 (from dp), conv2 filter' -----------+
  *
+ * (pool' writes da2 only where a call reads it: needs_da2.)
  * Nothing s writes after a fork is read by sw: each buffer sw reads is
  * written once per step, before the fork that hands it over, and the next
  * step's writes wait for the join (and with a graph for the whole replay).
@@ -933,7 +954,7 @@ int cnn_gnet_backward(struct cnn_gnet *g, int n,
 	 * flows back through the ReLU, the pool and the mask. */
 	int nh = a->nhwc;
 	if (linear_bwd_x(g, n, M->flat, W(g, P_W3), M->hidden, dh, g->dp, s1) < 0 ||
-	    maxpool_relu_bwd(g, nh, n) < 0 || fork_w(g, 2) < 0 ||
+	    (needs_da2(a) && maxpool_relu_bwd(g, nh, n) < 0) || fork_w(g, 2) < 0 ||
 	    bias_grad(g, nh, 1, n, G + M->t[P_B2].off, g->bgs + g->bgs_off, g->sw) < 0 ||
 	    conv2_wgrad(g, a, n, 1, a->direct2 & 4) < 0 || conv2_dgrad(g, a, n, a->direct2 & 2) < 0 ||
 	    conv1_backward(g, a, n, a->direct1 & 2) < 0 || join_w(g) < 0)
