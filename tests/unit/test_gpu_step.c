@@ -20,6 +20,7 @@
 #include "comm.h"
 #include "data.h"
 #include "golden.h"
+#include "cuda/net.h"
 #include "gpu.h"
 #include "model.h"
 #include "ops.h"
@@ -871,8 +872,38 @@ static void test_conv2_direct_refused(const struct cudaDeviceProp *prop)
 	cnn_model_free(&m);
 }
 
+/* --conv2 auto's choice for conv2's backward pair in NCHW: the
+ * tensor-core kernels read the pool's tensors, a cuDNN call needs the
+ * pool's backward written first, so the pair goes together (a choice per
+ * call would take cuDNN's backward-data in the second case and pay the
+ * pool's backward for it). */
+static void test_pick_conv2_bwd(void)
+{
+	static const struct {
+		float dg[2], wg[2], pool;
+		int want;
+		const char *what;
+	} c[] = {
+		{ { 1.0f, 0.5f }, { 1.0f, 0.6f }, 0.2f, 6, "both calls faster direct: both direct" },
+		{ { 0.5f, 0.6f }, { 1.0f, 0.5f }, 0.3f, 6,
+		  "backward-data 0.1 ms slower direct, the pool's backward 0.3 ms: both direct" },
+		{ { 0.5f, 0.6f }, { 1.0f, 0.5f }, 0.05f, 4,
+		  "the same with the pool's backward 0.05 ms: backward-data by cuDNN" },
+		{ { 1.0f, 0.2f }, { 0.2f, 1.0f }, 0.1f, 2, "backward-filter far faster by cuDNN: it alone by cuDNN" },
+		{ { 0.2f, 1.0f }, { 0.2f, 1.0f }, 0.1f, 0, "both far faster by cuDNN: both cuDNN" },
+	};
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		float ms[3][2] = { { 1.f, 1.f }, { c[i].dg[0], c[i].dg[1] }, { c[i].wg[0], c[i].wg[1] } };
+		int got = cnn_gnet_pick_conv2_bwd((const float (*)[2])ms, c[i].pool);
+		char d[200];
+		snprintf(d, sizeof(d), "conv2 auto, NCHW: %s (bits %d)", c[i].what, got);
+		test_cond(d, got == c[i].want);
+	}
+}
+
 int main(void)
 {
+	test_pick_conv2_bwd();
 	/* the bf16 arithmetic the GPU's bf16 step does, against the golden
 	 * file, on the CPU: runs everywhere; first without its roundings, where
 	 * it must be the fp32 step (test_gpu_step's: its cuemu build has the

@@ -775,15 +775,32 @@ static int conv1_backward(struct cnn_gnet *g, const struct cnn_gnet_algos *a, in
 					    nh, g->c1s, dw, db, g->s);
 }
 
+int cnn_gnet_pick_conv2_bwd(const float ms[3][2], float pool_bwd)
+{
+	int best = 6;
+	float least = ms[1][1] + ms[2][1];
+	for (int bits = 0; bits < 6; bits += 2) {   /* 0, 2, 4: a cuDNN call or two */
+		float t = ms[1][(bits >> 1) & 1] + ms[2][(bits >> 2) & 1] + pool_bwd;
+		if (t < least) {
+			least = t;
+			best = bits;
+		}
+	}
+	return best;
+}
+
 /* One call of a convolution by cuDNN or the project's kernels: conv1's
  * (layer 0) forward or weight gradient (calls 0, 1), conv2's (layer 1)
  * forward (with the pool and dropout, which the direct kernel fuses),
- * backward-data or backward-filter (0, 1, 2). */
+ * backward-data or backward-filter (0, 1, 2); "layer" 2, the pool's
+ * backward into da2 (call 0, direct ignored). */
 static int conv_call(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int layer, int call,
 		     int direct)
 {
 	if (!layer)
 		return call ? conv1_backward(g, a, a->n, direct) : conv1_forward(g, a, a->n, direct);
+	if (layer == 2)
+		return maxpool_relu_bwd(g, a->nhwc, a->n);
 	return call == 0 ? conv2_forward(g, a, a->n, direct, 1) :
 	       call == 1 ? conv2_dgrad(g, a, a->n, direct) : conv2_wgrad(g, a, a->n, 0, direct);
 }
@@ -804,8 +821,9 @@ static int time_call(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int lay
 {
 	cudaEvent_t ev[2] = { NULL, NULL };
 	int rv = -1;
+	const char *what = layer == 2 ? "the pool's backward" : layer ? "conv2" : "conv1";
 	if (cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess) {
-		snprintf(g->err, sizeof(g->err), "timing conv%d: cudaEventCreate failed", layer + 1);
+		snprintf(g->err, sizeof(g->err), "timing %s: cudaEventCreate failed", what);
 		goto out;
 	}
 	for (int i = 0; i < CNN_TIME_WARMUP + CNN_TIME_RUNS; i++) {
@@ -816,7 +834,7 @@ static int time_call(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int lay
 	}
 	if (cudaEventRecord(ev[1], g->s) != cudaSuccess || cudaEventSynchronize(ev[1]) != cudaSuccess ||
 	    cudaEventElapsedTime(ms, ev[0], ev[1]) != cudaSuccess) {
-		snprintf(g->err, sizeof(g->err), "timing conv%d: %s", layer + 1,
+		snprintf(g->err, sizeof(g->err), "timing %s: %s", what,
 			 cudaGetErrorString(cudaGetLastError()));
 		goto out;
 	}
@@ -850,6 +868,13 @@ static int choose_conv(struct cnn_gnet *g, struct cnn_gnet_algos *a, int layer, 
 			if (time_call(g, a, layer, call, d, &ms[call][d]) < 0)
 				return -1;
 		*direct |= ms[call][1] < ms[call][0] ? 1 << call : 0;
+	}
+	/* conv2 in NCHW: its backward pair together, with the pool's
+	 * backward that only a cuDNN call needs (needs_da2) */
+	if (layer == 1 && !a->nhwc) {
+		if (time_call(g, a, 2, 0, 0, &a->ms_da2) < 0)
+			return -1;
+		*direct = (*direct & 1) | cnn_gnet_pick_conv2_bwd((const float (*)[2])ms, a->ms_da2);
 	}
 	return 0;
 }
@@ -989,6 +1014,10 @@ static int describe_conv(const struct cnn_gnet *g, char *buf, size_t len, int k,
 				      names[layer][c], d ? "direct" : "cuDNN", ms[d],
 				      d ? "cuDNN" : "direct", ms[!d]);
 		}
+		/* NCHW: the pool's backward, which only cuDNN's calls need */
+		if (layer && a->ms_da2 > 0.f && k >= 0 && (size_t)k < len)
+			k += snprintf(buf + k, len - k, ", pool backward %.3f ms (%s)", a->ms_da2,
+				      (direct & 6) == 6 ? "skipped" : "run");
 	}
 	return k;
 }
