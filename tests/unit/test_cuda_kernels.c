@@ -858,6 +858,48 @@ static void test_conv3_pool_bwd(const void *dX, const void *dWB, int nimg, int c
 	test_cond(d, !memcmp(gdw[0], gdw[1], nw * 4));
 	if (memcmp(gdw[0], gdw[1], nw * 4))
 		compare("conv3_wgrad_pool", gdw[0], gdw[1], nw, T_EXACT);
+
+	/* conv1's weight gradient in the backward-data's epilogue
+	 * (cnn_cuda_conv3_dgrad_conv1), against cnn_cuda_conv1_wgrad (its
+	 * own twin test above) on the dx dgrad_pool wrote: conv1's input x1
+	 * one channel of (h+2) x (w+2), its output a1 (the gate) c x h x w */
+	size_t nx1 = (size_t)nimg * (h + 2) * (w + 2), n1 = (size_t)c * 9;
+	size_t s1 = cnn_cuda_conv1_wgrad_scratch(nimg, h + 2, w + 2, c),
+	       s2 = cnn_cuda_conv3_dgrad_conv1_scratch(nimg, c, h, w);
+	float *x1 = malloc(nx1 * 4), *a1 = malloc(nx * 4), *r[3][2];
+	fill(x1, nx1);
+	fill(a1, nx);
+	void *dx1 = up(x1, nx1, bf16), *da1 = up(a1, nx, bf16);
+	float *dsc1 = dev(NULL, s1 * 4 + 4), *dsc2 = dev(NULL, s2 * 4 + 4), *dr[3][2];
+	for (int k = 0; k < 3; k++)
+		for (int j = 0; j < 2; j++)
+			r[k][j] = malloc(n1 * 4), dr[k][j] = dev(NULL, n1 * 4);
+	/* 0, 1: fused twice (the same bits); 2: conv1_wgrad on dx */
+	ok = 1;
+	for (int k = 0; k < 2; k++)
+		ok &= (bf16 ? cnn_cuda_conv3_dgrad_conv1_bf16(ddp, dpv, darg, dWB, nimg, c, h, w, oc, dx1, da1,
+							      dsc2, dr[k][0], dr[k][1], NULL) :
+			      cnn_cuda_conv3_dgrad_conv1_tf32(ddp, dpv, darg, dWB, nimg, c, h, w, oc, dx1, da1,
+							      dsc2, dr[k][0], dr[k][1], NULL)) == 0;
+	ok &= (bf16 ? cnn_cuda_conv1_wgrad_bf16(dx1, dDX[0], da1, nimg, h + 2, w + 2, c, 0, dsc1, dr[2][0],
+						dr[2][1], NULL) :
+		      cnn_cuda_conv1_wgrad(dx1, dDX[0], da1, nimg, h + 2, w + 2, c, 0, dsc1, dr[2][0],
+					   dr[2][1], NULL)) == 0;
+	for (int k = 0; k < 3; k++)
+		for (int j = 0; j < 2; j++)
+			back(r[k][j], dr[k][j], n1 / (j ? 9 : 1) * 4);
+	snprintf(d, sizeof(d), "conv3_dgrad_conv1%s launches (%zu floats of scratch)", sh, s2);
+	test_cond(d, ok);
+	snprintf(d, sizeof(d), "... conv1's weight and bias gradients equal conv1_wgrad on "
+		 "conv3_dgrad_pool's dx (biassum tolerance), the same bits twice");
+	test_cond(d, compare("conv1 dw", r[0][0], r[2][0], n1, T_BIASSUM) == 0 &&
+		     compare("conv1 db", r[0][1], r[2][1], c, T_BIASSUM) == 0 &&
+		     !memcmp(r[0][0], r[1][0], n1 * 4) && !memcmp(r[0][1], r[1][1], c * 4));
+	for (int k = 0; k < 3; k++)
+		for (int j = 0; j < 2; j++)
+			cudaFree(dr[k][j]), free(r[k][j]);
+	cudaFree(dx1), cudaFree(da1), cudaFree(dsc1), cudaFree(dsc2);
+	free(x1), free(a1);
 	for (int k = 0; k < 2; k++)
 		cudaFree(dDX[k]), cudaFree(ddw[k]), free(got[k]), free(gdw[k]);
 	cudaFree(ddp), cudaFree(dpv), cudaFree(darg), cudaFree(dDY);

@@ -971,12 +971,14 @@ int main(void)
 	else
 		test_skip("bf16 nhwc conv1 direct golden step", "this GPU has no bf16 tensor cores (sm_80+)");
 	/* conv2 by each: the tensor-core kernels (TF32, bf16; either layout)
-	 * and cuDNN (auto times them) */
-	struct stepper tf32d2 = { .name = "tf32 conv2 direct", .tol = "tf32", .prec = CNN_PREC_TF32, .conv2 = CNN_CONV_DIRECT };
+	 * and cuDNN (auto times them); in NCHW with conv1 by cuDNN (which
+	 * reads the da1 conv2's backward-data writes) and by its direct
+	 * kernels (whose weight gradient rides on conv2's backward-data) */
+	struct stepper tf32d2 = { .name = "tf32 conv2 direct, conv1 cudnn", .tol = "tf32", .prec = CNN_PREC_TF32, .conv1 = CNN_CONV_CUDNN, .conv2 = CNN_CONV_DIRECT };
 	struct stepper tf32hd2 = { .name = "tf32 nhwc conv2 direct two streams", .tol = "tf32", .prec = CNN_PREC_TF32, .layout = CNN_LAYOUT_NHWC, .streams = 2, .conv2 = CNN_CONV_DIRECT };
 	struct stepper tf32c2 = { .name = "tf32 conv2 cudnn", .tol = "tf32", .prec = CNN_PREC_TF32, .conv2 = CNN_CONV_CUDNN };
 	struct stepper bfhd2 = { .name = "bf16 nhwc conv2 direct", .tol = "bf16", .prec = CNN_PREC_BF16, .layout = CNN_LAYOUT_NHWC, .conv2 = CNN_CONV_DIRECT };
-	struct stepper bfd2 = { .name = "bf16 conv2 direct", .tol = "bf16", .prec = CNN_PREC_BF16, .conv2 = CNN_CONV_DIRECT };
+	struct stepper bfd2 = { .name = "bf16 conv1 and conv2 direct", .tol = "bf16", .prec = CNN_PREC_BF16, .conv1 = CNN_CONV_DIRECT, .conv2 = CNN_CONV_DIRECT };
 	if (tc) {
 		test_golden(&tf32d2);
 		test_golden(&tf32hd2);

@@ -133,6 +133,16 @@ __device__ __forceinline__ T gated(const Gate &gt, int q, int want)
 	return t;
 }
 
+// conv1's weight gradient on conv2's backward-data (C1): x conv1's input
+// (one channel, (oh + 2) x (ow + 2) of the backward-data's oh x ow), y
+// conv1's output a1 (NCHW, the ReLU's gate), part its partial sums
+// [o][block][10] (9 weights, the bias) for cnn_cuda_conv1_wgrad_sum.
+template <typename T>
+struct C1Args {
+	const T *x, *y;
+	float *part;
+};
+
 // With POOL, the forward with conv2's pool in its epilogue (bias, ReLU,
 // 2x2 max-pool, dropout: pool_window, as maxpool2_fwd applies them to y):
 // the tile's pixels run window by window (the 4 pixels of a 2x2 window
@@ -141,12 +151,18 @@ __device__ __forceinline__ T gated(const Gate &gt, int q, int want)
 // conv2's output never goes to memory (151 MB written and read back per
 // TF32 step at batch 1024).
 // With GATE (NCHW only: the backward-data), x is not read: its entries
-// come from gt.
-template <typename T, bool NHWC, int BN, bool POOL, bool GATE>
+// come from gt.  With C1 (NCHW, the backward-data), y (conv1's output
+// gradient) is not written: the block adds, for each of its channels,
+// conv1's 9 weight and 1 bias gradient terms over its 128 pixels where
+// conv1's output is > 0 (the ReLU's backward; each pixel's sum as stored
+// in T, as conv1_wgrad reads it back) into c1.part, in a fixed order: 4
+// pixels a thread, then its warp's 32 threads in lane order.
+template <typename T, bool NHWC, int BN, bool POOL, bool GATE, bool C1>
 __global__ void __launch_bounds__(kCvThreads, 2) conv3_igemm(const T *x, const T *wt, Conv3 g, T *y,
-							     PoolEp ep, float *p, uint8_t *arg, Gate gt)
+							     PoolEp ep, float *p, uint8_t *arg, Gate gt,
+							     C1Args<T> c1)
 {
-	static_assert(!(NHWC && GATE), "the gated input is NCHW");
+	static_assert(!(NHWC && GATE) && !(NHWC && C1), "the gated input and conv1's gradient are NCHW");
 #if CNN_TC
 	typedef Mma<T> M;
 	typedef typename std::conditional<NHWC, wmma::row_major, wmma::col_major>::type LayA;
@@ -163,6 +179,9 @@ __global__ void __launch_bounds__(kCvThreads, 2) conv3_igemm(const T *x, const T
 		      kCvBK * BN % kCvThreads == 0, "conv3_igemm's tile and its threads");
 	__shared__ __align__(128) unsigned char smem[SAB > SC ? SAB : SC];
 	__shared__ int pn[kCvBM], py[kCvBM], px[kCvBM];   // the tile's pixels; pn -1 past the end
+	// C1: each warp's lanes' 10 sums of one channel (11 apart: no two lanes
+	// of a store on one bank)
+	__shared__ float red[C1 ? kCvThreads * 11 : 1];
 	T *As = reinterpret_cast<T *>(smem), *Bs = As + SA;
 	float *Cs = reinterpret_cast<float *>(smem);
 	long long m0 = (long long)blockIdx.x * kCvBM;
@@ -291,6 +310,50 @@ __global__ void __launch_bounds__(kCvThreads, 2) conv3_igemm(const T *x, const T
 								      Cs[oi * LC + 4 * wi + k]);
 			size_t i = ((size_t)n * g.o + o) * wins + py[4 * wi] / 2 * pw + px[4 * wi] / 2;
 			pool_window<T>(v, ep, key, ep.b ? ep.b[o] : 0.f, i, p + i, arg + i);
+		}
+	} else if (C1) {
+		int lane = threadIdx.x % 32, warp = threadIdx.x / 32, xw = g.ow + 2;
+		// warp w's channels w, w + 8, ..., 4 at a time
+		for (int k0 = 0; k0 < BN / 8; k0 += 4) {
+			float sum[4][10];
+			for (int k = 0; k < 4; k++)
+				for (int j = 0; j < 10; j++)
+					sum[k][j] = 0.f;
+			for (int mi = lane; mi < kCvBM; mi += 32) {
+				int n = pn[mi];
+				if (n < 0)
+					continue;
+				const T *xi = c1.x + ((size_t)n * (g.oh + 2) + py[mi]) * xw + px[mi];
+				float xv[9];
+#pragma unroll
+				for (int t = 0; t < 9; t++)
+					xv[t] = ld(xi + t / 3 * xw + t % 3);
+#pragma unroll
+				for (int k = 0; k < 4; k++) {
+					int oi = warp + 8 * (k0 + k), o = o0 + oi;
+					if (o >= g.o ||
+					    !(ld(c1.y + (((size_t)n * g.o + o) * g.oh + py[mi]) * g.ow + px[mi]) > 0.f))
+						continue;
+					float v = stored_as((const T *)0, Cs[oi * LC + mi]);
+#pragma unroll
+					for (int t = 0; t < 9; t++)
+						sum[k][t] += v * xv[t];
+					sum[k][9] += v;
+				}
+			}
+			for (int k = 0; k < 4; k++) {
+				for (int j = 0; j < 10; j++)
+					red[threadIdx.x * 11 + j] = sum[k][j];
+				__syncthreads();
+				int o = o0 + warp + 8 * (k0 + k);
+				if (lane < 10 && o < g.o) {
+					float t = 0.f;
+					for (int l = 0; l < 32; l++)
+						t += red[(warp * 32 + l) * 11 + lane];
+					c1.part[((size_t)o * gridDim.x + blockIdx.x) * 10 + lane] = t;
+				}
+				__syncthreads();
+			}
 		}
 	} else {
 		for (int e = threadIdx.x; e < kCvBM * BN; e += kCvThreads) {
@@ -603,10 +666,12 @@ Conv3 conv3_geom(int nimg, int c, int h, int wd, int oc)
 }
 
 // y, or with pool (g.m the pooled windows' pixels) p and arg through ep;
-// with gt (NCHW), x's entries from the pool's tensors.
+// with gt (NCHW), x's entries from the pool's tensors; with c1 (and gt),
+// conv1's partial weight gradients in place of y.
 template <typename T>
 int launch_conv3_igemm(const T *x, const T *w, const Conv3 &g, int nhwc, T *y, int pool,
-		       const PoolEp &ep, float *p, uint8_t *arg, const Gate *gt, cudaStream_t s)
+		       const PoolEp &ep, float *p, uint8_t *arg, const Gate *gt, const C1Args<T> *c1,
+		       cudaStream_t s)
 {
 	if (!g.m)
 		return 0;
@@ -614,17 +679,20 @@ int launch_conv3_igemm(const T *x, const T *w, const Conv3 &g, int nhwc, T *y, i
 	// no half-empty tiles; the pooled forward always 64
 	int bn = g.o <= 32 && !pool ? 32 : kCvBN;
 	dim3 grid((unsigned)((g.m + kCvBM - 1) / kCvBM), (unsigned)((g.o + bn - 1) / bn));
-	void (*k)(const T *, const T *, Conv3, T *, PoolEp, float *, uint8_t *, Gate) =
-		pool ? (nhwc ? conv3_igemm<T, true, kCvBN, true, false> :
-			       conv3_igemm<T, false, kCvBN, true, false>) :
-		gt ? (bn == 32 ? conv3_igemm<T, false, 32, false, true> :
-				 conv3_igemm<T, false, kCvBN, false, true>) :
-		bn == 32 ? (nhwc ? conv3_igemm<T, true, 32, false, false> :
-				   conv3_igemm<T, false, 32, false, false>) :
-			   (nhwc ? conv3_igemm<T, true, kCvBN, false, false> :
-				   conv3_igemm<T, false, kCvBN, false, false>);
+	void (*k)(const T *, const T *, Conv3, T *, PoolEp, float *, uint8_t *, Gate, C1Args<T>) =
+		pool ? (nhwc ? conv3_igemm<T, true, kCvBN, true, false, false> :
+			       conv3_igemm<T, false, kCvBN, true, false, false>) :
+		c1 ? (bn == 32 ? conv3_igemm<T, false, 32, false, true, true> :
+				 conv3_igemm<T, false, kCvBN, false, true, true>) :
+		gt ? (bn == 32 ? conv3_igemm<T, false, 32, false, true, false> :
+				 conv3_igemm<T, false, kCvBN, false, true, false>) :
+		bn == 32 ? (nhwc ? conv3_igemm<T, true, 32, false, false, false> :
+				   conv3_igemm<T, false, 32, false, false, false>) :
+			   (nhwc ? conv3_igemm<T, true, kCvBN, false, false, false> :
+				   conv3_igemm<T, false, kCvBN, false, false, false>);
 	Gate none = { NULL, NULL, NULL };
-	k<<<grid, kCvThreads, 0, s>>>(x, w, g, y, ep, p, arg, gt ? *gt : none);
+	C1Args<T> no1 = { NULL, NULL, NULL };
+	k<<<grid, kCvThreads, 0, s>>>(x, w, g, y, ep, p, arg, gt ? *gt : none, c1 ? *c1 : no1);
 	cudaCheck(cudaGetLastError());
 	return 0;
 }
@@ -637,7 +705,8 @@ int launch_conv3_fwd(const T *x, const T *w, int nimg, int c, int h, int wd, int
 	    tc_device("cnn_cuda_conv3_fwd") != 1)
 		return -1;
 	return launch_conv3_igemm(x, w, conv3_geom(nimg, c, h, wd, oc), nhwc, y, 0, pool_ep(NULL),
-				  (float *)NULL, (uint8_t *)NULL, (const Gate *)NULL, s);
+				  (float *)NULL, (uint8_t *)NULL, (const Gate *)NULL, (const C1Args<T> *)NULL,
+				  s);
 }
 
 // The forward with the pool in its epilogue: only the pixels of whole 2x2
@@ -652,17 +721,18 @@ int launch_conv3_fwd_pool(const T *x, const T *w, int nimg, int c, int h, int wd
 	Conv3 g = conv3_geom(nimg, c, h, wd, oc);
 	g.m = (long long)nimg * (g.oh / 2) * (g.ow / 2) * 4;
 	return launch_conv3_igemm(x, w, g, nhwc, (T *)NULL, 1, pool_ep(ep), p, arg, (const Gate *)NULL,
-				  s);
+				  (const C1Args<T> *)NULL, s);
 }
 
 // dx = the "full" convolution of dy with the flipped, transposed weights:
 // input oc channels of (h-2) x (w-2) padded by 2, output c channels of h x w;
 // the weights packed [tap][o][c] (conv3_pack's wb), the GEMM's outputs (the
 // input channels c) consecutive.  With gt (NCHW), dy from the pool's
-// tensors (call names the caller).
+// tensors; with c1 too, conv1's partial weight gradients in place of dx
+// (call names the caller).
 template <typename T>
 int launch_conv3_dgrad(const T *dy, const T *w, int nimg, int c, int h, int wd, int oc, int nhwc,
-		       T *dx, const Gate *gt, const char *call, cudaStream_t s)
+		       T *dx, const Gate *gt, const C1Args<T> *c1, const char *call, cudaStream_t s)
 {
 	if (!conv3_args(call, nimg, c, h, wd, oc) || tc_device(call) != 1)
 		return -1;
@@ -671,7 +741,24 @@ int launch_conv3_dgrad(const T *dy, const T *w, int nimg, int c, int h, int wd, 
 	g.wo = 1, g.wc = c, g.wy = 3 * oc * c, g.wx = oc * c;
 	g.m = (long long)nimg * h * wd;
 	return launch_conv3_igemm(dy, w, g, nhwc, dx, 0, pool_ep(NULL), (float *)NULL,
-				  (uint8_t *)NULL, gt, s);
+				  (uint8_t *)NULL, gt, c1, s);
+}
+
+// The backward-data from the pool's tensors with conv1's weight and bias
+// gradients in its epilogue: partial sums per block into scratch, then
+// cnn_cuda_conv1_wgrad_sum adds the blocks in order; da1 is not written.
+template <typename T>
+int launch_conv3_dgrad_conv1(const float *dp, const float *p, const uint8_t *arg, const T *w,
+			     int nimg, int c, int h, int wd, int oc, const T *x1, const T *a1,
+			     float *scratch, float *dw1, float *db1, cudaStream_t s)
+{
+	Gate gt = { dp, p, arg };
+	C1Args<T> c1 = { x1, a1, scratch };
+	if (launch_conv3_dgrad((const T *)NULL, w, nimg, c, h, wd, oc, 0, (T *)NULL, &gt, &c1,
+			       "cnn_cuda_conv3_dgrad_conv1", s) < 0)
+		return -1;
+	long long blocks = ((long long)nimg * h * wd + kCvBM - 1) / kCvBM;
+	return cnn_cuda_conv1_wgrad_sum(scratch, (int)blocks, c, dw1, db1, s);
 }
 
 // With gt (NCHW), dy from the pool's tensors (call names the caller).
@@ -755,7 +842,7 @@ extern "C" int cnn_cuda_conv3_dgrad_tf32(const float *dy, const float *w, int ni
 					 int wd, int oc, int nhwc, float *dx, cudaStream_t s)
 {
 	return launch_conv3_dgrad(dy, w, nimg, c, h, wd, oc, nhwc, dx, (const Gate *)NULL,
-				  "cnn_cuda_conv3_dgrad", s);
+				  (const C1Args<float> *)NULL, "cnn_cuda_conv3_dgrad", s);
 }
 
 extern "C" int cnn_cuda_conv3_wgrad_tf32(const float *x, const float *dy, int nimg, int c, int h,
@@ -785,7 +872,7 @@ extern "C" int cnn_cuda_conv3_dgrad_bf16(const cnn_bf16 *dy, const cnn_bf16 *w, 
 					 cudaStream_t s)
 {
 	return launch_conv3_dgrad(B(dy), B(w), nimg, c, h, wd, oc, nhwc, B(dx), (const Gate *)NULL,
-				  "cnn_cuda_conv3_dgrad", s);
+				  (const C1Args<bf16> *)NULL, "cnn_cuda_conv3_dgrad", s);
 }
 
 extern "C" int cnn_cuda_conv3_wgrad_bf16(const cnn_bf16 *x, const cnn_bf16 *dy, int nimg, int c,
@@ -802,7 +889,31 @@ extern "C" int cnn_cuda_conv3_dgrad_pool_tf32(const float *dp, const float *p, c
 {
 	Gate gt = { dp, p, arg };
 	return launch_conv3_dgrad((const float *)NULL, w, nimg, c, h, wd, oc, 0, dx, &gt,
-				  "cnn_cuda_conv3_dgrad_pool", s);
+				  (const C1Args<float> *)NULL, "cnn_cuda_conv3_dgrad_pool", s);
+}
+
+extern "C" size_t cnn_cuda_conv3_dgrad_conv1_scratch(int nimg, int c, int h, int wd)
+{
+	if (nimg < 1 || c < 1 || h < 1 || wd < 1)
+		return 0;
+	return (size_t)c * (size_t)(((long long)nimg * h * wd + kCvBM - 1) / kCvBM) * 10;
+}
+
+extern "C" int cnn_cuda_conv3_dgrad_conv1_tf32(const float *dp, const float *p, const uint8_t *arg,
+					       const float *w, int nimg, int c, int h, int wd, int oc,
+					       const float *x1, const float *a1, float *scratch,
+					       float *dw1, float *db1, cudaStream_t s)
+{
+	return launch_conv3_dgrad_conv1(dp, p, arg, w, nimg, c, h, wd, oc, x1, a1, scratch, dw1, db1, s);
+}
+
+extern "C" int cnn_cuda_conv3_dgrad_conv1_bf16(const float *dp, const float *p, const uint8_t *arg,
+					       const cnn_bf16 *w, int nimg, int c, int h, int wd,
+					       int oc, const cnn_bf16 *x1, const cnn_bf16 *a1,
+					       float *scratch, float *dw1, float *db1, cudaStream_t s)
+{
+	return launch_conv3_dgrad_conv1(dp, p, arg, B(w), nimg, c, h, wd, oc, B(x1), B(a1), scratch,
+					dw1, db1, s);
 }
 
 extern "C" int cnn_cuda_conv3_wgrad_pool_tf32(const float *x, const float *dp, const float *p,
@@ -820,7 +931,7 @@ extern "C" int cnn_cuda_conv3_dgrad_pool_bf16(const float *dp, const float *p, c
 {
 	Gate gt = { dp, p, arg };
 	return launch_conv3_dgrad((const bf16 *)NULL, B(w), nimg, c, h, wd, oc, 0, B(dx), &gt,
-				  "cnn_cuda_conv3_dgrad_pool", s);
+				  (const C1Args<bf16> *)NULL, "cnn_cuda_conv3_dgrad_pool", s);
 }
 
 extern "C" int cnn_cuda_conv3_wgrad_pool_bf16(const cnn_bf16 *x, const float *dp, const float *p,

@@ -996,6 +996,22 @@ extern "C" int cnn_cuda_gather(const uint8_t *xs, const uint8_t *ys, const uint3
 	return 0;
 }
 
+extern "C" int cnn_cuda_conv1_wgrad_sum(const float *part, int chunks, int oc, float *dw, float *db,
+					cudaStream_t s)
+{
+	if (oc <= 0)
+		return 0;
+	if (chunks < 0 || oc > 65535) {
+		char m[96];
+		snprintf(m, sizeof(m), "%d chunks of %d channels: expected >= 0, 1-65535", chunks, oc);
+		cnn_cuda_fail(__FILE__, __LINE__, "cnn_cuda_conv1_wgrad_sum", m);
+		return -1;
+	}
+	conv1_wgrad_sum<<<oc * 10, kBiasThreads, 0, s>>>(part, chunks, dw, db);
+	cudaCheck(cudaGetLastError());
+	return 0;
+}
+
 extern "C" size_t cnn_cuda_conv1_wgrad_scratch(int nimg, int h, int w, int oc)
 {
 	if (nimg < 1 || h < 3 || w < 3 || oc < 1)

@@ -162,6 +162,11 @@ int cnn_cuda_ohwi_to_oihw(const float *w, int out, int in, int hw, float *o, cud
 int cnn_cuda_conv1_fwd(const float *x, const float *w, const float *b, int nimg, int h, int wd,
 		       int oc, int nhwc, float *y, cudaStream_t s);
 size_t cnn_cuda_conv1_wgrad_scratch(int nimg, int h, int w, int oc);
+/* dw (oc x 9) and db (oc) = the sums of part[o][chunk][10] over chunks, in
+ * a fixed order (conv1_wgrad's second pass; also after
+ * cnn_cuda_conv3_dgrad_conv1). */
+int cnn_cuda_conv1_wgrad_sum(const float *part, int chunks, int oc, float *dw, float *db,
+			     cudaStream_t s);
 int cnn_cuda_conv1_wgrad(const float *x, const float *dy, const float *y, int nimg, int h, int wd,
 			 int oc, int nhwc, float *scratch, float *dw, float *db, cudaStream_t s);
 int cnn_cuda_conv1_fwd_bf16(const cnn_bf16 *x, const cnn_bf16 *w, const float *b, int nimg, int h,
@@ -195,6 +200,13 @@ int cnn_cuda_conv1_wgrad_bf16(const cnn_bf16 *x, const cnn_bf16 *dy, const cnn_b
  *          > 0 and arg names the pixel, else 0, as
  *          cnn_cuda_maxpool2_relu_bwd[_bf16] stores it: the same bits as
  *          that kernel then dgrad or wgrad, without dy in memory
+ *   dgrad_conv1: dgrad_pool with conv1's weight and bias gradients in its
+ *          epilogue, for a Net whose conv1 (one input channel x1, nimg x
+ *          (h+2) x (wd+2), output a1 = this call's dx shape) has the ReLU:
+ *          dw1 (c x 9) and db1 (c), as cnn_cuda_conv1_wgrad[_bf16](x1, dx,
+ *          a1) would give them from dgrad_pool's dx, summed in another
+ *          fixed order; dx is not written.  Scratch:
+ *          cnn_cuda_conv3_dgrad_conv1_scratch floats (up to nimg images)
  *   wgrad: dw (fp32 OIHW in every layout, overwritten) from x and dy; the
  *          blocks' partial sums go to scratch (cnn_cuda_conv3_wgrad_scratch
  *          floats, for up to nimg images and any fewer) and are added in a
@@ -220,6 +232,11 @@ int cnn_cuda_conv3_wgrad_tf32(const float *x, const float *dy, int nimg, int c, 
 int cnn_cuda_conv3_dgrad_pool_tf32(const float *dp, const float *p, const uint8_t *arg,
 				   const float *wb, int nimg, int c, int h, int wd, int oc, float *dx,
 				   cudaStream_t s);
+size_t cnn_cuda_conv3_dgrad_conv1_scratch(int nimg, int c, int h, int wd);
+int cnn_cuda_conv3_dgrad_conv1_tf32(const float *dp, const float *p, const uint8_t *arg,
+				    const float *wb, int nimg, int c, int h, int wd, int oc,
+				    const float *x1, const float *a1, float *scratch, float *dw1,
+				    float *db1, cudaStream_t s);
 int cnn_cuda_conv3_wgrad_pool_tf32(const float *x, const float *dp, const float *p,
 				   const uint8_t *arg, int nimg, int c, int h, int wd, int oc,
 				   float *scratch, float *dw, cudaStream_t s);
@@ -237,6 +254,10 @@ int cnn_cuda_conv3_wgrad_bf16(const cnn_bf16 *x, const cnn_bf16 *dy, int nimg, i
 int cnn_cuda_conv3_dgrad_pool_bf16(const float *dp, const float *p, const uint8_t *arg,
 				   const cnn_bf16 *wb, int nimg, int c, int h, int wd, int oc,
 				   cnn_bf16 *dx, cudaStream_t s);
+int cnn_cuda_conv3_dgrad_conv1_bf16(const float *dp, const float *p, const uint8_t *arg,
+				    const cnn_bf16 *wb, int nimg, int c, int h, int wd, int oc,
+				    const cnn_bf16 *x1, const cnn_bf16 *a1, float *scratch, float *dw1,
+				    float *db1, cudaStream_t s);
 int cnn_cuda_conv3_wgrad_pool_bf16(const cnn_bf16 *x, const float *dp, const float *p,
 				   const uint8_t *arg, int nimg, int c, int h, int wd, int oc,
 				   float *scratch, float *dw, cudaStream_t s);

@@ -204,8 +204,15 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 	g->bgs_off = bsmax;
 	if (alloc(&g->bgs, 2 * bsmax * 4) < 0)
 		return -1;
-	if (M->in.c == 1 && conv1 != CNN_CONV_CUDNN &&
-	    alloc(&g->c1s, cnn_cuda_conv1_wgrad_scratch(max_batch, M->in.h, M->in.w, M->c1) * 4) < 0)
+	/* conv1's weight gradient by its own kernels, or on conv2's
+	 * backward-data (conv2_dgrad_conv1) */
+	size_t c1s = M->in.c == 1 && conv1 != CNN_CONV_CUDNN ?
+		     cnn_cuda_conv1_wgrad_scratch(max_batch, M->in.h, M->in.w, M->c1) : 0;
+	if (c1s && conv2_possible(g) && conv2 != CNN_CONV_CUDNN) {
+		size_t f = cnn_cuda_conv3_dgrad_conv1_scratch(max_batch, M->c1, M->h1, M->w1);
+		c1s = f > c1s ? f : c1s;
+	}
+	if (c1s && alloc(&g->c1s, c1s * 4) < 0)
 		return -1;
 	if (conv2_possible(g) && conv2 != CNN_CONV_CUDNN &&
 	    (alloc(&g->c2s, cnn_cuda_conv3_wgrad_scratch(max_batch, M->c1, M->h1, M->w1, M->c2) * 4) < 0 ||
@@ -775,6 +782,28 @@ static int conv1_backward(struct cnn_gnet *g, const struct cnn_gnet_algos *a, in
 					    nh, g->c1s, dw, db, g->s);
 }
 
+/* Whether conv1's weight and bias gradients ride on conv2's backward-data
+ * (both by the project's kernels, NCHW): no da1 in memory, one launch
+ * fewer. */
+static int conv1_on_conv2(const struct cnn_gnet_algos *a)
+{
+	return !a->nhwc && (a->direct2 & 2) && (a->direct1 & 2);
+}
+
+/* conv2's backward-data from the pool's tensors with conv1's weight and
+ * bias gradients in its epilogue (conv1_on_conv2), on s. */
+static int conv2_dgrad_conv1(struct cnn_gnet *g, int n)
+{
+	const struct cnn_model *M = &g->m;
+	float *dw = g->grads + M->t[P_W1].off, *db = g->grads + M->t[P_B1].off;
+	return bf(g) ? cnn_cuda_conv3_dgrad_conv1_bf16(g->dp, g->p, g->arg, c2w(g, 1), n, M->c1, M->h1,
+						       M->w1, M->c2, conv_x(g, 0), g->a1, g->c1s, dw, db,
+						       g->s) :
+		       cnn_cuda_conv3_dgrad_conv1_tf32(g->dp, g->p, g->arg, c2w(g, 1), n, M->c1, M->h1,
+						       M->w1, M->c2, conv_x(g, 0), g->a1, g->c1s, dw, db,
+						       g->s);
+}
+
 int cnn_gnet_pick_conv2_bwd(const float ms[3][2], float pool_bwd)
 {
 	int best = 6;
@@ -941,7 +970,9 @@ int cnn_gnet_forward(struct cnn_gnet *g, int n, int train, float scale_n)
  *   s:  nll' -+- dh = dl W4, relu' -+- dp = dh W3, pool' -+- conv2 data', relu' + db1, conv1 filter' -+- join
  *   sw:       +- dW4, db4           +- dW3, db3 [FC]      +- db2 (from dp), conv2 filter' -----------+
  *
- * (pool' writes da2 only where a call reads it: needs_da2.)
+ * (pool' writes da2 only where a call reads it: needs_da2; conv1's filter'
+ * and db1 ride on conv2's data' where both are the project's kernels in
+ * NCHW: conv1_on_conv2.)
  * Nothing s writes after a fork is read by sw: each buffer sw reads is
  * written once per step, before the fork that hands it over, and the next
  * step's writes wait for the join (and with a graph for the whole replay).
@@ -981,8 +1012,11 @@ int cnn_gnet_backward(struct cnn_gnet *g, int n,
 	if (linear_bwd_x(g, n, M->flat, W(g, P_W3), M->hidden, dh, g->dp, s1) < 0 ||
 	    (needs_da2(a) && maxpool_relu_bwd(g, nh, n) < 0) || fork_w(g, 2) < 0 ||
 	    bias_grad(g, nh, 1, n, G + M->t[P_B2].off, g->bgs + g->bgs_off, g->sw) < 0 ||
-	    conv2_wgrad(g, a, n, 1, a->direct2 & 4) < 0 || conv2_dgrad(g, a, n, a->direct2 & 2) < 0 ||
-	    conv1_backward(g, a, n, a->direct1 & 2) < 0 || join_w(g) < 0)
+	    conv2_wgrad(g, a, n, 1, a->direct2 & 4) < 0 ||
+	    (conv1_on_conv2(a) ? conv2_dgrad_conv1(g, n) < 0 :
+				 conv2_dgrad(g, a, n, a->direct2 & 2) < 0 ||
+					 conv1_backward(g, a, n, a->direct1 & 2) < 0) ||
+	    join_w(g) < 0)
 		return -1;
 	if (ready && ready(ctx, CNN_BUCKET_CONV, g->s) < 0)
 		return -1;
