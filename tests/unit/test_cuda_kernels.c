@@ -837,8 +837,20 @@ static void test_conv3_pool_bwd(const void *dX, const void *dWB, int nimg, int c
 	test_cond(d, ok);
 	ok = (bf16 ? cnn_cuda_conv3_dgrad_pool_bf16(ddp, dpv, darg, dWB, nimg, c, h, w, oc, dDX[0], NULL) :
 		     cnn_cuda_conv3_dgrad_pool_tf32(ddp, dpv, darg, dWB, nimg, c, h, w, oc, dDX[0], NULL)) == 0;
-	ok &= (bf16 ? cnn_cuda_conv3_wgrad_pool_bf16(dX, ddp, dpv, darg, nimg, c, h, w, oc, dsc, ddw[0], NULL) :
-		      cnn_cuda_conv3_wgrad_pool_tf32(dX, ddp, dpv, darg, nimg, c, h, w, oc, dsc, ddw[0], NULL)) == 0;
+	/* with conv2's bias gradient (twice: the same bits), and without */
+	float *ddb[3] = { dev(NULL, oc * 4 + 4), dev(NULL, oc * 4 + 4), dev(NULL, oc * 4 + 4) };
+	for (int k = 0; k < 3; k++)
+		CK(cudaMemset(ddb[k], 0xff, oc * 4 + 4));
+	for (int k = 0; k < 3; k++)
+		ok &= (bf16 ? cnn_cuda_conv3_wgrad_pool_bf16(dX, ddp, dpv, darg, nimg, c, h, w, oc, dsc, ddw[0],
+							     k < 2 ? ddb[k] : NULL, NULL) :
+			      cnn_cuda_conv3_wgrad_pool_tf32(dX, ddp, dpv, darg, nimg, c, h, w, oc, dsc, ddw[0],
+							     k < 2 ? ddb[k] : NULL, NULL)) == 0;
+	/* the reference: the bias-gradient kernel the step runs otherwise (its
+	 * own twin test above), from dp where p > 0 */
+	size_t nbs = cnn_cuda_bias_grad_scratch(nimg, oc, ph * pw);
+	float *dbs = dev(NULL, nbs * 4 + 4);
+	ok &= cnn_cuda_bias_grad(ddp, dpv, 0, nimg, oc, ph * pw, dbs, ddb[2], NULL) == 0;
 	snprintf(d, sizeof(d), "conv3_dgrad_pool and conv3_wgrad_pool%s launch", sh);
 	test_cond(d, ok);
 	for (int k = 0; k < 2; k++) {
@@ -858,6 +870,19 @@ static void test_conv3_pool_bwd(const void *dX, const void *dWB, int nimg, int c
 	test_cond(d, !memcmp(gdw[0], gdw[1], nw * 4));
 	if (memcmp(gdw[0], gdw[1], nw * 4))
 		compare("conv3_wgrad_pool", gdw[0], gdw[1], nw, T_EXACT);
+	float *gdb[3];
+	for (int k = 0; k < 3; k++) {
+		gdb[k] = malloc(oc * 4 + 4);
+		back(gdb[k], ddb[k], oc * 4 + 4);
+	}
+	uint32_t nan = 0xffffffffu;
+	snprintf(d, sizeof(d), "... and its bias gradient equals bias_grad's from dp where p > 0 (biassum "
+		 "tolerance), the same bits twice, nothing past the end");
+	test_cond(d, compare("conv3_wgrad_pool db", gdb[0], gdb[2], oc, T_BIASSUM) == 0 &&
+		     !memcmp(gdb[0], gdb[1], oc * 4) && !memcmp(&gdb[0][oc], &nan, 4));
+	for (int k = 0; k < 3; k++)
+		cudaFree(ddb[k]), free(gdb[k]);
+	cudaFree(dbs);
 
 	/* conv1's weight gradient in the backward-data's epilogue
 	 * (cnn_cuda_conv3_dgrad_conv1), against cnn_cuda_conv1_wgrad (its

@@ -123,15 +123,21 @@ struct Gate {
 	const uint8_t *arg;
 };
 
+#if CNN_TC
 // Entry q of the pooled tensors for the pixel at position want (0..3) of
-// its window, in T.
+// its window, and that in T.
+__device__ __forceinline__ float gatedf(const Gate &gt, int q, int want)
+{
+	return gt.p[q] > 0.f && gt.arg[q] == want ? gt.dp[q] : 0.f;
+}
 template <typename T>
 __device__ __forceinline__ T gated(const Gate &gt, int q, int want)
 {
 	T t;
-	st(&t, gt.p[q] > 0.f && gt.arg[q] == want ? gt.dp[q] : 0.f);
+	st(&t, gatedf(gt, q, want));
 	return t;
 }
+#endif
 
 // conv1's weight gradient on conv2's backward-data (C1): x conv1's input
 // (one channel, (oh + 2) x (ow + 2) of the backward-data's oh x ow), y
@@ -382,10 +388,15 @@ __global__ void __launch_bounds__(kCvThreads, 2) conv3_igemm(const T *x, const T
 constexpr int kWgP = 32, kWgO = 64, kWgC = 32, kWgN = 3 * kWgC, kWgK = 9 * kWgC;
 constexpr int kWgMinPixels = 256;   // a block's least share of the pixels
 
-// With GATE (NCHW only), dy is not read: its entries come from gt.
+// With GATE (NCHW only), dy is not read: its entries come from gt; and
+// with bpart, the blocks of the first tap row and input-channel tile also
+// sum conv2's bias gradient over their pixels (the gated values in fp32,
+// before their rounding), each thread its own entries in shared memory,
+// then its warp's 32 threads in lane order, into bpart[split][o tile][64].
 template <typename T, bool NHWC, bool GATE>
 __global__ void __launch_bounds__(kCvThreads, 2) conv3_wgrad_part(const T *x, const T *dy, Conv3 g,
-							      long long ppb, float *part, Gate gt)
+							      long long ppb, float *part, Gate gt,
+							      float *bpart)
 {
 	static_assert(!(NHWC && GATE), "the gated input is NCHW");
 #if CNN_TC
@@ -410,6 +421,14 @@ __global__ void __launch_bounds__(kCvThreads, 2) conv3_wgrad_part(const T *x, co
 	// the pixel's position in its window (4: a row or column the pool
 	// dropped).
 	__shared__ int dq[kWgP], xq[kWgP], dwin[kWgP];
+	constexpr int BS = RD + 1;   // a thread's bias sums, 9 apart: no bank shared in a warp
+	__shared__ float bs[GATE ? kCvThreads * BS : 1];
+	bool bias = GATE && bpart && blockIdx.z == 0;
+	if constexpr (GATE) {
+		if (bias)
+			for (int j = 0; j < RD; j++)
+				bs[threadIdx.x * BS + j] = 0.f;
+	}
 	int to = gridDim.y, tc = gridDim.z / 3, o0 = blockIdx.y * kWgO, c0 = blockIdx.z / 3 * kWgC;
 	int ky = blockIdx.z % 3, opix = g.oh * g.ow, plane = g.h * g.w;
 	long long p0 = blockIdx.x * ppb, p1 = p0 + ppb < g.m ? p0 + ppb : g.m;
@@ -458,10 +477,15 @@ __global__ void __launch_bounds__(kCvThreads, 2) conv3_wgrad_part(const T *x, co
 			if (GATE) {
 				int pplane = g.oh / 2 * (g.ow / 2), want = dwin[pi], dbase = q + (o0 + ol) * pplane;
 #pragma unroll
-				for (int j = 0; j < RD; j++)
-					rd[j] = q >= 0 && want < 4 && o0 + ol + j * (kCvThreads / kWgP) < g.o ?
-						M::op(gated<T>(gt, dbase + j * (kCvThreads / kWgP) * pplane, want)) :
-						M::zero();
+				for (int j = 0; j < RD; j++) {
+					float v = q >= 0 && want < 4 && o0 + ol + j * (kCvThreads / kWgP) < g.o ?
+						gatedf(gt, dbase + j * (kCvThreads / kWgP) * pplane, want) : 0.f;
+					T t;
+					st(&t, v);
+					rd[j] = M::op(t);
+					if (bias)
+						bs[threadIdx.x * BS + j] += v;
+				}
 			} else {
 				int dbase = q + (o0 + ol) * opix;
 #pragma unroll
@@ -519,6 +543,17 @@ __global__ void __launch_bounds__(kCvThreads, 2) conv3_wgrad_part(const T *x, co
 		}
 		__syncthreads();
 	}
+	if constexpr (GATE) {
+		if (bias && threadIdx.x % kWgP < RD) {
+			// warp ol's threads are the chunk's 32 pixels of its
+			// channels ol + 8 j
+			int ol = threadIdx.x / kWgP, j = threadIdx.x % kWgP;
+			float t = 0.f;
+			for (int l = 0; l < kWgP; l++)
+				t += bs[(ol * kWgP + l) * BS + j];
+			bpart[((size_t)blockIdx.x * to + blockIdx.y) * kWgO + ol + j * (kCvThreads / kWgP)] = t;
+		}
+	}
 	float *out = part + (((size_t)blockIdx.x * to + blockIdx.y) * tc + blockIdx.z / 3) * kWgO * kWgK +
 		     ky * kWgN;
 	for (int j = 0; j < 3; j++)
@@ -535,24 +570,36 @@ __global__ void __launch_bounds__(kCvThreads, 2) conv3_wgrad_part(const T *x, co
 // from its own (coalesced along the entries), then the 8 sums in order.
 constexpr int kWgSumLanes = 32, kWgSumWays = kCvThreads / kWgSumLanes;
 
+// With db, the entries past the weights' are the bias's: bpart (right
+// after the splits' weight sums in part) [split][o tile][64], summed the
+// same way into db.
 __global__ void __launch_bounds__(kCvThreads) conv3_wgrad_sum(const float *part, int splits, int to,
-							     int tc, int oc, int c, float *dw)
+							     int tc, int oc, int c, float *dw, float *db)
 {
 	__shared__ float sums[kWgSumWays][kWgSumLanes];
-	size_t per = (size_t)to * tc * kWgO * kWgK;
+	size_t per = (size_t)to * tc * kWgO * kWgK, bper = (size_t)to * kWgO;
 	size_t i = (size_t)blockIdx.x * kWgSumLanes + threadIdx.x % kWgSumLanes;
 	int way = threadIdx.x / kWgSumLanes;
+	const float *bpart = part + (size_t)splits * per;
 	float s = 0.f;
 	if (i < per)
 		for (int p = way; p < splits; p += kWgSumWays)
 			s += part[p * per + i];
+	else if (db && i < per + bper)
+		for (int p = way; p < splits; p += kWgSumWays)
+			s += bpart[p * bper + (i - per)];
 	sums[way][threadIdx.x % kWgSumLanes] = s;
 	__syncthreads();
-	if (way || i >= per)
+	if (way || i >= per + (db ? bper : 0))
 		return;
 	s = 0.f;
 	for (int w = 0; w < kWgSumWays; w++)
 		s += sums[w][threadIdx.x];
+	if (i >= per) {
+		if ((int)(i - per) < oc)
+			db[i - per] = s;
+		return;
+	}
 	int k = (int)(i % kWgK), ol = (int)(i / kWgK % kWgO);
 	int bc = (int)(i / kWgK / kWgO % tc), bo = (int)(i / kWgK / kWgO / tc);
 	int o = bo * kWgO + ol, ci = bc * kWgC + k % kWgC, tap = k / kWgC;
@@ -764,7 +811,8 @@ int launch_conv3_dgrad_conv1(const float *dp, const float *p, const uint8_t *arg
 // With gt (NCHW), dy from the pool's tensors (call names the caller).
 template <typename T>
 int launch_conv3_wgrad(const T *x, const T *dy, int nimg, int c, int h, int wd, int oc, int nhwc,
-		       float *scratch, float *dw, const Gate *gt, const char *call, cudaStream_t s)
+		       float *scratch, float *dw, float *db, const Gate *gt, const char *call,
+		       cudaStream_t s)
 {
 	if (!conv3_args(call, nimg, c, h, wd, oc) || tc_device(call) != 1)
 		return -1;
@@ -774,16 +822,18 @@ int launch_conv3_wgrad(const T *x, const T *dy, int nimg, int c, int h, int wd, 
 		    nhwc ? conv3_wgrad_slots<T, true, false>() : conv3_wgrad_slots<T, false, false>();
 	long long ppb = conv3_wgrad_ppb(g.m, slots, to * tc * 3);
 	int splits = (int)((g.m + ppb - 1) / ppb);
+	size_t per = (size_t)to * tc * kWgO * kWgK, bper = db ? (size_t)to * kWgO : 0;
 	if (splits) {   // no images: the sum of no splits, zeros
-		void (*k)(const T *, const T *, Conv3, long long, float *, Gate) =
+		void (*k)(const T *, const T *, Conv3, long long, float *, Gate, float *) =
 			gt ? conv3_wgrad_part<T, false, true> :
 			nhwc ? conv3_wgrad_part<T, true, false> : conv3_wgrad_part<T, false, false>;
 		Gate none = { NULL, NULL, NULL };
-		k<<<dim3(splits, to, tc * 3), kCvThreads, 0, s>>>(x, dy, g, ppb, scratch, gt ? *gt : none);
+		k<<<dim3(splits, to, tc * 3), kCvThreads, 0, s>>>(x, dy, g, ppb, scratch, gt ? *gt : none,
+								  db ? scratch + (size_t)splits * per : NULL);
 		cudaCheck(cudaGetLastError());
 	}
-	size_t per = (size_t)to * tc * kWgO * kWgK;
-	conv3_wgrad_sum<<<(unsigned)((per + kWgSumLanes - 1) / kWgSumLanes), kCvThreads, 0, s>>>(scratch, splits, to, tc, oc, c, dw);
+	conv3_wgrad_sum<<<(unsigned)((per + bper + kWgSumLanes - 1) / kWgSumLanes), kCvThreads, 0, s>>>(
+		scratch, splits, to, tc, oc, c, dw, db);
 	cudaCheck(cudaGetLastError());
 	return 0;
 }
@@ -810,7 +860,9 @@ extern "C" size_t cnn_cuda_conv3_wgrad_scratch(int nimg, int c, int h, int wd, i
 	for (int v : slots)
 		want = v / tiles > want ? v / tiles : want;
 	long long splits = (m + kWgMinPixels - 1) / kWgMinPixels;
-	return (size_t)(splits < want ? splits : want) * (tiles / 3) * kWgO * kWgK;
+	// the weights' partial sums, then the bias's (the _pool calls')
+	return (size_t)(splits < want ? splits : want) * ((tiles / 3) * kWgO * kWgK +
+							 (oc + kWgO - 1) / kWgO * kWgO);
 }
 
 extern "C" int cnn_cuda_conv3_pack_tf32(const float *w, int oc, int c, float *wf, float *wb,
@@ -849,8 +901,8 @@ extern "C" int cnn_cuda_conv3_wgrad_tf32(const float *x, const float *dy, int ni
 					 int wd, int oc, int nhwc, float *scratch, float *dw,
 					 cudaStream_t s)
 {
-	return launch_conv3_wgrad(x, dy, nimg, c, h, wd, oc, nhwc, scratch, dw, (const Gate *)NULL,
-				  "cnn_cuda_conv3_wgrad", s);
+	return launch_conv3_wgrad(x, dy, nimg, c, h, wd, oc, nhwc, scratch, dw, (float *)NULL,
+				  (const Gate *)NULL, "cnn_cuda_conv3_wgrad", s);
 }
 
 extern "C" int cnn_cuda_conv3_fwd_bf16(const cnn_bf16 *x, const cnn_bf16 *w, int nimg, int c,
@@ -879,8 +931,8 @@ extern "C" int cnn_cuda_conv3_wgrad_bf16(const cnn_bf16 *x, const cnn_bf16 *dy, 
 					 int h, int wd, int oc, int nhwc, float *scratch, float *dw,
 					 cudaStream_t s)
 {
-	return launch_conv3_wgrad(B(x), B(dy), nimg, c, h, wd, oc, nhwc, scratch, dw, (const Gate *)NULL,
-				  "cnn_cuda_conv3_wgrad", s);
+	return launch_conv3_wgrad(B(x), B(dy), nimg, c, h, wd, oc, nhwc, scratch, dw, (float *)NULL,
+				  (const Gate *)NULL, "cnn_cuda_conv3_wgrad", s);
 }
 
 extern "C" int cnn_cuda_conv3_dgrad_pool_tf32(const float *dp, const float *p, const uint8_t *arg,
@@ -918,10 +970,11 @@ extern "C" int cnn_cuda_conv3_dgrad_conv1_bf16(const float *dp, const float *p, 
 
 extern "C" int cnn_cuda_conv3_wgrad_pool_tf32(const float *x, const float *dp, const float *p,
 					      const uint8_t *arg, int nimg, int c, int h, int wd,
-					      int oc, float *scratch, float *dw, cudaStream_t s)
+					      int oc, float *scratch, float *dw, float *db,
+					      cudaStream_t s)
 {
 	Gate gt = { dp, p, arg };
-	return launch_conv3_wgrad(x, (const float *)NULL, nimg, c, h, wd, oc, 0, scratch, dw, &gt,
+	return launch_conv3_wgrad(x, (const float *)NULL, nimg, c, h, wd, oc, 0, scratch, dw, db, &gt,
 				  "cnn_cuda_conv3_wgrad_pool", s);
 }
 
@@ -936,9 +989,10 @@ extern "C" int cnn_cuda_conv3_dgrad_pool_bf16(const float *dp, const float *p, c
 
 extern "C" int cnn_cuda_conv3_wgrad_pool_bf16(const cnn_bf16 *x, const float *dp, const float *p,
 					      const uint8_t *arg, int nimg, int c, int h, int wd,
-					      int oc, float *scratch, float *dw, cudaStream_t s)
+					      int oc, float *scratch, float *dw, float *db,
+					      cudaStream_t s)
 {
 	Gate gt = { dp, p, arg };
-	return launch_conv3_wgrad(B(x), (const bf16 *)NULL, nimg, c, h, wd, oc, 0, scratch, dw, &gt,
+	return launch_conv3_wgrad(B(x), (const bf16 *)NULL, nimg, c, h, wd, oc, 0, scratch, dw, db, &gt,
 				  "cnn_cuda_conv3_wgrad_pool", s);
 }

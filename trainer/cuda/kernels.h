@@ -199,7 +199,11 @@ int cnn_cuda_conv1_wgrad_bf16(const cnn_bf16 *x, const cnn_bf16 *dy, const cnn_b
  *          x (h-2)/2 x (w-2)/2, NCHW), dy at each pixel dp's entry where p
  *          > 0 and arg names the pixel, else 0, as
  *          cnn_cuda_maxpool2_relu_bwd[_bf16] stores it: the same bits as
- *          that kernel then dgrad or wgrad, without dy in memory
+ *          that kernel then dgrad or wgrad, without dy in memory; wgrad_pool
+ *          with db (not NULL) also writes conv2's bias gradient db (oc),
+ *          the sum of the gated fp32 values before their rounding, as
+ *          cnn_cuda_bias_grad(dp, p, 0, ...) gives it, summed in another
+ *          fixed order
  *   dgrad_conv1: dgrad_pool with conv1's weight and bias gradients in its
  *          epilogue, for a Net whose conv1 (one input channel x1, nimg x
  *          (h+2) x (wd+2), output a1 = this call's dx shape) has the ReLU:
@@ -239,7 +243,7 @@ int cnn_cuda_conv3_dgrad_conv1_tf32(const float *dp, const float *p, const uint8
 				    float *db1, cudaStream_t s);
 int cnn_cuda_conv3_wgrad_pool_tf32(const float *x, const float *dp, const float *p,
 				   const uint8_t *arg, int nimg, int c, int h, int wd, int oc,
-				   float *scratch, float *dw, cudaStream_t s);
+				   float *scratch, float *dw, float *db, cudaStream_t s);
 int cnn_cuda_conv3_pack_bf16(const float *w, int oc, int c, cnn_bf16 *wf, cnn_bf16 *wb,
 			     cudaStream_t s);
 int cnn_cuda_conv3_fwd_bf16(const cnn_bf16 *x, const cnn_bf16 *wf, int nimg, int c, int h, int wd,
@@ -260,7 +264,7 @@ int cnn_cuda_conv3_dgrad_conv1_bf16(const float *dp, const float *p, const uint8
 				    float *db1, cudaStream_t s);
 int cnn_cuda_conv3_wgrad_pool_bf16(const cnn_bf16 *x, const float *dp, const float *p,
 				   const uint8_t *arg, int nimg, int c, int h, int wd, int oc,
-				   float *scratch, float *dw, cudaStream_t s);
+				   float *scratch, float *dw, float *db, cudaStream_t s);
 
 /* bf16 storage, float math (see the top of this file). */
 int cnn_cuda_bias_relu_bf16(cnn_bf16 *y, const float *b, int nimg, int oc, int n, cudaStream_t s);

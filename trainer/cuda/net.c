@@ -699,10 +699,17 @@ static int conv2_dgrad(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int n
 	return 0;
 }
 
-/* conv2's weight gradient (not its bias's) on stream w (0 s, 1 sw):
- * cuDNN's, or (direct) the tensor-core kernels, which write the fp32 OIHW
- * gradient themselves in every layout and precision, and in NCHW read the
- * pool's tensors in place of da2. */
+/* Whether conv2's bias gradient rides on its backward-filter (the
+ * tensor-core kernels reading the pool's tensors, NCHW). */
+static int bias2_on_wgrad(const struct cnn_gnet_algos *a)
+{
+	return !a->nhwc && (a->direct2 & 4);
+}
+
+/* conv2's weight gradient on stream w (0 s, 1 sw): cuDNN's, or (direct)
+ * the tensor-core kernels, which write the fp32 OIHW gradient themselves
+ * in every layout and precision, and in NCHW read the pool's tensors in
+ * place of da2 and give the bias's gradient too (bias2_on_wgrad). */
 static int conv2_wgrad(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int n, int w, int direct)
 {
 	const struct cnn_model *M = &g->m;
@@ -710,11 +717,13 @@ static int conv2_wgrad(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int n
 		return cudnn_filter(g, a, 1, w, g->t1, g->a1, g->t2, g->da2, M->t[P_W1].n);
 	float *dw = g->grads + M->t[P_W2].off;
 	cudaStream_t s = w ? g->sw : g->s;
-	if (!a->nhwc)
+	if (!a->nhwc) {
+		float *db = g->grads + M->t[P_B2].off;
 		return bf(g) ? cnn_cuda_conv3_wgrad_pool_bf16(g->a1, g->dp, g->p, g->arg, n, M->c1, M->h1,
-							      M->w1, M->c2, g->c2s, dw, s) :
+							      M->w1, M->c2, g->c2s, dw, db, s) :
 			       cnn_cuda_conv3_wgrad_pool_tf32(g->a1, g->dp, g->p, g->arg, n, M->c1, M->h1,
-							      M->w1, M->c2, g->c2s, dw, s);
+							      M->w1, M->c2, g->c2s, dw, db, s);
+	}
 	return bf(g) ? cnn_cuda_conv3_wgrad_bf16(g->a1, g->da2, n, M->c1, M->h1, M->w1, M->c2, a->nhwc,
 						 g->c2s, dw, s) :
 		       cnn_cuda_conv3_wgrad_tf32(g->a1, g->da2, n, M->c1, M->h1, M->w1, M->c2, a->nhwc,
@@ -1011,7 +1020,8 @@ int cnn_gnet_backward(struct cnn_gnet *g, int n,
 	int nh = a->nhwc;
 	if (linear_bwd_x(g, n, M->flat, W(g, P_W3), M->hidden, dh, g->dp, s1) < 0 ||
 	    (needs_da2(a) && maxpool_relu_bwd(g, nh, n) < 0) || fork_w(g, 2) < 0 ||
-	    bias_grad(g, nh, 1, n, G + M->t[P_B2].off, g->bgs + g->bgs_off, g->sw) < 0 ||
+	    (!bias2_on_wgrad(a) &&
+	     bias_grad(g, nh, 1, n, G + M->t[P_B2].off, g->bgs + g->bgs_off, g->sw) < 0) ||
 	    conv2_wgrad(g, a, n, 1, a->direct2 & 4) < 0 ||
 	    (conv1_on_conv2(a) ? conv2_dgrad_conv1(g, n) < 0 :
 				 conv2_dgrad(g, a, n, a->direct2 & 2) < 0 ||
