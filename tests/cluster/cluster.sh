@@ -95,17 +95,23 @@ net_free() {
 
 # pick_net: DDP_CLUSTER_NET as given, else the first free 10.231.K
 pick_net() {
-	local k net6
+	local k net6 taken=
 	if [ -n "${DDP_CLUSTER_NET:-}" ]; then use_net "$DDP_CLUSTER_NET"
 	else
 		for k in $(seq 0 63); do
 			net6=${DDP_CLUSTER_NET6:-fd00:ddb:231}
 			[ -n "${DDP_CLUSTER_NET6:-}" ] || [ "$k" = 0 ] || net6="fd00:ddb:231:$k"
 			if net_free "10.231.$k" "$net6"; then
-				[ "$k" = 0 ] || log "10.231.0.0/24 is in use in this network namespace (another cluster, or a route a killed run left): using 10.231.$k.0/24"
+				# name every network skipped, not only the first
+				case $k in
+				0) ;;
+				1) log "$taken is in use in this network namespace (another cluster, or a route a killed run left): using 10.231.$k.0/24" ;;
+				*) log "$taken are in use in this network namespace (other clusters, or routes killed runs left): using 10.231.$k.0/24" ;;
+				esac
 				use_net "10.231.$k" "$net6"
 				break
 			fi
+			taken="${taken:+$taken, }10.231.$k.0/24"
 			[ "$k" != 63 ] || die "no free test network: 10.231.0.0/24 to 10.231.63.0/24 all overlap a route or address here (see: ip route show table all); set DDP_CLUSTER_NET"
 		done
 	fi
