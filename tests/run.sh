@@ -84,7 +84,7 @@ run_fuzz() {
 		return
 	fi
 	echo "# --- fuzz ($t s per target)"
-	if make -s -C tests/fuzz run TIME="$t" >"$log/fuzz.log" 2>&1; then
+	if make -s -j"$(nproc)" -C tests/fuzz run TIME="$t" >"$log/fuzz.log" 2>&1; then
 		grep '^#' "$log/fuzz.log"
 		grep -o '^# fuzz_[a-z]*' "$log/fuzz.log" | sort -u | sed 's/^# /ok - /; s/$/: no crash, leak or hang/' | tee "$log/fuzz.tap"
 	else
