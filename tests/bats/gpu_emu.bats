@@ -122,6 +122,54 @@ setup() {
 	done
 }
 
+# auto in NCHW: conv1's weight gradient and conv2's backward pair are timed
+# together as the step runs them (fused where both are the project's), and
+# the choice is the least sum of what the # GPU: line prints (the pair, the
+# backward-filter with the bias gradient, the pool's backward unless both
+# of conv2's calls are direct); cuemu's clock is a model, so the times are
+# its, but the bookkeeping is the module's own.
+@test "--conv1 auto --conv2 auto in NCHW: the backward's choice is the least sum of the times the # GPU: line prints (cuemu)" {
+	local line
+	for c2 in auto direct; do
+		run --separate-stderr "$CNN" "${SMALL[@]}" --max-steps 1 --device cuda --precision tf32 \
+			--conv1 auto --conv2 "$c2" --conv-layout nchw
+		assert_success
+		line=$(grep '^# GPU: ' <<<"$output")
+		[ -n "$line" ]
+		run /usr/bin/python3 - "$c2" "$line" <<-'EOF'
+		import re, sys
+		c2, line = sys.argv[1], sys.argv[2]
+		impl = {"cuDNN": 0, "direct": 1}
+		pair = r"backward-data with conv1's weight gradient (\w+)/(\w+) ([\d.]+) ms(?: \(([^)]*)\))?"
+		batches = re.findall(pair, line)
+		assert len(batches) == 2, line       # batch 8 and the evaluation's 16
+		wg = re.findall(r"backward-filter and bias gradient (\w+) ([\d.]+) ms \(\w+ ([\d.]+)\)", line)
+		pool = re.findall(r"pool backward ([\d.]+) ms \((skipped|run)\)", line)
+		for i, (d, c, t, rest) in enumerate(batches):
+		    times = {(impl[d], impl[c]): float(t)}
+		    for other in filter(None, rest.split(", ")):
+		        m = re.fullmatch(r"(\w+)/(\w+) ([\d.]+)", other)
+		        times[(impl[m[1]], impl[m[2]])] = float(m[3])
+		    if c2 == "auto":
+		        assert len(times) == 4, times     # every pair: conv1 and conv2 auto
+		        w = {impl[wg[i][0]]: float(wg[i][1]), 1 - impl[wg[i][0]]: float(wg[i][2])}
+		        p = float(pool[i][0])
+		        assert (pool[i][1] == "skipped") == (impl[d] == 1 and impl[wg[i][0]] == 1), line
+		        chosen = times[(impl[d], impl[c])] + w[impl[wg[i][0]]] + (0 if pool[i][1] == "skipped" else p)
+		        least = min(t + w[dw] + (0 if k[0] and dw else p) for k, t in times.items() for dw in (0, 1))
+		    else:
+		        assert set(times) == {(1, 0), (1, 1)}, times   # conv2 direct: conv1's two
+		        assert not wg and not pool, line
+		        chosen, least = times[(impl[d], impl[c])], min(times.values())
+		    # the times print to 0.001 ms: three of them in a sum
+		    assert chosen <= least + 0.003, (i, chosen, least, line)
+		print("ok")
+		EOF
+		assert_output ok
+		[ "$c2" = auto ] || [[ "$line" == *", conv2 direct (tensor cores)"* ]]
+	done
+}
+
 # --cuda-profile-steps A:B: cudaProfilerStart in step A, before its work,
 # cudaProfilerStop in step B, after it (cuemu says each on stderr, which
 # is unbuffered; cnn_train's progress line for a step follows the step).

@@ -813,34 +813,77 @@ static int conv2_dgrad_conv1(struct cnn_gnet *g, int n)
 						       g->s);
 }
 
-int cnn_gnet_pick_conv2_bwd(const float ms[3][2], float pool_bwd)
+/* conv2's backward-data and conv1's weight and bias gradients, on s, as
+ * the step runs them: fused where conv1_on_conv2, else each by its own. */
+static int dgrad_conv1(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int n)
 {
-	int best = 6;
-	float least = ms[1][1] + ms[2][1];
-	for (int bits = 0; bits < 6; bits += 2) {   /* 0, 2, 4: a cuDNN call or two */
-		float t = ms[1][(bits >> 1) & 1] + ms[2][(bits >> 2) & 1] + pool_bwd;
-		if (t < least) {
-			least = t;
-			best = bits;
-		}
-	}
-	return best;
+	if (conv1_on_conv2(a))
+		return conv2_dgrad_conv1(g, n);
+	return conv2_dgrad(g, a, n, a->direct2 & 2) < 0 || conv1_backward(g, a, n, a->direct1 & 2) < 0 ?
+		       -1 : 0;
 }
 
-/* One call of a convolution by cuDNN or the project's kernels: conv1's
- * (layer 0) forward or weight gradient (calls 0, 1), conv2's (layer 1)
- * forward (with the pool and dropout, which the direct kernel fuses),
- * backward-data or backward-filter (0, 1, 2); "layer" 2, the pool's
- * backward into da2 (call 0, direct ignored). */
+/* conv2's weight and bias gradients on stream w (0 s, 1 sw), as the step
+ * runs them: the bias's by its own kernel unless it rides on the
+ * backward-filter (bias2_on_wgrad). */
+static int wgrad_bias2(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int n, int w)
+{
+	const struct cnn_model *M = &g->m;
+	if (!bias2_on_wgrad(a) && bias_grad(g, a->nhwc, 1, n, g->grads + M->t[P_B2].off,
+					    g->bgs + g->bgs_off, w ? g->sw : g->s) < 0)
+		return -1;
+	return conv2_wgrad(g, a, n, w, a->direct2 & 4);
+}
+
+int cnn_gnet_pick_bwd(const float dg[2][2], const float wg[2], float pool_bwd, int *conv1)
+{
+	int best = -1;
+	float least = 0.f;
+	/* the project's kernels first: a tie goes to fewer launches */
+	for (int c1 = 1; c1 >= 0; c1--)
+		for (int d = 1; d >= 0; d--)
+			for (int w = 1; w >= 0; w--) {
+				if (dg[c1][d] < 0.f || wg[w] < 0.f)
+					continue;
+				float t = dg[c1][d] + wg[w] + (d && w ? 0.f : pool_bwd);
+				if (best < 0 || t < least) {
+					least = t;
+					best = c1 << 3 | d << 1 | w << 2;
+				}
+			}
+	if (best < 0)
+		return -1;
+	*conv1 = best >> 3;
+	return best & 6;
+}
+
+/* One call of a convolution by cuDNN or the project's kernels, with what
+ * the step runs beside it: conv1's (layer 0) forward or weight gradient
+ * (calls 0, 1); conv2's (layer 1) forward (with the pool and dropout,
+ * which the direct kernel fuses), backward-data or backward-filter with
+ * the bias's gradient (0, 1, 2); "layer" 2, the pool's backward into da2
+ * (direct ignored); "layer" 3, conv2's backward-data (direct bit 1) with
+ * conv1's weight gradient (bit 0), fused where both are direct in NCHW. */
 static int conv_call(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int layer, int call,
 		     int direct)
 {
+	struct cnn_gnet_algos t;
 	if (!layer)
 		return call ? conv1_backward(g, a, a->n, direct) : conv1_forward(g, a, a->n, direct);
 	if (layer == 2)
 		return maxpool_relu_bwd(g, a->nhwc, a->n);
-	return call == 0 ? conv2_forward(g, a, a->n, direct, 1) :
-	       call == 1 ? conv2_dgrad(g, a, a->n, direct) : conv2_wgrad(g, a, a->n, 0, direct);
+	if (layer == 3 || call == 2) {
+		/* the bits this call runs with (dgrad_conv1, wgrad_bias2 read them) */
+		t = *a;
+		if (layer == 3) {
+			t.direct1 = (t.direct1 & ~2) | (direct & 1) << 1;
+			t.direct2 = (t.direct2 & ~2) | (direct & 2);
+			return dgrad_conv1(g, &t, a->n);
+		}
+		t.direct2 = (t.direct2 & ~4) | (direct ? 4 : 0);
+		return wgrad_bias2(g, &t, a->n, 0);
+	}
+	return call == 0 ? conv2_forward(g, a, a->n, direct, 1) : conv2_dgrad(g, a, a->n, direct);
 }
 
 /* That call timed on s: CNN_TIME_WARMUP runs, then the mean of
@@ -859,7 +902,8 @@ static int time_call(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int lay
 {
 	cudaEvent_t ev[2] = { NULL, NULL };
 	int rv = -1;
-	const char *what = layer == 2 ? "the pool's backward" : layer ? "conv2" : "conv1";
+	const char *what = layer == 3 ? "conv2's backward-data with conv1's weight gradient" :
+			   layer == 2 ? "the pool's backward" : layer ? "conv2" : "conv1";
 	if (cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess) {
 		snprintf(g->err, sizeof(g->err), "timing %s: cudaEventCreate failed", what);
 		goto out;
@@ -885,12 +929,25 @@ out:
 	return rv;
 }
 
-/* A layer's calls for batch a->n: cuDNN's or the project's kernels as
- * asked (impl), or (auto) each call the faster of the two, timed here,
- * into the bits of *direct and ms[call][direct]; possible 0 (the kernels
- * do not apply: conv1's take one input channel, conv2's TF32 or bf16). */
+/* Whether conv1's weight gradient and conv2's backward pair are chosen
+ * together (choose_bwd): in NCHW, where conv2's tensor-core kernels can
+ * run and a choice is left, since there they read the pool's tensors (a
+ * cuDNN call needs the pool's backward written first) and carry conv1's
+ * weight gradient (conv1_on_conv2). */
+static int joint_bwd(const struct cnn_gnet *g, int nhwc)
+{
+	int auto1 = g->conv1 == CNN_CONV_AUTO && g->m.in.c == 1;
+	return !nhwc && conv2_possible(g) &&
+	       (g->conv2 == CNN_CONV_AUTO || (g->conv2 == CNN_CONV_DIRECT && auto1));
+}
+
+/* A layer's calls for batch a->n (those in the mask time): cuDNN's or the
+ * project's kernels as asked (impl), or (auto) each call the faster of the
+ * two, timed here, into the bits of *direct and ms[call][direct]; possible
+ * 0 (the kernels do not apply: conv1's take one input channel, conv2's
+ * TF32 or bf16). */
 static int choose_conv(struct cnn_gnet *g, struct cnn_gnet_algos *a, int layer, int calls,
-		       enum cnn_conv_impl impl, int possible, int *direct, float ms[][2])
+		       int mask, enum cnn_conv_impl impl, int possible, int *direct, float ms[][2])
 {
 	*direct = 0;
 	if (!possible || impl == CNN_CONV_CUDNN)
@@ -902,26 +959,63 @@ static int choose_conv(struct cnn_gnet *g, struct cnn_gnet_algos *a, int layer, 
 	if (set_batch(g, a->n, a->nhwc) < 0)
 		return -1;
 	for (int call = 0; call < calls; call++) {
+		if (!(mask >> call & 1))
+			continue;
 		for (int d = 0; d < 2; d++)
 			if (time_call(g, a, layer, call, d, &ms[call][d]) < 0)
 				return -1;
 		*direct |= ms[call][1] < ms[call][0] ? 1 << call : 0;
 	}
-	/* conv2 in NCHW: its backward pair together, with the pool's
-	 * backward that only a cuDNN call needs (needs_da2) */
-	if (layer == 1 && !a->nhwc) {
-		if (time_call(g, a, 2, 0, 0, &a->ms_da2) < 0)
+	return 0;
+}
+
+/* joint_bwd: every pair of conv1's weight gradient (where auto) and conv2's
+ * backward-data timed together as the step runs them (fused where both
+ * are the project's), conv2's backward-filter with its bias's, and the
+ * pool's backward; the least of the sums (cnn_gnet_pick_bwd). */
+static int choose_bwd(struct cnn_gnet *g, struct cnn_gnet_algos *a)
+{
+	/* the values each bit may take: 1 (0 only), 2 (1 only), 3 (either) */
+	int c1 = g->conv1 == CNN_CONV_AUTO && g->m.in.c == 1 ? 3 : 1 << ((a->direct1 >> 1) & 1);
+	int c2 = g->conv2 == CNN_CONV_AUTO ? 3 : 1 << ((a->direct2 >> 1) & 1);
+	float dg[2][2] = { { -1.f, -1.f }, { -1.f, -1.f } }, wg[2] = { -1.f, -1.f };
+	if (set_batch(g, a->n, a->nhwc) < 0)
+		return -1;
+	for (int d1 = 0; d1 < 2; d1++)
+		for (int d = 0; d < 2; d++)
+			if ((c1 >> d1 & 1) && (c2 >> d & 1) &&
+			    time_call(g, a, 3, 0, d1 | d << 1, &dg[d1][d]) < 0)
+				return -1;
+	for (int w = 0; w < 2; w++)
+		if ((c2 >> w & 1) && time_call(g, a, 1, 2, w, &wg[w]) < 0)
 			return -1;
-		*direct = (*direct & 1) | cnn_gnet_pick_conv2_bwd((const float (*)[2])ms, a->ms_da2);
+	if (c2 != 2 && time_call(g, a, 2, 0, 0, &a->ms_da2) < 0)
+		return -1;
+	int d1 = 0;
+	int bits = cnn_gnet_pick_bwd((const float (*)[2])dg, wg, a->ms_da2, &d1);
+	if (bits < 0) {
+		snprintf(g->err, sizeof(g->err), "batch of %d: no backward pair timed (internal)", a->n);
+		return -1;
+	}
+	a->direct1 = (a->direct1 & 1) | d1 << 1;
+	a->direct2 = (a->direct2 & 1) | bits;
+	for (int i = 0; i < 2; i++) {
+		a->ms2[2][i] = wg[i] > 0.f ? wg[i] : 0.f;
+		for (int j = 0; j < 2; j++)
+			a->msb[i][j] = dg[i][j] > 0.f ? dg[i][j] : 0.f;
 	}
 	return 0;
 }
 
 static int choose_convs(struct cnn_gnet *g, struct cnn_gnet_algos *a)
 {
-	return choose_conv(g, a, 0, 2, g->conv1, g->m.in.c == 1, &a->direct1, a->ms1) < 0 ||
-	       choose_conv(g, a, 1, 3, g->conv2, conv2_possible(g), &a->direct2, a->ms2) < 0 ?
-		       -1 : 0;
+	/* with joint_bwd, conv1's weight gradient and conv2's backward pair
+	 * are not timed alone */
+	int j = joint_bwd(g, a->nhwc);
+	if (choose_conv(g, a, 0, 2, j ? 1 : 3, g->conv1, g->m.in.c == 1, &a->direct1, a->ms1) < 0 ||
+	    choose_conv(g, a, 1, 3, j ? 1 : 7, g->conv2, conv2_possible(g), &a->direct2, a->ms2) < 0)
+		return -1;
+	return j ? choose_bwd(g, a) : 0;
 }
 
 static const struct cnn_gnet_algos *algos_for(struct cnn_gnet *g, int n)
@@ -1020,25 +1114,46 @@ int cnn_gnet_backward(struct cnn_gnet *g, int n,
 	int nh = a->nhwc;
 	if (linear_bwd_x(g, n, M->flat, W(g, P_W3), M->hidden, dh, g->dp, s1) < 0 ||
 	    (needs_da2(a) && maxpool_relu_bwd(g, nh, n) < 0) || fork_w(g, 2) < 0 ||
-	    (!bias2_on_wgrad(a) &&
-	     bias_grad(g, nh, 1, n, G + M->t[P_B2].off, g->bgs + g->bgs_off, g->sw) < 0) ||
-	    conv2_wgrad(g, a, n, 1, a->direct2 & 4) < 0 ||
-	    (conv1_on_conv2(a) ? conv2_dgrad_conv1(g, n) < 0 :
-				 conv2_dgrad(g, a, n, a->direct2 & 2) < 0 ||
-					 conv1_backward(g, a, n, a->direct1 & 2) < 0) ||
-	    join_w(g) < 0)
+	    wgrad_bias2(g, a, n, 1) < 0 || dgrad_conv1(g, a, n) < 0 || join_w(g) < 0)
 		return -1;
 	if (ready && ready(ctx, CNN_BUCKET_CONV, g->s) < 0)
 		return -1;
 	return 0;
 }
 
+/* Times of the pairs choose_bwd timed, the chosen first: ", backward-data
+ * with conv1's weight gradient direct/cuDNN 0.200 ms (cuDNN/cuDNN 0.300)",
+ * each pair named conv2's call/conv1's call. */
+static int describe_pair(const struct cnn_gnet_algos *a, char *buf, size_t len, int k)
+{
+	static const char *impl[2] = { "cuDNN", "direct" };
+	int c1 = (a->direct1 >> 1) & 1, c2 = (a->direct2 >> 1) & 1, more = 0;
+	if (k < 0 || (size_t)k >= len)
+		return k;
+	k += snprintf(buf + k, len - k, ", backward-data with conv1's weight gradient %s/%s %.3f ms",
+		      impl[c2], impl[c1], a->msb[c1][c2]);
+	for (int i = 0; i < 2; i++)
+		for (int j = 0; j < 2; j++) {
+			if ((i == c1 && j == c2) || a->msb[i][j] <= 0.f || k < 0 || (size_t)k >= len)
+				continue;
+			k += snprintf(buf + k, len - k, "%s%s/%s %.3f", more++ ? ", " : " (", impl[j],
+				      impl[i], a->msb[i][j]);
+		}
+	if (more && k >= 0 && (size_t)k < len)
+		k += snprintf(buf + k, len - k, ")");
+	return k;
+}
+
 /* ", conv1 direct", or with auto each batch size's choice per call and
- * the times that made it; nothing where cuDNN does it all. */
+ * the times that made it; nothing where cuDNN does it all.  The calls
+ * choose_bwd chose together (not timed alone) print as a pair, with
+ * conv2's where it is auto, else with conv1's. */
 static int describe_conv(const struct cnn_gnet *g, char *buf, size_t len, int k, int layer)
 {
-	static const char *names[2][3] = { { "forward", "weight gradient" },
-					   { "forward and pool", "backward-data", "backward-filter" } };
+	static const char *names[2][3] = {
+		{ "forward", "weight gradient" },
+		{ "forward and pool", "backward-data", "backward-filter and bias gradient" }
+	};
 	int calls = layer ? 3 : 2;
 	enum cnn_conv_impl impl = layer ? g->conv2 : g->conv1;
 	int possible = layer ? conv2_possible(g) : g->m.in.c == 1;
@@ -1054,9 +1169,17 @@ static int describe_conv(const struct cnn_gnet *g, char *buf, size_t len, int k,
 		for (int c = 0; c < calls && k >= 0 && (size_t)k < len; c++) {
 			const float *ms = layer ? a->ms2[c] : a->ms1[c];
 			int d = (direct >> c) & 1;
-			k += snprintf(buf + k, len - k, "%s %s %s %.3f ms (%s %.3f)", c ? "," : "",
-				      names[layer][c], d ? "direct" : "cuDNN", ms[d],
-				      d ? "cuDNN" : "direct", ms[!d]);
+			if (ms[0] > 0.f || ms[1] > 0.f)
+				k += snprintf(buf + k, len - k, "%s %s %s %.3f ms (%s %.3f)", c ? "," : "",
+					      names[layer][c], d ? "direct" : "cuDNN", ms[d],
+					      d ? "cuDNN" : "direct", ms[!d]);
+			else if (layer)
+				k = describe_pair(a, buf, len, k);
+			else if (g->conv2 == CNN_CONV_AUTO)
+				k += snprintf(buf + k, len - k, ", weight gradient %s (with conv2's backward-data)",
+					      d ? "direct" : "cuDNN");
+			else
+				k = describe_pair(a, buf, len, k);
 		}
 		/* NCHW: the pool's backward, which only cuDNN's calls need */
 		if (layer && a->ms_da2 > 0.f && k >= 0 && (size_t)k < len)

@@ -36,21 +36,27 @@ struct cnn_gnet_algos {
 	float ms1[2][2];
 	/* conv2 (TF32 or bf16): bit 0, its forward by the tensor-core kernels;
 	 * bit 1, its backward-data; bit 2, its backward-filter; and each
-	 * call's times, cuDNN's against the kernels' (0: not timed); auto in
-	 * NCHW, the pool's backward's, which only cuDNN's calls need (ms_da2;
-	 * 0: not timed) */
+	 * call's times, cuDNN's against the kernels' (0: not timed), the
+	 * backward-filter's with the bias gradient's.  Chosen together in
+	 * NCHW (cnn_gnet_pick_bwd): conv2's backward-data with conv1's weight
+	 * gradient, msb[conv1 direct][conv2 direct], and the pool's backward,
+	 * which only cuDNN's calls need (ms_da2; 0: not timed) */
 	int direct2;
-	float ms2[3][2], ms_da2;
+	float ms2[3][2], ms_da2, msb[2][2];
 	char why[256];                                  /* auto: why the other layout had
 							 * no algorithm ("" if it had) */
 };
 
-/* conv2's backward-data and backward-filter (bits 1 and 2 of direct2)
- * from each call's times ms[call][direct] and the pool's backward's,
- * pool_bwd: in NCHW the tensor-core kernels read the pool's tensors, and
- * conv2's output gradient is written (pool_bwd) only for a cuDNN call, so
- * the pair is chosen together: the least of the four sums. */
-int cnn_gnet_pick_conv2_bwd(const float ms[3][2], float pool_bwd);
+/* The backward's convolutions in NCHW, chosen together: conv2's
+ * tensor-core kernels read the pool's tensors, so conv2's output gradient
+ * is written (pool_bwd) only for a cuDNN call, and conv1's weight and bias
+ * gradients ride on conv2's backward-data where both are the project's.
+ * From dg[conv1 direct][conv2 direct] (conv2's backward-data with conv1's
+ * weight gradient, as the step runs them), wg[direct] (conv2's
+ * backward-filter with its bias's) and pool_bwd, the least sum: bits 1
+ * and 2 of direct2, and conv1's choice in *conv1 (0 cuDNN, 1 direct).
+ * A negative time is a choice not open; -1 if none is. */
+int cnn_gnet_pick_bwd(const float dg[2][2], const float wg[2], float pool_bwd, int *conv1);
 
 struct cnn_gnet {
 	struct cnn_model m;              /* shapes; m.params/grads are NULL here */
