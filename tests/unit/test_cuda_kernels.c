@@ -1219,35 +1219,40 @@ static void test_weights_nhwc(int out, int in, int bf16)
 	free(w), free(want), free(got);
 }
 
-/* n rows; bias: the logits without fc2's bias in, the bias added by the
- * kernel, the twin adding it as cnn_linear_fwd does; grad: the loss's
- * gradient in the same pass, against cnn_logsoftmax_nll_bwd.  The sums
- * are overwritten (garbage before) and the same bits twice. */
-static void test_logsoftmax(int n, int bias, int grad)
+/* n rows of k classes; bias: the logits without fc2's bias in, the bias
+ * added by the kernel, the twin adding it as cnn_linear_fwd does; grad: the
+ * loss's gradient in the same pass, against cnn_logsoftmax_nll_bwd, and
+ * its sum over the rows (fc2's bias gradient) against the CPU's of that.
+ * The sums are overwritten (garbage before) and the same bits twice. */
+static void test_logsoftmax(int n, int k, int bias, int grad)
 {
-	int k = 10;
 	size_t t = (size_t)n * k;
 	float *z = malloc(t * 4), *lp = malloc(t * 4), *glp = malloc(t * 4);
-	float *d = malloc(t * 4), *gd = malloc(t * 4), out[2], again[2], b[10];
+	float *d = malloc(t * 4), *gd = malloc(t * 4), out[2], again[2], b[64];
+	float gdb[64], gdb2[64];
+	double cdb[64] = { 0 };
 	char bn[64], m[200];
 	uint8_t *lab = malloc(n);
-	snprintf(bn, sizeof(bn), " of %d rows%s%s", n, bias ? " with fc2's bias" : "",
-		 grad ? " and the gradient" : "");
+	snprintf(bn, sizeof(bn), " of %d rows of %d%s%s", n, k, bias ? " with fc2's bias" : "",
+		 grad ? " and the gradients" : "");
 	for (size_t i = 0; i < t; i++)
 		z[i] = 8.f * frand();
 	for (int i = 0; i < n; i++)
-		lab[i] = (uint8_t)((frand() + 1.f) * 5.f) % 10;
+		lab[i] = (uint8_t)(((frand() + 1.f) * 0.5f) * (float)k) % k;
 	fill(b, k);
 	float *dz = dev(z, t * 4), *dlp = dev(NULL, t * 4), *dout = dev(NULL, 8), *dd = dev(NULL, t * 4);
-	float *db = dev(b, k * 4);
+	float *db = dev(b, k * 4), *ddbias = dev(NULL, k * 4);
 	cnn_bf16 *ddb16 = dev(NULL, t * 2);
 	uint8_t *dlab = dev(lab, n);
 	int ok = 1;
 	for (int run = 0; run < 2; run++) {
 		CK(cudaMemset(dout, 0x7f, 8));   /* overwritten, not added to */
+		CK(cudaMemset(ddbias, 0x7f, k * 4));
 		ok &= cnn_cuda_logsoftmax_nll_fwd(dz, bias ? db : NULL, dlab, n, k, dlp, dout,
-						  grad ? dd : NULL, ddb16, 64.f, NULL) == 0;
+						  grad ? dd : NULL, ddb16, 64.f, grad ? ddbias : NULL,
+						  NULL) == 0;
 		back(run ? again : out, dout, 8);
+		back(run ? gdb2 : gdb, ddbias, k * 4);
 	}
 	snprintf(m, sizeof(m), "logsoftmax_nll_fwd%s launches", bn);
 	test_cond(m, ok);
@@ -1276,16 +1281,30 @@ static void test_logsoftmax(int n, int bias, int grad)
 		snprintf(m, sizeof(m), "logsoftmax_nll_fwd%s: the gradient's bf16 copy is it rounded "
 			 "(exact)", bn);
 		test_cond(m, bf16_copy_is(ddb16, gd, t));
+		float cpu[64];
+		for (int i = 0; i < n; i++)
+			for (int j = 0; j < k; j++)
+				cdb[j] += d[(size_t)i * k + j];
+		for (int j = 0; j < k; j++)
+			cpu[j] = (float)cdb[j];
+		snprintf(m, sizeof(m), "logsoftmax_nll_fwd%s: fc2's bias gradient is the CPU's sum of "
+			 "cnn_logsoftmax_nll_bwd's rows (sum tolerance), the same bits twice", bn);
+		test_cond(m, compare("dbias", gdb, cpu, k, T_SUM) == 0 &&
+			     !memcmp(gdb, gdb2, k * 4));
 	}
 	if (!bias && !grad) {
 		test_cond("logsoftmax_nll_fwd refuses 65 classes",
 			  cnn_cuda_logsoftmax_nll_fwd(dz, NULL, dlab, 10, 65, dlp, dout, NULL, NULL, 0.f,
-						      NULL) == -1);
+						      NULL, NULL) == -1);
 		test_cond("logsoftmax_nll_fwd refuses a gradient over 0 images",
 			  cnn_cuda_logsoftmax_nll_fwd(dz, NULL, dlab, 10, 10, dlp, dout, dd, NULL, 0.f,
-						      NULL) == -1);
+						      NULL, NULL) == -1);
+		test_cond("logsoftmax_nll_fwd refuses a bias gradient without the loss's gradient",
+			  cnn_cuda_logsoftmax_nll_fwd(dz, NULL, dlab, 10, 10, dlp, dout, NULL, NULL, 0.f,
+						      ddbias, NULL) == -1);
 	}
 	cudaFree(dz), cudaFree(dlp), cudaFree(dout), cudaFree(dd), cudaFree(dlab), cudaFree(db);
+	cudaFree(ddbias);
 	cudaFree(ddb16);
 	free(z), free(lp), free(glp), free(d), free(gd), free(lab);
 }
@@ -1441,10 +1460,12 @@ int main(void)
 		test_weights_nhwc(32, 1, bf16);
 		test_weights_nhwc(64, 32, bf16);
 	}
-	test_logsoftmax(1000, 0, 0);
-	test_logsoftmax(1000, 1, 1);
-	test_logsoftmax(64, 1, 1);      /* the training batch: a row per thread */
-	test_logsoftmax(3001, 0, 1);    /* more rows than threads: strided */
+	test_logsoftmax(1000, 10, 0, 0);
+	test_logsoftmax(1000, 10, 1, 1);
+	test_logsoftmax(64, 10, 1, 1);  /* the training batch: a row per thread */
+	test_logsoftmax(3001, 10, 0, 1); /* more rows than threads: strided */
+	test_logsoftmax(5, 64, 1, 1);   /* more classes than rows: a thread a column */
+	test_logsoftmax(40, 3, 0, 1);   /* groups of 3 that leave threads out */
 	test_optim(CNN_SGD, 0.9f, 0.f);
 	test_optim(CNN_SGD, 0.9f, 1e-4f);
 	test_optim(CNN_SGD, 0.f, 0.f);

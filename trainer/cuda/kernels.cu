@@ -401,12 +401,15 @@ __global__ void from_bf16(const bf16 *x, float *y, size_t n)
 // a fixed order (the thread's rows, then the tree), written, not added: no
 // memset before it, no atomics, the same bits each run.  With b, the
 // linear layer's bias is added to the logits on the way in; with d, the
-// loss's gradient (logsoftmax_nll_bwd's arithmetic) is written too.
+// loss's gradient (logsoftmax_nll_bwd's arithmetic) is written too, and
+// with dbias its sum over the rows, the bias's gradient: thread t of the
+// first (blockDim / k) * k sums column t % k over the rows t / k, t / k +
+// blockDim / k, ..., then thread j < k those partials in order.
 constexpr int kLossThreads = 1024;
 
 __global__ void __launch_bounds__(kLossThreads)
 logsoftmax_nll_fwd(const float *logits, const float *b, const uint8_t *label, int n, int k,
-		   float *logp, float *out, float *d, bf16 *db, float inv)
+		   float *logp, float *out, float *d, bf16 *db, float inv, float *dbias)
 {
 	__shared__ float part[2][kLossThreads];
 	float z[64];
@@ -452,6 +455,25 @@ logsoftmax_nll_fwd(const float *logits, const float *b, const uint8_t *label, in
 	if (threadIdx.x == 0) {
 		out[0] = part[0][0];
 		out[1] = part[1][0];
+	}
+	if (!dbias)
+		return;
+	// the rows' gradients this block wrote, seen by all its threads after
+	// the barrier (part[0] is free again once thread 0 has read it)
+	__syncthreads();
+	int groups = blockDim.x / k, t = threadIdx.x;
+	if (t < groups * k) {
+		float acc = 0.f;
+		for (int i = t / k; i < n; i += groups)
+			acc += d[(size_t)i * k + t % k];
+		part[0][t] = acc;
+	}
+	__syncthreads();
+	if (t < k) {
+		float acc = 0.f;
+		for (int g = 0; g < groups; g++)
+			acc += part[0][g * k + t];
+		dbias[t] = acc;
 	}
 }
 
@@ -907,22 +929,24 @@ extern "C" int cnn_cuda_from_bf16(const cnn_bf16 *x, float *y, size_t n, cudaStr
 extern "C" int cnn_cuda_logsoftmax_nll_fwd(const float *logits, const float *b,
 					   const uint8_t *label, int n, int k, float *logp,
 					   float *out, float *dlogits, cnn_bf16 *dlb, float scale_n,
-					   cudaStream_t s)
+					   float *dbias, cudaStream_t s)
 {
-	if (n < 0 || k < 1 || k > 64 || (dlogits && !(scale_n > 0.f))) {
-		char m[96];
-		snprintf(m, sizeof(m), "%d rows of %d classes, scale %g: expected 0 or more, 1-64, > 0",
-			 n, k, scale_n);
+	if (n < 0 || k < 1 || k > 64 || (dlogits && !(scale_n > 0.f)) || (dbias && !dlogits)) {
+		char m[160];
+		snprintf(m, sizeof(m), "%d rows of %d classes, scale %g%s: expected 0 or more, 1-64, "
+			 "> 0%s", n, k, scale_n, dbias && !dlogits ? ", a bias gradient" : "",
+			 dbias && !dlogits ? ", the loss's gradient with it" : "");
 		cnn_cuda_fail(__FILE__, __LINE__, "cnn_cuda_logsoftmax_nll_fwd", m);
 		return -1;
 	}
-	/* a power of two (the tree), enough for a row each up to 1024 */
+	/* a power of two (the tree), enough for a row each up to 1024, and
+	 * with dbias a column each at least */
 	int threads = 32;
-	while (threads < n && threads < kLossThreads)
+	while ((threads < n || (dbias && threads < k)) && threads < kLossThreads)
 		threads *= 2;
 	logsoftmax_nll_fwd<<<1, threads, 0, s>>>(logits, b, label, n, k, logp, out, dlogits,
 						   dlogits ? reinterpret_cast<bf16 *>(dlb) : NULL,
-						   dlogits ? 1.f / scale_n : 0.f);
+						   dlogits ? 1.f / scale_n : 0.f, dbias);
 	cudaCheck(cudaGetLastError());
 	return 0;
 }

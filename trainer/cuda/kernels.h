@@ -87,10 +87,12 @@ int cnn_cuda_relu_bwd(float *dx, const float *y, size_t n, cnn_bf16 *dxb, cudaSt
  * summed in a fixed order: the same bits each run).  The mean loss is
  * out[0] / n.  dlogits: NULL, or also the loss's gradient
  * (softmax - onehot) / scale_n (scale_n > 0), in the same pass, and (dlb
- * not NULL) rounded to bf16. */
+ * not NULL) rounded to bf16; dbias: NULL, or (with dlogits) that
+ * gradient's sum over the rows, the bias's gradient (k floats, written, in
+ * a fixed order). */
 int cnn_cuda_logsoftmax_nll_fwd(const float *logits, const float *b, const uint8_t *label, int n,
 				int k, float *logp, float *out, float *dlogits, cnn_bf16 *dlb,
-				float scale_n, cudaStream_t s);
+				float scale_n, float *dbias, cudaStream_t s);
 /* SGD with momentum and weight decay; first != 0 on the first update (the
  * buffer becomes the gradient, as torch does).  lr from device memory so a
  * captured CUDA graph can replay with a new schedule value. */

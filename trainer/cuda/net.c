@@ -466,14 +466,17 @@ static int linear_fwd(struct cnn_gnet *g, const void *x, int n, int in, const vo
 	return gemm(g, g->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, 1.f, w, in, x, in, y, out);
 }
 
-/* dW = dY^T X and db = colsum(dY) on sw (the weight-gradient stream); dy
- * is dY in the GEMMs' operand type, dyf the same in fp32 for the bias. */
+/* dW = dY^T X and (db not NULL) db = colsum(dY) on sw (the weight-gradient
+ * stream); dy is dY in the GEMMs' operand type, dyf the same in fp32 for
+ * the bias. */
 static int linear_bwd_w(struct cnn_gnet *g, const void *x, int n, int in, int out, const void *dy,
 			const float *dyf, float *dw, float *db)
 {
 	if (gemm(g, g->blasw, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, 1.f, x, in, dy, out, dw, in) < 0)
 		return -1;
-	cublasCheck(cublasSgemv(g->blasw, CUBLAS_OP_N, out, n, &one, dyf, out, g->ones, 1, &zero, db, 1));
+	if (db)
+		cublasCheck(cublasSgemv(g->blasw, CUBLAS_OP_N, out, n, &one, dyf, out, g->ones, 1,
+					&zero, db, 1));
 	return 0;
 }
 
@@ -1055,13 +1058,14 @@ int cnn_gnet_forward(struct cnn_gnet *g, int n, int train, float scale_n)
 	    cnn_cuda_dropout_fwd(g->h, P + M->t[P_B3].off, M->hidden, (size_t)n * M->hidden,
 				 train ? M->p_drop2 : 0.f, g->keys + 1, bf(g) ? g->hb : NULL, g->s) < 0)
 		return -1;
-	/* fc2's bias rides on the loss */
+	/* fc2's bias rides on the loss, and in training its gradient */
 	if (linear_fwd(g, bf(g) ? (const void *)g->hb : g->h, n, M->hidden, W(g, P_W4),
 		       M->in.classes, g->logits) < 0)
 		return -1;
 	return cnn_cuda_logsoftmax_nll_fwd(g->logits, P + M->t[P_B4].off, g->y, n, M->in.classes,
 					   g->logp, g->stats, scale_n > 0.f ? g->dlogits : NULL,
-					   bf(g) ? g->dlb : NULL, scale_n, g->s);
+					   bf(g) ? g->dlb : NULL, scale_n,
+					   scale_n > 0.f ? g->grads + M->t[P_B4].off : NULL, g->s);
 }
 
 /* With two streams the weight gradients run on sw as their inputs are
@@ -1071,7 +1075,7 @@ int cnn_gnet_forward(struct cnn_gnet *g, int n, int train, float scale_n)
  * weight-gradient calls, runs beside it:
  *
  *   s:  nll' -+- dh = dl W4, relu' -+- dp = dh W3, pool' -+- conv2 data', relu' + db1, conv1 filter' -+- join
- *   sw:       +- dW4, db4           +- dW3, db3 [FC]      +- db2 (from dp), conv2 filter' -----------+
+ *   sw:       +- dW4                +- dW3, db3 [FC]      +- db2 (from dp), conv2 filter' -----------+
  *
  * (pool' writes da2 only where a call reads it: needs_da2; conv1's filter'
  * and db1 ride on conv2's data' where both are the project's kernels in
@@ -1096,11 +1100,11 @@ int cnn_gnet_backward(struct cnn_gnet *g, int n,
 	if (!a)
 		return -1;
 
-	/* dlogits (and for bf16 dlb): the forward's (cnn_gnet_forward with
-	 * scale_n) */
+	/* dlogits (and for bf16 dlb) and fc2's bias gradient: the forward's
+	 * (cnn_gnet_forward with scale_n, the loss's kernel) */
 	if (fork_w(g, 0) < 0 ||
 	    linear_bwd_w(g, bf(g) ? (const void *)g->hb : g->h, n, M->hidden, K, dl, g->dlogits,
-			 G + M->t[P_W4].off, G + M->t[P_B4].off) < 0 ||
+			 G + M->t[P_W4].off, NULL) < 0 ||
 	    linear_bwd_x(g, n, M->hidden, W(g, P_W4), K, dl, g->dh, s2) < 0 ||
 	    cnn_cuda_relu_bwd(g->dh, g->h, (size_t)n * M->hidden, bf(g) ? g->dhb : NULL, g->s) < 0 ||
 	    fork_w(g, 1) < 0 ||

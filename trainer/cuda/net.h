@@ -140,7 +140,8 @@ int cnn_gnet_prepare(struct cnn_gnet *g, int n);
 /* Forward of n images in g->x with labels in g->y; the loss sum and the
  * correct count into g->stats (overwritten).  train: dropout with g->keys.
  * scale_n > 0: also the loss's gradient for a backward, the mean over
- * scale_n images (0: an evaluation). */
+ * scale_n images, and from it fc2's bias gradient, in the loss's kernel
+ * (0: an evaluation). */
 int cnn_gnet_forward(struct cnn_gnet *g, int n, int train, float scale_n);
 /* Backward of the last forward (scale_n > 0: the gradients are its mean);
  * ready(ctx, bucket, on) as each bucket's gradients are final on stream
