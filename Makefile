@@ -51,10 +51,16 @@ deps:
 unit: libddpenv
 	$(MAKE) -C tests unit
 
-check: deps all bench
+# check and demo: the packages first, then the build on every core (a
+# plain `make check` is what CI runs), then the tests or the demo
+NPROC := $(shell nproc 2>/dev/null || echo 1)
+
+check: deps
+	$(MAKE) -j$(NPROC) all bench
 	tests/run.sh
 
-demo: deps all
+demo: deps
+	$(MAKE) -j$(NPROC) all
 	scripts/demo.sh
 
 deb: deps

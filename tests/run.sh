@@ -58,7 +58,7 @@ beside_end() {
 
 run_unit() {
 	local san=${1:-} dir t
-	if ! SANITIZER=$san make -s -C tests unit >"$log/build$san.log" 2>&1; then
+	if ! SANITIZER=$san make -s -j"$(nproc)" -C tests unit >"$log/build$san.log" 2>&1; then
 		cat "$log/build$san.log"
 		echo "not ok - building the unit tests${san:+ with SANITIZER=$san} failed" | tee "$log/build$san.tap"
 		return
