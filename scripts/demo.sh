@@ -1,6 +1,9 @@
 #!/bin/bash
 # make demo: start a 2-node local Slurm, train cnn_train across it with
 # srun --ddp=gloo for one epoch of Fashion-MNIST, stop the cluster.
+#   DEMO_EPOCHS=N   epochs (1)
+#   DEMO_ARGS=...   more cnn_train options, e.g. "--train-limit 2048" (the
+#                   test of this script, tests/bats/demo.bats, keeps it short)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -9,6 +12,7 @@ trap '$cluster stop >/dev/null 2>&1 || true' EXIT
 $cluster stop >/dev/null 2>&1 || true
 $cluster start 2
 epochs=${DEMO_EPOCHS:-1}
+read -r -a extra <<<"${DEMO_ARGS:-}"
 # The two simulated nodes share this machine's cores: one CPU per task.
 cmd=(srun -N2 --ntasks-per-node=1 --cpus-per-task=1 --ddp=gloo)
 progress=lines
@@ -28,7 +32,7 @@ $cluster run srun -N2 --ntasks-per-node=1 --ddp=gloo "$repo/build/bin/ddp-check"
 	| grep -E '^(OK|WARN|FAIL|SKIP) |^ddp-check:|^ +16777216 ' | sed 's/^/  /'
 echo
 $cluster run "${cmd[@]}" "$repo/build/bin/cnn_train" --epochs "$epochs" --progress "$progress" \
-	--log-every 100
+	--log-every 100 ${extra[@]+"${extra[@]}"}
 echo
 echo "demo: the same contract runs unmodified PyTorch env:// scripts, e.g."
 echo "demo:   srun -N2 --ddp=gloo python3 contrib/pytorch/train_ddp.py --epochs 1"
