@@ -42,6 +42,19 @@ teardown() {
 	assert_output ""
 }
 
+@test "an srun on an idle cluster is scheduled at submit: no SchedulerParameters word holds \"defer\"" {
+	# slurmctld takes any word containing "defer" for defer: every job
+	# then waits for the next backfill pass (~0.8 s each srun, minutes
+	# over make check)
+	cluster_start 2
+	run --separate-stderr crun srun -N2 true
+	assert_success
+	[[ "$stderr" != *"queued and waiting for resources"* ]] || { echo "$stderr"; false; }
+	run crun scontrol show config
+	assert_line --regexp '^SchedulerParameters +='
+	refute_line --regexp '^SchedulerParameters +=.*defer'
+}
+
 @test "DDP_CLUSTER_NET names a network that is in use: start refuses, naming it, and leaves nothing behind" {
 	BLOCKED="10.231.60.0/24"
 	ip route add unreachable "$BLOCKED"
