@@ -260,19 +260,27 @@ std::set<uintptr_t> atomic_bytes;
 bool recording_atomics;
 
 // mma_sync's results per warp of the block running, in each lane's call
-// order (cuemu.h: mma_reuse), and each thread's calls so far.
+// order (cuemu.h: mma_reuse), and each thread's calls so far.  A warp's
+// results are kept from block to block (used: how many this block has),
+// so their buffers are not allocated again for every block.
 struct MmaResult {
-	std::vector<unsigned char> in, out;
+	std::vector<unsigned char> in, out;   // a, b and c's bytes; d's
+	size_t na, nb, nc;
 };
-std::vector<std::vector<MmaResult>> mma_results;
+struct MmaWarp {
+	std::vector<MmaResult> r;
+	size_t used;
+};
+std::vector<MmaWarp> mma_results;
 unsigned mma_calls[kMaxThreads];
 
 void mma_block(unsigned nt)
 {
-	mma_results.resize((nt + 31) / 32);
+	if (mma_results.size() < (nt + 31) / 32)
+		mma_results.resize((nt + 31) / 32);
 	for (auto &w : mma_results)
-		w.clear();
-	memset(mma_calls, 0, sizeof(mma_calls));
+		w.used = 0;
+	memset(mma_calls, 0, nt * sizeof(mma_calls[0]));
 }
 
 unsigned linear_thread()
@@ -347,37 +355,83 @@ void run_grid(const cuemu::Cfg &cfg, const char *kernel, bool reverse)
 	}
 }
 
-// Every "device" allocation's bytes, to run a launch again from them.
+// A CHECK launch's copies of the "device" memory: every allocation's bytes
+// before it ran (to run it again from them), and the forward run's bytes of
+// the allocations that run changed (the reversed run's reference).  Only
+// the changed ones are copied back and aside, and both buffers are kept
+// from launch to launch: three fresh copies of every allocation a launch
+// (and the page faults of new buffers) were most of test_cuda_kernels'
+// time, where a launch writes one or two of them.
+struct Part {
+	uintptr_t at;
+	size_t n, before, fwd;   // size; offsets in the buffers
+	bool changed;
+};
+
 struct Snapshot {
-	std::vector<std::pair<uintptr_t, std::vector<unsigned char>>> parts;
+	std::vector<Part> parts;
+	std::vector<unsigned char> before, fwd;   // only grown
+
+	static void room(std::vector<unsigned char> &b, size_t n)
+	{
+		if (b.size() < n)
+			b.resize(n);
+	}
+	const unsigned char *mem(const Part &p) const { return reinterpret_cast<const unsigned char *>(p.at); }
+
+	// before the forward run
 	void take()
 	{
+		size_t total = 0;
 		parts.clear();
 		for (const auto &a : allocs) {
-			const unsigned char *p = reinterpret_cast<const unsigned char *>(a.first);
-			parts.emplace_back(a.first, std::vector<unsigned char>(p, p + a.second));
+			parts.push_back(Part{a.first, a.second, total, 0, false});
+			total += a.second;
 		}
-	}
-	void put() const
-	{
+		room(before, total);
 		for (const auto &p : parts)
-			memcpy(reinterpret_cast<void *>(p.first), p.second.data(), p.second.size());
+			memcpy(before.data() + p.before, mem(p), p.n);
+	}
+	// after it: what it changed aside, and back as it was
+	void keep_forward_and_restore()
+	{
+		size_t total = 0;
+		for (auto &p : parts) {
+			p.changed = memcmp(mem(p), before.data() + p.before, p.n) != 0;
+			if (p.changed) {
+				p.fwd = total;
+				total += p.n;
+			}
+		}
+		room(fwd, total);
+		for (const auto &p : parts)
+			if (p.changed) {
+				memcpy(fwd.data() + p.fwd, mem(p), p.n);
+				memcpy(reinterpret_cast<void *>(p.at), before.data() + p.before, p.n);
+			}
+	}
+	// the forward run's bytes of an allocation
+	const unsigned char *forward(const Part &p) const
+	{
+		return p.changed ? fwd.data() + p.fwd : before.data() + p.before;
 	}
 };
 
 // After the reversed run: the first byte that differs from the forward
 // run's, outside atomicAdd's, as the launch's error.
-void compare(const Snapshot &fwd, const char *kernel)
+void compare(const Snapshot &snap, const char *kernel)
 {
-	for (const auto &p : fwd.parts) {
-		const unsigned char *now = reinterpret_cast<const unsigned char *>(p.first);
-		for (size_t i = 0; i < p.second.size(); i++) {
-			if (now[i] == p.second[i] || atomic_bytes.count(p.first + i))
+	for (const auto &p : snap.parts) {
+		const unsigned char *now = snap.mem(p), *fw = snap.forward(p);
+		if (!memcmp(now, fw, p.n))
+			continue;
+		for (size_t i = 0; i < p.n; i++) {
+			if (now[i] == fw[i] || atomic_bytes.count(p.at + i))
 				continue;
 			size_t at = i & ~(size_t)3;
 			float f = 0, r = 0;
-			if (at + 4 <= p.second.size()) {
-				memcpy(&f, p.second.data() + at, 4);
+			if (at + 4 <= p.n) {
+				memcpy(&f, fw + at, 4);
 				memcpy(&r, now + at, 4);
 			}
 			char m[400];
@@ -387,7 +441,7 @@ void compare(const Snapshot &fwd, const char *kernel)
 				 "0x%02x reversed (the 4 bytes from %zu as floats: %.9g, %.9g); a barrier "
 				 "missing between a write and another thread's read, shared memory read "
 				 "before the block wrote it, or two threads writing different values to one place",
-				 i, p.second.size(), reinterpret_cast<void *>(p.first), p.second[i], now[i],
+				 i, p.n, reinterpret_cast<void *>(p.at), fw[i], now[i],
 				 at, (double)f, (double)r);
 			fail(cudaErrorLaunchFailure, kernel, m);
 			return;
@@ -419,33 +473,47 @@ void cuemu::wmma_misaligned(const char *op, const void *p, unsigned ldm, size_t 
 	fail(cudaErrorMisalignedAddress, kernel_name, m);
 }
 
-bool cuemu::mma_reuse(const void *in, size_t in_bytes, void *out, size_t out_bytes)
+bool cuemu::mma_reuse(const MmaIn &in, void *out, size_t out_bytes)
 {
 	unsigned t = linear_thread(), n = mma_calls[t]++;
 	if (t / 32 >= mma_results.size())
 		return false;
-	const auto &w = mma_results[t / 32];
-	if (n >= w.size() || w[n].in.size() != in_bytes || w[n].out.size() != out_bytes ||
-	    memcmp(w[n].in.data(), in, in_bytes))
+	const MmaWarp &w = mma_results[t / 32];
+	if (n >= w.used)
 		return false;
-	memcpy(out, w[n].out.data(), out_bytes);
+	const MmaResult &k = w.r[n];
+	const unsigned char *s = k.in.data();
+	if (k.na != in.na || k.nb != in.nb || k.nc != in.nc || k.out.size() != out_bytes ||
+	    memcmp(s, in.a, in.na) || memcmp(s + in.na, in.b, in.nb) ||
+	    memcmp(s + in.na + in.nb, in.c, in.nc))
+		return false;
+	memcpy(out, k.out.data(), out_bytes);
 	return true;
 }
 
-void cuemu::mma_keep(const void *in, size_t in_bytes, const void *out, size_t out_bytes)
+void cuemu::mma_keep(const MmaIn &in, const void *out, size_t out_bytes)
 {
 	unsigned t = linear_thread(), n = mma_calls[t] - 1;
 	if (t / 32 >= mma_results.size())
 		return;
-	auto &w = mma_results[t / 32];
-	if (n > w.size())
+	MmaWarp &w = mma_results[t / 32];
+	if (n > w.used)
 		return;   // lanes whose calls differ: each computes its own
-	if (n == w.size())
-		w.emplace_back();
-	const unsigned char *i = static_cast<const unsigned char *>(in);
+	if (n == w.used) {
+		if (w.used == w.r.size())
+			w.r.emplace_back();
+		w.used++;
+	}
+	MmaResult &k = w.r[n];
+	k.na = in.na;
+	k.nb = in.nb;
+	k.nc = in.nc;
+	k.in.resize(in.na + in.nb + in.nc);
+	memcpy(k.in.data(), in.a, in.na);
+	memcpy(k.in.data() + in.na, in.b, in.nb);
+	memcpy(k.in.data() + in.na + in.nb, in.c, in.nc);
 	const unsigned char *o = static_cast<const unsigned char *>(out);
-	w[n].in.assign(i, i + in_bytes);
-	w[n].out.assign(o, o + out_bytes);
+	k.out.assign(o, o + out_bytes);
 }
 
 float atomicAdd(float *address, float val)
@@ -474,19 +542,18 @@ void run_now(const cuemu::Cfg &cfg, const char *kernel, std::function<void()> &f
 	}
 	// Forward from the memory as it is, then reversed from the same
 	// memory; a launch that failed forward is not run again.
-	Snapshot before, fwd;
-	before.take();
+	static Snapshot snap;
+	snap.take();
 	atomic_bytes.clear();
 	recording_atomics = true;
 	cudaError_t had = last_error;
 	last_error = cudaSuccess;
 	run_grid(cfg, kernel, false);
 	if (last_error == cudaSuccess) {
-		fwd.take();
-		before.put();
+		snap.keep_forward_and_restore();
 		run_grid(cfg, kernel, true);
 		if (last_error == cudaSuccess)
-			compare(fwd, kernel);
+			compare(snap, kernel);
 	}
 	recording_atomics = false;
 	if (had != cudaSuccess)

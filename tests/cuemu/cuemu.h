@@ -99,9 +99,14 @@ namespace cuemu {
 // mma_sync's result for this thread's warp: every lane of a warp holds the
 // whole tile here and computes the same product, so the first lane's
 // result serves the others when their inputs are the same bytes (a
-// warp's k-th call: reuse copies it into out and says true).
-bool mma_reuse(const void *in, size_t in_bytes, void *out, size_t out_bytes);
-void mma_keep(const void *in, size_t in_bytes, const void *out, size_t out_bytes);
+// warp's k-th call: reuse copies it into out and says true; keep, given
+// the inputs before out overwrites any of them, records a lane's own).
+struct MmaIn {
+	const void *a, *b, *c;
+	size_t na, nb, nc;
+};
+bool mma_reuse(const MmaIn &in, void *out, size_t out_bytes);
+void mma_keep(const MmaIn &in, const void *out, size_t out_bytes);
 // wmma's rule for load_matrix_sync and store_matrix_sync: the tile starts
 // on a 256-bit (32-byte) boundary and its stride, ldm elements of esize
 // bytes, is a multiple of 16 bytes.  A GPU faults (misaligned address) or
@@ -202,11 +207,8 @@ mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<matrix_a, M, N
 	 const fragment<matrix_b, M, N, K, T, LB> &b, const fragment<accumulator, M, N, K, float> &c)
 {
 	// the warp's first lane computes; the others take its result
-	unsigned char in[sizeof(a.x) + sizeof(b.x) + sizeof(c.x)];
-	memcpy(in, a.x, sizeof(a.x));
-	memcpy(in + sizeof(a.x), b.x, sizeof(b.x));
-	memcpy(in + sizeof(a.x) + sizeof(b.x), c.x, sizeof(c.x));
-	if (cuemu::mma_reuse(in, sizeof(in), d.x, sizeof(d.x)))
+	const cuemu::MmaIn in = { a.x, b.x, c.x, sizeof(a.x), sizeof(b.x), sizeof(c.x) };
+	if (cuemu::mma_reuse(in, d.x, sizeof(d.x)))
 		return;
 	float fa[M * K], fb[K * N], r[M * N];
 	for (int i = 0; i < M * K; i++)
@@ -220,8 +222,8 @@ mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<matrix_a, M, N
 			for (int j = 0; j < N; j++)
 				r[i * N + j] += v * fb[k * N + j];
 		}
+	cuemu::mma_keep(in, r, sizeof(r));   // before d, which may be c, changes
 	memcpy(d.x, r, sizeof(r));
-	cuemu::mma_keep(in, sizeof(in), d.x, sizeof(d.x));
 }
 
 } // namespace wmma
