@@ -62,6 +62,7 @@ int cur = kOutside;           // the fiber running, or one of those
 unsigned long barriers;       // __syncthreads calls of this launch
 bool late_said;               // its late barrier reported
 bool misaligned_said;         // its misaligned wmma tile reported
+bool bounds_said;             // its block over __launch_bounds__ reported
 const char *kernel_name;
 void (*body)(void *);
 void *body_arg;
@@ -301,6 +302,7 @@ void run_grid(const cuemu::Cfg &cfg, const char *kernel, bool reverse)
 	barriers = 0;
 	late_said = false;
 	misaligned_said = false;
+	bounds_said = false;
 	bool diverged = false, first = true;
 	for (unsigned long k = 0; k < nb; k++) {
 		mma_block(nt);
@@ -471,6 +473,24 @@ void cuemu::wmma_misaligned(const char *op, const void *p, unsigned ldm, size_t 
 			 blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z, op, ldm,
 			 esize, (size_t)ldm * esize);
 	fail(cudaErrorMisalignedAddress, kernel_name, m);
+}
+
+bool cuemu::bounds(unsigned max_threads, unsigned min_blocks, unsigned max_cluster)
+{
+	unsigned nt = blockDim.x * blockDim.y * blockDim.z;
+	(void)min_blocks, (void)max_cluster;   // occupancy hints: nothing to check
+	if (nt <= max_threads)
+		return true;
+	if (!bounds_said) {
+		bounds_said = true;
+		char m[200];
+		snprintf(m, sizeof(m),
+			 "a block of %u threads (%u,%u,%u), where its __launch_bounds__ allows %u (a GPU: "
+			 "too many resources requested for launch)",
+			 nt, blockDim.x, blockDim.y, blockDim.z, max_threads);
+		fail(cudaErrorLaunchOutOfResources, kernel_name, m);
+	}
+	return false;
 }
 
 bool cuemu::mma_reuse(const MmaIn &in, void *out, size_t out_bytes)

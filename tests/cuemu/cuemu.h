@@ -24,6 +24,11 @@
 //   so a read of memory nothing wrote shows in the results (initcheck);
 // - wmma tiles must start 32-byte aligned with strides a multiple of 16
 //   bytes, or the launch fails with cudaErrorMisalignedAddress;
+// - a block of more threads than the kernel's __launch_bounds__ allows
+//   fails the launch (cudaErrorLaunchOutOfResources, "too many resources
+//   requested for launch", as a GPU's) and runs no thread's body: the
+//   Makefile's rewrite moves each kernel's bounds into its body as a
+//   cuemu::bounds check;
 // - atomicAdd is a plain add (one OS thread runs everything);
 // - a launch is work on its stream (streams.cc): run at once, or as late
 //   as the stream's waits allow (CUEMU_STREAMS=lazy), or captured into a
@@ -118,6 +123,11 @@ inline void wmma_check(const char *op, const void *p, unsigned ldm, size_t esize
 	if ((uintptr_t)p % 32 != 0 || (size_t)ldm * esize % 16 != 0)
 		wmma_misaligned(op, p, ldm, esize);
 }
+// __launch_bounds__(max_threads, min_blocks, max_cluster), first thing in
+// the kernel's body (tests/Makefile puts it there): false, and the
+// launch's error, when the block has more threads than max_threads; the
+// thread then returns, as every thread of the block does.
+bool bounds(unsigned max_threads, unsigned min_blocks = 0, unsigned max_cluster = 0);
 } // namespace cuemu
 
 namespace nvcuda {

@@ -62,6 +62,14 @@ __global__ void late_barrier(float *x)
 
 __global__ void touch(float *x) { x[threadIdx.x] = 1.f; }
 
+// touch with a bound of 32 threads a block (and 2 blocks an SM): a launch
+// of more is refused, on a GPU as here
+__global__ void __launch_bounds__(32, 2)
+touch_bounded(float *x, dim3 at)
+{
+	x[threadIdx.y * at.x + threadIdx.x] = 2.f;
+}
+
 // y = a x + b, one block: the streams' tests' unit of work.
 __global__ void axpb(const float *x, float *y, float a, float b) { y[threadIdx.x] = a * x[threadIdx.x] + b; }
 
@@ -203,6 +211,12 @@ extern "C" int cuemu_selftest_atomic_order(float *x)
 extern "C" int cuemu_selftest_touch(float *x, unsigned threads)
 {
 	touch<<<1, threads>>>(x);
+	return cudaGetLastError();
+}
+
+extern "C" int cuemu_selftest_touch_bounded(float *x, unsigned tx, unsigned ty)
+{
+	touch_bounded<<<1, dim3(tx, ty)>>>(x, dim3(tx, ty));
 	return cudaGetLastError();
 }
 

@@ -12,6 +12,7 @@ int cuemu_selftest_block_sums(const float *x, int blocks, float *sums, float *sh
 int cuemu_selftest_diverged(float *x);     /* 64 threads */
 int cuemu_selftest_late_barrier(float *x); /* 2 blocks of 32 */
 int cuemu_selftest_touch(float *x, unsigned threads);
+int cuemu_selftest_touch_bounded(float *x, unsigned tx, unsigned ty);
 /* 2 blocks of 64 threads write x[0..127]; kind 0-3 races (see selftest.cu),
  * 4 does not */
 int cuemu_selftest_racy(float *x, int kind);

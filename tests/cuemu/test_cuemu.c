@@ -152,6 +152,18 @@ static void test_errors(void)
 		  cuemu_selftest_touch(d, 0) == cudaErrorInvalidConfiguration);
 	test_cond("64 threads run", cuemu_selftest_touch(d, 64) == cudaSuccess);
 
+	cudaMemset(d, 0, 64 * sizeof(float));
+	test_cond("__launch_bounds__(32): a block of 8 x 8 threads is too many resources",
+		  cuemu_selftest_touch_bounded(d, 8, 8) == cudaErrorLaunchOutOfResources);
+	cudaMemcpy(host, d, sizeof(host), cudaMemcpyDeviceToHost);
+	test_cond("... and runs no thread's body", host[0] == 0.f && host[63] == 0.f);
+	test_cond("__launch_bounds__(32): 33 threads too",
+		  cuemu_selftest_touch_bounded(d, 33, 1) == cudaErrorLaunchOutOfResources);
+	test_cond("__launch_bounds__(32): a block of 8 x 4 runs",
+		  cuemu_selftest_touch_bounded(d, 8, 4) == cudaSuccess);
+	cudaMemcpy(host, d, sizeof(host), cudaMemcpyDeviceToHost);
+	test_cond("... every thread of it", host[0] == 2.f && host[31] == 2.f && host[32] == 0.f);
+
 	test_cond("cudaMemcpy to a host pointer named as device memory fails",
 		  cudaMemcpy(host, d, sizeof(host), cudaMemcpyHostToDevice) == cudaErrorInvalidValue);
 	test_cond("cudaMemcpy past the end of an allocation fails",
