@@ -170,6 +170,36 @@ setup() {
 	done
 }
 
+# A GPU may refuse a kernel it cannot hold (more registers or shared memory
+# than it has, no image for its architecture); cuemu refuses those that
+# CUEMU_FAIL_KERNELS names ("k": the launches of conv2's implicit GEMM and
+# backward-filter).  auto's start-up timing then leaves those calls to
+# cuDNN, says so once, and trains what --conv2 cudnn trains; asked for by
+# --conv2 direct, the failure stops the run, named.
+@test "a GPU refusing conv2's kernels: --conv2 auto trains on cuDNN there, saying why; --conv2 direct stops, naming it (cuemu)" {
+	local line opts=("${SMALL[@]}" --max-steps 3 --device cuda --precision tf32 --conv1 cudnn --conv-layout nchw)
+	run --separate-stderr "$CNN" "${opts[@]}" --conv2 cudnn --dump-params "$BATS_TEST_TMPDIR/cudnn.bin"
+	assert_success
+	CUEMU_FAIL_KERNELS=k run --separate-stderr "$CNN" "${opts[@]}" --conv2 auto \
+		--dump-params "$BATS_TEST_TMPDIR/auto.bin"
+	echo "$stderr"
+	assert_success
+	[[ "$stderr" == *"warning: the project's kernels for conv2's forward failed to launch at start-up (conv2_tc.cu:"*"too many resources requested for launch"*"): cuDNN's calls there instead"* ]]
+	# once, not per call or batch size; the failed launches themselves not as errors
+	[ "$(grep -c 'warning:' <<<"$stderr")" -eq 1 ]
+	! grep -E '^cnn_train: .*: conv2_tc.cu:[0-9]+: ' <<<"$stderr"
+	line=$(grep '^# GPU: ' <<<"$output")
+	[[ "$line" == *", batch 8 conv2 forward and pool cuDNN "*" ms (direct could not launch), "* ]]
+	[[ "$line" == *", backward-filter and bias gradient cuDNN "*" ms (direct could not launch), "* ]]
+	[[ "$line" == *", the project's kernels failed to launch here (conv2's forward: conv2_tc.cu:"*"): cuDNN there, NCHW, CUDA graph" ]]
+	cmp "$BATS_TEST_TMPDIR/cudnn.bin" "$BATS_TEST_TMPDIR/auto.bin"
+	CUEMU_FAIL_KERNELS=k run --separate-stderr "$CNN" "${opts[@]}" --conv2 direct
+	echo "$stderr"
+	assert_failure
+	grep -E '^cnn_train: .*step 0: conv2_tc.cu:[0-9]+: cudaGetLastError\(\): too many resources requested for launch \(cudaErrorLaunchOutOfResources\)$' <<<"$stderr"
+	! grep -q 'warning:' <<<"$stderr"
+}
+
 # --cuda-profile-steps A:B: cudaProfilerStart in step A, before its work,
 # cudaProfilerStop in step B, after it (cuemu says each on stderr, which
 # is unbuffered; cnn_train's progress line for a step follows the step).

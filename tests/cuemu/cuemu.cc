@@ -582,10 +582,34 @@ void run_now(const cuemu::Cfg &cfg, const char *kernel, std::function<void()> &f
 
 } // namespace
 
+// CUEMU_FAIL_KERNELS=k1,k2: launches of those kernels are refused as a GPU
+// refuses one that needs more than it has (cudaErrorLaunchOutOfResources):
+// how a test sees the host code's answer to a kernel that cannot launch on
+// some GPU.  A kernel is named as at its launch (`k<<<...>>>`'s k).
+static bool fail_by_name(const char *kernel)
+{
+	const char *list = getenv("CUEMU_FAIL_KERNELS");
+	size_t n = strlen(kernel);
+	for (const char *p = list; p && *p;) {
+		const char *e = strchr(p, ',');
+		size_t len = e ? (size_t)(e - p) : strlen(p);
+		if (len == n && !strncmp(p, kernel, n))
+			return true;
+		p = e ? e + 1 : NULL;
+	}
+	return false;
+}
+
 // A configuration the GPU refuses fails at the launch, as there; the
 // grid runs when its stream gets to it (streams.cc).
 void cuemu::run(const Cfg &cfg, const char *kernel, std::function<void()> fn)
 {
+	if (fail_by_name(kernel)) {
+		fail(cudaErrorLaunchOutOfResources, kernel,
+		     "launch refused: named in CUEMU_FAIL_KERNELS (a GPU: too many resources requested "
+		     "for launch)");
+		return;
+	}
 	const char *bad = bad_config(cfg);
 	if (bad) {
 		char m[160];
@@ -733,6 +757,7 @@ const char *cudaGetErrorName(cudaError_t error)
 	case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
 	case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
 	case cudaErrorMisalignedAddress: return "cudaErrorMisalignedAddress";
+	case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
 	case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
 	case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
 	case cudaErrorNotReady: return "cudaErrorNotReady";
@@ -756,6 +781,7 @@ const char *cudaGetErrorString(cudaError_t error)
 	case cudaErrorInvalidConfiguration: return "invalid configuration argument";
 	case cudaErrorLaunchFailure: return "unspecified launch failure (cuemu: see its message above)";
 	case cudaErrorMisalignedAddress: return "misaligned address (cuemu: see its message above)";
+	case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
 	case cudaErrorInvalidDevice: return "invalid device ordinal";
 	case cudaErrorInvalidResourceHandle: return "invalid resource handle";
 	case cudaErrorNotReady: return "device not ready";

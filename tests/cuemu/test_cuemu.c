@@ -164,6 +164,19 @@ static void test_errors(void)
 	cudaMemcpy(host, d, sizeof(host), cudaMemcpyDeviceToHost);
 	test_cond("... every thread of it", host[0] == 2.f && host[31] == 2.f && host[32] == 0.f);
 
+	/* how a test sees a GPU refusing a kernel it cannot hold */
+	cudaMemset(d, 0, 64 * sizeof(float));
+	setenv("CUEMU_FAIL_KERNELS", "other,touch", 1);
+	test_cond("CUEMU_FAIL_KERNELS=other,touch: touch's launch is refused, too many resources",
+		  cuemu_selftest_touch(d, 64) == cudaErrorLaunchOutOfResources);
+	cudaMemcpy(host, d, sizeof(host), cudaMemcpyDeviceToHost);
+	test_cond("... and runs no thread", host[0] == 0.f);
+	test_cond("... touch_bounded, of which touch is only a prefix, runs",
+		  cuemu_selftest_touch_bounded(d, 8, 4) == cudaSuccess);
+	setenv("CUEMU_FAIL_KERNELS", "touc", 1);
+	test_cond("CUEMU_FAIL_KERNELS=touc: touch runs", cuemu_selftest_touch(d, 64) == cudaSuccess);
+	unsetenv("CUEMU_FAIL_KERNELS");
+
 	test_cond("cudaMemcpy to a host pointer named as device memory fails",
 		  cudaMemcpy(host, d, sizeof(host), cudaMemcpyHostToDevice) == cudaErrorInvalidValue);
 	test_cond("cudaMemcpy past the end of an allocation fails",

@@ -22,6 +22,9 @@ int cnn_cuda_where_rank(void);
  * step it happened in). */
 void cnn_cuda_fail(const char *file, int line, const char *call, const char *msg);
 const char *cnn_cuda_last_error(void);
+/* on 1: cnn_cuda_fail keeps its message without printing it, for a caller
+ * that reports or recovers from it itself; returns the previous setting */
+int cnn_cuda_fail_quiet(int on);
 
 #ifdef __cplusplus
 }

@@ -20,13 +20,22 @@ extern "C" const char *cnn_cuda_where_host(void) { return where_host; }
 extern "C" int cnn_cuda_where_rank(void) { return where_rank; }
 
 static char last_error[512];
+static int fail_quiet;
 
 extern "C" void cnn_cuda_fail(const char *file, int line, const char *call, const char *msg)
 {
 	const char *base = strrchr(file, '/');
 	snprintf(last_error, sizeof(last_error), "%s:%d: %s: %s", base ? base + 1 : file, line, call,
 		 msg);
-	fprintf(stderr, "cnn_train: %s rank %d: %s\n", where_host, where_rank, last_error);
+	if (!fail_quiet)
+		fprintf(stderr, "cnn_train: %s rank %d: %s\n", where_host, where_rank, last_error);
+}
+
+extern "C" int cnn_cuda_fail_quiet(int on)
+{
+	int was = fail_quiet;
+	fail_quiet = on;
+	return was;
 }
 
 extern "C" const char *cnn_cuda_last_error(void) { return last_error; }

@@ -900,13 +900,45 @@ static int conv_call(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int lay
 #ifndef CNN_TIME_RUNS
 #define CNN_TIME_RUNS 10
 #endif
+/* A call of the project's kernels failed while auto timed it: when the
+ * failure was the launch's alone (a GPU refusing a kernel it cannot hold:
+ * too many resources, no image for it) and the context is sound, cuDNN
+ * keeps that call, said once on stderr and in the `# GPU:` line (1);
+ * else 0, the failure stands (a fault inside a kernel leaves the context
+ * unusable).  --conv1/--conv2 direct never get here: asked for, a
+ * failure is an error. */
+static int fall_back(struct cnn_gnet *g, const char *what)
+{
+	char why[sizeof(g->fallback) - 64];
+	snprintf(why, sizeof(why), "%s", g->err[0] ? g->err : cnn_cuda_last_error());
+	(void)cudaGetLastError();
+	if (cudaDeviceSynchronize() != cudaSuccess || cudaGetLastError() != cudaSuccess)
+		return 0;
+	g->err[0] = 0;
+	if (!g->fallback[0]) {
+		snprintf(g->fallback, sizeof(g->fallback), "%s: %s", what, why);
+		fprintf(stderr, "cnn_train: %s rank %d: warning: the project's kernels for %s failed "
+			"to launch at start-up (%s): cuDNN's calls there instead\n",
+			cnn_cuda_where_host(), cnn_cuda_where_rank(), what, why);
+	}
+	return 1;
+}
+
+/* That call timed (time_call); 0, or 1 where the project's kernels in it
+ * could not launch here and cuDNN stands in (fall_back: *ms -1), or -1. */
 static int time_call(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int layer, int call,
 		     int direct, float *ms)
 {
 	cudaEvent_t ev[2] = { NULL, NULL };
 	int rv = -1;
+	/* a failure here is reported by the caller, or recovered from */
+	int quiet = cnn_cuda_fail_quiet(1);
+	static const char *calls[2][3] = {
+		{ "conv1's forward", "conv1's weight gradient" },
+		{ "conv2's forward", "conv2's backward-data", "conv2's backward-filter" }
+	};
 	const char *what = layer == 3 ? "conv2's backward-data with conv1's weight gradient" :
-			   layer == 2 ? "the pool's backward" : layer ? "conv2" : "conv1";
+			   layer == 2 ? "the pool's backward" : calls[layer][call];
 	if (cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess) {
 		snprintf(g->err, sizeof(g->err), "timing %s: cudaEventCreate failed", what);
 		goto out;
@@ -926,6 +958,11 @@ static int time_call(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int lay
 	*ms /= (float)CNN_TIME_RUNS;
 	rv = 0;
 out:
+	cnn_cuda_fail_quiet(quiet);
+	if (rv < 0 && direct && layer != 2 && fall_back(g, what)) {
+		*ms = -1.f;
+		rv = 1;
+	}
 	for (int i = 0; i < 2; i++)
 		if (ev[i])
 			cudaEventDestroy(ev[i]);
@@ -967,7 +1004,8 @@ static int choose_conv(struct cnn_gnet *g, struct cnn_gnet_algos *a, int layer, 
 		for (int d = 0; d < 2; d++)
 			if (time_call(g, a, layer, call, d, &ms[call][d]) < 0)
 				return -1;
-		*direct |= ms[call][1] < ms[call][0] ? 1 << call : 0;
+		/* ms[call][1] -1: the project's kernels could not launch */
+		*direct |= ms[call][1] >= 0.f && ms[call][1] < ms[call][0] ? 1 << call : 0;
 	}
 	return 0;
 }
@@ -1003,7 +1041,8 @@ static int choose_bwd(struct cnn_gnet *g, struct cnn_gnet_algos *a)
 	a->direct1 = (a->direct1 & 1) | d1 << 1;
 	a->direct2 = (a->direct2 & 1) | bits;
 	for (int i = 0; i < 2; i++) {
-		a->ms2[2][i] = wg[i] > 0.f ? wg[i] : 0.f;
+		/* -1 where conv2 is auto: its kernels could not launch */
+		a->ms2[2][i] = wg[i] > 0.f || c2 == 3 ? wg[i] : 0.f;
 		for (int j = 0; j < 2; j++)
 			a->msb[i][j] = dg[i][j] > 0.f ? dg[i][j] : 0.f;
 	}
@@ -1173,7 +1212,10 @@ static int describe_conv(const struct cnn_gnet *g, char *buf, size_t len, int k,
 		for (int c = 0; c < calls && k >= 0 && (size_t)k < len; c++) {
 			const float *ms = layer ? a->ms2[c] : a->ms1[c];
 			int d = (direct >> c) & 1;
-			if (ms[0] > 0.f || ms[1] > 0.f)
+			if (ms[0] > 0.f && ms[1] < 0.f)
+				k += snprintf(buf + k, len - k, "%s %s cuDNN %.3f ms (direct could not launch)",
+					      c ? "," : "", names[layer][c], ms[0]);
+			else if (ms[0] > 0.f || ms[1] > 0.f)
 				k += snprintf(buf + k, len - k, "%s %s %s %.3f ms (%s %.3f)", c ? "," : "",
 					      names[layer][c], d ? "direct" : "cuDNN", ms[d],
 					      d ? "cuDNN" : "direct", ms[!d]);
@@ -1205,6 +1247,9 @@ void cnn_gnet_describe(const struct cnn_gnet *g, char *buf, size_t len)
 			 g->precision == CNN_PREC_FP32 ? "fp32" : "bf16 with fp32 master weights");
 	k = describe_conv(g, buf, len, k, 0);
 	k = describe_conv(g, buf, len, k, 1);
+	if (g->fallback[0] && k >= 0 && (size_t)k < len)
+		k += snprintf(buf + k, len - k, ", the project's kernels failed to launch here (%s): "
+			      "cuDNN there", g->fallback);
 	/* the layout; with auto, each batch size's and the times that chose it */
 	if (g->layout != CNN_LAYOUT_AUTO) {
 		if (k >= 0 && (size_t)k < len)

@@ -121,6 +121,10 @@ struct cnn_gnet {
 	const uint64_t *keys;
 	uint64_t *keys_own;
 	char err[512];
+	/* auto's start-up timing: the first of the project's kernels that
+	 * failed to launch where the context stayed sound ("conv2's forward:
+	 * file:line: call: message"), those calls left to cuDNN; "" if none */
+	char fallback[384];
 };
 
 /* Buckets of the flat gradient buffer, in the order the backward finishes
