@@ -176,7 +176,7 @@ setup() {
 # backward-filter).  auto's start-up timing then leaves those calls to
 # cuDNN, says so once, and trains what --conv2 cudnn trains; asked for by
 # --conv2 direct, the failure stops the run, named.
-@test "a GPU refusing conv2's kernels: --conv2 auto trains on cuDNN there, saying why; --conv2 direct stops, naming it (cuemu)" {
+@test "a GPU refusing the project's kernels: --conv2 (--conv1) auto trains on cuDNN there, saying why; --conv2 direct stops, naming it (cuemu)" {
 	local line opts=("${SMALL[@]}" --max-steps 3 --device cuda --precision tf32 --conv1 cudnn --conv-layout nchw)
 	run --separate-stderr "$CNN" "${opts[@]}" --conv2 cudnn --dump-params "$BATS_TEST_TMPDIR/cudnn.bin"
 	assert_success
@@ -198,6 +198,14 @@ setup() {
 	assert_failure
 	grep -E '^cnn_train: .*step 0: conv2_tc.cu:[0-9]+: cudaGetLastError\(\): too many resources requested for launch \(cudaErrorLaunchOutOfResources\)$' <<<"$stderr"
 	! grep -q 'warning:' <<<"$stderr"
+	# conv1's forward likewise, its weight gradient still the project's
+	opts=("${SMALL[@]}" --max-steps 1 --device cuda --precision tf32 --conv2 cudnn --conv-layout nchw)
+	CUEMU_FAIL_KERNELS=conv1_fwd run --separate-stderr "$CNN" "${opts[@]}" --conv1 auto
+	echo "$stderr"
+	assert_success
+	[[ "$stderr" == *"warning: the project's kernels for conv1's forward failed to launch at start-up ("* ]]
+	line=$(grep '^# GPU: ' <<<"$output")
+	[[ "$line" == *", batch 8 conv1 forward cuDNN "*" ms (direct could not launch), weight gradient "* ]]
 }
 
 # --cuda-profile-steps A:B: cudaProfilerStart in step A, before its work,
