@@ -23,6 +23,9 @@
 #                                            named in a last column, cnn_best
 #   DEVICE=cpu                               a dry run of this script on the CPU
 #                                            (eager PyTorch only): no GPU figures
+# cnn_train's default run and eager PyTorch failing stop the bench (there is
+# no table without them); a variant or another PyTorch mode that fails
+# prints "failed" in its cell, and after the table its output's last line.
 set -eu
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cnn=${CNN_TRAIN:-$repo/build/bin/cnn_train}
@@ -98,20 +101,38 @@ case "$gpu:$precision" in
 *) peak= ;;
 esac
 
-run_cnn() { # OUT ARGS...
+# run_cnn OUT ARGS...: cnn_train's images/s and test accuracy ("-" when
+# not evaluated) in OUT.res, its output in OUT; 1 when it failed
+run_cnn() {
 	local out=$1; shift
 	"$cnn" --device "$device" --batch-size "$b" --precision "$precision" --data-dir "$data" \
 		"${len[@]}" --progress lines --log-every 1000000 --log-json "$out.json" \
-		${cnn_args[@]+"${cnn_args[@]}"} "$@" >"$out" 2>&1 ||
-		{ echo "bench: cnn_train failed:" >&2; cat "$out" >&2; exit 1; }
+		${cnn_args[@]+"${cnn_args[@]}"} "$@" >"$out" 2>&1 || return 1
 	"$py" -c 'import json,sys; j=json.load(open(sys.argv[1])); a=j["test_accuracy"];
-print(j["images_per_sec"], "-" if a is None else f"{a:.4f}")' "$out.json"
+print(j["images_per_sec"], "-" if a is None else f"{a:.4f}")' "$out.json" >"$out.res"
 }
-run_torch() { # OUT MODE
+# run_torch OUT MODE: the same for PyTorch in MODE
+run_torch() {
 	"$py" "$repo/bench/torch_cnn_gpu.py" --mode "$2" --batch-size "$b" --precision "$precision" \
-		--device "$device" --data-dir "$data" "${len[@]}" >"$1" 2>&1 ||
-		{ echo "bench: torch ($2) failed:" >&2; cat "$1" >&2; exit 1; }
-	echo "$(sed -n 's/^images_per_sec //p' "$1") $(sed -n 's/^test_accuracy //p' "$1")"
+		--device "$device" --data-dir "$data" "${len[@]}" >"$1" 2>&1 || return 1
+	echo "$(sed -n 's/^images_per_sec //p' "$1") $(sed -n 's/^test_accuracy //p' "$1")" >"$1.res"
+}
+fatal() { # WHAT OUT
+	echo "bench: $1 failed:" >&2
+	cat "$2" >&2
+	exit 1
+}
+# failed WHAT OUT: a note for after the table, with cnn_train's last error
+# line (not its usage text), else OUT's last line (a Python exception's)
+failed() {
+	local why
+	why=$(grep '^cnn_train: ' "$2" | tail -n 1 || true)
+	[ -n "$why" ] || why=$(grep -v '^#' "$2" | grep . | tail -n 1 || true)
+	notes+=("#   batch $b: $1 failed: $why")
+}
+# cell VALUE: images/s, or "failed" as it is
+cell() {
+	if [ "$1" = failed ]; then printf ' %10s' failed; else printf ' %10.0f' "$1"; fi
 }
 
 length="$steps steps"
@@ -130,13 +151,24 @@ printf ' %9s %9s %8s %7s' vs_eager vs_best TFLOP/s of_peak
 printf '\n'
 notes=()
 for b in $batches; do
-	read -r c cacc < <(run_cnn "$tmp/cnn")
-	read -r cn _ < <(run_cnn "$tmp/cnn_ng" --no-graph)
+	run_cnn "$tmp/cnn" || fatal cnn_train "$tmp/cnn"
+	read -r c cacc <"$tmp/cnn.res"
+	if run_cnn "$tmp/cnn_ng" --no-graph; then
+		read -r cn _ <"$tmp/cnn_ng.res"
+	else
+		cn=failed
+		failed cnn_nograph "$tmp/cnn_ng"
+	fi
 	# the variants' columns; the ratios take the fastest cnn column
 	vals=() pick=cnn c0=$c
 	for i in ${labels[@]+"${!labels[@]}"}; do
 		read -r -a vo <<<"${vopts[$i]}"
-		read -r v vacc < <(run_cnn "$tmp/cnn_v$i" ${vo[@]+"${vo[@]}"})
+		if ! run_cnn "$tmp/cnn_v$i" ${vo[@]+"${vo[@]}"}; then
+			vals+=(failed)
+			failed "cnn_${labels[$i]}" "$tmp/cnn_v$i"
+			continue
+		fi
+		read -r v vacc <"$tmp/cnn_v$i.res"
 		vals+=("$v")
 		if awk -v a="$v" -v b="$c" 'BEGIN { exit !(a > b) }'; then
 			c=$v cacc=$vacc pick=cnn_${labels[$i]}
@@ -144,14 +176,25 @@ for b in $batches; do
 	done
 	declare -A t=() tacc=()
 	for m in $modes; do
-		read -r "t[$m]" "tacc[$m]" < <(run_torch "$tmp/torch_$m" "$m")
+		if run_torch "$tmp/torch_$m" "$m"; then
+			read -r "t[$m]" "tacc[$m]" <"$tmp/torch_$m.res"
+		elif [ "$m" = eager ]; then
+			fatal "torch ($m)" "$tmp/torch_$m"
+		else
+			t[$m]=failed tacc[$m]=-
+			failed "torch_$m" "$tmp/torch_$m"
+		fi
 	done
 	best=0
-	for m in $modes; do best=$(awk -v a="$best" -v b="${t[$m]}" 'BEGIN { print (b > a ? b : a) }'); done
+	for m in $modes; do
+		[ "${t[$m]}" = failed ] ||
+			best=$(awk -v a="$best" -v b="${t[$m]}" 'BEGIN { print (b > a ? b : a) }')
+	done
 	eager=${t[eager]:-0}
-	printf '%6d %10.0f %10.0f' "$b" "$c0" "$cn"
-	for v in ${vals[@]+"${vals[@]}"}; do printf ' %10.0f' "$v"; done
-	for m in $modes; do printf ' %10.0f' "${t[$m]}"; done
+	printf '%6d %10.0f' "$b" "$c0"
+	cell "$cn"
+	for v in ${vals[@]+"${vals[@]}"}; do cell "$v"; done
+	for m in $modes; do cell "${t[$m]}"; done
 	tf=$(awk -v i="$c" -v f="$flops" 'BEGIN { printf "%.2f", i * f / 1e12 }')
 	printf ' %8.2fx %8.2fx %8s %7s' \
 		"$(awk -v a="$c" -v b="$eager" 'BEGIN { print (b > 0 ? a / b : 0) }')" \

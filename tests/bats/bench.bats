@@ -95,6 +95,37 @@ ratio_ok() {
 	[[ "$stderr" == *"--mode graph needs CUDA: --device cpu runs --mode eager only"* ]]
 }
 
+# A device call is ten minutes: a variant (or a PyTorch mode) that fails
+# must not take the other columns with it.  The default run and eager
+# PyTorch are the table's reference: without them it stops.
+@test "gpu_vs_torch.sh: a failing variant prints failed in its cell and its error after the table; eager PyTorch failing stops the bench" {
+	run --separate-stderr env DEVICE=cpu PYTHON=$PY BATCHES=32 STEPS=12 \
+		CNN_VARIANTS="bad:--conv-layout chwn;t2:--threads 2" "$REPO/bench/gpu_vs_torch.sh"
+	echo "$stderr"
+	assert_success
+	assert_line --index 2 --regexp '^ batch +cnn cnn_nograph +cnn_bad +cnn_t2 +torch_eager +vs_eager +vs_best +TFLOP/s of_peak cnn_best$'
+	read -r b c cn v1 v2 te ve vb tf pk best <<<"${lines[3]}"
+	assert_equal "$b" 32
+	assert_equal "$v1" failed
+	[ "$c" -gt 0 ] && [ "$v2" -gt 0 ] && [ "$te" -gt 0 ]
+	[ "$best" = cnn ] || [ "$best" = cnn_t2 ]
+	top=$(printf '%s\n' "$c" "$v2" | sort -nr | head -1)
+	ratio_ok "$ve" "$top" "$te"
+	assert_line --index 4 "#   batch 32: cnn_bad failed: cnn_train: --conv-layout=chwn: expected nchw, nhwc or auto"
+	assert_equal "${#lines[@]}" 5
+
+	cat >"$BATS_TEST_TMPDIR/python3" <<-EOF
+	#!/bin/bash
+	case "\$1" in *torch_cnn_gpu.py) echo "RuntimeError: no torch today" >&2; exit 1 ;; esac
+	exec $PY "\$@"
+	EOF
+	chmod +x "$BATS_TEST_TMPDIR/python3"
+	run --separate-stderr env DEVICE=cpu PYTHON="$BATS_TEST_TMPDIR/python3" BATCHES=32 STEPS=2 \
+		"$REPO/bench/gpu_vs_torch.sh"
+	assert_equal "$status" 1
+	[[ "$stderr" == "bench: torch (eager) failed:"*"RuntimeError: no torch today" ]]
+}
+
 @test "ncu_kernels.py: ncu's CSV (units, thousands separators, other lines) per kernel and step, largest first" {
 	local csv="$BATS_TEST_TMPDIR/ncu.csv"
 	cat >"$csv" <<-'CSV'
