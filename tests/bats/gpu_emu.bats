@@ -100,6 +100,29 @@ setup() {
 	cmp "$BATS_TEST_TMPDIR/resumed.bin" "$BATS_TEST_TMPDIR/straight.bin"
 }
 
+# A requeued job may land where the other device is (a GPU node's job on a
+# CPU node, or back): the checkpoint is the same file either way, and the
+# run continues from it, dropout and momentum included, as the straight
+# CPU run goes (the sums' order aside: 1e-7, as in fp32 above).
+@test "a checkpoint written on the CPU resumes on the GPU, and one written on the GPU on the CPU (cuemu)" {
+	local opts=("${SMALL[@]}" --epochs 2 --precision fp32 --conv1 direct)
+	run --separate-stderr "$CNN" "${opts[@]}" --device cpu --dump-params "$BATS_TEST_TMPDIR/straight.bin"
+	assert_success
+	for from in cpu cuda; do
+		local to=cuda d="$BATS_TEST_TMPDIR/ck_$from"
+		[ "$from" = cpu ] || to=cpu
+		run --separate-stderr "$CNN" "${opts[@]}" --device "$from" --max-steps 5 --checkpoint-dir "$d"
+		assert_success
+		run --separate-stderr "$CNN" "${opts[@]}" --device "$to" --checkpoint-dir "$d" --resume \
+			--dump-params "$BATS_TEST_TMPDIR/$from-$to.bin"
+		echo "$stderr"
+		assert_success
+		assert_line "# resumed from $d/checkpoint.bin: epoch 1, step 5 of it, 5 steps done"
+		assert_line --regexp '^done: 16 steps, '
+		params_within "$BATS_TEST_TMPDIR/straight.bin" "$BATS_TEST_TMPDIR/$from-$to.bin" 1e-7
+	done
+}
+
 # TF32 and bf16 through conv2's tensor-core kernels (cuemu's wmma) and
 # conv1's direct ones, TF32 in NCHW and bf16 in NHWC (the other two pairs
 # are test_gpu_step's): the options reach the module, and it trains near
