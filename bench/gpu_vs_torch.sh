@@ -138,9 +138,9 @@ cell() {
 length="$steps steps"
 [ -z "$epochs" ] || length="$epochs epochs"
 printf '# gpu_vs_torch: %s, %s, %s, %s\n' "$gpu" "$precision" "$length" "$(date -u +%Y-%m-%d)"
-printf '# torch %s, CUDA %s; training FLOPs per image %s; peak %s TFLOP/s%s\n' \
-	"$("$py" -c 'import torch; print(torch.__version__)')" \
-	"$("$py" -c 'import torch; print(torch.version.cuda)')" "$flops" "${peak:-unknown}" \
+printf '# torch %s; training FLOPs per image %s; peak %s TFLOP/s%s\n' \
+	"$("$py" -c 'import torch; print(torch.__version__ + ", CUDA", torch.version.cuda)')" \
+	"$flops" "${peak:-unknown}" \
 	"${CNN_ARGS:+; cnn_train $CNN_ARGS}${CNN_VARIANTS:+; variants $CNN_VARIANTS}"
 printf '%6s %10s %10s' batch cnn cnn_nograph
 for l in ${labels[@]+"${labels[@]}"}; do printf ' %10s' "cnn_$l"; done
