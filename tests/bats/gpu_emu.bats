@@ -198,7 +198,8 @@ setup() {
 # CUEMU_FAIL_KERNELS names ("k": the launches of conv2's implicit GEMM and
 # backward-filter).  auto's start-up timing then leaves those calls to
 # cuDNN, says so once, and trains what --conv2 cudnn trains; asked for by
-# --conv2 direct, the failure stops the run, named.
+# --conv2 direct, the failure stops the run, named.  A kernel that faults
+# as it runs (CUEMU_FAULT_KERNELS) is no launch refusal: it stops the run.
 @test "a GPU refusing the project's kernels: --conv2 (--conv1) auto trains on cuDNN there, saying why; --conv2 direct stops, naming it (cuemu)" {
 	local line opts=("${SMALL[@]}" --max-steps 3 --device cuda --precision tf32 --conv1 cudnn --conv-layout nchw)
 	run --separate-stderr "$CNN" "${opts[@]}" --conv2 cudnn --dump-params "$BATS_TEST_TMPDIR/cudnn.bin"
@@ -220,6 +221,13 @@ setup() {
 	echo "$stderr"
 	assert_failure
 	grep -E '^cnn_train: .*step 0: conv2_tc.cu:[0-9]+: cudaGetLastError\(\): too many resources requested for launch \(cudaErrorLaunchOutOfResources\)$' <<<"$stderr"
+	! grep -q 'warning:' <<<"$stderr"
+	# a kernel that faults (an illegal address) leaves no context to go on
+	# with: no fallback, the run stops naming the call and the fault
+	CUEMU_FAULT_KERNELS=k run --separate-stderr "$CNN" "${opts[@]}" --conv2 auto
+	echo "$stderr"
+	assert_failure
+	grep -E "^cnn_train: .*: conv2's forward, timed at start-up: conv2_tc.cu:[0-9]+: .*an illegal memory access was encountered \(cudaErrorIllegalAddress\)$" <<<"$stderr"
 	! grep -q 'warning:' <<<"$stderr"
 	# conv1's forward likewise, its weight gradient still the project's
 	opts=("${SMALL[@]}" --max-steps 1 --device cuda --precision tf32 --conv2 cudnn --conv-layout nchw)

@@ -72,6 +72,10 @@ size_t sched_size;
 #endif
 
 cudaError_t last_error = cudaSuccess;
+// A kernel's fault (CUEMU_FAULT_KERNELS): the context is unusable after
+// it, as a GPU's after an illegal address: every later sync and
+// cudaGetLastError returns it, nothing runs (cuemu_clear_fault: tests).
+cudaError_t sticky_error = cudaSuccess;
 std::map<uintptr_t, size_t> allocs;   // "device" allocations: start -> size
 
 } // namespace
@@ -585,10 +589,12 @@ void run_now(const cuemu::Cfg &cfg, const char *kernel, std::function<void()> &f
 // CUEMU_FAIL_KERNELS=k1,k2: launches of those kernels are refused as a GPU
 // refuses one that needs more than it has (cudaErrorLaunchOutOfResources):
 // how a test sees the host code's answer to a kernel that cannot launch on
-// some GPU.  A kernel is named as at its launch (`k<<<...>>>`'s k).
-static bool fail_by_name(const char *kernel)
+// some GPU.  CUEMU_FAULT_KERNELS=k1,k2: those launch, and fault when they
+// run (cudaErrorIllegalAddress, sticky).  A kernel is named as at its
+// launch (`k<<<...>>>`'s k).
+static bool named_in(const char *var, const char *kernel)
 {
-	const char *list = getenv("CUEMU_FAIL_KERNELS");
+	const char *list = getenv(var);
 	size_t n = strlen(kernel);
 	for (const char *p = list; p && *p;) {
 		const char *e = strchr(p, ',');
@@ -604,7 +610,9 @@ static bool fail_by_name(const char *kernel)
 // grid runs when its stream gets to it (streams.cc).
 void cuemu::run(const Cfg &cfg, const char *kernel, std::function<void()> fn)
 {
-	if (fail_by_name(kernel)) {
+	if (sticky_error != cudaSuccess)
+		return;   // the context is gone: cudaGetLastError says so
+	if (named_in("CUEMU_FAIL_KERNELS", kernel)) {
 		fail(cudaErrorLaunchOutOfResources, kernel,
 		     "launch refused: named in CUEMU_FAIL_KERNELS (a GPU: too many resources requested "
 		     "for launch)");
@@ -626,8 +634,26 @@ void cuemu::run(const Cfg &cfg, const char *kernel, std::function<void()> fn)
 		}
 	Cfg c = cfg;
 	double threads = (double)nt * cfg.grid.x * cfg.grid.y * cfg.grid.z;
-	enqueue(cfg.stream, kernel, [c, kernel, fn]() mutable { run_now(c, kernel, fn); },
+	bool fault = named_in("CUEMU_FAULT_KERNELS", kernel);
+	enqueue(cfg.stream, kernel,
+		[c, kernel, fn, fault]() mutable {
+			if (sticky_error != cudaSuccess)
+				return;
+			if (fault) {
+				fprintf(stderr, "cuemu: %s: faulted: named in CUEMU_FAULT_KERNELS (a GPU: an "
+					"illegal memory access; the context is unusable after it)\n", kernel);
+				sticky_error = cudaErrorIllegalAddress;
+				return;
+			}
+			run_now(c, kernel, fn);
+		},
 		threads_ms(threads));
+}
+
+extern "C" void cuemu_clear_fault(void)
+{
+	sticky_error = cudaSuccess;
+	last_error = cudaSuccess;
 }
 
 // ---- the runtime calls test_cuda_kernels makes ----------------------------
@@ -733,11 +759,14 @@ cudaError_t cudaDeviceSynchronize(void)
 	if (c != cudaSuccess)
 		return c;
 	cuemu::drain_all();
-	return last_error;   // a failed launch is sticky in the emulation
+	// a failed launch is sticky in the emulation
+	return sticky_error != cudaSuccess ? sticky_error : last_error;
 }
 
 cudaError_t cudaGetLastError(void)
 {
+	if (sticky_error != cudaSuccess)
+		return sticky_error;
 	cudaError_t e = last_error;
 	last_error = cudaSuccess;
 	return e;
@@ -745,7 +774,7 @@ cudaError_t cudaGetLastError(void)
 
 cudaError_t cudaPeekAtLastError(void)
 {
-	return last_error;
+	return sticky_error != cudaSuccess ? sticky_error : last_error;
 }
 
 const char *cudaGetErrorName(cudaError_t error)
@@ -758,6 +787,7 @@ const char *cudaGetErrorName(cudaError_t error)
 	case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
 	case cudaErrorMisalignedAddress: return "cudaErrorMisalignedAddress";
 	case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
+	case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
 	case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
 	case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
 	case cudaErrorNotReady: return "cudaErrorNotReady";
@@ -782,6 +812,7 @@ const char *cudaGetErrorString(cudaError_t error)
 	case cudaErrorLaunchFailure: return "unspecified launch failure (cuemu: see its message above)";
 	case cudaErrorMisalignedAddress: return "misaligned address (cuemu: see its message above)";
 	case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
+	case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
 	case cudaErrorInvalidDevice: return "invalid device ordinal";
 	case cudaErrorInvalidResourceHandle: return "invalid resource handle";
 	case cudaErrorNotReady: return "device not ready";

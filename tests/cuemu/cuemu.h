@@ -24,6 +24,10 @@
 //   so a read of memory nothing wrote shows in the results (initcheck);
 // - wmma tiles must start 32-byte aligned with strides a multiple of 16
 //   bytes, or the launch fails with cudaErrorMisalignedAddress;
+// - CUEMU_FAIL_KERNELS=k1,k2 refuses those kernels' launches (too many
+//   resources); CUEMU_FAULT_KERNELS=k1,k2 lets them launch and fault when
+//   they run: an illegal address, sticky (every later sync and
+//   cudaGetLastError returns it, nothing more runs), as on a GPU;
 // - a block of more threads than the kernel's __launch_bounds__ allows
 //   fails the launch (cudaErrorLaunchOutOfResources, "too many resources
 //   requested for launch", as a GPU's) and runs no thread's body: the
@@ -97,6 +101,9 @@ extern "C" void cuemu_set_cc(int major, int minor);
 extern "C" int cuemu_set_order(const char *name);
 // "eager" or "lazy" (streams.cc: when a stream's work runs): 0, or -1
 extern "C" int cuemu_set_streams(const char *name);
+// a kernel's fault (CUEMU_FAULT_KERNELS) is sticky, as on a GPU; a test
+// that made one clears it here to go on
+extern "C" void cuemu_clear_fault(void);
 void __syncthreads(void);
 float atomicAdd(float *address, float val);
 

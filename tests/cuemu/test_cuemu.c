@@ -14,6 +14,8 @@
 #include "selftest.h"
 #include "test.h"
 
+void cuemu_clear_fault(void);
+
 #if defined(__SANITIZE_ADDRESS__)
 #define CUEMU_TEST_ASAN 1
 #include <sanitizer/asan_interface.h>
@@ -176,6 +178,27 @@ static void test_errors(void)
 	setenv("CUEMU_FAIL_KERNELS", "touc", 1);
 	test_cond("CUEMU_FAIL_KERNELS=touc: touch runs", cuemu_selftest_touch(d, 64) == cudaSuccess);
 	unsetenv("CUEMU_FAIL_KERNELS");
+
+	/* a kernel that faults: the launch is accepted (its error may show
+	 * already, as it ran at once), the fault is sticky */
+	setenv("CUEMU_FAULT_KERNELS", "touch", 1);
+	cudaMemset(d, 0, 64 * sizeof(float));
+	int launched = cuemu_selftest_touch(d, 64);
+	unsetenv("CUEMU_FAULT_KERNELS");
+	cudaError_t synced = cudaDeviceSynchronize();
+	test_cond("CUEMU_FAULT_KERNELS=touch: the sync after the launch says illegal address",
+		  (launched == cudaSuccess || launched == cudaErrorIllegalAddress) &&
+			  synced == cudaErrorIllegalAddress);
+	test_cond("... sticky: cudaGetLastError returns it and keeps it",
+		  cudaGetLastError() == cudaErrorIllegalAddress &&
+			  cudaGetLastError() == cudaErrorIllegalAddress);
+	test_cond("... a later launch does not run", cuemu_selftest_touch_bounded(d, 8, 4) ==
+							     cudaErrorIllegalAddress);
+	cuemu_clear_fault();
+	cudaMemcpy(host, d, sizeof(host), cudaMemcpyDeviceToHost);
+	test_cond("... nothing ran; cleared, the next launch runs",
+		  host[0] == 0.f && cuemu_selftest_touch(d, 64) == cudaSuccess &&
+			  cudaDeviceSynchronize() == cudaSuccess);
 
 	test_cond("cudaMemcpy to a host pointer named as device memory fails",
 		  cudaMemcpy(host, d, sizeof(host), cudaMemcpyHostToDevice) == cudaErrorInvalidValue);

@@ -912,8 +912,11 @@ static int fall_back(struct cnn_gnet *g, const char *what)
 	char why[sizeof(g->fallback) - 64];
 	snprintf(why, sizeof(why), "%s", g->err[0] ? g->err : cnn_cuda_last_error());
 	(void)cudaGetLastError();
-	if (cudaDeviceSynchronize() != cudaSuccess || cudaGetLastError() != cudaSuccess)
+	if (cudaDeviceSynchronize() != cudaSuccess || cudaGetLastError() != cudaSuccess) {
+		if (!g->err[0])
+			snprintf(g->err, sizeof(g->err), "%s, timed at start-up: %s", what, why);
 		return 0;
+	}
 	g->err[0] = 0;
 	if (!g->fallback[0]) {
 		snprintf(g->fallback, sizeof(g->fallback), "%s: %s", what, why);
