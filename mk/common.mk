@@ -2,7 +2,10 @@
 BUILD ?= $(abspath ..)/build
 CC ?= cc
 CFLAGS ?= -O2 -g
-WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter -Wno-format-truncation
+# -Wno-format-truncation is gcc's (every snprintf into a fixed buffer is
+# checked for its return instead); clang does not know it and says so
+WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter \
+	$(shell $(CC) -Werror -Wno-format-truncation -x c -c -o /dev/null /dev/null 2>/dev/null && echo -Wno-format-truncation)
 ALL_CFLAGS := -std=gnu11 $(WARN) -fPIC -D_GNU_SOURCE $(CFLAGS)
 ifneq ($(SANITIZER),)
 ALL_CFLAGS += -fsanitize=$(SANITIZER) -fno-omit-frame-pointer -fno-sanitize-recover=all
