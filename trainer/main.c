@@ -373,9 +373,11 @@ static const struct cnn_gpu_api *load_gpu_module(char *why, size_t len)
 	for (int i = 0; i < n; i++) {
 		void *h = dlopen(cand[i], RTLD_NOW | RTLD_LOCAL);
 		if (!h) {
+			const char *e = dlerror();
 			if (access(cand[i], F_OK) == 0 || i == n - 1 || env)
-				off += (size_t)snprintf(why + off, off < len ? len - off : 0, "%s%s",
-							off ? "; " : "", dlerror());
+				off += (size_t)snprintf(why + off, off < len ? len - off : 0, "%s%s%s%s",
+							off ? "; " : "", e ? "" : cand[i],
+							e ? "" : ": dlopen failed", e ? e : "");
 			continue;
 		}
 		const struct cnn_gpu_api *api = dlsym(h, "cnn_gpu_api");
