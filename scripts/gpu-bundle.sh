@@ -7,7 +7,7 @@
 # Fashion-MNIST.  Then, there:
 #
 #   .gpu/run.sh check        test_cuda_kernels, test_gpu_step, ddp-check (NCCL, world 1)
-#   .gpu/run.sh train        cnn_train --device cuda, 2 epochs
+#   .gpu/run.sh train        cnn_train --device cuda, 2 epochs (world 1: no communicator)
 #   .gpu/run.sh gloo2        two cnn_train ranks on the one GPU over gloo (host all-reduce)
 #   .gpu/run.sh bench        bench/gpu_vs_torch.sh (BATCHES, PRECISION, TORCH_MODES, EPOCHS, CNN_ARGS,
 #                            CNN_VARIANTS)

@@ -71,12 +71,12 @@ setup() {
 	assert_output ""
 }
 
-@test "run.sh train: cnn_train from the bundle trains over NCCL at world 1 (cuemu's module)" {
+@test "run.sh train: cnn_train from the bundle trains at world 1, with no communicator (cuemu's module)" {
 	[ -f "$EMU" ] || skip "no cuemu GPU module ($EMU)"
 	GPU_BUNDLE_MODULE="$EMU" run --separate-stderr "$B/run.sh" train "${SMALL[@]}" --epochs 1
 	echo "$stderr"
 	assert_success
-	assert_line --regexp "^# cnn_train: world 1 \(nccl\), model 1x28x28->10 \(1199882 params\), data fashion-mnist \(64 train, 16 test\) from $B/data$"
+	assert_line --regexp "^# cnn_train: world 1 \(local\), model 1x28x28->10 \(1199882 params\), data fashion-mnist \(64 train, 16 test\) from $B/data$"
 	assert_line --regexp '^# GPU: cuemu .*, fp32, conv1 direct, NCHW, CUDA graph$'
 	assert_line --regexp '^test: loss [0-9.]+ accuracy [0-9.]+% \(16 images\)$'
 	assert_line --regexp '^done: 8 steps, '

@@ -51,7 +51,7 @@ setup() {
 		--dump-params "$BATS_TEST_TMPDIR/gpu.bin"
 	echo "$stderr"
 	assert_success
-	assert_line --regexp '^# cnn_train: world 1 \(nccl\), model 1x28x28->10 \(1199882 params\)'
+	assert_line --regexp '^# cnn_train: world 1 \(local\), model 1x28x28->10 \(1199882 params\)'
 	assert_line --regexp '^# GPU: cuemu .*, fp32, conv1 direct, NCHW, CUDA graph$'
 	assert_line --regexp '^test: loss [0-9.]+ accuracy [0-9.]+% \(16 images\)$'
 	# the epoch's evaluation is the run's: one, not the same again after it
