@@ -1309,7 +1309,49 @@ static void test_logsoftmax(int n, int k, int bias, int grad)
 	free(z), free(lp), free(glp), free(d), free(gd), free(lab);
 }
 
-/* Three updates of each optimizer against cnn_optim_step (1 thread). */
+/* The weights' other forms an optimizer step wrote (wop) against the
+ * separate kernels on its own updated parameters dp, exactly: all of them
+ * in bf16, conv2's packed, conv1's and conv2's in OHWI (the Net's). */
+static int same_bytes(const void *d1, const void *d2, size_t bytes)
+{
+	unsigned char *a = malloc(bytes), *b = malloc(bytes);
+	back(a, d1, bytes);
+	back(b, d2, bytes);
+	int same = !memcmp(a, b, bytes);
+	free(a), free(b);
+	return same;
+}
+
+static int wop_matches(const float *dp, size_t n, const struct cnn_cuda_wop *w, int pack_b16,
+		       int ohwi_b16)
+{
+	size_t pn = 9 * (size_t)w->pack.oc * w->pack.c;
+	void *want = dev(NULL, n * 4), *want2 = dev(NULL, pn * 4);
+	int ok = cnn_cuda_to_bf16(dp, want, n, NULL) == 0 && same_bytes(want, w->wb, n * 2);
+	size_t es = pack_b16 ? 2 : 4;
+	ok = ok && (pack_b16 ? cnn_cuda_conv3_pack_bf16(dp + w->pack.off, w->pack.oc, w->pack.c, want,
+							 want2, NULL) :
+			       cnn_cuda_conv3_pack_tf32(dp + w->pack.off, w->pack.oc, w->pack.c, want,
+							 want2, NULL)) == 0;
+	for (int k = 0; ok && k < 2; k++)
+		ok = same_bytes(k ? want2 : want,
+				pack_b16 ? (const void *)w->pack.b[k] : (const void *)w->pack.f[k], pn * es);
+	es = ohwi_b16 ? 2 : 4;
+	for (int l = 0; ok && l < 2; l++) {
+		int out = w->ohwi[l].out, in = w->ohwi[l].in, hw = w->ohwi[l].hw;
+		const float *src = dp + w->ohwi[l].off;
+		ok = (ohwi_b16 ? cnn_cuda_oihw_to_ohwi_bf16(src, out, in, hw, want, NULL) :
+				 cnn_cuda_oihw_to_ohwi(src, out, in, hw, want, NULL)) == 0 &&
+		     same_bytes(want, ohwi_b16 ? (const void *)w->ohwi[l].b : (const void *)w->ohwi[l].f,
+				(size_t)out * in * hw * es);
+	}
+	cudaFree(want), cudaFree(want2);
+	return ok;
+}
+
+/* Three updates of each optimizer against cnn_optim_step (1 thread); and
+ * the same updates writing the weights' other forms (cnn_cuda_wop) give
+ * the same parameters, bit for bit, and those forms exactly. */
 static void test_optim(enum cnn_optim_kind kind, float mom, float wd)
 {
 	size_t n = 1199882; /* the Net's parameters */
@@ -1324,27 +1366,63 @@ static void test_optim(enum cnn_optim_kind kind, float mom, float wd)
 	      *ds2 = dev(NULL, n * 4), *dlr = dev(NULL, 4);
 	CK(cudaMemset(ds1, 0, n * 4));
 	CK(cudaMemset(ds2, 0, n * 4));
-	int ok = 1;
+	/* the twin run with wop: its own parameters and state */
+	float *wp = dev(p, n * 4), *ws1 = dev(NULL, n * 4), *ws2 = dev(NULL, n * 4);
+	CK(cudaMemset(ws1, 0, n * 4));
+	CK(cudaMemset(ws2, 0, n * 4));
+	int pack_b16 = kind == CNN_ADADELTA || wd > 0.f, ohwi_b16 = !pack_b16;
+	struct cnn_cuda_wop w = { .wb = dev(NULL, n * 2),
+				  .pack = { .off = 320, .oc = 64, .c = 32 },
+				  .ohwi = { { .off = 0, .out = 32, .in = 1, .hw = 9 },
+					    { .off = 320, .out = 64, .in = 32, .hw = 9 } } };
+	for (int k = 0; k < 2; k++) {
+		if (pack_b16)
+			w.pack.b[k] = dev(NULL, 18432 * 2);
+		else
+			w.pack.f[k] = dev(NULL, 18432 * 4);
+		if (ohwi_b16)
+			w.ohwi[k].b = dev(NULL, (size_t)w.ohwi[k].out * w.ohwi[k].in * 9 * 2);
+		else
+			w.ohwi[k].f = dev(NULL, (size_t)w.ohwi[k].out * w.ohwi[k].in * 9 * 4);
+	}
+	int ok = 1, same, forms = 1;
 	for (int step = 0; step < 3; step++) {
 		float lr = kind == CNN_SGD ? 0.05f / (step + 1) : 1.f;
 		fill(g, n);
 		CK(cudaMemcpy(dg, g, n * 4, cudaMemcpyHostToDevice));
 		CK(cudaMemcpy(dlr, &lr, 4, cudaMemcpyHostToDevice));
 		int rv = kind == CNN_SGD ?
-			cnn_cuda_sgd_step(dp, dg, ds1, n, dlr, mom, wd, step == 0, NULL) :
-			cnn_cuda_adadelta_step(dp, dg, ds1, ds2, n, dlr, o.rho, o.eps, wd, NULL);
-		ok &= rv == 0;
+			cnn_cuda_sgd_step(dp, dg, ds1, n, dlr, mom, wd, step == 0, NULL, NULL) :
+			cnn_cuda_adadelta_step(dp, dg, ds1, ds2, n, dlr, o.rho, o.eps, wd, NULL, NULL);
+		int rw = kind == CNN_SGD ?
+			cnn_cuda_sgd_step(wp, dg, ws1, n, dlr, mom, wd, step == 0, &w, NULL) :
+			cnn_cuda_adadelta_step(wp, dg, ws1, ws2, n, dlr, o.rho, o.eps, wd, &w, NULL);
+		ok &= rv == 0 && rw == 0;
 		cnn_optim_step(&o, p, g, lr);
+		forms &= wop_matches(wp, n, &w, pack_b16, ohwi_b16);
 	}
 	back(got, dp, n * 4);
-	char d[128];
+	char d[160];
 	snprintf(d, sizeof(d), "%s (momentum %g, weight decay %g): 3 updates equal cnn_optim_step",
 		 kind == CNN_SGD ? "sgd" : "adadelta", mom, wd);
 	test_cond(d, ok && compare(kind == CNN_SGD ? "sgd" : "adadelta", got, p, n,
 				   T_UPDATE) == 0);
+	float *got2 = malloc(n * 4);
+	back(got2, wp, n * 4);
+	same = !memcmp(got, got2, n * 4);
+	snprintf(d, sizeof(d), "%s (momentum %g, weight decay %g) with wop (bf16 copy, packs %s, "
+		 "OHWI %s): the same parameters bit for bit, each form exact",
+		 kind == CNN_SGD ? "sgd" : "adadelta", mom, wd, pack_b16 ? "bf16" : "fp32",
+		 ohwi_b16 ? "bf16" : "fp32");
+	test_cond(d, ok && same && forms);
 	cudaFree(dp), cudaFree(dg), cudaFree(ds1), cudaFree(ds2), cudaFree(dlr);
+	cudaFree(wp), cudaFree(ws1), cudaFree(ws2), cudaFree(w.wb);
+	for (int k = 0; k < 2; k++) {
+		cudaFree(w.pack.f[k]), cudaFree(w.pack.b[k]);
+		cudaFree(w.ohwi[k].f), cudaFree(w.ohwi[k].b);
+	}
 	cnn_optim_free(&o);
-	free(p), free(g), free(got);
+	free(p), free(g), free(got), free(got2);
 }
 
 /* k > 0: fc1's bias (rows of k) and ReLU first, twin cnn_bias_relu of

@@ -915,6 +915,74 @@ static void test_steps_more(int bf16)
 	free(p0), free(out);
 }
 
+/* Parameters set between steps (a checkpoint loaded into a running
+ * trainer): the steps after train from them, as a fresh trainer does, the
+ * weights' other forms (bf16 copy, conv2's packs, OHWI) remade from them,
+ * not left from the last update's; through the captured graph too. */
+static int midrun(const struct cnn_dataset *tr, const struct cnn_dataset *te,
+		  const struct cnn_model *m, const float *p0, const float *p1, int warm,
+		  enum cnn_precision prec, enum cnn_layout layout, enum cnn_conv_impl conv2, float *out,
+		  char *err, size_t errlen)
+{
+	struct cnn_optim o;
+	struct cnn_gpu *g = NULL;
+	uint32_t idx[BATCH];
+	int ok = 1;
+	for (int phase = warm ? 0 : 1; ok && phase < 2; phase++) {
+		memset(&o, 0, sizeof(o));
+		o.lr = 0.05f, o.momentum = 0.9f;
+		ok = cnn_optim_init(&o, CNN_SGD, m->nparams) == 0;
+		if (ok && !g) {
+			g = open_gpu(m, BATCH, prec, 1, &o, layout, 1, CNN_CONV_DIRECT, conv2);
+			ok = g && cnn_gpu_api.load_data(g, tr, te, err, errlen) == 0;
+		}
+		ok = ok && cnn_gpu_api.set_state(g, phase ? p1 : p0, &o, err, errlen) == 0;
+		for (int step = 0; ok && step < (phase ? 3 : 4); step++) {
+			for (int i = 0; i < BATCH; i++)
+				idx[i] = (uint32_t)((step * BATCH + i) * 7 % tr->n);
+			ok = cnn_gpu_api.train_step(g, idx, BATCH, 0.05f, (uint64_t)step, err, errlen) == 0;
+		}
+		cnn_optim_free(&o);
+	}
+	ok = ok && cnn_gpu_api.get_state(g, out, NULL, err, errlen) == 0;
+	if (g)
+		cnn_gpu_api.close(g);
+	return ok ? 0 : -1;
+}
+
+static void test_set_state_midrun(int tc)
+{
+	struct cnn_dataset tr, te;
+	struct cnn_model m;
+	char err[1024], d[192];
+	if (synthetic(&tr, &te, &m) < 0)
+		return;
+	size_t n = m.nparams;
+	float *p0 = malloc(n * 4), *p1 = malloc(n * 4), *a = malloc(n * 4), *b = malloc(n * 4);
+	memcpy(p0, m.params, n * 4);
+	cnn_model_init_params(&m, 2);
+	memcpy(p1, m.params, n * 4);
+	/* bf16 with conv2's kernels in NHWC reads all three forms there are
+	 * (conv1's one input channel has no OHWI of its own) */
+	enum cnn_precision prec = tc ? CNN_PREC_BF16 : CNN_PREC_FP32;
+	const char *what = tc ? "bf16, NHWC, conv2 on the tensor-core kernels" : "fp32, NHWC";
+	int ra = midrun(&tr, &te, &m, p0, p1, 1, prec, CNN_LAYOUT_NHWC,
+			tc ? CNN_CONV_DIRECT : CNN_CONV_CUDNN, a, err, sizeof(err));
+	if (ra < 0)
+		printf("#   %s\n", err);
+	int rb = midrun(&tr, &te, &m, p0, p1, 0, prec, CNN_LAYOUT_NHWC,
+			tc ? CNN_CONV_DIRECT : CNN_CONV_CUDNN, b, err, sizeof(err));
+	if (rb < 0)
+		printf("#   %s\n", err);
+	snprintf(d, sizeof(d), "%s: parameters set after 4 steps (graph replays), then 3 steps, "
+		 "train as 3 steps of a fresh trainer from them (graph tolerance)", what);
+	test_cond(d, ra == 0 && rb == 0 && checkf("graph", "params", a, b, n) == 0);
+	cnn_model_free(&m);
+	cnn_data_free(&tr);
+	cnn_data_free(&te);
+	free(p0), free(p1), free(a), free(b);
+}
+
 /* A GPU older than 8.0 (sm_75) trains with cuDNN's convolutions: --conv2
  * direct is refused there at open, naming the GPU and what it needs, and
  * auto takes cuDNN (test_golden with tf32 ran that). */
@@ -1084,5 +1152,6 @@ int main(void)
 	else
 		test_skip("bf16 nhwc two streams golden step", "this GPU has no bf16 tensor cores (sm_80+)");
 	test_steps_more(tc);
+	test_set_state_midrun(tc);
 	return test_report();
 }

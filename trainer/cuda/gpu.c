@@ -63,6 +63,9 @@ struct cnn_gpu {
 	int last_n;
 	/* the captured step */
 	cudaGraphExec_t exec;
+	/* the weights' forms (net.wfresh bits) the graph's forward takes as
+	 * current, and those its optimizer writes */
+	unsigned graph_wop_in, graph_wop_out;
 	int eager_steps;            /* full-batch steps run before capture */
 	char err[512];
 };
@@ -281,6 +284,7 @@ static int gpu_set_state(struct cnn_gpu *g, const float *params, const struct cn
 	size_t n = g->o.m->nparams;
 	if (sync_all(g, "setting the parameters", err, errlen) < 0)
 		return -1;
+	g->net.wfresh = 0;   /* the weights' other forms are the old parameters' */
 	if (copy(g, g->net.params, params, n * 4, cudaMemcpyHostToDevice, err, errlen) < 0 ||
 	    (opt && opt->s1 && copy(g, g->s1, opt->s1, n * 4, cudaMemcpyHostToDevice, err, errlen) < 0) ||
 	    (opt && opt->s2 && copy(g, g->s2, opt->s2, n * 4, cudaMemcpyHostToDevice, err, errlen) < 0))
@@ -335,15 +339,21 @@ static int bucket_ready(void *ctx, int bucket, cudaStream_t on)
 	return 0;
 }
 
+/* The update, writing the weights as the next forward reads them (bf16,
+ * conv2's packs, OHWI: cnn_gnet_wop) in the same pass. */
 static int optimizer(struct cnn_gpu *g, int first)
 {
 	size_t n = g->o.m->nparams;
 	const float *lr = &g->d_in->lr;
-	if (g->opt.kind == CNN_ADADELTA)
-		return cnn_cuda_adadelta_step(g->net.params, g->net.grads, g->s1, g->s2, n, lr,
-					      g->opt.rho, g->opt.eps, g->opt.weight_decay, g->s);
-	return cnn_cuda_sgd_step(g->net.params, g->net.grads, g->s1, n, lr, g->opt.momentum,
-				 g->opt.weight_decay, first, g->s);
+	struct cnn_cuda_wop w;
+	unsigned mask = cnn_gnet_wop(&g->net, &w);
+	int rv = g->opt.kind == CNN_ADADELTA ?
+		cnn_cuda_adadelta_step(g->net.params, g->net.grads, g->s1, g->s2, n, lr, g->opt.rho,
+				       g->opt.eps, g->opt.weight_decay, mask ? &w : NULL, g->s) :
+		cnn_cuda_sgd_step(g->net.params, g->net.grads, g->s1, n, lr, g->opt.momentum,
+				  g->opt.weight_decay, first, mask ? &w : NULL, g->s);
+	g->net.wfresh = mask;
+	return rv;
 }
 
 /* Everything a step enqueues after its inputs are in d_idx and d_in. */
@@ -364,9 +374,15 @@ static int step_body(struct cnn_gpu *g, int n, int first)
 static int capture(struct cnn_gpu *g, int n, char *err, size_t errlen)
 {
 	cudaGraph_t graph;
+	/* what is current now is what each replay's forward finds current:
+	 * what the replay before it wrote (graph_wop_out), else made so */
+	unsigned now = g->net.wfresh;
 	CUDA(cudaStreamBeginCapture(g->s, cudaStreamCaptureModeThreadLocal));
 	int rv = step_body(g, n, 0);
 	cudaError_t e = cudaStreamEndCapture(g->s, &graph);
+	g->graph_wop_in = now;
+	g->graph_wop_out = g->net.wfresh;
+	g->net.wfresh = now;   /* nothing captured has run */
 	if (rv < 0)
 		FAIL("capturing the training step as a CUDA graph: %s (--no-graph runs without)",
 		     cnn_cuda_last_error());
@@ -413,7 +429,10 @@ static int gpu_train_step(struct cnn_gpu *g, const uint32_t *idx, int n, float l
 	    capture(g, n, err, errlen) < 0)
 		return -1;
 	if (g->exec && n == g->o.batch) {
+		if (cnn_gnet_wop_ensure(&g->net, g->graph_wop_in) < 0)
+			FAIL("%s", cnn_cuda_last_error());
 		CUDA(cudaGraphLaunch(g->exec, g->s));
+		g->net.wfresh = g->graph_wop_out;
 	} else {
 		if (step_body(g, n, first) < 0)
 			FAIL("%s", g->net.err[0] ? g->net.err : cnn_cuda_last_error());

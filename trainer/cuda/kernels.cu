@@ -486,25 +486,63 @@ logsoftmax_nll_fwd(const float *logits, const float *b, const uint8_t *label, in
 	}
 }
 
+// The updated parameter v at i in the weights' other forms (cnn_cuda_wop:
+// conv3_pack's, oihw_to_ohwi's and to_bf16's stores of it).  Ranges by
+// unsigned difference: i below off wraps past the size.
+__device__ __forceinline__ void wop_put(const cnn_cuda_wop &w, size_t i, float v)
+{
+	if (w.wb)
+		st(reinterpret_cast<bf16 *>(w.wb) + i, v);
+	size_t j = i - w.pack.off, pn = 9 * (size_t)w.pack.oc * w.pack.c;
+	if (j < pn) {
+		int tap = (int)(j % 9), ci = (int)(j / 9 % w.pack.c), o = (int)(j / 9 / w.pack.c);
+		size_t f = ((size_t)tap * w.pack.c + ci) * w.pack.oc + o;
+		size_t b = ((size_t)tap * w.pack.oc + o) * w.pack.c + ci;
+		if (w.pack.f[0]) {
+			w.pack.f[0][f] = v;
+			w.pack.f[1][b] = v;
+		} else {
+			st(reinterpret_cast<bf16 *>(w.pack.b[0]) + f, v);
+			st(reinterpret_cast<bf16 *>(w.pack.b[1]) + b, v);
+		}
+	}
+	for (int l = 0; l < 2; l++) {
+		const auto &t = w.ohwi[l];
+		size_t k = i - t.off, per = (size_t)t.in * t.hw;
+		if (k >= (size_t)t.out * per)
+			continue;
+		size_t o = k / per, q = (o * t.hw + k % t.hw) * t.in + k / t.hw % t.in;
+		if (t.f)
+			t.f[q] = v;
+		else
+			st(reinterpret_cast<bf16 *>(t.b) + q, v);
+	}
+}
+
+template <bool WOP>
 __global__ void sgd_step(float *p, const float *g, float *buf, size_t n, const float *lrp,
-			 float mom, float wd, int first)
+			 float mom, float wd, int first, cnn_cuda_wop w)
 {
 	float lr = *lrp;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x) {
-		float d = g[i] + wd * p[i];
+		float d = g[i] + wd * p[i], v;
 		if (mom == 0.f) {
-			p[i] -= lr * d;
+			v = p[i] - lr * d;
 		} else {
 			float b = first ? d : mom * buf[i] + d;
 			buf[i] = b;
-			p[i] -= lr * b;
+			v = p[i] - lr * b;
 		}
+		p[i] = v;
+		if (WOP)
+			wop_put(w, i, v);
 	}
 }
 
+template <bool WOP>
 __global__ void adadelta_step(float *p, const float *g, float *sq, float *acc, size_t n,
-			      const float *lrp, float rho, float eps, float wd)
+			      const float *lrp, float rho, float eps, float wd, cnn_cuda_wop w)
 {
 	float lr = *lrp;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
@@ -514,7 +552,10 @@ __global__ void adadelta_step(float *p, const float *g, float *sq, float *acc, s
 		float delta = sqrtf(acc[i] + eps) / sqrtf(s + eps) * d;
 		sq[i] = s;
 		acc[i] = acc[i] * rho + (1.f - rho) * delta * delta;
-		p[i] -= lr * delta;
+		float v = p[i] - lr * delta;
+		p[i] = v;
+		if (WOP)
+			wop_put(w, i, v);
 	}
 }
 
@@ -960,24 +1001,49 @@ extern "C" int cnn_cuda_logsoftmax_nll_fwd(const float *logits, const float *b,
 	return 0;
 }
 
+// A wop to pass by value: the caller's, or one that writes nothing.
+static cnn_cuda_wop wop_of(const cnn_cuda_wop *w)
+{
+	cnn_cuda_wop none;
+	memset(&none, 0, sizeof(none));
+	if (!w)
+		return none;
+	none = *w;
+	// a form with no pointer writes nothing, whatever its sizes say
+	if (!none.pack.f[0] && !none.pack.b[0])
+		none.pack.oc = none.pack.c = 0;
+	for (int l = 0; l < 2; l++)
+		if (!none.ohwi[l].f && !none.ohwi[l].b)
+			none.ohwi[l].out = 0;
+	return none;
+}
+
 extern "C" int cnn_cuda_sgd_step(float *p, const float *g, float *buf, size_t n, const float *lr,
-				 float momentum, float weight_decay, int first, cudaStream_t s)
+				 float momentum, float weight_decay, int first,
+				 const struct cnn_cuda_wop *wop, cudaStream_t s)
 {
 	if (!n)
 		return 0;
-	sgd_step<<<blocks_for(n), kThreads, 0, s>>>(p, g, buf, n, lr, momentum, weight_decay, first);
+	cnn_cuda_wop w = wop_of(wop);
+	float mom = momentum, wd = weight_decay;
+	unsigned nb = blocks_for(n);
+	auto sgd_kernel = wop ? sgd_step<true> : sgd_step<false>;
+	sgd_kernel<<<nb, kThreads, 0, s>>>(p, g, buf, n, lr, mom, wd, first, w);
 	cudaCheck(cudaGetLastError());
 	return 0;
 }
 
 extern "C" int cnn_cuda_adadelta_step(float *p, const float *g, float *sq, float *acc, size_t n,
 				      const float *lr, float rho, float eps, float weight_decay,
-				      cudaStream_t s)
+				      const struct cnn_cuda_wop *wop, cudaStream_t s)
 {
 	if (!n)
 		return 0;
-	adadelta_step<<<blocks_for(n), kThreads, 0, s>>>(p, g, sq, acc, n, lr, rho, eps,
-							  weight_decay);
+	cnn_cuda_wop w = wop_of(wop);
+	float wd = weight_decay;
+	unsigned nb = blocks_for(n);
+	auto adadelta_kernel = wop ? adadelta_step<true> : adadelta_step<false>;
+	adadelta_kernel<<<nb, kThreads, 0, s>>>(p, g, sq, acc, n, lr, rho, eps, wd, w);
 	cudaCheck(cudaGetLastError());
 	return 0;
 }

@@ -93,13 +93,41 @@ int cnn_cuda_relu_bwd(float *dx, const float *y, size_t n, cnn_bf16 *dxb, cudaSt
 int cnn_cuda_logsoftmax_nll_fwd(const float *logits, const float *b, const uint8_t *label, int n,
 				int k, float *logp, float *out, float *dlogits, cnn_bf16 *dlb,
 				float scale_n, float *dbias, cudaStream_t s);
+/* What an optimizer step writes besides the parameters: the weights as
+ * the next forward reads them, from each updated value, so the forward
+ * needs no pass of its own over them (NULL pointers, or n 0: not that one).
+ * The same bits as the separate kernels on the updated parameters:
+ *   wb      every parameter rounded to bf16 (cnn_cuda_to_bf16's)
+ *   pack    the oc x c x 3 x 3 weights at off in cnn_cuda_conv3_pack_tf32's
+ *           (f) or _bf16's (b) two layouts, [0] the forward's, [1] the
+ *           backward-data's
+ *   ohwi    the out x in x hw weights at off in OHWI (cnn_cuda_oihw_to_ohwi's,
+ *           f, or _bf16's, b) */
+struct cnn_cuda_wop {
+	cnn_bf16 *wb;
+	struct {
+		size_t off;
+		int oc, c;
+		float *f[2];
+		cnn_bf16 *b[2];
+	} pack;
+	struct {
+		size_t off;
+		int out, in, hw;
+		float *f;
+		cnn_bf16 *b;
+	} ohwi[2];
+};
 /* SGD with momentum and weight decay; first != 0 on the first update (the
  * buffer becomes the gradient, as torch does).  lr from device memory so a
- * captured CUDA graph can replay with a new schedule value. */
+ * captured CUDA graph can replay with a new schedule value.  wop: NULL, or
+ * the weights' other forms to write (above). */
 int cnn_cuda_sgd_step(float *p, const float *g, float *buf, size_t n, const float *lr,
-		      float momentum, float weight_decay, int first, cudaStream_t s);
+		      float momentum, float weight_decay, int first, const struct cnn_cuda_wop *wop,
+		      cudaStream_t s);
 int cnn_cuda_adadelta_step(float *p, const float *g, float *sq, float *acc, size_t n,
-			   const float *lr, float rho, float eps, float weight_decay, cudaStream_t s);
+			   const float *lr, float rho, float eps, float weight_decay,
+			   const struct cnn_cuda_wop *wop, cudaStream_t s);
 
 /* In-place dropout with the mask of cnn_dropout_fwd(x, n, p, *key); the
  * key is read from device memory so a captured graph draws a new mask

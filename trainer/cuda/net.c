@@ -635,18 +635,6 @@ static void *c2w(const struct cnn_gnet *g, int bwd)
 	return (char *)g->c2w + (bwd ? g->m.t[P_W2].n * g->esize : 0);
 }
 
-/* This step's packed conv2 weights from the fp32 master copy, where the
- * tensor-core kernels run its forward or backward-data. */
-static int conv2_pack(struct cnn_gnet *g, const struct cnn_gnet_algos *a)
-{
-	const struct cnn_model *M = &g->m;
-	const float *w = g->params + M->t[P_W2].off;
-	if (!(a->direct2 & 3))
-		return 0;
-	return bf(g) ? cnn_cuda_conv3_pack_bf16(w, M->c2, M->c1, c2w(g, 0), c2w(g, 1), g->s) :
-		       cnn_cuda_conv3_pack_tf32(w, M->c2, M->c1, c2w(g, 0), c2w(g, 1), g->s);
-}
-
 /* conv2 through its bias, ReLU, pool and (training) first dropout into p
  * and arg (and pb): cuDNN's call into a2 then the pool (maxpool), or
  * (direct) the tensor-core kernel with the pool in its epilogue, which
@@ -733,14 +721,47 @@ static int conv2_wgrad(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int n
 						 g->c2s, dw, s);
 }
 
-/* Channels-last: this step's OHWI weights (and the batch, for more than
- * one input channel) from the fp32 master copy, in the convolutions' type. */
-static int to_nhwc(struct cnn_gnet *g, int n)
+/* Channels-last with an input of more than one channel: the batch
+ * transposed, as conv1 reads it. */
+static int x_to_nhwc(struct cnn_gnet *g, int n)
+{
+	const struct cnn_model *M = &g->m;
+	if (M->in.c == 1)
+		return 0;
+	int hw = M->in.h * M->in.w;
+	return bf(g) ? cnn_cuda_oihw_to_ohwi_bf16(g->x, n, M->in.c, hw, g->xt, g->s) :
+		       cnn_cuda_oihw_to_ohwi(g->x, n, M->in.c, hw, g->xt, g->s);
+}
+
+/* The weights' forms (CNN_WOP_*) that a batch's algorithms read. */
+static unsigned wop_need(const struct cnn_gnet *g, const struct cnn_gnet_algos *a)
+{
+	unsigned m = bf(g) ? CNN_WOP_BF16 : 0;
+	if (a->direct2 & 3)
+		m |= CNN_WOP_PACK2;
+	if (a->nhwc && own_ohwi(g, 0))
+		m |= CNN_WOP_OHWI1;
+	if (a->nhwc && own_ohwi(g, 1))
+		m |= CNN_WOP_OHWI2;
+	return m;
+}
+
+/* The forms of mask, from the fp32 master copy, on s: the separate
+ * kernels whose stores the optimizer's wop repeats. */
+static int wop_make(struct cnn_gnet *g, unsigned mask)
 {
 	const struct cnn_model *M = &g->m;
 	const float *P = g->params;
+	if ((mask & CNN_WOP_BF16) && cnn_cuda_to_bf16(P, g->wb, M->nparams, g->s) < 0)
+		return -1;
+	if (mask & CNN_WOP_PACK2) {
+		const float *w = P + M->t[P_W2].off;
+		if ((bf(g) ? cnn_cuda_conv3_pack_bf16(w, M->c2, M->c1, c2w(g, 0), c2w(g, 1), g->s) :
+			     cnn_cuda_conv3_pack_tf32(w, M->c2, M->c1, c2w(g, 0), c2w(g, 1), g->s)) < 0)
+			return -1;
+	}
 	for (int l = 0; l < 2; l++) {
-		if (!own_ohwi(g, l))
+		if (!(mask & (l ? CNN_WOP_OHWI2 : CNN_WOP_OHWI1)))
 			continue;
 		int co = l ? M->c2 : M->c1, ci = l ? M->c1 : M->in.c;
 		const float *w = P + M->t[l ? P_W2 : P_W1].off;
@@ -749,12 +770,50 @@ static int to_nhwc(struct cnn_gnet *g, int n)
 			     cnn_cuda_oihw_to_ohwi(w, co, ci, 9, o, g->s)) < 0)
 			return -1;
 	}
-	if (M->in.c > 1) {
-		int hw = M->in.h * M->in.w;
-		if ((bf(g) ? cnn_cuda_oihw_to_ohwi_bf16(g->x, n, M->in.c, hw, g->xt, g->s) :
-			     cnn_cuda_oihw_to_ohwi(g->x, n, M->in.c, hw, g->xt, g->s)) < 0)
-			return -1;
+	return 0;
+}
+
+unsigned cnn_gnet_wop(const struct cnn_gnet *g, struct cnn_cuda_wop *w)
+{
+	const struct cnn_model *M = &g->m;
+	unsigned mask = 0;
+	for (int i = 0; i < g->nalgos; i++)
+		mask |= wop_need(g, &g->algos[i]);
+	memset(w, 0, sizeof(*w));
+	if (mask & CNN_WOP_BF16)
+		w->wb = g->wb;
+	if (mask & CNN_WOP_PACK2) {
+		w->pack.off = M->t[P_W2].off;
+		w->pack.oc = M->c2;
+		w->pack.c = M->c1;
+		for (int k = 0; k < 2; k++) {
+			if (bf(g))
+				w->pack.b[k] = c2w(g, k);
+			else
+				w->pack.f[k] = c2w(g, k);
+		}
 	}
+	for (int l = 0; l < 2; l++) {
+		if (!(mask & (l ? CNN_WOP_OHWI2 : CNN_WOP_OHWI1)))
+			continue;
+		w->ohwi[l].off = M->t[l ? P_W2 : P_W1].off;
+		w->ohwi[l].out = l ? M->c2 : M->c1;
+		w->ohwi[l].in = l ? M->c1 : M->in.c;
+		w->ohwi[l].hw = 9;
+		if (bf(g))
+			w->ohwi[l].b = (cnn_bf16 *)conv_w(g, l, 1);
+		else
+			w->ohwi[l].f = (float *)conv_w(g, l, 1);
+	}
+	return mask;
+}
+
+int cnn_gnet_wop_ensure(struct cnn_gnet *g, unsigned mask)
+{
+	unsigned miss = mask & ~g->wfresh;
+	if (miss && wop_make(g, miss) < 0)
+		return -1;
+	g->wfresh |= miss;
 	return 0;
 }
 
@@ -1082,12 +1141,12 @@ int cnn_gnet_forward(struct cnn_gnet *g, int n, int train, float scale_n)
 	if (!a)
 		return -1;
 	int nh = a->nhwc;
-	/* bf16: this step's weights and input as the tensor cores read them;
-	 * channels-last: the convolutions' weights (and input) transposed */
-	if (bf(g) && (cnn_cuda_to_bf16(P, g->wb, M->nparams, g->s) < 0 ||
-		      (!(nh && M->in.c > 1) && cnn_cuda_to_bf16(g->x, g->xb, nx, g->s) < 0)))
-		return -1;
-	if ((nh && to_nhwc(g, n) < 0) || conv2_pack(g, a) < 0)
+	/* the weights as this batch's algorithms read them (bf16, packed,
+	 * OHWI), where the last update did not write them; bf16: the input as
+	 * the tensor cores read it; channels-last: the input transposed */
+	if (cnn_gnet_wop_ensure(g, wop_need(g, a)) < 0 ||
+	    (bf(g) && !(nh && M->in.c > 1) && cnn_cuda_to_bf16(g->x, g->xb, nx, g->s) < 0) ||
+	    (nh && x_to_nhwc(g, n) < 0))
 		return -1;
 	if (conv1_forward(g, a, n, a->direct1 & 1) < 0)
 		return -1;

@@ -87,7 +87,7 @@ struct cnn_gnet {
 	int tc;                          /* the GPU has TF32 and bf16 tensor cores (8.0+) */
 	float *c2s;                      /* the tensor-core conv2 weight gradient's scratch */
 	void *c2w;                       /* conv2's weights packed for those kernels (the
-					  * forward's, then the backward-data's), each step */
+					  * forward's, then the backward-data's): wfresh */
 	cudaStream_t sw;
 	cudnnHandle_t dnnw;
 	cublasHandle_t blasw;
@@ -102,7 +102,7 @@ struct cnn_gnet {
 	void *a1, *a2, *da1, *da2;
 	size_t esize;
 	/* bf16 only: the weights as the convolutions and GEMMs read them
-	 * (cast from params at each forward), the GEMMs' bf16 operands, and
+	 * (cast from params: wfresh), the GEMMs' bf16 operands, and
 	 * the convolutions' weight gradients before they widen into grads. */
 	cnn_bf16 *wb, *xb, *pb, *hb, *dlb, *dhb, *dwb;
 	float *bgs;                      /* the bias gradients' chunk sums: conv1's, then
@@ -114,6 +114,12 @@ struct cnn_gnet {
 	 * batch transposed; esize bytes each. */
 	void *wt, *dwt, *xt;
 	uint8_t *arg, *y;
+	/* The weights' forms the forward reads besides params (CNN_WOP_*:
+	 * bf16's wb, conv2's packs, channels-last's OHWI): those current with
+	 * params.  A forward makes what its batch's algorithms read and is not
+	 * current; the optimizer writes them as it updates params
+	 * (cnn_gnet_wop); a host write of params makes none current. */
+	unsigned wfresh;
 	float *stats;                    /* [0] loss sum, [1] correct, of the last forward */
 	/* The dropout keys of layers 1 and 2 in device memory: keys_own (zeros)
 	 * until the caller points keys at its own (gpu.c: the step's inputs, so
@@ -153,6 +159,18 @@ int cnn_gnet_forward(struct cnn_gnet *g, int n, int train, float scale_n);
  * gradient is final on g->s when it returns. */
 int cnn_gnet_backward(struct cnn_gnet *g, int n,
 		      int (*ready)(void *ctx, int bucket, cudaStream_t on), void *ctx);
+/* The weights' forms (bits of wfresh): the bf16 copy of every parameter,
+ * conv2's packs for its tensor-core kernels, conv1's and conv2's OHWI
+ * copies for channels-last. */
+enum { CNN_WOP_BF16 = 1, CNN_WOP_PACK2 = 2, CNN_WOP_OHWI1 = 4, CNN_WOP_OHWI2 = 8 };
+/* What an optimizer step writes besides params (cnn_cuda_wop): every form
+ * that the algorithms of a batch size prepared so far read; the mask,
+ * which the caller sets wfresh to once the step is enqueued (0: nothing,
+ * pass no wop). */
+unsigned cnn_gnet_wop(const struct cnn_gnet *g, struct cnn_cuda_wop *w);
+/* Make the forms of mask current now, on g->s (before replaying a graph
+ * whose forward took them as current). */
+int cnn_gnet_wop_ensure(struct cnn_gnet *g, unsigned mask);
 /* "cuDNN 9.19.0, cuBLAS 13.0.0, TF32, NCHW" (or fp32, or "bf16, fp32
  * master weights"; the layout of each batch size prepared, with auto the
  * times it was chosen by; conv1's and conv2's choices, with auto per
