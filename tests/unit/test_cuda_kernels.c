@@ -1483,13 +1483,25 @@ static void test_gather(void)
 	uint8_t *dxs = dev(d.x, d.n * img), *dys = dev(d.y, d.n), *dyo = dev(NULL, n);
 	uint32_t *didx = dev(idx, sizeof(idx));
 	float *dxo = dev(NULL, n * img * 4);
-	test_cond("gather launches", cnn_cuda_gather(dxs, dys, didx, n, d.c, d.h, d.w, &nm, dxo, dyo, NULL) == 0);
+	test_cond("gather launches",
+		  cnn_cuda_gather(dxs, dys, didx, n, d.c, d.h, d.w, &nm, dxo, dyo, NULL, NULL) == 0);
 	back(got, dxo, n * img * 4);
 	back(gy, dyo, n);
 	cnn_data_gather(&d, idx, n, x, y);
 	test_cond("gather equals cnn_data_gather: images (fma tolerance)",
 		  compare("gather", got, x, n * img, T_FMA) == 0);
 	test_cond("gather equals cnn_data_gather: labels", memcmp(gy, y, n) == 0);
+	/* with the bf16 copy: x the same bits, xb those of cnn_cuda_to_bf16(x) */
+	float *dx2 = dev(NULL, n * img * 4), *got2 = malloc(n * img * 4);
+	cnn_bf16 *dxb = dev(NULL, n * img * 2), *dwant = dev(NULL, n * img * 2);
+	test_cond("gather with xb launches",
+		  cnn_cuda_gather(dxs, dys, didx, n, d.c, d.h, d.w, &nm, dx2, dyo, dxb, NULL) == 0 &&
+		  cnn_cuda_to_bf16(dx2, dwant, n * img, NULL) == 0);
+	back(got2, dx2, n * img * 4);
+	test_cond("gather with xb: x the same bits, xb cnn_cuda_to_bf16's of it (exact)",
+		  !memcmp(got, got2, n * img * 4) && same_bytes(dxb, dwant, n * img * 2));
+	cudaFree(dx2), cudaFree(dxb), cudaFree(dwant);
+	free(got2);
 	cudaFree(dxs), cudaFree(dys), cudaFree(dyo), cudaFree(didx), cudaFree(dxo);
 	free(d.x), free(d.y), free(x), free(got);
 }

@@ -585,7 +585,8 @@ __global__ void dropout_fwd(float *x, const float *b, int k, size_t n, uint32_t 
 
 // One thread per output pixel; the image and label come from idx.
 __global__ void gather(const uint8_t *xs, const uint8_t *ys, const uint32_t *idx, int c,
-		       size_t plane, struct cnn_cuda_norm norm, size_t total, float *x, uint8_t *y)
+		       size_t plane, struct cnn_cuda_norm norm, size_t total, float *x, uint8_t *y,
+		       bf16 *xb)
 {
 	size_t img = (size_t)c * plane;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
@@ -593,7 +594,10 @@ __global__ void gather(const uint8_t *xs, const uint8_t *ys, const uint32_t *idx
 		size_t row = i / img, r = i % img;
 		int ch = (int)(r / plane);
 		uint32_t src = idx[row];
-		x[i] = (float)xs[(size_t)src * img + r] * norm.scale[ch] - norm.off[ch];
+		float v = (float)xs[(size_t)src * img + r] * norm.scale[ch] - norm.off[ch];
+		x[i] = v;
+		if (xb)
+			st(xb + i, v);
 		if (r == 0)
 			y[row] = ys[src];
 	}
@@ -1079,7 +1083,7 @@ extern "C" void cnn_cuda_norm_set(struct cnn_cuda_norm *nm, int c, const float *
 
 extern "C" int cnn_cuda_gather(const uint8_t *xs, const uint8_t *ys, const uint32_t *idx, int n,
 			       int c, int h, int w, const struct cnn_cuda_norm *norm, float *x,
-			       uint8_t *y, cudaStream_t s)
+			       uint8_t *y, cnn_bf16 *xb, cudaStream_t s)
 {
 	size_t plane = (size_t)h * w, total = (size_t)n * c * plane;
 	if (!total)
@@ -1090,7 +1094,7 @@ extern "C" int cnn_cuda_gather(const uint8_t *xs, const uint8_t *ys, const uint3
 		cnn_cuda_fail(__FILE__, __LINE__, "cnn_cuda_gather", m);
 		return -1;
 	}
-	gather<<<blocks_for(total), kThreads, 0, s>>>(xs, ys, idx, c, plane, *norm, total, x, y);
+	gather<<<blocks_for(total), kThreads, 0, s>>>(xs, ys, idx, c, plane, *norm, total, x, y, B(xb));
 	cudaCheck(cudaGetLastError());
 	return 0;
 }

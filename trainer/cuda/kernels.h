@@ -143,10 +143,11 @@ struct cnn_cuda_norm {
 };
 void cnn_cuda_norm_set(struct cnn_cuda_norm *nm, int c, const float *mean, const float *std);
 /* x (n x c x h x w) and y (n) from the data set's bytes xs and labels ys
- * (both on the device) at the device indices idx[0..n). */
+ * (both on the device) at the device indices idx[0..n); xb: NULL, or also
+ * x rounded to bf16 (cnn_cuda_to_bf16's, for a bf16 convolution next). */
 int cnn_cuda_gather(const uint8_t *xs, const uint8_t *ys, const uint32_t *idx, int n, int c,
 		    int h, int w, const struct cnn_cuda_norm *norm, float *x, uint8_t *y,
-		    cudaStream_t s);
+		    cnn_bf16 *xb, cudaStream_t s);
 
 /* db[o] = sum of dy over nimg images of oc planes of n pixels (overwritten):
  * a convolution's bias gradient.  gate: NULL, or sum dy only where gate > 0

@@ -1144,8 +1144,10 @@ int cnn_gnet_forward(struct cnn_gnet *g, int n, int train, float scale_n)
 	/* the weights as this batch's algorithms read them (bf16, packed,
 	 * OHWI), where the last update did not write them; bf16: the input as
 	 * the tensor cores read it; channels-last: the input transposed */
+	int xb = g->xb_given;
+	g->xb_given = 0;
 	if (cnn_gnet_wop_ensure(g, wop_need(g, a)) < 0 ||
-	    (bf(g) && !(nh && M->in.c > 1) && cnn_cuda_to_bf16(g->x, g->xb, nx, g->s) < 0) ||
+	    (bf(g) && !xb && !(nh && M->in.c > 1) && cnn_cuda_to_bf16(g->x, g->xb, nx, g->s) < 0) ||
 	    (nh && x_to_nhwc(g, n) < 0))
 		return -1;
 	if (conv1_forward(g, a, n, a->direct1 & 1) < 0)

@@ -105,6 +105,9 @@ struct cnn_gnet {
 	 * (cast from params: wfresh), the GEMMs' bf16 operands, and
 	 * the convolutions' weight gradients before they widen into grads. */
 	cnn_bf16 *wb, *xb, *pb, *hb, *dlb, *dhb, *dwb;
+	/* bf16: the caller wrote xb with x (cnn_cuda_gather's), so the next
+	 * forward does not convert it; that forward clears it */
+	int xb_given;
 	float *bgs;                      /* the bias gradients' chunk sums: conv1's, then
 					  * conv2's at bgs_off (concurrent with two streams) */
 	size_t bgs_off;
@@ -147,8 +150,9 @@ void cnn_gnet_free(struct cnn_gnet *g);
  * Once ws_frozen is set, only algorithms that fit the workspace are taken.
  * -1 with g->err. */
 int cnn_gnet_prepare(struct cnn_gnet *g, int n);
-/* Forward of n images in g->x with labels in g->y; the loss sum and the
- * correct count into g->stats (overwritten).  train: dropout with g->keys.
+/* Forward of n images in g->x (and g->xb if xb_given) with labels in g->y;
+ * the loss sum and the correct count into g->stats (overwritten).  train:
+ * dropout with g->keys.
  * scale_n > 0: also the loss's gradient for a backward, the mean over
  * scale_n images, and from it fc2's bias gradient, in the loss's kernel
  * (0: an evaluation). */
