@@ -352,7 +352,7 @@ static int optimizer(struct cnn_gpu *g, int first)
 				       g->opt.eps, g->opt.weight_decay, mask ? &w : NULL, g->s) :
 		cnn_cuda_sgd_step(g->net.params, g->net.grads, g->s1, n, lr, g->opt.momentum,
 				  g->opt.weight_decay, first, mask ? &w : NULL, g->s);
-	g->net.wfresh = mask;
+	g->net.wfresh = rv == 0 ? mask : 0;
 	return rv;
 }
 
