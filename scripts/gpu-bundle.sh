@@ -13,14 +13,20 @@
 #                            CNN_VARIANTS)
 #   .gpu/run.sh h2d          bench/h2d_bind.sh
 #   .gpu/run.sh profile      ncu: each kernel's GPU time in two graph-replayed steps of
-#                            cnn_train, batch 64 and 1024 (BATCHES), NCHW and NHWC (bench/
-#                            ncu_kernels.py): where the time goes, one device call
+#                            cnn_train, batch 64 and 1024 (BATCHES), NCHW and NHWC
+#                            (PROFILE_LAYOUTS; bench/ncu_kernels.py): where the time goes
 #   .gpu/run.sh all          check, train (tf32, bf16, gloo2), h2d, bench (tf32, bf16; no
 #                            torch.compile): one device call, logs in $OUT
 #   .gpu/run.sh variants     check, then bench (tf32, bf16) with cnn_train's variants as
 #                            columns: --conv-layout nhwc, --backward-streams 2,
 #                            both, --conv1 cudnn, --conv2 cudnn and direct: one device
 #                            call, logs in $OUT
+#   .gpu/run.sh session      what one lease of 15 minutes of device time holds, in one call
+#                            bounded by SESSION_SECONDS (default 450): check, bench at
+#                            batch 64 and 1024 in tf32 with the variants as columns,
+#                            profile (NCHW), bench in bf16, sanitize (memcheck), accuracy
+#                            after 2 epochs, torch.compile; each part cut to what is left,
+#                            those that no longer fit skipped and named; logs in $OUT
 #   .gpu/run.sh sanitize     test_cuda_kernels under compute-sanitizer: memcheck, racecheck,
 #                            synccheck, initcheck (SANITIZE_TOOLS, SANITIZE_SECONDS each)
 #   .gpu/run.sh libs         where each CUDA library was found
@@ -236,7 +242,7 @@ profile)
 	[ -x "$ncu" ] || { echo "run.sh: no ncu on this machine (PATH, $cuda/bin)" >&2; exit 2; }
 	cnn=$(wrapper cnn_train) rc=0
 	for b in ${BATCHES:-64 1024}; do
-		for layout in nchw nhwc; do
+		for layout in ${PROFILE_LAYOUTS:-nchw nhwc}; do
 			echo "=== ncu: batch $b, --conv-layout $layout $*, steps 21-22"
 			if "$ncu" --profile-from-start off --metrics gpu__time_duration.sum --csv "$cnn" \
 				--device cuda --batch-size "$b" --conv-layout "$layout" --max-steps 22 \
@@ -252,26 +258,55 @@ profile)
 	done
 	exit $rc
 	;;
-all | variants)
-	# What one device call holds (10 minutes): each part bounded in time
-	# and logged to $OUT/PART.log (.gpu/logs without OUT); a failing part
-	# does not stop the next.  torch.compile's autotuning is left for
-	# `TORCH_MODES=compile .gpu/run.sh bench` in a call of its own.
+all | variants | session)
+	# What one device call holds (10 minutes; a lease of 15 minutes of
+	# device time, the machine's start included, holds one such call):
+	# each part bounded in time and logged to $OUT/PART.log (.gpu/logs
+	# without OUT: $OUT brings back 8 files at most); a failing part does
+	# not stop the next.  Every part ends by the call's deadline
+	# (SESSION_SECONDS from now): its bound is cut to what is left, and a
+	# part with under 10 s left is skipped, named in the summary.
 	logs=${OUT:-$G/logs}
+	mode=$1
 	mkdir -p "$logs"
 	summary=()
+	deadline=$(($(date +%s) + ${SESSION_SECONDS:-$([ "$mode" = session ] && echo 450 || echo 570)}))
 	part() { # NAME SECONDS ENV... -- ARGS...
-		local name=$1 secs=$2 rc=0 envs=()
+		local name=$1 secs=$2 rc=0 envs=() left
 		shift 2
 		while [ "$1" != -- ]; do envs+=("$1"); shift; done
 		shift
+		left=$((deadline - $(date +%s) - 5))
+		if [ "$left" -lt 10 ]; then
+			echo "=== $name: skipped (${left}s left before the deadline)"
+			summary+=("$(printf '%-12s skipped: %ss left' "$name" "$left")")
+			return 0
+		fi
+		[ "$secs" -le "$left" ] || secs=$left
 		echo "=== $name: $* (${envs[*]:-}; at most ${secs}s)"
-		env "${envs[@]}" timeout -k 10 "$secs" "$G/run.sh" "$@" >"$logs/$name.log" 2>&1 || rc=$?
+		env "${envs[@]}" timeout -k 5 "$secs" "$G/run.sh" "$@" >"$logs/$name.log" 2>&1 || rc=$?
 		tail -n 40 "$logs/$name.log"
 		summary+=("$(printf '%-12s rc=%-3s %s' "$name" "$rc" "$([ "$rc" = 124 ] && echo "timed out after ${secs}s")")")
 	}
-	# most wanted first: a part that hangs to its bound leaves the later
-	# ones less of the call
+	finish() {
+		printf '=== summary (logs in %s)\n' "$logs"
+		printf '%s\n' "${summary[@]}"
+		exit 0
+	}
+	if [ "$mode" = session ]; then
+		# most wanted first: the GPU tests of what cuemu checked, then
+		# the speed figures of issue 6 and what ncu says of them
+		part check 120 -- check
+		part bench_tf32 150 BATCHES="64 1024" TORCH_MODES="eager graph" \
+			CNN_VARIANTS="nhwc:--conv-layout nhwc;s2:--backward-streams 2;c1cudnn:--conv1 cudnn;c2cudnn:--conv2 cudnn;c2direct:--conv2 direct" -- bench
+		part profile 80 BATCHES="64 1024" PROFILE_LAYOUTS=nchw -- profile
+		part bench_bf16 80 BATCHES="64 1024" TORCH_MODES="eager graph" PRECISION=bf16 \
+			CNN_VARIANTS="nhwc:--conv-layout nhwc;c2cudnn:--conv2 cudnn;c2direct:--conv2 direct" -- bench
+		part sanitize 60 SANITIZE_TOOLS=memcheck SANITIZE_SECONDS=50 -- sanitize
+		part accuracy 60 EPOCHS=2 BATCHES=64 TORCH_MODES=eager -- bench
+		part compile 120 BATCHES="64 1024" TORCH_MODES=compile -- bench
+		finish
+	fi
 	part check 180 -- check
 	if [ "$1" = variants ]; then
 		# channels-last, the second backward stream and the convolutions by
@@ -281,9 +316,7 @@ all | variants)
 			CNN_VARIANTS="nhwc:--conv-layout nhwc;s2:--backward-streams 2;nhwc_s2:--conv-layout nhwc --backward-streams 2;c1cudnn:--conv1 cudnn;c2cudnn:--conv2 cudnn;c2direct:--conv2 direct;nhwc_c2d:--conv-layout nhwc --conv2 direct" -- bench
 		part variants_bf16 150 TORCH_MODES="eager graph" PRECISION=bf16 \
 			CNN_VARIANTS="nhwc:--conv-layout nhwc;s2:--backward-streams 2;c2cudnn:--conv2 cudnn;c2direct:--conv2 direct" -- bench
-		printf '=== summary (logs in %s)\n' "$logs"
-		printf '%s\n' "${summary[@]}" | tee "$logs/summary.log"
-		exit 0
+		finish
 	fi
 	part h2d 60 -- h2d
 	part train 90 -- train
@@ -291,8 +324,7 @@ all | variants)
 	part train_bf16 60 -- train --precision bf16
 	part train_gloo2 60 -- gloo2
 	part bench_bf16 150 TORCH_MODES="eager graph" PRECISION=bf16 -- bench
-	printf '=== summary (logs in %s)\n' "$logs"
-	printf '%s\n' "${summary[@]}" | tee "$logs/summary.log"
+	finish
 	;;
 *)
 	run "$@"

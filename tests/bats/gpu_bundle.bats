@@ -1,6 +1,6 @@
 #!/usr/bin/env bats
 # scripts/gpu-bundle.sh: what a lent GPU machine runs (it has CUDA but no
-# Debian packages and no network).  A GPU session has 30 minutes of device
+# Debian packages and no network).  A GPU session has 15 minutes of device
 # time; a bundle that does not fit the device tool's carry, a library left
 # out or a run.sh that breaks costs them.  Here the bundle is built and
 # run as it is there, with CUDA's libraries from /usr/local/cuda and, for
@@ -91,4 +91,51 @@ setup() {
 	assert_line --regexp '^# GPU: cuemu .*, no graph \(gradients all-reduced through host memory\)$'
 	assert_line --regexp '^params: identical on all 2 ranks '
 	assert_line --regexp '^done: 4 steps, '
+}
+
+# A lease holds 15 minutes of device time, the machine's start included:
+# one call of `run.sh session`, which must end by its deadline whatever its
+# parts do, bring its logs back within $OUT's limits (8 files, plain
+# names) and say which parts ran and which did not fit.
+SESSION_PARTS=(check bench_tf32 profile bench_bf16 sanitize accuracy compile)
+
+@test "run.sh session: every part in order, each bounded by what is left of SESSION_SECONDS, logs in \$OUT" {
+	local out="$BATS_TEST_TMPDIR/out" start end
+	mkdir -p "$out"
+	start=$(date +%s)
+	OUT="$out" SESSION_SECONDS=20 run --separate-stderr "$B/run.sh" session
+	end=$(date +%s)
+	echo "$output"
+	assert_success
+	# ended by its deadline (timeout's 5 s grace after a part's bound)
+	[ $((end - start)) -le 25 ] || fail "ran $((end - start)) s for SESSION_SECONDS=20"
+	# the summary names every part once, in the order they ran
+	local names ran=0 n
+	names=$(sed -n '/^=== summary/,$p' <<<"$output" | tail -n +2 | awk '{print $1}' | paste -sd' ')
+	assert_equal "$names" "${SESSION_PARTS[*]}"
+	# no part was given more than the 15 s left before its start
+	while read -r n; do
+		[ "$n" -le 15 ] || fail "a part was bounded to $n s"
+		ran=$((ran + 1))
+	done < <(sed -n 's/^=== [a-z0-9_]*: .*at most \([0-9]*\)s)$/\1/p' <<<"$output")
+	[ "$ran" -ge 1 ]
+	# each part that ran left one log, named as $OUT brings back, and no more
+	assert_equal "$(ls "$out" | wc -l)" "$ran"
+	[ "$ran" -le 8 ]
+	! ls "$out" | grep -v -E '^[A-Za-z0-9._-]+$'
+	assert_equal "$(grep -c '^[a-z0-9_]* *skipped: ' <<<"$output")" $((7 - ran))
+}
+
+@test "run.sh session: parts that no longer fit are skipped and named, none started" {
+	local out="$BATS_TEST_TMPDIR/out"
+	mkdir -p "$out"
+	OUT="$out" SESSION_SECONDS=5 run --separate-stderr "$B/run.sh" session
+	echo "$output"
+	assert_success
+	local p
+	for p in "${SESSION_PARTS[@]}"; do
+		assert_line --regexp "^$p +skipped: -?[0-9]+s left$"
+	done
+	refute_line --partial 'at most'
+	assert_equal "$(ls "$out" | wc -l)" 0
 }
