@@ -15,6 +15,9 @@
 #   .gpu/run.sh profile      ncu: each kernel's GPU time in two graph-replayed steps of
 #                            cnn_train, batch 64 and 1024 (BATCHES), NCHW and NHWC
 #                            (PROFILE_LAYOUTS; bench/ncu_kernels.py): where the time goes
+#   .gpu/run.sh kernels      ncu: each kernel's speed of light (SM, memory, tensor pipe,
+#                            warps, registers, bank conflicts) in one replayed step, batch
+#                            1024 and 64 (BATCHES): why a kernel takes its time
 #   .gpu/run.sh all          check, train (tf32, bf16, gloo2), h2d, bench (tf32, bf16; no
 #                            torch.compile): one device call, logs in $OUT
 #   .gpu/run.sh variants     check, then bench (tf32, bf16) with cnn_train's variants as
@@ -24,7 +27,7 @@
 #   .gpu/run.sh session      what one lease of 15 minutes of device time holds, in one call
 #                            bounded by SESSION_SECONDS (default 450): check, bench at
 #                            batch 64 and 1024 in tf32 with the variants as columns,
-#                            profile (NCHW), bench in bf16, sanitize (memcheck), accuracy
+#                            profile (NCHW), kernels, bench in bf16, sanitize (memcheck), accuracy
 #                            after 2 epochs, torch.compile; each part cut to what is left,
 #                            those that no longer fit skipped and named; logs in $OUT
 #   .gpu/run.sh sanitize     test_cuda_kernels under compute-sanitizer: memcheck, racecheck,
@@ -250,11 +253,50 @@ profile)
 				>"$G/ncu.csv" 2>"$G/ncu.err"; then
 				python3 bench/ncu_kernels.py --steps 2 "$G/ncu.csv" || rc=1
 				grep -h '^# GPU' "$G/ncu.csv" || true
+				grep -h '^cnn_train: ' "$G/ncu.err" || true
 			else
 				rc=1
 				tail -n 20 "$G/ncu.err" "$G/ncu.csv"
 			fi
 		done
+	done
+	exit $rc
+	;;
+kernels)
+	# Each kernel's speed of light over one graph-replayed step (21), at
+	# batch 1024 and 64 (BATCHES): SM and memory throughput, the tensor
+	# pipe's and the warps' share, registers, grid, shared-memory bank
+	# conflicts (bench/ncu_kernels.py --metrics), what the next work on a
+	# kernel aims at.  A metric this ncu does not list for this GPU
+	# (--query-metrics) is left out, named, so that the rest still run.
+	shift || true
+	ncu=$(command -v ncu || echo "$cuda/bin/ncu")
+	[ -x "$ncu" ] || { echo "run.sh: no ncu on this machine (PATH, $cuda/bin)" >&2; exit 2; }
+	cnn=$(wrapper cnn_train) rc=0
+	known=$("$ncu" --query-metrics 2>/dev/null | awk '{ print $1 }' || true)
+	metrics=() dropped=()
+	while read -r m; do
+		if [ -z "$known" ] || [[ $m == launch__* || $m == gpu__time_duration.* ]] ||
+			grep -qxF "${m%%.*}" <<<"$known"; then
+			metrics+=("$m")
+		else
+			dropped+=("$m")
+		fi
+	done < <(python3 bench/ncu_kernels.py --metrics)
+	[ "${#dropped[@]}" -eq 0 ] || echo "run.sh: left out, not in ncu --query-metrics here: ${dropped[*]}"
+	list=$(IFS=,; echo "${metrics[*]}")
+	for b in ${BATCHES:-1024 64}; do
+		echo "=== ncu: batch $b, each kernel's speed of light, step 21 $*"
+		if "$ncu" --profile-from-start off --metrics "$list" --csv "$cnn" \
+			--device cuda --batch-size "$b" --max-steps 21 --cuda-profile-steps 21:21 \
+			--progress lines --log-every 1000 "$@" >"$G/ncu-sol.csv" 2>"$G/ncu-sol.err"; then
+			python3 bench/ncu_kernels.py --steps 1 --width 50 --top 25 "$G/ncu-sol.csv" || rc=1
+			grep -h '^# GPU' "$G/ncu-sol.csv" || true
+			grep -h '^cnn_train: ' "$G/ncu-sol.err" || true
+		else
+			rc=1
+			tail -n 20 "$G/ncu-sol.err" "$G/ncu-sol.csv"
+		fi
 	done
 	exit $rc
 	;;
@@ -299,7 +341,8 @@ all | variants | session)
 		part check 120 -- check
 		part bench_tf32 150 BATCHES="64 1024" TORCH_MODES="eager graph" \
 			CNN_VARIANTS="nhwc:--conv-layout nhwc;s2:--backward-streams 2;c1cudnn:--conv1 cudnn;c2cudnn:--conv2 cudnn;c2direct:--conv2 direct" -- bench
-		part profile 80 BATCHES="64 1024" PROFILE_LAYOUTS=nchw -- profile
+		part profile 70 BATCHES="64 1024" PROFILE_LAYOUTS=nchw -- profile
+		part kernels 60 -- kernels
 		part bench_bf16 80 BATCHES="64 1024" TORCH_MODES="eager graph" PRECISION=bf16 \
 			CNN_VARIANTS="nhwc:--conv-layout nhwc;c2cudnn:--conv2 cudnn;c2direct:--conv2 direct" -- bench
 		part sanitize 60 SANITIZE_TOOLS=memcheck SANITIZE_SECONDS=50 -- sanitize

@@ -708,6 +708,15 @@ int main(int argc, char **argv)
 		/* --max-steps ended mid-epoch: keep the place */
 		save_ckpt(R, cur_epoch, cur_b);
 	}
+	/* a profiling range the run never reached captured nothing, or ran on
+	 * to the end of the run (its evaluation too): said, since ncu's empty
+	 * report does not say why */
+	if (R->g && R->r.rank == 0 && R->a.profile_from && R->steps < R->a.profile_to)
+		fprintf(stderr, "cnn_train: warning: --cuda-profile-steps %lld:%lld: the run ended at "
+			"step %lld, %s\n", R->a.profile_from, R->a.profile_to, R->steps,
+			R->steps < R->a.profile_from ?
+				"before the range: no step was profiled (more --epochs or --max-steps)" :
+				"inside the range: the profiler ran on to the run's end");
 	fetch_state(R);
 	check_identical(R);
 	report_times(R);

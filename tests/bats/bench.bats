@@ -145,6 +145,50 @@ ratio_ok() {
 	[[ "$stderr" == *"unit 'cycle' of gpu__time_duration.sum: expected one of"* ]]
 }
 
+# `.gpu/run.sh kernels`: more metrics than time, one row each per launch
+# (ncu's ID), a value "n/a" where a metric has none; the columns follow
+# the metrics the capture holds, in the script's order, whatever ncu's.
+@test "ncu_kernels.py: each kernel's speed of light, percentages weighted by launch time, only the metrics the capture holds" {
+	local csv="$BATS_TEST_TMPDIR/sol.csv" h='"1234","cnn_train","h"' k1 k2
+	k1='"void (anonymous namespace)::conv3_igemm<float, false, 64, true, false, false>(const float *, const float *)","1","13","(256, 1, 1)","(288, 1, 1)","0","9.0","Command line profiler metrics"'
+	k2='"void (anonymous namespace)::sgd_step<float>(float *, float *)","1","13","(256, 1, 1)","(4688, 1, 1)","0","9.0","Command line profiler metrics"'
+	{
+		echo '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"'
+		echo "\"0\",$h,$k1,\"launch__registers_per_thread\",\"register/thread\",\"128\""
+		echo "\"0\",$h,$k1,\"sm__throughput.avg.pct_of_peak_sustained_elapsed\",\"%\",\"60.00\""
+		echo "\"0\",$h,$k1,\"gpu__time_duration.sum\",\"usecond\",\"30.00\""
+		echo "\"0\",$h,$k1,\"sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active\",\"%\",\"40.00\""
+		echo "\"0\",$h,$k1,\"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum\",\"\",\"1,200\""
+		echo "\"1\",$h,$k2,\"gpu__time_duration.sum\",\"usecond\",\"10.00\""
+		echo "\"1\",$h,$k2,\"sm__throughput.avg.pct_of_peak_sustained_elapsed\",\"%\",\"20.00\""
+		echo "\"1\",$h,$k2,\"launch__registers_per_thread\",\"register/thread\",\"32\""
+		echo "\"1\",$h,$k2,\"sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active\",\"%\",\"n/a\""
+		echo "\"1\",$h,$k2,\"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum\",\"\",\"0\""
+		echo "\"2\",$h,$k1,\"gpu__time_duration.sum\",\"usecond\",\"10.00\""
+		echo "\"2\",$h,$k1,\"sm__throughput.avg.pct_of_peak_sustained_elapsed\",\"%\",\"20.00\""
+		echo "\"2\",$h,$k1,\"launch__registers_per_thread\",\"register/thread\",\"126\""
+		echo "\"2\",$h,$k1,\"sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active\",\"%\",\"80.00\""
+		echo "\"2\",$h,$k1,\"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum\",\"\",\"400\""
+	} >"$csv"
+	run --separate-stderr "$PY" "$REPO/bench/ncu_kernels.py" --width 50 "$csv"
+	echo "$stderr"
+	assert_success
+	# conv3_igemm: 40 us in 2 launches; sm% (60*30 + 20*10) / 40 = 50, tc%
+	# (40*30 + 80*10) / 40 = 50, regs the larger, conflicts 800 a launch;
+	# total sm% (60*30 + 20*10 + 20*10) / 50 = 44, tc% over the launches with one
+	assert_line --index 0 --regexp '^kernel +us/step +calls +share +sm% +tc% +regs +bc_ld$'
+	assert_line --index 1 --regexp '^conv3_igemm<float, false, 64, true, false, false> +40\.0 +2\.0 +80\.0% +50\.0 +50\.0 +128 +800$'
+	assert_line --index 2 --regexp '^sgd_step<float> +10\.0 +1\.0 +20\.0% +20\.0 +- +32 +0$'
+	assert_line --index 3 --regexp '^total +50\.0 +3\.0 +100\.0% +44\.0 +50\.0 +128 +533$'
+	# the list run.sh asks ncu for: time first, then each column's names
+	run "$PY" "$REPO/bench/ncu_kernels.py" --metrics
+	assert_success
+	assert_line --index 0 gpu__time_duration.sum
+	assert_line sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
+	assert_line sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active
+	assert_line launch__registers_per_thread
+}
+
 @test "gpu_vs_torch.sh and h2d_bind.sh without a GPU: each says so (2: refused, 0: skipped)" {
 	if nvidia-smi -L >/dev/null 2>&1; then
 		skip "this machine has a GPU: the real runs are the benchmarks themselves"

@@ -93,11 +93,70 @@ setup() {
 	assert_line --regexp '^done: 4 steps, '
 }
 
+# `run.sh kernels` on a stand-in ncu: it lists every metric of
+# ncu_kernels.py but one (as a GPU whose ncu names the tensor pipe
+# otherwise), records how it was called, runs the program it was given
+# (cnn_train on cuemu's module: its options must parse and reach the
+# profiled step) and answers one launch per metric it was asked for.
+@test "run.sh kernels: asks ncu for the metrics it lists, leaves out and names the others, a table per batch size (stand-in ncu, cuemu's module)" {
+	[ -f "$EMU" ] || skip "no cuemu GPU module ($EMU)"
+	local bin="$BATS_TEST_TMPDIR/bin" args="$BATS_TEST_TMPDIR/ncu.args"
+	mkdir -p "$bin"
+	cat >"$bin/ncu" <<-'NCU'
+	#!/bin/bash
+	if [ "$1" = --query-metrics ]; then
+		printf 'Device NVIDIA Stand-in (GH100)\n---------\nMetric Name   Metric Type   Metric Description\n'
+		for m in gpu__time_duration sm__throughput gpu__compute_memory_throughput dram__throughput \
+			sm__pipe_tensor_cycles_active sm__warps_active \
+			l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld \
+			l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st; do
+			echo "$m   Counter   a description"
+		done
+		exit 0
+	fi
+	echo "$*" >>"$NCU_ARGS"
+	metrics=
+	while [ $# -gt 0 ]; do
+		case $1 in
+		--profile-from-start) shift 2 ;;
+		--metrics) metrics=$2; shift 2 ;;
+		--csv) shift ;;
+		*) break ;;
+		esac
+	done
+	"$@" || exit
+	echo '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"'
+	IFS=, read -ra ms <<<"$metrics"
+	for m in "${ms[@]}"; do
+		echo "\"0\",\"1\",\"cnn_train\",\"h\",\"void k(float *)\",\"1\",\"13\",\"(256, 1, 1)\",\"(1, 1, 1)\",\"0\",\"9.0\",\"s\",\"$m\",\"usecond\",\"5\""
+	done
+	NCU
+	chmod +x "$bin/ncu"
+	PATH="$bin:$PATH" NCU_ARGS="$args" GPU_BUNDLE_MODULE="$EMU" BATCHES="16 8" \
+		run --separate-stderr "$B/run.sh" kernels "${SMALL[@]}" --epochs 6
+	echo "$stderr"
+	assert_success
+	assert_line "run.sh: left out, not in ncu --query-metrics here: sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
+	assert_equal "$(grep -c '^kernel  *us/step  *calls  *share  *sm%  *mem%  *dram%  *tc%  *warps%  *regs  *blocks  *bc_ld  *bc_st$' <<<"$output")" 2
+	assert_equal "$(grep -c '^# GPU: cuemu ' <<<"$output")" 2
+	# each batch size's call: one replayed step, the metrics this ncu lists
+	assert_equal "$(wc -l <"$args")" 2
+	local b
+	for b in 16 8; do
+		grep -q -- "--batch-size $b --max-steps 21 --cuda-profile-steps 21:21 " "$args" ||
+			fail "no call at batch $b: $(cat "$args")"
+	done
+	grep -q -- '--metrics gpu__time_duration.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,.*sm__pipe_tensor_cycles_active' "$args"
+	! grep -q hmma "$args"
+	# and cnn_train reached the step (no warning of a range past the run)
+	refute_line --partial 'warning: --cuda-profile-steps'
+}
+
 # A lease holds 15 minutes of device time, the machine's start included:
 # one call of `run.sh session`, which must end by its deadline whatever its
 # parts do, bring its logs back within $OUT's limits (8 files, plain
 # names) and say which parts ran and which did not fit.
-SESSION_PARTS=(check bench_tf32 profile bench_bf16 sanitize accuracy compile)
+SESSION_PARTS=(check bench_tf32 profile kernels bench_bf16 sanitize accuracy compile)
 
 @test "run.sh session: every part in order, each bounded by what is left of SESSION_SECONDS, logs in \$OUT" {
 	local out="$BATS_TEST_TMPDIR/out" start end
@@ -123,7 +182,7 @@ SESSION_PARTS=(check bench_tf32 profile bench_bf16 sanitize accuracy compile)
 	assert_equal "$(ls "$out" | wc -l)" "$ran"
 	[ "$ran" -le 8 ]
 	! ls "$out" | grep -v -E '^[A-Za-z0-9._-]+$'
-	assert_equal "$(grep -c '^[a-z0-9_]* *skipped: ' <<<"$output")" $((7 - ran))
+	assert_equal "$(grep -c '^[a-z0-9_]* *skipped: ' <<<"$output")" $((${#SESSION_PARTS[@]} - ran))
 }
 
 @test "run.sh session: parts that no longer fit are skipped and named, none started" {

@@ -253,6 +253,20 @@ epoch 1/2 step 2/8
 cuemu: cudaProfilerStop
 epoch 1/2 step 3/8
 epoch 1/2 step 4/8"
+	refute_line --partial 'warning: --cuda-profile-steps'
+}
+
+# A range the run does not reach (8 steps here) would leave ncu's report
+# empty with no word of why: cnn_train says so.
+@test "--cuda-profile-steps past the run's last step is named, and one the run ends inside (cuemu)" {
+	run --separate-stderr "$CNN" "${SMALL[@]}" --max-steps 4 --device cuda --precision fp32 \
+		--conv1 cudnn --cuda-profile-steps 21:21
+	assert_success
+	assert_equal "$stderr" "cnn_train: warning: --cuda-profile-steps 21:21: the run ended at step 4, before the range: no step was profiled (more --epochs or --max-steps)"
+	run --separate-stderr "$CNN" "${SMALL[@]}" --max-steps 4 --device cuda --precision fp32 \
+		--conv1 cudnn --cuda-profile-steps 3:5
+	assert_success
+	assert_equal "$stderr" "cnn_train: warning: --cuda-profile-steps 3:5: the run ended at step 4, inside the range: the profiler ran on to the run's end"
 }
 
 # Two ranks over NCCL (cuemu's, over TCP: rank 0 sums the ranks' buffers in
