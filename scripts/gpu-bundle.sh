@@ -172,6 +172,30 @@ world1() (
 		MASTER_PORT="$(free_port)" NCCL_SOCKET_IFNAME=lo DDP_BACKEND=nccl
 	"$@"
 )
+# ncu and cnn_train through the bundle's loader, for profile and kernels
+find_ncu() {
+	ncu=$(command -v ncu || echo "$cuda/bin/ncu")
+	[ -x "$ncu" ] || { echo "run.sh: no ncu on this machine (PATH, $cuda/bin)" >&2; exit 2; }
+	cnn=$(wrapper cnn_train)
+}
+# ncu_steps METRICS FIRST:LAST WIDTH ARGS...: cnn_train's steps FIRST to
+# LAST under ncu (METRICS comma-separated), a row per kernel name from
+# bench/ncu_kernels.py, then the run's "# GPU:" line and its warnings;
+# status 1 where ncu or the table failed
+ncu_steps() {
+	local metrics=$1 range=$2 width=$3
+	shift 3
+	if ! "$ncu" --profile-from-start off --metrics "$metrics" --csv "$cnn" --device cuda \
+		--max-steps "${range#*:}" --cuda-profile-steps "$range" --progress lines \
+		--log-every 1000 "$@" >"$G/ncu.csv" 2>"$G/ncu.err"; then
+		tail -n 20 "$G/ncu.err" "$G/ncu.csv"
+		return 1
+	fi
+	python3 bench/ncu_kernels.py --steps $((${range#*:} - ${range%:*} + 1)) --width "$width" \
+		--top 25 "$G/ncu.csv" || return 1
+	grep -h '^# GPU' "$G/ncu.csv" || true
+	grep -h '^cnn_train: ' "$G/ncu.err" || true
+}
 preflight || exit 2
 case "${1:-check}" in
 libs)
@@ -241,23 +265,13 @@ profile)
 	# which --cuda-profile-steps lets capture; more options: run.sh
 	# profile --backward-streams 2 ...
 	shift || true
-	ncu=$(command -v ncu || echo "$cuda/bin/ncu")
-	[ -x "$ncu" ] || { echo "run.sh: no ncu on this machine (PATH, $cuda/bin)" >&2; exit 2; }
-	cnn=$(wrapper cnn_train) rc=0
+	find_ncu
+	rc=0
 	for b in ${BATCHES:-64 1024}; do
 		for layout in ${PROFILE_LAYOUTS:-nchw nhwc}; do
 			echo "=== ncu: batch $b, --conv-layout $layout $*, steps 21-22"
-			if "$ncu" --profile-from-start off --metrics gpu__time_duration.sum --csv "$cnn" \
-				--device cuda --batch-size "$b" --conv-layout "$layout" --max-steps 22 \
-				--cuda-profile-steps 21:22 --progress lines --log-every 1000 "$@" \
-				>"$G/ncu.csv" 2>"$G/ncu.err"; then
-				python3 bench/ncu_kernels.py --steps 2 "$G/ncu.csv" || rc=1
-				grep -h '^# GPU' "$G/ncu.csv" || true
-				grep -h '^cnn_train: ' "$G/ncu.err" || true
-			else
+			ncu_steps gpu__time_duration.sum 21:22 70 --batch-size "$b" --conv-layout "$layout" "$@" ||
 				rc=1
-				tail -n 20 "$G/ncu.err" "$G/ncu.csv"
-			fi
 		done
 	done
 	exit $rc
@@ -270,9 +284,8 @@ kernels)
 	# kernel aims at.  A metric this ncu does not list for this GPU
 	# (--query-metrics) is left out, named, so that the rest still run.
 	shift || true
-	ncu=$(command -v ncu || echo "$cuda/bin/ncu")
-	[ -x "$ncu" ] || { echo "run.sh: no ncu on this machine (PATH, $cuda/bin)" >&2; exit 2; }
-	cnn=$(wrapper cnn_train) rc=0
+	find_ncu
+	rc=0
 	known=$("$ncu" --query-metrics 2>/dev/null | awk '{ print $1 }' || true)
 	metrics=() dropped=()
 	while read -r m; do
@@ -284,19 +297,9 @@ kernels)
 		fi
 	done < <(python3 bench/ncu_kernels.py --metrics)
 	[ "${#dropped[@]}" -eq 0 ] || echo "run.sh: left out, not in ncu --query-metrics here: ${dropped[*]}"
-	list=$(IFS=,; echo "${metrics[*]}")
 	for b in ${BATCHES:-1024 64}; do
 		echo "=== ncu: batch $b, each kernel's speed of light, step 21 $*"
-		if "$ncu" --profile-from-start off --metrics "$list" --csv "$cnn" \
-			--device cuda --batch-size "$b" --max-steps 21 --cuda-profile-steps 21:21 \
-			--progress lines --log-every 1000 "$@" >"$G/ncu-sol.csv" 2>"$G/ncu-sol.err"; then
-			python3 bench/ncu_kernels.py --steps 1 --width 50 --top 25 "$G/ncu-sol.csv" || rc=1
-			grep -h '^# GPU' "$G/ncu-sol.csv" || true
-			grep -h '^cnn_train: ' "$G/ncu-sol.err" || true
-		else
-			rc=1
-			tail -n 20 "$G/ncu-sol.err" "$G/ncu-sol.csv"
-		fi
+		ncu_steps "$(IFS=,; echo "${metrics[*]}")" 21:21 50 --batch-size "$b" "$@" || rc=1
 	done
 	exit $rc
 	;;

@@ -133,7 +133,8 @@ setup() {
 	NCU
 	chmod +x "$bin/ncu"
 	PATH="$bin:$PATH" NCU_ARGS="$args" GPU_BUNDLE_MODULE="$EMU" BATCHES="16 8" \
-		run --separate-stderr "$B/run.sh" kernels "${SMALL[@]}" --epochs 6
+		run --separate-stderr "$B/run.sh" kernels --train-limit 64 --test-limit 16 --precision fp32 \
+		--conv1 direct --epochs 6
 	echo "$stderr"
 	assert_success
 	assert_line "run.sh: left out, not in ncu --query-metrics here: sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
@@ -143,9 +144,10 @@ setup() {
 	assert_equal "$(wc -l <"$args")" 2
 	local b
 	for b in 16 8; do
-		grep -q -- "--batch-size $b --max-steps 21 --cuda-profile-steps 21:21 " "$args" ||
+		grep -q -- "--max-steps 21 --cuda-profile-steps 21:21 .*--batch-size $b " "$args" ||
 			fail "no call at batch $b: $(cat "$args")"
 	done
+	! grep -q -- '--batch-size .*--batch-size' "$args"
 	grep -q -- '--metrics gpu__time_duration.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,.*sm__pipe_tensor_cycles_active' "$args"
 	! grep -q hmma "$args"
 	# and cnn_train reached the step (no warning of a range past the run)
