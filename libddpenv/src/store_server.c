@@ -276,6 +276,15 @@ static int handle(struct store_server *sv, struct conn *c, const uint8_t *f, siz
 			reply_err(c, "refused: wrong or missing rendezvous token (DDP_RDZV_TOKEN)");
 			return -1;
 		}
+		/* one rank a connection: a second HELLO would leave the first
+		 * rank joined with no connection to leave by (found by
+		 * tests/fuzz/fuzz_store) */
+		if (c->rank >= 0) {
+			char m[96];
+			snprintf(m, sizeof(m), "HELLO as rank %u on the connection of rank %d", rank, c->rank);
+			reply_err(c, m);
+			return -1;
+		}
 		if ((int)world != sv->world || rank >= world) {
 			char m[160];
 			snprintf(m, sizeof(m), "rank %u of %u does not fit this store's world of %d",
@@ -319,10 +328,18 @@ static int handle(struct store_server *sv, struct conn *c, const uint8_t *f, siz
 			return reply(c, REP_OK, NULL, 0, 0);
 		}
 		if (op == OP_ADD) {
-			int64_t d = rd_i64(&r);
+			int64_t d = rd_i64(&r), sum;
 			if (!r.ok)
 				break;
-			e->num += d;
+			/* a peer's delta must not take the counter past int64
+			 * (undefined in C; found by tests/fuzz/fuzz_store) */
+			if (__builtin_add_overflow(e->num, d, &sum)) {
+				char m[160];
+				snprintf(m, sizeof(m), "%lld + %lld passes the range of a 64-bit counter",
+					 (long long)e->num, (long long)d);
+				return reply_err(c, m);
+			}
+			e->num = sum;
 			char txt[24];
 			int tl = snprintf(txt, sizeof(txt), "%lld", (long long)e->num);
 			uint8_t *copy = malloc((size_t)tl);

@@ -3,6 +3,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -263,11 +264,48 @@ static void test_killed(void)
 	ddpenv_store_close(s0);
 }
 
+/* ADD's counter is a 64-bit integer: a delta that would take it past
+ * that range is refused, naming both numbers, and the counter keeps its
+ * value for the other ranks. */
+static void test_add_overflow(void)
+{
+	char err[512] = "";
+	int port = test_free_port();
+	struct ddpenv_store *s0, *s1;
+	struct ddpenv_store_opts o = { "127.0.0.1", port, 0, 2, 5000, NULL, NULL, NULL };
+	if (ddpenv_store_open(&s0, &o, err, sizeof(err)) < 0) {
+		test_cond("rank 0 opens", 0);
+		printf("#   %s\n", err);
+		return;
+	}
+	o.rank = 1;
+	int64_t n = 0;
+	void *v = NULL;
+	size_t l = 0;
+	test_cond("rank 1 joins", ddpenv_store_open(&s1, &o, err, sizeof(err)) == 0);
+	test_cond("ADD up to INT64_MAX is fine",
+		  ddpenv_store_add(s0, "n", INT64_MAX, &n, err, sizeof(err)) == 0 && n == INT64_MAX);
+	test_cond("ADD past it is refused", ddpenv_store_add(s1, "n", 1, &n, err, sizeof(err)) < 0);
+	test_err("... naming the key", err, "adding to 'n'");
+	test_err("... and both numbers", err, "9223372036854775807 + 1 passes the range of a 64-bit counter");
+	test_cond("... and the counter keeps its value",
+		  ddpenv_store_get(s0, "n", -1, &v, &l, err, sizeof(err)) == 0 && l == 19 &&
+			  memcmp(v, "9223372036854775807", 19) == 0);
+	free(v);
+	test_cond("ADD down through zero to INT64_MIN is fine",
+		  ddpenv_store_add(s0, "n", INT64_MIN, &n, err, sizeof(err)) == 0 && n == -1 &&
+			  ddpenv_store_add(s0, "n", INT64_MIN + 1, &n, err, sizeof(err)) == 0 &&
+			  n == INT64_MIN);
+	ddpenv_store_close(s1);
+	ddpenv_store_close(s0);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
 	test_worlds();
 	test_errors();
 	test_killed();
+	test_add_overflow();
 	return test_report();
 }

@@ -1,0 +1,146 @@
+/* libFuzzer target: the rendezvous store's server as a peer on the network
+ * drives it (any host that reaches MASTER_PORT can send it bytes).  The
+ * server's own code is included, so that its framing (on_readable) and
+ * request handling run on real sockets, without its thread or epoll: two
+ * connections are socket pairs whose far ends the input writes to.
+ *
+ * Input: a byte of options (bit 0: the store has a token, "s3cret"; bits
+ * 1-3: world size - 1), then chunks: a byte (bit 0: which connection, bit
+ * 1: that connection closes after the chunk), a 2-byte big-endian length,
+ * that many bytes.  After each chunk the server reads what arrived and
+ * answers; every answer must be whole frames of a reply op, and the
+ * server must never crash, leak or hang. */
+#include "../../libddpenv/src/store_server.c"
+
+#include <assert.h>
+#include <fcntl.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* Read what the server sent on fd and check it is whole reply frames:
+ * each a length, an op of the replies, and that op's fields. */
+static void check_replies(int fd, uint8_t *buf, size_t cap, size_t *have)
+{
+	ssize_t n;
+	while (*have < cap && (n = recv(fd, buf + *have, cap - *have, MSG_DONTWAIT)) > 0)
+		*have += (size_t)n;
+	size_t off = 0;
+	while (*have - off >= 4) {
+		uint32_t len = get_u32(buf + off);
+		assert(len >= 1 && len <= STORE_MAX_FRAME + 16);
+		if (*have - off - 4 < len)
+			break;
+		const uint8_t *f = buf + off + 4;
+		switch (f[0]) {
+		case REP_OK:
+			assert(len == 1);
+			break;
+		case REP_INT:
+			assert(len == 9);
+			break;
+		case REP_VALUE:
+		case REP_ERR:
+			assert(len >= 5 && get_u32(f + 1) == len - 5);
+			break;
+		case REP_RANKS:
+			assert(len >= 5 && get_u32(f + 1) * (size_t)4 == len - 5);
+			break;
+		default:
+			assert(!"a reply op the protocol does not have");
+		}
+		off += 4 + len;
+	}
+	memmove(buf, buf + off, *have - off);
+	*have -= off;
+}
+
+/* Rank 0's log of refused clients: one line, within its buffer. */
+static void logged(void *ctx, const char *msg)
+{
+	(void)ctx;
+	assert(strlen(msg) < 256 && !strchr(msg, '\n'));
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	static uint8_t rbuf[2][1 << 16];
+	if (size < 1)
+		return 0;
+	int world = 1 + (data[0] >> 1 & 7);
+	struct store_server *sv = calloc(1, sizeof(*sv));
+	assert(sv);
+	sv->lfd = sv->efd = sv->evfd = -1;
+	sv->world = world;
+	sv->log = logged;
+	if (data[0] & 1) {
+		snprintf(sv->token, sizeof(sv->token), "s3cret");
+		sv->has_token = 1;
+	}
+	pthread_mutex_init(&sv->mu, NULL);
+	pthread_cond_init(&sv->cv, NULL);
+	sv->nconns_cap = 1024;
+	sv->conns = calloc((size_t)sv->nconns_cap, sizeof(*sv->conns));
+	sv->joined = calloc((size_t)world, 1);
+	sv->left = calloc((size_t)world, 1);
+	sv->dead = calloc((size_t)world, 1);
+	assert(sv->conns && sv->joined && sv->left && sv->dead);
+
+	struct conn *c[2];
+	int peer[2];
+	size_t have[2] = { 0, 0 };
+	for (int i = 0; i < 2; i++) {
+		int sp[2];
+		assert(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) == 0);
+		assert(sp[0] < sv->nconns_cap);
+		fcntl(sp[0], F_SETFL, O_NONBLOCK);
+		c[i] = calloc(1, sizeof(*c[i]));
+		assert(c[i]);
+		c[i]->fd = sp[0];
+		c[i]->gen = ++sv->next_gen;
+		c[i]->rank = -1;
+		sv->conns[sp[0]] = c[i];
+		peer[i] = sp[1];
+	}
+
+	size_t p = 1;
+	while (p + 3 <= size) {
+		int k = data[p] & 1, close_after = data[p] >> 1 & 1;
+		size_t len = (size_t)data[p + 1] << 8 | data[p + 2];
+		p += 3;
+		if (len > size - p)
+			len = size - p;
+		if (c[k] && len) {
+			/* a socket pair takes far more than an input's 8 KB */
+			assert(send(peer[k], data + p, len, MSG_NOSIGNAL) == (ssize_t)len);
+			if (on_readable(sv, c[k]) < 0) {
+				conn_close(sv, c[k]);
+				c[k] = NULL;
+			}
+		}
+		p += len;
+		/* answers to either connection (a SET answers the other's GET) */
+		for (int i = 0; i < 2; i++)
+			if (c[i])
+				flush(c[i]);
+		for (int i = 0; i < 2; i++)
+			check_replies(peer[i], rbuf[i], sizeof(rbuf[i]), &have[i]);
+		if (close_after && c[k]) {
+			conn_close(sv, c[k]);
+			c[k] = NULL;
+		}
+	}
+	for (int i = 0; i < 2; i++) {
+		if (c[i])
+			conn_close(sv, c[i]);
+		close(peer[i]);
+	}
+	/* every rank that joined has left (said BYE, or its connection
+	 * closed: died) once no connection is open, or the server's stop
+	 * would wait its whole timeout for a rank that cannot come back; and
+	 * the count it waits on never passes the world */
+	for (int r = 0; r < world; r++)
+		assert(!sv->joined[r] || sv->left[r]);
+	assert(sv->nleft <= sv->world);
+	ddpenv_store_server_stop(sv, 0);
+	return 0;
+}
