@@ -548,9 +548,11 @@ busy:
 	return -1;
 }
 
-struct store_server *ddpenv_store_server_start(int port, int world, const char *token,
-					       void (*log)(void *, const char *), void *log_ctx,
-					       char *err, size_t errlen)
+/* A server's state with no socket or thread yet (fds -1): NULL with err
+ * set on failure. */
+static struct store_server *server_new(int world, const char *token,
+				       void (*log)(void *, const char *), void *log_ctx,
+				       char *err, size_t errlen)
 {
 	struct store_server *sv = calloc(1, sizeof(*sv));
 	if (!sv || world <= 0) {
@@ -575,8 +577,19 @@ struct store_server *ddpenv_store_server_start(int port, int world, const char *
 	sv->dead = calloc((size_t)world, 1);
 	if (!sv->conns || !sv->joined || !sv->left || !sv->dead) {
 		snprintf(err, errlen, "store: out of memory for %d ranks", world);
-		goto fail;
+		ddpenv_store_server_stop(sv, 0);
+		return NULL;
 	}
+	return sv;
+}
+
+struct store_server *ddpenv_store_server_start(int port, int world, const char *token,
+					       void (*log)(void *, const char *), void *log_ctx,
+					       char *err, size_t errlen)
+{
+	struct store_server *sv = server_new(world, token, log, log_ctx, err, errlen);
+	if (!sv)
+		return NULL;
 	if ((sv->lfd = listen_on(port, err, errlen)) < 0)
 		goto fail;
 	sv->efd = epoll_create1(EPOLL_CLOEXEC);

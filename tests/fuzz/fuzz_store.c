@@ -67,23 +67,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (size < 1)
 		return 0;
 	int world = 1 + (data[0] >> 1 & 7);
-	struct store_server *sv = calloc(1, sizeof(*sv));
+	char err[128];
+	struct store_server *sv = server_new(world, data[0] & 1 ? "s3cret" : NULL, logged, NULL,
+					     err, sizeof(err));
 	assert(sv);
-	sv->lfd = sv->efd = sv->evfd = -1;
-	sv->world = world;
-	sv->log = logged;
-	if (data[0] & 1) {
-		snprintf(sv->token, sizeof(sv->token), "s3cret");
-		sv->has_token = 1;
-	}
-	pthread_mutex_init(&sv->mu, NULL);
-	pthread_cond_init(&sv->cv, NULL);
-	sv->nconns_cap = 1024;
-	sv->conns = calloc((size_t)sv->nconns_cap, sizeof(*sv->conns));
-	sv->joined = calloc((size_t)world, 1);
-	sv->left = calloc((size_t)world, 1);
-	sv->dead = calloc((size_t)world, 1);
-	assert(sv->conns && sv->joined && sv->left && sv->dead);
 
 	struct conn *c[2];
 	int peer[2];
