@@ -25,11 +25,12 @@
 #                            both, --conv1 cudnn, --conv2 cudnn and direct: one device
 #                            call, logs in $OUT
 #   .gpu/run.sh session      what one lease of 15 minutes of device time holds, in one call
-#                            bounded by SESSION_SECONDS (default 450): check, bench at
-#                            batch 64 and 1024 in tf32 with the variants as columns,
-#                            profile (NCHW), kernels, bench in bf16, sanitize (memcheck), accuracy
-#                            after 2 epochs, torch.compile; each part cut to what is left,
-#                            those that no longer fit skipped and named; logs in $OUT
+#                            (timeout_s 590) that ends by SESSION_SECONDS (default 540):
+#                            test_cuda_kernels, bench at 64, 256 and 1024 in tf32 with
+#                            the variants as columns, profile (NCHW), kernels,
+#                            test_gpu_step, torch.compile at 64 and 1024, the accuracy
+#                            after 2 epochs, bf16; each part cut to what is left, those
+#                            that no longer fit skipped and named; logs in $OUT
 #   .gpu/run.sh sanitize     test_cuda_kernels under compute-sanitizer: memcheck, racecheck,
 #                            synccheck, initcheck (SANITIZE_TOOLS, SANITIZE_SECONDS each)
 #   .gpu/run.sh libs         where each CUDA library was found
@@ -315,7 +316,7 @@ all | variants | session)
 	mode=$1
 	mkdir -p "$logs"
 	summary=()
-	deadline=$(($(date +%s) + ${SESSION_SECONDS:-$([ "$mode" = session ] && echo 450 || echo 570)}))
+	deadline=$(($(date +%s) + ${SESSION_SECONDS:-$([ "$mode" = session ] && echo 540 || echo 570)}))
 	part() { # NAME SECONDS ENV... -- ARGS...
 		local name=$1 secs=$2 rc=0 envs=() left
 		shift 2
@@ -339,18 +340,22 @@ all | variants | session)
 		exit 0
 	}
 	if [ "$mode" = session ]; then
-		# most wanted first: the GPU tests of what cuemu checked, then
-		# the speed figures of issue 6 and what ncu says of them
-		part check 120 -- check
-		part bench_tf32 150 BATCHES="64 1024" TORCH_MODES="eager graph" \
+		# most wanted first: the kernels against their CPU twins on the
+		# GPU (what cuemu checked), the speed table of issue 6 with
+		# cnn_train's variants as columns, what ncu says of its kernels,
+		# the training step against the golden file, torch.compile (PyTorch's
+		# best at 1024), the 2-epoch accuracy, bf16.  8 parts: $OUT
+		# brings back 8 files.
+		part kernels_test 60 -- test_cuda_kernels
+		part bench_tf32 150 BATCHES="64 256 1024" TORCH_MODES="eager graph" \
 			CNN_VARIANTS="nhwc:--conv-layout nhwc;s2:--backward-streams 2;c1cudnn:--conv1 cudnn;c2cudnn:--conv2 cudnn;c2direct:--conv2 direct" -- bench
 		part profile 70 BATCHES="64 1024" PROFILE_LAYOUTS=nchw -- profile
 		part kernels 60 -- kernels
+		part gpu_step 100 -- test_gpu_step
+		part compile 150 BATCHES="64 1024" TORCH_MODES=compile -- bench
+		part accuracy 60 EPOCHS=2 BATCHES=64 TORCH_MODES=eager -- bench
 		part bench_bf16 80 BATCHES="64 1024" TORCH_MODES="eager graph" PRECISION=bf16 \
 			CNN_VARIANTS="nhwc:--conv-layout nhwc;c2cudnn:--conv2 cudnn;c2direct:--conv2 direct" -- bench
-		part sanitize 60 SANITIZE_TOOLS=memcheck SANITIZE_SECONDS=50 -- sanitize
-		part accuracy 60 EPOCHS=2 BATCHES=64 TORCH_MODES=eager -- bench
-		part compile 120 BATCHES="64 1024" TORCH_MODES=compile -- bench
 		finish
 	fi
 	part check 180 -- check

@@ -6,7 +6,7 @@
 #   tests/run.sh            unit tests, unit tests under ASan+UBSan, a short fuzz
 #                           run, Bats on a real cluster
 #   tests/run.sh unit       only the C unit tests
-#   tests/run.sh fuzz       only the fuzz targets (DDP_FUZZ_TIME seconds each, 15)
+#   tests/run.sh fuzz       only the fuzz targets (DDP_FUZZ_TIME seconds each, 12)
 #   tests/run.sh bats [F]   only the Bats tests (or file F)
 # Each phase ends with its time ("# --- unit: 20 s"), each Bats test with its own.
 set -u
@@ -78,7 +78,7 @@ run_unit() {
 # libFuzzer targets for ddp.yaml and the environment, briefly: a crash, a
 # leak or a hang is a failing test.  `make fuzz` runs them for long.
 run_fuzz() {
-	local t=${DDP_FUZZ_TIME:-15}
+	local t=${DDP_FUZZ_TIME:-12}
 	if ! command -v clang >/dev/null; then
 		echo "not ok - fuzz: clang is missing (scripts/deps.sh installs it)" | tee "$log/fuzz.tap"
 		return

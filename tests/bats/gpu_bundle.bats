@@ -158,25 +158,25 @@ setup() {
 # one call of `run.sh session`, which must end by its deadline whatever its
 # parts do, bring its logs back within $OUT's limits (8 files, plain
 # names) and say which parts ran and which did not fit.
-SESSION_PARTS=(check bench_tf32 profile kernels bench_bf16 sanitize accuracy compile)
+SESSION_PARTS=(kernels_test bench_tf32 profile kernels gpu_step compile accuracy bench_bf16)
 
 @test "run.sh session: every part in order, each bounded by what is left of SESSION_SECONDS, logs in \$OUT" {
 	local out="$BATS_TEST_TMPDIR/out" start end
 	mkdir -p "$out"
 	start=$(date +%s)
-	OUT="$out" SESSION_SECONDS=20 run --separate-stderr "$B/run.sh" session
+	OUT="$out" SESSION_SECONDS=17 run --separate-stderr "$B/run.sh" session
 	end=$(date +%s)
 	echo "$output"
 	assert_success
 	# ended by its deadline (timeout's 5 s grace after a part's bound)
-	[ $((end - start)) -le 25 ] || fail "ran $((end - start)) s for SESSION_SECONDS=20"
+	[ $((end - start)) -le 22 ] || fail "ran $((end - start)) s for SESSION_SECONDS=17"
 	# the summary names every part once, in the order they ran
 	local names ran=0 n
 	names=$(sed -n '/^=== summary/,$p' <<<"$output" | tail -n +2 | awk '{print $1}' | paste -sd' ')
 	assert_equal "$names" "${SESSION_PARTS[*]}"
-	# no part was given more than the 15 s left before its start
+	# no part was given more than the 12 s left before its start
 	while read -r n; do
-		[ "$n" -le 15 ] || fail "a part was bounded to $n s"
+		[ "$n" -le 12 ] || fail "a part was bounded to $n s"
 		ran=$((ran + 1))
 	done < <(sed -n 's/^=== [a-z0-9_]*: .*at most \([0-9]*\)s)$/\1/p' <<<"$output")
 	[ "$ran" -ge 1 ]
