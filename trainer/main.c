@@ -417,8 +417,12 @@ static int open_gpu(struct run *R, int maxb)
 		snprintf(R->device_note, sizeof(R->device_note), "GPU module: %s", why);
 		return 0;
 	}
+	/* the step runs as a CUDA graph unless asked not to, or unless its
+	 * all-reduce is gloo's host call (several ranks not on NCCL: see the
+	 * backend's choice below), which no graph holds */
+	int graph = !R->a.no_graph && !(R->r.world > 1 && R->r.backend == DDPENV_BACKEND_GLOO);
 	struct cnn_gpu_opts o = { &R->m, R->a.batch, maxb, R->r.local_rank,
-				  (enum cnn_precision)R->a.precision, !R->a.no_graph, &R->opt, R->a.seed,
+				  (enum cnn_precision)R->a.precision, graph, &R->opt, R->a.seed,
 				  R->r.rank, R->r.world, R->a.timeout_s * 1000,
 				  (enum cnn_layout)R->a.conv_layout, R->a.streams, R->a.profile_from,
 				  R->a.profile_to, (enum cnn_conv_impl)R->a.conv1,

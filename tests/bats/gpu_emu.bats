@@ -190,7 +190,16 @@ setup() {
 		EOF
 		assert_output ok
 		[ "$c2" = auto ] || [[ "$line" == *", conv2 direct (tensor cores)"* ]]
+		# the training batch's calls timed as the replay runs them, as
+		# graphs; the evaluation's 16 (eager) on the stream
+		[[ "$line" == *", batch 8's calls timed as CUDA graphs, NCHW, CUDA graph" ]]
 	done
+	run --separate-stderr "$CNN" "${SMALL[@]}" --max-steps 1 --device cuda --precision tf32 \
+		--conv1 auto --conv2 auto --conv-layout nchw --no-graph
+	assert_success
+	line=$(grep '^# GPU: ' <<<"$output")
+	[[ "$line" == *", batch 8 conv1 forward "* && "$line" == *", NCHW, no graph" ]]
+	[[ "$line" != *"timed as CUDA graphs"* ]]
 }
 
 # A GPU may refuse a kernel it cannot hold (more registers or shared memory
@@ -216,6 +225,9 @@ setup() {
 	[[ "$line" == *", batch 8 conv2 forward and pool cuDNN "*" ms (direct could not launch), "* ]]
 	[[ "$line" == *", backward-filter and bias gradient cuDNN "*" ms (direct could not launch), "* ]]
 	[[ "$line" == *", the project's kernels failed to launch here (conv2's forward: conv2_tc.cu:"*"): cuDNN there, NCHW, CUDA graph" ]]
+	# the refused calls could not run as graphs either: timed on the stream
+	# (where they fell back), the rest as graphs
+	[[ "$line" == *", batch 8's calls timed as CUDA graphs ("[1-9]" of "[1-9]" on the stream: no graph of them ran), "* ]]
 	cmp "$BATS_TEST_TMPDIR/cudnn.bin" "$BATS_TEST_TMPDIR/auto.bin"
 	CUEMU_FAIL_KERNELS=k run --separate-stderr "$CNN" "${opts[@]}" --conv2 direct
 	echo "$stderr"

@@ -730,6 +730,15 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec)
 	return cudaSuccess;
 }
 
+// Uploading a graph ahead of its first launch: nothing to do here (the
+// nodes run on the host), but the arguments are checked as CUDA does.
+cudaError_t cudaGraphUpload(cudaGraphExec_t exec, cudaStream_t s)
+{
+	if (!exec || !stream_of(s))
+		return cudaErrorInvalidResourceHandle;
+	return cudaSuccess;
+}
+
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s)
 {
 	CUstream_st *st = stream_of(s);

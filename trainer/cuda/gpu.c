@@ -166,6 +166,7 @@ static int gpu_open(struct cnn_gpu **out, const struct cnn_gpu_opts *o, char *er
 	if (cnn_gnet_init(&g->net, o->m, maxb, o->precision, o->layout,
 			  o->streams ? o->streams : 1, o->conv1, o->conv2, g->s) < 0)
 		FAIL("%s", g->net.err[0] ? g->net.err : cnn_cuda_last_error());
+	g->net.graph_batch = o->graph ? o->batch : 0;
 	size_t n = o->m->nparams;
 	CUDA(cudaMalloc((void **)&g->s1, n * 4));
 	CUDA(cudaMalloc((void **)&g->s2, n * 4));

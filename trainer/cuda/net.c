@@ -988,6 +988,51 @@ static int fall_back(struct cnn_gnet *g, const char *what)
 
 /* That call timed (time_call); 0, or 1 where the project's kernels in it
  * could not launch here and cuDNN stands in (fall_back: *ms -1), or -1. */
+/* The call's CNN_TIME_WARMUP runs on the stream (its first runs: lazy
+ * loading, cuDNN's plans, as the training step's two eager steps before
+ * its capture), then CNN_TIME_RUNS captured as one CUDA graph, uploaded,
+ * and replayed once between ev[0] and ev[1]: the GPU's time alone, as
+ * the step's replay runs it.  -1 where a run, the capture or a launch
+ * failed, the stream out of capture and the error cleared (the caller
+ * times it on the stream, where a failure is handled as there). */
+static int time_graph(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int layer, int call,
+		      int direct, cudaEvent_t ev[2], float *ms)
+{
+	cudaGraph_t graph = NULL;
+	cudaGraphExec_t exec = NULL;
+	int rv = -1, bad = 0;
+	for (int i = 0; i < CNN_TIME_WARMUP; i++)
+		if (conv_call(g, a, layer, call, direct) < 0)
+			goto out;
+	if (cudaStreamBeginCapture(g->s, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
+		goto out;
+	for (int i = 0; i < CNN_TIME_RUNS && !bad; i++)
+		bad = conv_call(g, a, layer, call, direct) < 0;
+	if (cudaStreamEndCapture(g->s, &graph) != cudaSuccess || bad ||
+	    cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess ||
+	    cudaGraphUpload(exec, g->s) != cudaSuccess || cudaEventRecord(ev[0], g->s) != cudaSuccess ||
+	    cudaGraphLaunch(exec, g->s) != cudaSuccess || cudaEventRecord(ev[1], g->s) != cudaSuccess ||
+	    cudaEventSynchronize(ev[1]) != cudaSuccess ||
+	    cudaEventElapsedTime(ms, ev[0], ev[1]) != cudaSuccess)
+		goto out;
+	rv = 0;
+out:
+	if (exec)
+		cudaGraphExecDestroy(exec);
+	if (graph)
+		cudaGraphDestroy(graph);
+	if (rv < 0) {
+		enum cudaStreamCaptureStatus st;
+		graph = NULL;
+		if (cudaStreamIsCapturing(g->s, &st) == cudaSuccess && st != cudaStreamCaptureStatusNone &&
+		    cudaStreamEndCapture(g->s, &graph) == cudaSuccess && graph)
+			cudaGraphDestroy(graph);
+		(void)cudaGetLastError();
+		g->err[0] = 0;
+	}
+	return rv;
+}
+
 static int time_call(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int layer, int call,
 		     int direct, float *ms)
 {
@@ -1004,6 +1049,15 @@ static int time_call(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int lay
 	if (cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess) {
 		snprintf(g->err, sizeof(g->err), "timing %s: cudaEventCreate failed", what);
 		goto out;
+	}
+	if (a->n == g->graph_batch) {
+		if (time_graph(g, a, layer, call, direct, ev, ms) == 0) {
+			g->graph_timed++;
+			*ms /= (float)CNN_TIME_RUNS;
+			rv = 0;
+			goto out;
+		}
+		g->graph_refused++;
 	}
 	for (int i = 0; i < CNN_TIME_WARMUP + CNN_TIME_RUNS; i++) {
 		if (i == CNN_TIME_WARMUP && cudaEventRecord(ev[0], g->s) != cudaSuccess)
@@ -1311,6 +1365,13 @@ void cnn_gnet_describe(const struct cnn_gnet *g, char *buf, size_t len)
 			 g->precision == CNN_PREC_FP32 ? "fp32" : "bf16 with fp32 master weights");
 	k = describe_conv(g, buf, len, k, 0);
 	k = describe_conv(g, buf, len, k, 1);
+	/* how auto timed the replayed batch's calls (time_call) */
+	if (g->graph_timed + g->graph_refused && k >= 0 && (size_t)k < len) {
+		k += snprintf(buf + k, len - k, ", batch %d's calls timed as CUDA graphs", g->graph_batch);
+		if (g->graph_refused && k >= 0 && (size_t)k < len)
+			k += snprintf(buf + k, len - k, " (%d of %d on the stream: no graph of them ran)",
+				      g->graph_refused, g->graph_timed + g->graph_refused);
+	}
 	if (g->fallback[0] && k >= 0 && (size_t)k < len)
 		k += snprintf(buf + k, len - k, ", the project's kernels failed to launch here (%s): "
 			      "cuDNN there", g->fallback);

@@ -74,6 +74,14 @@ struct cnn_gnet {
 	void *ws, *blas_ws;
 	size_t ws_bytes;
 	int ws_frozen;                   /* a captured graph holds ws: never reallocate */
+	/* The batch size whose steps replay as a CUDA graph (0: none, eager
+	 * steps): auto times that batch's calls as graphs of their runs, as
+	 * the replay runs them (the host's launch costs, which cuDNN's calls
+	 * pay far more of than one kernel launch, out of the comparison), the
+	 * other batch sizes' on the stream as an eager step runs them.
+	 * graph_timed counts the calls so timed, graph_refused those whose
+	 * capture failed and that were timed on the stream instead. */
+	int graph_batch, graph_timed, graph_refused;
 	/* --backward-streams 2: the backward's weight gradients (the linear
 	 * layers' dW and db, conv2's bias gradient and backward-filter) on sw,
 	 * forked from s as each one's inputs are final and joined back before
