@@ -182,3 +182,26 @@ out:
 	free(buf);
 	return rv;
 }
+
+void cnn_ckpt_resume_at(const struct cnn_ckpt_pos *pos, uint32_t n, int world, int batch,
+			long long *step_in_epoch, long long *global)
+{
+	*step_in_epoch = pos->step_in_epoch;
+	*global = pos->global_step;
+	if (pos->world < 1 || pos->batch < 1 || world < 1 || batch < 1 || n == 0 ||
+	    (pos->world == world && pos->batch == batch))
+		return;
+	/* positions of the epoch's order the checkpoint's steps covered */
+	uint64_t per_old = (n + (uint64_t)pos->world - 1) / (uint64_t)pos->world;
+	uint64_t seen = (uint64_t)(pos->step_in_epoch > 0 ? pos->step_in_epoch : 0) * (uint64_t)pos->batch;
+	if (seen > per_old)
+		seen = per_old;
+	seen *= (uint64_t)pos->world;
+	uint64_t per_new = (n + (uint64_t)world - 1) / (uint64_t)world;
+	uint64_t steps_new = (per_new + (uint64_t)batch - 1) / (uint64_t)batch;
+	uint64_t b = seen / ((uint64_t)batch * (uint64_t)world);
+	if (b > steps_new)
+		b = steps_new;
+	*step_in_epoch = (long long)b;
+	*global = (long long)pos->epoch * (long long)steps_new + (long long)b;
+}

@@ -596,8 +596,16 @@ int main(int argc, char **argv)
 			die(R, "%s", err);
 		if (got == 1) {
 			start_epoch = pos.epoch;
-			start_b = pos.step_in_epoch;
-			R->steps = pos.global_step;
+			/* another world size or batch: the same place in the
+			 * epoch's order, in this run's steps */
+			cnn_ckpt_resume_at(&pos, (uint32_t)R->train.n, R->r.world, R->a.batch, &start_b,
+					   &R->steps);
+			if ((start_b != pos.step_in_epoch || R->steps != pos.global_step) && R->r.rank == 0)
+				printf("# note: checkpoint written by %d rank%s of batch %d, this run is %d of "
+				       "%d: its step %lld of epoch %d is this run's step %lld (%lld steps done "
+				       "in this run's count)\n", pos.world, pos.world == 1 ? "" : "s",
+				       pos.batch, R->r.world, R->a.batch, (long long)pos.step_in_epoch,
+				       pos.epoch + 1, start_b, R->steps);
 			if (pos.seed != R->a.seed && R->r.rank == 0)
 				printf("# note: checkpoint seed %llu, this run's %llu: shuffling follows "
 				       "the checkpoint\n", (unsigned long long)pos.seed, R->a.seed);
@@ -605,8 +613,7 @@ int main(int argc, char **argv)
 			R->sampler.seed = pos.seed;
 			if (R->r.rank == 0)
 				printf("# resumed from %s/%s: epoch %d, step %lld of it, %lld steps done%s\n",
-				       R->a.checkpoint_dir, CNN_CKPT_NAME, pos.epoch + 1,
-				       (long long)pos.step_in_epoch, (long long)pos.global_step,
+				       R->a.checkpoint_dir, CNN_CKPT_NAME, pos.epoch + 1, start_b, R->steps,
 				       R->r.restart_count > 0 ? " (Slurm requeue)" : "");
 		} else if (R->r.rank == 0) {
 			printf("# no checkpoint in %s yet: starting fresh\n", R->a.checkpoint_dir);

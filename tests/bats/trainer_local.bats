@@ -124,6 +124,26 @@ sys.exit(0 if a.size == b.size == 1199882 and d <= 1e-6 else 1)' "$BATS_TEST_TMP
 	cmp "$BATS_TEST_TMPDIR/resumed.bin" "$BATS_TEST_TMPDIR/straight.bin"
 }
 
+# Resumed with another batch size (or world size: the same arithmetic,
+# test_cnn_io): the same place in the epoch's order, in this run's steps,
+# said; the rest of the run counted in them.
+@test "a checkpoint resumed at another batch size continues at the same place in the epoch, said" {
+	local d="$BATS_TEST_TMPDIR/ck" opts=(--train-limit 1280 --progress lines --log-every 1000 --epochs 2)
+	run "$CNN" "${opts[@]}" --batch-size 32 --max-steps 7 --checkpoint-dir "$d"
+	assert_success
+	run "$CNN" "${opts[@]}" --batch-size 64 --checkpoint-dir "$d" --resume
+	assert_success
+	# 7 steps of 32: 224 images, 3 steps of 64 and half of the fourth again
+	assert_line "# note: checkpoint written by 1 rank of batch 32, this run is 1 of 64: its step 7 of epoch 1 is this run's step 3 (3 steps done in this run's count)"
+	assert_line --partial "# resumed from $d/checkpoint.bin: epoch 1, step 3 of it, 3 steps done"
+	assert_line --regexp '^done: 40 steps, '
+	# the same batch again: no note, the checkpoint's own place
+	run "$CNN" "${opts[@]}" --batch-size 64 --max-steps 45 --checkpoint-dir "$d" --resume
+	assert_success
+	refute_line --partial "# note: checkpoint written by"
+	assert_line --partial "# resumed from $d/checkpoint.bin: epoch 3, step 0 of it, 40 steps done"
+}
+
 # --max-steps reached by an epoch's last step: that epoch's evaluation and
 # checkpoint are the run's last (they were once done twice, the second time
 # after the next epoch's shuffle), and a resume starts the next epoch.

@@ -162,6 +162,70 @@ static void test_sampler(void)
 		cnn_sampler_free(&s[r]);
 }
 
+/* A checkpoint resumed by a run of another world size or batch: the same
+ * place in the epoch's order.  The model it rests on, checked here with
+ * the sampler itself: a run's first k steps, over all its ranks, cover the
+ * first k x batch x world positions of the epoch's order. */
+static void test_resume_at(void)
+{
+	struct cnn_ckpt_pos same = { 1, 17, 57, 9, 4, 64 };
+	long long b, g;
+	cnn_ckpt_resume_at(&same, 10000, 4, 64, &b, &g);
+	test_cond("the same world and batch: the checkpoint's own step and count", b == 17 && g == 57);
+	struct cnn_ckpt_pos old = { 1, 17, 57, 9, 0, 0 };
+	cnn_ckpt_resume_at(&old, 10000, 2, 32, &b, &g);
+	test_cond("a checkpoint that recorded no world or batch: as it is", b == 17 && g == 57);
+	struct cnn_ckpt_pos p = { 1, 10, 50, 9, 1, 32 };
+	cnn_ckpt_resume_at(&p, 1280, 1, 64, &b, &g);
+	test_cond("batch 32 to 64: step 10 (320 images) is step 5, 25 steps done (20 an epoch)",
+		  b == 5 && g == 25);
+	p = (struct cnn_ckpt_pos){ 0, 7, 7, 9, 2, 64 };
+	cnn_ckpt_resume_at(&p, 1000, 4, 64, &b, &g);
+	test_cond("2 ranks to 4: 896 positions seen, step 3 (768) of 4, half a step again", b == 3 && g == 3);
+
+	/* every change of world and batch, against the sampler's own cover */
+	enum { N = 203 };
+	int bad = 0, checked = 0;
+	uint8_t covered[N];
+	for (int w0 = 1; w0 <= 4; w0++)
+		for (int b0 = 1; b0 <= 40; b0 += 13)
+			for (int w1 = 1; w1 <= 4; w1++)
+				for (int b1 = 1; b1 <= 40; b1 += 7) {
+					struct cnn_sampler s;
+					long long per0 = (N + w0 - 1) / w0, nb0 = (per0 + b0 - 1) / b0;
+					for (long long k = 0; k < nb0; k++) {
+						/* the positions the old run's first k steps covered */
+						memset(covered, 0, sizeof(covered));
+						uint32_t perm[N];
+						for (int r = 0; r < w0; r++) {
+							cnn_sampler_init(&s, N, (uint32_t)w0, (uint32_t)r, 5, 1);
+							cnn_sampler_epoch(&s, 0);
+							memcpy(perm, s.perm, sizeof(perm));
+							for (long long j = 0; j < k * b0 && j < (long long)s.per_rank; j++)
+								for (int q = 0; q < N; q++)
+									if (perm[q] == s.mine[j])
+										covered[q] = 1;
+							cnn_sampler_free(&s);
+						}
+						long long seen = (k * b0 < per0 ? k * b0 : per0) * w0;
+						for (long long q = 0; q < N; q++)
+							bad += covered[q] != (q < seen);
+						p = (struct cnn_ckpt_pos){ 2, k, 0, 5, w0, b0 };
+						cnn_ckpt_resume_at(&p, N, w1, b1, &b, &g);
+						long long per1 = (N + w1 - 1) / w1, nb1 = (per1 + b1 - 1) / b1;
+						long long from = b * b1 * w1;
+						/* nothing skipped, at most a step again, the count
+						 * (unchanged where nothing changed: pos's own, 0) */
+						bad += from > seen || (seen - from >= (long long)b1 * w1 && b < nb1) ||
+						       g != (w0 == w1 && b0 == b1 ? 0 : 2 * nb1 + b);
+						checked++;
+					}
+				}
+	test_cond("every world and batch change: no position skipped, at most one step's again, the "
+		  "steps counted in the new run's steps", bad == 0);
+	printf("#   %d resumes checked\n", checked);
+}
+
 static void test_ckpt(void)
 {
 	struct cnn_model m, m2;
@@ -311,6 +375,7 @@ int main(void)
 	test_idx();
 	test_sampler();
 	test_ckpt();
+	test_resume_at();
 	test_args();
 	char cmd[300];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
