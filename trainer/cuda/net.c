@@ -426,7 +426,7 @@ int cnn_gnet_prepare(struct cnn_gnet *g, int n)
 	if (need > g->ws_bytes && !g->ws_frozen) {
 		/* with two streams, sw's backward-filter calls have their own */
 		void **ws[2] = { &g->ws, &g->wsw };
-		for (int i = 0; i < g->streams; i++) {
+		for (int i = 0; i < g->streams && i < 2; i++) {
 			if (*ws[i])
 				cudaCheck(cudaFree(*ws[i]));
 			*ws[i] = NULL;
