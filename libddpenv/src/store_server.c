@@ -1,9 +1,13 @@
 /* Rendezvous store server: one thread, epoll, non-blocking sockets.
  *
- * Memory per client is bounded: a frame larger than STORE_MAX_FRAME closes
- * the connection, and a GET that waits costs one small waiter record.  Keys
- * live in a chained hash table; a GET on a missing key creates a pending
- * entry carrying its waiters, answered when a SET arrives. */
+ * Memory is bounded whatever a peer sends: a frame larger than
+ * STORE_MAX_FRAME closes the connection; a connection waits on at most
+ * MAX_WAITING GETs (a client of store_client.c waits on one at a time),
+ * and those of a connection that closes are dropped; the keys and values
+ * held come to at most STORE_MAX_BYTES, past which a SET (or a GET that
+ * would create a key) is refused.  Keys live in a chained hash table; a GET
+ * on a missing key creates a pending entry carrying its waiters, answered
+ * when a SET arrives. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -22,6 +26,11 @@
 #include "store_server.h"
 
 #define NBUCKET 4096
+#define MAX_WAITING 64
+#ifndef STORE_MAX_BYTES
+#define STORE_MAX_BYTES (1ull << 30)
+#define STORE_MAX_BYTES_TEXT "1 GiB"
+#endif
 
 struct waiter {
 	int fd;
@@ -43,6 +52,7 @@ struct conn {
 	uint64_t gen;
 	int rank;            /* -1 until HELLO */
 	int bye;
+	int waiting;         /* its GETs not answered yet */
 	uint8_t *in;
 	size_t in_len, in_cap;
 	uint8_t *out;
@@ -65,6 +75,7 @@ struct store_server {
 	pthread_cond_t cv;
 	int nleft;           /* ranks that said BYE or died */
 	unsigned refused;
+	unsigned long long bytes;   /* keys and values held */
 	void (*log)(void *, const char *);
 	void *log_ctx;
 };
@@ -85,14 +96,33 @@ static struct kv *kv_find(struct store_server *sv, const char *key, int create)
 			return e;
 	if (!create)
 		return NULL;
+	size_t kl = strlen(key);
+	if (sv->bytes + kl > STORE_MAX_BYTES)
+		return NULL;
 	struct kv *e = calloc(1, sizeof(*e));
 	if (!e || !(e->key = strdup(key))) {
 		free(e);
 		return NULL;
 	}
+	sv->bytes += kl;
 	e->next = sv->bucket[b];
 	sv->bucket[b] = e;
 	return e;
+}
+
+/* Give e the value v (len bytes, malloc'd, taken over): -1, v freed, where
+ * the store would then hold more than STORE_MAX_BYTES. */
+static int kv_set(struct store_server *sv, struct kv *e, uint8_t *v, size_t len)
+{
+	if (sv->bytes - e->len + len > STORE_MAX_BYTES) {
+		free(v);
+		return -1;
+	}
+	sv->bytes = sv->bytes - e->len + len;
+	free(e->val);
+	e->val = v;
+	e->len = len;
+	return 0;
 }
 
 static int out_reserve(struct conn *c, size_t more)
@@ -164,10 +194,29 @@ static void rank_left(struct store_server *sv, int rank, int died)
 	pthread_mutex_unlock(&sv->mu);
 }
 
+/* Drop the waiters of connection c (its fd and generation) from every key:
+ * nobody will read their answers. */
+static void drop_waiters(struct store_server *sv, const struct conn *c)
+{
+	for (int b = 0; b < NBUCKET; b++)
+		for (struct kv *e = sv->bucket[b]; e; e = e->next)
+			for (struct waiter **p = &e->waiters; *p;) {
+				struct waiter *w = *p;
+				if (w->fd == c->fd && w->gen == c->gen) {
+					*p = w->next;
+					free(w);
+				} else {
+					p = &w->next;
+				}
+			}
+}
+
 static void conn_close(struct store_server *sv, struct conn *c)
 {
 	if (c->rank >= 0 && !c->bye)
 		rank_left(sv, c->rank, 1);
+	if (c->waiting > 0)
+		drop_waiters(sv, c);
 	epoll_ctl(sv->efd, EPOLL_CTL_DEL, c->fd, NULL);
 	close(c->fd);
 	sv->conns[c->fd] = NULL;
@@ -242,6 +291,7 @@ static void answer_waiters(struct store_server *sv, struct kv *e)
 		struct waiter *next = w->next;
 		struct conn *c = w->fd < sv->nconns_cap ? sv->conns[w->fd] : NULL;
 		if (c && c->gen == w->gen) {
+			c->waiting--;
 			reply(c, REP_VALUE, e->val, e->len, 1);
 			want_write(sv, c);
 		}
@@ -312,7 +362,9 @@ static int handle(struct store_server *sv, struct conn *c, const uint8_t *f, siz
 		key[len] = 0;
 		struct kv *e = kv_find(sv, key, 1);
 		if (!e)
-			return reply_err(c, "store out of memory");
+			return reply_err(c, sv->bytes + len > STORE_MAX_BYTES ?
+				"store full: its keys and values would pass " STORE_MAX_BYTES_TEXT :
+				"store out of memory");
 		if (op == OP_SET) {
 			const uint8_t *v = rd_str(&r, &len);
 			if (!r.ok)
@@ -321,9 +373,9 @@ static int handle(struct store_server *sv, struct conn *c, const uint8_t *f, siz
 			if (!copy)
 				return reply_err(c, "store out of memory");
 			memcpy(copy, v, len);
-			free(e->val);
-			e->val = copy;
-			e->len = len;
+			if (kv_set(sv, e, copy, len) < 0)
+				return reply_err(c, "store full: its keys and values would pass "
+					STORE_MAX_BYTES_TEXT);
 			answer_waiters(sv, e);
 			return reply(c, REP_OK, NULL, 0, 0);
 		}
@@ -339,21 +391,27 @@ static int handle(struct store_server *sv, struct conn *c, const uint8_t *f, siz
 					 (long long)e->num, (long long)d);
 				return reply_err(c, m);
 			}
-			e->num = sum;
 			char txt[24];
-			int tl = snprintf(txt, sizeof(txt), "%lld", (long long)e->num);
+			int tl = snprintf(txt, sizeof(txt), "%lld", (long long)sum);
 			uint8_t *copy = malloc((size_t)tl);
 			if (!copy)
 				return reply_err(c, "store out of memory");
 			memcpy(copy, txt, (size_t)tl);
-			free(e->val);
-			e->val = copy;
-			e->len = (size_t)tl;
+			if (kv_set(sv, e, copy, (size_t)tl) < 0)
+				return reply_err(c, "store full: its keys and values would pass "
+					STORE_MAX_BYTES_TEXT);
+			e->num = sum;
 			answer_waiters(sv, e);
 			return reply_int(c, e->num);
 		}
 		if (e->val)
 			return reply(c, REP_VALUE, e->val, e->len, 1);
+		if (c->waiting >= MAX_WAITING) {
+			char m[96];
+			snprintf(m, sizeof(m), "more than %d GETs waiting on one connection", MAX_WAITING);
+			reply_err(c, m);
+			return -1;
+		}
 		struct waiter *w = malloc(sizeof(*w));
 		if (!w)
 			return reply_err(c, "store out of memory");
@@ -361,6 +419,7 @@ static int handle(struct store_server *sv, struct conn *c, const uint8_t *f, siz
 		w->gen = c->gen;
 		w->next = e->waiters;
 		e->waiters = w;
+		c->waiting++;
 		return 0;
 	}
 	case OP_DEAD: {

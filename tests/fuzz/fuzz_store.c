@@ -8,8 +8,12 @@
  * 1-3: world size - 1), then chunks: a byte (bit 0: which connection, bit
  * 1: that connection closes after the chunk), a 2-byte big-endian length,
  * that many bytes.  After each chunk the server reads what arrived and
- * answers; every answer must be whole frames of a reply op, and the
- * server must never crash, leak or hang. */
+ * answers; every answer must be whole frames of a reply op, the
+ * server's books must match what it holds (check_books), and it must
+ * never crash, leak or hang. */
+/* a cap an input of 8 KB can reach */
+#define STORE_MAX_BYTES 4096ull
+#define STORE_MAX_BYTES_TEXT "4 KiB"
 #include "../../libddpenv/src/store_server.c"
 
 #include <assert.h>
@@ -59,6 +63,33 @@ static void logged(void *ctx, const char *msg)
 {
 	(void)ctx;
 	assert(strlen(msg) < 256 && !strchr(msg, '\n'));
+}
+
+/* The server's books against what it holds: the bytes of its keys and
+ * values within the cap, each open connection's count of waiting GETs
+ * that of its waiters and within the limit; no waiter of a closed one
+ * (c[i] NULL).  Returns the waiters in all. */
+static size_t check_books(struct store_server *sv, struct conn *const c[2])
+{
+	unsigned long long bytes = 0;
+	size_t waiters = 0, mine[2] = { 0, 0 };
+	for (int b = 0; b < NBUCKET; b++)
+		for (struct kv *e = sv->bucket[b]; e; e = e->next) {
+			bytes += strlen(e->key) + e->len;
+			for (struct waiter *w = e->waiters; w; w = w->next) {
+				int owner = -1;
+				for (int i = 0; i < 2; i++)
+					if (c[i] && c[i]->fd == w->fd && c[i]->gen == w->gen)
+						owner = i;
+				assert(owner >= 0);   /* a closed connection's were dropped */
+				mine[owner]++;
+				waiters++;
+			}
+		}
+	assert(bytes == sv->bytes && bytes <= STORE_MAX_BYTES);
+	for (int i = 0; i < 2; i++)
+		assert(!c[i] || ((size_t)c[i]->waiting == mine[i] && c[i]->waiting <= MAX_WAITING));
+	return waiters;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -115,12 +146,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			conn_close(sv, c[k]);
 			c[k] = NULL;
 		}
+		check_books(sv, c);
 	}
 	for (int i = 0; i < 2; i++) {
 		if (c[i])
 			conn_close(sv, c[i]);
+		c[i] = NULL;
 		close(peer[i]);
 	}
+	assert(check_books(sv, c) == 0);
 	/* every rank that joined has left (said BYE, or its connection
 	 * closed: died) once no connection is open, or the server's stop
 	 * would wait its whole timeout for a rank that cannot come back; and

@@ -1,4 +1,5 @@
 /* The rendezvous store on loopback: ranks as threads and processes. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -6,6 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -300,6 +302,64 @@ static void test_add_overflow(void)
 	ddpenv_store_close(s0);
 }
 
+/* A peer that is no store client (anyone who reaches MASTER_PORT): one
+ * connection may wait on MAX_WAITING (64) GETs, a store client on one at
+ * a time; the 65th is refused and the connection closed, its waiters
+ * dropped, and the store serves the ranks on. */
+static void test_waiting_bound(void)
+{
+	char err[512] = "";
+	int port = test_free_port();
+	struct ddpenv_store *s0;
+	struct ddpenv_store_opts o = { "127.0.0.1", port, 0, 2, 5000, NULL, NULL, NULL };
+	if (ddpenv_store_open(&s0, &o, err, sizeof(err)) < 0) {
+		test_cond("rank 0 opens", 0);
+		printf("#   %s\n", err);
+		return;
+	}
+	uint8_t req[8192];
+	size_t n = 0;
+	/* HELLO rank 1 of 2, no token; then 65 GETs of keys nobody sets */
+	uint8_t hello[] = { 0, 0, 0, 13, 1, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 0 };
+	memcpy(req, hello, sizeof(hello));
+	n = sizeof(hello);
+	for (int i = 0; i < 65; i++) {
+		char key[8];
+		int kl = snprintf(key, sizeof(key), "w%d", i);
+		uint8_t f[] = { 0, 0, 0, (uint8_t)(5 + kl), 3, 0, 0, 0, (uint8_t)kl };
+		memcpy(req + n, f, sizeof(f));
+		memcpy(req + n + sizeof(f), key, (size_t)kl);
+		n += sizeof(f) + (size_t)kl;
+	}
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	char rep[512];
+	size_t got = 0;
+	ssize_t r = -1;
+	if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+	    send(fd, req, n, MSG_NOSIGNAL) == (ssize_t)n) {
+		struct timeval tv = { 5, 0 };
+		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+		while (got < sizeof(rep) - 1 && (r = recv(fd, rep + got, sizeof(rep) - 1 - got, 0)) > 0)
+			got += (size_t)r;
+	}
+	rep[got] = 0;
+	/* OK (5 bytes), then ERR: length, op 68, message length, message */
+	test_cond("the 65th waiting GET on one connection is refused and the connection closed",
+		  got > 14 && rep[4] == 64 && rep[9] == 68 && r == 0);
+	test_err("... saying why", got > 14 ? rep + 14 : "", "more than 64 GETs waiting on one connection");
+	if (fd >= 0)
+		close(fd);
+	void *v = NULL;
+	size_t l = 0;
+	test_cond("the store goes on serving",
+		  ddpenv_store_set(s0, "after", "1", 1, err, sizeof(err)) == 0 &&
+			  ddpenv_store_get(s0, "after", -1, &v, &l, err, sizeof(err)) == 0 && l == 1);
+	free(v);
+	ddpenv_store_close_within(s0, 0);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -307,5 +367,6 @@ int main(void)
 	test_errors();
 	test_killed();
 	test_add_overflow();
+	test_waiting_bound();
 	return test_report();
 }
