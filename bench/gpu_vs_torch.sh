@@ -205,8 +205,9 @@ for b in $batches; do
 	printf '\n'
 	unset t tacc
 	# what cnn_train's default run chose at this batch size and why (its
-	# "# GPU:" line: the convolutions' calls timed both ways), for after
-	# the table
-	notes+=("$(sed -n "s/^# GPU: /#   batch $b: /p" "$tmp/cnn")")
+	# "# GPU:" line: the convolutions' calls timed both ways) and what its
+	# step's CUDA graph holds, for after the table
+	notes+=("$(sed -n -e "s/^# GPU: /#   batch $b: /p" \
+		-e "s/^# CUDA graph of a training step (batch [0-9]*): /#   batch $b graph: /p" "$tmp/cnn")")
 done
 for n in ${notes[@]+"${notes[@]}"}; do [ -z "$n" ] || printf '%s\n' "$n"; done

@@ -181,7 +181,7 @@ find_ncu() {
 }
 # ncu_steps METRICS FIRST:LAST WIDTH ARGS...: cnn_train's steps FIRST to
 # LAST under ncu (METRICS comma-separated), a row per kernel name from
-# bench/ncu_kernels.py, then the run's "# GPU:" line and its warnings;
+# bench/ncu_kernels.py, then the run's "# GPU:" and graph lines and its warnings;
 # status 1 where ncu or the table failed
 ncu_steps() {
 	local metrics=$1 range=$2 width=$3
@@ -194,7 +194,7 @@ ncu_steps() {
 	fi
 	python3 bench/ncu_kernels.py --steps $((${range#*:} - ${range%:*} + 1)) --width "$width" \
 		--top 25 "$G/ncu.csv" || return 1
-	grep -h '^# GPU' "$G/ncu.csv" || true
+	grep -h -e '^# GPU' -e '^# CUDA graph of' "$G/ncu.csv" || true
 	grep -h '^cnn_train: ' "$G/ncu.err" || true
 }
 preflight || exit 2

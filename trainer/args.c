@@ -61,6 +61,8 @@ void cnn_args_usage(FILE *f)
 "  --cuda-profile-steps A:B  GPU: cudaProfilerStart before step A, Stop after\n"
 "                         step B (from 1, across epochs), for nsys --capture-\n"
 "                         range=cudaProfilerApi or ncu --profile-from-start off\n"
+"  --cuda-graph-dot FILE  GPU: rank 0 writes the captured step's CUDA graph\n"
+"                         there (Graphviz, cudaGraphDebugDotPrint: dot -Tsvg)\n"
 "  --timeout SECONDS      bound on rendezvous and on each collective (default 60)\n"
 "checkpoints and output:\n"
 "  --checkpoint-dir DIR   rank 0 writes DIR/checkpoint.bin after each epoch\n"
@@ -146,7 +148,7 @@ static int num_f(const char *opt, const char *s, double lo, double hi, float *ou
 enum {
 	O_DATA = 256, O_DATA_DIR, O_EPOCHS, O_MAX_STEPS, O_EVAL, O_BATCH, O_OPTIM, O_LR,
 	O_MOMENTUM, O_WD, O_SCHED, O_STEP_EPOCHS, O_GAMMA, O_WARMUP, O_NO_DROPOUT, O_SEED,
-	O_THREADS, O_DEVICE, O_PRECISION, O_NO_GRAPH, O_CONV_LAYOUT, O_STREAMS, O_CONV1, O_CONV2, O_PROFILE, O_TIMEOUT, O_CKPT_DIR, O_CKPT_EVERY, O_RESUME, O_LOG_JSON,
+	O_THREADS, O_DEVICE, O_PRECISION, O_NO_GRAPH, O_CONV_LAYOUT, O_STREAMS, O_CONV1, O_CONV2, O_PROFILE, O_GRAPH_DOT, O_TIMEOUT, O_CKPT_DIR, O_CKPT_EVERY, O_RESUME, O_LOG_JSON,
 	O_DUMP, O_PROGRESS, O_LOG_EVERY, O_TRAIN_LIMIT, O_TEST_LIMIT,
 };
 
@@ -174,6 +176,7 @@ static const struct option opts[] = {
 	{ "conv-layout", required_argument, NULL, O_CONV_LAYOUT },
 	{ "backward-streams", required_argument, NULL, O_STREAMS },
 	{ "cuda-profile-steps", required_argument, NULL, O_PROFILE },
+	{ "cuda-graph-dot", required_argument, NULL, O_GRAPH_DOT },
 	{ "conv1", required_argument, NULL, O_CONV1 },
 	{ "conv2", required_argument, NULL, O_CONV2 },
 	{ "timeout", required_argument, NULL, O_TIMEOUT },
@@ -304,6 +307,13 @@ int cnn_args_parse(struct cnn_args *a, int argc, char **argv, const char *env_da
 					    LLONG_MAX / 2, &a->profile_to, err, errlen);
 			break;
 		}
+		case O_GRAPH_DOT:
+			if (!*optarg) {
+				snprintf(err, errlen, "--cuda-graph-dot: expected a file name");
+				return -1;
+			}
+			a->graph_dot = optarg;
+			break;
 		case O_TIMEOUT: rv = num_int("--timeout", optarg, 1, 86400, &a->timeout_s, err, errlen); break;
 		case O_CKPT_DIR: a->checkpoint_dir = optarg; break;
 		case O_CKPT_EVERY: rv = num_ll("--checkpoint-every", optarg, 1, LLONG_MAX / 2, &a->checkpoint_every, err, errlen); break;

@@ -27,6 +27,7 @@ struct cnn_args {
 	int conv_layout;           /* enum cnn_layout: nchw (default), nhwc, auto */
 	int streams;               /* GPU backward streams: 1 (default) or 2 */
 	long long profile_from, profile_to; /* --cuda-profile-steps (0: none) */
+	const char *graph_dot;     /* --cuda-graph-dot FILE (NULL: none) */
 	int conv1;                 /* enum cnn_conv_impl: auto (default), cudnn, direct */
 	int conv2;                 /* the same for conv2 */
 	const char *checkpoint_dir;

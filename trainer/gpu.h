@@ -21,7 +21,7 @@
 #include "model.h"
 #include "optim.h"
 
-#define CNN_GPU_ABI 4
+#define CNN_GPU_ABI 5
 #define CNN_GPU_MODULE "cnn_train_cuda.so"
 
 enum cnn_precision {
@@ -84,6 +84,19 @@ struct cnn_gpu_opts {
 	long long profile_to;        /* ... and cudaProfilerStop after this one */
 	enum cnn_conv_impl conv1;    /* --conv1 (0: auto) */
 	enum cnn_conv_impl conv2;    /* --conv2 (0: auto) */
+	const char *graph_dot;       /* --cuda-graph-dot: the captured step's graph as
+				      * cudaGraphDebugDotPrint writes it (NULL: none) */
+};
+
+/* What the captured training step's CUDA graph holds (graph_census): its
+ * nodes by kind, and the most of them one chain of dependencies runs one
+ * after another (a replay takes at least that many launches' time; with
+ * --backward-streams 2, fewer than the nodes).  A cuDNN or cuBLAS call is
+ * one or more kernel nodes, a copy or memset in a library call its own. */
+struct cnn_graph_census {
+	int batch;                   /* the images of the step it replays */
+	int nodes, kernels, copies, memsets, other;
+	int chain;                   /* nodes on the longest dependency chain */
 };
 
 struct cnn_gpu;
@@ -120,6 +133,8 @@ struct cnn_gpu_api {
 	int (*evaluate)(struct cnn_gpu *g, const uint32_t *idx, int n, double *loss_sum,
 			long long *correct, char *err, size_t errlen);
 	void (*close)(struct cnn_gpu *g);
+	/* 1 with c filled once the step has been captured as a graph, else 0. */
+	int (*graph_census)(const struct cnn_gpu *g, struct cnn_graph_census *c);
 };
 
 /* The module's one entry point (dlsym "cnn_gpu_api"). */

@@ -230,6 +230,13 @@ static void report_times(struct run *R)
 				R->test_acc, R->test_loss);
 		else
 			fprintf(f, "  \"test_accuracy\": null,\n  \"test_loss\": null,\n");
+		struct cnn_graph_census gc;
+		if (R->g && R->G->graph_census(R->g, &gc))
+			fprintf(f, "  \"cuda_graph\": {\"batch\": %d, \"nodes\": %d, \"kernels\": %d, "
+				"\"copies\": %d, \"memsets\": %d, \"other\": %d, \"longest_chain\": %d},\n",
+				gc.batch, gc.nodes, gc.kernels, gc.copies, gc.memsets, gc.other, gc.chain);
+		else
+			fprintf(f, "  \"cuda_graph\": null,\n");
 		fprintf(f, "  \"images_per_sec\": %.1f,\n  \"world_size\": %d,\n  \"batch_size\": %d,\n"
 			"  \"threads\": %d,\n  \"steps\": %lld,\n  \"epochs\": %d,\n"
 			"  \"optimizer\": \"%s\",\n  \"backend\": \"%s\",\n  \"device\": \"%s\",\n"
@@ -245,6 +252,29 @@ static void report_times(struct run *R)
 			die(R, "--log-json %s: %s", R->a.log_json, strerror(errno));
 	}
 	free(t);
+}
+
+/* What the captured step's CUDA graph holds, or why none was captured
+ * where --cuda-graph-dot asked for it. */
+static void graph_report(struct run *R)
+{
+	struct cnn_graph_census c;
+	if (!R->g || R->r.rank != 0)
+		return;
+	if (R->G->graph_census(R->g, &c)) {
+		printf("# CUDA graph of a training step (batch %d): %d nodes: %d kernel%s, %d cop%s, "
+		       "%d memset%s, %d other; the longest chain %d\n", c.batch, c.nodes, c.kernels,
+		       c.kernels == 1 ? "" : "s", c.copies, c.copies == 1 ? "y" : "ies", c.memsets,
+		       c.memsets == 1 ? "" : "s", c.other, c.chain);
+		fflush(stdout);
+	} else if (R->a.graph_dot) {
+		fprintf(stderr, "cnn_train: warning: --cuda-graph-dot %s: no graph was captured (%s)\n",
+			R->a.graph_dot,
+			R->a.no_graph ? "--no-graph" :
+			R->r.world > 1 && strcmp(R->comm->ops->name, "nccl") ?
+				"the gradients go through the host's all-reduce, which no graph holds" :
+				"the step is captured at its third full batch: more --max-steps");
+	}
 }
 
 /* Every rank's parameters must be bit-identical: compare CRCs. */
@@ -426,7 +456,7 @@ static int open_gpu(struct run *R, int maxb)
 				  R->r.rank, R->r.world, R->a.timeout_s * 1000,
 				  (enum cnn_layout)R->a.conv_layout, R->a.streams, R->a.profile_from,
 				  R->a.profile_to, (enum cnn_conv_impl)R->a.conv1,
-				  (enum cnn_conv_impl)R->a.conv2 };
+				  (enum cnn_conv_impl)R->a.conv2, R->a.graph_dot };
 	struct cnn_gpu *g = NULL;
 	if (G->open(&g, &o, err, sizeof(err)) < 0) {
 		G->close(g);
@@ -437,6 +467,13 @@ static int open_gpu(struct run *R, int maxb)
 	}
 	R->G = G;
 	R->g = g;
+	/* an unwritable --cuda-graph-dot said now, not after the first steps */
+	if (R->a.graph_dot && R->r.rank == 0) {
+		FILE *f = fopen(R->a.graph_dot, "w");
+		if (!f)
+			die(R, "--cuda-graph-dot %s: %s", R->a.graph_dot, strerror(errno));
+		fclose(f);
+	}
 	return 1;
 }
 
@@ -564,6 +601,7 @@ static void setup(struct run *R, int argc, char **argv)
 				R->a.conv1 != CNN_CONV_AUTO ? "--conv1" : NULL,
 				R->a.conv2 != CNN_CONV_AUTO ? "--conv2" : NULL,
 				R->a.profile_from ? "--cuda-profile-steps" : NULL,
+				R->a.graph_dot ? "--cuda-graph-dot" : NULL,
 			};
 			char names[160] = "";
 			size_t k = 0;
@@ -728,6 +766,7 @@ int main(int argc, char **argv)
 			R->steps < R->a.profile_from ?
 				"before the range: no step was profiled (more --epochs or --max-steps)" :
 				"inside the range: the profiler ran on to the run's end");
+	graph_report(R);
 	fetch_state(R);
 	check_identical(R);
 	report_times(R);

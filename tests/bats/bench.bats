@@ -25,14 +25,19 @@ ratio_ok() {
 		if (g - r > e || r - g > e) { printf "ratio %s, columns give %.4f\n", g, r; exit 1 } }'
 }
 
-@test "gpu_vs_torch.sh DEVICE=cpu: a row per batch size, its ratios and TFLOP/s from its columns; then each batch size's # GPU: line" {
+@test "gpu_vs_torch.sh DEVICE=cpu: a row per batch size, its ratios and TFLOP/s from its columns; then each batch size's # GPU: and graph lines" {
 	# On a GPU cnn_train prints a "# GPU:" line (each convolution call's
-	# choice and times), which follows the table per batch size; here a
-	# wrapper around the real program adds one naming the batch size it got.
+	# choice and times) and its step graph's census, which follow the table
+	# per batch size; here a wrapper around the real program adds them,
+	# naming the batch size it got.
 	cat >"$BATS_TEST_TMPDIR/cnn_train" <<-EOF
 	#!/bin/bash
 	"$REPO/build/bin/cnn_train" "\$@" || exit
-	while [ \$# -gt 0 ]; do [ "\$1" = --batch-size ] && echo "# GPU: as given --batch-size \$2"; shift; done
+	while [ \$# -gt 0 ]; do
+		[ "\$1" = --batch-size ] && echo "# GPU: as given --batch-size \$2" &&
+			echo "# CUDA graph of a training step (batch \$2): \$2 nodes: as given"
+		shift
+	done
 	EOF
 	chmod +x "$BATS_TEST_TMPDIR/cnn_train"
 	run --separate-stderr env DEVICE=cpu PYTHON=$PY BATCHES="32 64" STEPS=15 CNN_TRAIN="$BATS_TEST_TMPDIR/cnn_train" \
@@ -52,8 +57,10 @@ ratio_ok() {
 		assert_equal "$pk" -        # no peak for a CPU
 	done
 	assert_line --index 5 "#   batch 32: as given --batch-size 32"
-	assert_line --index 6 "#   batch 64: as given --batch-size 64"
-	assert_equal "${#lines[@]}" 7
+	assert_line --index 6 "#   batch 32 graph: 32 nodes: as given"
+	assert_line --index 7 "#   batch 64: as given --batch-size 64"
+	assert_line --index 8 "#   batch 64 graph: 64 nodes: as given"
+	assert_equal "${#lines[@]}" 9
 }
 
 @test "gpu_vs_torch.sh: bf16, CNN_VARIANTS and CNN_ARGS reach the programs; a CPU dry run refuses the CUDA-only modes" {

@@ -204,8 +204,8 @@ setup() {
 
 # A GPU may refuse a kernel it cannot hold (more registers or shared memory
 # than it has, no image for its architecture); cuemu refuses those that
-# CUEMU_FAIL_KERNELS names ("k": the launches of conv2's implicit GEMM and
-# backward-filter).  auto's start-up timing then leaves those calls to
+# CUEMU_FAIL_KERNELS names (conv2's implicit GEMM and backward-filter
+# launches).  auto's start-up timing then leaves those calls to
 # cuDNN, says so once, and trains what --conv2 cudnn trains; asked for by
 # --conv2 direct, the failure stops the run, named.  A kernel that faults
 # as it runs (CUEMU_FAULT_KERNELS) is no launch refusal: it stops the run.
@@ -213,7 +213,7 @@ setup() {
 	local line opts=("${SMALL[@]}" --max-steps 3 --device cuda --precision tf32 --conv1 cudnn --conv-layout nchw)
 	run --separate-stderr "$CNN" "${opts[@]}" --conv2 cudnn --dump-params "$BATS_TEST_TMPDIR/cudnn.bin"
 	assert_success
-	CUEMU_FAIL_KERNELS=k run --separate-stderr "$CNN" "${opts[@]}" --conv2 auto \
+	CUEMU_FAIL_KERNELS=conv3_igemm_k,conv3_wgrad_k run --separate-stderr "$CNN" "${opts[@]}" --conv2 auto \
 		--dump-params "$BATS_TEST_TMPDIR/auto.bin"
 	echo "$stderr"
 	assert_success
@@ -229,14 +229,14 @@ setup() {
 	# (where they fell back), the rest as graphs
 	[[ "$line" == *", batch 8's calls timed as CUDA graphs ("[1-9]" of "[1-9]" on the stream: no graph of them ran), "* ]]
 	cmp "$BATS_TEST_TMPDIR/cudnn.bin" "$BATS_TEST_TMPDIR/auto.bin"
-	CUEMU_FAIL_KERNELS=k run --separate-stderr "$CNN" "${opts[@]}" --conv2 direct
+	CUEMU_FAIL_KERNELS=conv3_igemm_k,conv3_wgrad_k run --separate-stderr "$CNN" "${opts[@]}" --conv2 direct
 	echo "$stderr"
 	assert_failure
 	grep -E '^cnn_train: .*step 0: conv2_tc.cu:[0-9]+: cudaGetLastError\(\): too many resources requested for launch \(cudaErrorLaunchOutOfResources\)$' <<<"$stderr"
 	! grep -q 'warning:' <<<"$stderr"
 	# a kernel that faults (an illegal address) leaves no context to go on
 	# with: no fallback, the run stops naming the call and the fault
-	CUEMU_FAULT_KERNELS=k run --separate-stderr "$CNN" "${opts[@]}" --conv2 auto
+	CUEMU_FAULT_KERNELS=conv3_igemm_k run --separate-stderr "$CNN" "${opts[@]}" --conv2 auto
 	echo "$stderr"
 	assert_failure
 	grep -E "^cnn_train: .*: conv2's forward, timed at start-up: conv2_tc.cu:[0-9]+: .*an illegal memory access was encountered \(cudaErrorIllegalAddress\)$" <<<"$stderr"
@@ -279,6 +279,67 @@ epoch 1/2 step 4/8"
 		--conv1 cudnn --cuda-profile-steps 3:5
 	assert_success
 	assert_equal "$stderr" "cnn_train: warning: --cuda-profile-steps 3:5: the run ended at step 4, inside the range: the profiler ran on to the run's end"
+}
+
+# The captured step's graph, counted (cnn_train's "# CUDA graph of a
+# training step" line and --log-json's cuda_graph) and drawn
+# (--cuda-graph-dot: cudaGraphDebugDotPrint's Graphviz).  A launch-bound
+# batch of 64 pays for every node: the counts are pinned, so a change that
+# adds a kernel, a copy or a memset to the step says so here.  cuemu counts
+# a cuDNN or cuBLAS call as one node (a GPU's may be more).
+@test "the step's CUDA graph: its nodes counted and drawn, no copy or memset, two streams shorten its chain (cuemu)" {
+	local opts=("${SMALL[@]}" --max-steps 4 --device cuda --precision tf32 --conv1 direct --conv2 direct)
+	local dot="$BATS_TEST_TMPDIR/step.dot" json="$BATS_TEST_TMPDIR/log.json"
+	run --separate-stderr "$CNN" "${opts[@]}" --cuda-graph-dot "$dot" --log-json "$json"
+	echo "$stderr"
+	assert_success
+	# gather, conv1, conv2 with the pool, fc1, its dropout, fc2, the loss;
+	# dW4, dh, the ReLU's backward, dW3, db3, dp; conv2's backward-filter
+	# and its sum, its backward-data with conv1's weight gradient and that
+	# sum; the update
+	assert_line "# CUDA graph of a training step (batch 8): 18 nodes: 18 kernels, 0 copies, 0 memsets, 0 other; the longest chain 18"
+	/usr/bin/python3 - "$json" <<-'PY'
+	import json, sys
+	g = json.load(open(sys.argv[1]))["cuda_graph"]
+	assert g == {"batch": 8, "nodes": 18, "kernels": 18, "copies": 0, "memsets": 0, "other": 0,
+	             "longest_chain": 18}, g
+	PY
+	# the drawing: the same 18 nodes, the step's order from the gather to
+	# the update, one edge into each but the first
+	[ "$(grep -c '\[label=' "$dot")" -eq 18 ]
+	[ "$(grep -c ' -> ' "$dot")" -eq 17 ]
+	grep -q '^  n0 \[label="gather"' "$dot"
+	grep -q '^  n17 \[label="sgd_kernel"' "$dot"
+	# the weight gradients on a second stream: as many nodes, a shorter chain
+	run --separate-stderr "$CNN" "${opts[@]}" --backward-streams 2
+	assert_success
+	assert_line --regexp '^# CUDA graph of a training step \(batch 8\): 18 nodes: 18 kernels, 0 copies, 0 memsets, 0 other; the longest chain 1[0-7]$'
+	# cuDNN's convolutions, NHWC, bf16, fp32 (on cuDNN: the project's
+	# tensor-core kernels are TF32 or bf16; the last option given wins): no
+	# copy or memset node in any
+	local line n
+	for v in "--conv1 cudnn --conv2 cudnn" "--conv-layout nhwc" "--precision bf16" "--precision fp32 --conv2 cudnn"; do
+		run --separate-stderr "$CNN" "${opts[@]}" $v
+		echo "$v: $stderr"
+		assert_success
+		line=$(grep '^# CUDA graph of a training step' <<<"$output")
+		[[ "$line" =~ ^"# CUDA graph of a training step (batch 8): "([0-9]+)" nodes: "([0-9]+)" kernels, 0 copies, 0 memsets, 0 other; the longest chain "[0-9]+$ ]]
+		[ "${BASH_REMATCH[1]}" -eq "${BASH_REMATCH[2]}" ]
+	done
+	# no graph: none counted, and a drawing asked for says why there is none
+	run --separate-stderr "$CNN" "${opts[@]}" --no-graph --cuda-graph-dot "$dot" --log-json "$json"
+	assert_success
+	refute_line --partial "# CUDA graph of"
+	assert_equal "$stderr" "cnn_train: warning: --cuda-graph-dot $dot: no graph was captured (--no-graph)"
+	grep -q '"cuda_graph": null,' "$json"
+	run --separate-stderr "$CNN" "${opts[@]}" --max-steps 2 --cuda-graph-dot "$dot"
+	assert_success
+	assert_equal "$stderr" "cnn_train: warning: --cuda-graph-dot $dot: no graph was captured (the step is captured at its third full batch: more --max-steps)"
+	# a file it cannot write: said at start-up, before any step
+	run --separate-stderr "$CNN" "${opts[@]}" --cuda-graph-dot "$BATS_TEST_TMPDIR/no/such/dir/g.dot"
+	assert_failure
+	assert_equal "$stderr" "cnn_train: $(hostname) rank 0: --cuda-graph-dot $BATS_TEST_TMPDIR/no/such/dir/g.dot: No such file or directory"
+	! grep -q '^step ' <<<"$output"
 }
 
 # Two ranks over NCCL (cuemu's, over TCP: rank 0 sums the ranks' buffers in

@@ -70,8 +70,15 @@ struct Op {
 
 } // namespace
 
+// A node's handle (cudaGraphGetNodes): its graph and its place there.
+struct CUgraphNode_st {
+	CUgraph_st *g;
+	size_t i;
+};
+
 struct CUgraph_st {
 	std::vector<Node> nodes;
+	std::vector<std::unique_ptr<CUgraphNode_st>> handles;   // made when asked for
 	bool live = true;        // still being captured
 	bool relaxed = false;    // cudaStreamCaptureModeRelaxed
 	std::string invalid;     // why the capture was invalidated, if it was
@@ -656,6 +663,119 @@ cudaError_t cudaGraphDestroy(cudaGraph_t graph)
 {
 	delete graph;
 	return cudaSuccess;
+}
+
+} // extern "C"
+
+namespace {
+
+// What kind of node a captured operation is on a GPU: a copy, a memset,
+// else a kernel (cnn_train's, or a cuDNN, cuBLAS or NCCL call's).
+enum cudaGraphNodeType kind_of(const Node &n)
+{
+	return !strcmp(n.what, "cudaMemcpyAsync") ? cudaGraphNodeTypeMemcpy :
+	       !strcmp(n.what, "cudaMemsetAsync") ? cudaGraphNodeTypeMemset :
+						   cudaGraphNodeTypeKernel;
+}
+
+CUgraphNode_st *handle(CUgraph_st *g, size_t i)
+{
+	while (g->handles.size() < g->nodes.size())
+		g->handles.emplace_back(new CUgraphNode_st{ g, g->handles.size() });
+	return g->handles[i].get();
+}
+
+// The edges from each node's dependencies to it, each once.
+std::vector<std::pair<size_t, size_t>> edges_of(const CUgraph_st *g)
+{
+	std::vector<std::pair<size_t, size_t>> e;
+	for (size_t i = 0; i < g->nodes.size(); i++) {
+		std::set<size_t> from(g->nodes[i].deps.begin(), g->nodes[i].deps.end());
+		for (size_t d : from)
+			e.emplace_back(d, i);
+	}
+	return e;
+}
+
+bool graph_ok(cudaGraph_t g)
+{
+	return g && !g->live;
+}
+
+} // namespace
+
+extern "C" {
+
+// Nodes and edges as CUDA lists them: with a NULL array the count, else up
+// to *num entries, the rest of a longer array NULL and *num the count.
+cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *nodes, size_t *num)
+{
+	if (!graph_ok(graph) || !num)
+		return cudaErrorInvalidValue;
+	size_t n = graph->nodes.size();
+	if (nodes) {
+		for (size_t i = 0; i < *num; i++)
+			nodes[i] = i < n ? handle(graph, i) : nullptr;
+		if (*num > n)
+			*num = n;
+	} else {
+		*num = n;
+	}
+	return cudaSuccess;
+}
+
+cudaError_t cudaGraphGetEdges(cudaGraph_t graph, cudaGraphNode_t *from, cudaGraphNode_t *to,
+			      cudaGraphEdgeData *data, size_t *num)
+{
+	if (!graph_ok(graph) || !num || !from != !to || (data && !from))
+		return cudaErrorInvalidValue;
+	std::vector<std::pair<size_t, size_t>> e = edges_of(graph);
+	if (!from) {
+		*num = e.size();
+		return cudaSuccess;
+	}
+	for (size_t k = 0; k < *num; k++) {
+		from[k] = k < e.size() ? handle(graph, e[k].first) : nullptr;
+		to[k] = k < e.size() ? handle(graph, e[k].second) : nullptr;
+		if (data)
+			memset(&data[k], 0, sizeof(data[k]));
+	}
+	if (*num > e.size())
+		*num = e.size();
+	return cudaSuccess;
+}
+
+cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, enum cudaGraphNodeType *type)
+{
+	if (!node || !type || !node->g || node->i >= node->g->nodes.size())
+		return cudaErrorInvalidValue;
+	*type = kind_of(node->g->nodes[node->i]);
+	return cudaSuccess;
+}
+
+// Graphviz of the captured operations, each named as cuemu names it (a
+// GPU's file names each kernel and its launch instead).
+cudaError_t cudaGraphDebugDotPrint(cudaGraph_t graph, const char *path, unsigned int flags)
+{
+	(void)flags;
+	if (!graph_ok(graph) || !path)
+		return cudaErrorInvalidValue;
+	FILE *f = fopen(path, "w");
+	if (!f)
+		return cudaErrorOperatingSystem;
+	fprintf(f, "digraph cuemu {\n");
+	for (size_t i = 0; i < graph->nodes.size(); i++) {
+		const Node &n = graph->nodes[i];
+		enum cudaGraphNodeType t = kind_of(n);
+		fprintf(f, "  n%zu [label=\"", i);
+		for (const char *c = n.what; *c; c++)
+			fprintf(f, *c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
+		fprintf(f, "\" shape=%s];\n", t == cudaGraphNodeTypeKernel ? "box" : "ellipse");
+	}
+	for (const auto &e : edges_of(graph))
+		fprintf(f, "  n%zu -> n%zu;\n", e.first, e.second);
+	fprintf(f, "}\n");
+	return fclose(f) == 0 ? cudaSuccess : cudaErrorOperatingSystem;
 }
 
 } // extern "C"

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cuda_runtime_api.h>
 
@@ -443,6 +444,83 @@ static void test_streams(void)
 			cudaGraphDestroy(g);
 		}
 	}
+
+	/* the captured graph as cudaGraphGetNodes, cudaGraphNodeGetType,
+	 * cudaGraphGetEdges and cudaGraphDebugDotPrint show it (cnn_train's
+	 * census and --cuda-graph-dot): a memset, a kernel, a fork (a kernel
+	 * on each stream), the join, a copy */
+	cudaStreamBeginCapture(s1, cudaStreamCaptureModeThreadLocal);
+	cudaMemsetAsync(a, 0, 256, s1);
+	cuemu_selftest_axpb(a, a, 64, 1.f, 1.f, s1);
+	cudaEventRecord(ev, s1);
+	cudaStreamWaitEvent(s2, ev, 0);
+	cuemu_selftest_axpb(a, b, 64, 2.f, 0.f, s2);
+	cuemu_selftest_axpb(a, a, 64, 1.f, 1.f, s1);
+	cudaEventRecord(ev2, s2);
+	cudaStreamWaitEvent(s1, ev2, 0);
+	cudaMemcpyAsync(a, b, 256, cudaMemcpyDeviceToDevice, s1);
+	test_cond("a capture of a memset, three kernels on two streams and a copy ends",
+		  cudaStreamEndCapture(s1, &g) == cudaSuccess);
+	size_t nn = 0, ne = 0, few = 2;
+	cudaGraphNode_t nodes[8], from[8], to[8];
+	int kinds[4] = { 0, 0, 0, 0 }, tail_null = 1;
+	test_cond("cudaGraphGetNodes with no array: 5 nodes",
+		  cudaGraphGetNodes(g, NULL, &nn) == cudaSuccess && nn == 5);
+	test_cond("cudaGraphGetNodes into 2 entries fills 2",
+		  cudaGraphGetNodes(g, nodes, &few) == cudaSuccess && few == 2 && nodes[0] && nodes[1]);
+	nn = 8;
+	test_cond("cudaGraphGetNodes into 8 entries: 5, the rest NULL",
+		  cudaGraphGetNodes(g, nodes, &nn) == cudaSuccess && nn == 5);
+	for (size_t i = 0; i < 8; i++) {
+		enum cudaGraphNodeType t;
+		if (i >= 5) {
+			tail_null &= nodes[i] == NULL;
+			continue;
+		}
+		if (cudaGraphNodeGetType(nodes[i], &t) == cudaSuccess)
+			kinds[t == cudaGraphNodeTypeKernel ? 0 : t == cudaGraphNodeTypeMemcpy ? 1 :
+			      t == cudaGraphNodeTypeMemset ? 2 : 3]++;
+	}
+	test_cond("... the rest NULL", tail_null);
+	test_cond("cudaGraphNodeGetType: 3 kernels, 1 copy, 1 memset",
+		  kinds[0] == 3 && kinds[1] == 1 && kinds[2] == 1 && kinds[3] == 0);
+	test_cond("cudaGraphGetEdges with no arrays: 5 edges (memset to kernel, the fork's 2, the join's 2)",
+		  cudaGraphGetEdges(g, NULL, NULL, NULL, &ne) == cudaSuccess && ne == 5);
+	test_cond("cudaGraphGetEdges with one array of two: cudaErrorInvalidValue",
+		  cudaGraphGetEdges(g, from, NULL, NULL, &ne) == cudaErrorInvalidValue);
+	ne = 8;
+	int out[5] = { 0 }, in[5] = { 0 };
+	int eok = cudaGraphGetEdges(g, from, to, NULL, &ne) == cudaSuccess && ne == 5;
+	for (size_t e = 0; eok && e < ne; e++)
+		for (int i = 0; i < 5; i++) {
+			out[i] += from[e] == nodes[i];
+			in[i] += to[e] == nodes[i];
+		}
+	/* in the order of capture: memset, kernel (forks), s2's kernel, s1's
+	 * kernel, the copy (joins) */
+	test_cond("cudaGraphGetEdges: memset -> kernel -> two kernels -> copy",
+		  eok && out[0] == 1 && in[0] == 0 && out[1] == 2 && in[1] == 1 && out[2] == 1 &&
+			  in[2] == 1 && out[3] == 1 && in[3] == 1 && out[4] == 0 && in[4] == 2);
+	char dotpath[256];
+	snprintf(dotpath, sizeof(dotpath), "%s/cuemu-graph-%d.dot",
+		 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
+	int labels = 0, arrows = 0;
+	if (cudaGraphDebugDotPrint(g, dotpath, 0) == cudaSuccess) {
+		FILE *f = fopen(dotpath, "r");
+		char line[256];
+		while (f && fgets(line, sizeof(line), f)) {
+			labels += strstr(line, "[label=") != NULL;
+			arrows += strstr(line, " -> ") != NULL;
+		}
+		if (f)
+			fclose(f);
+		unlink(dotpath);
+	}
+	test_cond("cudaGraphDebugDotPrint: a node line for each of 5, an edge line for each of 5",
+		  labels == 5 && arrows == 5);
+	test_cond("cudaGraphDebugDotPrint to a directory that is not there: cudaErrorOperatingSystem",
+		  cudaGraphDebugDotPrint(g, "/nonexistent-dir/g.dot", 0) == cudaErrorOperatingSystem);
+	cudaGraphDestroy(g);
 
 	/* CUDA's capture rules */
 	cudaStreamBeginCapture(s1, cudaStreamCaptureModeThreadLocal);

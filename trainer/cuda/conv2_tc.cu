@@ -726,7 +726,9 @@ int launch_conv3_igemm(const T *x, const T *w, const Conv3 &g, int nhwc, T *y, i
 	// no half-empty tiles; the pooled forward always 64
 	int bn = g.o <= 32 && !pool ? 32 : kCvBN;
 	dim3 grid((unsigned)((g.m + kCvBM - 1) / kCvBM), (unsigned)((g.o + bn - 1) / bn));
-	void (*k)(const T *, const T *, Conv3, T *, PoolEp, float *, uint8_t *, Gate, C1Args<T>) =
+	// (named as cuemu, and so its graph's nodes, name a launch)
+	void (*conv3_igemm_k)(const T *, const T *, Conv3, T *, PoolEp, float *, uint8_t *, Gate,
+			      C1Args<T>) =
 		pool ? (nhwc ? conv3_igemm<T, true, kCvBN, true, false, false> :
 			       conv3_igemm<T, false, kCvBN, true, false, false>) :
 		c1 ? (bn == 32 ? conv3_igemm<T, false, 32, false, true, true> :
@@ -739,7 +741,7 @@ int launch_conv3_igemm(const T *x, const T *w, const Conv3 &g, int nhwc, T *y, i
 				   conv3_igemm<T, false, kCvBN, false, false, false>);
 	Gate none = { NULL, NULL, NULL };
 	C1Args<T> no1 = { NULL, NULL, NULL };
-	k<<<grid, kCvThreads, 0, s>>>(x, w, g, y, ep, p, arg, gt ? *gt : none, c1 ? *c1 : no1);
+	conv3_igemm_k<<<grid, kCvThreads, 0, s>>>(x, w, g, y, ep, p, arg, gt ? *gt : none, c1 ? *c1 : no1);
 	cudaCheck(cudaGetLastError());
 	return 0;
 }
@@ -824,12 +826,12 @@ int launch_conv3_wgrad(const T *x, const T *dy, int nimg, int c, int h, int wd, 
 	int splits = (int)((g.m + ppb - 1) / ppb);
 	size_t per = (size_t)to * tc * kWgO * kWgK, bper = db ? (size_t)to * kWgO : 0;
 	if (splits) {   // no images: the sum of no splits, zeros
-		void (*k)(const T *, const T *, Conv3, long long, float *, Gate, float *) =
+		void (*conv3_wgrad_k)(const T *, const T *, Conv3, long long, float *, Gate, float *) =
 			gt ? conv3_wgrad_part<T, false, true> :
 			nhwc ? conv3_wgrad_part<T, true, false> : conv3_wgrad_part<T, false, false>;
 		Gate none = { NULL, NULL, NULL };
-		k<<<dim3(splits, to, tc * 3), kCvThreads, 0, s>>>(x, dy, g, ppb, scratch, gt ? *gt : none,
-								  db ? scratch + (size_t)splits * per : NULL);
+		conv3_wgrad_k<<<dim3(splits, to, tc * 3), kCvThreads, 0, s>>>(
+			x, dy, g, ppb, scratch, gt ? *gt : none, db ? scratch + (size_t)splits * per : NULL);
 		cudaCheck(cudaGetLastError());
 	}
 	conv3_wgrad_sum<<<(unsigned)((per + bper + kWgSumLanes - 1) / kWgSumLanes), kCvThreads, 0, s>>>(

@@ -67,6 +67,7 @@ struct cnn_gpu {
 	 * current, and those its optimizer writes */
 	unsigned graph_wop_in, graph_wop_out;
 	int eager_steps;            /* full-batch steps run before capture */
+	struct cnn_graph_census census;   /* of the captured graph; batch 0: none */
 	char err[512];
 };
 
@@ -374,6 +375,112 @@ static int step_body(struct cnn_gpu *g, int n, int first)
 	return 0;
 }
 
+/* h's index in nodes (a step's graph holds tens of nodes), -1: none */
+static int node_at(const cudaGraphNode_t *nodes, size_t n, cudaGraphNode_t h)
+{
+	for (size_t i = 0; i < n; i++)
+		if (nodes[i] == h)
+			return (int)i;
+	return -1;
+}
+
+/* c: graph's nodes by kind and its longest chain (Kahn's order over the
+ * edges, each node's depth one more than its deepest dependency's). */
+static int census(cudaGraph_t graph, int n, struct cnn_graph_census *c, char *err, size_t errlen)
+{
+	size_t nn = 0, ne = 0;
+	cudaGraphNode_t *nodes = NULL, *from = NULL, *to = NULL;
+	int *depth = NULL, *waiting = NULL, *queue = NULL, rv = -1;
+	memset(c, 0, sizeof(*c));
+	c->batch = n;
+	if (cudaGraphGetNodes(graph, NULL, &nn) != cudaSuccess ||
+	    cudaGraphGetEdges(graph, NULL, NULL, NULL, &ne) != cudaSuccess) {
+		snprintf(err, errlen, "reading the training step's CUDA graph: %s",
+			 cudaGetErrorString(cudaGetLastError()));
+		return -1;
+	}
+	nodes = calloc(nn + 1, sizeof(*nodes));
+	from = calloc(ne + 1, sizeof(*from));
+	to = calloc(ne + 1, sizeof(*to));
+	depth = calloc(nn + 1, sizeof(*depth));
+	waiting = calloc(nn + 1, sizeof(*waiting));
+	queue = calloc(nn + 1, sizeof(*queue));
+	if (!nodes || !from || !to || !depth || !waiting || !queue) {
+		snprintf(err, errlen, "no memory for a census of %zu graph nodes", nn);
+		goto out;
+	}
+	if (cudaGraphGetNodes(graph, nodes, &nn) != cudaSuccess ||
+	    cudaGraphGetEdges(graph, from, to, NULL, &ne) != cudaSuccess) {
+		snprintf(err, errlen, "reading the training step's CUDA graph: %s",
+			 cudaGetErrorString(cudaGetLastError()));
+		goto out;
+	}
+	c->nodes = (int)nn;
+	for (size_t i = 0; i < nn; i++) {
+		enum cudaGraphNodeType t;
+		if (cudaGraphNodeGetType(nodes[i], &t) != cudaSuccess)
+			t = cudaGraphNodeTypeCount;
+		c->kernels += t == cudaGraphNodeTypeKernel;
+		c->copies += t == cudaGraphNodeTypeMemcpy;
+		c->memsets += t == cudaGraphNodeTypeMemset;
+		c->other += t != cudaGraphNodeTypeKernel && t != cudaGraphNodeTypeMemcpy &&
+			    t != cudaGraphNodeTypeMemset;
+	}
+	for (size_t e = 0; e < ne; e++) {
+		int b = node_at(nodes, nn, to[e]);
+		if (b >= 0)
+			waiting[b]++;
+	}
+	size_t head = 0, tail = 0;
+	for (size_t i = 0; i < nn; i++)
+		if (!waiting[i]) {
+			queue[tail++] = (int)i;
+			depth[i] = 1;
+		}
+	while (head < tail) {
+		int a = queue[head++];
+		if (depth[a] > c->chain)
+			c->chain = depth[a];
+		for (size_t e = 0; e < ne; e++) {
+			int b = from[e] == nodes[a] ? node_at(nodes, nn, to[e]) : -1;
+			if (b < 0)
+				continue;
+			if (depth[a] + 1 > depth[b])
+				depth[b] = depth[a] + 1;
+			if (!--waiting[b])
+				queue[tail++] = b;
+		}
+	}
+	if (tail != nn) {
+		snprintf(err, errlen, "the training step's CUDA graph: %zu of its %zu nodes in a cycle "
+			 "or on an edge to no node", nn - tail, nn);
+		goto out;
+	}
+	rv = 0;
+out:
+	free(nodes);
+	free(from);
+	free(to);
+	free(depth);
+	free(waiting);
+	free(queue);
+	return rv;
+}
+
+/* --cuda-graph-dot: CUDA's own picture of the graph, kernels named, with
+ * their launch shapes (Graphviz: dot -Tsvg). */
+static int dot(cudaGraph_t graph, const char *path, char *err, size_t errlen)
+{
+	cudaError_t e = cudaGraphDebugDotPrint(graph, path, cudaGraphDebugDotFlagsKernelNodeParams);
+	if (e != cudaSuccess) {
+		cudaGetLastError();
+		snprintf(err, errlen, "--cuda-graph-dot %s: %s (expected a file this rank can write)",
+			 path, cudaGetErrorString(e));
+		return -1;
+	}
+	return 0;
+}
+
 static int capture(struct cnn_gpu *g, int n, char *err, size_t errlen)
 {
 	cudaGraph_t graph;
@@ -393,12 +500,30 @@ static int capture(struct cnn_gpu *g, int n, char *err, size_t errlen)
 		FAIL("capturing the training step as a CUDA graph: %s (--no-graph runs without)",
 		     cudaGetErrorString(e));
 	g->net.ws_frozen = 1;
+	if (g->o.graph_dot && g->o.rank == 0 && dot(graph, g->o.graph_dot, err, errlen) < 0) {
+		cudaGraphDestroy(graph);
+		return -1;
+	}
+	/* a count the run can do without: said, not fatal */
+	char why[256];
+	if (census(graph, n, &g->census, why, sizeof(why)) < 0) {
+		memset(&g->census, 0, sizeof(g->census));
+		fprintf(stderr, "cnn_train: rank %d: warning: %s\n", g->o.rank, why);
+	}
 	e = cudaGraphInstantiate(&g->exec, graph, 0);
 	cudaGraphDestroy(graph);
 	if (e != cudaSuccess)
 		FAIL("instantiating the training step's CUDA graph: %s (--no-graph runs without)",
 		     cudaGetErrorString(e));
 	return 0;
+}
+
+static int gpu_graph_census(const struct cnn_gpu *g, struct cnn_graph_census *c)
+{
+	if (!g->census.batch)
+		return 0;
+	*c = g->census;
+	return 1;
 }
 
 static int gpu_train_step(struct cnn_gpu *g, const uint32_t *idx, int n, float lr, uint64_t step,
@@ -576,4 +701,5 @@ const struct cnn_gpu_api cnn_gpu_api = {
 	.last_loss = gpu_last_loss,
 	.evaluate = gpu_evaluate,
 	.close = gpu_close,
+	.graph_census = gpu_graph_census,
 };
