@@ -348,7 +348,7 @@ all | variants | session)
 		# brings back 8 files.
 		part kernels_test 60 -- test_cuda_kernels
 		part bench_tf32 150 BATCHES="64 256 1024" TORCH_MODES="eager graph" \
-			CNN_VARIANTS="nhwc:--conv-layout nhwc;s2:--backward-streams 2;c1cudnn:--conv1 cudnn;c2cudnn:--conv2 cudnn;c2direct:--conv2 direct" -- bench
+			CNN_VARIANTS="nhwc:--conv-layout nhwc;s2:--backward-streams 2;c1cudnn:--conv1 cudnn;c2cudnn:--conv2 cudnn;c2direct:--conv2 direct;fc2f:--fc2 fused" -- bench
 		part profile 70 BATCHES="64 1024" PROFILE_LAYOUTS=nchw -- profile
 		part kernels 60 -- kernels
 		part gpu_step 100 -- test_gpu_step
@@ -362,11 +362,11 @@ all | variants | session)
 	fi
 	part check 180 -- check
 	if [ "$1" = variants ]; then
-		# channels-last, the second backward stream and the convolutions by
-		# cuDNN or the project's kernels as columns beside
+		# channels-last, the second backward stream, the convolutions by
+		# cuDNN or the project's kernels and fc2's fused head as columns beside
 		# the defaults (NCHW, one stream) and PyTorch, one table per precision
 		part variants_tf32 210 TORCH_MODES="eager graph" \
-			CNN_VARIANTS="nhwc:--conv-layout nhwc;s2:--backward-streams 2;nhwc_s2:--conv-layout nhwc --backward-streams 2;c1cudnn:--conv1 cudnn;c2cudnn:--conv2 cudnn;c2direct:--conv2 direct;nhwc_c2d:--conv-layout nhwc --conv2 direct" -- bench
+			CNN_VARIANTS="nhwc:--conv-layout nhwc;s2:--backward-streams 2;nhwc_s2:--conv-layout nhwc --backward-streams 2;c1cudnn:--conv1 cudnn;c2cudnn:--conv2 cudnn;c2direct:--conv2 direct;nhwc_c2d:--conv-layout nhwc --conv2 direct;fc2f:--fc2 fused;fc2f_s2:--fc2 fused --backward-streams 2" -- bench
 		part variants_bf16 150 TORCH_MODES="eager graph" PRECISION=bf16 \
 			CNN_VARIANTS="nhwc:--conv-layout nhwc;s2:--backward-streams 2;c2cudnn:--conv2 cudnn;c2direct:--conv2 direct" -- bench
 		finish

@@ -58,6 +58,8 @@ void cnn_args_usage(FILE *f)
 "                         kernels, or auto (default: each call the faster, timed)\n"
 "  --conv2 KIND           GPU, TF32 or bf16: conv2 by cuDNN, by the project's\n"
 "                         tensor-core kernels (direct), or auto (default, timed)\n"
+"  --fc2 KIND             GPU, TF32 or fp32: fc2 and the loss by cuBLAS (default)\n"
+"                         or fused (with fc1's ReLU backward: one launch)\n"
 "  --cuda-profile-steps A:B  GPU: cudaProfilerStart before step A, Stop after\n"
 "                         step B (from 1, across epochs), for nsys --capture-\n"
 "                         range=cudaProfilerApi or ncu --profile-from-start off\n"
@@ -148,7 +150,7 @@ static int num_f(const char *opt, const char *s, double lo, double hi, float *ou
 enum {
 	O_DATA = 256, O_DATA_DIR, O_EPOCHS, O_MAX_STEPS, O_EVAL, O_BATCH, O_OPTIM, O_LR,
 	O_MOMENTUM, O_WD, O_SCHED, O_STEP_EPOCHS, O_GAMMA, O_WARMUP, O_NO_DROPOUT, O_SEED,
-	O_THREADS, O_DEVICE, O_PRECISION, O_NO_GRAPH, O_CONV_LAYOUT, O_STREAMS, O_CONV1, O_CONV2, O_PROFILE, O_GRAPH_DOT, O_TIMEOUT, O_CKPT_DIR, O_CKPT_EVERY, O_RESUME, O_LOG_JSON,
+	O_THREADS, O_DEVICE, O_PRECISION, O_NO_GRAPH, O_CONV_LAYOUT, O_STREAMS, O_CONV1, O_CONV2, O_FC2, O_PROFILE, O_GRAPH_DOT, O_TIMEOUT, O_CKPT_DIR, O_CKPT_EVERY, O_RESUME, O_LOG_JSON,
 	O_DUMP, O_PROGRESS, O_LOG_EVERY, O_TRAIN_LIMIT, O_TEST_LIMIT,
 };
 
@@ -179,6 +181,7 @@ static const struct option opts[] = {
 	{ "cuda-graph-dot", required_argument, NULL, O_GRAPH_DOT },
 	{ "conv1", required_argument, NULL, O_CONV1 },
 	{ "conv2", required_argument, NULL, O_CONV2 },
+	{ "fc2", required_argument, NULL, O_FC2 },
 	{ "timeout", required_argument, NULL, O_TIMEOUT },
 	{ "checkpoint-dir", required_argument, NULL, O_CKPT_DIR },
 	{ "checkpoint-every", required_argument, NULL, O_CKPT_EVERY },
@@ -289,6 +292,9 @@ int cnn_args_parse(struct cnn_args *a, int argc, char **argv, const char *env_da
 		case O_CONV2:
 			KEYWORD("--conv2", a->conv2, { "auto", CNN_CONV_AUTO }, { "cudnn", CNN_CONV_CUDNN },
 				{ "direct", CNN_CONV_DIRECT });
+			break;
+		case O_FC2:
+			KEYWORD("--fc2", a->fc2, { "cublas", CNN_FC2_CUBLAS }, { "fused", CNN_FC2_FUSED });
 			break;
 		case O_PROFILE: {
 			char from[32], to[32];

@@ -57,6 +57,15 @@ enum cnn_conv_impl {
 	CNN_CONV_DIRECT,
 };
 
+/* fc2 and the loss (--fc2): cuBLAS's GEMMs and the loss's kernel, or, for
+ * a training batch, one launch of the project's (cnn_cuda_fc2_head: fc2's
+ * forward and backward, the loss, fc1's ReLU backward and bias gradient;
+ * TF32 and fp32). */
+enum cnn_fc2_impl {
+	CNN_FC2_CUBLAS = 0,
+	CNN_FC2_FUSED,
+};
+
 /* "nchw", "nhwc", "auto" (the --conv-layout names) */
 static inline const char *cnn_layout_name(enum cnn_layout l)
 {
@@ -86,6 +95,7 @@ struct cnn_gpu_opts {
 	enum cnn_conv_impl conv2;    /* --conv2 (0: auto) */
 	const char *graph_dot;       /* --cuda-graph-dot: the captured step's graph as
 				      * cudaGraphDebugDotPrint writes it (NULL: none) */
+	enum cnn_fc2_impl fc2;       /* --fc2 (0: cuBLAS) */
 };
 
 /* What the captured training step's CUDA graph holds (graph_census): its

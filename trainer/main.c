@@ -456,7 +456,8 @@ static int open_gpu(struct run *R, int maxb)
 				  R->r.rank, R->r.world, R->a.timeout_s * 1000,
 				  (enum cnn_layout)R->a.conv_layout, R->a.streams, R->a.profile_from,
 				  R->a.profile_to, (enum cnn_conv_impl)R->a.conv1,
-				  (enum cnn_conv_impl)R->a.conv2, R->a.graph_dot };
+				  (enum cnn_conv_impl)R->a.conv2, R->a.graph_dot,
+				  (enum cnn_fc2_impl)R->a.fc2 };
 	struct cnn_gpu *g = NULL;
 	if (G->open(&g, &o, err, sizeof(err)) < 0) {
 		G->close(g);
@@ -600,6 +601,7 @@ static void setup(struct run *R, int argc, char **argv)
 				R->a.streams != 1 ? "--backward-streams" : NULL,
 				R->a.conv1 != CNN_CONV_AUTO ? "--conv1" : NULL,
 				R->a.conv2 != CNN_CONV_AUTO ? "--conv2" : NULL,
+				R->a.fc2 != CNN_FC2_CUBLAS ? "--fc2" : NULL,
 				R->a.profile_from ? "--cuda-profile-steps" : NULL,
 				R->a.graph_dot ? "--cuda-graph-dot" : NULL,
 			};

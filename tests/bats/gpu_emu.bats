@@ -57,6 +57,14 @@ setup() {
 	# the epoch's evaluation is the run's: one, not the same again after it
 	[ "$(grep -c '^test:' <<<"$output")" -eq 1 ]
 	params_within "$BATS_TEST_TMPDIR/cpu.bin" "$BATS_TEST_TMPDIR/gpu.bin" 1e-7
+	# fc2 and the loss in one launch (--fc2 fused): the same training, its
+	# sums in another order
+	run --separate-stderr "$CNN" "${SMALL[@]}" --max-steps 8 --eval --device cuda --precision fp32 --conv1 direct \
+		--fc2 fused --dump-params "$BATS_TEST_TMPDIR/fused.bin"
+	echo "$stderr"
+	assert_success
+	assert_line --regexp '^# GPU: cuemu .*, fp32, conv1 direct, fc2 fused, NCHW, CUDA graph$'
+	params_within "$BATS_TEST_TMPDIR/cpu.bin" "$BATS_TEST_TMPDIR/fused.bin" 1e-7
 }
 
 # The graph replays the step's kernels in the order they were captured,
@@ -314,6 +322,18 @@ epoch 1/2 step 4/8"
 	run --separate-stderr "$CNN" "${opts[@]}" --backward-streams 2
 	assert_success
 	assert_line --regexp '^# CUDA graph of a training step \(batch 8\): 18 nodes: 18 kernels, 0 copies, 0 memsets, 0 other; the longest chain 1[0-7]$'
+	# fc2's fused head: fc2's GEMM, the loss, dW4, dh, fc1's ReLU backward
+	# and its bias gradient (a gemv) in one launch
+	run --separate-stderr "$CNN" "${opts[@]}" --fc2 fused
+	assert_success
+	assert_line "# CUDA graph of a training step (batch 8): 13 nodes: 13 kernels, 0 copies, 0 memsets, 0 other; the longest chain 13"
+	run --separate-stderr "$CNN" "${opts[@]}" --fc2 fused --backward-streams 2
+	assert_success
+	assert_line --regexp '^# CUDA graph of a training step \(batch 8\): 13 nodes: 13 kernels, 0 copies, 0 memsets, 0 other; the longest chain ([0-9]|1[0-2])$'
+	# bf16's GEMMs read bf16 operands the head does not: refused, naming why
+	run --separate-stderr "$CNN" "${opts[@]}" --fc2 fused --precision bf16
+	assert_failure
+	[[ "$stderr" == *"--fc2 fused: fc2's fused head computes in fp32 from fp32 operands: TF32 or fp32 (bf16 keeps cuBLAS's bf16 GEMMs: --fc2 cublas)"* ]]
 	# cuDNN's convolutions, NHWC, bf16, fp32 (on cuDNN: the project's
 	# tensor-core kernels are TF32 or bf16; the last option given wins): no
 	# copy or memset node in any

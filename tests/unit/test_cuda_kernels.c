@@ -48,8 +48,10 @@ static const struct {
 	{ "conv9 bf16", 1e-6f, 8e-3f, "as conv9, then rounded to bf16: an order that differs may round to the neighbouring bf16 value (2^-7 relative)" },
 	{ "mma", 2e-4f, 1e-5f, "up to ~2000 exact products of TF32 or bf16 operands in [-1, 1) (sums of magnitude ~15): the tensor cores' and the blocks' order vs oneDNN's, image by image" },
 	{ "mma bf16", 2e-4f, 8e-3f, "as mma, then rounded to bf16 (2^-7 relative)" },
+	{ "fc2", 2e-5f, 2e-5f, "fc2's head: 128 products of values in [-1, 1) summed in order (nvcc's FMAs) vs the CPU's sgemm, logits of ~10 a few ulp apart, and what follows from them" },
 };
-enum { T_EXACT, T_EXPF, T_SUM, T_UPDATE, T_FMA, T_BIASSUM, T_CONV9, T_CONV9_BF16, T_MMA, T_MMA_BF16 };
+enum { T_EXACT, T_EXPF, T_SUM, T_UPDATE, T_FMA, T_BIASSUM, T_CONV9, T_CONV9_BF16, T_MMA, T_MMA_BF16,
+       T_FC2 };
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static float frand(void) /* [-1, 1) */
@@ -1219,6 +1221,99 @@ static void test_weights_nhwc(int out, int in, int bf16)
 	free(w), free(want), free(got);
 }
 
+/* fc2's head (--fc2 fused) on n rows of hid inputs (in [-1, 1): fc1's ReLU
+ * gates the negative ones) and k classes, against its twins in a row:
+ * cnn_linear_fwd, cnn_logsoftmax_nll_fwd and _bwd, cnn_linear_bwd, dh
+ * scaled by dropout's 2 and cnn_relu_bwd, dh's column sums.  Outputs are
+ * written, not added to (garbage before), and the same bits twice. */
+static void test_fc2_head(int n, int hid, int k)
+{
+	size_t nh = (size_t)n * hid, nk = (size_t)n * k, kh = (size_t)k * hid;
+	float *h = malloc(nh * 4), *w = malloc(kh * 4), b[64], *z = malloc(nk * 4), *lp = malloc(nk * 4);
+	float *d = malloc(nk * 4), *dw = calloc(kh, 4), db[64] = { 0 }, *dh = malloc(nh * 4);
+	float *dbh = malloc(hid * 4), *g = malloc((nh > kh ? nh : kh) * 4), *g2 = malloc(nh * 4);
+	float out[2], again[2];
+	uint8_t *lab = malloc(n);
+	char bn[96], m[240];
+	snprintf(bn, sizeof(bn), " of %d rows, %d hidden, %d classes", n, hid, k);
+	fill(h, nh);
+	fill(w, kh);
+	fill(b, k);
+	for (int i = 0; i < n; i++)
+		lab[i] = (uint8_t)(((frand() + 1.f) * 0.5f) * (float)k) % k;
+	float *dH = dev(h, nh * 4), *dW = dev(w, kh * 4), *dB = dev(b, k * 4), *dlp = dev(NULL, nk * 4);
+	float *dout = dev(NULL, 8), *dd = dev(NULL, nk * 4), *ddw = dev(NULL, kh * 4);
+	float *ddb = dev(NULL, k * 4), *ddh = dev(NULL, nh * 4), *ddbh = dev(NULL, hid * 4);
+	uint8_t *dlab = dev(lab, n);
+	int ok = 1;
+	for (int run = 0; run < 2; run++) {
+		CK(cudaMemset(dout, 0x7f, 8));
+		CK(cudaMemset(ddw, 0x7f, kh * 4));
+		CK(cudaMemset(ddb, 0x7f, k * 4));
+		CK(cudaMemset(ddh, 0x7f, nh * 4));
+		CK(cudaMemset(ddbh, 0x7f, hid * 4));
+		ok &= cnn_cuda_fc2_head(dH, dW, dB, dlab, n, hid, k, (float)n, 2.f, dlp, dout, dd, ddw,
+					ddb, ddh, ddbh, NULL) == 0;
+		back(run ? again : out, dout, 8);
+		back(run ? g2 : g, ddh, nh * 4);
+	}
+	snprintf(m, sizeof(m), "fc2_head%s launches", bn);
+	test_cond(m, ok);
+	snprintf(m, sizeof(m), "fc2_head%s: fc1's output gradient and the loss, the same bits twice", bn);
+	test_cond(m, !memcmp(g, g2, nh * 4) && !memcmp(out, again, 8));
+	/* the twins */
+	int correct = 0;
+	cnn_linear_fwd(h, n, hid, w, b, k, z);
+	float loss = cnn_logsoftmax_nll_fwd(z, lab, n, k, lp, &correct);
+	cnn_logsoftmax_nll_bwd(lp, lab, n, k, (float)n, d);
+	cnn_linear_bwd(h, n, hid, w, k, d, dw, db, dh);
+	for (size_t i = 0; i < nh; i++)
+		dh[i] *= 2.f;
+	cnn_relu_bwd(dh, h, nh);
+	for (int q = 0; q < hid; q++) {
+		double acc = 0;
+		for (int i = 0; i < n; i++)
+			acc += dh[(size_t)i * hid + q];
+		dbh[q] = (float)acc;
+	}
+	float cpu_sum = loss * n;
+	snprintf(m, sizeof(m), "fc2_head%s: the loss sum and correct count are the CPU's", bn);
+	test_cond(m, compare("loss", &out[0], &cpu_sum, 1, T_SUM) == 0 && (int)out[1] == correct);
+	back(g, dlp, nk * 4);
+	snprintf(m, sizeof(m), "fc2_head%s: log-probabilities within the fc2 tolerance", bn);
+	test_cond(m, compare("logp", g, lp, nk, T_FC2) == 0);
+	back(g, dd, nk * 4);
+	snprintf(m, sizeof(m), "fc2_head%s: the loss's gradient within the fc2 tolerance", bn);
+	test_cond(m, compare("dlogits", g, d, nk, T_FC2) == 0);
+	back(g, ddw, kh * 4);
+	snprintf(m, sizeof(m), "fc2_head%s: fc2's weight gradient within the fc2 tolerance", bn);
+	test_cond(m, compare("dw", g, dw, kh, T_FC2) == 0);
+	back(g, ddb, k * 4);
+	snprintf(m, sizeof(m), "fc2_head%s: fc2's bias gradient within the fc2 tolerance", bn);
+	test_cond(m, compare("db", g, db, k, T_FC2) == 0);
+	snprintf(m, sizeof(m), "fc2_head%s: fc1's output gradient (x2, through the ReLU: exact 0 "
+		 "where h <= 0) within the fc2 tolerance", bn);
+	test_cond(m, compare("dh", g2, dh, nh, T_FC2) == 0);
+	back(g, ddbh, hid * 4);
+	snprintf(m, sizeof(m), "fc2_head%s: fc1's bias gradient within the fc2 tolerance", bn);
+	test_cond(m, compare("dbh", g, dbh, hid, T_FC2) == 0);
+	if (n == 64) {
+		test_cond("fc2_head refuses 0 rows",
+			  cnn_cuda_fc2_head(dH, dW, dB, dlab, 0, hid, k, 1.f, 1.f, dlp, dout, dd, ddw, ddb,
+					    ddh, ddbh, NULL) == -1);
+		test_cond("fc2_head refuses 1025 hidden units (a column a thread)",
+			  cnn_cuda_fc2_head(dH, dW, dB, dlab, n, 1025, k, 1.f, 1.f, dlp, dout, dd, ddw,
+					    ddb, ddh, ddbh, NULL) == -1);
+		test_cond("fc2_head refuses 65 classes",
+			  cnn_cuda_fc2_head(dH, dW, dB, dlab, n, hid, 65, 1.f, 1.f, dlp, dout, dd, ddw,
+					    ddb, ddh, ddbh, NULL) == -1);
+	}
+	cudaFree(dH), cudaFree(dW), cudaFree(dB), cudaFree(dlp), cudaFree(dout), cudaFree(dd);
+	cudaFree(ddw), cudaFree(ddb), cudaFree(ddh), cudaFree(ddbh), cudaFree(dlab);
+	free(h), free(w), free(z), free(lp), free(d), free(dw), free(dh), free(dbh), free(g), free(g2);
+	free(lab);
+}
+
 /* n rows of k classes; bias: the logits without fc2's bias in, the bias
  * added by the kernel, the twin adding it as cnn_linear_fwd does; grad: the
  * loss's gradient in the same pass, against cnn_logsoftmax_nll_bwd, and
@@ -1556,6 +1651,10 @@ int main(void)
 	test_logsoftmax(3001, 10, 0, 1); /* more rows than threads: strided */
 	test_logsoftmax(5, 64, 1, 1);   /* more classes than rows: a thread a column */
 	test_logsoftmax(40, 3, 0, 1);   /* groups of 3 that leave threads out */
+	test_fc2_head(64, 128, 10);     /* the training batch of 64, the Net's shapes */
+	test_fc2_head(8, 128, 10);      /* fewer rows than the groups of columns */
+	test_fc2_head(1500, 128, 10);   /* more rows than threads: strided */
+	test_fc2_head(33, 100, 7);      /* groups that leave threads out */
 	test_optim(CNN_SGD, 0.9f, 0.f);
 	test_optim(CNN_SGD, 0.9f, 1e-4f);
 	test_optim(CNN_SGD, 0.f, 0.f);

@@ -90,12 +90,12 @@ static const struct tol tols[] = {
 
 static struct cnn_gpu *open_gpu(const struct cnn_model *m, int batch, enum cnn_precision prec,
 				int graph, const struct cnn_optim *o, enum cnn_layout layout, int streams,
-				enum cnn_conv_impl conv1, enum cnn_conv_impl conv2)
+				enum cnn_conv_impl conv1, enum cnn_conv_impl conv2, enum cnn_fc2_impl fc2)
 {
 	struct cnn_gpu *g = NULL;
 	char err[1024];
 	struct cnn_gpu_opts go = { m, batch, batch, 0, prec, graph, o, 1, 0, 1, 60000, layout, streams,
-				   0, 0, conv1, conv2, NULL };
+				   0, 0, conv1, conv2, NULL, fc2 };
 	if (cnn_gpu_api.open(&g, &go, err, sizeof(err)) < 0) {
 		printf("#   open: %s\n", err);
 		cnn_gpu_api.close(g);
@@ -316,6 +316,7 @@ struct stepper {
 	int streams;               /* the GPU's backward streams (0: 1) */
 	enum cnn_conv_impl conv1;  /* the GPU's conv1 (0: auto) */
 	enum cnn_conv_impl conv2;  /* the GPU's conv2 (0: auto) */
+	enum cnn_fc2_impl fc2;     /* the GPU's fc2 (0: cuBLAS) */
 	int emulate;               /* 1: bf16_ref on the CPU; 2: the same without its
 				    * roundings (the fp32 step: checks the emulation) */
 	struct cnn_gpu *g;
@@ -336,7 +337,7 @@ static int st_open(struct stepper *s, struct cnn_model *m, struct cnn_optim *o, 
 		s->r.exact = s->emulate == 2;
 		return 0;
 	}
-	s->g = open_gpu(m, 8, s->prec, 0, o, s->layout, s->streams, s->conv1, s->conv2);
+	s->g = open_gpu(m, 8, s->prec, 0, o, s->layout, s->streams, s->conv1, s->conv2, s->fc2);
 	if (!s->g) {
 		snprintf(err, errlen, "the GPU path does not open");
 		return -1;
@@ -579,13 +580,14 @@ enum { NO_COMM, NCCL_1, HOST_TWIN };
 static int gpu_run(const struct cnn_dataset *tr, const struct cnn_dataset *te,
 		   const struct cnn_model *m0, enum cnn_precision prec, int graph, int comm,
 		   enum cnn_layout layout, int streams, enum cnn_conv_impl conv1,
-		   enum cnn_conv_impl conv2, float *out, char *err, size_t errlen)
+		   enum cnn_conv_impl conv2, enum cnn_fc2_impl fc2, float *out, char *err,
+		   size_t errlen)
 {
 	struct cnn_model m = *m0;
 	struct cnn_optim o = { .lr = 0.05f, .momentum = 0.9f };
 	struct cnn_comm *c = NULL, twin = { .ops = &twin_ops, .rank = 0, .world = 2 };
 	cnn_optim_init(&o, CNN_SGD, m.nparams);
-	struct cnn_gpu *g = open_gpu(&m, BATCH, prec, graph, &o, layout, streams, conv1, conv2);
+	struct cnn_gpu *g = open_gpu(&m, BATCH, prec, graph, &o, layout, streams, conv1, conv2, fc2);
 	if (g && layout == CNN_LAYOUT_AUTO) {
 		char d[2400];
 		cnn_gpu_api.describe(g, d, sizeof(d));
@@ -775,25 +777,25 @@ static void test_steps_vs_cpu(int bf16)
 	cpu_run(&tr, &m, 0);
 	struct cnn_model mg = m;
 	mg.params = p0;
-	int r1 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 0, NO_COMM, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_AUTO, eager, err, sizeof(err));
+	int r1 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 0, NO_COMM, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_AUTO, CNN_FC2_CUBLAS, eager, err, sizeof(err));
 	if (r1 < 0)
 		printf("#   eager: %s\n", err);
 	test_cond(STEPS_S " eager GPU steps (dropout, SGD) run", r1 == 0);
 	test_cond(STEPS_S " eager GPU steps equal the CPU path's (same images, same dropout masks)",
 		  r1 == 0 && checkf("steps", "params", eager, m.params, m.nparams) == 0);
-	int r2 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 1, NO_COMM, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_AUTO, graph, err, sizeof(err));
+	int r2 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 1, NO_COMM, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_AUTO, CNN_FC2_CUBLAS, graph, err, sizeof(err));
 	if (r2 < 0)
 		printf("#   graph: %s\n", err);
 	test_cond(STEPS_S " GPU steps replayed as a CUDA graph run", r2 == 0);
 	test_cond("the graph's result equals the eager one's",
 		  r1 == 0 && r2 == 0 && checkf("graph", "params", graph, eager, m.nparams) == 0);
-	int r3 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 1, NCCL_1, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_AUTO, nccl, err, sizeof(err));
+	int r3 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 1, NCCL_1, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_AUTO, CNN_FC2_CUBLAS, nccl, err, sizeof(err));
 	if (r3 < 0)
 		printf("#   nccl: %s\n", err);
 	test_cond(STEPS_S " GPU steps with the NCCL all-reduce in the graph run (world 1)", r3 == 0);
 	test_cond("NCCL's average over one rank changes nothing",
 		  r2 == 0 && r3 == 0 && checkf("graph", "params", nccl, graph, m.nparams) == 0);
-	int r6 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 1, HOST_TWIN, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_AUTO, host, err, sizeof(err));
+	int r6 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 1, HOST_TWIN, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_AUTO, CNN_FC2_CUBLAS, host, err, sizeof(err));
 	if (r6 < 0)
 		printf("#   host: %s\n", err);
 	test_cond(STEPS_S " GPU steps with the gradients all-reduced through host memory (gloo's path) run",
@@ -803,7 +805,7 @@ static void test_steps_vs_cpu(int bf16)
 	if (!bf16) {
 		test_skip("bf16 training steps", "this GPU has no bf16 tensor cores (sm_80+)");
 	} else {
-		int r4 = gpu_run(&tr, &te, &mg, CNN_PREC_BF16, 0, NO_COMM, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_AUTO, beager, err, sizeof(err));
+		int r4 = gpu_run(&tr, &te, &mg, CNN_PREC_BF16, 0, NO_COMM, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_AUTO, CNN_FC2_CUBLAS, beager, err, sizeof(err));
 		if (r4 < 0)
 			printf("#   bf16 eager: %s\n", err);
 		test_cond(STEPS_S " eager GPU steps in bf16 run", r4 == 0);
@@ -816,7 +818,7 @@ static void test_steps_vs_cpu(int bf16)
 		test_cond(STEPS_S " bf16 steps track the emulation of the same roundings (bf16 twin steps)",
 			  r4 == 0 && twin_gap("bf16 GPU vs emulated", &mb,
 						   beager) == 0);
-		int r5 = gpu_run(&tr, &te, &mg, CNN_PREC_BF16, 1, NCCL_1, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_AUTO, bgraph, err, sizeof(err));
+		int r5 = gpu_run(&tr, &te, &mg, CNN_PREC_BF16, 1, NCCL_1, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_AUTO, CNN_FC2_CUBLAS, bgraph, err, sizeof(err));
 		if (r5 < 0)
 			printf("#   bf16 graph: %s\n", err);
 		test_cond(STEPS_S " bf16 GPU steps as a CUDA graph with NCCL (world 1) run", r5 == 0);
@@ -865,22 +867,26 @@ static void test_steps_more(int bf16)
 		enum cnn_layout layout;
 		int streams;
 		enum cnn_conv_impl conv1, conv2;
+		enum cnn_fc2_impl fc2;
 	} runs[] = {
-		{ STEPS_S " eager GPU steps, NHWC", CNN_PREC_FP32, 0, NO_COMM, CNN_LAYOUT_NHWC, 1, CNN_CONV_AUTO, CNN_CONV_AUTO },
-		{ STEPS_S " GPU steps, NHWC, as a CUDA graph with NCCL (world 1)", CNN_PREC_FP32, 1, NCCL_1, CNN_LAYOUT_NHWC, 1, CNN_CONV_AUTO, CNN_CONV_AUTO },
-		{ STEPS_S " GPU steps, auto layout, as a CUDA graph", CNN_PREC_FP32, 1, NO_COMM, CNN_LAYOUT_AUTO, 1, CNN_CONV_AUTO, CNN_CONV_AUTO },
-		{ STEPS_S " eager GPU steps in bf16, NHWC", CNN_PREC_BF16, 0, NO_COMM, CNN_LAYOUT_NHWC, 1, CNN_CONV_AUTO, CNN_CONV_AUTO },
-		{ STEPS_S " bf16 GPU steps, NHWC, as a CUDA graph with NCCL (world 1)", CNN_PREC_BF16, 1, NCCL_1, CNN_LAYOUT_NHWC, 1, CNN_CONV_AUTO, CNN_CONV_AUTO },
-		{ STEPS_S " eager GPU steps, two backward streams", CNN_PREC_FP32, 0, NO_COMM, CNN_LAYOUT_NCHW, 2, CNN_CONV_AUTO, CNN_CONV_AUTO },
-		{ STEPS_S " GPU steps, two backward streams, as a CUDA graph with NCCL (world 1)", CNN_PREC_FP32, 1, NCCL_1, CNN_LAYOUT_NCHW, 2, CNN_CONV_AUTO, CNN_CONV_AUTO },
-		{ STEPS_S " GPU steps, two backward streams, NHWC, all-reduced through the host (no graph)", CNN_PREC_FP32, 0, HOST_TWIN, CNN_LAYOUT_NHWC, 2, CNN_CONV_AUTO, CNN_CONV_AUTO },
-		{ STEPS_S " bf16 GPU steps, two backward streams, NHWC, as a CUDA graph with NCCL (world 1)", CNN_PREC_BF16, 1, NCCL_1, CNN_LAYOUT_NHWC, 2, CNN_CONV_AUTO, CNN_CONV_AUTO },
-		{ STEPS_S " GPU steps, conv1 direct, as a CUDA graph with NCCL (world 1)", CNN_PREC_FP32, 1, NCCL_1, CNN_LAYOUT_NCHW, 1, CNN_CONV_DIRECT, CNN_CONV_AUTO },
-		{ STEPS_S " GPU steps, conv1 by cuDNN, NHWC, two backward streams, as a CUDA graph", CNN_PREC_FP32, 1, NO_COMM, CNN_LAYOUT_NHWC, 2, CNN_CONV_CUDNN, CNN_CONV_AUTO },
-		{ STEPS_S " bf16 GPU steps, conv1 direct, NHWC, as a CUDA graph", CNN_PREC_BF16, 1, NO_COMM, CNN_LAYOUT_NHWC, 1, CNN_CONV_DIRECT, CNN_CONV_AUTO },
-		{ STEPS_S " bf16 GPU steps, conv2 on the tensor-core kernels, as a CUDA graph with NCCL (world 1)", CNN_PREC_BF16, 1, NCCL_1, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_DIRECT },
-		{ STEPS_S " bf16 GPU steps, conv1 and conv2 direct, NHWC, two backward streams, as a CUDA graph", CNN_PREC_BF16, 1, NO_COMM, CNN_LAYOUT_NHWC, 2, CNN_CONV_DIRECT, CNN_CONV_DIRECT },
-		{ STEPS_S " eager bf16 GPU steps, conv2 by cuDNN, NHWC", CNN_PREC_BF16, 0, NO_COMM, CNN_LAYOUT_NHWC, 1, CNN_CONV_AUTO, CNN_CONV_CUDNN },
+		{ STEPS_S " eager GPU steps, NHWC", CNN_PREC_FP32, 0, NO_COMM, CNN_LAYOUT_NHWC, 1, CNN_CONV_AUTO, CNN_CONV_AUTO, CNN_FC2_CUBLAS },
+		{ STEPS_S " GPU steps, NHWC, as a CUDA graph with NCCL (world 1)", CNN_PREC_FP32, 1, NCCL_1, CNN_LAYOUT_NHWC, 1, CNN_CONV_AUTO, CNN_CONV_AUTO, CNN_FC2_CUBLAS },
+		{ STEPS_S " GPU steps, auto layout, as a CUDA graph", CNN_PREC_FP32, 1, NO_COMM, CNN_LAYOUT_AUTO, 1, CNN_CONV_AUTO, CNN_CONV_AUTO, CNN_FC2_CUBLAS },
+		{ STEPS_S " eager GPU steps in bf16, NHWC", CNN_PREC_BF16, 0, NO_COMM, CNN_LAYOUT_NHWC, 1, CNN_CONV_AUTO, CNN_CONV_AUTO, CNN_FC2_CUBLAS },
+		{ STEPS_S " bf16 GPU steps, NHWC, as a CUDA graph with NCCL (world 1)", CNN_PREC_BF16, 1, NCCL_1, CNN_LAYOUT_NHWC, 1, CNN_CONV_AUTO, CNN_CONV_AUTO, CNN_FC2_CUBLAS },
+		{ STEPS_S " eager GPU steps, two backward streams", CNN_PREC_FP32, 0, NO_COMM, CNN_LAYOUT_NCHW, 2, CNN_CONV_AUTO, CNN_CONV_AUTO, CNN_FC2_CUBLAS },
+		{ STEPS_S " GPU steps, two backward streams, as a CUDA graph with NCCL (world 1)", CNN_PREC_FP32, 1, NCCL_1, CNN_LAYOUT_NCHW, 2, CNN_CONV_AUTO, CNN_CONV_AUTO, CNN_FC2_CUBLAS },
+		{ STEPS_S " GPU steps, two backward streams, NHWC, all-reduced through the host (no graph)", CNN_PREC_FP32, 0, HOST_TWIN, CNN_LAYOUT_NHWC, 2, CNN_CONV_AUTO, CNN_CONV_AUTO, CNN_FC2_CUBLAS },
+		{ STEPS_S " bf16 GPU steps, two backward streams, NHWC, as a CUDA graph with NCCL (world 1)", CNN_PREC_BF16, 1, NCCL_1, CNN_LAYOUT_NHWC, 2, CNN_CONV_AUTO, CNN_CONV_AUTO, CNN_FC2_CUBLAS },
+		{ STEPS_S " GPU steps, conv1 direct, as a CUDA graph with NCCL (world 1)", CNN_PREC_FP32, 1, NCCL_1, CNN_LAYOUT_NCHW, 1, CNN_CONV_DIRECT, CNN_CONV_AUTO, CNN_FC2_CUBLAS },
+		{ STEPS_S " GPU steps, conv1 by cuDNN, NHWC, two backward streams, as a CUDA graph", CNN_PREC_FP32, 1, NO_COMM, CNN_LAYOUT_NHWC, 2, CNN_CONV_CUDNN, CNN_CONV_AUTO, CNN_FC2_CUBLAS },
+		{ STEPS_S " bf16 GPU steps, conv1 direct, NHWC, as a CUDA graph", CNN_PREC_BF16, 1, NO_COMM, CNN_LAYOUT_NHWC, 1, CNN_CONV_DIRECT, CNN_CONV_AUTO, CNN_FC2_CUBLAS },
+		{ STEPS_S " bf16 GPU steps, conv2 on the tensor-core kernels, as a CUDA graph with NCCL (world 1)", CNN_PREC_BF16, 1, NCCL_1, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_DIRECT, CNN_FC2_CUBLAS },
+		{ STEPS_S " bf16 GPU steps, conv1 and conv2 direct, NHWC, two backward streams, as a CUDA graph", CNN_PREC_BF16, 1, NO_COMM, CNN_LAYOUT_NHWC, 2, CNN_CONV_DIRECT, CNN_CONV_DIRECT, CNN_FC2_CUBLAS },
+		{ STEPS_S " eager bf16 GPU steps, conv2 by cuDNN, NHWC", CNN_PREC_BF16, 0, NO_COMM, CNN_LAYOUT_NHWC, 1, CNN_CONV_AUTO, CNN_CONV_CUDNN, CNN_FC2_CUBLAS },
+		/* fc2's fused head: dropout's scale on dh, the buckets with NCCL */
+		{ STEPS_S " GPU steps, fc2 fused, as a CUDA graph with NCCL (world 1)", CNN_PREC_FP32, 1, NCCL_1, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_AUTO, CNN_FC2_FUSED },
+		{ STEPS_S " eager GPU steps, fc2 fused, two backward streams, all-reduced through the host", CNN_PREC_FP32, 0, HOST_TWIN, CNN_LAYOUT_NCHW, 2, CNN_CONV_AUTO, CNN_CONV_AUTO, CNN_FC2_FUSED },
 	};
 	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
 		char d[192];
@@ -890,8 +896,8 @@ static void test_steps_more(int bf16)
 			continue;
 		}
 		int r = gpu_run(&tr, &te, &mg, runs[i].prec, runs[i].graph, runs[i].comm,
-				runs[i].layout, runs[i].streams, runs[i].conv1, runs[i].conv2, out, err,
-				sizeof(err));
+				runs[i].layout, runs[i].streams, runs[i].conv1, runs[i].conv2, runs[i].fc2,
+				out, err, sizeof(err));
 		if (r < 0)
 			printf("#   %s: %s\n", runs[i].what, err);
 		snprintf(d, sizeof(d), "%s run", runs[i].what);
@@ -933,7 +939,8 @@ static int midrun(const struct cnn_dataset *tr, const struct cnn_dataset *te,
 		o.lr = 0.05f, o.momentum = 0.9f;
 		ok = cnn_optim_init(&o, CNN_SGD, m->nparams) == 0;
 		if (ok && !g) {
-			g = open_gpu(m, BATCH, prec, 1, &o, layout, 1, CNN_CONV_DIRECT, conv2);
+			g = open_gpu(m, BATCH, prec, 1, &o, layout, 1, CNN_CONV_DIRECT, conv2,
+				     CNN_FC2_CUBLAS);
 			ok = g && cnn_gpu_api.load_data(g, tr, te, err, errlen) == 0;
 		}
 		ok = ok && cnn_gpu_api.set_state(g, phase ? p1 : p0, &o, err, errlen) == 0;
@@ -997,7 +1004,7 @@ static void test_conv2_direct_refused(const struct cudaDeviceProp *prop)
 	cnn_optim_init(&o, CNN_SGD, m.nparams);
 	struct cnn_gpu *g = NULL;
 	struct cnn_gpu_opts go = { &m, 8, 8, 0, CNN_PREC_TF32, 0, &o, 1, 0, 1, 60000, CNN_LAYOUT_NCHW,
-				   1, 0, 0, CNN_CONV_AUTO, CNN_CONV_DIRECT, NULL };
+				   1, 0, 0, CNN_CONV_AUTO, CNN_CONV_DIRECT, NULL, CNN_FC2_CUBLAS };
 	int r = cnn_gpu_api.open(&g, &go, err, sizeof(err));
 	cnn_gpu_api.close(g);
 	printf("#   open: %s\n", r < 0 ? err : "(opened)");
@@ -1146,6 +1153,15 @@ int main(void)
 	} else {
 		test_skip("bf16 conv2 direct golden steps", "this GPU has no bf16 tensor cores (sm_80+)");
 	}
+	/* fc2's fused head: fp32, and TF32 with every convolution the
+	 * project's and two streams */
+	struct stepper fp32f = { .name = "fp32 fc2 fused", .tol = "fp32", .prec = CNN_PREC_FP32, .fc2 = CNN_FC2_FUSED };
+	struct stepper tf32f = { .name = "tf32 fc2 fused, conv1 and conv2 direct, two streams", .tol = "tf32", .prec = CNN_PREC_TF32, .streams = 2, .conv1 = CNN_CONV_DIRECT, .conv2 = CNN_CONV_DIRECT, .fc2 = CNN_FC2_FUSED };
+	test_golden(&fp32f);
+	if (tc)
+		test_golden(&tf32f);
+	else
+		test_skip("tf32 fc2 fused golden step", "this GPU has no TF32 tensor cores (sm_80+)");
 	test_golden(&fp32s);
 	if (tc)
 		test_golden(&bfhs);

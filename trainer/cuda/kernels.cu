@@ -416,43 +416,42 @@ __global__ void from_bf16(const bf16 *x, float *y, size_t n)
 // blockDim / k, ..., then thread j < k those partials in order.
 constexpr int kLossThreads = 1024;
 
-__global__ void __launch_bounds__(kLossThreads)
-logsoftmax_nll_fwd(const float *logits, const float *b, const uint8_t *label, int n, int k,
-		   float *logp, float *out, float *d, bf16 *db, float inv, float *dbias)
+// One row's log-softmax of its k logits z (the bias added) into lp, its
+// NLL into *loss and whether its argmax (first maximum) is the label into
+// *good; with d, the loss's gradient (softmax - onehot) * inv, and with db
+// that rounded to bf16.
+__device__ __forceinline__ void loss_row(const float *z, int k, int label, float *lp, float *d,
+					 bf16 *db, float inv, float *loss, float *good)
 {
-	__shared__ float part[2][kLossThreads];
-	float z[64];
-	float loss = 0.f, good = 0.f;
-	for (int i = threadIdx.x; i < n; i += blockDim.x) {
-		for (int j = 0; j < k; j++)
-			z[j] = b ? logits[(size_t)i * k + j] + b[j] : logits[(size_t)i * k + j];
-		float *lp = logp + (size_t)i * k;
-		float mx = -FLT_MAX;
-		int am = 0;
-		for (int j = 0; j < k; j++)
-			if (z[j] > mx) {
-				mx = z[j];
-				am = j;
-			}
-		double s = 0;
-		for (int j = 0; j < k; j++)
-			s += exp((double)(z[j] - mx));
-		float lse = mx + (float)log(s);
-		for (int j = 0; j < k; j++)
-			lp[j] = z[j] - lse;
-		loss += -lp[label[i]];
-		good += am == label[i] ? 1.f : 0.f;
-		if (d)
-			for (int j = 0; j < k; j++) {
-				float v = expf(lp[j]) * inv;
-				v = j == label[i] ? v - inv : v;
-				d[(size_t)i * k + j] = v;
-				if (db)
-					db[(size_t)i * k + j] = __float2bfloat16_rn(v);
-			}
-	}
-	part[0][threadIdx.x] = loss;
-	part[1][threadIdx.x] = good;
+	float mx = -FLT_MAX;
+	int am = 0;
+	for (int j = 0; j < k; j++)
+		if (z[j] > mx) {
+			mx = z[j];
+			am = j;
+		}
+	double s = 0;
+	for (int j = 0; j < k; j++)
+		s += exp((double)(z[j] - mx));
+	float lse = mx + (float)log(s);
+	for (int j = 0; j < k; j++)
+		lp[j] = z[j] - lse;
+	*loss += -lp[label];
+	*good += am == label ? 1.f : 0.f;
+	if (d)
+		for (int j = 0; j < k; j++) {
+			float v = expf(lp[j]) * inv;
+			v = j == label ? v - inv : v;
+			d[j] = v;
+			if (db)
+				db[j] = __float2bfloat16_rn(v);
+		}
+}
+
+// The rows' loss and correct counts (each thread's in part[0] and part[1])
+// summed over the block in a tree, into out; part free again after it.
+__device__ __forceinline__ void loss_sums(float (*part)[kLossThreads], float *out)
+{
 	__syncthreads();
 	for (int half = blockDim.x / 2; half > 0; half /= 2) {
 		if ((int)threadIdx.x < half) {
@@ -465,11 +464,30 @@ logsoftmax_nll_fwd(const float *logits, const float *b, const uint8_t *label, in
 		out[0] = part[0][0];
 		out[1] = part[1][0];
 	}
+	__syncthreads();
+}
+
+__global__ void __launch_bounds__(kLossThreads)
+logsoftmax_nll_fwd(const float *logits, const float *b, const uint8_t *label, int n, int k,
+		   float *logp, float *out, float *d, bf16 *db, float inv, float *dbias)
+{
+	__shared__ float part[2][kLossThreads];
+	float z[64];
+	float loss = 0.f, good = 0.f;
+	for (int i = threadIdx.x; i < n; i += blockDim.x) {
+		for (int j = 0; j < k; j++)
+			z[j] = b ? logits[(size_t)i * k + j] + b[j] : logits[(size_t)i * k + j];
+		size_t r = (size_t)i * k;
+		loss_row(z, k, label[i], logp + r, d ? d + r : NULL, db ? db + r : NULL, inv, &loss,
+			 &good);
+	}
+	part[0][threadIdx.x] = loss;
+	part[1][threadIdx.x] = good;
+	loss_sums(part, out);
 	if (!dbias)
 		return;
 	// the rows' gradients this block wrote, seen by all its threads after
-	// the barrier (part[0] is free again once thread 0 has read it)
-	__syncthreads();
+	// loss_sums' last barrier (after which part is free again)
 	int groups = blockDim.x / k, t = threadIdx.x;
 	if (t < groups * k) {
 		float acc = 0.f;
@@ -483,6 +501,86 @@ logsoftmax_nll_fwd(const float *logits, const float *b, const uint8_t *label, in
 		for (int g = 0; g < groups; g++)
 			acc += part[0][g * k + t];
 		dbias[t] = acc;
+	}
+}
+
+// fc2 and the loss, forward and backward, in one block (cnn_cuda_fc2_head):
+// logits = h W^T + b, each a sum over the hidden units in order, then the
+// rows as logsoftmax_nll_fwd computes them (the logits pass through logp);
+// then fc1's output gradient dh = s2 d W through fc1's ReLU (0 where h <=
+// 0), each thread one column of the rows t / hid, t / hid + groups, ...,
+// with those rows' sum of it, fc2's weight gradient d^T h (entry (j, q)
+// summed over the rows in order) and bias gradient, and fc1's bias
+// gradient, the groups' partial sums in order: fixed orders throughout, the
+// same bits each run.  One launch for six of the unfused step's (fc2's
+// GEMM, the loss, dW4's and dh's GEMMs, the ReLU's backward, db3's gemv).  d, logp and dh are read back after the barrier that
+// follows their writes (plain loads: not through the read-only cache).
+constexpr int kHeadThreads = 1024, kHeadW = 8192;   // fc2's weights: 32 KB at most
+
+__global__ void __launch_bounds__(kHeadThreads)
+fc2_head(const float *h, const float *w, const float *b, const uint8_t *label, int n, int hid,
+	 int k, float inv, float s2, float *logp, float *out, float *d, float *dw, float *db,
+	 float *dh, float *dbh)
+{
+	__shared__ float ws[kHeadW];   // w, k x hid
+	__shared__ float part[2][kLossThreads];
+	int t = threadIdx.x, T = blockDim.x;
+	for (int e = t; e < k * hid; e += T)
+		ws[e] = w[e];
+	__syncthreads();
+	for (int e = t; e < n * k; e += T) {
+		int i = e / k, j = e % k;
+		const float *hi = h + (size_t)i * hid, *wj = ws + j * hid;
+		float acc = 0.f;
+		for (int q = 0; q < hid; q++)
+			acc += hi[q] * wj[q];
+		logp[e] = acc + b[j];
+	}
+	__syncthreads();
+	float loss = 0.f, good = 0.f, z[64];
+	for (int i = t; i < n; i += T) {
+		size_t r = (size_t)i * k;
+		for (int j = 0; j < k; j++)
+			z[j] = logp[r + j];
+		loss_row(z, k, label[i], logp + r, d + r, NULL, inv, &loss, &good);
+	}
+	part[0][t] = loss;
+	part[1][t] = good;
+	loss_sums(part, out);
+	int groups = T / hid;
+	if (t < groups * hid) {
+		int q = t % hid;
+		float acc = 0.f;
+		for (int i = t / hid; i < n; i += groups) {
+			const float *di = d + (size_t)i * k;
+			float v = 0.f;
+			for (int j = 0; j < k; j++)
+				v += di[j] * ws[j * hid + q];
+			v = h[(size_t)i * hid + q] > 0.f ? s2 * v : 0.f;
+			dh[(size_t)i * hid + q] = v;
+			acc += v;
+		}
+		part[0][t] = acc;
+	}
+	for (int e = t; e < k * hid; e += T) {
+		int j = e / hid, q = e % hid;
+		float acc = 0.f;
+		for (int i = 0; i < n; i++)
+			acc += d[(size_t)i * k + j] * h[(size_t)i * hid + q];
+		dw[e] = acc;
+	}
+	if (t < k) {
+		float acc = 0.f;
+		for (int i = 0; i < n; i++)
+			acc += d[(size_t)i * k + t];
+		db[t] = acc;
+	}
+	__syncthreads();
+	if (t < hid) {
+		float acc = 0.f;
+		for (int g = 0; g < groups; g++)
+			acc += part[0][g * hid + t];
+		dbh[t] = acc;
 	}
 }
 
@@ -1001,6 +1099,26 @@ extern "C" int cnn_cuda_logsoftmax_nll_fwd(const float *logits, const float *b,
 	logsoftmax_nll_fwd<<<1, threads, 0, s>>>(logits, b, label, n, k, logp, out, dlogits,
 						   dlogits ? reinterpret_cast<bf16 *>(dlb) : NULL,
 						   dlogits ? 1.f / scale_n : 0.f, dbias);
+	cudaCheck(cudaGetLastError());
+	return 0;
+}
+
+extern "C" int cnn_cuda_fc2_head(const float *h, const float *w, const float *b,
+				 const uint8_t *label, int n, int hid, int k, float scale_n, float s2,
+				 float *logp, float *out, float *dlogits, float *dw, float *db,
+				 float *dh, float *dbh, cudaStream_t s)
+{
+	if (n < 1 || k < 1 || k > 64 || hid < 1 || hid > kHeadThreads || (long long)k * hid > kHeadW ||
+	    !(scale_n > 0.f)) {
+		char m[200];
+		snprintf(m, sizeof(m), "%d rows, %d hidden units, %d classes, scale %g: expected 1 or "
+			 "more rows, 1-%d hidden, 1-64 classes, 32 KB of weights at most, scale > 0",
+			 n, hid, k, scale_n, kHeadThreads);
+		cnn_cuda_fail(__FILE__, __LINE__, "cnn_cuda_fc2_head", m);
+		return -1;
+	}
+	fc2_head<<<1, kHeadThreads, 0, s>>>(h, w, b, label, n, hid, k, 1.f / scale_n, s2, logp, out,
+					      dlogits, dw, db, dh, dbh);
 	cudaCheck(cudaGetLastError());
 	return 0;
 }

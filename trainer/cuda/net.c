@@ -1186,6 +1186,13 @@ static const struct cnn_gnet_algos *algos_for(struct cnn_gnet *g, int n)
 	return a;
 }
 
+/* Dropout's 1/(1-p) rides on the GEMMs that produce dh and dp: kept
+ * elements are > 0 after the ReLU, dropped ones are 0 and gated off. */
+static float drop_scale(float p)
+{
+	return p > 0.f ? 1.f / (1.f - p) : 1.f;
+}
+
 int cnn_gnet_forward(struct cnn_gnet *g, int n, int train, float scale_n)
 {
 	const struct cnn_model *M = &g->m;
@@ -1215,6 +1222,16 @@ int cnn_gnet_forward(struct cnn_gnet *g, int n, int train, float scale_n)
 	    cnn_cuda_dropout_fwd(g->h, P + M->t[P_B3].off, M->hidden, (size_t)n * M->hidden,
 				 train ? M->p_drop2 : 0.f, g->keys + 1, bf(g) ? g->hb : NULL, g->s) < 0)
 		return -1;
+	/* --fc2 fused: fc2 and the loss, forward and backward, fc1's ReLU
+	 * backward and bias gradient, in one launch (cnn_gnet_backward starts
+	 * at fc1's weight gradient) */
+	if (g->fc2_fused && scale_n > 0.f) {
+		float *G = g->grads;
+		return cnn_cuda_fc2_head(g->h, P + M->t[P_W4].off, P + M->t[P_B4].off, g->y, n,
+					 M->hidden, M->in.classes, scale_n, drop_scale(M->p_drop2),
+					 g->logp, g->stats, g->dlogits, G + M->t[P_W4].off,
+					 G + M->t[P_B4].off, g->dh, G + M->t[P_B3].off, g->s);
+	}
 	/* fc2's bias rides on the loss, and in training its gradient */
 	if (linear_fwd(g, bf(g) ? (const void *)g->hb : g->h, n, M->hidden, W(g, P_W4),
 		       M->in.classes, g->logits) < 0)
@@ -1248,25 +1265,27 @@ int cnn_gnet_backward(struct cnn_gnet *g, int n,
 	const struct cnn_gnet_algos *a = algos_for(g, n);
 	float *G = g->grads;
 	int K = M->in.classes;
-	/* Dropout's 1/(1-p) rides on the GEMMs that produce dh and dp: kept
-	 * elements are > 0 after the ReLU, dropped ones are 0 and gated off. */
-	float s1 = M->p_drop1 > 0.f ? 1.f / (1.f - M->p_drop1) : 1.f;
-	float s2 = M->p_drop2 > 0.f ? 1.f / (1.f - M->p_drop2) : 1.f;
+	float s1 = drop_scale(M->p_drop1), s2 = drop_scale(M->p_drop2);
 	const void *dl = bf(g) ? (const void *)g->dlb : g->dlogits;
 	const void *dh = bf(g) ? (const void *)g->dhb : g->dh;
 	if (!a)
 		return -1;
 
 	/* dlogits (and for bf16 dlb) and fc2's bias gradient: the forward's
-	 * (cnn_gnet_forward with scale_n, the loss's kernel) */
-	if (fork_w(g, 0) < 0 ||
-	    linear_bwd_w(g, bf(g) ? (const void *)g->hb : g->h, n, M->hidden, K, dl, g->dlogits,
-			 G + M->t[P_W4].off, NULL) < 0 ||
-	    linear_bwd_x(g, n, M->hidden, W(g, P_W4), K, dl, g->dh, s2) < 0 ||
-	    cnn_cuda_relu_bwd(g->dh, g->h, (size_t)n * M->hidden, bf(g) ? g->dhb : NULL, g->s) < 0 ||
+	 * (cnn_gnet_forward with scale_n, the loss's kernel); with --fc2 fused
+	 * also fc2's weight gradient, dh through fc1's ReLU and fc1's bias
+	 * gradient (cnn_cuda_fc2_head) */
+	int fused = g->fc2_fused;
+	if ((!fused &&
+	     (fork_w(g, 0) < 0 ||
+	      linear_bwd_w(g, bf(g) ? (const void *)g->hb : g->h, n, M->hidden, K, dl, g->dlogits,
+			   G + M->t[P_W4].off, NULL) < 0 ||
+	      linear_bwd_x(g, n, M->hidden, W(g, P_W4), K, dl, g->dh, s2) < 0 ||
+	      cnn_cuda_relu_bwd(g->dh, g->h, (size_t)n * M->hidden, bf(g) ? g->dhb : NULL,
+				g->s) < 0)) ||
 	    fork_w(g, 1) < 0 ||
 	    linear_bwd_w(g, bf(g) ? (const void *)g->pb : g->p, n, M->flat, M->hidden, dh, g->dh,
-			 G + M->t[P_W3].off, G + M->t[P_B3].off) < 0)
+			 G + M->t[P_W3].off, fused ? NULL : G + M->t[P_B3].off) < 0)
 		return -1;
 	if (ready && ready(ctx, CNN_BUCKET_FC, g->sw) < 0)
 		return -1;
@@ -1365,6 +1384,8 @@ void cnn_gnet_describe(const struct cnn_gnet *g, char *buf, size_t len)
 			 g->precision == CNN_PREC_FP32 ? "fp32" : "bf16 with fp32 master weights");
 	k = describe_conv(g, buf, len, k, 0);
 	k = describe_conv(g, buf, len, k, 1);
+	if (g->fc2_fused && k >= 0 && (size_t)k < len)
+		k += snprintf(buf + k, len - k, ", fc2 fused");
 	/* how auto timed the replayed batch's calls (time_call) */
 	if (g->graph_timed + g->graph_refused && k >= 0 && (size_t)k < len) {
 		k += snprintf(buf + k, len - k, ", batch %d's calls timed as CUDA graphs", g->graph_batch);
