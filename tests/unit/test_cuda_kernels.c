@@ -1279,24 +1279,23 @@ static void test_fc2_head(int n, int hid, int k)
 	float cpu_sum = loss * n;
 	snprintf(m, sizeof(m), "fc2_head%s: the loss sum and correct count are the CPU's", bn);
 	test_cond(m, compare("loss", &out[0], &cpu_sum, 1, T_SUM) == 0 && (int)out[1] == correct);
-	back(g, dlp, nk * 4);
-	snprintf(m, sizeof(m), "fc2_head%s: log-probabilities within the fc2 tolerance", bn);
-	test_cond(m, compare("logp", g, lp, nk, T_FC2) == 0);
-	back(g, dd, nk * 4);
-	snprintf(m, sizeof(m), "fc2_head%s: the loss's gradient within the fc2 tolerance", bn);
-	test_cond(m, compare("dlogits", g, d, nk, T_FC2) == 0);
-	back(g, ddw, kh * 4);
-	snprintf(m, sizeof(m), "fc2_head%s: fc2's weight gradient within the fc2 tolerance", bn);
-	test_cond(m, compare("dw", g, dw, kh, T_FC2) == 0);
-	back(g, ddb, k * 4);
-	snprintf(m, sizeof(m), "fc2_head%s: fc2's bias gradient within the fc2 tolerance", bn);
-	test_cond(m, compare("db", g, db, k, T_FC2) == 0);
-	snprintf(m, sizeof(m), "fc2_head%s: fc1's output gradient (x2, through the ReLU: exact 0 "
-		 "where h <= 0) within the fc2 tolerance", bn);
-	test_cond(m, compare("dh", g2, dh, nh, T_FC2) == 0);
-	back(g, ddbh, hid * 4);
-	snprintf(m, sizeof(m), "fc2_head%s: fc1's bias gradient within the fc2 tolerance", bn);
-	test_cond(m, compare("dbh", g, dbh, hid, T_FC2) == 0);
+	const struct {
+		const char *name, *what;
+		const float *gpu, *cpu;
+		size_t n;
+	} outs[] = {
+		{ "logp", "log-probabilities", dlp, lp, nk },
+		{ "dlogits", "the loss's gradient", dd, d, nk },
+		{ "dw", "fc2's weight gradient", ddw, dw, kh },
+		{ "db", "fc2's bias gradient", ddb, db, (size_t)k },
+		{ "dh", "fc1's output gradient (x2, through the ReLU: exact 0 where h <= 0)", ddh, dh, nh },
+		{ "dbh", "fc1's bias gradient", ddbh, dbh, (size_t)hid },
+	};
+	for (size_t o = 0; o < sizeof(outs) / sizeof(outs[0]); o++) {
+		back(g, outs[o].gpu, outs[o].n * 4);
+		snprintf(m, sizeof(m), "fc2_head%s: %s within the fc2 tolerance", bn, outs[o].what);
+		test_cond(m, compare(outs[o].name, g, outs[o].cpu, outs[o].n, T_FC2) == 0);
+	}
 	if (n == 64) {
 		test_cond("fc2_head refuses 0 rows",
 			  cnn_cuda_fc2_head(dH, dW, dB, dlab, 0, hid, k, 1.f, 1.f, dlp, dout, dd, ddw, ddb,
