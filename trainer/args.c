@@ -59,7 +59,7 @@ void cnn_args_usage(FILE *f)
 "  --conv2 KIND           GPU, TF32 or bf16: conv2 by cuDNN, by the project's\n"
 "                         tensor-core kernels (direct), or auto (default, timed)\n"
 "  --fc2 KIND             GPU, TF32 or fp32: fc2 and the loss by cuBLAS (default)\n"
-"                         or fused (with fc1's ReLU backward: one launch)\n"
+"                         or fused (with fc1's dropout and ReLU: one launch)\n"
 "  --cuda-profile-steps A:B  GPU: cudaProfilerStart before step A, Stop after\n"
 "                         step B (from 1, across epochs), for nsys --capture-\n"
 "                         range=cudaProfilerApi or ncu --profile-from-start off\n"

@@ -1224,36 +1224,44 @@ static void test_weights_nhwc(int out, int in, int bf16)
 /* fc2's head (--fc2 fused) on n rows of hid inputs (in [-1, 1): fc1's ReLU
  * gates the negative ones) and k classes, against its twins in a row:
  * cnn_linear_fwd, cnn_logsoftmax_nll_fwd and _bwd, cnn_linear_bwd, dh
- * scaled by dropout's 2 and cnn_relu_bwd, dh's column sums.  Outputs are
- * written, not added to (garbage before), and the same bits twice. */
-static void test_fc2_head(int n, int hid, int k)
+ * scaled by dropout's 2 and cnn_relu_bwd, dh's column sums; with fold,
+ * fc1's bias, ReLU and dropout (p 0.5) first, as cnn_bias_relu and
+ * cnn_dropout_fwd (exact).  Outputs are written, not added to (garbage
+ * before), and the same bits twice. */
+static void test_fc2_head(int n, int hid, int k, int fold)
 {
 	size_t nh = (size_t)n * hid, nk = (size_t)n * k, kh = (size_t)k * hid;
 	float *h = malloc(nh * 4), *w = malloc(kh * 4), b[64], *z = malloc(nk * 4), *lp = malloc(nk * 4);
 	float *d = malloc(nk * 4), *dw = calloc(kh, 4), db[64] = { 0 }, *dh = malloc(nh * 4);
 	float *dbh = malloc(hid * 4), *g = malloc((nh > kh ? nh : kh) * 4), *g2 = malloc(nh * 4);
-	float out[2], again[2];
+	float out[2], again[2], *b1 = malloc(hid * 4);
 	uint8_t *lab = malloc(n);
-	char bn[96], m[240];
-	snprintf(bn, sizeof(bn), " of %d rows, %d hidden, %d classes", n, hid, k);
+	char bn[128], m[280];
+	uint64_t key = cnn_dropout_key(7, 99, 0, 2);
+	snprintf(bn, sizeof(bn), " of %d rows, %d hidden, %d classes%s", n, hid, k,
+		 fold ? ", fc1's bias, ReLU and dropout first" : "");
 	fill(h, nh);
 	fill(w, kh);
 	fill(b, k);
+	fill(b1, hid);
 	for (int i = 0; i < n; i++)
 		lab[i] = (uint8_t)(((frand() + 1.f) * 0.5f) * (float)k) % k;
 	float *dH = dev(h, nh * 4), *dW = dev(w, kh * 4), *dB = dev(b, k * 4), *dlp = dev(NULL, nk * 4);
 	float *dout = dev(NULL, 8), *dd = dev(NULL, nk * 4), *ddw = dev(NULL, kh * 4);
 	float *ddb = dev(NULL, k * 4), *ddh = dev(NULL, nh * 4), *ddbh = dev(NULL, hid * 4);
 	uint8_t *dlab = dev(lab, n);
+	float *dB1 = dev(b1, hid * 4);
+	uint64_t *dkey = dev(&key, 8);
 	int ok = 1;
 	for (int run = 0; run < 2; run++) {
+		CK(cudaMemcpy(dH, h, nh * 4, cudaMemcpyHostToDevice));   /* fold: in place */
 		CK(cudaMemset(dout, 0x7f, 8));
 		CK(cudaMemset(ddw, 0x7f, kh * 4));
 		CK(cudaMemset(ddb, 0x7f, k * 4));
 		CK(cudaMemset(ddh, 0x7f, nh * 4));
 		CK(cudaMemset(ddbh, 0x7f, hid * 4));
-		ok &= cnn_cuda_fc2_head(dH, dW, dB, dlab, n, hid, k, (float)n, 2.f, dlp, dout, dd, ddw,
-					ddb, ddh, ddbh, NULL) == 0;
+		ok &= cnn_cuda_fc2_head(dH, fold ? dB1 : NULL, 0.5f, dkey, dW, dB, dlab, n, hid, k,
+					(float)n, 2.f, dlp, dout, dd, ddw, ddb, ddh, ddbh, NULL) == 0;
 		back(run ? again : out, dout, 8);
 		back(run ? g2 : g, ddh, nh * 4);
 	}
@@ -1262,6 +1270,14 @@ static void test_fc2_head(int n, int hid, int k)
 	snprintf(m, sizeof(m), "fc2_head%s: fc1's output gradient and the loss, the same bits twice", bn);
 	test_cond(m, !memcmp(g, g2, nh * 4) && !memcmp(out, again, 8));
 	/* the twins */
+	if (fold) {
+		for (int i = 0; i < n; i++)
+			cnn_bias_relu(h + (size_t)i * hid, b1, hid, 1);
+		cnn_dropout_fwd(h, nh, 0.5f, key);
+		back(g, dH, nh * 4);
+		snprintf(m, sizeof(m), "fc2_head%s: h is cnn_bias_relu then cnn_dropout_fwd's (exact)", bn);
+		test_cond(m, compare("h", g, h, nh, T_EXACT) == 0);
+	}
 	int correct = 0;
 	cnn_linear_fwd(h, n, hid, w, b, k, z);
 	float loss = cnn_logsoftmax_nll_fwd(z, lab, n, k, lp, &correct);
@@ -1298,19 +1314,20 @@ static void test_fc2_head(int n, int hid, int k)
 	}
 	if (n == 64) {
 		test_cond("fc2_head refuses 0 rows",
-			  cnn_cuda_fc2_head(dH, dW, dB, dlab, 0, hid, k, 1.f, 1.f, dlp, dout, dd, ddw, ddb,
-					    ddh, ddbh, NULL) == -1);
+			  cnn_cuda_fc2_head(dH, NULL, 0.f, NULL, dW, dB, dlab, 0, hid, k, 1.f, 1.f, dlp,
+					    dout, dd, ddw, ddb, ddh, ddbh, NULL) == -1);
 		test_cond("fc2_head refuses 1025 hidden units (a column a thread)",
-			  cnn_cuda_fc2_head(dH, dW, dB, dlab, n, 1025, k, 1.f, 1.f, dlp, dout, dd, ddw,
-					    ddb, ddh, ddbh, NULL) == -1);
+			  cnn_cuda_fc2_head(dH, NULL, 0.f, NULL, dW, dB, dlab, n, 1025, k, 1.f, 1.f, dlp,
+					    dout, dd, ddw, ddb, ddh, ddbh, NULL) == -1);
 		test_cond("fc2_head refuses 65 classes",
-			  cnn_cuda_fc2_head(dH, dW, dB, dlab, n, hid, 65, 1.f, 1.f, dlp, dout, dd, ddw,
-					    ddb, ddh, ddbh, NULL) == -1);
+			  cnn_cuda_fc2_head(dH, NULL, 0.f, NULL, dW, dB, dlab, n, hid, 65, 1.f, 1.f, dlp,
+					    dout, dd, ddw, ddb, ddh, ddbh, NULL) == -1);
 	}
 	cudaFree(dH), cudaFree(dW), cudaFree(dB), cudaFree(dlp), cudaFree(dout), cudaFree(dd);
-	cudaFree(ddw), cudaFree(ddb), cudaFree(ddh), cudaFree(ddbh), cudaFree(dlab);
+	cudaFree(ddw), cudaFree(ddb), cudaFree(ddh), cudaFree(ddbh), cudaFree(dlab), cudaFree(dB1);
+	cudaFree(dkey);
 	free(h), free(w), free(z), free(lp), free(d), free(dw), free(dh), free(dbh), free(g), free(g2);
-	free(lab);
+	free(lab), free(b1);
 }
 
 /* n rows of k classes; bias: the logits without fc2's bias in, the bias
@@ -1650,10 +1667,11 @@ int main(void)
 	test_logsoftmax(3001, 10, 0, 1); /* more rows than threads: strided */
 	test_logsoftmax(5, 64, 1, 1);   /* more classes than rows: a thread a column */
 	test_logsoftmax(40, 3, 0, 1);   /* groups of 3 that leave threads out */
-	test_fc2_head(64, 128, 10);     /* the training batch of 64, the Net's shapes */
-	test_fc2_head(8, 128, 10);      /* fewer rows than the groups of columns */
-	test_fc2_head(1500, 128, 10);   /* more rows than threads: strided */
-	test_fc2_head(33, 100, 7);      /* groups that leave threads out */
+	test_fc2_head(64, 128, 10, 1);  /* the training batch of 64, the Net's shapes */
+	test_fc2_head(64, 128, 10, 0);  /* h as given */
+	test_fc2_head(8, 128, 10, 1);   /* fewer rows than the groups of columns */
+	test_fc2_head(1500, 128, 10, 1);/* more rows than threads: strided */
+	test_fc2_head(33, 101, 7, 1);   /* groups that leave threads out, a last group of 4 short */
 	test_optim(CNN_SGD, 0.9f, 0.f);
 	test_optim(CNN_SGD, 0.9f, 1e-4f);
 	test_optim(CNN_SGD, 0.f, 0.f);

@@ -504,29 +504,60 @@ logsoftmax_nll_fwd(const float *logits, const float *b, const uint8_t *label, in
 	}
 }
 
+// Group g of 4 elements of x (n in all), as cnn_dropout_fwd draws them
+// (one 64-bit draw of key a group); with b, bias_relu's bias (per column
+// of rows of k) and ReLU first; drop: apply the mask.
+__device__ __forceinline__ void dropout_group(float *x, const float *b, int k, size_t n, size_t g,
+					      uint32_t thresh, float scale, bool drop,
+					      uint64_t key, bf16 *xb)
+{
+	size_t i = g * 4;
+	uint64_t r = mix64(key + i);
+	for (int j = 0; j < 4 && i + j < n; j++) {
+		float v = x[i + j];
+		if (b)
+			v = bias_relu_as(x, v, b[(i + j) % k]);
+		if (drop)
+			v = ((r >> (16 * j)) & 0xffff) >= thresh ? v * scale : 0.f;
+		x[i + j] = v;
+		if (xb)
+			xb[i + j] = __float2bfloat16_rn(v);
+	}
+}
+
 // fc2 and the loss, forward and backward, in one block (cnn_cuda_fc2_head):
-// logits = h W^T + b, each a sum over the hidden units in order, then the
+// with b1, fc1's bias, ReLU and dropout on h first (dropout_group, in place,
+// as dropout_fwd); logits = h W^T + b, each a sum over the hidden units in order, then the
 // rows as logsoftmax_nll_fwd computes them (the logits pass through logp);
 // then fc1's output gradient dh = s2 d W through fc1's ReLU (0 where h <=
 // 0), each thread one column of the rows t / hid, t / hid + groups, ...,
 // with those rows' sum of it, fc2's weight gradient d^T h (entry (j, q)
 // summed over the rows in order) and bias gradient, and fc1's bias
 // gradient, the groups' partial sums in order: fixed orders throughout, the
-// same bits each run.  One launch for six of the unfused step's (fc2's
-// GEMM, the loss, dW4's and dh's GEMMs, the ReLU's backward, db3's gemv).  d, logp and dh are read back after the barrier that
+// same bits each run.  One launch for seven of the unfused step's (fc1's
+// dropout, fc2's GEMM, the loss, dW4's and dh's GEMMs, the ReLU's
+// backward, db3's gemv).  d, logp and dh are read back after the barrier that
 // follows their writes (plain loads: not through the read-only cache).
 constexpr int kHeadThreads = 1024, kHeadW = 8192;   // fc2's weights: 32 KB at most
 
 __global__ void __launch_bounds__(kHeadThreads)
-fc2_head(const float *h, const float *w, const float *b, const uint8_t *label, int n, int hid,
-	 int k, float inv, float s2, float *logp, float *out, float *d, float *dw, float *db,
-	 float *dh, float *dbh)
+fc2_head(float *h, const float *b1, uint32_t thresh, float scale, const uint64_t *keyp,
+	 const float *w, const float *b, const uint8_t *label, int n, int hid, int k, float inv,
+	 float s2, float *logp, float *out, float *d, float *dw, float *db, float *dh, float *dbh)
 {
 	__shared__ float ws[kHeadW];   // w, k x hid
 	__shared__ float part[2][kLossThreads];
 	int t = threadIdx.x, T = blockDim.x;
 	for (int e = t; e < k * hid; e += T)
 		ws[e] = w[e];
+	// with b1, h is fc1's GEMM output: its bias, ReLU and dropout first,
+	// as dropout_fwd applies them, in place
+	if (b1) {
+		size_t nh = (size_t)n * hid, groups = (nh + 3) / 4;
+		uint64_t key = keyp ? *keyp : 0;
+		for (size_t g = t; g < groups; g += T)
+			dropout_group(h, b1, hid, nh, g, thresh, scale, keyp != NULL, key, NULL);
+	}
 	__syncthreads();
 	for (int e = t; e < n * k; e += T) {
 		int i = e / k, j = e % k;
@@ -657,28 +688,15 @@ __global__ void adadelta_step(float *p, const float *g, float *sq, float *acc, s
 	}
 }
 
-// One thread per group of 4 elements, as cnn_dropout_fwd draws them; with
-// b, bias_relu's bias (per column of rows of k) and ReLU first.
+// One thread per group of 4 elements.
 __global__ void dropout_fwd(float *x, const float *b, int k, size_t n, uint32_t thresh,
 			    float scale, const uint64_t *keyp, bf16 *xb)
 {
 	uint64_t key = keyp ? *keyp : 0;
 	size_t groups = (n + 3) / 4;
 	for (size_t g = blockIdx.x * (size_t)blockDim.x + threadIdx.x; g < groups;
-	     g += (size_t)gridDim.x * blockDim.x) {
-		size_t i = g * 4;
-		uint64_t r = mix64(key + i);
-		for (int j = 0; j < 4 && i + j < n; j++) {
-			float v = x[i + j];
-			if (b)
-				v = bias_relu_as(x, v, b[(i + j) % k]);
-			if (keyp)
-				v = ((r >> (16 * j)) & 0xffff) >= thresh ? v * scale : 0.f;
-			x[i + j] = v;
-			if (xb)
-				xb[i + j] = __float2bfloat16_rn(v);
-		}
-	}
+	     g += (size_t)gridDim.x * blockDim.x)
+		dropout_group(x, b, k, n, g, thresh, scale, keyp != NULL, key, xb);
 }
 
 // One thread per output pixel; the image and label come from idx.
@@ -1103,10 +1121,11 @@ extern "C" int cnn_cuda_logsoftmax_nll_fwd(const float *logits, const float *b,
 	return 0;
 }
 
-extern "C" int cnn_cuda_fc2_head(const float *h, const float *w, const float *b,
-				 const uint8_t *label, int n, int hid, int k, float scale_n, float s2,
-				 float *logp, float *out, float *dlogits, float *dw, float *db,
-				 float *dh, float *dbh, cudaStream_t s)
+extern "C" int cnn_cuda_fc2_head(float *h, const float *b1, float p, const uint64_t *key,
+				 const float *w, const float *b, const uint8_t *label, int n, int hid,
+				 int k, float scale_n, float s2, float *logp, float *out,
+				 float *dlogits, float *dw, float *db, float *dh, float *dbh,
+				 cudaStream_t s)
 {
 	if (n < 1 || k < 1 || k > 64 || hid < 1 || hid > kHeadThreads || (long long)k * hid > kHeadW ||
 	    !(scale_n > 0.f)) {
@@ -1117,8 +1136,9 @@ extern "C" int cnn_cuda_fc2_head(const float *h, const float *w, const float *b,
 		cnn_cuda_fail(__FILE__, __LINE__, "cnn_cuda_fc2_head", m);
 		return -1;
 	}
-	fc2_head<<<1, kHeadThreads, 0, s>>>(h, w, b, label, n, hid, k, 1.f / scale_n, s2, logp, out,
-					      dlogits, dw, db, dh, dbh);
+	fc2_head<<<1, kHeadThreads, 0, s>>>(h, b1, (uint32_t)(p * 65536.f), 1.f / (1.f - p),
+					     b1 && p > 0.f ? key : NULL, w, b, label, n, hid, k,
+					     1.f / scale_n, s2, logp, out, dlogits, dw, db, dh, dbh);
 	cudaCheck(cudaGetLastError());
 	return 0;
 }

@@ -94,17 +94,20 @@ int cnn_cuda_relu_bwd(float *dx, const float *y, size_t n, cnn_bf16 *dxb, cudaSt
  * a fixed order). */
 /* fc2 and the loss on a training batch in one launch (cnn_train --fc2
  * fused), the twin of cnn_linear_fwd, cnn_logsoftmax_nll_fwd and _bwd,
- * cnn_linear_bwd and cnn_relu_bwd in a row: logp = log_softmax(h W^T + b)
+ * cnn_linear_bwd and cnn_relu_bwd in a row; with b1 (not NULL) h is fc1's
+ * GEMM output, and cnn_cuda_dropout_fwd(h, b1, hid, n * hid, p, key)
+ * comes first, in place, the same bits: logp = log_softmax(h W^T + b)
  * (h n x hid, W k x hid, b k), out and dlogits as
  * cnn_cuda_logsoftmax_nll_fwd writes them, dw = dlogits^T h (k x hid), db
  * its column sums, dh = s2 dlogits W where h > 0 (else 0: fc1's ReLU; s2
  * dropout's scale) and dbh = dh's column sums (fc1's bias gradient), all
  * written, each sum in a fixed order (one block: for small batches, where
- * the six launches it replaces cost more than its arithmetic).  n >= 1,
+ * the seven launches it replaces cost more than its arithmetic).  n >= 1,
  * k <= 64, hid <= 1024, k * hid floats at most 32 KB, scale_n > 0. */
-int cnn_cuda_fc2_head(const float *h, const float *w, const float *b, const uint8_t *label, int n,
-		      int hid, int k, float scale_n, float s2, float *logp, float *out,
-		      float *dlogits, float *dw, float *db, float *dh, float *dbh, cudaStream_t s);
+int cnn_cuda_fc2_head(float *h, const float *b1, float p, const uint64_t *key, const float *w,
+		      const float *b, const uint8_t *label, int n, int hid, int k, float scale_n,
+		      float s2, float *logp, float *out, float *dlogits, float *dw, float *db,
+		      float *dh, float *dbh, cudaStream_t s);
 int cnn_cuda_logsoftmax_nll_fwd(const float *logits, const float *b, const uint8_t *label, int n,
 				int k, float *logp, float *out, float *dlogits, cnn_bf16 *dlb,
 				float scale_n, float *dbias, cudaStream_t s);

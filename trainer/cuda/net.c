@@ -1215,23 +1215,25 @@ int cnn_gnet_forward(struct cnn_gnet *g, int n, int train, float scale_n)
 		return -1;
 	if (conv2_forward(g, a, n, a->direct2 & 1, train) < 0)
 		return -1;
-	/* fc1's bias and ReLU, in training its dropout, and for bf16 fc2's
-	 * operand hb, in one pass */
 	if (linear_fwd(g, bf(g) ? (const void *)g->pb : g->p, n, M->flat, W(g, P_W3), M->hidden,
-		       g->h) < 0 ||
-	    cnn_cuda_dropout_fwd(g->h, P + M->t[P_B3].off, M->hidden, (size_t)n * M->hidden,
-				 train ? M->p_drop2 : 0.f, g->keys + 1, bf(g) ? g->hb : NULL, g->s) < 0)
+		       g->h) < 0)
 		return -1;
-	/* --fc2 fused: fc2 and the loss, forward and backward, fc1's ReLU
-	 * backward and bias gradient, in one launch (cnn_gnet_backward starts
-	 * at fc1's weight gradient) */
+	/* --fc2 fused: fc1's bias, ReLU and dropout, fc2 and the loss, forward
+	 * and backward, fc1's ReLU backward and bias gradient, in one launch
+	 * (cnn_gnet_backward starts at fc1's weight gradient) */
 	if (g->fc2_fused && scale_n > 0.f) {
 		float *G = g->grads;
-		return cnn_cuda_fc2_head(g->h, P + M->t[P_W4].off, P + M->t[P_B4].off, g->y, n,
-					 M->hidden, M->in.classes, scale_n, drop_scale(M->p_drop2),
+		return cnn_cuda_fc2_head(g->h, P + M->t[P_B3].off, train ? M->p_drop2 : 0.f,
+					 g->keys + 1, P + M->t[P_W4].off, P + M->t[P_B4].off, g->y,
+					 n, M->hidden, M->in.classes, scale_n, drop_scale(M->p_drop2),
 					 g->logp, g->stats, g->dlogits, G + M->t[P_W4].off,
 					 G + M->t[P_B4].off, g->dh, G + M->t[P_B3].off, g->s);
 	}
+	/* fc1's bias and ReLU, in training its dropout, and for bf16 fc2's
+	 * operand hb, in one pass */
+	if (cnn_cuda_dropout_fwd(g->h, P + M->t[P_B3].off, M->hidden, (size_t)n * M->hidden,
+				 train ? M->p_drop2 : 0.f, g->keys + 1, bf(g) ? g->hb : NULL, g->s) < 0)
+		return -1;
 	/* fc2's bias rides on the loss, and in training its gradient */
 	if (linear_fwd(g, bf(g) ? (const void *)g->hb : g->h, n, M->hidden, W(g, P_W4),
 		       M->in.classes, g->logits) < 0)

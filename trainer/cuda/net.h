@@ -92,9 +92,9 @@ struct cnn_gnet {
 	enum cnn_conv_impl conv1;        /* asked for; algos[].direct1 has the choice */
 	float *c1s;                      /* the direct conv1 weight gradient's scratch */
 	enum cnn_conv_impl conv2;        /* asked for; algos[].direct2 has the choice */
-	/* --fc2 fused (TF32, fp32): a training batch's fc2 forward, loss, fc2
-	 * backward, fc1's ReLU backward and bias gradient in one launch
-	 * (cnn_cuda_fc2_head), where six took them */
+	/* --fc2 fused (TF32, fp32): a training batch's fc1 dropout, fc2
+	 * forward, loss, fc2 backward, fc1's ReLU backward and bias gradient
+	 * in one launch (cnn_cuda_fc2_head), where seven took them */
 	int fc2_fused;
 	int tc;                          /* the GPU has TF32 and bf16 tensor cores (8.0+) */
 	float *c2s;                      /* the tensor-core conv2 weight gradient's scratch */
