@@ -347,7 +347,9 @@ all | variants | session)
 		# best at 1024), the 2-epoch accuracy, bf16.  8 parts: $OUT
 		# brings back 8 files.
 		part kernels_test 60 -- test_cuda_kernels
-		part bench_tf32 150 BATCHES="64 256 1024" TORCH_MODES="eager graph" \
+		# (the targets' batch sizes first: a cut part keeps their rows; 8
+		# cnn_train columns and 2 of PyTorch's, ~45 s a batch size)
+		part bench_tf32 180 BATCHES="64 1024 256" TORCH_MODES="eager graph" \
 			CNN_VARIANTS="nhwc:--conv-layout nhwc;s2:--backward-streams 2;c1cudnn:--conv1 cudnn;c2cudnn:--conv2 cudnn;c2direct:--conv2 direct;fc2f:--fc2 fused" -- bench
 		part profile 70 BATCHES="64 1024" PROFILE_LAYOUTS=nchw -- profile
 		part kernels 60 -- kernels
