@@ -58,8 +58,9 @@ void cnn_args_usage(FILE *f)
 "                         kernels, or auto (default: each call the faster, timed)\n"
 "  --conv2 KIND           GPU, TF32 or bf16: conv2 by cuDNN, by the project's\n"
 "                         tensor-core kernels (direct), or auto (default, timed)\n"
-"  --fc2 KIND             GPU, TF32 or fp32: fc2 and the loss by cuBLAS (default)\n"
-"                         or fused (with fc1's dropout and ReLU: one launch)\n"
+"  --fc2 KIND             GPU, TF32 or fp32: fc2 and the loss by cuBLAS (default),\n"
+"                         fused (with fc1's dropout and ReLU: one launch) or auto\n"
+"                         (per batch size the faster, timed)\n"
 "  --cuda-profile-steps A:B  GPU: cudaProfilerStart before step A, Stop after\n"
 "                         step B (from 1, across epochs), for nsys --capture-\n"
 "                         range=cudaProfilerApi or ncu --profile-from-start off\n"
@@ -294,7 +295,8 @@ int cnn_args_parse(struct cnn_args *a, int argc, char **argv, const char *env_da
 				{ "direct", CNN_CONV_DIRECT });
 			break;
 		case O_FC2:
-			KEYWORD("--fc2", a->fc2, { "cublas", CNN_FC2_CUBLAS }, { "fused", CNN_FC2_FUSED });
+			KEYWORD("--fc2", a->fc2, { "cublas", CNN_FC2_CUBLAS }, { "fused", CNN_FC2_FUSED },
+				{ "auto", CNN_FC2_AUTO });
 			break;
 		case O_PROFILE: {
 			char from[32], to[32];

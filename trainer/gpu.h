@@ -58,12 +58,13 @@ enum cnn_conv_impl {
 };
 
 /* fc2 and the loss (--fc2): cuBLAS's GEMMs and the loss's kernel, or, for
- * a training batch, one launch of the project's (cnn_cuda_fc2_head: fc2's
- * forward and backward, the loss, fc1's ReLU backward and bias gradient;
- * TF32 and fp32). */
+ * a training batch, one launch of the project's (cnn_cuda_fc2_head: fc1's
+ * dropout, fc2's forward and backward, the loss, fc1's ReLU backward and
+ * bias gradient; TF32 and fp32), or per batch size the faster. */
 enum cnn_fc2_impl {
 	CNN_FC2_CUBLAS = 0,
 	CNN_FC2_FUSED,
+	CNN_FC2_AUTO,        /* per batch size, the faster of the two, timed */
 };
 
 /* "nchw", "nhwc", "auto" (the --conv-layout names) */

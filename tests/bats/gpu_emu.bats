@@ -295,8 +295,8 @@ epoch 1/2 step 4/8"
 # batch of 64 pays for every node: the counts are pinned, so a change that
 # adds a kernel, a copy or a memset to the step says so here.  cuemu counts
 # a cuDNN or cuBLAS call as one node (a GPU's may be more).
-@test "the step's CUDA graph: its nodes counted and drawn, no copy or memset, two streams shorten its chain (cuemu)" {
-	local opts=("${SMALL[@]}" --max-steps 4 --device cuda --precision tf32 --conv1 direct --conv2 direct)
+@test "the step's CUDA graph: its nodes counted and drawn, no copy or memset, two streams shorten its chain, --fc2 fused and auto (cuemu)" {
+	local n line opts=("${SMALL[@]}" --max-steps 4 --device cuda --precision tf32 --conv1 direct --conv2 direct)
 	local dot="$BATS_TEST_TMPDIR/step.dot" json="$BATS_TEST_TMPDIR/log.json"
 	run --separate-stderr "$CNN" "${opts[@]}" --cuda-graph-dot "$dot" --log-json "$json"
 	echo "$stderr"
@@ -334,10 +334,27 @@ epoch 1/2 step 4/8"
 	run --separate-stderr "$CNN" "${opts[@]}" --fc2 fused --precision bf16
 	assert_failure
 	[[ "$stderr" == *"--fc2 fused: fc2's fused head computes in fp32 from fp32 operands: TF32 or fp32 (bf16 keeps cuBLAS's bf16 GEMMs: --fc2 cublas)"* ]]
+	# --fc2 auto: each batch size's head the faster of the two as timed
+	# (cuemu's clock: a model), said in the # GPU: line; the step's graph
+	# holds the one chosen for the training batch; bf16 keeps cuBLAS's
+	local fast slow pick
+	run --separate-stderr "$CNN" "${opts[@]}" --fc2 auto
+	assert_success
+	line=$(grep '^# GPU: ' <<<"$output")
+	[[ "$line" =~ ", batch 8 fc2 "(fused|cuBLAS)" "([0-9.]+)" ms ("(fused|cuBLAS)" "([0-9.]+)")" ]]
+	pick=${BASH_REMATCH[1]} fast=${BASH_REMATCH[2]} slow=${BASH_REMATCH[4]}
+	[ "$pick" != "${BASH_REMATCH[3]}" ]
+	awk -v a="$fast" -v b="$slow" 'BEGIN { exit !(a <= b) }'
+	[[ "$line" == *", batch 16 fc2 "* ]]   # the evaluation's batch size, timed too
+	n=$([ "$pick" = fused ] && echo 12 || echo 18)
+	assert_line "# CUDA graph of a training step (batch 8): $n nodes: $n kernels, 0 copies, 0 memsets, 0 other; the longest chain $n"
+	run --separate-stderr "$CNN" "${opts[@]}" --fc2 auto --precision bf16
+	assert_success
+	refute_line --partial " fc2 "
+	assert_line "# CUDA graph of a training step (batch 8): 18 nodes: 18 kernels, 0 copies, 0 memsets, 0 other; the longest chain 18"
 	# cuDNN's convolutions, NHWC, bf16, fp32 (on cuDNN: the project's
 	# tensor-core kernels are TF32 or bf16; the last option given wins): no
 	# copy or memset node in any
-	local line n
 	for v in "--conv1 cudnn --conv2 cudnn" "--conv-layout nhwc" "--precision bf16" "--precision fp32 --conv2 cudnn"; do
 		run --separate-stderr "$CNN" "${opts[@]}" $v
 		echo "$v: $stderr"

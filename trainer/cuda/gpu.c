@@ -167,13 +167,11 @@ static int gpu_open(struct cnn_gpu **out, const struct cnn_gpu_opts *o, char *er
 	if (cnn_gnet_init(&g->net, o->m, maxb, o->precision, o->layout,
 			  o->streams ? o->streams : 1, o->conv1, o->conv2, g->s) < 0)
 		FAIL("%s", g->net.err[0] ? g->net.err : cnn_cuda_last_error());
-	if (o->fc2 == CNN_FC2_FUSED) {
-		/* the head reads fp32 h and W4 (no bf16 operands) */
-		if (o->precision == CNN_PREC_BF16)
-			FAIL("--fc2 fused: fc2's fused head computes in fp32 from fp32 operands: "
-			     "TF32 or fp32 (bf16 keeps cuBLAS's bf16 GEMMs: --fc2 cublas)");
-		g->net.fc2_fused = 1;
-	}
+	/* the head reads fp32 h and W4 (no bf16 operands): bf16 keeps cuBLAS's */
+	if (o->fc2 == CNN_FC2_FUSED && o->precision == CNN_PREC_BF16)
+		FAIL("--fc2 fused: fc2's fused head computes in fp32 from fp32 operands: "
+		     "TF32 or fp32 (bf16 keeps cuBLAS's bf16 GEMMs: --fc2 cublas)");
+	g->net.fc2 = o->precision == CNN_PREC_BF16 ? CNN_FC2_CUBLAS : o->fc2;
 	g->net.graph_batch = o->graph ? o->batch : 0;
 	size_t n = o->m->nparams;
 	CUDA(cudaMalloc((void **)&g->s1, n * 4));

@@ -386,6 +386,7 @@ static int find_layout(struct cnn_gnet *g, int n, int nhwc, struct cnn_gnet_algo
 }
 
 static int choose_convs(struct cnn_gnet *g, struct cnn_gnet_algos *a);
+static int choose_fc2(struct cnn_gnet *g, struct cnn_gnet_algos *a);
 
 int cnn_gnet_prepare(struct cnn_gnet *g, int n)
 {
@@ -435,7 +436,7 @@ int cnn_gnet_prepare(struct cnn_gnet *g, int n)
 		}
 		g->ws_bytes = need;
 	}
-	if (choose_convs(g, &a) < 0)
+	if (choose_convs(g, &a) < 0 || choose_fc2(g, &a) < 0)
 		return -1;
 	if (g->nalgos == 8)
 		memmove(g->algos, g->algos + 1, 7 * sizeof(a));
@@ -919,17 +920,59 @@ int cnn_gnet_pick_bwd(const float dg[2][2], const float wg[2], float pool_bwd, i
 	return best & 6;
 }
 
+/* Dropout's 1/(1-p) rides on the GEMMs that produce dh and dp: kept
+ * elements are > 0 after the ReLU, dropped ones are 0 and gated off. */
+static float drop_scale(float p)
+{
+	return p > 0.f ? 1.f / (1.f - p) : 1.f;
+}
+
+/* fc2's head for n images on s alone, as auto times it: fused, the one
+ * kernel (cnn_cuda_fc2_head); else the calls it replaces, as the step
+ * makes them (fc1's dropout, fc2's GEMM, the loss with its gradient and
+ * fc2's bias gradient, dW4's and dh's GEMMs, the ReLU's backward, db3's
+ * gemv; the step runs dW4 and db3 on sw where there are two streams). */
+static int fc2_call(struct cnn_gnet *g, int n, int fused)
+{
+	const struct cnn_model *M = &g->m;
+	const float *P = g->params;
+	float *G = g->grads;
+	int K = M->in.classes, H = M->hidden;
+	if (fused)
+		return cnn_cuda_fc2_head(g->h, P + M->t[P_B3].off, M->p_drop2, g->keys + 1,
+					 P + M->t[P_W4].off, P + M->t[P_B4].off, g->y, n, H, K, (float)n,
+					 drop_scale(M->p_drop2), g->logp, g->stats, g->dlogits,
+					 G + M->t[P_W4].off, G + M->t[P_B4].off, g->dh, G + M->t[P_B3].off,
+					 g->s);
+	if (cnn_cuda_dropout_fwd(g->h, P + M->t[P_B3].off, H, (size_t)n * H, M->p_drop2, g->keys + 1,
+				 NULL, g->s) < 0 ||
+	    linear_fwd(g, g->h, n, H, P + M->t[P_W4].off, K, g->logits) < 0 ||
+	    cnn_cuda_logsoftmax_nll_fwd(g->logits, P + M->t[P_B4].off, g->y, n, K, g->logp, g->stats,
+					g->dlogits, NULL, (float)n, G + M->t[P_B4].off, g->s) < 0 ||
+	    gemm(g, g->blas, CUBLAS_OP_N, CUBLAS_OP_T, H, K, n, 1.f, g->h, H, g->dlogits, K,
+		 G + M->t[P_W4].off, H) < 0 ||
+	    linear_bwd_x(g, n, H, P + M->t[P_W4].off, K, g->dlogits, g->dh, drop_scale(M->p_drop2)) < 0 ||
+	    cnn_cuda_relu_bwd(g->dh, g->h, (size_t)n * H, NULL, g->s) < 0)
+		return -1;
+	cublasCheck(cublasSgemv(g->blas, CUBLAS_OP_N, H, n, &one, g->dh, H, g->ones, 1, &zero,
+				G + M->t[P_B3].off, 1));
+	return 0;
+}
+
 /* One call of a convolution by cuDNN or the project's kernels, with what
  * the step runs beside it: conv1's (layer 0) forward or weight gradient
  * (calls 0, 1); conv2's (layer 1) forward (with the pool and dropout,
  * which the direct kernel fuses), backward-data or backward-filter with
  * the bias's gradient (0, 1, 2); "layer" 2, the pool's backward into da2
  * (direct ignored); "layer" 3, conv2's backward-data (direct bit 1) with
- * conv1's weight gradient (bit 0), fused where both are direct in NCHW. */
+ * conv1's weight gradient (bit 0), fused where both are direct in NCHW;
+ * "layer" 4, fc2's head (direct: fused; fc2_call). */
 static int conv_call(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int layer, int call,
 		     int direct)
 {
 	struct cnn_gnet_algos t;
+	if (layer == 4)
+		return fc2_call(g, a->n, direct);
 	if (!layer)
 		return call ? conv1_backward(g, a, a->n, direct) : conv1_forward(g, a, a->n, direct);
 	if (layer == 2)
@@ -1044,7 +1087,8 @@ static int time_call(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int lay
 		{ "conv1's forward", "conv1's weight gradient" },
 		{ "conv2's forward", "conv2's backward-data", "conv2's backward-filter" }
 	};
-	const char *what = layer == 3 ? "conv2's backward-data with conv1's weight gradient" :
+	const char *what = layer == 4 ? "fc2's head" :
+			   layer == 3 ? "conv2's backward-data with conv1's weight gradient" :
 			   layer == 2 ? "the pool's backward" : calls[layer][call];
 	if (cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess) {
 		snprintf(g->err, sizeof(g->err), "timing %s: cudaEventCreate failed", what);
@@ -1075,7 +1119,8 @@ static int time_call(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int lay
 	rv = 0;
 out:
 	cnn_cuda_fail_quiet(quiet);
-	if (rv < 0 && direct && layer != 2 && fall_back(g, what)) {
+	/* (fc2's fused head has no cuDNN to fall back on: its failure stands) */
+	if (rv < 0 && direct && layer != 2 && layer != 4 && fall_back(g, what)) {
 		*ms = -1.f;
 		rv = 1;
 	}
@@ -1176,6 +1221,23 @@ static int choose_convs(struct cnn_gnet *g, struct cnn_gnet_algos *a)
 	return j ? choose_bwd(g, a) : 0;
 }
 
+/* fc2's head for batch a->n: as asked, or (auto) the faster of cuBLAS's
+ * calls and the fused kernel, timed as the convolutions' (time_call). */
+static int choose_fc2(struct cnn_gnet *g, struct cnn_gnet_algos *a)
+{
+	a->fc2 = g->fc2 == CNN_FC2_FUSED;
+	if (g->fc2 != CNN_FC2_AUTO)
+		return 0;
+	/* the loss reads logp at each row's label: labels in range (the
+	 * batch's own, gathered later in s's order, overwrite them) */
+	cudaCheck(cudaMemsetAsync(g->y, 0, (size_t)a->n, g->s));
+	for (int f = 0; f < 2; f++)
+		if (time_call(g, a, 4, 0, f, &a->ms_fc2[f]) < 0)
+			return -1;
+	a->fc2 = a->ms_fc2[1] < a->ms_fc2[0];
+	return 0;
+}
+
 static const struct cnn_gnet_algos *algos_for(struct cnn_gnet *g, int n)
 {
 	const struct cnn_gnet_algos *a = find_algos(g, n);
@@ -1184,13 +1246,6 @@ static const struct cnn_gnet_algos *algos_for(struct cnn_gnet *g, int n)
 	else if (set_batch(g, n, a->nhwc) < 0)
 		return NULL;
 	return a;
-}
-
-/* Dropout's 1/(1-p) rides on the GEMMs that produce dh and dp: kept
- * elements are > 0 after the ReLU, dropped ones are 0 and gated off. */
-static float drop_scale(float p)
-{
-	return p > 0.f ? 1.f / (1.f - p) : 1.f;
 }
 
 int cnn_gnet_forward(struct cnn_gnet *g, int n, int train, float scale_n)
@@ -1221,7 +1276,7 @@ int cnn_gnet_forward(struct cnn_gnet *g, int n, int train, float scale_n)
 	/* --fc2 fused: fc1's bias, ReLU and dropout, fc2 and the loss, forward
 	 * and backward, fc1's ReLU backward and bias gradient, in one launch
 	 * (cnn_gnet_backward starts at fc1's weight gradient) */
-	if (g->fc2_fused && scale_n > 0.f) {
+	if (a->fc2 && scale_n > 0.f) {
 		float *G = g->grads;
 		return cnn_cuda_fc2_head(g->h, P + M->t[P_B3].off, train ? M->p_drop2 : 0.f,
 					 g->keys + 1, P + M->t[P_W4].off, P + M->t[P_B4].off, g->y,
@@ -1277,7 +1332,7 @@ int cnn_gnet_backward(struct cnn_gnet *g, int n,
 	 * (cnn_gnet_forward with scale_n, the loss's kernel); with --fc2 fused
 	 * also fc2's weight gradient, dh through fc1's ReLU and fc1's bias
 	 * gradient (cnn_cuda_fc2_head) */
-	int fused = g->fc2_fused;
+	int fused = a->fc2;
 	if ((!fused &&
 	     (fork_w(g, 0) < 0 ||
 	      linear_bwd_w(g, bf(g) ? (const void *)g->hb : g->h, n, M->hidden, K, dl, g->dlogits,
@@ -1386,8 +1441,15 @@ void cnn_gnet_describe(const struct cnn_gnet *g, char *buf, size_t len)
 			 g->precision == CNN_PREC_FP32 ? "fp32" : "bf16 with fp32 master weights");
 	k = describe_conv(g, buf, len, k, 0);
 	k = describe_conv(g, buf, len, k, 1);
-	if (g->fc2_fused && k >= 0 && (size_t)k < len)
+	if (g->fc2 == CNN_FC2_FUSED && k >= 0 && (size_t)k < len)
 		k += snprintf(buf + k, len - k, ", fc2 fused");
+	/* auto: each batch size's head and the times that chose it */
+	for (int i = 0; g->fc2 == CNN_FC2_AUTO && i < g->nalgos && k >= 0 && (size_t)k < len; i++) {
+		const struct cnn_gnet_algos *a = &g->algos[i];
+		k += snprintf(buf + k, len - k, ", batch %d fc2 %s %.3f ms (%s %.3f)", a->n,
+			      a->fc2 ? "fused" : "cuBLAS", a->ms_fc2[a->fc2], a->fc2 ? "cuBLAS" : "fused",
+			      a->ms_fc2[!a->fc2]);
+	}
 	/* how auto timed the replayed batch's calls (time_call) */
 	if (g->graph_timed + g->graph_refused && k >= 0 && (size_t)k < len) {
 		k += snprintf(buf + k, len - k, ", batch %d's calls timed as CUDA graphs", g->graph_batch);

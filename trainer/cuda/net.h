@@ -43,6 +43,10 @@ struct cnn_gnet_algos {
 	 * which only cuDNN's calls need (ms_da2; 0: not timed) */
 	int direct2;
 	float ms2[3][2], ms_da2, msb[2][2];
+	/* fc2's head (cnn_gnet.fc2): 1, the fused kernel; with auto, the
+	 * unfused calls' time and the kernel's, in ms (0: not timed) */
+	int fc2;
+	float ms_fc2[2];
 	char why[256];                                  /* auto: why the other layout had
 							 * no algorithm ("" if it had) */
 };
@@ -92,10 +96,11 @@ struct cnn_gnet {
 	enum cnn_conv_impl conv1;        /* asked for; algos[].direct1 has the choice */
 	float *c1s;                      /* the direct conv1 weight gradient's scratch */
 	enum cnn_conv_impl conv2;        /* asked for; algos[].direct2 has the choice */
-	/* --fc2 fused (TF32, fp32): a training batch's fc1 dropout, fc2
-	 * forward, loss, fc2 backward, fc1's ReLU backward and bias gradient
-	 * in one launch (cnn_cuda_fc2_head), where seven took them */
-	int fc2_fused;
+	/* --fc2 (TF32, fp32; bf16 keeps cuBLAS's): fused, a training batch's
+	 * fc1 dropout, fc2 forward, loss, fc2 backward, fc1's ReLU backward and
+	 * bias gradient in one launch (cnn_cuda_fc2_head), where seven took
+	 * them; auto, per batch size the faster (algos[].fc2 has the choice) */
+	enum cnn_fc2_impl fc2;
 	int tc;                          /* the GPU has TF32 and bf16 tensor cores (8.0+) */
 	float *c2s;                      /* the tensor-core conv2 weight gradient's scratch */
 	void *c2w;                       /* conv2's weights packed for those kernels (the
