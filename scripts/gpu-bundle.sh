@@ -368,7 +368,7 @@ all | variants | session)
 		# cuDNN or the project's kernels and fc2's fused head as columns beside
 		# the defaults (NCHW, one stream) and PyTorch, one table per precision
 		part variants_tf32 210 TORCH_MODES="eager graph" \
-			CNN_VARIANTS="nhwc:--conv-layout nhwc;s2:--backward-streams 2;nhwc_s2:--conv-layout nhwc --backward-streams 2;c1cudnn:--conv1 cudnn;c2cudnn:--conv2 cudnn;c2direct:--conv2 direct;nhwc_c2d:--conv-layout nhwc --conv2 direct;fc2f:--fc2 fused;fc2f_s2:--fc2 fused --backward-streams 2" -- bench
+			CNN_VARIANTS="nhwc:--conv-layout nhwc;s2:--backward-streams 2;nhwc_s2:--conv-layout nhwc --backward-streams 2;c1cudnn:--conv1 cudnn;c2cudnn:--conv2 cudnn;c2direct:--conv2 direct;nhwc_c2d:--conv-layout nhwc --conv2 direct;fc2f:--fc2 fused;fc2f_s2:--fc2 fused --backward-streams 2;fc2a:--fc2 auto" -- bench
 		part variants_bf16 150 TORCH_MODES="eager graph" PRECISION=bf16 \
 			CNN_VARIANTS="nhwc:--conv-layout nhwc;s2:--backward-streams 2;c2cudnn:--conv2 cudnn;c2direct:--conv2 direct" -- bench
 		finish
