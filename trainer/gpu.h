@@ -160,5 +160,10 @@ int cnn_gpu_debug_step(struct cnn_gpu *g, const float *x, const uint8_t *labels,
 		       float *loss, float *logp0, float *grads, char *err, size_t errlen);
 /* One optimizer update from the device's gradients with learning rate lr. */
 int cnn_gpu_debug_update(struct cnn_gpu *g, float lr, char *err, size_t errlen);
+/* The most nodes on one path of a graph of n nodes and ne edges from[e] ->
+ * to[e] (node indices): the graph census's longest chain (Kahn's order,
+ * each node one deeper than its deepest dependency); -1 for a cycle or an
+ * index out of range, -2 out of memory. */
+int cnn_graph_chain(size_t n, const int *from, const int *to, size_t ne);
 
 #endif

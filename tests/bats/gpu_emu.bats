@@ -318,10 +318,26 @@ epoch 1/2 step 4/8"
 	[ "$(grep -c ' -> ' "$dot")" -eq 17 ]
 	grep -q '^  n0 \[label="gather"' "$dot"
 	grep -q '^  n17 \[label="sgd_kernel"' "$dot"
-	# the weight gradients on a second stream: as many nodes, a shorter chain
-	run --separate-stderr "$CNN" "${opts[@]}" --backward-streams 2
+	# the weight gradients on a second stream: as many nodes, a shorter
+	# chain, the longest path through the drawing's edges (counted apart)
+	run --separate-stderr "$CNN" "${opts[@]}" --backward-streams 2 --cuda-graph-dot "$dot"
 	assert_success
 	assert_line --regexp '^# CUDA graph of a training step \(batch 8\): 18 nodes: 18 kernels, 0 copies, 0 memsets, 0 other; the longest chain 1[0-7]$'
+	line=$(grep '^# CUDA graph of' <<<"$output")
+	/usr/bin/python3 - "$dot" "${line##* }" <<-'PY'
+	import re, sys
+	from functools import lru_cache
+	text = open(sys.argv[1]).read()
+	nodes = re.findall(r"^  n(\d+) \[label=", text, re.M)
+	edges = [tuple(map(int, e)) for e in re.findall(r"^  n(\d+) -> n(\d+);", text, re.M)]
+	into = {int(n): [a for a, b in edges if b == int(n)] for n in nodes}
+	@lru_cache(None)
+	def depth(n):
+	    return 1 + max((depth(a) for a in into[n]), default=0)
+	longest = max(depth(int(n)) for n in nodes)
+	assert len(nodes) == 18 and longest == int(sys.argv[2]), (len(nodes), longest, sys.argv[2])
+	assert len(edges) > 17, edges   # a fork and a join: more edges than a chain has
+	PY
 	# fc2's fused head: fc1's dropout, fc2's GEMM, the loss, dW4, dh, fc1's
 	# ReLU backward and its bias gradient (a gemv) in one launch
 	run --separate-stderr "$CNN" "${opts[@]}" --fc2 fused

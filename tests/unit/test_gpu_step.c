@@ -1015,6 +1015,32 @@ static void test_conv2_direct_refused(const struct cudaDeviceProp *prop)
 	cnn_model_free(&m);
 }
 
+/* The graph census's longest chain (cnn_graph_chain) on graphs whose
+ * short branch comes last in Kahn's order, whose deepest path is not the
+ * one through the most edges, with a cycle and an edge to no node. */
+static void test_graph_chain(void)
+{
+	/* 0 -> 1 -> 2 -> 3 -> 5 and 0 -> 4 -> 5: 5 deep, its short branch's
+	 * edge listed last */
+	static const int f1[] = { 0, 1, 2, 3, 0, 4 }, t1[] = { 1, 2, 3, 5, 4, 5 };
+	test_cond("graph chain: a fork and a join, the long branch 5 deep",
+		  cnn_graph_chain(6, f1, t1, 6) == 5);
+	/* the same with the short branch first and the nodes numbered backwards */
+	static const int f2[] = { 5, 1, 5, 4, 3, 2 }, t2[] = { 1, 0, 4, 3, 2, 0 };
+	test_cond("graph chain: the same graph numbered backwards, its edges in another order",
+		  cnn_graph_chain(6, f2, t2, 6) == 5);
+	/* a chain of 3 beside a lone node and a pair: 3 */
+	static const int f3[] = { 0, 1, 4 }, t3[] = { 1, 2, 5 };
+	test_cond("graph chain: disconnected pieces, the longest one 3 deep",
+		  cnn_graph_chain(6, f3, t3, 3) == 3);
+	test_cond("graph chain: nodes and no edges, 1 deep", cnn_graph_chain(4, NULL, NULL, 0) == 1);
+	test_cond("graph chain: no nodes, 0", cnn_graph_chain(0, NULL, NULL, 0) == 0);
+	static const int f4[] = { 0, 1, 2 }, t4[] = { 1, 2, 1 };
+	test_cond("graph chain: a cycle is -1", cnn_graph_chain(3, f4, t4, 3) == -1);
+	static const int f5[] = { 0, -1 }, t5[] = { 1, 0 };
+	test_cond("graph chain: an edge from no node is -1", cnn_graph_chain(2, f5, t5, 2) == -1);
+}
+
 /* --conv2 auto's (and --conv1 auto's) choice for the backward's
  * convolutions in NCHW: the tensor-core kernels read the pool's tensors
  * (a cuDNN call needs the pool's backward written first) and carry conv1's
@@ -1064,6 +1090,7 @@ static void test_pick_bwd(void)
 int main(void)
 {
 	test_pick_bwd();
+	test_graph_chain();
 	/* the bf16 arithmetic the GPU's bf16 step does, against the golden
 	 * file, on the CPU: runs everywhere; first without its roundings, where
 	 * it must be the fp32 step (test_gpu_step's: its cuemu build has the

@@ -389,13 +389,56 @@ static int node_at(const cudaGraphNode_t *nodes, size_t n, cudaGraphNode_t h)
 	return -1;
 }
 
-/* c: graph's nodes by kind and its longest chain (Kahn's order over the
- * edges, each node's depth one more than its deepest dependency's). */
+int cnn_graph_chain(size_t n, const int *from, const int *to, size_t ne)
+{
+	int *depth = calloc(n + 1, sizeof(int)), *waiting = calloc(n + 1, sizeof(int));
+	int *queue = calloc(n + 1, sizeof(int)), chain = 0;
+	size_t head = 0, tail = 0;
+	if (!depth || !waiting || !queue) {
+		chain = -2;
+		goto out;
+	}
+	for (size_t e = 0; e < ne; e++) {
+		if (from[e] < 0 || (size_t)from[e] >= n || to[e] < 0 || (size_t)to[e] >= n) {
+			chain = -1;
+			goto out;
+		}
+		waiting[to[e]]++;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (!waiting[i]) {
+			queue[tail++] = (int)i;
+			depth[i] = 1;
+		}
+	while (head < tail) {
+		int a = queue[head++];
+		if (depth[a] > chain)
+			chain = depth[a];
+		for (size_t e = 0; e < ne; e++) {
+			if (from[e] != a)
+				continue;
+			int b = to[e];
+			if (depth[a] + 1 > depth[b])
+				depth[b] = depth[a] + 1;
+			if (!--waiting[b])
+				queue[tail++] = b;
+		}
+	}
+	if (tail != n)
+		chain = -1;
+out:
+	free(depth);
+	free(waiting);
+	free(queue);
+	return chain;
+}
+
+/* c: graph's nodes by kind and its longest chain (cnn_graph_chain). */
 static int census(cudaGraph_t graph, int n, struct cnn_graph_census *c, char *err, size_t errlen)
 {
 	size_t nn = 0, ne = 0;
 	cudaGraphNode_t *nodes = NULL, *from = NULL, *to = NULL;
-	int *depth = NULL, *waiting = NULL, *queue = NULL, rv = -1;
+	int *fi = NULL, *ti = NULL, rv = -1;
 	memset(c, 0, sizeof(*c));
 	c->batch = n;
 	if (cudaGraphGetNodes(graph, NULL, &nn) != cudaSuccess ||
@@ -407,10 +450,9 @@ static int census(cudaGraph_t graph, int n, struct cnn_graph_census *c, char *er
 	nodes = calloc(nn + 1, sizeof(*nodes));
 	from = calloc(ne + 1, sizeof(*from));
 	to = calloc(ne + 1, sizeof(*to));
-	depth = calloc(nn + 1, sizeof(*depth));
-	waiting = calloc(nn + 1, sizeof(*waiting));
-	queue = calloc(nn + 1, sizeof(*queue));
-	if (!nodes || !from || !to || !depth || !waiting || !queue) {
+	fi = calloc(ne + 1, sizeof(*fi));
+	ti = calloc(ne + 1, sizeof(*ti));
+	if (!nodes || !from || !to || !fi || !ti) {
 		snprintf(err, errlen, "no memory for a census of %zu graph nodes", nn);
 		goto out;
 	}
@@ -432,33 +474,14 @@ static int census(cudaGraph_t graph, int n, struct cnn_graph_census *c, char *er
 			    t != cudaGraphNodeTypeMemset;
 	}
 	for (size_t e = 0; e < ne; e++) {
-		int b = node_at(nodes, nn, to[e]);
-		if (b >= 0)
-			waiting[b]++;
+		fi[e] = node_at(nodes, nn, from[e]);
+		ti[e] = node_at(nodes, nn, to[e]);
 	}
-	size_t head = 0, tail = 0;
-	for (size_t i = 0; i < nn; i++)
-		if (!waiting[i]) {
-			queue[tail++] = (int)i;
-			depth[i] = 1;
-		}
-	while (head < tail) {
-		int a = queue[head++];
-		if (depth[a] > c->chain)
-			c->chain = depth[a];
-		for (size_t e = 0; e < ne; e++) {
-			int b = from[e] == nodes[a] ? node_at(nodes, nn, to[e]) : -1;
-			if (b < 0)
-				continue;
-			if (depth[a] + 1 > depth[b])
-				depth[b] = depth[a] + 1;
-			if (!--waiting[b])
-				queue[tail++] = b;
-		}
-	}
-	if (tail != nn) {
-		snprintf(err, errlen, "the training step's CUDA graph: %zu of its %zu nodes in a cycle "
-			 "or on an edge to no node", nn - tail, nn);
+	c->chain = cnn_graph_chain(nn, fi, ti, ne);
+	if (c->chain < 0) {
+		snprintf(err, errlen, "the training step's CUDA graph: %s",
+			 c->chain == -2 ? "no memory for its longest chain" :
+					  "a cycle, or an edge to no node");
 		goto out;
 	}
 	rv = 0;
@@ -466,9 +489,8 @@ out:
 	free(nodes);
 	free(from);
 	free(to);
-	free(depth);
-	free(waiting);
-	free(queue);
+	free(fi);
+	free(ti);
 	return rv;
 }
 
