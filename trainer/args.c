@@ -52,8 +52,9 @@ void cnn_args_usage(FILE *f)
 "  --conv-layout KIND     GPU: the convolutions' activations nchw (default),\n"
 "                         nhwc (channels-last, for cuDNN's tensor-core kernels)\n"
 "                         or auto (per batch size, the one cuDNN times faster)\n"
-"  --backward-streams N   GPU: 1 (default) or 2: the weight gradients on a second\n"
-"                         stream, beside the data gradients\n"
+"  --backward-streams N   GPU: 1 (default), 2 (the weight gradients on a second\n"
+"                         stream, beside the data gradients) or auto (the\n"
+"                         step's CUDA graph timed both ways, the faster kept)\n"
 "  --conv1 KIND           GPU, one input channel: conv1 by cuDNN, by the direct\n"
 "                         kernels, or auto (default: each call the faster, timed)\n"
 "  --conv2 KIND           GPU, TF32 or bf16: conv2 by cuDNN, by the project's\n"
@@ -285,7 +286,10 @@ int cnn_args_parse(struct cnn_args *a, int argc, char **argv, const char *env_da
 			KEYWORD("--conv-layout", a->conv_layout, { "nchw", CNN_LAYOUT_NCHW },
 				{ "nhwc", CNN_LAYOUT_NHWC }, { "auto", CNN_LAYOUT_AUTO });
 			break;
-		case O_STREAMS: rv = num_int("--backward-streams", optarg, 1, 2, &a->streams, err, errlen); break;
+		case O_STREAMS:
+			KEYWORD("--backward-streams", a->streams, { "1", 1 }, { "2", 2 },
+				{ "auto", CNN_STREAMS_AUTO });
+			break;
 		case O_CONV1:
 			KEYWORD("--conv1", a->conv1, { "auto", CNN_CONV_AUTO }, { "cudnn", CNN_CONV_CUDNN },
 				{ "direct", CNN_CONV_DIRECT });

@@ -21,7 +21,7 @@
 #include "model.h"
 #include "optim.h"
 
-#define CNN_GPU_ABI 5
+#define CNN_GPU_ABI 6
 #define CNN_GPU_MODULE "cnn_train_cuda.so"
 
 enum cnn_precision {
@@ -88,7 +88,9 @@ struct cnn_gpu_opts {
 	int timeout_ms;              /* bound on every wait for the GPU or a peer */
 	enum cnn_layout layout;      /* the convolutions' activations (0: NCHW) */
 	int streams;                 /* --backward-streams: 2 runs the weight gradients
-				      * beside the data gradients (0: 1) */
+				      * beside the data gradients, CNN_STREAMS_AUTO
+				      * whichever way the step's graph replays faster
+				      * (0: 1) */
 	long long profile_from;      /* --cuda-profile-steps: cudaProfilerStart before this
 				      * step (counted from 1; 0: never) ... */
 	long long profile_to;        /* ... and cudaProfilerStop after this one */
@@ -99,6 +101,13 @@ struct cnn_gpu_opts {
 	enum cnn_fc2_impl fc2;       /* --fc2 (0: cuBLAS) */
 };
 
+/* --backward-streams auto: the training step is captured both ways, each
+ * graph replayed on the batch it was captured on (the parameters and the
+ * optimizer's state put back after), and the one whose replay takes less
+ * time kept, the times summed over the ranks so that every rank keeps the
+ * same.  Without a graph (--no-graph, a host all-reduce): one stream. */
+#define CNN_STREAMS_AUTO 3
+
 /* What the captured training step's CUDA graph holds (graph_census): its
  * nodes by kind, and the most of them one chain of dependencies runs one
  * after another (a replay takes at least that many launches' time; with
@@ -108,6 +117,11 @@ struct cnn_graph_census {
 	int batch;                   /* the images of the step it replays */
 	int nodes, kernels, copies, memsets, other;
 	int chain;                   /* nodes on the longest dependency chain */
+	int streams;                 /* the backward's streams in it: 1 or 2 */
+	/* --backward-streams auto: a replay's least time (ms; the sum over the
+	 * ranks) with 1 and with 2 streams, over tuned replays each; else 0 */
+	float ms[2];
+	int tuned;
 };
 
 struct cnn_gpu;

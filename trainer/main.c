@@ -231,10 +231,15 @@ static void report_times(struct run *R)
 		else
 			fprintf(f, "  \"test_accuracy\": null,\n  \"test_loss\": null,\n");
 		struct cnn_graph_census gc;
+		char ms[64] = "null";
+		if (R->g && R->G->graph_census(R->g, &gc) && gc.tuned)
+			snprintf(ms, sizeof(ms), "[%.4f, %.4f]", gc.ms[0], gc.ms[1]);
 		if (R->g && R->G->graph_census(R->g, &gc))
 			fprintf(f, "  \"cuda_graph\": {\"batch\": %d, \"nodes\": %d, \"kernels\": %d, "
-				"\"copies\": %d, \"memsets\": %d, \"other\": %d, \"longest_chain\": %d},\n",
-				gc.batch, gc.nodes, gc.kernels, gc.copies, gc.memsets, gc.other, gc.chain);
+				"\"copies\": %d, \"memsets\": %d, \"other\": %d, \"longest_chain\": %d, "
+				"\"backward_streams\": %d, \"streams_ms\": %s},\n",
+				gc.batch, gc.nodes, gc.kernels, gc.copies, gc.memsets, gc.other, gc.chain,
+				gc.streams, ms);
 		else
 			fprintf(f, "  \"cuda_graph\": null,\n");
 		fprintf(f, "  \"images_per_sec\": %.1f,\n  \"world_size\": %d,\n  \"batch_size\": %d,\n"
@@ -266,6 +271,11 @@ static void graph_report(struct run *R)
 		       "%d memset%s, %d other; the longest chain %d\n", c.batch, c.nodes, c.kernels,
 		       c.kernels == 1 ? "" : "s", c.copies, c.copies == 1 ? "y" : "ies", c.memsets,
 		       c.memsets == 1 ? "" : "s", c.other, c.chain);
+		if (c.tuned)
+			printf("# backward streams auto (batch %d): %d kept; a replay of the step took "
+			       "%.4f ms with 1, %.4f ms with 2 (the least of %d each%s)\n", c.batch,
+			       c.streams, c.ms[0], c.ms[1], c.tuned,
+			       R->r.world > 1 ? ", summed over the ranks" : "");
 		fflush(stdout);
 	} else if (R->a.graph_dot) {
 		fprintf(stderr, "cnn_train: warning: --cuda-graph-dot %s: no graph was captured (%s)\n",

@@ -71,22 +71,57 @@ setup() {
 # and the second stream computes the same sums beside the first: the same
 # bits each way (CUEMU_STREAMS=lazy: the streams' work runs as late or as
 # early as its waits allow, as a GPU may run it).
-@test "the CUDA graph, --no-graph and --backward-streams 2 give the same parameters bit for bit (cuemu)" {
-	local v crc=()
-	for v in "" "--no-graph" "--backward-streams 2"; do
+@test "the CUDA graph, --no-graph, --backward-streams 2 and auto give the same parameters bit for bit; auto keeps the faster graph (cuemu)" {
+	local v crc=() outs=()
+	for v in "" "--no-graph" "--backward-streams 2" "--backward-streams auto" \
+		"--no-graph --backward-streams auto"; do
 		# shellcheck disable=SC2086
 		CUEMU_STREAMS=lazy run --separate-stderr "$CNN" "${SMALL[@]}" --max-steps 8 --device cuda \
-			--precision fp32 --conv1 cudnn $v --dump-params "$BATS_TEST_TMPDIR/p${#crc[@]}.bin"
+			--precision fp32 --conv1 cudnn $v --dump-params "$BATS_TEST_TMPDIR/p${#crc[@]}.bin" \
+			--log-json "$BATS_TEST_TMPDIR/j${#crc[@]}.json"
 		echo "$stderr"
 		assert_success
+		outs+=("$output")
 		crc+=("$(sed -n 's/^params: identical on all 1 ranks (crc32 \([0-9a-f]*\))$/\1/p' <<<"$output")")
 	done
 	echo "crc32: ${crc[*]}"
 	[ -n "${crc[0]}" ]
-	assert_equal "${crc[1]}" "${crc[0]}"
-	assert_equal "${crc[2]}" "${crc[0]}"
-	cmp "$BATS_TEST_TMPDIR/p0.bin" "$BATS_TEST_TMPDIR/p1.bin"
-	cmp "$BATS_TEST_TMPDIR/p0.bin" "$BATS_TEST_TMPDIR/p2.bin"
+	for v in 1 2 3 4; do
+		assert_equal "${crc[$v]}" "${crc[0]}"
+		cmp "$BATS_TEST_TMPDIR/p0.bin" "$BATS_TEST_TMPDIR/p$v.bin"
+	done
+	# auto: the step captured both ways, each replayed on its batch (the
+	# parameters put back after: the same bits as above), the faster kept.
+	# cuemu's clock overlaps a graph's branches, so two streams are faster
+	# there and the kept graph is --backward-streams 2's
+	output=${outs[3]}
+	mapfile -t lines <<<"$output"
+	assert_line --regexp '^# GPU: cuemu .*, CUDA graph, backward streams auto \(1 or 2: the step.s graph timed both ways\)$'
+	local line kept ms1 ms2 n
+	line=$(grep '^# backward streams auto (batch 8): ' <<<"$output")
+	echo "$line"
+	read -r kept ms1 ms2 n < <(sed -E 's/^.*: ([12]) kept; a replay of the step took ([0-9.]+) ms with 1, ([0-9.]+) ms with 2 \(the least of ([0-9]+) each\)$/\1 \2 \3 \4/' <<<"$line")
+	echo "kept $kept: $ms1 ms, $ms2 ms, $n replays each"
+	[ "$n" -ge 2 ] && [ "$n" -le 10 ]
+	# the lesser time kept, one stream on a tie
+	assert_equal "$kept" "$(awk -v a="$ms1" -v b="$ms2" 'BEGIN { print (b < a) ? 2 : 1 }')"
+	assert_equal "$kept" 2
+	# the census is the kept graph's: --backward-streams 2's
+	assert_equal "$(grep '^# CUDA graph of a training step' <<<"$output")" \
+		"$(grep '^# CUDA graph of a training step' <<<"${outs[2]}")"
+	/usr/bin/python3 - "$BATS_TEST_TMPDIR/j3.json" "$BATS_TEST_TMPDIR/j2.json" "$ms1" "$ms2" <<'PY'
+import json, sys
+a, b = (json.load(open(f))["cuda_graph"] for f in sys.argv[1:3])
+assert a["backward_streams"] == 2 and b["backward_streams"] == 2, (a, b)
+assert a["streams_ms"] == [float(sys.argv[3]), float(sys.argv[4])], a
+assert b["streams_ms"] is None, b
+assert {k: v for k, v in a.items() if k != "streams_ms"} == {k: v for k, v in b.items() if k != "streams_ms"}
+PY
+	# without a graph there is nothing to time: one stream, said
+	output=${outs[4]}
+	mapfile -t lines <<<"$output"
+	assert_line --regexp '^# GPU: cuemu .*, no graph, backward streams auto: 1 \(no graph to time both ways\)$'
+	! grep -q '^# backward streams auto' <<<"$output"
 }
 
 # The GPU's parameters and momentum go to the checkpoint and come back;
@@ -419,6 +454,15 @@ epoch 1/2 step 4/8"
 	assert_success
 	assert_line --regexp '^# GPU: cuemu .*, CUDA graph, weight gradients on a second stream$'
 	cmp "$BATS_TEST_TMPDIR/gloo.bin" "$BATS_TEST_TMPDIR/s2.bin"
+	# auto: every rank replays both graphs as often, with the all-reduce in
+	# them, and keeps the same one (the times summed over the ranks)
+	ranks2 nccl "$BATS_TEST_TMPDIR/sa" "${opts[@]}" --backward-streams auto \
+		--dump-params "$BATS_TEST_TMPDIR/sa.bin"
+	echo "$stderr"
+	assert_success
+	assert_line --regexp '^# backward streams auto \(batch 8\): 2 kept; a replay of the step took [0-9.]+ ms with 1, [0-9.]+ ms with 2 \(the least of [0-9]+ each, summed over the ranks\)$'
+	assert_line --regexp '^params: identical on all 2 ranks '
+	cmp "$BATS_TEST_TMPDIR/gloo.bin" "$BATS_TEST_TMPDIR/sa.bin"
 }
 
 # kill_rank1 DIR [STEP]: ranks 0 and 1 over NCCL on this machine; rank 1

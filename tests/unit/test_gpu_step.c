@@ -878,6 +878,9 @@ static void test_steps_more(int bf16)
 		{ STEPS_S " GPU steps, two backward streams, as a CUDA graph with NCCL (world 1)", CNN_PREC_FP32, 1, NCCL_1, CNN_LAYOUT_NCHW, 2, CNN_CONV_AUTO, CNN_CONV_AUTO, CNN_FC2_CUBLAS },
 		{ STEPS_S " GPU steps, two backward streams, NHWC, all-reduced through the host (no graph)", CNN_PREC_FP32, 0, HOST_TWIN, CNN_LAYOUT_NHWC, 2, CNN_CONV_AUTO, CNN_CONV_AUTO, CNN_FC2_CUBLAS },
 		{ STEPS_S " bf16 GPU steps, two backward streams, NHWC, as a CUDA graph with NCCL (world 1)", CNN_PREC_BF16, 1, NCCL_1, CNN_LAYOUT_NHWC, 2, CNN_CONV_AUTO, CNN_CONV_AUTO, CNN_FC2_CUBLAS },
+		/* both graphs replayed at the capture, the state put back */
+		{ STEPS_S " GPU steps, backward streams auto, as a CUDA graph with NCCL (world 1)", CNN_PREC_FP32, 1, NCCL_1, CNN_LAYOUT_NCHW, CNN_STREAMS_AUTO, CNN_CONV_AUTO, CNN_CONV_AUTO, CNN_FC2_CUBLAS },
+		{ STEPS_S " bf16 GPU steps, backward streams auto, conv1 and conv2 direct, as a CUDA graph", CNN_PREC_BF16, 1, NO_COMM, CNN_LAYOUT_NCHW, CNN_STREAMS_AUTO, CNN_CONV_DIRECT, CNN_CONV_DIRECT, CNN_FC2_CUBLAS },
 		{ STEPS_S " GPU steps, conv1 direct, as a CUDA graph with NCCL (world 1)", CNN_PREC_FP32, 1, NCCL_1, CNN_LAYOUT_NCHW, 1, CNN_CONV_DIRECT, CNN_CONV_AUTO, CNN_FC2_CUBLAS },
 		{ STEPS_S " GPU steps, conv1 by cuDNN, NHWC, two backward streams, as a CUDA graph", CNN_PREC_FP32, 1, NO_COMM, CNN_LAYOUT_NHWC, 2, CNN_CONV_CUDNN, CNN_CONV_AUTO, CNN_FC2_CUBLAS },
 		{ STEPS_S " bf16 GPU steps, conv1 direct, NHWC, as a CUDA graph", CNN_PREC_BF16, 1, NO_COMM, CNN_LAYOUT_NHWC, 1, CNN_CONV_DIRECT, CNN_CONV_AUTO, CNN_FC2_CUBLAS },

@@ -164,8 +164,14 @@ static int gpu_open(struct cnn_gpu **out, const struct cnn_gpu_opts *o, char *er
 	for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++)
 		CUDA(cudaEventCreateWithFlags(evs[i], cudaEventDisableTiming));
 	int maxb = o->batch > o->eval_batch ? o->batch : o->eval_batch;
+	/* auto: both made, one used until the graph's capture times them */
+	int auto_streams = o->streams == CNN_STREAMS_AUTO;
+	if (o->streams != 0 && o->streams != 1 && o->streams != 2 && !auto_streams)
+		FAIL("%d backward streams: expected 1, 2 or auto", o->streams);
 	if (cnn_gnet_init(&g->net, o->m, maxb, o->precision, o->layout,
-			  o->streams ? o->streams : 1, o->conv1, o->conv2, g->s) < 0)
+			  auto_streams ? (o->graph ? 2 : 1) : o->streams ? o->streams : 1, o->conv1,
+			  o->conv2, g->s) < 0 ||
+	    cnn_gnet_use_streams(&g->net, auto_streams ? 1 : g->net.streams) < 0)
 		FAIL("%s", g->net.err[0] ? g->net.err : cnn_cuda_last_error());
 	/* the head reads fp32 h and W4 (no bf16 operands): bf16 keeps cuBLAS's */
 	if (o->fc2 == CNN_FC2_FUSED && o->precision == CNN_PREC_BF16)
@@ -204,7 +210,10 @@ static void gpu_describe(const struct cnn_gpu *g, char *buf, size_t len)
 	snprintf(buf, len, "%s, %s, %s%s", g->name, lib,
 		 g->hcomm ? "no graph (gradients all-reduced through host memory)" :
 		 g->o.graph ? "CUDA graph" : "no graph",
-		 g->net.streams == 2 ? ", weight gradients on a second stream" : "");
+		 g->o.streams != CNN_STREAMS_AUTO ?
+			 (g->net.streams == 2 ? ", weight gradients on a second stream" : "") :
+		 g->o.graph ? ", backward streams auto (1 or 2: the step's graph timed both ways)" :
+			      ", backward streams auto: 1 (no graph to time both ways)");
 }
 
 static void gpu_use_comm(struct cnn_gpu *g, struct cnn_comm *c)
@@ -508,41 +517,192 @@ static int dot(cudaGraph_t graph, const char *path, char *err, size_t errlen)
 	return 0;
 }
 
+/* The training step of n images as a CUDA graph, the backward on the
+ * net's streams now; wop_in: the weights' forms current before it. */
+static int capture_one(struct cnn_gpu *g, int n, unsigned wop_in, cudaGraph_t *graph, char *err,
+		       size_t errlen)
+{
+	*graph = NULL;
+	CUDA(cudaStreamBeginCapture(g->s, cudaStreamCaptureModeThreadLocal));
+	int rv = step_body(g, n, 0);
+	cudaError_t e = cudaStreamEndCapture(g->s, graph);
+	g->graph_wop_out = g->net.wfresh;
+	g->net.wfresh = wop_in;   /* nothing captured has run */
+	if (rv < 0 || e != cudaSuccess) {
+		if (e == cudaSuccess)
+			cudaGraphDestroy(*graph);
+		*graph = NULL;
+		FAIL("capturing the training step as a CUDA graph (%d backward stream%s): %s "
+		     "(--no-graph runs without)", g->net.streams, g->net.streams == 1 ? "" : "s",
+		     rv < 0 ? cnn_cuda_last_error() : cudaGetErrorString(e));
+	}
+	g->net.ws_frozen = 1;
+	return 0;
+}
+
+/* Replays of the step before tune times it: enough to warm it, and as many
+ * timed as fit in about kTuneMs of replays each way (2 to kTuneMax). */
+enum { kTuneMs = 40, kTuneMax = 10 };
+
+/* One replay of ex on g->s; with tm, its time in ms. */
+static int replay(struct cnn_gpu *g, cudaGraphExec_t ex, cudaEvent_t ev[2], float *tm, char *err,
+		  size_t errlen)
+{
+	if (cnn_gnet_wop_ensure(&g->net, g->graph_wop_in) < 0)
+		FAIL("%s", cnn_cuda_last_error());
+	CUDA(cudaEventRecord(ev[0], g->s));
+	CUDA(cudaGraphLaunch(ex, g->s));
+	CUDA(cudaEventRecord(ev[1], g->s));
+	g->net.wfresh = g->graph_wop_out;
+	if (cnn_nccl_wait(g->comm, ev[1], g->o.timeout_ms, "--backward-streams auto's replays", err,
+			  errlen) < 0)
+		return -1;
+	if (tm)
+		CUDA(cudaEventElapsedTime(tm, ev[0], ev[1]));
+	return 0;
+}
+
+/* --backward-streams auto: ex[i] replays the step with i + 1 streams; ms[i]
+ * its least time over the timed replays, summed over the ranks.  The
+ * parameters and the optimizer's state are put back as they were, and the
+ * weights' forms made again from them before the next replay.  Every rank
+ * replays as often and in the same order (each replay holds the
+ * all-reduce): the count comes from the warm-up's times summed over the
+ * ranks. */
+static int tune_streams(struct cnn_gpu *g, cudaGraphExec_t ex[2], float ms[2], int *timed,
+			char *err, size_t errlen)
+{
+	size_t np = g->o.m->nparams, bytes = np * sizeof(float);
+	float *keep = NULL;
+	cudaEvent_t ev[2] = { NULL, NULL };
+	int rv = -1;
+	ms[0] = ms[1] = 0;
+	if (cu_ok(cudaMalloc((void **)&keep, 3 * bytes), __FILE__, __LINE__, "cudaMalloc") < 0 ||
+	    cu_ok(cudaEventCreate(&ev[0]), __FILE__, __LINE__, "cudaEventCreate") < 0 ||
+	    cu_ok(cudaEventCreate(&ev[1]), __FILE__, __LINE__, "cudaEventCreate") < 0) {
+		snprintf(err, errlen, "%s", cnn_cuda_last_error());
+		goto out;
+	}
+	const float *state[3] = { g->net.params, g->s1, g->s2 };
+	for (int i = 0; i < 3; i++)
+		if (cu_ok(cudaMemcpyAsync(keep + i * np, state[i], bytes, cudaMemcpyDeviceToDevice, g->s),
+			  __FILE__, __LINE__, "cudaMemcpyAsync") < 0) {
+			snprintf(err, errlen, "%s", cnn_cuda_last_error());
+			goto out;
+		}
+	/* the upload and the first run of each, timed for the count */
+	float warm[2] = { 0, 0 };
+	for (int i = 0; i < 2; i++) {
+		if (cu_ok(cudaGraphUpload(ex[i], g->s), __FILE__, __LINE__, "cudaGraphUpload") < 0) {
+			snprintf(err, errlen, "%s", cnn_cuda_last_error());
+			goto out;
+		}
+		if (replay(g, ex[i], ev, &warm[i], err, errlen) < 0)
+			goto out;
+	}
+	if (g->comm && g->comm->world > 1 &&
+	    g->comm->ops->allreduce_sum(g->comm, warm, 2, err, errlen) < 0)
+		goto out;
+	float each = (warm[0] > warm[1] ? warm[0] : warm[1]) / (float)(g->comm ? g->comm->world : 1);
+	int rounds = each > 0 ? (int)(kTuneMs / each) : kTuneMax;
+	rounds = rounds < 2 ? 2 : rounds > kTuneMax ? kTuneMax : rounds;
+	/* alternate which goes first, so that a drift in the GPU's clocks
+	 * falls on both */
+	for (int r = 0; r < rounds; r++)
+		for (int k = 0; k < 2; k++) {
+			int i = (r + k) % 2;
+			float t;
+			if (replay(g, ex[i], ev, &t, err, errlen) < 0)
+				goto out;
+			ms[i] = r == 0 || t < ms[i] ? t : ms[i];
+		}
+	*timed = rounds;
+	if (g->comm && g->comm->world > 1 &&
+	    g->comm->ops->allreduce_sum(g->comm, ms, 2, err, errlen) < 0)
+		goto out;
+	float *put[3] = { g->net.params, g->s1, g->s2 };
+	for (int i = 0; i < 3; i++)
+		if (cu_ok(cudaMemcpyAsync(put[i], keep + i * np, bytes, cudaMemcpyDeviceToDevice, g->s),
+			  __FILE__, __LINE__, "cudaMemcpyAsync") < 0) {
+			snprintf(err, errlen, "%s", cnn_cuda_last_error());
+			goto out;
+		}
+	g->net.wfresh = 0;   /* the forms are the replays' parameters' */
+	rv = 0;
+out:
+	/* keep is free once the copies back are done */
+	if (keep && cudaStreamSynchronize(g->s) != cudaSuccess && rv == 0) {
+		snprintf(err, errlen, "--backward-streams auto: %s", cnn_cuda_last_error());
+		rv = -1;
+	}
+	if (keep)
+		cudaFree(keep);
+	for (int i = 0; i < 2; i++)
+		if (ev[i])
+			cudaEventDestroy(ev[i]);
+	return rv;
+}
+
 static int capture(struct cnn_gpu *g, int n, char *err, size_t errlen)
 {
-	cudaGraph_t graph;
 	/* what is current now is what each replay's forward finds current:
 	 * what the replay before it wrote (graph_wop_out), else made so */
 	unsigned now = g->net.wfresh;
-	CUDA(cudaStreamBeginCapture(g->s, cudaStreamCaptureModeThreadLocal));
-	int rv = step_body(g, n, 0);
-	cudaError_t e = cudaStreamEndCapture(g->s, &graph);
+	int tune = g->o.streams == CNN_STREAMS_AUTO && g->net.streams_made == 2;
+	cudaGraph_t graph[2] = { NULL, NULL };
+	cudaGraphExec_t ex[2] = { NULL, NULL };
 	g->graph_wop_in = now;
-	g->graph_wop_out = g->net.wfresh;
-	g->net.wfresh = now;   /* nothing captured has run */
-	if (rv < 0)
-		FAIL("capturing the training step as a CUDA graph: %s (--no-graph runs without)",
-		     cnn_cuda_last_error());
-	if (e != cudaSuccess)
-		FAIL("capturing the training step as a CUDA graph: %s (--no-graph runs without)",
-		     cudaGetErrorString(e));
-	g->net.ws_frozen = 1;
-	if (g->o.graph_dot && g->o.rank == 0 && dot(graph, g->o.graph_dot, err, errlen) < 0) {
-		cudaGraphDestroy(graph);
-		return -1;
+	int keep = 0, rv = -1, timed = 0;
+	float ms[2] = { 0, 0 };
+	cudaError_t e;
+	for (int i = 0; i < (tune ? 2 : 1); i++) {
+		if (tune && cnn_gnet_use_streams(&g->net, i + 1) < 0) {
+			snprintf(err, errlen, "%s", g->net.err);
+			goto out;
+		}
+		if (capture_one(g, n, now, &graph[i], err, errlen) < 0)
+			goto out;
+		e = cudaGraphInstantiate(&ex[i], graph[i], 0);
+		if (e != cudaSuccess) {
+			ex[i] = NULL;
+			snprintf(err, errlen, "instantiating the training step's CUDA graph: %s "
+				 "(--no-graph runs without)", cudaGetErrorString(e));
+			goto out;
+		}
 	}
+	if (tune) {
+		if (tune_streams(g, ex, ms, &timed, err, errlen) < 0)
+			goto out;
+		keep = ms[1] < ms[0];
+		if (cnn_gnet_use_streams(&g->net, keep + 1) < 0) {
+			snprintf(err, errlen, "%s", g->net.err);
+			goto out;
+		}
+	}
+	if (g->o.graph_dot && g->o.rank == 0 && dot(graph[keep], g->o.graph_dot, err, errlen) < 0)
+		goto out;
 	/* a count the run can do without: said, not fatal */
 	char why[256];
-	if (census(graph, n, &g->census, why, sizeof(why)) < 0) {
+	if (census(graph[keep], n, &g->census, why, sizeof(why)) < 0) {
 		memset(&g->census, 0, sizeof(g->census));
 		fprintf(stderr, "cnn_train: rank %d: warning: %s\n", g->o.rank, why);
+	} else {
+		g->census.streams = g->net.streams;
+		g->census.ms[0] = ms[0];
+		g->census.ms[1] = ms[1];
+		g->census.tuned = timed;
 	}
-	e = cudaGraphInstantiate(&g->exec, graph, 0);
-	cudaGraphDestroy(graph);
-	if (e != cudaSuccess)
-		FAIL("instantiating the training step's CUDA graph: %s (--no-graph runs without)",
-		     cudaGetErrorString(e));
-	return 0;
+	g->exec = ex[keep];
+	ex[keep] = NULL;
+	rv = 0;
+out:
+	for (int i = 0; i < 2; i++) {
+		if (ex[i])
+			cudaGraphExecDestroy(ex[i]);
+		if (graph[i])
+			cudaGraphDestroy(graph[i]);
+	}
+	return rv;
 }
 
 static int gpu_graph_census(const struct cnn_gpu *g, struct cnn_graph_census *c)

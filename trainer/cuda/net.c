@@ -63,8 +63,8 @@ static int set_math(struct cnn_gnet *g)
 	cudnnMathType_t cm = g->precision == CNN_PREC_TF32 ? CUDNN_DEFAULT_MATH :
 			     g->precision == CNN_PREC_FP32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
 	cublasCheck(cublasSetMathMode(g->blas, bm));
-	if (g->blasw != g->blas)
-		cublasCheck(cublasSetMathMode(g->blasw, bm));
+	if (g->blasw_made != g->blas)
+		cublasCheck(cublasSetMathMode(g->blasw_made, bm));
 	for (int l = 0; l < 2; l++)
 		cudnnCheck(cudnnSetConvolutionMathType(g->cv[l], cm));
 	return 0;
@@ -143,24 +143,26 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 		snprintf(g->err, sizeof(g->err), "%d backward streams: expected 1 or 2", streams);
 		return -1;
 	}
-	g->streams = streams;
+	g->streams = g->streams_made = streams;
 	cudnnCheck(cudnnCreate(&g->dnn));
 	cudnnCheck(cudnnSetStream(g->dnn, s));
 	if (blas_open(g, &g->blas, &g->blas_ws, s) < 0)
 		return -1;
 	if (streams == 2) {
-		cudaCheck(cudaStreamCreateWithFlags(&g->sw, cudaStreamNonBlocking));
-		cudnnCheck(cudnnCreate(&g->dnnw));
-		cudnnCheck(cudnnSetStream(g->dnnw, g->sw));
-		if (blas_open(g, &g->blasw, &g->blasw_ws, g->sw) < 0)
+		cudaCheck(cudaStreamCreateWithFlags(&g->sw_made, cudaStreamNonBlocking));
+		cudnnCheck(cudnnCreate(&g->dnnw_made));
+		cudnnCheck(cudnnSetStream(g->dnnw_made, g->sw_made));
+		if (blas_open(g, &g->blasw_made, &g->blasw_ws, g->sw_made) < 0)
 			return -1;
 		for (int i = 0; i < 4; i++)
 			cudaCheck(cudaEventCreateWithFlags(&g->ev[i], cudaEventDisableTiming));
 	} else {
-		g->sw = s;
-		g->dnnw = g->dnn;
-		g->blasw = g->blas;
+		g->sw_made = s;
+		g->dnnw_made = g->dnn;
+		g->blasw_made = g->blas;
 	}
+	if (cnn_gnet_use_streams(g, streams) < 0)
+		return -1;
 
 	cudnnCheck(cudnnCreateTensorDescriptor(&g->tx));
 	cudnnCheck(cudnnCreateTensorDescriptor(&g->t1));
@@ -268,16 +270,16 @@ void cnn_gnet_free(struct cnn_gnet *g)
 	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
 		if (t[i])
 			cudnnDestroyTensorDescriptor(t[i]);
-	if (g->streams == 2) {
-		if (g->blasw)
-			cublasDestroy(g->blasw);
-		if (g->dnnw)
-			cudnnDestroy(g->dnnw);
+	if (g->streams_made == 2) {
+		if (g->blasw_made)
+			cublasDestroy(g->blasw_made);
+		if (g->dnnw_made)
+			cudnnDestroy(g->dnnw_made);
 		for (int i = 0; i < 4; i++)
 			if (g->ev[i])
 				cudaEventDestroy(g->ev[i]);
-		if (g->sw)
-			cudaStreamDestroy(g->sw);
+		if (g->sw_made)
+			cudaStreamDestroy(g->sw_made);
 	}
 	if (g->blas)
 		cublasDestroy(g->blas);
@@ -427,7 +429,7 @@ int cnn_gnet_prepare(struct cnn_gnet *g, int n)
 	if (need > g->ws_bytes && !g->ws_frozen) {
 		/* with two streams, sw's backward-filter calls have their own */
 		void **ws[2] = { &g->ws, &g->wsw };
-		for (int i = 0; i < g->streams && i < 2; i++) {
+		for (int i = 0; i < g->streams_made && i < 2; i++) {
 			if (*ws[i])
 				cudaCheck(cudaFree(*ws[i]));
 			*ws[i] = NULL;
@@ -486,6 +488,20 @@ static int linear_bwd_x(struct cnn_gnet *g, int n, int in, const void *w, int ou
 			float *dx, float scale)
 {
 	return gemm(g, g->blas, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, scale, w, in, dy, out, dx, in);
+}
+
+int cnn_gnet_use_streams(struct cnn_gnet *g, int streams)
+{
+	if (streams != 1 && (streams != 2 || g->streams_made != 2)) {
+		snprintf(g->err, sizeof(g->err), "%d backward streams: expected 1%s", streams,
+			 g->streams_made == 2 ? " or 2" : " (the second stream was not made)");
+		return -1;
+	}
+	g->streams = streams;
+	g->sw = streams == 2 ? g->sw_made : g->s;
+	g->dnnw = streams == 2 ? g->dnnw_made : g->dnn;
+	g->blasw = streams == 2 ? g->blasw_made : g->blas;
+	return 0;
 }
 
 /* Two streams: sw waits for what s has enqueued so far (event k). */

@@ -91,8 +91,10 @@ struct cnn_gnet {
 	 * forked from s as each one's inputs are final and joined back before
 	 * the convolutions' bucket, concurrent with the data gradients on s:
 	 * a cuDNN and a cuBLAS handle, workspaces and events of their own.
-	 * With one stream sw is s and the handles are s's. */
-	int streams;
+	 * With one stream sw is s and the handles are s's.  streams is the
+	 * backward's now (cnn_gnet_use_streams), streams_made what init made:
+	 * --backward-streams auto makes two and times the step both ways. */
+	int streams, streams_made;
 	enum cnn_conv_impl conv1;        /* asked for; algos[].direct1 has the choice */
 	float *c1s;                      /* the direct conv1 weight gradient's scratch */
 	enum cnn_conv_impl conv2;        /* asked for; algos[].direct2 has the choice */
@@ -105,9 +107,9 @@ struct cnn_gnet {
 	float *c2s;                      /* the tensor-core conv2 weight gradient's scratch */
 	void *c2w;                       /* conv2's weights packed for those kernels (the
 					  * forward's, then the backward-data's): wfresh */
-	cudaStream_t sw;
-	cudnnHandle_t dnnw;
-	cublasHandle_t blasw;
+	cudaStream_t sw, sw_made;        /* sw_made, dnnw_made, blasw_made: the second */
+	cudnnHandle_t dnnw, dnnw_made;   /* stream's, where init made it (else s's) */
+	cublasHandle_t blasw, blasw_made;
 	void *wsw, *blasw_ws;
 	cudaEvent_t ev[4];
 	float *params, *grads;           /* nparams each: the master copy (fp32 always) */
@@ -161,6 +163,9 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 		  enum cnn_precision precision, enum cnn_layout layout, int streams,
 		  enum cnn_conv_impl conv1, enum cnn_conv_impl conv2, cudaStream_t s);
 void cnn_gnet_free(struct cnn_gnet *g);
+/* The backward's streams from the next call on: 1, or 2 where init made
+ * two (the same arithmetic either way).  -1 with g->err otherwise. */
+int cnn_gnet_use_streams(struct cnn_gnet *g, int streams);
 /* cuDNN's algorithms for batch n (benchmarked once per n; not while a
  * stream is being captured), in the layout asked for, or with auto in
  * the one whose five convolution calls cudnnFind timed faster in total.
