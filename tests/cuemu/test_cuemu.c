@@ -520,6 +520,36 @@ static void test_streams(void)
 		  labels == 5 && arrows == 5);
 	test_cond("cudaGraphDebugDotPrint to a directory that is not there: cudaErrorOperatingSystem",
 		  cudaGraphDebugDotPrint(g, "/nonexistent-dir/g.dot", 0) == cudaErrorOperatingSystem);
+	/* the clock: the same work on one stream takes each operation's time
+	 * one after another, the graph's replay its longest path (the fork's
+	 * two kernels overlap: one kernel's time less; what --backward-streams
+	 * auto compares) */
+	float one = 0.f, serial = 0.f, replay = 0.f;
+	cudaEventRecord(t0, s1);
+	cuemu_selftest_axpb(a, a, 64, 1.f, 1.f, s1);
+	cudaEventRecord(t1, s1);
+	cudaEventSynchronize(t1);
+	cudaEventElapsedTime(&one, t0, t1);
+	cudaEventRecord(t0, s1);
+	cudaMemsetAsync(a, 0, 256, s1);
+	for (int i = 0; i < 3; i++)
+		cuemu_selftest_axpb(a, a, 64, 1.f, 1.f, s1);
+	cudaMemcpyAsync(a, b, 256, cudaMemcpyDeviceToDevice, s1);
+	cudaEventRecord(t1, s1);
+	cudaEventSynchronize(t1);
+	cudaEventElapsedTime(&serial, t0, t1);
+	int tok = cudaGraphInstantiate(&ge, g, 0) == cudaSuccess;
+	cudaEventRecord(t0, s1);
+	tok = tok && cudaGraphLaunch(ge, s1) == cudaSuccess;
+	cudaEventRecord(t1, s1);
+	cudaEventSynchronize(t1);
+	tok = tok && cudaEventElapsedTime(&replay, t0, t1) == cudaSuccess;
+	printf("# one kernel %.6f ms, the five operations on one stream %.6f ms, the graph's replay %.6f ms\n",
+	       one, serial, replay);
+	test_cond("a graph's replay takes its longest path: the fork's branches overlap",
+		  tok && one > 0.f && replay < serial && fabsf(serial - one - replay) <= 1e-5f * serial);
+	if (tok)
+		cudaGraphExecDestroy(ge);
 	cudaGraphDestroy(g);
 
 	/* CUDA's capture rules */
