@@ -518,8 +518,9 @@ kill_rank1() {
 # The module built under ASan and UBSan (make check's sanitizer pass; their
 # runtime preloaded into cnn_train alone, which is not built with them):
 # the GPU path's host code, the kernels and cuemu end to end, two ranks
-# over NCCL with the graph, the second stream, conv2's tensor-core kernels
-# and the evaluation; then the failure path of a rank whose peer is
+# over NCCL with the graph (captured and replayed both ways: --backward-
+# streams auto keeps the second stream on cuemu), conv2's tensor-core
+# kernels and the evaluation; then the failure path of a rank whose peer is
 # killed (the communicator aborted, everything closed, the exit).
 @test "under ASan and UBSan: two ranks over NCCL train, and one whose peer dies exits cleanly (cuemu)" {
 	local san="$REPO/build/tests-san/cuemu/cnn_train_cuda_emu.so"
@@ -529,10 +530,11 @@ kill_rank1() {
 	chmod +x "$BATS_TEST_TMPDIR/cnn_san"
 	local CNN="$BATS_TEST_TMPDIR/cnn_san" d="$BATS_TEST_TMPDIR"
 	ranks2 nccl "$d/ok" "${SMALL[@]}" --max-steps 3 --eval --device cuda --conv1 direct --conv2 direct \
-		--backward-streams 2
+		--backward-streams auto
 	echo "$stderr"
 	assert_success
 	assert_line --regexp '^params: identical on all 2 ranks '
+	assert_line --regexp '^# backward streams auto \(batch 8\): 2 kept; '
 	! grep -E 'Sanitizer|runtime error' <<<"$stderr"
 	! grep -E 'Sanitizer|runtime error' "$d/ok.r1"
 	kill_rank1 "$d" 3
