@@ -345,7 +345,7 @@ epoch 1/2 step 4/8"
 	import json, sys
 	g = json.load(open(sys.argv[1]))["cuda_graph"]
 	assert g == {"batch": 8, "nodes": 18, "kernels": 18, "copies": 0, "memsets": 0, "other": 0,
-	             "longest_chain": 18}, g
+	             "longest_chain": 18, "backward_streams": 1, "streams_ms": None}, g
 	PY
 	# the drawing: the same 18 nodes, the step's order from the gather to
 	# the update, one edge into each but the first
