@@ -337,27 +337,37 @@ epoch 1/2 step 4/8"
 	echo "$stderr"
 	assert_success
 	# gather, conv1, conv2 with the pool, fc1, its dropout, fc2, the loss;
-	# dW4, dh, the ReLU's backward, dW3, db3, dp; conv2's backward-filter
-	# and its sum, its backward-data with conv1's weight gradient and that
-	# sum; the update
-	assert_line "# CUDA graph of a training step (batch 8): 18 nodes: 18 kernels, 0 copies, 0 memsets, 0 other; the longest chain 18"
+	# dW4, dh, the ReLU's backward, dW3, db3, dp; the linear layers' update
+	# (beside the rest: off the chain); conv2's backward-filter and its sum,
+	# its backward-data with conv1's weight gradient and that sum; the
+	# convolutions' update
+	assert_line "# CUDA graph of a training step (batch 8): 19 nodes: 19 kernels, 0 copies, 0 memsets, 0 other; the longest chain 18"
 	/usr/bin/python3 - "$json" <<-'PY'
 	import json, sys
 	g = json.load(open(sys.argv[1]))["cuda_graph"]
-	assert g == {"batch": 8, "nodes": 18, "kernels": 18, "copies": 0, "memsets": 0, "other": 0,
+	assert g == {"batch": 8, "nodes": 19, "kernels": 19, "copies": 0, "memsets": 0, "other": 0,
 	             "longest_chain": 18, "backward_streams": 1, "streams_ms": None}, g
 	PY
-	# the drawing: the same 18 nodes, the step's order from the gather to
-	# the update, one edge into each but the first
-	[ "$(grep -c '\[label=' "$dot")" -eq 18 ]
-	[ "$(grep -c ' -> ' "$dot")" -eq 17 ]
+	# the drawing: the same 19 nodes in the step's order from the gather to
+	# the update; the linear layers' update (n13) hangs off db3 (n11), their
+	# last gradient, and dp (n12), the last read of their weights, and joins
+	# the convolutions' update (n18): a chain of 18 and that branch
+	[ "$(grep -c '\[label=' "$dot")" -eq 19 ]
 	grep -q '^  n0 \[label="gather"' "$dot"
-	grep -q '^  n17 \[label="sgd_kernel"' "$dot"
+	grep -q '^  n13 \[label="sgd_kernel"' "$dot"
+	grep -q '^  n18 \[label="sgd_kernel"' "$dot"
+	/usr/bin/python3 - "$dot" <<-'PY'
+	import re, sys
+	text = open(sys.argv[1]).read()
+	edges = sorted(tuple(map(int, e)) for e in re.findall(r"^  n(\d+) -> n(\d+);", text, re.M))
+	chain = [(i, i + 1) for i in range(18) if i not in (12, 13)] + [(12, 14)]
+	assert edges == sorted(chain + [(11, 13), (12, 13), (13, 18)]), edges
+	PY
 	# the weight gradients on a second stream: as many nodes, a shorter
 	# chain, the longest path through the drawing's edges (counted apart)
 	run --separate-stderr "$CNN" "${opts[@]}" --backward-streams 2 --cuda-graph-dot "$dot"
 	assert_success
-	assert_line --regexp '^# CUDA graph of a training step \(batch 8\): 18 nodes: 18 kernels, 0 copies, 0 memsets, 0 other; the longest chain 1[0-7]$'
+	assert_line --regexp '^# CUDA graph of a training step \(batch 8\): 19 nodes: 19 kernels, 0 copies, 0 memsets, 0 other; the longest chain 1[0-7]$'
 	line=$(grep '^# CUDA graph of' <<<"$output")
 	/usr/bin/python3 - "$dot" "${line##* }" <<-'PY'
 	import re, sys
@@ -370,17 +380,17 @@ epoch 1/2 step 4/8"
 	def depth(n):
 	    return 1 + max((depth(a) for a in into[n]), default=0)
 	longest = max(depth(int(n)) for n in nodes)
-	assert len(nodes) == 18 and longest == int(sys.argv[2]), (len(nodes), longest, sys.argv[2])
-	assert len(edges) > 17, edges   # a fork and a join: more edges than a chain has
+	assert len(nodes) == 19 and longest == int(sys.argv[2]), (len(nodes), longest, sys.argv[2])
+	assert len(edges) > 20, edges   # more forks and joins than one stream's
 	PY
 	# fc2's fused head: fc1's dropout, fc2's GEMM, the loss, dW4, dh, fc1's
 	# ReLU backward and its bias gradient (a gemv) in one launch
 	run --separate-stderr "$CNN" "${opts[@]}" --fc2 fused
 	assert_success
-	assert_line "# CUDA graph of a training step (batch 8): 12 nodes: 12 kernels, 0 copies, 0 memsets, 0 other; the longest chain 12"
+	assert_line "# CUDA graph of a training step (batch 8): 13 nodes: 13 kernels, 0 copies, 0 memsets, 0 other; the longest chain 12"
 	run --separate-stderr "$CNN" "${opts[@]}" --fc2 fused --backward-streams 2
 	assert_success
-	assert_line --regexp '^# CUDA graph of a training step \(batch 8\): 12 nodes: 12 kernels, 0 copies, 0 memsets, 0 other; the longest chain ([0-9]|1[01])$'
+	assert_line --regexp '^# CUDA graph of a training step \(batch 8\): 13 nodes: 13 kernels, 0 copies, 0 memsets, 0 other; the longest chain ([0-9]|1[01])$'
 	# bf16's GEMMs read bf16 operands the head does not: refused, naming why
 	run --separate-stderr "$CNN" "${opts[@]}" --fc2 fused --precision bf16
 	assert_failure
@@ -397,12 +407,12 @@ epoch 1/2 step 4/8"
 	[ "$pick" != "${BASH_REMATCH[3]}" ]
 	awk -v a="$fast" -v b="$slow" 'BEGIN { exit !(a <= b) }'
 	[[ "$line" == *", batch 16 fc2 "* ]]   # the evaluation's batch size, timed too
-	n=$([ "$pick" = fused ] && echo 12 || echo 18)
-	assert_line "# CUDA graph of a training step (batch 8): $n nodes: $n kernels, 0 copies, 0 memsets, 0 other; the longest chain $n"
+	n=$([ "$pick" = fused ] && echo 13 || echo 19)
+	assert_line "# CUDA graph of a training step (batch 8): $n nodes: $n kernels, 0 copies, 0 memsets, 0 other; the longest chain $((n - 1))"
 	run --separate-stderr "$CNN" "${opts[@]}" --fc2 auto --precision bf16
 	assert_success
 	refute_line --partial " fc2 "
-	assert_line "# CUDA graph of a training step (batch 8): 18 nodes: 18 kernels, 0 copies, 0 memsets, 0 other; the longest chain 18"
+	assert_line "# CUDA graph of a training step (batch 8): 19 nodes: 19 kernels, 0 copies, 0 memsets, 0 other; the longest chain 18"
 	# cuDNN's convolutions, NHWC, bf16, fp32 (on cuDNN: the project's
 	# tensor-core kernels are TF32 or bf16; the last option given wins): no
 	# copy or memset node in any

@@ -1505,9 +1505,17 @@ static void test_optim(enum cnn_optim_kind kind, float mom, float wd)
 		int rv = kind == CNN_SGD ?
 			cnn_cuda_sgd_step(dp, dg, ds1, n, dlr, mom, wd, step == 0, NULL, NULL) :
 			cnn_cuda_adadelta_step(dp, dg, ds1, ds2, n, dlr, o.rho, o.eps, wd, NULL, NULL);
-		int rw = kind == CNN_SGD ?
-			cnn_cuda_sgd_step(wp, dg, ws1, n, dlr, mom, wd, step == 0, &w, NULL) :
-			cnn_cuda_adadelta_step(wp, dg, ws1, ws2, n, dlr, o.rho, o.eps, wd, &w, NULL);
+		/* the twin split as a training step splits it: the linear
+		 * layers' first (from cut, the convolutions' 18,816 before),
+		 * then the rest */
+		size_t cut = 18816, r[2][2] = { { cut, n }, { 0, cut } };
+		int rw = 0;
+		for (int k = 0; k < 2; k++)
+			rw |= kind == CNN_SGD ?
+				cnn_cuda_sgd_step_range(wp, dg, ws1, r[k][0], r[k][1], dlr, mom, wd,
+							step == 0, &w, NULL) :
+				cnn_cuda_adadelta_step_range(wp, dg, ws1, ws2, r[k][0], r[k][1], dlr,
+							     o.rho, o.eps, wd, &w, NULL);
 		ok &= rv == 0 && rw == 0;
 		cnn_optim_step(&o, p, g, lr);
 		forms &= wop_matches(wp, n, &w, pack_b16, ohwi_b16);
@@ -1521,11 +1529,21 @@ static void test_optim(enum cnn_optim_kind kind, float mom, float wd)
 	float *got2 = malloc(n * 4);
 	back(got2, wp, n * 4);
 	same = !memcmp(got, got2, n * 4);
-	snprintf(d, sizeof(d), "%s (momentum %g, weight decay %g) with wop (bf16 copy, packs %s, "
-		 "OHWI %s): the same parameters bit for bit, each form exact",
+	snprintf(d, sizeof(d), "%s (momentum %g, weight decay %g) in two ranges with wop (bf16 copy, "
+		 "packs %s, OHWI %s): the same parameters bit for bit, each form exact",
 		 kind == CNN_SGD ? "sgd" : "adadelta", mom, wd, pack_b16 ? "bf16" : "fp32",
 		 ohwi_b16 ? "bf16" : "fp32");
 	test_cond(d, ok && same && forms);
+	if (mom == 0.f && wd == 0.f) {
+		int bad = kind == CNN_SGD ?
+			cnn_cuda_sgd_step_range(wp, dg, ws1, 9, 8, dlr, mom, wd, 0, NULL, NULL) :
+			cnn_cuda_adadelta_step_range(wp, dg, ws1, ws2, 9, 8, dlr, o.rho, o.eps, wd,
+						     NULL, NULL);
+		snprintf(d, sizeof(d), "%s: parameters 9 to 8 refused, named",
+			 kind == CNN_SGD ? "sgd" : "adadelta");
+		test_cond(d, bad < 0 && strstr(cnn_cuda_last_error(), "parameters 9 to 8: expected "
+					       "the first at most the end"));
+	}
 	cudaFree(dp), cudaFree(dg), cudaFree(ds1), cudaFree(ds2), cudaFree(dlr);
 	cudaFree(wp), cudaFree(ws1), cudaFree(ws2), cudaFree(w.wb);
 	for (int k = 0; k < 2; k++) {

@@ -50,7 +50,10 @@ struct cnn_gpu {
 	int dev;
 	char name[128];
 	cudaStream_t s, cs;         /* compute, gradient all-reduce */
-	cudaEvent_t ev_fc, ev_conv, ev_reduced, ev_slot[2], ev_eval;
+	cudaEvent_t ev_fc, ev_conv, ev_reduced, ev_slot[2], ev_eval, ev_fc_read;
+	/* the step being enqueued: its first update (SGD's momentum), and
+	 * whether the linear layers' update is already on cs (update_fc) */
+	int step_first, fc_updated;
 	int slot, slot_used[2];
 	/* data */
 	uint8_t *train_x, *train_y, *test_x, *test_y;
@@ -160,7 +163,7 @@ static int gpu_open(struct cnn_gpu **out, const struct cnn_gpu_opts *o, char *er
 	CUDA(cudaStreamCreateWithFlags(&g->s, cudaStreamNonBlocking));
 	CUDA(cudaStreamCreateWithFlags(&g->cs, cudaStreamNonBlocking));
 	cudaEvent_t *evs[] = { &g->ev_fc, &g->ev_conv, &g->ev_reduced, &g->ev_slot[0], &g->ev_slot[1],
-			       &g->ev_eval };
+			       &g->ev_eval, &g->ev_fc_read };
 	for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++)
 		CUDA(cudaEventCreateWithFlags(evs[i], cudaEventDisableTiming));
 	int maxb = o->batch > o->eval_batch ? o->batch : o->eval_batch;
@@ -325,49 +328,76 @@ static int gpu_get_state(struct cnn_gpu *g, float *params, struct cnn_optim *opt
 	return 0;
 }
 
-/* Backward's bucket hook: fork the all-reduce onto the comm stream from
- * the stream the bucket is final on. */
+/* The update of parameters [lo, hi) on stream on, writing the weights as
+ * the next forward reads them (bf16, conv2's packs, OHWI: cnn_gnet_wop) in
+ * the same pass. */
+static int update(struct cnn_gpu *g, size_t lo, size_t hi, cudaStream_t on)
+{
+	const float *lr = &g->d_in->lr;
+	struct cnn_cuda_wop w;
+	unsigned mask = cnn_gnet_wop(&g->net, &w);
+	return g->opt.kind == CNN_ADADELTA ?
+		cnn_cuda_adadelta_step_range(g->net.params, g->net.grads, g->s1, g->s2, lo, hi, lr,
+					     g->opt.rho, g->opt.eps, g->opt.weight_decay,
+					     mask ? &w : NULL, on) :
+		cnn_cuda_sgd_step_range(g->net.params, g->net.grads, g->s1, lo, hi, lr,
+					g->opt.momentum, g->opt.weight_decay, g->step_first,
+					mask ? &w : NULL, on);
+}
+
+/* Backward's hook.  The linear layers' gradients (98% of the parameters:
+ * fc1's 1.18M weights) go to the comm stream cs as soon as they are final
+ * (on sw), for NCCL's all-reduce where there are peers; once the backward
+ * has read those layers' weights for the last time (on s), their update
+ * follows on cs, beside the convolutions' backward, where it took the
+ * step's last launch whole.  The convolutions' bucket follows it to cs,
+ * and s waits for cs before the rest of the update.  Through a host
+ * backend (gloo) all of it waits for the host's all-reduce (host_reduce)
+ * and the update runs whole at the end. */
 static int bucket_ready(void *ctx, int bucket, cudaStream_t on)
 {
 	struct cnn_gpu *g = ctx;
 	const struct cnn_model *m = g->o.m;
 	size_t fc = m->t[P_W3].off;
-	cudaEvent_t ev = bucket == CNN_BUCKET_FC ? g->ev_fc : g->ev_conv;
 	char err[512];
 	size_t errlen = sizeof(err);
-	if (g->hcomm && bucket == CNN_BUCKET_CONV)
-		return host_reduce(g);
-	if (!g->comm)
+	if (g->hcomm)
+		return bucket == CNN_BUCKET_CONV ? host_reduce(g) : 0;
+	if (bucket == CNN_FC_WEIGHTS_READ) {
+		CUDA(cudaEventRecord(g->ev_fc_read, on));
+		CUDA(cudaStreamWaitEvent(g->cs, g->ev_fc_read, 0));
+		if (update(g, fc, m->nparams, g->cs) < 0)
+			return -1;
+		g->fc_updated = 1;
 		return 0;
-	CUDA(cudaEventRecord(ev, on));
-	CUDA(cudaStreamWaitEvent(g->cs, ev, 0));
+	}
+	cudaEvent_t ev = bucket == CNN_BUCKET_FC ? g->ev_fc : g->ev_conv;
+	if (bucket == CNN_BUCKET_FC || g->comm) {
+		CUDA(cudaEventRecord(ev, on));
+		CUDA(cudaStreamWaitEvent(g->cs, ev, 0));
+	}
 	float *buf = bucket == CNN_BUCKET_FC ? g->net.grads + fc : g->net.grads;
 	size_t n = bucket == CNN_BUCKET_FC ? m->nparams - fc : fc;
-	if (cnn_nccl_allreduce_avg(g->comm, buf, n, g->cs, err, errlen) < 0) {
+	if (g->comm && cnn_nccl_allreduce_avg(g->comm, buf, n, g->cs, err, errlen) < 0) {
 		cnn_cuda_fail(__FILE__, __LINE__, "cnn_nccl_allreduce_avg", err);
 		return -1;
 	}
 	if (bucket == CNN_BUCKET_CONV) {
-		/* join: the optimizer waits for both buckets */
+		/* join: the rest of the update waits for cs */
 		CUDA(cudaEventRecord(g->ev_reduced, g->cs));
 		CUDA(cudaStreamWaitEvent(g->s, g->ev_reduced, 0));
 	}
 	return 0;
 }
 
-/* The update, writing the weights as the next forward reads them (bf16,
- * conv2's packs, OHWI: cnn_gnet_wop) in the same pass. */
+/* The update, or what bucket_ready left of it (the convolutions'). */
 static int optimizer(struct cnn_gpu *g, int first)
 {
-	size_t n = g->o.m->nparams;
-	const float *lr = &g->d_in->lr;
+	g->step_first = first;
 	struct cnn_cuda_wop w;
 	unsigned mask = cnn_gnet_wop(&g->net, &w);
-	int rv = g->opt.kind == CNN_ADADELTA ?
-		cnn_cuda_adadelta_step(g->net.params, g->net.grads, g->s1, g->s2, n, lr, g->opt.rho,
-				       g->opt.eps, g->opt.weight_decay, mask ? &w : NULL, g->s) :
-		cnn_cuda_sgd_step(g->net.params, g->net.grads, g->s1, n, lr, g->opt.momentum,
-				  g->opt.weight_decay, first, mask ? &w : NULL, g->s);
+	int rv = update(g, 0, g->fc_updated ? g->o.m->t[P_W3].off : g->o.m->nparams, g->s);
+	g->fc_updated = 0;
 	g->net.wfresh = rv == 0 ? mask : 0;
 	return rv;
 }
@@ -377,6 +407,8 @@ static int step_body(struct cnn_gpu *g, int n, int first)
 {
 	struct cnn_gnet *net = &g->net;
 	const struct cnn_model *m = g->o.m;
+	g->step_first = first;
+	g->fc_updated = 0;
 	/* bf16: the batch's bf16 copy too, in the same pass */
 	net->xb_given = net->xb != NULL;
 	if (cnn_cuda_gather(g->train_x, g->train_y, g->d_idx, n, m->in.c, m->in.h, m->in.w, &g->norm,
@@ -829,7 +861,8 @@ static void gpu_close(struct cnn_gpu *g)
 		cudaFreeHost(g->h_stats);
 	if (g->h_grads)
 		cudaFreeHost(g->h_grads);
-	cudaEvent_t evs[] = { g->ev_fc, g->ev_conv, g->ev_reduced, g->ev_slot[0], g->ev_slot[1], g->ev_eval };
+	cudaEvent_t evs[] = { g->ev_fc, g->ev_conv, g->ev_reduced, g->ev_slot[0], g->ev_slot[1], g->ev_eval,
+			      g->ev_fc_read };
 	for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++)
 		if (evs[i])
 			cudaEventDestroy(evs[i]);

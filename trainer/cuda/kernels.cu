@@ -649,11 +649,11 @@ __device__ __forceinline__ void wop_put(const cnn_cuda_wop &w, size_t i, float v
 }
 
 template <bool WOP>
-__global__ void sgd_step(float *p, const float *g, float *buf, size_t n, const float *lrp,
-			 float mom, float wd, int first, cnn_cuda_wop w)
+__global__ void sgd_step(float *p, const float *g, float *buf, size_t lo, size_t n,
+			 const float *lrp, float mom, float wd, int first, cnn_cuda_wop w)
 {
 	float lr = *lrp;
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	for (size_t i = lo + blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x) {
 		float d = g[i] + wd * p[i], v;
 		if (mom == 0.f) {
@@ -670,11 +670,12 @@ __global__ void sgd_step(float *p, const float *g, float *buf, size_t n, const f
 }
 
 template <bool WOP>
-__global__ void adadelta_step(float *p, const float *g, float *sq, float *acc, size_t n,
-			      const float *lrp, float rho, float eps, float wd, cnn_cuda_wop w)
+__global__ void adadelta_step(float *p, const float *g, float *sq, float *acc, size_t lo,
+			      size_t n, const float *lrp, float rho, float eps, float wd,
+			      cnn_cuda_wop w)
 {
 	float lr = *lrp;
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	for (size_t i = lo + blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x) {
 		float d = g[i] + wd * p[i];
 		float s = sq[i] * rho + (1.f - rho) * d * d;
@@ -1160,17 +1161,52 @@ static cnn_cuda_wop wop_of(const cnn_cuda_wop *w)
 	return none;
 }
 
+extern "C" int cnn_cuda_sgd_step_range(float *p, const float *g, float *buf, size_t lo, size_t hi,
+				       const float *lr, float momentum, float weight_decay, int first,
+				       const struct cnn_cuda_wop *wop, cudaStream_t s)
+{
+	if (lo > hi) {
+		char m[96];
+		snprintf(m, sizeof(m), "parameters %zu to %zu: expected the first at most the end", lo, hi);
+		cnn_cuda_fail(__FILE__, __LINE__, "cnn_cuda_sgd_step_range", m);
+		return -1;
+	}
+	if (lo == hi)
+		return 0;
+	cnn_cuda_wop w = wop_of(wop);
+	float mom = momentum, wd = weight_decay;
+	unsigned nb = blocks_for(hi - lo);
+	auto sgd_kernel = wop ? sgd_step<true> : sgd_step<false>;
+	sgd_kernel<<<nb, kThreads, 0, s>>>(p, g, buf, lo, hi, lr, mom, wd, first, w);
+	cudaCheck(cudaGetLastError());
+	return 0;
+}
+
 extern "C" int cnn_cuda_sgd_step(float *p, const float *g, float *buf, size_t n, const float *lr,
 				 float momentum, float weight_decay, int first,
 				 const struct cnn_cuda_wop *wop, cudaStream_t s)
 {
-	if (!n)
+	return cnn_cuda_sgd_step_range(p, g, buf, 0, n, lr, momentum, weight_decay, first, wop, s);
+}
+
+extern "C" int cnn_cuda_adadelta_step_range(float *p, const float *g, float *sq, float *acc,
+					    size_t lo, size_t hi, const float *lr, float rho,
+					    float eps, float weight_decay,
+					    const struct cnn_cuda_wop *wop, cudaStream_t s)
+{
+	if (lo > hi) {
+		char m[96];
+		snprintf(m, sizeof(m), "parameters %zu to %zu: expected the first at most the end", lo, hi);
+		cnn_cuda_fail(__FILE__, __LINE__, "cnn_cuda_adadelta_step_range", m);
+		return -1;
+	}
+	if (lo == hi)
 		return 0;
 	cnn_cuda_wop w = wop_of(wop);
-	float mom = momentum, wd = weight_decay;
-	unsigned nb = blocks_for(n);
-	auto sgd_kernel = wop ? sgd_step<true> : sgd_step<false>;
-	sgd_kernel<<<nb, kThreads, 0, s>>>(p, g, buf, n, lr, mom, wd, first, w);
+	float wd = weight_decay;
+	unsigned nb = blocks_for(hi - lo);
+	auto adadelta_kernel = wop ? adadelta_step<true> : adadelta_step<false>;
+	adadelta_kernel<<<nb, kThreads, 0, s>>>(p, g, sq, acc, lo, hi, lr, rho, eps, wd, w);
 	cudaCheck(cudaGetLastError());
 	return 0;
 }
@@ -1179,15 +1215,7 @@ extern "C" int cnn_cuda_adadelta_step(float *p, const float *g, float *sq, float
 				      const float *lr, float rho, float eps, float weight_decay,
 				      const struct cnn_cuda_wop *wop, cudaStream_t s)
 {
-	if (!n)
-		return 0;
-	cnn_cuda_wop w = wop_of(wop);
-	float wd = weight_decay;
-	unsigned nb = blocks_for(n);
-	auto adadelta_kernel = wop ? adadelta_step<true> : adadelta_step<false>;
-	adadelta_kernel<<<nb, kThreads, 0, s>>>(p, g, sq, acc, n, lr, rho, eps, wd, w);
-	cudaCheck(cudaGetLastError());
-	return 0;
+	return cnn_cuda_adadelta_step_range(p, g, sq, acc, 0, n, lr, rho, eps, weight_decay, wop, s);
 }
 
 extern "C" int cnn_cuda_dropout_fwd(float *x, const float *b, int k, size_t n, float p,

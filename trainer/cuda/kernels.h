@@ -146,6 +146,16 @@ int cnn_cuda_sgd_step(float *p, const float *g, float *buf, size_t n, const floa
 int cnn_cuda_adadelta_step(float *p, const float *g, float *sq, float *acc, size_t n,
 			   const float *lr, float rho, float eps, float weight_decay,
 			   const struct cnn_cuda_wop *wop, cudaStream_t s);
+/* The same on parameters [lo, hi) only (p, g and the state at their
+ * starts; the forms of wop indexed as ever), the bits of the whole update
+ * there: the update split in two, the linear layers' run as soon as the
+ * backward has read their weights for the last time, beside the rest. */
+int cnn_cuda_sgd_step_range(float *p, const float *g, float *buf, size_t lo, size_t hi,
+			    const float *lr, float momentum, float weight_decay, int first,
+			    const struct cnn_cuda_wop *wop, cudaStream_t s);
+int cnn_cuda_adadelta_step_range(float *p, const float *g, float *sq, float *acc, size_t lo,
+				 size_t hi, const float *lr, float rho, float eps,
+				 float weight_decay, const struct cnn_cuda_wop *wop, cudaStream_t s);
 
 /* In-place dropout with the mask of cnn_dropout_fwd(x, n, p, *key); the
  * key is read from device memory so a captured graph draws a new mask

@@ -1366,6 +1366,7 @@ int cnn_gnet_backward(struct cnn_gnet *g, int n,
 	 * flows back through the ReLU, the pool and the mask. */
 	int nh = a->nhwc;
 	if (linear_bwd_x(g, n, M->flat, W(g, P_W3), M->hidden, dh, g->dp, s1) < 0 ||
+	    (ready && ready(ctx, CNN_FC_WEIGHTS_READ, g->s) < 0) ||
 	    (needs_da2(a) && maxpool_relu_bwd(g, nh, n) < 0) || fork_w(g, 2) < 0 ||
 	    wgrad_bias2(g, a, n, 1) < 0 || dgrad_conv1(g, a, n) < 0 || join_w(g) < 0)
 		return -1;

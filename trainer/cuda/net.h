@@ -158,6 +158,10 @@ struct cnn_gnet {
 /* Buckets of the flat gradient buffer, in the order the backward finishes
  * them: the linear layers (t[P_W3].off to the end), then the convolutions. */
 enum { CNN_BUCKET_FC, CNN_BUCKET_CONV };
+/* Not a bucket: the backward's last read of the linear layers' weights
+ * this step is enqueued on the stream named (their update may follow it
+ * there, beside the convolutions' backward). */
+enum { CNN_FC_WEIGHTS_READ = 2 };
 
 int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 		  enum cnn_precision precision, enum cnn_layout layout, int streams,
@@ -181,8 +185,9 @@ int cnn_gnet_prepare(struct cnn_gnet *g, int n);
 int cnn_gnet_forward(struct cnn_gnet *g, int n, int train, float scale_n);
 /* Backward of the last forward (scale_n > 0: the gradients are its mean);
  * ready(ctx, bucket, on) as each bucket's gradients are final on stream
- * on (the linear layers' on sw, the convolutions' on g->s).  Every
- * gradient is final on g->s when it returns. */
+ * on (the linear layers' on sw, the convolutions' on g->s), and
+ * ready(ctx, CNN_FC_WEIGHTS_READ, g->s) between the two.  Every gradient
+ * is final on g->s when it returns. */
 int cnn_gnet_backward(struct cnn_gnet *g, int n,
 		      int (*ready)(void *ctx, int bucket, cudaStream_t on), void *ctx);
 /* The weights' forms (bits of wfresh): the bf16 copy of every parameter,
