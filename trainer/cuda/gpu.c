@@ -1,6 +1,7 @@
 /* cnn_train's GPU path behind gpu.h: the data set in GPU memory, the
  * training step (gather, forward, backward with the gradient buckets
- * all-reduced on a second stream as soon as each is final, the optimizer)
+ * all-reduced on a second stream as soon as each is final, the linear
+ * layers' update there beside the convolutions' backward, the rest)
  * captured once as a CUDA graph and replayed, evaluation, and the state's
  * way to and from the host.
  *
