@@ -347,11 +347,10 @@ all | variants | session)
 		# best at 1024), the 2-epoch accuracy, bf16.  8 parts: $OUT
 		# brings back 8 files.
 		part kernels_test 60 -- test_cuda_kernels
-		# (the targets' batch sizes first: a cut part keeps their rows; 9
-		# cnn_train columns and 2 of PyTorch's, ~50 s a batch size; auto:
-		# both of the step's whole-graph choices timed at its capture)
+		# (the targets' batch sizes first: a cut part keeps their rows; 10
+		# cnn_train columns and 2 of PyTorch's, ~55 s a batch size)
 		part bench_tf32 180 BATCHES="64 1024 256" TORCH_MODES="eager graph" \
-			CNN_VARIANTS="nhwc:--conv-layout nhwc;s2:--backward-streams 2;c1cudnn:--conv1 cudnn;c2cudnn:--conv2 cudnn;c2direct:--conv2 direct;fc2f:--fc2 fused;auto:--backward-streams auto --fc2 auto" -- bench
+			CNN_VARIANTS="nhwc:--conv-layout nhwc;s2:--backward-streams 2;c1cudnn:--conv1 cudnn;c2cudnn:--conv2 cudnn;c2direct:--conv2 direct;fc2f:--fc2 fused;fc2c:--fc2 cublas;sauto:--backward-streams auto" -- bench
 		part profile 70 BATCHES="64 1024" PROFILE_LAYOUTS=nchw -- profile
 		part kernels 60 -- kernels
 		part gpu_step 100 -- test_gpu_step
@@ -369,7 +368,7 @@ all | variants | session)
 		# cuDNN or the project's kernels and fc2's fused head as columns beside
 		# the defaults (NCHW, one stream) and PyTorch, one table per precision
 		part variants_tf32 210 TORCH_MODES="eager graph" \
-			CNN_VARIANTS="nhwc:--conv-layout nhwc;s2:--backward-streams 2;nhwc_s2:--conv-layout nhwc --backward-streams 2;c1cudnn:--conv1 cudnn;c2cudnn:--conv2 cudnn;c2direct:--conv2 direct;nhwc_c2d:--conv-layout nhwc --conv2 direct;fc2f:--fc2 fused;fc2f_s2:--fc2 fused --backward-streams 2;fc2a:--fc2 auto;sauto:--backward-streams auto;auto:--backward-streams auto --fc2 auto" -- bench
+			CNN_VARIANTS="nhwc:--conv-layout nhwc;s2:--backward-streams 2;nhwc_s2:--conv-layout nhwc --backward-streams 2;c1cudnn:--conv1 cudnn;c2cudnn:--conv2 cudnn;c2direct:--conv2 direct;nhwc_c2d:--conv-layout nhwc --conv2 direct;fc2f:--fc2 fused;fc2f_s2:--fc2 fused --backward-streams 2;fc2c:--fc2 cublas;sauto:--backward-streams auto" -- bench
 		part variants_bf16 150 TORCH_MODES="eager graph" PRECISION=bf16 \
 			CNN_VARIANTS="nhwc:--conv-layout nhwc;s2:--backward-streams 2;c2cudnn:--conv2 cudnn;c2direct:--conv2 direct" -- bench
 		finish

@@ -59,9 +59,9 @@ void cnn_args_usage(FILE *f)
 "                         kernels, or auto (default: each call the faster, timed)\n"
 "  --conv2 KIND           GPU, TF32 or bf16: conv2 by cuDNN, by the project's\n"
 "                         tensor-core kernels (direct), or auto (default, timed)\n"
-"  --fc2 KIND             GPU, TF32 or fp32: fc2 and the loss by cuBLAS (default),\n"
-"                         fused (with fc1's dropout and ReLU: one launch) or auto\n"
-"                         (per batch size the faster, timed)\n"
+"  --fc2 KIND             GPU, TF32 or fp32: fc2 and the loss by cuBLAS, fused\n"
+"                         (with fc1's dropout and ReLU: one launch) or auto\n"
+"                         (default: per batch size the faster, timed)\n"
 "  --cuda-profile-steps A:B  GPU: cudaProfilerStart before step A, Stop after\n"
 "                         step B (from 1, across epochs), for nsys --capture-\n"
 "                         range=cudaProfilerApi or ncu --profile-from-start off\n"
@@ -215,6 +215,7 @@ int cnn_args_parse(struct cnn_args *a, int argc, char **argv, const char *env_da
 	a->device = "auto";
 	a->timeout_s = 60;
 	a->streams = 1;
+	a->fc2 = CNN_FC2_AUTO;
 	a->progress = -1;
 	a->log_every = 50;
 	a->sched.step_epochs = 1;

@@ -362,6 +362,12 @@ static void test_args(void)
 		  parse(&a, err, NULL, "--conv2=direct", NULL) == 0 && a.conv2 == CNN_CONV_DIRECT);
 	test_cond("--conv2=fft", parse(&a, err, NULL, "--conv2=fft", NULL) < 0);
 	test_err("... lists the choices", err, "--conv2=fft: expected auto, cudnn or direct");
+	test_cond("--fc2: auto by default, cublas and fused",
+		  parse(&a, err, NULL, NULL) == 0 && a.fc2 == CNN_FC2_AUTO &&
+		  parse(&a, err, NULL, "--fc2", "cublas", NULL) == 0 && a.fc2 == CNN_FC2_CUBLAS &&
+		  parse(&a, err, NULL, "--fc2=fused", NULL) == 0 && a.fc2 == CNN_FC2_FUSED);
+	test_cond("--fc2=gemm", parse(&a, err, NULL, "--fc2=gemm", NULL) < 0);
+	test_err("... lists the choices", err, "--fc2=gemm: expected cublas, fused or auto");
 	test_cond("--precision=fp8", parse(&a, err, NULL, "--precision=fp8", NULL) < 0);
 	test_err("... lists the choices", err, "--precision=fp8: expected tf32, fp32 or bf16");
 	test_cond("--device=tpu", parse(&a, err, NULL, "--device=tpu", NULL) < 0);
