@@ -109,7 +109,7 @@ teardown() {
 	echo "$stderr"
 	assert_success
 	assert_line --regexp '^# cnn_train: world 2 \(gloo\), model 1x28x28->10'
-	assert_line --regexp '^# GPU: cuemu .*, fp32, conv1 direct, NCHW, no graph \(gradients all-reduced through host memory\)$'
+	assert_line --regexp '^# GPU: cuemu .*, fp32, conv1 direct, batch 8 fc2 (fused|cuBLAS) .*, NCHW, no graph \(gradients all-reduced through host memory\)$'
 	assert_line --regexp '^params: identical on all 2 ranks '
 	assert_line --regexp '^done: 8 steps, '
 	run --separate-stderr crun srun -N2 --ntasks-per-node=1 -c1 --ddp=gloo "$CNN" "${opts[@]}" --device cpu \
