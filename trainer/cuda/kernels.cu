@@ -1161,16 +1161,23 @@ static cnn_cuda_wop wop_of(const cnn_cuda_wop *w)
 	return none;
 }
 
+// An update's range of parameters [lo, hi): said where it is backwards.
+static bool range_bad(size_t lo, size_t hi, int line, const char *who)
+{
+	if (lo <= hi)
+		return false;
+	char m[96];
+	snprintf(m, sizeof(m), "parameters %zu to %zu: expected the first at most the end", lo, hi);
+	cnn_cuda_fail(__FILE__, line, who, m);
+	return true;
+}
+
 extern "C" int cnn_cuda_sgd_step_range(float *p, const float *g, float *buf, size_t lo, size_t hi,
 				       const float *lr, float momentum, float weight_decay, int first,
 				       const struct cnn_cuda_wop *wop, cudaStream_t s)
 {
-	if (lo > hi) {
-		char m[96];
-		snprintf(m, sizeof(m), "parameters %zu to %zu: expected the first at most the end", lo, hi);
-		cnn_cuda_fail(__FILE__, __LINE__, "cnn_cuda_sgd_step_range", m);
+	if (range_bad(lo, hi, __LINE__, "cnn_cuda_sgd_step_range"))
 		return -1;
-	}
 	if (lo == hi)
 		return 0;
 	cnn_cuda_wop w = wop_of(wop);
@@ -1194,12 +1201,8 @@ extern "C" int cnn_cuda_adadelta_step_range(float *p, const float *g, float *sq,
 					    float eps, float weight_decay,
 					    const struct cnn_cuda_wop *wop, cudaStream_t s)
 {
-	if (lo > hi) {
-		char m[96];
-		snprintf(m, sizeof(m), "parameters %zu to %zu: expected the first at most the end", lo, hi);
-		cnn_cuda_fail(__FILE__, __LINE__, "cnn_cuda_adadelta_step_range", m);
+	if (range_bad(lo, hi, __LINE__, "cnn_cuda_adadelta_step_range"))
 		return -1;
-	}
 	if (lo == hi)
 		return 0;
 	cnn_cuda_wop w = wop_of(wop);
