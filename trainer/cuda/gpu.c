@@ -50,10 +50,10 @@ struct cnn_gpu {
 	float *h_grads;             /* pinned, nparams */
 	int dev;
 	char name[128];
-	cudaStream_t s, cs;         /* compute, gradient all-reduce */
+	cudaStream_t s, cs;         /* compute; the all-reduce and the linear layers' update */
 	cudaEvent_t ev_fc, ev_conv, ev_reduced, ev_slot[2], ev_eval, ev_fc_read;
 	/* the step being enqueued: its first update (SGD's momentum), and
-	 * whether the linear layers' update is already on cs (update_fc) */
+	 * whether the linear layers' update is already on cs (bucket_ready) */
 	int step_first, fc_updated;
 	int slot, slot_used[2];
 	/* data */
