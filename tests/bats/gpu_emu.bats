@@ -339,38 +339,40 @@ epoch 1/2 step 4/8"
 	run --separate-stderr "$CNN" "${opts[@]}" --cuda-graph-dot "$dot" --log-json "$json"
 	echo "$stderr"
 	assert_success
-	# gather, conv1, conv2 with the pool, fc1, its dropout, fc2, the loss;
-	# dW4, dh, the ReLU's backward, dW3, db3, dp; the linear layers' update
-	# (beside the rest: off the chain); conv2's backward-filter and its sum,
-	# its backward-data with conv1's weight gradient and that sum; the
-	# convolutions' update
-	assert_line "# CUDA graph of a training step (batch 8): 19 nodes: 19 kernels, 0 copies, 0 memsets, 0 other; the longest chain 18"
+	# conv1 gathering its batch, conv2 with the pool, fc1, its dropout, fc2,
+	# the loss; dW4, dh, the ReLU's backward, dW3, db3, dp; the linear
+	# layers' update (beside the rest: off the chain); conv2's
+	# backward-filter and its sum, its backward-data with conv1's weight
+	# gradient and that sum; the convolutions' update
+	assert_line "# CUDA graph of a training step (batch 8): 18 nodes: 18 kernels, 0 copies, 0 memsets, 0 other; the longest chain 17"
 	/usr/bin/python3 - "$json" <<-'PY'
 	import json, sys
 	g = json.load(open(sys.argv[1]))["cuda_graph"]
-	assert g == {"batch": 8, "nodes": 19, "kernels": 19, "copies": 0, "memsets": 0, "other": 0,
-	             "longest_chain": 18, "backward_streams": 1, "streams_ms": None}, g
+	assert g == {"batch": 8, "nodes": 18, "kernels": 18, "copies": 0, "memsets": 0, "other": 0,
+	             "longest_chain": 17, "backward_streams": 1, "streams_ms": None}, g
 	PY
-	# the drawing: the same 19 nodes in the step's order from the gather to
-	# the update; the linear layers' update (n13) hangs off db3 (n11), their
-	# last gradient, and dp (n12), the last read of their weights, and joins
-	# the convolutions' update (n18): a chain of 18 and that branch
-	[ "$(grep -c '\[label=' "$dot")" -eq 19 ]
-	grep -q '^  n0 \[label="gather"' "$dot"
-	grep -q '^  n13 \[label="sgd_kernel"' "$dot"
-	grep -q '^  n18 \[label="sgd_kernel"' "$dot"
+	# the drawing: the same 18 nodes in the step's order from conv1 (no
+	# gather of its own) to the update; the linear layers' update (n12)
+	# hangs off db3 (n10), their last gradient, and dp (n11), the last read
+	# of their weights, and joins the convolutions' update (n17): a chain of
+	# 17 and that branch
+	[ "$(grep -c '\[label=' "$dot")" -eq 18 ]
+	! grep -q 'label="gather"' "$dot"
+	grep -q '^  n0 \[label="conv1_fwd_k"' "$dot"
+	grep -q '^  n12 \[label="sgd_kernel"' "$dot"
+	grep -q '^  n17 \[label="sgd_kernel"' "$dot"
 	/usr/bin/python3 - "$dot" <<-'PY'
 	import re, sys
 	text = open(sys.argv[1]).read()
 	edges = sorted(tuple(map(int, e)) for e in re.findall(r"^  n(\d+) -> n(\d+);", text, re.M))
-	chain = [(i, i + 1) for i in range(18) if i not in (12, 13)] + [(12, 14)]
-	assert edges == sorted(chain + [(11, 13), (12, 13), (13, 18)]), edges
+	chain = [(i, i + 1) for i in range(17) if i not in (11, 12)] + [(11, 13)]
+	assert edges == sorted(chain + [(10, 12), (11, 12), (12, 17)]), edges
 	PY
 	# the weight gradients on a second stream: as many nodes, a shorter
 	# chain, the longest path through the drawing's edges (counted apart)
 	run --separate-stderr "$CNN" "${opts[@]}" --backward-streams 2 --cuda-graph-dot "$dot"
 	assert_success
-	assert_line --regexp '^# CUDA graph of a training step \(batch 8\): 19 nodes: 19 kernels, 0 copies, 0 memsets, 0 other; the longest chain 1[0-7]$'
+	assert_line --regexp '^# CUDA graph of a training step \(batch 8\): 18 nodes: 18 kernels, 0 copies, 0 memsets, 0 other; the longest chain ([0-9]|1[0-6])$'
 	line=$(grep '^# CUDA graph of' <<<"$output")
 	/usr/bin/python3 - "$dot" "${line##* }" <<-'PY'
 	import re, sys
@@ -383,17 +385,17 @@ epoch 1/2 step 4/8"
 	def depth(n):
 	    return 1 + max((depth(a) for a in into[n]), default=0)
 	longest = max(depth(int(n)) for n in nodes)
-	assert len(nodes) == 19 and longest == int(sys.argv[2]), (len(nodes), longest, sys.argv[2])
-	assert len(edges) > 20, edges   # more forks and joins than one stream's
+	assert len(nodes) == 18 and longest == int(sys.argv[2]), (len(nodes), longest, sys.argv[2])
+	assert len(edges) > 19, edges   # more forks and joins than one stream's
 	PY
 	# fc2's fused head: fc1's dropout, fc2's GEMM, the loss, dW4, dh, fc1's
 	# ReLU backward and its bias gradient (a gemv) in one launch
 	run --separate-stderr "$CNN" "${opts[@]}" --fc2 fused
 	assert_success
-	assert_line "# CUDA graph of a training step (batch 8): 13 nodes: 13 kernels, 0 copies, 0 memsets, 0 other; the longest chain 12"
+	assert_line "# CUDA graph of a training step (batch 8): 12 nodes: 12 kernels, 0 copies, 0 memsets, 0 other; the longest chain 11"
 	run --separate-stderr "$CNN" "${opts[@]}" --fc2 fused --backward-streams 2
 	assert_success
-	assert_line --regexp '^# CUDA graph of a training step \(batch 8\): 13 nodes: 13 kernels, 0 copies, 0 memsets, 0 other; the longest chain ([0-9]|1[01])$'
+	assert_line --regexp '^# CUDA graph of a training step \(batch 8\): 12 nodes: 12 kernels, 0 copies, 0 memsets, 0 other; the longest chain ([0-9]|10)$'
 	# bf16's GEMMs read bf16 operands the head does not: refused, naming why
 	run --separate-stderr "$CNN" "${opts[@]}" --fc2 fused --precision bf16
 	assert_failure
@@ -410,12 +412,12 @@ epoch 1/2 step 4/8"
 	[ "$pick" != "${BASH_REMATCH[3]}" ]
 	awk -v a="$fast" -v b="$slow" 'BEGIN { exit !(a <= b) }'
 	[[ "$line" == *", batch 16 fc2 "* ]]   # the evaluation's batch size, timed too
-	n=$([ "$pick" = fused ] && echo 13 || echo 19)
+	n=$([ "$pick" = fused ] && echo 12 || echo 18)
 	assert_line "# CUDA graph of a training step (batch 8): $n nodes: $n kernels, 0 copies, 0 memsets, 0 other; the longest chain $((n - 1))"
 	run --separate-stderr "$CNN" "${opts[@]}" --fc2 auto --precision bf16
 	assert_success
 	refute_line --partial " fc2 "
-	assert_line "# CUDA graph of a training step (batch 8): 19 nodes: 19 kernels, 0 copies, 0 memsets, 0 other; the longest chain 18"
+	assert_line "# CUDA graph of a training step (batch 8): 18 nodes: 18 kernels, 0 copies, 0 memsets, 0 other; the longest chain 17"
 	# cuDNN's convolutions, NHWC, bf16, fp32 (on cuDNN: the project's
 	# tensor-core kernels are TF32 or bf16; the last option given wins): no
 	# copy or memset node in any

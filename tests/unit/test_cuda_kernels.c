@@ -1635,6 +1635,70 @@ static void test_gather(void)
 	free(d.x), free(d.y), free(x), free(got);
 }
 
+/* conv1's forward gathering its batch itself: the bits of the gather then
+ * the forward, in every output it has (conv1's output, the batch in fp32
+ * and bf16, the labels: each pixel written, none left as the allocation's
+ * fill), each precision and layout, an image of odd size too */
+static void test_conv1_gather(int h, int w)
+{
+	int nd = 300, nimg = 37, oc = 5;
+	size_t img = (size_t)h * w, ny = (size_t)nimg * oc * (h - 2) * (w - 2), nx = nimg * img;
+	uint8_t *xs = malloc(nd * img), ys[300];
+	for (size_t i = 0; i < nd * img; i++)
+		xs[i] = (uint8_t)(i * 2654435761u >> 24);
+	for (int i = 0; i < nd; i++)
+		ys[i] = (uint8_t)(i * 7 % 10);
+	uint32_t idx[37];
+	for (int i = 0; i < nimg; i++)
+		idx[i] = (uint32_t)((i * 7919u + 11) % nd);
+	float wt[45], bias[5], mean = 0.2860f, sd = 0.3530f;
+	fill(wt, 45);
+	fill(bias, 5);
+	struct cnn_cuda_norm nm;
+	cnn_cuda_norm_set(&nm, 1, &mean, &sd);
+	uint8_t *dxs = dev(xs, nd * img), *dys = dev(ys, nd);
+	uint32_t *didx = dev(idx, sizeof(idx));
+	float *dw = dev(wt, sizeof(wt)), *db = dev(bias, sizeof(bias));
+	cnn_bf16 *dwb = dev(NULL, 45 * 2);
+	CK(cnn_cuda_to_bf16(dw, dwb, 45, NULL) == 0 ? cudaSuccess : cudaErrorUnknown);
+	for (int bf = 0; bf < 2; bf++)
+		for (int nhwc = 0; nhwc < 2; nhwc++) {
+			size_t es = bf ? 2 : 4;
+			void *ry = dev(NULL, ny * es), *fy = dev(NULL, ny * es);
+			float *rx = dev(NULL, nx * 4), *fx = dev(NULL, nx * 4);
+			cnn_bf16 *rxb = dev(NULL, nx * 2), *fxb = dev(NULL, nx * 2);
+			uint8_t *rl = dev(NULL, nimg), *fl = dev(NULL, nimg);
+			int ok = cnn_cuda_gather(dxs, dys, didx, nimg, 1, h, w, &nm, rx, rl, bf ? rxb : NULL,
+						 NULL) == 0;
+			ok &= (bf ? cnn_cuda_conv1_fwd_bf16(rxb, dwb, db, nimg, h, w, oc, nhwc, ry, NULL) :
+				    cnn_cuda_conv1_fwd(rx, dw, db, nimg, h, w, oc, nhwc, ry, NULL)) == 0;
+			ok &= (bf ? cnn_cuda_conv1_fwd_gather_bf16(dxs, dys, didx, &nm, dwb, db, nimg, h, w,
+								   oc, nhwc, fy, fx, fxb, fl, NULL) :
+				    cnn_cuda_conv1_fwd_gather(dxs, dys, didx, &nm, dw, db, nimg, h, w, oc,
+							      nhwc, fy, fx, fl, NULL)) == 0;
+			char d[200];
+			snprintf(d, sizeof(d), "conv1 forward gathering its batch (%dx%d, %s, %s): conv1's "
+				 "output, the batch%s and the labels, the bits of gather then forward", h, w,
+				 bf ? "bf16" : "fp32", nhwc ? "NHWC" : "NCHW", bf ? " (fp32, bf16)" : "");
+			test_cond(d, ok && same_bytes(ry, fy, ny * es) && same_bytes(rx, fx, nx * 4) &&
+					     (!bf || same_bytes(rxb, fxb, nx * 2)) && same_bytes(rl, fl, nimg));
+			cudaFree(ry), cudaFree(fy), cudaFree(rx), cudaFree(fx), cudaFree(rxb);
+			cudaFree(fxb), cudaFree(rl), cudaFree(fl);
+		}
+	if (h == 28) {
+		float *y = dev(NULL, 64), *x = dev(NULL, 64);
+		uint8_t *l = dev(NULL, 4);
+		int rv = cnn_cuda_conv1_fwd_gather(dxs, dys, didx, &nm, dw, db, 1, 2, 9, oc, 0, y, x, l,
+						   NULL);
+		test_cond("conv1 forward gathering images of 2x9: refused, named",
+			  rv < 0 && strstr(cnn_cuda_last_error(), "cnn_cuda_conv1_fwd_gather: images of "
+				   "2x9: expected 3x3 or larger"));
+		cudaFree(y), cudaFree(x), cudaFree(l);
+	}
+	cudaFree(dxs), cudaFree(dys), cudaFree(didx), cudaFree(dw), cudaFree(db), cudaFree(dwb);
+	free(xs);
+}
+
 int main(void)
 {
 	int ndev = 0;
@@ -1700,6 +1764,8 @@ int main(void)
 	test_dropout(11 * 7, 0.5f, 7);            /* rows of 7, a short last group of 4 */
 	test_dropout(128 * 8, 0.f, 128);          /* an evaluation: bias and ReLU only */
 	test_gather();
+	test_conv1_gather(28, 28);
+	test_conv1_gather(13, 7);
 	test_relu_bwd();
 	for (int nhwc = 0; nhwc < 2; nhwc++)
 		for (int b16 = 0; b16 < 2; b16++) {

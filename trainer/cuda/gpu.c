@@ -407,15 +407,13 @@ static int optimizer(struct cnn_gpu *g, int first)
 static int step_body(struct cnn_gpu *g, int n, int first)
 {
 	struct cnn_gnet *net = &g->net;
-	const struct cnn_model *m = g->o.m;
 	g->step_first = first;
 	g->fc_updated = 0;
-	/* bf16: the batch's bf16 copy too, in the same pass */
-	net->xb_given = net->xb != NULL;
-	if (cnn_cuda_gather(g->train_x, g->train_y, g->d_idx, n, m->in.c, m->in.h, m->in.w, &g->norm,
-			    net->x, net->y, net->xb, g->s) < 0 ||
-	    /* mean over this rank's n; NCCL's average makes it the global mean */
-	    cnn_gnet_forward(net, n, 1, (float)n) < 0 ||
+	/* the batch, gathered by the forward (by conv1's direct forward
+	 * itself where it runs: one launch fewer) */
+	cnn_gnet_set_batch(net, g->train_x, g->train_y, g->d_idx, &g->norm);
+	/* mean over this rank's n; NCCL's average makes it the global mean */
+	if (cnn_gnet_forward(net, n, 1, (float)n) < 0 ||
 	    cnn_gnet_backward(net, n, bucket_ready, g) < 0 ||
 	    optimizer(g, first) < 0)
 		return -1;
@@ -813,7 +811,6 @@ static int gpu_evaluate(struct cnn_gpu *g, const uint32_t *idx, int n, double *l
 			long long *correct, char *err, size_t errlen)
 {
 	struct cnn_gnet *net = &g->net;
-	const struct cnn_model *m = g->o.m;
 	*loss_sum = 0;
 	*correct = 0;
 	if (n == 0)
@@ -828,10 +825,8 @@ static int gpu_evaluate(struct cnn_gpu *g, const uint32_t *idx, int n, double *l
 	/* every slot is free after sync_all: stage the indices in one */
 	memcpy(g->h_idx[g->slot], idx, (size_t)n * 4);
 	CUDA(cudaMemcpyAsync(g->d_idx, g->h_idx[g->slot], (size_t)n * 4, cudaMemcpyHostToDevice, g->s));
-	net->xb_given = net->xb != NULL;
-	if (cnn_cuda_gather(g->test_x, g->test_y, g->d_idx, n, m->in.c, m->in.h, m->in.w, &g->norm,
-			    net->x, net->y, net->xb, g->s) < 0 ||
-	    cnn_gnet_forward(net, n, 0, 0.f) < 0)
+	cnn_gnet_set_batch(net, g->test_x, g->test_y, g->d_idx, &g->norm);
+	if (cnn_gnet_forward(net, n, 0, 0.f) < 0)
 		FAIL("%s", net->err[0] ? net->err : cnn_cuda_last_error());
 	CUDA(cudaMemcpyAsync(g->h_stats, net->stats, 2 * sizeof(float), cudaMemcpyDeviceToHost, g->s));
 	if (sync_all(g, "evaluation", err, errlen) < 0)

@@ -193,9 +193,24 @@ bias_grad_sum(const float *part, int chunks, float *db)
 // channel (fp32, or bf16 operands), y conv1's output in T, NCHW or (nhwc)
 // channels-last.  Sums in fp32; with bf16, the sum rounded as cuDNN stores
 // its output, then bias_relu_as.
-template <typename T>
+// With GATHER (cnn_cuda_conv1_fwd_gather), the batch is not read from x:
+// each image comes from the data set's bytes at its index and is
+// normalized as cnn_cuda_gather does it, and the threads of channel 0 also
+// store what the gather stores (the image in fp32, its bf16 copy, the
+// label), each pixel once: the interior's by the output pixel at its top
+// left, the last two rows and columns by the last output row and column.
+struct Gather1 {
+	const uint8_t *xs, *ys;   // the data set's images (h x w bytes) and labels
+	const uint32_t *idx;      // the batch's indices into them
+	float scale, off;         // x = byte * scale - off (one channel)
+	float *x;                 // the batch, n x h x w
+	bf16 *xb;                 // NULL, or its bf16 copy
+	uint8_t *y;               // the labels
+};
+
+template <typename T, bool GATHER>
 __global__ void conv1_fwd(const T *x, const T *w, const float *b, int h, int wd, int oc, int nhwc,
-			  size_t total, T *y)
+			  size_t total, T *y, Gather1 gs)
 {
 	int ow = wd - 2;
 	size_t pix = (size_t)(h - 2) * ow;
@@ -212,11 +227,37 @@ __global__ void conv1_fwd(const T *x, const T *w, const float *b, int h, int wd,
 			o = (int)((i / pix) % oc);
 			n = i / pix / oc;
 		}
-		const T *xi = x + n * h * wd + (p / ow) * wd + p % ow, *wo = w + (size_t)o * 9;
+		size_t at = (p / ow) * wd + p % ow;   // the window's top left in the image
+		const T *wo = w + (size_t)o * 9;
 		float s = 0.f;
-		for (int ky = 0; ky < 3; ky++)
-			for (int kx = 0; kx < 3; kx++)
-				s += ld(wo + ky * 3 + kx) * ld(xi + ky * wd + kx);
+		if (GATHER) {
+			uint32_t src = gs.idx[n];
+			const uint8_t *img = gs.xs + (size_t)src * h * wd;
+			for (int ky = 0; ky < 3; ky++)
+				for (int kx = 0; kx < 3; kx++) {
+					float v = (float)img[at + ky * wd + kx] * gs.scale - gs.off;
+					s += ld(wo + ky * 3 + kx) * stored_as((const T *)0, v);
+				}
+			if (o == 0) {
+				int py = (int)(p / ow), px = (int)(p % ow);
+				int r1 = py == h - 3 ? h - 1 : py, c1 = px == ow - 1 ? wd - 1 : px;
+				for (int r = py; r <= r1; r++)
+					for (int c = px; c <= c1; c++) {
+						size_t q = (size_t)r * wd + c;
+						float v = (float)img[q] * gs.scale - gs.off;
+						gs.x[n * h * wd + q] = v;
+						if (gs.xb)
+							st(gs.xb + n * h * wd + q, v);
+					}
+				if (p == 0)
+					gs.y[n] = gs.ys[src];
+			}
+		} else {
+			const T *xi = x + n * h * wd + at;
+			for (int ky = 0; ky < 3; ky++)
+				for (int kx = 0; kx < 3; kx++)
+					s += ld(wo + ky * 3 + kx) * ld(xi + ky * wd + kx);
+		}
 		st(y + i, bias_relu_as(y, stored_as(y, s), b[o]));
 	}
 }
@@ -884,18 +925,26 @@ int launch_ohwi_to_oihw(const T *w, int out, int in, int hw, float *o, cudaStrea
 
 template <typename T>
 int launch_conv1_fwd(const T *x, const T *w, const float *b, int nimg, int h, int wd, int oc,
-		     int nhwc, T *y, cudaStream_t s)
+		     int nhwc, T *y, const Gather1 *gs, cudaStream_t s)
 {
-	size_t total = (size_t)nimg * oc * (h - 2) * (wd - 2);
-	if (!total)
-		return 0;
+	const char *who = gs ? "cnn_cuda_conv1_fwd_gather" : "cnn_cuda_conv1_fwd";
+	if (nimg < 0 || oc < 0) {
+		char m[96];
+		snprintf(m, sizeof(m), "%d images, %d channels: expected 0 or more", nimg, oc);
+		cnn_cuda_fail(__FILE__, __LINE__, who, m);
+		return -1;
+	}
 	if (h < 3 || wd < 3) {
 		char m[64];
 		snprintf(m, sizeof(m), "images of %dx%d: expected 3x3 or larger", h, wd);
-		cnn_cuda_fail(__FILE__, __LINE__, "cnn_cuda_conv1_fwd", m);
+		cnn_cuda_fail(__FILE__, __LINE__, who, m);
 		return -1;
 	}
-	conv1_fwd<<<blocks_for(total), kThreads, 0, s>>>(x, w, b, h, wd, oc, nhwc, total, y);
+	size_t total = (size_t)nimg * oc * (h - 2) * (wd - 2);
+	if (!total)
+		return 0;
+	auto conv1_fwd_k = gs ? conv1_fwd<T, true> : conv1_fwd<T, false>;
+	conv1_fwd_k<<<blocks_for(total), kThreads, 0, s>>>(x, w, b, h, wd, oc, nhwc, total, y, gs ? *gs : Gather1());
 	cudaCheck(cudaGetLastError());
 	return 0;
 }
@@ -1295,14 +1344,40 @@ extern "C" size_t cnn_cuda_conv1_wgrad_scratch(int nimg, int h, int w, int oc)
 extern "C" int cnn_cuda_conv1_fwd(const float *x, const float *w, const float *b, int nimg, int h,
 				  int wd, int oc, int nhwc, float *y, cudaStream_t s)
 {
-	return launch_conv1_fwd(x, w, b, nimg, h, wd, oc, nhwc, y, s);
+	return launch_conv1_fwd(x, w, b, nimg, h, wd, oc, nhwc, y, (const Gather1 *)NULL, s);
+}
+
+static Gather1 gather1(const uint8_t *xs, const uint8_t *ys, const uint32_t *idx,
+		       const struct cnn_cuda_norm *norm, float *x, bf16 *xb, uint8_t *y)
+{
+	Gather1 g = { xs, ys, idx, norm->scale[0], norm->off[0], x, xb, y };
+	return g;
+}
+
+extern "C" int cnn_cuda_conv1_fwd_gather(const uint8_t *xs, const uint8_t *ys, const uint32_t *idx,
+					 const struct cnn_cuda_norm *norm, const float *w,
+					 const float *b, int nimg, int h, int wd, int oc, int nhwc,
+					 float *y, float *x, uint8_t *labels, cudaStream_t s)
+{
+	Gather1 g = gather1(xs, ys, idx, norm, x, NULL, labels);
+	return launch_conv1_fwd((const float *)NULL, w, b, nimg, h, wd, oc, nhwc, y, &g, s);
+}
+
+extern "C" int cnn_cuda_conv1_fwd_gather_bf16(const uint8_t *xs, const uint8_t *ys,
+					      const uint32_t *idx, const struct cnn_cuda_norm *norm,
+					      const cnn_bf16 *w, const float *b, int nimg, int h,
+					      int wd, int oc, int nhwc, cnn_bf16 *y, float *x,
+					      cnn_bf16 *xb, uint8_t *labels, cudaStream_t s)
+{
+	Gather1 g = gather1(xs, ys, idx, norm, x, B(xb), labels);
+	return launch_conv1_fwd((const bf16 *)NULL, B(w), b, nimg, h, wd, oc, nhwc, B(y), &g, s);
 }
 
 extern "C" int cnn_cuda_conv1_fwd_bf16(const cnn_bf16 *x, const cnn_bf16 *w, const float *b,
 				       int nimg, int h, int wd, int oc, int nhwc, cnn_bf16 *y,
 				       cudaStream_t s)
 {
-	return launch_conv1_fwd(B(x), B(w), b, nimg, h, wd, oc, nhwc, B(y), s);
+	return launch_conv1_fwd(B(x), B(w), b, nimg, h, wd, oc, nhwc, B(y), (const Gather1 *)NULL, s);
 }
 
 extern "C" int cnn_cuda_conv1_wgrad(const float *x, const float *dy, const float *y, int nimg,

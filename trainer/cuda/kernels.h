@@ -14,6 +14,7 @@
  *   cnn_cuda_adadelta_step      Adadelta of cnn_optim_step
  *   cnn_cuda_dropout_fwd        cnn_dropout_fwd (the same mask), after cnn_bias_relu
  *   cnn_cuda_gather             cnn_data_gather (images and labels by index)
+ *   cnn_cuda_conv1_fwd_gather   cnn_data_gather then conv1's forward (below)
  *   cnn_cuda_bias_grad          cnn_bias_grad, summed over the images (gated:
  *                               after cnn_relu_bwd, which relu also stores)
  *
@@ -233,6 +234,20 @@ int cnn_cuda_conv1_fwd_bf16(const cnn_bf16 *x, const cnn_bf16 *w, const float *b
 int cnn_cuda_conv1_wgrad_bf16(const cnn_bf16 *x, const cnn_bf16 *dy, const cnn_bf16 *y, int nimg,
 			      int h, int wd, int oc, int nhwc, float *scratch, float *dw, float *db,
 			      cudaStream_t s);
+/* conv1's forward on a batch it gathers itself: cnn_cuda_gather's images
+ * (xs at idx, normalized by norm's first channel) read where they are,
+ * and what the gather writes (x, xb, labels) written by the same launch:
+ * one node fewer in the step, the same bits as the gather then the
+ * forward.  One input channel; x and labels as cnn_cuda_gather's. */
+int cnn_cuda_conv1_fwd_gather(const uint8_t *xs, const uint8_t *ys, const uint32_t *idx,
+			      const struct cnn_cuda_norm *norm, const float *w, const float *b,
+			      int nimg, int h, int wd, int oc, int nhwc, float *y, float *x,
+			      uint8_t *labels, cudaStream_t s);
+int cnn_cuda_conv1_fwd_gather_bf16(const uint8_t *xs, const uint8_t *ys, const uint32_t *idx,
+				   const struct cnn_cuda_norm *norm, const cnn_bf16 *w,
+				   const float *b, int nimg, int h, int wd, int oc, int nhwc,
+				   cnn_bf16 *y, float *x, cnn_bf16 *xb, uint8_t *labels,
+				   cudaStream_t s);
 
 /* A 3x3 convolution (stride 1, no padding) of many input channels, conv2,
  * on the tensor cores as an implicit GEMM (no im2col buffer): activations

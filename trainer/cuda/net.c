@@ -1264,15 +1264,52 @@ static const struct cnn_gnet_algos *algos_for(struct cnn_gnet *g, int n)
 	return a;
 }
 
+void cnn_gnet_set_batch(struct cnn_gnet *g, const uint8_t *xs, const uint8_t *ys,
+			const uint32_t *idx, const struct cnn_cuda_norm *norm)
+{
+	g->batch.xs = xs;
+	g->batch.ys = ys;
+	g->batch.idx = idx;
+	g->batch.norm = *norm;
+	g->batch.set = 1;
+}
+
+/* conv1's direct forward on the batch of cnn_gnet_set_batch, gathered by
+ * the same launch. */
+static int conv1_forward_gather(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int n)
+{
+	const struct cnn_model *M = &g->m;
+	const float *b = g->params + M->t[P_B1].off;
+	int nh = a->nhwc;
+	return bf(g) ? cnn_cuda_conv1_fwd_gather_bf16(g->batch.xs, g->batch.ys, g->batch.idx,
+						      &g->batch.norm, conv_w(g, 0, nh), b, n,
+						      M->in.h, M->in.w, M->c1, nh, g->a1, g->x,
+						      g->xb, g->y, g->s) :
+		       cnn_cuda_conv1_fwd_gather(g->batch.xs, g->batch.ys, g->batch.idx,
+						 &g->batch.norm, conv_w(g, 0, nh), b, n, M->in.h,
+						 M->in.w, M->c1, nh, g->a1, g->x, g->y, g->s);
+}
+
 int cnn_gnet_forward(struct cnn_gnet *g, int n, int train, float scale_n)
 {
 	const struct cnn_model *M = &g->m;
 	const struct cnn_gnet_algos *a = algos_for(g, n);
 	const float *P = g->params;
 	size_t nx = (size_t)n * M->in.c * M->in.h * M->in.w;
+	int batch = g->batch.set;
+	g->batch.set = 0;
 	if (!a)
 		return -1;
 	int nh = a->nhwc;
+	/* the batch: gathered by conv1's direct forward (one input channel),
+	 * else first, with its bf16 copy */
+	int fused = batch && (a->direct1 & 1) && M->in.c == 1;
+	if (batch && !fused &&
+	    cnn_cuda_gather(g->batch.xs, g->batch.ys, g->batch.idx, n, M->in.c, M->in.h, M->in.w,
+			    &g->batch.norm, g->x, g->y, g->xb, g->s) < 0)
+		return -1;
+	if (batch)
+		g->xb_given = g->xb != NULL;
 	/* the weights as this batch's algorithms read them (bf16, packed,
 	 * OHWI), where the last update did not write them; bf16: the input as
 	 * the tensor cores read it; channels-last: the input transposed */
@@ -1282,7 +1319,7 @@ int cnn_gnet_forward(struct cnn_gnet *g, int n, int train, float scale_n)
 	    (bf(g) && !xb && !(nh && M->in.c > 1) && cnn_cuda_to_bf16(g->x, g->xb, nx, g->s) < 0) ||
 	    (nh && x_to_nhwc(g, n) < 0))
 		return -1;
-	if (conv1_forward(g, a, n, a->direct1 & 1) < 0)
+	if ((fused ? conv1_forward_gather(g, a, n) : conv1_forward(g, a, n, a->direct1 & 1)) < 0)
 		return -1;
 	if (conv2_forward(g, a, n, a->direct2 & 1, train) < 0)
 		return -1;

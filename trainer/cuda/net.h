@@ -127,6 +127,16 @@ struct cnn_gnet {
 	/* bf16: the caller wrote xb with x (cnn_cuda_gather's), so the next
 	 * forward does not convert it; that forward clears it */
 	int xb_given;
+	/* The batch the next forward gathers itself (cnn_gnet_set_batch): the
+	 * data set's bytes at idx.  conv1's direct forward reads the images
+	 * there (cnn_cuda_conv1_fwd_gather: the gather's launch gone, its
+	 * writes the same); cuDNN's reads x, gathered first. */
+	struct {
+		const uint8_t *xs, *ys;
+		const uint32_t *idx;
+		struct cnn_cuda_norm norm;
+		int set;
+	} batch;
 	float *bgs;                      /* the bias gradients' chunk sums: conv1's, then
 					  * conv2's at bgs_off (concurrent with two streams) */
 	size_t bgs_off;
@@ -176,7 +186,13 @@ int cnn_gnet_use_streams(struct cnn_gnet *g, int streams);
  * Once ws_frozen is set, only algorithms that fit the workspace are taken.
  * -1 with g->err. */
 int cnn_gnet_prepare(struct cnn_gnet *g, int n);
-/* Forward of n images in g->x (and g->xb if xb_given) with labels in g->y;
+/* The next forward's batch: images xs and labels ys (device memory, the
+ * data set's) at the n indices idx, normalized by norm (cnn_cuda_gather's
+ * arguments); the forward writes x, xb and y as the gather would. */
+void cnn_gnet_set_batch(struct cnn_gnet *g, const uint8_t *xs, const uint8_t *ys,
+			const uint32_t *idx, const struct cnn_cuda_norm *norm);
+/* Forward of n images in g->x (and g->xb if xb_given) with labels in g->y
+ * (or those of cnn_gnet_set_batch's batch);
  * the loss sum and the correct count into g->stats (overwritten).  train:
  * dropout with g->keys.
  * scale_n > 0: also the loss's gradient for a backward, the mean over
