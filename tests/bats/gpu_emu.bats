@@ -286,7 +286,7 @@ PY
 	! grep -q 'warning:' <<<"$stderr"
 	# conv1's forward likewise, its weight gradient still the project's
 	opts=("${SMALL[@]}" --max-steps 1 --device cuda --precision tf32 --conv2 cudnn --conv-layout nchw)
-	CUEMU_FAIL_KERNELS=conv1_fwd run --separate-stderr "$CNN" "${opts[@]}" --conv1 auto
+	CUEMU_FAIL_KERNELS=conv1_fwd_k run --separate-stderr "$CNN" "${opts[@]}" --conv1 auto
 	echo "$stderr"
 	assert_success
 	[[ "$stderr" == *"warning: the project's kernels for conv1's forward failed to launch at start-up ("* ]]
