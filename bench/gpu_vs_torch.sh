@@ -170,8 +170,9 @@ for b in $batches; do
 		fi
 		read -r v vacc <"$tmp/cnn_v$i.res"
 		vals+=("$v")
-		# --backward-streams auto's times, both ways
-		notes+=("$(sed -n "s/^# backward streams auto (batch [0-9]*): /#   batch $b cnn_${labels[$i]}: backward streams /p" \
+		# --backward-streams auto's times, both ways, and --conv2 auto's
+		notes+=("$(sed -n -e "s/^# backward streams auto (batch [0-9]*): /#   batch $b cnn_${labels[$i]}: backward streams /p" \
+			-e "s/^# conv2 auto (batch [0-9]*): /#   batch $b cnn_${labels[$i]}: conv2 auto: /p" \
 			"$tmp/cnn_v$i")")
 		if awk -v a="$v" -v b="$c" 'BEGIN { exit !(a > b) }'; then
 			c=$v cacc=$vacc pick=cnn_${labels[$i]}
@@ -212,6 +213,7 @@ for b in $batches; do
 	# step's CUDA graph holds, for after the table
 	notes+=("$(sed -n -e "s/^# GPU: /#   batch $b: /p" \
 		-e "s/^# CUDA graph of a training step (batch [0-9]*): /#   batch $b graph: /p" \
-		-e "s/^# backward streams auto (batch [0-9]*): /#   batch $b: backward streams /p" "$tmp/cnn")")
+		-e "s/^# backward streams auto (batch [0-9]*): /#   batch $b: backward streams /p" \
+		-e "s/^# conv2 auto (batch [0-9]*): /#   batch $b: conv2 auto: /p" "$tmp/cnn")")
 done
 for n in ${notes[@]+"${notes[@]}"}; do [ -z "$n" ] || printf '%s\n' "$n"; done

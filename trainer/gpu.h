@@ -21,7 +21,7 @@
 #include "model.h"
 #include "optim.h"
 
-#define CNN_GPU_ABI 6
+#define CNN_GPU_ABI 7
 #define CNN_GPU_MODULE "cnn_train_cuda.so"
 
 enum cnn_precision {
@@ -99,13 +99,20 @@ struct cnn_gpu_opts {
 	const char *graph_dot;       /* --cuda-graph-dot: the captured step's graph as
 				      * cudaGraphDebugDotPrint writes it (NULL: none) */
 	enum cnn_fc2_impl fc2;       /* --fc2 (0: cuBLAS) */
+	/* the smaller batches the run will see: an epoch's last training
+	 * batch and the evaluation's last (0: none), prepared at open as batch
+	 * and eval_batch are (their calls chosen, and timed, before the first
+	 * step, the workspace sized for them before a graph pins it) */
+	int tails[2];
 };
 
 /* --backward-streams auto: the training step is captured both ways, each
  * graph replayed on the batch it was captured on (the parameters and the
  * optimizer's state put back after), and the one whose replay takes less
  * time kept, the times summed over the ranks so that every rank keeps the
- * same.  Without a graph (--no-graph, a host all-reduce): one stream. */
+ * same.  Without a graph (--no-graph, a host all-reduce): one stream.
+ * --conv2 auto times its choices so too (each call's pick, all cuDNN, all
+ * the project's kernels: cnn_graph_census), by each streams count. */
 #define CNN_STREAMS_AUTO 3
 
 /* What the captured training step's CUDA graph holds (graph_census): its
@@ -118,10 +125,21 @@ struct cnn_graph_census {
 	int nodes, kernels, copies, memsets, other;
 	int chain;                   /* nodes on the longest dependency chain */
 	int streams;                 /* the backward's streams in it: 1 or 2 */
-	/* --backward-streams auto: a replay's least time (ms; the sum over the
-	 * ranks) with 1 and with 2 streams, over tuned replays each; else 0 */
+	/* --backward-streams auto (streams_timed 1): a replay's least time
+	 * (ms; the sum over the ranks) with 1 and with 2 streams, conv2's
+	 * calls as kept; else 0 */
+	int streams_timed;
 	float ms[2];
-	int tuned;
+	/* --conv2 auto (conv2_variants 3): the step's replay timed with
+	 * conv2's calls as each was timed alone (0), all by cuDNN (1), all by
+	 * the project's kernels (2), each with its faster streams: conv2's
+	 * choices in each (bit 0 forward, 1 backward-data, 2 backward-filter:
+	 * the project's kernels), the least time (ms; the sum over the ranks),
+	 * and the one kept; else conv2_variants 0 */
+	int conv2_variants, conv2_kept;
+	int conv2_bits[3];
+	float conv2_ms[3];
+	int tuned;                   /* replays timed of each graph (0: none) */
 };
 
 struct cnn_gpu;

@@ -231,15 +231,21 @@ static void report_times(struct run *R)
 		else
 			fprintf(f, "  \"test_accuracy\": null,\n  \"test_loss\": null,\n");
 		struct cnn_graph_census gc;
-		char ms[64] = "null";
-		if (R->g && R->G->graph_census(R->g, &gc) && gc.tuned)
+		char ms[64] = "null", c2[160] = "null";
+		if (R->g && R->G->graph_census(R->g, &gc) && gc.streams_timed)
 			snprintf(ms, sizeof(ms), "[%.4f, %.4f]", gc.ms[0], gc.ms[1]);
+		static const char *c2kept[3] = { "picked", "cudnn", "direct" };
+		if (R->g && R->G->graph_census(R->g, &gc) && gc.conv2_variants == 3)
+			snprintf(c2, sizeof(c2), "{\"kept\": \"%s\", \"picked_bits\": %d, "
+				 "\"ms\": {\"picked\": %.4f, \"cudnn\": %.4f, \"direct\": %.4f}}",
+				 c2kept[gc.conv2_kept], gc.conv2_bits[0], gc.conv2_ms[0], gc.conv2_ms[1],
+				 gc.conv2_ms[2]);
 		if (R->g && R->G->graph_census(R->g, &gc))
 			fprintf(f, "  \"cuda_graph\": {\"batch\": %d, \"nodes\": %d, \"kernels\": %d, "
 				"\"copies\": %d, \"memsets\": %d, \"other\": %d, \"longest_chain\": %d, "
-				"\"backward_streams\": %d, \"streams_ms\": %s},\n",
+				"\"backward_streams\": %d, \"streams_ms\": %s, \"conv2_auto\": %s},\n",
 				gc.batch, gc.nodes, gc.kernels, gc.copies, gc.memsets, gc.other, gc.chain,
-				gc.streams, ms);
+				gc.streams, ms, c2);
 		else
 			fprintf(f, "  \"cuda_graph\": null,\n");
 		fprintf(f, "  \"images_per_sec\": %.1f,\n  \"world_size\": %d,\n  \"batch_size\": %d,\n"
@@ -271,11 +277,23 @@ static void graph_report(struct run *R)
 		       "%d memset%s, %d other; the longest chain %d\n", c.batch, c.nodes, c.kernels,
 		       c.kernels == 1 ? "" : "s", c.copies, c.copies == 1 ? "y" : "ies", c.memsets,
 		       c.memsets == 1 ? "" : "s", c.other, c.chain);
-		if (c.tuned)
+		if (c.streams_timed)
 			printf("# backward streams auto (batch %d): %d kept; a replay of the step took "
 			       "%.4f ms with 1, %.4f ms with 2 (the least of %d each%s)\n", c.batch,
 			       c.streams, c.ms[0], c.ms[1], c.tuned,
 			       R->r.world > 1 ? ", summed over the ranks" : "");
+		if (c.conv2_variants == 3) {
+			static const char *kept[3] = { "each call's own pick", "all cuDNN", "all direct" };
+			int b = c.conv2_bits[0];
+			printf("# conv2 auto (batch %d): %s kept; a replay of the step took %.4f ms with "
+			       "each call as timed alone (forward %s, backward-data %s, backward-filter "
+			       "%s), %.4f ms all cuDNN, %.4f ms all direct (the least of %d each%s%s)\n",
+			       c.batch, kept[c.conv2_kept], c.conv2_ms[0], b & 1 ? "direct" : "cuDNN",
+			       b & 2 ? "direct" : "cuDNN", b & 4 ? "direct" : "cuDNN", c.conv2_ms[1],
+			       c.conv2_ms[2], c.tuned,
+			       c.streams_timed ? ", each with its faster backward streams" : "",
+			       R->r.world > 1 ? ", summed over the ranks" : "");
+		}
 		fflush(stdout);
 	} else if (R->a.graph_dot) {
 		fprintf(stderr, "cnn_train: warning: --cuda-graph-dot %s: no graph was captured (%s)\n",
@@ -467,7 +485,13 @@ static int open_gpu(struct run *R, int maxb)
 				  (enum cnn_layout)R->a.conv_layout, R->a.streams, R->a.profile_from,
 				  R->a.profile_to, (enum cnn_conv_impl)R->a.conv1,
 				  (enum cnn_conv_impl)R->a.conv2, R->a.graph_dot,
-				  (enum cnn_fc2_impl)R->a.fc2 };
+				  (enum cnn_fc2_impl)R->a.fc2, { 0, 0 } };
+	/* an epoch's last batch (the sampler's share of each rank) and the
+	 * evaluation's (this rank's test images), where smaller */
+	int world = R->r.world, per_rank = (R->train.n + world - 1) / world;
+	int nloc = (R->test.n - R->r.rank + world - 1) / world;
+	o.tails[0] = per_rank % R->a.batch;
+	o.tails[1] = nloc > 0 ? nloc % maxb : 0;
 	struct cnn_gpu *g = NULL;
 	if (G->open(&g, &o, err, sizeof(err)) < 0) {
 		G->close(g);

@@ -124,6 +124,89 @@ PY
 	! grep -q '^# backward streams auto' <<<"$output"
 }
 
+# --conv2 auto times each call alone and picks the faster, but what a
+# step pays around its calls (the pool's backward a cuDNN backward-data
+# needs, conv1's weight gradient riding on conv2's, the launches between)
+# is in no call's time: at the graph's capture the step is captured with
+# the calls' picks, all cuDNN and all the project's kernels, each replayed
+# on its batch (the state put back after) and the fastest kept.  On
+# cuemu's additive clock the picks are never slower than the others.
+@test "--conv2 auto: the step's graph timed with each call's pick, all cuDNN and all direct, the fastest kept (cuemu)" {
+	local opts=("${SMALL[@]}" --max-steps 8 --device cuda --precision tf32 --conv-layout nchw)
+	run --separate-stderr "$CNN" "${opts[@]}" --dump-params "$BATS_TEST_TMPDIR/graph.bin" \
+		--log-json "$BATS_TEST_TMPDIR/graph.json"
+	echo "$stderr"
+	assert_success
+	local line gpu
+	line=$(grep '^# conv2 auto (batch 8): ' <<<"$output")
+	gpu=$(grep '^# GPU: ' <<<"$output")
+	echo "$line"
+	run /usr/bin/python3 - "$line" "$gpu" "$BATS_TEST_TMPDIR/graph.json" <<-'EOF'
+	import json, re, sys
+	line, gpu, js = sys.argv[1], sys.argv[2], json.load(open(sys.argv[3]))["cuda_graph"]
+	m = re.fullmatch(r"# conv2 auto \(batch 8\): (each call's own pick|all cuDNN|all direct) kept; "
+	                 r"a replay of the step took ([\d.]+) ms with each call as timed alone \(forward (\w+), "
+	                 r"backward-data (\w+), backward-filter (\w+)\), ([\d.]+) ms all cuDNN, ([\d.]+) ms all "
+	                 r"direct \(the least of (\d+) each\)", line)
+	assert m, line
+	names = ["each call's own pick", "all cuDNN", "all direct"]
+	ms = [float(m[2]), float(m[6]), float(m[7])]
+	assert 2 <= int(m[8]) <= 10, line
+	# the least time kept, the earlier on a tie
+	kept = names.index(m[1])
+	assert kept == min(range(3), key=lambda k: (ms[k], k)), (kept, ms)
+	impl = {"cuDNN": 0, "direct": 1}
+	picks = impl[m[3]] | impl[m[4]] << 1 | impl[m[5]] << 2
+	bits = [picks, 0, 7][kept]
+	# the # GPU: line tells batch 8's calls as the kept graph runs them
+	f = re.search(r"batch 8 conv2 forward and pool (\w+) ", gpu)
+	d = re.search(r"batch 8 conv2 .*?backward-data with conv1's weight gradient (\w+)/(\w+) ", gpu)
+	w = re.search(r"batch 8 conv2 .*?backward-filter and bias gradient (\w+) ", gpu)
+	assert f and d and w, gpu
+	assert impl[f[1]] | impl[d[1]] << 1 | impl[w[1]] << 2 == bits, (bits, gpu)
+	c2 = js["conv2_auto"]
+	assert c2 == {"kept": ["picked", "cudnn", "direct"][kept], "picked_bits": picks,
+	              "ms": {"picked": ms[0], "cudnn": ms[1], "direct": ms[2]}}, c2
+	assert js["streams_ms"] is None and js["backward_streams"] == 1, js
+	print(kept)
+	EOF
+	echo "$output"
+	assert_success
+	# cuemu's clock adds each call's modelled time, so the picks win there;
+	# the replays put the parameters and the momentum back: the graph's run
+	# is the eager run, bit for bit
+	assert_output 0
+	run --separate-stderr "$CNN" "${opts[@]}" --no-graph --dump-params "$BATS_TEST_TMPDIR/eager.bin" \
+		--log-json "$BATS_TEST_TMPDIR/eager.json"
+	assert_success
+	cmp "$BATS_TEST_TMPDIR/graph.bin" "$BATS_TEST_TMPDIR/eager.bin"
+	! grep -q '^# conv2 auto' <<<"$output"
+	# asked for, or fp32 (no tensor-core kernels): nothing to time
+	local v
+	for v in "--conv2 cudnn" "--conv2 direct" "--precision fp32"; do
+		# shellcheck disable=SC2086
+		run --separate-stderr "$CNN" "${opts[@]}" $v --log-json "$BATS_TEST_TMPDIR/v.json"
+		assert_success
+		! grep -q '^# conv2 auto' <<<"$output"
+		/usr/bin/python3 -c 'import json, sys; j = json.load(open(sys.argv[1]))["cuda_graph"]; assert j["conv2_auto"] is None, j' \
+			"$BATS_TEST_TMPDIR/v.json"
+	done
+	# with --backward-streams auto, each of conv2's three by both streams
+	# counts: six graphs, the fastest kept
+	run --separate-stderr "$CNN" "${opts[@]}" --backward-streams auto --dump-params "$BATS_TEST_TMPDIR/sa.bin"
+	echo "$stderr"
+	assert_success
+	assert_line --regexp '^# conv2 auto \(batch 8\): .* kept; .*\(the least of [0-9]+ each, each with its faster backward streams\)$'
+	assert_line --regexp '^# backward streams auto \(batch 8\): [12] kept; '
+	# two ranks over NCCL replay as often and keep the same (the times
+	# summed over the ranks)
+	ranks2 nccl "$BATS_TEST_TMPDIR/n2" "${opts[@]}" --dump-params "$BATS_TEST_TMPDIR/n2.bin"
+	echo "$stderr"
+	assert_success
+	assert_line --regexp "^# conv2 auto \(batch 8\): each call's own pick kept; .*\(the least of [0-9]+ each, summed over the ranks\)$"
+	assert_line --regexp '^params: identical on all 2 ranks '
+}
+
 # The GPU's parameters and momentum go to the checkpoint and come back;
 # the step counter drives dropout's masks, so with dropout on a resumed
 # run is the uninterrupted one bit for bit.
@@ -349,7 +432,7 @@ epoch 1/2 step 4/8"
 	import json, sys
 	g = json.load(open(sys.argv[1]))["cuda_graph"]
 	assert g == {"batch": 8, "nodes": 18, "kernels": 18, "copies": 0, "memsets": 0, "other": 0,
-	             "longest_chain": 17, "backward_streams": 1, "streams_ms": None}, g
+	             "longest_chain": 17, "backward_streams": 1, "streams_ms": None, "conv2_auto": None}, g
 	PY
 	# the drawing: the same 18 nodes in the step's order from conv1 (no
 	# gather of its own) to the update; the linear layers' update (n12)

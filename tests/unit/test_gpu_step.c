@@ -95,7 +95,7 @@ static struct cnn_gpu *open_gpu(const struct cnn_model *m, int batch, enum cnn_p
 	struct cnn_gpu *g = NULL;
 	char err[1024];
 	struct cnn_gpu_opts go = { m, batch, batch, 0, prec, graph, o, 1, 0, 1, 60000, layout, streams,
-				   0, 0, conv1, conv2, NULL, fc2 };
+				   0, 0, conv1, conv2, NULL, fc2, { 0, 0 } };
 	if (cnn_gpu_api.open(&g, &go, err, sizeof(err)) < 0) {
 		printf("#   open: %s\n", err);
 		cnn_gpu_api.close(g);
@@ -1007,7 +1007,7 @@ static void test_conv2_direct_refused(const struct cudaDeviceProp *prop)
 	cnn_optim_init(&o, CNN_SGD, m.nparams);
 	struct cnn_gpu *g = NULL;
 	struct cnn_gpu_opts go = { &m, 8, 8, 0, CNN_PREC_TF32, 0, &o, 1, 0, 1, 60000, CNN_LAYOUT_NCHW,
-				   1, 0, 0, CNN_CONV_AUTO, CNN_CONV_DIRECT, NULL, CNN_FC2_CUBLAS };
+				   1, 0, 0, CNN_CONV_AUTO, CNN_CONV_DIRECT, NULL, CNN_FC2_CUBLAS, { 0, 0 } };
 	int r = cnn_gpu_api.open(&g, &go, err, sizeof(err));
 	cnn_gpu_api.close(g);
 	printf("#   open: %s\n", r < 0 ? err : "(opened)");

@@ -200,10 +200,13 @@ static int gpu_open(struct cnn_gpu **out, const struct cnn_gpu_opts *o, char *er
 	CUDA(cudaDeviceSynchronize());   /* the legacy stream's, before s uses it */
 	/* dropout reads each step's keys where the step's inputs land */
 	g->net.keys = g->d_in->key;
-	/* the two batch sizes first: the workspace is sized for both before a
-	 * graph pins it */
-	if (cnn_gnet_prepare(&g->net, o->batch) < 0 || cnn_gnet_prepare(&g->net, o->eval_batch) < 0)
-		FAIL("%s", g->net.err[0] ? g->net.err : cnn_cuda_last_error());
+	/* every batch size the run will see first: the workspace is sized
+	 * for each before a graph pins it, and no step waits for a size's
+	 * cudnnFind and timings */
+	int sizes[4] = { o->batch, o->eval_batch, o->tails[0], o->tails[1] };
+	for (int i = 0; i < 4; i++)
+		if (sizes[i] > 0 && cnn_gnet_prepare(&g->net, sizes[i]) < 0)
+			FAIL("%s", g->net.err[0] ? g->net.err : cnn_cuda_last_error());
 	return 0;
 }
 
@@ -593,21 +596,31 @@ static int replay(struct cnn_gpu *g, cudaGraphExec_t ex, cudaEvent_t ev[2], floa
 	return 0;
 }
 
-/* --backward-streams auto: ex[i] replays the step with i + 1 streams; ms[i]
- * its least time over the timed replays, summed over the ranks.  The
- * parameters and the optimizer's state are put back as they were, and the
- * weights' forms made again from them before the next replay.  Every rank
- * replays as often and in the same order (each replay holds the
- * all-reduce): the count comes from the warm-up's times summed over the
- * ranks. */
-static int tune_streams(struct cnn_gpu *g, cudaGraphExec_t ex[2], float ms[2], int *timed,
-			char *err, size_t errlen)
+/* A variant of the step that capture() times: conv2's choices (k2, of
+ * cnn_gnet_conv2_variants) by the backward's streams; the weights' forms
+ * its forward takes as current and those its optimizer writes. */
+struct variant {
+	int k2, streams, direct1, direct2;
+	unsigned wop_in, wop_out;
+	cudaGraph_t graph;
+	cudaGraphExec_t ex;
+	float ms;
+};
+enum { kVariants = 2 * CNN_CONV2_VARIANTS };
+
+/* Each variant's least replay time over the timed replays (v[i].ms),
+ * summed over the ranks.  The parameters and the optimizer's state are
+ * put back as they were, and the weights' forms made again from them
+ * before the next replay.  Every rank replays as often and in the same
+ * order (each replay holds the all-reduce): the count comes from the
+ * warm-up's times summed over the ranks. */
+static int tune(struct cnn_gpu *g, struct variant *v, int nv, int *timed, char *err,
+		size_t errlen)
 {
 	size_t np = g->o.m->nparams, bytes = np * sizeof(float);
-	float *keep = NULL;
+	float *keep = NULL, warm[kVariants], ms[kVariants];
 	cudaEvent_t ev[2] = { NULL, NULL };
 	int rv = -1;
-	ms[0] = ms[1] = 0;
 	if (cu_ok(cudaMalloc((void **)&keep, 3 * bytes), __FILE__, __LINE__, "cudaMalloc") < 0 ||
 	    cu_ok(cudaEventCreate(&ev[0]), __FILE__, __LINE__, "cudaEventCreate") < 0 ||
 	    cu_ok(cudaEventCreate(&ev[1]), __FILE__, __LINE__, "cudaEventCreate") < 0) {
@@ -622,35 +635,43 @@ static int tune_streams(struct cnn_gpu *g, cudaGraphExec_t ex[2], float ms[2], i
 			goto out;
 		}
 	/* the upload and the first run of each, timed for the count */
-	float warm[2] = { 0, 0 };
-	for (int i = 0; i < 2; i++) {
-		if (cu_ok(cudaGraphUpload(ex[i], g->s), __FILE__, __LINE__, "cudaGraphUpload") < 0) {
+	float most = 0;
+	for (int i = 0; i < nv; i++) {
+		if (cu_ok(cudaGraphUpload(v[i].ex, g->s), __FILE__, __LINE__, "cudaGraphUpload") < 0) {
 			snprintf(err, errlen, "%s", cnn_cuda_last_error());
 			goto out;
 		}
-		if (replay(g, ex[i], ev, &warm[i], err, errlen) < 0)
+		g->graph_wop_in = v[i].wop_in;
+		g->graph_wop_out = v[i].wop_out;
+		if (replay(g, v[i].ex, ev, &warm[i], err, errlen) < 0)
 			goto out;
 	}
 	if (g->comm && g->comm->world > 1 &&
-	    g->comm->ops->allreduce_sum(g->comm, warm, 2, err, errlen) < 0)
+	    g->comm->ops->allreduce_sum(g->comm, warm, (size_t)nv, err, errlen) < 0)
 		goto out;
-	float each = (warm[0] > warm[1] ? warm[0] : warm[1]) / (float)(g->comm ? g->comm->world : 1);
+	for (int i = 0; i < nv; i++)
+		most = warm[i] > most ? warm[i] : most;
+	float each = most / (float)(g->comm ? g->comm->world : 1);
 	int rounds = each > 0 ? (int)(kTuneMs / each) : kTuneMax;
 	rounds = rounds < 2 ? 2 : rounds > kTuneMax ? kTuneMax : rounds;
-	/* alternate which goes first, so that a drift in the GPU's clocks
-	 * falls on both */
+	/* rotate which goes first, so that a drift in the GPU's clocks falls
+	 * on each */
 	for (int r = 0; r < rounds; r++)
-		for (int k = 0; k < 2; k++) {
-			int i = (r + k) % 2;
+		for (int k = 0; k < nv; k++) {
+			int i = (r + k) % nv;
 			float t;
-			if (replay(g, ex[i], ev, &t, err, errlen) < 0)
+			g->graph_wop_in = v[i].wop_in;
+			g->graph_wop_out = v[i].wop_out;
+			if (replay(g, v[i].ex, ev, &t, err, errlen) < 0)
 				goto out;
 			ms[i] = r == 0 || t < ms[i] ? t : ms[i];
 		}
 	*timed = rounds;
 	if (g->comm && g->comm->world > 1 &&
-	    g->comm->ops->allreduce_sum(g->comm, ms, 2, err, errlen) < 0)
+	    g->comm->ops->allreduce_sum(g->comm, ms, (size_t)nv, err, errlen) < 0)
 		goto out;
+	for (int i = 0; i < nv; i++)
+		v[i].ms = ms[i];
 	float *put[3] = { g->net.params, g->s1, g->s2 };
 	for (int i = 0; i < 3; i++)
 		if (cu_ok(cudaMemcpyAsync(put[i], keep + i * np, bytes, cudaMemcpyDeviceToDevice, g->s),
@@ -663,7 +684,7 @@ static int tune_streams(struct cnn_gpu *g, cudaGraphExec_t ex[2], float ms[2], i
 out:
 	/* keep is free once the copies back are done */
 	if (keep && cudaStreamSynchronize(g->s) != cudaSuccess && rv == 0) {
-		snprintf(err, errlen, "--backward-streams auto: %s", cnn_cuda_last_error());
+		snprintf(err, errlen, "timing the step's variants: %s", cnn_cuda_last_error());
 		rv = -1;
 	}
 	if (keep)
@@ -674,64 +695,113 @@ out:
 	return rv;
 }
 
+/* The census's account of the variants timed and the one kept. */
+static void census_variants(struct cnn_graph_census *c, const struct variant *v, int nv, int ns,
+			    int nc, int kept, int timed)
+{
+	c->streams = v[kept].streams;
+	c->tuned = nv > 1 ? timed : 0;
+	if (ns == 2) {
+		c->streams_timed = 1;
+		for (int s = 0; s < 2; s++)
+			c->ms[s] = v[v[kept].k2 * 2 + s].ms;
+	}
+	if (nc) {
+		c->conv2_variants = nc;
+		c->conv2_kept = v[kept].k2;
+		for (int k = 0; k < nc; k++) {
+			const struct variant *a = &v[k * ns], *b = &v[k * ns + ns - 1];
+			c->conv2_bits[k] = a->direct2;
+			c->conv2_ms[k] = b->ms < a->ms ? b->ms : a->ms;
+		}
+	}
+}
+
 static int capture(struct cnn_gpu *g, int n, char *err, size_t errlen)
 {
 	/* what is current now is what each replay's forward finds current:
 	 * what the replay before it wrote (graph_wop_out), else made so */
 	unsigned now = g->net.wfresh;
-	int tune = g->o.streams == CNN_STREAMS_AUTO && g->net.streams_made == 2;
-	cudaGraph_t graph[2] = { NULL, NULL };
-	cudaGraphExec_t ex[2] = { NULL, NULL };
-	g->graph_wop_in = now;
-	int keep = 0, rv = -1, timed = 0;
-	float ms[2] = { 0, 0 };
-	cudaError_t e;
-	for (int i = 0; i < (tune ? 2 : 1); i++) {
-		if (tune && cnn_gnet_use_streams(&g->net, i + 1) < 0) {
+	int ns = g->o.streams == CNN_STREAMS_AUTO && g->net.streams_made == 2 ? 2 : 1;
+	int d1[CNN_CONV2_VARIANTS], d2[CNN_CONV2_VARIANTS];
+	int nc = cnn_gnet_conv2_variants(&g->net, n, d1, d2), nv = 0, keep = 0, rv = -1, timed = 0;
+	struct variant v[kVariants];
+	memset(v, 0, sizeof(v));
+	for (int k = 0; k < (nc ? nc : 1); k++)
+		for (int s = 0; s < ns; s++) {
+			v[nv].k2 = k;
+			v[nv].streams = ns == 2 ? s + 1 : g->net.streams;
+			v[nv].direct1 = nc ? d1[k] : 0;
+			v[nv].direct2 = nc ? d2[k] : 0;
+			nv++;
+		}
+	/* every rank times as many variants (each replay holds the
+	 * all-reduce): conv2's kernels need the same of each rank's GPU */
+	if (g->comm && g->comm->world > 1) {
+		float count[kVariants + 1] = { 0 };
+		count[nv] = 1;
+		if (g->comm->ops->allreduce_sum(g->comm, count, kVariants + 1, err, errlen) < 0)
+			return -1;
+		if ((int)count[nv] != g->comm->world)
+			FAIL("capturing the training step: this rank times %d variant%s of it, and %d of "
+			     "the %d ranks as many: expected all alike (GPUs that differ in TF32 or bf16 "
+			     "tensor cores? --conv2 cudnn or direct, --backward-streams 1 or 2)", nv,
+			     nv == 1 ? "" : "s", (int)count[nv], g->comm->world);
+	}
+	for (int i = 0; i < nv; i++) {
+		struct cnn_cuda_wop w;
+		if ((ns == 2 && cnn_gnet_use_streams(&g->net, v[i].streams) < 0) ||
+		    (nc && cnn_gnet_set_conv2(&g->net, n, v[i].direct1, v[i].direct2) < 0)) {
 			snprintf(err, errlen, "%s", g->net.err);
 			goto out;
 		}
-		if (capture_one(g, n, now, &graph[i], err, errlen) < 0)
+		/* of what is current, what this variant's optimizer keeps so */
+		v[i].wop_in = now & cnn_gnet_wop(&g->net, &w);
+		g->net.wfresh = v[i].wop_in;
+		if (capture_one(g, n, now, &v[i].graph, err, errlen) < 0)
 			goto out;
-		e = cudaGraphInstantiate(&ex[i], graph[i], 0);
+		v[i].wop_out = g->graph_wop_out;
+		cudaError_t e = cudaGraphInstantiate(&v[i].ex, v[i].graph, 0);
 		if (e != cudaSuccess) {
-			ex[i] = NULL;
+			v[i].ex = NULL;
 			snprintf(err, errlen, "instantiating the training step's CUDA graph: %s "
 				 "(--no-graph runs without)", cudaGetErrorString(e));
 			goto out;
 		}
 	}
-	if (tune) {
-		if (tune_streams(g, ex, ms, &timed, err, errlen) < 0)
+	if (nv > 1) {
+		if (tune(g, v, nv, &timed, err, errlen) < 0)
 			goto out;
-		keep = ms[1] < ms[0];
-		if (cnn_gnet_use_streams(&g->net, keep + 1) < 0) {
+		/* the least time; a tie to the first (one stream, each call's pick) */
+		for (int i = 1; i < nv; i++)
+			keep = v[i].ms < v[keep].ms ? i : keep;
+		if ((ns == 2 && cnn_gnet_use_streams(&g->net, v[keep].streams) < 0) ||
+		    (nc && cnn_gnet_set_conv2(&g->net, n, v[keep].direct1, v[keep].direct2) < 0)) {
 			snprintf(err, errlen, "%s", g->net.err);
 			goto out;
 		}
 	}
-	if (g->o.graph_dot && g->o.rank == 0 && dot(graph[keep], g->o.graph_dot, err, errlen) < 0)
+	g->graph_wop_in = v[keep].wop_in;
+	g->graph_wop_out = v[keep].wop_out;
+	if (g->o.graph_dot && g->o.rank == 0 && dot(v[keep].graph, g->o.graph_dot, err, errlen) < 0)
 		goto out;
 	/* a count the run can do without: said, not fatal */
 	char why[256];
-	if (census(graph[keep], n, &g->census, why, sizeof(why)) < 0) {
+	if (census(v[keep].graph, n, &g->census, why, sizeof(why)) < 0) {
 		memset(&g->census, 0, sizeof(g->census));
 		fprintf(stderr, "cnn_train: rank %d: warning: %s\n", g->o.rank, why);
 	} else {
-		g->census.streams = g->net.streams;
-		g->census.ms[0] = ms[0];
-		g->census.ms[1] = ms[1];
-		g->census.tuned = timed;
+		census_variants(&g->census, v, nv, ns, nc, keep, timed);
 	}
-	g->exec = ex[keep];
-	ex[keep] = NULL;
+	g->exec = v[keep].ex;
+	v[keep].ex = NULL;
 	rv = 0;
 out:
-	for (int i = 0; i < 2; i++) {
-		if (ex[i])
-			cudaGraphExecDestroy(ex[i]);
-		if (graph[i])
-			cudaGraphDestroy(graph[i]);
+	for (int i = 0; i < nv; i++) {
+		if (v[i].ex)
+			cudaGraphExecDestroy(v[i].ex);
+		if (v[i].graph)
+			cudaGraphDestroy(v[i].graph);
 	}
 	return rv;
 }

@@ -1254,6 +1254,38 @@ static int choose_fc2(struct cnn_gnet *g, struct cnn_gnet_algos *a)
 	return 0;
 }
 
+int cnn_gnet_conv2_variants(const struct cnn_gnet *g, int n, int direct1[CNN_CONV2_VARIANTS],
+			    int direct2[CNN_CONV2_VARIANTS])
+{
+	const struct cnn_gnet_algos *a = NULL;
+	for (int i = 0; i < g->nalgos && !a; i++)
+		a = g->algos[i].n == n ? &g->algos[i] : NULL;
+	if (!a || g->conv2 != CNN_CONV_AUTO || !conv2_possible(g))
+		return 0;
+	/* conv1's weight gradient timed beside each backward-data (msb) */
+	int c1 = joint_bwd(g, a->nhwc) && g->conv1 == CNN_CONV_AUTO && g->m.in.c == 1;
+	for (int k = 0; k < CNN_CONV2_VARIANTS; k++) {
+		direct1[k] = a->direct1;
+		direct2[k] = k == 0 ? a->direct2 : k == 1 ? 0 : g->fallback[0] ? a->direct2 : 7;
+		int d = direct2[k] >> 1 & 1;
+		if (k && c1 && a->msb[0][d] > 0.f && a->msb[1][d] > 0.f)
+			direct1[k] = (a->direct1 & 1) | (a->msb[1][d] < a->msb[0][d]) << 1;
+	}
+	return CNN_CONV2_VARIANTS;
+}
+
+int cnn_gnet_set_conv2(struct cnn_gnet *g, int n, int direct1, int direct2)
+{
+	for (int i = 0; i < g->nalgos; i++)
+		if (g->algos[i].n == n) {
+			g->algos[i].direct1 = direct1;
+			g->algos[i].direct2 = direct2;
+			return 0;
+		}
+	snprintf(g->err, sizeof(g->err), "batch of %d: cnn_gnet_prepare was not called", n);
+	return -1;
+}
+
 static const struct cnn_gnet_algos *algos_for(struct cnn_gnet *g, int n)
 {
 	const struct cnn_gnet_algos *a = find_algos(g, n);

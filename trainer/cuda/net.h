@@ -180,6 +180,20 @@ void cnn_gnet_free(struct cnn_gnet *g);
 /* The backward's streams from the next call on: 1, or 2 where init made
  * two (the same arithmetic either way).  -1 with g->err otherwise. */
 int cnn_gnet_use_streams(struct cnn_gnet *g, int streams);
+/* --conv2 auto (TF32, bf16): the choices of batch n's conv2 calls that
+ * the step's CUDA graph is timed with as a whole (gpu.c), into
+ * direct1[k] and direct2[k] (cnn_gnet_algos' bits): 0, each call as it
+ * was timed alone; 1, conv2's three calls by cuDNN; 2, by the project's
+ * kernels (the calls' own where one could not launch here).  conv1's
+ * weight gradient, where it is chosen with conv2's backward-data, is the
+ * faster beside the backward-data each takes.  The count: 3, or 0 where
+ * conv2 is not auto here (or batch n not prepared). */
+enum { CNN_CONV2_VARIANTS = 3 };
+int cnn_gnet_conv2_variants(const struct cnn_gnet *g, int n, int direct1[CNN_CONV2_VARIANTS],
+			    int direct2[CNN_CONV2_VARIANTS]);
+/* Batch n's calls from now on as those bits choose; -1 if n is not
+ * prepared. */
+int cnn_gnet_set_conv2(struct cnn_gnet *g, int n, int direct1, int direct2);
 /* cuDNN's algorithms for batch n (benchmarked once per n; not while a
  * stream is being captured), in the layout asked for, or with auto in
  * the one whose five convolution calls cudnnFind timed faster in total.
