@@ -550,6 +550,15 @@ float atomicAdd(float *address, float val)
 	return old;
 }
 
+unsigned atomicAdd(unsigned *address, unsigned val)
+{
+	unsigned old = *address;
+	*address = old + val;
+	return old;
+}
+
+void __threadfence(void) {}
+
 namespace {
 
 void run_now(const cuemu::Cfg &cfg, const char *kernel, std::function<void()> &fn)

@@ -33,7 +33,9 @@
 //   requested for launch", as a GPU's) and runs no thread's body: the
 //   Makefile's rewrite moves each kernel's bounds into its body as a
 //   cuemu::bounds check;
-// - atomicAdd is a plain add (one OS thread runs everything);
+// - atomicAdd is a plain add (one OS thread runs everything); the unsigned
+//   one (a counter: exact whatever the order, so its bytes are compared)
+//   too, and __threadfence does nothing: blocks run one after the other;
 // - a launch is work on its stream (streams.cc): run at once, or as late
 //   as the stream's waits allow (CUEMU_STREAMS=lazy), or captured into a
 //   graph; a configuration the GPU refuses fails at the launch, a failure
@@ -106,6 +108,8 @@ extern "C" int cuemu_set_streams(const char *name);
 extern "C" void cuemu_clear_fault(void);
 void __syncthreads(void);
 float atomicAdd(float *address, float val);
+unsigned atomicAdd(unsigned *address, unsigned val);
+void __threadfence(void);
 
 namespace cuemu {
 // mma_sync's result for this thread's warp: every lane of a warp holds the

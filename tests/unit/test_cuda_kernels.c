@@ -1252,6 +1252,11 @@ static void test_fc2_head(int n, int hid, int k, int fold)
 	uint8_t *dlab = dev(lab, n);
 	float *dB1 = dev(b1, hid * 4);
 	uint64_t *dkey = dev(&key, 8);
+	/* the blocks' partial sums and their counter, 0 before the first call */
+	size_t sn = cnn_cuda_fc2_head_scratch(n, hid, k);
+	float *dS = sn ? dev(NULL, sn * 4) : NULL;
+	if (sn)
+		CK(cudaMemset(dS, 0, sn * 4));
 	int ok = 1;
 	for (int run = 0; run < 2; run++) {
 		CK(cudaMemcpy(dH, h, nh * 4, cudaMemcpyHostToDevice));   /* fold: in place */
@@ -1261,12 +1266,20 @@ static void test_fc2_head(int n, int hid, int k, int fold)
 		CK(cudaMemset(ddh, 0x7f, nh * 4));
 		CK(cudaMemset(ddbh, 0x7f, hid * 4));
 		ok &= cnn_cuda_fc2_head(dH, fold ? dB1 : NULL, 0.5f, dkey, dW, dB, dlab, n, hid, k,
-					(float)n, 2.f, dlp, dout, dd, ddw, ddb, ddh, ddbh, NULL) == 0;
+					(float)n, 2.f, dlp, dout, dd, ddw, ddb, ddh, ddbh, dS, sn,
+					NULL) == 0;
 		back(run ? again : out, dout, 8);
 		back(run ? g2 : g, ddh, nh * 4);
 	}
 	snprintf(m, sizeof(m), "fc2_head%s launches", bn);
 	test_cond(m, ok);
+	if (sn) {
+		unsigned count = 1;
+		back(&count, dS, 4);
+		snprintf(m, sizeof(m), "fc2_head%s: %zu floats of scratch, its counter back at 0", bn,
+			 sn);
+		test_cond(m, count == 0);
+	}
 	snprintf(m, sizeof(m), "fc2_head%s: fc1's output gradient and the loss, the same bits twice", bn);
 	test_cond(m, !memcmp(g, g2, nh * 4) && !memcmp(out, again, 8));
 	/* the twins */
@@ -1315,17 +1328,29 @@ static void test_fc2_head(int n, int hid, int k, int fold)
 	if (n == 64) {
 		test_cond("fc2_head refuses 0 rows",
 			  cnn_cuda_fc2_head(dH, NULL, 0.f, NULL, dW, dB, dlab, 0, hid, k, 1.f, 1.f, dlp,
-					    dout, dd, ddw, ddb, ddh, ddbh, NULL) == -1);
-		test_cond("fc2_head refuses 1025 hidden units (a column a thread)",
+					    dout, dd, ddw, ddb, ddh, ddbh, dS, sn, NULL) == -1);
+		test_cond("fc2_head refuses 1025 hidden units",
 			  cnn_cuda_fc2_head(dH, NULL, 0.f, NULL, dW, dB, dlab, n, 1025, k, 1.f, 1.f, dlp,
-					    dout, dd, ddw, ddb, ddh, ddbh, NULL) == -1);
+					    dout, dd, ddw, ddb, ddh, ddbh, dS, sn, NULL) == -1 &&
+			  !cnn_cuda_fc2_head_fits(1025, k));
 		test_cond("fc2_head refuses 65 classes",
 			  cnn_cuda_fc2_head(dH, NULL, 0.f, NULL, dW, dB, dlab, n, hid, 65, 1.f, 1.f, dlp,
-					    dout, dd, ddw, ddb, ddh, ddbh, NULL) == -1);
+					    dout, dd, ddw, ddb, ddh, ddbh, dS, sn, NULL) == -1 &&
+			  !cnn_cuda_fc2_head_fits(hid, 65));
+		test_cond("fc2_head refuses weights of more than 4096 floats with their padding "
+			  "(32 classes of 128 hidden units)",
+			  !cnn_cuda_fc2_head_fits(128, 32) && cnn_cuda_fc2_head_fits(128, 31) &&
+			  cnn_cuda_fc2_head_fits(1024, 3));
+		test_cond("fc2_head refuses a scratch shorter than it needs",
+			  sn > 0 && cnn_cuda_fc2_head(dH, NULL, 0.f, NULL, dW, dB, dlab, n, hid, k, 1.f,
+						      1.f, dlp, dout, dd, ddw, ddb, ddh, ddbh, dS,
+						      sn - 1, NULL) == -1);
 	}
 	cudaFree(dH), cudaFree(dW), cudaFree(dB), cudaFree(dlp), cudaFree(dout), cudaFree(dd);
 	cudaFree(ddw), cudaFree(ddb), cudaFree(ddh), cudaFree(ddbh), cudaFree(dlab), cudaFree(dB1);
 	cudaFree(dkey);
+	if (dS)
+		cudaFree(dS);
 	free(h), free(w), free(z), free(lp), free(d), free(dw), free(dh), free(dbh), free(g), free(g2);
 	free(lab), free(b1);
 }
@@ -1752,8 +1777,13 @@ int main(void)
 	test_fc2_head(64, 128, 10, 1);  /* the training batch of 64, the Net's shapes */
 	test_fc2_head(64, 128, 10, 0);  /* h as given */
 	test_fc2_head(8, 128, 10, 1);   /* fewer rows than the groups of columns */
-	test_fc2_head(1500, 128, 10, 1);/* more rows than threads: strided */
-	test_fc2_head(33, 101, 7, 1);   /* groups that leave threads out, a last group of 4 short */
+	test_fc2_head(1500, 128, 10, 1);/* 47 blocks, the last of 28 rows */
+	test_fc2_head(1024, 128, 10, 1);/* the training batch of 1024: 32 blocks */
+	test_fc2_head(33, 101, 7, 1);   /* two blocks, the second of one row; groups that leave
+					   threads out */
+	test_fc2_head(30, 301, 5, 1);   /* 13 rows a block: the later blocks' rows start inside a
+					   group of 4 dropout draws */
+	test_fc2_head(9, 1000, 3, 1);   /* 4 rows a block, more columns than threads */
 	test_optim(CNN_SGD, 0.9f, 0.f);
 	test_optim(CNN_SGD, 0.9f, 1e-4f);
 	test_optim(CNN_SGD, 0.f, 0.f);

@@ -62,38 +62,55 @@ __device__ __forceinline__ void pool4(const T *p0, const T *p1, const T *p2, con
 	pool_window<T>(v, ep, key, bc, i, y, arg);
 }
 
-template <typename T>
+// I: the index type, 32 bits where the tensor allows (64-bit division is
+// tens of instructions a thread on a GPU).
+template <typename T, typename I>
 __global__ void maxpool2_fwd(const T *x, PoolEp ep, int c, int h, int w, int ph, int pw,
-			     size_t total, float *y, uint8_t *arg)
+			     I total, float *y, uint8_t *arg)
 {
 	const float *b = ep.b;
 	uint64_t key = ep.keyp ? *ep.keyp : 0;
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
-	     i += (size_t)gridDim.x * blockDim.x) {
-		size_t plane = i / ((size_t)ph * pw);
-		int r = (int)(i % ((size_t)ph * pw)), py = r / pw, px = r % pw;
-		const T *r0 = x + plane * h * w + (size_t)(2 * py) * w + 2 * px, *r1 = r0 + w;
+	I pp = (I)ph * pw;
+	for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total;
+	     i += (I)gridDim.x * blockDim.x) {
+		I plane = i / pp, r = i - plane * pp, py = r / pw, px = r - py * pw;
+		const T *r0 = x + (size_t)plane * h * w + (size_t)(2 * py) * w + 2 * px, *r1 = r0 + w;
 		pool4(r0, r0 + 1, r1, r1 + 1, ep, key, b ? b[plane % c] : 0.f, i, y + i, arg + i);
 	}
 }
 
-// One thread per input element: no atomics, every element written once.
-template <typename T>
+// A thread per 2x2 block of dx (plane, ry, cx), rows 2 ry and 2 ry + 1,
+// columns 2 cx and 2 cx + 1 (those inside dx): its window's gradient at
+// the pixel arg names where the pool's output is positive, 0 elsewhere
+// (and in an odd last row or column, which no window covers).  y, arg and
+// dy read once a window; every element of dx written once, no atomics.
+template <typename T, typename I>
 __global__ void maxpool2_relu_bwd(const float *dy, const float *y, const uint8_t *arg, int h,
-				  int w, int ph, int pw, size_t total, T *dx)
+				  int w, int ph, int pw, I total, T *dx)
 {
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
-	     i += (size_t)gridDim.x * blockDim.x) {
-		size_t plane = i / ((size_t)h * w);
-		int r = (int)(i % ((size_t)h * w)), iy = r / w, ix = r % w;
-		int py = iy >> 1, px = ix >> 1;
-		float v = 0.f;
-		if (py < ph && px < pw) {
-			size_t o = plane * ph * pw + (size_t)py * pw + px;
-			if (y[o] > 0.f && arg[o] == (uint8_t)(((iy & 1) << 1) | (ix & 1)))
-				v = dy[o];
+	I bh = (I)(h + 1) / 2, bw = (I)(w + 1) / 2, bb = bh * bw;
+	for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total;
+	     i += (I)gridDim.x * blockDim.x) {
+		I plane = i / bb, r = i - plane * bb, ry = r / bw, cx = r - ry * bw;
+		int hit = -1;   // which of the four gets the gradient
+		float g = 0.f;
+		if (ry < (I)ph && cx < (I)pw) {
+			size_t o = (size_t)plane * ph * pw + (size_t)ry * pw + cx;
+			if (y[o] > 0.f) {
+				hit = arg[o];
+				g = dy[o];
+			}
 		}
-		st(dx + i, v);
+		T *d0 = dx + (size_t)plane * h * w + (size_t)(2 * ry) * w + 2 * cx;
+		bool right = 2 * cx + 1 < (I)w, down = 2 * ry + 1 < (I)h;
+		st(d0, hit == 0 ? g : 0.f);
+		if (right)
+			st(d0 + 1, hit == 1 ? g : 0.f);
+		if (down) {
+			st(d0 + w, hit == 2 ? g : 0.f);
+			if (right)
+				st(d0 + w + 1, hit == 3 ? g : 0.f);
+		}
 	}
 }
 
@@ -160,12 +177,13 @@ bias_grad_part(T *dy, const G *gate, int relu, int nimg, int oc, int n, int ipc,
 	__shared__ float red[kBiasThreads];
 	int c = blockIdx.x, o = blockIdx.y, i0 = c * ipc;
 	int i1 = i0 + ipc < nimg ? i0 + ipc : nimg;
-	size_t cnt = (size_t)(i1 - i0) * n;
+	// a chunk's count in 32 bits (bias_ipc: about kBiasChunk values)
+	unsigned cnt = (unsigned)(i1 - i0) * n;
 	float s = 0.f;
 #pragma unroll 4
-	for (size_t k = threadIdx.x; k < cnt; k += kBiasThreads) {
-		size_t i = i0 + k / n, j = k % n;
-		s += gated(dy, gate, relu, (i * oc + o) * n + j);
+	for (unsigned k = threadIdx.x; k < cnt; k += kBiasThreads) {
+		unsigned di = k / n, j = k - di * n;
+		s += gated(dy, gate, relu, ((size_t)(i0 + di) * oc + o) * n + j);
 	}
 	s = block_sum(s, red);
 	if (threadIdx.x == 0)
@@ -208,57 +226,63 @@ struct Gather1 {
 	uint8_t *y;               // the labels
 };
 
+// A thread per output pixel (image n, pixel p; the pixels' index in 32
+// bits, launch_conv1_fwd's check), all oc channels of it: the 3x3 window
+// read (or gathered) once, the weights and biases from shared memory, each
+// channel's sum in the order ky, kx as before.  In NCHW a warp's stores of
+// one channel are consecutive pixels.
+constexpr int kConv1MaxOc = 256;
+
 template <typename T, bool GATHER>
-__global__ void conv1_fwd(const T *x, const T *w, const float *b, int h, int wd, int oc, int nhwc,
-			  size_t total, T *y, Gather1 gs)
+__global__ void __launch_bounds__(kThreads)
+conv1_fwd(const T *x, const T *w, const float *b, int h, int wd, int oc, int nhwc,
+	  unsigned total, T *y, Gather1 gs)
 {
-	int ow = wd - 2;
-	size_t pix = (size_t)(h - 2) * ow;
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
-	     i += (size_t)gridDim.x * blockDim.x) {
-		size_t n, p;
-		int o;
-		if (nhwc) {
-			o = (int)(i % oc);
-			p = (i / oc) % pix;
-			n = i / oc / pix;
-		} else {
-			p = i % pix;
-			o = (int)((i / pix) % oc);
-			n = i / pix / oc;
-		}
-		size_t at = (p / ow) * wd + p % ow;   // the window's top left in the image
-		const T *wo = w + (size_t)o * 9;
-		float s = 0.f;
+	__shared__ float ws[kConv1MaxOc * 9], bs[kConv1MaxOc];
+	for (int e = threadIdx.x; e < oc * 9; e += blockDim.x)
+		ws[e] = ld(w + e);
+	for (int e = threadIdx.x; e < oc; e += blockDim.x)
+		bs[e] = b[e];
+	__syncthreads();
+	unsigned ow = (unsigned)wd - 2, pix = ((unsigned)h - 2) * ow;
+	for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
+	     i += gridDim.x * blockDim.x) {
+		unsigned n = i / pix, p = i - n * pix, py = p / ow, px = p - py * ow;
+		size_t at = (size_t)py * wd + px;   // the window's top left in the image
+		float v[9];
 		if (GATHER) {
 			uint32_t src = gs.idx[n];
 			const uint8_t *img = gs.xs + (size_t)src * h * wd;
 			for (int ky = 0; ky < 3; ky++)
-				for (int kx = 0; kx < 3; kx++) {
-					float v = (float)img[at + ky * wd + kx] * gs.scale - gs.off;
-					s += ld(wo + ky * 3 + kx) * stored_as((const T *)0, v);
+				for (int kx = 0; kx < 3; kx++)
+					v[ky * 3 + kx] = stored_as((const T *)0,
+								   (float)img[at + ky * wd + kx] * gs.scale - gs.off);
+			int r1 = (int)py == h - 3 ? h - 1 : (int)py, c1 = px == ow - 1 ? wd - 1 : (int)px;
+			for (int r = py; r <= r1; r++)
+				for (int c = px; c <= c1; c++) {
+					size_t q = (size_t)r * wd + c;
+					float u = (float)img[q] * gs.scale - gs.off;
+					gs.x[(size_t)n * h * wd + q] = u;
+					if (gs.xb)
+						st(gs.xb + (size_t)n * h * wd + q, u);
 				}
-			if (o == 0) {
-				int py = (int)(p / ow), px = (int)(p % ow);
-				int r1 = py == h - 3 ? h - 1 : py, c1 = px == ow - 1 ? wd - 1 : px;
-				for (int r = py; r <= r1; r++)
-					for (int c = px; c <= c1; c++) {
-						size_t q = (size_t)r * wd + c;
-						float v = (float)img[q] * gs.scale - gs.off;
-						gs.x[n * h * wd + q] = v;
-						if (gs.xb)
-							st(gs.xb + n * h * wd + q, v);
-					}
-				if (p == 0)
-					gs.y[n] = gs.ys[src];
-			}
+			if (p == 0)
+				gs.y[n] = gs.ys[src];
 		} else {
-			const T *xi = x + n * h * wd + at;
+			const T *xi = x + (size_t)n * h * wd + at;
 			for (int ky = 0; ky < 3; ky++)
 				for (int kx = 0; kx < 3; kx++)
-					s += ld(wo + ky * 3 + kx) * ld(xi + ky * wd + kx);
+					v[ky * 3 + kx] = ld(xi + ky * wd + kx);
 		}
-		st(y + i, bias_relu_as(y, stored_as(y, s), b[o]));
+		size_t q = nhwc ? (size_t)i * oc : (size_t)n * oc * pix + p;
+		size_t step = nhwc ? 1 : pix;
+		for (int o = 0; o < oc; o++, q += step) {
+			const float *wo = ws + o * 9;
+			float s = 0.f;
+			for (int k = 0; k < 9; k++)
+				s += wo[k] * v[k];
+			st(y + q, bias_relu_as(y, stored_as(y, s), bs[o]));
+		}
 	}
 }
 
@@ -274,16 +298,18 @@ conv1_wgrad_part(const T *x, const T *dy, const T *y, int h, int wd, int oc, int
 {
 	__shared__ float red[kBiasThreads];
 	int c = blockIdx.x, o = blockIdx.y, i0 = c * ipc, i1 = i0 + ipc < nimg ? i0 + ipc : nimg;
-	int ow = wd - 2;
-	size_t pix = (size_t)(h - 2) * ow, cnt = (size_t)(i1 - i0) * pix;
+	unsigned ow = wd - 2;
+	// a chunk's count in 32 bits (conv1_ipc: about kBiasChunk pixels)
+	unsigned pix = (unsigned)(h - 2) * ow, cnt = (unsigned)(i1 - i0) * pix;
 	float s[10] = { 0.f };
-	for (size_t k = threadIdx.x; k < cnt; k += kBiasThreads) {
-		size_t n = i0 + k / pix, p = k % pix;
+	for (unsigned k = threadIdx.x; k < cnt; k += kBiasThreads) {
+		unsigned dn = k / pix, p = k - dn * pix, py = p / ow;
+		size_t n = i0 + dn;
 		size_t q = nhwc ? (n * pix + p) * oc + o : (n * oc + o) * pix + p;
 		if (!(ld(y + q) > 0.f))
 			continue;
 		float g = ld(dy + q);
-		const T *xi = x + n * h * wd + (p / ow) * wd + p % ow;
+		const T *xi = x + n * h * wd + (size_t)py * wd + (p - py * ow);
 		for (int ky = 0; ky < 3; ky++)
 			for (int kx = 0; kx < 3; kx++)
 				s[ky * 3 + kx] += g * ld(xi + ky * wd + kx);
@@ -566,94 +592,185 @@ __device__ __forceinline__ void dropout_group(float *x, const float *b, int k, s
 	}
 }
 
-// fc2 and the loss, forward and backward, in one block (cnn_cuda_fc2_head):
-// with b1, fc1's bias, ReLU and dropout on h first (dropout_group, in place,
-// as dropout_fwd); logits = h W^T + b, each a sum over the hidden units in order, then the
-// rows as logsoftmax_nll_fwd computes them (the logits pass through logp);
-// then fc1's output gradient dh = s2 d W through fc1's ReLU (0 where h <=
-// 0), each thread one column of the rows t / hid, t / hid + groups, ...,
-// with those rows' sum of it, fc2's weight gradient d^T h (entry (j, q)
-// summed over the rows in order) and bias gradient, and fc1's bias
-// gradient, the groups' partial sums in order: fixed orders throughout, the
-// same bits each run.  One launch for seven of the unfused step's (fc1's
+// fc2 and the loss, forward and backward, in one launch (cnn_cuda_fc2_head):
+// each block takes `rows` consecutive rows of the batch (head_rows), the
+// last block what is left.  With b1, fc1's bias, ReLU and dropout on its
+// rows of h first (in place, each element as dropout_group draws it: a
+// block's rows need not start on a group of 4); its rows of h and fc2's
+// weights W then sit in shared memory, rows padded by one float (a warp
+// reading one column of several rows hits as many banks).  logits = h W^T
+// + b, each a dot product in four interleaved partial sums (q mod 4, then
+// (0 + 1) + (2 + 3)), the rows as logsoftmax_nll_fwd computes them (logp
+// written by the row's thread, the loss's gradient d to shared memory and
+// from there to d); then fc1's output gradient dh = s2 d W through fc1's
+// ReLU (0 where h <= 0), each thread one column of the rows g, g +
+// groups, ..., and the block's partial sums: fc2's weight gradient d^T h
+// (entry (j, q) over its rows in order), its bias gradient, fc1's bias
+// gradient (the groups' sums in order), the loss and the correct count.
+// One block writes them as the results; with more, each block writes its
+// partials to the scratch, and the block that counts itself last on the
+// scratch's counter (after a fence) adds every block's in block order and
+// sets the counter back to 0: fixed orders throughout, the same bits each
+// run for a given n.  One launch for seven of the unfused step's (fc1's
 // dropout, fc2's GEMM, the loss, dW4's and dh's GEMMs, the ReLU's
-// backward, db3's gemv).  d, logp and dh are read back after the barrier that
-// follows their writes (plain loads: not through the read-only cache).
-constexpr int kHeadThreads = 1024, kHeadW = 8192;   // fc2's weights: 32 KB at most
+// backward, db3's gemv).
+constexpr int kHeadThreads = 512;
+constexpr int kHeadW = 4096;        // fc2's weights, k x (hid + 1) floats: 16 KB
+constexpr int kHeadH = 4128;        // a block's rows of h, rows x (hid + 1): 32 of 128
+constexpr int kHeadRows = 32, kHeadK = 64, kHeadHid = 1024;
+constexpr int kHeadCount = 32;      // the scratch's counter, then its partials from here
+
+__host__ __device__ constexpr int head_rows(int hid)
+{
+	return kHeadH / (hid + 1) < kHeadRows ? kHeadH / (hid + 1) : kHeadRows;
+}
 
 __global__ void __launch_bounds__(kHeadThreads)
 fc2_head(float *h, const float *b1, uint32_t thresh, float scale, const uint64_t *keyp,
-	 const float *w, const float *b, const uint8_t *label, int n, int hid, int k, float inv,
-	 float s2, float *logp, float *out, float *d, float *dw, float *db, float *dh, float *dbh)
+	 const float *w, const float *b, const uint8_t *label, int n, int hid, int k, int rows,
+	 float inv, float s2, float *logp, float *out, float *d, float *dw, float *db, float *dh,
+	 float *dbh, float *scratch)
 {
-	__shared__ float ws[kHeadW];   // w, k x hid
-	__shared__ float part[2][kLossThreads];
-	int t = threadIdx.x, T = blockDim.x;
+	__shared__ float ws[kHeadW];               // W, k rows of hid + 1
+	__shared__ float hs[kHeadH];               // the block's rows of h, hid + 1 each
+	__shared__ float ds[kHeadRows * kHeadK];   // their logits, then the loss's gradient
+	__shared__ float red[kHeadHid];            // the column groups' sums of dh
+	__shared__ float lsum[2][kHeadRows];       // the rows' loss and correct
+	__shared__ int last;
+	int t = threadIdx.x, T = blockDim.x, hp = hid + 1;
+	int r0 = blockIdx.x * rows, m = n - r0 < rows ? n - r0 : rows;
+	size_t e0 = (size_t)r0 * hid, e1 = e0 + (size_t)m * hid;
 	for (int e = t; e < k * hid; e += T)
-		ws[e] = w[e];
-	// with b1, h is fc1's GEMM output: its bias, ReLU and dropout first,
-	// as dropout_fwd applies them, in place
-	if (b1) {
-		size_t nh = (size_t)n * hid, groups = (nh + 3) / 4;
-		uint64_t key = keyp ? *keyp : 0;
-		for (size_t g = t; g < groups; g += T)
-			dropout_group(h, b1, hid, nh, g, thresh, scale, keyp != NULL, key, NULL);
+		ws[e / hid * hp + e % hid] = w[e];
+	// the block's elements of h, by groups of 4 as dropout_fwd draws them
+	bool drop = b1 && keyp;
+	uint64_t key = drop ? *keyp : 0;
+	for (size_t g = e0 / 4 + t; g < (e1 + 3) / 4; g += T) {
+		size_t i = g * 4;
+		uint64_t r = mix64(key + i);
+		for (int j = 0; j < 4; j++) {
+			size_t e = i + j;
+			if (e < e0 || e >= e1)
+				continue;
+			float v = h[e];
+			if (b1) {
+				v = bias_relu_as(h, v, b1[e % hid]);
+				if (drop)
+					v = ((r >> (16 * j)) & 0xffff) >= thresh ? v * scale : 0.f;
+				h[e] = v;
+			}
+			size_t l = e - e0;
+			hs[l / hid * hp + l % hid] = v;
+		}
 	}
 	__syncthreads();
-	for (int e = t; e < n * k; e += T) {
-		int i = e / k, j = e % k;
-		const float *hi = h + (size_t)i * hid, *wj = ws + j * hid;
-		float acc = 0.f;
-		for (int q = 0; q < hid; q++)
-			acc += hi[q] * wj[q];
-		logp[e] = acc + b[j];
+	for (int e = t; e < m * k; e += T) {
+		int j = e / m, i = e % m;
+		const float *hi = hs + i * hp, *wj = ws + j * hp;
+		float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+		int q = 0;
+		for (; q + 4 <= hid; q += 4) {
+			a0 += hi[q] * wj[q];
+			a1 += hi[q + 1] * wj[q + 1];
+			a2 += hi[q + 2] * wj[q + 2];
+			a3 += hi[q + 3] * wj[q + 3];
+		}
+		for (; q < hid; q++)
+			a0 += hi[q] * wj[q];
+		ds[i * k + j] = ((a0 + a1) + (a2 + a3)) + b[j];
 	}
 	__syncthreads();
-	float loss = 0.f, good = 0.f, z[64];
-	for (int i = t; i < n; i += T) {
-		size_t r = (size_t)i * k;
+	if (t < m) {
+		float z[kHeadK], loss = 0.f, good = 0.f;
 		for (int j = 0; j < k; j++)
-			z[j] = logp[r + j];
-		loss_row(z, k, label[i], logp + r, d + r, NULL, inv, &loss, &good);
+			z[j] = ds[t * k + j];
+		size_t r = (size_t)(r0 + t) * k;
+		loss_row(z, k, label[r0 + t], logp + r, ds + t * k, NULL, inv, &loss, &good);
+		lsum[0][t] = loss;
+		lsum[1][t] = good;
 	}
-	part[0][t] = loss;
-	part[1][t] = good;
-	loss_sums(part, out);
-	int groups = T / hid;
-	if (t < groups * hid) {
-		int q = t % hid;
+	__syncthreads();
+	// the block's sums: the results themselves with one block, else its
+	// partials in the scratch (dw, db, dbh, then loss and correct)
+	bool one = gridDim.x == 1;
+	int P = k * hid + k + hid + 2;
+	float *part = scratch + kHeadCount + (size_t)blockIdx.x * P;
+	float *pw = one ? dw : part, *pb = one ? db : part + k * hid;
+	float *pbh = one ? dbh : part + k * hid + k, *po = one ? out : part + k * hid + k + hid;
+	for (int e = t; e < m * k; e += T)
+		d[(size_t)r0 * k + e] = ds[e];
+	int groups = T / hid > 0 ? T / hid : 1;
+	for (int x = t; x < groups * hid; x += T) {
+		int q = x % hid;
 		float acc = 0.f;
-		for (int i = t / hid; i < n; i += groups) {
-			const float *di = d + (size_t)i * k;
+		for (int i = x / hid; i < m; i += groups) {
+			const float *di = ds + i * k;
 			float v = 0.f;
 			for (int j = 0; j < k; j++)
-				v += di[j] * ws[j * hid + q];
-			v = h[(size_t)i * hid + q] > 0.f ? s2 * v : 0.f;
-			dh[(size_t)i * hid + q] = v;
+				v += di[j] * ws[j * hp + q];
+			v = hs[i * hp + q] > 0.f ? s2 * v : 0.f;
+			dh[(size_t)(r0 + i) * hid + q] = v;
 			acc += v;
 		}
-		part[0][t] = acc;
+		red[x] = acc;
 	}
 	for (int e = t; e < k * hid; e += T) {
 		int j = e / hid, q = e % hid;
 		float acc = 0.f;
-		for (int i = 0; i < n; i++)
-			acc += d[(size_t)i * k + j] * h[(size_t)i * hid + q];
-		dw[e] = acc;
+		for (int i = 0; i < m; i++)
+			acc += ds[i * k + j] * hs[i * hp + q];
+		pw[e] = acc;
 	}
 	if (t < k) {
 		float acc = 0.f;
-		for (int i = 0; i < n; i++)
-			acc += d[(size_t)i * k + t];
-		db[t] = acc;
+		for (int i = 0; i < m; i++)
+			acc += ds[i * k + t];
+		pb[t] = acc;
+	}
+	if (t == 0) {
+		float loss = 0.f, good = 0.f;
+		for (int i = 0; i < m; i++) {
+			loss += lsum[0][i];
+			good += lsum[1][i];
+		}
+		po[0] = loss;
+		po[1] = good;
 	}
 	__syncthreads();
-	if (t < hid) {
+	for (int q = t; q < hid; q += T) {
 		float acc = 0.f;
 		for (int g = 0; g < groups; g++)
-			acc += part[0][g * hid + t];
-		dbh[t] = acc;
+			acc += red[g * hid + q];
+		pbh[q] = acc;
 	}
+	if (one)
+		return;
+	// the last block to finish adds every block's partials in order
+	__threadfence();
+	__syncthreads();
+	unsigned *count = reinterpret_cast<unsigned *>(scratch);
+	if (t == 0)
+		last = atomicAdd(count, 1u) == gridDim.x - 1;
+	__syncthreads();
+	if (!last)
+		return;
+	__threadfence();
+	const volatile float *all = scratch + kHeadCount;
+	for (int e = t; e < P; e += T) {
+		float acc = 0.f;
+		for (unsigned bk = 0; bk < gridDim.x; bk++)
+			acc += all[(size_t)bk * P + e];
+		if (e < k * hid)
+			dw[e] = acc;
+		else if (e < k * hid + k)
+			db[e - k * hid] = acc;
+		else if (e < k * hid + k + hid)
+			dbh[e - k * hid - k] = acc;
+		else
+			out[e - k * hid - k - hid] = acc;
+	}
+	if (t == 0)
+		*count = 0;
 }
 
 // The updated parameter v at i in the weights' other forms (cnn_cuda_wop:
@@ -784,8 +901,12 @@ int launch_maxpool2_fwd(const T *x, int nimg, int c, int h, int w, const cnn_cud
 	size_t total = (size_t)nimg * c * ph * pw;
 	if (!total)
 		return 0;
-	maxpool2_fwd<<<blocks_for(total), kThreads, 0, s>>>(x, pool_ep(ep), c, h, w, ph, pw, total, y,
-							    arg);
+	if (total <= 0x7fffffffu)
+		maxpool2_fwd<<<blocks_for(total), kThreads, 0, s>>>(x, pool_ep(ep), c, h, w, ph, pw,
+								    (unsigned)total, y, arg);
+	else
+		maxpool2_fwd<<<blocks_for(total), kThreads, 0, s>>>(x, pool_ep(ep), c, h, w, ph, pw,
+								    total, y, arg);
 	cudaCheck(cudaGetLastError());
 	return 0;
 }
@@ -794,11 +915,15 @@ template <typename T>
 int launch_maxpool2_relu_bwd(const float *dy, const float *y, const uint8_t *arg, int planes,
 			     int h, int w, T *dx, cudaStream_t s)
 {
-	size_t total = (size_t)planes * h * w;
+	size_t total = (size_t)planes * ((h + 1) / 2) * ((w + 1) / 2);   // 2x2 blocks of dx
 	if (!total)
 		return 0;
-	maxpool2_relu_bwd<<<blocks_for(total), kThreads, 0, s>>>(dy, y, arg, h, w, h / 2, w / 2,
-								   total, dx);
+	if (total <= 0x7fffffffu / 4)
+		maxpool2_relu_bwd<<<blocks_for(total), kThreads, 0, s>>>(dy, y, arg, h, w, h / 2,
+									   w / 2, (unsigned)total, dx);
+	else
+		maxpool2_relu_bwd<<<blocks_for(total), kThreads, 0, s>>>(dy, y, arg, h, w, h / 2,
+									   w / 2, total, dx);
 	cudaCheck(cudaGetLastError());
 	return 0;
 }
@@ -940,11 +1065,20 @@ int launch_conv1_fwd(const T *x, const T *w, const float *b, int nimg, int h, in
 		cnn_cuda_fail(__FILE__, __LINE__, who, m);
 		return -1;
 	}
-	size_t total = (size_t)nimg * oc * (h - 2) * (wd - 2);
-	if (!total)
+	size_t total = (size_t)nimg * (h - 2) * (wd - 2);
+	if (oc > kConv1MaxOc || total > 0x7fffffffu) {
+		char m[160];
+		snprintf(m, sizeof(m), "%d channels, %zu output pixels (%d images of %dx%d): expected "
+			 "%d channels at most, fewer than 2^31 pixels", oc, total, nimg, h, wd,
+			 kConv1MaxOc);
+		cnn_cuda_fail(__FILE__, __LINE__, who, m);
+		return -1;
+	}
+	if (!total || !oc)
 		return 0;
 	auto conv1_fwd_k = gs ? conv1_fwd<T, true> : conv1_fwd<T, false>;
-	conv1_fwd_k<<<blocks_for(total), kThreads, 0, s>>>(x, w, b, h, wd, oc, nhwc, total, y, gs ? *gs : Gather1());
+	conv1_fwd_k<<<blocks_for(total), kThreads, 0, s>>>(x, w, b, h, wd, oc, nhwc, (unsigned)total,
+							    y, gs ? *gs : Gather1());
 	cudaCheck(cudaGetLastError());
 	return 0;
 }
@@ -1171,24 +1305,41 @@ extern "C" int cnn_cuda_logsoftmax_nll_fwd(const float *logits, const float *b,
 	return 0;
 }
 
+extern "C" size_t cnn_cuda_fc2_head_scratch(int n, int hid, int k)
+{
+	if (n < 1 || hid < 1 || hid > kHeadHid || k < 1)
+		return 0;
+	int rows = head_rows(hid), blocks = (n + rows - 1) / rows;
+	return blocks > 1 ? kHeadCount + (size_t)blocks * ((size_t)k * hid + k + hid + 2) : 0;
+}
+
+extern "C" int cnn_cuda_fc2_head_fits(int hid, int k)
+{
+	return hid >= 1 && hid <= kHeadHid && k >= 1 && k <= kHeadK && k * (hid + 1) <= kHeadW;
+}
+
 extern "C" int cnn_cuda_fc2_head(float *h, const float *b1, float p, const uint64_t *key,
 				 const float *w, const float *b, const uint8_t *label, int n, int hid,
 				 int k, float scale_n, float s2, float *logp, float *out,
 				 float *dlogits, float *dw, float *db, float *dh, float *dbh,
-				 cudaStream_t s)
+				 float *scratch, size_t scratch_n, cudaStream_t s)
 {
-	if (n < 1 || k < 1 || k > 64 || hid < 1 || hid > kHeadThreads || (long long)k * hid > kHeadW ||
-	    !(scale_n > 0.f)) {
-		char m[200];
-		snprintf(m, sizeof(m), "%d rows, %d hidden units, %d classes, scale %g: expected 1 or "
-			 "more rows, 1-%d hidden, 1-64 classes, 32 KB of weights at most, scale > 0",
-			 n, hid, k, scale_n, kHeadThreads);
+	size_t need = cnn_cuda_fc2_head_scratch(n, hid, k);
+	if (n < 1 || !cnn_cuda_fc2_head_fits(hid, k) || !(scale_n > 0.f) || scratch_n < need ||
+	    (need && !scratch)) {
+		char m[300];
+		snprintf(m, sizeof(m), "%d rows, %d hidden units, %d classes, scale %g, scratch of %zu "
+			 "floats: expected 1 or more rows, 1-%d hidden, 1-%d classes, classes x "
+			 "(hidden + 1) at most %d, scale > 0, a scratch of %zu floats at least",
+			 n, hid, k, scale_n, scratch ? scratch_n : 0, kHeadHid, kHeadK, kHeadW, need);
 		cnn_cuda_fail(__FILE__, __LINE__, "cnn_cuda_fc2_head", m);
 		return -1;
 	}
-	fc2_head<<<1, kHeadThreads, 0, s>>>(h, b1, (uint32_t)(p * 65536.f), 1.f / (1.f - p),
-					     b1 && p > 0.f ? key : NULL, w, b, label, n, hid, k,
-					     1.f / scale_n, s2, logp, out, dlogits, dw, db, dh, dbh);
+	int rows = head_rows(hid), blocks = (n + rows - 1) / rows;
+	fc2_head<<<blocks, kHeadThreads, 0, s>>>(h, b1, (uint32_t)(p * 65536.f), 1.f / (1.f - p),
+						 b1 && p > 0.f ? key : NULL, w, b, label, n, hid, k,
+						 rows, 1.f / scale_n, s2, logp, out, dlogits, dw, db,
+						 dh, dbh, scratch);
 	cudaCheck(cudaGetLastError());
 	return 0;
 }

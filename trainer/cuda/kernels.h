@@ -102,13 +102,23 @@ int cnn_cuda_relu_bwd(float *dx, const float *y, size_t n, cnn_bf16 *dxb, cudaSt
  * cnn_cuda_logsoftmax_nll_fwd writes them, dw = dlogits^T h (k x hid), db
  * its column sums, dh = s2 dlogits W where h > 0 (else 0: fc1's ReLU; s2
  * dropout's scale) and dbh = dh's column sums (fc1's bias gradient), all
- * written, each sum in a fixed order (one block: for small batches, where
- * the seven launches it replaces cost more than its arithmetic).  n >= 1,
- * k <= 64, hid <= 1024, k * hid floats at most 32 KB, scale_n > 0. */
+ * written, each sum in a fixed order (a block per 32 rows at 128 hidden
+ * units, the blocks' partial sums added by the last of them to finish:
+ * the same bits each run for a given n).  n >= 1, scale_n > 0 and the
+ * shapes cnn_cuda_fc2_head_fits takes; scratch: scratch_n floats, at
+ * least cnn_cuda_fc2_head_scratch(n, hid, k) (0 for one block: NULL will
+ * do), its first 4 bytes 0 before the first call (each call leaves them
+ * 0; calls on one scratch must not overlap). */
 int cnn_cuda_fc2_head(float *h, const float *b1, float p, const uint64_t *key, const float *w,
 		      const float *b, const uint8_t *label, int n, int hid, int k, float scale_n,
 		      float s2, float *logp, float *out, float *dlogits, float *dw, float *db,
-		      float *dh, float *dbh, cudaStream_t s);
+		      float *dh, float *dbh, float *scratch, size_t scratch_n, cudaStream_t s);
+/* whether cnn_cuda_fc2_head takes hid hidden units and k classes: hid
+ * 1..1024, k 1..64, k (hid + 1) floats of weights at most 4096 */
+int cnn_cuda_fc2_head_fits(int hid, int k);
+/* the floats of scratch cnn_cuda_fc2_head needs for n rows (0 where one
+ * block takes them all, or for shapes it refuses) */
+size_t cnn_cuda_fc2_head_scratch(int n, int hid, int k);
 int cnn_cuda_logsoftmax_nll_fwd(const float *logits, const float *b, const uint8_t *label, int n,
 				int k, float *logp, float *out, float *dlogits, cnn_bf16 *dlb,
 				float scale_n, float *dbias, cudaStream_t s);
@@ -212,7 +222,8 @@ int cnn_cuda_ohwi_to_oihw(const float *w, int out, int in, int hw, float *o, cud
 
 /* conv1 direct, for one input channel (3x3, stride 1, no padding): y (nimg
  * x oc x (h-2) x (w-2), or channels-last with nhwc) = relu(conv(x, w) + b),
- * the twin of cnn_conv3_relu_fwd; x is nimg x h x w, w the oc x 9 weights.
+ * the twin of cnn_conv3_relu_fwd; x is nimg x h x w, w the oc x 9 weights
+ * (oc 256 at most, nimg (h-2) (w-2) below 2^31: a thread per pixel).
  * bf16: operands and y in bf16, the sum rounded to bf16 before the bias and
  * ReLU (as cuDNN's output then cnn_cuda_bias_relu_bf16).  Its backward:
  * the weight and bias gradients (fp32, overwritten) from dy where y > 0 (the

@@ -216,6 +216,14 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 	}
 	if (c1s && alloc(&g->c1s, c1s * 4) < 0)
 		return -1;
+	/* fc2's fused head: its blocks' partial sums and their counter, which
+	 * starts at 0 and which each launch leaves at 0 */
+	g->fhs_n = cnn_cuda_fc2_head_scratch(max_batch, M->hidden, M->in.classes);
+	if (g->fhs_n) {
+		if (alloc(&g->fhs, g->fhs_n * 4) < 0)
+			return -1;
+		cudaCheck(cudaMemset(g->fhs, 0, g->fhs_n * 4));
+	}
 	if (conv2_possible(g) && conv2 != CNN_CONV_CUDNN &&
 	    (alloc(&g->c2s, cnn_cuda_conv3_wgrad_scratch(max_batch, M->c1, M->h1, M->w1, M->c2) * 4) < 0 ||
 	     alloc(&g->c2w, 2 * M->t[P_W2].n * es) < 0))
@@ -254,7 +262,7 @@ void cnn_gnet_free(struct cnn_gnet *g)
 			 g->dlogits, g->dh, g->dp, g->da2, g->da1, g->ones, g->arg, g->y, g->stats,
 			 g->keys_own, g->ws, g->blas_ws, g->wb, g->xb, g->pb, g->hb, g->dlb, g->dhb,
 			 g->dwb, g->bgs, g->wt, g->dwt, g->xt, g->wsw, g->blasw_ws, g->c1s, g->c2s,
-			 g->c2w };
+			 g->c2w, g->fhs };
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		if (bufs[i])
 			cudaFree(bufs[i]);
@@ -959,7 +967,7 @@ static int fc2_call(struct cnn_gnet *g, int n, int fused)
 					 P + M->t[P_W4].off, P + M->t[P_B4].off, g->y, n, H, K, (float)n,
 					 drop_scale(M->p_drop2), g->logp, g->stats, g->dlogits,
 					 G + M->t[P_W4].off, G + M->t[P_B4].off, g->dh, G + M->t[P_B3].off,
-					 g->s);
+					 g->fhs, g->fhs_n, g->s);
 	if (cnn_cuda_dropout_fwd(g->h, P + M->t[P_B3].off, H, (size_t)n * H, M->p_drop2, g->keys + 1,
 				 NULL, g->s) < 0 ||
 	    linear_fwd(g, g->h, n, H, P + M->t[P_W4].off, K, g->logits) < 0 ||
@@ -1244,6 +1252,11 @@ static int choose_fc2(struct cnn_gnet *g, struct cnn_gnet_algos *a)
 	a->fc2 = g->fc2 == CNN_FC2_FUSED;
 	if (g->fc2 != CNN_FC2_AUTO)
 		return 0;
+	/* shapes the fused kernel does not take: cuBLAS's calls, untimed */
+	if (!cnn_cuda_fc2_head_fits(g->m.hidden, g->m.in.classes)) {
+		a->ms_fc2[0] = a->ms_fc2[1] = 0.f;
+		return 0;
+	}
 	/* the loss reads logp at each row's label: labels in range (the
 	 * batch's own, gathered later in s's order, overwrite them) */
 	cudaCheck(cudaMemsetAsync(g->y, 0, (size_t)a->n, g->s));
@@ -1367,7 +1380,8 @@ int cnn_gnet_forward(struct cnn_gnet *g, int n, int train, float scale_n)
 					 g->keys + 1, P + M->t[P_W4].off, P + M->t[P_B4].off, g->y,
 					 n, M->hidden, M->in.classes, scale_n, drop_scale(M->p_drop2),
 					 g->logp, g->stats, g->dlogits, G + M->t[P_W4].off,
-					 G + M->t[P_B4].off, g->dh, G + M->t[P_B3].off, g->s);
+					 G + M->t[P_B4].off, g->dh, G + M->t[P_B3].off, g->fhs,
+					 g->fhs_n, g->s);
 	}
 	/* fc1's bias and ReLU, in training its dropout, and for bf16 fc2's
 	 * operand hb, in one pass */
@@ -1532,6 +1546,12 @@ void cnn_gnet_describe(const struct cnn_gnet *g, char *buf, size_t len)
 	/* auto: each batch size's head and the times that chose it */
 	for (int i = 0; g->fc2 == CNN_FC2_AUTO && i < g->nalgos && k >= 0 && (size_t)k < len; i++) {
 		const struct cnn_gnet_algos *a = &g->algos[i];
+		if (!cnn_cuda_fc2_head_fits(g->m.hidden, g->m.in.classes)) {
+			k += snprintf(buf + k, len - k, ", batch %d fc2 cuBLAS (the fused head does "
+				      "not take %d hidden units and %d classes)", a->n, g->m.hidden,
+				      g->m.in.classes);
+			continue;
+		}
 		k += snprintf(buf + k, len - k, ", batch %d fc2 %s %.3f ms (%s %.3f)", a->n,
 			      a->fc2 ? "fused" : "cuBLAS", a->ms_fc2[a->fc2], a->fc2 ? "cuBLAS" : "fused",
 			      a->ms_fc2[!a->fc2]);

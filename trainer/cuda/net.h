@@ -105,6 +105,8 @@ struct cnn_gnet {
 	enum cnn_fc2_impl fc2;
 	int tc;                          /* the GPU has TF32 and bf16 tensor cores (8.0+) */
 	float *c2s;                      /* the tensor-core conv2 weight gradient's scratch */
+	float *fhs;                      /* fc2's fused head's scratch (its counter zeroed) */
+	size_t fhs_n;                    /* its floats */
 	void *c2w;                       /* conv2's weights packed for those kernels (the
 					  * forward's, then the backward-data's): wfresh */
 	cudaStream_t sw, sw_made;        /* sw_made, dnnw_made, blasw_made: the second */
