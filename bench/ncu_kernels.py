@@ -7,8 +7,8 @@ ncu's ==PROF== notes and cnn_train's own output, are skipped), and prints
 per kernel name: its GPU time per step, its launches per step and its share,
 largest first, then the total.  Where the capture holds more of the metrics
 `--metrics` lists (each kernel's speed of light: SM and memory throughput,
-the tensor pipe's and the warps' share of their peak, its registers, grid
-and shared-memory bank conflicts), a column each: percentages weighted by
+the tensor pipe's and the warps' share of their peak, its registers, grid,
+shared-memory bank conflicts, and what its warps stall on), a column each: percentages weighted by
 each launch's time, registers and grid the largest, conflicts per launch.
 `.gpu/run.sh profile` and `kernels` run it on the GPU machine;
 tests/bats/bench.bats on fixtures of ncu's format.
@@ -42,6 +42,14 @@ COLUMNS = [
     ("blocks", ["launch__grid_size"], "max"),
     ("bc_ld", ["l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"], "per_launch"),
     ("bc_st", ["l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"], "per_launch"),
+    # what the warps wait on, % of their active cycles: global memory (long
+    # scoreboard), __syncthreads, shared memory (short scoreboard), the
+    # memory pipe's queue (mio throttle), a busy math pipe
+    ("lsb%", ["smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct"], "weighted"),
+    ("bar%", ["smsp__warp_issue_stalled_barrier_per_warp_active.pct"], "weighted"),
+    ("ssb%", ["smsp__warp_issue_stalled_short_scoreboard_per_warp_active.pct"], "weighted"),
+    ("mio%", ["smsp__warp_issue_stalled_mio_throttle_per_warp_active.pct"], "weighted"),
+    ("mth%", ["smsp__warp_issue_stalled_math_pipe_throttle_per_warp_active.pct"], "weighted"),
 ]
 TIME = "gpu__time_duration.sum"
 

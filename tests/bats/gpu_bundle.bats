@@ -109,7 +109,12 @@ setup() {
 		for m in gpu__time_duration sm__throughput gpu__compute_memory_throughput dram__throughput \
 			sm__pipe_tensor_cycles_active sm__warps_active \
 			l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld \
-			l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st; do
+			l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st \
+			smsp__warp_issue_stalled_long_scoreboard_per_warp_active \
+			smsp__warp_issue_stalled_barrier_per_warp_active \
+			smsp__warp_issue_stalled_short_scoreboard_per_warp_active \
+			smsp__warp_issue_stalled_mio_throttle_per_warp_active \
+			smsp__warp_issue_stalled_math_pipe_throttle_per_warp_active; do
 			echo "$m   Counter   a description"
 		done
 		exit 0
@@ -138,7 +143,7 @@ setup() {
 	echo "$stderr"
 	assert_success
 	assert_line "run.sh: left out, not in ncu --query-metrics here: sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
-	assert_equal "$(grep -c '^kernel  *us/step  *calls  *share  *sm%  *mem%  *dram%  *tc%  *warps%  *regs  *blocks  *bc_ld  *bc_st$' <<<"$output")" 2
+	assert_equal "$(grep -c '^kernel  *us/step  *calls  *share  *sm%  *mem%  *dram%  *tc%  *warps%  *regs  *blocks  *bc_ld  *bc_st  *lsb%  *bar%  *ssb%  *mio%  *mth%$' <<<"$output")" 2
 	assert_equal "$(grep -c '^# GPU: cuemu ' <<<"$output")" 2
 	# each batch size's call: one replayed step, the metrics this ncu lists
 	assert_equal "$(wc -l <"$args")" 2

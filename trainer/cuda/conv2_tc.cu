@@ -83,17 +83,23 @@ int launch_conv3_pack(const float *w, int oc, int c, T *wf, T *wb, cudaStream_t 
 // Per operand type: the wmma precision and k, the shared-memory padding
 // (rows a multiple of 16 bytes, as wmma's ldm must be), and what a staged
 // operand is: TF32-rounded (cvt.rna) floats, or the bf16 bits as they are.
+// TF32 fragments are loaded a float a lane: lane (g, t) = (lane / 4, lane
+// % 4) reads element (g, t) of a row-major A or col-major B tile (g * ldm
+// + t: ldm = 4 mod 32 puts the 32 lanes on 32 banks: PAD) and (t, g) of a
+// col-major A or row-major B (t * ldm + g: ldm = 8 mod 32: PADG; with 4,
+// two lanes share each bank, as ncu counted, 1.5M conflicts a forward
+// launch at batch 64).  bf16's stay as they were (PADG = PAD).
 template <typename T> struct Mma;
 #if CNN_TC
 template <> struct Mma<float> {
 	typedef wmma::precision::tf32 P;
-	enum { K = 8, PAD = 4 };
+	enum { K = 8, PAD = 4, PADG = 8 };
 	__device__ static float op(float v) { return wmma::__float_to_tf32(v); }
 	__device__ static float zero() { return 0.f; }
 };
 template <> struct Mma<bf16> {
 	typedef bf16 P;
-	enum { K = 16, PAD = 8 };
+	enum { K = 16, PAD = 8, PADG = 8 };
 	__device__ static bf16 op(bf16 v) { return v; }
 	__device__ static bf16 zero() { return __float2bfloat16_rn(0.f); }
 };
@@ -175,7 +181,7 @@ __global__ void __launch_bounds__(kCvThreads, 2) conv3_igemm(const T *x, const T
 	// A (pixel, channel): NHWC [m][k], NCHW [k][m]; B (channel, output) [k][o];
 	// the output tile C in floats: NHWC [m][o], NCHW [o][m].  A warp owns
 	// 32 pixels by BN / 2 outputs: 2 x FN fragments.
-	constexpr int FN = BN / 32, LA = NHWC ? kCvBK + M::PAD : kCvBM + M::PAD, LB = BN + M::PAD;
+	constexpr int FN = BN / 32, LA = NHWC ? kCvBK + M::PAD : kCvBM + M::PADG, LB = BN + M::PADG;
 	constexpr int LC = NHWC ? BN + 4 : kCvBM + 4;
 	constexpr int SA = NHWC ? kCvBM * LA : kCvBK * LA;
 	constexpr int SAB = (SA + kCvBK * LB) * (int)sizeof(T);
@@ -405,7 +411,7 @@ __global__ void __launch_bounds__(kCvThreads, 2) conv3_wgrad_part(const T *x, co
 	// [k][p] (col-major B), NHWC [p][k] (row-major B)
 	typedef typename std::conditional<NHWC, wmma::col_major, wmma::row_major>::type LayA;
 	typedef typename std::conditional<NHWC, wmma::row_major, wmma::col_major>::type LayB;
-	constexpr int LD = NHWC ? kWgO + M::PAD : kWgP + M::PAD, LX = NHWC ? kWgN + M::PAD : kWgP + M::PAD;
+	constexpr int LD = NHWC ? kWgO + M::PADG : kWgP + M::PAD, LX = NHWC ? kWgN + M::PADG : kWgP + M::PAD;
 	constexpr int SD = NHWC ? kWgP * LD : kWgO * LD, SX = NHWC ? kWgP * LX : kWgN * LX;
 	constexpr int RD = kWgP * kWgO / kCvThreads, RX = kWgP * kWgN / kCvThreads;
 	static_assert(kWgP * kWgO % kCvThreads == 0 && kWgP * kWgN % kCvThreads == 0 &&
