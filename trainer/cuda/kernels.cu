@@ -62,9 +62,25 @@ __device__ __forceinline__ void pool4(const T *p0, const T *p1, const T *p2, con
 	pool_window<T>(v, ep, key, bc, i, y, arg);
 }
 
+// Two adjacent elements at an even index of a tensor that starts aligned,
+// in one load (PAIR), or two.
+__device__ __forceinline__ void ld_pair(const float *p, float *v)
+{
+	float2 t = *reinterpret_cast<const float2 *>(p);
+	v[0] = t.x;
+	v[1] = t.y;
+}
+__device__ __forceinline__ void ld_pair(const bf16 *p, float *v)
+{
+	__nv_bfloat162 t = *reinterpret_cast<const __nv_bfloat162 *>(p);
+	v[0] = __bfloat162float(t.x);
+	v[1] = __bfloat162float(t.y);
+}
+
 // I: the index type, 32 bits where the tensor allows (64-bit division is
-// tens of instructions a thread on a GPU).
-template <typename T, typename I>
+// tens of instructions a thread on a GPU).  PAIR: w is even, so each row of
+// a window is one aligned load of two.
+template <typename T, typename I, bool PAIR>
 __global__ void maxpool2_fwd(const T *x, PoolEp ep, int c, int h, int w, int ph, int pw,
 			     I total, float *y, uint8_t *arg)
 {
@@ -75,7 +91,15 @@ __global__ void maxpool2_fwd(const T *x, PoolEp ep, int c, int h, int w, int ph,
 	     i += (I)gridDim.x * blockDim.x) {
 		I plane = i / pp, r = i - plane * pp, py = r / pw, px = r - py * pw;
 		const T *r0 = x + (size_t)plane * h * w + (size_t)(2 * py) * w + 2 * px, *r1 = r0 + w;
-		pool4(r0, r0 + 1, r1, r1 + 1, ep, key, b ? b[plane % c] : 0.f, i, y + i, arg + i);
+		float bc = b ? b[plane % c] : 0.f;
+		if (PAIR) {
+			float v[4];
+			ld_pair(r0, v);
+			ld_pair(r1, v + 2);
+			pool_window<T>(v, ep, key, bc, i, y + i, arg + i);
+		} else {
+			pool4(r0, r0 + 1, r1, r1 + 1, ep, key, bc, i, y + i, arg + i);
+		}
 	}
 }
 
@@ -296,7 +320,7 @@ __global__ void __launch_bounds__(kBiasThreads)
 conv1_wgrad_part(const T *x, const T *dy, const T *y, int h, int wd, int oc, int nhwc, int nimg,
 		 int ipc, float *part)
 {
-	__shared__ float red[kBiasThreads];
+	__shared__ float red[10][kBiasThreads];
 	int c = blockIdx.x, o = blockIdx.y, i0 = c * ipc, i1 = i0 + ipc < nimg ? i0 + ipc : nimg;
 	unsigned ow = wd - 2;
 	// a chunk's count in 32 bits (conv1_ipc: about kBiasChunk pixels)
@@ -315,12 +339,20 @@ conv1_wgrad_part(const T *x, const T *dy, const T *y, int h, int wd, int oc, int
 				s[ky * 3 + kx] += g * ld(xi + ky * wd + kx);
 		s[9] += g;
 	}
-	for (int j = 0; j < 10; j++) {
-		float t = block_sum(s[j], red);
-		if (threadIdx.x == 0)
-			part[((size_t)o * gridDim.x + c) * 10 + j] = t;
-		__syncthreads();   // red is the next sum's
+	// the 10 sums over the block in one tree, block_sum's: the same order
+	// for each, 8 barriers for all of them
+	int t = threadIdx.x;
+	for (int j = 0; j < 10; j++)
+		red[j][t] = s[j];
+	__syncthreads();
+	for (int half = kBiasThreads / 2; half > 0; half /= 2) {
+		if (t < half)
+			for (int j = 0; j < 10; j++)
+				red[j][t] += red[j][t + half];
+		__syncthreads();
 	}
+	if (t < 10)
+		part[((size_t)o * gridDim.x + c) * 10 + t] = red[t][0];
 }
 
 // A block per (output channel, sum j): the chunks' part in a fixed order.
@@ -901,12 +933,17 @@ int launch_maxpool2_fwd(const T *x, int nimg, int c, int h, int w, const cnn_cud
 	size_t total = (size_t)nimg * c * ph * pw;
 	if (!total)
 		return 0;
-	if (total <= 0x7fffffffu)
-		maxpool2_fwd<<<blocks_for(total), kThreads, 0, s>>>(x, pool_ep(ep), c, h, w, ph, pw,
-								    (unsigned)total, y, arg);
-	else
-		maxpool2_fwd<<<blocks_for(total), kThreads, 0, s>>>(x, pool_ep(ep), c, h, w, ph, pw,
-								    total, y, arg);
+	// pairs where every row starts at an even element (x itself is aligned)
+	bool pair = w % 2 == 0 && (uintptr_t)x % (2 * sizeof(T)) == 0;
+	if (total <= 0x7fffffffu) {
+		auto k = pair ? maxpool2_fwd<T, unsigned, true> : maxpool2_fwd<T, unsigned, false>;
+		k<<<blocks_for(total), kThreads, 0, s>>>(x, pool_ep(ep), c, h, w, ph, pw,
+							 (unsigned)total, y, arg);
+	} else {
+		auto k = pair ? maxpool2_fwd<T, size_t, true> : maxpool2_fwd<T, size_t, false>;
+		k<<<blocks_for(total), kThreads, 0, s>>>(x, pool_ep(ep), c, h, w, ph, pw, total, y,
+							 arg);
+	}
 	cudaCheck(cudaGetLastError());
 	return 0;
 }
