@@ -52,8 +52,8 @@ void cnn_args_usage(FILE *f)
 "  --conv-layout KIND     GPU: the convolutions' activations nchw (default),\n"
 "                         nhwc (channels-last, for cuDNN's tensor-core kernels)\n"
 "                         or auto (per batch size, the one cuDNN times faster)\n"
-"  --backward-streams N   GPU: 1 (default), 2 (the weight gradients on a second\n"
-"                         stream, beside the data gradients) or auto (the\n"
+"  --backward-streams N   GPU: 1, 2 (the weight gradients on a second stream,\n"
+"                         beside the data gradients) or auto (default: the\n"
 "                         step's CUDA graph timed both ways, the faster kept)\n"
 "  --conv1 KIND           GPU, one input channel: conv1 by cuDNN, by the direct\n"
 "                         kernels, or auto (default: each call the faster, timed)\n"
@@ -214,7 +214,7 @@ int cnn_args_parse(struct cnn_args *a, int argc, char **argv, const char *env_da
 	a->seed = 1;
 	a->device = "auto";
 	a->timeout_s = 60;
-	a->streams = 1;
+	a->streams = CNN_STREAMS_AUTO;
 	a->fc2 = CNN_FC2_AUTO;
 	a->progress = -1;
 	a->log_every = 50;

@@ -25,7 +25,7 @@ struct cnn_args {
 	int precision;             /* enum cnn_precision: tf32 (default), fp32, bf16 */
 	int no_graph;              /* GPU: run the step eagerly, not as a CUDA graph */
 	int conv_layout;           /* enum cnn_layout: nchw (default), nhwc, auto */
-	int streams;               /* GPU backward streams: 1 (default), 2 or CNN_STREAMS_AUTO */
+	int streams;               /* GPU backward streams: 1, 2 or CNN_STREAMS_AUTO (default) */
 	long long profile_from, profile_to; /* --cuda-profile-steps (0: none) */
 	const char *graph_dot;     /* --cuda-graph-dot FILE (NULL: none) */
 	int conv1;                 /* enum cnn_conv_impl: auto (default), cudnn, direct */

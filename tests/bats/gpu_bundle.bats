@@ -77,7 +77,7 @@ setup() {
 	echo "$stderr"
 	assert_success
 	assert_line --regexp "^# cnn_train: world 1 \(local\), model 1x28x28->10 \(1199882 params\), data fashion-mnist \(64 train, 16 test\) from $B/data$"
-	assert_line --regexp '^# GPU: cuemu .*, fp32, conv1 direct, batch 8 fc2 (fused|cuBLAS) .*, NCHW, CUDA graph$'
+	assert_line --regexp '^# GPU: cuemu .*, fp32, conv1 direct, batch 8 fc2 (fused|cuBLAS) .*, NCHW, CUDA graph, backward streams auto \(1 or 2: the step.s graph timed both ways\)$'
 	assert_line --regexp '^test: loss [0-9.]+ accuracy [0-9.]+% \(16 images\)$'
 	assert_line --regexp '^done: 8 steps, '
 }
@@ -88,7 +88,7 @@ setup() {
 	echo "$stderr"
 	assert_success
 	assert_line --regexp '^# cnn_train: world 2 \(gloo\), '
-	assert_line --regexp '^# GPU: cuemu .*, no graph \(gradients all-reduced through host memory\)$'
+	assert_line --regexp '^# GPU: cuemu .*, no graph \(gradients all-reduced through host memory\), backward streams auto: 1 \(no graph to time both ways\)$'
 	assert_line --regexp '^params: identical on all 2 ranks '
 	assert_line --regexp '^done: 4 steps, '
 }

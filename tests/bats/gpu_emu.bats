@@ -52,7 +52,7 @@ setup() {
 	echo "$stderr"
 	assert_success
 	assert_line --regexp '^# cnn_train: world 1 \(local\), model 1x28x28->10 \(1199882 params\)'
-	assert_line --regexp '^# GPU: cuemu .*, fp32, conv1 direct, NCHW, CUDA graph$'
+	assert_line --regexp '^# GPU: cuemu .*, fp32, conv1 direct, NCHW, CUDA graph, backward streams auto \(1 or 2: the step.s graph timed both ways\)$'
 	assert_line --regexp '^test: loss [0-9.]+ accuracy [0-9.]+% \(16 images\)$'
 	# the epoch's evaluation is the run's: one, not the same again after it
 	[ "$(grep -c '^test:' <<<"$output")" -eq 1 ]
@@ -63,7 +63,7 @@ setup() {
 		--fc2 fused --dump-params "$BATS_TEST_TMPDIR/fused.bin"
 	echo "$stderr"
 	assert_success
-	assert_line --regexp '^# GPU: cuemu .*, fp32, conv1 direct, fc2 fused, NCHW, CUDA graph$'
+	assert_line --regexp '^# GPU: cuemu .*, fp32, conv1 direct, fc2 fused, NCHW, CUDA graph, backward streams auto \(1 or 2: the step.s graph timed both ways\)$'
 	params_within "$BATS_TEST_TMPDIR/cpu.bin" "$BATS_TEST_TMPDIR/fused.bin" 1e-7
 }
 
@@ -132,7 +132,10 @@ PY
 # on its batch (the state put back after) and the fastest kept.  On
 # cuemu's additive clock the picks are never slower than the others.
 @test "--conv2 auto: the step's graph timed with each call's pick, all cuDNN and all direct, the fastest kept (cuemu)" {
-	local opts=("${SMALL[@]}" --max-steps 8 --device cuda --precision tf32 --conv-layout nchw)
+	# (one backward stream: the three graphs alone; the default, auto,
+	# below; the last option given wins)
+	local opts=("${SMALL[@]}" --max-steps 8 --device cuda --precision tf32 --conv-layout nchw
+		--backward-streams 1)
 	run --separate-stderr "$CNN" "${opts[@]}" --dump-params "$BATS_TEST_TMPDIR/graph.bin" \
 		--log-json "$BATS_TEST_TMPDIR/graph.json"
 	echo "$stderr"
@@ -192,9 +195,9 @@ PY
 		/usr/bin/python3 -c 'import json, sys; j = json.load(open(sys.argv[1]))["cuda_graph"]; assert j["conv2_auto"] is None, j' \
 			"$BATS_TEST_TMPDIR/v.json"
 	done
-	# with --backward-streams auto, each of conv2's three by both streams
-	# counts: six graphs, the fastest kept
-	run --separate-stderr "$CNN" "${opts[@]}" --max-steps 3 --backward-streams auto
+	# with --backward-streams auto (the default), each of conv2's three by
+	# both streams counts: six graphs, the fastest kept
+	run --separate-stderr "$CNN" "${SMALL[@]}" --device cuda --precision tf32 --max-steps 3
 	echo "$stderr"
 	assert_success
 	assert_line --regexp '^# conv2 auto \(batch 8\): .* kept; .*\(the least of [0-9]+ each, each with its faster backward streams\)$'
@@ -267,7 +270,7 @@ PY
 			--conv1 direct --conv2 direct --conv-layout "$layout" --dump-params "$BATS_TEST_TMPDIR/$prec.bin"
 		echo "$stderr"
 		assert_success
-		assert_line --regexp "^# GPU: cuemu .*, $([ "$prec" = tf32 ] && echo TF32 || echo "bf16 with fp32 master weights"), conv1 direct, conv2 direct \(tensor cores\)(, batch [0-9]+ fc2 .*)?, ${layout^^}, CUDA graph$"
+		assert_line --regexp "^# GPU: cuemu .*, $([ "$prec" = tf32 ] && echo TF32 || echo "bf16 with fp32 master weights"), conv1 direct, conv2 direct \(tensor cores\)(, batch [0-9]+ fc2 .*)?, ${layout^^}, CUDA graph, backward streams auto \(1 or 2: the step.s graph timed both ways\)$"
 		params_within "$BATS_TEST_TMPDIR/cpu.bin" "$BATS_TEST_TMPDIR/$prec.bin" "$([ "$prec" = tf32 ] && echo 5e-5 || echo 3e-4)"
 	done
 }
@@ -319,13 +322,13 @@ PY
 		[ "$c2" = auto ] || [[ "$line" == *", conv2 direct (tensor cores)"* ]]
 		# the training batch's calls timed as the replay runs them, as
 		# graphs; the evaluation's 16 (eager) on the stream
-		[[ "$line" == *", batch 8's calls timed as CUDA graphs, NCHW, CUDA graph" ]]
+		[[ "$line" == *", batch 8's calls timed as CUDA graphs, NCHW, CUDA graph, backward streams auto (1 or 2: the step's graph timed both ways)" ]]
 	done
 	run --separate-stderr "$CNN" "${SMALL[@]}" --max-steps 1 --device cuda --precision tf32 \
 		--conv1 auto --conv2 auto --conv-layout nchw --no-graph
 	assert_success
 	line=$(grep '^# GPU: ' <<<"$output")
-	[[ "$line" == *", batch 8 conv1 forward "* && "$line" == *", NCHW, no graph" ]]
+	[[ "$line" == *", batch 8 conv1 forward "* && "$line" == *", NCHW, no graph, backward streams auto: 1 (no graph to time both ways)" ]]
 	[[ "$line" != *"timed as CUDA graphs"* ]]
 }
 
@@ -351,7 +354,7 @@ PY
 	line=$(grep '^# GPU: ' <<<"$output")
 	[[ "$line" == *", batch 8 conv2 forward and pool cuDNN "*" ms (direct could not launch), "* ]]
 	[[ "$line" == *", backward-filter and bias gradient cuDNN "*" ms (direct could not launch), "* ]]
-	[[ "$line" == *", the project's kernels failed to launch here (conv2's forward: conv2_tc.cu:"*"): cuDNN there, NCHW, CUDA graph" ]]
+	[[ "$line" == *", the project's kernels failed to launch here (conv2's forward: conv2_tc.cu:"*"): cuDNN there, NCHW, CUDA graph, backward streams auto (1 or 2: the step's graph timed both ways)" ]]
 	# the refused calls could not run as graphs either: timed on the stream
 	# (where they fell back), the rest as graphs
 	[[ "$line" == *", batch 8's calls timed as CUDA graphs ("[1-9]" of "[1-9]" on the stream: no graph of them ran), "* ]]
@@ -416,9 +419,10 @@ epoch 1/2 step 4/8"
 # a cuDNN or cuBLAS call as one node (a GPU's may be more).
 @test "the step's CUDA graph: its nodes counted and drawn, no copy or memset, two streams shorten its chain, --fc2 fused and auto (cuemu)" {
 	# (cuBLAS's fc2 first: the default, --fc2 auto, takes the fused head
-	# on cuemu's clock; the last option given wins)
+	# on cuemu's clock; one backward stream, where the default, auto, keeps
+	# two on cuemu's clock; the last option given wins)
 	local n line opts=("${SMALL[@]}" --max-steps 4 --device cuda --precision tf32 --conv1 direct --conv2 direct
-		--fc2 cublas)
+		--fc2 cublas --backward-streams 1)
 	local dot="$BATS_TEST_TMPDIR/step.dot" json="$BATS_TEST_TMPDIR/log.json"
 	run --separate-stderr "$CNN" "${opts[@]}" --cuda-graph-dot "$dot" --log-json "$json"
 	echo "$stderr"
@@ -539,12 +543,12 @@ epoch 1/2 step 4/8"
 	ranks2 gloo "$BATS_TEST_TMPDIR/gloo" "${opts[@]}" --dump-params "$BATS_TEST_TMPDIR/gloo.bin"
 	echo "$stderr"
 	assert_success
-	assert_line --regexp '^# GPU: cuemu .*, no graph \(gradients all-reduced through host memory\)$'
+	assert_line --regexp '^# GPU: cuemu .*, no graph \(gradients all-reduced through host memory\), backward streams auto: 1 \(no graph to time both ways\)$'
 	ranks2 nccl "$BATS_TEST_TMPDIR/nccl" "${opts[@]}" --dump-params "$BATS_TEST_TMPDIR/nccl.bin"
 	echo "$stderr"
 	assert_success
 	assert_line --regexp '^# cnn_train: world 2 \(nccl\), '
-	assert_line --regexp '^# GPU: cuemu .*, fp32, conv1 direct, batch 8 fc2 (fused|cuBLAS) .*, NCHW, CUDA graph$'
+	assert_line --regexp '^# GPU: cuemu .*, fp32, conv1 direct, batch 8 fc2 (fused|cuBLAS) .*, NCHW, CUDA graph, backward streams auto \(1 or 2: the step.s graph timed both ways\)$'
 	assert_line --regexp '^params: identical on all 2 ranks '
 	cmp "$BATS_TEST_TMPDIR/gloo.bin" "$BATS_TEST_TMPDIR/nccl.bin"
 	CUEMU_STREAMS=lazy ranks2 nccl "$BATS_TEST_TMPDIR/s2" "${opts[@]}" --backward-streams 2 \

@@ -109,7 +109,7 @@ teardown() {
 	echo "$stderr"
 	assert_success
 	assert_line --regexp '^# cnn_train: world 2 \(gloo\), model 1x28x28->10'
-	assert_line --regexp '^# GPU: cuemu .*, fp32, conv1 direct, batch 8 fc2 (fused|cuBLAS) .*, NCHW, no graph \(gradients all-reduced through host memory\)$'
+	assert_line --regexp '^# GPU: cuemu .*, fp32, conv1 direct, batch 8 fc2 (fused|cuBLAS) .*, NCHW, no graph \(gradients all-reduced through host memory\), backward streams auto: 1 \(no graph to time both ways\)$'
 	assert_line --regexp '^params: identical on all 2 ranks '
 	assert_line --regexp '^done: 8 steps, '
 	run --separate-stderr crun srun -N2 --ntasks-per-node=1 -c1 --ddp=gloo "$CNN" "${opts[@]}" --device cpu \
@@ -133,7 +133,7 @@ teardown() {
 	assert_line --regexp '^# cnn_train: world 2 \(nccl\), model 1x28x28->10'
 	# --conv1 auto timed both ways at the training batch and at the
 	# evaluation's, the rank's 16 test images (not 256)
-	assert_line --regexp '^# GPU: cuemu .*, fp32, batch 8 conv1 forward (direct|cuDNN) [0-9.]+ ms .*, batch 16 conv1 forward (direct|cuDNN) [0-9.]+ ms .*, NCHW, CUDA graph$'
+	assert_line --regexp '^# GPU: cuemu .*, fp32, batch 8 conv1 forward (direct|cuDNN) [0-9.]+ ms .*, batch 16 conv1 forward (direct|cuDNN) [0-9.]+ ms .*, NCHW, CUDA graph, backward streams auto \(1 or 2: the step.s graph timed both ways\)$'
 	assert_line --regexp '^epoch 1/1 step 8/8 loss [0-9.]+ images/s [0-9]+$'
 	assert_line --regexp '^test: loss [0-9.]+ accuracy [0-9.]+% \(32 images\)$'
 	assert_line --regexp '^params: identical on all 2 ranks '
