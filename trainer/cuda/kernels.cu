@@ -315,44 +315,71 @@ conv1_fwd(const T *x, const T *w, const float *b, int h, int wd, int oc, int nhw
 // its 9 + 1 sums into part[((o * chunks) + chunk) * 10 + j] (j < 9: weight
 // ky * 3 + kx; 9: the bias), conv1_wgrad_sum adds the chunks: a fixed order,
 // the same bits each run.
+// A block per (chunk, group of kConv1WgCh output channels): each pixel's
+// window of x read once for the group's channels.  Each channel's sums
+// take its pixels in the order one channel a block took them (thread t:
+// t, t + 256, ...) and the same tree: the same bits.
+constexpr int kConv1WgCh = 4;
+
 template <typename T>
 __global__ void __launch_bounds__(kBiasThreads)
 conv1_wgrad_part(const T *x, const T *dy, const T *y, int h, int wd, int oc, int nhwc, int nimg,
 		 int ipc, float *part)
 {
 	__shared__ float red[10][kBiasThreads];
-	int c = blockIdx.x, o = blockIdx.y, i0 = c * ipc, i1 = i0 + ipc < nimg ? i0 + ipc : nimg;
+	int c = blockIdx.x, o0 = blockIdx.y * kConv1WgCh, i0 = c * ipc;
+	int i1 = i0 + ipc < nimg ? i0 + ipc : nimg;
 	unsigned ow = wd - 2;
 	// a chunk's count in 32 bits (conv1_ipc: about kBiasChunk pixels)
 	unsigned pix = (unsigned)(h - 2) * ow, cnt = (unsigned)(i1 - i0) * pix;
-	float s[10] = { 0.f };
+	float s[kConv1WgCh][10];
+#pragma unroll
+	for (int g = 0; g < kConv1WgCh; g++)
+#pragma unroll
+		for (int j = 0; j < 10; j++)
+			s[g][j] = 0.f;
 	for (unsigned k = threadIdx.x; k < cnt; k += kBiasThreads) {
 		unsigned dn = k / pix, p = k - dn * pix, py = p / ow;
 		size_t n = i0 + dn;
-		size_t q = nhwc ? (n * pix + p) * oc + o : (n * oc + o) * pix + p;
-		if (!(ld(y + q) > 0.f))
-			continue;
-		float g = ld(dy + q);
 		const T *xi = x + n * h * wd + (size_t)py * wd + (p - py * ow);
-		for (int ky = 0; ky < 3; ky++)
-			for (int kx = 0; kx < 3; kx++)
-				s[ky * 3 + kx] += g * ld(xi + ky * wd + kx);
-		s[9] += g;
+		float xv[9];
+#pragma unroll
+		for (int j = 0; j < 9; j++)
+			xv[j] = ld(xi + j / 3 * wd + j % 3);
+		size_t q = nhwc ? (n * pix + p) * oc + o0 : (n * oc + o0) * pix + p;
+		size_t step = nhwc ? 1 : pix;
+#pragma unroll
+		for (int g = 0; g < kConv1WgCh; g++, q += step) {
+			if (o0 + g >= oc || !(ld(y + q) > 0.f))
+				continue;
+			float gv = ld(dy + q);
+#pragma unroll
+			for (int j = 0; j < 9; j++)
+				s[g][j] += gv * xv[j];
+			s[g][9] += gv;
+		}
 	}
-	// the 10 sums over the block in one tree, block_sum's: the same order
-	// for each, 8 barriers for all of them
+	// each channel's 10 sums over the block in one tree, block_sum's: the
+	// same order for each, 8 barriers for all of them
 	int t = threadIdx.x;
-	for (int j = 0; j < 10; j++)
-		red[j][t] = s[j];
-	__syncthreads();
-	for (int half = kBiasThreads / 2; half > 0; half /= 2) {
-		if (t < half)
-			for (int j = 0; j < 10; j++)
-				red[j][t] += red[j][t + half];
+#pragma unroll
+	for (int g = 0; g < kConv1WgCh; g++) {
+		if (o0 + g >= oc)
+			break;   // uniform over the block
+#pragma unroll
+		for (int j = 0; j < 10; j++)
+			red[j][t] = s[g][j];
 		__syncthreads();
+		for (int half = kBiasThreads / 2; half > 0; half /= 2) {
+			if (t < half)
+				for (int j = 0; j < 10; j++)
+					red[j][t] += red[j][t + half];
+			__syncthreads();
+		}
+		if (t < 10)
+			part[((size_t)(o0 + g) * gridDim.x + c) * 10 + t] = red[t][0];
+		__syncthreads();   // red[t][0] read before the next channel's writes
 	}
-	if (t < 10)
-		part[((size_t)o * gridDim.x + c) * 10 + t] = red[t][0];
 }
 
 // A block per (output channel, sum j): the chunks' part in a fixed order.
@@ -1139,7 +1166,8 @@ int launch_conv1_wgrad(const T *x, const T *dy, const T *y, int nimg, int h, int
 		return -1;
 	}
 	int ipc = conv1_ipc(h, wd), chunks = (nimg + ipc - 1) / ipc;
-	conv1_wgrad_part<<<dim3(chunks, oc), kBiasThreads, 0, s>>>(x, dy, y, h, wd, oc, nhwc, nimg,
+	dim3 grid(chunks, (oc + kConv1WgCh - 1) / kConv1WgCh);
+	conv1_wgrad_part<<<grid, kBiasThreads, 0, s>>>(x, dy, y, h, wd, oc, nhwc, nimg,
 								      ipc, scratch);
 	cudaCheck(cudaGetLastError());
 	conv1_wgrad_sum<<<oc * 10, kBiasThreads, 0, s>>>(scratch, chunks, dw, db);
