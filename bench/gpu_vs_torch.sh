@@ -21,6 +21,11 @@
 #                                            LABEL:OPTIONS on top of CNN_ARGS; the
 #                                            ratios then take the fastest cnn column,
 #                                            named in a last column, cnn_best
+#   REPEATS=3                                each cell the median of 3 runs, the
+#                                            columns' runs interleaved (cnn, its
+#                                            variants, PyTorch's modes, again), so
+#                                            that a ratio near a target is not one
+#                                            run's noise
 #   DEVICE=cpu                               a dry run of this script on the CPU
 #                                            (eager PyTorch only): no GPU figures
 # cnn_train's default run and eager PyTorch failing stop the bench (there is
@@ -45,6 +50,11 @@ for v in ${variants[@]+"${variants[@]}"}; do
 		exit 2
 	fi
 done
+repeats=${REPEATS:-1}
+if ! [[ $repeats =~ ^[1-9][0-9]*$ ]]; then
+	echo "bench: REPEATS=$repeats: expected a whole number of runs, 1 or more" >&2
+	exit 2
+fi
 device=${DEVICE:-cuda}
 case $device in
 cuda) modes=${TORCH_MODES:-eager compile graph} ;;
@@ -130,6 +140,14 @@ failed() {
 	[ -n "$why" ] || why=$(grep -v '^#' "$2" | grep . | tail -n 1 || true)
 	notes+=("#   batch $b: $1 failed: $why")
 }
+# median VALUE...: the middle value (the mean of the two middle ones for an
+# even count), or "failed" when any is
+median() {
+	local v
+	for v in "$@"; do [ "$v" != failed ] || { echo failed; return; }; done
+	printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END {
+		if (NR % 2) print a[(NR + 1) / 2]; else printf "%.1f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
 # cell VALUE: images/s, or "failed" as it is
 cell() {
 	if [ "$1" = failed ]; then printf ' %10s' failed; else printf ' %10.0f' "$1"; fi
@@ -141,7 +159,8 @@ printf '# gpu_vs_torch: %s, %s, %s, %s\n' "$gpu" "$precision" "$length" "$(date 
 printf '# torch %s; training FLOPs per image %s; peak %s TFLOP/s%s\n' \
 	"$("$py" -c 'import torch; print(torch.__version__ + ", CUDA", torch.version.cuda)')" \
 	"$flops" "${peak:-unknown}" \
-	"${CNN_ARGS:+; cnn_train $CNN_ARGS}${CNN_VARIANTS:+; variants $CNN_VARIANTS}"
+	"${CNN_ARGS:+; cnn_train $CNN_ARGS}${CNN_VARIANTS:+; variants $CNN_VARIANTS}$([ "$repeats" -eq 1 ] ||
+		echo "; each cell the median of $repeats interleaved runs")"
 printf '%6s %10s %10s' batch cnn cnn_nograph
 for l in ${labels[@]+"${labels[@]}"}; do printf ' %10s' "cnn_$l"; done
 for m in $modes; do printf ' %10s' "torch_$m"; done
@@ -151,43 +170,65 @@ printf ' %9s %9s %8s %7s' vs_eager vs_best TFLOP/s of_peak
 printf '\n'
 notes=()
 for b in $batches; do
-	run_cnn "$tmp/cnn" || fatal cnn_train "$tmp/cnn"
-	read -r c cacc <"$tmp/cnn.res"
-	if run_cnn "$tmp/cnn_ng" --no-graph; then
-		read -r cn _ <"$tmp/cnn_ng.res"
-	else
-		cn=failed
-		failed cnn_nograph "$tmp/cnn_ng"
-	fi
+	# each column's images/s, one a repeat; "failed" where a run failed
+	cs=() cns=() vrs=() cacc='' vaccs=()
+	declare -A t=() tacc=() trs=()
+	for ((r = 0; r < repeats; r++)); do
+		run_cnn "$tmp/cnn" || fatal cnn_train "$tmp/cnn"
+		read -r x xacc <"$tmp/cnn.res"
+		cs+=("$x")
+		[ "$r" -gt 0 ] || cacc=$xacc
+		if run_cnn "$tmp/cnn_ng" --no-graph; then
+			read -r x _ <"$tmp/cnn_ng.res"
+			cns+=("$x")
+		else
+			cns+=(failed)
+			[ "$r" -gt 0 ] || failed cnn_nograph "$tmp/cnn_ng"
+		fi
+		for i in ${labels[@]+"${!labels[@]}"}; do
+			read -r -a vo <<<"${vopts[$i]}"
+			if ! run_cnn "$tmp/cnn_v$i" ${vo[@]+"${vo[@]}"}; then
+				vrs[i]="${vrs[i]:-} failed"
+				[ "$r" -gt 0 ] || failed "cnn_${labels[$i]}" "$tmp/cnn_v$i"
+				continue
+			fi
+			read -r x xacc <"$tmp/cnn_v$i.res"
+			vrs[i]="${vrs[i]:-} $x"
+			[ "$r" -gt 0 ] || vaccs[i]=$xacc
+			# --backward-streams auto's times, both ways, and --conv2
+			# auto's (the last repeat's)
+			[ "$r" -lt $((repeats - 1)) ] ||
+				notes+=("$(sed -n -e "s/^# backward streams auto (batch [0-9]*): /#   batch $b cnn_${labels[$i]}: backward streams /p" \
+					-e "s/^# conv2 auto (batch [0-9]*): /#   batch $b cnn_${labels[$i]}: conv2 auto: /p" \
+					"$tmp/cnn_v$i")")
+		done
+		for m in $modes; do
+			if run_torch "$tmp/torch_$m" "$m"; then
+				read -r x xacc <"$tmp/torch_$m.res"
+				trs[$m]="${trs[$m]:-} $x"
+				[ "$r" -gt 0 ] || tacc[$m]=$xacc
+			elif [ "$m" = eager ]; then
+				fatal "torch ($m)" "$tmp/torch_$m"
+			else
+				trs[$m]="${trs[$m]:-} failed"
+				[ "$r" -gt 0 ] || { tacc[$m]=-; failed "torch_$m" "$tmp/torch_$m"; }
+			fi
+		done
+	done
+	c=$(median "${cs[@]}") cn=$(median "${cns[@]}")
 	# the variants' columns; the ratios take the fastest cnn column
 	vals=() pick=cnn c0=$c
 	for i in ${labels[@]+"${!labels[@]}"}; do
-		read -r -a vo <<<"${vopts[$i]}"
-		if ! run_cnn "$tmp/cnn_v$i" ${vo[@]+"${vo[@]}"}; then
-			vals+=(failed)
-			failed "cnn_${labels[$i]}" "$tmp/cnn_v$i"
-			continue
-		fi
-		read -r v vacc <"$tmp/cnn_v$i.res"
+		# shellcheck disable=SC2086
+		v=$(median ${vrs[$i]})
 		vals+=("$v")
-		# --backward-streams auto's times, both ways, and --conv2 auto's
-		notes+=("$(sed -n -e "s/^# backward streams auto (batch [0-9]*): /#   batch $b cnn_${labels[$i]}: backward streams /p" \
-			-e "s/^# conv2 auto (batch [0-9]*): /#   batch $b cnn_${labels[$i]}: conv2 auto: /p" \
-			"$tmp/cnn_v$i")")
-		if awk -v a="$v" -v b="$c" 'BEGIN { exit !(a > b) }'; then
-			c=$v cacc=$vacc pick=cnn_${labels[$i]}
+		if [ "$v" != failed ] && awk -v a="$v" -v b="$c" 'BEGIN { exit !(a > b) }'; then
+			c=$v cacc=${vaccs[$i]} pick=cnn_${labels[$i]}
 		fi
 	done
-	declare -A t=() tacc=()
 	for m in $modes; do
-		if run_torch "$tmp/torch_$m" "$m"; then
-			read -r "t[$m]" "tacc[$m]" <"$tmp/torch_$m.res"
-		elif [ "$m" = eager ]; then
-			fatal "torch ($m)" "$tmp/torch_$m"
-		else
-			t[$m]=failed tacc[$m]=-
-			failed "torch_$m" "$tmp/torch_$m"
-		fi
+		# shellcheck disable=SC2086
+		t[$m]=$(median ${trs[$m]})
 	done
 	best=0
 	for m in $modes; do
@@ -207,7 +248,7 @@ for b in $batches; do
 	[ -z "$epochs" ] || printf ' %8s %8s' "$cacc" "${tacc[eager]:--}"
 	[ ${#labels[@]} -eq 0 ] || printf ' %s' "$pick"
 	printf '\n'
-	unset t tacc
+	unset t tacc trs
 	# what cnn_train's default run chose at this batch size and why (its
 	# "# GPU:" line: the convolutions' calls timed both ways) and what its
 	# step's CUDA graph holds, for after the table

@@ -108,6 +108,46 @@ ratio_ok() {
 	[[ "$stderr" == *"--mode graph needs CUDA: --device cpu runs --mode eager only"* ]]
 }
 
+# REPEATS=N: each column's N runs interleaved (cnn, cnn --no-graph, PyTorch,
+# again), each cell their median.  Stand-ins report known images/s: the
+# real cnn_train runs, then its --log-json gets the next of a list.
+@test "gpu_vs_torch.sh REPEATS=3: each cell the median of its column's three interleaved runs" {
+	local d="$BATS_TEST_TMPDIR"
+	printf '%s\n' 300 50 100 60 200 40 >"$d/cnn.seq"
+	printf '%s\n' 20 10 40 >"$d/torch.seq"
+	cat >"$d/cnn_train" <<-EOF
+	#!/bin/bash
+	"$REPO/build/bin/cnn_train" "\$@" || exit
+	while [ \$# -gt 0 ]; do [ "\$1" = --log-json ] && j=\$2; shift; done
+	v=\$(head -1 "$d/cnn.seq"); sed -i 1d "$d/cnn.seq"
+	echo "\$v" >>"$d/cnn.order"
+	$PY -c 'import json, sys; f = sys.argv[1]; j = json.load(open(f)); j["images_per_sec"] = float(sys.argv[2]); json.dump(j, open(f, "w"))' "\$j" "\$v"
+	EOF
+	cat >"$d/python3" <<-EOF
+	#!/bin/bash
+	case "\$1" in
+	*torch_cnn_gpu.py)
+		v=\$(head -1 "$d/torch.seq"); sed -i 1d "$d/torch.seq"
+		echo "\$v" >>"$d/cnn.order"
+		echo "images_per_sec \$v"; echo "test_accuracy -"; exit 0 ;;
+	esac
+	exec $PY "\$@"
+	EOF
+	chmod +x "$d/cnn_train" "$d/python3"
+	run --separate-stderr env DEVICE=cpu PYTHON="$d/python3" BATCHES=32 STEPS=2 REPEATS=3 \
+		CNN_TRAIN="$d/cnn_train" "$REPO/bench/gpu_vs_torch.sh"
+	echo "$stderr"
+	assert_success
+	assert_line --index 1 --partial "; each cell the median of 3 interleaved runs"
+	read -r b c cn te ve vb _ <<<"${lines[3]}"
+	assert_equal "$b $c $cn $te $ve $vb" "32 200 50 20 10.00x 10.00x"
+	# interleaved: cnn, cnn --no-graph, PyTorch, three times
+	assert_equal "$(tr '\n' ' ' <"$d/cnn.order")" "300 50 20 100 60 10 200 40 40 "
+	run --separate-stderr env DEVICE=cpu PYTHON=$PY REPEATS=0 "$REPO/bench/gpu_vs_torch.sh"
+	assert_equal "$status" 2
+	assert_equal "$stderr" "bench: REPEATS=0: expected a whole number of runs, 1 or more"
+}
+
 # The default run and eager PyTorch are the table's reference: without
 # them the bench stops (a failing variant does not: above).
 @test "gpu_vs_torch.sh: eager PyTorch failing stops the bench, with its error" {
