@@ -332,9 +332,10 @@ static void test_args(void)
 		  parse(&a, err, NULL, "--conv-layout=auto", NULL) == 0 && a.conv_layout == CNN_LAYOUT_AUTO);
 	test_cond("--conv-layout=chwn", parse(&a, err, NULL, "--conv-layout=chwn", NULL) < 0);
 	test_err("... lists the choices", err, "--conv-layout=chwn: expected nchw, nhwc or auto");
-	test_cond("--backward-streams: 1 by default, 2, auto",
-		  parse(&a, err, NULL, NULL) == 0 && a.streams == 1 &&
+	test_cond("--backward-streams: auto by default, 1, 2",
+		  parse(&a, err, NULL, NULL) == 0 && a.streams == CNN_STREAMS_AUTO &&
 		  parse(&a, err, NULL, "--backward-streams", "2", NULL) == 0 && a.streams == 2 &&
+		  parse(&a, err, NULL, "--backward-streams=1", NULL) == 0 && a.streams == 1 &&
 		  parse(&a, err, NULL, "--backward-streams=auto", NULL) == 0 &&
 		  a.streams == CNN_STREAMS_AUTO);
 	test_cond("--backward-streams=3", parse(&a, err, NULL, "--backward-streams=3", NULL) < 0);
