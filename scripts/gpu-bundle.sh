@@ -26,11 +26,11 @@
 #                            call, logs in $OUT
 #   .gpu/run.sh session      what one lease of 15 minutes of device time holds, in one call
 #                            (timeout_s 590) that ends by SESSION_SECONDS (default 540):
-#                            test_cuda_kernels, bench at 64, 256 and 1024 in tf32 with
-#                            the variants as columns, profile (NCHW), kernels,
-#                            test_gpu_step, torch.compile at 1024 and 64, the accuracy
-#                            after 2 epochs, bf16; each part cut to what is left, those
-#                            that no longer fit skipped and named; logs in $OUT
+#                            test_cuda_kernels, batch 1024 against torch.compile (each cell
+#                            the mean of 2 interleaved runs), 64 and 256 in tf32 with the
+#                            variants as columns, test_gpu_step, the accuracy after 2
+#                            epochs, ncu's profile at 1024, bf16; each part cut to what is
+#                            left, those that no longer fit skipped and named; logs in $OUT
 #   .gpu/run.sh sanitize     test_cuda_kernels under compute-sanitizer: memcheck, racecheck,
 #                            synccheck, initcheck (SANITIZE_TOOLS, SANITIZE_SECONDS each)
 #   .gpu/run.sh libs         where each CUDA library was found
@@ -341,23 +341,19 @@ all | variants | session)
 	}
 	if [ "$mode" = session ]; then
 		# most wanted first: the kernels against their CPU twins on the
-		# GPU (what cuemu checked), the speed table of issue 6 with
-		# cnn_train's variants as columns, what ncu says of its kernels,
-		# the training step against the golden file, torch.compile (PyTorch's
-		# best at 1024), the 2-epoch accuracy, bf16.  8 parts: $OUT
-		# brings back 8 files.
+		# GPU (what cuemu checked); batch 1024 against torch.compile
+		# (PyTorch's best there), each cell the mean of two interleaved
+		# runs (REPEATS: the target's margin was one run's noise); 64 and
+		# 256 with cnn_train's variants as columns; the training step
+		# against the golden file; the 2-epoch accuracy; what ncu says of
+		# batch 1024's kernels; bf16.  7 parts: $OUT brings back 8 files.
 		part kernels_test 60 -- test_cuda_kernels
-		# (the targets' batch sizes first: a cut part keeps their rows; 10
-		# cnn_train columns and 2 of PyTorch's, ~55 s a batch size)
-		part bench_tf32 180 BATCHES="64 1024 256" TORCH_MODES="eager graph" \
-			CNN_VARIANTS="nhwc:--conv-layout nhwc;s2:--backward-streams 2;c1cudnn:--conv1 cudnn;c2cudnn:--conv2 cudnn;c2direct:--conv2 direct;fc2f:--fc2 fused;fc2c:--fc2 cublas;sauto:--backward-streams auto" -- bench
-		part profile 70 BATCHES="64 1024" PROFILE_LAYOUTS=nchw -- profile
-		part kernels 60 -- kernels
+		part compile 200 BATCHES=1024 TORCH_MODES="graph compile" REPEATS=2 -- bench
+		part bench_tf32 120 BATCHES="64 256" TORCH_MODES="eager graph" \
+			CNN_VARIANTS="s1:--backward-streams 1;c2cudnn:--conv2 cudnn;c2direct:--conv2 direct" -- bench
 		part gpu_step 100 -- test_gpu_step
-		# 1024 first: there torch.compile was PyTorch's best (2026-11-22),
-		# and its autotuning may not leave time for both
-		part compile 150 BATCHES="1024 64" TORCH_MODES=compile -- bench
 		part accuracy 60 EPOCHS=2 BATCHES=64 TORCH_MODES=eager -- bench
+		part profile 40 BATCHES=1024 PROFILE_LAYOUTS=nchw -- profile
 		part bench_bf16 80 BATCHES="64 1024" TORCH_MODES="eager graph" PRECISION=bf16 \
 			CNN_VARIANTS="nhwc:--conv-layout nhwc;c2cudnn:--conv2 cudnn;c2direct:--conv2 direct" -- bench
 		finish
