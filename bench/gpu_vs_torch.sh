@@ -21,6 +21,8 @@
 #                                            LABEL:OPTIONS on top of CNN_ARGS; the
 #                                            ratios then take the fastest cnn column,
 #                                            named in a last column, cnn_best
+#   SEED=2                                   both programs' seed (initial weights,
+#                                            shuffles, dropout; default each's own, 1)
 #   REPEATS=3                                each cell the median of 3 runs, the
 #                                            columns' runs interleaved (cnn, its
 #                                            variants, PyTorch's modes, again), so
@@ -50,6 +52,11 @@ for v in ${variants[@]+"${variants[@]}"}; do
 		exit 2
 	fi
 done
+seed=${SEED:-}
+if [ -n "$seed" ] && ! [[ $seed =~ ^[0-9]+$ ]]; then
+	echo "bench: SEED=$seed: expected a whole number" >&2
+	exit 2
+fi
 repeats=${REPEATS:-1}
 if ! [[ $repeats =~ ^[1-9][0-9]*$ ]]; then
 	echo "bench: REPEATS=$repeats: expected a whole number of runs, 1 or more" >&2
@@ -79,6 +86,7 @@ if [ -n "$epochs" ]; then
 else
 	len=(--max-steps "$steps")
 fi
+[ -z "$seed" ] || len+=(--seed "$seed")
 
 # Training FLOPs per image of the Net at 28x28: forward, backward-filter
 # (as many) and backward-data (all but conv1's).
@@ -159,7 +167,7 @@ printf '# gpu_vs_torch: %s, %s, %s, %s\n' "$gpu" "$precision" "$length" "$(date 
 printf '# torch %s; training FLOPs per image %s; peak %s TFLOP/s%s\n' \
 	"$("$py" -c 'import torch; print(torch.__version__ + ", CUDA", torch.version.cuda)')" \
 	"$flops" "${peak:-unknown}" \
-	"${CNN_ARGS:+; cnn_train $CNN_ARGS}${CNN_VARIANTS:+; variants $CNN_VARIANTS}$([ "$repeats" -eq 1 ] ||
+	"${CNN_ARGS:+; cnn_train $CNN_ARGS}${CNN_VARIANTS:+; variants $CNN_VARIANTS}${seed:+; seed $seed}$([ "$repeats" -eq 1 ] ||
 		echo "; each cell the median of $repeats interleaved runs")"
 printf '%6s %10s %10s' batch cnn cnn_nograph
 for l in ${labels[@]+"${labels[@]}"}; do printf ' %10s' "cnn_$l"; done

@@ -111,7 +111,7 @@ ratio_ok() {
 # REPEATS=N: each column's N runs interleaved (cnn, cnn --no-graph, PyTorch,
 # again), each cell their median.  Stand-ins report known images/s: the
 # real cnn_train runs, then its --log-json gets the next of a list.
-@test "gpu_vs_torch.sh REPEATS=3: each cell the median of its column's three interleaved runs" {
+@test "gpu_vs_torch.sh REPEATS=3: each cell the median of its column's three interleaved runs; SEED reaches both programs" {
 	local d="$BATS_TEST_TMPDIR"
 	printf '%s\n' 300 50 100 60 200 40 >"$d/cnn.seq"
 	printf '%s\n' 20 10 40 >"$d/torch.seq"
@@ -127,6 +127,7 @@ ratio_ok() {
 	#!/bin/bash
 	case "\$1" in
 	*torch_cnn_gpu.py)
+		echo "\$*" >>"$d/torch.args"
 		v=\$(head -1 "$d/torch.seq"); sed -i 1d "$d/torch.seq"
 		echo "\$v" >>"$d/cnn.order"
 		echo "images_per_sec \$v"; echo "test_accuracy -"; exit 0 ;;
@@ -134,11 +135,13 @@ ratio_ok() {
 	exec $PY "\$@"
 	EOF
 	chmod +x "$d/cnn_train" "$d/python3"
-	run --separate-stderr env DEVICE=cpu PYTHON="$d/python3" BATCHES=32 STEPS=2 REPEATS=3 \
+	run --separate-stderr env DEVICE=cpu PYTHON="$d/python3" BATCHES=32 STEPS=2 REPEATS=3 SEED=7 \
 		CNN_TRAIN="$d/cnn_train" "$REPO/bench/gpu_vs_torch.sh"
 	echo "$stderr"
 	assert_success
-	assert_line --index 1 --partial "; each cell the median of 3 interleaved runs"
+	assert_line --index 1 --partial "; seed 7; each cell the median of 3 interleaved runs"
+	# SEED reaches PyTorch's script (and cnn_train: the stand-in ran it)
+	assert_equal "$(grep -c -- '--seed 7' "$d/torch.args")" 3
 	read -r b c cn te ve vb _ <<<"${lines[3]}"
 	assert_equal "$b $c $cn $te $ve $vb" "32 200 50 20 10.00x 10.00x"
 	# interleaved: cnn, cnn --no-graph, PyTorch, three times
@@ -146,6 +149,9 @@ ratio_ok() {
 	run --separate-stderr env DEVICE=cpu PYTHON=$PY REPEATS=0 "$REPO/bench/gpu_vs_torch.sh"
 	assert_equal "$status" 2
 	assert_equal "$stderr" "bench: REPEATS=0: expected a whole number of runs, 1 or more"
+	run --separate-stderr env DEVICE=cpu PYTHON=$PY SEED=x "$REPO/bench/gpu_vs_torch.sh"
+	assert_equal "$status" 2
+	assert_equal "$stderr" "bench: SEED=x: expected a whole number"
 }
 
 # The default run and eager PyTorch are the table's reference: without
