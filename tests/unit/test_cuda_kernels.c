@@ -1751,11 +1751,18 @@ int main(void)
 #endif
 	for (int bf16 = 0; bf16 < 2; bf16++) {
 		test_bias_relu(bf16);
+		/* 24x24, 25x24: four windows a thread (pw a multiple of 4; 25:
+		 * the backward's one block a thread, h odd); 20x20: a window a
+		 * thread, rows in pairs; 7x9: one element a load */
 		test_maxpool(24, 24, bf16, 0);
+		test_maxpool(25, 24, bf16, 0);
+		test_maxpool(20, 20, bf16, 0);
 		test_maxpool(7, 9, bf16, 0); /* odd sizes: the last row and column are dropped */
 		test_maxpool(24, 24, bf16, 1);
 		test_maxpool(7, 9, bf16, 1);
 		test_maxpool(24, 24, bf16, 2);
+		test_maxpool(25, 24, bf16, 2);
+		test_maxpool(20, 20, bf16, 2);
 		test_maxpool(7, 9, bf16, 2); /* outputs not a multiple of 4: a short last draw */
 		test_bias_relu_nhwc(8, 64, 24 * 24, bf16);
 		test_bias_relu_nhwc(3, 5, 7, bf16);

@@ -103,6 +103,86 @@ __global__ void maxpool2_fwd(const T *x, PoolEp ep, int c, int h, int w, int ph,
 	}
 }
 
+// Eight adjacent elements at a 16-byte aligned address, in 16-byte loads
+// (two of float, one of bf16), and stores.
+__device__ __forceinline__ void ld8(const float *p, float *v)
+{
+	const float4 *q = reinterpret_cast<const float4 *>(p);
+	float4 a = q[0], b = q[1];
+	v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+	v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+__device__ __forceinline__ void ld8(const bf16 *p, float *v)
+{
+	// a bf16 is a float's top 16 bits (__bfloat162float's conversion);
+	// memcpy, the one type pun C++ defines, is register moves on a GPU
+	uint4 t = *reinterpret_cast<const uint4 *>(p);
+	uint32_t u[4] = { t.x, t.y, t.z, t.w };
+	for (int k = 0; k < 4; k++) {
+		uint32_t lo = u[k] << 16, hi = u[k] & 0xffff0000u;
+		memcpy(&v[2 * k], &lo, 4);
+		memcpy(&v[2 * k + 1], &hi, 4);
+	}
+}
+__device__ __forceinline__ void st8(float *p, const float *v)
+{
+	float4 *q = reinterpret_cast<float4 *>(p);
+	q[0] = make_float4(v[0], v[1], v[2], v[3]);
+	q[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+__device__ __forceinline__ void st8(bf16 *p, const float *v)
+{
+	__nv_bfloat162 h[4];
+	for (int k = 0; k < 4; k++)
+		h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+	uint4 t;
+	memcpy(&t, h, sizeof(t));
+	*reinterpret_cast<uint4 *>(p) = t;
+}
+
+// maxpool2_fwd, four windows of an output row a thread (pool_quads: pw a
+// multiple of 4, rows of x 16-byte aligned): its 2 x 8 inputs in 16-byte
+// loads, one dropout draw for the four (kept's group of 4 is exactly
+// theirs), y in one 16-byte store, arg in one of 4 bytes, yb in one of 8.
+// Each window's value and arg are pool_window's, bit for bit.  At batch
+// 1024 the one-window kernel moved 8 bytes a load and drew each group's
+// 64 bits four times.
+template <typename T, typename I>
+__global__ void maxpool2_fwd_quad(const T *x, PoolEp ep, int c, int h, int w, int ph, int pw,
+				  I quads, float *y, uint8_t *arg)
+{
+	const float *b = ep.b;
+	uint64_t key = ep.keyp ? *ep.keyp : 0;
+	I pp = (I)ph * pw;
+	for (I q = blockIdx.x * (I)blockDim.x + threadIdx.x; q < quads;
+	     q += (I)gridDim.x * blockDim.x) {
+		I i = 4 * q, plane = i / pp, r = i - plane * pp, py = r / pw, px = r - py * pw;
+		const T *r0 = x + (size_t)plane * h * w + (size_t)(2 * py) * w + 2 * px;
+		float bc = b ? b[plane % c] : 0.f, t[8], u[8], m[4];
+		uint8_t a[4];
+		ld8(r0, t);
+		ld8(r0 + w, u);
+		for (int k = 0; k < 4; k++) {
+			float v[4] = { t[2 * k], t[2 * k + 1], u[2 * k], u[2 * k + 1] };
+			m[k] = pool_max<T>(v, ep, bc, &a[k]);
+		}
+		if (ep.keyp) {
+			uint64_t d = mix64(key + i);
+			for (int k = 0; k < 4; k++)
+				m[k] = kept_in(d, (unsigned)k, ep.thresh) ? m[k] * ep.scale : 0.f;
+		}
+		*reinterpret_cast<float4 *>(y + i) = make_float4(m[0], m[1], m[2], m[3]);
+		*reinterpret_cast<uchar4 *>(arg + i) = make_uchar4(a[0], a[1], a[2], a[3]);
+		if (ep.yb) {
+			__nv_bfloat162 h2[2] = { __floats2bfloat162_rn(m[0], m[1]),
+						 __floats2bfloat162_rn(m[2], m[3]) };
+			uint2 t;
+			memcpy(&t, h2, sizeof(t));
+			*reinterpret_cast<uint2 *>(ep.yb + i) = t;
+		}
+	}
+}
+
 // A thread per 2x2 block of dx (plane, ry, cx), rows 2 ry and 2 ry + 1,
 // columns 2 cx and 2 cx + 1 (those inside dx): its window's gradient at
 // the pixel arg names where the pool's output is positive, 0 elsewhere
@@ -937,6 +1017,36 @@ __global__ void gather(const uint8_t *xs, const uint8_t *ys, const uint32_t *idx
 	}
 }
 
+// maxpool2_relu_bwd, four windows of a row of y a thread (pool_quads, h
+// and w even: every element of dx under a window): rows 2 py and 2 py + 1
+// of dx, 8 columns each, in 16-byte stores; y and dy in one 16-byte load
+// each, arg in one of 4 bytes.  The same values as maxpool2_relu_bwd.
+template <typename T, typename I>
+__global__ void maxpool2_relu_bwd_quad(const float *dy, const float *y, const uint8_t *arg,
+				       int w, int pw, I quads, T *dx)
+{
+	for (I q = blockIdx.x * (I)blockDim.x + threadIdx.x; q < quads;
+	     q += (I)gridDim.x * blockDim.x) {
+		I i = 4 * q, row = i / pw, px = i - row * pw;   // row: plane * ph + py
+		float4 yv = *reinterpret_cast<const float4 *>(y + i);
+		float4 gv = *reinterpret_cast<const float4 *>(dy + i);
+		uchar4 av = *reinterpret_cast<const uchar4 *>(arg + i);
+		float ys[4] = { yv.x, yv.y, yv.z, yv.w }, gs[4] = { gv.x, gv.y, gv.z, gv.w }, t[8],
+		      u[8];
+		uint8_t as[4] = { av.x, av.y, av.z, av.w };
+		for (int k = 0; k < 4; k++) {
+			int hit = ys[k] > 0.f ? as[k] : -1;
+			t[2 * k] = hit == 0 ? gs[k] : 0.f;
+			t[2 * k + 1] = hit == 1 ? gs[k] : 0.f;
+			u[2 * k] = hit == 2 ? gs[k] : 0.f;
+			u[2 * k + 1] = hit == 3 ? gs[k] : 0.f;
+		}
+		T *d0 = dx + (size_t)(2 * row) * w + 2 * px;
+		st8(d0, t);
+		st8(d0 + w, u);
+	}
+}
+
 } // namespace
 
 namespace {
@@ -952,6 +1062,17 @@ int launch_bias_relu(T *y, const float *b, int nimg, int oc, int n, cudaStream_t
 	return 0;
 }
 
+bool aligned(const void *p, size_t to) { return (uintptr_t)p % to == 0; }
+
+// Whether the pool's quad kernels fit: windows in fours along an output
+// row of pw, each four's 2 x 8 elements of the h x w side (x, or dx) 16
+// bytes aligned: a row of w a multiple of 16 bytes, the tensor aligned.
+template <typename T>
+bool pool_quads(int pw, int w, const T *x)
+{
+	return pw % 4 == 0 && (w * sizeof(T)) % 16 == 0 && aligned(x, 16);
+}
+
 template <typename T>
 int launch_maxpool2_fwd(const T *x, int nimg, int c, int h, int w, const cnn_cuda_pool_ep *ep,
 			float *y, uint8_t *arg, cudaStream_t s)
@@ -960,6 +1081,18 @@ int launch_maxpool2_fwd(const T *x, int nimg, int c, int h, int w, const cnn_cud
 	size_t total = (size_t)nimg * c * ph * pw;
 	if (!total)
 		return 0;
+	PoolEp e = pool_ep(ep);
+	if (pool_quads(pw, w, x) && aligned(y, 16) && aligned(arg, 4) && aligned(e.yb, 8)) {
+		size_t quads = total / 4;
+		if (total <= 0x7fffffffu)
+			maxpool2_fwd_quad<<<blocks_for(quads), kThreads, 0, s>>>(x, e, c, h, w, ph, pw,
+									   (unsigned)quads, y, arg);
+		else
+			maxpool2_fwd_quad<<<blocks_for(quads), kThreads, 0, s>>>(x, e, c, h, w, ph, pw,
+									   quads, y, arg);
+		cudaCheck(cudaGetLastError());
+		return 0;
+	}
 	// pairs where every row starts at an even element (x itself is aligned)
 	bool pair = w % 2 == 0 && (uintptr_t)x % (2 * sizeof(T)) == 0;
 	if (total <= 0x7fffffffu) {
@@ -982,6 +1115,18 @@ int launch_maxpool2_relu_bwd(const float *dy, const float *y, const uint8_t *arg
 	size_t total = (size_t)planes * ((h + 1) / 2) * ((w + 1) / 2);   // 2x2 blocks of dx
 	if (!total)
 		return 0;
+	if (h % 2 == 0 && pool_quads(w / 2, w, dx) && aligned(dy, 16) && aligned(y, 16) &&
+	    aligned(arg, 4)) {
+		size_t quads = total / 4;   // total: y's elements here
+		if (total <= 0x7fffffffu)
+			maxpool2_relu_bwd_quad<<<blocks_for(quads), kThreads, 0, s>>>(
+				dy, y, arg, w, w / 2, (unsigned)quads, dx);
+		else
+			maxpool2_relu_bwd_quad<<<blocks_for(quads), kThreads, 0, s>>>(
+				dy, y, arg, w, w / 2, quads, dx);
+		cudaCheck(cudaGetLastError());
+		return 0;
+	}
 	if (total <= 0x7fffffffu / 4)
 		maxpool2_relu_bwd<<<blocks_for(total), kThreads, 0, s>>>(dy, y, arg, h, w, h / 2,
 									   w / 2, (unsigned)total, dx);

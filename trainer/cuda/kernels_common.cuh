@@ -50,10 +50,14 @@ __device__ __forceinline__ uint64_t mix64(uint64_t z)
 
 // Whether dropout keeps element i of the mask of key (cnn_dropout_fwd's:
 // each group of 4 elements shares one draw of 64 bits, 16 per element).
+// kept_in: element k (0..3) of the group whose draw is r.
+__device__ __forceinline__ bool kept_in(uint64_t r, unsigned k, uint32_t thresh)
+{
+	return ((r >> (16 * k)) & 0xffff) >= thresh;
+}
 __device__ __forceinline__ bool kept(uint64_t key, size_t i, uint32_t thresh)
 {
-	uint64_t r = mix64(key + (i & ~(size_t)3));
-	return ((r >> (16 * (i & 3))) & 0xffff) >= thresh;
+	return kept_in(mix64(key + (i & ~(size_t)3)), (unsigned)(i & 3), thresh);
 }
 
 // A sum as a kernel stores it in T and reads it back: itself, or rounded
@@ -110,20 +114,29 @@ inline PoolEp pool_ep(const cnn_cuda_pool_ep *ep)
 // *y and *arg, the maximum through dropout as output i of the mask.  The
 // pool kernels (kernels.cu) and conv2's forward with the pool in its
 // epilogue (conv2_tc.cu) share it: the same bits either way.
+// pool_max: the first half, the maximum (returned) and its position (*a),
+// before dropout.
 template <typename T>
-__device__ __forceinline__ void pool_window(float v[4], const PoolEp &ep, uint64_t key, float bc,
-					    size_t i, float *y, uint8_t *arg)
+__device__ __forceinline__ float pool_max(float v[4], const PoolEp &ep, float bc, uint8_t *a)
 {
 	if (ep.b)
 		for (int k = 0; k < 4; k++)
 			v[k] = bias_relu_as((const T *)0, v[k], bc);
 	float m = v[0];
-	uint8_t a = 0;
+	*a = 0;
 	for (int k = 1; k < 4; k++)
 		if (v[k] > m) {
 			m = v[k];
-			a = (uint8_t)k;
+			*a = (uint8_t)k;
 		}
+	return m;
+}
+template <typename T>
+__device__ __forceinline__ void pool_window(float v[4], const PoolEp &ep, uint64_t key, float bc,
+					    size_t i, float *y, uint8_t *arg)
+{
+	uint8_t a;
+	float m = pool_max<T>(v, ep, bc, &a);
 	if (ep.keyp)
 		m = kept(key, i, ep.thresh) ? m * ep.scale : 0.f;
 	*y = m;
