@@ -428,15 +428,23 @@ conv1_wgrad_part(const T *x, const T *dy, const T *y, int h, int wd, int oc, int
 			xv[j] = ld(xi + j / 3 * wd + j % 3);
 		size_t q = nhwc ? (n * pix + p) * oc + o0 : (n * oc + o0) * pix + p;
 		size_t step = nhwc ? 1 : pix;
+		// the group's y and dy loaded before any is used, dy whatever the
+		// gate: all eight loads in flight at once, not dy's after y's
+		float yv[kConv1WgCh], gv[kConv1WgCh];
 #pragma unroll
-		for (int g = 0; g < kConv1WgCh; g++, q += step) {
-			if (o0 + g >= oc || !(ld(y + q) > 0.f))
-				continue;
-			float gv = ld(dy + q);
+		for (int g = 0; g < kConv1WgCh; g++) {
+			bool in = o0 + g < oc;
+			yv[g] = in ? ld(y + q + g * step) : 0.f;
+			gv[g] = in ? ld(dy + q + g * step) : 0.f;
+		}
+#pragma unroll
+		for (int g = 0; g < kConv1WgCh; g++) {
+			if (!(yv[g] > 0.f))
+				continue;   // also a channel past oc (yv 0)
 #pragma unroll
 			for (int j = 0; j < 9; j++)
-				s[g][j] += gv * xv[j];
-			s[g][9] += gv;
+				s[g][j] += gv[g] * xv[j];
+			s[g][9] += gv[g];
 		}
 	}
 	// each channel's 10 sums over the block in one tree, block_sum's: the
