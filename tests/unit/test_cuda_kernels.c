@@ -417,7 +417,8 @@ static void test_maxpool_nhwc(int nimg, int c, int h, int w, int bf16, int bias)
 	for (size_t i = 0; i < nx; i += 7)   /* ties: the first maximum wins */
 		x[i] = x[i + 1 < nx ? i + 1 : i];
 	float *b = bias ? pool_bias(x, nx, c, h * w) : NULL, *dbias = b ? dev(b, c * 4) : NULL;
-	struct cnn_cuda_pool_ep ep = { dbias, pd, dkey, NULL };
+	cnn_bf16 *dyb = dev(NULL, ny * 2);
+	struct cnn_cuda_pool_ep ep = { dbias, pd, dkey, bias == 2 ? dyb : NULL };
 	if (bf16)
 		cnn_bf16_round(x, nx);
 	to_nhwc(x, t, nimg, c, h * w);
@@ -434,6 +435,10 @@ static void test_maxpool_nhwc(int nimg, int c, int h, int w, int bf16, int bias)
 	snprintf(d, sizeof(d), "maxpool2_fwd_nhwc%s%s %d x %d x %dx%d equals the twin on the NCHW "
 		 "input: output and arg in NCHW order (exact)", ty(bf16), bn, nimg, c, h, w);
 	test_cond(d, compare("maxpool2_fwd_nhwc", gy, y, ny, T_EXACT) == 0 && memcmp(garg, arg, ny) == 0);
+	if (bias == 2)
+		test_cond("... and its bf16 copy (fc1's operand) is the output rounded (exact)",
+			  bf16_copy_is(dyb, y, ny));
+	cudaFree(dyb);
 	if (bias) {
 		cudaFree(dbias), free(b);
 		cudaFree(dx), cudaFree(dyv), cudaFree(darg), cudaFree(dkey);
@@ -1766,12 +1771,17 @@ int main(void)
 		test_maxpool(7, 9, bf16, 2); /* outputs not a multiple of 4: a short last draw */
 		test_bias_relu_nhwc(8, 64, 24 * 24, bf16);
 		test_bias_relu_nhwc(3, 5, 7, bf16);
+		/* tiles of 5 pooled rows (24x24: bands of 5, 5, 2), of all 3
+		 * (7x9: the odd last row and column zero); 1100 channels: not
+		 * one row in a tile, a thread an element */
 		test_maxpool_nhwc(8, 64, 24, 24, bf16, 0);
 		test_maxpool_nhwc(5, 3, 7, 9, bf16, 0);
+		test_maxpool_nhwc(2, 1100, 8, 9, bf16, 0);
 		test_maxpool_nhwc(8, 64, 24, 24, bf16, 1);
 		test_maxpool_nhwc(5, 3, 7, 9, bf16, 1);
 		test_maxpool_nhwc(8, 64, 24, 24, bf16, 2);
 		test_maxpool_nhwc(5, 3, 7, 9, bf16, 2);
+		test_maxpool_nhwc(2, 1100, 8, 9, bf16, 2);
 		test_weights_nhwc(32, 1, bf16);
 		test_weights_nhwc(64, 32, bf16);
 	}

@@ -124,6 +124,22 @@ __device__ __forceinline__ void ld8(const bf16 *p, float *v)
 		memcpy(&v[2 * k + 1], &hi, 4);
 	}
 }
+// Four adjacent elements at an address aligned to four of them, in one load.
+__device__ __forceinline__ void ld4(const float *p, float *v)
+{
+	float4 a = *reinterpret_cast<const float4 *>(p);
+	v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+}
+__device__ __forceinline__ void ld4(const bf16 *p, float *v)
+{
+	uint2 t = *reinterpret_cast<const uint2 *>(p);
+	uint32_t u[2] = { t.x, t.y };
+	for (int k = 0; k < 2; k++) {
+		uint32_t lo = u[k] << 16, hi = u[k] & 0xffff0000u;
+		memcpy(&v[2 * k], &lo, 4);
+		memcpy(&v[2 * k + 1], &hi, 4);
+	}
+}
 __device__ __forceinline__ void st8(float *p, const float *v)
 {
 	float4 *q = reinterpret_cast<float4 *>(p);
@@ -334,7 +350,8 @@ struct Gather1 {
 // bits, launch_conv1_fwd's check), all oc channels of it: the 3x3 window
 // read (or gathered) once, the weights and biases from shared memory, each
 // channel's sum in the order ky, kx as before.  In NCHW a warp's stores of
-// one channel are consecutive pixels.
+// one channel are consecutive pixels.  nhwc: 0 NCHW, 1 channels-last, 2
+// channels-last in groups of 8 channels.
 constexpr int kConv1MaxOc = 256;
 
 template <typename T, bool GATHER>
@@ -378,6 +395,25 @@ conv1_fwd(const T *x, const T *w, const float *b, int h, int wd, int oc, int nhw
 				for (int kx = 0; kx < 3; kx++)
 					v[ky * 3 + kx] = ld(xi + ky * wd + kx);
 		}
+		if (nhwc == 2) {
+			// channels-last, 8 channels a 16-byte store (launch_conv1_fwd:
+			// oc a multiple of 8, y aligned): one store a channel put each
+			// of a warp's 32 in a different sector, 8 times over
+			T *yq = y + (size_t)i * oc;
+			for (int o = 0; o < oc; o += 8) {
+				float a[8];
+#pragma unroll
+				for (int c = 0; c < 8; c++) {
+					const float *wo = ws + (o + c) * 9;
+					float s = 0.f;
+					for (int k = 0; k < 9; k++)
+						s += wo[k] * v[k];
+					a[c] = bias_relu_as(y, stored_as(y, s), bs[o + c]);
+				}
+				st8(yq + o, a);
+			}
+			continue;
+		}
 		size_t q = nhwc ? (size_t)i * oc : (size_t)n * oc * pix + p;
 		size_t step = nhwc ? 1 : pix;
 		for (int o = 0; o < oc; o++, q += step) {
@@ -396,7 +432,9 @@ conv1_fwd(const T *x, const T *w, const float *b, int h, int wd, int oc, int nhw
 // ky * 3 + kx; 9: the bias), conv1_wgrad_sum adds the chunks: a fixed order,
 // the same bits each run.
 // A block per (chunk, group of kConv1WgCh output channels): each pixel's
-// window of x read once for the group's channels.  Each channel's sums
+// window of x read once for the group's channels.  nhwc: 0 NCHW, 1
+// channels-last, 2 channels-last with oc a multiple of 4 and y, dy aligned
+// (a group's y, and dy, in one load).  Each channel's sums
 // take its pixels in the order one channel a block took them (thread t:
 // t, t + 256, ...) and the same tree: the same bits.
 constexpr int kConv1WgCh = 4;
@@ -431,11 +469,16 @@ conv1_wgrad_part(const T *x, const T *dy, const T *y, int h, int wd, int oc, int
 		// the group's y and dy loaded before any is used, dy whatever the
 		// gate: all eight loads in flight at once, not dy's after y's
 		float yv[kConv1WgCh], gv[kConv1WgCh];
+		if (nhwc == 2) {   // the group's 4 channels adjacent: one load each
+			ld4(y + q, yv);
+			ld4(dy + q, gv);
+		} else {
 #pragma unroll
-		for (int g = 0; g < kConv1WgCh; g++) {
-			bool in = o0 + g < oc;
-			yv[g] = in ? ld(y + q + g * step) : 0.f;
-			gv[g] = in ? ld(dy + q + g * step) : 0.f;
+			for (int g = 0; g < kConv1WgCh; g++) {
+				bool in = o0 + g < oc;
+				yv[g] = in ? ld(y + q + g * step) : 0.f;
+				gv[g] = in ? ld(dy + q + g * step) : 0.f;
+			}
 		}
 #pragma unroll
 		for (int g = 0; g < kConv1WgCh; g++) {
@@ -541,6 +584,101 @@ __global__ void maxpool2_relu_bwd_nhwc(const float *dy, const float *y, const ui
 		}
 		st(dx + i, v);
 	}
+}
+
+// The pool on channels-last input, through shared memory: its input NHWC,
+// its output and arg in NCHW order (fc1's flat rows, PyTorch's order).
+// A thread per output element, as the two kernels above, reads its window
+// (forward) or its output (backward) 2c elements away from the next
+// thread's: a sector a value.  The tile kernels take a block per (image,
+// band of pb pooled rows): the NHWC side read or written with consecutive
+// threads on consecutive channels, the NCHW side with consecutive threads
+// along a channel's pb rows, and the band's outputs in between in shared
+// memory as [channel][pooled pixel of the band], rows of an odd length (no
+// two threads of a warp on one bank either way).  Values, arg, dropout and
+// rounding as the kernels above, bit for bit.
+constexpr int kPoolTile = 4096;   // a band's outputs, all channels
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+maxpool2_fwd_nhwc_tile(const T *x, PoolEp ep, int c, int h, int w, int ph, int pw, int pb,
+		       int bands, float *y, uint8_t *arg)
+{
+	__shared__ float tm[kPoolTile];
+	__shared__ uint8_t ta[kPoolTile];
+	const float *b = ep.b;
+	int img = blockIdx.x / bands, py0 = (blockIdx.x - img * bands) * pb;
+	int rows = ph - py0 < pb ? ph - py0 : pb, span = rows * pw, ts = span | 1, n = span * c;
+	const T *xi = x + ((size_t)img * h + 2 * py0) * w * c;
+	for (int k = threadIdx.x; k < n; k += blockDim.x) {
+		int ch = k % c, r = k / c, pyl = r / pw, px = r - pyl * pw;
+		const T *r0 = xi + ((size_t)(2 * pyl) * w + 2 * px) * c + ch, *r1 = r0 + (size_t)w * c;
+		float v[4] = { ld(r0), ld(r0 + c), ld(r1), ld(r1 + c) };
+		uint8_t a;
+		tm[ch * ts + r] = pool_max<T>(v, ep, b ? b[ch] : 0.f, &a);
+		ta[ch * ts + r] = a;
+	}
+	__syncthreads();
+	uint64_t key = ep.keyp ? *ep.keyp : 0;
+	size_t base = ((size_t)img * c * ph + py0) * pw, plane = (size_t)ph * pw;
+	for (int k = threadIdx.x; k < n; k += blockDim.x) {
+		int ch = k / span, r = k - ch * span;
+		size_t i = base + ch * plane + r;
+		float m = tm[ch * ts + r];
+		if (ep.keyp)
+			m = kept(key, i, ep.thresh) ? m * ep.scale : 0.f;
+		y[i] = m;
+		arg[i] = ta[ch * ts + r];
+		if (ep.yb)
+			ep.yb[i] = __float2bfloat16_rn(m);
+	}
+}
+
+// The backward: the band's dy where its output is positive (else 0) and
+// arg (else 4: no pixel's) into shared memory from the NCHW side, then dx's
+// rows 2 py0 .. (the band's last, and in the last band up to h: an odd last
+// row gets zeros) in NHWC order.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+maxpool2_relu_bwd_nhwc_tile(const float *dy, const float *y, const uint8_t *arg, int c, int h,
+			    int w, int ph, int pw, int pb, int bands, T *dx)
+{
+	__shared__ float tg[kPoolTile];
+	__shared__ uint8_t ta[kPoolTile];
+	int img = blockIdx.x / bands, band = blockIdx.x - img * bands, py0 = band * pb;
+	int rows = ph - py0 < pb ? ph - py0 : pb, span = rows * pw, ts = span | 1, n = span * c;
+	size_t base = ((size_t)img * c * ph + py0) * pw, plane = (size_t)ph * pw;
+	for (int k = threadIdx.x; k < n; k += blockDim.x) {
+		int ch = k / span, r = k - ch * span;
+		size_t o = base + ch * plane + r;
+		bool on = y[o] > 0.f;
+		tg[ch * ts + r] = on ? dy[o] : 0.f;
+		ta[ch * ts + r] = on ? arg[o] : (uint8_t)4;
+	}
+	__syncthreads();
+	int iy0 = 2 * py0, iy1 = band == bands - 1 ? h : 2 * (py0 + rows), m = (iy1 - iy0) * w * c;
+	T *d = dx + ((size_t)img * h + iy0) * w * c;
+	for (int k = threadIdx.x; k < m; k += blockDim.x) {
+		int ch = k % c, pix = k / c, iyl = pix / w, ix = pix - iyl * w;
+		int pyl = iyl >> 1, px = ix >> 1;
+		float v = 0.f;
+		if (pyl < rows && px < pw) {
+			int t = ch * ts + pyl * pw + px;
+			if (ta[t] == (uint8_t)(((iyl & 1) << 1) | (ix & 1)))
+				v = tg[t];
+		}
+		st(d + k, v);
+	}
+}
+
+// The tile kernels' band (pooled rows a block) for c channels of rows of
+// pw, the most that fits kPoolTile; 0: not even one row fits.
+int pool_band(int c, int ph, int pw)
+{
+	int pb = ph;
+	while (pb > 0 && (size_t)c * ((pb * pw) | 1) > (size_t)kPoolTile)
+		pb--;
+	return pb;
 }
 
 // db[o] = sum over rows (image, pixel) of dy[row][o]: a block sums a chunk
@@ -1196,8 +1334,13 @@ int launch_maxpool2_fwd_nhwc(const T *x, int nimg, int c, int h, int w,
 	size_t total = (size_t)nimg * c * ph * pw;
 	if (!total)
 		return 0;
-	maxpool2_fwd_nhwc<<<blocks_for(total), kThreads, 0, s>>>(x, pool_ep(ep), c, h, w, ph, pw,
-								 total, y, arg);
+	int pb = pool_band(c, ph, pw), bands = pb ? (ph + pb - 1) / pb : 0;
+	if (pb && (size_t)nimg * bands <= 0x7fffffffu)
+		maxpool2_fwd_nhwc_tile<<<nimg * bands, kThreads, 0, s>>>(x, pool_ep(ep), c, h, w, ph,
+									  pw, pb, bands, y, arg);
+	else
+		maxpool2_fwd_nhwc<<<blocks_for(total), kThreads, 0, s>>>(x, pool_ep(ep), c, h, w, ph,
+									  pw, total, y, arg);
 	cudaCheck(cudaGetLastError());
 	return 0;
 }
@@ -1209,8 +1352,15 @@ int launch_maxpool2_relu_bwd_nhwc(const float *dy, const float *y, const uint8_t
 	size_t total = (size_t)nimg * c * h * w;
 	if (!total)
 		return 0;
-	maxpool2_relu_bwd_nhwc<<<blocks_for(total), kThreads, 0, s>>>(dy, y, arg, c, h, w, h / 2,
-									w / 2, total, dx);
+	int ph = h / 2, pw = w / 2, pb = ph && pw ? pool_band(c, ph, pw) : 0;
+	int bands = pb ? (ph + pb - 1) / pb : 0;
+	// a band's dx (at most 2 pb + 1 rows) counted in an int
+	if (pb && (size_t)nimg * bands <= 0x7fffffffu && (size_t)(2 * pb + 1) * w * c <= 0x7fffffffu)
+		maxpool2_relu_bwd_nhwc_tile<<<nimg * bands, kThreads, 0, s>>>(dy, y, arg, c, h, w, ph,
+									       pw, pb, bands, dx);
+	else
+		maxpool2_relu_bwd_nhwc<<<blocks_for(total), kThreads, 0, s>>>(dy, y, arg, c, h, w, ph,
+									       pw, total, dx);
 	cudaCheck(cudaGetLastError());
 	return 0;
 }
@@ -1294,7 +1444,8 @@ int launch_conv1_fwd(const T *x, const T *w, const float *b, int nimg, int h, in
 	if (!total || !oc)
 		return 0;
 	auto conv1_fwd_k = gs ? conv1_fwd<T, true> : conv1_fwd<T, false>;
-	conv1_fwd_k<<<blocks_for(total), kThreads, 0, s>>>(x, w, b, h, wd, oc, nhwc, (unsigned)total,
+	int mode = nhwc ? (oc % 8 == 0 && aligned(y, 16) ? 2 : 1) : 0;   // conv1_fwd's nhwc
+	conv1_fwd_k<<<blocks_for(total), kThreads, 0, s>>>(x, w, b, h, wd, oc, mode, (unsigned)total,
 							    y, gs ? *gs : Gather1());
 	cudaCheck(cudaGetLastError());
 	return 0;
@@ -1320,6 +1471,9 @@ int launch_conv1_wgrad(const T *x, const T *dy, const T *y, int nimg, int h, int
 	}
 	int ipc = conv1_ipc(h, wd), chunks = (nimg + ipc - 1) / ipc;
 	dim3 grid(chunks, (oc + kConv1WgCh - 1) / kConv1WgCh);
+	static_assert(kConv1WgCh == 4, "conv1_wgrad_part's ld4 loads a group");
+	if (nhwc && oc % 4 == 0 && aligned(y, 4 * sizeof(T)) && aligned(dy, 4 * sizeof(T)))
+		nhwc = 2;
 	conv1_wgrad_part<<<grid, kBiasThreads, 0, s>>>(x, dy, y, h, wd, oc, nhwc, nimg,
 								      ipc, scratch);
 	cudaCheck(cudaGetLastError());
