@@ -21,7 +21,7 @@
 #include "model.h"
 #include "optim.h"
 
-#define CNN_GPU_ABI 7
+#define CNN_GPU_ABI 8
 #define CNN_GPU_MODULE "cnn_train_cuda.so"
 
 enum cnn_precision {
@@ -140,6 +140,11 @@ struct cnn_graph_census {
 	int conv2_bits[3];
 	float conv2_ms[3];
 	int tuned;                   /* replays timed of each graph (0: none) */
+	/* --conv-layout auto (layouts_timed 1): the convolutions' layout kept
+	 * (nhwc 1: channels-last), and a replay's least time in NCHW and in
+	 * NHWC, each with its own best conv2 calls and streams; else 0 */
+	int nhwc, layouts_timed;
+	float layout_ms[2];
 };
 
 struct cnn_gpu;

@@ -231,9 +231,11 @@ static void report_times(struct run *R)
 		else
 			fprintf(f, "  \"test_accuracy\": null,\n  \"test_loss\": null,\n");
 		struct cnn_graph_census gc;
-		char ms[64] = "null", c2[160] = "null";
+		char ms[64] = "null", c2[160] = "null", lms[64] = "null";
 		if (R->g && R->G->graph_census(R->g, &gc) && gc.streams_timed)
 			snprintf(ms, sizeof(ms), "[%.4f, %.4f]", gc.ms[0], gc.ms[1]);
+		if (R->g && R->G->graph_census(R->g, &gc) && gc.layouts_timed)
+			snprintf(lms, sizeof(lms), "[%.4f, %.4f]", gc.layout_ms[0], gc.layout_ms[1]);
 		static const char *c2kept[3] = { "picked", "cudnn", "direct" };
 		if (R->g && R->G->graph_census(R->g, &gc) && gc.conv2_variants == 3)
 			snprintf(c2, sizeof(c2), "{\"kept\": \"%s\", \"picked_bits\": %d, "
@@ -243,9 +245,10 @@ static void report_times(struct run *R)
 		if (R->g && R->G->graph_census(R->g, &gc))
 			fprintf(f, "  \"cuda_graph\": {\"batch\": %d, \"nodes\": %d, \"kernels\": %d, "
 				"\"copies\": %d, \"memsets\": %d, \"other\": %d, \"longest_chain\": %d, "
-				"\"backward_streams\": %d, \"streams_ms\": %s, \"conv2_auto\": %s},\n",
+				"\"backward_streams\": %d, \"streams_ms\": %s, \"conv2_auto\": %s, "
+				"\"conv_layout\": \"%s\", \"layout_ms\": %s},\n",
 				gc.batch, gc.nodes, gc.kernels, gc.copies, gc.memsets, gc.other, gc.chain,
-				gc.streams, ms, c2);
+				gc.streams, ms, c2, gc.nhwc ? "nhwc" : "nchw", lms);
 		else
 			fprintf(f, "  \"cuda_graph\": null,\n");
 		fprintf(f, "  \"images_per_sec\": %.1f,\n  \"world_size\": %d,\n  \"batch_size\": %d,\n"
@@ -294,6 +297,12 @@ static void graph_report(struct run *R)
 			       c.streams_timed ? ", each with its faster backward streams" : "",
 			       R->r.world > 1 ? ", summed over the ranks" : "");
 		}
+		if (c.layouts_timed)
+			printf("# conv layout auto (batch %d): %s kept; a replay of the step took %.4f ms "
+			       "in NCHW, %.4f ms in NHWC (the least of %d each, each layout with its "
+			       "faster conv2 calls and backward streams%s)\n", c.batch,
+			       c.nhwc ? "NHWC" : "NCHW", c.layout_ms[0], c.layout_ms[1], c.tuned,
+			       R->r.world > 1 ? ", summed over the ranks" : "");
 		fflush(stdout);
 	} else if (R->a.graph_dot) {
 		fprintf(stderr, "cnn_train: warning: --cuda-graph-dot %s: no graph was captured (%s)\n",

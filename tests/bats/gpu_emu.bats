@@ -211,6 +211,70 @@ PY
 	assert_line --regexp '^params: identical on all 2 ranks '
 }
 
+# --conv-layout auto: cudnnFind's totals pick each batch size's layout from
+# the convolution calls alone; the graph's batch keeps both layouts'
+# algorithms and at the capture the step is timed in each (with each
+# layout's conv2 calls and streams), the faster kept.  The eager steps
+# before the capture run in cudnnFind's pick.  On cuemu's clock, conv2 by
+# cuDNN, NHWC wins; CUEMU_SLOW_KERNELS makes the NHWC pool's kernel cost 100
+# times its time, and NCHW wins.
+@test "--conv-layout auto: the step's graph timed in NCHW and NHWC, the faster kept (cuemu)" {
+	local opts=("${SMALL[@]}" --max-steps 6 --device cuda --precision tf32 --conv2 cudnn)
+	local re='^# conv layout auto \(batch 8\): (NCHW|NHWC) kept; a replay of the step took ([0-9.]+) ms in NCHW, ([0-9.]+) ms in NHWC \(the least of ([0-9]+) each, each layout with its faster conv2 calls and backward streams\)$'
+	local slow kept first ms1 ms2 n line
+	for slow in "" maxpool2_fwd_nhwc_tile; do
+		CUEMU_SLOW_KERNELS=$slow run --separate-stderr "$CNN" "${opts[@]}" --conv-layout auto \
+			--dump-params "$BATS_TEST_TMPDIR/auto.bin" --log-json "$BATS_TEST_TMPDIR/auto.json"
+		echo "$stderr"
+		assert_success
+		# the # GPU: line, before the capture: cudnnFind's pick, and that
+		# the graph's batch is timed in both
+		first=$(sed -nE 's/^# GPU: .*, batch 8 (NCHW|NHWC) \(convolutions [0-9.]+ ms, (NCHW|NHWC) [0-9.]+ ms; the step.s graph timed in each layout at its capture\), batch 16 (NCHW|NHWC) \(convolutions [0-9.]+ ms, (NCHW|NHWC) [0-9.]+ ms\), CUDA graph, .*$/\1/p' <<<"$output")
+		[ -n "$first" ]
+		line=$(grep -E "$re" <<<"$output")
+		echo "$line"
+		read -r kept ms1 ms2 n < <(sed -E "s/$re/\1 \2 \3 \4/" <<<"$line")
+		[ "$n" -ge 2 ] && [ "$n" -le 10 ]
+		# the lesser kept; a tie to cudnnFind's
+		assert_equal "$kept" "$(awk -v a="$ms1" -v b="$ms2" -v f="$first" 'BEGIN { print a < b ? "NCHW" : b < a ? "NHWC" : f }')"
+		assert_equal "$kept" "$([ -n "$slow" ] && echo NCHW || echo NHWC)"
+		/usr/bin/python3 - "$BATS_TEST_TMPDIR/auto.json" "$kept" "$ms1" "$ms2" <<-'PY'
+		import json, sys
+		g = json.load(open(sys.argv[1]))["cuda_graph"]
+		assert g["conv_layout"] == sys.argv[2].lower(), g
+		assert g["layout_ms"] == [float(sys.argv[3]), float(sys.argv[4])], g
+		PY
+		# the kept graph is that layout's own: the census of a run in it
+		CUEMU_SLOW_KERNELS=$slow run --separate-stderr "$CNN" "${opts[@]}" --conv-layout "${kept,,}" \
+			--dump-params "$BATS_TEST_TMPDIR/forced.bin" --log-json "$BATS_TEST_TMPDIR/forced.json"
+		assert_success
+		! grep -q '^# conv layout auto' <<<"$output"
+		/usr/bin/python3 - "$BATS_TEST_TMPDIR/auto.json" "$BATS_TEST_TMPDIR/forced.json" <<-'PY'
+		import json, sys
+		a, f = (json.load(open(p))["cuda_graph"] for p in sys.argv[1:3])
+		assert f["layout_ms"] is None, f
+		skip = ("layout_ms",)
+		assert {k: v for k, v in a.items() if k not in skip} == {k: v for k, v in f.items() if k not in skip}, (a, f)
+		PY
+		# where the kept layout is cudnnFind's, the eager steps before the
+		# capture ran in it too: the run is the forced one bit for bit
+		if [ "$kept" = "$first" ]; then
+			cmp "$BATS_TEST_TMPDIR/auto.bin" "$BATS_TEST_TMPDIR/forced.bin"
+		fi
+	done
+	# a layout asked for, or no graph: nothing timed
+	run --separate-stderr "$CNN" "${opts[@]}" --conv-layout auto --no-graph --max-steps 2
+	assert_success
+	! grep -q '^# conv layout auto' <<<"$output"
+	assert_line --regexp '^# GPU: .*, batch 8 (NCHW|NHWC) \(convolutions [0-9.]+ ms, (NCHW|NHWC) [0-9.]+ ms\), .*no graph'
+	# two ranks over NCCL time alike and keep the same
+	ranks2 nccl "$BATS_TEST_TMPDIR/n2" "${opts[@]}" --conv-layout auto --max-steps 3
+	echo "$stderr"
+	assert_success
+	assert_line --regexp '^# conv layout auto \(batch 8\): NHWC kept; .*, summed over the ranks\)$'
+	assert_line --regexp '^params: identical on all 2 ranks '
+}
+
 # The GPU's parameters and momentum go to the checkpoint and come back;
 # the step counter drives dropout's masks, so with dropout on a resumed
 # run is the uninterrupted one bit for bit.
@@ -437,7 +501,8 @@ epoch 1/2 step 4/8"
 	import json, sys
 	g = json.load(open(sys.argv[1]))["cuda_graph"]
 	assert g == {"batch": 8, "nodes": 18, "kernels": 18, "copies": 0, "memsets": 0, "other": 0,
-	             "longest_chain": 17, "backward_streams": 1, "streams_ms": None, "conv2_auto": None}, g
+	             "longest_chain": 17, "backward_streams": 1, "streams_ms": None, "conv2_auto": None,
+	             "conv_layout": "nchw", "layout_ms": None}, g
 	PY
 	# the drawing: the same 18 nodes in the step's order from conv1 (no
 	# gather of its own) to the update; the linear layers' update (n12)

@@ -599,8 +599,10 @@ void run_now(const cuemu::Cfg &cfg, const char *kernel, std::function<void()> &f
 // refuses one that needs more than it has (cudaErrorLaunchOutOfResources):
 // how a test sees the host code's answer to a kernel that cannot launch on
 // some GPU.  CUEMU_FAULT_KERNELS=k1,k2: those launch, and fault when they
-// run (cudaErrorIllegalAddress, sticky).  A kernel is named as at its
-// launch (`k<<<...>>>`'s k).
+// run (cudaErrorIllegalAddress, sticky).  CUEMU_SLOW_KERNELS=k1,k2: those
+// run as ever, and cost the modelled clock 100 times their threads' time
+// (how a test makes one choice of code that times its choices lose).  A
+// kernel is named as at its launch (`k<<<...>>>`'s k).
 static bool named_in(const char *var, const char *kernel)
 {
 	const char *list = getenv(var);
@@ -644,6 +646,9 @@ void cuemu::run(const Cfg &cfg, const char *kernel, std::function<void()> fn)
 	Cfg c = cfg;
 	double threads = (double)nt * cfg.grid.x * cfg.grid.y * cfg.grid.z;
 	bool fault = named_in("CUEMU_FAULT_KERNELS", kernel);
+	double ms = threads_ms(threads);
+	if (named_in("CUEMU_SLOW_KERNELS", kernel))
+		ms = kLaunchMs + (ms - kLaunchMs) * 100;
 	enqueue(cfg.stream, kernel,
 		[c, kernel, fn, fault]() mutable {
 			if (sticky_error != cudaSuccess)
@@ -656,7 +661,7 @@ void cuemu::run(const Cfg &cfg, const char *kernel, std::function<void()> fn)
 			}
 			run_now(c, kernel, fn);
 		},
-		threads_ms(threads));
+		ms);
 }
 
 extern "C" void cuemu_clear_fault(void)

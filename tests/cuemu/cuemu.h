@@ -28,6 +28,8 @@
 //   resources); CUEMU_FAULT_KERNELS=k1,k2 lets them launch and fault when
 //   they run: an illegal address, sticky (every later sync and
 //   cudaGetLastError returns it, nothing more runs), as on a GPU;
+//   CUEMU_SLOW_KERNELS=k1,k2 runs them as ever at 100 times their modelled
+//   time (streams.cc's clock);
 // - a block of more threads than the kernel's __launch_bounds__ allows
 //   fails the launch (cudaErrorLaunchOutOfResources, "too many resources
 //   requested for launch", as a GPU's) and runs no thread's body: the

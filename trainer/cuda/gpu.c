@@ -610,13 +610,13 @@ static int replay(struct cnn_gpu *g, cudaGraphExec_t ex, cudaEvent_t ev[2], floa
  * cnn_gnet_conv2_variants) by the backward's streams; the weights' forms
  * its forward takes as current and those its optimizer writes. */
 struct variant {
-	int k2, streams, direct1, direct2;
+	int nhwc, k2, streams, direct1, direct2;
 	unsigned wop_in, wop_out;
 	cudaGraph_t graph;
 	cudaGraphExec_t ex;
 	float ms;
 };
-enum { kVariants = 2 * CNN_CONV2_VARIANTS };
+enum { kVariants = 2 * 2 * CNN_CONV2_VARIANTS };   /* layouts, conv2's, streams */
 
 /* Each variant's least replay time over the timed replays (v[i].ms),
  * summed over the ranks.  The parameters and the optimizer's state are
@@ -708,24 +708,49 @@ out:
 	return rv;
 }
 
-/* The census's account of the variants timed and the one kept. */
-static void census_variants(struct cnn_graph_census *c, const struct variant *v, int nv, int ns,
-			    int nc, int kept, int timed)
+/* The least time of the variants in layout nhwc (conv2's choice k2 and
+ * streams s: -1 any), and the first of them in *at. */
+static float least(const struct variant *v, int nv, int nhwc, int k2, int s, int *at)
 {
-	c->streams = v[kept].streams;
+	float best = -1.f;
+	*at = -1;
+	for (int i = 0; i < nv; i++) {
+		if (v[i].nhwc != nhwc || (k2 >= 0 && v[i].k2 != k2) || (s >= 0 && v[i].streams != s))
+			continue;
+		if (*at < 0)
+			*at = i;
+		best = best < 0.f || v[i].ms < best ? v[i].ms : best;
+	}
+	return best;
+}
+
+/* The census's account of the variants timed and the one kept: each
+ * dimension's times with the others as kept, a layout's with its own
+ * best conv2 calls and streams. */
+static void census_variants(struct cnn_graph_census *c, const struct variant *v, int nv, int nl,
+			    int ns, int nc, int kept, int timed)
+{
+	const struct variant *k = &v[kept];
+	int at;
+	c->streams = k->streams;
+	c->nhwc = k->nhwc;
 	c->tuned = nv > 1 ? timed : 0;
+	if (nl == 2) {
+		c->layouts_timed = 1;
+		for (int l = 0; l < 2; l++)
+			c->layout_ms[l] = least(v, nv, l, -1, -1, &at);
+	}
 	if (ns == 2) {
 		c->streams_timed = 1;
 		for (int s = 0; s < 2; s++)
-			c->ms[s] = v[v[kept].k2 * 2 + s].ms;
+			c->ms[s] = least(v, nv, k->nhwc, nc ? k->k2 : -1, s + 1, &at);
 	}
 	if (nc) {
 		c->conv2_variants = nc;
-		c->conv2_kept = v[kept].k2;
-		for (int k = 0; k < nc; k++) {
-			const struct variant *a = &v[k * ns], *b = &v[k * ns + ns - 1];
-			c->conv2_bits[k] = a->direct2;
-			c->conv2_ms[k] = b->ms < a->ms ? b->ms : a->ms;
+		c->conv2_kept = k->k2;
+		for (int j = 0; j < nc; j++) {
+			c->conv2_ms[j] = least(v, nv, k->nhwc, j, -1, &at);
+			c->conv2_bits[j] = v[at].direct2;
 		}
 	}
 }
@@ -736,18 +761,27 @@ static int capture(struct cnn_gpu *g, int n, char *err, size_t errlen)
 	 * what the replay before it wrote (graph_wop_out), else made so */
 	unsigned now = g->net.wfresh;
 	int ns = g->o.streams == CNN_STREAMS_AUTO && g->net.streams_made == 2 ? 2 : 1;
-	int d1[CNN_CONV2_VARIANTS], d2[CNN_CONV2_VARIANTS];
-	int nc = cnn_gnet_conv2_variants(&g->net, n, d1, d2), nv = 0, keep = 0, rv = -1, timed = 0;
+	int d1[CNN_CONV2_VARIANTS], d2[CNN_CONV2_VARIANTS], lay[2] = { 0, 0 };
+	/* --conv-layout auto: both layouts' (the one cudnnFind picked first) */
+	int nl = cnn_gnet_layouts(&g->net, n, lay), nc = 0, nv = 0, keep = 0, rv = -1, timed = 0;
 	struct variant v[kVariants];
 	memset(v, 0, sizeof(v));
-	for (int k = 0; k < (nc ? nc : 1); k++)
-		for (int s = 0; s < ns; s++) {
-			v[nv].k2 = k;
-			v[nv].streams = ns == 2 ? s + 1 : g->net.streams;
-			v[nv].direct1 = nc ? d1[k] : 0;
-			v[nv].direct2 = nc ? d2[k] : 0;
-			nv++;
+	for (int l = 0; l < (nl ? nl : 1); l++) {
+		if (nl == 2 && cnn_gnet_set_layout(&g->net, n, lay[l]) < 0) {
+			snprintf(err, errlen, "%s", g->net.err);
+			return -1;
 		}
+		nc = cnn_gnet_conv2_variants(&g->net, n, d1, d2);
+		for (int k = 0; k < (nc ? nc : 1); k++)
+			for (int s = 0; s < ns; s++) {
+				v[nv].nhwc = lay[l];
+				v[nv].k2 = k;
+				v[nv].streams = ns == 2 ? s + 1 : g->net.streams;
+				v[nv].direct1 = nc ? d1[k] : 0;
+				v[nv].direct2 = nc ? d2[k] : 0;
+				nv++;
+			}
+	}
 	/* every rank times as many variants (each replay holds the
 	 * all-reduce): conv2's kernels need the same of each rank's GPU */
 	if (g->comm && g->comm->world > 1) {
@@ -763,13 +797,18 @@ static int capture(struct cnn_gpu *g, int n, char *err, size_t errlen)
 	}
 	for (int i = 0; i < nv; i++) {
 		struct cnn_cuda_wop w;
-		if ((ns == 2 && cnn_gnet_use_streams(&g->net, v[i].streams) < 0) ||
+		if ((nl == 2 && cnn_gnet_set_layout(&g->net, n, v[i].nhwc) < 0) ||
+		    (ns == 2 && cnn_gnet_use_streams(&g->net, v[i].streams) < 0) ||
 		    (nc && cnn_gnet_set_conv2(&g->net, n, v[i].direct1, v[i].direct2) < 0)) {
 			snprintf(err, errlen, "%s", g->net.err);
 			goto out;
 		}
-		/* of what is current, what this variant's optimizer keeps so */
-		v[i].wop_in = now & cnn_gnet_wop(&g->net, &w);
+		/* what this variant's optimizer keeps current: its forward takes
+		 * them as current, and before each launch (replay(), the step)
+		 * cnn_gnet_wop_ensure makes any that are not (a variant in the
+		 * other layout, or with conv2's packs, than the eager steps
+		 * before it: made once there, not in every replay) */
+		v[i].wop_in = cnn_gnet_wop(&g->net, &w);
 		g->net.wfresh = v[i].wop_in;
 		if (capture_one(g, n, now, &v[i].graph, err, errlen) < 0)
 			goto out;
@@ -785,10 +824,12 @@ static int capture(struct cnn_gpu *g, int n, char *err, size_t errlen)
 	if (nv > 1) {
 		if (tune(g, v, nv, &timed, err, errlen) < 0)
 			goto out;
-		/* the least time; a tie to the first (one stream, each call's pick) */
+		/* the least time; a tie to the first (cudnnFind's layout, one
+		 * stream, each call's pick) */
 		for (int i = 1; i < nv; i++)
 			keep = v[i].ms < v[keep].ms ? i : keep;
-		if ((ns == 2 && cnn_gnet_use_streams(&g->net, v[keep].streams) < 0) ||
+		if ((nl == 2 && cnn_gnet_set_layout(&g->net, n, v[keep].nhwc) < 0) ||
+		    (ns == 2 && cnn_gnet_use_streams(&g->net, v[keep].streams) < 0) ||
 		    (nc && cnn_gnet_set_conv2(&g->net, n, v[keep].direct1, v[keep].direct2) < 0)) {
 			snprintf(err, errlen, "%s", g->net.err);
 			goto out;
@@ -804,7 +845,7 @@ static int capture(struct cnn_gpu *g, int n, char *err, size_t errlen)
 		memset(&g->census, 0, sizeof(g->census));
 		fprintf(stderr, "cnn_train: rank %d: warning: %s\n", g->o.rank, why);
 	} else {
-		census_variants(&g->census, v, nv, ns, nc, keep, timed);
+		census_variants(&g->census, v, nv, nl, ns, nc, keep, timed);
 	}
 	g->exec = v[keep].ex;
 	v[keep].ex = NULL;

@@ -427,12 +427,17 @@ int cnn_gnet_prepare(struct cnn_gnet *g, int n)
 		snprintf(why, sizeof(why), "%s", g->err);
 	g->err[0] = '\0';
 	float ms[2] = { oka ? a.ms[0] : -1.f, okb ? b.ms[1] : -1.f };
-	if (okb && (!oka || ms[1] < ms[0])) {
+	/* the batch whose step replays as a graph keeps both layouts' (where
+	 * both have algorithms): gpu.c times the step's replay in each */
+	int both = g->layout == CNN_LAYOUT_AUTO && oka && okb && n == g->graph_batch;
+	int pick_b = okb && (!oka || ms[1] < ms[0]);
+	struct cnn_gnet_algos other = pick_b ? a : b;
+	size_t need_a = pick_b ? needb : need, need_o = pick_b ? need : needb;
+	if (pick_b)
 		a = b;
-		need = needb;
-	}
-	a.ms[0] = ms[0];
-	a.ms[1] = ms[1];
+	need = both && need_o > need_a ? need_o : need_a;
+	a.ms[0] = other.ms[0] = ms[0];
+	a.ms[1] = other.ms[1] = ms[1];
 	snprintf(a.why, sizeof(a.why), "%s", why);
 	if (need > g->ws_bytes && !g->ws_frozen) {
 		/* with two streams, sw's backward-filter calls have their own */
@@ -446,12 +451,54 @@ int cnn_gnet_prepare(struct cnn_gnet *g, int n)
 		}
 		g->ws_bytes = need;
 	}
-	if (choose_convs(g, &a) < 0 || choose_fc2(g, &a) < 0)
+	if (choose_convs(g, &a) < 0 || choose_fc2(g, &a) < 0 || (both && choose_convs(g, &other) < 0))
 		return -1;
-	if (g->nalgos == 8)
+	/* fc2's head does not depend on the layout */
+	other.fc2 = a.fc2;
+	memcpy(other.ms_fc2, a.ms_fc2, sizeof(a.ms_fc2));
+	if (!both)
+		memset(&other, 0, sizeof(other));
+	if (g->nalgos == 8) {
 		memmove(g->algos, g->algos + 1, 7 * sizeof(a));
-	g->algos[g->nalgos < 8 ? g->nalgos++ : 7] = a;
+		memmove(g->others, g->others + 1, 7 * sizeof(a));
+	}
+	int i = g->nalgos < 8 ? g->nalgos++ : 7;
+	g->algos[i] = a;
+	g->others[i] = other;
 	return 0;
+}
+
+int cnn_gnet_layouts(const struct cnn_gnet *g, int n, int nhwc[2])
+{
+	for (int i = 0; i < g->nalgos; i++)
+		if (g->algos[i].n == n) {
+			nhwc[0] = g->algos[i].nhwc;
+			nhwc[1] = g->others[i].nhwc;
+			return g->others[i].n == n ? 2 : 1;
+		}
+	return 0;
+}
+
+int cnn_gnet_set_layout(struct cnn_gnet *g, int n, int nhwc)
+{
+	for (int i = 0; i < g->nalgos; i++) {
+		if (g->algos[i].n != n)
+			continue;
+		if (g->algos[i].nhwc == !!nhwc)
+			return 0;
+		if (g->others[i].n != n) {
+			snprintf(g->err, sizeof(g->err), "batch of %d: no algorithms prepared in %s "
+				 "(only the batch whose step replays as a graph has both layouts', "
+				 "under --conv-layout auto)", n, nhwc ? "NHWC" : "NCHW");
+			return -1;
+		}
+		struct cnn_gnet_algos t = g->algos[i];
+		g->algos[i] = g->others[i];
+		g->others[i] = t;
+		return 0;
+	}
+	snprintf(g->err, sizeof(g->err), "batch of %d: cnn_gnet_prepare was not called", n);
+	return -1;
 }
 
 /* Column-major C (m x n, fp32) = alpha op(A) op(B): Sgemm, or for bf16
@@ -1580,7 +1627,9 @@ void cnn_gnet_describe(const struct cnn_gnet *g, char *buf, size_t len)
 		else
 			snprintf(other, sizeof(other), "%s %.3f ms", a->nhwc ? "NCHW" : "NHWC",
 				 a->ms[!a->nhwc]);
-		k += snprintf(buf + k, len - k, ", batch %d %s (convolutions %.3f ms, %s)", a->n,
-			      a->nhwc ? "NHWC" : "NCHW", a->ms[a->nhwc], other);
+		k += snprintf(buf + k, len - k, ", batch %d %s (convolutions %.3f ms, %s%s)", a->n,
+			      a->nhwc ? "NHWC" : "NCHW", a->ms[a->nhwc], other,
+			      g->others[i].n == a->n ?
+				      "; the step's graph timed in each layout at its capture" : "");
 	}
 }

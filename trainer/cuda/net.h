@@ -74,6 +74,10 @@ struct cnn_gnet {
 	cudnnFilterDescriptor_t fw[2], fwh[2]; /* OIHW (NCHW), OHWI (NHWC) */
 	cudnnConvolutionDescriptor_t cv[2];
 	struct cnn_gnet_algos algos[8];
+	/* --conv-layout auto, the graph's batch (graph_batch): others[i] has
+	 * the other layout's algorithms for algos[i].n, chosen as algos[i]'s
+	 * (cnn_gnet_set_layout swaps them); n 0 where none */
+	struct cnn_gnet_algos others[8];
 	int nalgos;
 	void *ws, *blas_ws;
 	size_t ws_bytes;
@@ -196,10 +200,20 @@ int cnn_gnet_conv2_variants(const struct cnn_gnet *g, int n, int direct1[CNN_CON
 /* Batch n's calls from now on as those bits choose; -1 if n is not
  * prepared. */
 int cnn_gnet_set_conv2(struct cnn_gnet *g, int n, int direct1, int direct2);
+/* --conv-layout auto: the layouts batch n has algorithms for, the one in
+ * use first, into nhwc[] (1: channels-last): the count, 2 for the batch
+ * whose step replays as a graph where both layouts have algorithms (gpu.c
+ * times the step in each), else 1; 0 if n is not prepared. */
+int cnn_gnet_layouts(const struct cnn_gnet *g, int n, int nhwc[2]);
+/* Batch n's calls from now on in that layout (its own choices of conv1's
+ * and conv2's calls, cnn_gnet_set_conv2's included); -1 with g->err where
+ * n has no algorithms in it. */
+int cnn_gnet_set_layout(struct cnn_gnet *g, int n, int nhwc);
 /* cuDNN's algorithms for batch n (benchmarked once per n; not while a
  * stream is being captured), in the layout asked for, or with auto in
- * the one whose five convolution calls cudnnFind timed faster in total.
- * Once ws_frozen is set, only algorithms that fit the workspace are taken.
+ * the one whose five convolution calls cudnnFind timed faster in total
+ * (the graph's batch: that one in use, the other's kept beside it for
+ * cnn_gnet_set_layout).  Once ws_frozen is set, only algorithms that fit the workspace are taken.
  * -1 with g->err. */
 int cnn_gnet_prepare(struct cnn_gnet *g, int n);
 /* The next forward's batch: images xs and labels ys (device memory, the
