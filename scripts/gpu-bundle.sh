@@ -343,12 +343,14 @@ all | variants | session)
 		# most wanted first: the kernels against their CPU twins on the
 		# GPU (what cuemu checked); batch 1024 against torch.compile
 		# (PyTorch's best there), each cell the mean of two interleaved
-		# runs (REPEATS: the target's margin was one run's noise); 64 and
+		# runs (REPEATS: the target's margin was one run's noise), with
+		# channels-last and --conv-layout auto beside the default; 64 and
 		# 256 with cnn_train's variants as columns; the training step
 		# against the golden file; the 2-epoch accuracy; what ncu says of
 		# batch 1024's kernels; bf16.  7 parts: $OUT brings back 8 files.
 		part kernels_test 60 -- test_cuda_kernels
-		part compile 200 BATCHES=1024 TORCH_MODES="graph compile" REPEATS=2 -- bench
+		part compile 230 BATCHES=1024 TORCH_MODES="graph compile" REPEATS=2 \
+			CNN_VARIANTS="nhwc:--conv-layout nhwc;lauto:--conv-layout auto" -- bench
 		part bench_tf32 120 BATCHES="64 256" TORCH_MODES="eager graph" \
 			CNN_VARIANTS="s1:--backward-streams 1;c2cudnn:--conv2 cudnn;c2direct:--conv2 direct" -- bench
 		part gpu_step 100 -- test_gpu_step
