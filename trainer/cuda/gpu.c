@@ -762,8 +762,14 @@ static int capture(struct cnn_gpu *g, int n, char *err, size_t errlen)
 	unsigned now = g->net.wfresh;
 	int ns = g->o.streams == CNN_STREAMS_AUTO && g->net.streams_made == 2 ? 2 : 1;
 	int d1[CNN_CONV2_VARIANTS], d2[CNN_CONV2_VARIANTS], lay[2] = { 0, 0 };
-	/* --conv-layout auto: both layouts' (the one cudnnFind picked first) */
+	/* --conv-layout auto: both layouts', NCHW first on every rank (which
+	 * one cudnnFind picked may differ between ranks; the variants' times
+	 * are summed over the ranks index by index) */
 	int nl = cnn_gnet_layouts(&g->net, n, lay), nc = 0, nv = 0, keep = 0, rv = -1, timed = 0;
+	if (nl == 2) {
+		lay[0] = 0;
+		lay[1] = 1;
+	}
 	struct variant v[kVariants];
 	memset(v, 0, sizeof(v));
 	for (int l = 0; l < (nl ? nl : 1); l++) {
@@ -824,8 +830,8 @@ static int capture(struct cnn_gpu *g, int n, char *err, size_t errlen)
 	if (nv > 1) {
 		if (tune(g, v, nv, &timed, err, errlen) < 0)
 			goto out;
-		/* the least time; a tie to the first (cudnnFind's layout, one
-		 * stream, each call's pick) */
+		/* the least time; a tie to the first (NCHW, one stream, each
+		 * call's pick) */
 		for (int i = 1; i < nv; i++)
 			keep = v[i].ms < v[keep].ms ? i : keep;
 		if ((nl == 2 && cnn_gnet_set_layout(&g->net, n, v[keep].nhwc) < 0) ||
