@@ -77,30 +77,15 @@ __device__ __forceinline__ void ld_pair(const bf16 *p, float *v)
 	v[1] = __bfloat162float(t.y);
 }
 
-// I: the index type, 32 bits where the tensor allows (64-bit division is
-// tens of instructions a thread on a GPU).  PAIR: w is even, so each row of
-// a window is one aligned load of two.
-template <typename T, typename I, bool PAIR>
-__global__ void maxpool2_fwd(const T *x, PoolEp ep, int c, int h, int w, int ph, int pw,
-			     I total, float *y, uint8_t *arg)
+// Output i's window in x (planes of h x w pooled to pp = ph x pw): its top
+// left element, and its plane in *plane.
+template <typename T, typename I>
+__device__ __forceinline__ const T *window_at(const T *x, I i, I pp, int h, int w, int pw,
+					      I *plane)
 {
-	const float *b = ep.b;
-	uint64_t key = ep.keyp ? *ep.keyp : 0;
-	I pp = (I)ph * pw;
-	for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total;
-	     i += (I)gridDim.x * blockDim.x) {
-		I plane = i / pp, r = i - plane * pp, py = r / pw, px = r - py * pw;
-		const T *r0 = x + (size_t)plane * h * w + (size_t)(2 * py) * w + 2 * px, *r1 = r0 + w;
-		float bc = b ? b[plane % c] : 0.f;
-		if (PAIR) {
-			float v[4];
-			ld_pair(r0, v);
-			ld_pair(r1, v + 2);
-			pool_window<T>(v, ep, key, bc, i, y + i, arg + i);
-		} else {
-			pool4(r0, r0 + 1, r1, r1 + 1, ep, key, bc, i, y + i, arg + i);
-		}
-	}
+	I pl = i / pp, r = i - pl * pp, py = r / pw, px = r - py * pw;
+	*plane = pl;
+	return x + (size_t)pl * h * w + (size_t)(2 * py) * w + 2 * px;
 }
 
 // Eight adjacent elements at a 16-byte aligned address, in 16-byte loads
@@ -156,28 +141,46 @@ __device__ __forceinline__ void st8(bf16 *p, const float *v)
 	*reinterpret_cast<uint4 *>(p) = t;
 }
 
-// maxpool2_fwd, four windows of an output row a thread (pool_quads: pw a
-// multiple of 4, rows of x 16-byte aligned): its 2 x 8 inputs in 16-byte
-// loads, one dropout draw for the four (kept's group of 4 is exactly
-// theirs), y in one 16-byte store, arg in one of 4 bytes, yb in one of 8.
-// Each window's value and arg are pool_window's, bit for bit.  At batch
-// 1024 the one-window kernel moved 8 bytes a load and drew each group's
-// 64 bits four times.
-template <typename T, typename I>
-__global__ void maxpool2_fwd_quad(const T *x, PoolEp ep, int c, int h, int w, int ph, int pw,
-				  I quads, float *y, uint8_t *arg)
+// The pool's forward, a thread per window (kEach: each element its own
+// load; kPair: w even, so each row of a window is one aligned load of two)
+// or per four windows of an output row (kQuad, pool_quads: pw a multiple of
+// 4, rows of x 16-byte aligned: its 2 x 8 inputs in 16-byte loads, one
+// dropout draw for the four, kept's group of 4 being exactly theirs, y in
+// one 16-byte store, arg in one of 4 bytes, yb in one of 8).  Each
+// window's value and arg are pool_window's, bit for bit, whichever.  At
+// batch 1024 kPair moved 8 bytes a load and drew each group's 64 bits four
+// times.  I: the index type, 32 bits where the tensor allows (64-bit
+// division is tens of instructions a thread on a GPU); n: windows, or
+// groups of four (kQuad).
+enum PoolLoad { kEach, kPair, kQuad };
+
+template <typename T, typename I, PoolLoad L>
+__global__ void maxpool2_fwd(const T *x, PoolEp ep, int c, int h, int w, int ph, int pw, I n,
+			     float *y, uint8_t *arg)
 {
 	const float *b = ep.b;
 	uint64_t key = ep.keyp ? *ep.keyp : 0;
 	I pp = (I)ph * pw;
-	for (I q = blockIdx.x * (I)blockDim.x + threadIdx.x; q < quads;
+	for (I q = blockIdx.x * (I)blockDim.x + threadIdx.x; q < n;
 	     q += (I)gridDim.x * blockDim.x) {
-		I i = 4 * q, plane = i / pp, r = i - plane * pp, py = r / pw, px = r - py * pw;
-		const T *r0 = x + (size_t)plane * h * w + (size_t)(2 * py) * w + 2 * px;
-		float bc = b ? b[plane % c] : 0.f, t[8], u[8], m[4];
+		I i = L == kQuad ? 4 * q : q, plane;
+		const T *r0 = window_at(x, i, pp, h, w, pw, &plane), *r1 = r0 + w;
+		float bc = b ? b[plane % c] : 0.f;
+		if (L == kEach) {
+			pool4(r0, r0 + 1, r1, r1 + 1, ep, key, bc, i, y + i, arg + i);
+			continue;
+		}
+		if (L == kPair) {
+			float v[4];
+			ld_pair(r0, v);
+			ld_pair(r1, v + 2);
+			pool_window<T>(v, ep, key, bc, i, y + i, arg + i);
+			continue;
+		}
+		float t[8], u[8], m[4];
 		uint8_t a[4];
 		ld8(r0, t);
-		ld8(r0 + w, u);
+		ld8(r1, u);
 		for (int k = 0; k < 4; k++) {
 			float v[4] = { t[2 * k], t[2 * k + 1], u[2 * k], u[2 * k + 1] };
 			m[k] = pool_max<T>(v, ep, bc, &a[k]);
@@ -192,9 +195,9 @@ __global__ void maxpool2_fwd_quad(const T *x, PoolEp ep, int c, int h, int w, in
 		if (ep.yb) {
 			__nv_bfloat162 h2[2] = { __floats2bfloat162_rn(m[0], m[1]),
 						 __floats2bfloat162_rn(m[2], m[3]) };
-			uint2 t;
-			memcpy(&t, h2, sizeof(t));
-			*reinterpret_cast<uint2 *>(ep.yb + i) = t;
+			uint2 t2;
+			memcpy(&t2, h2, sizeof(t2));
+			*reinterpret_cast<uint2 *>(ep.yb + i) = t2;
 		}
 	}
 }
@@ -1228,27 +1231,18 @@ int launch_maxpool2_fwd(const T *x, int nimg, int c, int h, int w, const cnn_cud
 	if (!total)
 		return 0;
 	PoolEp e = pool_ep(ep);
-	if (pool_quads(pw, w, x) && aligned(y, 16) && aligned(arg, 4) && aligned(e.yb, 8)) {
-		size_t quads = total / 4;
-		if (total <= 0x7fffffffu)
-			maxpool2_fwd_quad<<<blocks_for(quads), kThreads, 0, s>>>(x, e, c, h, w, ph, pw,
-									   (unsigned)quads, y, arg);
-		else
-			maxpool2_fwd_quad<<<blocks_for(quads), kThreads, 0, s>>>(x, e, c, h, w, ph, pw,
-									   quads, y, arg);
-		cudaCheck(cudaGetLastError());
-		return 0;
-	}
+	bool quad = pool_quads(pw, w, x) && aligned(y, 16) && aligned(arg, 4) && aligned(e.yb, 8);
 	// pairs where every row starts at an even element (x itself is aligned)
 	bool pair = w % 2 == 0 && (uintptr_t)x % (2 * sizeof(T)) == 0;
+	size_t n = quad ? total / 4 : total;
 	if (total <= 0x7fffffffu) {
-		auto k = pair ? maxpool2_fwd<T, unsigned, true> : maxpool2_fwd<T, unsigned, false>;
-		k<<<blocks_for(total), kThreads, 0, s>>>(x, pool_ep(ep), c, h, w, ph, pw,
-							 (unsigned)total, y, arg);
+		auto k = quad ? maxpool2_fwd<T, unsigned, kQuad> :
+			 pair ? maxpool2_fwd<T, unsigned, kPair> : maxpool2_fwd<T, unsigned, kEach>;
+		k<<<blocks_for(n), kThreads, 0, s>>>(x, e, c, h, w, ph, pw, (unsigned)n, y, arg);
 	} else {
-		auto k = pair ? maxpool2_fwd<T, size_t, true> : maxpool2_fwd<T, size_t, false>;
-		k<<<blocks_for(total), kThreads, 0, s>>>(x, pool_ep(ep), c, h, w, ph, pw, total, y,
-							 arg);
+		auto k = quad ? maxpool2_fwd<T, size_t, kQuad> :
+			 pair ? maxpool2_fwd<T, size_t, kPair> : maxpool2_fwd<T, size_t, kEach>;
+		k<<<blocks_for(n), kThreads, 0, s>>>(x, e, c, h, w, ph, pw, n, y, arg);
 	}
 	cudaCheck(cudaGetLastError());
 	return 0;
