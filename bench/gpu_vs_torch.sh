@@ -203,11 +203,12 @@ for b in $batches; do
 			read -r x xacc <"$tmp/cnn_v$i.res"
 			vrs[i]="${vrs[i]:-} $x"
 			[ "$r" -gt 0 ] || vaccs[i]=$xacc
-			# --backward-streams auto's times, both ways, and --conv2
-			# auto's (the last repeat's)
+			# --backward-streams auto's times, both ways, --conv2
+			# auto's and --conv-layout auto's (the last repeat's)
 			[ "$r" -lt $((repeats - 1)) ] ||
 				notes+=("$(sed -n -e "s/^# backward streams auto (batch [0-9]*): /#   batch $b cnn_${labels[$i]}: backward streams /p" \
 					-e "s/^# conv2 auto (batch [0-9]*): /#   batch $b cnn_${labels[$i]}: conv2 auto: /p" \
+					-e "s/^# conv layout auto (batch [0-9]*): /#   batch $b cnn_${labels[$i]}: conv layout auto: /p" \
 					"$tmp/cnn_v$i")")
 		done
 		for m in $modes; do
@@ -263,6 +264,7 @@ for b in $batches; do
 	notes+=("$(sed -n -e "s/^# GPU: /#   batch $b: /p" \
 		-e "s/^# CUDA graph of a training step (batch [0-9]*): /#   batch $b graph: /p" \
 		-e "s/^# backward streams auto (batch [0-9]*): /#   batch $b: backward streams /p" \
-		-e "s/^# conv2 auto (batch [0-9]*): /#   batch $b: conv2 auto: /p" "$tmp/cnn")")
+		-e "s/^# conv2 auto (batch [0-9]*): /#   batch $b: conv2 auto: /p" \
+		-e "s/^# conv layout auto (batch [0-9]*): /#   batch $b: conv layout auto: /p" "$tmp/cnn")")
 done
 for n in ${notes[@]+"${notes[@]}"}; do [ -z "$n" ] || printf '%s\n' "$n"; done
