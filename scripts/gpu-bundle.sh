@@ -26,9 +26,9 @@
 #                            call, logs in $OUT
 #   .gpu/run.sh session      what one lease of 15 minutes of device time holds, in one call
 #                            (timeout_s 590) that ends by SESSION_SECONDS (default 540):
-#                            test_cuda_kernels, batch 1024 against torch.compile (each cell
-#                            the mean of 2 interleaved runs), 64 and 256 in tf32 with the
-#                            variants as columns, test_gpu_step, the accuracy after 2
+#                            test_cuda_kernels, batch 1024 against torch.compile and 64
+#                            against eager and graphed PyTorch (each cell the median of 3
+#                            interleaved runs), test_gpu_step, the accuracy after 2
 #                            epochs, ncu's profile at 1024, bf16; each part cut to what is
 #                            left, those that no longer fit skipped and named; logs in $OUT
 #   .gpu/run.sh sanitize     test_cuda_kernels under compute-sanitizer: memcheck, racecheck,
@@ -342,17 +342,17 @@ all | variants | session)
 	if [ "$mode" = session ]; then
 		# most wanted first: the kernels against their CPU twins on the
 		# GPU (what cuemu checked); batch 1024 against torch.compile
-		# (PyTorch's best there), each cell the mean of two interleaved
-		# runs (REPEATS: the target's margin was one run's noise), with
-		# channels-last and --conv-layout auto beside the default; 64 and
-		# 256 with cnn_train's variants as columns; the training step
+		# (PyTorch's best there) and 64 against eager PyTorch and its
+		# CUDA graph (PyTorch's best there), each cell the median of three
+		# interleaved runs (REPEATS: the targets' margins were one run's
+		# noise), with --conv-layout auto beside the default at 1024 (it
+		# times both layouts' steps and prints both); the training step
 		# against the golden file; the 2-epoch accuracy; what ncu says of
 		# batch 1024's kernels; bf16.  7 parts: $OUT brings back 8 files.
 		part kernels_test 60 -- test_cuda_kernels
-		part compile 230 BATCHES=1024 TORCH_MODES="graph compile" REPEATS=2 \
-			CNN_VARIANTS="nhwc:--conv-layout nhwc;lauto:--conv-layout auto" -- bench
-		part bench_tf32 120 BATCHES="64 256" TORCH_MODES="eager graph" \
-			CNN_VARIANTS="s1:--backward-streams 1;c2cudnn:--conv2 cudnn;c2direct:--conv2 direct" -- bench
+		part compile 280 BATCHES=1024 TORCH_MODES="graph compile" REPEATS=3 \
+			CNN_VARIANTS="lauto:--conv-layout auto" -- bench
+		part bench_tf32 120 BATCHES=64 TORCH_MODES="eager graph" REPEATS=3 -- bench
 		part gpu_step 100 -- test_gpu_step
 		part accuracy 60 EPOCHS=2 BATCHES=64 TORCH_MODES=eager -- bench
 		part profile 40 BATCHES=1024 PROFILE_LAYOUTS=nchw -- profile

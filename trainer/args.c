@@ -49,10 +49,10 @@ void cnn_args_usage(FILE *f)
 "                         (bf16 convolutions and GEMMs, fp32 master weights)\n"
 "  --no-graph             GPU: launch the step's kernels one by one instead of\n"
 "                         replaying it as a CUDA graph (to compare)\n"
-"  --conv-layout KIND     GPU: the convolutions' activations nchw (default),\n"
-"                         nhwc (channels-last, for cuDNN's tensor-core kernels)\n"
-"                         or auto (per batch size, the one cuDNN times faster;\n"
-"                         with a graph, the training step timed in each)\n"
+"  --conv-layout KIND     GPU: the convolutions' activations nchw, nhwc\n"
+"                         (channels-last, for cuDNN's tensor-core kernels) or\n"
+"                         auto (default: per batch size the one cuDNN times\n"
+"                         faster; with a graph, the training step timed in each)\n"
 "  --backward-streams N   GPU: 1, 2 (the weight gradients on a second stream,\n"
 "                         beside the data gradients) or auto (default: the\n"
 "                         step's CUDA graph timed both ways, the faster kept)\n"
@@ -215,6 +215,7 @@ int cnn_args_parse(struct cnn_args *a, int argc, char **argv, const char *env_da
 	a->seed = 1;
 	a->device = "auto";
 	a->timeout_s = 60;
+	a->conv_layout = CNN_LAYOUT_AUTO;
 	a->streams = CNN_STREAMS_AUTO;
 	a->fc2 = CNN_FC2_AUTO;
 	a->progress = -1;

@@ -24,7 +24,7 @@ struct cnn_args {
 	const char *device;        /* cpu, cuda, auto */
 	int precision;             /* enum cnn_precision: tf32 (default), fp32, bf16 */
 	int no_graph;              /* GPU: run the step eagerly, not as a CUDA graph */
-	int conv_layout;           /* enum cnn_layout: nchw (default), nhwc, auto */
+	int conv_layout;           /* enum cnn_layout: nchw, nhwc, auto (default) */
 	int streams;               /* GPU backward streams: 1, 2 or CNN_STREAMS_AUTO (default) */
 	long long profile_from, profile_to; /* --cuda-profile-steps (0: none) */
 	const char *graph_dot;     /* --cuda-graph-dot FILE (NULL: none) */

@@ -640,7 +640,7 @@ static void setup(struct run *R, int argc, char **argv)
 			/* the GPU's options a user gave: said, not silently dropped */
 			const char *set[] = {
 				R->a.no_graph ? "--no-graph" : NULL,
-				R->a.conv_layout != CNN_LAYOUT_NCHW ? "--conv-layout" : NULL,
+				R->a.conv_layout != CNN_LAYOUT_AUTO ? "--conv-layout" : NULL,
 				R->a.streams != CNN_STREAMS_AUTO ? "--backward-streams" : NULL,
 				R->a.conv1 != CNN_CONV_AUTO ? "--conv1" : NULL,
 				R->a.conv2 != CNN_CONV_AUTO ? "--conv2" : NULL,

@@ -16,6 +16,11 @@ CNN="$REPO/build/bin/cnn_train"
 EMU="$REPO/build/tests/cuemu/cnn_train_cuda_emu.so"
 # 64 images, 8 steps an epoch, batch 8: a few seconds a run on cuemu
 SMALL=(--train-limit 64 --test-limit 16 --batch-size 8 --progress lines --log-every 1000)
+# The default --conv-layout auto's part of the "# GPU:" line at SMALL's
+# sizes: each batch size's layout by cudnnFind's totals, the training
+# batch's by its step's graph timed in both
+LAYOUT_AUTO='batch 8 (NCHW|NHWC) \(convolutions [0-9.]+ ms, (NCHW|NHWC) [0-9.]+ ms; the step.s graph timed in each layout at its capture\), batch 16 (NCHW|NHWC) \(convolutions [0-9.]+ ms, (NCHW|NHWC) [0-9.]+ ms\)'
+
 
 free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
@@ -52,7 +57,7 @@ setup() {
 	echo "$stderr"
 	assert_success
 	assert_line --regexp '^# cnn_train: world 1 \(local\), model 1x28x28->10 \(1199882 params\)'
-	assert_line --regexp '^# GPU: cuemu .*, fp32, conv1 direct, NCHW, CUDA graph, backward streams auto \(1 or 2: the step.s graph timed both ways\)$'
+	assert_line --regexp "^# GPU: cuemu .*, fp32, conv1 direct, $LAYOUT_AUTO, CUDA graph, backward streams auto \\(1 or 2: the step.s graph timed both ways\\)\$"
 	assert_line --regexp '^test: loss [0-9.]+ accuracy [0-9.]+% \(16 images\)$'
 	# the epoch's evaluation is the run's: one, not the same again after it
 	[ "$(grep -c '^test:' <<<"$output")" -eq 1 ]
@@ -63,21 +68,23 @@ setup() {
 		--fc2 fused --dump-params "$BATS_TEST_TMPDIR/fused.bin"
 	echo "$stderr"
 	assert_success
-	assert_line --regexp '^# GPU: cuemu .*, fp32, conv1 direct, fc2 fused, NCHW, CUDA graph, backward streams auto \(1 or 2: the step.s graph timed both ways\)$'
+	assert_line --regexp "^# GPU: cuemu .*, fp32, conv1 direct, fc2 fused, $LAYOUT_AUTO, CUDA graph, backward streams auto \\(1 or 2: the step.s graph timed both ways\\)\$"
 	params_within "$BATS_TEST_TMPDIR/cpu.bin" "$BATS_TEST_TMPDIR/fused.bin" 1e-7
 }
 
 # The graph replays the step's kernels in the order they were captured,
 # and the second stream computes the same sums beside the first: the same
 # bits each way (CUEMU_STREAMS=lazy: the streams' work runs as late or as
-# early as its waits allow, as a GPU may run it).
+# early as its waits allow, as a GPU may run it).  In NCHW: the default
+# layout, auto, times the graph in both layouts where there is one and
+# takes cudnnFind's pick where there is none, and the layouts' sums differ.
 @test "the CUDA graph, --no-graph, --backward-streams 2 and auto give the same parameters bit for bit; auto keeps the faster graph (cuemu)" {
 	local v crc=() outs=()
 	for v in "" "--no-graph" "--backward-streams 2" "--backward-streams auto" \
 		"--no-graph --backward-streams auto"; do
 		# shellcheck disable=SC2086
 		CUEMU_STREAMS=lazy run --separate-stderr "$CNN" "${SMALL[@]}" --max-steps 8 --device cuda \
-			--precision fp32 --conv1 cudnn $v --dump-params "$BATS_TEST_TMPDIR/p${#crc[@]}.bin" \
+			--precision fp32 --conv1 cudnn --conv-layout nchw $v --dump-params "$BATS_TEST_TMPDIR/p${#crc[@]}.bin" \
 			--log-json "$BATS_TEST_TMPDIR/j${#crc[@]}.json"
 		echo "$stderr"
 		assert_success
@@ -484,9 +491,10 @@ epoch 1/2 step 4/8"
 @test "the step's CUDA graph: its nodes counted and drawn, no copy or memset, two streams shorten its chain, --fc2 fused and auto (cuemu)" {
 	# (cuBLAS's fc2 first: the default, --fc2 auto, takes the fused head
 	# on cuemu's clock; one backward stream, where the default, auto, keeps
-	# two on cuemu's clock; the last option given wins)
+	# two on cuemu's clock; NCHW, where the default, auto, times both
+	# layouts' graphs; the last option given wins)
 	local n line opts=("${SMALL[@]}" --max-steps 4 --device cuda --precision tf32 --conv1 direct --conv2 direct
-		--fc2 cublas --backward-streams 1)
+		--fc2 cublas --backward-streams 1 --conv-layout nchw)
 	local dot="$BATS_TEST_TMPDIR/step.dot" json="$BATS_TEST_TMPDIR/log.json"
 	run --separate-stderr "$CNN" "${opts[@]}" --cuda-graph-dot "$dot" --log-json "$json"
 	echo "$stderr"
@@ -602,9 +610,10 @@ epoch 1/2 step 4/8"
 # rank order and sends the sum back), the all-reduce of the gradients
 # inside the CUDA graph, against two ranks over gloo through host memory
 # (no graph): the same average, so the same bits.  With --backward-streams
-# 2 the linear layers' bucket goes to NCCL from the second stream.
+# 2 the linear layers' bucket goes to NCCL from the second stream.  In
+# NCHW: gloo's ranks have no graph to time the layouts in.
 @test "two ranks over NCCL train what two ranks over gloo do, bit for bit, graph and two streams (cuemu)" {
-	local opts=("${SMALL[@]}" --max-steps 8 --device cuda --precision fp32 --conv1 direct)
+	local opts=("${SMALL[@]}" --max-steps 8 --device cuda --precision fp32 --conv1 direct --conv-layout nchw)
 	ranks2 gloo "$BATS_TEST_TMPDIR/gloo" "${opts[@]}" --dump-params "$BATS_TEST_TMPDIR/gloo.bin"
 	echo "$stderr"
 	assert_success

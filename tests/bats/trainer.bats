@@ -109,7 +109,7 @@ teardown() {
 	echo "$stderr"
 	assert_success
 	assert_line --regexp '^# cnn_train: world 2 \(gloo\), model 1x28x28->10'
-	assert_line --regexp '^# GPU: cuemu .*, fp32, conv1 direct, batch 8 fc2 (fused|cuBLAS) .*, NCHW, no graph \(gradients all-reduced through host memory\), backward streams auto: 1 \(no graph to time both ways\)$'
+	assert_line --regexp '^# GPU: cuemu .*, fp32, conv1 direct, batch 8 fc2 (fused|cuBLAS) .*, batch 8 (NCHW|NHWC) \(convolutions [0-9.]+ ms, (NCHW|NHWC) [0-9.]+ ms\), batch 16 (NCHW|NHWC) \(convolutions [0-9.]+ ms, (NCHW|NHWC) [0-9.]+ ms\), no graph \(gradients all-reduced through host memory\), backward streams auto: 1 \(no graph to time both ways\)$'
 	assert_line --regexp '^params: identical on all 2 ranks '
 	assert_line --regexp '^done: 8 steps, '
 	run --separate-stderr crun srun -N2 --ntasks-per-node=1 -c1 --ddp=gloo "$CNN" "${opts[@]}" --device cpu \
@@ -132,8 +132,9 @@ teardown() {
 	assert_success
 	assert_line --regexp '^# cnn_train: world 2 \(nccl\), model 1x28x28->10'
 	# --conv1 auto timed both ways at the training batch and at the
-	# evaluation's, the rank's 16 test images (not 256)
-	assert_line --regexp '^# GPU: cuemu .*, fp32, batch 8 conv1 forward (direct|cuDNN) [0-9.]+ ms .*, batch 16 conv1 forward (direct|cuDNN) [0-9.]+ ms .*, NCHW, CUDA graph, backward streams auto \(1 or 2: the step.s graph timed both ways\)$'
+	# evaluation's, the rank's 16 test images (not 256); --conv-layout
+	# auto: each batch size's layout, the training batch's step timed in both
+	assert_line --regexp '^# GPU: cuemu .*, fp32, batch 8 conv1 forward (direct|cuDNN) [0-9.]+ ms .*, batch 16 conv1 forward (direct|cuDNN) [0-9.]+ ms .*, batch 8 (NCHW|NHWC) \(convolutions [0-9.]+ ms, (NCHW|NHWC) [0-9.]+ ms; the step.s graph timed in each layout at its capture\), batch 16 (NCHW|NHWC) \(convolutions [0-9.]+ ms, (NCHW|NHWC) [0-9.]+ ms\), CUDA graph, backward streams auto \(1 or 2: the step.s graph timed both ways\)$'
 	assert_line --regexp '^epoch 1/1 step 8/8 loss [0-9.]+ images/s [0-9]+$'
 	assert_line --regexp '^test: loss [0-9.]+ accuracy [0-9.]+% \(32 images\)$'
 	assert_line --regexp '^params: identical on all 2 ranks '

@@ -326,10 +326,10 @@ static void test_args(void)
 		  a.precision == CNN_PREC_FP32 && a.no_graph == 1 && strcmp(a.device, "cuda") == 0);
 	test_cond("--precision bf16", parse(&a, err, NULL, "--precision", "bf16", NULL) == 0 &&
 		  a.precision == CNN_PREC_BF16);
-	test_cond("--conv-layout: nchw by default, nhwc and auto",
-		  parse(&a, err, NULL, NULL) == 0 && a.conv_layout == CNN_LAYOUT_NCHW &&
+	test_cond("--conv-layout: auto by default, nchw and nhwc",
+		  parse(&a, err, NULL, NULL) == 0 && a.conv_layout == CNN_LAYOUT_AUTO &&
 		  parse(&a, err, NULL, "--conv-layout", "nhwc", NULL) == 0 && a.conv_layout == CNN_LAYOUT_NHWC &&
-		  parse(&a, err, NULL, "--conv-layout=auto", NULL) == 0 && a.conv_layout == CNN_LAYOUT_AUTO);
+		  parse(&a, err, NULL, "--conv-layout=nchw", NULL) == 0 && a.conv_layout == CNN_LAYOUT_NCHW);
 	test_cond("--conv-layout=chwn", parse(&a, err, NULL, "--conv-layout=chwn", NULL) < 0);
 	test_err("... lists the choices", err, "--conv-layout=chwn: expected nchw, nhwc or auto");
 	test_cond("--backward-streams: auto by default, 1, 2",

@@ -482,6 +482,9 @@ static int census(cudaGraph_t graph, int n, struct cnn_graph_census *c, char *er
 {
 	size_t nn = 0, ne = 0;
 	cudaGraphNode_t *nodes = NULL, *from = NULL, *to = NULL;
+	/* each edge's data too: without it CUDA refuses (cudaErrorLossyQuery)
+	 * a graph with a programmatic edge, which cuDNN's NHWC kernels make */
+	cudaGraphEdgeData *data = NULL;
 	int *fi = NULL, *ti = NULL, rv = -1;
 	memset(c, 0, sizeof(*c));
 	c->batch = n;
@@ -496,12 +499,13 @@ static int census(cudaGraph_t graph, int n, struct cnn_graph_census *c, char *er
 	to = calloc(ne + 1, sizeof(*to));
 	fi = calloc(ne + 1, sizeof(*fi));
 	ti = calloc(ne + 1, sizeof(*ti));
-	if (!nodes || !from || !to || !fi || !ti) {
+	data = calloc(ne + 1, sizeof(*data));
+	if (!nodes || !from || !to || !fi || !ti || !data) {
 		snprintf(err, errlen, "no memory for a census of %zu graph nodes", nn);
 		goto out;
 	}
 	if (cudaGraphGetNodes(graph, nodes, &nn) != cudaSuccess ||
-	    cudaGraphGetEdges(graph, from, to, NULL, &ne) != cudaSuccess) {
+	    cudaGraphGetEdges(graph, from, to, data, &ne) != cudaSuccess) {
 		snprintf(err, errlen, "reading the training step's CUDA graph: %s",
 			 cudaGetErrorString(cudaGetLastError()));
 		goto out;
@@ -535,6 +539,7 @@ out:
 	free(to);
 	free(fi);
 	free(ti);
+	free(data);
 	return rv;
 }
 
