@@ -627,7 +627,7 @@ static void setup(struct run *R, int argc, char **argv)
 		       R->a.threads, R->a.threads == 1 ? "" : "s", R->a.seed,
 		       R->r.world > 1 ? "" : " (single process)");
 		if (gpu) {
-			char d[2400];
+			char d[4096];
 			R->G->describe(R->g, d, sizeof(d));
 			printf("# GPU: %s\n", d);
 		} else {

@@ -131,6 +131,50 @@ PY
 	! grep -q '^# backward streams auto' <<<"$output"
 }
 
+# cudnnFind times each algorithm once, and on a GPU its order at a small
+# batch changes from run to run (an H200 at 64: the same step replayed in
+# 0.223 ms in one run and 0.262 in the next).  At the graph's batch each
+# of conv2's cuDNN calls times cudnnFind's candidates (those it timed
+# within 2x of its pick) again as graphs of their runs and keeps the
+# fastest.  cuemu's cudnnFind lists CUEMU_DNN_ALGOS of them, fastest
+# first; CUEMU_SLOW_KERNELS makes its picks slow when they run.
+@test "conv2's cuDNN calls at the graph's batch: cudnnFind's candidates timed again as graphs, the fastest kept (cuemu)" {
+	local opts=("${SMALL[@]}" --max-steps 4 --device cuda --precision tf32 --conv1 direct --conv2 cudnn
+		--conv-layout nchw)
+	# one candidate each (cuemu's cudnnFind by default): nothing timed again
+	run --separate-stderr "$CNN" "${opts[@]}" --dump-params "$BATS_TEST_TMPDIR/one.bin"
+	echo "$stderr"
+	assert_success
+	refute_line --partial "cudnnFind's candidates"
+	# three each, cudnnFind's pick of the forward (0) and of the
+	# backward-data (1) a hundred times slower when they run
+	CUEMU_DNN_ALGOS=3 CUEMU_SLOW_KERNELS=cudnnConvolutionForward:0,cudnnConvolutionBackwardData:1 \
+		run --separate-stderr "$CNN" "${opts[@]}" --dump-params "$BATS_TEST_TMPDIR/three.bin"
+	echo "$stderr"
+	assert_success
+	local t='([0-9.]+)'
+	local re="^# GPU: .*, batch 8 conv2 cuDNN forward 1 kept \\(cudnnFind's candidates timed as graphs: 0 $t ms, 1 $t, 2 $t\\), batch 8 conv2 cuDNN backward-data 2 kept \\(cudnnFind's candidates timed as graphs: 1 $t ms, 2 $t, 3 $t\\), batch 8 conv2 cuDNN backward-filter 1 kept \\(cudnnFind's candidates timed as graphs: 1 $t ms, 2 $t, 3 $t\\), .*\$"
+	assert_line --regexp "$re"
+	local line
+	line=$(grep -E "$re" <<<"$output")
+	[[ $line =~ $re ]]
+	local m=("${BASH_REMATCH[@]:1}")
+	echo "times: ${m[*]}"
+	# the slow picks timed slow, the others alike; a tie keeps cudnnFind's
+	# order (the backward-filter: its pick)
+	awk -v a="${m[0]}" -v b="${m[1]}" -v c="${m[2]}" 'BEGIN { exit !(a > 50 * b && b == c) }'
+	awk -v a="${m[3]}" -v b="${m[4]}" -v c="${m[5]}" 'BEGIN { exit !(a > 50 * b && b == c) }'
+	awk -v a="${m[6]}" -v b="${m[7]}" -v c="${m[8]}" 'BEGIN { exit !(a == b && b == c) }'
+	# only the graph's batch: the evaluation's keeps cudnnFind's picks
+	refute_line --partial "batch 16 conv2 cuDNN"
+	# every algorithm computes the same sums here: the same training
+	cmp "$BATS_TEST_TMPDIR/one.bin" "$BATS_TEST_TMPDIR/three.bin"
+	# --conv2 direct: conv2's cuDNN calls are not run, nothing timed
+	CUEMU_DNN_ALGOS=3 run --separate-stderr "$CNN" "${opts[@]}" --conv2 direct
+	assert_success
+	refute_line --partial "cudnnFind's candidates"
+}
+
 # --conv2 auto times each call alone and picks the faster, but what a
 # step pays around its calls (the pool's backward a cuDNN backward-data
 # needs, conv1's weight gradient riding on conv2's, the launches between)

@@ -602,8 +602,9 @@ void run_now(const cuemu::Cfg &cfg, const char *kernel, std::function<void()> &f
 // run (cudaErrorIllegalAddress, sticky).  CUEMU_SLOW_KERNELS=k1,k2: those
 // run as ever, and cost the modelled clock 100 times their threads' time
 // (how a test makes one choice of code that times its choices lose).  A
-// kernel is named as at its launch (`k<<<...>>>`'s k).
-static bool named_in(const char *var, const char *kernel)
+// kernel is named as at its launch (`k<<<...>>>`'s k); a cuDNN
+// convolution call as its function and algorithm (dnn.cc).
+bool cuemu::named_in(const char *var, const char *kernel)
 {
 	const char *list = getenv(var);
 	size_t n = strlen(kernel);
@@ -648,7 +649,7 @@ void cuemu::run(const Cfg &cfg, const char *kernel, std::function<void()> fn)
 	bool fault = named_in("CUEMU_FAULT_KERNELS", kernel);
 	double ms = threads_ms(threads);
 	if (named_in("CUEMU_SLOW_KERNELS", kernel))
-		ms = kLaunchMs + (ms - kLaunchMs) * 100;
+		ms = slowed_ms(ms);
 	enqueue(cfg.stream, kernel,
 		[c, kernel, fn, fault]() mutable {
 			if (sticky_error != cudaSuccess)

@@ -21,6 +21,7 @@
 // the real one it allocates, so a capture forbids it.
 #include "rt.h"
 
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -351,23 +352,48 @@ void backward_filter(const Conv &c, float alpha, const void *x, const void *dy, 
 				}
 }
 
+// cudnnFind: one algorithm (algo, the call's modelled time), or with
+// CUEMU_DNN_ALGOS=N (1 to 8) N of them, algo and the next ones (modulo
+// count, the number of the call's algorithms), each timed 10% above the
+// one before: cuDNN's order, fastest first.  Every algorithm computes the
+// same sums here; CUEMU_SLOW_KERNELS names one as its call and number
+// ("cudnnConvolutionForward:1") to make it slow when it runs (conv_ms).
 template <class Perf, class Algo>
-cudnnStatus_t find(const char *call, const Conv &c, Algo algo, int requested, int *returned,
-		   Perf *perf)
+cudnnStatus_t find(const char *call, const Conv &c, Algo algo, int count, int requested,
+		   int *returned, Perf *perf)
 {
 	if (!returned || !perf || requested < 1)
 		return refuse(call, "no room for a result");
 	if (cuemu::capture_forbids(call) != cudaSuccess)
 		return CUDNN_STATUS_BAD_PARAM;
-	memset(perf, 0, sizeof(*perf));
-	perf->algo = algo;
-	perf->status = CUDNN_STATUS_SUCCESS;
-	perf->time = (float)cuemu::macs_ms(macs(c));
-	perf->memory = workspace(c);
-	perf->determinism = CUDNN_DETERMINISTIC;
-	perf->mathType = c.cv.math;
-	*returned = 1;
+	const char *env = getenv("CUEMU_DNN_ALGOS");
+	int n = env && *env ? atoi(env) : 1;
+	if (n < 1 || n > 8 || n > count)
+		n = 1;
+	if (n > requested)
+		n = requested;
+	for (int j = 0; j < n; j++) {
+		memset(&perf[j], 0, sizeof(perf[j]));
+		perf[j].algo = (Algo)(((int)algo + j) % count);
+		perf[j].status = CUDNN_STATUS_SUCCESS;
+		perf[j].time = (float)(cuemu::macs_ms(macs(c)) * (1 + 0.1 * j));
+		perf[j].memory = workspace(c);
+		perf[j].determinism = CUDNN_DETERMINISTIC;
+		perf[j].mathType = c.cv.math;
+	}
+	*returned = n;
 	return CUDNN_STATUS_SUCCESS;
+}
+
+// A convolution call's modelled time with algorithm algo: its
+// multiply-adds', or 100 times that where CUEMU_SLOW_KERNELS names
+// "call:algo".
+double conv_ms(const char *call, int algo, const Conv &c)
+{
+	char name[96];
+	snprintf(name, sizeof(name), "%s:%d", call, algo);
+	double ms = cuemu::macs_ms(macs(c));
+	return cuemu::named_in("CUEMU_SLOW_KERNELS", name) ? cuemu::slowed_ms(ms) : ms;
 }
 
 float scalar(const void *p)
@@ -522,7 +548,8 @@ cudnnStatus_t cudnnFindConvolutionForwardAlgorithm(cudnnHandle_t handle,
 	const char *call = "cudnnFindConvolutionForwardAlgorithm";
 	Conv c;
 	cudnnStatus_t st = shapes(call, xDesc, wDesc, convDesc, yDesc, c);
-	return st ? st : find(call, c, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, requestedAlgoCount,
+	return st ? st : find(call, c, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+			      CUDNN_CONVOLUTION_FWD_ALGO_COUNT, requestedAlgoCount,
 			      returnedAlgoCount, perfResults);
 }
 
@@ -537,7 +564,8 @@ cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithm(cudnnHandle_t handle,
 	const char *call = "cudnnFindConvolutionBackwardDataAlgorithm";
 	Conv c;
 	cudnnStatus_t st = shapes(call, dxDesc, wDesc, convDesc, dyDesc, c);
-	return st ? st : find(call, c, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, requestedAlgoCount,
+	return st ? st : find(call, c, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1,
+			      CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, requestedAlgoCount,
 			      returnedAlgoCount, perfResults);
 }
 
@@ -553,7 +581,8 @@ cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithm(cudnnHandle_t handle,
 	const char *call = "cudnnFindConvolutionBackwardFilterAlgorithm";
 	Conv c;
 	cudnnStatus_t st = shapes(call, xDesc, dwDesc, convDesc, dyDesc, c);
-	return st ? st : find(call, c, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, requestedAlgoCount,
+	return st ? st : find(call, c, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1,
+			      CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, requestedAlgoCount,
 			      returnedAlgoCount, perfResults);
 }
 
@@ -574,7 +603,7 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void *alpha,
 		return st ? st : CUDNN_STATUS_BAD_PARAM;
 	float a = scalar(alpha), b = scalar(beta);
 	cuemu::enqueue(handle->s, call, [=]() { forward(c, a, x, w, b, y); },
-		       cuemu::macs_ms(macs(c)));
+		       conv_ms(call, algo, c));
 	return CUDNN_STATUS_SUCCESS;
 }
 
@@ -595,7 +624,7 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void *alp
 		return st ? st : CUDNN_STATUS_BAD_PARAM;
 	float a = scalar(alpha), b = scalar(beta);
 	cuemu::enqueue(handle->s, call, [=]() { backward_data(c, a, w, dy, b, dx); },
-		       cuemu::macs_ms(macs(c)));
+		       conv_ms(call, algo, c));
 	return CUDNN_STATUS_SUCCESS;
 }
 
@@ -616,7 +645,7 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void *a
 		return st ? st : CUDNN_STATUS_BAD_PARAM;
 	float a = scalar(alpha), b = scalar(beta);
 	cuemu::enqueue(handle->s, call, [=]() { backward_filter(c, a, x, dy, b, dw); },
-		       cuemu::macs_ms(macs(c)));
+		       conv_ms(call, algo, c));
 	return CUDNN_STATUS_SUCCESS;
 }
 

@@ -29,6 +29,13 @@ inline double threads_ms(double threads) { return kLaunchMs + threads * 1e-6; }
 inline double macs_ms(double macs) { return kLaunchMs + 2 * macs * 1e-9; }
 inline double bytes_ms(double bytes) { return kLaunchMs + bytes * 1e-8; }
 
+// Is name in the comma-separated list of environment variable var?
+bool named_in(const char *var, const char *name);
+
+// What the clock charges for work of modelled time ms named in
+// CUEMU_SLOW_KERNELS: 100 times its time past the launch's.
+inline double slowed_ms(double ms) { return kLaunchMs + (ms - kLaunchMs) * 100; }
+
 // Is [p, p+n) inside one "device" allocation (cudaMalloc)?
 bool inside(const void *p, size_t n);
 // Inside one cudaMallocHost allocation?

@@ -347,6 +347,37 @@ static const struct cnn_gnet_algos *find_algos(struct cnn_gnet *g, int n)
 			need = (perf)[k_].memory;                                            \
 	} while (0)
 
+/* conv2's call c: the results PICK would take (its pick first) that
+ * cudnnFind timed within CNN_CUDNN_SLACK of that pick, each one's
+ * workspace within room; the workspace the call needs grows to theirs. */
+#define CANDS(perf, cnt, c, room)                                                            \
+	do {                                                                                 \
+		float t0_ = -1.f;                                                            \
+		a->ncand[c] = 0;                                                             \
+		for (int k_ = 0; k_ < (cnt) && a->ncand[c] < CNN_CUDNN_CANDS; k_++) {       \
+			if ((perf)[k_].status != CUDNN_STATUS_SUCCESS ||                     \
+			    !math_ok(g, (perf)[k_].mathType) || (perf)[k_].memory > (room))  \
+				continue;                                                    \
+			if (t0_ < 0.f)                                                       \
+				t0_ = (perf)[k_].time;                                       \
+			else if (!((perf)[k_].time <= t0_ * CNN_CUDNN_SLACK))                \
+				break;                                                       \
+			a->cand[c][a->ncand[c]] = (int)(perf)[k_].algo;                      \
+			a->cand_math[c][a->ncand[c]] = (perf)[k_].mathType;                  \
+			a->cand_ms[c][a->ncand[c]++] = 0.f;                                  \
+			if ((perf)[k_].memory > need)                                        \
+				need = (perf)[k_].memory;                                    \
+		}                                                                            \
+	} while (0)
+
+/* The workspace conv2's other candidates may take: what is allocated once
+ * a graph holds it, else 64 MiB or what the picks already need. */
+static size_t cand_room(const struct cnn_gnet *g, size_t need)
+{
+	size_t cap = (size_t)64 << 20;
+	return g->ws_frozen ? g->ws_bytes : need > cap ? need : cap;
+}
+
 /* cudnnFind's own failure (NOT_SUPPORTED for a layout, say) goes to
  * g->err without printing: under --conv-layout auto the other layout may
  * still do, and a forced layout's caller reports g->err. */
@@ -381,15 +412,20 @@ static int find_layout(struct cnn_gnet *g, int n, int nhwc, struct cnn_gnet_algo
 							  out[l], 16, &cnt, fp),
 		     "forward");
 		PICK(fp, cnt, a->fwd[l], a->fwd_math[l], "forward");
+		if (l)
+			CANDS(fp, cnt, 0, cand_room(g, need));
 		FIND(cudnnFindConvolutionBackwardFilterAlgorithm(g->dnn, in[l], out[l], g->cv[l],
 								 filt(g, l, nhwc), 16, &cnt, wp),
 		     "backward-filter");
 		PICK(wp, cnt, a->bwd_filter[l], a->bwd_filter_math[l], "backward-filter");
+		if (l)
+			CANDS(wp, cnt, 2, cand_room(g, need));
 	}
 	FIND(cudnnFindConvolutionBackwardDataAlgorithm(g->dnn, filt(g, 1, nhwc), g->t2, g->cv[1],
 						       g->t1, 16, &cnt, dp),
 	     "backward-data");
 	PICK(dp, cnt, a->bwd_data, a->bwd_data_math, "backward-data");
+	CANDS(dp, cnt, 1, cand_room(g, need));
 	*need_out = need;
 	*total = ms;
 	return 0;
@@ -397,6 +433,7 @@ static int find_layout(struct cnn_gnet *g, int n, int nhwc, struct cnn_gnet_algo
 
 static int choose_convs(struct cnn_gnet *g, struct cnn_gnet_algos *a);
 static int choose_fc2(struct cnn_gnet *g, struct cnn_gnet_algos *a);
+static int retime_cudnn(struct cnn_gnet *g, struct cnn_gnet_algos *a);
 
 int cnn_gnet_prepare(struct cnn_gnet *g, int n)
 {
@@ -451,7 +488,8 @@ int cnn_gnet_prepare(struct cnn_gnet *g, int n)
 		}
 		g->ws_bytes = need;
 	}
-	if (choose_convs(g, &a) < 0 || choose_fc2(g, &a) < 0 || (both && choose_convs(g, &other) < 0))
+	if (retime_cudnn(g, &a) < 0 || (both && retime_cudnn(g, &other) < 0) ||
+	    choose_convs(g, &a) < 0 || choose_fc2(g, &a) < 0 || (both && choose_convs(g, &other) < 0))
 		return -1;
 	/* fc2's head does not depend on the layout */
 	other.fc2 = a.fc2;
@@ -1281,6 +1319,54 @@ static int choose_bwd(struct cnn_gnet *g, struct cnn_gnet_algos *a)
 	return 0;
 }
 
+/* Candidate i of conv2's call c as that call's algorithm. */
+static void set_cand(struct cnn_gnet_algos *a, int c, int i)
+{
+	if (c == 0) {
+		a->fwd[1] = (cudnnConvolutionFwdAlgo_t)a->cand[0][i];
+		a->fwd_math[1] = a->cand_math[0][i];
+	} else if (c == 1) {
+		a->bwd_data = (cudnnConvolutionBwdDataAlgo_t)a->cand[1][i];
+		a->bwd_data_math = a->cand_math[1][i];
+	} else {
+		a->bwd_filter[1] = (cudnnConvolutionBwdFilterAlgo_t)a->cand[2][i];
+		a->bwd_filter_math[1] = a->cand_math[2][i];
+	}
+}
+
+/* conv2's cuDNN calls at the graph's batch: each of cudnnFind's
+ * candidates timed again as time_call times the calls there (a graph of
+ * its runs, the least of them), the fastest kept, before the calls are
+ * weighed against the project's kernels.  cudnnFind's pick fails as ever;
+ * another candidate that fails to run is left out. */
+static int retime_cudnn(struct cnn_gnet *g, struct cnn_gnet_algos *a)
+{
+	if (a->n != g->graph_batch || g->conv2 == CNN_CONV_DIRECT)
+		return 0;
+	if (set_batch(g, a->n, a->nhwc) < 0)
+		return -1;
+	for (int c = 0; c < 3; c++) {
+		if (a->ncand[c] < 2)
+			continue;
+		int best = 0;
+		for (int i = 0; i < a->ncand[c]; i++) {
+			set_cand(a, c, i);
+			if (time_call(g, a, 1, c, 0, &a->cand_ms[c][i]) < 0) {
+				if (!i || cudaDeviceSynchronize() != cudaSuccess)
+					return -1;
+				(void)cudaGetLastError();
+				g->err[0] = '\0';
+				a->cand_ms[c][i] = -1.f;
+				continue;
+			}
+			if (a->cand_ms[c][i] < a->cand_ms[c][best])
+				best = i;
+		}
+		set_cand(a, c, best);
+	}
+	return 0;
+}
+
 static int choose_convs(struct cnn_gnet *g, struct cnn_gnet_algos *a)
 {
 	/* with joint_bwd, conv1's weight gradient and conv2's backward pair
@@ -1576,6 +1662,35 @@ static int describe_conv(const struct cnn_gnet *g, char *buf, size_t len, int k,
 	return k;
 }
 
+/* ", batch N conv2 cuDNN forward A kept (cudnnFind's candidates timed
+ * as graphs: A1 t1 ms, A2 t2, ...)" for each of conv2's calls that had
+ * candidates timed (retime_cudnn), in cudnnFind's order. */
+static int describe_cands(const struct cnn_gnet *g, char *buf, size_t len, int k)
+{
+	static const char *names[3] = { "forward", "backward-data", "backward-filter" };
+	for (int i = 0; i < g->nalgos; i++) {
+		const struct cnn_gnet_algos *a = &g->algos[i];
+		int kept[3] = { a->fwd[1], a->bwd_data, a->bwd_filter[1] };
+		for (int c = 0; c < 3; c++) {
+			if (a->ncand[c] < 2 || a->cand_ms[c][0] <= 0.f || k < 0 || (size_t)k >= len)
+				continue;
+			k += snprintf(buf + k, len - k, ", batch %d conv2 cuDNN %s %d kept "
+				      "(cudnnFind's candidates timed as graphs:", a->n, names[c], kept[c]);
+			for (int j = 0; j < a->ncand[c] && k >= 0 && (size_t)k < len; j++) {
+				if (a->cand_ms[c][j] < 0.f)
+					k += snprintf(buf + k, len - k, "%s %d failed", j ? "," : "",
+						      a->cand[c][j]);
+				else
+					k += snprintf(buf + k, len - k, "%s %d %.3f%s", j ? "," : "",
+						      a->cand[c][j], a->cand_ms[c][j], j ? "" : " ms");
+			}
+			if (k >= 0 && (size_t)k < len)
+				k += snprintf(buf + k, len - k, ")");
+		}
+	}
+	return k;
+}
+
 void cnn_gnet_describe(const struct cnn_gnet *g, char *buf, size_t len)
 {
 	size_t v = cudnnGetVersion();
@@ -1588,6 +1703,7 @@ void cnn_gnet_describe(const struct cnn_gnet *g, char *buf, size_t len)
 			 g->precision == CNN_PREC_FP32 ? "fp32" : "bf16 with fp32 master weights");
 	k = describe_conv(g, buf, len, k, 0);
 	k = describe_conv(g, buf, len, k, 1);
+	k = describe_cands(g, buf, len, k);
 	if (g->fc2 == CNN_FC2_FUSED && k >= 0 && (size_t)k < len)
 		k += snprintf(buf + k, len - k, ", fc2 fused");
 	/* auto: each batch size's head and the times that chose it */

@@ -17,6 +17,12 @@
 #include "gpu.h"
 #include "model.h"
 
+/* conv2's cuDNN calls at the graph's batch: at most this many of
+ * cudnnFind's algorithms, those it timed within CNN_CUDNN_SLACK times its
+ * fastest, timed again (cnn_gnet_algos.cand). */
+enum { CNN_CUDNN_CANDS = 4 };
+#define CNN_CUDNN_SLACK 2.0f
+
 /* Algorithms for one batch size, found by cuDNN's benchmark, and the
  * layout of the convolutions' activations they were timed on. */
 struct cnn_gnet_algos {
@@ -49,6 +55,16 @@ struct cnn_gnet_algos {
 	float ms_fc2[2];
 	char why[256];                                  /* auto: why the other layout had
 							 * no algorithm ("" if it had) */
+	/* conv2's cuDNN calls (forward, backward-data, backward-filter):
+	 * cudnnFind's candidates in its order (its pick first) and, at the
+	 * graph's batch, each one's time as timed here as a graph of its runs
+	 * (0: not timed, -1: it failed to run); the least is the call's
+	 * algorithm.  cudnnFind times each algorithm once, and at a small
+	 * batch its order changes from run to run. */
+	int ncand[3];
+	int cand[3][CNN_CUDNN_CANDS];
+	cudnnMathType_t cand_math[3][CNN_CUDNN_CANDS];
+	float cand_ms[3][CNN_CUDNN_CANDS];
 };
 
 /* The backward's convolutions in NCHW, chosen together: conv2's
