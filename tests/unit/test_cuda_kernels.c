@@ -1773,9 +1773,15 @@ int main(void)
 		test_bias_relu_nhwc(3, 5, 7, bf16);
 		/* tiles of 5 pooled rows (24x24: bands of 5, 5, 2), of all 3
 		 * (7x9: the odd last row and column zero); 1100 channels: not
-		 * one row in a tile, a thread an element */
+		 * one row in a tile, a thread an element.  The backward's
+		 * quad stores (4 channels a thread, the pixel stepped): 64
+		 * channels, 8 (two threads a pixel, a step of 128 pixels across
+		 * rows of 9, odd edges) and 32 (13x11: bands of 6, odd edges);
+		 * 3 channels the element a thread */
 		test_maxpool_nhwc(8, 64, 24, 24, bf16, 0);
 		test_maxpool_nhwc(5, 3, 7, 9, bf16, 0);
+		test_maxpool_nhwc(3, 8, 7, 9, bf16, 0);
+		test_maxpool_nhwc(4, 32, 13, 11, bf16, 0);
 		test_maxpool_nhwc(2, 1100, 8, 9, bf16, 0);
 		test_maxpool_nhwc(8, 64, 24, 24, bf16, 1);
 		test_maxpool_nhwc(5, 3, 7, 9, bf16, 1);
