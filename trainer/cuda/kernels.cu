@@ -618,7 +618,7 @@ constexpr int kPoolTile = 4096;   // a band's outputs, all channels
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
 maxpool2_fwd_nhwc_tile(const T *x, PoolEp ep, int c, int h, int w, int ph, int pw, int pb,
-		       int bands, float *y, uint8_t *arg)
+		       int bands, int quad, float *y, uint8_t *arg)
 {
 	__shared__ float tm[kPoolTile];
 	__shared__ uint8_t ta[kPoolTile];
@@ -626,13 +626,46 @@ maxpool2_fwd_nhwc_tile(const T *x, PoolEp ep, int c, int h, int w, int ph, int p
 	int img = blockIdx.x / bands, py0 = (blockIdx.x - img * bands) * pb;
 	int rows = ph - py0 < pb ? ph - py0 : pb, span = rows * pw, ts = span | 1, n = span * c;
 	const T *xi = x + ((size_t)img * h + 2 * py0) * w * c;
-	for (int k = threadIdx.x; k < n; k += blockDim.x) {
-		int ch = k % c, r = k / c, pyl = r / pw, px = r - pyl * pw;
-		const T *r0 = xi + ((size_t)(2 * pyl) * w + 2 * px) * c + ch, *r1 = r0 + (size_t)w * c;
-		float v[4] = { ld(r0), ld(r0 + c), ld(r1), ld(r1 + c) };
-		uint8_t a;
-		tm[ch * ts + r] = pool_max<T>(v, ep, b ? b[ch] : 0.f, &a);
-		ta[ch * ts + r] = a;
+	if (quad) {
+		// as the backward's quad stores: 4 channels of a window a
+		// thread, each of its 4 pixels one load, the window stepped
+		int lanes = c >> 2, ch = (threadIdx.x % lanes) * 4, per = blockDim.x / lanes;
+		int r = threadIdx.x / lanes, pyl = r / pw, px = r - pyl * pw, sy = per / pw;
+		int sx = per - sy * pw;
+		float bc[4];
+		for (int j = 0; j < 4; j++)
+			bc[j] = b ? b[ch + j] : 0.f;
+		for (; r < span; r += per) {
+			const T *r0 = xi + ((size_t)(2 * pyl) * w + 2 * px) * c + ch;
+			const T *r1 = r0 + (size_t)w * c;
+			float q[4][4];
+			ld4(r0, q[0]);
+			ld4(r0 + c, q[1]);
+			ld4(r1, q[2]);
+			ld4(r1 + c, q[3]);
+			for (int j = 0; j < 4; j++) {
+				float v[4] = { q[0][j], q[1][j], q[2][j], q[3][j] };
+				uint8_t a;
+				tm[(ch + j) * ts + r] = pool_max<T>(v, ep, bc[j], &a);
+				ta[(ch + j) * ts + r] = a;
+			}
+			pyl += sy;
+			px += sx;
+			if (px >= pw) {
+				px -= pw;
+				pyl++;
+			}
+		}
+	} else {
+		for (int k = threadIdx.x; k < n; k += blockDim.x) {
+			int ch = k % c, r = k / c, pyl = r / pw, px = r - pyl * pw;
+			const T *r0 = xi + ((size_t)(2 * pyl) * w + 2 * px) * c + ch;
+			const T *r1 = r0 + (size_t)w * c;
+			float v[4] = { ld(r0), ld(r0 + c), ld(r1), ld(r1 + c) };
+			uint8_t a;
+			tm[ch * ts + r] = pool_max<T>(v, ep, b ? b[ch] : 0.f, &a);
+			ta[ch * ts + r] = a;
+		}
 	}
 	__syncthreads();
 	uint64_t key = ep.keyp ? *ep.keyp : 0;
@@ -1370,9 +1403,10 @@ int launch_maxpool2_fwd_nhwc(const T *x, int nimg, int c, int h, int w,
 	if (!total)
 		return 0;
 	int pb = pool_band(c, ph, pw), bands = pb ? (ph + pb - 1) / pb : 0;
+	int quad = c % 4 == 0 && kThreads % (c / 4) == 0 && aligned(x, 4 * sizeof(T));
 	if (pb && (size_t)nimg * bands <= 0x7fffffffu)
 		maxpool2_fwd_nhwc_tile<<<nimg * bands, kThreads, 0, s>>>(x, pool_ep(ep), c, h, w, ph,
-									  pw, pb, bands, y, arg);
+									  pw, pb, bands, quad, y, arg);
 	else
 		maxpool2_fwd_nhwc<<<blocks_for(total), kThreads, 0, s>>>(x, pool_ep(ep), c, h, w, ph,
 									  pw, total, y, arg);
