@@ -27,7 +27,8 @@
 #                                            columns' runs interleaved (cnn, its
 #                                            variants, PyTorch's modes, again), so
 #                                            that a ratio near a target is not one
-#                                            run's noise
+#                                            run's noise; each column's runs after
+#                                            the table
 #   DEVICE=cpu                               a dry run of this script on the CPU
 #                                            (eager PyTorch only): no GPU figures
 # cnn_train's default run and eager PyTorch failing stop the bench (there is
@@ -156,6 +157,13 @@ median() {
 	printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END {
 		if (NR % 2) print a[(NR + 1) / 2]; else printf "%.1f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
 }
+# runs VALUE...: " v1 v2 ...", images/s to the unit, "failed" as it is
+runs() {
+	local v
+	for v in "$@"; do
+		if [ "$v" = failed ]; then printf ' failed'; else printf ' %.0f' "$v"; fi
+	done
+}
 # cell VALUE: images/s, or "failed" as it is
 cell() {
 	if [ "$1" = failed ]; then printf ' %10s' failed; else printf ' %10.0f' "$1"; fi
@@ -257,6 +265,20 @@ for b in $batches; do
 	[ -z "$epochs" ] || printf ' %8s %8s' "$cacc" "${tacc[eager]:--}"
 	[ ${#labels[@]} -eq 0 ] || printf ' %s' "$pick"
 	printf '\n'
+	# REPEATS: each column's runs in the order they ran, for after the
+	# table (a median near a target says nothing of the spread)
+	if [ "$repeats" -gt 1 ]; then
+		rl="#   batch $b runs: cnn$(runs "${cs[@]}"), cnn_nograph$(runs "${cns[@]}")"
+		for i in ${labels[@]+"${!labels[@]}"}; do
+			# shellcheck disable=SC2086
+			rl+=", cnn_${labels[$i]}$(runs ${vrs[$i]})"
+		done
+		for m in $modes; do
+			# shellcheck disable=SC2086
+			rl+=", torch_$m$(runs ${trs[$m]})"
+		done
+		notes+=("$rl")
+	fi
 	unset t tacc trs
 	# what cnn_train's default run chose at this batch size and why (its
 	# "# GPU:" line: the convolutions' calls timed both ways) and what its

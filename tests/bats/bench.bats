@@ -149,6 +149,8 @@ ratio_ok() {
 	assert_equal "$b $c $cn $te $ve $vb" "32 200 50 20 10.00x 10.00x"
 	# interleaved: cnn, cnn --no-graph, PyTorch, three times
 	assert_equal "$(tr '\n' ' ' <"$d/cnn.order")" "300 50 20 100 60 10 200 40 40 "
+	# each column's runs after the table, in the order they ran
+	assert_line --index 4 "#   batch 32 runs: cnn 300 100 200, cnn_nograph 50 60 40, torch_eager 20 10 40"
 	run --separate-stderr env DEVICE=cpu PYTHON=$PY REPEATS=0 "$REPO/bench/gpu_vs_torch.sh"
 	assert_equal "$status" 2
 	assert_equal "$stderr" "bench: REPEATS=0: expected a whole number of runs, 1 or more"
