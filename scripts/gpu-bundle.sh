@@ -29,8 +29,9 @@
 #                            test_cuda_kernels, batch 1024 against torch.compile and 64
 #                            against eager and graphed PyTorch (each cell the median of 3
 #                            interleaved runs), test_gpu_step, the accuracy after 2
-#                            epochs, ncu's profile at 1024, bf16; each part cut to what is
-#                            left, those that no longer fit skipped and named; logs in $OUT
+#                            epochs, ncu's profile at 1024 and 64 in both layouts, bf16;
+#                            each part cut to what is left, those that no longer fit
+#                            skipped and named; logs in $OUT
 #   .gpu/run.sh sanitize     test_cuda_kernels under compute-sanitizer: memcheck, racecheck,
 #                            synccheck, initcheck (SANITIZE_TOOLS, SANITIZE_SECONDS each)
 #   .gpu/run.sh libs         where each CUDA library was found
@@ -345,17 +346,19 @@ all | variants | session)
 		# (PyTorch's best there) and 64 against eager PyTorch and its
 		# CUDA graph (PyTorch's best there), each cell the median of three
 		# interleaved runs (REPEATS: the targets' margins were one run's
-		# noise), with --conv-layout auto beside the default at 1024 (it
+		# noise; each column's runs printed after the table), with
+		# --conv-layout nchw beside the default, auto, at 1024 (which
 		# times both layouts' steps and prints both); the training step
 		# against the golden file; the 2-epoch accuracy; what ncu says of
-		# batch 1024's kernels; bf16.  7 parts: $OUT brings back 8 files.
+		# the kernels at 1024 and 64 in both layouts; bf16.  7 parts:
+		# $OUT brings back 8 files.
 		part kernels_test 60 -- test_cuda_kernels
 		part compile 280 BATCHES=1024 TORCH_MODES="graph compile" REPEATS=3 \
-			CNN_VARIANTS="lauto:--conv-layout auto" -- bench
+			CNN_VARIANTS="nchw:--conv-layout nchw" -- bench
 		part bench_tf32 120 BATCHES=64 TORCH_MODES="eager graph" REPEATS=3 -- bench
 		part gpu_step 100 -- test_gpu_step
 		part accuracy 60 EPOCHS=2 BATCHES=64 TORCH_MODES=eager -- bench
-		part profile 40 BATCHES=1024 PROFILE_LAYOUTS=nchw -- profile
+		part profile 40 BATCHES="1024 64" PROFILE_LAYOUTS="nhwc nchw" -- profile
 		part bench_bf16 80 BATCHES="64 1024" TORCH_MODES="eager graph" PRECISION=bf16 \
 			CNN_VARIANTS="nhwc:--conv-layout nhwc;c2cudnn:--conv2 cudnn;c2direct:--conv2 direct" -- bench
 		finish
