@@ -447,8 +447,11 @@ conv1_fwd(const T *x, const T *w, const float *b, int h, int wd, int oc, int nhw
 // its 9 + 1 sums into part[((o * chunks) + chunk) * 10 + j] (j < 9: weight
 // ky * 3 + kx; 9: the bias), conv1_wgrad_sum adds the chunks: a fixed order,
 // the same bits each run.
-// A block per (chunk, group of kConv1WgCh output channels): each pixel's
-// window of x read once for the group's channels.  nhwc: 0 NCHW, 1
+// A block per (chunk, group of kConv1WgCh output channels), the groups of
+// a chunk adjacent in the grid (they run together: in channels-last a
+// pixel's channels, which the groups read a quarter sector each, come
+// from DRAM once, not once a group): each pixel's window of x read once
+// for the group's channels.  nhwc: 0 NCHW, 1
 // channels-last, 2 channels-last with oc a multiple of 4 and y, dy aligned
 // (a group's y, and dy, in one load).  Each channel's sums
 // take its pixels in the order one channel a block took them (thread t:
@@ -458,10 +461,11 @@ constexpr int kConv1WgCh = 4;
 template <typename T>
 __global__ void __launch_bounds__(kBiasThreads)
 conv1_wgrad_part(const T *x, const T *dy, const T *y, int h, int wd, int oc, int nhwc, int nimg,
-		 int ipc, float *part)
+		 int ipc, int chunks, float *part)
 {
 	__shared__ float red[10][kBiasThreads];
-	int c = blockIdx.x, o0 = blockIdx.y * kConv1WgCh, i0 = c * ipc;
+	int groups = (oc + kConv1WgCh - 1) / kConv1WgCh;
+	int c = blockIdx.x / groups, o0 = (blockIdx.x - c * groups) * kConv1WgCh, i0 = c * ipc;
 	int i1 = i0 + ipc < nimg ? i0 + ipc : nimg;
 	unsigned ow = wd - 2;
 	// a chunk's count in 32 bits (conv1_ipc: about kBiasChunk pixels)
@@ -524,7 +528,7 @@ conv1_wgrad_part(const T *x, const T *dy, const T *y, int h, int wd, int oc, int
 			__syncthreads();
 		}
 		if (t < 10)
-			part[((size_t)(o0 + g) * gridDim.x + c) * 10 + t] = red[t][0];
+			part[((size_t)(o0 + g) * chunks + c) * 10 + t] = red[t][0];
 		__syncthreads();   // red[t][0] read before the next channel's writes
 	}
 }
@@ -1540,12 +1544,21 @@ int launch_conv1_wgrad(const T *x, const T *dy, const T *y, int nimg, int h, int
 		return -1;
 	}
 	int ipc = conv1_ipc(h, wd), chunks = (nimg + ipc - 1) / ipc;
-	dim3 grid(chunks, (oc + kConv1WgCh - 1) / kConv1WgCh);
+	// a block per (chunk, group) in one dimension: chunks * groups < 2^31
+	// (oc <= 65535: groups <= 16384; chunks <= nimg / ipc)
+	size_t blocks = (size_t)chunks * ((oc + kConv1WgCh - 1) / kConv1WgCh);
+	if (blocks > 0x7fffffffu) {
+		char m[96];
+		snprintf(m, sizeof(m), "%d images, %d channels: %zu blocks, expected < 2^31", nimg, oc,
+			 blocks);
+		cnn_cuda_fail(__FILE__, __LINE__, "cnn_cuda_conv1_wgrad", m);
+		return -1;
+	}
 	static_assert(kConv1WgCh == 4, "conv1_wgrad_part's ld4 loads a group");
 	if (nhwc && oc % 4 == 0 && aligned(y, 4 * sizeof(T)) && aligned(dy, 4 * sizeof(T)))
 		nhwc = 2;
-	conv1_wgrad_part<<<grid, kBiasThreads, 0, s>>>(x, dy, y, h, wd, oc, nhwc, nimg,
-								      ipc, scratch);
+	conv1_wgrad_part<<<(unsigned)blocks, kBiasThreads, 0, s>>>(x, dy, y, h, wd, oc, nhwc, nimg,
+								   ipc, chunks, scratch);
 	cudaCheck(cudaGetLastError());
 	conv1_wgrad_sum<<<oc * 10, kBiasThreads, 0, s>>>(scratch, chunks, dw, db);
 	cudaCheck(cudaGetLastError());
