@@ -619,6 +619,23 @@ __global__ void maxpool2_relu_bwd_nhwc(const float *dy, const float *y, const ui
 // rounding as the kernels above, bit for bit.
 constexpr int kPoolTile = 4096;   // a band's outputs, all channels
 
+// k / d (q) and k % d (r) as k goes k0, k0 + s, k0 + 2 s, ...: one
+// division at the start, adds after (the tiles' loops, a division or two
+// an element where each is a few loads).
+struct DivStep {
+	int q, r, sq, sr, d;
+	__device__ DivStep(int k0, int s, int d_) : q(k0 / d_), r(k0 % d_), sq(s / d_), sr(s % d_), d(d_) {}
+	__device__ void next()
+	{
+		q += sq;
+		r += sr;
+		if (r >= d) {
+			r -= d;
+			q++;
+		}
+	}
+};
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
 maxpool2_fwd_nhwc_tile(const T *x, PoolEp ep, int c, int h, int w, int ph, int pw, int pb,
@@ -634,13 +651,12 @@ maxpool2_fwd_nhwc_tile(const T *x, PoolEp ep, int c, int h, int w, int ph, int p
 		// as the backward's quad stores: 4 channels of a window a
 		// thread, each of its 4 pixels one load, the window stepped
 		int lanes = c >> 2, ch = (threadIdx.x % lanes) * 4, per = blockDim.x / lanes;
-		int r = threadIdx.x / lanes, pyl = r / pw, px = r - pyl * pw, sy = per / pw;
-		int sx = per - sy * pw;
+		int r = threadIdx.x / lanes;
 		float bc[4];
 		for (int j = 0; j < 4; j++)
 			bc[j] = b ? b[ch + j] : 0.f;
-		for (; r < span; r += per) {
-			const T *r0 = xi + ((size_t)(2 * pyl) * w + 2 * px) * c + ch;
+		for (DivStep at(r, per, pw); r < span; r += per, at.next()) {
+			const T *r0 = xi + ((size_t)(2 * at.q) * w + 2 * at.r) * c + ch;
 			const T *r1 = r0 + (size_t)w * c;
 			float q[4][4];
 			ld4(r0, q[0]);
@@ -652,12 +668,6 @@ maxpool2_fwd_nhwc_tile(const T *x, PoolEp ep, int c, int h, int w, int ph, int p
 				uint8_t a;
 				tm[(ch + j) * ts + r] = pool_max<T>(v, ep, bc[j], &a);
 				ta[(ch + j) * ts + r] = a;
-			}
-			pyl += sy;
-			px += sx;
-			if (px >= pw) {
-				px -= pw;
-				pyl++;
 			}
 		}
 	} else {
@@ -674,8 +684,9 @@ maxpool2_fwd_nhwc_tile(const T *x, PoolEp ep, int c, int h, int w, int ph, int p
 	__syncthreads();
 	uint64_t key = ep.keyp ? *ep.keyp : 0;
 	size_t base = ((size_t)img * c * ph + py0) * pw, plane = (size_t)ph * pw;
-	for (int k = threadIdx.x; k < n; k += blockDim.x) {
-		int ch = k / span, r = k - ch * span;
+	DivStep cr(threadIdx.x, blockDim.x, span);
+	for (int k = threadIdx.x; k < n; k += blockDim.x, cr.next()) {
+		int ch = cr.q, r = cr.r;
 		size_t i = base + ch * plane + r;
 		float m = tm[ch * ts + r];
 		if (ep.keyp)
@@ -705,8 +716,9 @@ maxpool2_relu_bwd_nhwc_tile(const float *dy, const float *y, const uint8_t *arg,
 	int img = blockIdx.x / bands, band = blockIdx.x - img * bands, py0 = band * pb;
 	int rows = ph - py0 < pb ? ph - py0 : pb, span = rows * pw, ts = span | 1, n = span * c;
 	size_t base = ((size_t)img * c * ph + py0) * pw, plane = (size_t)ph * pw;
-	for (int k = threadIdx.x; k < n; k += blockDim.x) {
-		int ch = k / span, r = k - ch * span;
+	DivStep cr(threadIdx.x, blockDim.x, span);
+	for (int k = threadIdx.x; k < n; k += blockDim.x, cr.next()) {
+		int ch = cr.q, r = cr.r;
 		size_t o = base + ch * plane + r;
 		bool on = y[o] > 0.f;
 		tg[ch * ts + r] = on ? dy[o] : 0.f;
@@ -718,8 +730,8 @@ maxpool2_relu_bwd_nhwc_tile(const float *dy, const float *y, const uint8_t *arg,
 	if (quad) {
 		int lanes = c >> 2, ch = (threadIdx.x % lanes) * 4, per = blockDim.x / lanes;
 		int pix = threadIdx.x / lanes, npix = (iy1 - iy0) * w;
-		int iyl = pix / w, ix = pix - iyl * w, sy = per / w, sx = per - sy * w;
-		for (; pix < npix; pix += per) {
+		for (DivStep at(pix, per, w); pix < npix; pix += per, at.next()) {
+			int iyl = at.q, ix = at.r;
 			float v[4] = { 0.f, 0.f, 0.f, 0.f };
 			int pyl = iyl >> 1, px = ix >> 1;
 			if (pyl < rows && px < pw) {
@@ -730,12 +742,6 @@ maxpool2_relu_bwd_nhwc_tile(const float *dy, const float *y, const uint8_t *arg,
 						v[j] = tg[t];
 			}
 			st4(d + (size_t)pix * c + ch, v);
-			iyl += sy;
-			ix += sx;
-			if (ix >= w) {
-				ix -= w;
-				iyl++;
-			}
 		}
 		return;
 	}
