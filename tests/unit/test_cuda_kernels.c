@@ -679,6 +679,17 @@ static void test_conv1(int nimg, int h, int w, int oc, int nhwc, int bf16)
 	snprintf(d, sizeof(d), "conv1_fwd%s equals im2col, GEMM, bias and ReLU (%s tolerance)", sh,
 		 bf16 ? "conv9 bf16" : "conv9");
 	test_cond(d, compare("conv1_fwd", got, y, ny, bf16 ? T_CONV9_BF16 : T_CONV9) == 0);
+	if (nhwc) {
+		/* channels-last (through shared memory where oc % 4 == 0 and
+		 * oc <= 32, 8 channels a store where oc % 8 == 0, else one):
+		 * NCHW's values */
+		CK(cudaMemset(dyv, 0xff, ny * (bf16 ? 2 : 4)));
+		int rv = bf16 ? cnn_cuda_conv1_fwd_bf16(dx, dwt, dbias, nimg, h, w, oc, 0, dyv, NULL) :
+				cnn_cuda_conv1_fwd(dx, dwt, dbias, nimg, h, w, oc, 0, dyv, NULL);
+		down(t, dyv, ny, bf16);
+		snprintf(d, sizeof(d), "conv1_fwd%s equals NCHW's forward, transposed (exact)", sh);
+		test_cond(d, rv == 0 && compare("conv1_fwd_nhwc", got, t, ny, T_EXACT) == 0);
+	}
 
 	/* backward: the gate is the GPU's own output (the twin reads the same) */
 	memcpy(y, got, ny * 4);
@@ -1824,6 +1835,10 @@ int main(void)
 		for (int b16 = 0; b16 < 2; b16++) {
 			test_conv1(8, 28, 28, 32, nhwc, b16);
 			test_conv1(5, 7, 9, 3, nhwc, b16);
+			/* NHWC through shared memory, 189 pixels (a short block);
+			 * 64 channels, 8 a store */
+			test_conv1(3, 9, 11, 12, nhwc, b16);
+			test_conv1(2, 28, 28, 64, nhwc, b16);
 		}
 	test_conv1(37, 28, 28, 32, 0, 0);   /* chunks of 7 images: a short last one */
 	int tc = cnn_cuda_tensor_cores();
