@@ -421,6 +421,18 @@ __device__ __forceinline__ void conv1_window(const T *x, int h, int wd, unsigned
 	}
 }
 
+// The block's copy of conv1's oc x 9 weights (ws, fp32) and oc biases.
+template <typename T>
+__device__ __forceinline__ void conv1_params(const T *w, const float *b, int oc, float *ws,
+					     float *bs)
+{
+	for (int e = threadIdx.x; e < oc * 9; e += blockDim.x)
+		ws[e] = ld(w + e);
+	for (int e = threadIdx.x; e < oc; e += blockDim.x)
+		bs[e] = b[e];
+	__syncthreads();
+}
+
 // Channel o of a pixel from its window: the sum in the order ky, kx, then
 // as the output stores it (bias and ReLU).
 template <typename T>
@@ -440,11 +452,7 @@ conv1_fwd(const T *x, const T *w, const float *b, int h, int wd, int oc, int nhw
 	  unsigned total, T *y, Gather1 gs)
 {
 	__shared__ float ws[kConv1MaxOc * 9], bs[kConv1MaxOc];
-	for (int e = threadIdx.x; e < oc * 9; e += blockDim.x)
-		ws[e] = ld(w + e);
-	for (int e = threadIdx.x; e < oc; e += blockDim.x)
-		bs[e] = b[e];
-	__syncthreads();
+	conv1_params(w, b, oc, ws, bs);
 	unsigned ow = (unsigned)wd - 2, pix = ((unsigned)h - 2) * ow;
 	for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
 	     i += gridDim.x * blockDim.x) {
@@ -489,11 +497,7 @@ conv1_fwd_nhwc_staged(const T *x, const T *w, const float *b, int h, int wd, int
 {
 	__shared__ float ws[kConv1StageOc * 9], bs[kConv1StageOc];
 	__shared__ float out[kThreads * (kConv1StageOc + 1)];
-	for (int e = threadIdx.x; e < oc * 9; e += blockDim.x)
-		ws[e] = ld(w + e);
-	for (int e = threadIdx.x; e < oc; e += blockDim.x)
-		bs[e] = b[e];
-	__syncthreads();
+	conv1_params(w, b, oc, ws, bs);
 	unsigned ow = (unsigned)wd - 2, pix = ((unsigned)h - 2) * ow;
 	int row = oc + 1;
 	// the loop's condition is the block's: every thread reaches each barrier
