@@ -1501,6 +1501,64 @@ static int wop_matches(const float *dp, size_t n, const struct cnn_cuda_wop *w, 
 	return ok;
 }
 
+/* SGD's groups of 4 (16-byte loads and stores where p, g and the momentum
+ * are aligned) and the elements outside them: a range whose ends are not
+ * multiples of 4, in three ranges or one, and the same update on arrays
+ * one element off 16-byte alignment (an element a thread throughout) give
+ * the same bits, and cnn_optim_step's values. */
+static void test_sgd_edges(float mom)
+{
+	size_t n = 1003;
+	struct cnn_optim o = { .lr = 0.05f, .momentum = mom, .weight_decay = 1e-4f };
+	if (cnn_optim_init(&o, CNN_SGD, n) < 0) {
+		test_cond("cnn_optim_init", 0);
+		return;
+	}
+	float *p = malloc(n * 4), *g = malloc(n * 4), *got[3];
+	fill(p, n);
+	float lr = o.lr, *dlr = dev(&lr, 4), *dp[3], *dg[3], *db[3];
+	for (int k = 0; k < 3; k++) {
+		/* k 2: one element past an aligned start */
+		size_t off = k == 2;
+		dp[k] = dev(NULL, (n + 1) * 4), dg[k] = dev(NULL, (n + 1) * 4), db[k] = dev(NULL, (n + 1) * 4);
+		CK(cudaMemset(db[k], 0, (n + 1) * 4));
+		CK(cudaMemcpy(dp[k] + off, p, n * 4, cudaMemcpyHostToDevice));
+		got[k] = malloc(n * 4);
+	}
+	int ok = 1;
+	size_t cuts[4] = { 0, 5, 1001, n };
+	for (int step = 0; step < 3; step++) {
+		fill(g, n);
+		for (int k = 0; k < 3; k++) {
+			size_t off = k == 2;
+			CK(cudaMemcpy(dg[k] + off, g, n * 4, cudaMemcpyHostToDevice));
+			if (k == 1)
+				for (int r = 0; r < 3; r++)
+					ok &= cnn_cuda_sgd_step_range(dp[1], dg[1], db[1], cuts[r], cuts[r + 1], dlr,
+								      mom, o.weight_decay, step == 0, NULL,
+								      NULL) == 0;
+			else
+				ok &= cnn_cuda_sgd_step(dp[k] + off, dg[k] + off, db[k] + off, n, dlr, mom,
+							o.weight_decay, step == 0, NULL, NULL) == 0;
+		}
+		cnn_optim_step(&o, p, g, lr);
+	}
+	for (int k = 0; k < 3; k++)
+		back(got[k], dp[k] + (k == 2), n * 4);
+	char d[160];
+	snprintf(d, sizeof(d), "sgd (momentum %g) on 1003 parameters: whole, in ranges 0-5-1001-1003, "
+		 "and off 16-byte alignment, the same bits, and cnn_optim_step's", mom);
+	test_cond(d, ok && !memcmp(got[0], got[1], n * 4) && !memcmp(got[0], got[2], n * 4) &&
+		     compare("sgd", got[0], p, n, T_UPDATE) == 0);
+	for (int k = 0; k < 3; k++) {
+		cudaFree(dp[k]), cudaFree(dg[k]), cudaFree(db[k]);
+		free(got[k]);
+	}
+	cudaFree(dlr);
+	free(p), free(g);
+	cnn_optim_free(&o);
+}
+
 /* Three updates of each optimizer against cnn_optim_step (1 thread); and
  * the same updates writing the weights' other forms (cnn_cuda_wop) give
  * the same parameters, bit for bit, and those forms exactly. */
@@ -1821,6 +1879,8 @@ int main(void)
 	test_optim(CNN_SGD, 0.9f, 0.f);
 	test_optim(CNN_SGD, 0.9f, 1e-4f);
 	test_optim(CNN_SGD, 0.f, 0.f);
+	test_sgd_edges(0.9f);
+	test_sgd_edges(0.f);
 	test_optim(CNN_ADADELTA, 0.f, 0.f);
 	test_dropout(64 * 12 * 12 * 8, 0.25f, 0); /* dropout1 of a batch of 8 */
 	test_dropout(128 * 7 + 3, 0.5f, 0);       /* a tail shorter than 4 */

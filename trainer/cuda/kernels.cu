@@ -1243,24 +1243,57 @@ __device__ __forceinline__ void wop_put(const cnn_cuda_wop &w, size_t i, float v
 	}
 }
 
+// SGD's update of one element: its new value from p, g and (momentum)
+// buf, which it updates.
+__device__ __forceinline__ float sgd_one(float p, float g, float *buf, float lr, float mom,
+					 float wd, int first)
+{
+	float d = g + wd * p;
+	if (mom == 0.f)
+		return p - lr * d;
+	float b = first ? d : mom * *buf + d;
+	*buf = b;
+	return p - lr * b;
+}
+
+// quad (p, g, buf 16-byte aligned): the elements from lo and n rounded in
+// to multiples of 4 a group of 4 a thread (16-byte loads and stores), the
+// edges outside them an element a thread; the same arithmetic each way.
 template <bool WOP>
 __global__ void sgd_step(float *p, const float *g, float *buf, size_t lo, size_t n,
-			 const float *lrp, float mom, float wd, int first, cnn_cuda_wop w)
+			 const float *lrp, float mom, float wd, int first, int quad, cnn_cuda_wop w)
 {
 	float lr = *lrp;
-	for (size_t i = lo + blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-	     i += (size_t)gridDim.x * blockDim.x) {
-		float d = g[i] + wd * p[i], v;
-		if (mom == 0.f) {
-			v = p[i] - lr * d;
-		} else {
-			float b = first ? d : mom * buf[i] + d;
+	size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+	size_t a = quad ? (lo + 3) & ~(size_t)3 : n, z = quad ? n & ~(size_t)3 : n;
+	if (a > n)
+		a = n;
+	if (z < a)
+		z = a;
+	for (size_t k = t; k < (a - lo) + (n - z); k += stride) {
+		size_t i = k < a - lo ? lo + k : z + (k - (a - lo));
+		float b = mom != 0.f && !first ? buf[i] : 0.f;
+		float v = sgd_one(p[i], g[i], &b, lr, mom, wd, first);
+		if (mom != 0.f)
 			buf[i] = b;
-			v = p[i] - lr * b;
-		}
 		p[i] = v;
 		if (WOP)
 			wop_put(w, i, v);
+	}
+	for (size_t i = a + 4 * t; i < z; i += 4 * stride) {
+		float pv[4], gv[4], bv[4] = { 0.f, 0.f, 0.f, 0.f }, v[4];
+		ld4(p + i, pv);
+		ld4(g + i, gv);
+		if (mom != 0.f && !first)
+			ld4(buf + i, bv);
+		for (int j = 0; j < 4; j++)
+			v[j] = sgd_one(pv[j], gv[j], &bv[j], lr, mom, wd, first);
+		st4(p + i, v);
+		if (mom != 0.f)
+			st4(buf + i, bv);
+		if (WOP)
+			for (int j = 0; j < 4; j++)
+				wop_put(w, i + j, v[j]);
 	}
 }
 
@@ -1915,9 +1948,10 @@ extern "C" int cnn_cuda_sgd_step_range(float *p, const float *g, float *buf, siz
 		return 0;
 	cnn_cuda_wop w = wop_of(wop);
 	float mom = momentum, wd = weight_decay;
-	unsigned nb = blocks_for(hi - lo);
 	auto sgd_kernel = wop ? sgd_step<true> : sgd_step<false>;
-	sgd_kernel<<<nb, kThreads, 0, s>>>(p, g, buf, lo, hi, lr, mom, wd, first, w);
+	int quad = aligned(p, 16) && aligned(g, 16) && (momentum == 0.f || aligned(buf, 16));
+	unsigned nb = blocks_for(quad ? (hi - lo) / 4 + 1 : hi - lo);
+	sgd_kernel<<<nb, kThreads, 0, s>>>(p, g, buf, lo, hi, lr, mom, wd, first, quad, w);
 	cudaCheck(cudaGetLastError());
 	return 0;
 }
