@@ -333,11 +333,10 @@ bias_grad_part(T *dy, const G *gate, int relu, int nimg, int oc, int n, int ipc,
 	// a chunk's count in 32 bits (bias_ipc: about kBiasChunk values)
 	unsigned cnt = (unsigned)(i1 - i0) * n;
 	float s = 0.f;
+	DivStep at(threadIdx.x, kBiasThreads, n);   // (image in the chunk, pixel)
 #pragma unroll 4
-	for (unsigned k = threadIdx.x; k < cnt; k += kBiasThreads) {
-		unsigned di = k / n, j = k - di * n;
-		s += gated(dy, gate, relu, ((size_t)(i0 + di) * oc + o) * n + j);
-	}
+	for (unsigned k = threadIdx.x; k < cnt; k += kBiasThreads, at.next())
+		s += gated(dy, gate, relu, ((size_t)(i0 + at.q) * oc + o) * n + at.r);
 	s = block_sum(s, red);
 	if (threadIdx.x == 0)
 		part[(size_t)o * gridDim.x + c] = s;
