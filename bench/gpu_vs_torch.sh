@@ -10,7 +10,11 @@
 # (its "# GPU:" line: each convolution call timed on cuDNN and on the
 # project's kernels, the layout).
 #
-#   bench/gpu_vs_torch.sh                    300 timed steps per run
+#   bench/gpu_vs_torch.sh                    300 steps a run, and at least an epoch's
+#                                            60,000 images (IMAGES): 938 steps at 64
+#                                            (300 steps at 64 are 66 ms of an H200's
+#                                            time, where a stall of a few ms is a few
+#                                            percent); STEPS=N: N steps at every size
 #   EPOCHS=2 bench/gpu_vs_torch.sh           2 whole epochs: test accuracy too
 #   BATCHES="64 1024" PRECISION=fp32 bench/gpu_vs_torch.sh   (tf32, fp32 or bf16)
 #   DDP_DATA_DIR=/path/to/fashion-mnist      where the IDX files are
@@ -38,7 +42,14 @@ set -eu
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cnn=${CNN_TRAIN:-$repo/build/bin/cnn_train}
 py=${PYTHON:-python3}
-steps=${STEPS:-300}
+steps=${STEPS:-}
+images=${IMAGES:-60000}
+for v in "STEPS=$steps" "IMAGES=$images"; do
+	if ! [[ ${v#*=} =~ ^([1-9][0-9]*)?$ ]] || [ "$v" = IMAGES= ]; then
+		echo "bench: $v: expected a whole number, 1 or more" >&2
+		exit 2
+	fi
+done
 epochs=${EPOCHS:-}
 batches=${BATCHES:-64 256 1024}
 precision=${PRECISION:-tf32}
@@ -82,12 +93,21 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-if [ -n "$epochs" ]; then
-	len=(--epochs "$epochs")
-else
-	len=(--max-steps "$steps")
-fi
-[ -z "$seed" ] || len+=(--seed "$seed")
+# steps_for B: the run's steps at batch size B (STEPS, or 300 and at least
+# IMAGES images)
+steps_for() {
+	local n=$(((images + $1 - 1) / $1))
+	if [ -n "$steps" ]; then echo "$steps"; elif [ "$n" -gt 300 ]; then echo "$n"; else echo 300; fi
+}
+# len_for B: the programs' options for the run's length at batch size B
+len_for() {
+	if [ -n "$epochs" ]; then
+		len=(--epochs "$epochs")
+	else
+		len=(--max-steps "$(steps_for "$1")")
+	fi
+	[ -z "$seed" ] || len+=(--seed "$seed")
+}
 
 # Training FLOPs per image of the Net at 28x28: forward, backward-filter
 # (as many) and backward-data (all but conv1's).
@@ -169,7 +189,8 @@ cell() {
 	if [ "$1" = failed ]; then printf ' %10s' failed; else printf ' %10.0f' "$1"; fi
 }
 
-length="$steps steps"
+length="${steps:-300} steps${steps:+ at every batch size}"
+[ -n "$steps" ] || length+=" and at least $images images a run"
 [ -z "$epochs" ] || length="$epochs epochs"
 printf '# gpu_vs_torch: %s, %s, %s, %s\n' "$gpu" "$precision" "$length" "$(date -u +%Y-%m-%d)"
 printf '# torch %s; training FLOPs per image %s; peak %s TFLOP/s%s\n' \
@@ -186,6 +207,7 @@ printf ' %9s %9s %8s %7s' vs_eager vs_best TFLOP/s of_peak
 printf '\n'
 notes=()
 for b in $batches; do
+	len_for "$b"
 	# each column's images/s, one a repeat; "failed" where a run failed
 	cs=() cns=() vrs=() cacc='' vaccs=()
 	declare -A t=() tacc=() trs=()

@@ -159,6 +159,53 @@ ratio_ok() {
 	assert_equal "$stderr" "bench: SEED=x: expected a whole number"
 }
 
+# The runs' length: 300 steps and at least IMAGES images (an epoch of
+# Fashion-MNIST by default: a short timed window is a stall's noise), both
+# programs alike; STEPS=N is N at every batch size.  Stand-ins record the
+# options they were given.
+@test "gpu_vs_torch.sh: 300 steps a run and at least IMAGES images, STEPS at every batch size" {
+	local d="$BATS_TEST_TMPDIR"
+	cat >"$d/cnn_train" <<-EOF
+	#!/bin/bash
+	echo "\$*" >>"$d/cnn.args"
+	while [ \$# -gt 0 ]; do [ "\$1" = --log-json ] && j=\$2; shift; done
+	echo '{"images_per_sec": 100.0, "test_accuracy": null}' >"\$j"
+	EOF
+	cat >"$d/python3" <<-EOF
+	#!/bin/bash
+	case "\$1" in
+	*torch_cnn_gpu.py)
+		echo "\$*" >>"$d/torch.args"
+		echo "images_per_sec 10"; echo "test_accuracy -"; exit 0 ;;
+	esac
+	exec $PY "\$@"
+	EOF
+	chmod +x "$d/cnn_train" "$d/python3"
+	run --separate-stderr env DEVICE=cpu PYTHON="$d/python3" BATCHES="32 64" IMAGES=12800 \
+		CNN_TRAIN="$d/cnn_train" "$REPO/bench/gpu_vs_torch.sh"
+	echo "$stderr"
+	assert_success
+	assert_line --index 0 --partial ", tf32, 300 steps and at least 12800 images a run, "
+	# 12800 images: 400 steps at 32; at 64, 300 (200 would be fewer)
+	assert_equal "$(grep -c -- '--batch-size 32 .*--max-steps 400 ' "$d/cnn.args")" 2
+	assert_equal "$(grep -c -- '--batch-size 64 .*--max-steps 300 ' "$d/cnn.args")" 2
+	assert_equal "$(grep -c -- '--batch-size 32 .*--max-steps 400$' "$d/torch.args")" 1
+	assert_equal "$(grep -c -- '--batch-size 64 .*--max-steps 300$' "$d/torch.args")" 1
+	rm "$d/cnn.args" "$d/torch.args"
+	run --separate-stderr env DEVICE=cpu PYTHON="$d/python3" BATCHES="32 64" STEPS=7 \
+		CNN_TRAIN="$d/cnn_train" "$REPO/bench/gpu_vs_torch.sh"
+	assert_success
+	assert_line --index 0 --partial ", tf32, 7 steps at every batch size, "
+	assert_equal "$(grep -c -- '--max-steps 7 ' "$d/cnn.args")" 4
+	assert_equal "$(grep -c -- '--max-steps 7$' "$d/torch.args")" 2
+	run --separate-stderr env DEVICE=cpu PYTHON=$PY IMAGES=0 "$REPO/bench/gpu_vs_torch.sh"
+	assert_equal "$status" 2
+	assert_equal "$stderr" "bench: IMAGES=0: expected a whole number, 1 or more"
+	run --separate-stderr env DEVICE=cpu PYTHON=$PY STEPS=x "$REPO/bench/gpu_vs_torch.sh"
+	assert_equal "$status" 2
+	assert_equal "$stderr" "bench: STEPS=x: expected a whole number, 1 or more"
+}
+
 # The default run and eager PyTorch are the table's reference: without
 # them the bench stops (a failing variant does not: above).
 @test "gpu_vs_torch.sh: eager PyTorch failing stops the bench, with its error" {
