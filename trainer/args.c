@@ -63,6 +63,11 @@ void cnn_args_usage(FILE *f)
 "  --fc2 KIND             GPU, TF32 or fp32: fc2 and the loss by cuBLAS, fused\n"
 "                         (with fc1's dropout and ReLU: one launch) or auto\n"
 "                         (default: per batch size the faster, timed)\n"
+"  --pdl KIND             GPU, sm_90 and later, with a graph: programmatic\n"
+"                         dependent launch of the project's kernels in the\n"
+"                         step's graph (each launched while the kernel before\n"
+"                         it runs, waiting for it on the GPU): on, off\n"
+"                         (default) or auto (the step timed both ways)\n"
 "  --cuda-profile-steps A:B  GPU: cudaProfilerStart before step A, Stop after\n"
 "                         step B (from 1, across epochs), for nsys --capture-\n"
 "                         range=cudaProfilerApi or ncu --profile-from-start off\n"
@@ -153,7 +158,7 @@ static int num_f(const char *opt, const char *s, double lo, double hi, float *ou
 enum {
 	O_DATA = 256, O_DATA_DIR, O_EPOCHS, O_MAX_STEPS, O_EVAL, O_BATCH, O_OPTIM, O_LR,
 	O_MOMENTUM, O_WD, O_SCHED, O_STEP_EPOCHS, O_GAMMA, O_WARMUP, O_NO_DROPOUT, O_SEED,
-	O_THREADS, O_DEVICE, O_PRECISION, O_NO_GRAPH, O_CONV_LAYOUT, O_STREAMS, O_CONV1, O_CONV2, O_FC2, O_PROFILE, O_GRAPH_DOT, O_TIMEOUT, O_CKPT_DIR, O_CKPT_EVERY, O_RESUME, O_LOG_JSON,
+	O_THREADS, O_DEVICE, O_PRECISION, O_NO_GRAPH, O_CONV_LAYOUT, O_STREAMS, O_CONV1, O_CONV2, O_FC2, O_PDL, O_PROFILE, O_GRAPH_DOT, O_TIMEOUT, O_CKPT_DIR, O_CKPT_EVERY, O_RESUME, O_LOG_JSON,
 	O_DUMP, O_PROGRESS, O_LOG_EVERY, O_TRAIN_LIMIT, O_TEST_LIMIT,
 };
 
@@ -185,6 +190,7 @@ static const struct option opts[] = {
 	{ "conv1", required_argument, NULL, O_CONV1 },
 	{ "conv2", required_argument, NULL, O_CONV2 },
 	{ "fc2", required_argument, NULL, O_FC2 },
+	{ "pdl", required_argument, NULL, O_PDL },
 	{ "timeout", required_argument, NULL, O_TIMEOUT },
 	{ "checkpoint-dir", required_argument, NULL, O_CKPT_DIR },
 	{ "checkpoint-every", required_argument, NULL, O_CKPT_EVERY },
@@ -218,6 +224,7 @@ int cnn_args_parse(struct cnn_args *a, int argc, char **argv, const char *env_da
 	a->conv_layout = CNN_LAYOUT_AUTO;
 	a->streams = CNN_STREAMS_AUTO;
 	a->fc2 = CNN_FC2_AUTO;
+	a->pdl = CNN_PDL_OFF;
 	a->progress = -1;
 	a->log_every = 50;
 	a->sched.step_epochs = 1;
@@ -304,6 +311,10 @@ int cnn_args_parse(struct cnn_args *a, int argc, char **argv, const char *env_da
 		case O_FC2:
 			KEYWORD("--fc2", a->fc2, { "cublas", CNN_FC2_CUBLAS }, { "fused", CNN_FC2_FUSED },
 				{ "auto", CNN_FC2_AUTO });
+			break;
+		case O_PDL:
+			KEYWORD("--pdl", a->pdl, { "off", CNN_PDL_OFF }, { "on", CNN_PDL_ON },
+				{ "auto", CNN_PDL_AUTO });
 			break;
 		case O_PROFILE: {
 			char from[32], to[32];

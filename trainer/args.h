@@ -31,6 +31,7 @@ struct cnn_args {
 	int conv1;                 /* enum cnn_conv_impl: auto (default), cudnn, direct */
 	int conv2;                 /* the same for conv2 */
 	int fc2;                   /* enum cnn_fc2_impl: cublas, fused, auto (default) */
+	int pdl;                   /* enum cnn_pdl: auto, on, off (default) */
 	const char *checkpoint_dir;
 	long long checkpoint_every;/* steps; 0: each epoch only */
 	int resume;

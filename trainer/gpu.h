@@ -21,7 +21,7 @@
 #include "model.h"
 #include "optim.h"
 
-#define CNN_GPU_ABI 8
+#define CNN_GPU_ABI 9
 #define CNN_GPU_MODULE "cnn_train_cuda.so"
 
 enum cnn_precision {
@@ -67,6 +67,21 @@ enum cnn_fc2_impl {
 	CNN_FC2_AUTO,        /* per batch size, the faster of the two, timed */
 };
 
+/* Programmatic dependent launch in the step's CUDA graph (--pdl; sm_90
+ * and later; kernels.h): the graph's edges into the project's kernels from
+ * other kernels made programmatic, so each of those kernels is launched
+ * while the one before it still runs and waits for it on the GPU. */
+enum cnn_pdl {
+	CNN_PDL_OFF = 0,
+	CNN_PDL_ON,
+	CNN_PDL_AUTO,        /* the step's graph replayed both ways, the faster kept */
+};
+
+static inline const char *cnn_pdl_name(enum cnn_pdl p)
+{
+	return p == CNN_PDL_ON ? "on" : p == CNN_PDL_OFF ? "off" : "auto";
+}
+
 /* "nchw", "nhwc", "auto" (the --conv-layout names) */
 static inline const char *cnn_layout_name(enum cnn_layout l)
 {
@@ -99,6 +114,7 @@ struct cnn_gpu_opts {
 	const char *graph_dot;       /* --cuda-graph-dot: the captured step's graph as
 				      * cudaGraphDebugDotPrint writes it (NULL: none) */
 	enum cnn_fc2_impl fc2;       /* --fc2 (0: cuBLAS) */
+	enum cnn_pdl pdl;            /* --pdl (0: auto) */
 	/* the smaller batches the run will see: an epoch's last training
 	 * batch and the evaluation's last (0: none), prepared at open as batch
 	 * and eval_batch are (their calls chosen, and timed, before the first
@@ -145,6 +161,14 @@ struct cnn_graph_census {
 	 * NHWC, each with its own best conv2 calls and streams; else 0 */
 	int nhwc, layouts_timed;
 	float layout_ms[2];
+	/* --pdl (cnn_pdl): the edges a copy of the kept graph made
+	 * programmatic (0: none was made: pdl_none says why), whether that
+	 * copy is what replays (pdl_kept), and with auto (pdl_timed 1) a
+	 * replay's least time without and with them (ms; the sum over the
+	 * ranks) */
+	int pdl_edges, pdl_kept, pdl_timed;
+	float pdl_ms[2];
+	char pdl_none[128];
 };
 
 struct cnn_gpu;

@@ -231,7 +231,7 @@ static void report_times(struct run *R)
 		else
 			fprintf(f, "  \"test_accuracy\": null,\n  \"test_loss\": null,\n");
 		struct cnn_graph_census gc;
-		char ms[64] = "null", c2[160] = "null", lms[64] = "null";
+		char ms[64] = "null", c2[160] = "null", lms[64] = "null", pdl[128] = "null";
 		if (R->g && R->G->graph_census(R->g, &gc) && gc.streams_timed)
 			snprintf(ms, sizeof(ms), "[%.4f, %.4f]", gc.ms[0], gc.ms[1]);
 		if (R->g && R->G->graph_census(R->g, &gc) && gc.layouts_timed)
@@ -242,13 +242,20 @@ static void report_times(struct run *R)
 				 "\"ms\": {\"picked\": %.4f, \"cudnn\": %.4f, \"direct\": %.4f}}",
 				 c2kept[gc.conv2_kept], gc.conv2_bits[0], gc.conv2_ms[0], gc.conv2_ms[1],
 				 gc.conv2_ms[2]);
+		if (R->g && R->G->graph_census(R->g, &gc) && gc.pdl_edges) {
+			char pms[64] = "null";
+			if (gc.pdl_timed)
+				snprintf(pms, sizeof(pms), "[%.4f, %.4f]", gc.pdl_ms[0], gc.pdl_ms[1]);
+			snprintf(pdl, sizeof(pdl), "{\"edges\": %d, \"kept\": %s, \"ms\": %s}",
+				 gc.pdl_edges, gc.pdl_kept ? "true" : "false", pms);
+		}
 		if (R->g && R->G->graph_census(R->g, &gc))
 			fprintf(f, "  \"cuda_graph\": {\"batch\": %d, \"nodes\": %d, \"kernels\": %d, "
 				"\"copies\": %d, \"memsets\": %d, \"other\": %d, \"longest_chain\": %d, "
 				"\"backward_streams\": %d, \"streams_ms\": %s, \"conv2_auto\": %s, "
-				"\"conv_layout\": \"%s\", \"layout_ms\": %s},\n",
+				"\"conv_layout\": \"%s\", \"layout_ms\": %s, \"pdl\": %s},\n",
 				gc.batch, gc.nodes, gc.kernels, gc.copies, gc.memsets, gc.other, gc.chain,
-				gc.streams, ms, c2, gc.nhwc ? "nhwc" : "nchw", lms);
+				gc.streams, ms, c2, gc.nhwc ? "nhwc" : "nchw", lms, pdl);
 		else
 			fprintf(f, "  \"cuda_graph\": null,\n");
 		fprintf(f, "  \"images_per_sec\": %.1f,\n  \"world_size\": %d,\n  \"batch_size\": %d,\n"
@@ -303,6 +310,18 @@ static void graph_report(struct run *R)
 			       "faster conv2 calls and backward streams%s)\n", c.batch,
 			       c.nhwc ? "NHWC" : "NCHW", c.layout_ms[0], c.layout_ms[1], c.tuned,
 			       R->r.world > 1 ? ", summed over the ranks" : "");
+		if (c.pdl_timed)
+			printf("# programmatic launch auto (batch %d): %s kept; a replay of the step took "
+			       "%.4f ms as captured, %.4f ms with %d programmatic edge%s (the least of "
+			       "%d each%s)\n", c.batch, c.pdl_kept ? "on" : "off", c.pdl_ms[0],
+			       c.pdl_ms[1], c.pdl_edges, c.pdl_edges == 1 ? "" : "s", c.tuned,
+			       R->r.world > 1 ? ", summed over the ranks" : "");
+		else if (c.pdl_kept)
+			printf("# programmatic launch on (batch %d): %d programmatic edge%s\n", c.batch,
+			       c.pdl_edges, c.pdl_edges == 1 ? "" : "s");
+		else if (R->a.pdl != CNN_PDL_OFF)
+			printf("# programmatic launch %s (batch %d): none (%s)\n",
+			       cnn_pdl_name((enum cnn_pdl)R->a.pdl), c.batch, c.pdl_none);
 		fflush(stdout);
 	} else if (R->a.graph_dot) {
 		fprintf(stderr, "cnn_train: warning: --cuda-graph-dot %s: no graph was captured (%s)\n",
@@ -494,7 +513,7 @@ static int open_gpu(struct run *R, int maxb)
 				  (enum cnn_layout)R->a.conv_layout, R->a.streams, R->a.profile_from,
 				  R->a.profile_to, (enum cnn_conv_impl)R->a.conv1,
 				  (enum cnn_conv_impl)R->a.conv2, R->a.graph_dot,
-				  (enum cnn_fc2_impl)R->a.fc2, { 0, 0 } };
+				  (enum cnn_fc2_impl)R->a.fc2, (enum cnn_pdl)R->a.pdl, { 0, 0 } };
 	/* an epoch's last batch (the sampler's share of each rank) and the
 	 * evaluation's (this rank's test images), where smaller */
 	int world = R->r.world, per_rank = (R->train.n + world - 1) / world;
@@ -645,6 +664,7 @@ static void setup(struct run *R, int argc, char **argv)
 				R->a.conv1 != CNN_CONV_AUTO ? "--conv1" : NULL,
 				R->a.conv2 != CNN_CONV_AUTO ? "--conv2" : NULL,
 				R->a.fc2 != CNN_FC2_AUTO ? "--fc2" : NULL,
+				R->a.pdl != CNN_PDL_OFF ? "--pdl" : NULL,
 				R->a.profile_from ? "--cuda-profile-steps" : NULL,
 				R->a.graph_dot ? "--cuda-graph-dot" : NULL,
 			};

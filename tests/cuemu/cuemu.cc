@@ -295,10 +295,32 @@ unsigned linear_thread()
 
 // One pass over the grid, its blocks and each barrier interval's threads
 // in the given order.
+// pdl_enter's calls, and whether the launch running now is reached
+// through a programmatic edge (set_programmatic)
+unsigned long pdl_entered;
+bool programmatic;
+
 void run_grid(const cuemu::Cfg &cfg, const char *kernel, bool reverse)
 {
 	unsigned nt = cfg.block.x * cfg.block.y * cfg.block.z;
 	unsigned long nb = (unsigned long)cfg.grid.x * cfg.grid.y * cfg.grid.z;
+	unsigned long entered = pdl_entered;
+	struct Check {
+		const char *kernel;
+		unsigned long entered, threads;
+		~Check()
+		{
+			unsigned long n = pdl_entered - entered;
+			if (!programmatic || bounds_said || n == threads)
+				return;
+			char m[240];
+			snprintf(m, sizeof(m),
+				 "reached through a programmatic edge of a CUDA graph, but %lu of its %lu "
+				 "threads called pdl_enter (griddepcontrol.wait): a GPU may run the rest "
+				 "before the kernel it depends on has finished", n, threads);
+			fail(cudaErrorLaunchFailure, kernel, m);
+		}
+	} check{ kernel, entered, (unsigned long)nt * nb };
 	auto thread_idx = [&](unsigned i) {
 		return make_uint3(i % cfg.block.x, i / cfg.block.x % cfg.block.y,
 				  i / (cfg.block.x * cfg.block.y));
@@ -495,6 +517,16 @@ bool cuemu::bounds(unsigned max_threads, unsigned min_blocks, unsigned max_clust
 		fail(cudaErrorLaunchOutOfResources, kernel_name, m);
 	}
 	return false;
+}
+
+void cuemu::pdl_enter()
+{
+	pdl_entered++;
+}
+
+void cuemu::set_programmatic(bool on)
+{
+	programmatic = on;
 }
 
 bool cuemu::mma_reuse(const MmaIn &in, void *out, size_t out_bytes)

@@ -37,6 +37,10 @@
 //   requested for launch", as a GPU's) and runs no thread's body: the
 //   Makefile's rewrite moves each kernel's bounds into its body as a
 //   cuemu::bounds check;
+// - a programmatic edge of a graph (cudaGraphAddDependencies) orders its
+//   two kernels as any edge does, but the kernel it leads to must call
+//   pdl_enter (griddepcontrol.wait) in every thread, or the launch fails;
+//   the clock takes the launch's 2 microseconds off the edge (streams.cc);
 // - atomicAdd is a plain add (one OS thread runs everything); the unsigned
 //   one (a counter: exact whatever the order, so its bytes are compared)
 //   too, and __threadfence does nothing: blocks run one after the other;
@@ -143,6 +147,12 @@ inline void wmma_check(const char *op, const void *p, unsigned ldm, size_t esize
 // launch's error, when the block has more threads than max_threads; the
 // thread then returns, as every thread of the block does.
 bool bounds(unsigned max_threads, unsigned min_blocks = 0, unsigned max_cluster = 0);
+// griddepcontrol.wait then .launch_dependents (kernels_common.cuh's
+// pdl_enter): counted, so that a kernel a graph's replay reaches through a
+// programmatic edge (cudaGraphAddDependencies) and one of whose threads
+// never called it is that launch's error (cudaErrorLaunchFailure): on a
+// GPU such a kernel may read what its predecessor has not yet written.
+void pdl_enter();
 } // namespace cuemu
 
 namespace nvcuda {

@@ -29,6 +29,11 @@ inline double threads_ms(double threads) { return kLaunchMs + threads * 1e-6; }
 inline double macs_ms(double macs) { return kLaunchMs + 2 * macs * 1e-9; }
 inline double bytes_ms(double bytes) { return kLaunchMs + bytes * 1e-8; }
 
+// A graph's replay (streams.cc) runs a node its programmatic edges reach
+// between set_programmatic(true) and (false): its kernel's threads must
+// each call pdl_enter (cuemu.cc checks it).
+void set_programmatic(bool on);
+
 // Is name in the comma-separated list of environment variable var?
 bool named_in(const char *var, const char *name);
 

@@ -62,6 +62,10 @@ struct Node {
 	std::vector<size_t> deps;
 	double ms;
 	size_t stream;   // its stream's place in creation order
+	// deps[k]'s edge is programmatic where prog[k] (shorter: not)
+	std::vector<unsigned char> prog = {};
+
+	bool programmatic(size_t k) const { return k < prog.size() && prog[k]; }
 };
 
 struct Op {
@@ -81,6 +85,7 @@ struct CUgraphNode_st {
 
 struct CUgraph_st {
 	std::vector<Node> nodes;
+	const CUgraph_st *cloned_from = nullptr;   // cudaGraphClone's original
 	std::vector<std::unique_ptr<CUgraphNode_st>> handles;   // made when asked for
 	bool live = true;        // still being captured
 	bool relaxed = false;    // cudaStreamCaptureModeRelaxed
@@ -688,16 +693,30 @@ CUgraphNode_st *handle(CUgraph_st *g, size_t i)
 	return g->handles[i].get();
 }
 
+struct Edge {
+	size_t from, to;
+	bool prog;   // programmatic (cudaGraphDependencyTypeProgrammatic)
+};
+
 // The edges from each node's dependencies to it, each once.
-std::vector<std::pair<size_t, size_t>> edges_of(const CUgraph_st *g)
+std::vector<Edge> edges_of(const CUgraph_st *g)
 {
-	std::vector<std::pair<size_t, size_t>> e;
+	std::vector<Edge> e;
 	for (size_t i = 0; i < g->nodes.size(); i++) {
-		std::set<size_t> from(g->nodes[i].deps.begin(), g->nodes[i].deps.end());
-		for (size_t d : from)
-			e.emplace_back(d, i);
+		const Node &n = g->nodes[i];
+		std::set<std::pair<size_t, bool>> from;
+		for (size_t k = 0; k < n.deps.size(); k++)
+			from.emplace(n.deps[k], n.programmatic(k));
+		for (const auto &d : from)
+			e.push_back(Edge{ d.first, i, d.second });
 	}
 	return e;
+}
+
+// A handle of one of g's nodes (nullptr if it is not).
+bool node_of(cudaGraph_t g, cudaGraphNode_t h)
+{
+	return g && h && h->g == g && h->i < g->nodes.size();
 }
 
 bool graph_ok(cudaGraph_t g)
@@ -732,16 +751,23 @@ cudaError_t cudaGraphGetEdges(cudaGraph_t graph, cudaGraphNode_t *from, cudaGrap
 {
 	if (!graph_ok(graph) || !num || !from != !to || (data && !from))
 		return cudaErrorInvalidValue;
-	std::vector<std::pair<size_t, size_t>> e = edges_of(graph);
+	std::vector<Edge> e = edges_of(graph);
 	if (!from) {
 		*num = e.size();
 		return cudaSuccess;
 	}
 	for (size_t k = 0; k < *num; k++) {
-		from[k] = k < e.size() ? handle(graph, e[k].first) : nullptr;
-		to[k] = k < e.size() ? handle(graph, e[k].second) : nullptr;
-		if (data)
+		from[k] = k < e.size() ? handle(graph, e[k].from) : nullptr;
+		to[k] = k < e.size() ? handle(graph, e[k].to) : nullptr;
+		if (k < e.size() && e[k].prog && !data)
+			return cudaErrorLossyQuery;   // as CUDA: a programmatic edge needs its data
+		if (data) {
 			memset(&data[k], 0, sizeof(data[k]));
+			if (k < e.size() && e[k].prog) {
+				data[k].from_port = cudaGraphKernelNodePortProgrammatic;
+				data[k].type = cudaGraphDependencyTypeProgrammatic;
+			}
+		}
 	}
 	if (*num > e.size())
 		*num = e.size();
@@ -753,6 +779,157 @@ cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, enum cudaGraphNodeType *t
 	if (!node || !type || !node->g || node->i >= node->g->nodes.size())
 		return cudaErrorInvalidValue;
 	*type = kind_of(node->g->nodes[node->i]);
+	return cudaSuccess;
+}
+
+// The capture's dependencies of s's next node: the handles of its
+// frontier, valid until the next call on s (one array, reused).
+cudaError_t cudaStreamGetCaptureInfo(cudaStream_t s, enum cudaStreamCaptureStatus *status,
+				     unsigned long long *id, cudaGraph_t *graph,
+				     const cudaGraphNode_t **deps, const cudaGraphEdgeData **data,
+				     size_t *num)
+{
+	static std::vector<cudaGraphNode_t> handles;
+	static std::vector<cudaGraphEdgeData> zero;
+	CUstream_st *st = stream_of(s);
+	if (!st || !status || (data && !deps))
+		return cudaErrorInvalidValue;
+	cudaError_t e = cudaStreamIsCapturing(s, status);
+	if (e != cudaSuccess || *status != cudaStreamCaptureStatusActive)
+		return e;
+	if (id)
+		*id = (unsigned long long)(uintptr_t)st->cap;
+	if (graph)
+		*graph = st->cap;
+	handles.clear();
+	for (size_t i : st->frontier)
+		handles.push_back(handle(st->cap, i));
+	zero.assign(handles.size(), cudaGraphEdgeData{});
+	if (deps)
+		*deps = handles.data();
+	if (data)
+		*data = zero.data();
+	if (num)
+		*num = handles.size();
+	return cudaSuccess;
+}
+
+// A copy of graph (its nodes, edges and their types); its nodes are the
+// original's found by cudaGraphNodeFindInClone.
+cudaError_t cudaGraphClone(cudaGraph_t *clone, cudaGraph_t graph)
+{
+	if (!clone || !graph_ok(graph))
+		return cudaErrorInvalidValue;
+	CUgraph_st *c = new CUgraph_st;
+	c->nodes = graph->nodes;
+	c->live = false;
+	c->cloned_from = graph;
+	*clone = c;
+	return cudaSuccess;
+}
+
+cudaError_t cudaGraphNodeFindInClone(cudaGraphNode_t *node, cudaGraphNode_t original,
+				     cudaGraph_t clone)
+{
+	if (!node || !clone || !original || original->g != clone->cloned_from ||
+	    original->i >= clone->nodes.size())
+		return cudaErrorInvalidValue;
+	*node = handle(clone, original->i);
+	return cudaSuccess;
+}
+
+// CUDA's rules for an edge's data: a programmatic edge joins two kernel
+// nodes and leaves its first by the programmatic or launch-completion
+// port; a default edge by the default port; no port into a node.
+static cudaError_t edge_ok(cudaGraph_t g, cudaGraphNode_t from, cudaGraphNode_t to,
+			   const cudaGraphEdgeData *d, bool *prog)
+{
+	if (!node_of(g, from) || !node_of(g, to) || from == to)
+		return cudaErrorInvalidValue;
+	*prog = d && d->type == cudaGraphDependencyTypeProgrammatic;
+	if (!d)
+		return cudaSuccess;
+	if (d->to_port != 0 ||
+	    (d->type != cudaGraphDependencyTypeDefault && d->type != cudaGraphDependencyTypeProgrammatic))
+		return cudaErrorInvalidValue;
+	if (!*prog)
+		return d->from_port == cudaGraphKernelNodePortDefault ? cudaSuccess : cudaErrorInvalidValue;
+	if (kind_of(g->nodes[from->i]) != cudaGraphNodeTypeKernel ||
+	    kind_of(g->nodes[to->i]) != cudaGraphNodeTypeKernel ||
+	    (d->from_port != cudaGraphKernelNodePortProgrammatic &&
+	     d->from_port != cudaGraphKernelNodePortLaunchCompletion))
+		return cudaErrorInvalidValue;
+	return cudaSuccess;
+}
+
+// to's dependency on from of that type: its place in to's deps, or -1.
+static long dep_at(const Node &to, size_t from, bool prog)
+{
+	for (size_t k = 0; k < to.deps.size(); k++)
+		if (to.deps[k] == from && to.programmatic(k) == prog)
+			return (long)k;
+	return -1;
+}
+
+// Edges added (each new: an edge already there, of either type, is
+// cudaErrorInvalidValue, as is one that would close a cycle) or removed
+// (each must be there, of its type).  Nothing changes unless all are good.
+cudaError_t cudaGraphAddDependencies(cudaGraph_t graph, const cudaGraphNode_t *from,
+				     const cudaGraphNode_t *to, const cudaGraphEdgeData *data,
+				     size_t n)
+{
+	if (!graph_ok(graph) || (n && (!from || !to)))
+		return cudaErrorInvalidValue;
+	for (size_t k = 0; k < n; k++) {
+		bool prog;
+		cudaError_t e = edge_ok(graph, from[k], to[k], data ? &data[k] : NULL, &prog);
+		if (e != cudaSuccess)
+			return e;
+		const Node &t = graph->nodes[to[k]->i];
+		if (dep_at(t, from[k]->i, false) >= 0 || dep_at(t, from[k]->i, true) >= 0)
+			return cudaErrorInvalidValue;
+		// a cycle: to already reaches from
+		if (reach(graph, { from[k]->i })[to[k]->i])
+			return cudaErrorInvalidValue;
+		for (size_t j = 0; j < k; j++)
+			if (from[j] == from[k] && to[j] == to[k])
+				return cudaErrorInvalidValue;
+	}
+	for (size_t k = 0; k < n; k++) {
+		Node &t = graph->nodes[to[k]->i];
+		bool prog = data && data[k].type == cudaGraphDependencyTypeProgrammatic;
+		t.prog.resize(t.deps.size(), 0);
+		t.deps.push_back(from[k]->i);
+		t.prog.push_back(prog);
+	}
+	return cudaSuccess;
+}
+
+cudaError_t cudaGraphRemoveDependencies(cudaGraph_t graph, const cudaGraphNode_t *from,
+					const cudaGraphNode_t *to, const cudaGraphEdgeData *data,
+					size_t n)
+{
+	if (!graph_ok(graph) || (n && (!from || !to)))
+		return cudaErrorInvalidValue;
+	for (size_t k = 0; k < n; k++) {
+		bool prog;
+		cudaError_t e = edge_ok(graph, from[k], to[k], data ? &data[k] : NULL, &prog);
+		if (e != cudaSuccess)
+			return e;
+		if (dep_at(graph->nodes[to[k]->i], from[k]->i, prog) < 0)
+			return cudaErrorInvalidValue;
+	}
+	for (size_t k = 0; k < n; k++) {
+		Node &t = graph->nodes[to[k]->i];
+		bool prog = data && data[k].type == cudaGraphDependencyTypeProgrammatic;
+		long at;
+		t.prog.resize(t.deps.size(), 0);
+		// every copy of the edge (a capture may list a dependency twice)
+		while ((at = dep_at(t, from[k]->i, prog)) >= 0) {
+			t.deps.erase(t.deps.begin() + at);
+			t.prog.erase(t.prog.begin() + at);
+		}
+	}
 	return cudaSuccess;
 }
 
@@ -776,7 +953,7 @@ cudaError_t cudaGraphDebugDotPrint(cudaGraph_t graph, const char *path, unsigned
 		fprintf(f, "\" shape=%s];\n", t == cudaGraphNodeTypeKernel ? "box" : "ellipse");
 	}
 	for (const auto &e : edges_of(graph))
-		fprintf(f, "  n%zu -> n%zu;\n", e.first, e.second);
+		fprintf(f, "  n%zu -> n%zu%s;\n", e.from, e.to, e.prog ? " [style=dashed]" : "");
 	fprintf(f, "}\n");
 	return fclose(f) == 0 ? cudaSuccess : cudaErrorOperatingSystem;
 }
@@ -871,14 +1048,24 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s)
 		int o = mode_now() == LATE ? 0 : mode_now() == AHEAD ? 1 : exec->launches % 2;
 		exec->launches++;
 		// branches overlap: the replay takes its longest path's time
+		// a programmatic edge: the node is launched while the one before
+		// it runs, its launch's time hidden behind that one's
 		std::vector<double> done(exec->nodes.size(), 0);
 		double end = 0;
 		for (size_t i : exec->order[o]) {
 			const Node &n = exec->nodes[i];
-			n.fn();
+			bool prog = false;
 			double start = 0;
-			for (size_t d : n.deps)
-				start = std::max(start, done[d]);
+			for (size_t k = 0; k < n.deps.size(); k++) {
+				size_t d = n.deps[k];
+				double early = n.programmatic(k) ?
+					std::min(cuemu::kLaunchMs, exec->nodes[d].ms) : 0;
+				start = std::max(start, done[d] - early);
+				prog |= n.programmatic(k);
+			}
+			cuemu::set_programmatic(prog);
+			n.fn();
+			cuemu::set_programmatic(false);
 			done[i] = start + n.ms;
 			end = std::max(end, done[i]);
 		}

@@ -88,6 +88,9 @@ static const struct tol tols[] = {
  * noise): a few fp32 ulps (1.2e-7) of each sum before it is rounded */
 #define TWIN_NOISE 2e-6f
 
+/* --pdl of the GPUs open_gpu opens (test_pdl_steps sets it) */
+static enum cnn_pdl open_pdl = CNN_PDL_OFF;
+
 static struct cnn_gpu *open_gpu(const struct cnn_model *m, int batch, enum cnn_precision prec,
 				int graph, const struct cnn_optim *o, enum cnn_layout layout, int streams,
 				enum cnn_conv_impl conv1, enum cnn_conv_impl conv2, enum cnn_fc2_impl fc2)
@@ -95,7 +98,7 @@ static struct cnn_gpu *open_gpu(const struct cnn_model *m, int batch, enum cnn_p
 	struct cnn_gpu *g = NULL;
 	char err[1024];
 	struct cnn_gpu_opts go = { m, batch, batch, 0, prec, graph, o, 1, 0, 1, 60000, layout, streams,
-				   0, 0, conv1, conv2, NULL, fc2, { 0, 0 } };
+				   0, 0, conv1, conv2, NULL, fc2, open_pdl, { 0, 0 } };
 	if (cnn_gpu_api.open(&g, &go, err, sizeof(err)) < 0) {
 		printf("#   open: %s\n", err);
 		cnn_gpu_api.close(g);
@@ -573,6 +576,9 @@ static const struct cnn_comm_ops twin_ops = { "twin", twin_sum, NULL };
 
 enum { NO_COMM, NCCL_1, HOST_TWIN };
 
+/* the census of gpu_run's last graph (batch 0: none) */
+static struct cnn_graph_census run_census;
+
 /* STEPS steps through the module's API (gather on the GPU, dropout, SGD with
  * momentum, the learning rate from device memory); graph: 0 eager, 1
  * captured after 2 eager steps; comm: none, NCCL at world 1 inside the
@@ -614,6 +620,9 @@ static int gpu_run(const struct cnn_dataset *tr, const struct cnn_dataset *te,
 	float loss;
 	ok = ok && cnn_gpu_api.last_loss(g, &loss, err, errlen) == 0 &&
 	     cnn_gpu_api.get_state(g, out, NULL, err, errlen) == 0;
+	memset(&run_census, 0, sizeof(run_census));
+	if (ok)
+		cnn_gpu_api.graph_census(g, &run_census);
 	cnn_gpu_api.close(g);
 	cnn_comm_close(c);
 	cnn_optim_free(&o);
@@ -924,6 +933,109 @@ static void test_steps_more(int bf16)
 	free(p0), free(out);
 }
 
+/* --pdl: the step's graph with its edges into the project's kernels
+ * programmatic (on sm_90 and later; kernels.h) trains as the graph without
+ * them: the same bits on cuemu (the same algorithms each run), within the
+ * "graph" row on a GPU (each run's cudnnFind may pick others), and within
+ * "steps" of the CPU path either way.  Each layout and precision, one and
+ * two backward streams, NCCL's all-reduce inside the graph. */
+static int near_cpu(const char *what, int bf, const struct cnn_model *cpu, const float *got)
+{
+	return bf ? steps_gap(what, cpu, got) == 0 :
+		    checkf("steps", "params", got, cpu->params, cpu->nparams) == 0;
+}
+
+static void test_pdl_steps(int major)
+{
+	struct cnn_dataset tr, te;
+	struct cnn_model m;
+	char err[1024], d[256];
+	if (synthetic(&tr, &te, &m) < 0)
+		return;
+	float *p0 = malloc(m.nparams * 4), *off = malloc(m.nparams * 4), *on = malloc(m.nparams * 4);
+	memcpy(p0, m.params, m.nparams * 4);
+	cpu_run(&tr, &m, 0);
+	struct cnn_model mg = m;
+	mg.params = p0;
+	static const struct {
+		const char *what;
+		enum cnn_precision prec;
+		int comm;
+		enum cnn_layout layout;
+		int streams;
+		enum cnn_conv_impl conv1, conv2;
+		enum cnn_fc2_impl fc2;
+	} runs[] = {
+		{ "GPU steps as a CUDA graph with NCCL (world 1)", CNN_PREC_FP32, NCCL_1, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_AUTO, CNN_FC2_CUBLAS },
+		{ "GPU steps, two backward streams, NHWC, fc2 fused, as a CUDA graph with NCCL (world 1)", CNN_PREC_FP32, NCCL_1, CNN_LAYOUT_NHWC, 2, CNN_CONV_DIRECT, CNN_CONV_CUDNN, CNN_FC2_FUSED },
+		{ "bf16 GPU steps, conv1 and conv2 direct, two backward streams, as a CUDA graph", CNN_PREC_BF16, NO_COMM, CNN_LAYOUT_NCHW, 2, CNN_CONV_DIRECT, CNN_CONV_DIRECT, CNN_FC2_CUBLAS },
+	};
+	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+		int bf = runs[i].prec == CNN_PREC_BF16;
+		if (bf && major < 8) {
+			test_skip(runs[i].what, "this GPU has no bf16 tensor cores (sm_80+)");
+			continue;
+		}
+		struct cnn_graph_census c[3];
+		float *got[3] = { off, on, on };
+		static const enum cnn_pdl modes[3] = { CNN_PDL_OFF, CNN_PDL_ON, CNN_PDL_AUTO };
+		int r[3];
+		for (int k = 0; k < 3; k++) {
+			open_pdl = modes[k];
+			r[k] = gpu_run(&tr, &te, &mg, runs[i].prec, 1, runs[i].comm, runs[i].layout,
+				       runs[i].streams, runs[i].conv1, runs[i].conv2, runs[i].fc2, got[k],
+				       err, sizeof(err));
+			open_pdl = CNN_PDL_OFF;
+			c[k] = run_census;
+			if (r[k] < 0)
+				printf("#   %s, --pdl %s: %s\n", runs[i].what, cnn_pdl_name(modes[k]), err);
+			else
+				printf("#   %s, --pdl %s: %d programmatic edges, %s; %s\n", runs[i].what,
+				       cnn_pdl_name(modes[k]), c[k].pdl_edges,
+				       c[k].pdl_kept ? "kept" : "not kept", c[k].pdl_none);
+			if (k == 1) {
+				snprintf(d, sizeof(d), "--pdl on: %s run, %s", runs[i].what,
+					 major >= 9 ? "with programmatic edges (sm_90+)" :
+						      "without programmatic edges (before sm_90)");
+				test_cond(d, r[1] == 0 && c[1].batch == BATCH &&
+					  (major >= 9 ? c[1].pdl_edges > 0 && c[1].pdl_kept :
+							!c[1].pdl_edges && !c[1].pdl_kept &&
+							strstr(c[1].pdl_none, "sm_90")));
+				snprintf(d, sizeof(d), "--pdl on: %s track the CPU path's (%s tolerance)",
+					 runs[i].what, bf ? "bf16 steps" : "steps");
+				test_cond(d, r[1] == 0 && near_cpu(runs[i].what, bf, &m, on));
+#ifdef CNN_CUEMU
+				snprintf(d, sizeof(d), "--pdl on: %s are --pdl off's, bit for bit",
+					 runs[i].what);
+				test_cond(d, r[0] == 0 && r[1] == 0 &&
+					  memcmp(on, off, m.nparams * 4) == 0);
+#else
+				snprintf(d, sizeof(d), "--pdl on: %s equal --pdl off's (graph tolerance)",
+					 runs[i].what);
+				test_cond(d, r[0] == 0 && r[1] == 0 &&
+					  checkf("graph", "params", on, off, m.nparams) == 0);
+#endif
+			}
+		}
+		snprintf(d, sizeof(d), "--pdl off: %s, no programmatic edge", runs[i].what);
+		test_cond(d, r[0] == 0 && !c[0].pdl_edges && !c[0].pdl_kept && !c[0].pdl_timed);
+		snprintf(d, sizeof(d), "--pdl auto: %s, the graph timed with and without them%s",
+			 runs[i].what, major >= 9 ? "" : " (before sm_90: neither)");
+		test_cond(d, r[2] == 0 &&
+			  (major >= 9 ? c[2].pdl_timed && c[2].pdl_edges == c[1].pdl_edges &&
+					c[2].pdl_ms[0] > 0.f && c[2].pdl_ms[1] > 0.f &&
+					c[2].pdl_kept == (c[2].pdl_ms[1] < c[2].pdl_ms[0]) :
+				       !c[2].pdl_timed && !c[2].pdl_kept));
+		snprintf(d, sizeof(d), "--pdl auto: %s track the CPU path's (%s tolerance)",
+			 runs[i].what, bf ? "bf16 steps" : "steps");
+		test_cond(d, r[2] == 0 && near_cpu(runs[i].what, bf, &m, on));
+	}
+	cnn_model_free(&m);
+	cnn_data_free(&tr);
+	cnn_data_free(&te);
+	free(p0), free(off), free(on);
+}
+
 /* Parameters set between steps (a checkpoint loaded into a running
  * trainer): the steps after train from them, as a fresh trainer does, the
  * weights' other forms (bf16 copy, conv2's packs, OHWI) remade from them,
@@ -1007,7 +1119,8 @@ static void test_conv2_direct_refused(const struct cudaDeviceProp *prop)
 	cnn_optim_init(&o, CNN_SGD, m.nparams);
 	struct cnn_gpu *g = NULL;
 	struct cnn_gpu_opts go = { &m, 8, 8, 0, CNN_PREC_TF32, 0, &o, 1, 0, 1, 60000, CNN_LAYOUT_NCHW,
-				   1, 0, 0, CNN_CONV_AUTO, CNN_CONV_DIRECT, NULL, CNN_FC2_CUBLAS, { 0, 0 } };
+				   1, 0, 0, CNN_CONV_AUTO, CNN_CONV_DIRECT, NULL, CNN_FC2_CUBLAS,
+				   CNN_PDL_OFF, { 0, 0 } };
 	int r = cnn_gpu_api.open(&g, &go, err, sizeof(err));
 	cnn_gpu_api.close(g);
 	printf("#   open: %s\n", r < 0 ? err : "(opened)");
@@ -1198,6 +1311,7 @@ int main(void)
 	else
 		test_skip("bf16 nhwc two streams golden step", "this GPU has no bf16 tensor cores (sm_80+)");
 	test_steps_more(tc);
+	test_pdl_steps(prop.major);
 	test_set_state_midrun(tc);
 	return test_report();
 }

@@ -34,6 +34,7 @@ namespace wmma = nvcuda::wmma;
 template <typename T>
 __global__ void conv3_pack(const float *w, int oc, int c, size_t total, T *wf, T *wb)
 {
+	pdl_enter();
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
 	     i += (size_t)gridDim.x * blockDim.x) {
 		// i indexes w: [o][ci][tap]
@@ -56,7 +57,7 @@ int launch_conv3_pack(const float *w, int oc, int c, T *wf, T *wb, cudaStream_t 
 	}
 	size_t total = 9 * (size_t)oc * c;
 	conv3_pack<<<blocks_for(total), kThreads, 0, s>>>(w, oc, c, total, wf, wb);
-	cudaCheck(cudaGetLastError());
+	LAUNCHED(s);
 	return 0;
 }
 
@@ -174,6 +175,7 @@ __global__ void __launch_bounds__(kCvThreads, 2) conv3_igemm(const T *x, const T
 							     PoolEp ep, float *p, uint8_t *arg, Gate gt,
 							     C1Args<T> c1)
 {
+	pdl_enter();
 	static_assert(!(NHWC && GATE) && !(NHWC && C1), "the gated input and conv1's gradient are NCHW");
 #if CNN_TC
 	typedef Mma<T> M;
@@ -404,6 +406,7 @@ __global__ void __launch_bounds__(kCvThreads, 2) conv3_wgrad_part(const T *x, co
 							      long long ppb, float *part, Gate gt,
 							      float *bpart)
 {
+	pdl_enter();
 	static_assert(!(NHWC && GATE), "the gated input is NCHW");
 #if CNN_TC
 	typedef Mma<T> M;
@@ -582,6 +585,7 @@ constexpr int kWgSumLanes = 32, kWgSumWays = kCvThreads / kWgSumLanes;
 __global__ void __launch_bounds__(kCvThreads) conv3_wgrad_sum(const float *part, int splits, int to,
 							     int tc, int oc, int c, float *dw, float *db)
 {
+	pdl_enter();
 	__shared__ float sums[kWgSumWays][kWgSumLanes];
 	size_t per = (size_t)to * tc * kWgO * kWgK, bper = (size_t)to * kWgO;
 	size_t i = (size_t)blockIdx.x * kWgSumLanes + threadIdx.x % kWgSumLanes;
@@ -748,7 +752,7 @@ int launch_conv3_igemm(const T *x, const T *w, const Conv3 &g, int nhwc, T *y, i
 	Gate none = { NULL, NULL, NULL };
 	C1Args<T> no1 = { NULL, NULL, NULL };
 	conv3_igemm_k<<<grid, kCvThreads, 0, s>>>(x, w, g, y, ep, p, arg, gt ? *gt : none, c1 ? *c1 : no1);
-	cudaCheck(cudaGetLastError());
+	LAUNCHED(s);
 	return 0;
 }
 
@@ -838,11 +842,11 @@ int launch_conv3_wgrad(const T *x, const T *dy, int nimg, int c, int h, int wd, 
 		Gate none = { NULL, NULL, NULL };
 		conv3_wgrad_k<<<dim3(splits, to, tc * 3), kCvThreads, 0, s>>>(
 			x, dy, g, ppb, scratch, gt ? *gt : none, db ? scratch + (size_t)splits * per : NULL);
-		cudaCheck(cudaGetLastError());
+		LAUNCHED(s);
 	}
 	conv3_wgrad_sum<<<(unsigned)((per + bper + kWgSumLanes - 1) / kWgSumLanes), kCvThreads, 0, s>>>(
 		scratch, splits, to, tc, oc, c, dw, db);
-	cudaCheck(cudaGetLastError());
+	LAUNCHED(s);
 	return 0;
 }
 

@@ -49,7 +49,7 @@ struct cnn_gpu {
 	struct cnn_comm *comm;      /* NCCL's; NULL: no all-reduce on the GPU */
 	struct cnn_comm *hcomm;     /* a host backend's (gloo, world > 1): gradients via h_grads */
 	float *h_grads;             /* pinned, nparams */
-	int dev;
+	int dev, cc_major;
 	char name[128];
 	cudaStream_t s, cs;         /* compute; the all-reduce and the linear layers' update */
 	cudaEvent_t ev_fc, ev_conv, ev_reduced, ev_slot[2], ev_eval, ev_fc_read;
@@ -158,6 +158,7 @@ static int gpu_open(struct cnn_gpu **out, const struct cnn_gpu_opts *o, char *er
 	CUDA(cudaGetDeviceProperties(&p, g->dev));
 	cudaDeviceGetPCIBusId(bus, sizeof(bus), g->dev);
 	snprintf(g->name, sizeof(g->name), "%s (sm_%d%d, %s)", p.name, p.major, p.minor, bus);
+	g->cc_major = p.major;
 	plan_check(bus, g->dev, host, o->rank);
 	if (o->precision == CNN_PREC_BF16 && p.major < 8)
 		FAIL("--precision bf16 needs bf16 tensor cores (compute capability 8.0 or newer): "
@@ -215,13 +216,16 @@ static void gpu_describe(const struct cnn_gpu *g, char *buf, size_t len)
 {
 	char lib[2048];
 	cnn_gnet_describe(&g->net, lib, sizeof(lib));
-	snprintf(buf, len, "%s, %s, %s%s", g->name, lib,
+	snprintf(buf, len, "%s, %s, %s%s%s", g->name, lib,
 		 g->hcomm ? "no graph (gradients all-reduced through host memory)" :
 		 g->o.graph ? "CUDA graph" : "no graph",
 		 g->o.streams != CNN_STREAMS_AUTO ?
 			 (g->net.streams == 2 ? ", weight gradients on a second stream" : "") :
 		 g->o.graph ? ", backward streams auto (1 or 2: the step's graph timed both ways)" :
-			      ", backward streams auto: 1 (no graph to time both ways)");
+			      ", backward streams auto: 1 (no graph to time both ways)",
+		 !g->o.graph || g->hcomm || g->o.pdl == CNN_PDL_OFF ? "" :
+		 g->o.pdl == CNN_PDL_ON ? ", programmatic launch on" :
+		 ", programmatic launch auto (the step's graph timed with and without)");
 }
 
 static void gpu_use_comm(struct cnn_gpu *g, struct cnn_comm *c)
@@ -387,6 +391,9 @@ static int bucket_ready(void *ctx, int bucket, cudaStream_t on)
 		cnn_cuda_fail(__FILE__, __LINE__, "cnn_nccl_allreduce_avg", err);
 		return -1;
 	}
+	/* NCCL's last node keeps its edges as captured (--pdl) */
+	if (g->comm)
+		cnn_cuda_note(g->cs, CNN_NODE_NCCL);
 	if (bucket == CNN_BUCKET_CONV) {
 		/* join: the rest of the update waits for cs */
 		CUDA(cudaEventRecord(g->ev_reduced, g->cs));
@@ -564,8 +571,10 @@ static int capture_one(struct cnn_gpu *g, int n, unsigned wop_in, cudaGraph_t *g
 {
 	*graph = NULL;
 	CUDA(cudaStreamBeginCapture(g->s, cudaStreamCaptureModeThreadLocal));
+	cnn_cuda_record(1);   /* the nodes of this module's kernels (--pdl) */
 	int rv = step_body(g, n, 0);
 	cudaError_t e = cudaStreamEndCapture(g->s, graph);
+	cnn_cuda_record(0);
 	g->graph_wop_out = g->net.wfresh;
 	g->net.wfresh = wop_in;   /* nothing captured has run */
 	if (rv < 0 || e != cudaSuccess) {
@@ -620,6 +629,11 @@ struct variant {
 	cudaGraph_t graph;
 	cudaGraphExec_t ex;
 	float ms;
+	/* its capture's nodes of this module's kernels and NCCL's
+	 * (cnn_cuda_recorded) */
+	cudaGraphNode_t *rec;
+	unsigned char *kinds;
+	size_t nrec;
 };
 enum { kVariants = 2 * 2 * CNN_CONV2_VARIANTS };   /* layouts, conv2's, streams */
 
@@ -760,6 +774,175 @@ static void census_variants(struct cnn_graph_census *c, const struct variant *v,
 	}
 }
 
+/* k's index in rec with that kind, -1 if none */
+static long recorded(const cudaGraphNode_t *rec, const unsigned char *kinds, size_t nrec,
+		     cudaGraphNode_t k, int kind)
+{
+	for (size_t i = 0; i < nrec; i++)
+		if (rec[i] == k && kinds[i] == kind)
+			return (long)i;
+	return -1;
+}
+
+/* A copy of graph (*out) whose edges from a kernel into one of this
+ * module's kernels (rec's CNN_NODE_OURS) are programmatic: they leave
+ * their first node by its programmatic port, so the second is launched as
+ * soon as every block of the first has started (each calls
+ * griddepcontrol.launch_dependents first thing, kernels_common.cuh) and
+ * waits on the GPU for the first to finish (griddepcontrol.wait).  An edge
+ * from NCCL's last node (CNN_NODE_NCCL) stays as captured.  *edges: how
+ * many were made; -1 with why where CUDA refused (*out NULL). */
+static int pdl_graph(cudaGraph_t graph, const cudaGraphNode_t *rec, const unsigned char *kinds,
+		     size_t nrec, cudaGraph_t *out, int *edges, char *why, size_t whylen)
+{
+	cudaGraph_t c = NULL;
+	cudaGraphNode_t *mine = NULL, *from = NULL, *to = NULL, *pf = NULL, *pt = NULL;
+	cudaGraphEdgeData *data = NULL, *pd = NULL;
+	size_t ne = 0, np = 0;
+	const char *call = "cudaGraphClone";
+	cudaError_t e = cudaGraphClone(&c, graph);
+	*out = NULL;
+	*edges = 0;
+	if (e != cudaSuccess)
+		goto fail;
+	/* the recorded nodes, as the copy's */
+	mine = malloc((nrec ? nrec : 1) * sizeof(*mine));
+	if (!mine)
+		goto oom;
+	call = "cudaGraphNodeFindInClone";
+	for (size_t i = 0; i < nrec; i++)
+		if ((e = cudaGraphNodeFindInClone(&mine[i], rec[i], c)) != cudaSuccess)
+			goto fail;
+	call = "cudaGraphGetEdges";
+	if ((e = cudaGraphGetEdges(c, NULL, NULL, NULL, &ne)) != cudaSuccess)
+		goto fail;
+	size_t room = ne ? ne : 1;
+	from = malloc(room * sizeof(*from));
+	to = malloc(room * sizeof(*to));
+	data = malloc(room * sizeof(*data));
+	pf = malloc(room * sizeof(*pf));
+	pt = malloc(room * sizeof(*pt));
+	pd = calloc(room, sizeof(*pd));
+	if (!from || !to || !data || !pf || !pt || !pd)
+		goto oom;
+	if ((e = cudaGraphGetEdges(c, from, to, data, &ne)) != cudaSuccess)
+		goto fail;
+	for (size_t i = 0; i < ne; i++) {
+		enum cudaGraphNodeType t;
+		if (data[i].type != cudaGraphDependencyTypeDefault ||
+		    recorded(mine, kinds, nrec, to[i], CNN_NODE_OURS) < 0 ||
+		    recorded(mine, kinds, nrec, from[i], CNN_NODE_NCCL) >= 0)
+			continue;
+		call = "cudaGraphNodeGetType";
+		if ((e = cudaGraphNodeGetType(from[i], &t)) != cudaSuccess)
+			goto fail;
+		if (t != cudaGraphNodeTypeKernel)
+			continue;
+		pf[np] = from[i];
+		pt[np] = to[i];
+		pd[np].from_port = cudaGraphKernelNodePortProgrammatic;
+		pd[np].type = cudaGraphDependencyTypeProgrammatic;
+		np++;
+	}
+	call = "cudaGraphRemoveDependencies";
+	if (np && (e = cudaGraphRemoveDependencies(c, pf, pt, NULL, np)) != cudaSuccess)
+		goto fail;
+	call = "cudaGraphAddDependencies";
+	if (np && (e = cudaGraphAddDependencies(c, pf, pt, pd, np)) != cudaSuccess)
+		goto fail;
+	*out = c;
+	*edges = (int)np;
+	c = NULL;
+	goto done;
+oom:
+	snprintf(why, whylen, "no memory to copy the step's graph of %zu edges", ne);
+	goto done;
+fail:
+	snprintf(why, whylen, "%s: %s (%s)", call, cudaGetErrorString(e), cudaGetErrorName(e));
+	cudaGetLastError();
+done:
+	if (c)
+		cudaGraphDestroy(c);
+	free(mine);
+	free(from);
+	free(to);
+	free(data);
+	free(pf);
+	free(pt);
+	free(pd);
+	return *out ? 0 : -1;
+}
+
+static void pdl_drop(cudaGraph_t *pg, cudaGraphExec_t *pex, int *edges)
+{
+	if (*pex)
+		cudaGraphExecDestroy(*pex);
+	if (*pg)
+		cudaGraphDestroy(*pg);
+	*pex = NULL;
+	*pg = NULL;
+	*edges = 0;
+}
+
+/* --pdl: the kept variant k's graph with programmatic edges (pdl_graph),
+ * instantiated (*pg, *pex; NULL where none is made, none says why: --pdl
+ * off, a GPU before sm_90, no such edge, or CUDA refused one, which is
+ * said as a warning and the run goes on as captured).  Under auto with
+ * several ranks none is made unless every rank made one: the replays that
+ * time it hold the all-reduce. */
+static int pdl_try(struct cnn_gpu *g, const struct variant *k, cudaGraph_t *pg,
+		   cudaGraphExec_t *pex, int *edges, char *none, size_t nonelen, char *err,
+		   size_t errlen)
+{
+	char why[256];
+	*pg = NULL;
+	*pex = NULL;
+	*edges = 0;
+	if (g->o.pdl == CNN_PDL_OFF) {
+		snprintf(none, nonelen, "--pdl off");
+		return 0;
+	}
+	if (g->cc_major < 9) {
+		snprintf(none, nonelen, "the GPU is sm_%d*: programmatic launch needs sm_90 or later",
+			 g->cc_major);
+	} else if (pdl_graph(k->graph, k->rec, k->kinds, k->nrec, pg, edges, why, sizeof(why)) < 0) {
+		fprintf(stderr, "cnn_train: rank %d: warning: --pdl: the step's graph with programmatic "
+			"edges: %s; it replays as captured\n", g->o.rank, why);
+		snprintf(none, nonelen, "CUDA refused the edges (the warning above)");
+	} else if (!*edges) {
+		snprintf(none, nonelen, "no edge from a kernel into one of the project's");
+	} else {
+		cudaError_t e = cudaGraphInstantiate(pex, *pg, 0);
+		if (e != cudaSuccess) {
+			cudaGetLastError();
+			*pex = NULL;
+			fprintf(stderr, "cnn_train: rank %d: warning: --pdl: instantiating the step's graph "
+				"with %d programmatic edges: %s; it replays as captured\n", g->o.rank,
+				*edges, cudaGetErrorString(e));
+			snprintf(none, nonelen, "CUDA refused the graph (the warning above)");
+		}
+	}
+	if (g->o.pdl == CNN_PDL_AUTO && g->comm && g->comm->world > 1) {
+		float made = *pex != NULL;
+		if (g->comm->ops->allreduce_sum(g->comm, &made, 1, err, errlen) < 0)
+			goto drop;
+		if ((int)made != g->comm->world && *pex) {
+			snprintf(none, nonelen, "%d of the %d ranks made one: all must, to time it",
+				 (int)made, g->comm->world);
+			goto drop_ok;
+		}
+	}
+	if (!*pex)
+		goto drop_ok;
+	return 0;
+drop_ok:
+	pdl_drop(pg, pex, edges);
+	return 0;
+drop:
+	pdl_drop(pg, pex, edges);
+	return -1;
+}
+
 static int capture(struct cnn_gpu *g, int n, char *err, size_t errlen)
 {
 	/* what is current now is what each replay's forward finds current:
@@ -771,6 +954,11 @@ static int capture(struct cnn_gpu *g, int n, char *err, size_t errlen)
 	 * one cudnnFind picked may differ between ranks; the variants' times
 	 * are summed over the ranks index by index) */
 	int nl = cnn_gnet_layouts(&g->net, n, lay), nc = 0, nv = 0, keep = 0, rv = -1, timed = 0;
+	cudaGraph_t pg = NULL;
+	cudaGraphExec_t pex = NULL;
+	int pdl_edges = 0, pdl_tuned = 0;
+	float pdl_ms[2] = { 0.f, 0.f };
+	char pdl_none[128] = "";
 	if (nl == 2) {
 		lay[0] = 0;
 		lay[1] = 1;
@@ -823,6 +1011,7 @@ static int capture(struct cnn_gpu *g, int n, char *err, size_t errlen)
 		g->net.wfresh = v[i].wop_in;
 		if (capture_one(g, n, now, &v[i].graph, err, errlen) < 0)
 			goto out;
+		v[i].nrec = cnn_cuda_recorded(&v[i].rec, &v[i].kinds);
 		v[i].wop_out = g->graph_wop_out;
 		cudaError_t e = cudaGraphInstantiate(&v[i].ex, v[i].graph, 0);
 		if (e != cudaSuccess) {
@@ -848,6 +1037,29 @@ static int capture(struct cnn_gpu *g, int n, char *err, size_t errlen)
 	}
 	g->graph_wop_in = v[keep].wop_in;
 	g->graph_wop_out = v[keep].wop_out;
+	/* --pdl: the kept graph's copy with programmatic edges, timed
+	 * against it under auto */
+	if (pdl_try(g, &v[keep], &pg, &pex, &pdl_edges, pdl_none, sizeof(pdl_none), err, errlen) < 0)
+		goto out;
+	if (pex && g->o.pdl == CNN_PDL_AUTO) {
+		struct variant w[2] = { v[keep], v[keep] };
+		w[1].graph = pg;
+		w[1].ex = pex;
+		if (tune(g, w, 2, &pdl_tuned, err, errlen) < 0)
+			goto out;
+		pdl_ms[0] = w[0].ms;
+		pdl_ms[1] = w[1].ms;
+	}
+	/* on, or auto where it replayed faster (a tie: as captured) */
+	int pdl_kept = pex && (g->o.pdl == CNN_PDL_ON || pdl_ms[1] < pdl_ms[0]);
+	if (pdl_kept) {
+		cudaGraph_t tg = v[keep].graph;
+		cudaGraphExec_t tx = v[keep].ex;
+		v[keep].graph = pg;
+		v[keep].ex = pex;
+		pg = tg;
+		pex = tx;
+	}
 	if (g->o.graph_dot && g->o.rank == 0 && dot(v[keep].graph, g->o.graph_dot, err, errlen) < 0)
 		goto out;
 	/* a count the run can do without: said, not fatal */
@@ -857,16 +1069,28 @@ static int capture(struct cnn_gpu *g, int n, char *err, size_t errlen)
 		fprintf(stderr, "cnn_train: rank %d: warning: %s\n", g->o.rank, why);
 	} else {
 		census_variants(&g->census, v, nv, nl, ns, nc, keep, timed);
+		g->census.pdl_edges = pdl_edges;
+		g->census.pdl_kept = pdl_kept;
+		g->census.pdl_timed = pdl_tuned > 0;
+		g->census.tuned = g->census.tuned ? g->census.tuned : pdl_tuned;
+		memcpy(g->census.pdl_ms, pdl_ms, sizeof(pdl_ms));
+		snprintf(g->census.pdl_none, sizeof(g->census.pdl_none), "%s", pdl_none);
 	}
 	g->exec = v[keep].ex;
 	v[keep].ex = NULL;
 	rv = 0;
 out:
+	if (pex)
+		cudaGraphExecDestroy(pex);
+	if (pg)
+		cudaGraphDestroy(pg);
 	for (int i = 0; i < nv; i++) {
 		if (v[i].ex)
 			cudaGraphExecDestroy(v[i].ex);
 		if (v[i].graph)
 			cudaGraphDestroy(v[i].graph);
+		free(v[i].rec);
+		free(v[i].kinds);
 	}
 	return rv;
 }

@@ -6,6 +6,8 @@
 // are templates over their storage type (float, or bf16 for --precision
 // bf16); they compute in float either way, so the bf16 instance is the
 // float one with a rounding at each store.
+#include <stdlib.h>
+
 #include "kernels_common.cuh"
 
 static char where_host[64];
@@ -40,11 +42,90 @@ extern "C" int cnn_cuda_fail_quiet(int on)
 
 extern "C" const char *cnn_cuda_last_error(void) { return last_error; }
 
+// The nodes of the capture under way on this thread (kernels.h): a list
+// that only grows, freed when handed over; lost (none) if it cannot grow,
+// which leaves every edge as captured.
+static thread_local struct {
+	int on, lost;
+	cudaGraphNode_t *node;
+	unsigned char *kind;
+	size_t n, cap;
+} rec;
+
+extern "C" void cnn_cuda_record(int on)
+{
+	if (on) {
+		free(rec.node);
+		free(rec.kind);
+		rec.node = NULL;
+		rec.kind = NULL;
+		rec.n = rec.cap = 0;
+		rec.lost = 0;
+	}
+	rec.on = on;
+}
+
+extern "C" void cnn_cuda_note(cudaStream_t s, int kind)
+{
+	if (!rec.on || rec.lost)
+		return;
+	cudaStreamCaptureStatus st;
+	const cudaGraphNode_t *deps = NULL;
+	const cudaGraphEdgeData *data = NULL;
+	size_t nd = 0;
+	// after a launch the stream's capture depends on that launch's node
+	// alone (a library call may end in several); a stream not capturing,
+	// or a query that fails, notes nothing
+	if (cudaStreamGetCaptureInfo(s, &st, NULL, NULL, &deps, &data, &nd) != cudaSuccess) {
+		cudaGetLastError();
+		return;
+	}
+	if (st != cudaStreamCaptureStatusActive || !deps)
+		return;
+	if (rec.n + nd > rec.cap) {
+		size_t cap = rec.cap ? rec.cap * 2 : 64;
+		while (cap < rec.n + nd)
+			cap *= 2;
+		cudaGraphNode_t *n = (cudaGraphNode_t *)realloc(rec.node, cap * sizeof(*n));
+		if (n)
+			rec.node = n;
+		unsigned char *k = n ? (unsigned char *)realloc(rec.kind, cap) : NULL;
+		if (k)
+			rec.kind = k;
+		if (!n || !k) {
+			rec.lost = 1;
+			return;
+		}
+		rec.cap = cap;
+	}
+	for (size_t i = 0; i < nd; i++) {
+		rec.node[rec.n] = deps[i];
+		rec.kind[rec.n++] = (unsigned char)kind;
+	}
+}
+
+extern "C" size_t cnn_cuda_recorded(cudaGraphNode_t **nodes, unsigned char **kinds)
+{
+	size_t n = rec.lost ? 0 : rec.n;
+	*nodes = n ? rec.node : NULL;
+	*kinds = n ? rec.kind : NULL;
+	if (!n) {
+		free(rec.node);
+		free(rec.kind);
+	}
+	rec.node = NULL;
+	rec.kind = NULL;
+	rec.n = rec.cap = 0;
+	rec.lost = 0;
+	return n;
+}
+
 namespace {
 
 template <typename T>
 __global__ void bias_relu(T *y, const float *b, int oc, int n, size_t total)
 {
+	pdl_enter();
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
 	     i += (size_t)gridDim.x * blockDim.x) {
 		float v = ld(y + i) + b[(i / n) % oc];
@@ -188,6 +269,7 @@ template <typename T, typename I, PoolLoad L>
 __global__ void maxpool2_fwd(const T *x, PoolEp ep, int c, int h, int w, int ph, int pw, I n,
 			     float *y, uint8_t *arg)
 {
+	pdl_enter();
 	const float *b = ep.b;
 	uint64_t key = ep.keyp ? *ep.keyp : 0;
 	I pp = (I)ph * pw;
@@ -241,6 +323,7 @@ template <typename T, typename I>
 __global__ void maxpool2_relu_bwd(const float *dy, const float *y, const uint8_t *arg, int h,
 				  int w, int ph, int pw, I total, T *dx)
 {
+	pdl_enter();
 	I bh = (I)(h + 1) / 2, bw = (I)(w + 1) / 2, bb = bh * bw;
 	for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total;
 	     i += (I)gridDim.x * blockDim.x) {
@@ -270,6 +353,7 @@ __global__ void maxpool2_relu_bwd(const float *dy, const float *y, const uint8_t
 template <typename T>
 __global__ void relu_bwd(T *dx, const T *y, size_t n, bf16 *xb)
 {
+	pdl_enter();
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x) {
 		float v = ld(dx + i);
@@ -327,6 +411,7 @@ template <typename T, typename G>
 __global__ void __launch_bounds__(kBiasThreads)
 bias_grad_part(T *dy, const G *gate, int relu, int nimg, int oc, int n, int ipc, float *part)
 {
+	pdl_enter();
 	__shared__ float red[kBiasThreads];
 	int c = blockIdx.x, o = blockIdx.y, i0 = c * ipc;
 	int i1 = i0 + ipc < nimg ? i0 + ipc : nimg;
@@ -345,6 +430,7 @@ bias_grad_part(T *dy, const G *gate, int relu, int nimg, int oc, int n, int ipc,
 __global__ void __launch_bounds__(kBiasThreads)
 bias_grad_sum(const float *part, int chunks, float *db)
 {
+	pdl_enter();
 	__shared__ float red[kBiasThreads];
 	int o = blockIdx.x;
 	float s = 0.f;
@@ -450,6 +536,7 @@ __global__ void __launch_bounds__(kThreads)
 conv1_fwd(const T *x, const T *w, const float *b, int h, int wd, int oc, int nhwc,
 	  unsigned total, T *y, Gather1 gs)
 {
+	pdl_enter();
 	__shared__ float ws[kConv1MaxOc * 9], bs[kConv1MaxOc];
 	conv1_params(w, b, oc, ws, bs);
 	unsigned ow = (unsigned)wd - 2, pix = ((unsigned)h - 2) * ow;
@@ -494,6 +581,7 @@ __global__ void __launch_bounds__(kThreads)
 conv1_fwd_nhwc_staged(const T *x, const T *w, const float *b, int h, int wd, int oc,
 		      unsigned total, T *y, Gather1 gs)
 {
+	pdl_enter();
 	__shared__ float ws[kConv1StageOc * 9], bs[kConv1StageOc];
 	__shared__ float out[kThreads * (kConv1StageOc + 1)];
 	conv1_params(w, b, oc, ws, bs);
@@ -543,6 +631,7 @@ __global__ void __launch_bounds__(kBiasThreads)
 conv1_wgrad_part(const T *x, const T *dy, const T *y, int h, int wd, int oc, int nhwc, int nimg,
 		 int ipc, int chunks, float *part)
 {
+	pdl_enter();
 	__shared__ float red[10][kBiasThreads];
 	int groups = (oc + kConv1WgCh - 1) / kConv1WgCh;
 	int c = blockIdx.x / groups, o0 = (blockIdx.x - c * groups) * kConv1WgCh, i0 = c * ipc;
@@ -617,6 +706,7 @@ conv1_wgrad_part(const T *x, const T *dy, const T *y, int h, int wd, int oc, int
 __global__ void __launch_bounds__(kBiasThreads)
 conv1_wgrad_sum(const float *part, int chunks, float *dw, float *db)
 {
+	pdl_enter();
 	__shared__ float red[kBiasThreads];
 	int o = blockIdx.x / 10, j = blockIdx.x % 10;
 	float s = 0.f;
@@ -640,6 +730,7 @@ conv1_wgrad_sum(const float *part, int chunks, float *dw, float *db)
 template <typename T>
 __global__ void bias_relu_nhwc(T *y, const float *b, int oc, size_t total)
 {
+	pdl_enter();
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
 	     i += (size_t)gridDim.x * blockDim.x) {
 		float v = ld(y + i) + b[i % oc];
@@ -652,6 +743,7 @@ template <typename T>
 __global__ void maxpool2_fwd_nhwc(const T *x, PoolEp ep, int c, int h, int w, int ph, int pw,
 				  size_t total, float *y, uint8_t *arg)
 {
+	pdl_enter();
 	const float *b = ep.b;
 	uint64_t key = ep.keyp ? *ep.keyp : 0;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
@@ -670,6 +762,7 @@ template <typename T>
 __global__ void maxpool2_relu_bwd_nhwc(const float *dy, const float *y, const uint8_t *arg, int c,
 				       int h, int w, int ph, int pw, size_t total, T *dx)
 {
+	pdl_enter();
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
 	     i += (size_t)gridDim.x * blockDim.x) {
 		int ch = (int)(i % c);
@@ -705,6 +798,7 @@ __global__ void __launch_bounds__(kThreads)
 maxpool2_fwd_nhwc_tile(const T *x, PoolEp ep, int c, int h, int w, int ph, int pw, int pb,
 		       int bands, int quad, float *y, uint8_t *arg)
 {
+	pdl_enter();
 	__shared__ float tm[kPoolTile];
 	__shared__ uint8_t ta[kPoolTile];
 	const float *b = ep.b;
@@ -775,6 +869,7 @@ __global__ void __launch_bounds__(kThreads)
 maxpool2_relu_bwd_nhwc_tile(const float *dy, const float *y, const uint8_t *arg, int c, int h,
 			    int w, int ph, int pw, int pb, int bands, int quad, T *dx)
 {
+	pdl_enter();
 	__shared__ float tg[kPoolTile];
 	__shared__ uint8_t ta[kPoolTile];
 	int img = blockIdx.x / bands, band = blockIdx.x - img * bands, py0 = band * pb;
@@ -843,6 +938,7 @@ template <typename T>
 __global__ void __launch_bounds__(kBiasThreads)
 bias_grad_part_nhwc(T *dy, const T *gate, int relu, size_t rows, int oc, float *part)
 {
+	pdl_enter();
 	__shared__ float red[kBiasThreads];
 	int lanes = oc < kBiasThreads ? oc : kBiasThreads, groups = kBiasThreads / lanes;
 	int lane = threadIdx.x % lanes, grp = threadIdx.x / lanes;
@@ -870,6 +966,7 @@ bias_grad_part_nhwc(T *dy, const T *gate, int relu, size_t rows, int oc, float *
 template <typename T>
 __global__ void oihw_to_ohwi(const float *w, int in, int hw, size_t total, T *out)
 {
+	pdl_enter();
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
 	     i += (size_t)gridDim.x * blockDim.x) {
 		// i indexes out: [o][k][ci]
@@ -884,6 +981,7 @@ __global__ void oihw_to_ohwi(const float *w, int in, int hw, size_t total, T *ou
 template <typename T>
 __global__ void ohwi_to_oihw(const T *w, int in, int hw, size_t total, float *out)
 {
+	pdl_enter();
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
 	     i += (size_t)gridDim.x * blockDim.x) {
 		// i indexes out: [o][ci][k]
@@ -897,6 +995,7 @@ __global__ void ohwi_to_oihw(const T *w, int in, int hw, size_t total, float *ou
 
 __global__ void to_bf16(const float *x, bf16 *y, size_t n)
 {
+	pdl_enter();
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x)
 		y[i] = __float2bfloat16_rn(x[i]);
@@ -904,6 +1003,7 @@ __global__ void to_bf16(const float *x, bf16 *y, size_t n)
 
 __global__ void from_bf16(const bf16 *x, float *y, size_t n)
 {
+	pdl_enter();
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x)
 		y[i] = __bfloat162float(x[i]);
@@ -974,6 +1074,7 @@ __global__ void __launch_bounds__(kLossThreads)
 logsoftmax_nll_fwd(const float *logits, const float *b, const uint8_t *label, int n, int k,
 		   float *logp, float *out, float *d, bf16 *db, float inv, float *dbias)
 {
+	pdl_enter();
 	__shared__ float part[2][kLossThreads];
 	float z[64];
 	float loss = 0.f, good = 0.f;
@@ -1067,6 +1168,7 @@ fc2_head(float *h, const float *b1, uint32_t thresh, float scale, const uint64_t
 	 float inv, float s2, float *logp, float *out, float *d, float *dw, float *db, float *dh,
 	 float *dbh, float *scratch)
 {
+	pdl_enter();
 	__shared__ float ws[kHeadW];               // W, k rows of hid + 1
 	__shared__ float hs[kHeadH];               // the block's rows of h, hid + 1 each
 	__shared__ float ds[kHeadRows * kHeadK];   // their logits, then the loss's gradient
@@ -1262,6 +1364,7 @@ template <bool WOP>
 __global__ void sgd_step(float *p, const float *g, float *buf, size_t lo, size_t n,
 			 const float *lrp, float mom, float wd, int first, int quad, cnn_cuda_wop w)
 {
+	pdl_enter();
 	float lr = *lrp;
 	size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
 	size_t a = quad ? (lo + 3) & ~(size_t)3 : n, z = quad ? n & ~(size_t)3 : n;
@@ -1301,6 +1404,7 @@ __global__ void adadelta_step(float *p, const float *g, float *sq, float *acc, s
 			      size_t n, const float *lrp, float rho, float eps, float wd,
 			      cnn_cuda_wop w)
 {
+	pdl_enter();
 	float lr = *lrp;
 	for (size_t i = lo + blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x) {
@@ -1320,6 +1424,7 @@ __global__ void adadelta_step(float *p, const float *g, float *sq, float *acc, s
 __global__ void dropout_fwd(float *x, const float *b, int k, size_t n, uint32_t thresh,
 			    float scale, const uint64_t *keyp, bf16 *xb)
 {
+	pdl_enter();
 	uint64_t key = keyp ? *keyp : 0;
 	size_t groups = (n + 3) / 4;
 	for (size_t g = blockIdx.x * (size_t)blockDim.x + threadIdx.x; g < groups;
@@ -1332,6 +1437,7 @@ __global__ void gather(const uint8_t *xs, const uint8_t *ys, const uint32_t *idx
 		       size_t plane, struct cnn_cuda_norm norm, size_t total, float *x, uint8_t *y,
 		       bf16 *xb)
 {
+	pdl_enter();
 	size_t img = (size_t)c * plane;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
 	     i += (size_t)gridDim.x * blockDim.x) {
@@ -1355,6 +1461,7 @@ template <typename T, typename I>
 __global__ void maxpool2_relu_bwd_quad(const float *dy, const float *y, const uint8_t *arg,
 				       int w, int pw, I quads, T *dx)
 {
+	pdl_enter();
 	for (I q = blockIdx.x * (I)blockDim.x + threadIdx.x; q < quads;
 	     q += (I)gridDim.x * blockDim.x) {
 		I i = 4 * q, row = i / pw, px = i - row * pw;   // row: plane * ph + py
@@ -1388,7 +1495,7 @@ int launch_bias_relu(T *y, const float *b, int nimg, int oc, int n, cudaStream_t
 	if (!total)
 		return 0;
 	bias_relu<<<blocks_for(total), kThreads, 0, s>>>(y, b, oc, n, total);
-	cudaCheck(cudaGetLastError());
+	LAUNCHED(s);
 	return 0;
 }
 
@@ -1425,7 +1532,7 @@ int launch_maxpool2_fwd(const T *x, int nimg, int c, int h, int w, const cnn_cud
 			 pair ? maxpool2_fwd<T, size_t, kPair> : maxpool2_fwd<T, size_t, kEach>;
 		k<<<blocks_for(n), kThreads, 0, s>>>(x, e, c, h, w, ph, pw, n, y, arg);
 	}
-	cudaCheck(cudaGetLastError());
+	LAUNCHED(s);
 	return 0;
 }
 
@@ -1445,7 +1552,7 @@ int launch_maxpool2_relu_bwd(const float *dy, const float *y, const uint8_t *arg
 		else
 			maxpool2_relu_bwd_quad<<<blocks_for(quads), kThreads, 0, s>>>(
 				dy, y, arg, w, w / 2, quads, dx);
-		cudaCheck(cudaGetLastError());
+		LAUNCHED(s);
 		return 0;
 	}
 	if (total <= 0x7fffffffu / 4)
@@ -1454,7 +1561,7 @@ int launch_maxpool2_relu_bwd(const float *dy, const float *y, const uint8_t *arg
 	else
 		maxpool2_relu_bwd<<<blocks_for(total), kThreads, 0, s>>>(dy, y, arg, h, w, h / 2,
 									   w / 2, total, dx);
-	cudaCheck(cudaGetLastError());
+	LAUNCHED(s);
 	return 0;
 }
 
@@ -1464,7 +1571,7 @@ int launch_relu_bwd(T *dx, const T *y, size_t n, bf16 *xb, cudaStream_t s)
 	if (!n)
 		return 0;
 	relu_bwd<<<blocks_for(n), kThreads, 0, s>>>(dx, y, n, xb);
-	cudaCheck(cudaGetLastError());
+	LAUNCHED(s);
 	return 0;
 }
 
@@ -1484,9 +1591,9 @@ int launch_bias_grad(T *dy, const G *gate, int relu, int nimg, int oc, int n, fl
 	int ipc = bias_ipc(n), chunks = (nimg + ipc - 1) / ipc;
 	bias_grad_part<<<dim3(chunks, oc), kBiasThreads, 0, s>>>(dy, gate, relu, nimg, oc, n, ipc,
 								 scratch);
-	cudaCheck(cudaGetLastError());
+	LAUNCHED(s);
 	bias_grad_sum<<<oc, kBiasThreads, 0, s>>>(scratch, chunks, db);
-	cudaCheck(cudaGetLastError());
+	LAUNCHED(s);
 	return 0;
 }
 
@@ -1497,7 +1604,7 @@ int launch_bias_relu_nhwc(T *y, const float *b, int nimg, int oc, int n, cudaStr
 	if (!total)
 		return 0;
 	bias_relu_nhwc<<<blocks_for(total), kThreads, 0, s>>>(y, b, oc, total);
-	cudaCheck(cudaGetLastError());
+	LAUNCHED(s);
 	return 0;
 }
 
@@ -1517,7 +1624,7 @@ int launch_maxpool2_fwd_nhwc(const T *x, int nimg, int c, int h, int w,
 	else
 		maxpool2_fwd_nhwc<<<blocks_for(total), kThreads, 0, s>>>(x, pool_ep(ep), c, h, w, ph,
 									  pw, total, y, arg);
-	cudaCheck(cudaGetLastError());
+	LAUNCHED(s);
 	return 0;
 }
 
@@ -1538,7 +1645,7 @@ int launch_maxpool2_relu_bwd_nhwc(const float *dy, const float *y, const uint8_t
 	else
 		maxpool2_relu_bwd_nhwc<<<blocks_for(total), kThreads, 0, s>>>(dy, y, arg, c, h, w, ph,
 									       pw, total, dx);
-	cudaCheck(cudaGetLastError());
+	LAUNCHED(s);
 	return 0;
 }
 
@@ -1564,9 +1671,9 @@ int launch_bias_grad_nhwc(T *dy, const T *gate, int relu, int nimg, int oc, int 
 	}
 	bias_grad_part_nhwc<<<(unsigned)chunks, kBiasThreads, 0, s>>>(dy, gate, relu,
 									(size_t)nimg * n, oc, scratch);
-	cudaCheck(cudaGetLastError());
+	LAUNCHED(s);
 	bias_grad_sum<<<oc, kBiasThreads, 0, s>>>(scratch, (int)chunks, db);
-	cudaCheck(cudaGetLastError());
+	LAUNCHED(s);
 	return 0;
 }
 
@@ -1577,7 +1684,7 @@ int launch_oihw_to_ohwi(const float *w, int out, int in, int hw, T *o, cudaStrea
 	if (!total)
 		return 0;
 	oihw_to_ohwi<<<blocks_for(total), kThreads, 0, s>>>(w, in, hw, total, o);
-	cudaCheck(cudaGetLastError());
+	LAUNCHED(s);
 	return 0;
 }
 
@@ -1588,7 +1695,7 @@ int launch_ohwi_to_oihw(const T *w, int out, int in, int hw, float *o, cudaStrea
 	if (!total)
 		return 0;
 	ohwi_to_oihw<<<blocks_for(total), kThreads, 0, s>>>(w, in, hw, total, o);
-	cudaCheck(cudaGetLastError());
+	LAUNCHED(s);
 	return 0;
 }
 
@@ -1624,14 +1731,14 @@ int launch_conv1_fwd(const T *x, const T *w, const float *b, int nimg, int h, in
 		auto staged_k = gs ? conv1_fwd_nhwc_staged<T, true> : conv1_fwd_nhwc_staged<T, false>;
 		staged_k<<<blocks_for(total), kThreads, 0, s>>>(x, w, b, h, wd, oc, (unsigned)total, y,
 								 gs ? *gs : Gather1());
-		cudaCheck(cudaGetLastError());
+		LAUNCHED(s);
 		return 0;
 	}
 	auto conv1_fwd_k = gs ? conv1_fwd<T, true> : conv1_fwd<T, false>;
 	int mode = nhwc ? (oc % 8 == 0 && aligned(y, 16) ? 2 : 1) : 0;   // conv1_fwd's nhwc
 	conv1_fwd_k<<<blocks_for(total), kThreads, 0, s>>>(x, w, b, h, wd, oc, mode, (unsigned)total,
 							    y, gs ? *gs : Gather1());
-	cudaCheck(cudaGetLastError());
+	LAUNCHED(s);
 	return 0;
 }
 
@@ -1669,9 +1776,9 @@ int launch_conv1_wgrad(const T *x, const T *dy, const T *y, int nimg, int h, int
 		nhwc = 2;
 	conv1_wgrad_part<<<(unsigned)blocks, kBiasThreads, 0, s>>>(x, dy, y, h, wd, oc, nhwc, nimg,
 								   ipc, chunks, scratch);
-	cudaCheck(cudaGetLastError());
+	LAUNCHED(s);
 	conv1_wgrad_sum<<<oc * 10, kBiasThreads, 0, s>>>(scratch, chunks, dw, db);
-	cudaCheck(cudaGetLastError());
+	LAUNCHED(s);
 	return 0;
 }
 
@@ -1832,7 +1939,7 @@ extern "C" int cnn_cuda_to_bf16(const float *x, cnn_bf16 *y, size_t n, cudaStrea
 	if (!n)
 		return 0;
 	to_bf16<<<blocks_for(n), kThreads, 0, s>>>(x, B(y), n);
-	cudaCheck(cudaGetLastError());
+	LAUNCHED(s);
 	return 0;
 }
 
@@ -1841,7 +1948,7 @@ extern "C" int cnn_cuda_from_bf16(const cnn_bf16 *x, float *y, size_t n, cudaStr
 	if (!n)
 		return 0;
 	from_bf16<<<blocks_for(n), kThreads, 0, s>>>(B(x), y, n);
-	cudaCheck(cudaGetLastError());
+	LAUNCHED(s);
 	return 0;
 }
 
@@ -1866,7 +1973,7 @@ extern "C" int cnn_cuda_logsoftmax_nll_fwd(const float *logits, const float *b,
 	logsoftmax_nll_fwd<<<1, threads, 0, s>>>(logits, b, label, n, k, logp, out, dlogits,
 						   dlogits ? reinterpret_cast<bf16 *>(dlb) : NULL,
 						   dlogits ? 1.f / scale_n : 0.f, dbias);
-	cudaCheck(cudaGetLastError());
+	LAUNCHED(s);
 	return 0;
 }
 
@@ -1905,7 +2012,7 @@ extern "C" int cnn_cuda_fc2_head(float *h, const float *b1, float p, const uint6
 						 b1 && p > 0.f ? key : NULL, w, b, label, n, hid, k,
 						 rows, 1.f / scale_n, s2, logp, out, dlogits, dw, db,
 						 dh, dbh, scratch);
-	cudaCheck(cudaGetLastError());
+	LAUNCHED(s);
 	return 0;
 }
 
@@ -1951,7 +2058,7 @@ extern "C" int cnn_cuda_sgd_step_range(float *p, const float *g, float *buf, siz
 	int quad = aligned(p, 16) && aligned(g, 16) && (momentum == 0.f || aligned(buf, 16));
 	unsigned nb = blocks_for(quad ? (hi - lo) / 4 + 1 : hi - lo);
 	sgd_kernel<<<nb, kThreads, 0, s>>>(p, g, buf, lo, hi, lr, mom, wd, first, quad, w);
-	cudaCheck(cudaGetLastError());
+	LAUNCHED(s);
 	return 0;
 }
 
@@ -1976,7 +2083,7 @@ extern "C" int cnn_cuda_adadelta_step_range(float *p, const float *g, float *sq,
 	unsigned nb = blocks_for(hi - lo);
 	auto adadelta_kernel = wop ? adadelta_step<true> : adadelta_step<false>;
 	adadelta_kernel<<<nb, kThreads, 0, s>>>(p, g, sq, acc, lo, hi, lr, rho, eps, wd, w);
-	cudaCheck(cudaGetLastError());
+	LAUNCHED(s);
 	return 0;
 }
 
@@ -2003,7 +2110,7 @@ extern "C" int cnn_cuda_dropout_fwd(float *x, const float *b, int k, size_t n, f
 	dropout_fwd<<<blocks_for((n + 3) / 4), kThreads, 0, s>>>(x, b, k, n, thresh, scale,
 								   p > 0.f ? key : NULL,
 								   reinterpret_cast<bf16 *>(xb));
-	cudaCheck(cudaGetLastError());
+	LAUNCHED(s);
 	return 0;
 }
 
@@ -2030,7 +2137,7 @@ extern "C" int cnn_cuda_gather(const uint8_t *xs, const uint8_t *ys, const uint3
 		return -1;
 	}
 	gather<<<blocks_for(total), kThreads, 0, s>>>(xs, ys, idx, c, plane, *norm, total, x, y, B(xb));
-	cudaCheck(cudaGetLastError());
+	LAUNCHED(s);
 	return 0;
 }
 
@@ -2046,7 +2153,7 @@ extern "C" int cnn_cuda_conv1_wgrad_sum(const float *part, int chunks, int oc, f
 		return -1;
 	}
 	conv1_wgrad_sum<<<oc * 10, kBiasThreads, 0, s>>>(part, chunks, dw, db);
-	cudaCheck(cudaGetLastError());
+	LAUNCHED(s);
 	return 0;
 }
 

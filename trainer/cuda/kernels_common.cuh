@@ -15,6 +15,32 @@
 #include "check.h"
 #include "kernels.h"
 
+// Each kernel's first statement (tests/tools/pdl_lint checks it): wait
+// for the grids this launch depends on programmatically, then let those
+// that depend on it launch (kernels.h; no-ops on a launch without a
+// programmatic edge, and before sm_90).  Waiting before anything else
+// keeps every read and write of the kernel after its predecessors', as an
+// ordinary edge does.
+#ifdef CUEMU_H
+#define pdl_enter() cuemu::pdl_enter()
+#else
+__device__ __forceinline__ void pdl_enter()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+#endif
+
+// After each launch: its error, as cudaCheck, and its node where a graph's
+// capture records them (kernels.h).
+#define LAUNCHED(s)                                                                  \
+	do {                                                                         \
+		cudaCheck(cudaGetLastError());                                       \
+		cnn_cuda_note((s), CNN_NODE_OURS);                                   \
+	} while (0)
+
 namespace {
 
 constexpr int kThreads = 256;
