@@ -349,14 +349,17 @@ all | variants | session)
 		# noise; each column's runs printed after the table), with
 		# --conv-layout nchw beside the default, auto, at 1024 (which
 		# times both layouts' steps and prints both); the training step
-		# against the golden file; the 2-epoch accuracy; what ncu says of
+		# against the golden file (and --pdl's steps against --pdl off's:
+		# programmatic launch's first GPU run, a column beside the default
+		# at 1024 and 64); the 2-epoch accuracy; what ncu says of
 		# the kernels at 1024 and 64 in both layouts; bf16.  7 parts:
 		# $OUT brings back 8 files.
 		part kernels_test 60 -- test_cuda_kernels
 		part compile 280 BATCHES=1024 TORCH_MODES="graph compile" REPEATS=3 \
-			CNN_VARIANTS="nchw:--conv-layout nchw" -- bench
-		part bench_tf32 120 BATCHES=64 TORCH_MODES="eager graph" REPEATS=3 -- bench
-		part gpu_step 100 -- test_gpu_step
+			CNN_VARIANTS="nchw:--conv-layout nchw;pdl:--pdl auto" -- bench
+		part bench_tf32 150 BATCHES=64 TORCH_MODES="eager graph" REPEATS=3 \
+			CNN_VARIANTS="pdl:--pdl auto" -- bench
+		part gpu_step 130 -- test_gpu_step
 		part accuracy 60 EPOCHS=2 BATCHES=64 TORCH_MODES=eager -- bench
 		part profile 40 BATCHES="1024 64" PROFILE_LAYOUTS="nhwc nchw" -- profile
 		part bench_bf16 80 BATCHES="64 1024" TORCH_MODES="eager graph" PRECISION=bf16 \

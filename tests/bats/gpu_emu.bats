@@ -131,6 +131,151 @@ PY
 	! grep -q '^# backward streams auto' <<<"$output"
 }
 
+# --pdl (sm_90 and later): a copy of the kept graph whose edges from a
+# kernel into one of the project's kernels are programmatic (each of those
+# waits for its predecessors first: tools/pdl_lint), so it is launched
+# while the kernel before it runs.  cuemu runs such an edge as any other
+# (and fails a kernel reached through one that does not wait), and its
+# clock takes the launch's 2 us off it: auto keeps that graph there.
+@test "--pdl on, auto and off train the same parameters bit for bit; the programmatic edges lead into the project's kernels; auto keeps the faster graph (cuemu)" {
+	local v i crc=() outs=()
+	for v in "" "--pdl off" "--pdl on" "--pdl auto"; do
+		# (bats' run uses i: the runs are counted by crc's entries)
+		# shellcheck disable=SC2086
+		CUEMU_STREAMS=lazy run --separate-stderr "$CNN" "${SMALL[@]}" --max-steps 8 --device cuda \
+			--precision fp32 --conv1 direct --conv-layout nchw --backward-streams 2 $v \
+			--dump-params "$BATS_TEST_TMPDIR/p${#crc[@]}.bin" --log-json "$BATS_TEST_TMPDIR/j${#crc[@]}.json" \
+			--cuda-graph-dot "$BATS_TEST_TMPDIR/g${#crc[@]}.dot"
+		echo "$stderr"
+		assert_success
+		outs+=("$output")
+		crc+=("$(sed -n 's/^params: identical on all 1 ranks (crc32 \([0-9a-f]*\))$/\1/p' <<<"$output")")
+	done
+	echo "crc32: ${crc[*]}"
+	[ -n "${crc[0]}" ]
+	for i in 1 2 3; do
+		assert_equal "${crc[$i]}" "${crc[0]}"
+		cmp "$BATS_TEST_TMPDIR/p0.bin" "$BATS_TEST_TMPDIR/p$i.bin"
+	done
+	# off, the default: the graph as captured, nothing said
+	for i in 0 1; do
+		! grep -q 'programmatic' <<<"${outs[$i]}"
+		! grep -q 'style=dashed' "$BATS_TEST_TMPDIR/g$i.dot"
+	done
+	# on: the census says how many; the drawing has as many dashed edges,
+	# each from a kernel (a box) into one of the project's (not a cuDNN,
+	# cuBLAS or NCCL call)
+	output=${outs[2]}
+	mapfile -t lines <<<"$output"
+	assert_line --regexp '^# GPU: cuemu .*, CUDA graph, weight gradients on a second stream, programmatic launch on$'
+	local n
+	n=$(sed -n 's/^# programmatic launch on (batch 8): \([0-9]*\) programmatic edges$/\1/p' <<<"$output")
+	echo "on: $n edges"
+	[ -n "$n" ] && [ "$n" -gt 3 ]
+	/usr/bin/python3 - "$BATS_TEST_TMPDIR/g2.dot" "$n" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+label = dict(re.findall(r'^  (n\d+) \[label="([^"]*)" shape=box\];$', text, re.M))
+dashed = re.findall(r'^  (n\d+) -> (n\d+) \[style=dashed\];$', text, re.M)
+assert len(dashed) == int(sys.argv[2]), (len(dashed), sys.argv[2])
+for a, b in dashed:
+    assert a in label and b in label, (a, b)   # both kernels
+    assert not re.match(r'(cudnn|cublas|nccl)', label[b]), label[b]
+print(len(dashed), "dashed edges, into", sorted({label[b] for _, b in dashed}))
+PY
+	# auto: timed both ways, the faster kept (cuemu's clock: with them)
+	output=${outs[3]}
+	mapfile -t lines <<<"$output"
+	assert_line --regexp '^# GPU: cuemu .*, programmatic launch auto \(the step.s graph timed with and without\)$'
+	local line kept ms1 ms2 na k
+	line=$(grep '^# programmatic launch auto (batch 8): ' <<<"$output")
+	echo "$line"
+	read -r kept ms1 ms2 na k < <(sed -E 's/^.*: (on|off) kept; a replay of the step took ([0-9.]+) ms as captured, ([0-9.]+) ms with ([0-9]+) programmatic edges \(the least of ([0-9]+) each\)$/\1 \2 \3 \4 \5/' <<<"$line")
+	assert_equal "$na" "$n"
+	assert_equal "$kept" "$(awk -v a="$ms1" -v b="$ms2" 'BEGIN { print (b < a) ? "on" : "off" }')"
+	assert_equal "$kept" on
+	[ "$k" -ge 2 ]
+	/usr/bin/python3 - "$BATS_TEST_TMPDIR"/j{0,2,3}.json "$n" "$ms1" "$ms2" <<'PY'
+import json, sys
+off, on, auto = (json.load(open(f))["cuda_graph"] for f in sys.argv[1:4])
+n, ms1, ms2 = int(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6])
+assert off["pdl"] is None, off
+assert on["pdl"] == {"edges": n, "kept": True, "ms": None}, on
+assert auto["pdl"] == {"edges": n, "kept": True, "ms": [ms1, ms2]}, auto
+PY
+	# a bad value is named; on the CPU the option is said to be unused
+	run --separate-stderr "$CNN" "${SMALL[@]}" --max-steps 1 --device cuda --pdl sometimes
+	assert_failure
+	[[ "$stderr" == *"--pdl"*"sometimes"* ]]
+	run --separate-stderr "$CNN" "${SMALL[@]}" --max-steps 1 --device cpu --pdl on
+	assert_success
+	assert_line '# --pdl: GPU options, not used by this run on the CPU'
+}
+
+@test "--pdl with two ranks over NCCL: both time the same graphs, NCCL's node keeps its edges, the parameters are --pdl off's (cuemu)" {
+	local opts=("${SMALL[@]}" --max-steps 8 --device cuda --precision fp32 --conv1 direct --conv-layout nchw \
+		--backward-streams 1)
+	ranks2 nccl "$BATS_TEST_TMPDIR/off" "${opts[@]}" --dump-params "$BATS_TEST_TMPDIR/off.bin"
+	echo "$stderr"
+	assert_success
+	ranks2 nccl "$BATS_TEST_TMPDIR/auto" "${opts[@]}" --pdl auto --dump-params "$BATS_TEST_TMPDIR/auto.bin"
+	echo "$stderr"
+	assert_success
+	assert_line --regexp '^# programmatic launch auto \(batch 8\): (on|off) kept; a replay of the step took [0-9.]+ ms as captured, [0-9.]+ ms with [0-9]+ programmatic edges \(the least of [0-9]+ each, summed over the ranks\)$'
+	assert_line --regexp '^params: identical on all 2 ranks '
+	cmp "$BATS_TEST_TMPDIR/off.bin" "$BATS_TEST_TMPDIR/auto.bin"
+	ranks2 nccl "$BATS_TEST_TMPDIR/on" "${opts[@]}" --pdl on --dump-params "$BATS_TEST_TMPDIR/on.bin" \
+		--cuda-graph-dot "$BATS_TEST_TMPDIR/on.dot"
+	echo "$stderr"
+	assert_success
+	assert_line --regexp '^# programmatic launch on \(batch 8\): [0-9]+ programmatic edges$'
+	cmp "$BATS_TEST_TMPDIR/off.bin" "$BATS_TEST_TMPDIR/on.bin"
+	# the update after the all-reduce follows NCCL's node by an edge as
+	# captured
+	grep -q 'ncclAllReduce' "$BATS_TEST_TMPDIR/on.dot"
+	/usr/bin/python3 - "$BATS_TEST_TMPDIR/on.dot" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+label = dict(re.findall(r'^  (n\d+) \[label="([^"]*)"', text, re.M))
+edges = re.findall(r'^  (n\d+) -> (n\d+)( \[style=dashed\])?;$', text, re.M)
+dashed = [(a, b) for a, b, d in edges if d]
+assert dashed, "no programmatic edge"
+for a, b in dashed:
+    assert not label[a].startswith("nccl") and not label[b].startswith("nccl"), (label[a], label[b])
+assert any(label[a].startswith("nccl") and not d for a, b, d in edges), "no edge out of NCCL's node"
+PY
+}
+
+@test "tools/pdl_lint: every kernel of the trainer waits first and every launch notes its node; a kernel or launch that does not is named (cuemu)" {
+	run "$REPO/tests/tools/pdl_lint" "$REPO/trainer/cuda/kernels.cu" "$REPO/trainer/cuda/conv2_tc.cu"
+	assert_success
+	assert_output ""
+	# the first kernel's pdl_enter() taken out
+	local k="$BATS_TEST_TMPDIR/k.cu" first
+	first=$(grep -n 'pdl_enter();' "$REPO/trainer/cuda/kernels.cu" | head -n 1 | cut -d: -f1)
+	sed "${first}d" "$REPO/trainer/cuda/kernels.cu" >"$k"
+	# (named at its body's brace, the line before)
+	run "$REPO/tests/tools/pdl_lint" "$k"
+	assert_failure
+	assert_output "$k:$((first - 1)): a kernel whose first statement is not pdl_enter();"
+	# pdl_enter() after another statement is not first
+	sed "${first}s/pdl_enter();/int x_ = 0; (void)x_; pdl_enter();/" "$REPO/trainer/cuda/kernels.cu" >"$k"
+	run "$REPO/tests/tools/pdl_lint" "$k"
+	assert_failure
+	assert_output "$k:$((first - 1)): a kernel whose first statement is not pdl_enter();"
+	# a launch whose LAUNCHED(s) is gone
+	local at
+	at=$(grep -n 'LAUNCHED(s);' "$REPO/trainer/cuda/kernels.cu" | head -n 1 | cut -d: -f1)
+	sed "${at}s/LAUNCHED(s);/cudaCheck(cudaGetLastError());/" "$REPO/trainer/cuda/kernels.cu" >"$k"
+	run "$REPO/tests/tools/pdl_lint" "$k"
+	assert_failure
+	assert_output --regexp "^$k:[0-9]+: launch of [A-Za-z_0-9]+ with no LAUNCHED\(stream\) before the next return$"
+	# comments do not count
+	sed "${first}s|pdl_enter();|// pdl_enter();|" "$REPO/trainer/cuda/kernels.cu" >"$k"
+	run "$REPO/tests/tools/pdl_lint" "$k"
+	assert_failure
+}
+
 # cudnnFind times each algorithm once, and on a GPU its order at a small
 # batch changes from run to run (an H200 at 64: the same step replayed in
 # 0.223 ms in one run and 0.262 in the next).  At the graph's batch each

@@ -73,6 +73,14 @@ touch_bounded(float *x, dim3 at)
 // y = a x + b, one block: the streams' tests' unit of work.
 __global__ void axpb(const float *x, float *y, float a, float b) { y[threadIdx.x] = a * x[threadIdx.x] + b; }
 
+// axpb that waits for its programmatic predecessors first, as every kernel
+// of cnn_train's does (kernels_common.cuh's pdl_enter)
+__global__ void axpb_pdl(const float *x, float *y, float a, float b)
+{
+	cuemu::pdl_enter();
+	y[threadIdx.x] = a * x[threadIdx.x] + b;
+}
+
 // Races cuemu's CUEMU_ORDER=check must report, each a launch of 2 blocks
 // of 64 threads writing x[0..127]:
 // 0: a neighbour's shared value read with no barrier after the write;
@@ -224,5 +232,12 @@ extern "C" int cuemu_selftest_axpb(const float *x, float *y, unsigned n, float a
 				   cudaStream_t s)
 {
 	axpb<<<1, n, 0, s>>>(x, y, a, b);
+	return cudaGetLastError();
+}
+
+extern "C" int cuemu_selftest_axpb_pdl(const float *x, float *y, unsigned n, float a, float b,
+				       cudaStream_t s)
+{
+	axpb_pdl<<<1, n, 0, s>>>(x, y, a, b);
 	return cudaGetLastError();
 }

@@ -27,5 +27,8 @@ int cuemu_selftest_wmma_copy(const float *a, unsigned off, unsigned ldm, float *
 
 /* y[i] = a x[i] + b for i < n (one block), on stream s */
 int cuemu_selftest_axpb(const float *x, float *y, unsigned n, float a, float b, cudaStream_t s);
+/* the same, its kernel calling pdl_enter (griddepcontrol.wait) first */
+int cuemu_selftest_axpb_pdl(const float *x, float *y, unsigned n, float a, float b,
+			    cudaStream_t s);
 
 #endif

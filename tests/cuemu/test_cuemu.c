@@ -586,6 +586,139 @@ static void test_streams(void)
 	test_cond("no error left behind", cudaGetLastError() == cudaSuccess);
 }
 
+/* Programmatic edges (cnn_train's --pdl): cudaStreamGetCaptureInfo's
+ * dependencies, a copy of a graph and its nodes, an edge's type changed by
+ * removing and adding it under CUDA's rules, the replay's order and clock,
+ * and the check that a kernel reached through such an edge waits first. */
+static void test_programmatic(void)
+{
+	cudaStream_t s;
+	float *a = NULL, *b = NULL, ha[64];
+	cudaGraph_t g = NULL, c = NULL;
+	cudaGraphExec_t ge = NULL, ce = NULL;
+	cudaGraphNode_t k[3], from[8], to[8], cn[3];
+	cudaGraphEdgeData data[8];
+	const cudaGraphNode_t *deps = NULL;
+	enum cudaStreamCaptureStatus st;
+	size_t nd = 0, ne = 8;
+	cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+	cudaMalloc((void **)&a, 256);
+	cudaMalloc((void **)&b, 256);
+	/* a memset, then A (a = a + 1), B (b = 2a, waits first), C (a = b + 1,
+	 * does not wait): each kernel's node noted as the capture goes */
+	test_cond("cudaStreamGetCaptureInfo of a stream not capturing: status none",
+		  cudaStreamGetCaptureInfo(s, &st, NULL, NULL, &deps, NULL, &nd) == cudaSuccess &&
+		  st == cudaStreamCaptureStatusNone);
+	cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+	cudaMemsetAsync(a, 0, 256, s);
+	int ok = 1;
+	for (int i = 0; i < 3; i++) {
+		if (i == 0)
+			cuemu_selftest_axpb(a, a, 64, 1.f, 1.f, s);
+		else if (i == 1)
+			cuemu_selftest_axpb_pdl(a, b, 64, 2.f, 0.f, s);
+		else
+			cuemu_selftest_axpb(b, a, 64, 1.f, 1.f, s);
+		ok &= cudaStreamGetCaptureInfo(s, &st, NULL, NULL, &deps, NULL, &nd) == cudaSuccess &&
+		      st == cudaStreamCaptureStatusActive && nd == 1;
+		k[i] = ok ? deps[0] : NULL;
+	}
+	test_cond("cudaStreamGetCaptureInfo after each launch: the launch's node alone", ok);
+	test_cond("the capture ends", cudaStreamEndCapture(s, &g) == cudaSuccess);
+	test_cond("cudaGraphClone copies it", cudaGraphClone(&c, g) == cudaSuccess);
+	ok = 1;
+	for (int i = 0; i < 3; i++)
+		ok &= cudaGraphNodeFindInClone(&cn[i], k[i], c) == cudaSuccess && cn[i] != k[i];
+	test_cond("cudaGraphNodeFindInClone finds each kernel's node in the copy", ok);
+	test_cond("... and refuses a node of another graph",
+		  cudaGraphNodeFindInClone(&cn[0], cn[1], g) == cudaErrorInvalidValue);
+	cudaGraphEdgeData prog = { 0 };
+	prog.from_port = cudaGraphKernelNodePortProgrammatic;
+	prog.type = cudaGraphDependencyTypeProgrammatic;
+	cudaGraphNode_t mem = NULL;
+	cudaGraphNode_t all[4];
+	size_t nn = 4;
+	if (cudaGraphGetNodes(c, all, &nn) == cudaSuccess)
+		for (size_t i = 0; i < nn; i++) {
+			enum cudaGraphNodeType t;
+			if (cudaGraphNodeGetType(all[i], &t) == cudaSuccess && t == cudaGraphNodeTypeMemset)
+				mem = all[i];
+		}
+	test_cond("a programmatic edge from a memset: cudaErrorInvalidValue",
+		  mem && cudaGraphAddDependencies(c, &mem, &cn[0], &prog, 1) == cudaErrorInvalidValue);
+	cudaGraphEdgeData bad = prog;
+	bad.from_port = cudaGraphKernelNodePortDefault;
+	test_cond("a programmatic edge from the default port: cudaErrorInvalidValue",
+		  cudaGraphRemoveDependencies(c, &cn[0], &cn[1], NULL, 1) == cudaSuccess &&
+		  cudaGraphAddDependencies(c, &cn[0], &cn[1], &bad, 1) == cudaErrorInvalidValue);
+	test_cond("A -> B made programmatic (removed, added back with its data)",
+		  cudaGraphAddDependencies(c, &cn[0], &cn[1], &prog, 1) == cudaSuccess);
+	test_cond("the same edge again: cudaErrorInvalidValue",
+		  cudaGraphAddDependencies(c, &cn[0], &cn[1], NULL, 1) == cudaErrorInvalidValue);
+	test_cond("an edge that closes a cycle (B -> A): cudaErrorInvalidValue",
+		  cudaGraphAddDependencies(c, &cn[1], &cn[0], NULL, 1) == cudaErrorInvalidValue);
+	test_cond("removing a default edge that is programmatic: cudaErrorInvalidValue",
+		  cudaGraphRemoveDependencies(c, &cn[0], &cn[1], NULL, 1) == cudaErrorInvalidValue);
+	ne = 8;
+	test_cond("cudaGraphGetEdges without the edges' data: cudaErrorLossyQuery",
+		  cudaGraphGetEdges(c, from, to, NULL, &ne) == cudaErrorLossyQuery);
+	ne = 8;
+	int progs = 0, right = 0;
+	if (cudaGraphGetEdges(c, from, to, data, &ne) == cudaSuccess)
+		for (size_t i = 0; i < ne; i++)
+			if (data[i].type == cudaGraphDependencyTypeProgrammatic) {
+				progs++;
+				right = from[i] == cn[0] && to[i] == cn[1] &&
+					data[i].from_port == cudaGraphKernelNodePortProgrammatic;
+			}
+	test_cond("cudaGraphGetEdges with data: 3 edges, A -> B programmatic",
+		  ne == 3 && progs == 1 && right);
+	/* replays: the same result; the copy a launch's latency sooner */
+	cudaEvent_t t0, t1;
+	float ms[2] = { 0.f, 0.f };
+	cudaEventCreate(&t0);
+	cudaEventCreate(&t1);
+	int rok = cudaGraphInstantiate(&ge, g, 0) == cudaSuccess &&
+		  cudaGraphInstantiate(&ce, c, 0) == cudaSuccess;
+	for (int i = 0; rok && i < 2; i++) {
+		cudaEventRecord(t0, s);
+		rok = cudaGraphLaunch(i ? ce : ge, s) == cudaSuccess;
+		cudaEventRecord(t1, s);
+		rok = rok && cudaEventSynchronize(t1) == cudaSuccess &&
+		      cudaEventElapsedTime(&ms[i], t0, t1) == cudaSuccess &&
+		      cudaMemcpy(ha, a, 256, cudaMemcpyDeviceToHost) == cudaSuccess && ha[0] == 3.f &&
+		      ha[63] == 3.f;
+	}
+	printf("# replay as captured %.6f ms, with A -> B programmatic %.6f ms\n", ms[0], ms[1]);
+	test_cond("both replay to the same result (a = 2 (0 + 1) + 1)", rok);
+	test_cond("the programmatic edge takes B's launch (2 us) off the replay",
+		  rok && fabsf(ms[0] - ms[1] - 2e-3f) < 1e-6f);
+	/* B -> C programmatic: C never waits, which the replay reports */
+	test_cond("B -> C made programmatic",
+		  cudaGraphRemoveDependencies(c, &cn[1], &cn[2], NULL, 1) == cudaSuccess &&
+		  cudaGraphAddDependencies(c, &cn[1], &cn[2], &prog, 1) == cudaSuccess);
+	cudaGraphExecDestroy(ce);
+	ce = NULL;
+	cudaError_t le = cudaErrorUnknown;
+	if (cudaGraphInstantiate(&ce, c, 0) == cudaSuccess) {
+		cudaGraphLaunch(ce, s);
+		cudaStreamSynchronize(s);
+		le = cudaGetLastError();
+	}
+	test_cond("a kernel reached through a programmatic edge that does not wait first: "
+		  "the launch fails (cudaErrorLaunchFailure)", le == cudaErrorLaunchFailure);
+	if (ge)
+		cudaGraphExecDestroy(ge);
+	if (ce)
+		cudaGraphExecDestroy(ce);
+	cudaGraphDestroy(g);
+	cudaGraphDestroy(c);
+	cudaEventDestroy(t0), cudaEventDestroy(t1);
+	cudaStreamDestroy(s);
+	cudaFree(a), cudaFree(b);
+	test_cond("no error left behind", cudaGetLastError() == cudaSuccess);
+}
+
 int main(void)
 {
 	/* the execution model's checks read each launch's error right after
@@ -601,5 +734,6 @@ int main(void)
 	test_wmma_alignment();
 	test_order();
 	test_streams();
+	test_programmatic();
 	return test_report();
 }
