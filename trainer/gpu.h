@@ -163,9 +163,9 @@ struct cnn_graph_census {
 	float layout_ms[2];
 	/* --pdl (cnn_pdl): the edges a copy of the kept graph made
 	 * programmatic (0: none was made: pdl_none says why), whether that
-	 * copy is what replays (pdl_kept), and with auto (pdl_timed 1) a
-	 * replay's least time without and with them (ms; the sum over the
-	 * ranks) */
+	 * copy is what replays (pdl_kept), and with auto (pdl_timed: the
+	 * replays timed of each, else 0) a replay's least time without and
+	 * with them (ms; the sum over the ranks) */
 	int pdl_edges, pdl_kept, pdl_timed;
 	float pdl_ms[2];
 	char pdl_none[128];

@@ -314,7 +314,7 @@ static void graph_report(struct run *R)
 			printf("# programmatic launch auto (batch %d): %s kept; a replay of the step took "
 			       "%.4f ms as captured, %.4f ms with %d programmatic edge%s (the least of "
 			       "%d each%s)\n", c.batch, c.pdl_kept ? "on" : "off", c.pdl_ms[0],
-			       c.pdl_ms[1], c.pdl_edges, c.pdl_edges == 1 ? "" : "s", c.tuned,
+			       c.pdl_ms[1], c.pdl_edges, c.pdl_edges == 1 ? "" : "s", c.pdl_timed,
 			       R->r.world > 1 ? ", summed over the ranks" : "");
 		else if (c.pdl_kept)
 			printf("# programmatic launch on (batch %d): %d programmatic edge%s\n", c.batch,

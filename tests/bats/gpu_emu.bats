@@ -203,6 +203,25 @@ assert off["pdl"] is None, off
 assert on["pdl"] == {"edges": n, "kept": True, "ms": None}, on
 assert auto["pdl"] == {"edges": n, "kept": True, "ms": [ms1, ms2]}, auto
 PY
+	# an edge CUDA refuses as programmatic stays as captured, the others
+	# are made: CUEMU_NO_PDL refuses those into fc2's head and the update
+	local refused
+	/usr/bin/python3 - "$BATS_TEST_TMPDIR/g2.dot" >"$BATS_TEST_TMPDIR/into" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+label = dict(re.findall(r'^  (n\d+) \[label="([^"]*)"', text, re.M))
+print(sum(label[b] in ("fc2_head", "sgd_kernel") for _, b in re.findall(r'^  (n\d+) -> (n\d+) \[style=dashed\];$', text, re.M)))
+PY
+	refused=$(cat "$BATS_TEST_TMPDIR/into")
+	[ "$refused" -gt 0 ]
+	CUEMU_NO_PDL=fc2_head,sgd_kernel CUEMU_STREAMS=lazy run --separate-stderr "$CNN" "${SMALL[@]}" --max-steps 8 \
+		--device cuda --precision fp32 --conv1 direct --conv-layout nchw --backward-streams 2 --pdl on \
+		--dump-params "$BATS_TEST_TMPDIR/p4.bin"
+	echo "$stderr"
+	assert_success
+	assert_line "# programmatic launch on (batch 8): $((n - refused)) programmatic edges"
+	[[ "$stderr" != *warning* ]]
+	cmp "$BATS_TEST_TMPDIR/p0.bin" "$BATS_TEST_TMPDIR/p4.bin"
 	# a bad value is named; on the CPU the option is said to be unused
 	run --separate-stderr "$CNN" "${SMALL[@]}" --max-steps 1 --device cuda --pdl sometimes
 	assert_failure
@@ -699,7 +718,7 @@ epoch 1/2 step 4/8"
 	g = json.load(open(sys.argv[1]))["cuda_graph"]
 	assert g == {"batch": 8, "nodes": 18, "kernels": 18, "copies": 0, "memsets": 0, "other": 0,
 	             "longest_chain": 17, "backward_streams": 1, "streams_ms": None, "conv2_auto": None,
-	             "conv_layout": "nchw", "layout_ms": None}, g
+	             "conv_layout": "nchw", "layout_ms": None, "pdl": None}, g
 	PY
 	# the drawing: the same 18 nodes in the step's order from conv1 (no
 	# gather of its own) to the update; the linear layers' update (n12)

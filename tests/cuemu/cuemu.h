@@ -41,6 +41,8 @@
 //   two kernels as any edge does, but the kernel it leads to must call
 //   pdl_enter (griddepcontrol.wait) in every thread, or the launch fails;
 //   the clock takes the launch's 2 microseconds off the edge (streams.cc);
+//   CUEMU_NO_PDL=k1,k2 refuses such an edge into those kernels
+//   (cudaErrorNotSupported);
 // - atomicAdd is a plain add (one OS thread runs everything); the unsigned
 //   one (a counter: exact whatever the order, so its bytes are compared)
 //   too, and __threadfence does nothing: blocks run one after the other;

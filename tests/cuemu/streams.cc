@@ -859,6 +859,10 @@ static cudaError_t edge_ok(cudaGraph_t g, cudaGraphNode_t from, cudaGraphNode_t 
 	    (d->from_port != cudaGraphKernelNodePortProgrammatic &&
 	     d->from_port != cudaGraphKernelNodePortLaunchCompletion))
 		return cudaErrorInvalidValue;
+	// CUEMU_NO_PDL=k1,k2: a programmatic edge into those refused, as a
+	// driver may refuse one into a kind of kernel it does not allow there
+	if (cuemu::named_in("CUEMU_NO_PDL", g->nodes[to->i].what))
+		return cudaErrorNotSupported;
 	return cudaSuccess;
 }
 

@@ -790,8 +790,9 @@ static long recorded(const cudaGraphNode_t *rec, const unsigned char *kinds, siz
  * soon as every block of the first has started (each calls
  * griddepcontrol.launch_dependents first thing, kernels_common.cuh) and
  * waits on the GPU for the first to finish (griddepcontrol.wait).  An edge
- * from NCCL's last node (CNN_NODE_NCCL) stays as captured.  *edges: how
- * many were made; -1 with why where CUDA refused (*out NULL). */
+ * from NCCL's last node (CNN_NODE_NCCL) stays as captured, as does one
+ * CUDA refuses to make programmatic.  *edges: how many were made; -1 with
+ * why where a query or the copy failed (*out NULL). */
 static int pdl_graph(cudaGraph_t graph, const cudaGraphNode_t *rec, const unsigned char *kinds,
 		     size_t nrec, cudaGraph_t *out, int *edges, char *why, size_t whylen)
 {
@@ -844,14 +845,24 @@ static int pdl_graph(cudaGraph_t graph, const cudaGraphNode_t *rec, const unsign
 		pd[np].type = cudaGraphDependencyTypeProgrammatic;
 		np++;
 	}
-	call = "cudaGraphRemoveDependencies";
-	if (np && (e = cudaGraphRemoveDependencies(c, pf, pt, NULL, np)) != cudaSuccess)
-		goto fail;
-	call = "cudaGraphAddDependencies";
-	if (np && (e = cudaGraphAddDependencies(c, pf, pt, pd, np)) != cudaSuccess)
-		goto fail;
+	/* one edge at a time: an edge CUDA refuses as programmatic (a kind
+	 * of kernel it does not allow there) goes back as it was */
+	int made = 0;
+	for (size_t i = 0; i < np; i++) {
+		call = "cudaGraphRemoveDependencies";
+		if ((e = cudaGraphRemoveDependencies(c, &pf[i], &pt[i], NULL, 1)) != cudaSuccess)
+			goto fail;
+		if (cudaGraphAddDependencies(c, &pf[i], &pt[i], &pd[i], 1) == cudaSuccess) {
+			made++;
+			continue;
+		}
+		cudaGetLastError();
+		call = "cudaGraphAddDependencies (the edge as captured, back)";
+		if ((e = cudaGraphAddDependencies(c, &pf[i], &pt[i], NULL, 1)) != cudaSuccess)
+			goto fail;
+	}
 	*out = c;
-	*edges = (int)np;
+	*edges = made;
 	c = NULL;
 	goto done;
 oom:
@@ -1071,8 +1082,7 @@ static int capture(struct cnn_gpu *g, int n, char *err, size_t errlen)
 		census_variants(&g->census, v, nv, nl, ns, nc, keep, timed);
 		g->census.pdl_edges = pdl_edges;
 		g->census.pdl_kept = pdl_kept;
-		g->census.pdl_timed = pdl_tuned > 0;
-		g->census.tuned = g->census.tuned ? g->census.tuned : pdl_tuned;
+		g->census.pdl_timed = pdl_tuned;
 		memcpy(g->census.pdl_ms, pdl_ms, sizeof(pdl_ms));
 		snprintf(g->census.pdl_none, sizeof(g->census.pdl_none), "%s", pdl_none);
 	}

@@ -42,10 +42,13 @@ extern "C" int cnn_cuda_fail_quiet(int on)
 
 extern "C" const char *cnn_cuda_last_error(void) { return last_error; }
 
-// The nodes of the capture under way on this thread (kernels.h): a list
-// that only grows, freed when handed over; lost (none) if it cannot grow,
-// which leaves every edge as captured.
-static thread_local struct {
+// The nodes of the capture under way (kernels.h): a list that only grows,
+// freed when handed over; lost (none) if it cannot grow, which leaves
+// every edge as captured.  One for the module, as last_error is: its host
+// code runs on the trainer's one thread (not thread_local: LeakSanitizer's
+// tracer faulted on the dynamic TLS of this dlopen'ed module beside NCCL's
+// threads).
+static struct {
 	int on, lost;
 	cudaGraphNode_t *node;
 	unsigned char *kind;
