@@ -830,7 +830,10 @@ static int pdl_graph(cudaGraph_t graph, const cudaGraphNode_t *rec, const unsign
 		goto fail;
 	for (size_t i = 0; i < ne; i++) {
 		enum cudaGraphNodeType t;
+		/* an ordinary edge (not one out of a launch-completion port,
+		 * as NCCL's may be) into ours, not out of NCCL's */
 		if (data[i].type != cudaGraphDependencyTypeDefault ||
+		    data[i].from_port != cudaGraphKernelNodePortDefault || data[i].to_port != 0 ||
 		    recorded(mine, kinds, nrec, to[i], CNN_NODE_OURS) < 0 ||
 		    recorded(mine, kinds, nrec, from[i], CNN_NODE_NCCL) >= 0)
 			continue;
