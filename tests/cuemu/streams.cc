@@ -875,12 +875,10 @@ static long dep_at(const Node &to, size_t from, bool prog)
 	return -1;
 }
 
-// Edges added (each new: an edge already there, of either type, is
-// cudaErrorInvalidValue, as is one that would close a cycle) or removed
-// (each must be there, of its type).  Nothing changes unless all are good.
-cudaError_t cudaGraphAddDependencies(cudaGraph_t graph, const cudaGraphNode_t *from,
-				     const cudaGraphNode_t *to, const cudaGraphEdgeData *data,
-				     size_t n)
+// Each of n edges good by edge_ok, and (adding) new or (removing) there.
+static cudaError_t edges_ok(cudaGraph_t graph, const cudaGraphNode_t *from,
+			    const cudaGraphNode_t *to, const cudaGraphEdgeData *data, size_t n,
+			    bool adding)
 {
 	if (!graph_ok(graph) || (n && (!from || !to)))
 		return cudaErrorInvalidValue;
@@ -890,6 +888,11 @@ cudaError_t cudaGraphAddDependencies(cudaGraph_t graph, const cudaGraphNode_t *f
 		if (e != cudaSuccess)
 			return e;
 		const Node &t = graph->nodes[to[k]->i];
+		if (!adding) {
+			if (dep_at(t, from[k]->i, prog) < 0)
+				return cudaErrorInvalidValue;
+			continue;
+		}
 		if (dep_at(t, from[k]->i, false) >= 0 || dep_at(t, from[k]->i, true) >= 0)
 			return cudaErrorInvalidValue;
 		// a cycle: to already reaches from
@@ -899,6 +902,19 @@ cudaError_t cudaGraphAddDependencies(cudaGraph_t graph, const cudaGraphNode_t *f
 			if (from[j] == from[k] && to[j] == to[k])
 				return cudaErrorInvalidValue;
 	}
+	return cudaSuccess;
+}
+
+// Edges added (each new: an edge already there, of either type, is
+// cudaErrorInvalidValue, as is one that would close a cycle) or removed
+// (each must be there, of its type).  Nothing changes unless all are good.
+cudaError_t cudaGraphAddDependencies(cudaGraph_t graph, const cudaGraphNode_t *from,
+				     const cudaGraphNode_t *to, const cudaGraphEdgeData *data,
+				     size_t n)
+{
+	cudaError_t e = edges_ok(graph, from, to, data, n, true);
+	if (e != cudaSuccess)
+		return e;
 	for (size_t k = 0; k < n; k++) {
 		Node &t = graph->nodes[to[k]->i];
 		bool prog = data && data[k].type == cudaGraphDependencyTypeProgrammatic;
@@ -913,16 +929,9 @@ cudaError_t cudaGraphRemoveDependencies(cudaGraph_t graph, const cudaGraphNode_t
 					const cudaGraphNode_t *to, const cudaGraphEdgeData *data,
 					size_t n)
 {
-	if (!graph_ok(graph) || (n && (!from || !to)))
-		return cudaErrorInvalidValue;
-	for (size_t k = 0; k < n; k++) {
-		bool prog;
-		cudaError_t e = edge_ok(graph, from[k], to[k], data ? &data[k] : NULL, &prog);
-		if (e != cudaSuccess)
-			return e;
-		if (dep_at(graph->nodes[to[k]->i], from[k]->i, prog) < 0)
-			return cudaErrorInvalidValue;
-	}
+	cudaError_t e = edges_ok(graph, from, to, data, n, false);
+	if (e != cudaSuccess)
+		return e;
 	for (size_t k = 0; k < n; k++) {
 		Node &t = graph->nodes[to[k]->i];
 		bool prog = data && data[k].type == cudaGraphDependencyTypeProgrammatic;

@@ -55,16 +55,23 @@ static struct {
 	size_t n, cap;
 } rec;
 
-extern "C" void cnn_cuda_record(int on)
+// The list emptied; its arrays freed unless handed over.
+static void rec_reset(bool handed)
 {
-	if (on) {
+	if (!handed) {
 		free(rec.node);
 		free(rec.kind);
-		rec.node = NULL;
-		rec.kind = NULL;
-		rec.n = rec.cap = 0;
-		rec.lost = 0;
 	}
+	rec.node = NULL;
+	rec.kind = NULL;
+	rec.n = rec.cap = 0;
+	rec.lost = 0;
+}
+
+extern "C" void cnn_cuda_record(int on)
+{
+	if (on)
+		rec_reset(false);
 	rec.on = on;
 }
 
@@ -112,14 +119,7 @@ extern "C" size_t cnn_cuda_recorded(cudaGraphNode_t **nodes, unsigned char **kin
 	size_t n = rec.lost ? 0 : rec.n;
 	*nodes = n ? rec.node : NULL;
 	*kinds = n ? rec.kind : NULL;
-	if (!n) {
-		free(rec.node);
-		free(rec.kind);
-	}
-	rec.node = NULL;
-	rec.kind = NULL;
-	rec.n = rec.cap = 0;
-	rec.lost = 0;
+	rec_reset(n > 0);
 	return n;
 }
 
