@@ -222,6 +222,11 @@ PY
 	assert_line "# programmatic launch on (batch 8): $((n - refused)) programmatic edges"
 	[[ "$stderr" != *warning* ]]
 	cmp "$BATS_TEST_TMPDIR/p0.bin" "$BATS_TEST_TMPDIR/p4.bin"
+	# without a graph there is none, said
+	run --separate-stderr "$CNN" "${SMALL[@]}" --max-steps 2 --device cuda --no-graph --pdl on
+	assert_success
+	assert_line --regexp '^# GPU: cuemu .*, no graph, .*, programmatic launch: none \(no CUDA graph to put it in\)$'
+	! grep -q '^# programmatic launch' <<<"$output"
 	# a bad value is named; on the CPU the option is said to be unused
 	run --separate-stderr "$CNN" "${SMALL[@]}" --max-steps 1 --device cuda --pdl sometimes
 	assert_failure
