@@ -28,6 +28,7 @@
 #include "cuda/comm_nccl.h"
 #include "cuda/kernels.h"
 #include "cuda/net.h"
+#include "cuda/pdl.h"
 #include "rng.h"
 
 /* A training step's inputs, in one host-to-device copy: the graph's only
@@ -775,119 +776,6 @@ static void census_variants(struct cnn_graph_census *c, const struct variant *v,
 	}
 }
 
-/* k's index in rec with that kind, -1 if none */
-static long recorded(const cudaGraphNode_t *rec, const unsigned char *kinds, size_t nrec,
-		     cudaGraphNode_t k, int kind)
-{
-	for (size_t i = 0; i < nrec; i++)
-		if (rec[i] == k && kinds[i] == kind)
-			return (long)i;
-	return -1;
-}
-
-/* A copy of graph (*out) whose edges from a kernel into one of this
- * module's kernels (rec's CNN_NODE_OURS) are programmatic: they leave
- * their first node by its programmatic port, so the second is launched as
- * soon as every block of the first has started (each calls
- * griddepcontrol.launch_dependents first thing, kernels_common.cuh) and
- * waits on the GPU for the first to finish (griddepcontrol.wait).  An edge
- * from NCCL's last node (CNN_NODE_NCCL) stays as captured, as does one
- * CUDA refuses to make programmatic.  *edges: how many were made; -1 with
- * why where a query or the copy failed (*out NULL). */
-static int pdl_graph(cudaGraph_t graph, const cudaGraphNode_t *rec, const unsigned char *kinds,
-		     size_t nrec, cudaGraph_t *out, int *edges, char *why, size_t whylen)
-{
-	cudaGraph_t c = NULL;
-	cudaGraphNode_t *mine = NULL, *from = NULL, *to = NULL, *pf = NULL, *pt = NULL;
-	cudaGraphEdgeData *data = NULL, *pd = NULL;
-	size_t ne = 0, np = 0;
-	const char *call = "cudaGraphClone";
-	cudaError_t e = cudaGraphClone(&c, graph);
-	*out = NULL;
-	*edges = 0;
-	if (e != cudaSuccess)
-		goto fail;
-	/* the recorded nodes, as the copy's */
-	mine = malloc((nrec ? nrec : 1) * sizeof(*mine));
-	if (!mine)
-		goto oom;
-	call = "cudaGraphNodeFindInClone";
-	for (size_t i = 0; i < nrec; i++)
-		if ((e = cudaGraphNodeFindInClone(&mine[i], rec[i], c)) != cudaSuccess)
-			goto fail;
-	call = "cudaGraphGetEdges";
-	if ((e = cudaGraphGetEdges(c, NULL, NULL, NULL, &ne)) != cudaSuccess)
-		goto fail;
-	size_t room = ne ? ne : 1;
-	from = malloc(room * sizeof(*from));
-	to = malloc(room * sizeof(*to));
-	data = malloc(room * sizeof(*data));
-	pf = malloc(room * sizeof(*pf));
-	pt = malloc(room * sizeof(*pt));
-	pd = calloc(room, sizeof(*pd));
-	if (!from || !to || !data || !pf || !pt || !pd)
-		goto oom;
-	if ((e = cudaGraphGetEdges(c, from, to, data, &ne)) != cudaSuccess)
-		goto fail;
-	for (size_t i = 0; i < ne; i++) {
-		enum cudaGraphNodeType t;
-		/* an ordinary edge (not one out of a launch-completion port,
-		 * as NCCL's may be) into ours, not out of NCCL's */
-		if (data[i].type != cudaGraphDependencyTypeDefault ||
-		    data[i].from_port != cudaGraphKernelNodePortDefault || data[i].to_port != 0 ||
-		    recorded(mine, kinds, nrec, to[i], CNN_NODE_OURS) < 0 ||
-		    recorded(mine, kinds, nrec, from[i], CNN_NODE_NCCL) >= 0)
-			continue;
-		call = "cudaGraphNodeGetType";
-		if ((e = cudaGraphNodeGetType(from[i], &t)) != cudaSuccess)
-			goto fail;
-		if (t != cudaGraphNodeTypeKernel)
-			continue;
-		pf[np] = from[i];
-		pt[np] = to[i];
-		pd[np].from_port = cudaGraphKernelNodePortProgrammatic;
-		pd[np].type = cudaGraphDependencyTypeProgrammatic;
-		np++;
-	}
-	/* one edge at a time: an edge CUDA refuses as programmatic (a kind
-	 * of kernel it does not allow there) goes back as it was */
-	int made = 0;
-	for (size_t i = 0; i < np; i++) {
-		call = "cudaGraphRemoveDependencies";
-		if ((e = cudaGraphRemoveDependencies(c, &pf[i], &pt[i], NULL, 1)) != cudaSuccess)
-			goto fail;
-		if (cudaGraphAddDependencies(c, &pf[i], &pt[i], &pd[i], 1) == cudaSuccess) {
-			made++;
-			continue;
-		}
-		cudaGetLastError();
-		call = "cudaGraphAddDependencies (the edge as captured, back)";
-		if ((e = cudaGraphAddDependencies(c, &pf[i], &pt[i], NULL, 1)) != cudaSuccess)
-			goto fail;
-	}
-	*out = c;
-	*edges = made;
-	c = NULL;
-	goto done;
-oom:
-	snprintf(why, whylen, "no memory to copy the step's graph of %zu edges", ne);
-	goto done;
-fail:
-	snprintf(why, whylen, "%s: %s (%s)", call, cudaGetErrorString(e), cudaGetErrorName(e));
-	cudaGetLastError();
-done:
-	if (c)
-		cudaGraphDestroy(c);
-	free(mine);
-	free(from);
-	free(to);
-	free(data);
-	free(pf);
-	free(pt);
-	free(pd);
-	return *out ? 0 : -1;
-}
-
 static void pdl_drop(cudaGraph_t *pg, cudaGraphExec_t *pex, int *edges)
 {
 	if (*pex)
@@ -899,7 +787,7 @@ static void pdl_drop(cudaGraph_t *pg, cudaGraphExec_t *pex, int *edges)
 	*edges = 0;
 }
 
-/* --pdl: the kept variant k's graph with programmatic edges (pdl_graph),
+/* --pdl: the kept variant k's graph with programmatic edges (cnn_pdl_graph),
  * instantiated (*pg, *pex; NULL where none is made, none says why: --pdl
  * off, a GPU before sm_90, no such edge, or CUDA refused one, which is
  * said as a warning and the run goes on as captured).  Under auto with
@@ -920,7 +808,7 @@ static int pdl_try(struct cnn_gpu *g, const struct variant *k, cudaGraph_t *pg,
 	if (g->cc_major < 9) {
 		snprintf(none, nonelen, "the GPU is sm_%d*: programmatic launch needs sm_90 or later",
 			 g->cc_major);
-	} else if (pdl_graph(k->graph, k->rec, k->kinds, k->nrec, pg, edges, why, sizeof(why)) < 0) {
+	} else if (cnn_pdl_graph(k->graph, k->rec, k->kinds, k->nrec, pg, edges, why, sizeof(why)) < 0) {
 		fprintf(stderr, "cnn_train: rank %d: warning: --pdl: the step's graph with programmatic "
 			"edges: %s; it replays as captured\n", g->o.rank, why);
 		snprintf(none, nonelen, "CUDA refused the edges (the warning above)");

@@ -6,8 +6,6 @@
 // are templates over their storage type (float, or bf16 for --precision
 // bf16); they compute in float either way, so the bf16 instance is the
 // float one with a rounding at each store.
-#include <stdlib.h>
-
 #include "kernels_common.cuh"
 
 static char where_host[64];
@@ -41,87 +39,6 @@ extern "C" int cnn_cuda_fail_quiet(int on)
 }
 
 extern "C" const char *cnn_cuda_last_error(void) { return last_error; }
-
-// The nodes of the capture under way (kernels.h): a list that only grows,
-// freed when handed over; lost (none) if it cannot grow, which leaves
-// every edge as captured.  One for the module, as last_error is: its host
-// code runs on the trainer's one thread (not thread_local: LeakSanitizer's
-// tracer faulted on the dynamic TLS of this dlopen'ed module beside NCCL's
-// threads).
-static struct {
-	int on, lost;
-	cudaGraphNode_t *node;
-	unsigned char *kind;
-	size_t n, cap;
-} rec;
-
-// The list emptied; its arrays freed unless handed over.
-static void rec_reset(bool handed)
-{
-	if (!handed) {
-		free(rec.node);
-		free(rec.kind);
-	}
-	rec.node = NULL;
-	rec.kind = NULL;
-	rec.n = rec.cap = 0;
-	rec.lost = 0;
-}
-
-extern "C" void cnn_cuda_record(int on)
-{
-	if (on)
-		rec_reset(false);
-	rec.on = on;
-}
-
-extern "C" void cnn_cuda_note(cudaStream_t s, int kind)
-{
-	if (!rec.on || rec.lost)
-		return;
-	cudaStreamCaptureStatus st;
-	const cudaGraphNode_t *deps = NULL;
-	const cudaGraphEdgeData *data = NULL;
-	size_t nd = 0;
-	// after a launch the stream's capture depends on that launch's node
-	// alone (a library call may end in several); a stream not capturing,
-	// or a query that fails, notes nothing
-	if (cudaStreamGetCaptureInfo(s, &st, NULL, NULL, &deps, &data, &nd) != cudaSuccess) {
-		cudaGetLastError();
-		return;
-	}
-	if (st != cudaStreamCaptureStatusActive || !deps)
-		return;
-	if (rec.n + nd > rec.cap) {
-		size_t cap = rec.cap ? rec.cap * 2 : 64;
-		while (cap < rec.n + nd)
-			cap *= 2;
-		cudaGraphNode_t *n = (cudaGraphNode_t *)realloc(rec.node, cap * sizeof(*n));
-		if (n)
-			rec.node = n;
-		unsigned char *k = n ? (unsigned char *)realloc(rec.kind, cap) : NULL;
-		if (k)
-			rec.kind = k;
-		if (!n || !k) {
-			rec.lost = 1;
-			return;
-		}
-		rec.cap = cap;
-	}
-	for (size_t i = 0; i < nd; i++) {
-		rec.node[rec.n] = deps[i];
-		rec.kind[rec.n++] = (unsigned char)kind;
-	}
-}
-
-extern "C" size_t cnn_cuda_recorded(cudaGraphNode_t **nodes, unsigned char **kinds)
-{
-	size_t n = rec.lost ? 0 : rec.n;
-	*nodes = n ? rec.node : NULL;
-	*kinds = n ? rec.kind : NULL;
-	rec_reset(n > 0);
-	return n;
-}
 
 namespace {
 

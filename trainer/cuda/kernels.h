@@ -380,26 +380,6 @@ int cnn_cuda_ohwi_to_oihw_bf16(const cnn_bf16 *w, int out, int in, int hw, float
 int cnn_cuda_to_bf16(const float *x, cnn_bf16 *y, size_t n, cudaStream_t s);
 int cnn_cuda_from_bf16(const cnn_bf16 *x, float *y, size_t n, cudaStream_t s);
 
-/* Programmatic dependent launch (sm_90 and later).  Every kernel of this
- * module first waits for the grids its launch depends on
- * (griddepcontrol.wait: until they have completed and their writes are
- * visible), then lets the grids that depend on it launch
- * (griddepcontrol.launch_dependents); launched the ordinary way both are
- * no-ops.  So an edge of a CUDA graph into one of these kernels from
- * another kernel may be programmatic: the kernel is launched while the one
- * before it still runs, and waits for it on the GPU, which takes the
- * launch's latency off the chain.  A graph's capture (gpu.c) records which
- * of its nodes are these kernels: between cnn_cuda_record(1) and
- * cnn_cuda_record(0), each launch here on a capturing stream notes the
- * node it made (cnn_cuda_note, after the launch), as the NCCL backend
- * notes its all-reduce's last node (kind CNN_NODE_NCCL: its edges stay as
- * captured); cnn_cuda_recorded hands the list over (malloc'd arrays, the
- * caller frees them; 0 entries if none or out of memory). */
-enum { CNN_NODE_OURS = 1, CNN_NODE_NCCL = 2 };
-void cnn_cuda_record(int on);
-void cnn_cuda_note(cudaStream_t s, int kind);
-size_t cnn_cuda_recorded(cudaGraphNode_t **nodes, unsigned char **kinds);
-
 #ifdef __cplusplus
 }
 #endif

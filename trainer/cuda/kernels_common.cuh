@@ -14,10 +14,11 @@
 
 #include "check.h"
 #include "kernels.h"
+#include "pdl.h"
 
 // Each kernel's first statement (tests/tools/pdl_lint checks it): wait
 // for the grids this launch depends on programmatically, then let those
-// that depend on it launch (kernels.h; no-ops on a launch without a
+// that depend on it launch (pdl.h; no-ops on a launch without a
 // programmatic edge, and before sm_90).  Waiting before anything else
 // keeps every read and write of the kernel after its predecessors', as an
 // ordinary edge does.
@@ -34,7 +35,7 @@ __device__ __forceinline__ void pdl_enter()
 #endif
 
 // After each launch: its error, as cudaCheck, and its node where a graph's
-// capture records them (kernels.h).
+// capture records them (pdl.h).
 #define LAUNCHED(s)                                                                  \
 	do {                                                                         \
 		cudaCheck(cudaGetLastError());                                       \
