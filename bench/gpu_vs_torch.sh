@@ -234,11 +234,12 @@ for b in $batches; do
 			vrs[i]="${vrs[i]:-} $x"
 			[ "$r" -gt 0 ] || vaccs[i]=$xacc
 			# --backward-streams auto's times, both ways, --conv2
-			# auto's and --conv-layout auto's (the last repeat's)
+			# auto's, --conv-layout auto's and --pdl's (the last repeat's)
 			[ "$r" -lt $((repeats - 1)) ] ||
 				notes+=("$(sed -n -e "s/^# backward streams auto (batch [0-9]*): /#   batch $b cnn_${labels[$i]}: backward streams /p" \
 					-e "s/^# conv2 auto (batch [0-9]*): /#   batch $b cnn_${labels[$i]}: conv2 auto: /p" \
 					-e "s/^# conv layout auto (batch [0-9]*): /#   batch $b cnn_${labels[$i]}: conv layout auto: /p" \
+					-e "s/^# programmatic launch \([a-z]*\) (batch [0-9]*): /#   batch $b cnn_${labels[$i]}: programmatic launch \1: /p" \
 					"$tmp/cnn_v$i")")
 		done
 		for m in $modes; do
@@ -309,6 +310,7 @@ for b in $batches; do
 		-e "s/^# CUDA graph of a training step (batch [0-9]*): /#   batch $b graph: /p" \
 		-e "s/^# backward streams auto (batch [0-9]*): /#   batch $b: backward streams /p" \
 		-e "s/^# conv2 auto (batch [0-9]*): /#   batch $b: conv2 auto: /p" \
-		-e "s/^# conv layout auto (batch [0-9]*): /#   batch $b: conv layout auto: /p" "$tmp/cnn")")
+		-e "s/^# conv layout auto (batch [0-9]*): /#   batch $b: conv layout auto: /p" \
+		-e "s/^# programmatic launch \([a-z]*\) (batch [0-9]*): /#   batch $b: programmatic launch \1: /p" "$tmp/cnn")")
 done
 for n in ${notes[@]+"${notes[@]}"}; do [ -z "$n" ] || printf '%s\n' "$n"; done

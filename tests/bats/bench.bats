@@ -28,7 +28,7 @@ ratio_ok() {
 @test "gpu_vs_torch.sh DEVICE=cpu: a row per batch size, its ratios and TFLOP/s from its columns; then each batch size's # GPU: and graph lines" {
 	# On a GPU cnn_train prints a "# GPU:" line (each convolution call's
 	# choice and times) and its step graph's census, which follow the table
-	# per batch size, with --conv-layout auto's times; here a wrapper around
+	# per batch size, with --conv-layout auto's and --pdl's times; here a wrapper around
 	# the real program adds them, naming the batch size it got.
 	cat >"$BATS_TEST_TMPDIR/cnn_train" <<-EOF
 	#!/bin/bash
@@ -36,7 +36,8 @@ ratio_ok() {
 	while [ \$# -gt 0 ]; do
 		[ "\$1" = --batch-size ] && echo "# GPU: as given --batch-size \$2" &&
 			echo "# CUDA graph of a training step (batch \$2): \$2 nodes: as given" &&
-			echo "# conv layout auto (batch \$2): NHWC kept; as given"
+			echo "# conv layout auto (batch \$2): NHWC kept; as given" &&
+			echo "# programmatic launch auto (batch \$2): on kept; as given"
 		shift
 	done
 	EOF
@@ -60,10 +61,12 @@ ratio_ok() {
 	assert_line --index 5 "#   batch 32: as given --batch-size 32"
 	assert_line --index 6 "#   batch 32 graph: 32 nodes: as given"
 	assert_line --index 7 "#   batch 32: conv layout auto: NHWC kept; as given"
-	assert_line --index 8 "#   batch 64: as given --batch-size 64"
-	assert_line --index 9 "#   batch 64 graph: 64 nodes: as given"
-	assert_line --index 10 "#   batch 64: conv layout auto: NHWC kept; as given"
-	assert_equal "${#lines[@]}" 11
+	assert_line --index 8 "#   batch 32: programmatic launch auto: on kept; as given"
+	assert_line --index 9 "#   batch 64: as given --batch-size 64"
+	assert_line --index 10 "#   batch 64 graph: 64 nodes: as given"
+	assert_line --index 11 "#   batch 64: conv layout auto: NHWC kept; as given"
+	assert_line --index 12 "#   batch 64: programmatic launch auto: on kept; as given"
+	assert_equal "${#lines[@]}" 13
 }
 
 @test "gpu_vs_torch.sh: bf16, CNN_VARIANTS and CNN_ARGS reach the programs; a CPU dry run refuses the CUDA-only modes" {
