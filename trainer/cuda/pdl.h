@@ -38,8 +38,8 @@ void cnn_cuda_note(cudaStream_t s, int kind);
 size_t cnn_cuda_recorded(cudaGraphNode_t **nodes, unsigned char **kinds);
 
 /* A copy of graph (*out) whose ordinary edges from a kernel into one of
- * this module's kernels (nodes[i] of kind CNN_NODE_OURS, i < nrec, as recorded at
- * its capture) are programmatic: they leave their first node by its
+ * this module's kernels (nodes[i] of kind CNN_NODE_OURS, i < nrec, as
+ * recorded at its capture) are programmatic: they leave their first node by its
  * programmatic port, so the second is launched as soon as every block of
  * the first has started, and waits on the GPU for it to finish.  An edge
  * from NCCL's last node (CNN_NODE_NCCL) stays as captured, as does one
