@@ -29,6 +29,10 @@
 #include "test.h"
 #include "tol.h"
 
+#ifdef CNN_CUEMU
+void cuemu_set_cc(int major, int minor);   /* cuemu.cc: the emulated GPU's */
+#endif
+
 #ifndef GOLDEN
 #define GOLDEN "tests/golden/net_step.golden"
 #endif
@@ -934,7 +938,7 @@ static void test_steps_more(int bf16)
 }
 
 /* --pdl: the step's graph with its edges into the project's kernels
- * programmatic (on sm_90 and later; kernels.h) trains as the graph without
+ * programmatic (on sm_90 and later; pdl.h) trains as the graph without
  * them: the same bits on cuemu (the same algorithms each run), within the
  * "graph" row on a GPU (each run's cudnnFind may pick others), and within
  * "steps" of the CPU path either way.  Each layout and precision, one and
@@ -945,7 +949,7 @@ static int near_cpu(const char *what, int bf, const struct cnn_model *cpu, const
 		    checkf("steps", "params", got, cpu->params, cpu->nparams) == 0;
 }
 
-static void test_pdl_steps(int major)
+static void test_pdl_steps(int major, size_t nruns)
 {
 	struct cnn_dataset tr, te;
 	struct cnn_model m;
@@ -970,7 +974,7 @@ static void test_pdl_steps(int major)
 		{ "GPU steps, two backward streams, NHWC, fc2 fused, as a CUDA graph with NCCL (world 1)", CNN_PREC_FP32, NCCL_1, CNN_LAYOUT_NHWC, 2, CNN_CONV_DIRECT, CNN_CONV_CUDNN, CNN_FC2_FUSED },
 		{ "bf16 GPU steps, conv1 and conv2 direct, two backward streams, as a CUDA graph", CNN_PREC_BF16, NO_COMM, CNN_LAYOUT_NCHW, 2, CNN_CONV_DIRECT, CNN_CONV_DIRECT, CNN_FC2_CUBLAS },
 	};
-	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]) && i < nruns; i++) {
 		int bf = runs[i].prec == CNN_PREC_BF16;
 		if (bf && major < 8) {
 			test_skip(runs[i].what, "this GPU has no bf16 tensor cores (sm_80+)");
@@ -1311,7 +1315,14 @@ int main(void)
 	else
 		test_skip("bf16 nhwc two streams golden step", "this GPU has no bf16 tensor cores (sm_80+)");
 	test_steps_more(tc);
-	test_pdl_steps(prop.major);
+	test_pdl_steps(prop.major, 3);
+#ifdef CNN_CUEMU
+	/* a GPU before sm_90 (an A100's 8.0): no edge made, said, the steps
+	 * as ever */
+	cuemu_set_cc(8, 0);
+	test_pdl_steps(8, 1);
+	cuemu_set_cc(9, 0);
+#endif
 	test_set_state_midrun(tc);
 	return test_report();
 }

@@ -50,7 +50,7 @@ struct cnn_gpu {
 	struct cnn_comm *comm;      /* NCCL's; NULL: no all-reduce on the GPU */
 	struct cnn_comm *hcomm;     /* a host backend's (gloo, world > 1): gradients via h_grads */
 	float *h_grads;             /* pinned, nparams */
-	int dev, cc_major;
+	int dev, cc;                /* compute capability, major * 10 + minor */
 	char name[128];
 	cudaStream_t s, cs;         /* compute; the all-reduce and the linear layers' update */
 	cudaEvent_t ev_fc, ev_conv, ev_reduced, ev_slot[2], ev_eval, ev_fc_read;
@@ -159,7 +159,7 @@ static int gpu_open(struct cnn_gpu **out, const struct cnn_gpu_opts *o, char *er
 	CUDA(cudaGetDeviceProperties(&p, g->dev));
 	cudaDeviceGetPCIBusId(bus, sizeof(bus), g->dev);
 	snprintf(g->name, sizeof(g->name), "%s (sm_%d%d, %s)", p.name, p.major, p.minor, bus);
-	g->cc_major = p.major;
+	g->cc = p.major * 10 + p.minor;
 	plan_check(bus, g->dev, host, o->rank);
 	if (o->precision == CNN_PREC_BF16 && p.major < 8)
 		FAIL("--precision bf16 needs bf16 tensor cores (compute capability 8.0 or newer): "
@@ -805,9 +805,9 @@ static int pdl_try(struct cnn_gpu *g, const struct variant *k, cudaGraph_t *pg,
 		snprintf(none, nonelen, "--pdl off");
 		return 0;
 	}
-	if (g->cc_major < 9) {
-		snprintf(none, nonelen, "the GPU is sm_%d*: programmatic launch needs sm_90 or later",
-			 g->cc_major);
+	if (g->cc < 90) {
+		snprintf(none, nonelen, "the GPU is sm_%d: programmatic launch needs sm_90 or later",
+			 g->cc);
 	} else if (cnn_pdl_graph(k->graph, k->rec, k->kinds, k->nrec, pg, edges, why, sizeof(why)) < 0) {
 		fprintf(stderr, "cnn_train: rank %d: warning: --pdl: the step's graph with programmatic "
 			"edges: %s; it replays as captured\n", g->o.rank, why);
