@@ -72,7 +72,8 @@ int launch_conv3_pack(const float *w, int oc, int c, T *wf, T *wb, cudaStream_t 
 // accumulating in fp32.  While the tensor cores work on one step's tile, each
 // thread already reads its share of the next step's into registers
 // (software pipelining through registers), so memory latency hides behind
-// the mma; 128 registers at most, two blocks an SM.
+// the mma; 128 registers at most, two blocks an SM (three with 32-output
+// tiles: kCvBlocks).
 // The backward-data is the same kernel on dy, padded by 2 with the weights
 // flipped and transposed; the backward-filter makes the pixels the
 // reduction, split over one wave of blocks with partial sums added in a
@@ -107,6 +108,16 @@ template <> struct Mma<bf16> {
 #endif
 
 constexpr int kCvThreads = 256, kCvBM = 128, kCvBN = 64, kCvBK = 32;
+
+// Blocks of conv3_igemm an SM keeps (its launch bounds): three with
+// 32-output tiles, which ptxas fits in 80 registers without spilling (sm_80
+// and sm_90, both types and layouts), else two (128 registers; the 64-output
+// tiles spill at three).  A small batch is a wave or two of blocks: at batch
+// 64 conv2's backward-data makes 338 blocks of 32 outputs, two waves of an
+// H100's or H200's 264 slots at two an SM, one of 396 at three.
+// tests/tools/spill_check fails the tests' build where a kernel that asks
+// for three blocks an SM spills.
+template <int BN> constexpr int kCvBlocks = BN == 32 ? 3 : 2;
 
 // Output pixel m = (n, y, x) of oh x ow reads input (y + ky - pad, x + kx -
 // pad) of h x w (zero outside) and weight (o, c, ky', kx') at
@@ -171,9 +182,9 @@ struct C1Args {
 // in T, as conv1_wgrad reads it back) into c1.part, in a fixed order: 4
 // pixels a thread, then its warp's 32 threads in lane order.
 template <typename T, bool NHWC, int BN, bool POOL, bool GATE, bool C1>
-__global__ void __launch_bounds__(kCvThreads, 2) conv3_igemm(const T *x, const T *wt, Conv3 g, T *y,
-							     PoolEp ep, float *p, uint8_t *arg, Gate gt,
-							     C1Args<T> c1)
+__global__ void __launch_bounds__(kCvThreads, kCvBlocks<BN>)
+conv3_igemm(const T *x, const T *wt, Conv3 g, T *y, PoolEp ep, float *p, uint8_t *arg, Gate gt,
+	    C1Args<T> c1)
 {
 	pdl_enter();
 	static_assert(!(NHWC && GATE) && !(NHWC && C1), "the gated input and conv1's gradient are NCHW");
@@ -402,9 +413,8 @@ constexpr int kWgMinPixels = 256;   // a block's least share of the pixels
 // before their rounding), each thread its own entries in shared memory,
 // then its warp's 32 threads in lane order, into bpart[split][o tile][64].
 template <typename T, bool NHWC, bool GATE>
-__global__ void __launch_bounds__(kCvThreads, 2) conv3_wgrad_part(const T *x, const T *dy, Conv3 g,
-							      long long ppb, float *part, Gate gt,
-							      float *bpart)
+__global__ void __launch_bounds__(kCvThreads, 2)
+conv3_wgrad_part(const T *x, const T *dy, Conv3 g, long long ppb, float *part, Gate gt, float *bpart)
 {
 	pdl_enter();
 	static_assert(!(NHWC && GATE), "the gated input is NCHW");
