@@ -20,6 +20,9 @@ SMALL=(--train-limit 64 --test-limit 16 --batch-size 8 --progress lines --log-ev
 # sizes: each batch size's layout by cudnnFind's totals, the training
 # batch's by its step's graph timed in both
 LAYOUT_AUTO='batch 8 (NCHW|NHWC) \(convolutions [0-9.]+ ms, (NCHW|NHWC) [0-9.]+ ms; the step.s graph timed in each layout at its capture\), batch 16 (NCHW|NHWC) \(convolutions [0-9.]+ ms, (NCHW|NHWC) [0-9.]+ ms\)'
+# In fp32 with conv1 direct, cuDNN's part of it: conv2's three calls at
+# each batch size, each as kept (its algorithm and math)
+CUDNN_FP32='batch 8 cuDNN: conv2 forward [A-Z0-9_]+ \([A-Za-z ,]+\), conv2 backward-data [A-Z0-9_]+ \([A-Za-z ,]+\), conv2 backward-filter [A-Z0-9_]+ \([A-Za-z ,]+\), batch 16 cuDNN: conv2 forward [A-Z0-9_]+ \([A-Za-z ,]+\), conv2 backward-data [A-Z0-9_]+ \([A-Za-z ,]+\), conv2 backward-filter [A-Z0-9_]+ \([A-Za-z ,]+\)'
 
 
 free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -57,7 +60,7 @@ setup() {
 	echo "$stderr"
 	assert_success
 	assert_line --regexp '^# cnn_train: world 1 \(local\), model 1x28x28->10 \(1199882 params\)'
-	assert_line --regexp "^# GPU: cuemu .*, fp32, conv1 direct, $LAYOUT_AUTO, CUDA graph, backward streams auto \\(1 or 2: the step.s graph timed both ways\\)\$"
+	assert_line --regexp "^# GPU: cuemu .*, fp32, conv1 direct, $CUDNN_FP32, $LAYOUT_AUTO, CUDA graph, backward streams auto \\(1 or 2: the step.s graph timed both ways\\)\$"
 	assert_line --regexp '^test: loss [0-9.]+ accuracy [0-9.]+% \(16 images\)$'
 	# the epoch's evaluation is the run's: one, not the same again after it
 	[ "$(grep -c '^test:' <<<"$output")" -eq 1 ]
@@ -68,7 +71,7 @@ setup() {
 		--fc2 fused --dump-params "$BATS_TEST_TMPDIR/fused.bin"
 	echo "$stderr"
 	assert_success
-	assert_line --regexp "^# GPU: cuemu .*, fp32, conv1 direct, fc2 fused, $LAYOUT_AUTO, CUDA graph, backward streams auto \\(1 or 2: the step.s graph timed both ways\\)\$"
+	assert_line --regexp "^# GPU: cuemu .*, fp32, conv1 direct, $CUDNN_FP32, fc2 fused, $LAYOUT_AUTO, CUDA graph, backward streams auto \\(1 or 2: the step.s graph timed both ways\\)\$"
 	params_within "$BATS_TEST_TMPDIR/cpu.bin" "$BATS_TEST_TMPDIR/fused.bin" 1e-7
 }
 
@@ -334,6 +337,10 @@ PY
 	awk -v a="${m[0]}" -v b="${m[1]}" -v c="${m[2]}" 'BEGIN { exit !(a > 50 * b && b == c) }'
 	awk -v a="${m[3]}" -v b="${m[4]}" -v c="${m[5]}" 'BEGIN { exit !(a > 50 * b && b == c) }'
 	awk -v a="${m[6]}" -v b="${m[7]}" -v c="${m[8]}" 'BEGIN { exit !(a == b && b == c) }'
+	# and each call's algorithm by name, as kept (conv1 direct: none of
+	# its): the graph's batch the faster candidates (forward 1, backward-data
+	# 2, backward-filter 1), the evaluation's cudnnFind's pick (forward 0)
+	assert_line --regexp '^# GPU: .*, batch 8 cuDNN: conv2 forward IMPLICIT_PRECOMP_GEMM \([A-Za-z ,]+\), conv2 backward-data FFT \([A-Za-z ,]+\), conv2 backward-filter ALGO_1 \([A-Za-z ,]+\), batch 16 cuDNN: conv2 forward IMPLICIT_GEMM \('
 	# only the graph's batch: the evaluation's keeps cudnnFind's picks
 	refute_line --partial "batch 16 conv2 cuDNN"
 	# every algorithm computes the same sums here: the same training

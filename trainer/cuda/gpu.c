@@ -215,7 +215,7 @@ static int gpu_open(struct cnn_gpu **out, const struct cnn_gpu_opts *o, char *er
 
 static void gpu_describe(const struct cnn_gpu *g, char *buf, size_t len)
 {
-	char lib[2048];
+	char lib[3584];   /* main.c prints it in 4096 with the rest */
 	cnn_gnet_describe(&g->net, lib, sizeof(lib));
 	snprintf(buf, len, "%s, %s, %s%s%s", g->name, lib,
 		 g->hcomm ? "no graph (gradients all-reduced through host memory)" :

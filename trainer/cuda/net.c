@@ -1691,6 +1691,71 @@ static int describe_cands(const struct cnn_gnet *g, char *buf, size_t len, int k
 	return k;
 }
 
+/* cuDNN's algorithm names (cudnn_cnn.h's enums, their prefix dropped) */
+static const char *fwd_algo_name(int a)
+{
+	static const char *n[] = { "IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT",
+				   "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED" };
+	return a >= 0 && a < (int)(sizeof(n) / sizeof(n[0])) ? n[a] : "?";
+}
+
+static const char *bwd_data_algo_name(int a)
+{
+	static const char *n[] = { "ALGO_0", "ALGO_1", "FFT", "FFT_TILING", "WINOGRAD",
+				   "WINOGRAD_NONFUSED" };
+	return a >= 0 && a < (int)(sizeof(n) / sizeof(n[0])) ? n[a] : "?";
+}
+
+static const char *bwd_filter_algo_name(int a)
+{
+	static const char *n[] = { "ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD",
+				   "WINOGRAD_NONFUSED", "FFT_TILING" };
+	return a >= 0 && a < (int)(sizeof(n) / sizeof(n[0])) ? n[a] : "?";
+}
+
+static const char *math_name(cudnnMathType_t m)
+{
+	return m == CUDNN_TENSOR_OP_MATH ? "tensor ops" :
+	       m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ? "tensor ops, converting" :
+	       m == CUDNN_FMA_MATH ? "FMA" : "default math";
+}
+
+/* ", batch N cuDNN: conv2 forward IMPLICIT_PRECOMP_GEMM (FMA), ..." for
+ * each batch size: the algorithm and math of each call cuDNN makes, as
+ * kept (cudnnFind's pick, or the candidate retime_cudnn kept), so that
+ * two runs' steps can be told apart by what cuDNN ran. */
+static int describe_cudnn(const struct cnn_gnet *g, char *buf, size_t len, int k)
+{
+	for (int i = 0; i < g->nalgos && k >= 0 && (size_t)k < len; i++) {
+		const struct cnn_gnet_algos *a = &g->algos[i];
+		struct {
+			int on;
+			const char *call, *algo;
+			cudnnMathType_t math;
+		} c[5] = {
+			{ !(a->direct1 & 1), "conv1 forward", fwd_algo_name(a->fwd[0]), a->fwd_math[0] },
+			{ !(a->direct1 & 2), "conv1 weight gradient", bwd_filter_algo_name(a->bwd_filter[0]),
+			  a->bwd_filter_math[0] },
+			{ !(a->direct2 & 1), "conv2 forward", fwd_algo_name(a->fwd[1]), a->fwd_math[1] },
+			{ !(a->direct2 & 2), "conv2 backward-data", bwd_data_algo_name(a->bwd_data),
+			  a->bwd_data_math },
+			{ !(a->direct2 & 4), "conv2 backward-filter", bwd_filter_algo_name(a->bwd_filter[1]),
+			  a->bwd_filter_math[1] },
+		};
+		int n = 0;
+		for (int j = 0; j < 5 && k >= 0 && (size_t)k < len; j++) {
+			if (!c[j].on)
+				continue;
+			if (!n++)
+				k += snprintf(buf + k, len - k, ", batch %d cuDNN:", a->n);
+			if (k >= 0 && (size_t)k < len)
+				k += snprintf(buf + k, len - k, "%s %s %s (%s)", n > 1 ? "," : "",
+					      c[j].call, c[j].algo, math_name(c[j].math));
+		}
+	}
+	return k;
+}
+
 void cnn_gnet_describe(const struct cnn_gnet *g, char *buf, size_t len)
 {
 	size_t v = cudnnGetVersion();
@@ -1704,6 +1769,7 @@ void cnn_gnet_describe(const struct cnn_gnet *g, char *buf, size_t len)
 	k = describe_conv(g, buf, len, k, 0);
 	k = describe_conv(g, buf, len, k, 1);
 	k = describe_cands(g, buf, len, k);
+	k = describe_cudnn(g, buf, len, k);
 	if (g->fc2 == CNN_FC2_FUSED && k >= 0 && (size_t)k < len)
 		k += snprintf(buf + k, len - k, ", fc2 fused");
 	/* auto: each batch size's head and the times that chose it */
