@@ -625,16 +625,17 @@ PY
 
 # A GPU may refuse a kernel it cannot hold (more registers or shared memory
 # than it has, no image for its architecture); cuemu refuses those that
-# CUEMU_FAIL_KERNELS names (conv2's implicit GEMM and backward-filter
-# launches).  auto's start-up timing then leaves those calls to
-# cuDNN, says so once, and trains what --conv2 cudnn trains; asked for by
-# --conv2 direct, the failure stops the run, named.  A kernel that faults
-# as it runs (CUEMU_FAULT_KERNELS) is no launch refusal: it stops the run.
+# CUEMU_FAIL_KERNELS names (conv2's implicit GEMMs, TF32's cp.async one
+# among them, and its backward-filter launches).  auto's start-up timing
+# then leaves those calls to cuDNN, says so once, and trains what --conv2
+# cudnn trains; asked for by --conv2 direct, the failure stops the run,
+# named.  A kernel that faults as it runs (CUEMU_FAULT_KERNELS) is no
+# launch refusal: it stops the run.
 @test "a GPU refusing the project's kernels: --conv2 (--conv1) auto trains on cuDNN there, saying why; --conv2 direct stops, naming it (cuemu)" {
 	local line opts=("${SMALL[@]}" --max-steps 3 --device cuda --precision tf32 --conv1 cudnn --conv-layout nchw)
 	run --separate-stderr "$CNN" "${opts[@]}" --conv2 cudnn --dump-params "$BATS_TEST_TMPDIR/cudnn.bin"
 	assert_success
-	CUEMU_FAIL_KERNELS=conv3_igemm_k,conv3_wgrad_k run --separate-stderr "$CNN" "${opts[@]}" --conv2 auto \
+	CUEMU_FAIL_KERNELS=conv3_igemm_tf32_k,conv3_igemm_k,conv3_wgrad_k run --separate-stderr "$CNN" "${opts[@]}" --conv2 auto \
 		--dump-params "$BATS_TEST_TMPDIR/auto.bin"
 	echo "$stderr"
 	assert_success
@@ -650,14 +651,14 @@ PY
 	# (where they fell back), the rest as graphs
 	[[ "$line" == *", batch 8's calls timed as CUDA graphs ("[1-9]" of "[1-9]" on the stream: no graph of them ran), "* ]]
 	cmp "$BATS_TEST_TMPDIR/cudnn.bin" "$BATS_TEST_TMPDIR/auto.bin"
-	CUEMU_FAIL_KERNELS=conv3_igemm_k,conv3_wgrad_k run --separate-stderr "$CNN" "${opts[@]}" --conv2 direct
+	CUEMU_FAIL_KERNELS=conv3_igemm_tf32_k,conv3_igemm_k,conv3_wgrad_k run --separate-stderr "$CNN" "${opts[@]}" --conv2 direct
 	echo "$stderr"
 	assert_failure
 	grep -E '^cnn_train: .*step 0: conv2_tc.cu:[0-9]+: cudaGetLastError\(\): too many resources requested for launch \(cudaErrorLaunchOutOfResources\)$' <<<"$stderr"
 	! grep -q 'warning:' <<<"$stderr"
 	# a kernel that faults (an illegal address) leaves no context to go on
 	# with: no fallback, the run stops naming the call and the fault
-	CUEMU_FAULT_KERNELS=conv3_igemm_k run --separate-stderr "$CNN" "${opts[@]}" --conv2 auto
+	CUEMU_FAULT_KERNELS=conv3_igemm_tf32_k run --separate-stderr "$CNN" "${opts[@]}" --conv2 auto
 	echo "$stderr"
 	assert_failure
 	grep -E "^cnn_train: .*: conv2's forward, timed at start-up: conv2_tc.cu:[0-9]+: .*an illegal memory access was encountered \(cudaErrorIllegalAddress\)$" <<<"$stderr"

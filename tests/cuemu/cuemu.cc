@@ -293,6 +293,47 @@ unsigned linear_thread()
 	return (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
 }
 
+// cp.async: each thread's copies not yet landed, committed groups oldest
+// first, then the open one (cuemu.h); at_issue: land each at once.
+struct CpCopy {
+	float *dst;
+	const float *src;   // NULL: zeros
+};
+struct CpThread {
+	std::vector<std::vector<CpCopy>> groups;
+	std::vector<CpCopy> open;
+};
+CpThread cp_threads[kMaxThreads];
+bool cp_at_issue;
+
+void cp_land(const std::vector<CpCopy> &g)
+{
+	for (const CpCopy &c : g)
+		*c.dst = c.src ? *c.src : 0.f;
+}
+
+// After a block: a thread that ended with copies not waited for fails
+// the launch (a GPU may land them after the block's shared memory is
+// another's); every thread's queue is empty for the next block.
+void cp_block_end(unsigned nt)
+{
+	for (unsigned i = 0; i < nt; i++) {
+		CpThread &t = cp_threads[i];
+		size_t n = t.open.size();
+		for (const auto &g : t.groups)
+			n += g.size();
+		if (n && last_error == cudaSuccess) {
+			char m[200];
+			snprintf(m, sizeof(m),
+				 "block (%u,%u,%u) thread %u ended with %zu cp.async copies no "
+				 "cp.async.wait_group covered", blockIdx.x, blockIdx.y, blockIdx.z, i, n);
+			fail(cudaErrorLaunchFailure, kernel_name, m);
+		}
+		t.groups.clear();
+		t.open.clear();
+	}
+}
+
 // One pass over the grid, its blocks and each barrier interval's threads
 // in the given order.
 // pdl_enter's calls, and whether the launch running now is reached
@@ -326,6 +367,7 @@ void run_grid(const cuemu::Cfg &cfg, const char *kernel, bool reverse)
 				  i / (cfg.block.x * cfg.block.y));
 	};
 	barriers = 0;
+	cp_at_issue = reverse && order_now() == CHECK;
 	late_said = false;
 	misaligned_said = false;
 	bounds_said = false;
@@ -345,6 +387,7 @@ void run_grid(const cuemu::Cfg &cfg, const char *kernel, bool reverse)
 				body(body_arg);
 			}
 			cur = kOutside;
+			cp_block_end(nt);
 			continue;
 		}
 		first = false;
@@ -380,6 +423,7 @@ void run_grid(const cuemu::Cfg &cfg, const char *kernel, bool reverse)
 				if (fibers[i].state == WAIT)
 					fibers[i].state = RUN;
 		}
+		cp_block_end(nt);
 	}
 }
 
@@ -522,6 +566,31 @@ bool cuemu::bounds(unsigned max_threads, unsigned min_blocks, unsigned max_clust
 void cuemu::pdl_enter()
 {
 	pdl_entered++;
+}
+
+void cuemu::cp_async4(float *dst, const float *src, bool ok)
+{
+	CpCopy c = { dst, ok ? src : nullptr };
+	if (cp_at_issue)
+		cp_land({ c });
+	else
+		cp_threads[linear_thread()].open.push_back(c);
+}
+
+void cuemu::cp_async_commit()
+{
+	CpThread &t = cp_threads[linear_thread()];
+	t.groups.push_back(std::move(t.open));
+	t.open.clear();
+}
+
+void cuemu::cp_async_wait(int n)
+{
+	CpThread &t = cp_threads[linear_thread()];
+	while (t.groups.size() > (size_t)(n > 0 ? n : 0)) {
+		cp_land(t.groups.front());
+		t.groups.erase(t.groups.begin());
+	}
 }
 
 void cuemu::set_programmatic(bool on)

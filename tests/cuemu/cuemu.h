@@ -37,6 +37,8 @@
 //   requested for launch", as a GPU's) and runs no thread's body: the
 //   Makefile's rewrite moves each kernel's bounds into its body as a
 //   cuemu::bounds check;
+// - cp.async (cuemu::cp_async4, below) lands late, at the wait that
+//   covers it, or early in a check launch's reversed run;
 // - a programmatic edge of a graph (cudaGraphAddDependencies) orders its
 //   two kernels as any edge does, but the kernel it leads to must call
 //   pdl_enter (griddepcontrol.wait) in every thread, or the launch fails;
@@ -155,6 +157,19 @@ bool bounds(unsigned max_threads, unsigned min_blocks = 0, unsigned max_cluster 
 // never called it is that launch's error (cudaErrorLaunchFailure): on a
 // GPU such a kernel may read what its predecessor has not yet written.
 void pdl_enter();
+// cp.async (kernels_common.cuh): a thread's 4-byte copy from global to
+// shared memory, or zeros where ok is false, in the group its next
+// cp_async_commit closes; cp_async_wait(n) returns once all but its n
+// newest groups have landed.  Each copy lands at the wait that covers it
+// (a read of its destination before that wait, or another thread's before
+// the barrier after it, sees the bytes that were there), or at once in a
+// CUEMU_ORDER=check launch's reversed run (a copy into a stage some thread
+// still reads changes what it reads): a pipeline whose waits and barriers
+// are right computes the same either way.  A thread that ends with a copy
+// not waited for fails the launch.
+void cp_async4(float *dst, const float *src, bool ok);
+void cp_async_commit();
+void cp_async_wait(int n);
 } // namespace cuemu
 
 namespace nvcuda {

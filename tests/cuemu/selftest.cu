@@ -81,6 +81,26 @@ __global__ void axpb_pdl(const float *x, float *y, float a, float b)
 	y[threadIdx.x] = a * x[threadIdx.x] + b;
 }
 
+// cp.async: thread t copies x[t] (even t) or zeros (odd t) into its slot
+// of shared memory and reads the slot before any wait (where the copy
+// lands at the wait: what was there, -1); with wait, it then waits and,
+// after a barrier, reads its neighbour's slot; without, it ends with its
+// copy not waited for (the launch fails).
+__global__ void cp_async(const float *x, float *before, float *after, int wait)
+{
+	__shared__ float s[64];
+	s[threadIdx.x] = -1.f;
+	__syncthreads();
+	cuemu::cp_async4(&s[threadIdx.x], &x[threadIdx.x], threadIdx.x % 2 == 0);
+	cuemu::cp_async_commit();
+	before[threadIdx.x] = s[threadIdx.x];
+	if (!wait)
+		return;
+	cuemu::cp_async_wait(0);
+	__syncthreads();
+	after[threadIdx.x] = s[(threadIdx.x + 1) % 64];
+}
+
 // Races cuemu's CUEMU_ORDER=check must report, each a launch of 2 blocks
 // of 64 threads writing x[0..127]:
 // 0: a neighbour's shared value read with no barrier after the write;
@@ -239,5 +259,11 @@ extern "C" int cuemu_selftest_axpb_pdl(const float *x, float *y, unsigned n, flo
 				       cudaStream_t s)
 {
 	axpb_pdl<<<1, n, 0, s>>>(x, y, a, b);
+	return cudaGetLastError();
+}
+
+extern "C" int cuemu_selftest_cp_async(const float *x, float *before, float *after, int wait)
+{
+	cp_async<<<1, 64>>>(x, before, after, wait);
 	return cudaGetLastError();
 }

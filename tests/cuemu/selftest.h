@@ -25,6 +25,10 @@ int cuemu_selftest_wmma_tf32(const float *a, const float *b, const float *c, flo
 /* one warp: d[doff..] (16x16, ld 16) = a[off..] (16x8, ld ldm) times ones */
 int cuemu_selftest_wmma_copy(const float *a, unsigned off, unsigned ldm, float *d, unsigned doff);
 
+/* 64 threads: cp.async of x[t] (even t) or zeros into shared memory;
+ * before[t] its slot before the wait, after[t] the next thread's after it
+ * (wait 0: no wait, the launch fails) */
+int cuemu_selftest_cp_async(const float *x, float *before, float *after, int wait);
 /* y[i] = a x[i] + b for i < n (one block), on stream s */
 int cuemu_selftest_axpb(const float *x, float *y, unsigned n, float a, float b, cudaStream_t s);
 /* the same, its kernel calling pdl_enter (griddepcontrol.wait) first */

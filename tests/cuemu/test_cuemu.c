@@ -16,6 +16,7 @@
 #include "test.h"
 
 void cuemu_clear_fault(void);
+int cuemu_set_order(const char *name);
 
 #if defined(__SANITIZE_ADDRESS__)
 #define CUEMU_TEST_ASAN 1
@@ -116,6 +117,43 @@ static void test_wmma(void)
 		  memcmp(d, want, sizeof(d)) == 0);
 	test_cond("__float_to_tf32: nearest, ties away from zero", memcmp(r, rw, sizeof(r)) == 0);
 	cudaFree(da), cudaFree(db), cudaFree(dc), cudaFree(dd), cudaFree(dr);
+}
+
+/* cp.async lands late: at the wait that covers it (a read before it sees
+ * what was there), or at once in a check launch's reversed run, so that a
+ * read before the wait shows as the race it is on a GPU. */
+static void test_cp_async(void)
+{
+	float x[64], before[64], after[64];
+	for (int i = 0; i < 64; i++)
+		x[i] = (float)(i + 1);
+	float *dx, *db, *da;
+	cudaMalloc((void **)&dx, sizeof(x));
+	cudaMalloc((void **)&db, sizeof(before));
+	cudaMalloc((void **)&da, sizeof(after));
+	cudaMemcpy(dx, x, sizeof(x), cudaMemcpyHostToDevice);
+	cuemu_set_order("forward");
+	int rc = cuemu_selftest_cp_async(dx, db, da, 1);
+	cudaMemcpy(before, db, sizeof(before), cudaMemcpyDeviceToHost);
+	cudaMemcpy(after, da, sizeof(after), cudaMemcpyDeviceToHost);
+	int late = 1, landed = 1;
+	for (int t = 0; t < 64; t++) {
+		int u = (t + 1) % 64;
+		late &= before[t] == -1.f;
+		landed &= after[t] == (u % 2 ? 0.f : x[u]);
+	}
+	test_cond("cp.async: a copy not yet waited for has not landed (its slot as it was)",
+		  rc == cudaSuccess && late);
+	test_cond("... after the wait and a barrier every thread's has, zeros where it read nothing",
+		  landed);
+	test_cond("... a thread that ends with a copy no wait covered fails the launch",
+		  cuemu_selftest_cp_async(dx, db, da, 0) == cudaErrorLaunchFailure);
+	cuemu_set_order("check");
+	test_cond("... CUEMU_ORDER=check: the read before the wait (its copy landing at once "
+		  "reversed) is reported", cuemu_selftest_cp_async(dx, db, da, 1) == cudaErrorLaunchFailure);
+	cuemu_set_order("forward");
+	test_cond("... and the same launch, forward, runs", cuemu_selftest_cp_async(dx, db, da, 1) == cudaSuccess);
+	cudaFree(dx), cudaFree(db), cudaFree(da);
 }
 
 static void test_errors(void)
@@ -232,8 +270,6 @@ static void test_wmma_alignment(void)
 	test_cond("wmma: the next aligned launch passes", cuemu_selftest_wmma_copy(a, 0, 8, d, 8) == cudaSuccess);
 	cudaFree(a), cudaFree(d);
 }
-
-int cuemu_set_order(const char *name);
 
 /* The threads' order, and CUEMU_ORDER=check's report of the races that
  * one order hides. */
@@ -730,6 +766,7 @@ int main(void)
 	test_coords(2, 1, 1, 1024, 1, 1);
 	test_block_sums();
 	test_wmma();
+	test_cp_async();
 	test_errors();
 	test_wmma_alignment();
 	test_order();

@@ -167,6 +167,74 @@ struct C1Args {
 	float *part;
 };
 
+#if CNN_TC
+// The tile's 128 pixels from m0 into pn, py, px (pn -1 past the end):
+// with POOL the 4 pixels of each 2x2 window consecutive (g.m counting the
+// pooled windows' pixels alone), else row-major.
+template <bool POOL>
+__device__ __forceinline__ void igemm_pixels(const Conv3 &g, long long m0, int *pn, int *py, int *px)
+{
+	int opix = g.oh * g.ow, pw = g.ow / 2, wins = g.oh / 2 * pw;
+	for (int i = threadIdx.x; i < kCvBM; i += kCvThreads) {
+		long long m = m0 + i;
+		if (POOL) {
+			// window m / 4 of the image, its pixel m % 4 (row-major)
+			int r = (int)(m / 4 % wins), k = (int)(m % 4);
+			pn[i] = m < g.m ? (int)(m / 4 / wins) : -1;
+			py[i] = r / pw * 2 + k / 2;
+			px[i] = r % pw * 2 + k % 2;
+		} else {
+			int r = (int)(m % opix);
+			pn[i] = m < g.m ? (int)(m / opix) : -1;
+			py[i] = r / g.ow;
+			px[i] = r % g.ow;
+		}
+	}
+}
+
+// The output tile C (in shared memory, floats: NHWC [m][o], NCHW [o][m],
+// rows ldc apart) to y, or with POOL through the pool's epilogue to p and
+// arg (NCHW order).
+template <typename T, bool NHWC, int BN, bool POOL>
+__device__ __forceinline__ void igemm_store(const float *Cs, int LC, const int *pn, const int *py,
+					    const int *px, const Conv3 &g, int o0, T *y, const PoolEp &ep,
+					    float *p, uint8_t *arg)
+{
+	if (POOL) {
+		int pw = g.ow / 2, wins = g.oh / 2 * pw;
+		// a thread per (window, output channel): NCHW, consecutive threads
+		// on consecutive windows (their p entries consecutive, their
+		// pixels' sums 4 consecutive floats of C); NHWC, on consecutive
+		// outputs (C's banks distinct)
+		constexpr int NW = kCvBM / 4;
+		uint64_t key = ep.keyp ? *ep.keyp : 0;
+		for (int e = threadIdx.x; e < NW * BN; e += kCvThreads) {
+			int wi = NHWC ? e / BN : e % NW, oi = NHWC ? e % BN : e / NW;
+			int n = pn[4 * wi], o = o0 + oi;
+			if (n < 0 || o >= g.o)
+				continue;
+			float v[4];
+#pragma unroll
+			for (int k = 0; k < 4; k++)
+				v[k] = stored_as((const T *)0, NHWC ? Cs[(4 * wi + k) * LC + oi] :
+								      Cs[oi * LC + 4 * wi + k]);
+			size_t i = ((size_t)n * g.o + o) * wins + py[4 * wi] / 2 * pw + px[4 * wi] / 2;
+			pool_window<T>(v, ep, key, ep.b ? ep.b[o] : 0.f, i, p + i, arg + i);
+		}
+	} else {
+		for (int e = threadIdx.x; e < kCvBM * BN; e += kCvThreads) {
+			int mi = NHWC ? e / BN : e % kCvBM, oi = NHWC ? e % BN : e / kCvBM;
+			int n = pn[mi], o = o0 + oi;
+			if (n < 0 || o >= g.o)
+				continue;
+			size_t q = NHWC ? (((size_t)n * g.oh + py[mi]) * g.ow + px[mi]) * g.o + o :
+					  (((size_t)n * g.o + o) * g.oh + py[mi]) * g.ow + px[mi];
+			st(y + q, NHWC ? Cs[mi * LC + oi] : Cs[oi * LC + mi]);
+		}
+	}
+}
+#endif
+
 // With POOL, the forward with conv2's pool in its epilogue (bias, ReLU,
 // 2x2 max-pool, dropout: pool_window, as maxpool2_fwd applies them to y):
 // the tile's pixels run window by window (the 4 pixels of a 2x2 window
@@ -181,6 +249,9 @@ struct C1Args {
 // conv1's output is > 0 (the ReLU's backward; each pixel's sum as stored
 // in T, as conv1_wgrad reads it back) into c1.part, in a fixed order: 4
 // pixels a thread, then its warp's 32 threads in lane order.
+// In TF32 it runs the gated backward-data alone (GATE, with or without
+// C1): conv3_igemm_tf32 (below) brings an input read as it is to shared
+// memory with cp.async.
 template <typename T, bool NHWC, int BN, bool POOL, bool GATE, bool C1>
 __global__ void __launch_bounds__(kCvThreads, kCvBlocks<BN>)
 conv3_igemm(const T *x, const T *wt, Conv3 g, T *y, PoolEp ep, float *p, uint8_t *arg, Gate gt,
@@ -210,23 +281,8 @@ conv3_igemm(const T *x, const T *wt, Conv3 g, T *y, PoolEp ep, float *p, uint8_t
 	T *As = reinterpret_cast<T *>(smem), *Bs = As + SA;
 	float *Cs = reinterpret_cast<float *>(smem);
 	long long m0 = (long long)blockIdx.x * kCvBM;
-	int o0 = blockIdx.y * BN, opix = g.oh * g.ow;
-	int pw = g.ow / 2, wins = g.oh / 2 * pw;   // POOL: the windows of an image
-	for (int i = threadIdx.x; i < kCvBM; i += kCvThreads) {
-		long long m = m0 + i;
-		if (POOL) {
-			// window m / 4 of the image, its pixel m % 4 (row-major)
-			int r = (int)(m / 4 % wins), k = (int)(m % 4);
-			pn[i] = m < g.m ? (int)(m / 4 / wins) : -1;
-			py[i] = r / pw * 2 + k / 2;
-			px[i] = r % pw * 2 + k % 2;
-		} else {
-			int r = (int)(m % opix);
-			pn[i] = m < g.m ? (int)(m / opix) : -1;
-			py[i] = r / g.ow;
-			px[i] = r % g.ow;
-		}
-	}
+	int o0 = blockIdx.y * BN;
+	igemm_pixels<POOL>(g, m0, pn, py, px);
 	int warp = threadIdx.x / 32, wm = warp % 4 * 32, wn = warp / 4 * (BN / 2);
 	wmma::fragment<wmma::accumulator, 16, 16, M::K, float> acc[2][FN];
 	for (int i = 0; i < 2; i++)
@@ -316,27 +372,9 @@ conv3_igemm(const T *x, const T *wt, Conv3 g, T *y, PoolEp ep, float *p, uint8_t
 						       Cs + (wn + 16 * j) * LC + wm + 16 * i,
 						acc[i][j], LC, NHWC ? wmma::mem_row_major : wmma::mem_col_major);
 	__syncthreads();
-	if (POOL) {
-		// a thread per (window, output channel): NCHW, consecutive threads
-		// on consecutive windows (their p entries consecutive, their
-		// pixels' sums 4 consecutive floats of C); NHWC, on consecutive
-		// outputs (C's banks distinct)
-		constexpr int NW = kCvBM / 4;
-		uint64_t key = ep.keyp ? *ep.keyp : 0;
-		for (int e = threadIdx.x; e < NW * BN; e += kCvThreads) {
-			int wi = NHWC ? e / BN : e % NW, oi = NHWC ? e % BN : e / NW;
-			int n = pn[4 * wi], o = o0 + oi;
-			if (n < 0 || o >= g.o)
-				continue;
-			float v[4];
-#pragma unroll
-			for (int k = 0; k < 4; k++)
-				v[k] = stored_as((const T *)0, NHWC ? Cs[(4 * wi + k) * LC + oi] :
-								      Cs[oi * LC + 4 * wi + k]);
-			size_t i = ((size_t)n * g.o + o) * wins + py[4 * wi] / 2 * pw + px[4 * wi] / 2;
-			pool_window<T>(v, ep, key, ep.b ? ep.b[o] : 0.f, i, p + i, arg + i);
-		}
-	} else if (C1) {
+	if (POOL || !C1) {
+		igemm_store<T, NHWC, BN, POOL>(Cs, LC, pn, py, px, g, o0, y, ep, p, arg);
+	} else {
 		int lane = threadIdx.x % 32, warp = threadIdx.x / 32, xw = g.ow + 2;
 		// warp w's channels w, w + 8, ..., 4 at a time
 		for (int k0 = 0; k0 < BN / 8; k0 += 4) {
@@ -380,20 +418,141 @@ conv3_igemm(const T *x, const T *wt, Conv3 g, T *y, PoolEp ep, float *p, uint8_t
 				__syncthreads();
 			}
 		}
-	} else {
-		for (int e = threadIdx.x; e < kCvBM * BN; e += kCvThreads) {
-			int mi = NHWC ? e / BN : e % kCvBM, oi = NHWC ? e % BN : e / kCvBM;
-			int n = pn[mi], o = o0 + oi;
-			if (n < 0 || o >= g.o)
-				continue;
-			size_t q = NHWC ? (((size_t)n * g.oh + py[mi]) * g.ow + px[mi]) * g.o + o :
-					  (((size_t)n * g.o + o) * g.oh + py[mi]) * g.ow + px[mi];
-			st(y + q, NHWC ? Cs[mi * LC + oi] : Cs[oi * LC + mi]);
-		}
 	}
 #else
 	(void)kCvBK;   // the tile constants the body uses
 	__trap();      // never launched: the launchers refuse a GPU older than 8.0
+#endif
+}
+
+// conv3_igemm in TF32 where its input is read as it is (the forward, with
+// or without the pool, and the backward-data of a dy in memory): the same
+// tiles, the same k order, the same bits, its operands brought to shared
+// memory by cp.async (4 bytes an entry, zeros where the tile overhangs) in
+// a ring of kAsS stages of kAsBK channels, issued two stages ahead of the
+// mma, where conv3_igemm reads one step ahead through registers.  The
+// copies hold no registers: 80 a thread (tests/tools/spill_check) with 64
+// outputs a tile too, so three blocks an SM; at batch 64 the pooled
+// forward's 288 blocks are one wave of an H100's or H200's 396 slots, not
+// two of 264.  The operands are rounded to TF32 (cvt.rna) in the fragments,
+// as conv3_igemm rounds them on their way into shared memory.
+constexpr int kAsBK = 16, kAsS = 3;
+
+template <bool NHWC, int BN, bool POOL>
+__global__ void __launch_bounds__(kCvThreads, 3)
+conv3_igemm_tf32(const float *x, const float *wt, Conv3 g, float *y, PoolEp ep, float *p, uint8_t *arg)
+{
+	pdl_enter();
+#if CNN_TC
+	typedef Mma<float> M;
+	typedef typename std::conditional<NHWC, wmma::row_major, wmma::col_major>::type LayA;
+	// as conv3_igemm's: A NHWC [m][k], NCHW [k][m]; B [k][o]; C NHWC [m][o],
+	// NCHW [o][m]
+	constexpr int FN = BN / 32, LA = NHWC ? kAsBK + M::PAD : kCvBM + M::PADG, LB = BN + M::PADG;
+	constexpr int LC = NHWC ? BN + 4 : kCvBM + 4;
+	constexpr int SA = NHWC ? kCvBM * LA : kAsBK * LA, STAGE = SA + kAsBK * LB;
+	constexpr int SC = (NHWC ? kCvBM : BN) * LC;
+	constexpr int RA = kCvBM * kAsBK / kCvThreads, RB = kAsBK * BN / kCvThreads;
+	static_assert(FN >= 1 && RB >= 1 && kCvBM * kAsBK % kCvThreads == 0 &&
+		      kAsBK * BN % kCvThreads == 0 && kAsBK % M::K == 0 && STAGE % 8 == 0 && SA % 8 == 0,
+		      "conv3_igemm_tf32's tile, its stages (32-byte aligned) and its threads");
+	__shared__ __align__(128) float smem[kAsS * STAGE > SC ? kAsS * STAGE : SC];
+	__shared__ int pn[kCvBM], py[kCvBM], px[kCvBM];   // the tile's pixels; pn -1 past the end
+	float *Cs = smem;
+	long long m0 = (long long)blockIdx.x * kCvBM;
+	int o0 = blockIdx.y * BN;
+	igemm_pixels<POOL>(g, m0, pn, py, px);
+	int warp = threadIdx.x / 32, wm = warp % 4 * 32, wn = warp / 4 * (BN / 2);
+	wmma::fragment<wmma::accumulator, 16, 16, M::K, float> acc[2][FN];
+	for (int i = 0; i < 2; i++)
+		for (int j = 0; j < FN; j++)
+			wmma::fill_fragment(acc[i][j], 0.f);
+	__syncthreads();
+	// The reduction runs over (tap, 16 channels) steps: step's operands into
+	// stage step % kAsS, a group of copies a step (an empty one past the
+	// last, so that every wait below counts the same groups).
+	int nc = (g.c + kAsBK - 1) / kAsBK, steps = 9 * nc;
+	int plane = g.h * g.w;   // offsets in 32 bits: conv3_args keeps tensors under 2^31 entries
+	auto issue = [&](int step) {
+		if (step < steps) {
+			float *As = smem + step % kAsS * STAGE, *Bs = As + SA;
+			int tap = step / nc, c0 = step % nc * kAsBK, ky = tap / 3, kx = tap % 3;
+			if (NHWC) {
+				// a thread's channel is fixed, its pixels step by 16
+				int cl = threadIdx.x % kAsBK, c = c0 + cl;
+#pragma unroll
+				for (int j = 0; j < RA; j++) {
+					int mi = threadIdx.x / kAsBK + j * (kCvThreads / kAsBK);
+					int n = pn[mi], iy = py[mi] + ky - g.pad, ix = px[mi] + kx - g.pad;
+					bool ok = n >= 0 && c < g.c && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+					cp_async4(As + mi * LA + cl, ok ? x + ((n * g.h + iy) * g.w + ix) * g.c + c : x, ok);
+				}
+			} else {
+				// a thread's pixel is fixed, its channels step by 2
+				int mi = threadIdx.x % kCvBM, n = pn[mi], kl = threadIdx.x / kCvBM;
+				int iy = py[mi] + ky - g.pad, ix = px[mi] + kx - g.pad;
+				bool in = n >= 0 && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+				int q = in ? ((n * g.c + c0 + kl) * g.h + iy) * g.w + ix : 0;
+#pragma unroll
+				for (int j = 0; j < RA; j++) {
+					int k = kl + j * (kCvThreads / kCvBM);
+					bool ok = in && c0 + k < g.c;
+					cp_async4(As + k * LA + mi, ok ? x + q + j * (kCvThreads / kCvBM) * plane : x, ok);
+				}
+			}
+			int wtap = (g.flip ? 2 - ky : ky) * g.wy + (g.flip ? 2 - kx : kx) * g.wx;
+			int oi = threadIdx.x % BN, o = o0 + oi;
+#pragma unroll
+			for (int j = 0; j < RB; j++) {
+				int k = threadIdx.x / BN + j * (kCvThreads / BN), c = c0 + k;
+				bool ok = o < g.o && c < g.c;
+				cp_async4(Bs + k * LB + oi, ok ? wt + o * g.wo + c * g.wc + wtap : wt, ok);
+			}
+		}
+		cp_async_commit();
+	};
+	for (int st = 0; st < kAsS - 1; st++)
+		issue(st);
+	for (int step = 0; step < steps; step++) {
+		// this thread's copies of step have landed; after the barrier,
+		// every thread's have, and every thread is done with step - 1's
+		// stage, which step + kAsS - 1 then fills
+		cp_async_wait<kAsS - 2>();
+		__syncthreads();
+		issue(step + kAsS - 1);
+		const float *As = smem + step % kAsS * STAGE, *Bs = As + SA;
+#pragma unroll
+		for (int k = 0; k < kAsBK; k += M::K) {
+			wmma::fragment<wmma::matrix_a, 16, 16, M::K, typename M::P, LayA> a[2];
+			wmma::fragment<wmma::matrix_b, 16, 16, M::K, typename M::P, wmma::row_major> b[FN];
+			for (int i = 0; i < 2; i++) {
+				wmma::load_matrix_sync(a[i], NHWC ? As + (wm + 16 * i) * LA + k :
+								  As + k * LA + wm + 16 * i, LA);
+				for (int t = 0; t < a[i].num_elements; t++)
+					a[i].x[t] = M::op(a[i].x[t]);
+			}
+			for (int j = 0; j < FN; j++) {
+				wmma::load_matrix_sync(b[j], Bs + k * LB + wn + 16 * j, LB);
+				for (int t = 0; t < b[j].num_elements; t++)
+					b[j].x[t] = M::op(b[j].x[t]);
+			}
+			for (int i = 0; i < 2; i++)
+				for (int j = 0; j < FN; j++)
+					wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
+		}
+	}
+	cp_async_wait<0>();   // the empty groups past the last step
+	__syncthreads();      // every warp's last mma read its stage before C overwrites it
+	for (int i = 0; i < 2; i++)
+		for (int j = 0; j < FN; j++)
+			wmma::store_matrix_sync(NHWC ? Cs + (wm + 16 * i) * LC + wn + 16 * j :
+						       Cs + (wn + 16 * j) * LC + wm + 16 * i,
+						acc[i][j], LC, NHWC ? wmma::mem_row_major : wmma::mem_col_major);
+	__syncthreads();
+	igemm_store<float, NHWC, BN, POOL>(Cs, LC, pn, py, px, g, o0, y, ep, p, arg);
+#else
+	(void)kAsBK, (void)kAsS;   // the tile constants the body uses
+	__trap();   // never launched: the launchers refuse a GPU older than 8.0
 #endif
 }
 
@@ -747,18 +906,40 @@ int launch_conv3_igemm(const T *x, const T *w, const Conv3 &g, int nhwc, T *y, i
 	int bn = g.o <= 32 && !pool ? 32 : kCvBN;
 	dim3 grid((unsigned)((g.m + kCvBM - 1) / kCvBM), (unsigned)((g.o + bn - 1) / bn));
 	// (named as cuemu, and so its graph's nodes, name a launch)
+	// TF32 with the input as it is: the cp.async kernel
+	if constexpr (std::is_same<T, float>::value) {
+		if (!gt && !c1) {
+			void (*conv3_igemm_tf32_k)(const float *, const float *, Conv3, float *, PoolEp, float *,
+						   uint8_t *) =
+				pool ? (nhwc ? conv3_igemm_tf32<true, kCvBN, true> :
+					       conv3_igemm_tf32<false, kCvBN, true>) :
+				bn == 32 ? (nhwc ? conv3_igemm_tf32<true, 32, false> :
+						   conv3_igemm_tf32<false, 32, false>) :
+					   (nhwc ? conv3_igemm_tf32<true, kCvBN, false> :
+						   conv3_igemm_tf32<false, kCvBN, false>);
+			conv3_igemm_tf32_k<<<grid, kCvThreads, 0, s>>>(x, w, g, y, ep, p, arg);
+			LAUNCHED(s);
+			return 0;
+		}
+	}
+	// the gated backward-data, with conv1's weight gradient or not; in bf16
+	// also the input as it is
 	void (*conv3_igemm_k)(const T *, const T *, Conv3, T *, PoolEp, float *, uint8_t *, Gate,
-			      C1Args<T>) =
-		pool ? (nhwc ? conv3_igemm<T, true, kCvBN, true, false, false> :
-			       conv3_igemm<T, false, kCvBN, true, false, false>) :
-		c1 ? (bn == 32 ? conv3_igemm<T, false, 32, false, true, true> :
-				 conv3_igemm<T, false, kCvBN, false, true, true>) :
-		gt ? (bn == 32 ? conv3_igemm<T, false, 32, false, true, false> :
-				 conv3_igemm<T, false, kCvBN, false, true, false>) :
-		bn == 32 ? (nhwc ? conv3_igemm<T, true, 32, false, false, false> :
-				   conv3_igemm<T, false, 32, false, false, false>) :
-			   (nhwc ? conv3_igemm<T, true, kCvBN, false, false, false> :
-				   conv3_igemm<T, false, kCvBN, false, false, false>);
+			      C1Args<T>) = NULL;
+	if (c1)
+		conv3_igemm_k = bn == 32 ? conv3_igemm<T, false, 32, false, true, true> :
+					   conv3_igemm<T, false, kCvBN, false, true, true>;
+	else if (gt)
+		conv3_igemm_k = bn == 32 ? conv3_igemm<T, false, 32, false, true, false> :
+					   conv3_igemm<T, false, kCvBN, false, true, false>;
+	else if constexpr (!std::is_same<T, float>::value)
+		conv3_igemm_k =
+			pool ? (nhwc ? conv3_igemm<T, true, kCvBN, true, false, false> :
+				       conv3_igemm<T, false, kCvBN, true, false, false>) :
+			bn == 32 ? (nhwc ? conv3_igemm<T, true, 32, false, false, false> :
+					   conv3_igemm<T, false, 32, false, false, false>) :
+				   (nhwc ? conv3_igemm<T, true, kCvBN, false, false, false> :
+					   conv3_igemm<T, false, kCvBN, false, false, false>);
 	Gate none = { NULL, NULL, NULL };
 	C1Args<T> no1 = { NULL, NULL, NULL };
 	conv3_igemm_k<<<grid, kCvThreads, 0, s>>>(x, w, g, y, ep, p, arg, gt ? *gt : none, c1 ? *c1 : no1);

@@ -67,6 +67,41 @@ inline bf16 *B(cnn_bf16 *p) { return reinterpret_cast<bf16 *>(p); }
 inline const bf16 *B(const cnn_bf16 *p) { return reinterpret_cast<const bf16 *>(p); }
 
 
+// cp.async (compute capability 8.0 and newer): a 4-byte copy from global
+// to shared memory that the thread does not wait for, or zeros where ok is
+// false (src is then not read); cp_async_commit closes the thread's group
+// of copies so far; cp_async_wait<N>() returns once all but the N newest
+// groups have landed (in this thread's view: a barrier after it makes
+// them the block's).  cuemu lands each copy late, at that wait (cuemu.h).
+#ifdef CUEMU_H
+inline void cp_async4(float *dst, const float *src, bool ok) { cuemu::cp_async4(dst, src, ok); }
+inline void cp_async_commit() { cuemu::cp_async_commit(); }
+template <int N> inline void cp_async_wait() { cuemu::cp_async_wait(N); }
+#else
+__device__ __forceinline__ void cp_async4(float *dst, const float *src, bool ok)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+	unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+	asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(ok ? 4 : 0)
+		     : "memory");
+#else
+	*dst = ok ? *src : 0.f;
+#endif
+}
+__device__ __forceinline__ void cp_async_commit()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+	asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+	asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+#endif
+
 // The CPU twin's cnn_mix64 (rng.h), for the dropout masks.
 __device__ __forceinline__ uint64_t mix64(uint64_t z)
 {
