@@ -192,6 +192,42 @@ __device__ __forceinline__ void igemm_pixels(const Conv3 &g, long long m0, int *
 	}
 }
 
+// A block's output tile in accumulators: warp w's 32 pixels from wm, its
+// outputs from wn (2 x FN fragments of 16 x 16), zeroed; and stored to C
+// (NHWC [m][o], NCHW [o][m], rows ldc apart).
+template <int FN, int K>
+__device__ __forceinline__ void acc_zero(wmma::fragment<wmma::accumulator, 16, 16, K, float> (&acc)[2][FN])
+{
+	for (int i = 0; i < 2; i++)
+		for (int j = 0; j < FN; j++)
+			wmma::fill_fragment(acc[i][j], 0.f);
+}
+template <bool NHWC, int FN, int K>
+__device__ __forceinline__ void acc_store(float *Cs, int LC, int wm, int wn,
+					  const wmma::fragment<wmma::accumulator, 16, 16, K, float> (&acc)[2][FN])
+{
+	for (int i = 0; i < 2; i++)
+		for (int j = 0; j < FN; j++)
+			wmma::store_matrix_sync(NHWC ? Cs + (wm + 16 * i) * LC + wn + 16 * j :
+						       Cs + (wn + 16 * j) * LC + wm + 16 * i,
+						acc[i][j], LC, NHWC ? wmma::mem_row_major : wmma::mem_col_major);
+}
+
+// A block's start: its tile's pixels (block x's 128), its warp's place in
+// the tile, its accumulators zeroed; after the barrier, every thread's
+// pixels are the block's.
+template <bool POOL, int BN, int FN, int K>
+__device__ __forceinline__ void igemm_begin(const Conv3 &g, int *pn, int *py, int *px, int *wm, int *wn,
+					    wmma::fragment<wmma::accumulator, 16, 16, K, float> (&acc)[2][FN])
+{
+	igemm_pixels<POOL>(g, (long long)blockIdx.x * kCvBM, pn, py, px);
+	int warp = threadIdx.x / 32;
+	*wm = warp % 4 * 32;
+	*wn = warp / 4 * (BN / 2);
+	acc_zero(acc);
+	__syncthreads();
+}
+
 // The output tile C (in shared memory, floats: NHWC [m][o], NCHW [o][m],
 // rows ldc apart) to y, or with POOL through the pool's epilogue to p and
 // arg (NCHW order).
@@ -280,15 +316,9 @@ conv3_igemm(const T *x, const T *wt, Conv3 g, T *y, PoolEp ep, float *p, uint8_t
 	__shared__ float red[C1 ? kCvThreads * 11 : 1];
 	T *As = reinterpret_cast<T *>(smem), *Bs = As + SA;
 	float *Cs = reinterpret_cast<float *>(smem);
-	long long m0 = (long long)blockIdx.x * kCvBM;
-	int o0 = blockIdx.y * BN;
-	igemm_pixels<POOL>(g, m0, pn, py, px);
-	int warp = threadIdx.x / 32, wm = warp % 4 * 32, wn = warp / 4 * (BN / 2);
+	int o0 = blockIdx.y * BN, wm, wn;
 	wmma::fragment<wmma::accumulator, 16, 16, M::K, float> acc[2][FN];
-	for (int i = 0; i < 2; i++)
-		for (int j = 0; j < FN; j++)
-			wmma::fill_fragment(acc[i][j], 0.f);
-	__syncthreads();
+	igemm_begin<POOL, BN>(g, pn, py, px, &wm, &wn, acc);
 	// The reduction runs over (tap, 32 channels) steps; each step's operands
 	// are read from memory into registers during the one before (ra, rb),
 	// so their latency hides behind that step's mma.
@@ -366,11 +396,7 @@ conv3_igemm(const T *x, const T *wt, Conv3 g, T *y, PoolEp ep, float *p, uint8_t
 		}
 		__syncthreads();
 	}
-	for (int i = 0; i < 2; i++)
-		for (int j = 0; j < FN; j++)
-			wmma::store_matrix_sync(NHWC ? Cs + (wm + 16 * i) * LC + wn + 16 * j :
-						       Cs + (wn + 16 * j) * LC + wm + 16 * i,
-						acc[i][j], LC, NHWC ? wmma::mem_row_major : wmma::mem_col_major);
+	acc_store<NHWC>(Cs, LC, wm, wn, acc);
 	__syncthreads();
 	if (POOL || !C1) {
 		igemm_store<T, NHWC, BN, POOL>(Cs, LC, pn, py, px, g, o0, y, ep, p, arg);
@@ -459,15 +485,9 @@ conv3_igemm_tf32(const float *x, const float *wt, Conv3 g, float *y, PoolEp ep, 
 	__shared__ __align__(128) float smem[kAsS * STAGE > SC ? kAsS * STAGE : SC];
 	__shared__ int pn[kCvBM], py[kCvBM], px[kCvBM];   // the tile's pixels; pn -1 past the end
 	float *Cs = smem;
-	long long m0 = (long long)blockIdx.x * kCvBM;
-	int o0 = blockIdx.y * BN;
-	igemm_pixels<POOL>(g, m0, pn, py, px);
-	int warp = threadIdx.x / 32, wm = warp % 4 * 32, wn = warp / 4 * (BN / 2);
+	int o0 = blockIdx.y * BN, wm, wn;
 	wmma::fragment<wmma::accumulator, 16, 16, M::K, float> acc[2][FN];
-	for (int i = 0; i < 2; i++)
-		for (int j = 0; j < FN; j++)
-			wmma::fill_fragment(acc[i][j], 0.f);
-	__syncthreads();
+	igemm_begin<POOL, BN>(g, pn, py, px, &wm, &wn, acc);
 	// The reduction runs over (tap, 16 channels) steps: step's operands into
 	// stage step % kAsS, a group of copies a step (an empty one past the
 	// last, so that every wait below counts the same groups).
@@ -543,11 +563,7 @@ conv3_igemm_tf32(const float *x, const float *wt, Conv3 g, float *y, PoolEp ep, 
 	}
 	cp_async_wait<0>();   // the empty groups past the last step
 	__syncthreads();      // every warp's last mma read its stage before C overwrites it
-	for (int i = 0; i < 2; i++)
-		for (int j = 0; j < FN; j++)
-			wmma::store_matrix_sync(NHWC ? Cs + (wm + 16 * i) * LC + wn + 16 * j :
-						       Cs + (wn + 16 * j) * LC + wm + 16 * i,
-						acc[i][j], LC, NHWC ? wmma::mem_row_major : wmma::mem_col_major);
+	acc_store<NHWC>(Cs, LC, wm, wn, acc);
 	__syncthreads();
 	igemm_store<float, NHWC, BN, POOL>(Cs, LC, pn, py, px, g, o0, y, ep, p, arg);
 #else
