@@ -843,7 +843,7 @@ epoch 1/2 step 4/8"
 	echo "$stderr"
 	assert_success
 	assert_line --regexp '^# cnn_train: world 2 \(nccl\), '
-	assert_line --regexp '^# GPU: cuemu .*, fp32, conv1 direct, batch 8 fc2 (fused|cuBLAS) .*, NCHW, CUDA graph, backward streams auto \(1 or 2: the step.s graph timed both ways\)$'
+	assert_line --regexp '^# GPU: cuemu .*, fp32, conv1 direct, batch 8 cuDNN: conv2 forward [A-Z0-9_]+ .*, batch 8 fc2 (fused|cuBLAS) .*, NCHW, CUDA graph, backward streams auto \(1 or 2: the step.s graph timed both ways\)$'
 	assert_line --regexp '^params: identical on all 2 ranks '
 	cmp "$BATS_TEST_TMPDIR/gloo.bin" "$BATS_TEST_TMPDIR/nccl.bin"
 	CUEMU_STREAMS=lazy ranks2 nccl "$BATS_TEST_TMPDIR/s2" "${opts[@]}" --backward-streams 2 \

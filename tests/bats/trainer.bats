@@ -111,7 +111,7 @@ teardown() {
 	echo "$stderr"
 	assert_success
 	assert_line --regexp '^# cnn_train: world 2 \(gloo\), model 1x28x28->10'
-	assert_line --regexp '^# GPU: cuemu .*, fp32, conv1 direct, batch 8 fc2 (fused|cuBLAS) .*, batch 8 (NCHW|NHWC) \(convolutions [0-9.]+ ms, (NCHW|NHWC) [0-9.]+ ms\), no graph \(gradients all-reduced through host memory\), backward streams auto: 1 \(no graph to time both ways\)$'
+	assert_line --regexp '^# GPU: cuemu .*, fp32, conv1 direct, batch 8 cuDNN: conv2 forward [A-Z0-9_]+ .*, batch 8 fc2 (fused|cuBLAS) .*, batch 8 (NCHW|NHWC) \(convolutions [0-9.]+ ms, (NCHW|NHWC) [0-9.]+ ms\), no graph \(gradients all-reduced through host memory\), backward streams auto: 1 \(no graph to time both ways\)$'
 	assert_line --regexp '^params: identical on all 2 ranks '
 	assert_line --regexp '^done: 8 steps, '
 	run --separate-stderr crun srun -N2 --ntasks-per-node=1 -c1 --ddp=gloo "$CNN" "${opts[@]}" --device cpu \
