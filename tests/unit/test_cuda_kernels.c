@@ -701,6 +701,9 @@ static void test_conv1(int nimg, int h, int w, int oc, int nhwc, int bf16)
 	to_layout(nhwc, y, tg, nimg, oc, pix);
 	void *ddy = up(t, ny, bf16), *dg = up(tg, ny, bf16);
 	float *dsc = dev(NULL, ns * 4), *ddw = dev(NULL, oc * 9 * 4), *ddb = dev(NULL, oc * 4);
+	/* its counters (a group of 4 channels each) 0 before the first call */
+	int groups = (oc + 3) / 4;
+	CK(cudaMemset(dsc, 0, ns * 4));
 	int ok = 1;
 	for (int run = 0; run < 2; run++) {
 		CK(cudaMemset(ddw, 0x7f, oc * 9 * 4));   /* overwritten, not added to */
@@ -711,6 +714,15 @@ static void test_conv1(int nimg, int h, int w, int oc, int nhwc, int bf16)
 	}
 	snprintf(d, sizeof(d), "conv1_wgrad%s launches (%zu floats of scratch)", sh, ns);
 	test_cond(d, ok);
+	unsigned *cnt = malloc(groups * sizeof(unsigned));
+	back(cnt, dsc, groups * sizeof(unsigned));
+	int zero = 1;
+	for (int i = 0; i < groups; i++)
+		zero &= cnt[i] == 0;
+	free(cnt);
+	snprintf(d, sizeof(d), "... its %d counters are 0 after each call (the last chunk's block set "
+		 "them back)", groups);
+	test_cond(d, zero);
 	cnn_relu_bwd(dy, y, ny);
 	for (int i = 0; i < nimg; i++)
 		cnn_conv3_bwd(x + (size_t)i * h * w, 1, h, w, wt, oc, dy + (size_t)i * oc * pix, col,
@@ -914,6 +926,7 @@ static void test_conv3_pool_bwd(const void *dX, const void *dWB, int nimg, int c
 	fill(a1, nx);
 	void *dx1 = up(x1, nx1, bf16), *da1 = up(a1, nx, bf16);
 	float *dsc1 = dev(NULL, s1 * 4 + 4), *dsc2 = dev(NULL, s2 * 4 + 4), *dr[3][2];
+	CK(cudaMemset(dsc1, 0, s1 * 4));   /* conv1_wgrad's counters */
 	for (int k = 0; k < 3; k++)
 		for (int j = 0; j < 2; j++)
 			r[k][j] = malloc(n1 * 4), dr[k][j] = dev(NULL, n1 * 4);

@@ -533,8 +533,10 @@ conv1_fwd_nhwc_staged(const T *x, const T *w, const float *b, int h, int wd, int
 // conv1's weight and bias gradients from dy gated where y > 0 (the ReLU's
 // backward) and x: a block per (chunk of ipc images, output channel) adds
 // its 9 + 1 sums into part[((o * chunks) + chunk) * 10 + j] (j < 9: weight
-// ky * 3 + kx; 9: the bias), conv1_wgrad_sum adds the chunks: a fixed order,
-// the same bits each run.
+// ky * 3 + kx; 9: the bias); the last of a group's chunks to finish (its
+// counter in count, after a fence) adds the group's chunks into dw and db
+// and sets the counter back to 0: a fixed order, the same bits each run,
+// and no second launch on the backward's chain.
 // A block per (chunk, group of kConv1WgCh output channels), the groups of
 // a chunk adjacent in the grid (they run together: in channels-last a
 // pixel's channels, which the groups read a quarter sector each, come
@@ -545,11 +547,19 @@ conv1_fwd_nhwc_staged(const T *x, const T *w, const float *b, int h, int wd, int
 // take its pixels in the order one channel a block took them (thread t:
 // t, t + 256, ...) and the same tree: the same bits.
 constexpr int kConv1WgCh = 4;
+// the ways the last block splits the chunks' sums over (its threads, 40 a way)
+constexpr int kConv1WgWays = kBiasThreads / (kConv1WgCh * 10);
+static_assert(kConv1WgWays >= 1, "conv1_wgrad_part: a way of 40 threads at least");
+// conv1_wgrad's scratch: a counter a group, then the partial sums (16-byte aligned)
+inline size_t conv1_wgrad_counters(int oc)
+{
+	return ((size_t)(oc + kConv1WgCh - 1) / kConv1WgCh + 3) / 4 * 4;
+}
 
 template <typename T>
 __global__ void __launch_bounds__(kBiasThreads)
 conv1_wgrad_part(const T *x, const T *dy, const T *y, int h, int wd, int oc, int nhwc, int nimg,
-		 int ipc, int chunks, float *part)
+		 int ipc, int chunks, float *part, unsigned *count, float *dw, float *db)
 {
 	pdl_enter();
 	__shared__ float red[10][kBiasThreads];
@@ -620,6 +630,40 @@ conv1_wgrad_part(const T *x, const T *dy, const T *y, int h, int wd, int oc, int
 			part[((size_t)(o0 + g) * chunks + c) * 10 + t] = red[t][0];
 		__syncthreads();   // red[t][0] read before the next channel's writes
 	}
+	// the group's last chunk to finish: its 4 channels' 40 sums over the
+	// chunks, way w (of kConv1WgWays) every kConv1WgWays-th chunk from w,
+	// then the ways in order
+	__shared__ bool last;
+	__threadfence();
+	__syncthreads();
+	int grp = blockIdx.x - c * groups;
+	if (t == 0)
+		last = atomicAdd(count + grp, 1u) == (unsigned)chunks - 1;
+	__syncthreads();
+	if (!last)
+		return;
+	__threadfence();
+	constexpr int S = kConv1WgCh * 10;
+	const volatile float *all = part;
+	float *ways = &red[0][0];
+	int e = t % S, w = t / S, o = o0 + e / 10;
+	float acc = 0.f;
+	if (w < kConv1WgWays && o < oc)
+		for (int k = w; k < chunks; k += kConv1WgWays)
+			acc += all[((size_t)o * chunks + k) * 10 + e % 10];
+	ways[t] = acc;
+	__syncthreads();
+	if (t < S && o < oc) {
+		float sum = 0.f;
+		for (int k = 0; k < kConv1WgWays; k++)
+			sum += ways[k * S + t];
+		if (e % 10 < 9)
+			dw[o * 9 + e % 10] = sum;
+		else
+			db[o] = sum;
+	}
+	if (t == 0)
+		count[grp] = 0;
 }
 
 // A block per (output channel, sum j): the chunks' part in a fixed order.
@@ -1694,10 +1738,9 @@ int launch_conv1_wgrad(const T *x, const T *dy, const T *y, int nimg, int h, int
 	static_assert(kConv1WgCh == 4, "conv1_wgrad_part's ld4 loads a group");
 	if (nhwc && oc % 4 == 0 && aligned(y, 4 * sizeof(T)) && aligned(dy, 4 * sizeof(T)))
 		nhwc = 2;
-	conv1_wgrad_part<<<(unsigned)blocks, kBiasThreads, 0, s>>>(x, dy, y, h, wd, oc, nhwc, nimg,
-								   ipc, chunks, scratch);
-	LAUNCHED(s);
-	conv1_wgrad_sum<<<oc * 10, kBiasThreads, 0, s>>>(scratch, chunks, dw, db);
+	unsigned *count = reinterpret_cast<unsigned *>(scratch);
+	conv1_wgrad_part<<<(unsigned)blocks, kBiasThreads, 0, s>>>(
+		x, dy, y, h, wd, oc, nhwc, nimg, ipc, chunks, scratch + conv1_wgrad_counters(oc), count, dw, db);
 	LAUNCHED(s);
 	return 0;
 }
@@ -2082,7 +2125,7 @@ extern "C" size_t cnn_cuda_conv1_wgrad_scratch(int nimg, int h, int w, int oc)
 	if (nimg < 1 || h < 3 || w < 3 || oc < 1)
 		return 0;
 	int ipc = conv1_ipc(h, w);
-	return (size_t)oc * ((nimg + ipc - 1) / ipc) * 10;
+	return conv1_wgrad_counters(oc) + (size_t)oc * ((nimg + ipc - 1) / ipc) * 10;
 }
 
 extern "C" int cnn_cuda_conv1_fwd(const float *x, const float *w, const float *b, int nimg, int h,

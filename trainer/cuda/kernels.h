@@ -229,7 +229,10 @@ int cnn_cuda_ohwi_to_oihw(const float *w, int out, int in, int hw, float *o, cud
  * the weight and bias gradients (fp32, overwritten) from dy where y > 0 (the
  * ReLU's backward), the twin of cnn_relu_bwd then cnn_conv3_bwd's dw and db
  * summed over the images, deterministic, with
- * cnn_cuda_conv1_wgrad_scratch floats of scratch (it grows with nimg). */
+ * cnn_cuda_conv1_wgrad_scratch floats of scratch (it grows with nimg):
+ * its first ceil(oc / 4) words 0 before the first call (a counter for each
+ * group of 4 channels, which each call leaves 0; calls on one scratch must
+ * not overlap). */
 int cnn_cuda_conv1_fwd(const float *x, const float *w, const float *b, int nimg, int h, int wd,
 		       int oc, int nhwc, float *y, cudaStream_t s);
 size_t cnn_cuda_conv1_wgrad_scratch(int nimg, int h, int w, int oc);

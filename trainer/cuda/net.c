@@ -206,15 +206,18 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 	g->bgs_off = bsmax;
 	if (alloc(&g->bgs, 2 * bsmax * 4) < 0)
 		return -1;
-	/* conv1's weight gradient by its own kernels, or on conv2's
-	 * backward-data (conv2_dgrad_conv1) */
-	size_t c1s = M->in.c == 1 && conv1 != CNN_CONV_CUDNN ?
+	/* conv1's weight gradient by its own kernel (its counters at 0, where
+	 * each call leaves them), or on conv2's backward-data
+	 * (conv2_dgrad_conv1): a scratch each */
+	size_t c1w = M->in.c == 1 && conv1 != CNN_CONV_CUDNN ?
 		     cnn_cuda_conv1_wgrad_scratch(max_batch, M->in.h, M->in.w, M->c1) : 0;
-	if (c1s && conv2_possible(g) && conv2 != CNN_CONV_CUDNN) {
-		size_t f = cnn_cuda_conv3_dgrad_conv1_scratch(max_batch, M->c1, M->h1, M->w1);
-		c1s = f > c1s ? f : c1s;
+	if (c1w) {
+		if (alloc(&g->c1w, c1w * 4) < 0)
+			return -1;
+		cudaCheck(cudaMemset(g->c1w, 0, c1w * 4));
 	}
-	if (c1s && alloc(&g->c1s, c1s * 4) < 0)
+	if (c1w && conv2_possible(g) && conv2 != CNN_CONV_CUDNN &&
+	    alloc(&g->c1s, cnn_cuda_conv3_dgrad_conv1_scratch(max_batch, M->c1, M->h1, M->w1) * 4) < 0)
 		return -1;
 	/* fc2's fused head: its blocks' partial sums and their counter, which
 	 * starts at 0 and which each launch leaves at 0 */
@@ -261,8 +264,8 @@ void cnn_gnet_free(struct cnn_gnet *g)
 	void *bufs[] = { g->params, g->grads, g->x, g->a1, g->a2, g->p, g->h, g->logits, g->logp,
 			 g->dlogits, g->dh, g->dp, g->da2, g->da1, g->ones, g->arg, g->y, g->stats,
 			 g->keys_own, g->ws, g->blas_ws, g->wb, g->xb, g->pb, g->hb, g->dlb, g->dhb,
-			 g->dwb, g->bgs, g->wt, g->dwt, g->xt, g->wsw, g->blasw_ws, g->c1s, g->c2s,
-			 g->c2w, g->fhs };
+			 g->dwb, g->bgs, g->wt, g->dwt, g->xt, g->wsw, g->blasw_ws, g->c1s, g->c1w,
+			 g->c2s, g->c2w, g->fhs };
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		if (bufs[i])
 			cudaFree(bufs[i]);
@@ -958,9 +961,9 @@ static int conv1_backward(struct cnn_gnet *g, const struct cnn_gnet_algos *a, in
 		       cudnn_filter(g, a, 0, 0, g->tx, conv_x(g, nh), g->t1, g->da1, 0);
 	float *dw = g->grads + M->t[P_W1].off, *db = g->grads + M->t[P_B1].off;
 	return bf(g) ? cnn_cuda_conv1_wgrad_bf16(conv_x(g, nh), g->da1, g->a1, n, M->in.h, M->in.w,
-						 M->c1, nh, g->c1s, dw, db, g->s) :
+						 M->c1, nh, g->c1w, dw, db, g->s) :
 		       cnn_cuda_conv1_wgrad(conv_x(g, nh), g->da1, g->a1, n, M->in.h, M->in.w, M->c1,
-					    nh, g->c1s, dw, db, g->s);
+					    nh, g->c1w, dw, db, g->s);
 }
 
 /* Whether conv1's weight and bias gradients ride on conv2's backward-data

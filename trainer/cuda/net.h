@@ -116,7 +116,9 @@ struct cnn_gnet {
 	 * --backward-streams auto makes two and times the step both ways. */
 	int streams, streams_made;
 	enum cnn_conv_impl conv1;        /* asked for; algos[].direct1 has the choice */
-	float *c1s;                      /* the direct conv1 weight gradient's scratch */
+	float *c1s;                      /* conv1's weight gradient on conv2's backward-data: its scratch */
+	float *c1w;                      /* conv1's weight gradient by its own kernel: its
+					  * scratch, its counters 0 between calls */
 	enum cnn_conv_impl conv2;        /* asked for; algos[].direct2 has the choice */
 	/* --fc2 (TF32, fp32; bf16 keeps cuBLAS's): fused, a training batch's
 	 * fc1 dropout, fc2 forward, loss, fc2 backward, fc1's ReLU backward and
