@@ -184,6 +184,20 @@ runs() {
 		if [ "$v" = failed ]; then printf ' failed'; else printf ' %.0f' "$v"; fi
 	done
 }
+# kept FILE B R X: what cnn_train's default run R at batch B (X images/s)
+# kept, from its log: the step's replay times as its last auto timed them
+# and each cuDNN call's algorithm; nothing for a log with no # GPU: line.
+# Runs whose medians differ are told apart by these (an H200 replayed the
+# same "all cuDNN" step at 64 in 0.223 ms in one run, 0.262 in the next).
+kept() {
+	local algos step item='conv[12] [a-z -]+ [A-Z0-9_?]+ \([^)]*\)'
+	grep -q '^# GPU: ' "$1" || return 0
+	algos=$(sed -n -E "s/^# GPU: .*, batch $2 cuDNN: ($item(, $item)*).*/\1/p" "$1")
+	step=$(sed -n -E "s/^# conv layout auto \(batch $2\): //p" "$1")
+	[ -n "$step" ] || step=$(sed -n -E "s/^# backward streams auto \(batch $2\): //p" "$1")
+	printf '#   batch %s run %s (%.0f images/s): %s; cuDNN: %s' "$2" "$3" "$4" "${step:-no step timed}" \
+		"${algos:-none}"
+}
 # cell VALUE: images/s, or "failed" as it is
 cell() {
 	if [ "$1" = failed ]; then printf ' %10s' failed; else printf ' %10.0f' "$1"; fi
@@ -209,12 +223,13 @@ notes=()
 for b in $batches; do
 	len_for "$b"
 	# each column's images/s, one a repeat; "failed" where a run failed
-	cs=() cns=() vrs=() cacc='' vaccs=()
+	cs=() cns=() vrs=() cacc='' vaccs=() kruns=()
 	declare -A t=() tacc=() trs=()
 	for ((r = 0; r < repeats; r++)); do
 		run_cnn "$tmp/cnn" || fatal cnn_train "$tmp/cnn"
 		read -r x xacc <"$tmp/cnn.res"
 		cs+=("$x")
+		[ "$repeats" -eq 1 ] || kruns+=("$(kept "$tmp/cnn" "$b" $((r + 1)) "$x")")
 		[ "$r" -gt 0 ] || cacc=$xacc
 		if run_cnn "$tmp/cnn_ng" --no-graph; then
 			read -r x _ <"$tmp/cnn_ng.res"
@@ -300,7 +315,7 @@ for b in $batches; do
 			# shellcheck disable=SC2086
 			rl+=", torch_$m$(runs ${trs[$m]})"
 		done
-		notes+=("$rl")
+		notes+=("$rl" ${kruns[@]+"${kruns[@]}"})
 	fi
 	unset t tacc trs
 	# what cnn_train's default run chose at this batch size and why (its

@@ -128,6 +128,9 @@ ratio_ok() {
 	v=\$(head -1 "$d/cnn.seq"); sed -i 1d "$d/cnn.seq"
 	echo "\$v" >>"$d/cnn.order"
 	$PY -c 'import json, sys; f = sys.argv[1]; j = json.load(open(f)); j["images_per_sec"] = float(sys.argv[2]); json.dump(j, open(f, "w"))' "\$j" "\$v"
+	# what a GPU's run prints of its choices, its replay time the run's
+	echo "# GPU: as given, batch 32 cuDNN: conv2 forward IMPLICIT_GEMM (tensor ops), conv2 backward-data ALGO_1 (tensor ops, converting), batch 16 cuDNN: conv2 forward FFT (FMA), batch 32 fc2 fused 0.017 ms (cuBLAS 0.022), CUDA graph"
+	echo "# conv layout auto (batch 32): NCHW kept; a replay of the step took 0.\$v ms in NCHW"
 	EOF
 	cat >"$d/python3" <<-EOF
 	#!/bin/bash
@@ -152,8 +155,13 @@ ratio_ok() {
 	assert_equal "$b $c $cn $te $ve $vb" "32 200 50 20 10.00x 10.00x"
 	# interleaved: cnn, cnn --no-graph, PyTorch, three times
 	assert_equal "$(tr '\n' ' ' <"$d/cnn.order")" "300 50 20 100 60 10 200 40 40 "
-	# each column's runs after the table, in the order they ran
+	# each column's runs after the table, in the order they ran; then what
+	# each of the default's runs kept: its step's time, cuDNN's algorithms
 	assert_line --index 4 "#   batch 32 runs: cnn 300 100 200, cnn_nograph 50 60 40, torch_eager 20 10 40"
+	assert_line --index 5 "#   batch 32 run 1 (300 images/s): NCHW kept; a replay of the step took 0.300 ms in NCHW; cuDNN: conv2 forward IMPLICIT_GEMM (tensor ops), conv2 backward-data ALGO_1 (tensor ops, converting)"
+	assert_line --index 6 --partial "#   batch 32 run 2 (100 images/s): NCHW kept; a replay of the step took 0.100 ms in NCHW; cuDNN: conv2 forward"
+	assert_line --index 7 --partial "#   batch 32 run 3 (200 images/s): NCHW kept; a replay of the step took 0.200 ms"
+	assert_line --index 8 "#   batch 32: as given, batch 32 cuDNN: conv2 forward IMPLICIT_GEMM (tensor ops), conv2 backward-data ALGO_1 (tensor ops, converting), batch 16 cuDNN: conv2 forward FFT (FMA), batch 32 fc2 fused 0.017 ms (cuBLAS 0.022), CUDA graph"
 	run --separate-stderr env DEVICE=cpu PYTHON=$PY REPEATS=0 "$REPO/bench/gpu_vs_torch.sh"
 	assert_equal "$status" 2
 	assert_equal "$stderr" "bench: REPEATS=0: expected a whole number of runs, 1 or more"
