@@ -581,6 +581,14 @@ conv3_igemm_tf32(const float *x, const float *wt, Conv3 g, float *y, PoolEp ep, 
 // registers during the chunk before, as in conv3_igemm.
 constexpr int kWgP = 32, kWgO = 64, kWgC = 32, kWgN = 3 * kWgC, kWgK = 9 * kWgC;
 constexpr int kWgMinPixels = 256;   // a block's least share of the pixels
+// Blocks an SM keeps (its launch bounds): three in TF32 from the pool's
+// tensors (the NCHW default's backward-filter), which ptxas fits in 80
+// registers without spilling on sm_80 and sm_90, else two (the others
+// spill 8 to 124 bytes at three).  The splits fill one wave of the slots
+// (conv3_wgrad_slots): at batch 64, 128 splits of 9 chunks on an H200, not
+// 83 of 14.
+template <typename T, bool NHWC, bool GATE>
+constexpr int kWgBlocks = std::is_same<T, float>::value && GATE ? 3 : 2;
 
 // With GATE (NCHW only), dy is not read: its entries come from gt; and
 // with bpart, the blocks of the first tap row and input-channel tile also
@@ -588,7 +596,7 @@ constexpr int kWgMinPixels = 256;   // a block's least share of the pixels
 // before their rounding), each thread its own entries in shared memory,
 // then its warp's 32 threads in lane order, into bpart[split][o tile][64].
 template <typename T, bool NHWC, bool GATE>
-__global__ void __launch_bounds__(kCvThreads, 2)
+__global__ void __launch_bounds__(kCvThreads, kWgBlocks<T, NHWC, GATE>)
 conv3_wgrad_part(const T *x, const T *dy, Conv3 g, long long ppb, float *part, Gate gt, float *bpart)
 {
 	pdl_enter();
