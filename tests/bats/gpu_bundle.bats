@@ -192,6 +192,34 @@ SESSION_PARTS=(kernels_test compile bench_tf32 gpu_step accuracy profile bench_b
 	assert_equal "$(grep -c '^[a-z0-9_]* *skipped: ' <<<"$output")" $((${#SESSION_PARTS[@]} - ran))
 }
 
+# A kernel failing its test on the GPU may fault in the bench too: the
+# benches then take the convolutions from cuDNN, and say so (here
+# test_cuda_kernels is a stand-in that fails).
+@test "run.sh session: a failing kernels_test sends the benches to cuDNN's convolutions, named in the summary" {
+	local out="$BATS_TEST_TMPDIR/out"
+	mkdir -p "$out"
+	cp "$B/bin/test_cuda_kernels" "$BATS_TEST_TMPDIR/"
+	cp /bin/false "$B/bin/test_cuda_kernels"
+	OUT="$out" SESSION_SECONDS=20 run --separate-stderr "$B/run.sh" session
+	cp "$BATS_TEST_TMPDIR/test_cuda_kernels" "$B/bin/"
+	echo "$output"
+	assert_success
+	assert_line '=== kernels_test failed (rc=1): the benches below run with --conv1 cudnn --conv2 cudnn'
+	assert_line --regexp '^kernels_test +rc=1 '
+	assert_line --regexp '^fallback +benches with --conv1 cudnn --conv2 cudnn \(kernels_test failed\)$'
+	# every bench part that started had the fallback; test_gpu_step not
+	local n=0 line
+	while read -r line; do
+		case $line in
+		"=== compile: bench"* | "=== bench_tf32: bench"* | "=== accuracy: bench"*)
+			[[ $line == *"CNN_ARGS=--conv1 cudnn --conv2 cudnn"* ]] || fail "no fallback: $line"
+			n=$((n + 1)) ;;
+		"=== gpu_step: "*) [[ $line != *CNN_ARGS* ]] || fail "fallback on the test: $line" ;;
+		esac
+	done <<<"$output"
+	[ "$n" -ge 1 ]
+}
+
 @test "run.sh session: parts that no longer fit are skipped and named, none started" {
 	local out="$BATS_TEST_TMPDIR/out"
 	mkdir -p "$out"
