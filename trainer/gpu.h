@@ -21,7 +21,7 @@
 #include "model.h"
 #include "optim.h"
 
-#define CNN_GPU_ABI 9
+#define CNN_GPU_ABI 10
 #define CNN_GPU_MODULE "cnn_train_cuda.so"
 
 enum cnn_precision {
@@ -155,6 +155,16 @@ struct cnn_graph_census {
 	int conv2_variants, conv2_kept;
 	int conv2_bits[3];
 	float conv2_ms[3];
+	/* where the one kept above was not the calls' picks (their times
+	 * alone did not foretell the step's), the six mixes of the three
+	 * calls (mix_bits[j], in conv2_bits' code) were timed beside it in
+	 * its layout and streams (mixes_timed: the replays timed of each, else
+	 * 0; mix_ms[j], and its own time in those replays mix_base_ms; the
+	 * least time kept, a tie to it: conv2_mixed 1 where a mix won);
+	 * conv2_kept_bits the kept graph's */
+	int mixes_timed, conv2_mixed, conv2_kept_bits;
+	int mix_bits[6];
+	float mix_ms[6], mix_base_ms;
 	int tuned;                   /* replays timed of each graph (0: none) */
 	/* --conv-layout auto (layouts_timed 1): the convolutions' layout kept
 	 * (nhwc 1: channels-last), and a replay's least time in NCHW and in

@@ -194,6 +194,23 @@ static void save_ckpt(struct run *R, int epoch, long long step_in_epoch)
 		die(R, "%s", err);
 }
 
+/* conv2's calls as the census's bits choose them (bit 0 forward, 1
+ * backward-data, 2 backward-filter: the project's kernels). */
+static const char *conv2_mix(int bits)
+{
+	static const char *name[8] = {
+		"all cuDNN",
+		"forward direct (the rest cuDNN)",
+		"backward-data direct (the rest cuDNN)",
+		"forward and backward-data direct (the rest cuDNN)",
+		"backward-filter direct (the rest cuDNN)",
+		"forward and backward-filter direct (the rest cuDNN)",
+		"backward-data and backward-filter direct (the rest cuDNN)",
+		"all direct",
+	};
+	return name[bits & 7];
+}
+
 static void report_times(struct run *R)
 {
 	char err[1024];
@@ -231,17 +248,27 @@ static void report_times(struct run *R)
 		else
 			fprintf(f, "  \"test_accuracy\": null,\n  \"test_loss\": null,\n");
 		struct cnn_graph_census gc;
-		char ms[64] = "null", c2[160] = "null", lms[64] = "null", pdl[128] = "null";
+		char ms[64] = "null", c2[512] = "null", lms[64] = "null", pdl[128] = "null";
 		if (R->g && R->G->graph_census(R->g, &gc) && gc.streams_timed)
 			snprintf(ms, sizeof(ms), "[%.4f, %.4f]", gc.ms[0], gc.ms[1]);
 		if (R->g && R->G->graph_census(R->g, &gc) && gc.layouts_timed)
 			snprintf(lms, sizeof(lms), "[%.4f, %.4f]", gc.layout_ms[0], gc.layout_ms[1]);
 		static const char *c2kept[3] = { "picked", "cudnn", "direct" };
-		if (R->g && R->G->graph_census(R->g, &gc) && gc.conv2_variants == 3)
+		if (R->g && R->G->graph_census(R->g, &gc) && gc.conv2_variants == 3) {
+			char mixes[256] = "null";
+			if (gc.mixes_timed)
+				snprintf(mixes, sizeof(mixes), "{\"beside\": \"%s\", \"beside_ms\": %.4f, "
+					 "\"bits\": [%d, %d, %d, %d, %d, %d], \"ms\": [%.4f, %.4f, %.4f, "
+					 "%.4f, %.4f, %.4f]}", c2kept[gc.conv2_kept], gc.mix_base_ms,
+					 gc.mix_bits[0], gc.mix_bits[1], gc.mix_bits[2], gc.mix_bits[3],
+					 gc.mix_bits[4], gc.mix_bits[5], gc.mix_ms[0], gc.mix_ms[1],
+					 gc.mix_ms[2], gc.mix_ms[3], gc.mix_ms[4], gc.mix_ms[5]);
 			snprintf(c2, sizeof(c2), "{\"kept\": \"%s\", \"picked_bits\": %d, "
-				 "\"ms\": {\"picked\": %.4f, \"cudnn\": %.4f, \"direct\": %.4f}}",
-				 c2kept[gc.conv2_kept], gc.conv2_bits[0], gc.conv2_ms[0], gc.conv2_ms[1],
-				 gc.conv2_ms[2]);
+				 "\"kept_bits\": %d, \"ms\": {\"picked\": %.4f, \"cudnn\": %.4f, "
+				 "\"direct\": %.4f}, \"mixes\": %s}",
+				 gc.conv2_mixed ? "mix" : c2kept[gc.conv2_kept], gc.conv2_bits[0],
+				 gc.conv2_kept_bits, gc.conv2_ms[0], gc.conv2_ms[1], gc.conv2_ms[2], mixes);
+		}
 		if (R->g && R->G->graph_census(R->g, &gc) && gc.pdl_edges) {
 			char pms[64] = "null";
 			if (gc.pdl_timed)
@@ -295,14 +322,24 @@ static void graph_report(struct run *R)
 		if (c.conv2_variants == 3) {
 			static const char *kept[3] = { "each call's own pick", "all cuDNN", "all direct" };
 			int b = c.conv2_bits[0];
-			printf("# conv2 auto (batch %d): %s kept; a replay of the step took %.4f ms with "
+			printf("# conv2 auto (batch %d): %s%s kept; a replay of the step took %.4f ms with "
 			       "each call as timed alone (forward %s, backward-data %s, backward-filter "
-			       "%s), %.4f ms all cuDNN, %.4f ms all direct (the least of %d each%s%s)\n",
-			       c.batch, kept[c.conv2_kept], c.conv2_ms[0], b & 1 ? "direct" : "cuDNN",
-			       b & 2 ? "direct" : "cuDNN", b & 4 ? "direct" : "cuDNN", c.conv2_ms[1],
-			       c.conv2_ms[2], c.tuned,
+			       "%s), %.4f ms all cuDNN, %.4f ms all direct (the least of %d each%s%s)",
+			       c.batch, c.conv2_mixed ? conv2_mix(c.conv2_kept_bits) : kept[c.conv2_kept],
+			       c.conv2_mixed ? " (a mix)" : "", c.conv2_ms[0],
+			       b & 1 ? "direct" : "cuDNN", b & 2 ? "direct" : "cuDNN",
+			       b & 4 ? "direct" : "cuDNN", c.conv2_ms[1], c.conv2_ms[2], c.tuned,
 			       c.streams_timed ? ", each with its faster backward streams" : "",
 			       R->r.world > 1 ? ", summed over the ranks" : "");
+			if (c.mixes_timed) {
+				printf("; the picks having lost, each mix of the three timed beside %s: "
+				       "%.4f ms that one", kept[c.conv2_kept], c.mix_base_ms);
+				for (int j = 0; j < 6; j++)
+					printf(", %.4f %s", c.mix_ms[j], conv2_mix(c.mix_bits[j]));
+				printf(" (the least of %d each%s)", c.mixes_timed,
+				       R->r.world > 1 ? ", summed over the ranks" : "");
+			}
+			printf("\n");
 		}
 		if (c.layouts_timed)
 			printf("# conv layout auto (batch %d): %s kept; a replay of the step took %.4f ms "

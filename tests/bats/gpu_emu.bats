@@ -395,8 +395,8 @@ PY
 	assert f and d and w, gpu
 	assert impl[f[1]] | impl[d[1]] << 1 | impl[w[1]] << 2 == bits, (bits, gpu)
 	c2 = js["conv2_auto"]
-	assert c2 == {"kept": ["picked", "cudnn", "direct"][kept], "picked_bits": picks,
-	              "ms": {"picked": ms[0], "cudnn": ms[1], "direct": ms[2]}}, c2
+	assert c2 == {"kept": ["picked", "cudnn", "direct"][kept], "picked_bits": picks, "kept_bits": bits,
+	              "ms": {"picked": ms[0], "cudnn": ms[1], "direct": ms[2]}, "mixes": None}, c2
 	assert js["streams_ms"] is None and js["backward_streams"] == 1, js
 	print(kept)
 	EOF
@@ -435,6 +435,75 @@ PY
 	echo "$stderr"
 	assert_success
 	assert_line --regexp "^# conv2 auto \(batch 8\): each call's own pick kept; .*\(the least of [0-9]+ each, summed over the ranks\)$"
+	assert_line --regexp '^params: identical on all 2 ranks '
+}
+
+# What a call costs in the step need not be what it costs alone (on a GPU
+# two streams' kernels share the SMs; the H200 ran batch 64's step 15%
+# slower with the calls' picks than all cuDNN), and when the picks lose,
+# neither all cuDNN nor all direct need be the best of the rest: each of
+# the six mixes of conv2's three calls is then timed beside the one kept,
+# in its layout and streams, and the fastest kept.  CUEMU_STEP_SLOW_KERNELS
+# makes a kernel slow in the step's graph alone: the project's
+# backward-filter (the picks take it, cuemu's additive clock favouring it
+# alone) makes the picks and all direct lose, and the best is the mix of
+# the other two direct; all three of the project's conv2 kernels slow
+# there leave all cuDNN the best, the mixes timed and passed over.
+@test "--conv2 auto: where the picks lose the step, each mix of conv2's calls is timed beside the one kept, the fastest kept (cuemu)" {
+	local opts=("${SMALL[@]}" --max-steps 4 --device cuda --precision tf32 --conv-layout nchw
+		--backward-streams 1) slow want
+	for slow in conv3_wgrad_k:mix:3 conv3_igemm_tf32_k,conv3_igemm_k,conv3_wgrad_k:cudnn:0; do
+		want=${slow#*:}
+		CUEMU_STEP_SLOW_KERNELS=${slow%%:*} run --separate-stderr "$CNN" "${opts[@]}" \
+			--log-json "$BATS_TEST_TMPDIR/m.json"
+		echo "$stderr"
+		assert_success
+		line=$(grep '^# conv2 auto (batch 8): ' <<<"$output")
+		echo "$line"
+		run /usr/bin/python3 - "$line" "$BATS_TEST_TMPDIR/m.json" "${want%%:*}" "${want#*:}" <<-'EOF'
+		import json, re, sys
+		line, js, want, want_bits = sys.argv[1], json.load(open(sys.argv[2]))["cuda_graph"], sys.argv[3], int(sys.argv[4])
+		names = ["all cuDNN", "forward direct (the rest cuDNN)", "backward-data direct (the rest cuDNN)",
+		         "forward and backward-data direct (the rest cuDNN)", "backward-filter direct (the rest cuDNN)",
+		         "forward and backward-filter direct (the rest cuDNN)",
+		         "backward-data and backward-filter direct (the rest cuDNN)", "all direct"]
+		alt = "|".join(re.escape(n) for n in names)
+		m = re.fullmatch(r"# conv2 auto \(batch 8\): (.+?) kept; a replay of the step took ([\d.]+) ms with each call "
+		                 r"as timed alone \(forward (\w+), backward-data (\w+), backward-filter (\w+)\), ([\d.]+) ms all "
+		                 r"cuDNN, ([\d.]+) ms all direct \(the least of (\d+) each\); the picks having lost, each mix of "
+		                 r"the three timed beside (all cuDNN|all direct): ([\d.]+) ms that one((?:, [\d.]+ (?:%s)){6}) "
+		                 r"\(the least of (\d+) each\)" % alt, line)
+		assert m, line
+		first = [float(m[2]), float(m[6]), float(m[7])]
+		impl = {"cuDNN": 0, "direct": 1}
+		picks = impl[m[3]] | impl[m[4]] << 1 | impl[m[5]] << 2
+		# cuemu's picks are all direct, and lost in the step
+		assert picks == 7 and first[0] > min(first), (picks, first)
+		beside = ["each call's own pick", "all cuDNN", "all direct"][min(range(3), key=lambda k: (first[k], k))]
+		assert m[9] == beside, (m[9], beside)
+		mix = [(names.index(n), float(t)) for t, n in re.findall(r", ([\d.]+) (%s)" % alt, m[11])]
+		assert [b for b, _ in mix] == [1, 2, 3, 4, 5, 6], mix
+		assert 2 <= int(m[12]) <= 10, line
+		# the least kept, a tie to the one beside
+		base = float(m[10])
+		best = min(mix, key=lambda bt: bt[1])
+		kept_bits, kept = (best[0], "mix") if best[1] < base else ([0, 7][m[9] == "all direct"], "cudnn" if m[9] == "all cuDNN" else "direct")
+		assert (kept, kept_bits) == (want, want_bits), (kept, kept_bits, line)
+		assert m[1] == (names[kept_bits] + " (a mix)" if kept == "mix" else m[9]), m[1]
+		c2 = js["conv2_auto"]
+		assert c2 == {"kept": kept, "picked_bits": picks, "kept_bits": kept_bits,
+		              "ms": {"picked": first[0], "cudnn": first[1], "direct": first[2]},
+		              "mixes": {"beside": {"all cuDNN": "cudnn", "all direct": "direct"}[m[9]], "beside_ms": base,
+		                        "bits": [1, 2, 3, 4, 5, 6], "ms": [t for _, t in mix]}}, c2
+		EOF
+		echo "$output"
+		assert_success
+	done
+	# two ranks over NCCL time the mixes as often and keep the same
+	CUEMU_STEP_SLOW_KERNELS=conv3_wgrad_k ranks2 nccl "$BATS_TEST_TMPDIR/n2" "${opts[@]}" --max-steps 3
+	echo "$stderr"
+	assert_success
+	assert_line --regexp "^# conv2 auto \(batch 8\): forward and backward-data direct \(the rest cuDNN\) \(a mix\) kept; .*\(the least of [0-9]+ each, summed over the ranks\); the picks having lost, each mix of the three timed beside all cuDNN: .* \(the least of [0-9]+ each, summed over the ranks\)$"
 	assert_line --regexp '^params: identical on all 2 ranks '
 }
 

@@ -30,7 +30,9 @@
 //   cudaGetLastError returns it, nothing more runs), as on a GPU;
 //   CUEMU_SLOW_KERNELS=k1,k2 runs them as ever at 100 times their modelled
 //   time (streams.cc's clock), a cuDNN convolution named as its call and
-//   algorithm ("cudnnConvolutionForward:1"); CUEMU_DNN_ALGOS=N makes
+//   algorithm ("cudnnConvolutionForward:1"); CUEMU_STEP_SLOW_KERNELS=k1,k2
+//   the same, only where a graph of a training step's size replays them
+//   (a call's cost in the step not its cost alone); CUEMU_DNN_ALGOS=N makes
 //   cudnnFind list N algorithms, each 10% slower than the one before;
 // - a block of more threads than the kernel's __launch_bounds__ allows
 //   fails the launch (cudaErrorLaunchOutOfResources, "too many resources

@@ -41,6 +41,11 @@ bool named_in(const char *var, const char *name);
 // CUEMU_SLOW_KERNELS: 100 times its time past the launch's.
 inline double slowed_ms(double ms) { return kLaunchMs + (ms - kLaunchMs) * 100; }
 
+// A graph of this many nodes or more is a training step's, for
+// CUEMU_STEP_SLOW_KERNELS (streams.cc): the step's have 14 or more, those
+// that time one call (cnn_train's time_call) a few.
+constexpr size_t kStepNodes = 12;
+
 // Is [p, p+n) inside one "device" allocation (cudaMalloc)?
 bool inside(const void *p, size_t n);
 // Inside one cudaMallocHost allocation?

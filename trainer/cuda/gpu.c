@@ -846,13 +846,69 @@ drop:
 	return -1;
 }
 
+/* Variant v's choices made the step's (nl, ns, nc: as capture() counts
+ * its layouts, streams and conv2's variants); -1 with err. */
+static int select_variant(struct cnn_gpu *g, int n, int nl, int ns, int nc, const struct variant *v,
+			  char *err, size_t errlen)
+{
+	if ((nl == 2 && cnn_gnet_set_layout(&g->net, n, v->nhwc) < 0) ||
+	    (ns == 2 && cnn_gnet_use_streams(&g->net, v->streams) < 0) ||
+	    (nc && cnn_gnet_set_conv2(&g->net, n, v->direct1, v->direct2) < 0)) {
+		snprintf(err, errlen, "%s", g->net.err);
+		return -1;
+	}
+	return 0;
+}
+
+/* Variant v's step captured (now: what is current before it) and
+ * instantiated. */
+static int make_variant(struct cnn_gpu *g, int n, unsigned now, int nl, int ns, int nc,
+			struct variant *v, char *err, size_t errlen)
+{
+	struct cnn_cuda_wop w;
+	if (select_variant(g, n, nl, ns, nc, v, err, errlen) < 0)
+		return -1;
+	/* what this variant's optimizer keeps current: its forward takes
+	 * them as current, and before each launch (replay(), the step)
+	 * cnn_gnet_wop_ensure makes any that are not (a variant in the
+	 * other layout, or with conv2's packs, than the eager steps
+	 * before it: made once there, not in every replay) */
+	v->wop_in = cnn_gnet_wop(&g->net, &w);
+	g->net.wfresh = v->wop_in;
+	if (capture_one(g, n, now, &v->graph, err, errlen) < 0)
+		return -1;
+	v->nrec = cnn_cuda_recorded(&v->rec, &v->kinds);
+	v->wop_out = g->graph_wop_out;
+	cudaError_t e = cudaGraphInstantiate(&v->ex, v->graph, 0);
+	if (e != cudaSuccess) {
+		v->ex = NULL;
+		snprintf(err, errlen, "instantiating the training step's CUDA graph: %s "
+			 "(--no-graph runs without)", cudaGetErrorString(e));
+		return -1;
+	}
+	return 0;
+}
+
+static void drop_variants(struct variant *v, int nv)
+{
+	for (int i = 0; i < nv; i++) {
+		if (v[i].ex)
+			cudaGraphExecDestroy(v[i].ex);
+		if (v[i].graph)
+			cudaGraphDestroy(v[i].graph);
+		free(v[i].rec);
+		free(v[i].kinds);
+	}
+}
+
 static int capture(struct cnn_gpu *g, int n, char *err, size_t errlen)
 {
 	/* what is current now is what each replay's forward finds current:
 	 * what the replay before it wrote (graph_wop_out), else made so */
 	unsigned now = g->net.wfresh;
 	int ns = g->o.streams == CNN_STREAMS_AUTO && g->net.streams_made == 2 ? 2 : 1;
-	int d1[CNN_CONV2_VARIANTS], d2[CNN_CONV2_VARIANTS], lay[2] = { 0, 0 };
+	int d1[CNN_CONV2_VARIANTS + CNN_CONV2_MIXES], d2[CNN_CONV2_VARIANTS + CNN_CONV2_MIXES];
+	int lay[2] = { 0, 0 };
 	/* --conv-layout auto: both layouts', NCHW first on every rank (which
 	 * one cudnnFind picked may differ between ranks; the variants' times
 	 * are summed over the ranks index by index) */
@@ -866,8 +922,12 @@ static int capture(struct cnn_gpu *g, int n, char *err, size_t errlen)
 		lay[0] = 0;
 		lay[1] = 1;
 	}
-	struct variant v[kVariants];
+	/* mv: the mixes of conv2's calls (cnn_gnet_conv2_variants), after
+	 * the one kept from v (mv[0], a copy of it: not its own graph) */
+	struct variant v[kVariants], mv[1 + CNN_CONV2_MIXES], *fin;
+	int nm = 0, mixed = 0, mix_timed = 0;
 	memset(v, 0, sizeof(v));
+	memset(mv, 0, sizeof(mv));
 	for (int l = 0; l < (nl ? nl : 1); l++) {
 		if (nl == 2 && cnn_gnet_set_layout(&g->net, n, lay[l]) < 0) {
 			snprintf(err, errlen, "%s", g->net.err);
@@ -897,33 +957,9 @@ static int capture(struct cnn_gpu *g, int n, char *err, size_t errlen)
 			     "tensor cores? --conv2 cudnn or direct, --backward-streams 1 or 2)", nv,
 			     nv == 1 ? "" : "s", (int)count[nv], g->comm->world);
 	}
-	for (int i = 0; i < nv; i++) {
-		struct cnn_cuda_wop w;
-		if ((nl == 2 && cnn_gnet_set_layout(&g->net, n, v[i].nhwc) < 0) ||
-		    (ns == 2 && cnn_gnet_use_streams(&g->net, v[i].streams) < 0) ||
-		    (nc && cnn_gnet_set_conv2(&g->net, n, v[i].direct1, v[i].direct2) < 0)) {
-			snprintf(err, errlen, "%s", g->net.err);
+	for (int i = 0; i < nv; i++)
+		if (make_variant(g, n, now, nl, ns, nc, &v[i], err, errlen) < 0)
 			goto out;
-		}
-		/* what this variant's optimizer keeps current: its forward takes
-		 * them as current, and before each launch (replay(), the step)
-		 * cnn_gnet_wop_ensure makes any that are not (a variant in the
-		 * other layout, or with conv2's packs, than the eager steps
-		 * before it: made once there, not in every replay) */
-		v[i].wop_in = cnn_gnet_wop(&g->net, &w);
-		g->net.wfresh = v[i].wop_in;
-		if (capture_one(g, n, now, &v[i].graph, err, errlen) < 0)
-			goto out;
-		v[i].nrec = cnn_cuda_recorded(&v[i].rec, &v[i].kinds);
-		v[i].wop_out = g->graph_wop_out;
-		cudaError_t e = cudaGraphInstantiate(&v[i].ex, v[i].graph, 0);
-		if (e != cudaSuccess) {
-			v[i].ex = NULL;
-			snprintf(err, errlen, "instantiating the training step's CUDA graph: %s "
-				 "(--no-graph runs without)", cudaGetErrorString(e));
-			goto out;
-		}
-	}
 	if (nv > 1) {
 		if (tune(g, v, nv, &timed, err, errlen) < 0)
 			goto out;
@@ -931,21 +967,50 @@ static int capture(struct cnn_gpu *g, int n, char *err, size_t errlen)
 		 * call's pick) */
 		for (int i = 1; i < nv; i++)
 			keep = v[i].ms < v[keep].ms ? i : keep;
-		if ((nl == 2 && cnn_gnet_set_layout(&g->net, n, v[keep].nhwc) < 0) ||
-		    (ns == 2 && cnn_gnet_use_streams(&g->net, v[keep].streams) < 0) ||
-		    (nc && cnn_gnet_set_conv2(&g->net, n, v[keep].direct1, v[keep].direct2) < 0)) {
+	}
+	fin = &v[keep];
+	/* conv2's calls as picked lost: their times alone did not foretell
+	 * the step's (the calls beside each other on two streams, the
+	 * launches between them), and neither all cuDNN nor all direct need
+	 * be the best of the rest: each mix of the three is timed beside
+	 * the one kept, in its layout and streams, the least time kept (a
+	 * tie to it).  Every rank comes here alike (the times are the
+	 * ranks' sums) and times as many. */
+	if (nc && nv > 1 && v[keep].k2 != 0) {
+		if (nl == 2 && cnn_gnet_set_layout(&g->net, n, v[keep].nhwc) < 0) {
 			snprintf(err, errlen, "%s", g->net.err);
 			goto out;
 		}
+		cnn_gnet_conv2_variants(&g->net, n, d1, d2);
+		mv[0] = v[keep];
+		for (int j = 0; j < CNN_CONV2_MIXES; j++) {
+			struct variant *m = &mv[1 + j];
+			m->nhwc = v[keep].nhwc;
+			m->streams = v[keep].streams;
+			m->k2 = CNN_CONV2_VARIANTS + j;
+			m->direct1 = d1[CNN_CONV2_VARIANTS + j];
+			m->direct2 = d2[CNN_CONV2_VARIANTS + j];
+			nm++;
+			if (make_variant(g, n, now, nl, ns, nc, m, err, errlen) < 0)
+				goto out;
+		}
+		if (tune(g, mv, 1 + nm, &mix_timed, err, errlen) < 0)
+			goto out;
+		for (int j = 1; j <= nm; j++)
+			mixed = mv[j].ms < mv[mixed].ms ? j : mixed;
+		if (mixed)
+			fin = &mv[mixed];
 	}
-	g->graph_wop_in = v[keep].wop_in;
-	g->graph_wop_out = v[keep].wop_out;
+	if (nv > 1 && select_variant(g, n, nl, ns, nc, fin, err, errlen) < 0)
+		goto out;
+	g->graph_wop_in = fin->wop_in;
+	g->graph_wop_out = fin->wop_out;
 	/* --pdl: the kept graph's copy with programmatic edges, timed
 	 * against it under auto */
-	if (pdl_try(g, &v[keep], &pg, &pex, &pdl_edges, pdl_none, sizeof(pdl_none), err, errlen) < 0)
+	if (pdl_try(g, fin, &pg, &pex, &pdl_edges, pdl_none, sizeof(pdl_none), err, errlen) < 0)
 		goto out;
 	if (pex && g->o.pdl == CNN_PDL_AUTO) {
-		struct variant w[2] = { v[keep], v[keep] };
+		struct variant w[2] = { *fin, *fin };
 		w[1].graph = pg;
 		w[1].ex = pex;
 		if (tune(g, w, 2, &pdl_tuned, err, errlen) < 0)
@@ -956,44 +1021,49 @@ static int capture(struct cnn_gpu *g, int n, char *err, size_t errlen)
 	/* on, or auto where it replayed faster (a tie: as captured) */
 	int pdl_kept = pex && (g->o.pdl == CNN_PDL_ON || pdl_ms[1] < pdl_ms[0]);
 	if (pdl_kept) {
-		cudaGraph_t tg = v[keep].graph;
-		cudaGraphExec_t tx = v[keep].ex;
-		v[keep].graph = pg;
-		v[keep].ex = pex;
+		cudaGraph_t tg = fin->graph;
+		cudaGraphExec_t tx = fin->ex;
+		fin->graph = pg;
+		fin->ex = pex;
 		pg = tg;
 		pex = tx;
 	}
-	if (g->o.graph_dot && g->o.rank == 0 && dot(v[keep].graph, g->o.graph_dot, err, errlen) < 0)
+	if (g->o.graph_dot && g->o.rank == 0 && dot(fin->graph, g->o.graph_dot, err, errlen) < 0)
 		goto out;
 	/* a count the run can do without: said, not fatal */
 	char why[256];
-	if (census(v[keep].graph, n, &g->census, why, sizeof(why)) < 0) {
+	if (census(fin->graph, n, &g->census, why, sizeof(why)) < 0) {
 		memset(&g->census, 0, sizeof(g->census));
 		fprintf(stderr, "cnn_train: rank %d: warning: %s\n", g->o.rank, why);
 	} else {
 		census_variants(&g->census, v, nv, nl, ns, nc, keep, timed);
+		g->census.conv2_kept_bits = fin->direct2;
+		if (nm) {
+			g->census.mixes_timed = mix_timed;
+			g->census.mix_base_ms = mv[0].ms;
+			for (int j = 0; j < nm; j++) {
+				g->census.mix_bits[j] = mv[1 + j].direct2;
+				g->census.mix_ms[j] = mv[1 + j].ms;
+			}
+			g->census.conv2_mixed = mixed != 0;
+		}
 		g->census.pdl_edges = pdl_edges;
 		g->census.pdl_kept = pdl_kept;
 		g->census.pdl_timed = pdl_tuned;
 		memcpy(g->census.pdl_ms, pdl_ms, sizeof(pdl_ms));
 		snprintf(g->census.pdl_none, sizeof(g->census.pdl_none), "%s", pdl_none);
 	}
-	g->exec = v[keep].ex;
-	v[keep].ex = NULL;
+	g->exec = fin->ex;
+	fin->ex = NULL;
 	rv = 0;
 out:
 	if (pex)
 		cudaGraphExecDestroy(pex);
 	if (pg)
 		cudaGraphDestroy(pg);
-	for (int i = 0; i < nv; i++) {
-		if (v[i].ex)
-			cudaGraphExecDestroy(v[i].ex);
-		if (v[i].graph)
-			cudaGraphDestroy(v[i].graph);
-		free(v[i].rec);
-		free(v[i].kinds);
-	}
+	/* mv[0] is v[keep]'s copy: v's to free */
+	drop_variants(v, nv);
+	drop_variants(mv + 1, nm);
 	return rv;
 }
 

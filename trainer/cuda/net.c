@@ -1403,8 +1403,9 @@ static int choose_fc2(struct cnn_gnet *g, struct cnn_gnet_algos *a)
 	return 0;
 }
 
-int cnn_gnet_conv2_variants(const struct cnn_gnet *g, int n, int direct1[CNN_CONV2_VARIANTS],
-			    int direct2[CNN_CONV2_VARIANTS])
+int cnn_gnet_conv2_variants(const struct cnn_gnet *g, int n,
+			    int direct1[CNN_CONV2_VARIANTS + CNN_CONV2_MIXES],
+			    int direct2[CNN_CONV2_VARIANTS + CNN_CONV2_MIXES])
 {
 	const struct cnn_gnet_algos *a = NULL;
 	for (int i = 0; i < g->nalgos && !a; i++)
@@ -1413,9 +1414,11 @@ int cnn_gnet_conv2_variants(const struct cnn_gnet *g, int n, int direct1[CNN_CON
 		return 0;
 	/* conv1's weight gradient timed beside each backward-data (msb) */
 	int c1 = joint_bwd(g, a->nhwc) && g->conv1 == CNN_CONV_AUTO && g->m.in.c == 1;
-	for (int k = 0; k < CNN_CONV2_VARIANTS; k++) {
+	for (int k = 0; k < CNN_CONV2_VARIANTS + CNN_CONV2_MIXES; k++) {
+		/* a mix's bits, or all direct's (7) */
+		int b = k < CNN_CONV2_VARIANTS ? 7 : k - CNN_CONV2_VARIANTS + 1;
 		direct1[k] = a->direct1;
-		direct2[k] = k == 0 ? a->direct2 : k == 1 ? 0 : g->fallback[0] ? a->direct2 : 7;
+		direct2[k] = k == 0 ? a->direct2 : k == 1 ? 0 : g->fallback[0] ? b & a->direct2 : b;
 		int d = direct2[k] >> 1 & 1;
 		if (k && c1 && a->msb[0][d] > 0.f && a->msb[1][d] > 0.f)
 			direct1[k] = (a->direct1 & 1) | (a->msb[1][d] < a->msb[0][d]) << 1;

@@ -208,13 +208,19 @@ int cnn_gnet_use_streams(struct cnn_gnet *g, int streams);
  * the step's CUDA graph is timed with as a whole (gpu.c), into
  * direct1[k] and direct2[k] (cnn_gnet_algos' bits): 0, each call as it
  * was timed alone; 1, conv2's three calls by cuDNN; 2, by the project's
- * kernels (the calls' own where one could not launch here).  conv1's
- * weight gradient, where it is chosen with conv2's backward-data, is the
- * faster beside the backward-data each takes.  The count: 3, or 0 where
- * conv2 is not auto here (or batch n not prepared). */
-enum { CNN_CONV2_VARIANTS = 3 };
-int cnn_gnet_conv2_variants(const struct cnn_gnet *g, int n, int direct1[CNN_CONV2_VARIANTS],
-			    int direct2[CNN_CONV2_VARIANTS]);
+ * kernels (the calls' own where one could not launch here); then the
+ * CNN_CONV2_MIXES mixes, 2 + b for b 1 to 6: the calls of b's bits (bit 0
+ * forward, 1 backward-data, 2 backward-filter) by the project's kernels,
+ * the others by cuDNN (where one of the project's calls could not launch
+ * here, only those of b that the picks have).  conv1's weight gradient,
+ * where it is chosen with conv2's backward-data, is the faster beside the
+ * backward-data each takes.  The count of the first kind: 3, or 0 where
+ * conv2 is not auto here (or batch n not prepared); the mixes follow
+ * whenever it is 3, as many on every rank. */
+enum { CNN_CONV2_VARIANTS = 3, CNN_CONV2_MIXES = 6 };
+int cnn_gnet_conv2_variants(const struct cnn_gnet *g, int n,
+			    int direct1[CNN_CONV2_VARIANTS + CNN_CONV2_MIXES],
+			    int direct2[CNN_CONV2_VARIANTS + CNN_CONV2_MIXES]);
 /* Batch n's calls from now on as those bits choose; -1 if n is not
  * prepared. */
 int cnn_gnet_set_conv2(struct cnn_gnet *g, int n, int direct1, int direct2);
