@@ -2,7 +2,7 @@
 # cnn_train --device cuda end to end where no GPU is: main.c's GPU path
 # (its batches, evaluation, checkpoints, the options it hands the module)
 # with the GPU module built on cuemu (tests/Makefile:
-# cnn_train_cuda_emu.so: net.c, gpu.c, comm_nccl.c and the kernels as
+# cnn_train_cuda_emu.so: net.c, gpu.c, graph.c, comm_nccl.c and the kernels as
 # they are, cuemu for CUDA, cuDNN, cuBLAS and NCCL: one rank, or several
 # processes over TCP).
 # test_gpu_step checks the module's arithmetic against the golden file;

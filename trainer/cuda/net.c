@@ -468,7 +468,7 @@ int cnn_gnet_prepare(struct cnn_gnet *g, int n)
 	g->err[0] = '\0';
 	float ms[2] = { oka ? a.ms[0] : -1.f, okb ? b.ms[1] : -1.f };
 	/* the batch whose step replays as a graph keeps both layouts' (where
-	 * both have algorithms): gpu.c times the step's replay in each */
+	 * both have algorithms): graph.c times the step's replay in each */
 	int both = g->layout == CNN_LAYOUT_AUTO && oka && okb && n == g->graph_batch;
 	int pick_b = okb && (!oka || ms[1] < ms[0]);
 	struct cnn_gnet_algos other = pick_b ? a : b;

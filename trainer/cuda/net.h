@@ -205,7 +205,7 @@ void cnn_gnet_free(struct cnn_gnet *g);
  * two (the same arithmetic either way).  -1 with g->err otherwise. */
 int cnn_gnet_use_streams(struct cnn_gnet *g, int streams);
 /* --conv2 auto (TF32, bf16): the choices of batch n's conv2 calls that
- * the step's CUDA graph is timed with as a whole (gpu.c), into
+ * the step's CUDA graph is timed with as a whole (graph.c), into
  * direct1[k] and direct2[k] (cnn_gnet_algos' bits): 0, each call as it
  * was timed alone; 1, conv2's three calls by cuDNN; 2, by the project's
  * kernels (the calls' own where one could not launch here); then the
@@ -226,7 +226,7 @@ int cnn_gnet_conv2_variants(const struct cnn_gnet *g, int n,
 int cnn_gnet_set_conv2(struct cnn_gnet *g, int n, int direct1, int direct2);
 /* --conv-layout auto: the layouts batch n has algorithms for, the one in
  * use first, into nhwc[] (1: channels-last): the count, 2 for the batch
- * whose step replays as a graph where both layouts have algorithms (gpu.c
+ * whose step replays as a graph where both layouts have algorithms (graph.c
  * times the step in each), else 1; 0 if n is not prepared. */
 int cnn_gnet_layouts(const struct cnn_gnet *g, int n, int nhwc[2]);
 /* Batch n's calls from now on in that layout (its own choices of conv1's

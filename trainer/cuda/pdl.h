@@ -12,7 +12,7 @@
  * which takes the launch's latency off the chain.
  *
  * Which nodes of a captured graph are these kernels: between
- * cnn_cuda_record(1) and cnn_cuda_record(0) (gpu.c, around the step's
+ * cnn_cuda_record(1) and cnn_cuda_record(0) (graph.c, around the step's
  * capture), each launch here on a capturing stream notes the node it made
  * (cnn_cuda_note, after the launch: kernels_common.cuh's LAUNCHED), as the
  * NCCL backend notes its all-reduce's last node (kind CNN_NODE_NCCL: its
