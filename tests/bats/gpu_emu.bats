@@ -448,7 +448,8 @@ PY
 # backward-filter (the picks take it, cuemu's additive clock favouring it
 # alone) makes the picks and all direct lose, and the best is the mix of
 # the other two direct; all three of the project's conv2 kernels slow
-# there leave all cuDNN the best, the mixes timed and passed over.
+# there leave all cuDNN the best, the mixes timed and passed over; a call
+# whose kernel cannot launch here stays out of every mix.
 @test "--conv2 auto: where the picks lose the step, each mix of conv2's calls is timed beside the one kept, the fastest kept (cuemu)" {
 	local opts=("${SMALL[@]}" --max-steps 4 --device cuda --precision tf32 --conv-layout nchw
 		--backward-streams 1) slow want
@@ -499,6 +500,25 @@ PY
 		echo "$output"
 		assert_success
 	done
+	# where one of the project's calls cannot launch here (its backward-
+	# filter refused: cuDNN's stands in), the mixes keep to the picks'
+	# direct calls, as many as ever: the project's forward slow in the
+	# step, the backward-data alone direct is kept
+	CUEMU_FAIL_KERNELS=conv3_wgrad_k CUEMU_STEP_SLOW_KERNELS=conv3_igemm_tf32_k run --separate-stderr \
+		"$CNN" "${opts[@]}" --log-json "$BATS_TEST_TMPDIR/f.json"
+	echo "$stderr"
+	assert_success
+	[[ $stderr == *"the project's kernels for conv2's backward-filter failed to launch at start-up"* ]]
+	assert_line --regexp '^# conv2 auto \(batch 8\): backward-data direct \(the rest cuDNN\) \(a mix\) kept; .* each call as timed alone \(forward direct, backward-data direct, backward-filter cuDNN\), '
+	/usr/bin/python3 - "$BATS_TEST_TMPDIR/f.json" <<-'EOF'
+	import json, sys
+	c2 = json.load(open(sys.argv[1]))["cuda_graph"]["conv2_auto"]
+	assert c2["picked_bits"] == 3 and c2["kept_bits"] == 2 and c2["kept"] == "mix", c2
+	assert c2["ms"]["direct"] == c2["ms"]["picked"], c2      # all direct is the picks here
+	assert c2["mixes"]["bits"] == [1, 2, 3, 0, 1, 2], c2    # b & the picks' bits
+	ms = c2["mixes"]["ms"]
+	assert min(ms) == ms[1] < c2["mixes"]["beside_ms"], c2
+	EOF
 	# two ranks over NCCL time the mixes as often and keep the same
 	CUEMU_STEP_SLOW_KERNELS=conv3_wgrad_k ranks2 nccl "$BATS_TEST_TMPDIR/n2" "${opts[@]}" --max-steps 3
 	echo "$stderr"
