@@ -2,9 +2,9 @@
 # cnn_train --device cuda end to end where no GPU is: main.c's GPU path
 # (its batches, evaluation, checkpoints, the options it hands the module)
 # with the GPU module built on cuemu (tests/Makefile:
-# cnn_train_cuda_emu.so: net.c, gpu.c, graph.c, comm_nccl.c and the kernels as
-# they are, cuemu for CUDA, cuDNN, cuBLAS and NCCL: one rank, or several
-# processes over TCP).
+# cnn_train_cuda_emu.so: net.c, prepare.c, describe.c, gpu.c, graph.c,
+# comm_nccl.c and the kernels as they are, cuemu for CUDA, cuDNN, cuBLAS
+# and NCCL: one rank, or several processes over TCP).
 # test_gpu_step checks the module's arithmetic against the golden file;
 # these check what cnn_train does with it.  On a GPU, .gpu/run.sh train
 # and gloo2 run the real module.  Slurm's runs of it are in trainer.bats.
@@ -274,7 +274,7 @@ PY
 }
 
 @test "tools/pdl_lint: every kernel of the trainer waits first and every launch notes its node; a kernel or launch that does not is named (cuemu)" {
-	run "$REPO/tests/tools/pdl_lint" "$REPO/trainer/cuda/kernels.cu" "$REPO/trainer/cuda/conv2_tc.cu"
+	run "$REPO/tests/tools/pdl_lint" "$REPO"/trainer/cuda/*.cu
 	assert_success
 	assert_output ""
 	# the first kernel's pdl_enter() taken out

@@ -1,4 +1,4 @@
-// cuemu: run trainer/cuda/kernels.cu and conv2_tc.cu on the CPU, for
+// cuemu: run trainer/cuda/'s kernel files (*.cu) on the CPU, for
 // machines without a GPU; with streams.cc, dnn.cc, blas.cc and nccl.cc
 // (see each), the GPU path's host code too (test_gpu_step_emu).
 //

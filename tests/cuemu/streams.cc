@@ -1,6 +1,6 @@
 // cuemu: streams, events, CUDA graphs (stream capture), asynchronous
 // copies and pinned host memory, for the GPU path's host code
-// (trainer/cuda/net.c, gpu.c, graph.c, comm_nccl.c) run on the CPU.
+// (trainer/cuda/net.c, prepare.c, gpu.c, graph.c, comm_nccl.c) run on the CPU.
 //
 // Work enqueued on a stream (a kernel, a copy, a cuDNN, cuBLAS or NCCL
 // call) is a closure.  CUEMU_STREAMS (or cuemu_set_streams) says when it

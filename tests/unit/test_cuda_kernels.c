@@ -1,4 +1,4 @@
-/* Every CUDA kernel of trainer/cuda/ (kernels.cu, conv2_tc.cu) against its
+/* Every CUDA kernel of trainer/cuda/ (its *.cu files) against its
  * CPU twin on random inputs, llm.c style: |gpu - cpu| <= atol + rtol *
  * |cpu|, the first mismatches printed.  Without a GPU (or a driver) every check is skipped,
  * loudly, and the program exits 0: make check compiles it everywhere.

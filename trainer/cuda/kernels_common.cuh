@@ -1,7 +1,9 @@
 // What the kernel files of the GPU path share (kernels.cu: the element-wise
-// kernels and conv1's; conv2_tc.cu: conv2 on the tensor cores): the
-// headers, the grid size of a grid-stride loop, and the loads and stores
-// that widen and round bf16.  cuemu compiles the same files for the CPU.
+// kernels of the activations; conv1.cu: conv1's direct kernels; head.cu:
+// the gather, the head's fused kernels and the optimizers; conv2_tc.cu:
+// conv2 on the tensor cores): the headers, the grid size of a grid-stride
+// loop, the loads and stores that widen and round bf16, the bias
+// gradients' reductions.  cuemu compiles the same files for the CPU.
 #ifndef CNN_KERNELS_COMMON_CUH
 #define CNN_KERNELS_COMMON_CUH
 
@@ -65,7 +67,6 @@ __device__ __forceinline__ void st(bf16 *p, float v) { *p = __float2bfloat16_rn(
 // bf16 storage: cnn_bf16 is the bits of a __nv_bfloat16.
 inline bf16 *B(cnn_bf16 *p) { return reinterpret_cast<bf16 *>(p); }
 inline const bf16 *B(const cnn_bf16 *p) { return reinterpret_cast<const bf16 *>(p); }
-
 
 // cp.async (compute capability 8.0 and newer): a 4-byte copy from global
 // to shared memory that the thread does not wait for, or zeros where ok is
@@ -206,6 +207,133 @@ __device__ __forceinline__ void pool_window(float v[4], const PoolEp &ep, uint64
 	if (ep.yb)
 		ep.yb[i] = __float2bfloat16_rn(m);
 }
+
+// Eight adjacent elements at a 16-byte aligned address, in 16-byte loads
+// (two of float, one of bf16), and stores.
+__device__ __forceinline__ void ld8(const float *p, float *v)
+{
+	const float4 *q = reinterpret_cast<const float4 *>(p);
+	float4 a = q[0], b = q[1];
+	v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+	v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+__device__ __forceinline__ void ld8(const bf16 *p, float *v)
+{
+	// a bf16 is a float's top 16 bits (__bfloat162float's conversion);
+	// memcpy, the one type pun C++ defines, is register moves on a GPU
+	uint4 t = *reinterpret_cast<const uint4 *>(p);
+	uint32_t u[4] = { t.x, t.y, t.z, t.w };
+	for (int k = 0; k < 4; k++) {
+		uint32_t lo = u[k] << 16, hi = u[k] & 0xffff0000u;
+		memcpy(&v[2 * k], &lo, 4);
+		memcpy(&v[2 * k + 1], &hi, 4);
+	}
+}
+// Four adjacent elements at an address aligned to four of them, in one load.
+__device__ __forceinline__ void ld4(const float *p, float *v)
+{
+	float4 a = *reinterpret_cast<const float4 *>(p);
+	v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+}
+__device__ __forceinline__ void ld4(const bf16 *p, float *v)
+{
+	uint2 t = *reinterpret_cast<const uint2 *>(p);
+	uint32_t u[2] = { t.x, t.y };
+	for (int k = 0; k < 2; k++) {
+		uint32_t lo = u[k] << 16, hi = u[k] & 0xffff0000u;
+		memcpy(&v[2 * k], &lo, 4);
+		memcpy(&v[2 * k + 1], &hi, 4);
+	}
+}
+// Four adjacent elements at an address aligned to four of them, in one
+// store (16 bytes of float, 8 of bf16).
+__device__ __forceinline__ void st4(float *p, const float *v)
+{
+	*reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
+__device__ __forceinline__ void st4(bf16 *p, const float *v)
+{
+	__nv_bfloat162 h[2] = { __floats2bfloat162_rn(v[0], v[1]), __floats2bfloat162_rn(v[2], v[3]) };
+	uint2 t;
+	memcpy(&t, h, sizeof(t));
+	*reinterpret_cast<uint2 *>(p) = t;
+}
+__device__ __forceinline__ void st8(float *p, const float *v)
+{
+	float4 *q = reinterpret_cast<float4 *>(p);
+	q[0] = make_float4(v[0], v[1], v[2], v[3]);
+	q[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+__device__ __forceinline__ void st8(bf16 *p, const float *v)
+{
+	__nv_bfloat162 h[4];
+	for (int k = 0; k < 4; k++)
+		h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+	uint4 t;
+	memcpy(&t, h, sizeof(t));
+	*reinterpret_cast<uint4 *>(p) = t;
+}
+
+// k / d (q) and k % d (r) as k goes k0, k0 + s, k0 + 2 s, ...: one
+// division at the start, adds after (the tiles' loops, a division or two
+// an element where each is a few loads).
+struct DivStep {
+	int q, r, sq, sr, d;
+	__device__ DivStep(int k0, int s, int d_) : q(k0 / d_), r(k0 % d_), sq(s / d_), sr(s % d_), d(d_) {}
+	__device__ void next()
+	{
+		q += sq;
+		r += sr;
+		if (r >= d) {
+			r -= d;
+			q++;
+		}
+	}
+};
+
+// The bias gradients' reductions (kernels.cu: bias_grad_part; conv1.cu:
+// conv1's weight and bias gradients): a block of kBiasThreads sums about
+// kBiasChunk values (bias_ipc: images of n pixels a chunk), then its
+// threads' sums in one fixed tree (block_sum): the same bits at every
+// replay.
+constexpr int kBiasThreads = 256;
+constexpr int kBiasChunk = 4096;
+
+inline int bias_ipc(int n)
+{
+	int k = (kBiasChunk + n - 1) / n;
+	return k < 1 ? 1 : k;
+}
+
+__device__ inline float block_sum(float s, float *red)
+{
+	red[threadIdx.x] = s;
+	__syncthreads();
+	for (int half = kBiasThreads / 2; half > 0; half /= 2) {
+		if ((int)threadIdx.x < half)
+			red[threadIdx.x] += red[threadIdx.x + half];
+		__syncthreads();
+	}
+	return red[0];
+}
+
+// gate_dy: dy[q] where gate[q] > 0, else 0 (no gate: dy[q]); with relu the zeros
+// are also stored into dy (relu_bwd in the same pass).  Each element is
+// one thread's, once.
+template <typename T, typename G>
+__device__ __forceinline__ float gate_dy(T *dy, const G *gate, int relu, size_t q)
+{
+	float v = ld(dy + q);
+	if (gate && !(ld(gate + q) > 0.f)) {
+		if (relu && v != 0.f)
+			st(dy + q, 0.f);
+		v = 0.f;
+	}
+	return v;
+}
+
+// Whether p is aligned to `to` bytes (a kernel's vector loads and stores).
+inline bool aligned(const void *p, size_t to) { return (uintptr_t)p % to == 0; }
 
 } // namespace
 

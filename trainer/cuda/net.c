@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "net.h"
+#include "net_impl.h"
 
 #include "cuda/check.h"
 #include "cuda/kernels.h"
@@ -88,13 +88,6 @@ static int blas_open(struct cnn_gnet *g, cublasHandle_t *h, void **ws, cudaStrea
 	cublasCheck(cublasSetPointerMode(*h, CUBLAS_POINTER_MODE_HOST));
 	(void)g;
 	return 0;
-}
-
-/* Whether conv2's tensor-core kernels can run: TF32 or bf16, on a GPU that
- * has them (cnn_gnet_init sets tc). */
-static int conv2_possible(const struct cnn_gnet *g)
-{
-	return g->precision != CNN_PREC_FP32 && g->tc == 1;
 }
 
 int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
@@ -216,7 +209,7 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 			return -1;
 		cudaCheck(cudaMemset(g->c1w, 0, c1w * 4));
 	}
-	if (c1w && conv2_possible(g) && conv2 != CNN_CONV_CUDNN &&
+	if (c1w && cnn_gnet_conv2_possible(g) && conv2 != CNN_CONV_CUDNN &&
 	    alloc(&g->c1s, cnn_cuda_conv3_dgrad_conv1_scratch(max_batch, M->c1, M->h1, M->w1) * 4) < 0)
 		return -1;
 	/* fc2's fused head: its blocks' partial sums and their counter, which
@@ -227,7 +220,7 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 			return -1;
 		cudaCheck(cudaMemset(g->fhs, 0, g->fhs_n * 4));
 	}
-	if (conv2_possible(g) && conv2 != CNN_CONV_CUDNN &&
+	if (cnn_gnet_conv2_possible(g) && conv2 != CNN_CONV_CUDNN &&
 	    (alloc(&g->c2s, cnn_cuda_conv3_wgrad_scratch(max_batch, M->c1, M->h1, M->w1, M->c2) * 4) < 0 ||
 	     alloc(&g->c2w, 2 * M->t[P_W2].n * es) < 0))
 		return -1;
@@ -299,8 +292,7 @@ void cnn_gnet_free(struct cnn_gnet *g)
 	memset(g, 0, sizeof(*g));
 }
 
-/* The activations' descriptors for a batch of n in either layout. */
-static int set_batch(struct cnn_gnet *g, int n, int nhwc)
+int cnn_gnet_descs(struct cnn_gnet *g, int n, int nhwc)
 {
 	const struct cnn_model *M = &g->m;
 	cudnnTensorFormat_t f = nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
@@ -308,238 +300,6 @@ static int set_batch(struct cnn_gnet *g, int n, int nhwc)
 	cudnnCheck(cudnnSetTensor4dDescriptor(g->t1, f, dtype(g), n, M->c1, M->h1, M->w1));
 	cudnnCheck(cudnnSetTensor4dDescriptor(g->t2, f, dtype(g), n, M->c2, M->h2, M->w2));
 	return 0;
-}
-
-/* Convolution l's filter descriptor in a layout. */
-static cudnnFilterDescriptor_t filt(const struct cnn_gnet *g, int l, int nhwc)
-{
-	return nhwc ? g->fwh[l] : g->fw[l];
-}
-
-/* fp32 takes only FMA kernels; TF32 and bf16 take the fastest of any kind. */
-static int math_ok(const struct cnn_gnet *g, cudnnMathType_t t)
-{
-	return g->precision != CNN_PREC_FP32 || t == CUDNN_FMA_MATH || t == CUDNN_DEFAULT_MATH;
-}
-
-static const struct cnn_gnet_algos *find_algos(struct cnn_gnet *g, int n)
-{
-	for (int i = 0; i < g->nalgos; i++)
-		if (g->algos[i].n == n)
-			return &g->algos[i];
-	return NULL;
-}
-
-#define PICK(perf, cnt, out, math, what)                                                     \
-	do {                                                                                 \
-		int k_ = 0;                                                                  \
-		while (k_ < (cnt) && ((perf)[k_].status != CUDNN_STATUS_SUCCESS ||           \
-				      !math_ok(g, (perf)[k_].mathType) ||                    \
-				      (g->ws_frozen && (perf)[k_].memory > g->ws_bytes)))    \
-			k_++;                                                                \
-		if (k_ == (cnt)) {                                                           \
-			snprintf(g->err, sizeof(g->err), "cuDNN has no %s algorithm for a "  \
-				 "batch of %d in %s (%s)", what, n, nhwc ? "NHWC" : "NCHW",  \
-				 cnn_precision_name(g->precision));                          \
-			return -1;                                                           \
-		}                                                                            \
-		(out) = (perf)[k_].algo;                                                     \
-		(math) = (perf)[k_].mathType;                                                \
-		ms += (perf)[k_].time;                                                       \
-		if ((perf)[k_].memory > need)                                                \
-			need = (perf)[k_].memory;                                            \
-	} while (0)
-
-/* conv2's call c: the results PICK would take (its pick first) that
- * cudnnFind timed within CNN_CUDNN_SLACK of that pick, each one's
- * workspace within room; the workspace the call needs grows to theirs. */
-#define CANDS(perf, cnt, c, room)                                                            \
-	do {                                                                                 \
-		float t0_ = -1.f;                                                            \
-		a->ncand[c] = 0;                                                             \
-		for (int k_ = 0; k_ < (cnt) && a->ncand[c] < CNN_CUDNN_CANDS; k_++) {       \
-			if ((perf)[k_].status != CUDNN_STATUS_SUCCESS ||                     \
-			    !math_ok(g, (perf)[k_].mathType) || (perf)[k_].memory > (room))  \
-				continue;                                                    \
-			if (t0_ < 0.f)                                                       \
-				t0_ = (perf)[k_].time;                                       \
-			else if (!((perf)[k_].time <= t0_ * CNN_CUDNN_SLACK))                \
-				break;                                                       \
-			a->cand[c][a->ncand[c]] = (int)(perf)[k_].algo;                      \
-			a->cand_math[c][a->ncand[c]] = (perf)[k_].mathType;                  \
-			a->cand_ms[c][a->ncand[c]++] = 0.f;                                  \
-			if ((perf)[k_].memory > need)                                        \
-				need = (perf)[k_].memory;                                    \
-		}                                                                            \
-	} while (0)
-
-/* The workspace conv2's other candidates may take: what is allocated once
- * a graph holds it, else 64 MiB or what the picks already need. */
-static size_t cand_room(const struct cnn_gnet *g, size_t need)
-{
-	size_t cap = (size_t)64 << 20;
-	return g->ws_frozen ? g->ws_bytes : need > cap ? need : cap;
-}
-
-/* cudnnFind's own failure (NOT_SUPPORTED for a layout, say) goes to
- * g->err without printing: under --conv-layout auto the other layout may
- * still do, and a forced layout's caller reports g->err. */
-#define FIND(call, what)                                                                     \
-	do {                                                                                 \
-		cudnnStatus_t s_ = (call);                                                   \
-		if (s_ != CUDNN_STATUS_SUCCESS) {                                            \
-			snprintf(g->err, sizeof(g->err), "cudnnFind of the %s convolution for a " \
-				 "batch of %d in %s (%s): %s", what, n, nhwc ? "NHWC" : "NCHW", \
-				 cnn_precision_name(g->precision), cudnnGetErrorString(s_));  \
-			return -1;                                                           \
-		}                                                                            \
-	} while (0)
-
-/* The five convolution calls' algorithms for batch n in one layout into
- * a, their workspace into *need and cudnnFind's total time into *total. */
-static int find_layout(struct cnn_gnet *g, int n, int nhwc, struct cnn_gnet_algos *a,
-		       size_t *need_out, float *total)
-{
-	size_t need = 0;
-	float ms = 0.f;
-	int cnt;
-	cudnnConvolutionFwdAlgoPerf_t fp[16];
-	cudnnConvolutionBwdDataAlgoPerf_t dp[16];
-	cudnnConvolutionBwdFilterAlgoPerf_t wp[16];
-	cudnnTensorDescriptor_t in[2] = { g->tx, g->t1 }, out[2] = { g->t1, g->t2 };
-
-	if (set_batch(g, n, nhwc) < 0)
-		return -1;
-	for (int l = 0; l < 2; l++) {
-		FIND(cudnnFindConvolutionForwardAlgorithm(g->dnn, in[l], filt(g, l, nhwc), g->cv[l],
-							  out[l], 16, &cnt, fp),
-		     "forward");
-		PICK(fp, cnt, a->fwd[l], a->fwd_math[l], "forward");
-		if (l)
-			CANDS(fp, cnt, 0, cand_room(g, need));
-		FIND(cudnnFindConvolutionBackwardFilterAlgorithm(g->dnn, in[l], out[l], g->cv[l],
-								 filt(g, l, nhwc), 16, &cnt, wp),
-		     "backward-filter");
-		PICK(wp, cnt, a->bwd_filter[l], a->bwd_filter_math[l], "backward-filter");
-		if (l)
-			CANDS(wp, cnt, 2, cand_room(g, need));
-	}
-	FIND(cudnnFindConvolutionBackwardDataAlgorithm(g->dnn, filt(g, 1, nhwc), g->t2, g->cv[1],
-						       g->t1, 16, &cnt, dp),
-	     "backward-data");
-	PICK(dp, cnt, a->bwd_data, a->bwd_data_math, "backward-data");
-	CANDS(dp, cnt, 1, cand_room(g, need));
-	*need_out = need;
-	*total = ms;
-	return 0;
-}
-
-static int choose_convs(struct cnn_gnet *g, struct cnn_gnet_algos *a);
-static int choose_fc2(struct cnn_gnet *g, struct cnn_gnet_algos *a);
-static int retime_cudnn(struct cnn_gnet *g, struct cnn_gnet_algos *a);
-
-int cnn_gnet_prepare(struct cnn_gnet *g, int n)
-{
-	if (find_algos(g, n))
-		return 0;
-	if (n < 1 || n > g->max_batch) {
-		snprintf(g->err, sizeof(g->err), "batch of %d images: expected 1 to %d", n, g->max_batch);
-		return -1;
-	}
-	struct cnn_gnet_algos a = { .n = n }, b = { .n = n, .nhwc = 1 };
-	size_t need = 0, needb = 0;
-	char why[sizeof(a.why)] = "";
-	int oka = g->layout != CNN_LAYOUT_NHWC && find_layout(g, n, 0, &a, &need, &a.ms[0]) == 0;
-	if (!oka && g->layout == CNN_LAYOUT_AUTO)
-		snprintf(why, sizeof(why), "%s", g->err);
-	int okb = g->layout != CNN_LAYOUT_NCHW && find_layout(g, n, 1, &b, &needb, &b.ms[1]) == 0;
-	/* auto: a layout cuDNN has no algorithm for loses to the other (its
-	 * time -1, its reason kept for the log); neither is the error */
-	if (!oka && !okb) {
-		if (why[0]) {
-			char last[sizeof(g->err)];
-			snprintf(last, sizeof(last), "%s", g->err);
-			snprintf(g->err, sizeof(g->err), "%s; %s", why, last);
-		}
-		return -1;
-	}
-	if (!okb && g->layout == CNN_LAYOUT_AUTO)
-		snprintf(why, sizeof(why), "%s", g->err);
-	g->err[0] = '\0';
-	float ms[2] = { oka ? a.ms[0] : -1.f, okb ? b.ms[1] : -1.f };
-	/* the batch whose step replays as a graph keeps both layouts' (where
-	 * both have algorithms): graph.c times the step's replay in each */
-	int both = g->layout == CNN_LAYOUT_AUTO && oka && okb && n == g->graph_batch;
-	int pick_b = okb && (!oka || ms[1] < ms[0]);
-	struct cnn_gnet_algos other = pick_b ? a : b;
-	size_t need_a = pick_b ? needb : need, need_o = pick_b ? need : needb;
-	if (pick_b)
-		a = b;
-	need = both && need_o > need_a ? need_o : need_a;
-	a.ms[0] = other.ms[0] = ms[0];
-	a.ms[1] = other.ms[1] = ms[1];
-	snprintf(a.why, sizeof(a.why), "%s", why);
-	if (need > g->ws_bytes && !g->ws_frozen) {
-		/* with two streams, sw's backward-filter calls have their own */
-		void **ws[2] = { &g->ws, &g->wsw };
-		for (int i = 0; i < g->streams_made && i < 2; i++) {
-			if (*ws[i])
-				cudaCheck(cudaFree(*ws[i]));
-			*ws[i] = NULL;
-			if (alloc(ws[i], need) < 0)
-				return -1;
-		}
-		g->ws_bytes = need;
-	}
-	if (retime_cudnn(g, &a) < 0 || (both && retime_cudnn(g, &other) < 0) ||
-	    choose_convs(g, &a) < 0 || choose_fc2(g, &a) < 0 || (both && choose_convs(g, &other) < 0))
-		return -1;
-	/* fc2's head does not depend on the layout */
-	other.fc2 = a.fc2;
-	memcpy(other.ms_fc2, a.ms_fc2, sizeof(a.ms_fc2));
-	if (!both)
-		memset(&other, 0, sizeof(other));
-	if (g->nalgos == 8) {
-		memmove(g->algos, g->algos + 1, 7 * sizeof(a));
-		memmove(g->others, g->others + 1, 7 * sizeof(a));
-	}
-	int i = g->nalgos < 8 ? g->nalgos++ : 7;
-	g->algos[i] = a;
-	g->others[i] = other;
-	return 0;
-}
-
-int cnn_gnet_layouts(const struct cnn_gnet *g, int n, int nhwc[2])
-{
-	for (int i = 0; i < g->nalgos; i++)
-		if (g->algos[i].n == n) {
-			nhwc[0] = g->algos[i].nhwc;
-			nhwc[1] = g->others[i].nhwc;
-			return g->others[i].n == n ? 2 : 1;
-		}
-	return 0;
-}
-
-int cnn_gnet_set_layout(struct cnn_gnet *g, int n, int nhwc)
-{
-	for (int i = 0; i < g->nalgos; i++) {
-		if (g->algos[i].n != n)
-			continue;
-		if (g->algos[i].nhwc == !!nhwc)
-			return 0;
-		if (g->others[i].n != n) {
-			snprintf(g->err, sizeof(g->err), "batch of %d: no algorithms prepared in %s "
-				 "(only the batch whose step replays as a graph has both layouts', "
-				 "under --conv-layout auto)", n, nhwc ? "NHWC" : "NCHW");
-			return -1;
-		}
-		struct cnn_gnet_algos t = g->algos[i];
-		g->algos[i] = g->others[i];
-		g->others[i] = t;
-		return 0;
-	}
-	snprintf(g->err, sizeof(g->err), "batch of %d: cnn_gnet_prepare was not called", n);
-	return -1;
 }
 
 /* Column-major C (m x n, fp32) = alpha op(A) op(B): Sgemm, or for bf16
@@ -734,7 +494,7 @@ static int cudnn_filter(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int 
 	cudnnCheck(cudnnConvolutionBackwardFilter(w ? g->dnnw : g->dnn, &one, tin, in, tout, dout,
 						  g->cv[l], a->bwd_filter[l],
 						  w && g->streams == 2 ? g->wsw : g->ws,
-						  g->ws_bytes, &zero, filt(g, l, a->nhwc), dw));
+						  g->ws_bytes, &zero, cnn_gnet_filt(g, l, a->nhwc), dw));
 	if (t)
 		return bf(g) ? cnn_cuda_ohwi_to_oihw_bf16(dw, co, ci, 9, g->grads + off, s) :
 			       cnn_cuda_ohwi_to_oihw(dw, co, ci, 9, g->grads + off, s);
@@ -766,7 +526,7 @@ static int conv2_forward(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int
 							    M->c2, nh, &ep, g->p, g->arg, g->s);
 	}
 	cudnnCheck(cudnnSetConvolutionMathType(g->cv[1], a->fwd_math[1]));
-	cudnnCheck(cudnnConvolutionForward(g->dnn, &one, g->t1, g->a1, filt(g, 1, nh),
+	cudnnCheck(cudnnConvolutionForward(g->dnn, &one, g->t1, g->a1, cnn_gnet_filt(g, 1, nh),
 					   conv_w(g, 1, nh), g->cv[1], a->fwd[1], g->ws,
 					   g->ws_bytes, &zero, g->t2, g->a2));
 	return maxpool(g, nh, n, train);
@@ -797,7 +557,7 @@ static int conv2_dgrad(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int n
 			       cnn_cuda_conv3_dgrad_tf32(g->da2, c2w(g, 1), n, M->c1, M->h1, M->w1,
 							 M->c2, nh, g->da1, g->s);
 	cudnnCheck(cudnnSetConvolutionMathType(g->cv[1], a->bwd_data_math));
-	cudnnCheck(cudnnConvolutionBackwardData(g->dnn, &one, filt(g, 1, nh), conv_w(g, 1, nh), g->t2,
+	cudnnCheck(cudnnConvolutionBackwardData(g->dnn, &one, cnn_gnet_filt(g, 1, nh), conv_w(g, 1, nh), g->t2,
 						g->da2, g->cv[1], a->bwd_data, g->ws, g->ws_bytes,
 						&zero, g->t1, g->da1));
 	return 0;
@@ -943,7 +703,7 @@ static int conv1_forward(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int
 			       cnn_cuda_conv1_fwd(conv_x(g, nh), conv_w(g, 0, nh), b, n, M->in.h,
 						  M->in.w, M->c1, nh, g->a1, g->s);
 	cudnnCheck(cudnnSetConvolutionMathType(g->cv[0], a->fwd_math[0]));
-	cudnnCheck(cudnnConvolutionForward(g->dnn, &one, g->tx, conv_x(g, nh), filt(g, 0, nh),
+	cudnnCheck(cudnnConvolutionForward(g->dnn, &one, g->tx, conv_x(g, nh), cnn_gnet_filt(g, 0, nh),
 					   conv_w(g, 0, nh), g->cv[0], a->fwd[0], g->ws,
 					   g->ws_bytes, &zero, g->t1, g->a1));
 	return bias_relu(g, nh, g->a1, b, n, M->c1, M->h1 * M->w1);
@@ -1010,28 +770,6 @@ static int wgrad_bias2(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int n
 	return conv2_wgrad(g, a, n, w, a->direct2 & 4);
 }
 
-int cnn_gnet_pick_bwd(const float dg[2][2], const float wg[2], float pool_bwd, int *conv1)
-{
-	int best = -1;
-	float least = 0.f;
-	/* the project's kernels first: a tie goes to fewer launches */
-	for (int c1 = 1; c1 >= 0; c1--)
-		for (int d = 1; d >= 0; d--)
-			for (int w = 1; w >= 0; w--) {
-				if (dg[c1][d] < 0.f || wg[w] < 0.f)
-					continue;
-				float t = dg[c1][d] + wg[w] + (d && w ? 0.f : pool_bwd);
-				if (best < 0 || t < least) {
-					least = t;
-					best = c1 << 3 | d << 1 | w << 2;
-				}
-			}
-	if (best < 0)
-		return -1;
-	*conv1 = best >> 3;
-	return best & 6;
-}
-
 /* Dropout's 1/(1-p) rides on the GEMMs that produce dh and dp: kept
  * elements are > 0 after the ReLU, dropped ones are 0 and gated off. */
 static float drop_scale(float p)
@@ -1071,15 +809,7 @@ static int fc2_call(struct cnn_gnet *g, int n, int fused)
 	return 0;
 }
 
-/* One call of a convolution by cuDNN or the project's kernels, with what
- * the step runs beside it: conv1's (layer 0) forward or weight gradient
- * (calls 0, 1); conv2's (layer 1) forward (with the pool and dropout,
- * which the direct kernel fuses), backward-data or backward-filter with
- * the bias's gradient (0, 1, 2); "layer" 2, the pool's backward into da2
- * (direct ignored); "layer" 3, conv2's backward-data (direct bit 1) with
- * conv1's weight gradient (bit 0), fused where both are direct in NCHW;
- * "layer" 4, fc2's head (direct: fused; fc2_call). */
-static int conv_call(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int layer, int call,
+int cnn_gnet_call(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int layer, int call,
 		     int direct)
 {
 	struct cnn_gnet_algos t;
@@ -1103,347 +833,12 @@ static int conv_call(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int lay
 	return call == 0 ? conv2_forward(g, a, a->n, direct, 1) : conv2_dgrad(g, a, a->n, direct);
 }
 
-/* That call timed on s: CNN_TIME_WARMUP runs, then the mean of
- * CNN_TIME_RUNS, in *ms.  The buffers' contents do not matter (timing
- * only, before any step).  cuemu's build (tests/Makefile) times one run:
- * its clock is a model, the same each run, and every emulated run costs
- * the CPU what a real one costs a GPU a thousand times over. */
-#ifndef CNN_TIME_WARMUP
-#define CNN_TIME_WARMUP 3
-#endif
-#ifndef CNN_TIME_RUNS
-#define CNN_TIME_RUNS 10
-#endif
-/* A call of the project's kernels failed while auto timed it: when the
- * failure was the launch's alone (a GPU refusing a kernel it cannot hold:
- * too many resources, no image for it) and the context is sound, cuDNN
- * keeps that call, said once on stderr and in the `# GPU:` line (1);
- * else 0, the failure stands (a fault inside a kernel leaves the context
- * unusable).  --conv1/--conv2 direct never get here: asked for, a
- * failure is an error. */
-static int fall_back(struct cnn_gnet *g, const char *what)
-{
-	char why[sizeof(g->fallback) - 64];
-	snprintf(why, sizeof(why), "%s", g->err[0] ? g->err : cnn_cuda_last_error());
-	(void)cudaGetLastError();
-	if (cudaDeviceSynchronize() != cudaSuccess || cudaGetLastError() != cudaSuccess) {
-		if (!g->err[0])
-			snprintf(g->err, sizeof(g->err), "%s, timed at start-up: %s", what, why);
-		return 0;
-	}
-	g->err[0] = 0;
-	if (!g->fallback[0]) {
-		snprintf(g->fallback, sizeof(g->fallback), "%s: %s", what, why);
-		fprintf(stderr, "cnn_train: %s rank %d: warning: the project's kernels for %s failed "
-			"to launch at start-up (%s): cuDNN's calls there instead\n",
-			cnn_cuda_where_host(), cnn_cuda_where_rank(), what, why);
-	}
-	return 1;
-}
-
-/* That call timed (time_call); 0, or 1 where the project's kernels in it
- * could not launch here and cuDNN stands in (fall_back: *ms -1), or -1. */
-/* The call's CNN_TIME_WARMUP runs on the stream (its first runs: lazy
- * loading, cuDNN's plans, as the training step's two eager steps before
- * its capture), then CNN_TIME_RUNS captured as one CUDA graph, uploaded,
- * and replayed once between ev[0] and ev[1]: the GPU's time alone, as
- * the step's replay runs it.  -1 where a run, the capture or a launch
- * failed, the stream out of capture and the error cleared (the caller
- * times it on the stream, where a failure is handled as there). */
-static int time_graph(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int layer, int call,
-		      int direct, cudaEvent_t ev[2], float *ms)
-{
-	cudaGraph_t graph = NULL;
-	cudaGraphExec_t exec = NULL;
-	int rv = -1, bad = 0;
-	for (int i = 0; i < CNN_TIME_WARMUP; i++)
-		if (conv_call(g, a, layer, call, direct) < 0)
-			goto out;
-	if (cudaStreamBeginCapture(g->s, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
-		goto out;
-	for (int i = 0; i < CNN_TIME_RUNS && !bad; i++)
-		bad = conv_call(g, a, layer, call, direct) < 0;
-	if (cudaStreamEndCapture(g->s, &graph) != cudaSuccess || bad ||
-	    cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess ||
-	    cudaGraphUpload(exec, g->s) != cudaSuccess || cudaEventRecord(ev[0], g->s) != cudaSuccess ||
-	    cudaGraphLaunch(exec, g->s) != cudaSuccess || cudaEventRecord(ev[1], g->s) != cudaSuccess ||
-	    cudaEventSynchronize(ev[1]) != cudaSuccess ||
-	    cudaEventElapsedTime(ms, ev[0], ev[1]) != cudaSuccess)
-		goto out;
-	rv = 0;
-out:
-	if (exec)
-		cudaGraphExecDestroy(exec);
-	if (graph)
-		cudaGraphDestroy(graph);
-	if (rv < 0) {
-		enum cudaStreamCaptureStatus st;
-		graph = NULL;
-		if (cudaStreamIsCapturing(g->s, &st) == cudaSuccess && st != cudaStreamCaptureStatusNone &&
-		    cudaStreamEndCapture(g->s, &graph) == cudaSuccess && graph)
-			cudaGraphDestroy(graph);
-		(void)cudaGetLastError();
-		g->err[0] = 0;
-	}
-	return rv;
-}
-
-static int time_call(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int layer, int call,
-		     int direct, float *ms)
-{
-	cudaEvent_t ev[2] = { NULL, NULL };
-	int rv = -1;
-	/* a failure here is reported by the caller, or recovered from */
-	int quiet = cnn_cuda_fail_quiet(1);
-	static const char *calls[2][3] = {
-		{ "conv1's forward", "conv1's weight gradient" },
-		{ "conv2's forward", "conv2's backward-data", "conv2's backward-filter" }
-	};
-	const char *what = layer == 4 ? "fc2's head" :
-			   layer == 3 ? "conv2's backward-data with conv1's weight gradient" :
-			   layer == 2 ? "the pool's backward" : calls[layer][call];
-	if (cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess) {
-		snprintf(g->err, sizeof(g->err), "timing %s: cudaEventCreate failed", what);
-		goto out;
-	}
-	if (a->n == g->graph_batch) {
-		if (time_graph(g, a, layer, call, direct, ev, ms) == 0) {
-			g->graph_timed++;
-			*ms /= (float)CNN_TIME_RUNS;
-			rv = 0;
-			goto out;
-		}
-		g->graph_refused++;
-	}
-	for (int i = 0; i < CNN_TIME_WARMUP + CNN_TIME_RUNS; i++) {
-		if (i == CNN_TIME_WARMUP && cudaEventRecord(ev[0], g->s) != cudaSuccess)
-			goto out;
-		if (conv_call(g, a, layer, call, direct) < 0)
-			goto out;
-	}
-	if (cudaEventRecord(ev[1], g->s) != cudaSuccess || cudaEventSynchronize(ev[1]) != cudaSuccess ||
-	    cudaEventElapsedTime(ms, ev[0], ev[1]) != cudaSuccess) {
-		snprintf(g->err, sizeof(g->err), "timing %s: %s", what,
-			 cudaGetErrorString(cudaGetLastError()));
-		goto out;
-	}
-	*ms /= (float)CNN_TIME_RUNS;
-	rv = 0;
-out:
-	cnn_cuda_fail_quiet(quiet);
-	/* (fc2's fused head has no cuDNN to fall back on: its failure stands) */
-	if (rv < 0 && direct && layer != 2 && layer != 4 && fall_back(g, what)) {
-		*ms = -1.f;
-		rv = 1;
-	}
-	for (int i = 0; i < 2; i++)
-		if (ev[i])
-			cudaEventDestroy(ev[i]);
-	return rv;
-}
-
-/* Whether conv1's weight gradient and conv2's backward pair are chosen
- * together (choose_bwd): in NCHW, where conv2's tensor-core kernels can
- * run and a choice is left, since there they read the pool's tensors (a
- * cuDNN call needs the pool's backward written first) and carry conv1's
- * weight gradient (conv1_on_conv2). */
-static int joint_bwd(const struct cnn_gnet *g, int nhwc)
-{
-	int auto1 = g->conv1 == CNN_CONV_AUTO && g->m.in.c == 1;
-	return !nhwc && conv2_possible(g) &&
-	       (g->conv2 == CNN_CONV_AUTO || (g->conv2 == CNN_CONV_DIRECT && auto1));
-}
-
-/* A layer's calls for batch a->n (those in the mask time): cuDNN's or the
- * project's kernels as asked (impl), or (auto) each call the faster of the
- * two, timed here, into the bits of *direct and ms[call][direct]; possible
- * 0 (the kernels do not apply: conv1's take one input channel, conv2's
- * TF32 or bf16). */
-static int choose_conv(struct cnn_gnet *g, struct cnn_gnet_algos *a, int layer, int calls,
-		       int mask, enum cnn_conv_impl impl, int possible, int *direct, float ms[][2])
-{
-	*direct = 0;
-	if (!possible || impl == CNN_CONV_CUDNN)
-		return 0;
-	if (impl == CNN_CONV_DIRECT) {
-		*direct = (1 << calls) - 1;
-		return 0;
-	}
-	if (set_batch(g, a->n, a->nhwc) < 0)
-		return -1;
-	for (int call = 0; call < calls; call++) {
-		if (!(mask >> call & 1))
-			continue;
-		for (int d = 0; d < 2; d++)
-			if (time_call(g, a, layer, call, d, &ms[call][d]) < 0)
-				return -1;
-		/* ms[call][1] -1: the project's kernels could not launch */
-		*direct |= ms[call][1] >= 0.f && ms[call][1] < ms[call][0] ? 1 << call : 0;
-	}
-	return 0;
-}
-
-/* joint_bwd: every pair of conv1's weight gradient (where auto) and conv2's
- * backward-data timed together as the step runs them (fused where both
- * are the project's), conv2's backward-filter with its bias's, and the
- * pool's backward; the least of the sums (cnn_gnet_pick_bwd). */
-static int choose_bwd(struct cnn_gnet *g, struct cnn_gnet_algos *a)
-{
-	/* the values each bit may take: 1 (0 only), 2 (1 only), 3 (either) */
-	int c1 = g->conv1 == CNN_CONV_AUTO && g->m.in.c == 1 ? 3 : 1 << ((a->direct1 >> 1) & 1);
-	int c2 = g->conv2 == CNN_CONV_AUTO ? 3 : 1 << ((a->direct2 >> 1) & 1);
-	float dg[2][2] = { { -1.f, -1.f }, { -1.f, -1.f } }, wg[2] = { -1.f, -1.f };
-	if (set_batch(g, a->n, a->nhwc) < 0)
-		return -1;
-	for (int d1 = 0; d1 < 2; d1++)
-		for (int d = 0; d < 2; d++)
-			if ((c1 >> d1 & 1) && (c2 >> d & 1) &&
-			    time_call(g, a, 3, 0, d1 | d << 1, &dg[d1][d]) < 0)
-				return -1;
-	for (int w = 0; w < 2; w++)
-		if ((c2 >> w & 1) && time_call(g, a, 1, 2, w, &wg[w]) < 0)
-			return -1;
-	if (c2 != 2 && time_call(g, a, 2, 0, 0, &a->ms_da2) < 0)
-		return -1;
-	int d1 = 0;
-	int bits = cnn_gnet_pick_bwd((const float (*)[2])dg, wg, a->ms_da2, &d1);
-	if (bits < 0) {
-		snprintf(g->err, sizeof(g->err), "batch of %d: no backward pair timed (internal)", a->n);
-		return -1;
-	}
-	a->direct1 = (a->direct1 & 1) | d1 << 1;
-	a->direct2 = (a->direct2 & 1) | bits;
-	for (int i = 0; i < 2; i++) {
-		/* -1 where conv2 is auto: its kernels could not launch */
-		a->ms2[2][i] = wg[i] > 0.f || c2 == 3 ? wg[i] : 0.f;
-		for (int j = 0; j < 2; j++)
-			a->msb[i][j] = dg[i][j] > 0.f ? dg[i][j] : 0.f;
-	}
-	return 0;
-}
-
-/* Candidate i of conv2's call c as that call's algorithm. */
-static void set_cand(struct cnn_gnet_algos *a, int c, int i)
-{
-	if (c == 0) {
-		a->fwd[1] = (cudnnConvolutionFwdAlgo_t)a->cand[0][i];
-		a->fwd_math[1] = a->cand_math[0][i];
-	} else if (c == 1) {
-		a->bwd_data = (cudnnConvolutionBwdDataAlgo_t)a->cand[1][i];
-		a->bwd_data_math = a->cand_math[1][i];
-	} else {
-		a->bwd_filter[1] = (cudnnConvolutionBwdFilterAlgo_t)a->cand[2][i];
-		a->bwd_filter_math[1] = a->cand_math[2][i];
-	}
-}
-
-/* conv2's cuDNN calls at the graph's batch: each of cudnnFind's
- * candidates timed again as time_call times the calls there (a graph of
- * its runs, the least of them), the fastest kept, before the calls are
- * weighed against the project's kernels.  cudnnFind's pick fails as ever;
- * another candidate that fails to run is left out. */
-static int retime_cudnn(struct cnn_gnet *g, struct cnn_gnet_algos *a)
-{
-	if (a->n != g->graph_batch || g->conv2 == CNN_CONV_DIRECT)
-		return 0;
-	if (set_batch(g, a->n, a->nhwc) < 0)
-		return -1;
-	for (int c = 0; c < 3; c++) {
-		if (a->ncand[c] < 2)
-			continue;
-		int best = 0;
-		for (int i = 0; i < a->ncand[c]; i++) {
-			set_cand(a, c, i);
-			if (time_call(g, a, 1, c, 0, &a->cand_ms[c][i]) < 0) {
-				if (!i || cudaDeviceSynchronize() != cudaSuccess)
-					return -1;
-				(void)cudaGetLastError();
-				g->err[0] = '\0';
-				a->cand_ms[c][i] = -1.f;
-				continue;
-			}
-			if (a->cand_ms[c][i] < a->cand_ms[c][best])
-				best = i;
-		}
-		set_cand(a, c, best);
-	}
-	return 0;
-}
-
-static int choose_convs(struct cnn_gnet *g, struct cnn_gnet_algos *a)
-{
-	/* with joint_bwd, conv1's weight gradient and conv2's backward pair
-	 * are not timed alone */
-	int j = joint_bwd(g, a->nhwc);
-	if (choose_conv(g, a, 0, 2, j ? 1 : 3, g->conv1, g->m.in.c == 1, &a->direct1, a->ms1) < 0 ||
-	    choose_conv(g, a, 1, 3, j ? 1 : 7, g->conv2, conv2_possible(g), &a->direct2, a->ms2) < 0)
-		return -1;
-	return j ? choose_bwd(g, a) : 0;
-}
-
-/* fc2's head for batch a->n: as asked, or (auto) the faster of cuBLAS's
- * calls and the fused kernel, timed as the convolutions' (time_call). */
-static int choose_fc2(struct cnn_gnet *g, struct cnn_gnet_algos *a)
-{
-	a->fc2 = g->fc2 == CNN_FC2_FUSED;
-	if (g->fc2 != CNN_FC2_AUTO)
-		return 0;
-	/* shapes the fused kernel does not take: cuBLAS's calls, untimed */
-	if (!cnn_cuda_fc2_head_fits(g->m.hidden, g->m.in.classes)) {
-		a->ms_fc2[0] = a->ms_fc2[1] = 0.f;
-		return 0;
-	}
-	/* the loss reads logp at each row's label: labels in range (the
-	 * batch's own, gathered later in s's order, overwrite them) */
-	cudaCheck(cudaMemsetAsync(g->y, 0, (size_t)a->n, g->s));
-	for (int f = 0; f < 2; f++)
-		if (time_call(g, a, 4, 0, f, &a->ms_fc2[f]) < 0)
-			return -1;
-	a->fc2 = a->ms_fc2[1] < a->ms_fc2[0];
-	return 0;
-}
-
-int cnn_gnet_conv2_variants(const struct cnn_gnet *g, int n,
-			    int direct1[CNN_CONV2_VARIANTS + CNN_CONV2_MIXES],
-			    int direct2[CNN_CONV2_VARIANTS + CNN_CONV2_MIXES])
-{
-	const struct cnn_gnet_algos *a = NULL;
-	for (int i = 0; i < g->nalgos && !a; i++)
-		a = g->algos[i].n == n ? &g->algos[i] : NULL;
-	if (!a || g->conv2 != CNN_CONV_AUTO || !conv2_possible(g))
-		return 0;
-	/* conv1's weight gradient timed beside each backward-data (msb) */
-	int c1 = joint_bwd(g, a->nhwc) && g->conv1 == CNN_CONV_AUTO && g->m.in.c == 1;
-	for (int k = 0; k < CNN_CONV2_VARIANTS + CNN_CONV2_MIXES; k++) {
-		/* a mix's bits, or all direct's (7) */
-		int b = k < CNN_CONV2_VARIANTS ? 7 : k - CNN_CONV2_VARIANTS + 1;
-		direct1[k] = a->direct1;
-		direct2[k] = k == 0 ? a->direct2 : k == 1 ? 0 : g->fallback[0] ? b & a->direct2 : b;
-		int d = direct2[k] >> 1 & 1;
-		if (k && c1 && a->msb[0][d] > 0.f && a->msb[1][d] > 0.f)
-			direct1[k] = (a->direct1 & 1) | (a->msb[1][d] < a->msb[0][d]) << 1;
-	}
-	return CNN_CONV2_VARIANTS;
-}
-
-int cnn_gnet_set_conv2(struct cnn_gnet *g, int n, int direct1, int direct2)
-{
-	for (int i = 0; i < g->nalgos; i++)
-		if (g->algos[i].n == n) {
-			g->algos[i].direct1 = direct1;
-			g->algos[i].direct2 = direct2;
-			return 0;
-		}
-	snprintf(g->err, sizeof(g->err), "batch of %d: cnn_gnet_prepare was not called", n);
-	return -1;
-}
-
 static const struct cnn_gnet_algos *algos_for(struct cnn_gnet *g, int n)
 {
-	const struct cnn_gnet_algos *a = find_algos(g, n);
+	const struct cnn_gnet_algos *a = cnn_gnet_find_algos(g, n);
 	if (!a)
 		snprintf(g->err, sizeof(g->err), "batch of %d: cnn_gnet_prepare was not called", n);
-	else if (set_batch(g, n, a->nhwc) < 0)
+	else if (cnn_gnet_descs(g, n, a->nhwc) < 0)
 		return NULL;
 	return a;
 }
@@ -1595,229 +990,4 @@ int cnn_gnet_backward(struct cnn_gnet *g, int n,
 	if (ready && ready(ctx, CNN_BUCKET_CONV, g->s) < 0)
 		return -1;
 	return 0;
-}
-
-/* Times of the pairs choose_bwd timed, the chosen first: ", backward-data
- * with conv1's weight gradient direct/cuDNN 0.200 ms (cuDNN/cuDNN 0.300)",
- * each pair named conv2's call/conv1's call. */
-static int describe_pair(const struct cnn_gnet_algos *a, char *buf, size_t len, int k)
-{
-	static const char *impl[2] = { "cuDNN", "direct" };
-	int c1 = (a->direct1 >> 1) & 1, c2 = (a->direct2 >> 1) & 1, more = 0;
-	if (k < 0 || (size_t)k >= len)
-		return k;
-	k += snprintf(buf + k, len - k, ", backward-data with conv1's weight gradient %s/%s %.3f ms",
-		      impl[c2], impl[c1], a->msb[c1][c2]);
-	for (int i = 0; i < 2; i++)
-		for (int j = 0; j < 2; j++) {
-			if ((i == c1 && j == c2) || a->msb[i][j] <= 0.f || k < 0 || (size_t)k >= len)
-				continue;
-			k += snprintf(buf + k, len - k, "%s%s/%s %.3f", more++ ? ", " : " (", impl[j],
-				      impl[i], a->msb[i][j]);
-		}
-	if (more && k >= 0 && (size_t)k < len)
-		k += snprintf(buf + k, len - k, ")");
-	return k;
-}
-
-/* ", conv1 direct", or with auto each batch size's choice per call and
- * the times that made it; nothing where cuDNN does it all.  The calls
- * choose_bwd chose together (not timed alone) print as a pair, with
- * conv2's where it is auto, else with conv1's. */
-static int describe_conv(const struct cnn_gnet *g, char *buf, size_t len, int k, int layer)
-{
-	static const char *names[2][3] = {
-		{ "forward", "weight gradient" },
-		{ "forward and pool", "backward-data", "backward-filter and bias gradient" }
-	};
-	int calls = layer ? 3 : 2;
-	enum cnn_conv_impl impl = layer ? g->conv2 : g->conv1;
-	int possible = layer ? conv2_possible(g) : g->m.in.c == 1;
-	if (!possible || impl == CNN_CONV_CUDNN || k < 0 || (size_t)k >= len)
-		return k;
-	if (impl == CNN_CONV_DIRECT)
-		return k + snprintf(buf + k, len - k, ", conv%d direct%s", layer + 1,
-				    layer ? " (tensor cores)" : "");
-	for (int i = 0; i < g->nalgos && k >= 0 && (size_t)k < len; i++) {
-		const struct cnn_gnet_algos *a = &g->algos[i];
-		int direct = layer ? a->direct2 : a->direct1;
-		k += snprintf(buf + k, len - k, ", batch %d conv%d", a->n, layer + 1);
-		for (int c = 0; c < calls && k >= 0 && (size_t)k < len; c++) {
-			const float *ms = layer ? a->ms2[c] : a->ms1[c];
-			int d = (direct >> c) & 1;
-			if (ms[0] > 0.f && ms[1] < 0.f)
-				k += snprintf(buf + k, len - k, "%s %s cuDNN %.3f ms (direct could not launch)",
-					      c ? "," : "", names[layer][c], ms[0]);
-			else if (ms[0] > 0.f || ms[1] > 0.f)
-				k += snprintf(buf + k, len - k, "%s %s %s %.3f ms (%s %.3f)", c ? "," : "",
-					      names[layer][c], d ? "direct" : "cuDNN", ms[d],
-					      d ? "cuDNN" : "direct", ms[!d]);
-			else if (layer)
-				k = describe_pair(a, buf, len, k);
-			else if (g->conv2 == CNN_CONV_AUTO)
-				k += snprintf(buf + k, len - k, ", weight gradient %s (with conv2's backward-data)",
-					      d ? "direct" : "cuDNN");
-			else
-				k = describe_pair(a, buf, len, k);
-		}
-		/* NCHW: the pool's backward, which only cuDNN's calls need */
-		if (layer && a->ms_da2 > 0.f && k >= 0 && (size_t)k < len)
-			k += snprintf(buf + k, len - k, ", pool backward %.3f ms (%s)", a->ms_da2,
-				      (direct & 6) == 6 ? "skipped" : "run");
-	}
-	return k;
-}
-
-/* ", batch N conv2 cuDNN forward A kept (cudnnFind's candidates timed
- * as graphs: A1 t1 ms, A2 t2, ...)" for each of conv2's calls that had
- * candidates timed (retime_cudnn), in cudnnFind's order. */
-static int describe_cands(const struct cnn_gnet *g, char *buf, size_t len, int k)
-{
-	static const char *names[3] = { "forward", "backward-data", "backward-filter" };
-	for (int i = 0; i < g->nalgos; i++) {
-		const struct cnn_gnet_algos *a = &g->algos[i];
-		int kept[3] = { a->fwd[1], a->bwd_data, a->bwd_filter[1] };
-		for (int c = 0; c < 3; c++) {
-			if (a->ncand[c] < 2 || a->cand_ms[c][0] <= 0.f || k < 0 || (size_t)k >= len)
-				continue;
-			k += snprintf(buf + k, len - k, ", batch %d conv2 cuDNN %s %d kept "
-				      "(cudnnFind's candidates timed as graphs:", a->n, names[c], kept[c]);
-			for (int j = 0; j < a->ncand[c] && k >= 0 && (size_t)k < len; j++) {
-				if (a->cand_ms[c][j] < 0.f)
-					k += snprintf(buf + k, len - k, "%s %d failed", j ? "," : "",
-						      a->cand[c][j]);
-				else
-					k += snprintf(buf + k, len - k, "%s %d %.3f%s", j ? "," : "",
-						      a->cand[c][j], a->cand_ms[c][j], j ? "" : " ms");
-			}
-			if (k >= 0 && (size_t)k < len)
-				k += snprintf(buf + k, len - k, ")");
-		}
-	}
-	return k;
-}
-
-/* cuDNN's algorithm names (cudnn_cnn.h's enums, their prefix dropped) */
-static const char *fwd_algo_name(int a)
-{
-	static const char *n[] = { "IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT",
-				   "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED" };
-	return a >= 0 && a < (int)(sizeof(n) / sizeof(n[0])) ? n[a] : "?";
-}
-
-static const char *bwd_data_algo_name(int a)
-{
-	static const char *n[] = { "ALGO_0", "ALGO_1", "FFT", "FFT_TILING", "WINOGRAD",
-				   "WINOGRAD_NONFUSED" };
-	return a >= 0 && a < (int)(sizeof(n) / sizeof(n[0])) ? n[a] : "?";
-}
-
-static const char *bwd_filter_algo_name(int a)
-{
-	static const char *n[] = { "ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD",
-				   "WINOGRAD_NONFUSED", "FFT_TILING" };
-	return a >= 0 && a < (int)(sizeof(n) / sizeof(n[0])) ? n[a] : "?";
-}
-
-static const char *math_name(cudnnMathType_t m)
-{
-	return m == CUDNN_TENSOR_OP_MATH ? "tensor ops" :
-	       m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ? "tensor ops, converting" :
-	       m == CUDNN_FMA_MATH ? "FMA" : "default math";
-}
-
-/* ", batch N cuDNN: conv2 forward IMPLICIT_PRECOMP_GEMM (FMA), ..." for
- * each batch size: the algorithm and math of each call cuDNN makes, as
- * kept (cudnnFind's pick, or the candidate retime_cudnn kept), so that
- * two runs' steps can be told apart by what cuDNN ran. */
-static int describe_cudnn(const struct cnn_gnet *g, char *buf, size_t len, int k)
-{
-	for (int i = 0; i < g->nalgos && k >= 0 && (size_t)k < len; i++) {
-		const struct cnn_gnet_algos *a = &g->algos[i];
-		struct {
-			int on;
-			const char *call, *algo;
-			cudnnMathType_t math;
-		} c[5] = {
-			{ !(a->direct1 & 1), "conv1 forward", fwd_algo_name(a->fwd[0]), a->fwd_math[0] },
-			{ !(a->direct1 & 2), "conv1 weight gradient", bwd_filter_algo_name(a->bwd_filter[0]),
-			  a->bwd_filter_math[0] },
-			{ !(a->direct2 & 1), "conv2 forward", fwd_algo_name(a->fwd[1]), a->fwd_math[1] },
-			{ !(a->direct2 & 2), "conv2 backward-data", bwd_data_algo_name(a->bwd_data),
-			  a->bwd_data_math },
-			{ !(a->direct2 & 4), "conv2 backward-filter", bwd_filter_algo_name(a->bwd_filter[1]),
-			  a->bwd_filter_math[1] },
-		};
-		int n = 0;
-		for (int j = 0; j < 5 && k >= 0 && (size_t)k < len; j++) {
-			if (!c[j].on)
-				continue;
-			if (!n++)
-				k += snprintf(buf + k, len - k, ", batch %d cuDNN:", a->n);
-			if (k >= 0 && (size_t)k < len)
-				k += snprintf(buf + k, len - k, "%s %s %s (%s)", n > 1 ? "," : "",
-					      c[j].call, c[j].algo, math_name(c[j].math));
-		}
-	}
-	return k;
-}
-
-void cnn_gnet_describe(const struct cnn_gnet *g, char *buf, size_t len)
-{
-	size_t v = cudnnGetVersion();
-	int bv = 0;
-	cublasGetVersion(g->blas, &bv);
-	int k = snprintf(buf, len, "cuDNN %zu.%zu.%zu, cuBLAS %d.%d.%d, %s", v / 10000, v / 100 % 100,
-			 v % 100, bv / 10000, bv / 100 % 100, bv % 100,
-			 g->precision == CNN_PREC_TF32 ?
-				 (g->tc ? "TF32" : "TF32 asked, fp32 math (no TF32 before compute capability 8.0)") :
-			 g->precision == CNN_PREC_FP32 ? "fp32" : "bf16 with fp32 master weights");
-	k = describe_conv(g, buf, len, k, 0);
-	k = describe_conv(g, buf, len, k, 1);
-	k = describe_cands(g, buf, len, k);
-	k = describe_cudnn(g, buf, len, k);
-	if (g->fc2 == CNN_FC2_FUSED && k >= 0 && (size_t)k < len)
-		k += snprintf(buf + k, len - k, ", fc2 fused");
-	/* auto: each batch size's head and the times that chose it */
-	for (int i = 0; g->fc2 == CNN_FC2_AUTO && i < g->nalgos && k >= 0 && (size_t)k < len; i++) {
-		const struct cnn_gnet_algos *a = &g->algos[i];
-		if (!cnn_cuda_fc2_head_fits(g->m.hidden, g->m.in.classes)) {
-			k += snprintf(buf + k, len - k, ", batch %d fc2 cuBLAS (the fused head does "
-				      "not take %d hidden units and %d classes)", a->n, g->m.hidden,
-				      g->m.in.classes);
-			continue;
-		}
-		k += snprintf(buf + k, len - k, ", batch %d fc2 %s %.3f ms (%s %.3f)", a->n,
-			      a->fc2 ? "fused" : "cuBLAS", a->ms_fc2[a->fc2], a->fc2 ? "cuBLAS" : "fused",
-			      a->ms_fc2[!a->fc2]);
-	}
-	/* how auto timed the replayed batch's calls (time_call) */
-	if (g->graph_timed + g->graph_refused && k >= 0 && (size_t)k < len) {
-		k += snprintf(buf + k, len - k, ", batch %d's calls timed as CUDA graphs", g->graph_batch);
-		if (g->graph_refused && k >= 0 && (size_t)k < len)
-			k += snprintf(buf + k, len - k, " (%d of %d on the stream: no graph of them ran)",
-				      g->graph_refused, g->graph_timed + g->graph_refused);
-	}
-	if (g->fallback[0] && k >= 0 && (size_t)k < len)
-		k += snprintf(buf + k, len - k, ", the project's kernels failed to launch here (%s): "
-			      "cuDNN there", g->fallback);
-	/* the layout; with auto, each batch size's and the times that chose it */
-	if (g->layout != CNN_LAYOUT_AUTO) {
-		if (k >= 0 && (size_t)k < len)
-			snprintf(buf + k, len - k, ", %s", g->layout == CNN_LAYOUT_NHWC ? "NHWC" : "NCHW");
-		return;
-	}
-	for (int i = 0; i < g->nalgos && k >= 0 && (size_t)k < len; i++) {
-		const struct cnn_gnet_algos *a = &g->algos[i];
-		char other[sizeof(a->why) + 8];
-		if (a->ms[!a->nhwc] < 0.f)
-			snprintf(other, sizeof(other), "%s", a->why);
-		else
-			snprintf(other, sizeof(other), "%s %.3f ms", a->nhwc ? "NCHW" : "NHWC",
-				 a->ms[!a->nhwc]);
-		k += snprintf(buf + k, len - k, ", batch %d %s (convolutions %.3f ms, %s%s)", a->n,
-			      a->nhwc ? "NHWC" : "NCHW", a->ms[a->nhwc], other,
-			      g->others[i].n == a->n ?
-				      "; the step's graph timed in each layout at its capture" : "");
-	}
 }

@@ -1,6 +1,6 @@
 /* The Net of model.h on one GPU: cuDNN convolutions (forward, backward
- * data and filter, bias gradients), cuBLAS linear layers, the fused
- * element-wise kernels of kernels.cu.  Same flat parameter layout as the
+ * data and filter, bias gradients), cuBLAS linear layers, the project's
+ * kernels (kernels.h, conv2_tc.cu).  Same flat parameter layout as the
  * CPU path, so a checkpoint or a state_dict maps onto it unchanged.
  * Internal to cnn_train_cuda.so. */
 #ifndef CNN_CUDA_NET_H
