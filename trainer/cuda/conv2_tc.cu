@@ -1,30 +1,10 @@
 // conv2 (a 3x3 convolution of many input channels) on the tensor cores:
 // its weights packed for the kernels, the forward and backward-data as one
-// implicit GEMM, the backward-filter split over the pixels and summed in a
-// fixed order (see kernels.h, cnn_cuda_conv3_*).
-#include <atomic>
-#include <type_traits>
-
-#ifdef __CUDACC__
-#include <mma.h>
-#endif
-
-#include "kernels_common.cuh"
-
-// conv2's tensor-core kernels (below) use TF32 and bf16 wmma, compute
-// capability 8.0 and newer; the build also carries code for older GPUs
-// (sm_75: T4, Quadro RTX), where cnn_train runs on cuDNN alone: those
-// kernels' bodies are a trap there, and their launchers refuse such a GPU
-// (tc_device) before any launch.  The host pass, and cuemu, see them whole.
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-#define CNN_TC 1
-#else
-#define CNN_TC 0
-#endif
+// implicit GEMM (see kernels.h, cnn_cuda_conv3_*); the backward-filter is
+// conv2_wgrad.cu's, what both share conv2_tc.cuh's.
+#include "conv2_tc.cuh"
 
 namespace {
-
-namespace wmma = nvcuda::wmma;
 
 // conv2's weights for its tensor-core kernels, from the fp32 OIHW
 // parameters in one pass: wf [tap][c][o] for the forward, wb [tap][o][c]
@@ -61,7 +41,6 @@ int launch_conv3_pack(const float *w, int oc, int c, T *wf, T *wb, cudaStream_t 
 	return 0;
 }
 
-
 // ---- conv2 on the tensor cores: 3x3 implicit GEMM ------------------------
 // The output pixels (image, row, column) are the GEMM's rows, the output
 // channels its columns, (tap, input channel) its reduction: a block stages
@@ -82,33 +61,6 @@ int launch_conv3_pack(const float *w, int oc, int c, T *wf, T *wb, cudaStream_t 
 // distinct banks in shared memory: pixel-major for NCHW, channel-major for
 // NHWC; wmma reads either (row_major or col_major fragments).
 
-// Per operand type: the wmma precision and k, the shared-memory padding
-// (rows a multiple of 16 bytes, as wmma's ldm must be), and what a staged
-// operand is: TF32-rounded (cvt.rna) floats, or the bf16 bits as they are.
-// TF32 fragments are loaded a float a lane: lane (g, t) = (lane / 4, lane
-// % 4) reads element (g, t) of a row-major A or col-major B tile (g * ldm
-// + t: ldm = 4 mod 32 puts the 32 lanes on 32 banks: PAD) and (t, g) of a
-// col-major A or row-major B (t * ldm + g: ldm = 8 mod 32: PADG; with 4,
-// two lanes share each bank, as ncu counted, 1.5M conflicts a forward
-// launch at batch 64).  bf16's stay as they were (PADG = PAD).
-template <typename T> struct Mma;
-#if CNN_TC
-template <> struct Mma<float> {
-	typedef wmma::precision::tf32 P;
-	enum { K = 8, PAD = 4, PADG = 8 };
-	__device__ static float op(float v) { return wmma::__float_to_tf32(v); }
-	__device__ static float zero() { return 0.f; }
-};
-template <> struct Mma<bf16> {
-	typedef bf16 P;
-	enum { K = 16, PAD = 8, PADG = 8 };
-	__device__ static bf16 op(bf16 v) { return v; }
-	__device__ static bf16 zero() { return __float2bfloat16_rn(0.f); }
-};
-#endif
-
-constexpr int kCvThreads = 256, kCvBM = 128, kCvBN = 64, kCvBK = 32;
-
 // Blocks of conv3_igemm an SM keeps (its launch bounds): three with
 // 32-output tiles, which ptxas fits in 80 registers without spilling (sm_80
 // and sm_90, both types and layouts), else two (128 registers; the 64-output
@@ -118,44 +70,6 @@ constexpr int kCvThreads = 256, kCvBM = 128, kCvBN = 64, kCvBK = 32;
 // tests/tools/spill_check fails the tests' build where a kernel that asks
 // for three blocks an SM spills.
 template <int BN> constexpr int kCvBlocks = BN == 32 ? 3 : 2;
-
-// Output pixel m = (n, y, x) of oh x ow reads input (y + ky - pad, x + kx -
-// pad) of h x w (zero outside) and weight (o, c, ky', kx') at
-// o * wo + c * wc + ky' * wy + kx' * wx, with ky' = 2 - ky when flip.
-struct Conv3 {
-	int c, h, w, o, oh, ow, pad, flip, wo, wc, wy, wx;
-	long long m;
-};
-
-// The pool's backward where conv2's backward reads its output's gradient
-// (GATE, NCHW): dy at (n, o, y, x) is the pooled gradient dp of window
-// (y / 2, x / 2) where the pool's output p there is > 0 and arg names (y,
-// x), else 0, as maxpool2_relu_bwd stores it in T; dp, p and arg NCHW
-// (the pool's order in every layout).  Rows and columns the pool dropped
-// (an odd last one) get 0.  So the backward reads the pool's tensors, a
-// quarter of conv2's output each, and conv2's output gradient never goes
-// to memory (151 MB written, then read by both calls, per TF32 step at
-// batch 1024).
-struct Gate {
-	const float *dp, *p;
-	const uint8_t *arg;
-};
-
-#if CNN_TC
-// Entry q of the pooled tensors for the pixel at position want (0..3) of
-// its window, and that in T.
-__device__ __forceinline__ float gatedf(const Gate &gt, int q, int want)
-{
-	return gt.p[q] > 0.f && gt.arg[q] == want ? gt.dp[q] : 0.f;
-}
-template <typename T>
-__device__ __forceinline__ T gated(const Gate &gt, int q, int want)
-{
-	T t;
-	st(&t, gatedf(gt, q, want));
-	return t;
-}
-#endif
 
 // conv1's weight gradient on conv2's backward-data (C1): x conv1's input
 // (one channel, (oh + 2) x (ow + 2) of the backward-data's oh x ow), y
@@ -572,349 +486,6 @@ conv3_igemm_tf32(const float *x, const float *wt, Conv3 g, float *y, PoolEp ep, 
 #endif
 }
 
-// Backward-filter: the pixels are the reduction.  A block per (split s of
-// the pixels, 64 output channels, 32 input channels, tap row ky) sums dw
-// of its 3 taps over its pixels, 32 at a time, into part[s][o tile][c
-// tile][64][9 * 32] (tap-major, the row's 96 columns); 8 warps each own
-// 3 of the 4 x 6 fragments.  dy is matrix A (o, pixel), x at the row's
-// taps matrix B (pixel, (kx, c)).  A chunk's operands are read into
-// registers during the chunk before, as in conv3_igemm.
-constexpr int kWgP = 32, kWgO = 64, kWgC = 32, kWgN = 3 * kWgC, kWgK = 9 * kWgC;
-constexpr int kWgMinPixels = 256;   // a block's least share of the pixels
-// Blocks an SM keeps (its launch bounds): three in TF32 from the pool's
-// tensors (the NCHW default's backward-filter), which ptxas fits in 80
-// registers without spilling on sm_80 and sm_90, else two (the others
-// spill 8 to 124 bytes at three).  The splits fill one wave of the slots
-// (conv3_wgrad_slots): at batch 64, 128 splits of 9 chunks on an H200, not
-// 83 of 14.
-template <typename T, bool NHWC, bool GATE>
-constexpr int kWgBlocks = std::is_same<T, float>::value && GATE ? 3 : 2;
-
-// With GATE (NCHW only), dy is not read: its entries come from gt; and
-// with bpart, the blocks of the first tap row and input-channel tile also
-// sum conv2's bias gradient over their pixels (the gated values in fp32,
-// before their rounding), each thread its own entries in shared memory,
-// then its warp's 32 threads in lane order, into bpart[split][o tile][64].
-template <typename T, bool NHWC, bool GATE>
-__global__ void __launch_bounds__(kCvThreads, kWgBlocks<T, NHWC, GATE>)
-conv3_wgrad_part(const T *x, const T *dy, Conv3 g, long long ppb, float *part, Gate gt, float *bpart)
-{
-	pdl_enter();
-	static_assert(!(NHWC && GATE), "the gated input is NCHW");
-#if CNN_TC
-	typedef Mma<T> M;
-	// dy: NCHW [o][p] (row-major A), NHWC [p][o] (col-major A); x: NCHW
-	// [k][p] (col-major B), NHWC [p][k] (row-major B)
-	typedef typename std::conditional<NHWC, wmma::col_major, wmma::row_major>::type LayA;
-	typedef typename std::conditional<NHWC, wmma::row_major, wmma::col_major>::type LayB;
-	constexpr int LD = NHWC ? kWgO + M::PADG : kWgP + M::PAD, LX = NHWC ? kWgN + M::PADG : kWgP + M::PAD;
-	constexpr int SD = NHWC ? kWgP * LD : kWgO * LD, SX = NHWC ? kWgP * LX : kWgN * LX;
-	constexpr int RD = kWgP * kWgO / kCvThreads, RX = kWgP * kWgN / kCvThreads;
-	static_assert(kWgP * kWgO % kCvThreads == 0 && kWgP * kWgN % kCvThreads == 0 &&
-		      kCvThreads % kWgP == 0 && kCvThreads % kWgO == 0 && kWgC % (kCvThreads / kWgP) == 0,
-		      "conv3_wgrad_part's tile and its threads");
-	__shared__ __align__(128) T Ds[SD];
-	__shared__ __align__(128) T Xs[SX];
-	// the next chunk's pixels: the offsets of their dy and of their x at
-	// (row + ky, column), channel 0; dq -1 past the end.  Written before the
-	// barrier after which fetch reads them, and again only after the next
-	// barrier.  Offsets are 32 bits: conv3_args keeps every tensor under
-	// 2^31 entries.  GATE: dq the pooled tensors' offset at channel 0, dwin
-	// the pixel's position in its window (4: a row or column the pool
-	// dropped).
-	__shared__ int dq[kWgP], xq[kWgP], dwin[kWgP];
-	constexpr int BS = RD + 1;   // a thread's bias sums, 9 apart: no bank shared in a warp
-	__shared__ float bs[GATE ? kCvThreads * BS : 1];
-	bool bias = GATE && bpart && blockIdx.z == 0;
-	if constexpr (GATE) {
-		if (bias)
-			for (int j = 0; j < RD; j++)
-				bs[threadIdx.x * BS + j] = 0.f;
-	}
-	int to = gridDim.y, tc = gridDim.z / 3, o0 = blockIdx.y * kWgO, c0 = blockIdx.z / 3 * kWgC;
-	int ky = blockIdx.z % 3, opix = g.oh * g.ow, plane = g.h * g.w;
-	long long p0 = blockIdx.x * ppb, p1 = p0 + ppb < g.m ? p0 + ppb : g.m;
-	int chunks = (int)((p1 - p0 + kWgP - 1) / kWgP);
-	int warp = threadIdx.x / 32, fr = warp % 4, fc0 = warp / 4 * 3;
-	wmma::fragment<wmma::accumulator, 16, 16, M::K, float> acc[3];
-	for (int j = 0; j < 3; j++)
-		wmma::fill_fragment(acc[j], 0.f);
-	auto pixels = [&](int t) {   // chunk t's pixels
-		if (threadIdx.x < kWgP) {
-			long long p = p0 + (long long)t * kWgP + threadIdx.x;
-			int n = (int)(p / opix), r = (int)(p % opix), y = r / g.ow, xx = r % g.ow;
-			if (GATE) {
-				int ph = g.oh / 2, pw = g.ow / 2;
-				dq[threadIdx.x] = p >= p1 ? -1 : (n * g.o * ph + (y >> 1)) * pw + (xx >> 1);
-				dwin[threadIdx.x] = y < 2 * ph && xx < 2 * pw ? (y & 1) << 1 | (xx & 1) : 4;
-			} else {
-				dq[threadIdx.x] = p >= p1 ? -1 : NHWC ? (n * opix + r) * g.o : n * g.o * opix + r;
-			}
-			xq[threadIdx.x] = NHWC ? ((n * g.h + y + ky) * g.w + xx) * g.c :
-						    n * g.c * plane + (y + ky) * g.w + xx;
-		}
-	};
-	T rd[RD], rx[RX];
-	auto fetch = [&]() {   // the chunk pixels() described, into registers
-		if (NHWC) {
-			// dy: a thread's output channel fixed, its pixels step by 4;
-			// x: its input channel fixed, (pixel, kx) steps by 8
-			int oi = threadIdx.x % kWgO, o = o0 + oi;
-#pragma unroll
-			for (int j = 0; j < RD; j++) {
-				int q = dq[threadIdx.x / kWgO + j * (kCvThreads / kWgO)];
-				rd[j] = q >= 0 && o < g.o ? M::op(dy[q + o]) : M::zero();
-			}
-			int c = c0 + threadIdx.x % kWgC;
-#pragma unroll
-			for (int j = 0; j < RX; j++) {
-				int k = threadIdx.x / kWgC + j * (kCvThreads / kWgC), pi = k / 3;
-				rx[j] = dq[pi] >= 0 && c < g.c ? M::op(x[xq[pi] + k % 3 * g.c + c]) : M::zero();
-			}
-		} else {
-			// a thread's pixel is fixed: dy's output channels step by 8,
-			// x's (kx, channel) by 8
-			int pi = threadIdx.x % kWgP, ol = threadIdx.x / kWgP, q = dq[pi];
-			int xbase = xq[pi] + (c0 + ol) * plane;
-			if (GATE) {
-				int pplane = g.oh / 2 * (g.ow / 2), want = dwin[pi], dbase = q + (o0 + ol) * pplane;
-#pragma unroll
-				for (int j = 0; j < RD; j++) {
-					float v = q >= 0 && want < 4 && o0 + ol + j * (kCvThreads / kWgP) < g.o ?
-						gatedf(gt, dbase + j * (kCvThreads / kWgP) * pplane, want) : 0.f;
-					T t;
-					st(&t, v);
-					rd[j] = M::op(t);
-					if (bias)
-						bs[threadIdx.x * BS + j] += v;
-				}
-			} else {
-				int dbase = q + (o0 + ol) * opix;
-#pragma unroll
-				for (int j = 0; j < RD; j++)
-					rd[j] = q >= 0 && o0 + ol + j * (kCvThreads / kWgP) < g.o ?
-						M::op(dy[dbase + j * (kCvThreads / kWgP) * opix]) : M::zero();
-			}
-#pragma unroll
-			for (int j = 0; j < RX; j++) {
-				// (kx, channel) = ol + 8 j: kx = j / 4, the channel ol + 8 (j % 4)
-				constexpr int S = kCvThreads / kWgP, PER = kWgC / S;
-				int kx = j / PER, cl = ol + j % PER * S;
-				rx[j] = q >= 0 && c0 + cl < g.c ? M::op(x[xbase + j % PER * S * plane + kx]) : M::zero();
-			}
-		}
-	};
-	pixels(0);
-	__syncthreads();
-	if (chunks)
-		fetch();
-	__syncthreads();   // every thread has read chunk 0's pixels before pixels(1)
-	for (int t = 0; t < chunks; t++) {
-		if (NHWC) {
-#pragma unroll
-			for (int j = 0; j < RD; j++)
-				Ds[(threadIdx.x / kWgO + j * (kCvThreads / kWgO)) * LD + threadIdx.x % kWgO] = rd[j];
-#pragma unroll
-			for (int j = 0; j < RX; j++) {
-				int q = threadIdx.x / kWgC + j * (kCvThreads / kWgC);
-				Xs[q / 3 * LX + q % 3 * kWgC + threadIdx.x % kWgC] = rx[j];
-			}
-		} else {
-#pragma unroll
-			for (int j = 0; j < RD; j++)
-				Ds[(threadIdx.x / kWgP + j * (kCvThreads / kWgP)) * LD + threadIdx.x % kWgP] = rd[j];
-#pragma unroll
-			for (int j = 0; j < RX; j++)
-				Xs[(threadIdx.x / kWgP + j * (kCvThreads / kWgP)) * LX + threadIdx.x % kWgP] = rx[j];
-		}
-		if (t + 1 < chunks)
-			pixels(t + 1);
-		__syncthreads();
-		if (t + 1 < chunks)
-			fetch();
-#pragma unroll 2
-		for (int k = 0; k < kWgP; k += M::K) {
-			wmma::fragment<wmma::matrix_a, 16, 16, M::K, typename M::P, LayA> a;
-			wmma::load_matrix_sync(a, NHWC ? Ds + k * LD + fr * 16 : Ds + fr * 16 * LD + k, LD);
-			for (int j = 0; j < 3; j++) {
-				wmma::fragment<wmma::matrix_b, 16, 16, M::K, typename M::P, LayB> b;
-				int kc = (fc0 + j) * 16;
-				wmma::load_matrix_sync(b, NHWC ? Xs + k * LX + kc : Xs + kc * LX + k, LX);
-				wmma::mma_sync(acc[j], a, b, acc[j]);
-			}
-		}
-		__syncthreads();
-	}
-	if constexpr (GATE) {
-		if (bias && threadIdx.x % kWgP < RD) {
-			// warp ol's threads are the chunk's 32 pixels of its
-			// channels ol + 8 j
-			int ol = threadIdx.x / kWgP, j = threadIdx.x % kWgP;
-			float t = 0.f;
-			for (int l = 0; l < kWgP; l++)
-				t += bs[(ol * kWgP + l) * BS + j];
-			bpart[((size_t)blockIdx.x * to + blockIdx.y) * kWgO + ol + j * (kCvThreads / kWgP)] = t;
-		}
-	}
-	float *out = part + (((size_t)blockIdx.x * to + blockIdx.y) * tc + blockIdx.z / 3) * kWgO * kWgK +
-		     ky * kWgN;
-	for (int j = 0; j < 3; j++)
-		wmma::store_matrix_sync(out + fr * 16 * kWgK + (fc0 + j) * 16, acc[j], kWgK,
-					wmma::mem_row_major);
-#else
-	(void)kWgN;
-	__trap();
-#endif
-}
-
-// dw[o][c][tap] = the splits' partial sums, in a fixed order: a block per
-// 32 entries of a split's part, its 8 warps each summing every 8th split
-// from its own (coalesced along the entries), then the 8 sums in order.
-constexpr int kWgSumLanes = 32, kWgSumWays = kCvThreads / kWgSumLanes;
-
-// With db, the entries past the weights' are the bias's: bpart (right
-// after the splits' weight sums in part) [split][o tile][64], summed the
-// same way into db.
-__global__ void __launch_bounds__(kCvThreads) conv3_wgrad_sum(const float *part, int splits, int to,
-							     int tc, int oc, int c, float *dw, float *db)
-{
-	pdl_enter();
-	__shared__ float sums[kWgSumWays][kWgSumLanes];
-	size_t per = (size_t)to * tc * kWgO * kWgK, bper = (size_t)to * kWgO;
-	size_t i = (size_t)blockIdx.x * kWgSumLanes + threadIdx.x % kWgSumLanes;
-	int way = threadIdx.x / kWgSumLanes;
-	const float *bpart = part + (size_t)splits * per;
-	float s = 0.f;
-	if (i < per)
-		for (int p = way; p < splits; p += kWgSumWays)
-			s += part[p * per + i];
-	else if (db && i < per + bper)
-		for (int p = way; p < splits; p += kWgSumWays)
-			s += bpart[p * bper + (i - per)];
-	sums[way][threadIdx.x % kWgSumLanes] = s;
-	__syncthreads();
-	if (way || i >= per + (db ? bper : 0))
-		return;
-	s = 0.f;
-	for (int w = 0; w < kWgSumWays; w++)
-		s += sums[w][threadIdx.x];
-	if (i >= per) {
-		if ((int)(i - per) < oc)
-			db[i - per] = s;
-		return;
-	}
-	int k = (int)(i % kWgK), ol = (int)(i / kWgK % kWgO);
-	int bc = (int)(i / kWgK / kWgO % tc), bo = (int)(i / kWgK / kWgO / tc);
-	int o = bo * kWgO + ol, ci = bc * kWgC + k % kWgC, tap = k / kWgC;
-	if (o < oc && ci < c)
-		dw[((size_t)o * c + ci) * 9 + tap] = s;
-}
-
-// How many blocks of conv3_wgrad_part<T, NHWC, GATE> the current GPU runs at once
-// (its SMs times the blocks an SM holds): the splits of the pixels fill one
-// such wave, so no SM idles through a short last one.  Asked once per
-// device and kept (cnn_cuda_conv3_wgrad_scratch asks before any launch), so
-// that a launch inside a CUDA graph's stream capture makes no query but
-// cudaGetDevice.  A device that cannot say gets 128, not kept (the launch
-// then reports what is wrong with it).
-template <typename T, bool NHWC, bool GATE>
-int conv3_wgrad_slots()
-{
-	static std::atomic<long long> kept{-1};   // device << 32 | slots
-	int dev = 0, sms = 0, per = 0;
-	if (cudaGetDevice(&dev) != cudaSuccess) {
-		cudaGetLastError();
-		return 128;
-	}
-	long long k = kept.load(std::memory_order_relaxed);
-	if (k >= 0 && k >> 32 == dev)
-		return (int)(k & 0xffffffffLL);
-	if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-	    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, (const void *)conv3_wgrad_part<T, NHWC, GATE>,
-							  kCvThreads, 0) != cudaSuccess ||
-	    sms < 1 || per < 1) {
-		cudaGetLastError();
-		return 128;
-	}
-	kept.store((long long)dev << 32 | (long long)sms * per, std::memory_order_relaxed);
-	return sms * per;
-}
-
-// Pixels a block: one wave of slots / tiles splits, at least kWgMinPixels
-// and a whole number of chunks each.  splits = ceil(m / ppb) is then at most
-// min(ceil(m / kWgMinPixels), max(1, slots / tiles)), whatever m is: the
-// bound cnn_cuda_conv3_wgrad_scratch sizes the scratch for.
-long long conv3_wgrad_ppb(long long m, int slots, int tiles)
-{
-	long long want = slots / tiles > 1 ? slots / tiles : 1, ppb = (m + want - 1) / want;
-	ppb = (ppb + kWgP - 1) / kWgP * kWgP;
-	return ppb < kWgMinPixels ? kWgMinPixels : ppb;
-}
-
-bool conv3_args(const char *call, int nimg, int c, int h, int wd, int oc)
-{
-	// every tensor, with a tile's overhang, under 2^31 entries: the kernels'
-	// offsets are 32-bit
-	int cmax = c > oc ? c : oc;
-	if (nimg >= 0 && c >= 1 && oc >= 1 && h >= 3 && wd >= 3 && cmax <= 65535 / 3 * kWgC &&
-	    (long long)(nimg + 1) * (cmax + kCvBN) * h * wd < 0x7fffffffLL &&
-	    9LL * (oc + kCvBN) * (c + kCvBN) < 0x7fffffffLL)
-		return true;
-	char m[160];
-	snprintf(m, sizeof(m), "%d images of %d channels %dx%d, %d outputs: expected >= 0, >= 1, 3x3 "
-		 "or larger, >= 1, and fewer than 2^31 entries in each tensor", nimg, c, h, wd, oc);
-	cnn_cuda_fail(__FILE__, __LINE__, call, m);
-	return false;
-}
-
-// Whether the current GPU runs the tensor-core kernels (compute capability
-// 8.0 or newer): 1, 0, or -1 if CUDA cannot say; with call, a refusal is
-// that call's error, naming the GPU and what it needs.  Asked at each
-// launch, also inside a graph's capture: a query of the device's
-// attributes, which neither enqueues nor loads anything (cuBLAS makes such
-// queries in captured calls too).
-int tc_device(const char *call)
-{
-	int dev = 0, major = 0, minor = 0;
-	cudaError_t e = cudaGetDevice(&dev);
-	if (e == cudaSuccess)
-		e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-	if (e == cudaSuccess)
-		e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-	char m[200];
-	if (e != cudaSuccess) {
-		cudaGetLastError();
-		if (call) {
-			snprintf(m, sizeof(m), "the current GPU's compute capability: %s",
-				 cudaGetErrorString(e));
-			cnn_cuda_fail(__FILE__, __LINE__, call, m);
-		}
-		return -1;
-	}
-	if (major >= 8)
-		return 1;
-	if (call) {
-		snprintf(m, sizeof(m), "GPU %d is sm_%d%d: these tensor-core kernels (TF32 and bf16) need "
-			 "compute capability 8.0 or newer; cuDNN does this convolution there (--conv2 "
-			 "cudnn)", dev, major, minor);
-		cnn_cuda_fail(__FILE__, __LINE__, call, m);
-	}
-	return 0;
-}
-
-// The forward's geometry, its weights packed [tap][c][o] (conv3_pack's wf).
-Conv3 conv3_geom(int nimg, int c, int h, int wd, int oc)
-{
-	Conv3 g;
-	g.c = c, g.h = h, g.w = wd, g.o = oc, g.oh = h - 2, g.ow = wd - 2, g.pad = 0, g.flip = 0;
-	g.wo = 1;
-	g.wc = oc;
-	g.wy = 3 * c * oc;
-	g.wx = c * oc;
-	g.m = (long long)nimg * g.oh * g.ow;
-	return g;
-}
-
 // y, or with pool (g.m the pooled windows' pixels) p and arg through ep;
 // with gt (NCHW), x's entries from the pool's tensors; with c1 (and gt),
 // conv1's partial weight gradients in place of y.
@@ -1035,61 +606,11 @@ int launch_conv3_dgrad_conv1(const float *dp, const float *p, const uint8_t *arg
 	return cnn_cuda_conv1_wgrad_sum(scratch, (int)blocks, c, dw1, db1, s);
 }
 
-// With gt (NCHW), dy from the pool's tensors (call names the caller).
-template <typename T>
-int launch_conv3_wgrad(const T *x, const T *dy, int nimg, int c, int h, int wd, int oc, int nhwc,
-		       float *scratch, float *dw, float *db, const Gate *gt, const char *call,
-		       cudaStream_t s)
-{
-	if (!conv3_args(call, nimg, c, h, wd, oc) || tc_device(call) != 1)
-		return -1;
-	Conv3 g = conv3_geom(nimg, c, h, wd, oc);
-	int to = (oc + kWgO - 1) / kWgO, tc = (c + kWgC - 1) / kWgC;
-	int slots = gt ? conv3_wgrad_slots<T, false, true>() :
-		    nhwc ? conv3_wgrad_slots<T, true, false>() : conv3_wgrad_slots<T, false, false>();
-	long long ppb = conv3_wgrad_ppb(g.m, slots, to * tc * 3);
-	int splits = (int)((g.m + ppb - 1) / ppb);
-	size_t per = (size_t)to * tc * kWgO * kWgK, bper = db ? (size_t)to * kWgO : 0;
-	if (splits) {   // no images: the sum of no splits, zeros
-		void (*conv3_wgrad_k)(const T *, const T *, Conv3, long long, float *, Gate, float *) =
-			gt ? conv3_wgrad_part<T, false, true> :
-			nhwc ? conv3_wgrad_part<T, true, false> : conv3_wgrad_part<T, false, false>;
-		Gate none = { NULL, NULL, NULL };
-		conv3_wgrad_k<<<dim3(splits, to, tc * 3), kCvThreads, 0, s>>>(
-			x, dy, g, ppb, scratch, gt ? *gt : none, db ? scratch + (size_t)splits * per : NULL);
-		LAUNCHED(s);
-	}
-	conv3_wgrad_sum<<<(unsigned)((per + bper + kWgSumLanes - 1) / kWgSumLanes), kCvThreads, 0, s>>>(
-		scratch, splits, to, tc, oc, c, dw, db);
-	LAUNCHED(s);
-	return 0;
-}
-
 } // namespace
 
 extern "C" int cnn_cuda_tensor_cores(void)
 {
 	return tc_device(NULL);
-}
-
-extern "C" size_t cnn_cuda_conv3_wgrad_scratch(int nimg, int c, int h, int wd, int oc)
-{
-	if (nimg < 1 || c < 1 || h < 3 || wd < 3 || oc < 1)
-		return 0;
-	// the most splits any launch for up to nimg images makes, in any type,
-	// layout and input (conv3_wgrad_ppb)
-	long long m = (long long)nimg * (h - 2) * (wd - 2), tiles = 3LL * ((oc + kWgO - 1) / kWgO) *
-		((c + kWgC - 1) / kWgC);
-	int slots[] = {conv3_wgrad_slots<float, false, false>(), conv3_wgrad_slots<float, true, false>(),
-		       conv3_wgrad_slots<float, false, true>(), conv3_wgrad_slots<bf16, false, false>(),
-		       conv3_wgrad_slots<bf16, true, false>(), conv3_wgrad_slots<bf16, false, true>()};
-	long long want = 1;
-	for (int v : slots)
-		want = v / tiles > want ? v / tiles : want;
-	long long splits = (m + kWgMinPixels - 1) / kWgMinPixels;
-	// the weights' partial sums, then the bias's (the _pool calls')
-	return (size_t)(splits < want ? splits : want) * ((tiles / 3) * kWgO * kWgK +
-							 (oc + kWgO - 1) / kWgO * kWgO);
 }
 
 extern "C" int cnn_cuda_conv3_pack_tf32(const float *w, int oc, int c, float *wf, float *wb,
@@ -1124,14 +645,6 @@ extern "C" int cnn_cuda_conv3_dgrad_tf32(const float *dy, const float *w, int ni
 				  (const C1Args<float> *)NULL, "cnn_cuda_conv3_dgrad", s);
 }
 
-extern "C" int cnn_cuda_conv3_wgrad_tf32(const float *x, const float *dy, int nimg, int c, int h,
-					 int wd, int oc, int nhwc, float *scratch, float *dw,
-					 cudaStream_t s)
-{
-	return launch_conv3_wgrad(x, dy, nimg, c, h, wd, oc, nhwc, scratch, dw, (float *)NULL,
-				  (const Gate *)NULL, "cnn_cuda_conv3_wgrad", s);
-}
-
 extern "C" int cnn_cuda_conv3_fwd_bf16(const cnn_bf16 *x, const cnn_bf16 *w, int nimg, int c,
 				       int h, int wd, int oc, int nhwc, cnn_bf16 *y, cudaStream_t s)
 {
@@ -1152,14 +665,6 @@ extern "C" int cnn_cuda_conv3_dgrad_bf16(const cnn_bf16 *dy, const cnn_bf16 *w, 
 {
 	return launch_conv3_dgrad(B(dy), B(w), nimg, c, h, wd, oc, nhwc, B(dx), (const Gate *)NULL,
 				  (const C1Args<bf16> *)NULL, "cnn_cuda_conv3_dgrad", s);
-}
-
-extern "C" int cnn_cuda_conv3_wgrad_bf16(const cnn_bf16 *x, const cnn_bf16 *dy, int nimg, int c,
-					 int h, int wd, int oc, int nhwc, float *scratch, float *dw,
-					 cudaStream_t s)
-{
-	return launch_conv3_wgrad(B(x), B(dy), nimg, c, h, wd, oc, nhwc, scratch, dw, (float *)NULL,
-				  (const Gate *)NULL, "cnn_cuda_conv3_wgrad", s);
 }
 
 extern "C" int cnn_cuda_conv3_dgrad_pool_tf32(const float *dp, const float *p, const uint8_t *arg,
@@ -1195,16 +700,6 @@ extern "C" int cnn_cuda_conv3_dgrad_conv1_bf16(const float *dp, const float *p, 
 					dw1, db1, s);
 }
 
-extern "C" int cnn_cuda_conv3_wgrad_pool_tf32(const float *x, const float *dp, const float *p,
-					      const uint8_t *arg, int nimg, int c, int h, int wd,
-					      int oc, float *scratch, float *dw, float *db,
-					      cudaStream_t s)
-{
-	Gate gt = { dp, p, arg };
-	return launch_conv3_wgrad(x, (const float *)NULL, nimg, c, h, wd, oc, 0, scratch, dw, db, &gt,
-				  "cnn_cuda_conv3_wgrad_pool", s);
-}
-
 extern "C" int cnn_cuda_conv3_dgrad_pool_bf16(const float *dp, const float *p, const uint8_t *arg,
 					      const cnn_bf16 *w, int nimg, int c, int h, int wd,
 					      int oc, cnn_bf16 *dx, cudaStream_t s)
@@ -1212,14 +707,4 @@ extern "C" int cnn_cuda_conv3_dgrad_pool_bf16(const float *dp, const float *p, c
 	Gate gt = { dp, p, arg };
 	return launch_conv3_dgrad((const bf16 *)NULL, B(w), nimg, c, h, wd, oc, 0, B(dx), &gt,
 				  (const C1Args<bf16> *)NULL, "cnn_cuda_conv3_dgrad_pool", s);
-}
-
-extern "C" int cnn_cuda_conv3_wgrad_pool_bf16(const cnn_bf16 *x, const float *dp, const float *p,
-					      const uint8_t *arg, int nimg, int c, int h, int wd,
-					      int oc, float *scratch, float *dw, float *db,
-					      cudaStream_t s)
-{
-	Gate gt = { dp, p, arg };
-	return launch_conv3_wgrad(B(x), (const bf16 *)NULL, nimg, c, h, wd, oc, 0, scratch, dw, db, &gt,
-				  "cnn_cuda_conv3_wgrad_pool", s);
 }
