@@ -15,7 +15,6 @@ cd "$repo" || exit 2
 what=${1:-all}
 log=$(mktemp -d "${TMPDIR:-/tmp}/ddp-check.XXXXXX")
 trap 'beside_stop; tests/cluster/cluster.sh stop >/dev/null 2>&1; rm -rf "$log"' EXIT
-extra_fail=0
 
 # Run a TAP producer, echo its output, keep it for counting.
 tap() {
@@ -30,9 +29,10 @@ tap() {
 
 # The longest unit test (the GPU step through cuemu, minutes of one core)
 # runs in the background from the start of the plain pass, beside the other
-# tests and, in a full run, the sanitizer pass (CI has 2 cores): its output
-# is printed whole when beside_end collects it.
-beside=test_gpu_step_emu beside_pid= beside_t0=0
+# tests and, in a full run, the sanitizer pass and the fuzz run, which runs
+# one target at a time (CI has 2 cores): its output is printed whole when
+# beside_end collects it.
+beside=test_gpu_step_emu beside_pid='' beside_t0=0
 
 beside_start() {
 	local t=$1
@@ -52,6 +52,7 @@ beside_end() {
 	[ -n "$beside_pid" ] || return 0
 	wait "$beside_pid"
 	beside_pid=
+	# shellcheck disable=SC2016 # (the inner shell expands them)
 	tap "$beside" sh -c 'cat "$1"; exit "$(cat "$2")"' sh "$log/beside.out" "$log/beside.rc"
 	echo "# --- $beside: $((SECONDS - beside_t0)) s, beside the others" | tee -a "$log/times"
 }
@@ -106,7 +107,7 @@ run_bats() {
 # minutes on CI's 2 cores: this says where they go)
 timed() {
 	local t0=$SECONDS
-	"run_$@"
+	"run_$1" "${@:2}"
 	echo "# --- $1${2:+ $2}: $((SECONDS - t0)) s" | tee -a "$log/times"
 }
 
@@ -117,8 +118,8 @@ bats) shift; timed bats "$@" ;;
 all)
 	timed unit
 	timed unit address,undefined
-	beside_end
 	timed fuzz
+	beside_end
 	timed bats
 	;;
 *) echo "usage: tests/run.sh [unit|fuzz|bats [FILE]]" >&2; exit 2 ;;

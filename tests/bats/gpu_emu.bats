@@ -360,9 +360,10 @@ PY
 # cuemu's additive clock the picks are never slower than the others.
 @test "--conv2 auto: the step's graph timed with each call's pick, all cuDNN and all direct, the fastest kept (cuemu)" {
 	# (one backward stream: the three graphs alone; the default, auto,
-	# below; the last option given wins)
-	local opts=("${SMALL[@]}" --max-steps 8 --device cuda --precision tf32 --conv-layout nchw
-		--backward-streams 1)
+	# below; the last option given wins; --test-limit 8: evaluation at the
+	# training batch, so start-up prepares one batch size, not two)
+	local opts=("${SMALL[@]}" --test-limit 8 --max-steps 8 --device cuda --precision tf32
+		--conv-layout nchw --backward-streams 1)
 	run --separate-stderr "$CNN" "${opts[@]}" --dump-params "$BATS_TEST_TMPDIR/graph.bin" \
 		--log-json "$BATS_TEST_TMPDIR/graph.json"
 	echo "$stderr"
@@ -424,7 +425,7 @@ PY
 	done
 	# with --backward-streams auto (the default), each of conv2's three by
 	# both streams counts: six graphs, the fastest kept
-	run --separate-stderr "$CNN" "${SMALL[@]}" --device cuda --precision tf32 --max-steps 3
+	run --separate-stderr "$CNN" "${SMALL[@]}" --test-limit 8 --device cuda --precision tf32 --max-steps 3
 	echo "$stderr"
 	assert_success
 	assert_line --regexp '^# conv2 auto \(batch 8\): .* kept; .*\(the least of [0-9]+ each, each with its faster backward streams\)$'
@@ -451,8 +452,8 @@ PY
 # there leave all cuDNN the best, the mixes timed and passed over; a call
 # whose kernel cannot launch here stays out of every mix.
 @test "--conv2 auto: where the picks lose the step, each mix of conv2's calls is timed beside the one kept, the fastest kept (cuemu)" {
-	local opts=("${SMALL[@]}" --max-steps 4 --device cuda --precision tf32 --conv-layout nchw
-		--backward-streams 1) slow want
+	local opts=("${SMALL[@]}" --test-limit 8 --max-steps 4 --device cuda --precision tf32
+		--conv-layout nchw --backward-streams 1) slow want
 	for slow in conv3_wgrad_k:mix:3 conv3_igemm_tf32_k,conv3_igemm_k,conv3_wgrad_k:cudnn:0; do
 		want=${slow#*:}
 		CUEMU_STEP_SLOW_KERNELS=${slow%%:*} run --separate-stderr "$CNN" "${opts[@]}" \
