@@ -3,8 +3,8 @@
  * Reads its rank and rendezvous from the environment (what slurm-ddp's
  * plugin, torchrun or a person set), trains with gradients averaged over
  * all ranks, evaluates each epoch, checkpoints, and reports where the time
- * went.  This file drives both paths: the CPU's kernels are in ops_cpu.c
- * and its network in model.c; the GPU path is a module behind gpu.h
+ * went (report.c).  This file drives both paths: the CPU's kernels are in
+ * ops_cpu.c and its network in model.c; the GPU path is a module behind gpu.h
  * (cnn_train_cuda.so, opened on --device cuda or auto); communication is
  * behind comm.h (gloo on CPUs, NCCL from the module on GPUs). */
 #include <dlfcn.h>
@@ -19,7 +19,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include "args.h"
 #include "ckpt.h"
@@ -30,34 +29,10 @@
 #include "conv_dnnl.h"
 #include "model.h"
 #include "optim.h"
+#include "run.h"
 
 extern char **environ;
 
-struct run {
-	struct cnn_args a;
-	struct ddpenv_rank r;
-	char host[64];
-	struct cnn_dataset train, test;
-	struct cnn_model m;
-	struct cnn_acts acts;
-	struct cnn_optim opt;
-	struct cnn_comm *comm;
-	struct cnn_reducer red;
-	struct cnn_sampler sampler;
-	const struct cnn_gpu_api *G;   /* the GPU path, when this run uses it */
-	struct cnn_gpu *g;
-	uint32_t *eval_idx;
-	float *xbuf;
-	uint8_t *ybuf;
-	int bar;
-	int eval_batch;
-	char device_note[1024];   /* why --device=auto stayed on the CPU */
-	/* time breakdown, seconds */
-	double t_data, t_compute, t_idle, t_train_wall;
-	long long timed_images, steps;
-	double test_acc, test_loss;
-	int evaluated;
-};
 
 static double now_s(void)
 {
@@ -66,9 +41,7 @@ static double now_s(void)
 	return (double)t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-/* Errors go to stderr with host and rank, the way Slurm users grep them. */
-static void die(struct run *R, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
-static void die(struct run *R, const char *fmt, ...)
+void cnn_run_die(struct run *R, const char *fmt, ...)
 {
 	va_list ap;
 	fprintf(stderr, "cnn_train: %s rank %d: ", R->host, R->r.rank);
@@ -86,10 +59,10 @@ static void die(struct run *R, const char *fmt, ...)
 	_exit(1);
 }
 
-static void comm_failed(struct run *R, char *err, size_t errlen)
+void cnn_run_comm_failed(struct run *R, char *err, size_t errlen)
 {
 	cnn_comm_explain_failure(R->comm, err, errlen);
-	die(R, "%s", err);
+	cnn_run_die(R, "%s", err);
 }
 
 /* A GPU call failed.  The module's watchdog words its failures "NCCL
@@ -99,8 +72,8 @@ static void comm_failed(struct run *R, char *err, size_t errlen)
 static void gpu_failed(struct run *R, char *err, size_t errlen)
 {
 	if (strncmp(err, "NCCL", 4) == 0 || strstr(err, "peer") || strstr(err, "not done after"))
-		comm_failed(R, err, errlen);
-	die(R, "step %lld: %s", R->steps, err);
+		cnn_run_comm_failed(R, err, errlen);
+	cnn_run_die(R, "step %lld: %s", R->steps, err);
 }
 
 static void on_fc_ready(void *ctx)
@@ -157,14 +130,14 @@ static void evaluate(struct run *R)
 		cnn_data_gather(&R->test, R->eval_idx + off, n, R->acts.x, R->ybuf);
 		float l;
 		if (cnn_forward(&R->m, &R->acts, R->ybuf, n, 0, 0, 0, rank, &l, &correct) < 0)
-			die(R, "evaluation: %s", R->acts.err);
+			cnn_run_die(R, "evaluation: %s", R->acts.err);
 		loss += (double)l * n;
 		good += correct;
 	}
 	/* floats hold these sums exactly up to 2^24 images */
 	float s[3] = { (float)loss, (float)good, (float)nloc };
 	if (cnn_comm_allreduce_sum(R->comm, s, 3, err, sizeof(err)) < 0)
-		comm_failed(R, err, sizeof(err));
+		cnn_run_comm_failed(R, err, sizeof(err));
 	R->test_loss = s[2] > 0 ? s[0] / s[2] : 0;
 	R->test_acc = s[2] > 0 ? s[1] / s[2] : 0;
 	R->evaluated = 1;
@@ -191,218 +164,7 @@ static void save_ckpt(struct run *R, int epoch, long long step_in_epoch)
 	struct cnn_ckpt_pos pos = { epoch, step_in_epoch, R->steps, R->a.seed, R->r.world, R->a.batch };
 	fetch_state(R);
 	if (cnn_ckpt_save(R->a.checkpoint_dir, &R->m, &R->opt, &pos, err, sizeof(err)) < 0)
-		die(R, "%s", err);
-}
-
-/* conv2's calls as the census's bits choose them (bit 0 forward, 1
- * backward-data, 2 backward-filter: the project's kernels). */
-static const char *conv2_mix(int bits)
-{
-	static const char *name[8] = {
-		"all cuDNN",
-		"forward direct (the rest cuDNN)",
-		"backward-data direct (the rest cuDNN)",
-		"forward and backward-data direct (the rest cuDNN)",
-		"backward-filter direct (the rest cuDNN)",
-		"forward and backward-filter direct (the rest cuDNN)",
-		"backward-data and backward-filter direct (the rest cuDNN)",
-		"all direct",
-	};
-	return name[bits & 7];
-}
-
-static void report_times(struct run *R)
-{
-	char err[1024];
-	int w = R->r.world;
-	float *t = calloc((size_t)w * 4, sizeof(float));
-	if (!t)
-		die(R, "out of memory");
-	float *mine = t + (size_t)R->r.rank * 4;
-	mine[0] = (float)R->t_data;
-	mine[1] = (float)R->t_compute;
-	mine[2] = (float)R->red.comm_s;
-	mine[3] = (float)R->t_idle;
-	if (cnn_comm_allreduce_sum(R->comm, t, (size_t)w * 4, err, sizeof(err)) < 0)
-		comm_failed(R, err, sizeof(err));
-	if (R->r.rank == 0) {
-		printf(R->g ? "# time per rank, seconds (GPU: the all-reduce runs inside the step, "
-			      "overlapped)\n" :
-			      "# time per rank, seconds (comm overlaps compute; idle is waiting for it)\n");
-		printf("# %6s %10s %10s %10s %10s\n", "rank", "data", "compute", "comm", "idle");
-		for (int r = 0; r < w && r < 64; r++)
-			printf("  %6d %10.2f %10.2f %10.2f %10.2f\n", r, t[r * 4], t[r * 4 + 1],
-			       t[r * 4 + 2], t[r * 4 + 3]);
-		if (w > 64)
-			printf("  (%d more ranks)\n", w - 64);
-	}
-	if (R->r.rank == 0 && R->a.log_json) {
-		double ips = R->t_train_wall > 0 ? R->timed_images * (double)w / R->t_train_wall : 0;
-		FILE *f = fopen(R->a.log_json, "w");
-		if (!f)
-			die(R, "--log-json %s: %s", R->a.log_json, strerror(errno));
-		fprintf(f, "{\n");
-		if (R->evaluated)
-			fprintf(f, "  \"test_accuracy\": %.6f,\n  \"test_loss\": %.6f,\n",
-				R->test_acc, R->test_loss);
-		else
-			fprintf(f, "  \"test_accuracy\": null,\n  \"test_loss\": null,\n");
-		struct cnn_graph_census gc;
-		char ms[64] = "null", c2[512] = "null", lms[64] = "null", pdl[128] = "null";
-		if (R->g && R->G->graph_census(R->g, &gc) && gc.streams_timed)
-			snprintf(ms, sizeof(ms), "[%.4f, %.4f]", gc.ms[0], gc.ms[1]);
-		if (R->g && R->G->graph_census(R->g, &gc) && gc.layouts_timed)
-			snprintf(lms, sizeof(lms), "[%.4f, %.4f]", gc.layout_ms[0], gc.layout_ms[1]);
-		static const char *c2kept[3] = { "picked", "cudnn", "direct" };
-		if (R->g && R->G->graph_census(R->g, &gc) && gc.conv2_variants == 3) {
-			char mixes[256] = "null";
-			if (gc.mixes_timed)
-				snprintf(mixes, sizeof(mixes), "{\"beside\": \"%s\", \"beside_ms\": %.4f, "
-					 "\"bits\": [%d, %d, %d, %d, %d, %d], \"ms\": [%.4f, %.4f, %.4f, "
-					 "%.4f, %.4f, %.4f]}", c2kept[gc.conv2_kept], gc.mix_base_ms,
-					 gc.mix_bits[0], gc.mix_bits[1], gc.mix_bits[2], gc.mix_bits[3],
-					 gc.mix_bits[4], gc.mix_bits[5], gc.mix_ms[0], gc.mix_ms[1],
-					 gc.mix_ms[2], gc.mix_ms[3], gc.mix_ms[4], gc.mix_ms[5]);
-			snprintf(c2, sizeof(c2), "{\"kept\": \"%s\", \"picked_bits\": %d, "
-				 "\"kept_bits\": %d, \"ms\": {\"picked\": %.4f, \"cudnn\": %.4f, "
-				 "\"direct\": %.4f}, \"mixes\": %s}",
-				 gc.conv2_mixed ? "mix" : c2kept[gc.conv2_kept], gc.conv2_bits[0],
-				 gc.conv2_kept_bits, gc.conv2_ms[0], gc.conv2_ms[1], gc.conv2_ms[2], mixes);
-		}
-		if (R->g && R->G->graph_census(R->g, &gc) && gc.pdl_edges) {
-			char pms[64] = "null";
-			if (gc.pdl_timed)
-				snprintf(pms, sizeof(pms), "[%.4f, %.4f]", gc.pdl_ms[0], gc.pdl_ms[1]);
-			snprintf(pdl, sizeof(pdl), "{\"edges\": %d, \"kept\": %s, \"ms\": %s}",
-				 gc.pdl_edges, gc.pdl_kept ? "true" : "false", pms);
-		}
-		if (R->g && R->G->graph_census(R->g, &gc))
-			fprintf(f, "  \"cuda_graph\": {\"batch\": %d, \"nodes\": %d, \"kernels\": %d, "
-				"\"copies\": %d, \"memsets\": %d, \"other\": %d, \"longest_chain\": %d, "
-				"\"backward_streams\": %d, \"streams_ms\": %s, \"conv2_auto\": %s, "
-				"\"conv_layout\": \"%s\", \"layout_ms\": %s, \"pdl\": %s},\n",
-				gc.batch, gc.nodes, gc.kernels, gc.copies, gc.memsets, gc.other, gc.chain,
-				gc.streams, ms, c2, gc.nhwc ? "nhwc" : "nchw", lms, pdl);
-		else
-			fprintf(f, "  \"cuda_graph\": null,\n");
-		fprintf(f, "  \"images_per_sec\": %.1f,\n  \"world_size\": %d,\n  \"batch_size\": %d,\n"
-			"  \"threads\": %d,\n  \"steps\": %lld,\n  \"epochs\": %d,\n"
-			"  \"optimizer\": \"%s\",\n  \"backend\": \"%s\",\n  \"device\": \"%s\",\n"
-			"  \"ranks\": [", ips, w, R->a.batch, R->a.threads, R->steps, R->a.epochs,
-			R->a.optim == CNN_ADADELTA ? "adadelta" : "sgd", R->comm->ops->name,
-			R->g ? "cuda" : "cpu");
-		for (int r = 0; r < w; r++)
-			fprintf(f, "%s\n    {\"rank\": %d, \"data_s\": %.3f, \"compute_s\": %.3f, "
-				"\"comm_s\": %.3f, \"idle_s\": %.3f}", r ? "," : "", r, t[r * 4],
-				t[r * 4 + 1], t[r * 4 + 2], t[r * 4 + 3]);
-		fprintf(f, "\n  ]\n}\n");
-		if (fclose(f) != 0)
-			die(R, "--log-json %s: %s", R->a.log_json, strerror(errno));
-	}
-	free(t);
-}
-
-/* What the captured step's CUDA graph holds, or why none was captured
- * where --cuda-graph-dot asked for it. */
-static void graph_report(struct run *R)
-{
-	struct cnn_graph_census c;
-	if (!R->g || R->r.rank != 0)
-		return;
-	if (R->G->graph_census(R->g, &c)) {
-		printf("# CUDA graph of a training step (batch %d): %d nodes: %d kernel%s, %d cop%s, "
-		       "%d memset%s, %d other; the longest chain %d\n", c.batch, c.nodes, c.kernels,
-		       c.kernels == 1 ? "" : "s", c.copies, c.copies == 1 ? "y" : "ies", c.memsets,
-		       c.memsets == 1 ? "" : "s", c.other, c.chain);
-		if (c.streams_timed)
-			printf("# backward streams auto (batch %d): %d kept; a replay of the step took "
-			       "%.4f ms with 1, %.4f ms with 2 (the least of %d each%s)\n", c.batch,
-			       c.streams, c.ms[0], c.ms[1], c.tuned,
-			       R->r.world > 1 ? ", summed over the ranks" : "");
-		if (c.conv2_variants == 3) {
-			static const char *kept[3] = { "each call's own pick", "all cuDNN", "all direct" };
-			int b = c.conv2_bits[0];
-			printf("# conv2 auto (batch %d): %s%s kept; a replay of the step took %.4f ms with "
-			       "each call as timed alone (forward %s, backward-data %s, backward-filter "
-			       "%s), %.4f ms all cuDNN, %.4f ms all direct (the least of %d each%s%s)",
-			       c.batch, c.conv2_mixed ? conv2_mix(c.conv2_kept_bits) : kept[c.conv2_kept],
-			       c.conv2_mixed ? " (a mix)" : "", c.conv2_ms[0],
-			       b & 1 ? "direct" : "cuDNN", b & 2 ? "direct" : "cuDNN",
-			       b & 4 ? "direct" : "cuDNN", c.conv2_ms[1], c.conv2_ms[2], c.tuned,
-			       c.streams_timed ? ", each with its faster backward streams" : "",
-			       R->r.world > 1 ? ", summed over the ranks" : "");
-			if (c.mixes_timed) {
-				printf("; the picks having lost, each mix of the three timed beside %s: "
-				       "%.4f ms that one", kept[c.conv2_kept], c.mix_base_ms);
-				for (int j = 0; j < 6; j++)
-					printf(", %.4f %s", c.mix_ms[j], conv2_mix(c.mix_bits[j]));
-				printf(" (the least of %d each%s)", c.mixes_timed,
-				       R->r.world > 1 ? ", summed over the ranks" : "");
-			}
-			printf("\n");
-		}
-		if (c.layouts_timed)
-			printf("# conv layout auto (batch %d): %s kept; a replay of the step took %.4f ms "
-			       "in NCHW, %.4f ms in NHWC (the least of %d each, each layout with its "
-			       "faster conv2 calls and backward streams%s)\n", c.batch,
-			       c.nhwc ? "NHWC" : "NCHW", c.layout_ms[0], c.layout_ms[1], c.tuned,
-			       R->r.world > 1 ? ", summed over the ranks" : "");
-		if (c.pdl_timed)
-			printf("# programmatic launch auto (batch %d): %s kept; a replay of the step took "
-			       "%.4f ms as captured, %.4f ms with %d programmatic edge%s (the least of "
-			       "%d each%s)\n", c.batch, c.pdl_kept ? "on" : "off", c.pdl_ms[0],
-			       c.pdl_ms[1], c.pdl_edges, c.pdl_edges == 1 ? "" : "s", c.pdl_timed,
-			       R->r.world > 1 ? ", summed over the ranks" : "");
-		else if (c.pdl_kept)
-			printf("# programmatic launch on (batch %d): %d programmatic edge%s\n", c.batch,
-			       c.pdl_edges, c.pdl_edges == 1 ? "" : "s");
-		else if (R->a.pdl != CNN_PDL_OFF)
-			printf("# programmatic launch %s (batch %d): none (%s)\n",
-			       cnn_pdl_name((enum cnn_pdl)R->a.pdl), c.batch, c.pdl_none);
-		fflush(stdout);
-	} else if (R->a.graph_dot) {
-		fprintf(stderr, "cnn_train: warning: --cuda-graph-dot %s: no graph was captured (%s)\n",
-			R->a.graph_dot,
-			R->a.no_graph ? "--no-graph" :
-			R->r.world > 1 && strcmp(R->comm->ops->name, "nccl") ?
-				"the gradients go through the host's all-reduce, which no graph holds" :
-				"the step is captured at its third full batch: more --max-steps");
-	}
-}
-
-/* Every rank's parameters must be bit-identical: compare CRCs. */
-static void check_identical(struct run *R)
-{
-	char err[1024];
-	int w = R->r.world;
-	uint32_t crc = (uint32_t)crc32(0, (const Bytef *)R->m.params, (uInt)(R->m.nparams * sizeof(float)));
-	float *v = calloc((size_t)w * 2, sizeof(float));
-	if (!v)
-		die(R, "out of memory");
-	v[R->r.rank * 2] = (float)(crc >> 16);
-	v[R->r.rank * 2 + 1] = (float)(crc & 0xffff);
-	if (cnn_comm_allreduce_sum(R->comm, v, (size_t)w * 2, err, sizeof(err)) < 0)
-		comm_failed(R, err, sizeof(err));
-	if (R->r.rank == 0) {
-		int same = 1;
-		for (int r = 1; r < w; r++)
-			same &= v[r * 2] == v[0] && v[r * 2 + 1] == v[1];
-		printf("params: %s on all %d ranks (crc32 %08x)\n", same ? "identical" : "DIFFER",
-		       w, crc);
-		if (!same)
-			die(R, "parameters differ between ranks");
-	}
-	free(v);
-}
-
-static void dump_params(struct run *R)
-{
-	if (!R->a.dump_params || R->r.rank != 0)
-		return;
-	FILE *f = fopen(R->a.dump_params, "wb");
-	if (!f || fwrite(R->m.params, sizeof(float), R->m.nparams, f) != R->m.nparams ||
-	    fclose(f) != 0)
-		die(R, "--dump-params %s: %s", R->a.dump_params, strerror(errno));
+		cnn_run_die(R, "%s", err);
 }
 
 /* Every rank must run the same schedule of collectives on the same kind
@@ -536,7 +298,7 @@ static int open_gpu(struct run *R, int maxb)
 	const struct cnn_gpu_api *G = load_gpu_module(why, sizeof(why));
 	if (!G) {
 		if (want)
-			die(R, "--device=cuda: the GPU module does not load: %s", why);
+			cnn_run_die(R, "--device=cuda: the GPU module does not load: %s", why);
 		snprintf(R->device_note, sizeof(R->device_note), "GPU module: %s", why);
 		return 0;
 	}
@@ -561,7 +323,7 @@ static int open_gpu(struct run *R, int maxb)
 	if (G->open(&g, &o, err, sizeof(err)) < 0) {
 		G->close(g);
 		if (want)
-			die(R, "--device=cuda: %s", err);
+			cnn_run_die(R, "--device=cuda: %s", err);
 		snprintf(R->device_note, sizeof(R->device_note), "%s", err);
 		return 0;
 	}
@@ -571,7 +333,7 @@ static int open_gpu(struct run *R, int maxb)
 	if (R->a.graph_dot && R->r.rank == 0) {
 		FILE *f = fopen(R->a.graph_dot, "w");
 		if (!f)
-			die(R, "--cuda-graph-dot %s: %s", R->a.graph_dot, strerror(errno));
+			cnn_run_die(R, "--cuda-graph-dot %s: %s", R->a.graph_dot, strerror(errno));
 		fclose(f);
 	}
 	return 1;
@@ -585,7 +347,7 @@ static void setup(struct run *R, int argc, char **argv)
 	gethostname(R->host, sizeof(R->host) - 1);
 	ddpenv_env_init(&env);
 	if (ddpenv_env_from_envp(&env, environ) < 0)
-		die(R, "out of memory reading the environment");
+		cnn_run_die(R, "out of memory reading the environment");
 	if (ddpenv_rank_read(&env, &R->r, err, sizeof(err)) < 0) {
 		fprintf(stderr, "cnn_train: %s: %s\n", R->host, err);
 		exit(2);
@@ -615,7 +377,7 @@ static void setup(struct run *R, int argc, char **argv)
 	const char *kind = strcmp(R->a.data, "cifar10") == 0 || strcmp(R->a.data, "synthetic") == 0
 			   ? R->a.data : "idx";
 	if (cnn_data_load(kind, R->a.data_dir, &R->train, &R->test, err, sizeof(err)) < 0)
-		die(R, "%s", err);
+		cnn_run_die(R, "%s", err);
 	if (R->a.train_limit && R->a.train_limit < R->train.n)
 		R->train.n = (int)R->a.train_limit;
 	if (R->a.test_limit && R->a.test_limit < R->test.n)
@@ -623,7 +385,7 @@ static void setup(struct run *R, int argc, char **argv)
 
 	struct cnn_shape sh = { R->train.c, R->train.h, R->train.w, R->train.classes };
 	if (cnn_model_init(&R->m, sh, err, sizeof(err)) < 0)
-		die(R, "%s", err);
+		cnn_run_die(R, "%s", err);
 	if (R->a.no_dropout)
 		R->m.p_drop1 = R->m.p_drop2 = 0.f;
 	cnn_model_init_params(&R->m, R->a.seed);
@@ -638,17 +400,17 @@ static void setup(struct run *R, int argc, char **argv)
 	R->opt.momentum = R->a.momentum;
 	R->opt.weight_decay = R->a.weight_decay;
 	if (cnn_optim_init(&R->opt, R->a.optim, R->m.nparams) < 0)
-		die(R, "out of memory for the optimizer");
+		cnn_run_die(R, "out of memory for the optimizer");
 	int gpu = open_gpu(R, maxb);
 	if (!gpu && cnn_acts_init(&R->acts, &R->m, maxb, R->a.threads, err, sizeof(err)) < 0)
-		die(R, "%s", err);
+		cnn_run_die(R, "%s", err);
 	R->ybuf = malloc((size_t)maxb);
 	R->eval_idx = malloc((size_t)R->test.n * sizeof(uint32_t) + 4);
 	if (!R->ybuf || !R->eval_idx)
-		die(R, "out of memory");
+		cnn_run_die(R, "out of memory");
 	if (cnn_sampler_init(&R->sampler, (uint32_t)R->train.n, (uint32_t)R->r.world,
 			     (uint32_t)R->r.rank, R->a.seed, 1) < 0)
-		die(R, "out of memory for the sampler");
+		cnn_run_die(R, "out of memory for the sampler");
 
 	/* GPUs all-reduce with NCCL, unless the step said gloo (--ddp=gloo,
 	 * or a bare --ddp on MIG devices or shared GPUs, where NCCL runs no
@@ -665,13 +427,13 @@ static void setup(struct run *R, int argc, char **argv)
 				    R->r.token[0] ? R->r.token : NULL, R->a.timeout_s * 1000,
 				    nccl ? R->G->comm : NULL, same_options, R };
 	if (cnn_comm_open(&R->comm, &co, err, sizeof(err)) < 0)
-		die(R, "%s", err);
+		cnn_run_die(R, "%s", err);
 	if (gpu) {
 		R->G->use_comm(R->g, R->comm);
 		if (R->G->load_data(R->g, &R->train, &R->test, err, sizeof(err)) < 0)
-			die(R, "%s", err);
+			cnn_run_die(R, "%s", err);
 	} else if (cnn_reducer_start(&R->red, R->comm) < 0) {
-		die(R, "cannot start the communication thread: %s", strerror(errno));
+		cnn_run_die(R, "cannot start the communication thread: %s", strerror(errno));
 	}
 	cnn_model_describe(&R->m, desc, sizeof(desc));
 	if (R->r.rank == 0) {
@@ -733,7 +495,7 @@ int main(int argc, char **argv)
 		struct cnn_ckpt_pos pos;
 		int got = cnn_ckpt_load(R->a.checkpoint_dir, &R->m, &R->opt, &pos, err, sizeof(err));
 		if (got < 0)
-			die(R, "%s", err);
+			cnn_run_die(R, "%s", err);
 		if (got == 1) {
 			start_epoch = pos.epoch;
 			/* another world size or batch: the same place in the
@@ -761,9 +523,9 @@ int main(int argc, char **argv)
 	}
 	/* Same start everywhere, as DDP does: rank 0's parameters win. */
 	if (cnn_comm_broadcast(R->comm, R->m.params, R->m.nparams, 0, err, sizeof(err)) < 0)
-		comm_failed(R, err, sizeof(err));
+		cnn_run_comm_failed(R, err, sizeof(err));
 	if (R->g && R->G->set_state(R->g, R->m.params, &R->opt, err, sizeof(err)) < 0)
-		die(R, "%s", err);
+		cnn_run_die(R, "%s", err);
 
 	long long nb = (R->sampler.per_rank + R->a.batch - 1) / R->a.batch;
 	R->a.sched.base_lr = R->a.lr;
@@ -813,11 +575,11 @@ int main(int argc, char **argv)
 				if (cnn_forward(&R->m, &R->acts, R->ybuf, n, 1, R->a.seed,
 						(uint64_t)R->steps, R->r.rank, &loss, NULL) < 0 ||
 				    cnn_backward(&R->m, &R->acts, R->ybuf, n, (float)n, on_fc_ready, R) < 0)
-					die(R, "step %lld: %s", R->steps, R->acts.err);
+					cnn_run_die(R, "step %lld: %s", R->steps, R->acts.err);
 				cnn_reducer_push(&R->red, R->m.grads, R->m.t[P_W3].off);
 				t2 = now_s();
 				if (cnn_reducer_wait(&R->red, err, sizeof(err)) < 0)
-					comm_failed(R, err, sizeof(err));
+					cnn_run_comm_failed(R, err, sizeof(err));
 				t3 = now_s();
 				cnn_optim_step(&R->opt, R->m.params, R->m.grads, lr);
 				t4 = now_s();
@@ -868,19 +630,8 @@ int main(int argc, char **argv)
 			R->steps < R->a.profile_from ?
 				"before the range: no step was profiled (more --epochs or --max-steps)" :
 				"inside the range: the profiler ran on to the run's end");
-	graph_report(R);
 	fetch_state(R);
-	check_identical(R);
-	report_times(R);
-	dump_params(R);
-	if (R->r.rank == 0) {
-		double ips = R->t_train_wall > 0 ? R->timed_images * (double)R->r.world / R->t_train_wall : 0;
-		printf("done: %lld steps, %.0f images/s (%d rank%s), test accuracy %s",
-		       R->steps, ips, R->r.world, R->r.world == 1 ? "" : "s",
-		       R->evaluated ? "" : "not evaluated\n");
-		if (R->evaluated)
-			printf("%.2f%%\n", 100.0 * R->test_acc);
-	}
+	cnn_run_report(R);
 	if (R->g) {
 		R->G->close(R->g);
 	} else {
