@@ -175,11 +175,14 @@ static void got_coll(void *ctx, int id, const char *buf, size_t len)
 
 /* ---- task 0's plan for the probes --------------------------------------- */
 
-/* "node\tendpoint\thead" lines: one prober per node. */
+/* "node\tendpoint\thead" lines: one prober per node; buf is a string
+ * (empty where no node has a listener, e.g. every interface missing). */
 static size_t make_plan(const struct ck_world *w, char *buf, size_t len, int *probers)
 {
 	size_t off = 0;
 	int head_node = -1;
+
+	buf[0] = '\0';
 
 	for (int i = 0; i < w->n; i++) {
 		const struct ck_rank *r = &w->ranks[i];

@@ -25,8 +25,6 @@ LAYOUT_AUTO='batch 8 (NCHW|NHWC) \(convolutions [0-9.]+ ms, (NCHW|NHWC) [0-9.]+ 
 CUDNN_FP32='batch 8 cuDNN: conv2 forward [A-Z0-9_]+ \([A-Za-z ,]+\), conv2 backward-data [A-Z0-9_]+ \([A-Za-z ,]+\), conv2 backward-filter [A-Z0-9_]+ \([A-Za-z ,]+\), batch 16 cuDNN: conv2 forward [A-Z0-9_]+ \([A-Za-z ,]+\), conv2 backward-data [A-Z0-9_]+ \([A-Za-z ,]+\), conv2 backward-filter [A-Z0-9_]+ \([A-Za-z ,]+\)'
 
 
-free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
 # ranks2 BACKEND OUT ARGS...: cnn_train as ranks 0 and 1 of a world of two
 # on this machine, as torchrun would start them; rank 0's output is the
 # run's, rank 1's in OUT.r1

@@ -15,6 +15,9 @@ node_ip() { echo "$(cluster_net NET).$((10 + $1))"; }
 # a node's address on the IPv6 network of DDP_CLUSTER_IPV6 (ipv6.bats)
 node_ip6() { echo "$(cluster_net NET6)::$((10 + $1))"; }
 
+# a TCP port free on loopback now (for the tests that run without Slurm)
+free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
 cluster_start() { "$CLUSTER" start "$1" >&3 2>&1; }
 cluster_stop() { "$CLUSTER" stop >/dev/null 2>&1 || true; }
 

@@ -8,8 +8,6 @@ load helpers
 
 CNN="$REPO/build/bin/cnn_train"
 
-free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
 @test "an unknown option: one-line error, the usage, exit 2" {
 	run --separate-stderr "$CNN" --frobnicate
 	assert_equal "$status" 2

@@ -1,0 +1,112 @@
+#!/usr/bin/env bats
+# ddp-check and ddp-env under valgrind, without Slurm: two ddp-check tasks
+# over loopback with the torchrun variables set by hand (rendezvous, probe
+# listener, clock skew, gloo all-reduce), a step whose every interface is
+# missing (no node has a listener: the probe plan is empty), and ddp-env's
+# contract and binding plans for a Slurm task's environment.  Valgrind
+# must find no error and no definite leak.  (valgrind.bats does the same
+# for the plugin inside slurmd and slurmstepd; cnn_train's oneDNN JIT code
+# is beyond valgrind, its C code runs under ASan+UBSan in the unit pass.)
+# bats file_tags=valgrind
+
+load helpers
+
+CHECK="$REPO/build/bin/ddp-check"
+DDPENV="$REPO/build/bin/ddp-env"
+
+setup() {
+	command -v valgrind >/dev/null || skip "valgrind is missing (scripts/deps.sh installs it)"
+	# hwloc's x86 CPUID backend cannot run under valgrind and says so;
+	# the Linux backend alone reads the same topology here
+	export HWLOC_COMPONENTS=-x86
+}
+
+# vg LOG CMD...: CMD under memcheck, its report in LOG; exit 97 on an error
+# or a definite leak
+vg() {
+	local log=$1
+	shift
+	valgrind -q --log-file="$log" --leak-check=full --errors-for-leak-kinds=definite \
+		--error-exitcode=97 --num-callers=30 --suppressions="$REPO/tests/tools/valgrind.supp" "$@"
+}
+
+# a failing test shows valgrind's reports (an exit status of 97 says only
+# that there was one)
+teardown() {
+	local f
+	for f in "$BATS_TEST_TMPDIR"/vg.*; do
+		[ -s "$f" ] && { echo "# valgrind's report, $(basename "$f"):"; cat "$f"; } >&2
+	done
+	return 0
+}
+
+# assert_clean LOG...: each valgrind report is empty
+assert_clean() {
+	local f
+	for f in "$@"; do
+		[ -e "$f" ] || { echo "no valgrind report $f: valgrind did not run" >&2; return 1; }
+		[ ! -s "$f" ] || { echo "valgrind reported in $f" >&2; return 1; }
+	done
+}
+
+# task RANK WORLD PORT VAR...: the torchrun variables of one task on loopback
+task_env() {
+	local r=$1 n=$2 port=$3
+	shift 3
+	env -i PATH="$PATH" HWLOC_COMPONENTS=-x86 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" RANK="$r" \
+		WORLD_SIZE="$n" LOCAL_RANK="$r" LOCAL_WORLD_SIZE="$n" NODE_RANK=0 DDP_BACKEND=gloo "$@"
+}
+
+@test "valgrind: ddp-check, two tasks over loopback: every check, no error or leak" {
+	port=$(free_port)
+	out=$BATS_TEST_TMPDIR
+	task_env 1 2 "$port" GLOO_SOCKET_IFNAME=lo \
+		bash -c "$(declare -f vg); REPO='$REPO' vg '$out/vg.1' '$CHECK' -e 64K --timeout=60" \
+		>"$out/r1.out" 2>&1 &
+	pid=$!
+	run --separate-stderr task_env 0 2 "$port" GLOO_SOCKET_IFNAME=lo \
+		bash -c "$(declare -f vg); REPO='$REPO' vg '$out/vg.0' '$CHECK' -e 64K --timeout=60"
+	wait "$pid" || { cat "$out/r1.out" >&2; false; }
+	assert_success
+	assert_line --regexp '^# ddp-check [0-9.]+: backend gloo, world size 2 on 1 node'
+	assert_line --regexp '^OK +coll\.allreduce +gloo all-reduce of crafted inputs exact on all 2 tasks'
+	assert_line --regexp '^ddp-check: [0-9]+ checks OK, [01] WARN, 0 FAILED$'
+	assert_clean "$out/vg.0" "$out/vg.1"
+}
+
+@test "valgrind: ddp-check with the interface missing everywhere: net.iface FAILs, the empty probe plan reads clean" {
+	port=$(free_port)
+	out=$BATS_TEST_TMPDIR
+	run --separate-stderr task_env 0 1 "$port" GLOO_SOCKET_IFNAME=nosuch0 \
+		bash -c "$(declare -f vg); REPO='$REPO' vg '$out/vg.0' '$CHECK' -e 0 --timeout=60"
+	assert_equal "$status" 1
+	assert_line --regexp '^FAIL +net\.iface +task 0 \([^)]+\): GLOO_SOCKET_IFNAME=nosuch0: no such interface there'
+	assert_line --regexp '^SKIP +coll\.allreduce +not run: net\.iface failed'
+	assert_clean "$out/vg.0"
+}
+
+@test "valgrind: ddp-env --explain in a Slurm task's environment, binding plans, --check-config" {
+	out=$BATS_TEST_TMPDIR
+	host=$(hostname)
+	run --separate-stderr env -i PATH="$PATH" HWLOC_COMPONENTS=-x86 MASTER_ADDR=127.0.0.1 \
+		GLOO_SOCKET_IFNAME=lo NCCL_SOCKET_IFNAME=lo SLURM_JOB_ID=7 SLURM_STEP_ID=0 \
+		SLURM_PROCID=1 SLURM_LOCALID=1 SLURM_NODEID=0 SLURM_NTASKS=2 SLURM_NNODES=1 \
+		SLURM_STEP_NUM_TASKS=2 SLURM_STEP_NUM_NODES=1 SLURM_STEP_NODELIST="$host" \
+		SLURM_NODELIST="$host" SLURM_STEP_TASKS_PER_NODE=2 SLURM_TASKS_PER_NODE=2 \
+		SLURMD_NODENAME="$host" bash -c "$(declare -f vg); REPO='$REPO' vg '$out/vg.env' '$DDPENV' --explain"
+	assert_success
+	assert_line --regexp '^MASTER_PORT +20592 +20480 \+ \(job 7 \* 16 \+ step 0\) mod 12288'
+	assert_line --regexp '^RANK +1 +SLURM_PROCID'
+	assert_line --regexp '^WORLD_SIZE +2 '
+	run --separate-stderr vg "$out/vg.h100" "$DDPENV" --topology "$REPO/tests/topologies/dgx-h100.xml" \
+		--tasks 8 --gpus 0,1,2,3,4,5,6,7
+	assert_success
+	assert_line --regexp '^# 7 +7 0000:df:00\.0 +1 mlx5_7 +98-111,210-223 +14 1 +near its GPU'
+	run --separate-stderr vg "$out/vg.nps4" "$DDPENV" \
+		--topology "$REPO/tests/topologies/dgx-a100-epyc-nps4.xml" --tasks 4 --gpus 0,2,4,6 --bind=strict
+	assert_success
+	run --separate-stderr vg "$out/vg.conf" "$DDPENV" --check-config "$REPO/conf/ddp.yaml"
+	assert_success
+	assert_line --partial 'conf/ddp.yaml: valid'
+	assert_clean "$out/vg.env" "$out/vg.h100" "$out/vg.nps4" "$out/vg.conf"
+}
