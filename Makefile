@@ -6,6 +6,8 @@
 #   make check      the same set-up, then every test
 #   make bench      the benchmarks' programs (bench/*.sh run them)
 #   make fuzz       the fuzz targets, 10 minutes each (make check runs them briefly)
+#   make analyze    clang's static analyzer (scan-build) over the C and C++ code
+#                   (not the .cu kernels), in build/analyze; fails on a finding
 #   make deb        Debian packages (dpkg-buildpackage, lintian) in build/deb/
 #   make install    PREFIX, DESTDIR, LIBDIR, MANDIR, SLURM_PLUGIN_DIR, SYSCONFDIR honoured
 #   SANITIZER=address,undefined make check   unit tests under sanitizers
@@ -23,7 +25,7 @@ SYSCONFDIR ?= /etc/slurm
 # each folder's PREFIX; not exported, so a later PREFIX=... is followed.
 export BUILD CC CFLAGS SANITIZER PREFIX DESTDIR SLURM_PLUGIN_DIR SYSCONFDIR
 
-.PHONY: all libddpenv spank trainer check-tool bench fuzz deps check unit bats demo deb install uninstall clean cluster-stop
+.PHONY: all libddpenv spank trainer check-tool bench fuzz analyze deps check unit bats demo deb install uninstall clean cluster-stop
 
 all: libddpenv spank trainer check-tool
 
@@ -47,6 +49,15 @@ fuzz: deps
 
 deps:
 	scripts/deps.sh
+
+# Its own build tree: every file is compiled anew under the analyzer, the
+# GPU module's host code included (against the CUDA headers, when they are
+# here), the kernels not (nvcc).  The HTML reports: build/analyze/report.
+ANALYZE := $(BUILD)/analyze
+analyze:
+	rm -rf $(ANALYZE)
+	scan-build --status-bugs -o $(ANALYZE)/report $(MAKE) -s -j$(NPROC) BUILD=$(ANALYZE) HAVE_CUDA= all bench
+	$(if $(wildcard /usr/local/cuda/include/cuda_runtime_api.h),scan-build --status-bugs -o $(ANALYZE)/report $(MAKE) -s -j$(NPROC) -C trainer BUILD=$(ANALYZE) gpu-host)
 
 unit: libddpenv
 	$(MAKE) -C tests unit
@@ -82,4 +93,4 @@ cluster-stop:
 	tests/cluster/cluster.sh stop
 
 clean:
-	rm -rf $(BUILD)/obj $(BUILD)/lib $(BUILD)/bin $(BUILD)/tests $(BUILD)/tests-san $(BUILD)/include $(BUILD)/bench $(BUILD)/fuzz $(BUILD)/deb
+	rm -rf $(BUILD)/obj $(BUILD)/lib $(BUILD)/bin $(BUILD)/tests $(BUILD)/tests-san $(BUILD)/include $(BUILD)/bench $(BUILD)/fuzz $(BUILD)/deb $(ANALYZE)

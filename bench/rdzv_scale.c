@@ -89,6 +89,9 @@ static int run(int world)
 	int port = free_port(), good = 0, started = 0;
 	if (!jobs || !th || !done || port < 0) {
 		fprintf(stderr, "rdzv_scale: out of memory or no free port\n");
+		free(jobs);
+		free(th);
+		free(done);
 		return -1;
 	}
 	pthread_attr_t at;

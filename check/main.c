@@ -390,8 +390,9 @@ int main(int argc, char **argv)
 
 	if (!backend)
 		backend = env_or("DDP_BACKEND", "");
+	const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
 	if (!*backend || !strcmp(backend, "auto"))
-		backend = getenv("CUDA_VISIBLE_DEVICES") && *getenv("CUDA_VISIBLE_DEVICES") ? "nccl" : "gloo";
+		backend = cvd && *cvd ? "nccl" : "gloo";
 	if (strcmp(backend, "nccl") && strcmp(backend, "gloo")) {
 		fprintf(stderr, "ddp-check: backend '%s': expected nccl or gloo\n", backend);
 		return 2;

@@ -146,6 +146,7 @@ int ck_listen_start(struct ck_listener *l, const char *addr, const char *host, c
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
 
+	memset(&ss, 0, sizeof(ss));
 	memset(l, 0, sizeof(*l));
 	l->fd = -1;
 	snprintf(l->host, sizeof(l->host), "%s", host);

@@ -3,9 +3,11 @@
 #   check: N passed, M failed, K skipped
 # Exit status is non-zero when anything failed.
 #
-#   tests/run.sh            unit tests, unit tests under ASan+UBSan, a short fuzz
-#                           run, Bats on a real cluster
+#   tests/run.sh            unit tests, unit tests under ASan+UBSan, clang's
+#                           static analyzer, a short fuzz run, Bats on a real
+#                           cluster
 #   tests/run.sh unit       only the C unit tests
+#   tests/run.sh analyze    only the static analyzer (make analyze)
 #   tests/run.sh fuzz       only the fuzz targets (DDP_FUZZ_TIME seconds each, 12)
 #   tests/run.sh bats [F]   only the Bats tests (or file F)
 # Each phase ends with its time ("# --- unit: 20 s"), each Bats test with its own.
@@ -76,6 +78,22 @@ run_unit() {
 	done
 }
 
+# clang's static analyzer over the C and C++ code, in its own build tree
+# (make analyze): a finding is a failing test, its warnings printed; the
+# HTML reports stay under build/analyze/report.
+run_analyze() {
+	if ! command -v scan-build >/dev/null; then
+		echo "not ok - analyze: scan-build is missing (scripts/deps.sh installs clang-tools)" | tee "$log/analyze.tap"
+		return
+	fi
+	if make -s analyze >"$log/analyze.log" 2>&1; then
+		echo "ok - analyze: clang's static analyzer finds nothing in the C and C++ code" | tee "$log/analyze.tap"
+	else
+		grep -E -A3 'warning:|error:|scan-build: Run' "$log/analyze.log" | head -n 80
+		echo "not ok - analyze: clang's static analyzer has findings (make analyze; reports under build/analyze/report)" | tee "$log/analyze.tap"
+	fi
+}
+
 # libFuzzer targets for ddp.yaml and the environment, briefly: a crash, a
 # leak or a hang is a failing test.  `make fuzz` runs them for long.
 run_fuzz() {
@@ -113,16 +131,18 @@ timed() {
 
 case "$what" in
 unit) timed unit; beside_end ;;
+analyze) timed analyze ;;
 fuzz) timed fuzz ;;
 bats) shift; timed bats "$@" ;;
 all)
 	timed unit
 	timed unit address,undefined
+	timed analyze
 	timed fuzz
 	beside_end
 	timed bats
 	;;
-*) echo "usage: tests/run.sh [unit|fuzz|bats [FILE]]" >&2; exit 2 ;;
+*) echo "usage: tests/run.sh [unit|analyze|fuzz|bats [FILE]]" >&2; exit 2 ;;
 esac
 
 pass=$(cat "$log"/*.tap | grep -E '^ok ' | grep -v -i -c '# skip')

@@ -48,7 +48,7 @@ int cnn_idx_read(const char *path, uint8_t **data, int *ndim, uint32_t dims[4],
 		 char *err, size_t errlen)
 {
 	struct stat st;
-	uint8_t hdr[4], d[16];
+	uint8_t hdr[4], d[16] = { 0 };
 	gzFile f;
 	int rv = -1;
 
@@ -372,6 +372,8 @@ int cnn_sampler_init(struct cnn_sampler *s, uint32_t n, uint32_t world, uint32_t
 
 void cnn_sampler_epoch(struct cnn_sampler *s, uint32_t epoch)
 {
+	if (!s->n) /* one cnn_sampler_init refused (or freed): nothing to order */
+		return;
 	for (uint32_t i = 0; i < s->n; i++)
 		s->perm[i] = i;
 	if (s->shuffle) {

@@ -435,7 +435,7 @@ int main(int argc, char **argv)
 	};
 	const char *backend_arg = NULL, *head_from = NULL, *config = NULL;
 	const char *bind_arg = NULL, *topo_path = NULL, *tasks_arg = NULL, *gpus_arg = NULL,
-		   *allowed_arg = NULL, *nvidia_arg = NULL, *order_arg = NULL;
+		   *allowed_arg = NULL, *nvidia_arg = NULL, *order_arg = NULL, *repeat_arg = NULL;
 	struct ddpenv_topo *topo = NULL;
 	struct ddpenv_bind_plan plan;
 	char policy_how[DDPENV_HOWLEN];
@@ -472,15 +472,7 @@ int main(int argc, char **argv)
 		case 'e': explain = 1; break;
 		case 'b': backend_arg = optarg; break;
 		case 'H': head_from = optarg; break;
-		case 'R':
-			errno = 0;
-			repeat = strtol(optarg, &end, 10);
-			if (errno || end == optarg || *end || repeat < 1 || repeat > 100000000) {
-				fprintf(stderr, "ddp-env: --repeat=%s: expected a count 1-100000000\n",
-					optarg);
-				return 2;
-			}
-			break;
+		case 'R': repeat_arg = optarg; break;
 		case 'h': usage(stdout); return 0;
 		case 'V':
 			printf("ddp-env %s (built against Slurm %02d.%02d.%d)\n", DDPENV_VERSION,
@@ -494,6 +486,14 @@ int main(int argc, char **argv)
 		fprintf(stderr, "ddp-env: unexpected argument '%s'\n", argv[optind]);
 		usage(stderr);
 		return 2;
+	}
+	if (repeat_arg) {
+		errno = 0;
+		repeat = strtol(repeat_arg, &end, 10);
+		if (errno || end == repeat_arg || *end || repeat < 1 || repeat > 100000000) {
+			fprintf(stderr, "ddp-env: --repeat=%s: expected a count 1-100000000\n", repeat_arg);
+			return 2;
+		}
 	}
 	if (check)
 		return check_config(config ? config : DDPENV_CONFIG_PATH);

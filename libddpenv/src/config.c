@@ -59,10 +59,15 @@ static int fail(const struct ctx *x, const yaml_node_t *n, const char *key, cons
 /* A scalar's text, refused when it holds a NUL. */
 static int scalar(const struct ctx *x, const yaml_node_t *n, const char *key, const char **out)
 {
-	if (n->type != YAML_SCALAR_NODE)
-		return fail(x, n, key, "%s: expected a single value", kind_name(n));
-	if (strlen((const char *)n->data.scalar.value) != n->data.scalar.length)
-		return fail(x, n, key, "value holds a NUL character");
+	*out = NULL;
+	if (n->type != YAML_SCALAR_NODE) {
+		fail(x, n, key, "%s: expected a single value", kind_name(n));
+		return -1;
+	}
+	if (strlen((const char *)n->data.scalar.value) != n->data.scalar.length) {
+		fail(x, n, key, "value holds a NUL character");
+		return -1;
+	}
 	*out = (const char *)n->data.scalar.value;
 	return 0;
 }

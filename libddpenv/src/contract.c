@@ -257,7 +257,7 @@ static int bind_vars(const struct ddpenv_node *node, const struct ddpenv_env *ta
 	const struct ddpenv_bind_plan *p = node->plan;
 	const struct ddpenv_bind_gpu *g;
 	char how[DDPENV_HOWLEN], slurm[DDPENV_VALLEN];
-	size_t l = 0;
+	size_t l = 0, ng = p->ngpus;
 	int ok = 1, gi;
 
 	if (p->user_cpu_bind[0] &&
@@ -265,37 +265,36 @@ static int bind_vars(const struct ddpenv_node *node, const struct ddpenv_env *ta
 		 "the user's --cpu-bind, before task/affinity set SLURM_CPU_BIND per task", "%s",
 		 p->user_cpu_bind))
 		return -1;
-	if ((!p->gpu && !p->slurm_binds) || !p->ngpus || local_rank >= p->ntasks ||
+	if ((!p->gpu && !p->slurm_binds) || !ng || local_rank >= p->ntasks ||
 	    (gi = p->tasks[local_rank].gpu) < 0)
 		return 0;
 	g = &p->gpus[gi];
 	if (!p->gpu) {
 		/* Slurm bound the task to its own GPUs: its CUDA_VISIBLE_DEVICES
 		 * stays; ddp-env --explain in the task needs the node's list. */
-		for (size_t k = 0; k < p->ngpus && l < sizeof(slurm); k++)
+		for (size_t k = 0; k < ng && l < sizeof(slurm); k++)
 			l += (size_t)snprintf(slurm + l, sizeof(slurm) - l, "%s%u", k ? "," : "", p->gpus[k].index);
 		ok &= add(out, DDPENV_SLURM_STEP_GPUS, 0,
 			  "the step's GPUs on this node, before Slurm bound each task to its own", "%s",
 			  slurm) != NULL;
 		goto identity;
 	}
-	for (size_t k = 0; k < p->ngpus && l < sizeof(slurm); k++)
+	for (size_t k = 0; k < ng && l < sizeof(slurm); k++)
 		l += (size_t)snprintf(slurm + l, sizeof(slurm) - l, "%s%s", k ? "," : "", p->gpus[k].value);
-	if (p->mig && local_rank < p->ngpus)
+	if (p->mig && local_rank < ng)
 		snprintf(how, sizeof(how), "this task's MIG device only: CUDA opens one MIG device per process");
 	else if (p->mig)
 		snprintf(how, sizeof(how), "%u tasks share %zu MIG devices: this task has entry %u of Slurm's list",
-			 p->ntasks, p->ngpus, (unsigned)(local_rank % p->ngpus));
+			 p->ntasks, ng, (unsigned)(local_rank % ng));
 	else if (p->policy == DDPENV_BIND_STRICT)
 		snprintf(how, sizeof(how), "--ddp-bind=strict: this task's GPU only (%s)",
 			 g->busid[0] ? g->busid : "not in the topology");
-	else if (local_rank < p->ngpus)
+	else if (local_rank < ng)
 		snprintf(how, sizeof(how), "all the step's GPUs here, this task's (%s) at index LOCAL_RANK",
 			 g->busid[0] ? g->busid : "not in the topology");
 	else
 		snprintf(how, sizeof(how), "all the step's GPUs here; %u tasks share %zu GPU%s: this task's is index %u (LOCAL_RANK mod %zu)",
-			 p->ntasks, p->ngpus, p->ngpus == 1 ? "" : "s", (unsigned)(local_rank % p->ngpus),
-			 p->ngpus);
+			 p->ntasks, ng, ng == 1 ? "" : "s", (unsigned)(local_rank % ng), ng);
 	const char *vis = p->policy == DDPENV_BIND_STRICT || p->mig ? g->cuda : p->visible;
 	ok &= add(out, "CUDA_VISIBLE_DEVICES", 0, how, "%s", vis) != NULL;
 	if (ddpenv_env_get(task_env, "GPU_DEVICE_ORDINAL"))

@@ -256,7 +256,7 @@ static int token_eq(const char *a, size_t alen, const char *b)
 static void log_refused(struct store_server *sv, const struct conn *c, uint32_t rank,
 			uint32_t world, const char *what)
 {
-	struct sockaddr_storage ss;
+	struct sockaddr_storage ss = { 0 };
 	socklen_t sl = sizeof(ss);
 	char host[INET6_ADDRSTRLEN] = "?", msg[256];
 	int port = 0;

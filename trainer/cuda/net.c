@@ -106,6 +106,10 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 	const struct cnn_model *M = &g->m;
 	size_t N = (size_t)max_batch;
 
+	if (max_batch < 1) {
+		snprintf(g->err, sizeof(g->err), "largest batch %d: expected 1 or more images", max_batch);
+		return -1;
+	}
 	if (conv1 == CNN_CONV_DIRECT && m->in.c != 1) {
 		snprintf(g->err, sizeof(g->err), "conv1 direct: the direct kernels take one input channel, "
 			 "this data set's images have %d (use auto or cudnn)", m->in.c);
@@ -234,9 +238,9 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 		      alloc(&g->dlb, nk * 2) < 0 || alloc(&g->dhb, nh * 2) < 0 ||
 		      alloc(&g->dwb, (M->t[P_W1].n + M->t[P_W2].n) * 2) < 0))
 		return -1;
-	float *h = malloc(N * 4);
+	float *h = calloc(N, sizeof(*h));
 	if (!h) {
-		snprintf(g->err, sizeof(g->err), "out of host memory");
+		snprintf(g->err, sizeof(g->err), "out of host memory for the %zu ones of the bias gradients", N);
 		return -1;
 	}
 	for (size_t i = 0; i < N; i++)
