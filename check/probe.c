@@ -338,8 +338,11 @@ static void probe_batch(const struct ck_target *t, size_t n, int ms, struct ck_p
 		}
 	}
 	for (size_t i = 0; i < n; i++) {
-		if (state[i] < 2)
-			conn_err(&peers[i], state[i] == 0 ? ETIMEDOUT : ETIMEDOUT, ms);
+		if (state[i] == 0)
+			conn_err(&peers[i], ETIMEDOUT, ms);
+		else if (state[i] == 1) /* TCP got through: the network is not at fault */
+			snprintf(peers[i].err, sizeof(peers[i].err), "connected, but no greeting within %d ms "
+				 "(another program holds that port, or ddp-check there is stalled)", ms);
 		if (peers[i].ok && t[i].head)
 			measure_clock(fd[i], out, ms);
 		if (fd[i] >= 0)

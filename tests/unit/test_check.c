@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include "check.h"
+#include "probe.h"
 #include "test.h"
 
 /* A healthy step: nodes x per tasks, gloo, one interface per node. */
@@ -896,6 +897,52 @@ static void test_shared_gpus(void)
 	drop(w);
 }
 
+/* The probe mesh over loopback, each way a peer can answer: a ddp-check
+ * listener of the expected node (reached, its clock measured), another
+ * node's listener at that address, a closed port, and a port whose
+ * program accepts and never greets (TCP gets through: not the network). */
+static void test_probe(void)
+{
+	struct ck_listener a, b;
+	char err[256] = "";
+	int silent = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t sl = sizeof(sa);
+
+	if (ck_listen_start(&a, "127.0.0.1", "nodeA", err, sizeof(err)) < 0 ||
+	    ck_listen_start(&b, "127.0.0.1", "nodeB", err, sizeof(err)) < 0 || silent < 0 ||
+	    bind(silent, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(silent, 4) < 0 ||
+	    getsockname(silent, (struct sockaddr *)&sa, &sl) < 0) {
+		test_cond("probe: loopback listeners start", 0);
+		printf("#   %s\n", err);
+		return;
+	}
+	struct ck_target t[4] = { { .node = "nodeA", .head = 1 }, { .node = "nodeC" }, { .node = "nodeD" },
+				  { .node = "nodeE" } };
+	snprintf(t[0].addr, sizeof(t[0].addr), "%s", a.endpoint);
+	snprintf(t[1].addr, sizeof(t[1].addr), "%s", b.endpoint);
+	snprintf(t[2].addr, sizeof(t[2].addr), "127.0.0.1:%d", test_free_port());
+	snprintf(t[3].addr, sizeof(t[3].addr), "127.0.0.1:%d", ntohs(sa.sin_port));
+	struct ck_probe p;
+	test_cond("probe: runs", ck_probe_run(t, 4, 300, &p) == 0 && p.npeers == 4);
+	if (p.npeers == 4) {
+		test_cond("probe: the expected node's listener is reached", p.peers[0].ok && p.peers[0].rtt_us > 0);
+		test_cond("probe: the head's clock measured, this machine's own (|offset| < 50 ms)",
+			  p.have_clock && p.clock_off_us > -50000 && p.clock_off_us < 50000);
+		test_cond("probe: another node answering is no success", !p.peers[1].ok);
+		test_err("probe: another node answering is named", p.peers[1].err, "nodeB answered instead");
+		test_cond("probe: a closed port is no success", !p.peers[2].ok);
+		test_err("probe: a closed port is refused", p.peers[2].err, "connection refused");
+		test_cond("probe: a silent program is no success", !p.peers[3].ok);
+		test_err("probe: a silent program: connected, no greeting (not a network fault)",
+			 p.peers[3].err, "connected, but no greeting within 300 ms");
+	}
+	ck_probe_free(&p);
+	ck_listen_stop(&a);
+	ck_listen_stop(&b);
+	close(silent);
+}
+
 int main(void)
 {
 	test_records();
@@ -909,5 +956,6 @@ int main(void)
 	test_mig();
 	test_shared_gpus();
 	test_coll_faults();
+	test_probe();
 	return test_report();
 }
