@@ -95,12 +95,8 @@ cublasStatus_t gemm(cublasContext *h, const char *call, cublasOperation_t ta, cu
 					load(B, bt, bn ? p + (size_t)j * ldb : j + (size_t)p * ldb, tf32);
 		for (int j = 0; j < n; j++) {
 			std::fill(acc.begin(), acc.end(), 0.f);
-			for (int p = 0; p < k; p++) {
-				float b = Bf[p + (size_t)j * k];
-				const float *a = &Af[(size_t)p * m];
-				for (int i = 0; i < m; i++)
-					acc[i] += a[i] * b;
-			}
+			for (int p = 0; p < k; p++)
+				cuemu::axpy(acc.data(), Bf[p + (size_t)j * k], &Af[(size_t)p * m], m);
 			float *c = C + (size_t)j * ldc;
 			for (int i = 0; i < m; i++)
 				c[i] = b_ == 0.f ? a_ * acc[i] : a_ * acc[i] + b_ * c[i];

@@ -705,6 +705,13 @@ void run_now(const cuemu::Cfg &cfg, const char *kernel, std::function<void()> &f
 // (how a test makes one choice of code that times its choices lose).  A
 // kernel is named as at its launch (`k<<<...>>>`'s k); a cuDNN
 // convolution call as its function and algorithm (dnn.cc).
+__attribute__((noinline, optimize("tree-vectorize", "vect-cost-model=dynamic"))) void
+cuemu::axpy(float *__restrict y, float a, const float *__restrict x, int n)
+{
+	for (int i = 0; i < n; i++)
+		y[i] += a * x[i];
+}
+
 bool cuemu::named_in(const char *var, const char *kernel)
 {
 	const char *list = getenv(var);

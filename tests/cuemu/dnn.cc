@@ -241,16 +241,6 @@ float blend(float alpha, float beta, float acc, const void *out, cudnnDataType_t
 	return beta == 0.f ? alpha * acc : alpha * acc + beta * get(out, t, i, false);
 }
 
-// y[i] += a * x[i]: each output's terms in the order the loops around
-// give them, as the strided loops do (the same bits), on unaliased rows
-// g++ vectorizes (at -O2 its cost model leaves loops of unknown length
-// alone: most of the emulated cuDNN's time was these rows, one by one).
-__attribute__((noinline, optimize("tree-vectorize", "vect-cost-model=dynamic"))) void axpy(float *__restrict y, float a, const float *__restrict x, int n)
-{
-	for (int i = 0; i < n; i++)
-		y[i] += a * x[i];
-}
-
 void forward(const Conv &c, float alpha, const void *x, const void *w, float beta, void *y)
 {
 	std::vector<float> X = widen_x(c, x), Wt = widen_w(c, w);
@@ -274,7 +264,7 @@ void forward(const Conv &c, float alpha, const void *x, const void *w, float bet
 							float *ar = &acc[(size_t)oh * OW];
 							int off = -c.cv.pw + s * c.cv.dw;
 							if (c.cv.v == 1)
-								axpy(ar + lo, wv, xr + lo + off, hi - lo);
+								cuemu::axpy(ar + lo, wv, xr + lo + off, hi - lo);
 							else
 								for (int ow = lo; ow < hi; ow++)
 									ar[ow] += wv * xr[ow * c.cv.v + off];
@@ -311,7 +301,7 @@ void backward_data(const Conv &c, float alpha, const void *w, const void *dy, fl
 							const float *g = &DY[(((size_t)n * K + k) * OH + oh) * OW];
 							float *ar = &acc[(size_t)ih * Wd];
 							if (c.cv.v == 1)
-								axpy(ar + lo + off, wv, g + lo, hi - lo);
+								cuemu::axpy(ar + lo + off, wv, g + lo, hi - lo);
 							else
 								for (int ow = lo; ow < hi; ow++)
 									ar[ow * c.cv.v + off] += wv * g[ow];
@@ -325,31 +315,41 @@ void backward_data(const Conv &c, float alpha, const void *w, const void *dy, fl
 		}
 }
 
+// Each filter tap's sum over (n, oh, ow) in that order, as a dot product
+// would give it (the same bits), for all K filters at once: dy transposed
+// to K innermost, each x value scales a row of K (axpy), which vectorizes
+// where the dot products were K * C * R * S serial chains of adds.
 void backward_filter(const Conv &c, float alpha, const void *x, const void *dy, float beta, void *dw)
 {
 	std::vector<float> X = widen_x(c, x), DY = widen_y(c, dy);
 	int H = c.x.h, Wd = c.x.w, OH = c.y.h, OW = c.y.w, R = c.f.r, S = c.f.s, C = c.x.c, K = c.f.k;
-	for (int k = 0; k < K; k++)
-		for (int ch = 0; ch < C; ch++)
-			for (int r = 0; r < R; r++)
-				for (int s = 0; s < S; s++) {
-					float acc = 0.f;
-					int lo, hi;
-					cols(c, s, lo, hi);
-					int off = -c.cv.pw + s * c.cv.dw;
-					for (int n = 0; n < c.x.n; n++)
-						for (int oh = 0; oh < OH; oh++) {
-							int ih = oh * c.cv.u - c.cv.ph + r * c.cv.dh;
-							if (ih < 0 || ih >= H)
-								continue;
-							const float *g = &DY[(((size_t)n * K + k) * OH + oh) * OW];
-							const float *xr = &X[(((size_t)n * C + ch) * H + ih) * Wd];
-							for (int ow = lo; ow < hi; ow++)
-								acc += g[ow] * xr[ow * c.cv.v + off];
-						}
+	std::vector<float> DYt(DY.size()), acc((size_t)K);
+	for (int n = 0; n < c.x.n; n++)
+		for (int k = 0; k < K; k++)
+			for (int p = 0; p < OH * OW; p++)
+				DYt[((size_t)n * OH * OW + p) * K + k] = DY[((size_t)n * K + k) * OH * OW + p];
+	for (int ch = 0; ch < C; ch++)
+		for (int r = 0; r < R; r++)
+			for (int s = 0; s < S; s++) {
+				std::fill(acc.begin(), acc.end(), 0.f);
+				int lo, hi;
+				cols(c, s, lo, hi);
+				int off = -c.cv.pw + s * c.cv.dw;
+				for (int n = 0; n < c.x.n; n++)
+					for (int oh = 0; oh < OH; oh++) {
+						int ih = oh * c.cv.u - c.cv.ph + r * c.cv.dh;
+						if (ih < 0 || ih >= H)
+							continue;
+						const float *g = &DYt[((size_t)n * OH + oh) * OW * K];
+						const float *xr = &X[(((size_t)n * C + ch) * H + ih) * Wd];
+						for (int ow = lo; ow < hi; ow++)
+							cuemu::axpy(acc.data(), xr[ow * c.cv.v + off], g + (size_t)ow * K, K);
+					}
+				for (int k = 0; k < K; k++) {
 					size_t i = foff(c.f, k, ch, tap(c, r, R), tap(c, s, S));
-					put(dw, c.f.t, i, blend(alpha, beta, acc, dw, c.f.t, i));
+					put(dw, c.f.t, i, blend(alpha, beta, acc[(size_t)k], dw, c.f.t, i));
 				}
+			}
 }
 
 // cudnnFind: one algorithm (algo, the call's modelled time), or with

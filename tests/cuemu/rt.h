@@ -34,6 +34,13 @@ inline double bytes_ms(double bytes) { return kLaunchMs + bytes * 1e-8; }
 // each call pdl_enter (cuemu.cc checks it).
 void set_programmatic(bool on);
 
+// y[i] += a * x[i]: each output's terms in the order its caller's loops
+// around give them (the same bits as a strided or dot-product loop), on
+// unaliased rows g++ vectorizes (at -O2 its cost model leaves loops of
+// unknown length alone: most of the emulated cuDNN's and cuBLAS's time
+// was such rows, one element at a time).  cuemu.cc.
+void axpy(float *__restrict y, float a, const float *__restrict x, int n);
+
 // Is name in the comma-separated list of environment variable var?
 bool named_in(const char *var, const char *name);
 
