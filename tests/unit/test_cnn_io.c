@@ -160,6 +160,11 @@ static void test_sampler(void)
 	test_cond("the same epoch, the same order (resume)", memcmp(before, s[0].perm, sizeof(before)) == 0);
 	for (int r = 0; r < W; r++)
 		cnn_sampler_free(&s[r]);
+	struct cnn_sampler z;
+	test_cond("an empty set, or a rank past the world, is refused",
+		  cnn_sampler_init(&z, 0, W, 0, 5, 1) < 0 && cnn_sampler_init(&z, N, W, W, 5, 1) < 0);
+	cnn_sampler_epoch(&z, 1); /* refused: no order to make, nothing written */
+	test_cond("... and its epoch orders nothing", z.n == 0 && !z.perm && !z.mine);
 }
 
 /* A checkpoint resumed by a run of another world size or batch: the same
