@@ -198,6 +198,7 @@ static uint8_t *build(int op, size_t *outlen, const char *fmt, ...)
 {
 	va_list ap;
 	size_t n = 1;
+	*outlen = 0; /* (NULL: simple() says out of memory) */
 	va_start(ap, fmt);
 	for (const char *f = fmt; *f; f++) {
 		if (*f == 's') {
