@@ -2,7 +2,8 @@
 # ddp-check and ddp-env under valgrind, without Slurm: two ddp-check tasks
 # over loopback with the torchrun variables set by hand (rendezvous, probe
 # listener, clock skew, gloo all-reduce), a step whose every interface is
-# missing (no node has a listener: the probe plan is empty), and ddp-env's
+# missing (no node has a listener: the probe plan is empty), rendezvous
+# that fail (a task missing, the head unreachable), and ddp-env's
 # contract and binding plans for a Slurm task's environment.  Valgrind
 # must find no error and no definite leak.  (valgrind.bats does the same
 # for the plugin inside slurmd and slurmstepd; cnn_train's oneDNN JIT code
@@ -83,6 +84,22 @@ task_env() {
 	assert_line --regexp '^FAIL +net\.iface +task 0 \([^)]+\): GLOO_SOCKET_IFNAME=nosuch0: no such interface there'
 	assert_line --regexp '^SKIP +coll\.allreduce +not run: net\.iface failed'
 	assert_clean "$out/vg.0"
+}
+
+@test "valgrind: ddp-check's failing rendezvous: task 0 alone names the missing task, task 1 alone its unreachable head" {
+	port=$(free_port)
+	out=$BATS_TEST_TMPDIR
+	run --separate-stderr task_env 0 2 "$port" GLOO_SOCKET_IFNAME=lo \
+		bash -c "$(declare -f vg); REPO='$REPO' vg '$out/vg.0' '$CHECK' -e 0 --timeout=3"
+	assert_equal "$status" 1
+	assert_line --regexp "^FAIL +rdzv\\.join +task 1 \\(of 2\\) never joined the rendezvous at 127\\.0\\.0\\.1:$port within 3 s"
+	assert_line --regexp '^SKIP +coll\.allreduce +not run: rdzv\.join failed'
+	port=$(free_port)
+	run --separate-stderr task_env 1 2 "$port" GLOO_SOCKET_IFNAME=lo \
+		bash -c "$(declare -f vg); REPO='$REPO' vg '$out/vg.1' '$CHECK' -e 0 --timeout=3"
+	assert_equal "$status" 1
+	[[ "$output$stderr" == *"FAIL rdzv.join: rank 1 could not reach 127.0.0.1:$port after 3 s: Connection refused"* ]]
+	assert_clean "$out/vg.0" "$out/vg.1"
 }
 
 @test "valgrind: ddp-env --explain in a Slurm task's environment, binding plans, --check-config" {
