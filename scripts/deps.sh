@@ -8,7 +8,7 @@ set -eu
 PKGS="build-essential pkg-config iproute2 procps
 libslurm-dev slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge
 libhwloc-dev hwloc libyaml-dev zlib1g-dev libssl-dev
-clang clang-tools libclang-rt-14-dev valgrind
+clang clang-tools libclang-rt-14-dev valgrind shellcheck
 libgloo-dev libdnnl-dev libopenblas-dev
 bats bats-assert bats-support man-db groff-base
 dpkg-dev debhelper lintian fakeroot
@@ -47,8 +47,8 @@ if [ ! -e /usr/sbin/policy-rc.d ]; then
 	guard=1
 fi
 trap '[ -z "$guard" ] || rm -f /usr/sbin/policy-rc.d' EXIT
-stamp=/var/lib/apt/periodic/update-success-stamp
-if [ ! -d /var/lib/apt/lists ] || [ -z "$(ls /var/lib/apt/lists 2>/dev/null | grep -v -e lock -e partial)" ] \
+# no package lists yet (a fresh image): apt-get update first
+if [ -z "$(find /var/lib/apt/lists -mindepth 1 -maxdepth 1 ! -name lock ! -name partial -print -quit 2>/dev/null)" ] \
    || ! apt-cache show $missing >/dev/null 2>&1; then
 	apt-get update -qq
 fi

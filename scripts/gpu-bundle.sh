@@ -171,8 +171,9 @@ wrapper() {
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 # CMD... in a world of one rank, as the plugin would set it (CMD may be run)
 world1() (
+	MASTER_PORT=$(free_port) || exit
 	export RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 NODE_RANK=0 MASTER_ADDR=127.0.0.1 \
-		MASTER_PORT="$(free_port)" NCCL_SOCKET_IFNAME=lo DDP_BACKEND=nccl
+		MASTER_PORT NCCL_SOCKET_IFNAME=lo DDP_BACKEND=nccl
 	"$@"
 )
 # ncu and cnn_train through the bundle's loader, for profile and kernels

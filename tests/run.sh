@@ -4,10 +4,10 @@
 # Exit status is non-zero when anything failed.
 #
 #   tests/run.sh            unit tests, unit tests under ASan+UBSan, clang's
-#                           static analyzer, a short fuzz run, Bats on a real
-#                           cluster
+#                           static analyzer and shellcheck, a short fuzz run,
+#                           Bats on a real cluster
 #   tests/run.sh unit       only the C unit tests
-#   tests/run.sh analyze    only the static analyzer (make analyze)
+#   tests/run.sh analyze    only the static analysis (make analyze, shellcheck)
 #   tests/run.sh fuzz       only the fuzz targets (DDP_FUZZ_TIME seconds each, 12)
 #   tests/run.sh bats [F]   only the Bats tests (or file F)
 # Each phase ends with its time ("# --- unit: 20 s"), each Bats test with its own.
@@ -80,8 +80,19 @@ run_unit() {
 
 # clang's static analyzer over the C and C++ code, in its own build tree
 # (make analyze): a finding is a failing test, its warnings printed; the
-# HTML reports stay under build/analyze/report.
+# HTML reports stay under build/analyze/report.  Then shellcheck over the
+# shell scripts (warnings and errors; its info and style notes are not).
 run_analyze() {
+	local scripts=(scripts/*.sh bench/*.sh tests/cluster/*.sh tests/run.sh tests/bats/*.sh
+		contrib/sbatch/*.sbatch .ci/run)
+	if ! command -v shellcheck >/dev/null; then
+		echo "not ok - shellcheck: it is missing (scripts/deps.sh installs it)" | tee "$log/shellcheck.tap"
+	elif shellcheck -S warning "${scripts[@]}" >"$log/shellcheck.log" 2>&1; then
+		echo "ok - shellcheck: no warning in ${#scripts[@]} shell scripts" | tee "$log/shellcheck.tap"
+	else
+		head -n 60 "$log/shellcheck.log"
+		echo "not ok - shellcheck: warnings in the shell scripts (above)" | tee "$log/shellcheck.tap"
+	fi
 	if ! command -v scan-build >/dev/null; then
 		echo "not ok - analyze: scan-build is missing (scripts/deps.sh installs clang-tools)" | tee "$log/analyze.tap"
 		return

@@ -147,7 +147,7 @@ start_daemon() {
 }
 
 write_conf() {
-	local n=$1 i share_type= share_node=
+	local n=$1 i share_type='' share_node=''
 	case ${DDP_CLUSTER_SHARING:-} in
 	"") ;;
 	shard:[0-9]*|mps:[0-9]*)
@@ -216,9 +216,9 @@ CONF
 	echo "PartitionName=debug Nodes=node[1-$n] Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO" >>"$RUN/etc/slurm.conf"
 	{
 		echo "AutoDetect=off"
-		echo "NodeName=node[1-$n] Name=gpu File=$gpufile[0-3]"
+		echo "NodeName=node[1-$n] Name=gpu File=${gpufile}[0-3]"
 		[ -z "$share_node" ] ||
-			echo "NodeName=node[1-$n] Name=${DDP_CLUSTER_SHARING%%:*} Count=${DDP_CLUSTER_SHARING#*:} File=$gpufile[0-3]"
+			echo "NodeName=node[1-$n] Name=${DDP_CLUSTER_SHARING%%:*} Count=${DDP_CLUSTER_SHARING#*:} File=${gpufile}[0-3]"
 	} >"$RUN/etc/gres.conf"
 	# task/cgroup: each step confined to its cpuset (ConstrainCores), as
 	# sites run it; cgroup v1 (cgroup/v2 needs slurmd under systemd).  slurmd
@@ -282,8 +282,7 @@ start_munge() {
 		--pid-file="$RUN/munge/munged.pid" --log-file="$RUN/log/munged.log" \
 		--seed-file="$RUN/munge/seed" </dev/null >>"$RUN/log/munged.out" 2>&1 &
 	echo $! >"$RUN/pids/munged"
-	local t
-	for t in $(seq 1 100); do [ -S "$RUN/munge/munge.sock" ] && return 0; sleep 0.05; done
+	for _ in $(seq 1 100); do [ -S "$RUN/munge/munge.sock" ] && return 0; sleep 0.05; done
 	die "munged did not create its socket; see $RUN/log/munged.log"
 }
 
@@ -319,8 +318,8 @@ make_network() {
 }
 
 wait_idle() {
-	local n=$1 t idle=0
-	for t in $(seq 1 300); do
+	local n=$1 idle=0
+	for _ in $(seq 1 300); do
 		idle=$(crun sinfo -h -N -o '%T' 2>/dev/null | grep -c -E '^idle' || true)
 		[ "$idle" -ge "$n" ] && return 0
 		sleep 0.1
