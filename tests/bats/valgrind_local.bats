@@ -2,8 +2,9 @@
 # ddp-check and ddp-env under valgrind, without Slurm: two ddp-check tasks
 # over loopback with the torchrun variables set by hand (rendezvous, probe
 # listener, clock skew, gloo all-reduce), a step whose every interface is
-# missing (no node has a listener: the probe plan is empty), rendezvous
-# that fail (a task missing, the head unreachable), and ddp-env's
+# missing (no node has a listener: the probe plan is empty), NCCL without
+# a GPU (CUDA and NCCL opened at run time, refused), rendezvous that fail
+# (a task missing, the head unreachable), and ddp-env's
 # contract and binding plans for a Slurm task's environment.  Valgrind
 # must find no error and no definite leak.  (valgrind.bats does the same
 # for the plugin inside slurmd and slurmstepd; cnn_train's oneDNN JIT code
@@ -83,6 +84,18 @@ task_env() {
 	assert_equal "$status" 1
 	assert_line --regexp '^FAIL +net\.iface +task 0 \([^)]+\): GLOO_SOCKET_IFNAME=nosuch0: no such interface there'
 	assert_line --regexp '^SKIP +coll\.allreduce +not run: net\.iface failed'
+	assert_clean "$out/vg.0"
+}
+
+@test "valgrind: ddp-check over NCCL where no GPU is visible: coll.backend FAILs, naming why" {
+	[ ! -e /dev/nvidia0 ] || skip "a GPU here: NCCL's path is the GPU tests' (check.bats)"
+	port=$(free_port)
+	out=$BATS_TEST_TMPDIR
+	run --separate-stderr task_env 0 1 "$port" NCCL_SOCKET_IFNAME=lo DDP_BACKEND=nccl \
+		bash -c "$(declare -f vg); REPO='$REPO' vg '$out/vg.0' '$CHECK' -e 1K --timeout=10"
+	assert_equal "$status" 1
+	assert_line --regexp '^# ddp-check [0-9.]+: backend nccl, world size 1 on 1 node'
+	assert_line --regexp '^FAIL +coll\.backend +task 0 \([^)]+\): .+'
 	assert_clean "$out/vg.0"
 }
 
