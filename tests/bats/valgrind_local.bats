@@ -42,10 +42,11 @@ teardown() {
 	return 0
 }
 
-# assert_clean LOG...: each valgrind report is empty
+# assert_clean TAG...: each valgrind report $BATS_TEST_TMPDIR/vg.TAG is empty
 assert_clean() {
-	local f
-	for f in "$@"; do
+	local t f
+	for t in "$@"; do
+		f=$BATS_TEST_TMPDIR/vg.$t
 		[ -e "$f" ] || { echo "no valgrind report $f: valgrind did not run" >&2; return 1; }
 		[ ! -s "$f" ] || { echo "valgrind reported in $f" >&2; return 1; }
 	done
@@ -59,60 +60,66 @@ task_env() {
 		WORLD_SIZE="$n" LOCAL_RANK="$r" LOCAL_WORLD_SIZE="$n" NODE_RANK=0 DDP_BACKEND=gloo "$@"
 }
 
+# check_vg RANK WORLD PORT TAG VAR=VALUE... -- ARGS...: one ddp-check task
+# with ARGS under valgrind (its report $BATS_TEST_TMPDIR/vg.TAG), the
+# torchrun variables and each VAR set
+check_vg() {
+	local r=$1 n=$2 port=$3 tag=$4 vars=()
+	shift 4
+	while [ "$1" != -- ]; do
+		vars+=("$1")
+		shift
+	done
+	shift
+	task_env "$r" "$n" "$port" "${vars[@]}" bash -c "$(declare -f vg); REPO='$REPO' \
+		vg '$BATS_TEST_TMPDIR/vg.$tag' '$CHECK' \"\$@\"" check_vg "$@"
+}
+
 @test "valgrind: ddp-check, two tasks over loopback: every check, no error or leak" {
 	port=$(free_port)
 	out=$BATS_TEST_TMPDIR
-	task_env 1 2 "$port" GLOO_SOCKET_IFNAME=lo \
-		bash -c "$(declare -f vg); REPO='$REPO' vg '$out/vg.1' '$CHECK' -e 64K --timeout=60" \
+	check_vg 1 2 "$port" 1 GLOO_SOCKET_IFNAME=lo -- -e 64K --timeout=60 \
 		>"$out/r1.out" 2>&1 &
 	pid=$!
-	run --separate-stderr task_env 0 2 "$port" GLOO_SOCKET_IFNAME=lo \
-		bash -c "$(declare -f vg); REPO='$REPO' vg '$out/vg.0' '$CHECK' -e 64K --timeout=60"
+	run --separate-stderr check_vg 0 2 "$port" 0 GLOO_SOCKET_IFNAME=lo -- -e 64K --timeout=60
 	wait "$pid" || { cat "$out/r1.out" >&2; false; }
 	assert_success
 	assert_line --regexp '^# ddp-check [0-9.]+: backend gloo, world size 2 on 1 node'
 	assert_line --regexp '^OK +coll\.allreduce +gloo all-reduce of crafted inputs exact on all 2 tasks'
 	assert_line --regexp '^ddp-check: [0-9]+ checks OK, [01] WARN, 0 FAILED$'
-	assert_clean "$out/vg.0" "$out/vg.1"
+	assert_clean 0 1
 }
 
 @test "valgrind: ddp-check with the interface missing everywhere: net.iface FAILs, the empty probe plan reads clean" {
 	port=$(free_port)
-	out=$BATS_TEST_TMPDIR
-	run --separate-stderr task_env 0 1 "$port" GLOO_SOCKET_IFNAME=nosuch0 \
-		bash -c "$(declare -f vg); REPO='$REPO' vg '$out/vg.0' '$CHECK' -e 0 --timeout=60"
+	run --separate-stderr check_vg 0 1 "$port" 0 GLOO_SOCKET_IFNAME=nosuch0 -- -e 0 --timeout=60
 	assert_equal "$status" 1
 	assert_line --regexp '^FAIL +net\.iface +task 0 \([^)]+\): GLOO_SOCKET_IFNAME=nosuch0: no such interface there'
 	assert_line --regexp '^SKIP +coll\.allreduce +not run: net\.iface failed'
-	assert_clean "$out/vg.0"
+	assert_clean 0
 }
 
 @test "valgrind: ddp-check over NCCL where no GPU is visible: coll.backend FAILs, naming why" {
 	[ ! -e /dev/nvidia0 ] || skip "a GPU here: NCCL's path is the GPU tests' (check.bats)"
 	port=$(free_port)
-	out=$BATS_TEST_TMPDIR
-	run --separate-stderr task_env 0 1 "$port" NCCL_SOCKET_IFNAME=lo DDP_BACKEND=nccl \
-		bash -c "$(declare -f vg); REPO='$REPO' vg '$out/vg.0' '$CHECK' -e 1K --timeout=10"
+	run --separate-stderr check_vg 0 1 "$port" 0 NCCL_SOCKET_IFNAME=lo DDP_BACKEND=nccl -- -e 1K --timeout=10
 	assert_equal "$status" 1
 	assert_line --regexp '^# ddp-check [0-9.]+: backend nccl, world size 1 on 1 node'
 	assert_line --regexp '^FAIL +coll\.backend +task 0 \([^)]+\): .+'
-	assert_clean "$out/vg.0"
+	assert_clean 0
 }
 
 @test "valgrind: ddp-check's failing rendezvous: task 0 alone names the missing task, task 1 alone its unreachable head" {
 	port=$(free_port)
-	out=$BATS_TEST_TMPDIR
-	run --separate-stderr task_env 0 2 "$port" GLOO_SOCKET_IFNAME=lo \
-		bash -c "$(declare -f vg); REPO='$REPO' vg '$out/vg.0' '$CHECK' -e 0 --timeout=3"
+	run --separate-stderr check_vg 0 2 "$port" 0 GLOO_SOCKET_IFNAME=lo -- -e 0 --timeout=3
 	assert_equal "$status" 1
 	assert_line --regexp "^FAIL +rdzv\\.join +task 1 \\(of 2\\) never joined the rendezvous at 127\\.0\\.0\\.1:$port within 3 s"
 	assert_line --regexp '^SKIP +coll\.allreduce +not run: rdzv\.join failed'
 	port=$(free_port)
-	run --separate-stderr task_env 1 2 "$port" GLOO_SOCKET_IFNAME=lo \
-		bash -c "$(declare -f vg); REPO='$REPO' vg '$out/vg.1' '$CHECK' -e 0 --timeout=3"
+	run --separate-stderr check_vg 1 2 "$port" 1 GLOO_SOCKET_IFNAME=lo -- -e 0 --timeout=3
 	assert_equal "$status" 1
 	[[ "$output$stderr" == *"FAIL rdzv.join: rank 1 could not reach 127.0.0.1:$port after 3 s: Connection refused"* ]]
-	assert_clean "$out/vg.0" "$out/vg.1"
+	assert_clean 0 1
 }
 
 @test "valgrind: ddp-env --explain in a Slurm task's environment, binding plans, --check-config" {
@@ -138,5 +145,5 @@ task_env() {
 	run --separate-stderr vg "$out/vg.conf" "$DDPENV" --check-config "$REPO/conf/ddp.yaml"
 	assert_success
 	assert_line --partial 'conf/ddp.yaml: valid'
-	assert_clean "$out/vg.env" "$out/vg.h100" "$out/vg.nps4" "$out/vg.conf"
+	assert_clean env h100 nps4 conf
 }
