@@ -631,7 +631,7 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < vars.n; i++) {
 		const struct ddpenv_var *v = &vars.v[i];
 		if (explain) {
-			printf("%-27s %-16s %s%s\n", v->key, v->value,
+			printf("%-31s %-16s %s%s\n", v->key, v->value,
 			       v->user ? "[user] " : "", v->how);
 		} else {
 			printf("export %s=", v->key);

@@ -447,6 +447,29 @@ int ddpenv_task_vars(const struct ddpenv_node *node,
 			return -1;
 		}
 	}
+	/* torchrun's TORCH_NCCL_ASYNC_ERROR_HANDLING=1: a failed or timed-out
+	 * NCCL collective aborts the communicators and ends the process, where
+	 * a dead peer would leave the rest hanging.  PyTorch 2.2 and later read
+	 * this name, before it NCCL_ASYNC_ERROR_HANDLING, which this name
+	 * overrides: a user's or the admin's (env.nccl, env.gloo above) value
+	 * under either name is left as it is. */
+	static const char *const aeh[2] = { "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+					    "NCCL_ASYNC_ERROR_HANDLING" };
+	if (!has_var(out, aeh[0]) && !has_var(out, aeh[1])) {
+		const char *now = user_value(task_env, aeh[0]);
+		const char *old = now ? NULL : user_value(task_env, aeh[1]);
+		struct ddpenv_var *a;
+		if (now)
+			a = add(out, aeh[0], 1, "set in the job's environment: left alone", "%s", now);
+		else if (old)
+			a = add(out, aeh[1], 1, "set in the job's environment: left alone "
+				"(TORCH_NCCL_ASYNC_ERROR_HANDLING, which would override it, stays unset)", "%s", old);
+		else
+			a = add(out, aeh[0], 0, "torchrun's default: a failed or timed-out NCCL "
+				"collective aborts the communicator and ends the process", "1");
+		if (!a)
+			goto full;
+	}
 	if (node->token[0])
 		add(out, "DDP_RDZV_TOKEN", 0, "HMAC of the step ids under rdzv_secret: only this step's tasks can join the rendezvous",
 		    "%s", node->token);
@@ -457,4 +480,7 @@ int ddpenv_task_vars(const struct ddpenv_node *node,
 	add(out, DDPENV_MARKER, 0, "marks these values as set by slurm-ddp for this step",
 	    "%u.%u", st->job_id, st->step_id);
 	return 0;
+full:
+	snprintf(err, errlen, "more than %d variables to set", DDPENV_MAX_VARS);
+	return -1;
 }

@@ -561,6 +561,7 @@ static void test_contract(void)
 	test_cond("... not the other backend's", var(&vars, "NCCL_IB_HCA") == NULL);
 	test_cond("... and not over the user's", var_user(&vars, "FOO") == 1 && strcmp(var(&vars, "FOO"), "mine") == 0);
 	test_cond("... no token without a secret", var(&vars, "DDP_RDZV_TOKEN") == NULL);
+	test_streq("... torchrun's NCCL error handling", var(&vars, "TORCH_NCCL_ASYNC_ERROR_HANDLING"), "1");
 	snprintf(node->token, sizeof(node->token), "%064d", 7);
 	ddpenv_task_vars(node, &env, &vars, err, sizeof(err));
 	test_cond("... the plugin's token is handed on", var(&vars, "DDP_RDZV_TOKEN") && strlen(var(&vars, "DDP_RDZV_TOKEN")) == 64);
@@ -572,6 +573,21 @@ static void test_contract(void)
 	ddpenv_node_resolve(&env, DDPENV_BACKEND_GLOO, &e, &sys, node, err, sizeof(err));
 	ddpenv_task_vars(node, &env, &vars, err, sizeof(err));
 	test_cond("omp_num_threads: none leaves OMP_NUM_THREADS unset", var(&vars, "OMP_NUM_THREADS") == NULL);
+
+	/* the admin's NCCL error handling, under either name, over torchrun's */
+	parse(&c, "env: {gloo: {TORCH_NCCL_ASYNC_ERROR_HANDLING: '3'}}\n");
+	ddpenv_config_effective(&c, NULL, &env, &e, err, sizeof(err));
+	ddpenv_node_resolve(&env, DDPENV_BACKEND_GLOO, &e, &sys, node, err, sizeof(err));
+	ddpenv_task_vars(node, &env, &vars, err, sizeof(err));
+	test_streq("env.gloo's TORCH_NCCL_ASYNC_ERROR_HANDLING over torchrun's 1",
+		   var(&vars, "TORCH_NCCL_ASYNC_ERROR_HANDLING"), "3");
+	parse(&c, "env: {gloo: {NCCL_ASYNC_ERROR_HANDLING: '0'}}\n");
+	ddpenv_config_effective(&c, NULL, &env, &e, err, sizeof(err));
+	ddpenv_node_resolve(&env, DDPENV_BACKEND_GLOO, &e, &sys, node, err, sizeof(err));
+	ddpenv_task_vars(node, &env, &vars, err, sizeof(err));
+	test_cond("env.gloo's NCCL_ASYNC_ERROR_HANDLING: the new name stays unset",
+		  var(&vars, "TORCH_NCCL_ASYNC_ERROR_HANDLING") == NULL &&
+		  !strcmp(var(&vars, "NCCL_ASYNC_ERROR_HANDLING"), "0"));
 
 	parse(&c, "allowed_backends: [gloo]\n");
 	ddpenv_config_effective(&c, NULL, &env, &e, err, sizeof(err));

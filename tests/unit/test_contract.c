@@ -56,6 +56,9 @@ static void test_full_contract(void)
 	test_streq("TORCHELASTIC_MAX_RESTARTS", var(&v, "TORCHELASTIC_MAX_RESTARTS"), "0");
 	test_streq("TORCHELASTIC_RUN_ID", var(&v, "TORCHELASTIC_RUN_ID"), "77.2");
 	test_cond("never TORCHELASTIC_USE_AGENT_STORE", var(&v, "TORCHELASTIC_USE_AGENT_STORE") == NULL);
+	test_streq("TORCH_NCCL_ASYNC_ERROR_HANDLING: torchrun's 1", var(&v, "TORCH_NCCL_ASYNC_ERROR_HANDLING"), "1");
+	test_cond("... the plugin's", var_user(&v, "TORCH_NCCL_ASYNC_ERROR_HANDLING") == 0);
+	test_cond("... not the old name", var(&v, "NCCL_ASYNC_ERROR_HANDLING") == NULL);
 	test_streq("NCCL_SOCKET_IFNAME", var(&v, "NCCL_SOCKET_IFNAME"), "enp2s0");
 	test_streq("GLOO_SOCKET_IFNAME", var(&v, "GLOO_SOCKET_IFNAME"), "enp2s0");
 	test_streq("OMP_NUM_THREADS = cpus on node / local tasks", var(&v, "OMP_NUM_THREADS"), "4");
@@ -79,6 +82,34 @@ static void test_full_contract(void)
 	test_streq("user GLOO_SOCKET_IFNAME kept", var(&v, "GLOO_SOCKET_IFNAME"), "ib7");
 	test_cond("GLOO_SOCKET_IFNAME marked user", var_user(&v, "GLOO_SOCKET_IFNAME") == 1);
 	test_streq("NCCL_SOCKET_IFNAME still chosen", var(&v, "NCCL_SOCKET_IFNAME"), "enp2s0");
+	ddpenv_env_free(&env);
+
+	/* NCCL's error handling: the user's, under either of PyTorch's names */
+	env_of(&env, STEP3, "SLURM_PROCID=0", "SLURM_LOCALID=0", "SLURM_NODEID=0",
+	       "TORCH_NCCL_ASYNC_ERROR_HANDLING=3", "NCCL_ASYNC_ERROR_HANDLING=0", NULL);
+	ok = ddpenv_node_resolve(&env, DDPENV_BACKEND_AUTO, NULL, &sys, &node, err, sizeof(err)) == 0 &&
+	     ddpenv_task_vars(&node, &env, &v, err, sizeof(err)) == 0;
+	test_cond("a user's TORCH_NCCL_ASYNC_ERROR_HANDLING is left alone",
+		  ok && !strcmp(var(&v, "TORCH_NCCL_ASYNC_ERROR_HANDLING"), "3") &&
+		  var_user(&v, "TORCH_NCCL_ASYNC_ERROR_HANDLING") == 1);
+	ddpenv_env_free(&env);
+	env_of(&env, STEP3, "SLURM_PROCID=0", "SLURM_LOCALID=0", "SLURM_NODEID=0",
+	       "NCCL_ASYNC_ERROR_HANDLING=0", NULL);
+	ok = ddpenv_node_resolve(&env, DDPENV_BACKEND_AUTO, NULL, &sys, &node, err, sizeof(err)) == 0 &&
+	     ddpenv_task_vars(&node, &env, &v, err, sizeof(err)) == 0;
+	test_cond("a user's NCCL_ASYNC_ERROR_HANDLING (PyTorch before 2.2) is left alone",
+		  ok && !strcmp(var(&v, "NCCL_ASYNC_ERROR_HANDLING"), "0") &&
+		  var_user(&v, "NCCL_ASYNC_ERROR_HANDLING") == 1);
+	test_cond("... and the new name, which would override it, is not set",
+		  var(&v, "TORCH_NCCL_ASYNC_ERROR_HANDLING") == NULL);
+	ddpenv_env_free(&env);
+	/* a nested step's inherited value is the outer step's, not the user's */
+	env_of(&env, STEP3, "SLURM_PROCID=0", "SLURM_LOCALID=0", "SLURM_NODEID=0",
+	       "NCCL_ASYNC_ERROR_HANDLING=0", DDPENV_MARKER "=76.0", NULL);
+	ok = ddpenv_node_resolve(&env, DDPENV_BACKEND_AUTO, NULL, &sys, &node, err, sizeof(err)) == 0 &&
+	     ddpenv_task_vars(&node, &env, &v, err, sizeof(err)) == 0;
+	test_streq("under another step's marker the default is set",
+		   ok ? var(&v, "TORCH_NCCL_ASYNC_ERROR_HANDLING") : err, "1");
 	ddpenv_env_free(&env);
 
 	/* MIG GRES: NCCL does not run ranks on MIG devices. */
