@@ -84,4 +84,10 @@ teardown() {
 	[ -e /run/netns/ddpt-ctl ]
 	[ ! -e /run/netns/ddpt2-ctl ]
 	[ ! -e "$CLUSTER_DIR/net" ]
+	# stop again, with no cluster of this run folder's: nothing of ours is
+	# recorded, so the other's namespaces stay (they used to go: the
+	# default prefix ddpt taken as ours)
+	run "$CLUSTER" stop
+	assert_success
+	[ -e /run/netns/ddpt-ctl ]
 }

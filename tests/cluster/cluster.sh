@@ -383,18 +383,25 @@ cmd_start() {
 }
 
 cmd_stop() {
-	local f pid ns
+	local f pid ns nss=()
+	# the namespaces are this run folder's only where <run>/net names
+	# their prefix (written before the first is made, removed last; a
+	# killed run leaves it) or DDP_CLUSTER_NS does: without either, ddpt-*
+	# belong to another checkout's cluster, which stop leaves alone
+	if [ -n "${DDP_CLUSTER_NS:-}" ] || [ -s "$RUN/net" ]; then
+		mapfile -t nss < <(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$NS-(ctl|n[0-9]+)$" || true)
+	fi
 	if [ -d "$RUN/pids" ]; then
 		for f in "$RUN"/pids/*; do
 			[ -e "$f" ] || continue
 			pid=$(cat "$f"); kill -TERM "$pid" 2>/dev/null || true
 		done
 	fi
-	for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$NS-(ctl|n[0-9]+)$" || true); do
+	for ns in ${nss[@]+"${nss[@]}"}; do
 		for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -TERM "$pid" 2>/dev/null || true; done
 	done
-	sleep 0.3
-	for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$NS-(ctl|n[0-9]+)$" || true); do
+	[ "${#nss[@]}" -eq 0 ] || sleep 0.3
+	for ns in ${nss[@]+"${nss[@]}"}; do
 		for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || true; done
 		ip netns del "$ns" 2>/dev/null || true
 	done
