@@ -50,6 +50,7 @@ struct ck_rank {
 	char ifstate[16];                /* up, down, missing, unset, loopback */
 	char ifaddr[DDPENV_ADDRSTRLEN];  /* its address of the head's family */
 	char ifkind[16];                 /* ethernet, infiniband, loopback, type N */
+	int ifmtu;                       /* its MTU, 0 unknown */
 	char ifs_here[256];              /* the node's interfaces, for messages */
 	int head_local;                  /* MASTER_ADDR is this node's: 1, 0, -1 unknown */
 	char head_err[160];
@@ -84,8 +85,9 @@ struct ck_peer {
 	char node[CK_HOST];
 	char addr[80];
 	int ok;
+	int bulk_short;                  /* greeted, but its bulk reply did not all come */
 	double rtt_us;
-	char err[200];
+	char err[320];
 };
 
 struct ck_probe {

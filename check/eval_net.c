@@ -7,6 +7,43 @@
 
 #include "eval.h"
 
+/* The nodes' MTUs (of their first task's interface): "MTU 1500", or, where
+ * they differ, "MTU 9000 on node1, node2; 1500 on node3"; "" none known. */
+static void mtus(const struct ck_world *w, const struct nodes *nd, char *out, size_t len)
+{
+	int seen[8], ns = 0;
+	size_t off = 0;
+
+	out[0] = 0;
+	for (int n = 0; n < nd->n; n++) {
+		int m = w->ranks[nd->first[n]].ifmtu, k = 0;
+		while (k < ns && seen[k] != m)
+			k++;
+		if (m > 0 && k == ns && ns < 8)
+			seen[ns++] = m;
+	}
+	if (ns == 1 || !ns) {
+		if (ns)
+			snprintf(out, len, "MTU %d", seen[0]);
+		return;
+	}
+	for (int k = 0; k < ns; k++) {
+		int listed = 0;
+		off += (size_t)snprintf(out + off, off < len ? len - off : 0, "%s%d on ",
+					k ? "; " : "MTU ", seen[k]);
+		for (int n = 0; n < nd->n; n++) {
+			if (w->ranks[nd->first[n]].ifmtu != seen[k])
+				continue;
+			if (listed++ == 3) {
+				off += (size_t)snprintf(out + off, off < len ? len - off : 0, ", ...");
+				break;
+			}
+			off += (size_t)snprintf(out + off, off < len ? len - off : 0, "%s%s",
+						listed > 1 ? ", " : "", nd->name[n]);
+		}
+	}
+}
+
 static void eval_iface(struct ck_world *w, const struct nodes *nd)
 {
 	struct msg fail = { 0 }, warn = { 0 };
@@ -59,11 +96,14 @@ static void eval_iface(struct ck_world *w, const struct nodes *nd)
 		ck_add(w, "net.iface", CK_FAIL, "%s", said(&fail));
 	else if (warn.items)
 		ck_add(w, "net.iface", CK_WARN, "%s", said(&warn));
-	else
+	else {
+		char mtu[256];
+		mtus(w, nd, mtu, sizeof(mtu));
 		ck_add(w, "net.iface", CK_OK, "%s (%s%s) exists, is up and has an address of the head's "
-		       "family on every task%s", first[0] ? first : "the interface", names,
+		       "family on every task%s%s%s", first[0] ? first : "the interface", names,
 		       nnames > 4 ? ", ..." : "",
-		       nlocal ? " (local only, enough for a step on one node)" : "");
+		       nlocal ? " (local only, enough for a step on one node)" : "", mtu[0] ? "; " : "", mtu);
+	}
 }
 
 static void eval_kind(struct ck_world *w, const struct nodes *nd)
@@ -133,7 +173,18 @@ static void eval_probe(struct ck_world *w, const struct nodes *nd)
 		for (size_t k = 0; k < pr->npeers; k++) {
 			const struct ck_peer *q = &pr->peers[k];
 			pairs++;
-			if (!q->ok) {
+			if (!q->ok && q->bulk_short) {
+				/* the interfaces' MTUs at both ends (this prober's,
+				 * and the first task's of the node it asked) */
+				int there = -1;
+				for (int m = 0; m < nd->n && there < 0; m++)
+					if (!strcmp(nd->name[m], q->node))
+						there = nd->first[m];
+				say(&fail, "%s cannot reach %s at %s: %s; MTU %d on %s (%s), %d on %s (%s)",
+				    nd->name[n], q->node, q->addr, q->err, w->ranks[p].ifmtu, w->ranks[p].ifname,
+				    nd->name[n], there < 0 ? 0 : w->ranks[there].ifmtu,
+				    there < 0 ? "?" : w->ranks[there].ifname, q->node);
+			} else if (!q->ok) {
 				say(&fail, "%s cannot reach %s at %s: %s", nd->name[n], q->node, q->addr, q->err);
 			} else if (q->rtt_us > worst) {
 				worst = q->rtt_us;

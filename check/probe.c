@@ -1,8 +1,12 @@
 /* The probe mesh: one task per node listens on its node's chosen interface
  * address; every node's prober connects to every other node's listener
  * (in parallel, each attempt bounded), checks that the right node answered,
- * and measures its clock against the head node's (Cristian's algorithm:
- * the reply with the shortest round trip, offset +- half of it). */
+ * asks it for one packet of the full size (a path that carries a greeting
+ * but drops the frames of the interfaces' MTU, a switch or bridge with a
+ * smaller MTU, lets a connection open and then stalls every large
+ * transfer, which is how gloo and NCCL would hang), and measures its
+ * clock against the head node's (Cristian's algorithm: the reply with the
+ * shortest round trip, offset +- half of it). */
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -69,72 +73,141 @@ static int endpoint_parse(const char *ep, struct sockaddr_storage *ss, socklen_t
 	return 0;
 }
 
+/* A connection's full-size reply: one TCP segment of its MSS, the first 4
+ * bytes its length (big-endian), the rest zeros, sent whole in one send()
+ * and nothing behind it.  With TCP_NODELAY it leaves as one packet of the
+ * path's full size, as a switch that drops frames above its MTU sees it; a
+ * larger send would go down to the driver as one segmentation-offload
+ * batch (which a Linux bridge forwards whatever its MTU), and a segment
+ * with others queued behind it could be retransmitted merged with them. */
+struct conn {
+	size_t owed;     /* bytes of the reply still to send */
+	size_t total;    /* its length */
+};
+
+static void bulk_start(int fd, struct conn *c)
+{
+	int mss = 0;
+	socklen_t ml = sizeof(mss);
+
+	if (c->owed)
+		return; /* one reply at a time */
+	if (getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &ml) < 0 || mss < 536)
+		mss = 536;
+	c->total = c->owed = (size_t)mss < CK_PROBE_BULK ? (size_t)mss : CK_PROBE_BULK;
+}
+
+/* What the reply still owes, as far as the socket takes it now; -1 when
+ * the connection failed. */
+static int bulk_send(int fd, struct conn *c, unsigned char *buf)
+{
+	while (c->owed) {
+		for (int j = 0; j < 4; j++)
+			buf[j] = (unsigned char)(c->total >> (24 - 8 * j));
+		size_t off = c->total - c->owed;
+		ssize_t s = send(fd, buf + off, c->owed, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (s < 0)
+			return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+		c->owed -= (size_t)s;
+	}
+	return 0;
+}
+
 static void *serve(void *arg)
 {
 	struct ck_listener *l = arg;
 	size_t cap = 64, n = 1;
 	struct pollfd *p = calloc(cap, sizeof(*p));
+	struct conn *cs = calloc(cap, sizeof(*cs));
+	unsigned char *buf = calloc(1, CK_PROBE_BULK);
 	char hello[CK_HOST + 16];
 	int hl = snprintf(hello, sizeof(hello), HELLO "%s\n", l->host);
 
-	if (!p)
+	if (!p || !cs || !buf) {
+		free(p);
+		free(cs);
+		free(buf);
 		return NULL;
+	}
 	p[0].fd = l->fd;
 	p[0].events = POLLIN;
 	while (!__atomic_load_n(&l->stop, __ATOMIC_ACQUIRE)) {
 		if (poll(p, n, 100) <= 0)
 			continue;
 		for (size_t i = n; i-- > 1;) {
-			if (!p[i].revents)
+			short ev = p[i].revents;
+			int drop = 0;
+			if (!ev)
 				continue;
-			char req[64];
-			ssize_t r = recv(p[i].fd, req, sizeof(req), MSG_DONTWAIT);
-			if (r <= 0) {
-				if (r < 0 && (errno == EAGAIN || errno == EINTR))
-					continue;
+			if ((ev & POLLOUT) && bulk_send(p[i].fd, &cs[i], buf) < 0)
+				drop = 1;
+			if (!drop && (ev & (POLLIN | POLLHUP | POLLERR))) {
+				char req[64];
+				ssize_t r = recv(p[i].fd, req, sizeof(req), MSG_DONTWAIT);
+				if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+					drop = 1;
+				for (ssize_t k = 0; k < r; k++) {
+					if (req[k] == 'B') {
+						bulk_start(p[i].fd, &cs[i]);
+						continue;
+					}
+					/* (a clock request behind a reply: not ours) */
+					if (req[k] != 'T' || cs[i].owed)
+						continue;
+					uint64_t t = (uint64_t)realtime_ns();
+					unsigned char b[8];
+					for (int j = 0; j < 8; j++)
+						b[j] = (unsigned char)(t >> (56 - 8 * j));
+					if (send(p[i].fd, b, 8, MSG_NOSIGNAL | MSG_DONTWAIT) != 8)
+						break;
+				}
+				if (!drop && cs[i].owed && bulk_send(p[i].fd, &cs[i], buf) < 0)
+					drop = 1;
+			}
+			if (drop) {
 				close(p[i].fd);
 				p[i] = p[--n];
+				cs[i] = cs[n];
 				continue;
 			}
-			for (ssize_t k = 0; k < r; k++) {
-				if (req[k] != 'T')
-					continue;
-				uint64_t t = (uint64_t)realtime_ns();
-				unsigned char b[8];
-				for (int j = 0; j < 8; j++)
-					b[j] = (unsigned char)(t >> (56 - 8 * j));
-				if (send(p[i].fd, b, 8, MSG_NOSIGNAL | MSG_DONTWAIT) != 8)
-					break;
-			}
+			p[i].events = (short)(POLLIN | (cs[i].owed ? POLLOUT : 0));
 		}
 		if (p[0].revents & POLLIN) {
 			int c = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 			if (c < 0)
 				continue;
-			int one = 1;
+			int one = 1, sndbuf = 4 * CK_PROBE_BULK;
 			setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+			/* room for a full-size reply in one send (IPoIB's 65520) */
+			setsockopt(c, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
 			if (send(c, hello, (size_t)hl, MSG_NOSIGNAL | MSG_DONTWAIT) != hl) {
 				close(c);
 				continue;
 			}
 			if (n == cap) {
 				struct pollfd *np = realloc(p, 2 * cap * sizeof(*p));
-				if (!np) {
+				struct conn *nc = np ? realloc(cs, 2 * cap * sizeof(*cs)) : NULL;
+				if (np)
+					p = np;
+				if (!nc) {
 					close(c);
 					continue;
 				}
-				p = np;
+				cs = nc;
 				cap *= 2;
 			}
 			p[n].fd = c;
 			p[n].events = POLLIN;
 			p[n].revents = 0;
+			cs[n].owed = cs[n].total = 0;
 			n++;
 		}
 	}
 	for (size_t i = 1; i < n; i++)
 		close(p[i].fd);
 	free(p);
+	free(cs);
+	free(buf);
 	return NULL;
 }
 
@@ -244,9 +317,10 @@ static void probe_batch(const struct ck_target *t, size_t n, int ms, struct ck_p
 			struct ck_peer *peers)
 {
 	int fd[BATCH];
-	int state[BATCH];   /* 0 connecting, 1 reading hello, 2 done */
+	enum { CONNECTING, READING_HELLO, READING_BULK, DONE } state[BATCH];
 	char hello[BATCH][CK_HOST + 16];
-	size_t hlen[BATCH];
+	size_t hlen[BATCH], got[BATCH], want[BATCH];   /* of the full-size reply */
+	unsigned char len4[BATCH][4];
 	int64_t t_start[BATCH];
 
 	for (size_t i = 0; i < n; i++) {
@@ -256,8 +330,8 @@ static void probe_batch(const struct ck_target *t, size_t n, int ms, struct ck_p
 		snprintf(q->node, sizeof(q->node), "%s", t[i].node);
 		snprintf(q->addr, sizeof(q->addr), "%s", t[i].addr);
 		fd[i] = -1;
-		state[i] = 2;
-		hlen[i] = 0;
+		state[i] = DONE;
+		hlen[i] = got[i] = want[i] = 0;
 		t_start[i] = mono_us();
 		if (endpoint_parse(t[i].addr, &ss, &sl) < 0) {
 			snprintf(q->err, sizeof(q->err), "'%s' is not an address:port", t[i].addr);
@@ -274,16 +348,16 @@ static void probe_batch(const struct ck_target *t, size_t n, int ms, struct ck_p
 			fd[i] = -1;
 			continue;
 		}
-		state[i] = 0;
+		state[i] = CONNECTING;
 	}
 	int64_t deadline = mono_us() + (int64_t)ms * 1000;
 	for (;;) {
 		struct pollfd p[BATCH];
 		size_t idx[BATCH], np = 0;
 		for (size_t i = 0; i < n; i++)
-			if (state[i] < 2) {
+			if (state[i] != DONE) {
 				p[np].fd = fd[i];
-				p[np].events = state[i] == 0 ? POLLOUT : POLLIN;
+				p[np].events = state[i] == CONNECTING ? POLLOUT : POLLIN;
 				p[np].revents = 0;
 				idx[np++] = i;
 			}
@@ -297,15 +371,45 @@ static void probe_batch(const struct ck_target *t, size_t n, int ms, struct ck_p
 			struct ck_peer *q = &peers[i];
 			if (!p[k].revents)
 				continue;
-			if (state[i] == 0) {
+			if (state[i] == CONNECTING) {
 				int e = 0;
 				socklen_t el = sizeof(e);
 				getsockopt(fd[i], SOL_SOCKET, SO_ERROR, &e, &el);
 				if (e) {
 					conn_err(q, e, ms);
-					state[i] = 2;
+					state[i] = DONE;
 				} else {
-					state[i] = 1;
+					state[i] = READING_HELLO;
+				}
+				continue;
+			}
+			if (state[i] == READING_BULK) {
+				unsigned char sink[16384];
+				ssize_t r = recv(fd[i], sink, sizeof(sink), MSG_DONTWAIT);
+				if (r < 0 && (errno == EAGAIN || errno == EINTR))
+					continue;
+				if (r <= 0) {
+					snprintf(q->err, sizeof(q->err), "it closed the connection after %zu "
+						 "bytes of its full-size reply", got[i]);
+					state[i] = DONE;
+					continue;
+				}
+				for (ssize_t j = 0; j < r && got[i] + (size_t)j < 4; j++)
+					len4[i][got[i] + (size_t)j] = sink[j];
+				got[i] += (size_t)r;
+				if (!want[i] && got[i] >= 4) {
+					want[i] = (size_t)len4[i][0] << 24 | (size_t)len4[i][1] << 16 |
+						  (size_t)len4[i][2] << 8 | len4[i][3];
+					if (want[i] < 5 || want[i] > CK_PROBE_BULK) {
+						snprintf(q->err, sizeof(q->err), "its reply says %zu bytes: expected "
+							 "5 to %d (not ddp-check there?)", want[i], CK_PROBE_BULK);
+						state[i] = DONE;
+						continue;
+					}
+				}
+				if (want[i] && got[i] >= want[i]) {
+					q->ok = 1;
+					state[i] = DONE;
 				}
 				continue;
 			}
@@ -315,7 +419,7 @@ static void probe_batch(const struct ck_target *t, size_t n, int ms, struct ck_p
 					continue;
 				snprintf(q->err, sizeof(q->err), "it closed the connection without a greeting "
 					 "(not ddp-check listening there?)");
-				state[i] = 2;
+				state[i] = DONE;
 				continue;
 			}
 			hlen[i] += (size_t)r;
@@ -323,7 +427,7 @@ static void probe_batch(const struct ck_target *t, size_t n, int ms, struct ck_p
 			char *nl = strchr(hello[i], '\n');
 			if (!nl && hlen[i] < sizeof(hello[i]) - 1)
 				continue;
-			state[i] = 2;
+			state[i] = DONE;
 			if (nl)
 				*nl = 0;
 			if (strncmp(hello[i], HELLO, strlen(HELLO)) != 0) {
@@ -331,18 +435,32 @@ static void probe_batch(const struct ck_target *t, size_t n, int ms, struct ck_p
 			} else if (strcmp(hello[i] + strlen(HELLO), t[i].node) != 0) {
 				snprintf(q->err, sizeof(q->err), "%.64s answered instead (two nodes with one "
 					 "address?)", hello[i] + strlen(HELLO));
+			} else if (send(fd[i], "B", 1, MSG_NOSIGNAL) != 1) {
+				snprintf(q->err, sizeof(q->err), "greeted, then the connection failed: %s",
+					 strerror(errno));
 			} else {
-				q->ok = 1;
+				/* reached: now the full-size packets */
 				q->rtt_us = (double)(mono_us() - t_start[i]);
+				state[i] = READING_BULK;
 			}
 		}
 	}
 	for (size_t i = 0; i < n; i++) {
-		if (state[i] == 0)
+		if (state[i] == CONNECTING)
 			conn_err(&peers[i], ETIMEDOUT, ms);
-		else if (state[i] == 1) /* TCP got through: the network is not at fault */
+		else if (state[i] == READING_HELLO) /* TCP got through: the network is not at fault */
 			snprintf(peers[i].err, sizeof(peers[i].err), "connected, but no greeting within %d ms "
 				 "(another program holds that port, or ddp-check there is stalled)", ms);
+		else if (state[i] == READING_BULK) { /* small packets pass, full-size ones do not */
+			int mss = 0;
+			socklen_t ml = sizeof(mss);
+			getsockopt(fd[i], IPPROTO_TCP, TCP_MAXSEG, &mss, &ml);
+			peers[i].bulk_short = 1;
+			snprintf(peers[i].err, sizeof(peers[i].err), "greeted, but its reply in one "
+				 "full-size packet (%d bytes of TCP payload) did not come within %d ms: packets "
+				 "of the interfaces' MTU are lost on the way (a link, switch or bridge between "
+				 "with a smaller MTU)", mss, ms);
+		}
 		if (peers[i].ok && t[i].head)
 			measure_clock(fd[i], out, ms);
 		if (fd[i] >= 0)

@@ -6,8 +6,14 @@
 
 #include "check.h"
 
-/* A node's listener: greets each connection with "ddp-check HOST\n" and
- * answers each 'T' byte with its CLOCK_REALTIME (8 bytes, big-endian ns). */
+/* The largest full-size reply a prober takes (IPoIB's MTU is 65520). */
+#define CK_PROBE_BULK 65536
+
+/* A node's listener: greets each connection with "ddp-check HOST\n",
+ * answers a 'B' byte with one TCP segment of the connection's MSS (its
+ * length in the first 4 bytes, big-endian: a packet of the path's full
+ * size) and each 'T' byte with its CLOCK_REALTIME (8 bytes, big-endian
+ * ns). */
 struct ck_listener {
 	int fd;
 	pthread_t th;

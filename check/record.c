@@ -90,6 +90,7 @@ int ck_rank_encode(const struct ck_rank *r, char *buf, size_t len)
 	put(&o, "ifstate", "%s", r->ifstate);
 	put(&o, "ifaddr", "%s", r->ifaddr);
 	put(&o, "ifkind", "%s", r->ifkind);
+	put(&o, "ifmtu", "%d", r->ifmtu);
 	put(&o, "ifs_here", "%s", r->ifs_here);
 	put(&o, "head_local", "%d", r->head_local);
 	put(&o, "head_err", "%s", r->head_err);
@@ -140,6 +141,8 @@ static void rank_field(void *ctx, const char *k, const char *v)
 		STR(r->ifaddr, v);
 	} else if (!strcmp(k, "ifkind")) {
 		STR(r->ifkind, v);
+	} else if (!strcmp(k, "ifmtu")) {
+		r->ifmtu = atoi(v);
 	} else if (!strcmp(k, "ifs_here")) {
 		STR(r->ifs_here, v);
 	} else if (!strcmp(k, "head_local")) {
@@ -196,7 +199,7 @@ int ck_rank_decode(struct ck_rank *r, const char *buf, size_t len)
 	return r->id >= 0 && r->host[0] ? 0 : -1;
 }
 
-/* A peer line: node \t addr \t ok \t rtt_us \t err */
+/* A peer line: node \t addr \t ok \t rtt_us \t bulk_short \t err */
 int ck_probe_encode(const struct ck_probe *p, char *buf, size_t len)
 {
 	struct out o = { buf, len, 0, 0 };
@@ -204,7 +207,8 @@ int ck_probe_encode(const struct ck_probe *p, char *buf, size_t len)
 	put(&o, "probed", "%d", p->have);
 	for (size_t i = 0; i < p->npeers; i++) {
 		const struct ck_peer *q = &p->peers[i];
-		put(&o, "peer", "%s\t%s\t%d\t%.1f\t%s", q->node, q->addr, q->ok, q->rtt_us, q->err);
+		put(&o, "peer", "%s\t%s\t%d\t%.1f\t%d\t%s", q->node, q->addr, q->ok, q->rtt_us,
+		    q->bulk_short, q->err);
 	}
 	if (p->have_clock)
 		put(&o, "clock", "%.1f\t%.1f", p->clock_off_us, p->clock_unc_us);
@@ -226,9 +230,9 @@ static void probe_field(void *ctx, const char *k, const char *v)
 		p->peers = np;
 		struct ck_peer *q = &p->peers[p->npeers++];
 		memset(q, 0, sizeof(*q));
-		char f[5][CK_MSG];
+		char f[6][CK_MSG];
 		size_t nf = 0, fl = 0;
-		for (const char *s = v; nf < 5; s++) {
+		for (const char *s = v; nf < 6; s++) {
 			if (*s == '\t' || !*s) {
 				f[nf++][fl] = 0;
 				fl = 0;
@@ -238,13 +242,14 @@ static void probe_field(void *ctx, const char *k, const char *v)
 				f[nf][fl++] = *s;
 			}
 		}
-		for (; nf < 5; nf++)
+		for (; nf < 6; nf++)
 			f[nf][0] = 0;
 		STR(q->node, f[0]);
 		STR(q->addr, f[1]);
 		q->ok = atoi(f[2]);
 		q->rtt_us = atof(f[3]);
-		STR(q->err, f[4]);
+		q->bulk_short = atoi(f[4]);
+		STR(q->err, f[5]);
 	}
 }
 

@@ -184,6 +184,8 @@ void ck_report_json(const struct ck_world *w, FILE *out)
 			js(out, r->ifname);
 			fprintf(out, ", \"address\": ");
 			js(out, r->ifaddr);
+			if (r->ifmtu > 0)
+				fprintf(out, ", \"mtu\": %d", r->ifmtu);
 			fprintf(out, ", \"gpu\": ");
 			js(out, r->gpu);
 			if (r->mig[0]) {

@@ -99,6 +99,8 @@ void ck_self_iface(struct self *me)
 		unsigned flags = 0;
 		if (fd >= 0 && ioctl(fd, SIOCGIFFLAGS, &ifr) == 0)
 			flags = (unsigned)ifr.ifr_flags;
+		if (fd >= 0 && ioctl(fd, SIOCGIFMTU, &ifr) == 0)
+			r->ifmtu = ifr.ifr_mtu;
 		if (fd >= 0)
 			close(fd);
 		/* The address peers will reach it on: of the head's family. */

@@ -26,6 +26,8 @@ teardown() {
 	restore_conf
 	# faults this file injects, undone whatever happened
 	"$CLUSTER" node 2 ip route del blackhole "$(node_ip 3)/32" 2>/dev/null || true
+	"$CLUSTER" node 2 ip link set enp2s0 mtu 1500 2>/dev/null || true
+	"$CLUSTER" node 3 ip link set enp3s0 mtu 1500 2>/dev/null || true
 	if [ -n "${SQUATTER:-}" ]; then kill "$SQUATTER" 2>/dev/null || true; fi
 }
 
@@ -91,6 +93,29 @@ print("json ok")' "$output"
 	assert_line --regexp "^SKIP +coll.allreduce +not run: net.probe failed"
 	assert_line --regexp "^OK +rdzv.join "
 	assert_line --regexp "^ddp-check: [0-9]+ checks OK, 0 WARN, 1 FAILED, 3 skipped$"
+}
+
+@test "jumbo frames on two nodes that the bridge between does not carry: net.probe names the lost full-size packets and both MTUs, exit 1" {
+	# node2 and node3 send 9000-byte frames, which the bridge's 1500-byte
+	# ports drop (a switch without jumbo frames): connections open and small
+	# messages pass, and gloo's first large transfer between them would
+	# hang until its timeout.  node1 stays at 1500 (TCP's MSS keeps its
+	# connections to the others small enough).
+	"$CLUSTER" node 2 ip link set enp2s0 mtu 9000
+	"$CLUSTER" node 3 ip link set enp3s0 mtu 9000
+	SECONDS=0
+	run crun srun -N3 --ddp=gloo "$CHECK" "${ARGS[@]}"
+	echo "$output"
+	assert_failure 1
+	[ "$SECONDS" -lt 40 ]
+	assert_line --regexp "^OK +net.iface +.* on every task; MTU 1500 on node1; 9000 on node2, node3$"
+	local a b
+	for a in 2 3; do
+		b=$((5 - a))
+		assert_line --regexp "^FAIL +net.probe +.*node$a cannot reach node$b at $(node_ip "$b"):[0-9]+: greeted, but its reply in one full-size packet \(89[0-9]{2} bytes of TCP payload\) did not come within 2000 ms: packets of the interfaces' MTU are lost on the way \(a link, switch or bridge between with a smaller MTU\); MTU 9000 on enp${a}s0 \(node$a\), 9000 on enp${b}s0 \(node$b\)"
+	done
+	refute_output --regexp "node1 cannot reach|cannot reach node1"
+	assert_line --regexp "^SKIP +coll.allreduce +not run: net.probe failed"
 }
 
 @test "a user's MASTER_PORT already taken on the head: task 0 says so, every other task reports locally, exit 1" {

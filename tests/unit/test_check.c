@@ -166,6 +166,7 @@ static void test_records(void)
 	char buf[16384];
 
 	snprintf(r->head_err, sizeof(r->head_err), "line one\nline two");
+	r->ifmtu = 9000;
 	snprintf(r->mig, sizeof(r->mig), "MIG-4a1b2c3d-5e6f-5a7b-8c9d-0e1f2a3b4c5d");
 	int n = ck_rank_encode(r, buf, sizeof(buf));
 	test_cond("a rank record encodes", n > 0);
@@ -176,6 +177,7 @@ static void test_records(void)
 	test_streq("cpus survive", back.cpus, "2-3");
 	test_streq("a MIG device survives", back.mig, "MIG-4a1b2c3d-5e6f-5a7b-8c9d-0e1f2a3b4c5d");
 	test_streq("a newline in a value becomes a space", back.head_err, "line one line two");
+	test_cond("the interface's MTU survives", back.ifmtu == 9000);
 	test_cond("a short buffer is an error, not a truncated record", ck_rank_encode(r, buf, 64) < 0);
 	test_cond("a record without id or host is refused", ck_rank_decode(&back, "pid=3\n", 6) < 0);
 
@@ -186,6 +188,7 @@ static void test_records(void)
 	snprintf(p.peers[0].node, sizeof(p.peers[0].node), "gpu02");
 	snprintf(p.peers[0].addr, sizeof(p.peers[0].addr), "[fd00::2]:4000");
 	snprintf(p.peers[0].err, sizeof(p.peers[0].err), "no answer within 2000 ms");
+	p.peers[0].bulk_short = 1;
 	p.have_clock = 1;
 	p.clock_off_us = -1234.5;
 	p.clock_unc_us = 20;
@@ -193,7 +196,7 @@ static void test_records(void)
 	ck_probe_decode(&pb, buf, (size_t)n);
 	test_cond("a probe record round-trips", pb.have && pb.npeers == 1 && !pb.peers[0].ok &&
 		  !strcmp(pb.peers[0].addr, "[fd00::2]:4000") && !strcmp(pb.peers[0].err, "no answer within 2000 ms") &&
-		  pb.have_clock && pb.clock_off_us == -1234.5);
+		  pb.peers[0].bulk_short == 1 && pb.have_clock && pb.clock_off_us == -1234.5);
 	ck_probe_free(&p);
 	ck_probe_free(&pb);
 
@@ -409,6 +412,41 @@ static void test_network_faults(void)
 	test_check("a loopback on one node is named and enough", w, "net.iface", CK_OK,
 		   "GLOO_SOCKET_IFNAME (lo) exists, is up and has an address of the head's family on "
 		   "every task (local only, enough for a step on one node)");
+	drop(w);
+
+	/* The interfaces' MTUs: one said once, several by node. */
+	w = world(3, 2);
+	for (int i = 0; i < 6; i++)
+		w->ranks[i].ifmtu = 9000;
+	ck_eval_setup(w);
+	test_check("one MTU on every node is said", w, "net.iface", CK_OK,
+		   "GLOO_SOCKET_IFNAME (ens17) exists, is up and has an address of the head's family on "
+		   "every task; MTU 9000");
+	drop(w);
+	w = world(3, 1);
+	w->ranks[0].ifmtu = 9000;
+	w->ranks[1].ifmtu = 1500;
+	w->ranks[2].ifmtu = 9000;
+	ck_eval_setup(w);
+	test_check("MTUs that differ are listed with their nodes", w, "net.iface", CK_OK,
+		   "every task; MTU 9000 on gpu01, gpu03; 1500 on gpu02");
+	drop(w);
+
+	/* Greeted, but the bulk reply stalled: full-size packets lost on the
+	 * way, each end's MTU named. */
+	w = world(3, 1);
+	for (int i = 0; i < 3; i++)
+		w->ranks[i].ifmtu = i ? 9000 : 1500;
+	w->probes[2].peers[1].ok = 0;
+	w->probes[2].peers[1].bulk_short = 1;
+	snprintf(w->probes[2].peers[1].err, sizeof(w->probes[2].peers[1].err),
+		 "greeted, but its reply in one full-size packet (8948 bytes of TCP payload) did not come within 2000 ms");
+	ck_eval_setup(w);
+	test_check("lost full-size packets: both ends' MTUs named", w, "net.probe", CK_FAIL,
+		   "gpu03 cannot reach gpu02 at 10.0.0.2:4000: greeted, but its reply in one full-size packet "
+		   "(8948 bytes of TCP payload) did not come within 2000 ms; MTU 9000 on ens17 (gpu03), 9000 "
+		   "on ens17 (gpu02)");
+	test_cond("... and stop the collectives", !ck_coll_safe(w, why, sizeof(why)));
 	drop(w);
 }
 
@@ -897,10 +935,28 @@ static void test_shared_gpus(void)
 	drop(w);
 }
 
+/* A listener that greets as nodeF and then sends nothing: what a prober
+ * sees where small packets pass and full-size ones are lost. */
+static void *greet_only(void *arg)
+{
+	int l = *(int *)arg, c = accept(l, NULL, NULL);
+	char b[64];
+
+	if (c < 0)
+		return NULL;
+	if (send(c, "ddp-check nodeF\n", 16, MSG_NOSIGNAL) == 16)
+		while (recv(c, b, sizeof(b), 0) > 0)
+			; /* the 'B' asked for, unanswered, until the prober hangs up */
+	close(c);
+	return NULL;
+}
+
 /* The probe mesh over loopback, each way a peer can answer: a ddp-check
- * listener of the expected node (reached, its clock measured), another
- * node's listener at that address, a closed port, and a port whose
- * program accepts and never greets (TCP gets through: not the network). */
+ * listener of the expected node (reached, its bulk reply whole, its clock
+ * measured), another node's listener at that address, a closed port, a
+ * port whose program accepts and never greets (TCP gets through: not the
+ * network), and one that greets and then sends nothing more (the full-size
+ * packets lost). */
 static void test_probe(void)
 {
 	struct ck_listener a, b;
@@ -909,24 +965,35 @@ static void test_probe(void)
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t sl = sizeof(sa);
 
+	int greeter = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in ga = sa;
+	socklen_t gl = sizeof(ga);
+	pthread_t gt;
+
 	if (ck_listen_start(&a, "127.0.0.1", "nodeA", err, sizeof(err)) < 0 ||
 	    ck_listen_start(&b, "127.0.0.1", "nodeB", err, sizeof(err)) < 0 || silent < 0 ||
 	    bind(silent, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(silent, 4) < 0 ||
-	    getsockname(silent, (struct sockaddr *)&sa, &sl) < 0) {
+	    getsockname(silent, (struct sockaddr *)&sa, &sl) < 0 || greeter < 0 ||
+	    bind(greeter, (struct sockaddr *)&ga, sizeof(ga)) < 0 || listen(greeter, 4) < 0 ||
+	    getsockname(greeter, (struct sockaddr *)&ga, &gl) < 0 ||
+	    pthread_create(&gt, NULL, greet_only, &greeter) != 0) {
 		test_cond("probe: loopback listeners start", 0);
 		printf("#   %s\n", err);
 		return;
 	}
-	struct ck_target t[4] = { { .node = "nodeA", .head = 1 }, { .node = "nodeC" }, { .node = "nodeD" },
-				  { .node = "nodeE" } };
+	struct ck_target t[5] = { { .node = "nodeA", .head = 1 }, { .node = "nodeC" }, { .node = "nodeD" },
+				  { .node = "nodeE" }, { .node = "nodeF" } };
 	snprintf(t[0].addr, sizeof(t[0].addr), "%s", a.endpoint);
 	snprintf(t[1].addr, sizeof(t[1].addr), "%s", b.endpoint);
 	snprintf(t[2].addr, sizeof(t[2].addr), "127.0.0.1:%d", test_free_port());
 	snprintf(t[3].addr, sizeof(t[3].addr), "127.0.0.1:%d", ntohs(sa.sin_port));
+	snprintf(t[4].addr, sizeof(t[4].addr), "127.0.0.1:%d", ntohs(ga.sin_port));
 	struct ck_probe p;
-	test_cond("probe: runs", ck_probe_run(t, 4, 300, &p) == 0 && p.npeers == 4);
-	if (p.npeers == 4) {
+	test_cond("probe: runs", ck_probe_run(t, 5, 300, &p) == 0 && p.npeers == 5);
+	if (p.npeers == 5) {
 		test_cond("probe: the expected node's listener is reached", p.peers[0].ok && p.peers[0].rtt_us > 0);
+		if (!p.peers[0].ok)
+			printf("#   %s\n", p.peers[0].err);
 		test_cond("probe: the head's clock measured, this machine's own (|offset| < 50 ms)",
 			  p.have_clock && p.clock_off_us > -50000 && p.clock_off_us < 50000);
 		test_cond("probe: another node answering is no success", !p.peers[1].ok);
@@ -936,11 +1003,20 @@ static void test_probe(void)
 		test_cond("probe: a silent program is no success", !p.peers[3].ok);
 		test_err("probe: a silent program: connected, no greeting (not a network fault)",
 			 p.peers[3].err, "connected, but no greeting within 300 ms");
+		test_cond("probe: greeted, then nothing: no success, marked", !p.peers[4].ok &&
+			  p.peers[4].bulk_short && !p.peers[0].bulk_short && !p.peers[3].bulk_short);
+		test_err("probe: greeted, then nothing: full-size packets lost", p.peers[4].err,
+			 "greeted, but its reply in one full-size packet (");
+		test_err("... naming the wait and what it means", p.peers[4].err,
+			 "bytes of TCP payload) did not come within 300 ms: packets of the interfaces' MTU "
+			 "are lost on the way (a link, switch or bridge between with a smaller MTU)");
 	}
 	ck_probe_free(&p);
+	pthread_join(gt, NULL);
 	ck_listen_stop(&a);
 	ck_listen_stop(&b);
 	close(silent);
+	close(greeter);
 }
 
 int main(void)
