@@ -31,7 +31,7 @@ enum ck_env {
 	CK_NCONTRACT,
 	CK_NCCL_IF = CK_NCONTRACT, CK_GLOO_IF, CK_CVD, CK_GPU_BUSID, CK_SLURM_CVD,
 	CK_STEP_GPUS, CK_BIND_POLICY, CK_BACKEND, CK_NODEID, CK_SHARDS, CK_MPS,
-	CK_NODE_GPUS,
+	CK_NODE_GPUS, CK_NCCL_IB_DISABLE, CK_NCCL_NET,
 	CK_NENV
 };
 extern const char *const ck_env_names[CK_NENV];
@@ -51,6 +51,11 @@ struct ck_rank {
 	char ifaddr[DDPENV_ADDRSTRLEN];  /* its address of the head's family */
 	char ifkind[16];                 /* ethernet, infiniband, loopback, type N */
 	int ifmtu;                       /* its MTU, 0 unknown */
+	/* RDMA: the node's devices ("mlx5_0,mlx5_1", "" none) and the task's
+	 * locked-memory limit (RLIMIT_MEMLOCK's soft one, bytes; -1
+	 * unlimited), which NCCL's registration of its buffers counts on. */
+	char rdma[128];
+	long long memlock;
 	char ifs_here[256];              /* the node's interfaces, for messages */
 	int head_local;                  /* MASTER_ADDR is this node's: 1, 0, -1 unknown */
 	char head_err[160];

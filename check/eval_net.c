@@ -237,10 +237,117 @@ static void eval_clock(struct ck_world *w, const struct nodes *nd)
 		       head, fabs(worst) / 1000, who, unc / 1000, measured, measured == 1 ? "" : "s");
 }
 
+/* Below this the RDMA stack's own users give up (UCX's default threshold);
+ * NVIDIA asks for unlimited. */
+#define MEMLOCK_MIN (512LL << 20)
+
+static void bytes(long long b, char *out, size_t len)
+{
+	if (b < 0)
+		snprintf(out, len, "unlimited");
+	else if (b >= 1LL << 30 && b % (1LL << 30) == 0)
+		snprintf(out, len, "%lld GiB", b >> 30);
+	else if (b >= 1LL << 20 && b % (1LL << 20) == 0)
+		snprintf(out, len, "%lld MiB", b >> 20);
+	else if (b >= 1024 && b % 1024 == 0)
+		snprintf(out, len, "%lld KiB", b >> 10);
+	else
+		snprintf(out, len, "%lld bytes", b);
+}
+
+/* Whether NCCL in task r would use its node's RDMA devices. */
+static int nccl_uses_rdma(const struct ck_rank *r, char *why, size_t len)
+{
+	if (!r->rdma[0])
+		return 0;
+	if (has(r, CK_NCCL_IB_DISABLE) && strcmp(r->env[CK_NCCL_IB_DISABLE], "0") != 0) {
+		snprintf(why, len, "NCCL_IB_DISABLE=%.32s", r->env[CK_NCCL_IB_DISABLE]);
+		return 0;
+	}
+	if (has(r, CK_NCCL_NET) && r->env[CK_NCCL_NET][0] && strcasecmp(r->env[CK_NCCL_NET], "IB") != 0) {
+		snprintf(why, len, "NCCL_NET=%.32s", r->env[CK_NCCL_NET]);
+		return 0;
+	}
+	return 1;
+}
+
+/* NCCL registers its buffers with the RDMA devices (ibv_reg_mr), which
+ * pins them: each task's locked-memory limit must allow it.  Slurm gives
+ * tasks the soft limits of the shell srun ran in (PropagateResourceLimits)
+ * or slurmd's own, often 64 KiB or 8 MiB. */
+static void eval_memlock(struct ck_world *w, const struct nodes *nd)
+{
+	struct msg fail = { 0 };
+	char devs[128] = "", off_why[64] = "", least[32] = "";
+	int used = 0, off = 0;
+	long long low = -1;
+
+	if (strcmp(w->backend, "nccl") != 0) {
+		ck_add(w, "net.memlock", CK_OK, "%s registers no memory with RDMA devices: the "
+		       "locked-memory limit does not matter", w->backend);
+		return;
+	}
+	for (int n = 0; n < nd->n; n++) {
+		long long worst = -2;
+		int ntasks = 0, first = -1;
+		for (int i = 0; i < w->n; i++) {
+			const struct ck_rank *r = &w->ranks[i];
+			char why[64] = "";
+			if (nd->of[i] != n)
+				continue;
+			if (!nccl_uses_rdma(r, why, sizeof(why))) {
+				if (why[0] && !off++)
+					snprintf(off_why, sizeof(off_why), "%s", why);
+				continue;
+			}
+			used++;
+			if (!devs[0])
+				snprintf(devs, sizeof(devs), "%s", r->rdma);
+			if (r->memlock >= 0 && (low < 0 || r->memlock < low))
+				low = r->memlock;
+			if (r->memlock < 0 || r->memlock >= MEMLOCK_MIN)
+				continue;
+			if (first < 0)
+				first = i;
+			ntasks++;
+			if (worst == -2 || r->memlock < worst)
+				worst = r->memlock;
+		}
+		if (first >= 0) {
+			char b[32];
+			bytes(worst, b, sizeof(b));
+			say(&fail, "%s: locked memory limited to %s (ulimit -l; task %d%s) beside RDMA "
+			    "devices %s", nd->name[n], b, first, ntasks > 1 ? " and others" : "",
+			    w->ranks[first].rdma);
+		}
+	}
+	if (fail.items) {
+		ck_add(w, "net.memlock", CK_FAIL, "%s: NCCL registers its buffers with them (ibv_reg_mr), "
+		       "which pins memory, and fails where the limit is too small (64 KiB and 8 MiB "
+		       "are; UCX wants 512 MiB, NVIDIA asks for unlimited).  Slurm gives tasks the "
+		       "limit of the shell srun ran in, or slurmd's own: PropagateResourceLimitsExcept="
+		       "MEMLOCK in slurm.conf, LimitMEMLOCK=infinity in slurmd's systemd unit", said(&fail));
+		return;
+	}
+	if (!used) {
+		if (off)
+			ck_add(w, "net.memlock", CK_OK, "%s: NCCL leaves the RDMA devices alone, so the "
+			       "locked-memory limit does not matter", off_why);
+		else
+			ck_add(w, "net.memlock", CK_OK, "no RDMA device (InfiniBand, RoCE) on any node: "
+			       "NCCL talks over sockets, and the locked-memory limit does not matter");
+		return;
+	}
+	bytes(low, least, sizeof(least));
+	ck_add(w, "net.memlock", CK_OK, "locked memory %s%s on the %d task%s beside RDMA devices (%s)",
+	       low < 0 ? "" : "at least ", least, used, used == 1 ? "" : "s", devs);
+}
+
 void ck_eval_net(struct ck_world *w, const struct nodes *nd)
 {
 	eval_iface(w, nd);
 	eval_kind(w, nd);
 	eval_probe(w, nd);
+	eval_memlock(w, nd);
 	eval_clock(w, nd);
 }

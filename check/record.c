@@ -13,6 +13,7 @@ const char *const ck_env_names[CK_NENV] = {
 	"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "CUDA_VISIBLE_DEVICES", "DDP_GPU_BUSID",
 	DDPENV_SLURM_CVD, "SLURM_STEP_GPUS", "DDP_BIND_POLICY", "DDP_BACKEND", "SLURM_NODEID",
 	"SLURM_SHARDS_ON_NODE", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", DDPENV_SLURM_STEP_GPUS,
+	"NCCL_IB_DISABLE", "NCCL_NET",
 };
 
 struct out {
@@ -91,6 +92,8 @@ int ck_rank_encode(const struct ck_rank *r, char *buf, size_t len)
 	put(&o, "ifaddr", "%s", r->ifaddr);
 	put(&o, "ifkind", "%s", r->ifkind);
 	put(&o, "ifmtu", "%d", r->ifmtu);
+	put(&o, "rdma", "%s", r->rdma);
+	put(&o, "memlock", "%lld", r->memlock);
 	put(&o, "ifs_here", "%s", r->ifs_here);
 	put(&o, "head_local", "%d", r->head_local);
 	put(&o, "head_err", "%s", r->head_err);
@@ -143,6 +146,10 @@ static void rank_field(void *ctx, const char *k, const char *v)
 		STR(r->ifkind, v);
 	} else if (!strcmp(k, "ifmtu")) {
 		r->ifmtu = atoi(v);
+	} else if (!strcmp(k, "rdma")) {
+		STR(r->rdma, v);
+	} else if (!strcmp(k, "memlock")) {
+		r->memlock = atoll(v);
 	} else if (!strcmp(k, "ifs_here")) {
 		STR(r->ifs_here, v);
 	} else if (!strcmp(k, "head_local")) {

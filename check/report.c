@@ -186,6 +186,14 @@ void ck_report_json(const struct ck_world *w, FILE *out)
 			js(out, r->ifaddr);
 			if (r->ifmtu > 0)
 				fprintf(out, ", \"mtu\": %d", r->ifmtu);
+			if (r->rdma[0]) {
+				fprintf(out, ", \"rdma\": ");
+				js(out, r->rdma);
+				if (r->memlock < 0)
+					fprintf(out, ", \"memlock\": null");
+				else
+					fprintf(out, ", \"memlock\": %lld", r->memlock);
+			}
 			fprintf(out, ", \"gpu\": ");
 			js(out, r->gpu);
 			if (r->mig[0]) {

@@ -1,4 +1,5 @@
 /* What a ddp-check task finds out about itself (self.h). */
+#include <dirent.h>
 #include <net/if.h>
 #include <net/if_arp.h>
 #include <sched.h>
@@ -6,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -234,6 +236,33 @@ void ck_self_gpus(struct self *me)
 	if (!*dir || ck_nvidia_read(dir, r->nvgpus, sizeof(r->nvgpus), r->nvgpus_err,
 				    sizeof(r->nvgpus_err)) < 0)
 		r->nvgpus[0] = 0;
+}
+
+void ck_self_rdma(struct self *me)
+{
+	struct ck_rank *r = &me->r;
+	struct rlimit rl;
+	const char *dir = getenv("DDP_CHECK_INFINIBAND");
+	DIR *d;
+	size_t off = 0;
+
+	r->memlock = getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ?
+		     (long long)rl.rlim_cur : -1;
+	if (!dir || !*dir)
+		dir = "/sys/class/infiniband";
+	d = opendir(dir);
+	for (struct dirent *e; d && (e = readdir(d));) {
+		if (e->d_name[0] == '.')
+			continue;
+		/* as the directory lists them, as many as fit: enough to
+		 * show what is there */
+		off += (size_t)snprintf(r->rdma + off, off < sizeof(r->rdma) ? sizeof(r->rdma) - off : 0,
+					"%s%s", off ? "," : "", e->d_name);
+	}
+	if (off >= sizeof(r->rdma))
+		snprintf(r->rdma + sizeof(r->rdma) - 5, 5, ",...");
+	if (d)
+		closedir(d);
 }
 
 /* CLOCK_MONOTONIC seconds: the clock of every deadline. */

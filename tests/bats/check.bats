@@ -47,13 +47,13 @@ teardown() {
  +262144 +65536 +float +sum +[0-9.]+ +[0-9.]+ +[0-9.]+
 "
 	for c in rdzv.join env.present env.rank env.world_size env.master env.local_rank env.node_rank \
-		env.head net.iface net.kind net.probe clock.skew bind.cpus bind.locality bind.gpus bind.gres \
+		env.head net.iface net.kind net.probe net.memlock clock.skew bind.cpus bind.locality bind.gpus bind.gres \
 		bind.visible coll.backend coll.allreduce coll.busbw time.first_collective; do
 		assert_line --regexp "^OK +$c +"
 	done
 	assert_line --regexp "^OK +net.probe +every node reached every other \(6 connections"
 	assert_line --regexp "^OK +coll.allreduce +gloo all-reduce of crafted inputs exact on all 6 tasks"
-	assert_line "ddp-check: 21 checks OK, 0 WARN, 0 FAILED"
+	assert_line "ddp-check: 22 checks OK, 0 WARN, 0 FAILED"
 }
 
 @test "--json writes the same report as one JSON object" {
@@ -71,9 +71,9 @@ assert r["bandwidth"] and r["bandwidth"][-1]["size"] == 262144, r["bandwidth"]
 b = r["bandwidth"][-1]
 assert abs(b["busbw"] - b["algbw"] * 2 * 2 / 3) < 1e-3, b
 names = [c["name"] for c in r["checks"]]
-assert len(names) == 21 and "net.probe" in names and "bind.gres" in names and "clock.skew" in names, names
+assert len(names) == 22 and "net.memlock" in names and "net.probe" in names and "bind.gres" in names and "clock.skew" in names, names
 assert all(c["level"] == "OK" for c in r["checks"]), r["checks"]
-assert r["summary"] == {"ok": 21, "warn": 0, "fail": 0, "skip": 0} and r["exit_code"] == 0
+assert r["summary"] == {"ok": 22, "warn": 0, "fail": 0, "skip": 0} and r["exit_code"] == 0
 print("json ok")' "$output"
 	assert_success
 	assert_output "json ok"
@@ -203,7 +203,7 @@ time.sleep(60)' &
 	echo "$output"
 	assert_success
 	assert_line --regexp "^WARN +bind.cpus +node1: 2 tasks are not bound, each may run on all of CPUs 0-1"
-	assert_line --regexp "^ddp-check: 20 checks OK, 1 WARN, 0 FAILED$"
+	assert_line --regexp "^ddp-check: 21 checks OK, 1 WARN, 0 FAILED$"
 }
 
 @test "GPU binding (fake GPUs, the nodes' topology): bus ids, locality, one task per GPU, strict narrows visibility" {
@@ -318,6 +318,29 @@ fake_nvidia() {
 	assert_line --regexp "^FAIL +net.iface +task 1 \(node2\): NCCL_SOCKET_IFNAME=ib0: no such interface there"
 	assert_line --regexp "^OK +env.rank "
 	assert_line --regexp "^SKIP +coll.allreduce +not run: "
+}
+
+@test "net.memlock under NCCL: tasks beside RDMA devices with a small locked-memory limit are named, with the fix" {
+	# fake RDMA devices (DDP_CHECK_INFINIBAND), and the limit Slurm hands
+	# the tasks from the shell srun runs in (PropagateResourceLimits)
+	mkdir -p "$BATS_TEST_TMPDIR/ib/mlx5_0" "$BATS_TEST_TMPDIR/ib/mlx5_1"
+	run crun env DDP_CHECK_INFINIBAND="$BATS_TEST_TMPDIR/ib" bash -c \
+		"ulimit -l 64 && srun -N2 --gres=gpu:1 --ddp=nccl $CHECK ${ARGS[*]}"
+	echo "$output"
+	assert_failure 1
+	assert_line --regexp "^FAIL +net.memlock +node1: locked memory limited to 64 KiB \(ulimit -l; task 0\) beside RDMA devices mlx5_[01],mlx5_[01]; node2: locked memory limited to 64 KiB \(ulimit -l; task 1\) .*: NCCL registers its buffers with them \(ibv_reg_mr\).* PropagateResourceLimitsExcept=MEMLOCK in slurm.conf, LimitMEMLOCK=infinity in slurmd's systemd unit$"
+	# NCCL told to leave the devices alone
+	run crun env DDP_CHECK_INFINIBAND="$BATS_TEST_TMPDIR/ib" NCCL_IB_DISABLE=1 bash -c \
+		"ulimit -l 64 && srun -N2 --gres=gpu:1 --ddp=nccl $CHECK ${ARGS[*]}"
+	assert_line --regexp "^OK +net.memlock +NCCL_IB_DISABLE=1: NCCL leaves the RDMA devices alone"
+	# this machine's own: no RDMA device
+	run crun bash -c "ulimit -l 64 && srun -N2 --gres=gpu:1 --ddp=nccl $CHECK ${ARGS[*]}"
+	assert_line --regexp "^OK +net.memlock +no RDMA device \(InfiniBand, RoCE\) on any node"
+	# and gloo pins nothing
+	run crun env DDP_CHECK_INFINIBAND="$BATS_TEST_TMPDIR/ib" bash -c \
+		"ulimit -l 64 && srun -N2 --ddp=gloo $CHECK ${ARGS[*]}"
+	assert_success
+	assert_line --regexp "^OK +net.memlock +gloo registers no memory with RDMA devices"
 }
 
 @test "usage errors and running outside a step exit 2" {

@@ -228,13 +228,15 @@ static void test_healthy(void)
 	char why[256];
 
 	ck_eval_setup(w);
-	test_cond("a healthy step: 18 setup checks, all OK", w->nres == 18 && count_level(w, CK_OK) == 18);
+	test_cond("a healthy step: 19 setup checks, all OK", w->nres == 19 && count_level(w, CK_OK) == 19);
 	for (size_t i = 0; i < w->nres; i++)
 		if (w->res[i].level != CK_OK)
 			printf("#   %s %s: %s\n", LV[w->res[i].level], w->res[i].name, w->res[i].msg);
 	test_check("net.probe counts the connections", w, "net.probe", CK_OK, "6 connections");
 	test_check("clock.skew names the worst node", w, "clock.skew", CK_OK, "0.060 ms (gpu03");
 	test_check("net.iface names the interface", w, "net.iface", CK_OK, "GLOO_SOCKET_IFNAME (ens17)");
+	test_check("net.memlock: gloo pins nothing", w, "net.memlock", CK_OK,
+		   "gloo registers no memory with RDMA devices: the locked-memory limit does not matter");
 	test_cond("collectives may run", ck_coll_safe(w, why, sizeof(why)));
 	ran(w, 1e-3);
 	ck_eval_coll(w);
@@ -255,7 +257,7 @@ static void test_healthy(void)
 	test_err("the header", text, "# ddp-check " DDPENV_VERSION ": backend gloo, world size 6 on 3 nodes, head gpu01 (MASTER_ADDR=10.0.0.1 MASTER_PORT=29512)");
 	test_err("a placement line", text, "\n      5  gpu03      1005  ens17  10.0.0.3  -    2-3   0\n");
 	test_err("a bandwidth row", text, "\n          1024           256   float    sum     1000.00      0.00      0.00\n");
-	test_err("the count line", text, "\nddp-check: 21 checks OK, 0 WARN, 0 FAILED\n");
+	test_err("the count line", text, "\nddp-check: 22 checks OK, 0 WARN, 0 FAILED\n");
 
 	f = tmpfile();
 	snprintf(w->res[0].msg, sizeof(w->res[0].msg), "a \"quoted\"\\ message\t");
@@ -265,7 +267,7 @@ static void test_healthy(void)
 	text[n] = 0;
 	fclose(f);
 	test_err("JSON escapes quotes, backslashes and controls", text, "\"a \\\"quoted\\\"\\\\ message\\u0009\"");
-	test_err("JSON summary", text, "\"summary\": {\"ok\": 21, \"warn\": 0, \"fail\": 0, \"skip\": 0},\n  \"exit_code\": 0");
+	test_err("JSON summary", text, "\"summary\": {\"ok\": 22, \"warn\": 0, \"fail\": 0, \"skip\": 0},\n  \"exit_code\": 0");
 	test_err("JSON bandwidth", text, "{\"size\": 1024, \"count\": 256, \"type\": \"float\", \"redop\": \"sum\", \"time_us\": 1000.000");
 	test_err("JSON nodes", text, "\"nodes\": 3,\n  \"nodes_reported\": 3,\n");
 
@@ -447,6 +449,65 @@ static void test_network_faults(void)
 		   "(8948 bytes of TCP payload) did not come within 2000 ms; MTU 9000 on ens17 (gpu03), 9000 "
 		   "on ens17 (gpu02)");
 	test_cond("... and stop the collectives", !ck_coll_safe(w, why, sizeof(why)));
+	drop(w);
+}
+
+/* net.memlock: NCCL beside RDMA devices, each task's locked-memory limit. */
+static void test_memlock(void)
+{
+	struct ck_world *w = world(3, 2);
+
+	w->backend = "nccl";
+	ck_eval_setup(w);
+	test_check("no RDMA device anywhere: OK, sockets", w, "net.memlock", CK_OK,
+		   "no RDMA device (InfiniBand, RoCE) on any node: NCCL talks over sockets");
+	drop(w);
+
+	w = world(3, 2);
+	w->backend = "nccl";
+	for (int i = 0; i < 6; i++) {
+		snprintf(w->ranks[i].rdma, sizeof(w->ranks[i].rdma), "mlx5_0,mlx5_1");
+		w->ranks[i].memlock = i < 2 ? 8LL << 20 : i == 4 ? 65536 : -1;
+	}
+	ck_eval_setup(w);
+	test_check("low limits: each node named with its least, a task and the devices", w, "net.memlock",
+		   CK_FAIL, "gpu01: locked memory limited to 8 MiB (ulimit -l; task 0 and others) beside RDMA "
+		   "devices mlx5_0,mlx5_1; gpu03: locked memory limited to 64 KiB (ulimit -l; task 4) beside RDMA "
+		   "devices mlx5_0,mlx5_1: NCCL registers its buffers with them (ibv_reg_mr)");
+	test_check("... and the fix", w, "net.memlock", CK_FAIL,
+		   "PropagateResourceLimitsExcept=MEMLOCK in slurm.conf, LimitMEMLOCK=infinity in slurmd's "
+		   "systemd unit");
+	test_cond("... a node whose tasks are unlimited is not named", !strstr(res(w, "net.memlock")->msg, "gpu02"));
+	drop(w);
+
+	/* where NCCL leaves the devices alone, or the limit is enough */
+	w = world(2, 1);
+	w->backend = "nccl";
+	for (int i = 0; i < 2; i++) {
+		snprintf(w->ranks[i].rdma, sizeof(w->ranks[i].rdma), "mlx5_0");
+		w->ranks[i].memlock = 65536;
+		snprintf(w->ranks[i].env[CK_NCCL_IB_DISABLE], DDPENV_VALLEN, "1");
+		w->ranks[i].have |= 1u << CK_NCCL_IB_DISABLE;
+	}
+	ck_eval_setup(w);
+	test_check("NCCL_IB_DISABLE=1: OK whatever the limit", w, "net.memlock", CK_OK,
+		   "NCCL_IB_DISABLE=1: NCCL leaves the RDMA devices alone");
+	for (int i = 0; i < 2; i++) {
+		w->ranks[i].have &= ~(1u << CK_NCCL_IB_DISABLE);
+		snprintf(w->ranks[i].env[CK_NCCL_NET], DDPENV_VALLEN, "Socket");
+		w->ranks[i].have |= 1u << CK_NCCL_NET;
+	}
+	w->nres = 0;
+	ck_eval_setup(w);
+	test_check("NCCL_NET=Socket: the same", w, "net.memlock", CK_OK, "NCCL_NET=Socket: NCCL leaves");
+	for (int i = 0; i < 2; i++) {
+		snprintf(w->ranks[i].env[CK_NCCL_NET], DDPENV_VALLEN, "IB");
+		w->ranks[i].memlock = i ? 1LL << 30 : -1;
+	}
+	w->nres = 0;
+	ck_eval_setup(w);
+	test_check("NCCL_NET=IB with 1 GiB and unlimited: OK, the least said", w, "net.memlock", CK_OK,
+		   "locked memory at least 1 GiB on the 2 tasks beside RDMA devices (mlx5_0)");
 	drop(w);
 }
 
@@ -1026,6 +1087,7 @@ int main(void)
 	test_healthy();
 	test_contract_faults();
 	test_network_faults();
+	test_memlock();
 	test_binding_faults();
 	test_nvidia();
 	test_gres();
