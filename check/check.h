@@ -56,6 +56,7 @@ struct ck_rank {
 	 * unlimited), which NCCL's registration of its buffers counts on. */
 	char rdma[128];
 	long long memlock;
+	long long nofile;                /* RLIMIT_NOFILE's soft limit; -1 unlimited */
 	char ifs_here[256];              /* the node's interfaces, for messages */
 	int head_local;                  /* MASTER_ADDR is this node's: 1, 0, -1 unknown */
 	char head_err[160];

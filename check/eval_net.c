@@ -343,11 +343,77 @@ static void eval_memlock(struct ck_world *w, const struct nodes *nd)
 	       low < 0 ? "" : "at least ", least, used, used == 1 ? "" : "s", devs);
 }
 
+/* gloo connects every rank to every other (a full mesh: N-1 sockets a
+ * rank) beside the program's own files: each task's open-files limit
+ * must hold them, and room for its data (Slurm hands tasks the soft limit
+ * of the shell srun ran in, often 1024).  NCCL connects a rank to a few
+ * peers (its rings and trees), whatever the world size. */
+#define NOFILE_BASE 16    /* stdio, the store, libraries: gloo's mesh alone */
+#define NOFILE_ROOM 256   /* and a training program's files beside it */
+
+static void eval_nofile(struct ck_world *w, const struct nodes *nd)
+{
+	struct msg fail = { 0 }, warn = { 0 };
+	long long mesh = w->n - 1, low = -1;
+
+	for (int i = 0; i < w->n; i++) {
+		const struct ck_rank *r = &w->ranks[i];
+		if (r->joined && r->nofile >= 0 && (low < 0 || r->nofile < low))
+			low = r->nofile;
+	}
+	if (strcmp(w->backend, "gloo") != 0) {
+		char b[48] = "";
+		if (low >= 0)
+			snprintf(b, sizeof(b), "; the least open-files limit %lld", low);
+		ck_add(w, "net.nofile", CK_OK, "%s connects each rank to a few peers (its rings and trees), "
+		       "not to all%s", w->backend, b);
+		return;
+	}
+	for (int n = 0; n < nd->n; n++) {
+		long long worst = -1;
+		int first = -1, more = 0;
+		for (int i = 0; i < w->n; i++) {
+			const struct ck_rank *r = &w->ranks[i];
+			if (nd->of[i] != n || r->nofile < 0 || r->nofile >= mesh + NOFILE_ROOM)
+				continue;
+			if (first < 0)
+				first = i;
+			else
+				more = 1;
+			if (worst < 0 || r->nofile < worst)
+				worst = r->nofile;
+		}
+		if (first < 0)
+			continue;
+		say(worst < mesh + NOFILE_BASE ? &fail : &warn, "%s: %lld (task %d%s)",
+		    nd->name[n], worst, first, more ? " and others" : "");
+	}
+	if (fail.items || warn.items) {
+		struct msg *m = fail.items ? &fail : &warn;
+		ck_add(w, "net.nofile", fail.items ? CK_FAIL : CK_WARN, "the open-files limit (ulimit -n) on %s: gloo "
+		       "connects every rank to every other, %lld socket%s a rank at world size %d, %s (at "
+		       "least %lld wanted); Slurm gives tasks the limit of the shell srun ran in: raise it "
+		       "there (ulimit -n), or PropagateResourceLimitsExcept=NOFILE in slurm.conf with "
+		       "LimitNOFILE in slurmd's systemd unit", said(m), mesh, mesh == 1 ? "" : "s", w->n,
+		       fail.items ? "which leave no room for the mesh itself" :
+				    "which leave little room for the program's own files",
+		       mesh + NOFILE_ROOM);
+		return;
+	}
+	if (low < 0)
+		ck_add(w, "net.nofile", CK_OK, "open files unlimited on every task: room for gloo's "
+		       "%lld socket%s a rank", mesh, mesh == 1 ? "" : "s");
+	else
+		ck_add(w, "net.nofile", CK_OK, "open files at least %lld on every task: room for gloo's "
+		       "%lld socket%s a rank and the program's own files", low, mesh, mesh == 1 ? "" : "s");
+}
+
 void ck_eval_net(struct ck_world *w, const struct nodes *nd)
 {
 	eval_iface(w, nd);
 	eval_kind(w, nd);
 	eval_probe(w, nd);
 	eval_memlock(w, nd);
+	eval_nofile(w, nd);
 	eval_clock(w, nd);
 }

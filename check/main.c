@@ -431,7 +431,7 @@ int main(int argc, char **argv)
 	}
 	ck_self_iface(&me);
 	ck_self_binding(&me);
-	ck_self_rdma(&me);
+	ck_self_limits(&me);
 
 	long port;
 	if (!ma || !*ma || !mp || parse_int(mp, 1, 65535, &port) < 0) {

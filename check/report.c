@@ -186,6 +186,10 @@ void ck_report_json(const struct ck_world *w, FILE *out)
 			js(out, r->ifaddr);
 			if (r->ifmtu > 0)
 				fprintf(out, ", \"mtu\": %d", r->ifmtu);
+			if (r->nofile < 0)
+				fprintf(out, ", \"nofile\": null");
+			else
+				fprintf(out, ", \"nofile\": %lld", r->nofile);
 			if (r->rdma[0]) {
 				fprintf(out, ", \"rdma\": ");
 				js(out, r->rdma);

@@ -238,7 +238,7 @@ void ck_self_gpus(struct self *me)
 		r->nvgpus[0] = 0;
 }
 
-void ck_self_rdma(struct self *me)
+void ck_self_limits(struct self *me)
 {
 	struct ck_rank *r = &me->r;
 	struct rlimit rl;
@@ -248,6 +248,8 @@ void ck_self_rdma(struct self *me)
 
 	r->memlock = getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ?
 		     (long long)rl.rlim_cur : -1;
+	r->nofile = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ?
+		    (long long)rl.rlim_cur : -1;
 	if (!dir || !*dir)
 		dir = "/sys/class/infiniband";
 	d = opendir(dir);

@@ -27,9 +27,9 @@ void ck_self_gpus(struct self *me);
 void ck_self_iface(struct self *me);
 /* after ck_self_gpus: needs r->gpu for the GPU's locality */
 void ck_self_binding(struct self *me);
-/* the node's RDMA devices (DDP_CHECK_INFINIBAND, else /sys/class/infiniband)
- * and the task's locked-memory limit */
-void ck_self_rdma(struct self *me);
+/* the node's RDMA devices (DDP_CHECK_INFINIBAND, else /sys/class/infiniband),
+ * the task's locked-memory and open-files limits */
+void ck_self_limits(struct self *me);
 
 /* CLOCK_MONOTONIC seconds: the clock of every deadline. */
 double ck_mono(void);

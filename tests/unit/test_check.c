@@ -55,6 +55,8 @@ static struct ck_world *world(int nodes, int per)
 		snprintf(r->ifstate, sizeof(r->ifstate), "up");
 		snprintf(r->ifaddr, sizeof(r->ifaddr), "10.0.0.%d", node + 1);
 		snprintf(r->ifkind, sizeof(r->ifkind), "ethernet");
+		r->nofile = 1024;   /* Debian's soft limit */
+		r->memlock = 8LL << 20;
 		r->head_local = node == 0;
 		/* per tasks on 2*per CPUs: task lr gets CPUs 2lr, 2lr+1 */
 		snprintf(r->cpus, sizeof(r->cpus), "%d-%d", 2 * lr, 2 * lr + 1);
@@ -228,7 +230,7 @@ static void test_healthy(void)
 	char why[256];
 
 	ck_eval_setup(w);
-	test_cond("a healthy step: 19 setup checks, all OK", w->nres == 19 && count_level(w, CK_OK) == 19);
+	test_cond("a healthy step: 20 setup checks, all OK", w->nres == 20 && count_level(w, CK_OK) == 20);
 	for (size_t i = 0; i < w->nres; i++)
 		if (w->res[i].level != CK_OK)
 			printf("#   %s %s: %s\n", LV[w->res[i].level], w->res[i].name, w->res[i].msg);
@@ -257,7 +259,7 @@ static void test_healthy(void)
 	test_err("the header", text, "# ddp-check " DDPENV_VERSION ": backend gloo, world size 6 on 3 nodes, head gpu01 (MASTER_ADDR=10.0.0.1 MASTER_PORT=29512)");
 	test_err("a placement line", text, "\n      5  gpu03      1005  ens17  10.0.0.3  -    2-3   0\n");
 	test_err("a bandwidth row", text, "\n          1024           256   float    sum     1000.00      0.00      0.00\n");
-	test_err("the count line", text, "\nddp-check: 22 checks OK, 0 WARN, 0 FAILED\n");
+	test_err("the count line", text, "\nddp-check: 23 checks OK, 0 WARN, 0 FAILED\n");
 
 	f = tmpfile();
 	snprintf(w->res[0].msg, sizeof(w->res[0].msg), "a \"quoted\"\\ message\t");
@@ -267,7 +269,7 @@ static void test_healthy(void)
 	text[n] = 0;
 	fclose(f);
 	test_err("JSON escapes quotes, backslashes and controls", text, "\"a \\\"quoted\\\"\\\\ message\\u0009\"");
-	test_err("JSON summary", text, "\"summary\": {\"ok\": 22, \"warn\": 0, \"fail\": 0, \"skip\": 0},\n  \"exit_code\": 0");
+	test_err("JSON summary", text, "\"summary\": {\"ok\": 23, \"warn\": 0, \"fail\": 0, \"skip\": 0},\n  \"exit_code\": 0");
 	test_err("JSON bandwidth", text, "{\"size\": 1024, \"count\": 256, \"type\": \"float\", \"redop\": \"sum\", \"time_us\": 1000.000");
 	test_err("JSON nodes", text, "\"nodes\": 3,\n  \"nodes_reported\": 3,\n");
 
@@ -508,6 +510,44 @@ static void test_memlock(void)
 	ck_eval_setup(w);
 	test_check("NCCL_NET=IB with 1 GiB and unlimited: OK, the least said", w, "net.memlock", CK_OK,
 		   "locked memory at least 1 GiB on the 2 tasks beside RDMA devices (mlx5_0)");
+	drop(w);
+}
+
+/* net.nofile: gloo's full mesh in each task's open-files limit. */
+static void test_nofile(void)
+{
+	struct ck_world *w = world(3, 2);
+
+	w->ranks[2].nofile = 100;
+	w->ranks[3].nofile = 200;
+	w->ranks[5].nofile = -1;
+	ck_eval_setup(w);
+	test_check("a limit with little room beside the mesh: WARN, the node's least named", w,
+		   "net.nofile", CK_WARN, "the open-files limit (ulimit -n) on gpu02: 100 (task 2 and "
+		   "others): gloo connects every rank to every other, 5 sockets a rank at world size 6, "
+		   "which leave little room for the program's own files (at least 261 wanted)");
+	test_check("... and the fix", w, "net.nofile", CK_WARN,
+		   "PropagateResourceLimitsExcept=NOFILE in slurm.conf with LimitNOFILE");
+	drop(w);
+
+	w = world(3, 2);
+	w->ranks[4].nofile = 20;
+	ck_eval_setup(w);
+	test_check("a limit below the mesh itself: FAIL", w, "net.nofile", CK_FAIL,
+		   "on gpu03: 20 (task 4): gloo connects every rank to every other, 5 sockets a rank at "
+		   "world size 6, which leave no room for the mesh itself");
+	w->backend = "nccl";
+	w->nres = 0;
+	ck_eval_setup(w);
+	test_check("under NCCL: no full mesh, the least limit said", w, "net.nofile", CK_OK,
+		   "nccl connects each rank to a few peers (its rings and trees), not to all; the least "
+		   "open-files limit 20");
+	drop(w);
+
+	w = world(2, 1);
+	ck_eval_setup(w);
+	test_check("Debian's 1024 at world size 2: OK", w, "net.nofile", CK_OK,
+		   "open files at least 1024 on every task: room for gloo's 1 socket a rank and the program's own files");
 	drop(w);
 }
 
@@ -1088,6 +1128,7 @@ int main(void)
 	test_contract_faults();
 	test_network_faults();
 	test_memlock();
+	test_nofile();
 	test_binding_faults();
 	test_nvidia();
 	test_gres();
