@@ -57,6 +57,9 @@ struct ck_rank {
 	char rdma[128];
 	long long memlock;
 	long long nofile;                /* RLIMIT_NOFILE's soft limit; -1 unlimited */
+	/* Its NCCL_* variables but the per-node ones (ck_nccl_env), sorted,
+	 * "NAME=value;..." ("" none). */
+	char nccl_env[1024];
 	char ifs_here[256];              /* the node's interfaces, for messages */
 	int head_local;                  /* MASTER_ADDR is this node's: 1, 0, -1 unknown */
 	char head_err[160];

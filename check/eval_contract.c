@@ -299,6 +299,121 @@ static void eval_head(struct ck_world *w, const struct nodes *nd)
 	}
 }
 
+/* NAME's value in a rank's "NAME=value;..." list into val: 1, or 0 unset. */
+static int nccl_get(const char *list, const char *name, char *val, size_t len)
+{
+	size_t nl = strlen(name);
+
+	for (const char *s = list; s && *s;) {
+		const char *e = strchr(s, ';');
+		size_t l = e ? (size_t)(e - s) : strlen(s);
+		if (l > nl && !strncmp(s, name, nl) && s[nl] == '=') {
+			snprintf(val, len, "%.*s", (int)(l - nl - 1), s + nl + 1);
+			return 1;
+		}
+		s = e ? e + 1 : s + l;
+	}
+	return 0;
+}
+
+/* Under NCCL, its variables as each task has them (but the per-node
+ * ones: self.c's nccl_local).  NCCL reads them on each rank: ranks that
+ * disagree (NCCL_PROTO, NCCL_ALGO, NCCL_BUFFSIZE, channel counts) can
+ * choose different algorithms or buffers and hang; and a transport
+ * switched off (P2P, shared memory, InfiniBand where the node has it),
+ * often left from debugging, costs bandwidth without a word. */
+static void eval_nccl_env(struct ck_world *w)
+{
+	static const char *const off[] = { "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_IB_DISABLE" };
+	struct msg warn = { 0 };
+	char names[32][48], set[512] = "";
+	int nn = 0, first = -1;
+	size_t so = 0;
+
+	if (strcmp(w->backend, "nccl") != 0) {
+		ck_add(w, "env.nccl", CK_OK, "%s: NCCL's variables do not apply", w->backend);
+		return;
+	}
+	for (int i = 0; i < w->n; i++) {
+		const struct ck_rank *r = &w->ranks[i];
+		if (!r->joined)
+			continue;
+		if (first < 0)
+			first = i;
+		for (const char *s = r->nccl_env; *s;) {
+			size_t l = strcspn(s, "=;");
+			int k = 0;
+			while (k < nn && (strlen(names[k]) != l || strncmp(names[k], s, l)))
+				k++;
+			if (k == nn && nn < 32 && l < sizeof(names[0]))
+				snprintf(names[nn++], sizeof(names[0]), "%.*s", (int)l, s);
+			s += strcspn(s, ";");
+			s += *s == ';';
+		}
+	}
+	if (first < 0) {
+		ck_add(w, "env.nccl", CK_SKIP, "no task reported its variables");
+		return;
+	}
+	for (int k = 0; k < nn; k++) {
+		char v0[256], v[256];
+		int h0 = nccl_get(w->ranks[first].nccl_env, names[k], v0, sizeof(v0)), odd = -1, nodd = 0;
+		int is_off = 0;
+		for (size_t j = 0; j < sizeof(off) / sizeof(off[0]); j++)
+			is_off |= !strcmp(names[k], off[j]);
+		for (int i = first + 1; i < w->n; i++) {
+			const struct ck_rank *r = &w->ranks[i];
+			int h = r->joined && nccl_get(r->nccl_env, names[k], v, sizeof(v));
+			if (!r->joined || (h == h0 && (!h || !strcmp(v, v0))))
+				continue;
+			if (odd < 0)
+				odd = i;
+			nodd++;
+		}
+		if (odd >= 0 && is_off) {
+			/* said below, where it costs */
+		} else if (odd >= 0) {
+			int h = nccl_get(w->ranks[odd].nccl_env, names[k], v, sizeof(v));
+			say(&warn, "%s differs between tasks: %s%s%s on task %d (%s), %s%s%s on task %d (%s)%s",
+			    names[k], h0 ? "'" : "", h0 ? v0 : "unset", h0 ? "'" : "", first,
+			    w->ranks[first].host, h ? "'" : "", h ? v : "unset", h ? "'" : "", odd,
+			    w->ranks[odd].host, nodd > 1 ? " and others" : "");
+		} else if (h0 && so < sizeof(set)) {
+			so += (size_t)snprintf(set + so, sizeof(set) - so, "%s%s=%s", so ? " " : "", names[k], v0);
+		}
+	}
+	for (size_t k = 0; k < sizeof(off) / sizeof(off[0]); k++) {
+		int who = -1, many = 0;
+		char v[64] = "";
+		for (int i = 0; i < w->n; i++) {
+			const struct ck_rank *r = &w->ranks[i];
+			char x[64];
+			/* InfiniBand off where there is none is no loss */
+			if (!r->joined || !nccl_get(r->nccl_env, off[k], x, sizeof(x)) || !strcmp(x, "0") ||
+			    (k == 2 && !r->rdma[0]))
+				continue;
+			if (who < 0) {
+				who = i;
+				snprintf(v, sizeof(v), "%s", x);
+			} else {
+				many++;
+			}
+		}
+		if (who >= 0)
+			say(&warn, "%s=%s on task %d (%s)%s switches %s off: every collective takes a "
+			    "slower path (a debugging setting left in a profile or batch script?)", off[k], v,
+			    who, w->ranks[who].host, many ? " and others" : "",
+			    k == 0 ? "NVLink and PCIe peer-to-peer" : k == 1 ? "shared memory between a node's ranks" :
+			    "InfiniBand and RoCE");
+	}
+	if (warn.items)
+		ck_add(w, "env.nccl", CK_WARN, "%s", said(&warn));
+	else if (set[0])
+		ck_add(w, "env.nccl", CK_OK, "the same on every task: %s", set);
+	else
+		ck_add(w, "env.nccl", CK_OK, "no NCCL variable set (the per-node ones aside)");
+}
+
 void ck_eval_contract(struct ck_world *w, const struct nodes *nd)
 {
 	eval_join(w);
@@ -309,4 +424,5 @@ void ck_eval_contract(struct ck_world *w, const struct nodes *nd)
 	eval_local(w, nd);
 	eval_node_rank(w, nd);
 	eval_head(w, nd);
+	eval_nccl_env(w);
 }

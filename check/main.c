@@ -432,6 +432,7 @@ int main(int argc, char **argv)
 	ck_self_iface(&me);
 	ck_self_binding(&me);
 	ck_self_limits(&me);
+	ck_self_nccl_env(&me);
 
 	long port;
 	if (!ma || !*ma || !mp || parse_int(mp, 1, 65535, &port) < 0) {

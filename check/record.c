@@ -95,6 +95,7 @@ int ck_rank_encode(const struct ck_rank *r, char *buf, size_t len)
 	put(&o, "rdma", "%s", r->rdma);
 	put(&o, "memlock", "%lld", r->memlock);
 	put(&o, "nofile", "%lld", r->nofile);
+	put(&o, "nccl_env", "%s", r->nccl_env);
 	put(&o, "ifs_here", "%s", r->ifs_here);
 	put(&o, "head_local", "%d", r->head_local);
 	put(&o, "head_err", "%s", r->head_err);
@@ -153,6 +154,8 @@ static void rank_field(void *ctx, const char *k, const char *v)
 		r->memlock = atoll(v);
 	} else if (!strcmp(k, "nofile")) {
 		r->nofile = atoll(v);
+	} else if (!strcmp(k, "nccl_env")) {
+		STR(r->nccl_env, v);
 	} else if (!strcmp(k, "ifs_here")) {
 		STR(r->ifs_here, v);
 	} else if (!strcmp(k, "head_local")) {

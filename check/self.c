@@ -267,6 +267,45 @@ void ck_self_limits(struct self *me)
 		closedir(d);
 }
 
+/* NCCL's variables that name this node's own things, which differ from
+ * node to node by design: left out of the comparison. */
+static const char *const nccl_local[] = {
+	"NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE",
+	"NCCL_TOPO_FILE", "NCCL_TOPO_DUMP_FILE", "NCCL_GRAPH_DUMP_FILE", "NCCL_HOSTID", NULL,
+};
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+void ck_self_nccl_env(struct self *me)
+{
+	extern char **environ;
+	const char *v[64];
+	size_t n = 0, off = 0;
+	char *out = me->r.nccl_env;
+	size_t len = sizeof(me->r.nccl_env);
+
+	for (char **e = environ; e && *e && n < 64; e++) {
+		int local = 0;
+		if (strncmp(*e, "NCCL_", 5) != 0)
+			continue;
+		for (const char *const *k = nccl_local; *k && !local; k++)
+			local = !strncmp(*e, *k, strlen(*k)) && (*e)[strlen(*k)] == '=';
+		if (!local)
+			v[n++] = *e;
+	}
+	qsort(v, n, sizeof(v[0]), cmp_str);
+	out[0] = 0;
+	for (size_t i = 0; i < n; i++) {
+		size_t l = strlen(v[i]);
+		if (off + l + 2 > len)
+			break; /* what fits: the comparison is of what every rank sent */
+		off += (size_t)snprintf(out + off, len - off, "%s%s", off ? ";" : "", v[i]);
+	}
+}
+
 /* CLOCK_MONOTONIC seconds: the clock of every deadline. */
 double ck_mono(void)
 {

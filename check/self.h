@@ -30,6 +30,8 @@ void ck_self_binding(struct self *me);
 /* the node's RDMA devices (DDP_CHECK_INFINIBAND, else /sys/class/infiniband),
  * the task's locked-memory and open-files limits */
 void ck_self_limits(struct self *me);
+/* its NCCL_* variables that should agree across ranks (r->nccl_env) */
+void ck_self_nccl_env(struct self *me);
 
 /* CLOCK_MONOTONIC seconds: the clock of every deadline. */
 double ck_mono(void);

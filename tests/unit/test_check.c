@@ -230,7 +230,7 @@ static void test_healthy(void)
 	char why[256];
 
 	ck_eval_setup(w);
-	test_cond("a healthy step: 20 setup checks, all OK", w->nres == 20 && count_level(w, CK_OK) == 20);
+	test_cond("a healthy step: 21 setup checks, all OK", w->nres == 21 && count_level(w, CK_OK) == 21);
 	for (size_t i = 0; i < w->nres; i++)
 		if (w->res[i].level != CK_OK)
 			printf("#   %s %s: %s\n", LV[w->res[i].level], w->res[i].name, w->res[i].msg);
@@ -259,7 +259,7 @@ static void test_healthy(void)
 	test_err("the header", text, "# ddp-check " DDPENV_VERSION ": backend gloo, world size 6 on 3 nodes, head gpu01 (MASTER_ADDR=10.0.0.1 MASTER_PORT=29512)");
 	test_err("a placement line", text, "\n      5  gpu03      1005  ens17  10.0.0.3  -    2-3   0\n");
 	test_err("a bandwidth row", text, "\n          1024           256   float    sum     1000.00      0.00      0.00\n");
-	test_err("the count line", text, "\nddp-check: 23 checks OK, 0 WARN, 0 FAILED\n");
+	test_err("the count line", text, "\nddp-check: 24 checks OK, 0 WARN, 0 FAILED\n");
 
 	f = tmpfile();
 	snprintf(w->res[0].msg, sizeof(w->res[0].msg), "a \"quoted\"\\ message\t");
@@ -269,7 +269,7 @@ static void test_healthy(void)
 	text[n] = 0;
 	fclose(f);
 	test_err("JSON escapes quotes, backslashes and controls", text, "\"a \\\"quoted\\\"\\\\ message\\u0009\"");
-	test_err("JSON summary", text, "\"summary\": {\"ok\": 23, \"warn\": 0, \"fail\": 0, \"skip\": 0},\n  \"exit_code\": 0");
+	test_err("JSON summary", text, "\"summary\": {\"ok\": 24, \"warn\": 0, \"fail\": 0, \"skip\": 0},\n  \"exit_code\": 0");
 	test_err("JSON bandwidth", text, "{\"size\": 1024, \"count\": 256, \"type\": \"float\", \"redop\": \"sum\", \"time_us\": 1000.000");
 	test_err("JSON nodes", text, "\"nodes\": 3,\n  \"nodes_reported\": 3,\n");
 
@@ -510,6 +510,56 @@ static void test_memlock(void)
 	ck_eval_setup(w);
 	test_check("NCCL_NET=IB with 1 GiB and unlimited: OK, the least said", w, "net.memlock", CK_OK,
 		   "locked memory at least 1 GiB on the 2 tasks beside RDMA devices (mlx5_0)");
+	drop(w);
+}
+
+/* env.nccl: NCCL's variables that differ between tasks, or switch a
+ * transport off. */
+static void test_nccl_env(void)
+{
+	struct ck_world *w = world(3, 2);
+
+	ck_eval_setup(w);
+	test_check("under gloo: does not apply", w, "env.nccl", CK_OK, "gloo: NCCL's variables do not apply");
+	drop(w);
+
+	w = world(3, 2);
+	w->backend = "nccl";
+	for (int i = 0; i < 6; i++)
+		snprintf(w->ranks[i].nccl_env, sizeof(w->ranks[i].nccl_env), "NCCL_BUFFSIZE=8388608;NCCL_NVLS_ENABLE=0");
+	ck_eval_setup(w);
+	test_check("the same everywhere: OK, listed", w, "env.nccl", CK_OK,
+		   "the same on every task: NCCL_BUFFSIZE=8388608 NCCL_NVLS_ENABLE=0");
+	snprintf(w->ranks[3].nccl_env, sizeof(w->ranks[3].nccl_env),
+		 "NCCL_BUFFSIZE=8388608;NCCL_NVLS_ENABLE=0;NCCL_PROTO=LL");
+	snprintf(w->ranks[4].nccl_env, sizeof(w->ranks[4].nccl_env), "NCCL_BUFFSIZE=4194304;NCCL_NVLS_ENABLE=0");
+	snprintf(w->ranks[5].nccl_env, sizeof(w->ranks[5].nccl_env),
+		 "NCCL_BUFFSIZE=4194304;NCCL_NVLS_ENABLE=0;NCCL_P2P_DISABLE=1");
+	w->nres = 0;
+	ck_eval_setup(w);
+	test_check("a value that differs: the first task and the first that differs", w, "env.nccl", CK_WARN,
+		   "NCCL_BUFFSIZE differs between tasks: '8388608' on task 0 (gpu01), '4194304' on task 4 "
+		   "(gpu03) and others");
+	test_check("... set on some tasks only", w, "env.nccl", CK_WARN,
+		   "NCCL_PROTO differs between tasks: unset on task 0 (gpu01), 'LL' on task 3 (gpu02)");
+	test_check("... a transport switched off", w, "env.nccl", CK_WARN,
+		   "NCCL_P2P_DISABLE=1 on task 5 (gpu03) switches NVLink and PCIe peer-to-peer off");
+	test_cond("... the one that agrees is not named", !strstr(res(w, "env.nccl")->msg, "NVLS"));
+	drop(w);
+
+	/* InfiniBand off where a node has none costs nothing */
+	w = world(2, 1);
+	w->backend = "nccl";
+	for (int i = 0; i < 2; i++)
+		snprintf(w->ranks[i].nccl_env, sizeof(w->ranks[i].nccl_env), "NCCL_IB_DISABLE=1");
+	ck_eval_setup(w);
+	test_check("NCCL_IB_DISABLE=1 without RDMA devices: OK", w, "env.nccl", CK_OK,
+		   "the same on every task: NCCL_IB_DISABLE=1");
+	snprintf(w->ranks[1].rdma, sizeof(w->ranks[1].rdma), "mlx5_0");
+	w->nres = 0;
+	ck_eval_setup(w);
+	test_check("... beside RDMA devices: WARN", w, "env.nccl", CK_WARN,
+		   "NCCL_IB_DISABLE=1 on task 1 (gpu02) switches InfiniBand and RoCE off");
 	drop(w);
 }
 
@@ -1129,6 +1179,7 @@ int main(void)
 	test_network_faults();
 	test_memlock();
 	test_nofile();
+	test_nccl_env();
 	test_binding_faults();
 	test_nvidia();
 	test_gres();
