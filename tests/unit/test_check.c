@@ -454,6 +454,13 @@ static void test_network_faults(void)
 	drop(w);
 }
 
+/* The verdicts again, after a record changed. */
+static void reeval(struct ck_world *w)
+{
+	w->nres = 0;
+	ck_eval_setup(w);
+}
+
 /* net.memlock: NCCL beside RDMA devices, each task's locked-memory limit. */
 static void test_memlock(void)
 {
@@ -499,15 +506,13 @@ static void test_memlock(void)
 		snprintf(w->ranks[i].env[CK_NCCL_NET], DDPENV_VALLEN, "Socket");
 		w->ranks[i].have |= 1u << CK_NCCL_NET;
 	}
-	w->nres = 0;
-	ck_eval_setup(w);
+	reeval(w);
 	test_check("NCCL_NET=Socket: the same", w, "net.memlock", CK_OK, "NCCL_NET=Socket: NCCL leaves");
 	for (int i = 0; i < 2; i++) {
 		snprintf(w->ranks[i].env[CK_NCCL_NET], DDPENV_VALLEN, "IB");
 		w->ranks[i].memlock = i ? 1LL << 30 : -1;
 	}
-	w->nres = 0;
-	ck_eval_setup(w);
+	reeval(w);
 	test_check("NCCL_NET=IB with 1 GiB and unlimited: OK, the least said", w, "net.memlock", CK_OK,
 		   "locked memory at least 1 GiB on the 2 tasks beside RDMA devices (mlx5_0)");
 	drop(w);
@@ -535,8 +540,7 @@ static void test_nccl_env(void)
 	snprintf(w->ranks[4].nccl_env, sizeof(w->ranks[4].nccl_env), "NCCL_BUFFSIZE=4194304;NCCL_NVLS_ENABLE=0");
 	snprintf(w->ranks[5].nccl_env, sizeof(w->ranks[5].nccl_env),
 		 "NCCL_BUFFSIZE=4194304;NCCL_NVLS_ENABLE=0;NCCL_P2P_DISABLE=1");
-	w->nres = 0;
-	ck_eval_setup(w);
+	reeval(w);
 	test_check("a value that differs: the first task and the first that differs", w, "env.nccl", CK_WARN,
 		   "NCCL_BUFFSIZE differs between tasks: '8388608' on task 0 (gpu01), '4194304' on task 4 "
 		   "(gpu03) and others");
@@ -556,8 +560,7 @@ static void test_nccl_env(void)
 	test_check("NCCL_IB_DISABLE=1 without RDMA devices: OK", w, "env.nccl", CK_OK,
 		   "the same on every task: NCCL_IB_DISABLE=1");
 	snprintf(w->ranks[1].rdma, sizeof(w->ranks[1].rdma), "mlx5_0");
-	w->nres = 0;
-	ck_eval_setup(w);
+	reeval(w);
 	test_check("... beside RDMA devices: WARN", w, "env.nccl", CK_WARN,
 		   "NCCL_IB_DISABLE=1 on task 1 (gpu02) switches InfiniBand and RoCE off");
 	drop(w);
@@ -587,8 +590,7 @@ static void test_nofile(void)
 		   "on gpu03: 20 (task 4): gloo connects every rank to every other, 5 sockets a rank at "
 		   "world size 6, which leave no room for the mesh itself");
 	w->backend = "nccl";
-	w->nres = 0;
-	ck_eval_setup(w);
+	reeval(w);
 	test_check("under NCCL: no full mesh, the least limit said", w, "net.nofile", CK_OK,
 		   "nccl connects each rank to a few peers (its rings and trees), not to all; the least "
 		   "open-files limit 20");
