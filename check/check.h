@@ -20,6 +20,10 @@
 #define CK_HOST 64
 #define CK_MSG 1024
 #define CK_MAX_SIZES 64
+/* The rank record's format: 2 adds the interface's MTU, the limits, the
+ * RDMA devices, NCCL's variables and the full-size probe reply; a record
+ * without it (0) is an older ddp-check's, whose task lacks them. */
+#define CK_RECORD_PROTO 2
 
 enum ck_level { CK_OK, CK_WARN, CK_FAIL, CK_SKIP };
 
@@ -39,6 +43,8 @@ extern const char *const ck_env_names[CK_NENV];
 /* One rank, as it sees itself. */
 struct ck_rank {
 	int id;                          /* SLURM_PROCID (the check's own identity) */
+	int proto;                       /* its ddp-check's CK_RECORD_PROTO, 0 older */
+	char version[16];                /* its ddp-check's version */
 	int joined;                      /* its record reached rank 0 */
 	char host[CK_HOST];
 	long pid;

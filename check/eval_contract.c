@@ -26,7 +26,22 @@ static void eval_join(struct ck_world *w)
 	char at[DDPENV_VALLEN + 16];
 	/* an IPv6 address in brackets, so the port stays apart */
 	snprintf(at, sizeof(at), strchr(addr, ':') ? "[%s]:%s" : "%s:%s", addr, port);
-	if (!missing)
+	/* one ddp-check everywhere: an older one's record lacks what the
+	 * newer checks read (a node upgraded before the others) */
+	int other = -1;
+	for (int i = 0; r0 && i < w->n && other < 0; i++) {
+		const struct ck_rank *r = &w->ranks[i];
+		if (r->joined && (r->proto != r0->proto || strcmp(r->version, r0->version)))
+			other = i;
+	}
+	if (!missing && other >= 0)
+		ck_add(w, "rdzv.join", CK_WARN, "all %d tasks joined the rendezvous at %s, but run different "
+		       "ddp-check versions: %s (record format %d) on task %d (%s), %s (%d) on task %d (%s): "
+		       "install one version on every node; the checks an older one cannot answer are "
+		       "left out for its tasks", w->n, at, r0->version[0] ? r0->version : "older", r0->proto,
+		       r0->id, r0->host, w->ranks[other].version[0] ? w->ranks[other].version : "older",
+		       w->ranks[other].proto, other, w->ranks[other].host);
+	else if (!missing)
 		ck_add(w, "rdzv.join", CK_OK, "all %d tasks joined the rendezvous at %s", w->n, at);
 	else
 		ck_add(w, "rdzv.join", CK_FAIL,
@@ -336,7 +351,8 @@ static void eval_nccl_env(struct ck_world *w)
 	}
 	for (int i = 0; i < w->n; i++) {
 		const struct ck_rank *r = &w->ranks[i];
-		if (!r->joined)
+		/* an older ddp-check's record has no nccl_env */
+		if (!r->joined || r->proto < 2)
 			continue;
 		if (first < 0)
 			first = i;
@@ -352,7 +368,7 @@ static void eval_nccl_env(struct ck_world *w)
 		}
 	}
 	if (first < 0) {
-		ck_add(w, "env.nccl", CK_SKIP, "no task reported its variables");
+		ck_add(w, "env.nccl", CK_SKIP, "no task reported its variables (an older ddp-check?)");
 		return;
 	}
 	for (int k = 0; k < nn; k++) {
@@ -364,7 +380,7 @@ static void eval_nccl_env(struct ck_world *w)
 		for (int i = first + 1; i < w->n; i++) {
 			const struct ck_rank *r = &w->ranks[i];
 			int h = r->joined && nccl_get(r->nccl_env, names[k], v, sizeof(v));
-			if (!r->joined || (h == h0 && (!h || !strcmp(v, v0))))
+			if (!r->joined || r->proto < 2 || (h == h0 && (!h || !strcmp(v, v0))))
 				continue;
 			if (odd < 0)
 				odd = i;

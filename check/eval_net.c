@@ -173,13 +173,17 @@ static void eval_probe(struct ck_world *w, const struct nodes *nd)
 		for (size_t k = 0; k < pr->npeers; k++) {
 			const struct ck_peer *q = &pr->peers[k];
 			pairs++;
-			if (!q->ok && q->bulk_short) {
+			int there = -1;
+			for (int m = 0; m < nd->n && there < 0; m++)
+				if (!strcmp(nd->name[m], q->node))
+					there = nd->first[m];
+			if (!q->ok && q->bulk_short && there >= 0 && w->ranks[there].proto < 2) {
+				/* an older ddp-check there does not answer the request */
+				say(&warn, "%s greeted %s, whose older ddp-check does not send the full-size "
+				    "packet asked for: that path's MTU was not checked", nd->name[n], q->node);
+			} else if (!q->ok && q->bulk_short) {
 				/* the interfaces' MTUs at both ends (this prober's,
 				 * and the first task's of the node it asked) */
-				int there = -1;
-				for (int m = 0; m < nd->n && there < 0; m++)
-					if (!strcmp(nd->name[m], q->node))
-						there = nd->first[m];
 				say(&fail, "%s cannot reach %s at %s: %s; MTU %d on %s (%s), %d on %s (%s)",
 				    nd->name[n], q->node, q->addr, q->err, w->ranks[p].ifmtu, w->ranks[p].ifname,
 				    nd->name[n], there < 0 ? 0 : w->ranks[there].ifmtu,
@@ -293,7 +297,7 @@ static void eval_memlock(struct ck_world *w, const struct nodes *nd)
 		for (int i = 0; i < w->n; i++) {
 			const struct ck_rank *r = &w->ranks[i];
 			char why[64] = "";
-			if (nd->of[i] != n)
+			if (nd->of[i] != n || r->proto < 2)
 				continue;
 			if (!nccl_uses_rdma(r, why, sizeof(why))) {
 				if (why[0] && !off++)
@@ -358,7 +362,7 @@ static void eval_nofile(struct ck_world *w, const struct nodes *nd)
 
 	for (int i = 0; i < w->n; i++) {
 		const struct ck_rank *r = &w->ranks[i];
-		if (r->joined && r->nofile >= 0 && (low < 0 || r->nofile < low))
+		if (r->joined && r->proto >= 2 && r->nofile >= 0 && (low < 0 || r->nofile < low))
 			low = r->nofile;
 	}
 	if (strcmp(w->backend, "gloo") != 0) {
@@ -374,7 +378,7 @@ static void eval_nofile(struct ck_world *w, const struct nodes *nd)
 		int first = -1, more = 0;
 		for (int i = 0; i < w->n; i++) {
 			const struct ck_rank *r = &w->ranks[i];
-			if (nd->of[i] != n || r->nofile < 0 || r->nofile >= mesh + NOFILE_ROOM)
+			if (nd->of[i] != n || r->proto < 2 || r->nofile < 0 || r->nofile >= mesh + NOFILE_ROOM)
 				continue;
 			if (first < 0)
 				first = i;

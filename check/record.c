@@ -79,6 +79,8 @@ int ck_rank_encode(const struct ck_rank *r, char *buf, size_t len)
 
 	put(&o, "id", "%d", r->id);
 	put(&o, "host", "%s", r->host);
+	put(&o, "proto", "%d", r->proto);
+	put(&o, "version", "%s", r->version);
 	put(&o, "pid", "%ld", r->pid);
 	for (int k = 0; k < CK_NENV; k++)
 		if (r->have & (1u << k)) {
@@ -134,6 +136,10 @@ static void rank_field(void *ctx, const char *k, const char *v)
 		r->id = atoi(v);
 	} else if (!strcmp(k, "host")) {
 		STR(r->host, v);
+	} else if (!strcmp(k, "proto")) {
+		r->proto = atoi(v);
+	} else if (!strcmp(k, "version")) {
+		STR(r->version, v);
 	} else if (!strcmp(k, "pid")) {
 		r->pid = atol(v);
 	} else if (!strcmp(k, "ifvar")) {

@@ -37,6 +37,8 @@ static int list_count(const char *s)
 void ck_self_env(struct self *me)
 {
 	struct ck_rank *r = &me->r;
+	r->proto = CK_RECORD_PROTO;
+	snprintf(r->version, sizeof(r->version), "%s", DDPENV_VERSION);
 	for (int k = 0; k < CK_NENV; k++) {
 		const char *v = getenv(ck_env_names[k]);
 		/* The plugin's per-step variables, unless inherited from another step. */

@@ -23,6 +23,8 @@ static struct ck_world *world(int nodes, int per)
 	w->opts = (struct ck_opts){ .min_bytes = 8, .max_bytes = 1024, .step_factor = 2, .iters = 5,
 				    .warmup = 1, .max_skew_ms = 100, .probe_ms = 2000, .timeout_s = 60 };
 	for (int i = 0; i < n; i++) {
+		w->ranks[i].proto = CK_RECORD_PROTO;
+		snprintf(w->ranks[i].version, sizeof(w->ranks[i].version), "%s", DDPENV_VERSION);
 		struct ck_rank *r = &w->ranks[i];
 		int node = i / per, lr = i % per;
 		r->id = i;
@@ -180,6 +182,10 @@ static void test_records(void)
 	test_streq("a MIG device survives", back.mig, "MIG-4a1b2c3d-5e6f-5a7b-8c9d-0e1f2a3b4c5d");
 	test_streq("a newline in a value becomes a space", back.head_err, "line one line two");
 	test_cond("the interface's MTU survives", back.ifmtu == 9000);
+	test_cond("the record's format and version survive",
+		  back.proto == CK_RECORD_PROTO && !strcmp(back.version, DDPENV_VERSION));
+	test_cond("a record without a format is an older ddp-check's (0)",
+		  ck_rank_decode(&back, "id=1\nhost=h\n", 12) == 0 && back.proto == 0);
 	test_cond("a short buffer is an error, not a truncated record", ck_rank_encode(r, buf, 64) < 0);
 	test_cond("a record without id or host is refused", ck_rank_decode(&back, "pid=3\n", 6) < 0);
 
@@ -563,6 +569,36 @@ static void test_nccl_env(void)
 	reeval(w);
 	test_check("... beside RDMA devices: WARN", w, "env.nccl", CK_WARN,
 		   "NCCL_IB_DISABLE=1 on task 1 (gpu02) switches InfiniBand and RoCE off");
+	drop(w);
+}
+
+/* A node still on an older ddp-check (a rolling upgrade): its record has
+ * no format number, none of the newer fields, and its listener does not
+ * send the full-size packet.  Said once; its tasks left out of the
+ * checks that read those fields, not failed by them. */
+static void test_mixed_versions(void)
+{
+	struct ck_world *w = world(3, 2);
+
+	for (int i = 2; i < 4; i++) {
+		w->ranks[i].proto = 0;
+		w->ranks[i].version[0] = 0;
+		w->ranks[i].nofile = 0;
+		w->ranks[i].ifmtu = 0;
+	}
+	/* gpu01's prober asked gpu02 (an older listener) in vain */
+	w->probes[0].peers[0].ok = 0;
+	w->probes[0].peers[0].bulk_short = 1;
+	snprintf(w->probes[0].peers[0].err, sizeof(w->probes[0].peers[0].err), "greeted, but ...");
+	ck_eval_setup(w);
+	test_check("mixed versions: rdzv.join warns, naming both", w, "rdzv.join", CK_WARN,
+		   "all 6 tasks joined the rendezvous at 10.0.0.1:29512, but run different ddp-check "
+		   "versions: " DDPENV_VERSION " (record format 2) on task 0 (gpu01), older (0) on task 2 (gpu02)");
+	test_check("... an older listener's missing reply is no MTU failure", w, "net.probe", CK_WARN,
+		   "gpu01 greeted gpu02, whose older ddp-check does not send the full-size packet asked for");
+	test_check("... its tasks' missing limits fail nothing", w, "net.nofile", CK_OK, "at least 1024");
+	char why[256];
+	test_cond("... and the collectives run", ck_coll_safe(w, why, sizeof(why)));
 	drop(w);
 }
 
@@ -1182,6 +1218,7 @@ int main(void)
 	test_memlock();
 	test_nofile();
 	test_nccl_env();
+	test_mixed_versions();
 	test_binding_faults();
 	test_nvidia();
 	test_gres();
