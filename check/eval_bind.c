@@ -543,9 +543,50 @@ static void eval_gres(struct ck_world *w, const struct nodes *nd)
 		       "GPU numbers were not checked against PCI bus ids", DDPENV_NVIDIA_GPUS);
 }
 
+/* OpenMP's threads against the task's CPUs: more threads than CPUs take
+ * turns on them (every parallel region waits for its slowest thread), the
+ * classic CPU-training slowdown, often an OMP_NUM_THREADS from a profile
+ * (the plugin sets it to the task's cores unless the user set it). */
+static void eval_threads(struct ck_world *w)
+{
+	struct msg warn = { 0 };
+	hwloc_bitmap_t c = hwloc_bitmap_alloc();
+	int set = 0, most = 0;
+
+	for (int i = 0; c && i < w->n; i++) {
+		const struct ck_rank *r = &w->ranks[i];
+		char *end;
+		if (!has(r, CK_OMP))
+			continue;
+		set++;
+		/* "8" or a nested "8,2": the outer level's count */
+		long t = strtol(r->env[CK_OMP], &end, 10);
+		if (end == r->env[CK_OMP] || (*end && *end != ',') || t < 1) {
+			say(&warn, "task %d (%s): OMP_NUM_THREADS='%.32s': expected a positive number", i, r->host,
+			    r->env[CK_OMP]);
+			continue;
+		}
+		int n = bm(c, r->cpus) ? hwloc_bitmap_weight(c) : 0;
+		if (n > 0 && t > n)
+			say(&warn, "task %d (%s): OMP_NUM_THREADS=%ld on %d CPU%s (%s): its threads take turns "
+			    "on them", i, r->host, t, n, n == 1 ? "" : "s", r->cpus);
+		else if (t > most)
+			most = (int)t;
+	}
+	hwloc_bitmap_free(c);
+	if (warn.items)
+		ck_add(w, "bind.threads", CK_WARN, "%s (an OMP_NUM_THREADS from a profile or batch script? "
+		       "unset, srun --ddp sets it to each task's cores)", said(&warn));
+	else if (set)
+		ck_add(w, "bind.threads", CK_OK, "OMP_NUM_THREADS within each task's CPUs (at most %d)", most);
+	else
+		ck_add(w, "bind.threads", CK_OK, "OMP_NUM_THREADS unset: OpenMP takes each task's CPUs");
+}
+
 void ck_eval_bind(struct ck_world *w, const struct nodes *nd)
 {
 	eval_cpus(w, nd);
+	eval_threads(w);
 	eval_locality(w);
 	eval_gpus(w, nd);
 	eval_visible(w);

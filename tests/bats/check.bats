@@ -47,13 +47,13 @@ teardown() {
  +262144 +65536 +float +sum +[0-9.]+ +[0-9.]+ +[0-9.]+
 "
 	for c in rdzv.join env.present env.rank env.world_size env.master env.local_rank env.node_rank \
-		env.head env.nccl net.iface net.kind net.probe net.memlock net.nofile clock.skew bind.cpus bind.locality bind.gpus bind.gres \
+		env.head env.nccl net.iface net.kind net.probe net.memlock net.nofile clock.skew bind.cpus bind.threads bind.locality bind.gpus bind.gres \
 		bind.visible coll.backend coll.allreduce coll.busbw time.first_collective; do
 		assert_line --regexp "^OK +$c +"
 	done
 	assert_line --regexp "^OK +net.probe +every node reached every other \(6 connections"
 	assert_line --regexp "^OK +coll.allreduce +gloo all-reduce of crafted inputs exact on all 6 tasks"
-	assert_line "ddp-check: 24 checks OK, 0 WARN, 0 FAILED"
+	assert_line "ddp-check: 25 checks OK, 0 WARN, 0 FAILED"
 }
 
 @test "--json writes the same report as one JSON object" {
@@ -71,9 +71,9 @@ assert r["bandwidth"] and r["bandwidth"][-1]["size"] == 262144, r["bandwidth"]
 b = r["bandwidth"][-1]
 assert abs(b["busbw"] - b["algbw"] * 2 * 2 / 3) < 1e-3, b
 names = [c["name"] for c in r["checks"]]
-assert len(names) == 24 and "env.nccl" in names and "net.memlock" in names and "net.nofile" in names and "net.probe" in names and "bind.gres" in names and "clock.skew" in names, names
+assert len(names) == 25 and "bind.threads" in names and "env.nccl" in names and "net.memlock" in names and "net.nofile" in names and "net.probe" in names and "bind.gres" in names and "clock.skew" in names, names
 assert all(c["level"] == "OK" for c in r["checks"]), r["checks"]
-assert r["summary"] == {"ok": 24, "warn": 0, "fail": 0, "skip": 0} and r["exit_code"] == 0
+assert r["summary"] == {"ok": 25, "warn": 0, "fail": 0, "skip": 0} and r["exit_code"] == 0
 print("json ok")' "$output"
 	assert_success
 	assert_output "json ok"
@@ -203,7 +203,7 @@ time.sleep(60)' &
 	echo "$output"
 	assert_success
 	assert_line --regexp "^WARN +bind.cpus +node1: 2 tasks are not bound, each may run on all of CPUs 0-1"
-	assert_line --regexp "^ddp-check: 23 checks OK, 1 WARN, 0 FAILED$"
+	assert_line --regexp "^ddp-check: 24 checks OK, 1 WARN, 0 FAILED$"
 }
 
 @test "GPU binding (fake GPUs, the nodes' topology): bus ids, locality, one task per GPU, strict narrows visibility" {
@@ -349,7 +349,7 @@ fake_nvidia() {
 	echo "$output"
 	assert_success
 	assert_line --regexp "^WARN +net.nofile +the open-files limit \(ulimit -n\) on node2: 100 \(task 2 and others\): gloo connects every rank to every other, 5 sockets a rank at world size 6, which leave little room for the program's own files \(at least 261 wanted\); .*PropagateResourceLimitsExcept=NOFILE"
-	assert_line --regexp "^ddp-check: 23 checks OK, 1 WARN, 0 FAILED$"
+	assert_line --regexp "^ddp-check: 24 checks OK, 1 WARN, 0 FAILED$"
 }
 
 @test "env.nccl under NCCL: a variable that differs between tasks and a transport switched off are warnings naming the tasks" {
@@ -362,6 +362,14 @@ fake_nvidia() {
 	run crun env NCCL_BUFFSIZE=8388608 srun -N2 --gres=gpu:1 --ddp=nccl bash -c \
 		"export NCCL_DEBUG=\$SLURM_NODEID; exec $CHECK ${ARGS[*]}"
 	assert_line --regexp "^OK +env.nccl +the same on every task: NCCL_BUFFSIZE=8388608$"
+}
+
+@test "bind.threads: an OMP_NUM_THREADS above a task's CPUs is a warning naming the task and its CPUs" {
+	run crun srun -N1 -n2 --ddp=gloo bash -c \
+		"[ \$SLURM_PROCID = 1 ] && export OMP_NUM_THREADS=4; exec $CHECK ${ARGS[*]}"
+	echo "$output"
+	assert_success
+	assert_line --regexp "^WARN +bind.threads +task 1 \(node1\): OMP_NUM_THREADS=4 on 1 CPU \([0-9]+\): its threads take turns on them \(an OMP_NUM_THREADS from a profile or batch script\? unset, srun --ddp sets it to each task's cores\)$"
 }
 
 @test "usage errors and running outside a step exit 2" {

@@ -79,7 +79,7 @@ page_lacks() {
 	done
 	# and every check name the program prints
 	for opt in rdzv.join env.present env.rank env.world_size env.master env.local_rank \
-		env.node_rank env.head env.nccl net.iface net.kind net.probe net.memlock net.nofile clock.skew bind.cpus \
+		env.node_rank env.head env.nccl net.iface net.kind net.probe net.memlock net.nofile clock.skew bind.cpus bind.threads \
 		bind.locality bind.gpus bind.visible coll.backend coll.allreduce coll.busbw \
 		time.first_collective; do
 		grep -qF -- "$opt" <<<"$text" || { echo "ddp-check(1) lacks $opt"; return 1; }

@@ -236,7 +236,7 @@ static void test_healthy(void)
 	char why[256];
 
 	ck_eval_setup(w);
-	test_cond("a healthy step: 21 setup checks, all OK", w->nres == 21 && count_level(w, CK_OK) == 21);
+	test_cond("a healthy step: 22 setup checks, all OK", w->nres == 22 && count_level(w, CK_OK) == 22);
 	for (size_t i = 0; i < w->nres; i++)
 		if (w->res[i].level != CK_OK)
 			printf("#   %s %s: %s\n", LV[w->res[i].level], w->res[i].name, w->res[i].msg);
@@ -265,7 +265,7 @@ static void test_healthy(void)
 	test_err("the header", text, "# ddp-check " DDPENV_VERSION ": backend gloo, world size 6 on 3 nodes, head gpu01 (MASTER_ADDR=10.0.0.1 MASTER_PORT=29512)");
 	test_err("a placement line", text, "\n      5  gpu03      1005  ens17  10.0.0.3  -    2-3   0\n");
 	test_err("a bandwidth row", text, "\n          1024           256   float    sum     1000.00      0.00      0.00\n");
-	test_err("the count line", text, "\nddp-check: 24 checks OK, 0 WARN, 0 FAILED\n");
+	test_err("the count line", text, "\nddp-check: 25 checks OK, 0 WARN, 0 FAILED\n");
 
 	f = tmpfile();
 	snprintf(w->res[0].msg, sizeof(w->res[0].msg), "a \"quoted\"\\ message\t");
@@ -275,7 +275,7 @@ static void test_healthy(void)
 	text[n] = 0;
 	fclose(f);
 	test_err("JSON escapes quotes, backslashes and controls", text, "\"a \\\"quoted\\\"\\\\ message\\u0009\"");
-	test_err("JSON summary", text, "\"summary\": {\"ok\": 24, \"warn\": 0, \"fail\": 0, \"skip\": 0},\n  \"exit_code\": 0");
+	test_err("JSON summary", text, "\"summary\": {\"ok\": 25, \"warn\": 0, \"fail\": 0, \"skip\": 0},\n  \"exit_code\": 0");
 	test_err("JSON bandwidth", text, "{\"size\": 1024, \"count\": 256, \"type\": \"float\", \"redop\": \"sum\", \"time_us\": 1000.000");
 	test_err("JSON nodes", text, "\"nodes\": 3,\n  \"nodes_reported\": 3,\n");
 
@@ -599,6 +599,32 @@ static void test_mixed_versions(void)
 	test_check("... its tasks' missing limits fail nothing", w, "net.nofile", CK_OK, "at least 1024");
 	char why[256];
 	test_cond("... and the collectives run", ck_coll_safe(w, why, sizeof(why)));
+	drop(w);
+}
+
+/* bind.threads: OpenMP's threads against each task's CPUs (2 a task here). */
+static void test_threads(void)
+{
+	struct ck_world *w = world(2, 2);
+
+	ck_eval_setup(w);
+	test_check("unset: OpenMP takes the task's CPUs", w, "bind.threads", CK_OK, "OMP_NUM_THREADS unset");
+	for (int i = 0; i < 4; i++) {
+		snprintf(w->ranks[i].env[CK_OMP], DDPENV_VALLEN, i == 3 ? "8,2" : i == 2 ? "two" : "2");
+		w->ranks[i].have |= 1u << CK_OMP;
+	}
+	reeval(w);
+	test_check("more threads than CPUs (a nested list's outer count): WARN naming the task", w,
+		   "bind.threads", CK_WARN, "task 3 (gpu02): OMP_NUM_THREADS=8 on 2 CPUs (2-3): its threads "
+		   "take turns on them");
+	test_check("... a value that is no number", w, "bind.threads", CK_WARN,
+		   "task 2 (gpu02): OMP_NUM_THREADS='two': expected a positive number");
+	test_cond("... the tasks within their CPUs are not named", !strstr(res(w, "bind.threads")->msg, "task 0"));
+	snprintf(w->ranks[2].env[CK_OMP], DDPENV_VALLEN, "1");
+	snprintf(w->ranks[3].env[CK_OMP], DDPENV_VALLEN, "2");
+	reeval(w);
+	test_check("within every task's CPUs: OK", w, "bind.threads", CK_OK,
+		   "OMP_NUM_THREADS within each task's CPUs (at most 2)");
 	drop(w);
 }
 
@@ -1219,6 +1245,7 @@ int main(void)
 	test_nofile();
 	test_nccl_env();
 	test_mixed_versions();
+	test_threads();
 	test_binding_faults();
 	test_nvidia();
 	test_gres();
