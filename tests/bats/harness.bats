@@ -90,4 +90,33 @@ teardown() {
 	run "$CLUSTER" stop
 	assert_success
 	[ -e /run/netns/ddpt-ctl ]
+	# run, node and status with no cluster of this folder's refuse, naming
+	# the folder, instead of reaching the other's controller with this
+	# folder's stale slurm.conf
+	run "$CLUSTER" run sinfo
+	assert_failure
+	assert_output "cluster: no cluster started in run folder $CLUSTER_DIR (start one with: $CLUSTER start)"
+	run "$CLUSTER" node 1 true
+	assert_failure
+	assert_output --partial "no cluster started in run folder $CLUSTER_DIR"
+	run "$CLUSTER" status
+	assert_success
+	assert_output "no cluster started in run folder $CLUSTER_DIR"
+	[ -e /run/netns/ddpt-ctl ]
+}
+
+@test "cluster.sh node: a node number it lacks, or no command, is refused naming what it expected" {
+	cluster_start 1
+	run "$CLUSTER" node 2 true
+	assert_failure
+	assert_output --regexp "^cluster: node 2: no namespace ddpt[0-9]*-n2 \(nodes: 1\)$"
+	run "$CLUSTER" node x true
+	assert_failure
+	assert_output "cluster: node: expected a node number and a command, got 'x true'"
+	run "$CLUSTER" node 1
+	assert_failure
+	assert_output --partial "node: expected a node number and a command"
+	run "$CLUSTER" node 1 ip -o link show enp1s0
+	assert_success
+	assert_output --partial "enp1s0"
 }

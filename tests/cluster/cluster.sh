@@ -428,14 +428,34 @@ cmd_stop() {
 	log "stopped"
 }
 
+# ours: a cluster this run folder started (<run>/net, kept until stop) or
+# the one DDP_CLUSTER_NS names.  Without either, the default prefix's
+# namespaces are another checkout's: run and node would reach its controller
+# with this folder's stale slurm.conf and munge key.
+need_cluster() {
+	[ -n "${DDP_CLUSTER_NS:-}" ] || [ -s "$RUN/net" ] ||
+		die "no cluster started in run folder $RUN (start one with: $0 start)"
+	[ -e "/run/netns/$NS-ctl" ] ||
+		die "namespace $NS-ctl of run folder $RUN is gone (killed?): $0 stop, then $0 start"
+}
+
 case "${1:-}" in
 start) shift; cmd_start "$@" ;;
 stop) cmd_stop ;;
 status)
-	ip netns list | grep -E "^$NS-" || echo "no namespaces"
-	[ -e "/run/netns/$NS-ctl" ] && crun sinfo -N || true ;;
-run) shift; crun "$@" ;;
-node) shift; i=$1; shift; SLURM_CONF="$RUN/etc/slurm.conf" nsexec "$NS-n$i" "$@" ;;
+	if [ -z "${DDP_CLUSTER_NS:-}" ] && [ ! -s "$RUN/net" ]; then
+		echo "no cluster started in run folder $RUN"
+	else
+		ip netns list | grep -E "^$NS-" || echo "no namespaces"
+		[ -e "/run/netns/$NS-ctl" ] && crun sinfo -N || true
+	fi ;;
+run) shift; need_cluster; crun "$@" ;;
+node)
+	shift
+	[ "$#" -ge 2 ] && [[ "$1" =~ ^[0-9]+$ ]] || die "node: expected a node number and a command, got '$*'"
+	i=$1; shift; need_cluster
+	[ -e "/run/netns/$NS-n$i" ] || die "node $i: no namespace $NS-n$i (nodes: $(cat "$RUN/nodes" 2>/dev/null || echo '?'))"
+	SLURM_CONF="$RUN/etc/slurm.conf" nsexec "$NS-n$i" "$@" ;;
 env)
 	echo "DDP_CLUSTER_DIR=$RUN"; echo "DDP_CLUSTER_NET=$NET"; echo "DDP_CLUSTER_NS=$NS"
 	[ -z "$IPV6" ] || echo "DDP_CLUSTER_NET6=$NET6"
