@@ -21,9 +21,10 @@
 #define CK_MSG 1024
 #define CK_MAX_SIZES 64
 /* The rank record's format: 2 adds the interface's MTU, the limits, the
- * RDMA devices, NCCL's variables and the full-size probe reply; a record
- * without it (0) is an older ddp-check's, whose task lacks them. */
-#define CK_RECORD_PROTO 2
+ * RDMA devices, NCCL's variables and the full-size probe reply; 3 the
+ * shared-memory folder and logind's RemoveIPC; a record without it (0) is
+ * an older ddp-check's, whose task lacks them. */
+#define CK_RECORD_PROTO 3
 
 enum ck_level { CK_OK, CK_WARN, CK_FAIL, CK_SKIP };
 
@@ -63,6 +64,20 @@ struct ck_rank {
 	char rdma[128];
 	long long memlock;
 	long long nofile;                /* RLIMIT_NOFILE's soft limit; -1 unlimited */
+	/* The shared-memory folder NCCL keeps its segments in (/dev/shm):
+	 * its size and the room left (bytes; -1 unknown, size
+	 * 0 no limit), "" or why a task could not make a segment there, and
+	 * the NCCL segments it holds (any job's, or left by a crashed one). */
+	char shm_path[64];
+	long long shm_size, shm_free;
+	char shm_err[160];
+	int shm_nccl;
+	long long shm_nccl_bytes;
+	/* logind's RemoveIPC (1 yes, 0 no, -1 not known: shm_ipc_err says
+	 * why) and the task's user, whose IPC it removes unless a system one. */
+	int removeipc;
+	char removeipc_err[160];
+	long uid;
 	/* Its NCCL_* variables but the per-node ones (ck_nccl_env), sorted,
 	 * "NAME=value;..." ("" none). */
 	char nccl_env[1024];

@@ -76,8 +76,8 @@ void ck_eval_setup(struct ck_world *w)
 
 int ck_coll_safe(const struct ck_world *w, char *why, size_t len)
 {
-	static const char *const needed[] = { "rdzv.join", "net.iface", "net.probe", "bind.gpus",
-					      "coll.backend" };
+	static const char *const needed[] = { "rdzv.join", "net.iface", "net.probe", "net.shm",
+					      "bind.gpus", "coll.backend" };
 
 	for (size_t i = 0; i < w->nres; i++)
 		for (size_t k = 0; k < sizeof(needed) / sizeof(needed[0]); k++)

@@ -412,6 +412,127 @@ static void eval_nofile(struct ck_world *w, const struct nodes *nd)
 		       "%lld socket%s a rank and the program's own files", low, mesh, mesh == 1 ? "" : "s");
 }
 
+/* A size as people read it: "23.5 GiB", "512 MiB", "64 KiB". */
+static void human(long long b, char *out, size_t len)
+{
+	if (b >= 1LL << 30)
+		snprintf(out, len, "%.1f GiB", (double)b / (1LL << 30));
+	else if (b >= 1LL << 20)
+		snprintf(out, len, "%lld MiB", b >> 20);
+	else
+		snprintf(out, len, "%lld KiB", b >> 10);
+}
+
+/* NCCL's troubleshooting guide asks containers for 1 GiB of /dev/shm
+ * (--shm-size=1g): the segments between a node's ranks (about 9 MiB each a
+ * channel and peer) and its proxy's state live there. */
+#define SHM_MIN (1LL << 30)
+/* systemd's SYSTEM_UID_MAX: RemoveIPC spares the users up to it. */
+#define SYSTEM_UID_MAX 999
+
+/* NCCL makes shared-memory segments at start-up and a rank that cannot
+ * fails ("Error while creating shared memory segment"); logind's RemoveIPC
+ * deletes a user's segments when their last login session on the node
+ * ends, under a running job ("unlink shared memory ... failed"). */
+static void eval_shm(struct ck_world *w, const struct nodes *nd)
+{
+	struct msg fail = { 0 }, low = { 0 };
+	char least_s[32] = "", unknown[200] = "", spared[96] = "", ipc[160] = "";
+	long long least = -1;
+	int measured = 0, nipc = 0;
+	size_t ioff = 0;
+	long ipc_uid = -1;
+
+	if (strcmp(w->backend, "nccl") != 0) {
+		ck_add(w, "net.shm", CK_OK, "%s keeps nothing in shared memory (/dev/shm)", w->backend);
+		return;
+	}
+	for (int n = 0; n < nd->n; n++) {
+		int bad = -1, worst = -1, removes = -1, nbad = 0;
+		for (int i = 0; i < w->n; i++) {
+			const struct ck_rank *r = &w->ranks[i];
+			if (nd->of[i] != n || r->proto < 3 || !r->shm_path[0])
+				continue;
+			measured++;
+			if (r->shm_err[0]) {
+				nbad++;
+				if (bad < 0)
+					bad = i;
+			} else if (r->shm_size > 0) {
+				if (least < 0 || r->shm_free < least)
+					least = r->shm_free;
+				if (worst < 0 || r->shm_free < w->ranks[worst].shm_free)
+					worst = i;
+			}
+			if (r->removeipc == 1 && r->uid > SYSTEM_UID_MAX && removes < 0)
+				removes = i;
+			else if (r->removeipc == 1 && !spared[0])
+				snprintf(spared, sizeof(spared), "RemoveIPC=yes spares the tasks' user (uid %ld, a "
+					 "system user)", r->uid);
+			else if (r->removeipc < 0 && !unknown[0])
+				snprintf(unknown, sizeof(unknown), "logind's RemoveIPC not known (%s: %.150s)",
+					 nd->name[n], r->removeipc_err);
+		}
+		if (bad >= 0) {
+			say(&fail, "%s: %s (task %d%s)", nd->name[n], w->ranks[bad].shm_err, bad,
+			    nbad > 1 ? " and others" : "");
+		} else if (worst >= 0 && w->ranks[worst].shm_free < SHM_MIN) {
+			const struct ck_rank *r = &w->ranks[worst];
+			char f[32], sz[32], seg[96] = "";
+			human(r->shm_free, f, sizeof(f));
+			human(r->shm_size, sz, sizeof(sz));
+			if (r->shm_nccl) {
+				char b[32];
+				human(r->shm_nccl_bytes, b, sizeof(b));
+				snprintf(seg, sizeof(seg), ", %d NCCL segment%s there (%s: running jobs', or a "
+					 "crashed one's)", r->shm_nccl, r->shm_nccl == 1 ? "" : "s", b);
+			}
+			say(&low, "%s: %s free of %s in %s (task %d)%s", nd->name[n], f, sz, r->shm_path,
+			    worst, seg);
+		}
+		if (removes >= 0) {
+			if (ipc_uid < 0)
+				ipc_uid = w->ranks[removes].uid;
+			/* the first four nodes by name */
+			if (nipc++ < 4)
+				ioff += (size_t)snprintf(ipc + ioff, ioff < sizeof(ipc) ? sizeof(ipc) - ioff : 0,
+							 "%s%s", ioff ? ", " : "", nd->name[n]);
+		}
+	}
+	if (!measured) {
+		ck_add(w, "net.shm", CK_SKIP, "no task reported its shared memory (an older ddp-check?)");
+		return;
+	}
+	if (fail.items) {
+		ck_add(w, "net.shm", CK_FAIL, "%s: NCCL makes its shared-memory segments there at start-up "
+		       "and fails without them (Error while creating shared memory segment); a container "
+		       "needs a writable /dev/shm of 1 GiB or more (docker --shm-size=1g; Kubernetes: an "
+		       "emptyDir of medium Memory)", said(&fail));
+		return;
+	}
+	if (low.items || nipc) {
+		char a[CK_MSG] = "", b[CK_MSG] = "";
+		if (low.items)
+			snprintf(a, sizeof(a), "%s: NCCL's ranks on a node fail to start when their segments do "
+				 "not fit (failed to extend /dev/shm/nccl-...); NCCL asks containers for 1 GiB "
+				 "(--shm-size=1g)", said(&low));
+		if (nipc)
+			snprintf(b, sizeof(b), "logind's RemoveIPC=yes on %s%s removes the shared memory of a "
+				 "user (uid %ld here) when their last login session on the node ends: an ssh to a "
+				 "job's node and out again deletes NCCL's segments under the running job (unlink "
+				 "shared memory failed); RemoveIPC=no in /etc/systemd/logind.conf", ipc,
+				 nipc > 4 ? " and others" : "", ipc_uid);
+		ck_add(w, "net.shm", CK_WARN, "%s%s%s", a, a[0] && b[0] ? "; " : "", b);
+		return;
+	}
+	if (least >= 0)
+		human(least, least_s, sizeof(least_s));
+	ck_add(w, "net.shm", CK_OK, "a 4 MiB segment made in shared memory on every task, %s%s%s; %s",
+	       least >= 0 ? "at least " : "", least >= 0 ? least_s : "no size limit",
+	       least >= 0 ? " free" : "", unknown[0] ? unknown : spared[0] ? spared :
+	       "logind keeps users' shared memory (RemoveIPC=no)");
+}
+
 void ck_eval_net(struct ck_world *w, const struct nodes *nd)
 {
 	eval_iface(w, nd);
@@ -419,5 +540,6 @@ void ck_eval_net(struct ck_world *w, const struct nodes *nd)
 	eval_probe(w, nd);
 	eval_memlock(w, nd);
 	eval_nofile(w, nd);
+	eval_shm(w, nd);
 	eval_clock(w, nd);
 }

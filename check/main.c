@@ -433,6 +433,14 @@ int main(int argc, char **argv)
 	ck_self_binding(&me);
 	ck_self_limits(&me);
 	ck_self_nccl_env(&me);
+	/* only NCCL keeps segments there (a bounded query of logind, a 4 MiB
+	 * file made and removed) */
+	if (!strcmp(backend, "nccl")) {
+		ck_self_shm(&me);
+	} else {
+		me.r.shm_size = me.r.shm_free = -1;
+		me.r.removeipc = -1;
+	}
 
 	long port;
 	if (!ma || !*ma || !mp || parse_int(mp, 1, 65535, &port) < 0) {

@@ -97,6 +97,15 @@ int ck_rank_encode(const struct ck_rank *r, char *buf, size_t len)
 	put(&o, "rdma", "%s", r->rdma);
 	put(&o, "memlock", "%lld", r->memlock);
 	put(&o, "nofile", "%lld", r->nofile);
+	put(&o, "shm_path", "%s", r->shm_path);
+	put(&o, "shm_size", "%lld", r->shm_size);
+	put(&o, "shm_free", "%lld", r->shm_free);
+	put(&o, "shm_err", "%s", r->shm_err);
+	put(&o, "shm_nccl", "%d", r->shm_nccl);
+	put(&o, "shm_nccl_bytes", "%lld", r->shm_nccl_bytes);
+	put(&o, "removeipc", "%d", r->removeipc);
+	put(&o, "removeipc_err", "%s", r->removeipc_err);
+	put(&o, "uid", "%ld", r->uid);
 	put(&o, "nccl_env", "%s", r->nccl_env);
 	put(&o, "ifs_here", "%s", r->ifs_here);
 	put(&o, "head_local", "%d", r->head_local);
@@ -160,6 +169,24 @@ static void rank_field(void *ctx, const char *k, const char *v)
 		r->memlock = atoll(v);
 	} else if (!strcmp(k, "nofile")) {
 		r->nofile = atoll(v);
+	} else if (!strcmp(k, "shm_path")) {
+		STR(r->shm_path, v);
+	} else if (!strcmp(k, "shm_size")) {
+		r->shm_size = atoll(v);
+	} else if (!strcmp(k, "shm_free")) {
+		r->shm_free = atoll(v);
+	} else if (!strcmp(k, "shm_err")) {
+		STR(r->shm_err, v);
+	} else if (!strcmp(k, "shm_nccl")) {
+		r->shm_nccl = atoi(v);
+	} else if (!strcmp(k, "shm_nccl_bytes")) {
+		r->shm_nccl_bytes = atoll(v);
+	} else if (!strcmp(k, "removeipc")) {
+		r->removeipc = atoi(v);
+	} else if (!strcmp(k, "removeipc_err")) {
+		STR(r->removeipc_err, v);
+	} else if (!strcmp(k, "uid")) {
+		r->uid = atol(v);
 	} else if (!strcmp(k, "nccl_env")) {
 		STR(r->nccl_env, v);
 	} else if (!strcmp(k, "ifs_here")) {
@@ -214,6 +241,8 @@ int ck_rank_decode(struct ck_rank *r, const char *buf, size_t len)
 	r->head_local = -1;
 	r->gpu_numa = -1;
 	r->visible = -1;
+	r->shm_size = r->shm_free = -1;
+	r->removeipc = -1;
 	each_line(buf, len, rank_field, r);
 	return r->id >= 0 && r->host[0] ? 0 : -1;
 }

@@ -190,6 +190,19 @@ void ck_report_json(const struct ck_world *w, FILE *out)
 				fprintf(out, ", \"nofile\": null");
 			else
 				fprintf(out, ", \"nofile\": %lld", r->nofile);
+			if (r->shm_path[0]) {
+				fprintf(out, ", \"shm\": {\"path\": ");
+				js(out, r->shm_path);
+				/* bytes; null unknown, size 0 no limit */
+				if (r->shm_size < 0)
+					fprintf(out, ", \"size\": null, \"free\": null");
+				else
+					fprintf(out, ", \"size\": %lld, \"free\": %lld", r->shm_size, r->shm_free);
+				fprintf(out, ", \"nccl_segments\": %d, \"error\": ", r->shm_nccl);
+				js(out, r->shm_err);
+				fprintf(out, ", \"removeipc\": %s, \"uid\": %ld}",
+					r->removeipc < 0 ? "null" : r->removeipc ? "true" : "false", r->uid);
+			}
 			if (r->rdma[0]) {
 				fprintf(out, ", \"rdma\": ");
 				js(out, r->rdma);

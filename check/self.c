@@ -1,5 +1,9 @@
 /* What a ddp-check task finds out about itself (self.h). */
 #include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <net/if.h>
 #include <net/if_arp.h>
 #include <sched.h>
@@ -9,10 +13,13 @@
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <hwloc.h>
+#include <systemd/sd-bus.h>
 
 #include "self.h"
 
@@ -265,6 +272,105 @@ void ck_self_limits(struct self *me)
 	}
 	if (off >= sizeof(r->rdma))
 		snprintf(r->rdma + sizeof(r->rdma) - 5, 5, ",...");
+	if (d)
+		closedir(d);
+}
+
+/* NCCL's smallest shared-memory segment (a 4 MiB buffer and its header:
+ * "failed to extend /dev/shm/nccl-XXXXXX to 4194660 bytes" in NCCL's
+ * troubleshooting guide). */
+#define SHM_PROBE_BYTES (4 << 20)
+
+/* logind's RemoveIPC, asked of logind itself over the system bus (what the
+ * running daemon uses, whatever its files say).  libsystemd is loaded at
+ * run time: a node or container without it still runs ddp-check. */
+static int logind_removeipc(int *val, char *err, size_t len)
+{
+	static void *h;
+	__typeof__(sd_bus_open_system) *open_system;
+	__typeof__(sd_bus_set_method_call_timeout) *set_timeout;
+	__typeof__(sd_bus_get_property_trivial) *get;
+	__typeof__(sd_bus_error_free) *error_free;
+	__typeof__(sd_bus_flush_close_unref) *close_unref;
+
+	if (!h)
+		h = dlopen("libsystemd.so.0", RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		snprintf(err, len, "libsystemd.so.0 not found (%s)", dlerror());
+		return -1;
+	}
+	*(void **)&open_system = dlsym(h, "sd_bus_open_system");
+	*(void **)&set_timeout = dlsym(h, "sd_bus_set_method_call_timeout");
+	*(void **)&get = dlsym(h, "sd_bus_get_property_trivial");
+	*(void **)&error_free = dlsym(h, "sd_bus_error_free");
+	*(void **)&close_unref = dlsym(h, "sd_bus_flush_close_unref");
+	if (!open_system || !set_timeout || !get || !error_free || !close_unref) {
+		snprintf(err, len, "libsystemd.so.0 lacks sd-bus (systemd before 240)");
+		return -1;
+	}
+	sd_bus *bus = NULL;
+	sd_bus_error e = SD_BUS_ERROR_NULL;
+	int b = 0, rc = open_system(&bus);
+	if (rc < 0) {
+		snprintf(err, len, "no system bus (%s)", strerror(-rc));
+		return -1;
+	}
+	/* bounded: a task never waits long on a busy or wedged daemon */
+	set_timeout(bus, 2 * 1000 * 1000);
+	rc = get(bus, "org.freedesktop.login1", "/org/freedesktop/login1", "org.freedesktop.login1.Manager",
+		 "RemoveIPC", &e, 'b', &b);
+	if (rc < 0)
+		snprintf(err, len, "logind did not answer on the system bus (%s)",
+			 e.message ? e.message : strerror(-rc));
+	else
+		*val = !!b;
+	error_free(&e);
+	close_unref(bus);
+	return rc < 0 ? -1 : 0;
+}
+
+void ck_self_shm(struct self *me)
+{
+	struct ck_rank *r = &me->r;
+	const char *dir = "/dev/shm";   /* where NCCL (shm_open) makes them */
+	struct statvfs sv;
+	char path[PATH_MAX];
+
+	snprintf(r->shm_path, sizeof(r->shm_path), "%s", dir);
+	r->shm_size = r->shm_free = -1;
+	r->uid = (long)getuid();
+	r->removeipc = -1;
+	if (logind_removeipc(&r->removeipc, r->removeipc_err, sizeof(r->removeipc_err)) < 0)
+		r->removeipc = -1;
+	if (statvfs(dir, &sv) < 0) {
+		snprintf(r->shm_err, sizeof(r->shm_err), "%s: %s", dir, strerror(errno));
+		return;
+	}
+	/* a tmpfs mounted without a size has no block count */
+	r->shm_size = sv.f_blocks ? (long long)sv.f_blocks * (long long)sv.f_frsize : 0;
+	r->shm_free = sv.f_blocks ? (long long)sv.f_bavail * (long long)sv.f_frsize : 0;
+	/* A segment as NCCL makes one (shm_open is an open(2) there, then
+	 * the file is extended): made, reserved and removed. */
+	snprintf(path, sizeof(path), "%s/ddp-check-XXXXXX", dir);
+	int fd = mkstemp(path);
+	if (fd < 0) {
+		snprintf(r->shm_err, sizeof(r->shm_err), "cannot create a file in %s: %s", dir, strerror(errno));
+	} else {
+		int rc = posix_fallocate(fd, 0, SHM_PROBE_BYTES);
+		if (rc != 0)
+			snprintf(r->shm_err, sizeof(r->shm_err), "cannot reserve 4 MiB (NCCL's smallest segment) "
+				 "in %s: %s", dir, strerror(rc));
+		close(fd);
+		unlink(path);
+	}
+	DIR *d = opendir(dir);
+	for (struct dirent *e; d && (e = readdir(d));) {
+		struct stat st;
+		if (strncmp(e->d_name, "nccl-", 5) != 0 || fstatat(dirfd(d), e->d_name, &st, 0) < 0)
+			continue;
+		r->shm_nccl++;
+		r->shm_nccl_bytes += (long long)st.st_blocks * 512;
+	}
 	if (d)
 		closedir(d);
 }

@@ -30,6 +30,10 @@ void ck_self_binding(struct self *me);
 /* the node's RDMA devices (DDP_CHECK_INFINIBAND, else /sys/class/infiniband),
  * the task's locked-memory and open-files limits */
 void ck_self_limits(struct self *me);
+/* the shared-memory folder (/dev/shm): its room, a
+ * segment made there as NCCL makes one, the NCCL segments in it; logind's
+ * RemoveIPC over the system bus */
+void ck_self_shm(struct self *me);
 /* its NCCL_* variables that should agree across ranks (r->nccl_env) */
 void ck_self_nccl_env(struct self *me);
 

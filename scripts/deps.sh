@@ -12,6 +12,7 @@ clang clang-tools libclang-rt-14-dev valgrind shellcheck
 libgloo-dev libdnnl-dev libopenblas-dev
 bats bats-assert bats-support man-db groff-base
 dpkg-dev debhelper lintian fakeroot
+libsystemd-dev dbus-daemon python3-dbus python3-gi
 python3-torch python3-numpy dataset-fashion-mnist"
 
 if [ "${1:-}" = "--print" ]; then

@@ -29,6 +29,33 @@ teardown() {
 	"$CLUSTER" node 2 ip link set enp2s0 mtu 1500 2>/dev/null || true
 	"$CLUSTER" node 3 ip link set enp3s0 mtu 1500 2>/dev/null || true
 	if [ -n "${SQUATTER:-}" ]; then kill "$SQUATTER" 2>/dev/null || true; fi
+	stop_logind
+}
+
+# A stand-in for logind on a private system bus (tests/tools/fake_logind.py)
+# answering RemoveIPC=$1; its address in BUS for the tasks' environment.
+# The folder is reachable by any user: the tasks may run as nobody.
+start_logind() {
+	LOGIND_DIR=$(mktemp -d /tmp/ddp-logind.XXXXXX)
+	chmod 755 "$LOGIND_DIR"
+	/usr/bin/python3 "$REPO/tests/tools/fake_logind.py" "$LOGIND_DIR" "$1" >"$LOGIND_DIR/out" 2>&1 &
+	LOGIND=$!
+	for _ in $(seq 50); do
+		grep -q '^ready ' "$LOGIND_DIR/out" && break
+		sleep 0.1
+	done
+	cat "$LOGIND_DIR/out"
+	BUS=$(sed -n 's/^ready //p' "$LOGIND_DIR/out")
+	[ -n "$BUS" ]
+}
+
+stop_logind() {
+	if [ -n "${LOGIND:-}" ]; then
+		kill "$LOGIND" 2>/dev/null || true
+		wait "$LOGIND" 2>/dev/null || true
+		LOGIND=
+	fi
+	if [ -n "${LOGIND_DIR:-}" ]; then rm -rf "$LOGIND_DIR"; LOGIND_DIR=; fi
 }
 
 @test "a healthy 3-node step: every check OK, placement lines in rank order, the bandwidth table" {
@@ -47,13 +74,13 @@ teardown() {
  +262144 +65536 +float +sum +[0-9.]+ +[0-9.]+ +[0-9.]+
 "
 	for c in rdzv.join env.present env.rank env.world_size env.master env.local_rank env.node_rank \
-		env.head env.nccl net.iface net.kind net.probe net.memlock net.nofile clock.skew bind.cpus bind.threads bind.locality bind.gpus bind.gres \
+		env.head env.nccl net.iface net.kind net.probe net.memlock net.nofile net.shm clock.skew bind.cpus bind.threads bind.locality bind.gpus bind.gres \
 		bind.visible coll.backend coll.allreduce coll.busbw time.first_collective; do
 		assert_line --regexp "^OK +$c +"
 	done
 	assert_line --regexp "^OK +net.probe +every node reached every other \(6 connections"
 	assert_line --regexp "^OK +coll.allreduce +gloo all-reduce of crafted inputs exact on all 6 tasks"
-	assert_line "ddp-check: 25 checks OK, 0 WARN, 0 FAILED"
+	assert_line "ddp-check: 26 checks OK, 0 WARN, 0 FAILED"
 }
 
 @test "--json writes the same report as one JSON object" {
@@ -71,9 +98,9 @@ assert r["bandwidth"] and r["bandwidth"][-1]["size"] == 262144, r["bandwidth"]
 b = r["bandwidth"][-1]
 assert abs(b["busbw"] - b["algbw"] * 2 * 2 / 3) < 1e-3, b
 names = [c["name"] for c in r["checks"]]
-assert len(names) == 25 and "bind.threads" in names and "env.nccl" in names and "net.memlock" in names and "net.nofile" in names and "net.probe" in names and "bind.gres" in names and "clock.skew" in names, names
+assert len(names) == 26 and "net.shm" in names and "bind.threads" in names and "env.nccl" in names and "net.memlock" in names and "net.nofile" in names and "net.probe" in names and "bind.gres" in names and "clock.skew" in names, names
 assert all(c["level"] == "OK" for c in r["checks"]), r["checks"]
-assert r["summary"] == {"ok": 25, "warn": 0, "fail": 0, "skip": 0} and r["exit_code"] == 0
+assert r["summary"] == {"ok": 26, "warn": 0, "fail": 0, "skip": 0} and r["exit_code"] == 0
 print("json ok")' "$output"
 	assert_success
 	assert_output "json ok"
@@ -203,7 +230,7 @@ time.sleep(60)' &
 	echo "$output"
 	assert_success
 	assert_line --regexp "^WARN +bind.cpus +node1: 2 tasks are not bound, each may run on all of CPUs 0-1"
-	assert_line --regexp "^ddp-check: 24 checks OK, 1 WARN, 0 FAILED$"
+	assert_line --regexp "^ddp-check: 25 checks OK, 1 WARN, 0 FAILED$"
 }
 
 @test "GPU binding (fake GPUs, the nodes' topology): bus ids, locality, one task per GPU, strict narrows visibility" {
@@ -349,7 +376,64 @@ fake_nvidia() {
 	echo "$output"
 	assert_success
 	assert_line --regexp "^WARN +net.nofile +the open-files limit \(ulimit -n\) on node2: 100 \(task 2 and others\): gloo connects every rank to every other, 5 sockets a rank at world size 6, which leave little room for the program's own files \(at least 261 wanted\); .*PropagateResourceLimitsExcept=NOFILE"
-	assert_line --regexp "^ddp-check: 24 checks OK, 1 WARN, 0 FAILED$"
+	assert_line --regexp "^ddp-check: 25 checks OK, 1 WARN, 0 FAILED$"
+}
+
+@test "net.shm under NCCL: a container's small /dev/shm is a warning, a read-only one a failure, each naming the node" {
+	# node2's task in a mount namespace of its own with a container's
+	# /dev/shm: docker's default 64 MiB, an NCCL segment and 30 MiB of
+	# other files already in it
+	local shm="mount -t tmpfs -o size=64m tmpfs /dev/shm && fallocate -l 9637888 /dev/shm/nccl-Ab12Cd && fallocate -l 30m /dev/shm/other"
+	run crun srun -N2 --gres=gpu:1 --ddp=nccl bash -c \
+		"[ \$SLURM_NODEID = 1 ] || exec $CHECK ${ARGS[*]}; exec unshare -m sh -c '$shm && exec $CHECK ${ARGS[*]}'"
+	echo "$output"
+	assert_failure 1 # coll.backend: no GPU, no NCCL here
+	assert_line --regexp "^WARN +net.shm +node2: 2[0-9] MiB free of 64 MiB in /dev/shm \(task 1\), 1 NCCL segment there \(9 MiB: running jobs', or a crashed one's\): NCCL's ranks on a node fail to start when their segments do not fit \(failed to extend /dev/shm/nccl-...\); NCCL asks containers for 1 GiB \(--shm-size=1g\)$"
+	# the task's own 4 MiB segment was removed again
+	refute_output --partial "ddp-check-"
+	# read-only: no segment can be made
+	run crun srun -N2 --gres=gpu:1 --ddp=nccl bash -c \
+		"[ \$SLURM_NODEID = 1 ] || exec $CHECK ${ARGS[*]}; exec unshare -m sh -c 'mount -t tmpfs -o size=64m,ro tmpfs /dev/shm && exec $CHECK ${ARGS[*]}'"
+	echo "$output"
+	assert_failure 1
+	assert_line --regexp "^FAIL +net.shm +node2: cannot create a file in /dev/shm: Read-only file system \(task 1\): NCCL makes its shared-memory segments there at start-up and fails without them .*docker --shm-size=1g; Kubernetes: an emptyDir of medium Memory\)$"
+	# a full one: the file is made, its 4 MiB are not there
+	run crun srun -N1 --gres=gpu:1 --ddp=nccl unshare -m sh -c \
+		"mount -t tmpfs -o size=6m tmpfs /dev/shm && fallocate -l 4m /dev/shm/other && exec $CHECK ${ARGS[*]}"
+	echo "$output"
+	assert_line --regexp "^FAIL +net.shm +node1: cannot reserve 4 MiB \(NCCL's smallest segment\) in /dev/shm: No space left on device \(task 0\)"
+	# this machine's own /dev/shm; no system bus here, so logind's
+	# RemoveIPC is not known (and said so)
+	run crun srun -N2 --gres=gpu:1 --ddp=nccl "$CHECK" "${ARGS[@]}"
+	assert_line --regexp "^OK +net.shm +a 4 MiB segment made in shared memory on every task, (at least [0-9.]+ [GM]iB free|no size limit); "
+	# gloo keeps nothing there
+	run crun srun -N2 --ddp=gloo unshare -m sh -c "mount -t tmpfs -o size=64m,ro tmpfs /dev/shm && exec $CHECK ${ARGS[*]}"
+	assert_success
+	assert_line --regexp "^OK +net.shm +gloo keeps nothing in shared memory \(/dev/shm\)$"
+}
+
+@test "net.shm under NCCL: logind's RemoveIPC, asked over the system bus, is a warning for a user's tasks and not for root's" {
+	start_logind yes
+	# the tasks drop to nobody (uid 65534), as a user's would run
+	run crun env DBUS_SYSTEM_BUS_ADDRESS="$BUS" srun -N2 --gres=gpu:1 --ddp=nccl \
+		setpriv --reuid=65534 --regid=65534 --clear-groups "$CHECK" "${ARGS[@]}"
+	echo "$output"
+	assert_failure 1 # coll.backend: no GPU, no NCCL here
+	assert_line "WARN  net.shm                logind's RemoveIPC=yes on node1, node2 removes the shared memory of a user (uid 65534 here) when their last login session on the node ends: an ssh to a job's node and out again deletes NCCL's segments under the running job (unlink shared memory failed); RemoveIPC=no in /etc/systemd/logind.conf"
+	# root's tasks: a system user's IPC stays
+	run crun env DBUS_SYSTEM_BUS_ADDRESS="$BUS" srun -N2 --gres=gpu:1 --ddp=nccl "$CHECK" "${ARGS[@]}"
+	assert_line --regexp "^OK +net.shm +.*; RemoveIPC=yes spares the tasks' user \(uid 0, a system user\)$"
+	stop_logind
+	start_logind no
+	run crun env DBUS_SYSTEM_BUS_ADDRESS="$BUS" srun -N2 --gres=gpu:1 --ddp=nccl \
+		setpriv --reuid=65534 --regid=65534 --clear-groups "$CHECK" "${ARGS[@]}"
+	echo "$output"
+	assert_line --regexp "^OK +net.shm +.*; logind keeps users' shared memory \(RemoveIPC=no\)$"
+	# a bus with no logind on it: not known, said so, within the bound
+	stop_logind
+	LOGIND_DIR=$(mktemp -d /tmp/ddp-logind.XXXXXX)
+	run crun env DBUS_SYSTEM_BUS_ADDRESS="unix:path=$LOGIND_DIR/none" srun -N1 --gres=gpu:1 --ddp=nccl "$CHECK" "${ARGS[@]}"
+	assert_line --regexp "^OK +net.shm +.*; logind's RemoveIPC not known \(node1: no system bus \(No such file or directory\)\)$"
 }
 
 @test "env.nccl under NCCL: a variable that differs between tasks and a transport switched off are warnings naming the tasks" {

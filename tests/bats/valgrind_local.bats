@@ -106,7 +106,30 @@ check_vg() {
 	assert_equal "$status" 1
 	assert_line --regexp '^# ddp-check [0-9.]+: backend nccl, world size 1 on 1 node'
 	assert_line --regexp '^FAIL +coll\.backend +task 0 \([^)]+\): .+'
+	# its 4 MiB segment in /dev/shm made and removed; logind asked on a
+	# system bus that is not there
+	assert_line --regexp "^OK +net\.shm +a 4 MiB segment made in shared memory on every task, .*; logind's RemoveIPC not known \([^:]+: no system bus"
 	assert_clean 0
+	# and asked of a stand-in logind on a private bus (libsystemd's sd-bus,
+	# loaded at run time, under valgrind too)
+	local d
+	d=$(mktemp -d /tmp/ddp-logind.XXXXXX)
+	/usr/bin/python3 "$REPO/tests/tools/fake_logind.py" "$d" yes >"$d/out" 2>&1 &
+	local pid=$!
+	for _ in $(seq 50); do grep -q '^ready ' "$d/out" && break; sleep 0.1; done
+	port=$(free_port)
+	run --separate-stderr check_vg 0 1 "$port" 1 NCCL_SOCKET_IFNAME=lo DDP_BACKEND=nccl \
+		DBUS_SYSTEM_BUS_ADDRESS="unix:path=$d/bus" -- -e 1K --timeout=10
+	kill "$pid"
+	wait "$pid" || true
+	rm -rf "$d"
+	assert_equal "$status" 1
+	if [ "$(id -u)" -gt 999 ]; then
+		assert_line --regexp "^WARN +net\.shm +logind's RemoveIPC=yes on "
+	else
+		assert_line --regexp "^OK +net\.shm +.*; RemoveIPC=yes spares the tasks' user \(uid $(id -u), a system user\)$"
+	fi
+	assert_clean 1
 }
 
 @test "valgrind: ddp-check's failing rendezvous: task 0 alone names the missing task, task 1 alone its unreachable head" {

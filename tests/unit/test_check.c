@@ -59,6 +59,13 @@ static struct ck_world *world(int nodes, int per)
 		snprintf(r->ifkind, sizeof(r->ifkind), "ethernet");
 		r->nofile = 1024;   /* Debian's soft limit */
 		r->memlock = 8LL << 20;
+		/* a bare-metal node's /dev/shm (half of 64 GiB), logind's
+		 * RemoveIPC=no (Debian's slurmd nodes set it), a user's task */
+		snprintf(r->shm_path, sizeof(r->shm_path), "/dev/shm");
+		r->shm_size = 32LL << 30;
+		r->shm_free = (30LL << 30) + (node << 28);
+		r->removeipc = 0;
+		r->uid = 1000;
 		r->head_local = node == 0;
 		/* per tasks on 2*per CPUs: task lr gets CPUs 2lr, 2lr+1 */
 		snprintf(r->cpus, sizeof(r->cpus), "%d-%d", 2 * lr, 2 * lr + 1);
@@ -182,10 +189,15 @@ static void test_records(void)
 	test_streq("a MIG device survives", back.mig, "MIG-4a1b2c3d-5e6f-5a7b-8c9d-0e1f2a3b4c5d");
 	test_streq("a newline in a value becomes a space", back.head_err, "line one line two");
 	test_cond("the interface's MTU survives", back.ifmtu == 9000);
+	test_cond("shared memory and RemoveIPC survive", !strcmp(back.shm_path, "/dev/shm") &&
+		  back.shm_size == 32LL << 30 && back.shm_free == r->shm_free && back.removeipc == 0 &&
+		  back.uid == 1000);
 	test_cond("the record's format and version survive",
 		  back.proto == CK_RECORD_PROTO && !strcmp(back.version, DDPENV_VERSION));
 	test_cond("a record without a format is an older ddp-check's (0)",
 		  ck_rank_decode(&back, "id=1\nhost=h\n", 12) == 0 && back.proto == 0);
+	test_cond("... whose RemoveIPC and shared memory are unknown, not 'no' and 0",
+		  back.removeipc == -1 && back.shm_size == -1 && !back.shm_path[0]);
 	test_cond("a short buffer is an error, not a truncated record", ck_rank_encode(r, buf, 64) < 0);
 	test_cond("a record without id or host is refused", ck_rank_decode(&back, "pid=3\n", 6) < 0);
 
@@ -236,7 +248,7 @@ static void test_healthy(void)
 	char why[256];
 
 	ck_eval_setup(w);
-	test_cond("a healthy step: 22 setup checks, all OK", w->nres == 22 && count_level(w, CK_OK) == 22);
+	test_cond("a healthy step: 23 setup checks, all OK", w->nres == 23 && count_level(w, CK_OK) == 23);
 	for (size_t i = 0; i < w->nres; i++)
 		if (w->res[i].level != CK_OK)
 			printf("#   %s %s: %s\n", LV[w->res[i].level], w->res[i].name, w->res[i].msg);
@@ -265,7 +277,7 @@ static void test_healthy(void)
 	test_err("the header", text, "# ddp-check " DDPENV_VERSION ": backend gloo, world size 6 on 3 nodes, head gpu01 (MASTER_ADDR=10.0.0.1 MASTER_PORT=29512)");
 	test_err("a placement line", text, "\n      5  gpu03      1005  ens17  10.0.0.3  -    2-3   0\n");
 	test_err("a bandwidth row", text, "\n          1024           256   float    sum     1000.00      0.00      0.00\n");
-	test_err("the count line", text, "\nddp-check: 25 checks OK, 0 WARN, 0 FAILED\n");
+	test_err("the count line", text, "\nddp-check: 26 checks OK, 0 WARN, 0 FAILED\n");
 
 	f = tmpfile();
 	snprintf(w->res[0].msg, sizeof(w->res[0].msg), "a \"quoted\"\\ message\t");
@@ -275,7 +287,7 @@ static void test_healthy(void)
 	text[n] = 0;
 	fclose(f);
 	test_err("JSON escapes quotes, backslashes and controls", text, "\"a \\\"quoted\\\"\\\\ message\\u0009\"");
-	test_err("JSON summary", text, "\"summary\": {\"ok\": 25, \"warn\": 0, \"fail\": 0, \"skip\": 0},\n  \"exit_code\": 0");
+	test_err("JSON summary", text, "\"summary\": {\"ok\": 26, \"warn\": 0, \"fail\": 0, \"skip\": 0},\n  \"exit_code\": 0");
 	test_err("JSON bandwidth", text, "{\"size\": 1024, \"count\": 256, \"type\": \"float\", \"redop\": \"sum\", \"time_us\": 1000.000");
 	test_err("JSON nodes", text, "\"nodes\": 3,\n  \"nodes_reported\": 3,\n");
 
@@ -593,12 +605,103 @@ static void test_mixed_versions(void)
 	ck_eval_setup(w);
 	test_check("mixed versions: rdzv.join warns, naming both", w, "rdzv.join", CK_WARN,
 		   "all 6 tasks joined the rendezvous at 10.0.0.1:29512, but run different ddp-check "
-		   "versions: " DDPENV_VERSION " (record format 2) on task 0 (gpu01), older (0) on task 2 (gpu02)");
+		   "versions: " DDPENV_VERSION " (record format 3) on task 0 (gpu01), older (0) on task 2 (gpu02)");
 	test_check("... an older listener's missing reply is no MTU failure", w, "net.probe", CK_WARN,
 		   "gpu01 greeted gpu02, whose older ddp-check does not send the full-size packet asked for");
 	test_check("... its tasks' missing limits fail nothing", w, "net.nofile", CK_OK, "at least 1024");
 	char why[256];
 	test_cond("... and the collectives run", ck_coll_safe(w, why, sizeof(why)));
+	drop(w);
+}
+
+/* net.shm: NCCL's segments in /dev/shm, and logind's RemoveIPC deleting
+ * them under a running job. */
+static void test_shm(void)
+{
+	struct ck_world *w = world(3, 2);
+
+	ck_eval_setup(w);
+	test_check("gloo: nothing in shared memory", w, "net.shm", CK_OK, "gloo keeps nothing in shared memory");
+	w->backend = "nccl";
+	reeval(w);
+	test_check("NCCL, room and RemoveIPC=no: OK, the least free said", w, "net.shm", CK_OK,
+		   "a 4 MiB segment made in shared memory on every task, at least 30.0 GiB free; logind "
+		   "keeps users' shared memory (RemoveIPC=no)");
+	/* a container's 64 MiB (docker's default), mostly taken */
+	for (int i = 2; i < 4; i++) {
+		w->ranks[i].shm_size = 64LL << 20;
+		w->ranks[i].shm_free = i == 3 ? 20LL << 20 : 30LL << 20;
+		w->ranks[i].shm_nccl = 4;
+		w->ranks[i].shm_nccl_bytes = 4 * 9637888LL;
+	}
+	reeval(w);
+	test_check("64 MiB: WARN naming the node, its worst task, the segments there and NCCL's advice", w,
+		   "net.shm", CK_WARN, "gpu02: 20 MiB free of 64 MiB in /dev/shm (task 3), 4 NCCL segments "
+		   "there (36 MiB: running jobs', or a crashed one's): NCCL's ranks on a node fail to start "
+		   "when their segments do not fit (failed to extend /dev/shm/nccl-...); NCCL asks containers "
+		   "for 1 GiB (--shm-size=1g)");
+	test_cond("... the healthy nodes not named", !strstr(res(w, "net.shm")->msg, "gpu01") &&
+		  !strstr(res(w, "net.shm")->msg, "gpu03"));
+	char why[256];
+	test_cond("... a warning: the collectives run", ck_coll_safe(w, why, sizeof(why)));
+	/* a read-only /dev/shm, and one too full for a single segment */
+	snprintf(w->ranks[4].shm_err, sizeof(w->ranks[4].shm_err),
+		 "cannot create a file in /dev/shm: Read-only file system");
+	snprintf(w->ranks[5].shm_err, sizeof(w->ranks[5].shm_err),
+		 "cannot create a file in /dev/shm: Read-only file system");
+	reeval(w);
+	test_check("no segment can be made: FAIL naming node, error and task", w, "net.shm", CK_FAIL,
+		   "gpu03: cannot create a file in /dev/shm: Read-only file system (task 4 and others): NCCL "
+		   "makes its shared-memory segments there at start-up and fails without them");
+	test_check("... and how a container gets one", w, "net.shm", CK_FAIL, "docker --shm-size=1g");
+	test_cond("... and the collectives are not run", !ck_coll_safe(w, why, sizeof(why)) &&
+		  strstr(why, "net.shm failed"));
+	drop(w);
+
+	/* logind's RemoveIPC=yes (systemd's default) on one node */
+	w = world(2, 2);
+	w->backend = "nccl";
+	w->ranks[2].removeipc = w->ranks[3].removeipc = 1;
+	ck_eval_setup(w);
+	test_check("RemoveIPC=yes for a user's tasks: WARN naming the node, the user and the fix", w,
+		   "net.shm", CK_WARN, "logind's RemoveIPC=yes on gpu02 removes the shared memory of a user "
+		   "(uid 1000 here) when their last login session on the node ends: an ssh to a job's node "
+		   "and out again deletes NCCL's segments under the running job (unlink shared memory "
+		   "failed); RemoveIPC=no in /etc/systemd/logind.conf");
+	drop(w);
+	w = world(6, 1);
+	w->backend = "nccl";
+	for (int i = 0; i < 6; i++)
+		w->ranks[i].removeipc = 1;
+	ck_eval_setup(w);
+	test_check("... on many nodes: the first four named", w, "net.shm", CK_WARN,
+		   "logind's RemoveIPC=yes on gpu01, gpu02, gpu03, gpu04 and others removes");
+	drop(w);
+	w = world(2, 2);
+	w->backend = "nccl";
+	for (int i = 0; i < 4; i++) {
+		w->ranks[i].removeipc = 1;
+		w->ranks[i].uid = 0;
+	}
+	ck_eval_setup(w);
+	test_check("... a system user's (root's) tasks are spared: OK, said", w, "net.shm", CK_OK,
+		   "RemoveIPC=yes spares the tasks' user (uid 0, a system user)");
+	/* no logind to ask, a tmpfs without a size */
+	for (int i = 0; i < 4; i++) {
+		w->ranks[i].removeipc = -1;
+		snprintf(w->ranks[i].removeipc_err, sizeof(w->ranks[i].removeipc_err),
+			 "no system bus (No such file or directory)");
+		w->ranks[i].shm_size = w->ranks[i].shm_free = 0;
+	}
+	reeval(w);
+	test_check("no system bus, no size limit: OK, both said", w, "net.shm", CK_OK,
+		   "on every task, no size limit; logind's RemoveIPC not known (gpu01: no system bus (No such "
+		   "file or directory))");
+	/* an older ddp-check's tasks report nothing */
+	for (int i = 0; i < 4; i++)
+		w->ranks[i].proto = 2;
+	reeval(w);
+	test_check("older records only: skipped", w, "net.shm", CK_SKIP, "no task reported its shared memory");
 	drop(w);
 }
 
@@ -1243,6 +1346,7 @@ int main(void)
 	test_network_faults();
 	test_memlock();
 	test_nofile();
+	test_shm();
 	test_nccl_env();
 	test_mixed_versions();
 	test_threads();
