@@ -12,6 +12,10 @@
 
 load helpers
 
+# each test minutes of one core at most; make check runs this file beside
+# the cluster's tests, which share the cores (tests/run.sh)
+BATS_TEST_TIMEOUT=300
+
 CNN="$REPO/build/bin/cnn_train"
 EMU="$REPO/build/tests/cuemu/cnn_train_cuda_emu.so"
 # 64 images, 8 steps an epoch, batch 8: a few seconds a run on cuemu
