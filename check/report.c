@@ -156,6 +156,15 @@ static void js(FILE *out, const char *s)
 	fputc('"', out);
 }
 
+/* ", "KEY": N", null where N is negative (unlimited or unknown) */
+static void json_num(FILE *out, const char *key, long long v)
+{
+	if (v < 0)
+		fprintf(out, ", \"%s\": null", key);
+	else
+		fprintf(out, ", \"%s\": %lld", key, v);
+}
+
 void ck_report_json(const struct ck_world *w, FILE *out)
 {
 	const struct ck_rank *r0 = first_joined(w);
@@ -186,18 +195,13 @@ void ck_report_json(const struct ck_world *w, FILE *out)
 			js(out, r->ifaddr);
 			if (r->ifmtu > 0)
 				fprintf(out, ", \"mtu\": %d", r->ifmtu);
-			if (r->nofile < 0)
-				fprintf(out, ", \"nofile\": null");
-			else
-				fprintf(out, ", \"nofile\": %lld", r->nofile);
+			json_num(out, "nofile", r->nofile);
 			if (r->shm_path[0]) {
 				fprintf(out, ", \"shm\": {\"path\": ");
 				js(out, r->shm_path);
 				/* bytes; null unknown, size 0 no limit */
-				if (r->shm_size < 0)
-					fprintf(out, ", \"size\": null, \"free\": null");
-				else
-					fprintf(out, ", \"size\": %lld, \"free\": %lld", r->shm_size, r->shm_free);
+				json_num(out, "size", r->shm_size);
+				json_num(out, "free", r->shm_size < 0 ? -1 : r->shm_free);
 				fprintf(out, ", \"nccl_segments\": %d, \"error\": ", r->shm_nccl);
 				js(out, r->shm_err);
 				fprintf(out, ", \"removeipc\": %s, \"uid\": %ld}",
@@ -206,10 +210,7 @@ void ck_report_json(const struct ck_world *w, FILE *out)
 			if (r->rdma[0]) {
 				fprintf(out, ", \"rdma\": ");
 				js(out, r->rdma);
-				if (r->memlock < 0)
-					fprintf(out, ", \"memlock\": null");
-				else
-					fprintf(out, ", \"memlock\": %lld", r->memlock);
+				json_num(out, "memlock", r->memlock);
 			}
 			fprintf(out, ", \"gpu\": ");
 			js(out, r->gpu);

@@ -290,6 +290,9 @@ static void test_healthy(void)
 	test_err("JSON summary", text, "\"summary\": {\"ok\": 26, \"warn\": 0, \"fail\": 0, \"skip\": 0},\n  \"exit_code\": 0");
 	test_err("JSON bandwidth", text, "{\"size\": 1024, \"count\": 256, \"type\": \"float\", \"redop\": \"sum\", \"time_us\": 1000.000");
 	test_err("JSON nodes", text, "\"nodes\": 3,\n  \"nodes_reported\": 3,\n");
+	test_err("JSON shared memory and RemoveIPC", text, "\"nofile\": 1024, \"shm\": {\"path\": \"/dev/shm\", "
+		 "\"size\": 34359738368, \"free\": 32212254720, \"nccl_segments\": 0, \"error\": \"\", "
+		 "\"removeipc\": false, \"uid\": 1000}");
 
 	/* task 0 alone reports (it could not host the rendezvous): the step's
 	 * nodes from Slurm, and how many reported */
