@@ -350,9 +350,15 @@ void ck_self_shm(struct self *me)
 	r->shm_size = sv.f_blocks ? (long long)sv.f_blocks * (long long)sv.f_frsize : 0;
 	r->shm_free = sv.f_blocks ? (long long)sv.f_bavail * (long long)sv.f_frsize : 0;
 	/* A segment as NCCL makes one (shm_open is an open(2) there, then
-	 * the file is extended): made, reserved and removed. */
-	snprintf(path, sizeof(path), "%s/ddp-check-XXXXXX", dir);
-	int fd = mkstemp(path);
+	 * the file is extended): made, reserved and removed.  Unnamed where
+	 * the file system can (tmpfs): a task killed meanwhile leaves nothing;
+	 * else a named one, removed at once. */
+	path[0] = 0;
+	int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+		snprintf(path, sizeof(path), "%s/ddp-check-XXXXXX", dir);
+		fd = mkostemp(path, O_CLOEXEC);
+	}
 	if (fd < 0) {
 		snprintf(r->shm_err, sizeof(r->shm_err), "cannot create a file in %s: %s", dir, strerror(errno));
 	} else {
@@ -361,7 +367,8 @@ void ck_self_shm(struct self *me)
 			snprintf(r->shm_err, sizeof(r->shm_err), "cannot reserve 4 MiB (NCCL's smallest segment) "
 				 "in %s: %s", dir, strerror(rc));
 		close(fd);
-		unlink(path);
+		if (path[0])
+			unlink(path);
 	}
 	DIR *d = opendir(dir);
 	for (struct dirent *e; d && (e = readdir(d));) {

@@ -153,6 +153,7 @@ run_bats() {
 		"$log" "${bats_beside[@]}" &
 	bats_beside_pid=$!
 	tap bats bats --formatter tap --timing "${files[@]}"
+	echo "# --- bats, the cluster's files: $((SECONDS - t0)) s" | tee -a "$log/times"
 	wait "$bats_beside_pid"
 	bats_beside_pid=
 	# shellcheck disable=SC2016 # (the inner shell expands them)

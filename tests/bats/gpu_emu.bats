@@ -37,10 +37,10 @@ ranks2() {
 	shift 2
 	port=$(free_port)
 	MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=1 LOCAL_RANK=0 DDP_BACKEND=$be NCCL_SOCKET_IFNAME=lo \
-		GLOO_SOCKET_IFNAME=lo timeout 120 "$CNN" "$@" >"$out.r1" 2>&1 3>&- &
+		GLOO_SOCKET_IFNAME=lo timeout 300 "$CNN" "$@" >"$out.r1" 2>&1 3>&- &
 	pid=$!
 	MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=0 LOCAL_RANK=0 DDP_BACKEND=$be NCCL_SOCKET_IFNAME=lo \
-		GLOO_SOCKET_IFNAME=lo run --separate-stderr timeout 120 "$CNN" "$@"
+		GLOO_SOCKET_IFNAME=lo run --separate-stderr timeout 300 "$CNN" "$@"
 	wait "$pid" || { cat "$out.r1"; return 1; }
 }
 
