@@ -68,7 +68,7 @@ page_lacks() {
 	page_lacks spank-ddp.8 DDP_HEAD_FROM DDP_PORT DDP_PORT_RANGE DDP_IFACE DDP_OMP_NUM_THREADS DDP_BIND
 }
 
-@test "ddp-check(1) documents every option of ddp-check --help" {
+@test "ddp-check(1) documents every option of ddp-check --help, every check and every field of --json" {
 	local text opt
 	text=$(LC_ALL=C.UTF-8 MANWIDTH=200 man -l "$REPO/man/ddp-check.1" 2>/dev/null)
 	for opt in $("$REPO/build/bin/ddp-check" --help | grep -oE -- '--[a-z][a-z-]+' | sort -u); do
@@ -77,12 +77,28 @@ page_lacks() {
 			return 1
 		fi
 	done
-	# and every check name the program prints
-	for opt in rdzv.join env.present env.rank env.world_size env.master env.local_rank \
-		env.node_rank env.head env.nccl net.iface net.kind net.probe net.memlock net.nofile clock.skew bind.cpus bind.threads \
-		bind.locality bind.gpus bind.visible coll.backend coll.allreduce coll.busbw \
-		time.first_collective; do
-		grep -qF -- "$opt" <<<"$text" || { echo "ddp-check(1) lacks $opt"; return 1; }
+	# and every check name the program prints, and every field of its
+	# --json object: from one task on loopback under NCCL (no GPU here, so
+	# coll.backend fails and the collectives are skipped; every check is
+	# still listed, and the rank carries its shared-memory fields)
+	local port json
+	port=$(free_port)
+	json=$(env -i PATH="$PATH" MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" RANK=0 WORLD_SIZE=1 \
+		LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 NODE_RANK=0 DDP_BACKEND=nccl NCCL_SOCKET_IFNAME=lo \
+		"$REPO/build/bin/ddp-check" -e 1K --timeout 10 --json 2>/dev/null) || true
+	run /usr/bin/python3 -c '
+import json, sys
+r = json.loads(sys.argv[1])
+names = {c["name"] for c in r["checks"]}
+assert len(names) == len(r["checks"]) >= 26, names
+keys = set(r) | set(r["head"]) | set(r["summary"]) | set(r["checks"][0])
+for x in r["ranks"]:
+    keys |= set(x) | set(x.get("shm", {}))
+assert "shm" in keys and "removeipc" in keys, keys
+print("\n".join(sorted(names | keys)))' "$json"
+	assert_success
+	for opt in "${lines[@]}"; do
+		grep -qwF -- "$opt" <<<"$text" || { echo "ddp-check(1) lacks $opt"; return 1; }
 	done
 }
 
