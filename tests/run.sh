@@ -15,8 +15,12 @@ set -u
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo" || exit 2
 what=${1:-all}
-log=$(mktemp -d "${TMPDIR:-/tmp}/ddp-check.XXXXXX")
-trap 'beside_stop; tests/cluster/cluster.sh stop >/dev/null 2>&1; rm -rf "$log"' EXIT
+if [ "$what" = bats-claim ]; then # (run_bats's second worker: LOG WHO)
+	log=$2
+else
+	log=$(mktemp -d "${TMPDIR:-/tmp}/ddp-check.XXXXXX")
+	trap 'beside_stop; tests/cluster/cluster.sh stop >/dev/null 2>&1; rm -rf "$log"' EXIT
+fi
 
 # Run a TAP producer, echo its output, keep it for counting.
 tap() {
@@ -126,12 +130,31 @@ run_fuzz() {
 	fi
 }
 
-# The Bats files that need no cluster and keep one core busy (cnn_train
-# on cuemu: a third of the Bats time): in a full run they go beside the
-# cluster's files, whose tests mostly wait on Slurm and the network (about
-# 0.8 of CI's 2 cores busy), and are printed whole when both end.
-bats_beside=(tests/bats/gpu_emu.bats)
+# The Bats files that need no cluster, longest first (gpu_emu.bats: cnn_train
+# on cuemu, a core for half the Bats time).  In a full run two workers share
+# them: one runs them from the start, beside the cluster's files, whose tests
+# mostly wait on Slurm and the network (about 0.8 of CI's 2 cores busy); the
+# other, the cluster's, takes what is left once its own files are done.  A
+# file goes to the first worker that claims it (a rename, atomic); each
+# file's TAP is printed whole when both end.
+bats_free=(tests/bats/gpu_emu.bats tests/bats/bench.bats tests/bats/gpu_bundle.bats
+	tests/bats/trainer_local.bats tests/bats/valgrind_local.bats tests/bats/man.bats)
 bats_beside_pid=''
+
+# bats_claim LOG WHO: run the queued free files, one at a time, until none
+# is left; each file's output, status, seconds and worker under LOG/free/
+bats_claim() {
+	local log=$1 who=$2 e s
+	for e in "$log"/queue/*; do
+		[ -e "$e" ] || continue
+		mv "$e" "$log/free/" 2>/dev/null || continue # the other worker's
+		e=$log/free/$(basename "$e")
+		s=$(date +%s)
+		bats --formatter tap --timing "$(cat "$e")" >"$e.out" 2>&1
+		echo $? >"$e.rc"
+		echo "$(($(date +%s) - s)) s, $who" >"$e.secs"
+	done
+}
 
 run_bats() {
 	if [ "$(id -u)" != 0 ]; then
@@ -143,23 +166,34 @@ run_bats() {
 		tap bats bats --formatter tap --timing "$@"
 		return
 	fi
-	local f files=() t0=$SECONDS
+	local f files=() t0=$SECONDS t1 i=10 e
+	mkdir -p "$log/queue" "$log/free"
 	for f in tests/bats/*.bats; do
-		[[ " ${bats_beside[*]} " == *" $f "* ]] || files+=("$f")
+		[[ " ${bats_free[*]} " == *" $f "* ]] || files+=("$f")
+	done
+	for f in "${bats_free[@]}"; do
+		echo "$f" >"$log/queue/$i"
+		i=$((i + 1))
 	done
 	# a session of its own: an early exit ends its whole tree (beside_stop)
-	# shellcheck disable=SC2016 # (the inner shell expands them)
-	setsid sh -c 's=$(date +%s); bats --formatter tap --timing "$@" >"$0/bats-beside.out" 2>&1
-		echo $? >"$0/bats-beside.rc"; echo $(($(date +%s) - s)) >"$0/bats-beside.secs"' \
-		"$log" "${bats_beside[@]}" &
+	setsid "$repo/tests/run.sh" bats-claim "$log" "beside the cluster's files" &
 	bats_beside_pid=$!
-	tap bats bats --formatter tap --timing "${files[@]}"
+	for f in "${files[@]}"; do
+		t1=$SECONDS
+		tap "bats-$(basename "$f" .bats)" bats --formatter tap --timing "$f"
+		echo "# --- bats $f: $((SECONDS - t1)) s"
+	done
 	echo "# --- bats, the cluster's files: $((SECONDS - t0)) s" | tee -a "$log/times"
+	bats_claim "$log" "after the cluster's files"
 	wait "$bats_beside_pid"
 	bats_beside_pid=
-	# shellcheck disable=SC2016 # (the inner shell expands them)
-	tap bats-beside sh -c 'cat "$1"; exit "$(cat "$2")"' sh "$log/bats-beside.out" "$log/bats-beside.rc"
-	echo "# --- bats ${bats_beside[*]}: $(cat "$log/bats-beside.secs") s, beside the others" | tee -a "$log/times"
+	for e in "$log"/free/*.out; do
+		e=${e%.out}
+		f=$(cat "$e")
+		# shellcheck disable=SC2016 # (the inner shell expands them)
+		tap "bats-$(basename "$f" .bats)" sh -c 'cat "$1"; exit "$(cat "$2")"' sh "$e.out" "$e.rc"
+		echo "# --- bats $f: $(cat "$e.secs")" | tee -a "$log/times"
+	done
 }
 
 # PHASE ARGS...: run_PHASE, then say how long it took (make check has 20
@@ -171,6 +205,7 @@ timed() {
 }
 
 case "$what" in
+bats-claim) bats_claim "$2" "$3"; exit 0 ;;
 unit) timed unit; beside_end ;;
 analyze) timed analyze ;;
 fuzz) timed fuzz ;;
