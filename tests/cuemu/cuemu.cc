@@ -279,13 +279,31 @@ struct MmaWarp {
 std::vector<MmaWarp> mma_results;
 unsigned mma_calls[kMaxThreads];
 
+// load_matrix_sync's tiles per warp of the block running, the same way
+struct LoadTile {
+	cuemu::LoadAt at;
+	std::vector<unsigned char> bytes;
+};
+struct LoadWarp {
+	std::vector<LoadTile> t;
+	size_t used;
+};
+std::vector<LoadWarp> load_tiles;
+unsigned load_calls[kMaxThreads];
+
 void mma_block(unsigned nt)
 {
-	if (mma_results.size() < (nt + 31) / 32)
-		mma_results.resize((nt + 31) / 32);
+	const size_t warps = (nt + 31) / 32;
+	if (mma_results.size() < warps)
+		mma_results.resize(warps);
 	for (auto &w : mma_results)
 		w.used = 0;
 	memset(mma_calls, 0, nt * sizeof(mma_calls[0]));
+	if (load_tiles.size() < warps)
+		load_tiles.resize(warps);
+	for (auto &w : load_tiles)
+		w.used = 0;
+	memset(load_calls, 0, nt * sizeof(load_calls[0]));
 }
 
 unsigned linear_thread()
@@ -639,6 +657,40 @@ void cuemu::mma_keep(const MmaIn &in, const void *out, size_t out_bytes)
 	memcpy(k.in.data() + in.na + in.nb, in.c, in.nc);
 	const unsigned char *o = static_cast<const unsigned char *>(out);
 	k.out.assign(o, o + out_bytes);
+}
+
+bool cuemu::load_reuse(const LoadAt &at, void *out, size_t out_bytes)
+{
+	unsigned t = linear_thread(), n = load_calls[t]++;
+	if (t / 32 >= load_tiles.size())
+		return false;
+	const LoadWarp &w = load_tiles[t / 32];
+	if (n >= w.used)
+		return false;
+	const LoadTile &k = w.t[n];
+	if (k.at.p != at.p || k.at.ldm != at.ldm || k.at.shape != at.shape || k.bytes.size() != out_bytes)
+		return false;
+	memcpy(out, k.bytes.data(), out_bytes);
+	return true;
+}
+
+void cuemu::load_keep(const LoadAt &at, const void *out, size_t out_bytes)
+{
+	unsigned t = linear_thread(), n = load_calls[t] - 1;
+	if (t / 32 >= load_tiles.size())
+		return;
+	LoadWarp &w = load_tiles[t / 32];
+	if (n > w.used)
+		return;   // lanes whose loads differ: each reads its own
+	if (n == w.used) {
+		if (w.used == w.t.size())
+			w.t.emplace_back();
+		w.used++;
+	}
+	LoadTile &k = w.t[n];
+	k.at = at;
+	const unsigned char *o = static_cast<const unsigned char *>(out);
+	k.bytes.assign(o, o + out_bytes);
 }
 
 float atomicAdd(float *address, float val)

@@ -137,6 +137,18 @@ struct MmaIn {
 };
 bool mma_reuse(const MmaIn &in, void *out, size_t out_bytes);
 void mma_keep(const MmaIn &in, const void *out, size_t out_bytes);
+// load_matrix_sync's tile for this thread's warp: a warp's k-th load is one
+// collective read on a GPU (its lanes in step, before any of them writes
+// again), so a lane whose k-th load names the first lane's tile (p, ldm,
+// shape) takes the bytes that lane read; reuse copies them into out and
+// says true, keep records a lane's own.  The first lane's read is checked
+// (ASan, the race check's reversed run reads first with the last lane).
+struct LoadAt {
+	const void *p;
+	unsigned ldm, shape;
+};
+bool load_reuse(const LoadAt &at, void *out, size_t out_bytes);
+void load_keep(const LoadAt &at, const void *out, size_t out_bytes);
 // wmma's rule for load_matrix_sync and store_matrix_sync: the tile starts
 // on a 256-bit (32-byte) boundary and its stride, ldm elements of esize
 // bytes, is a multiple of 16 bytes.  A GPU faults (misaligned address) or
@@ -215,14 +227,24 @@ void fill_fragment(fragment<Use, M, N, K, T, L> &f, const E &v)
 		f.x[i] = v;
 }
 
+// a tile's shape for cuemu::load_reuse: rows, columns, element size, layout
+constexpr unsigned load_shape(int rows, int cols, size_t esize, bool col)
+{
+	return (unsigned)rows << 20 | (unsigned)cols << 8 | (unsigned)esize << 1 | (col ? 1u : 0u);
+}
+
 template <class Use, int M, int N, int K, class T, class L, class E>
 void load_matrix_sync(fragment<Use, M, N, K, T, L> &f, const E *p, unsigned ldm)
 {
 	const bool col = std::is_same<L, col_major>::value;
 	cuemu::wmma_check("load_matrix_sync", p, ldm, sizeof(E));
+	const cuemu::LoadAt at = { p, ldm, load_shape(f.rows, f.cols, sizeof(E), col) };
+	if (cuemu::load_reuse(at, f.x, sizeof(f.x)))
+		return;
 	for (int i = 0; i < f.rows; i++)
 		for (int j = 0; j < f.cols; j++)
 			f.x[i * f.cols + j] = col ? p[i + (size_t)j * ldm] : p[(size_t)i * ldm + j];
+	cuemu::load_keep(at, f.x, sizeof(f.x));
 }
 
 template <int M, int N, int K>
@@ -230,9 +252,13 @@ void load_matrix_sync(fragment<accumulator, M, N, K, float> &f, const float *p, 
 		      layout_t l)
 {
 	cuemu::wmma_check("load_matrix_sync", p, ldm, sizeof(float));
+	const cuemu::LoadAt at = { p, ldm, load_shape(M, N, sizeof(float), l == mem_col_major) | 1u << 31 };
+	if (cuemu::load_reuse(at, f.x, sizeof(f.x)))
+		return;
 	for (int i = 0; i < M; i++)
 		for (int j = 0; j < N; j++)
 			f.x[i * N + j] = l == mem_col_major ? p[i + (size_t)j * ldm] : p[(size_t)i * ldm + j];
+	cuemu::load_keep(at, f.x, sizeof(f.x));
 }
 
 template <int M, int N, int K>

@@ -183,7 +183,32 @@ __global__ void wmma_copy(const float *a, unsigned off, unsigned ldm, float *d, 
 	wmma::store_matrix_sync(d + doff, fc, 16, wmma::mem_row_major);
 }
 
+// Each warp of each block (2 x 2) sums its own 16 x 8 tile's rows
+// (a + 128 * tile, row-major) into d + 256 * tile (b all ones): then each
+// lane adds 1000 to one element of that tile.  A warp's load_matrix_sync
+// is one read, before any lane goes on: every sum is the tile's as it was.
+__global__ void wmma_collective(float *a, float *d)
+{
+	using namespace nvcuda;
+	wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fa;
+	wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fb;
+	wmma::fragment<wmma::accumulator, 16, 16, 8, float> fc;
+	const unsigned tile = blockIdx.x * 2 + threadIdx.x / 32, lane = threadIdx.x % 32;
+	wmma::load_matrix_sync(fa, a + 128 * tile, 8);
+	a[128 * tile + lane * 4] += 1000.f;
+	wmma::fill_fragment(fb, 1.f);
+	wmma::fill_fragment(fc, 0.f);
+	wmma::mma_sync(fc, fa, fb, fc);
+	wmma::store_matrix_sync(d + 256 * tile, fc, 16, wmma::mem_row_major);
+}
+
 } // namespace
+
+extern "C" int cuemu_selftest_wmma_collective(float *a, float *d)
+{
+	wmma_collective<<<2, 64>>>(a, d);
+	return cudaGetLastError();
+}
 
 extern "C" int cuemu_selftest_wmma_copy(const float *a, unsigned off, unsigned ldm, float *d,
 					unsigned doff)

@@ -23,6 +23,7 @@ int cuemu_selftest_atomic_order(float *x);
 int cuemu_selftest_wmma_tf32(const float *a, const float *b, const float *c, float *d, float *r,
 			     int nr);
 /* one warp: d[doff..] (16x16, ld 16) = a[off..] (16x8, ld ldm) times ones */
+int cuemu_selftest_wmma_collective(float *a, float *d);
 int cuemu_selftest_wmma_copy(const float *a, unsigned off, unsigned ldm, float *d, unsigned doff);
 
 /* 64 threads: cp.async of x[t] (even t) or zeros into shared memory;

@@ -119,6 +119,46 @@ static void test_wmma(void)
 	cudaFree(da), cudaFree(db), cudaFree(dc), cudaFree(dd), cudaFree(dr);
 }
 
+/* load_matrix_sync is a warp's one read (cuemu.h: load_reuse): each lane
+ * writing the tile after it changes no lane's fragment, lanes run forward,
+ * reversed, or both (the race check: the same result); four warps, each
+ * its own tile. */
+static void test_wmma_collective(void)
+{
+	static const char *const orders[] = { "forward", "reverse", "check" };
+	float a[4 * 128], d[4 * 256];
+	for (int i = 0; i < 4 * 128; i++)
+		a[i] = (float)(i % 13 - 6);
+	float *da, *dd;
+	cudaMalloc((void **)&da, sizeof(a));
+	cudaMalloc((void **)&dd, sizeof(d));
+	for (int o = 0; o < 3; o++) {
+		cudaMemcpy(da, a, sizeof(a), cudaMemcpyHostToDevice);
+		cuemu_set_order(orders[o]);
+		char desc[160];
+		snprintf(desc, sizeof(desc), "wmma, %s: two blocks of two warps load, then write, their tiles",
+			 orders[o]);
+		test_cond(desc, cuemu_selftest_wmma_collective(da, dd) == cudaSuccess);
+		cudaMemcpy(d, dd, sizeof(d), cudaMemcpyDeviceToHost);
+		int bad = 0;
+		for (int t = 0; t < 4; t++)
+			for (int i = 0; i < 16; i++) {
+				float s = 0;
+				for (int k = 0; k < 8; k++)
+					s += a[t * 128 + i * 8 + k];
+				for (int j = 0; j < 16; j++)
+					bad += d[t * 256 + i * 16 + j] != s;
+			}
+		snprintf(desc, sizeof(desc), "wmma, %s: every lane's tile is the one its warp read before any lane wrote",
+			 orders[o]);
+		test_cond(desc, bad == 0);
+		if (bad)
+			printf("#   %d of the 1024 sums off\n", bad);
+	}
+	cuemu_set_order("forward");
+	cudaFree(da), cudaFree(dd);
+}
+
 /* cp.async lands late: at the wait that covers it (a read before it sees
  * what was there), or at once in a check launch's reversed run, so that a
  * read before the wait shows as the race it is on a GPU. */
@@ -766,6 +806,7 @@ int main(void)
 	test_coords(2, 1, 1, 1024, 1, 1);
 	test_block_sums();
 	test_wmma();
+	test_wmma_collective();
 	test_cp_async();
 	test_errors();
 	test_wmma_alignment();
