@@ -114,7 +114,8 @@ setup() {
 	echo "$line"
 	read -r kept ms1 ms2 n < <(sed -E 's/^.*: ([12]) kept; a replay of the step took ([0-9.]+) ms with 1, ([0-9.]+) ms with 2 \(the least of ([0-9]+) each\)$/\1 \2 \3 \4/' <<<"$line")
 	echo "kept $kept: $ms1 ms, $ms2 ms, $n replays each"
-	[ "$n" -ge 2 ] && [ "$n" -le 10 ]
+	# (cuemu's build: 1 to 10, tests/Makefile's CNN_TUNE_MIN; a GPU's 2 to 10)
+	[ "$n" -ge 1 ] && [ "$n" -le 10 ]
 	# the lesser time kept, one stream on a tie
 	assert_equal "$kept" "$(awk -v a="$ms1" -v b="$ms2" 'BEGIN { print (b < a) ? 2 : 1 }')"
 	assert_equal "$kept" 2
@@ -199,7 +200,7 @@ PY
 	assert_equal "$na" "$n"
 	assert_equal "$kept" "$(awk -v a="$ms1" -v b="$ms2" 'BEGIN { print (b < a) ? "on" : "off" }')"
 	assert_equal "$kept" on
-	[ "$k" -ge 2 ]
+	[ "$k" -ge 1 ] && [ "$k" -le 10 ]
 	/usr/bin/python3 - "$BATS_TEST_TMPDIR"/j{0,2,3}.json "$n" "$ms1" "$ms2" <<'PY'
 import json, sys
 off, on, auto = (json.load(open(f))["cuda_graph"] for f in sys.argv[1:4])
@@ -384,7 +385,7 @@ PY
 	assert m, line
 	names = ["each call's own pick", "all cuDNN", "all direct"]
 	ms = [float(m[2]), float(m[6]), float(m[7])]
-	assert 2 <= int(m[8]) <= 10, line
+	assert 1 <= int(m[8]) <= 10, line
 	# the least time kept, the earlier on a tie
 	kept = names.index(m[1])
 	assert kept == min(range(3), key=lambda k: (ms[k], k)), (kept, ms)
@@ -487,7 +488,7 @@ PY
 		assert m[9] == beside, (m[9], beside)
 		mix = [(names.index(n), float(t)) for t, n in re.findall(r", ([\d.]+) (%s)" % alt, m[11])]
 		assert [b for b, _ in mix] == [1, 2, 3, 4, 5, 6], mix
-		assert 2 <= int(m[12]) <= 10, line
+		assert 1 <= int(m[12]) <= 10, line
 		# the least kept, a tie to the one beside
 		base = float(m[10])
 		best = min(mix, key=lambda bt: bt[1])
@@ -553,7 +554,7 @@ PY
 		line=$(grep -E "$re" <<<"$output")
 		echo "$line"
 		read -r kept ms1 ms2 n < <(sed -E "s/$re/\1 \2 \3 \4/" <<<"$line")
-		[ "$n" -ge 2 ] && [ "$n" -le 10 ]
+		[ "$n" -ge 1 ] && [ "$n" -le 10 ]
 		# the lesser kept; a tie to NCHW (the first on every rank)
 		assert_equal "$kept" "$(awk -v a="$ms1" -v b="$ms2" 'BEGIN { print b < a ? "NHWC" : "NCHW" }')"
 		assert_equal "$kept" "$([ -n "$slow" ] && echo NCHW || echo NHWC)"

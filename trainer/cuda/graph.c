@@ -172,9 +172,15 @@ static int capture_one(struct cnn_gpu *g, int n, unsigned wop_in, cudaGraph_t *g
 }
 
 /* Replays of the step before tune times it: enough to warm it, and as many
- * timed as fit in about kTuneMs of replays each way (2 to kTuneMax), by the
- * GPU's clock and the host's: where a replay takes the host longer than the
- * GPU says (an emulated GPU, a loaded host), the host's. */
+ * timed as fit in about kTuneMs of replays each way (CNN_TUNE_MIN to
+ * kTuneMax), by the GPU's clock and the host's: where a replay takes the
+ * host longer than the GPU says (an emulated GPU, a loaded host), the
+ * host's.  The emulated build (tests/Makefile) times each once: its clock
+ * is a model, the same every replay, and a replay there is the CPU's
+ * hundreds of milliseconds. */
+#ifndef CNN_TUNE_MIN
+#define CNN_TUNE_MIN 2
+#endif
 enum { kTuneMs = 40, kTuneMax = 10 };
 
 static double host_ms(void)
@@ -267,7 +273,7 @@ static int tune(struct cnn_gpu *g, struct variant *v, int nv, int *timed, char *
 		most = warm[i] > most ? warm[i] : most;
 	float each = most / (float)(g->comm ? g->comm->world : 1);
 	int rounds = each > 0 ? (int)(kTuneMs / each) : kTuneMax;
-	rounds = rounds < 2 ? 2 : rounds > kTuneMax ? kTuneMax : rounds;
+	rounds = rounds < CNN_TUNE_MIN ? CNN_TUNE_MIN : rounds > kTuneMax ? kTuneMax : rounds;
 	/* rotate which goes first, so that a drift in the GPU's clocks falls
 	 * on each */
 	for (int r = 0; r < rounds; r++)
