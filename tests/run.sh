@@ -15,11 +15,11 @@ set -u
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo" || exit 2
 what=${1:-all}
-if [ "$what" = bats-claim ]; then # (run_bats's second worker: LOG WHO)
+if [ "$what" = claim ]; then # (a background worker: LOG WHO; see jobs_start)
 	log=$2
 else
 	log=$(mktemp -d "${TMPDIR:-/tmp}/ddp-check.XXXXXX")
-	trap 'beside_stop; tests/cluster/cluster.sh stop >/dev/null 2>&1; rm -rf "$log"' EXIT
+	trap 'jobs_stop; tests/cluster/cluster.sh stop >/dev/null 2>&1; rm -rf "$log"' EXIT
 fi
 
 # Run a TAP producer, echo its output, keep it for counting.
@@ -33,50 +33,94 @@ tap() {
 	fi
 }
 
-# The longest unit test (the GPU step through cuemu, minutes of one core)
-# runs in the background from the start of the plain pass, beside the other
-# tests and, in a full run, the sanitizer pass and the fuzz run, which runs
-# one target at a time (CI has 2 cores): its output is printed whole when
-# beside_end collects it.
-beside=test_gpu_step_emu beside_pid='' beside_t0=0
+# The jobs that need no cluster: the longest unit test (the GPU step
+# through cuemu), the analyzer, the fuzz run and the Bats files that start
+# no cluster.  They wait in a queue (LOG/queue, one file each, longest
+# first), and workers take them one at a time: background ones beside the
+# unit tests and the cluster's Bats files (whose tests wait on Slurm and
+# the network as much as they compute), and this shell once its own part
+# is done.  A job goes to the first worker that claims it (a rename,
+# atomic); its output, printed whole when all have ended, its status, its
+# seconds and its worker go under LOG/jobs.
+job_n=10 job_pids=()
 
-beside_start() {
-	local t=$1
-	beside_t0=$SECONDS
-	(CUEMU_STREAMS=lazy "$t" >"$log/beside.out" 2>&1; echo $? >"$log/beside.rc") &
-	beside_pid=$!
+# queue KIND ARG: KIND bats (a Bats file), test (a unit test program) or
+# phase (run_ARG, which keeps its own TAP)
+queue() {
+	mkdir -p "$log/queue" "$log/jobs"
+	echo "$1 $2" >"$log/queue/$job_n"
+	job_n=$((job_n + 1))
 }
 
-# on an early exit: the background tests and their subshells
-beside_stop() {
-	if [ -n "${beside_pid:-}" ]; then
-		pkill -P "$beside_pid" 2>/dev/null
-		kill "$beside_pid" 2>/dev/null
-	fi
-	[ -z "${bats_beside_pid:-}" ] || kill -- "-$bats_beside_pid" 2>/dev/null
+# claim WHO: run queued jobs until none is left
+claim() {
+	local who=$1 e kind arg s
+	for e in "$log"/queue/*; do
+		[ -e "$e" ] || continue
+		mv "$e" "$log/jobs/" 2>/dev/null || continue # another worker's
+		e=$log/jobs/$(basename "$e")
+		read -r kind arg <"$e"
+		s=$(date +%s)
+		case $kind in
+		bats) bats --formatter tap --timing "$arg" >"$e.out" 2>&1 ;;
+		test) CUEMU_STREAMS=lazy "$arg" >"$e.out" 2>&1 ;;
+		phase) "run_$arg" >"$e.out" 2>&1 ;;
+		esac
+		echo $? >"$e.rc"
+		echo "$(($(date +%s) - s)) s, $who" >"$e.secs"
+	done
+}
+
+# jobs_start WHO: one more background worker, in a session of its own (an
+# early exit ends its whole tree: jobs_stop)
+jobs_start() {
+	[ -d "$log/queue" ] || return 0
+	setsid "$repo/tests/run.sh" claim "$log" "$1" &
+	job_pids+=("$!")
+}
+
+jobs_stop() {
+	local p
+	for p in ${job_pids[@]+"${job_pids[@]}"}; do
+		kill -- "-$p" 2>/dev/null
+	done
 	return 0
 }
 
-beside_end() {
-	[ -n "$beside_pid" ] || return 0
-	wait "$beside_pid"
-	beside_pid=
-	# shellcheck disable=SC2016 # (the inner shell expands them)
-	tap "$beside" sh -c 'cat "$1"; exit "$(cat "$2")"' sh "$log/beside.out" "$log/beside.rc"
-	echo "# --- $beside: $((SECONDS - beside_t0)) s, beside the others" | tee -a "$log/times"
+# jobs_end WHO: this shell takes what is left, waits for the workers, then
+# prints each job's output and time in the queue's order
+jobs_end() {
+	[ -d "$log/queue" ] || return 0
+	claim "$1"
+	local p e kind arg
+	for p in ${job_pids[@]+"${job_pids[@]}"}; do
+		wait "$p"
+	done
+	job_pids=()
+	for e in "$log"/jobs/*.secs; do
+		e=${e%.secs}
+		read -r kind arg <"$e"
+		# shellcheck disable=SC2016 # (the inner shell expands them)
+		case $kind in
+		bats) tap "bats-$(basename "$arg" .bats)" sh -c 'cat "$1"; exit "$(cat "$2")"' sh "$e.out" "$e.rc" ;;
+		test) tap "$(basename "$arg")" sh -c 'cat "$1"; exit "$(cat "$2")"' sh "$e.out" "$e.rc" ;;
+		phase) cat "$e.out" ;;
+		esac
+		[ "$kind" = phase ] || arg=${arg#build/tests/}
+		echo "# --- $arg: $(cat "$e.secs")" | tee -a "$log/times"
+	done
+	rm -rf "$log/queue" "$log/jobs"
 }
+
+# The longest unit test: a job of its own
+slow_test=test_gpu_step_emu
 
 run_unit() {
 	local san=${1:-} dir t
-	if ! SANITIZER=$san make -s -j"$(nproc)" -C tests unit >"$log/build$san.log" 2>&1; then
-		cat "$log/build$san.log"
-		echo "not ok - building the unit tests${san:+ with SANITIZER=$san} failed" | tee "$log/build$san.tap"
-		return
-	fi
+	build_unit "$san" || return
 	dir=build/tests${san:+-san}
-	[ -z "$san" ] && [ -x "$dir/$beside" ] && beside_start "$dir/$beside"
 	for t in "$dir"/test_*; do
-		[ -z "$san" ] && [ "$(basename "$t")" = "$beside" ] && continue
+		[ -z "$san" ] && [ "$(basename "$t")" = "$slow_test" ] && continue # (a job)
 		# the emulated kernels' race check (each launch run twice) is
 		# the plain pass's; under the sanitizers one order is enough.
 		# Streams lazy: each stream's work held until something waits
@@ -130,32 +174,13 @@ run_fuzz() {
 	fi
 }
 
-# The Bats files that need no cluster, longest first (gpu_emu.bats: cnn_train
-# on cuemu, a core for half the Bats time).  In a full run two workers share
-# them: one runs them from the start, beside the cluster's files, whose tests
-# mostly wait on Slurm and the network (about 0.8 of CI's 2 cores busy); the
-# other, the cluster's, takes what is left once its own files are done.  A
-# file goes to the first worker that claims it (a rename, atomic); each
-# file's TAP is printed whole when both end.
+# The Bats files that start no cluster, longest first (gpu_emu.bats: cnn_train
+# on cuemu, minutes of one core): jobs
 bats_free=(tests/bats/gpu_emu.bats tests/bats/bench.bats tests/bats/gpu_bundle.bats
 	tests/bats/trainer_local.bats tests/bats/valgrind_local.bats tests/bats/man.bats)
-bats_beside_pid=''
 
-# bats_claim LOG WHO: run the queued free files, one at a time, until none
-# is left; each file's output, status, seconds and worker under LOG/free/
-bats_claim() {
-	local log=$1 who=$2 e s
-	for e in "$log"/queue/*; do
-		[ -e "$e" ] || continue
-		mv "$e" "$log/free/" 2>/dev/null || continue # the other worker's
-		e=$log/free/$(basename "$e")
-		s=$(date +%s)
-		bats --formatter tap --timing "$(cat "$e")" >"$e.out" 2>&1
-		echo $? >"$e.rc"
-		echo "$(($(date +%s) - s)) s, $who" >"$e.secs"
-	done
-}
-
+# run_bats [FILE...]: those files, or every file that starts a cluster, one
+# at a time, each file's time said (the others are jobs: queue_all)
 run_bats() {
 	if [ "$(id -u)" != 0 ]; then
 		echo "ok - Bats cluster tests # skip: need root for network namespaces and slurmd" | tee "$log/bats.tap"
@@ -166,34 +191,32 @@ run_bats() {
 		tap bats bats --formatter tap --timing "$@"
 		return
 	fi
-	local f files=() t0=$SECONDS t1 i=10 e
-	mkdir -p "$log/queue" "$log/free"
+	local f t1
 	for f in tests/bats/*.bats; do
-		[[ " ${bats_free[*]} " == *" $f "* ]] || files+=("$f")
-	done
-	for f in "${bats_free[@]}"; do
-		echo "$f" >"$log/queue/$i"
-		i=$((i + 1))
-	done
-	# a session of its own: an early exit ends its whole tree (beside_stop)
-	setsid "$repo/tests/run.sh" bats-claim "$log" "beside the cluster's files" &
-	bats_beside_pid=$!
-	for f in "${files[@]}"; do
+		[[ " ${bats_free[*]} " != *" $f "* ]] || continue
 		t1=$SECONDS
 		tap "bats-$(basename "$f" .bats)" bats --formatter tap --timing "$f"
 		echo "# --- bats $f: $((SECONDS - t1)) s"
 	done
-	echo "# --- bats, the cluster's files: $((SECONDS - t0)) s" | tee -a "$log/times"
-	bats_claim "$log" "after the cluster's files"
-	wait "$bats_beside_pid"
-	bats_beside_pid=
-	for e in "$log"/free/*.out; do
-		e=${e%.out}
-		f=$(cat "$e")
-		# shellcheck disable=SC2016 # (the inner shell expands them)
-		tap "bats-$(basename "$f" .bats)" sh -c 'cat "$1"; exit "$(cat "$2")"' sh "$e.out" "$e.rc"
-		echo "# --- bats $f: $(cat "$e.secs")" | tee -a "$log/times"
+}
+
+# queue_bats [FILE...]: those of the Bats files that start no cluster (all
+# of them) as jobs; as root only (the Bats tests are skipped whole otherwise)
+queue_bats() {
+	local f
+	[ "$(id -u)" = 0 ] || return 0
+	for f in "${@:-${bats_free[@]}}"; do
+		queue bats "$f"
 	done
+}
+
+# build_unit [SANITIZER]: the unit tests built, or their failure a test
+build_unit() {
+	local san=${1:-}
+	SANITIZER=$san make -s -j"$(nproc)" -C tests unit >"$log/build$san.log" 2>&1 && return
+	cat "$log/build$san.log"
+	echo "not ok - building the unit tests${san:+ with SANITIZER=$san} failed" | tee "$log/build$san.tap"
+	return 1
 }
 
 # PHASE ARGS...: run_PHASE, then say how long it took (make check has 20
@@ -204,19 +227,49 @@ timed() {
 	echo "# --- $1${2:+ $2}: $((SECONDS - t0)) s" | tee -a "$log/times"
 }
 
+# Where a job's worker goes: make check has 20 minutes on CI's 2 cores, and
+# the cluster's Bats files leave a good part of them idle.  A full run:
+# both unit trees built (gpu_emu.bats runs the sanitized GPU module), one
+# worker beside the unit tests, a second beside the cluster's files.
+slow_job() {
+	[ -x "build/tests/$slow_test" ] && queue test "build/tests/$slow_test"
+	return 0
+}
+
 case "$what" in
-bats-claim) bats_claim "$2" "$3"; exit 0 ;;
-unit) timed unit; beside_end ;;
+claim) claim "$3"; exit 0 ;;
+unit)
+	build_unit && slow_job && jobs_start "beside the unit tests"
+	timed unit
+	jobs_end "after the unit tests"
+	;;
 analyze) timed analyze ;;
 fuzz) timed fuzz ;;
-bats) shift; timed bats "$@" ;;
+bats)
+	shift
+	[ "$#" -gt 0 ] || { queue_bats; jobs_start "beside the cluster's files"; }
+	timed bats "$@"
+	jobs_end "after the cluster's files"
+	;;
 all)
+	t0=$SECONDS
+	build_unit && build_unit address,undefined
+	echo "# --- building the unit tests, plain and sanitized: $((SECONDS - t0)) s" | tee -a "$log/times"
+	# longest first, as measured alone on a 2-core VM: gpu_emu.bats 300
+	# core-seconds, the analyzer 150 (on both cores), the GPU step 140,
+	# bench.bats 100, the fuzz run 60, the other Bats files 60 and less
+	queue_bats tests/bats/gpu_emu.bats
+	queue phase analyze
+	slow_job
+	queue_bats tests/bats/bench.bats
+	queue phase fuzz
+	queue_bats "${bats_free[@]:2}"
+	jobs_start "beside the unit tests"
 	timed unit
 	timed unit address,undefined
-	timed analyze
-	timed fuzz
-	beside_end
+	[ "$(nproc)" -lt 2 ] || jobs_start "beside the cluster's files"
 	timed bats
+	jobs_end "after the cluster's files"
 	;;
 *) echo "usage: tests/run.sh [unit|analyze|fuzz|bats [FILE]]" >&2; exit 2 ;;
 esac
