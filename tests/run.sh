@@ -43,6 +43,8 @@ tap() {
 # atomic); its output, printed whole when all have ended, its status, its
 # seconds and its worker go under LOG/jobs.
 job_n=10 job_pids=()
+# make's jobs in a phase: one in a worker (the others' cores are busy)
+jobs_j=$(nproc)
 
 # queue KIND ARG: KIND bats (a Bats file), test (a unit test program) or
 # phase (run_ARG, which keeps its own TAP)
@@ -148,7 +150,7 @@ run_analyze() {
 		echo "not ok - analyze: scan-build is missing (scripts/deps.sh installs clang-tools)" | tee "$log/analyze.tap"
 		return
 	fi
-	if make -s analyze >"$log/analyze.log" 2>&1; then
+	if make -s analyze NPROC="$jobs_j" >"$log/analyze.log" 2>&1; then
 		echo "ok - analyze: clang's static analyzer finds nothing in the C and C++ code" | tee "$log/analyze.tap"
 	else
 		grep -E -A3 'warning:|error:|scan-build: Run' "$log/analyze.log" | head -n 80
@@ -165,7 +167,7 @@ run_fuzz() {
 		return
 	fi
 	echo "# --- fuzz ($t s per target)"
-	if make -s -j"$(nproc)" -C tests/fuzz run TIME="$t" >"$log/fuzz.log" 2>&1; then
+	if make -s -j"$jobs_j" -C tests/fuzz run TIME="$t" >"$log/fuzz.log" 2>&1; then
 		grep '^#' "$log/fuzz.log"
 		grep -o '^# fuzz_[a-z]*' "$log/fuzz.log" | sort -u | sed 's/^# /ok - /; s/$/: no crash, leak or hang/' | tee "$log/fuzz.tap"
 	else
@@ -227,17 +229,20 @@ timed() {
 	echo "# --- $1${2:+ $2}: $((SECONDS - t0)) s" | tee -a "$log/times"
 }
 
-# Where a job's worker goes: make check has 20 minutes on CI's 2 cores, and
-# the cluster's Bats files leave a good part of them idle.  A full run:
-# both unit trees built (gpu_emu.bats runs the sanitized GPU module), one
-# worker beside the unit tests, a second beside the cluster's files.
+# make check has 20 minutes on CI's 2 cores; the cluster's Bats files keep
+# about 1.25 of them busy alone (613 core-seconds in 492 s, measured on a
+# 2-core VM), in bursts.  A full run: both unit trees built first
+# (gpu_emu.bats runs the sanitized GPU module), one worker beside the unit
+# tests, a second beside the cluster's files.  On that VM a fresh clone
+# took 1,166 s so, 1,191 s with one background worker and the analyzer,
+# the fuzz run and the GPU step in the unit tests' phase.
 slow_job() {
 	[ -x "build/tests/$slow_test" ] && queue test "build/tests/$slow_test"
 	return 0
 }
 
 case "$what" in
-claim) claim "$3"; exit 0 ;;
+claim) jobs_j=1; claim "$3"; exit 0 ;;
 unit)
 	build_unit && slow_job && jobs_start "beside the unit tests"
 	timed unit
@@ -264,10 +269,10 @@ all)
 	queue_bats tests/bats/bench.bats
 	queue phase fuzz
 	queue_bats "${bats_free[@]:2}"
-	jobs_start "beside the unit tests"
+	jobs_start "worker 1, from the unit tests on"
 	timed unit
 	timed unit address,undefined
-	[ "$(nproc)" -lt 2 ] || jobs_start "beside the cluster's files"
+	[ "$(nproc)" -lt 2 ] || jobs_start "worker 2, from the cluster's files on"
 	timed bats
 	jobs_end "after the cluster's files"
 	;;
