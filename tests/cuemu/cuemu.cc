@@ -272,11 +272,11 @@ struct MmaResult {
 	std::vector<unsigned char> in, out;   // a, b and c's bytes; d's
 	size_t na, nb, nc;
 };
-struct MmaWarp {
-	std::vector<MmaResult> r;
+template <class Rec> struct Warp {
+	std::vector<Rec> r;
 	size_t used;
 };
-std::vector<MmaWarp> mma_results;
+std::vector<Warp<MmaResult>> mma_results;
 unsigned mma_calls[kMaxThreads];
 
 // load_matrix_sync's tiles per warp of the block running, the same way
@@ -284,12 +284,40 @@ struct LoadTile {
 	cuemu::LoadAt at;
 	std::vector<unsigned char> bytes;
 };
-struct LoadWarp {
-	std::vector<LoadTile> t;
-	size_t used;
-};
-std::vector<LoadWarp> load_tiles;
+std::vector<Warp<LoadTile>> load_tiles;
 unsigned load_calls[kMaxThreads];
+
+unsigned linear_thread();
+
+// The running thread's next warp-wide call (mma_sync, load_matrix_sync):
+// the record its warp's first lane made of it, to reuse, or null (counted
+// in calls either way).
+template <class Rec> const Rec *warp_reuse(const std::vector<Warp<Rec>> &warps, unsigned *calls)
+{
+	unsigned t = linear_thread(), n = calls[t]++;
+	if (t / 32 >= warps.size() || n >= warps[t / 32].used)
+		return nullptr;
+	return &warps[t / 32].r[n];
+}
+
+// The record of that call to fill, a new one when this lane is the first
+// to make it; null for a lane whose calls differ from the first's (each
+// then computes its own).
+template <class Rec> Rec *warp_keep(std::vector<Warp<Rec>> &warps, const unsigned *calls)
+{
+	unsigned t = linear_thread(), n = calls[t] - 1;
+	if (t / 32 >= warps.size())
+		return nullptr;
+	Warp<Rec> &w = warps[t / 32];
+	if (n > w.used)
+		return nullptr;
+	if (n == w.used) {
+		if (w.used == w.r.size())
+			w.r.emplace_back();
+		w.used++;
+	}
+	return &w.r[n];
+}
 
 void mma_block(unsigned nt)
 {
@@ -618,79 +646,52 @@ void cuemu::set_programmatic(bool on)
 
 bool cuemu::mma_reuse(const MmaIn &in, void *out, size_t out_bytes)
 {
-	unsigned t = linear_thread(), n = mma_calls[t]++;
-	if (t / 32 >= mma_results.size())
+	const MmaResult *k = warp_reuse(mma_results, mma_calls);
+	if (!k)
 		return false;
-	const MmaWarp &w = mma_results[t / 32];
-	if (n >= w.used)
-		return false;
-	const MmaResult &k = w.r[n];
-	const unsigned char *s = k.in.data();
-	if (k.na != in.na || k.nb != in.nb || k.nc != in.nc || k.out.size() != out_bytes ||
+	const unsigned char *s = k->in.data();
+	if (k->na != in.na || k->nb != in.nb || k->nc != in.nc || k->out.size() != out_bytes ||
 	    memcmp(s, in.a, in.na) || memcmp(s + in.na, in.b, in.nb) ||
 	    memcmp(s + in.na + in.nb, in.c, in.nc))
 		return false;
-	memcpy(out, k.out.data(), out_bytes);
+	memcpy(out, k->out.data(), out_bytes);
 	return true;
 }
 
 void cuemu::mma_keep(const MmaIn &in, const void *out, size_t out_bytes)
 {
-	unsigned t = linear_thread(), n = mma_calls[t] - 1;
-	if (t / 32 >= mma_results.size())
+	MmaResult *k = warp_keep(mma_results, mma_calls);
+	if (!k)
 		return;
-	MmaWarp &w = mma_results[t / 32];
-	if (n > w.used)
-		return;   // lanes whose calls differ: each computes its own
-	if (n == w.used) {
-		if (w.used == w.r.size())
-			w.r.emplace_back();
-		w.used++;
-	}
-	MmaResult &k = w.r[n];
-	k.na = in.na;
-	k.nb = in.nb;
-	k.nc = in.nc;
-	k.in.resize(in.na + in.nb + in.nc);
-	memcpy(k.in.data(), in.a, in.na);
-	memcpy(k.in.data() + in.na, in.b, in.nb);
-	memcpy(k.in.data() + in.na + in.nb, in.c, in.nc);
+	k->na = in.na;
+	k->nb = in.nb;
+	k->nc = in.nc;
+	k->in.resize(in.na + in.nb + in.nc);
+	memcpy(k->in.data(), in.a, in.na);
+	memcpy(k->in.data() + in.na, in.b, in.nb);
+	memcpy(k->in.data() + in.na + in.nb, in.c, in.nc);
 	const unsigned char *o = static_cast<const unsigned char *>(out);
-	k.out.assign(o, o + out_bytes);
+	k->out.assign(o, o + out_bytes);
 }
 
 bool cuemu::load_reuse(const LoadAt &at, void *out, size_t out_bytes)
 {
-	unsigned t = linear_thread(), n = load_calls[t]++;
-	if (t / 32 >= load_tiles.size())
+	const LoadTile *k = warp_reuse(load_tiles, load_calls);
+	if (!k || k->at.p != at.p || k->at.ldm != at.ldm || k->at.shape != at.shape ||
+	    k->bytes.size() != out_bytes)
 		return false;
-	const LoadWarp &w = load_tiles[t / 32];
-	if (n >= w.used)
-		return false;
-	const LoadTile &k = w.t[n];
-	if (k.at.p != at.p || k.at.ldm != at.ldm || k.at.shape != at.shape || k.bytes.size() != out_bytes)
-		return false;
-	memcpy(out, k.bytes.data(), out_bytes);
+	memcpy(out, k->bytes.data(), out_bytes);
 	return true;
 }
 
 void cuemu::load_keep(const LoadAt &at, const void *out, size_t out_bytes)
 {
-	unsigned t = linear_thread(), n = load_calls[t] - 1;
-	if (t / 32 >= load_tiles.size())
+	LoadTile *k = warp_keep(load_tiles, load_calls);
+	if (!k)
 		return;
-	LoadWarp &w = load_tiles[t / 32];
-	if (n > w.used)
-		return;   // lanes whose loads differ: each reads its own
-	if (n == w.used) {
-		if (w.used == w.t.size())
-			w.t.emplace_back();
-		w.used++;
-	}
-	LoadTile &k = w.t[n];
-	k.at = at;
+	k->at = at;
 	const unsigned char *o = static_cast<const unsigned char *>(out);
-	k.bytes.assign(o, o + out_bytes);
+	k->bytes.assign(o, o + out_bytes);
 }
 
 float atomicAdd(float *address, float val)
