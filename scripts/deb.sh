@@ -42,5 +42,5 @@ echo "deb: built $(cd "$out" && ls ./*.deb | tr '\n' ' ')"
 echo "deb: Slurm-Version $(dpkg-deb -f "$out"/slurm-spank-ddp_"$version"_*.deb Slurm-Version)," \
 	"Depends: $(dpkg-deb -f "$out"/slurm-spank-ddp_"$version"_*.deb Depends)"
 # lintian: errors fail the build; warnings are printed for the reader.
-lintian --fail-on error --no-tag-display-limit "$changes" | tee "$out/lintian.log"
+lintian --fail-on error --tag-display-limit 0 "$changes" | tee "$out/lintian.log"
 echo "deb: lintian: no errors ($(grep -c '^W:' "$out/lintian.log" || true) warnings)"
