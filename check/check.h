@@ -22,9 +22,10 @@
 #define CK_MAX_SIZES 64
 /* The rank record's format: 2 adds the interface's MTU, the limits, the
  * RDMA devices, NCCL's variables and the full-size probe reply; 3 the
- * shared-memory folder and logind's RemoveIPC; a record without it (0) is
- * an older ddp-check's, whose task lacks them. */
-#define CK_RECORD_PROTO 3
+ * shared-memory folder and logind's RemoveIPC; 4 the process limit and the
+ * user's threads; a record without it (0) is an older ddp-check's, whose
+ * task lacks them. */
+#define CK_RECORD_PROTO 4
 
 enum ck_level { CK_OK, CK_WARN, CK_FAIL, CK_SKIP };
 
@@ -64,6 +65,10 @@ struct ck_rank {
 	char rdma[128];
 	long long memlock;
 	long long nofile;                /* RLIMIT_NOFILE's soft limit; -1 unlimited */
+	/* RLIMIT_NPROC's soft limit (-1 unlimited) and the threads the task's
+	 * user ran on its node when it looked (-1 not counted: no limit, root,
+	 * or /proc unreadable); proto 4 */
+	long long nproc, user_threads;
 	/* The shared-memory folder NCCL keeps its segments in (/dev/shm):
 	 * its size and the room left (bytes; -1 unknown, size
 	 * 0 no limit), "" or why a task could not make a segment there, and
@@ -191,6 +196,11 @@ int ck_coll_decode(struct ck_coll *c, const char *buf, size_t len);
  * into out as "minor=busid,..." sorted by minor.  Returns the GPU count, 0 (out "") when dir does not
  * exist (no NVIDIA driver), -1 with err naming the file and line. */
 int ck_nvidia_read(const char *dir, char *out, size_t len, char *err, size_t errlen);
+/* The threads that processes of real user uid run, from PROC's
+ * <pid>/status files (what RLIMIT_NPROC is held against at every fork and
+ * pthread_create): the processes it can see (not another PID namespace's,
+ * nor other users' under hidepid); -1 when PROC cannot be read. */
+long long ck_user_threads(const char *proc, long uid);
 /* Parse that text back; the count, -1 if it is not such a list. */
 int ck_nvidia_parse(const char *s, struct ddpenv_nvgpu *g, size_t max);
 

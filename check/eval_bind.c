@@ -583,10 +583,125 @@ static void eval_threads(struct ck_world *w)
 		ck_add(w, "bind.threads", CK_OK, "OMP_NUM_THREADS unset: OpenMP takes each task's CPUs");
 }
 
+/* A task's own compute threads: its OMP_NUM_THREADS (the outer count),
+ * else its CPUs (what OpenMP, oneDNN and OpenBLAS start), at least 1. */
+static long long compute_threads(const struct ck_rank *r)
+{
+	hwloc_bitmap_t c;
+	long long t = 0;
+	char *end;
+
+	if (has(r, CK_OMP)) {
+		long v = strtol(r->env[CK_OMP], &end, 10);
+		if (end != r->env[CK_OMP] && (!*end || *end == ',') && v > 0)
+			return v;
+	}
+	if ((c = hwloc_bitmap_alloc())) {
+		if (bm(c, r->cpus))
+			t = hwloc_bitmap_weight(c);
+		hwloc_bitmap_free(c);
+	}
+	return t > 0 ? t : 1;
+}
+
+/* Threads a task wants beside its compute threads: the libraries' (NCCL's
+ * proxy and socket threads, gloo's, CUDA's), PyTorch's inter-op pool and
+ * its data loader's worker processes. */
+#define NPROC_ROOM 64
+
+/* The process limit (RLIMIT_NPROC, ulimit -u) holds every thread of the
+ * task's user on the node, every task's and any other job's: past it
+ * pthread_create and fork fail (OpenBLAS's "pthread_create failed ...
+ * Resource temporarily unavailable", Python's "can't start new thread").
+ * Slurm hands tasks the limit of the shell srun ran in.  Root is not
+ * held by it. */
+static void eval_nproc(struct ck_world *w, const struct nodes *nd)
+{
+	struct msg fail = { 0 }, warn = { 0 };
+	long long low = -1, least_room = -1, least_want = 0;
+	int limited = 0, roots = 0, seen = 0, least_node = -1;
+
+	for (int n = 0; n < nd->n; n++) {
+		long long lim = -1, used = -1, want = 0;
+		int first = -1, tasks = 0;
+		long uid = -1;
+		for (int i = 0; i < w->n; i++) {
+			const struct ck_rank *r = &w->ranks[i];
+			if (nd->of[i] != n || r->proto < 4)
+				continue;
+			seen++;
+			if (r->nproc < 0)
+				continue;
+			if (r->uid == 0) {
+				roots++;
+				continue;
+			}
+			if (first < 0)
+				first = i;
+			tasks++;
+			uid = r->uid;
+			want += compute_threads(r);
+			if (lim < 0 || r->nproc < lim)
+				lim = r->nproc;
+			if (r->user_threads > used)
+				used = r->user_threads;
+		}
+		if (first < 0)
+			continue;
+		limited += tasks;
+		if (low < 0 || lim < low)
+			low = lim;
+		long long room = lim - (used > 0 ? used : 0), libs = want + (long long)tasks * NPROC_ROOM;
+		char running[96] = "";
+		if (used >= 0)
+			snprintf(running, sizeof(running), ", %lld threads of uid %ld running there", used, uid);
+		else
+			snprintf(running, sizeof(running), " (the user's threads there not counted)");
+		if (room < want)
+			say(&fail, "%s: %lld (task %d%s)%s: room for %lld, and %s %d task%s want %lld for OpenMP "
+			    "alone", nd->name[n], lim, first, tasks > 1 ? " and others" : "", running,
+			    room > 0 ? room : 0, tasks > 1 ? "its" : "the", tasks, tasks == 1 ? "" : "s", want);
+		else if (room < libs)
+			say(&warn, "%s: %lld (task %d%s)%s: room for %lld, where %s %d task%s want %lld (%lld "
+			    "for OpenMP, %d a task for the libraries)", nd->name[n], lim, first,
+			    tasks > 1 ? " and others" : "", running, room, tasks > 1 ? "its" : "the", tasks,
+			    tasks == 1 ? "" : "s", libs, want, NPROC_ROOM);
+		if (least_node < 0 || room - libs < least_room - least_want) {
+			least_node = n;
+			least_room = room;
+			least_want = libs;
+		}
+	}
+	if (fail.items || warn.items) {
+		struct msg *m = fail.items ? &fail : &warn;
+		ck_add(w, "bind.nproc", fail.items ? CK_FAIL : CK_WARN, "the process limit (ulimit -u) on %s; it "
+		       "holds every thread of the user on the node (OpenMP's, OpenBLAS's, PyTorch's pools and "
+		       "data loader workers, NCCL's, gloo's)%s; Slurm gives tasks the limit of the shell srun "
+		       "ran in: raise it there (ulimit -u), or PropagateResourceLimitsExcept=NPROC in "
+		       "slurm.conf", said(m),
+		       fail.items ? ", and past it pthread_create and fork fail (OpenBLAS: pthread_create "
+				    "failed, Resource temporarily unavailable)" : "");
+		return;
+	}
+	if (limited)
+		ck_add(w, "bind.nproc", CK_OK, "process limit (ulimit -u) at least %lld on every task; the "
+		       "least room on %s: %lld threads, %lld wanted", low, nd->name[least_node], least_room,
+		       least_want);
+	else if (roots)
+		ck_add(w, "bind.nproc", CK_OK, "the tasks run as root, whom the process limit (ulimit -u) "
+		       "does not hold");
+	else if (seen)
+		ck_add(w, "bind.nproc", CK_OK, "processes unlimited on every task (ulimit -u)");
+	else
+		ck_add(w, "bind.nproc", CK_SKIP, "no task's ddp-check reports its process limit (older "
+		       "versions)");
+}
+
 void ck_eval_bind(struct ck_world *w, const struct nodes *nd)
 {
 	eval_cpus(w, nd);
 	eval_threads(w);
+	eval_nproc(w, nd);
 	eval_locality(w);
 	eval_gpus(w, nd);
 	eval_visible(w);

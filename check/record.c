@@ -97,6 +97,8 @@ int ck_rank_encode(const struct ck_rank *r, char *buf, size_t len)
 	put(&o, "rdma", "%s", r->rdma);
 	put(&o, "memlock", "%lld", r->memlock);
 	put(&o, "nofile", "%lld", r->nofile);
+	put(&o, "nproc", "%lld", r->nproc);
+	put(&o, "user_threads", "%lld", r->user_threads);
 	put(&o, "shm_path", "%s", r->shm_path);
 	put(&o, "shm_size", "%lld", r->shm_size);
 	put(&o, "shm_free", "%lld", r->shm_free);
@@ -169,6 +171,10 @@ static void rank_field(void *ctx, const char *k, const char *v)
 		r->memlock = atoll(v);
 	} else if (!strcmp(k, "nofile")) {
 		r->nofile = atoll(v);
+	} else if (!strcmp(k, "nproc")) {
+		r->nproc = atoll(v);
+	} else if (!strcmp(k, "user_threads")) {
+		r->user_threads = atoll(v);
 	} else if (!strcmp(k, "shm_path")) {
 		STR(r->shm_path, v);
 	} else if (!strcmp(k, "shm_size")) {

@@ -196,6 +196,8 @@ void ck_report_json(const struct ck_world *w, FILE *out)
 			if (r->ifmtu > 0)
 				fprintf(out, ", \"mtu\": %d", r->ifmtu);
 			json_num(out, "nofile", r->nofile);
+			json_num(out, "nproc", r->nproc);
+			json_num(out, "user_threads", r->user_threads);
 			if (r->shm_path[0]) {
 				fprintf(out, ", \"shm\": {\"path\": ");
 				js(out, r->shm_path);

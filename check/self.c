@@ -259,6 +259,10 @@ void ck_self_limits(struct self *me)
 		     (long long)rl.rlim_cur : -1;
 	r->nofile = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ?
 		    (long long)rl.rlim_cur : -1;
+	r->nproc = getrlimit(RLIMIT_NPROC, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ?
+		   (long long)rl.rlim_cur : -1;
+	r->uid = (long)getuid();
+	r->user_threads = r->nproc >= 0 && r->uid != 0 ? ck_user_threads("/proc", r->uid) : -1;
 	if (!dir || !*dir)
 		dir = "/sys/class/infiniband";
 	d = opendir(dir);

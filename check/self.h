@@ -28,7 +28,8 @@ void ck_self_iface(struct self *me);
 /* after ck_self_gpus: needs r->gpu for the GPU's locality */
 void ck_self_binding(struct self *me);
 /* the node's RDMA devices (DDP_CHECK_INFINIBAND, else /sys/class/infiniband),
- * the task's locked-memory and open-files limits */
+ * the task's locked-memory, open-files and process limits, and (under a
+ * process limit) the threads its user runs on the node */
 void ck_self_limits(struct self *me);
 /* the shared-memory folder (/dev/shm): its room, a
  * segment made there as NCCL makes one, the NCCL segments in it; logind's

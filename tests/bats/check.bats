@@ -74,13 +74,13 @@ stop_logind() {
  +262144 +65536 +float +sum +[0-9.]+ +[0-9.]+ +[0-9.]+
 "
 	for c in rdzv.join env.present env.rank env.world_size env.master env.local_rank env.node_rank \
-		env.head env.nccl net.iface net.kind net.probe net.memlock net.nofile net.shm clock.skew bind.cpus bind.threads bind.locality bind.gpus bind.gres \
+		env.head env.nccl net.iface net.kind net.probe net.memlock net.nofile net.shm clock.skew bind.cpus bind.threads bind.nproc bind.locality bind.gpus bind.gres \
 		bind.visible coll.backend coll.allreduce coll.busbw time.first_collective; do
 		assert_line --regexp "^OK +$c +"
 	done
 	assert_line --regexp "^OK +net.probe +every node reached every other \(6 connections"
 	assert_line --regexp "^OK +coll.allreduce +gloo all-reduce of crafted inputs exact on all 6 tasks"
-	assert_line "ddp-check: 26 checks OK, 0 WARN, 0 FAILED"
+	assert_line "ddp-check: 27 checks OK, 0 WARN, 0 FAILED"
 }
 
 @test "--json writes the same report as one JSON object" {
@@ -98,9 +98,11 @@ assert r["bandwidth"] and r["bandwidth"][-1]["size"] == 262144, r["bandwidth"]
 b = r["bandwidth"][-1]
 assert abs(b["busbw"] - b["algbw"] * 2 * 2 / 3) < 1e-3, b
 names = [c["name"] for c in r["checks"]]
-assert len(names) == 26 and "net.shm" in names and "bind.threads" in names and "env.nccl" in names and "net.memlock" in names and "net.nofile" in names and "net.probe" in names and "bind.gres" in names and "clock.skew" in names, names
+assert len(names) == 27 and "net.shm" in names and "bind.threads" in names and "bind.nproc" in names and "env.nccl" in names and "net.memlock" in names and "net.nofile" in names and "net.probe" in names and "bind.gres" in names and "clock.skew" in names, names
 assert all(c["level"] == "OK" for c in r["checks"]), r["checks"]
-assert r["summary"] == {"ok": 26, "warn": 0, "fail": 0, "skip": 0} and r["exit_code"] == 0
+# tasks of root: no process limit holds them, and their threads are not counted
+assert all(x["user_threads"] is None for x in r["ranks"]), r["ranks"]
+assert r["summary"] == {"ok": 27, "warn": 0, "fail": 0, "skip": 0} and r["exit_code"] == 0
 print("json ok")' "$output"
 	assert_success
 	assert_output "json ok"
@@ -230,7 +232,7 @@ time.sleep(60)' &
 	echo "$output"
 	assert_success
 	assert_line --regexp "^WARN +bind.cpus +node1: 2 tasks are not bound, each may run on all of CPUs 0-1"
-	assert_line --regexp "^ddp-check: 25 checks OK, 1 WARN, 0 FAILED$"
+	assert_line --regexp "^ddp-check: 26 checks OK, 1 WARN, 0 FAILED$"
 }
 
 @test "GPU binding (fake GPUs, the nodes' topology): bus ids, locality, one task per GPU, strict narrows visibility" {
@@ -376,7 +378,30 @@ fake_nvidia() {
 	echo "$output"
 	assert_success
 	assert_line --regexp "^WARN +net.nofile +the open-files limit \(ulimit -n\) on node2: 100 \(task 2 and others\): gloo connects every rank to every other, 5 sockets a rank at world size 6, which leave little room for the program's own files \(at least 261 wanted\); .*PropagateResourceLimitsExcept=NOFILE"
-	assert_line --regexp "^ddp-check: 25 checks OK, 1 WARN, 0 FAILED$"
+	assert_line --regexp "^ddp-check: 26 checks OK, 1 WARN, 0 FAILED$"
+}
+
+# The process limit holds all of a user's threads on a node (one kernel
+# here: every node's tasks count); the tasks drop to nobody, as a user's
+# would run (root is not held by it).
+@test "bind.nproc: a process limit with little room is a warning naming the node, none for the OpenMP threads a failure" {
+	local user="setpriv --reuid=65534 --regid=65534 --clear-groups $CHECK ${ARGS[*]}"
+	run crun srun -N2 --ntasks-per-node=2 --ddp=gloo bash -c "[ \$SLURM_NODEID = 1 ] && ulimit -u 60; exec $user"
+	echo "$output"
+	assert_success
+	assert_line --regexp "^WARN +bind.nproc +the process limit \(ulimit -u\) on node2: 60 \(task 2 and others\), [0-9]+ threads of uid 65534 running there: room for [0-9]+, where its 2 tasks want 130 \(2 for OpenMP, 64 a task for the libraries\); .*PropagateResourceLimitsExcept=NPROC in slurm.conf$"
+	refute_line --regexp "^WARN +bind.nproc +.*node1"
+	assert_line --regexp "^ddp-check: 26 checks OK, 1 WARN, 0 FAILED$"
+	# 40 OpenMP threads a task on node2: past the limit
+	run crun srun -N2 --ntasks-per-node=2 --ddp=gloo bash -c \
+		"[ \$SLURM_NODEID = 1 ] && ulimit -u 60 && export OMP_NUM_THREADS=40; exec $user"
+	echo "$output"
+	assert_failure 1
+	assert_line --regexp "^FAIL +bind.nproc +the process limit \(ulimit -u\) on node2: 60 \(task 2 and others\), [0-9]+ threads of uid 65534 running there: room for [0-9]+, and its 2 tasks want 80 for OpenMP alone; .*pthread_create and fork fail"
+	# unlimited (root's own limit here, as srun's shell has it)
+	run crun srun -N2 --ddp=gloo setpriv --reuid=65534 --regid=65534 --clear-groups "$CHECK" "${ARGS[@]}"
+	assert_success
+	assert_line --regexp "^OK +bind.nproc +(processes unlimited on every task|process limit \(ulimit -u\) at least [0-9]+ on every task; the least room on node[12]: [0-9]+ threads, 6[5-9] wanted)$"
 }
 
 @test "net.shm under NCCL: a container's small /dev/shm is a warning, a read-only one a failure, each naming the node" {

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "probe.h"
@@ -58,6 +59,10 @@ static struct ck_world *world(int nodes, int per)
 		snprintf(r->ifaddr, sizeof(r->ifaddr), "10.0.0.%d", node + 1);
 		snprintf(r->ifkind, sizeof(r->ifkind), "ethernet");
 		r->nofile = 1024;   /* Debian's soft limit */
+		/* Debian's process limit on a 16 GiB node (threads-max / 2), a
+		 * user's login shell and the step's tasks running there */
+		r->nproc = 63711;
+		r->user_threads = 40;
 		r->memlock = 8LL << 20;
 		/* a bare-metal node's /dev/shm (half of 64 GiB), logind's
 		 * RemoveIPC=no (Debian's slurmd nodes set it), a user's task */
@@ -248,7 +253,7 @@ static void test_healthy(void)
 	char why[256];
 
 	ck_eval_setup(w);
-	test_cond("a healthy step: 23 setup checks, all OK", w->nres == 23 && count_level(w, CK_OK) == 23);
+	test_cond("a healthy step: 24 setup checks, all OK", w->nres == 24 && count_level(w, CK_OK) == 24);
 	for (size_t i = 0; i < w->nres; i++)
 		if (w->res[i].level != CK_OK)
 			printf("#   %s %s: %s\n", LV[w->res[i].level], w->res[i].name, w->res[i].msg);
@@ -277,7 +282,7 @@ static void test_healthy(void)
 	test_err("the header", text, "# ddp-check " DDPENV_VERSION ": backend gloo, world size 6 on 3 nodes, head gpu01 (MASTER_ADDR=10.0.0.1 MASTER_PORT=29512)");
 	test_err("a placement line", text, "\n      5  gpu03      1005  ens17  10.0.0.3  -    2-3   0\n");
 	test_err("a bandwidth row", text, "\n          1024           256   float    sum     1000.00      0.00      0.00\n");
-	test_err("the count line", text, "\nddp-check: 26 checks OK, 0 WARN, 0 FAILED\n");
+	test_err("the count line", text, "\nddp-check: 27 checks OK, 0 WARN, 0 FAILED\n");
 
 	f = tmpfile();
 	snprintf(w->res[0].msg, sizeof(w->res[0].msg), "a \"quoted\"\\ message\t");
@@ -287,10 +292,10 @@ static void test_healthy(void)
 	text[n] = 0;
 	fclose(f);
 	test_err("JSON escapes quotes, backslashes and controls", text, "\"a \\\"quoted\\\"\\\\ message\\u0009\"");
-	test_err("JSON summary", text, "\"summary\": {\"ok\": 26, \"warn\": 0, \"fail\": 0, \"skip\": 0},\n  \"exit_code\": 0");
+	test_err("JSON summary", text, "\"summary\": {\"ok\": 27, \"warn\": 0, \"fail\": 0, \"skip\": 0},\n  \"exit_code\": 0");
 	test_err("JSON bandwidth", text, "{\"size\": 1024, \"count\": 256, \"type\": \"float\", \"redop\": \"sum\", \"time_us\": 1000.000");
 	test_err("JSON nodes", text, "\"nodes\": 3,\n  \"nodes_reported\": 3,\n");
-	test_err("JSON shared memory and RemoveIPC", text, "\"nofile\": 1024, \"shm\": {\"path\": \"/dev/shm\", "
+	test_err("JSON limits, shared memory and RemoveIPC", text, "\"nofile\": 1024, \"nproc\": 63711, \"user_threads\": 40, \"shm\": {\"path\": \"/dev/shm\", "
 		 "\"size\": 34359738368, \"free\": 32212254720, \"nccl_segments\": 0, \"error\": \"\", "
 		 "\"removeipc\": false, \"uid\": 1000}");
 
@@ -608,10 +613,11 @@ static void test_mixed_versions(void)
 	ck_eval_setup(w);
 	test_check("mixed versions: rdzv.join warns, naming both", w, "rdzv.join", CK_WARN,
 		   "all 6 tasks joined the rendezvous at 10.0.0.1:29512, but run different ddp-check "
-		   "versions: " DDPENV_VERSION " (record format 3) on task 0 (gpu01), older (0) on task 2 (gpu02)");
+		   "versions: " DDPENV_VERSION " (record format 4) on task 0 (gpu01), older (0) on task 2 (gpu02)");
 	test_check("... an older listener's missing reply is no MTU failure", w, "net.probe", CK_WARN,
 		   "gpu01 greeted gpu02, whose older ddp-check does not send the full-size packet asked for");
 	test_check("... its tasks' missing limits fail nothing", w, "net.nofile", CK_OK, "at least 1024");
+	test_check("... nor their missing process limits", w, "bind.nproc", CK_OK, "at least 63711 on every task");
 	char why[256];
 	test_cond("... and the collectives run", ck_coll_safe(w, why, sizeof(why)));
 	drop(w);
@@ -769,6 +775,121 @@ static void test_nofile(void)
 	test_check("Debian's 1024 at world size 2: OK", w, "net.nofile", CK_OK,
 		   "open files at least 1024 on every task: room for gloo's 1 socket a rank and the program's own files");
 	drop(w);
+}
+
+/* bind.nproc: the process limit holds all of the user's threads on a node. */
+static void test_nproc(void)
+{
+	struct ck_world *w = world(3, 2);
+
+	ck_eval_setup(w);
+	test_check("Debian's limit: OK, the least room said", w, "bind.nproc", CK_OK,
+		   "process limit (ulimit -u) at least 63711 on every task; the least room on gpu01: 63671 "
+		   "threads, 132 wanted");
+	/* gpu02: 60 threads running under a limit of 100 */
+	for (int i = 2; i < 4; i++) {
+		w->ranks[i].nproc = 100;
+		w->ranks[i].user_threads = 60 - i;
+	}
+	reeval(w);
+	test_check("little room beside the OpenMP threads: WARN naming the node, its count, the wants", w,
+		   "bind.nproc", CK_WARN, "the process limit (ulimit -u) on gpu02: 100 (task 2 and others), 58 "
+		   "threads of uid 1000 running there: room for 42, where its 2 tasks want 132 (4 for OpenMP, "
+		   "64 a task for the libraries)");
+	test_check("... and the fix", w, "bind.nproc", CK_WARN,
+		   "raise it there (ulimit -u), or PropagateResourceLimitsExcept=NPROC in slurm.conf");
+	/* gpu03: 32 OpenMP threads a task, room for 50 */
+	for (int i = 4; i < 6; i++) {
+		snprintf(w->ranks[i].env[CK_OMP], DDPENV_VALLEN, "32");
+		w->ranks[i].have |= 1u << CK_OMP;
+		w->ranks[i].nproc = 100;
+		w->ranks[i].user_threads = 50;
+	}
+	reeval(w);
+	test_check("no room for the OpenMP threads: FAIL naming that node", w, "bind.nproc", CK_FAIL,
+		   "on gpu03: 100 (task 4 and others), 50 threads of uid 1000 running there: room for 50, "
+		   "and its 2 tasks want 64 for OpenMP alone; it holds every thread");
+	test_check("... and what fails past it", w, "bind.nproc", CK_FAIL,
+		   "pthread_create and fork fail (OpenBLAS: pthread_create failed");
+	test_check("... the warning's node is not in the failure", w, "bind.nproc", CK_FAIL, "alone; it holds");
+	/* the count unknown: the limit alone against the wants */
+	w->ranks[4].user_threads = w->ranks[5].user_threads = -1;
+	reeval(w);
+	test_check("an uncounted node's limit alone", w, "bind.nproc", CK_WARN,
+		   "gpu02: 100 (task 2 and others), 58 threads");
+	test_check("... said", w, "bind.nproc", CK_WARN,
+		   "gpu03: 100 (task 4 and others) (the user's threads there not counted): room for 100, "
+		   "where its 2 tasks want 192 (64 for OpenMP");
+	drop(w);
+
+	w = world(2, 1);
+	for (int i = 0; i < 2; i++) {
+		w->ranks[i].uid = 0;
+		w->ranks[i].nproc = 10;
+	}
+	ck_eval_setup(w);
+	test_check("root's tasks: the limit does not hold them", w, "bind.nproc", CK_OK,
+		   "the tasks run as root, whom the process limit (ulimit -u) does not hold");
+	for (int i = 0; i < 2; i++) {
+		w->ranks[i].uid = 1000;
+		w->ranks[i].nproc = -1;
+	}
+	reeval(w);
+	test_check("unlimited: OK", w, "bind.nproc", CK_OK, "processes unlimited on every task (ulimit -u)");
+	for (int i = 0; i < 2; i++)
+		w->ranks[i].proto = 3;
+	reeval(w);
+	test_check("only older ddp-checks: skipped, saying why", w, "bind.nproc", CK_SKIP,
+		   "no task's ddp-check reports its process limit (older versions)");
+	drop(w);
+}
+
+/* ck_user_threads: the threads of a user's processes in a /proc tree. */
+static void test_user_threads(void)
+{
+	char dir[] = "/tmp/test_check_proc.XXXXXX", path[256];
+	static const struct { const char *pid, *status; } procs[] = {
+		{ "1", "Name:\tinit\nUid:\t0\t0\t0\t0\nThreads:\t1\n" },
+		{ "1200", "Name:\tpython3\nUmask:\t0022\nUid:\t1000\t1000\t1000\t1000\nThreads:\t37\n" },
+		/* the real uid counts, not the effective one */
+		{ "1300", "Name:\tsudo\nUid:\t1000\t0\t0\t0\nThreads:\t2\n" },
+		{ "1400", "Name:\tsshd\nUid:\t1001\t1001\t1001\t1001\nThreads:\t9\n" },
+		/* a Name that looks like a field */
+		{ "1500", "Name:\tUid: 1000\nUid:\t1001\t1001\t1001\t1001\nThreads:\t5\n" },
+	};
+	test_cond("a temporary /proc", mkdtemp(dir) != NULL);
+	for (size_t i = 0; i < sizeof(procs) / sizeof(procs[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, procs[i].pid);
+		mkdir(path, 0755);
+		snprintf(path, sizeof(path), "%s/%s/status", dir, procs[i].pid);
+		FILE *f = fopen(path, "w");
+		if (f) {
+			fputs(procs[i].status, f);
+			fclose(f);
+		}
+	}
+	/* not processes: /proc's own files, and one gone since the listing */
+	snprintf(path, sizeof(path), "%s/sys", dir);
+	mkdir(path, 0755);
+	snprintf(path, sizeof(path), "%s/1600", dir);
+	mkdir(path, 0755);
+	test_cond("uid 1000's threads: by real uid, others' left out", ck_user_threads(dir, 1000) == 39);
+	test_cond("uid 1001's", ck_user_threads(dir, 1001) == 14);
+	test_cond("a user with none: 0", ck_user_threads(dir, 4242) == 0);
+	test_cond("no /proc: -1", ck_user_threads("/nonexistent/proc", 1000) == -1);
+	test_cond("this machine's /proc: this process's own thread at least",
+		  ck_user_threads("/proc", (long)getuid()) >= 1);
+	for (size_t i = 0; i < sizeof(procs) / sizeof(procs[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s/status", dir, procs[i].pid);
+		unlink(path);
+		snprintf(path, sizeof(path), "%s/%s", dir, procs[i].pid);
+		rmdir(path);
+	}
+	snprintf(path, sizeof(path), "%s/sys", dir);
+	rmdir(path);
+	snprintf(path, sizeof(path), "%s/1600", dir);
+	rmdir(path);
+	rmdir(dir);
 }
 
 static void test_binding_faults(void)
@@ -1349,6 +1470,8 @@ int main(void)
 	test_network_faults();
 	test_memlock();
 	test_nofile();
+	test_nproc();
+	test_user_threads();
 	test_shm();
 	test_nccl_env();
 	test_mixed_versions();
