@@ -654,18 +654,23 @@ static void eval_nproc(struct ck_world *w, const struct nodes *nd)
 		long long room = lim - (used > 0 ? used : 0), libs = want + (long long)tasks * NPROC_ROOM;
 		char running[96] = "";
 		if (used >= 0)
-			snprintf(running, sizeof(running), ", %lld threads of uid %ld running there", used, uid);
+			snprintf(running, sizeof(running), ", %lld thread%s of uid %ld running there", used,
+				 used == 1 ? "" : "s", uid);
 		else
 			snprintf(running, sizeof(running), " (the user's threads there not counted)");
+		char who[48];
+		if (tasks > 1)
+			snprintf(who, sizeof(who), "its %d tasks want", tasks);
+		else
+			snprintf(who, sizeof(who), "its task wants");
 		if (room < want)
-			say(&fail, "%s: %lld (task %d%s)%s: room for %lld, and %s %d task%s want %lld for OpenMP "
-			    "alone", nd->name[n], lim, first, tasks > 1 ? " and others" : "", running,
-			    room > 0 ? room : 0, tasks > 1 ? "its" : "the", tasks, tasks == 1 ? "" : "s", want);
+			say(&fail, "%s: %lld (task %d%s)%s: room for %lld, and %s %lld for OpenMP alone",
+			    nd->name[n], lim, first, tasks > 1 ? " and others" : "", running, room > 0 ? room : 0,
+			    who, want);
 		else if (room < libs)
-			say(&warn, "%s: %lld (task %d%s)%s: room for %lld, where %s %d task%s want %lld (%lld "
-			    "for OpenMP, %d a task for the libraries)", nd->name[n], lim, first,
-			    tasks > 1 ? " and others" : "", running, room, tasks > 1 ? "its" : "the", tasks,
-			    tasks == 1 ? "" : "s", libs, want, NPROC_ROOM);
+			say(&warn, "%s: %lld (task %d%s)%s: room for %lld, where %s %lld (%lld for OpenMP, %d a "
+			    "task for the libraries)", nd->name[n], lim, first, tasks > 1 ? " and others" : "",
+			    running, room, who, libs, want, NPROC_ROOM);
 		if (least_node < 0 || room - libs < least_room - least_want) {
 			least_node = n;
 			least_room = room;

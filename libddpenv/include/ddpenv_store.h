@@ -59,7 +59,9 @@ int ddpenv_store_set(struct ddpenv_store *s, const char *key,
 		     const void *val, size_t len, char *err, size_t errlen);
 
 /* Wait until KEY exists (at most timeout_ms; <0 means the store's) and
- * return a malloc'd copy of its value. */
+ * return a malloc'd copy of its value.  A wait that times out is taken back
+ * from the server: the connection stays usable (to publish the failure, to
+ * ask which ranks died). */
 int ddpenv_store_get(struct ddpenv_store *s, const char *key, int timeout_ms,
 		     void **val, size_t *len, char *err, size_t errlen);
 

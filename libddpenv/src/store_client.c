@@ -111,7 +111,8 @@ static int send_all(struct ddpenv_store *s, const uint8_t *p, size_t n, int64_t 
 	return 0;
 }
 
-static int recv_all(struct ddpenv_store *s, uint8_t *p, size_t n, int64_t deadline,
+/* n bytes by the deadline (wait_ms from the request: for the message). */
+static int recv_all(struct ddpenv_store *s, uint8_t *p, size_t n, int64_t deadline, int wait_ms,
 		    const char *what, char *err, size_t errlen)
 {
 	while (n) {
@@ -120,7 +121,7 @@ static int recv_all(struct ddpenv_store *s, uint8_t *p, size_t n, int64_t deadli
 		int r = left > 0 ? poll(&pf, 1, left) : 0;
 		if (r == 0) {
 			char b[32], m[DDPENV_STORE_MAX_KEY + 64];
-			snprintf(m, sizeof(m), "timed out after %s", secs(s->timeout_ms, b, sizeof(b)));
+			snprintf(m, sizeof(m), "timed out after %s", secs(wait_ms, b, sizeof(b)));
 			fail(s, err, errlen, what, m);
 			return -1;
 		}
@@ -147,21 +148,101 @@ static int recv_all(struct ddpenv_store *s, uint8_t *p, size_t n, int64_t deadli
 	return 0;
 }
 
+static uint8_t *build(int op, size_t *outlen, const char *fmt, ...);
+static int read_frame(struct ddpenv_store *s, int64_t deadline, int wait_ms, const char *what,
+		      uint8_t **rep, size_t *replen, char *err, size_t errlen);
+
+/* How long the server has to answer an UNWAIT: it is alive when the
+ * connection is, and answers at once. */
+#define UNWAIT_MS 2000
+
+/* A GET of key that waited wait_ms for nothing: take it back (UNWAIT), so
+ * the connection stays in step for what the rank does next (publish its
+ * failure, ask who died).  The server answers in order: the GET's VALUE
+ * first where the key came meanwhile (returned, 0), then UNWAIT's OK.
+ * Timed out: -1 with err set, the connection usable; any other failure
+ * loses it, as before. */
+static int unwait(struct ddpenv_store *s, const char *key, int wait_ms, const char *what,
+		  uint8_t **rep, size_t *replen, char *err, size_t errlen)
+{
+	size_t reqlen;
+	uint8_t *req = build(OP_UNWAIT, &reqlen, "s", (const void *)key, strlen(key)), *first = NULL, *ok;
+	int64_t deadline = now_ms() + (s->timeout_ms < UNWAIT_MS ? s->timeout_ms : UNWAIT_MS);
+	size_t firstlen, oklen;
+	char b[32], m[64];
+
+	if (!req) {
+		fail(s, err, errlen, what, "out of memory");
+		return -1;
+	}
+	int rv = send_all(s, req, reqlen, deadline, err, errlen);
+	free(req);
+	if (rv < 0 || read_frame(s, deadline, UNWAIT_MS, what, &first, &firstlen, err, errlen) < 0)
+		return -1;
+	if (first[0] == REP_VALUE) {
+		if (read_frame(s, deadline, UNWAIT_MS, what, &ok, &oklen, err, errlen) < 0) {
+			free(first);
+			return -1;
+		}
+		rv = ok[0];
+		free(ok);
+		if (rv != REP_OK) {
+			free(first);
+			fail(s, err, errlen, what, "unexpected reply");
+			return -1;
+		}
+		*rep = first;
+		*replen = firstlen;
+		return 0;
+	}
+	rv = first[0];
+	free(first);
+	if (rv != REP_OK) {
+		fail(s, err, errlen, what, "unexpected reply");
+		return -1;
+	}
+	snprintf(m, sizeof(m), "timed out after %s", secs(wait_ms, b, sizeof(b)));
+	snprintf(err, errlen, "rank %d: store at %s: %s: %s", s->rank, s->where, what, m);
+	return -1;
+}
+
 /* Send a request frame and read its reply (malloc'd into *rep, *replen).
- * An REP_ERR reply becomes an error carrying the server's message. */
+ * An REP_ERR reply becomes an error carrying the server's message.  A GET
+ * (cancel_key: its key) that times out before any of its reply came is
+ * taken back (unwait), the connection kept. */
 static int exchange(struct ddpenv_store *s, const uint8_t *req, size_t reqlen,
-		    int timeout_ms, const char *what, uint8_t **rep, size_t *replen,
-		    char *err, size_t errlen)
+		    int timeout_ms, const char *what, const char *cancel_key, uint8_t **rep,
+		    size_t *replen, char *err, size_t errlen)
 {
 	if (s->broken) {
 		snprintf(err, errlen, "rank %d: store at %s: %s: the connection was lost earlier",
 			 s->rank, s->where, what);
 		return -1;
 	}
-	int64_t deadline = now_ms() + (timeout_ms < 0 ? s->timeout_ms : timeout_ms);
+	int wait_ms = timeout_ms < 0 ? s->timeout_ms : timeout_ms;
+	int64_t deadline = now_ms() + wait_ms;
+	if (send_all(s, req, reqlen, deadline, err, errlen) < 0)
+		return -1;
+	if (cancel_key) {
+		struct pollfd pf = { .fd = s->fd, .events = POLLIN };
+		int left, r;
+		do {
+			left = (int)(deadline - now_ms());
+			r = left > 0 ? poll(&pf, 1, left) : 0;
+		} while (r < 0 && errno == EINTR);
+		if (r == 0)
+			return unwait(s, cancel_key, wait_ms, what, rep, replen, err, errlen);
+	}
+	return read_frame(s, deadline, wait_ms, what, rep, replen, err, errlen);
+}
+
+/* One reply frame by the deadline (malloc'd into *rep, *replen); REP_ERR
+ * becomes an error carrying the server's message. */
+static int read_frame(struct ddpenv_store *s, int64_t deadline, int wait_ms, const char *what,
+		      uint8_t **rep, size_t *replen, char *err, size_t errlen)
+{
 	uint8_t hdr[4];
-	if (send_all(s, req, reqlen, deadline, err, errlen) < 0 ||
-	    recv_all(s, hdr, 4, deadline, what, err, errlen) < 0)
+	if (recv_all(s, hdr, 4, deadline, wait_ms, what, err, errlen) < 0)
 		return -1;
 	uint32_t n = get_u32(hdr);
 	if (n == 0 || n > STORE_MAX_FRAME) {
@@ -173,7 +254,7 @@ static int exchange(struct ddpenv_store *s, const uint8_t *req, size_t reqlen,
 		fail(s, err, errlen, what, "out of memory");
 		return -1;
 	}
-	if (recv_all(s, buf, n, deadline, what, err, errlen) < 0) {
+	if (recv_all(s, buf, n, deadline, wait_ms, what, err, errlen) < 0) {
 		free(buf);
 		return -1;
 	}
@@ -253,14 +334,14 @@ static int check_key(const struct ddpenv_store *s, const char *key, char *err, s
 }
 
 static int simple(struct ddpenv_store *s, uint8_t *req, size_t reqlen, int timeout_ms,
-		  const char *what, int want, uint8_t **rep, size_t *replen,
+		  const char *what, const char *cancel_key, int want, uint8_t **rep, size_t *replen,
 		  char *err, size_t errlen)
 {
 	if (!req) {
 		snprintf(err, errlen, "rank %d: store: out of memory", s->rank);
 		return -1;
 	}
-	int rv = exchange(s, req, reqlen, timeout_ms, what, rep, replen, err, errlen);
+	int rv = exchange(s, req, reqlen, timeout_ms, what, cancel_key, rep, replen, err, errlen);
 	free(req);
 	if (rv < 0)
 		return -1;
@@ -342,7 +423,7 @@ int ddpenv_store_open(struct ddpenv_store **out, const struct ddpenv_store_opts 
 	uint8_t *rep;
 	uint8_t *req = build(OP_HELLO, &reqlen, "uus", (unsigned)o->rank, (unsigned)o->world,
 			     (const void *)tok, strlen(tok));
-	if (simple(s, req, reqlen, -1, "joining", REP_OK, &rep, &replen, err, errlen) < 0)
+	if (simple(s, req, reqlen, -1, "joining", NULL, REP_OK, &rep, &replen, err, errlen) < 0)
 		goto out;
 	free(rep);
 	rv = 0;
@@ -375,7 +456,7 @@ void ddpenv_store_close_within(struct ddpenv_store *s, int wait_ms)
 		size_t reqlen, replen;
 		uint8_t *rep;
 		uint8_t *req = build(OP_BYE, &reqlen, "");
-		if (simple(s, req, reqlen, 5000, "leaving", REP_OK, &rep, &replen, err, sizeof(err)) == 0)
+		if (simple(s, req, reqlen, 5000, "leaving", NULL, REP_OK, &rep, &replen, err, sizeof(err)) == 0)
 			free(rep);
 	}
 	if (s->fd >= 0)
@@ -400,7 +481,7 @@ int ddpenv_store_set(struct ddpenv_store *s, const char *key, const void *val, s
 			     val ? val : "", len);
 	char what[DDPENV_STORE_MAX_KEY + 32];
 	snprintf(what, sizeof(what), "setting '%s'", key);
-	if (simple(s, req, reqlen, -1, what, REP_OK, &rep, &replen, err, errlen) < 0)
+	if (simple(s, req, reqlen, -1, what, NULL, REP_OK, &rep, &replen, err, errlen) < 0)
 		return -1;
 	free(rep);
 	return 0;
@@ -416,7 +497,7 @@ int ddpenv_store_get(struct ddpenv_store *s, const char *key, int timeout_ms,
 	uint8_t *req = build(OP_GET, &reqlen, "s", (const void *)key, strlen(key));
 	char what[DDPENV_STORE_MAX_KEY + 32];
 	snprintf(what, sizeof(what), "waiting for '%s'", key);
-	if (simple(s, req, reqlen, timeout_ms, what, REP_VALUE, &rep, &replen, err, errlen) < 0)
+	if (simple(s, req, reqlen, timeout_ms, what, key, REP_VALUE, &rep, &replen, err, errlen) < 0)
 		return -1;
 	struct rd r = { rep + 1, replen - 1, 1 };
 	const uint8_t *v = rd_str(&r, &vl);
@@ -444,7 +525,7 @@ int ddpenv_store_add(struct ddpenv_store *s, const char *key, int64_t delta, int
 	uint8_t *req = build(OP_ADD, &reqlen, "sq", (const void *)key, strlen(key), delta);
 	char what[DDPENV_STORE_MAX_KEY + 32];
 	snprintf(what, sizeof(what), "adding to '%s'", key);
-	if (simple(s, req, reqlen, -1, what, REP_INT, &rep, &replen, err, errlen) < 0)
+	if (simple(s, req, reqlen, -1, what, NULL, REP_INT, &rep, &replen, err, errlen) < 0)
 		return -1;
 	struct rd r = { rep + 1, replen - 1, 1 };
 	int64_t v = rd_i64(&r);
@@ -485,7 +566,7 @@ int ddpenv_store_dead_ranks(struct ddpenv_store *s, int *ranks, int max, char *e
 	size_t reqlen, replen;
 	uint8_t *rep;
 	uint8_t *req = build(OP_DEAD, &reqlen, "");
-	if (simple(s, req, reqlen, 5000, "asking which ranks died", REP_RANKS, &rep, &replen,
+	if (simple(s, req, reqlen, 5000, "asking which ranks died", NULL, REP_RANKS, &rep, &replen,
 		   err, errlen) < 0)
 		return -1;
 	struct rd r = { rep + 1, replen - 1, 1 };

@@ -442,6 +442,27 @@ static int handle(struct store_server *sv, struct conn *c, const uint8_t *f, siz
 		c->out_len += 4 + body;
 		return 0;
 	}
+	case OP_UNWAIT: {
+		/* a client's GET that timed out: its waiter goes, so no VALUE
+		 * comes after this OK (store_client.c: unwait) */
+		s = rd_str(&r, &len);
+		if (!r.ok || len == 0 || len > DDPENV_STORE_MAX_KEY)
+			break;
+		memcpy(key, s, len);
+		key[len] = 0;
+		struct kv *e = kv_find(sv, key, 0);
+		for (struct waiter **p = e ? &e->waiters : NULL; p && *p;) {
+			struct waiter *w = *p;
+			if (w->fd == c->fd && w->gen == c->gen) {
+				*p = w->next;
+				free(w);
+				c->waiting--;
+			} else {
+				p = &w->next;
+			}
+		}
+		return reply(c, REP_OK, NULL, 0, 0);
+	}
 	case OP_BYE:
 		c->bye = 1;
 		rank_left(sv, c->rank, 0);

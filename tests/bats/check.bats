@@ -389,7 +389,7 @@ fake_nvidia() {
 	run crun srun -N2 --ntasks-per-node=2 --ddp=gloo bash -c "[ \$SLURM_NODEID = 1 ] && ulimit -u 60; exec $user"
 	echo "$output"
 	assert_success
-	assert_line --regexp "^WARN +bind.nproc +the process limit \(ulimit -u\) on node2: 60 \(task 2 and others\), [0-9]+ threads of uid 65534 running there: room for [0-9]+, where its 2 tasks want 130 \(2 for OpenMP, 64 a task for the libraries\); .*PropagateResourceLimitsExcept=NPROC in slurm.conf$"
+	assert_line --regexp "^WARN +bind.nproc +the process limit \(ulimit -u\) on node2: 60 \(task 2 and others\), [0-9]+ threads? of uid 65534 running there: room for [0-9]+, where its 2 tasks want 130 \(2 for OpenMP, 64 a task for the libraries\); .*PropagateResourceLimitsExcept=NPROC in slurm.conf$"
 	refute_line --regexp "^WARN +bind.nproc +.*node1"
 	assert_line --regexp "^ddp-check: 26 checks OK, 1 WARN, 0 FAILED$"
 	# 40 OpenMP threads a task on node2: past the limit
@@ -397,11 +397,27 @@ fake_nvidia() {
 		"[ \$SLURM_NODEID = 1 ] && ulimit -u 60 && export OMP_NUM_THREADS=40; exec $user"
 	echo "$output"
 	assert_failure 1
-	assert_line --regexp "^FAIL +bind.nproc +the process limit \(ulimit -u\) on node2: 60 \(task 2 and others\), [0-9]+ threads of uid 65534 running there: room for [0-9]+, and its 2 tasks want 80 for OpenMP alone; .*pthread_create and fork fail"
+	assert_line --regexp "^FAIL +bind.nproc +the process limit \(ulimit -u\) on node2: 60 \(task 2 and others\), [0-9]+ threads? of uid 65534 running there: room for [0-9]+, and its 2 tasks want 80 for OpenMP alone; .*pthread_create and fork fail"
 	# unlimited (root's own limit here, as srun's shell has it)
 	run crun srun -N2 --ddp=gloo setpriv --reuid=65534 --regid=65534 --clear-groups "$CHECK" "${ARGS[@]}"
 	assert_success
 	assert_line --regexp "^OK +bind.nproc +(processes unlimited on every task|process limit \(ulimit -u\) at least [0-9]+ on every task; the least room on node[12]: [0-9]+ threads, 6[5-9] wanted)$"
+}
+
+# No room for a thread on node2: gloo's connect fails there at once, the
+# other tasks' waits for its address time out, and the rendezvous stays
+# usable (the store takes a timed-out wait back): the report still comes.
+@test "bind.nproc: where gloo cannot start its threads, the report still comes, naming the tasks and the cause" {
+	# task 3 alone as nobody, with room for its own process only (root's
+	# tasks are not held by the limit: its count is its own)
+	run crun srun -N2 --ntasks-per-node=2 --ddp=gloo bash -c \
+		"[ \$SLURM_PROCID = 3 ] || exec $CHECK ${ARGS[*]} --timeout 5; ulimit -u 1; exec setpriv --reuid=65534 --regid=65534 --clear-groups $CHECK ${ARGS[*]} --timeout 5"
+	echo "$output"
+	assert_failure 1
+	assert_line --regexp "^FAIL +bind.nproc +the process limit \(ulimit -u\) on node2: 1 \(task 3\), 1 thread of uid 65534 running there: room for 0, and its task wants 1 for OpenMP alone"
+	assert_line --regexp "^FAIL +coll.allreduce +task 0 \(node1\): gloo: rank 0 could not connect its full mesh on [a-z0-9]+: rank 0: store at [0-9.]+:[0-9]+: waiting for 'gloo/3': timed out after 5 s; .*task 3 \(node2\): gloo: rank 3 could not connect its full mesh on [a-z0-9]+: Resource temporarily unavailable$"
+	assert_line --regexp "^ddp-check: [0-9]+ checks OK, 0 WARN, 2 FAILED, 2 skipped$"
+	refute_output --partial "the rendezvous failed midway"
 }
 
 @test "net.shm under NCCL: a container's small /dev/shm is a warning, a read-only one a failure, each naming the node" {
