@@ -115,18 +115,26 @@ void ck_eval_coll(struct ck_world *w)
 	struct msg fail = { 0 };
 	double first = -1, init = 0;
 	int slow = -1;
-	for (int i = 0; i < w->n; i++) {
-		const struct ck_coll *c = &w->colls[i];
-		if (!c->have)
-			say(&fail, "task %d (%s) did not report its result", i, w->ranks[i].host);
-		else if (!c->ok)
-			say(&fail, "task %d (%s): %s", i, w->ranks[i].host, c->msg);
-		else if (c->first_s > first) {
-			first = c->first_s;
-			init = c->init_s;
-			slow = i;
+	/* the tasks that failed of themselves first, then those that only
+	 * waited for them (their communicator's set-up timed out on a key a
+	 * failed task never published) */
+	for (int pass = 0; pass < 2; pass++)
+		for (int i = 0; i < w->n; i++) {
+			const struct ck_coll *c = &w->colls[i];
+			int waited = c->have && !c->ok && strstr(c->msg, ": waiting for '") &&
+				     strstr(c->msg, "': timed out after ");
+			if (waited != pass)
+				continue;
+			if (!c->have)
+				say(&fail, "task %d (%s) did not report its result", i, w->ranks[i].host);
+			else if (!c->ok)
+				say(&fail, "task %d (%s): %s", i, w->ranks[i].host, c->msg);
+			else if (c->first_s > first) {
+				first = c->first_s;
+				init = c->init_s;
+				slow = i;
+			}
 		}
-	}
 	if (fail.items)
 		ck_add(w, "coll.allreduce", CK_FAIL, "%s", said(&fail));
 	else

@@ -1226,6 +1226,25 @@ static void test_coll_faults(void)
 		   "busbw 0.00 GB/s at 1024 bytes is below --min-busbw 5.00 GB/s");
 	test_cond("the slowest time is the max over tasks", ck_time_max(w, w->nsizes - 1) == 1e-3);
 	drop(w);
+
+	/* task 2 could not start gloo; 0 and 1 timed out waiting for its
+	 * address: the cause first */
+	w = world(3, 1);
+	ck_eval_setup(w);
+	ran(w, 1e-3);
+	for (int i = 0; i < 3; i++) {
+		w->colls[i].ok = 0;
+		snprintf(w->colls[i].msg, sizeof(w->colls[i].msg), i == 2 ?
+			 "gloo: rank 2 could not connect its full mesh on ens17: Resource temporarily unavailable" :
+			 "gloo: rank %d could not connect its full mesh on ens17: rank %d: store at 10.0.0.1:29512: "
+			 "waiting for 'gloo/2': timed out after 60 s", i, i);
+	}
+	ck_eval_coll(w);
+	test_check("the task that failed of itself first, then those that waited for it", w, "coll.allreduce",
+		   CK_FAIL, "task 2 (gpu03): gloo: rank 2 could not connect its full mesh on ens17: Resource "
+		   "temporarily unavailable; task 0 (gpu01): gloo: rank 0 could not connect its full mesh on "
+		   "ens17: rank 0: store at 10.0.0.1:29512: waiting for 'gloo/2': timed out after 60 s; task 1 ");
+	drop(w);
 }
 
 /* MIG devices: each task sees its own (CUDA opens one per process), named
