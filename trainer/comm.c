@@ -204,45 +204,59 @@ int cnn_comm_broadcast(struct cnn_comm *c, float *buf, size_t n, int root, char 
 	return c->ops->allreduce_sum(c, buf, n, err, errlen);
 }
 
+/* "rank 3 (node2)" or "ranks 1 (node1), 3 (node2)" into msg at off. */
+static size_t name_ranks(struct cnn_comm *c, const int *ranks, int n, char *msg, size_t len, size_t off)
+{
+	off += (size_t)snprintf(msg + off, off < len ? len - off : 0, "%s", n == 1 ? "rank " : "ranks ");
+	for (int i = 0; i < n && i < 16 && off < len; i++) {
+		char key[32], host[80] = "?", e2[256];
+		void *v;
+		size_t l;
+		snprintf(key, sizeof(key), "host/%d", ranks[i]);
+		if (ddpenv_store_get(c->store, key, 1000, &v, &l, e2, sizeof(e2)) == 0) {
+			snprintf(host, sizeof(host), "%s", (char *)v);
+			free(v);
+		}
+		off += (size_t)snprintf(msg + off, len - off, "%s%d (%s)", i ? ", " : "", ranks[i], host);
+	}
+	return off;
+}
+
 void cnn_comm_explain_failure(struct cnn_comm *c, char *err, size_t errlen)
 {
 	char why[512], msg[1024];
-	int dead[16], n = -1;
+	int dead[16], left[16], n = -1, nl = 0;
 	if (!c->store)
 		return;
 	snprintf(why, sizeof(why), "%s", err);
-	/* The store sees a dead rank's socket close at about the moment the
-	 * collective failed; give it a moment. */
+	/* The store sees a dead rank's socket close (or a failed rank's
+	 * goodbye) at about the moment the collective failed; give it a
+	 * moment. */
 	for (int i = 0; i < 20; i++) {
 		char e2[256];
 		n = ddpenv_store_dead_ranks(c->store, dead, 16, e2, sizeof(e2));
-		if (n != 0)
+		if (n == 0)
+			nl = ddpenv_store_left_ranks(c->store, left, 16, e2, sizeof(e2));
+		if (n != 0 || nl != 0)
 			break;
 		usleep(100000);
 	}
 	if (n < 0) {
 		snprintf(msg, sizeof(msg), "rank 0 (the rendezvous store) is unreachable, so rank 0 "
 			 "died or its node is gone; %s", why);
-	} else if (n == 0) {
-		snprintf(msg, sizeof(msg), "no rank has left the store, so a peer hangs or its "
-			 "network failed; %s", why);
-	} else {
-		size_t off = (size_t)snprintf(msg, sizeof(msg), "%s", n == 1 ? "rank " : "ranks ");
-		for (int i = 0; i < n && i < 16 && off < sizeof(msg); i++) {
-			char key[32], host[80] = "?";
-			void *v;
-			size_t l;
-			char e2[256];
-			snprintf(key, sizeof(key), "host/%d", dead[i]);
-			if (ddpenv_store_get(c->store, key, 1000, &v, &l, e2, sizeof(e2)) == 0) {
-				snprintf(host, sizeof(host), "%s", (char *)v);
-				free(v);
-			}
-			off += (size_t)snprintf(msg + off, sizeof(msg) - off, "%s%d (%s)",
-						i ? ", " : "", dead[i], host);
-		}
+	} else if (n > 0) {
+		size_t off = name_ranks(c, dead, n, msg, sizeof(msg), 0);
 		if (off < sizeof(msg))
 			snprintf(msg + off, sizeof(msg) - off, " died; %s", why);
+	} else if (nl > 0) {
+		/* they left through cnn_run_die: their own output says why */
+		size_t off = name_ranks(c, left, nl, msg, sizeof(msg), 0);
+		if (off < sizeof(msg))
+			snprintf(msg + off, sizeof(msg) - off, " stopped on %s own error (%s output says "
+				 "which) and left; %s", nl == 1 ? "its" : "their", nl == 1 ? "its" : "their", why);
+	} else {
+		snprintf(msg, sizeof(msg), "no rank has left the store, so a peer hangs or its "
+			 "network failed; %s", why);
 	}
 	snprintf(err, errlen, "%s", msg);
 }

@@ -67,11 +67,14 @@ void cnn_run_comm_failed(struct run *R, char *err, size_t errlen)
 
 /* A GPU call failed.  The module's watchdog words its failures "NCCL
  * ...", "... a peer left the job" or "... not done after N s" (the
- * communicator is already aborted): name the dead rank then.  Anything
- * else is CUDA's or cuDNN's own error. */
+ * communicator is already aborted), and an NCCL call that returned
+ * ncclRemoteError says "remote process exited or there was a network
+ * error": name the rank that died or left then.  Anything else is CUDA's,
+ * cuDNN's or this rank's own NCCL error. */
 static void gpu_failed(struct run *R, char *err, size_t errlen)
 {
-	if (strncmp(err, "NCCL", 4) == 0 || strstr(err, "peer") || strstr(err, "not done after"))
+	if (strncmp(err, "NCCL", 4) == 0 || strstr(err, "peer") || strstr(err, "not done after") ||
+	    strstr(err, "remote process exited"))
 		cnn_run_comm_failed(R, err, errlen);
 	cnn_run_die(R, "step %lld: %s", R->steps, err);
 }

@@ -77,6 +77,10 @@ int ddpenv_store_barrier(struct ddpenv_store *s, const char *name,
  * Returns how many were found (up to max stored in ranks), -1 on error. */
 int ddpenv_store_dead_ranks(struct ddpenv_store *s, int *ranks, int max,
 			    char *err, size_t errlen);
+/* Ranks that left cleanly (ddpenv_store_close: a rank that stopped on an
+ * error of its own leaves this way), ascending; as dead_ranks. */
+int ddpenv_store_left_ranks(struct ddpenv_store *s, int *ranks, int max,
+			    char *err, size_t errlen);
 
 /* The numeric local address of this rank's connection to the store: the
  * address peers can reach this node on when no interface was named. */

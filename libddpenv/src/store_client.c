@@ -561,13 +561,13 @@ int ddpenv_store_barrier(struct ddpenv_store *s, const char *name, char *err, si
 	return 0;
 }
 
-int ddpenv_store_dead_ranks(struct ddpenv_store *s, int *ranks, int max, char *err, size_t errlen)
+static int rank_list(struct ddpenv_store *s, int op, const char *what, int *ranks, int max, char *err,
+		     size_t errlen)
 {
 	size_t reqlen, replen;
 	uint8_t *rep;
-	uint8_t *req = build(OP_DEAD, &reqlen, "");
-	if (simple(s, req, reqlen, 5000, "asking which ranks died", NULL, REP_RANKS, &rep, &replen,
-		   err, errlen) < 0)
+	uint8_t *req = build(op, &reqlen, "");
+	if (simple(s, req, reqlen, 5000, what, NULL, REP_RANKS, &rep, &replen, err, errlen) < 0)
 		return -1;
 	struct rd r = { rep + 1, replen - 1, 1 };
 	uint32_t n = rd_u32(&r);
@@ -578,10 +578,20 @@ int ddpenv_store_dead_ranks(struct ddpenv_store *s, int *ranks, int max, char *e
 	}
 	free(rep);
 	if (!r.ok) {
-		fail(s, err, errlen, "asking which ranks died", "malformed reply");
+		fail(s, err, errlen, what, "malformed reply");
 		return -1;
 	}
 	return (int)n;
+}
+
+int ddpenv_store_dead_ranks(struct ddpenv_store *s, int *ranks, int max, char *err, size_t errlen)
+{
+	return rank_list(s, OP_DEAD, "asking which ranks died", ranks, max, err, errlen);
+}
+
+int ddpenv_store_left_ranks(struct ddpenv_store *s, int *ranks, int max, char *err, size_t errlen)
+{
+	return rank_list(s, OP_LEFT, "asking which ranks left", ranks, max, err, errlen);
 }
 
 int ddpenv_store_local_addr(const struct ddpenv_store *s, char *buf, size_t len)

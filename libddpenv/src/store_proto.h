@@ -9,6 +9,8 @@
  *   ADD key:str delta:i64                -> INT result:i64
  *   DEAD                                 -> RANKS n:u32 rank:u32...
  *   BYE                                  -> OK, the rank left cleanly
+ *   LEFT                                 -> RANKS n:u32 rank:u32..., those
+ *                                           that said BYE
  *   UNWAIT key:str                       -> OK; the connection's GET of key
  *                                           waits no more (its VALUE, where
  *                                           the key came first, came before)
@@ -21,7 +23,7 @@
 #include <string.h>
 
 enum {
-	OP_HELLO = 1, OP_SET, OP_GET, OP_ADD, OP_DEAD, OP_BYE, OP_UNWAIT,
+	OP_HELLO = 1, OP_SET, OP_GET, OP_ADD, OP_DEAD, OP_BYE, OP_UNWAIT, OP_LEFT,
 	REP_OK = 64, REP_VALUE, REP_INT, REP_RANKS, REP_ERR,
 };
 

@@ -422,10 +422,13 @@ static int handle(struct store_server *sv, struct conn *c, const uint8_t *f, siz
 		c->waiting++;
 		return 0;
 	}
-	case OP_DEAD: {
+	case OP_DEAD:
+	case OP_LEFT: {
+		/* DEAD: the ranks whose connection closed without BYE; LEFT:
+		 * those that said it (a rank that stopped on its own error) */
 		int cnt = 0;
 		for (int i = 0; i < sv->world; i++)
-			cnt += sv->dead[i];
+			cnt += op == OP_DEAD ? sv->dead[i] : sv->left[i] && !sv->dead[i];
 		size_t body = 1 + 4 + 4 * (size_t)cnt;
 		if (out_reserve(c, 4 + body) < 0)
 			return -1;
@@ -435,7 +438,7 @@ static int handle(struct store_server *sv, struct conn *c, const uint8_t *f, siz
 		put_u32(p + 5, (uint32_t)cnt);
 		p += 9;
 		for (int i = 0; i < sv->world; i++)
-			if (sv->dead[i]) {
+			if (op == OP_DEAD ? sv->dead[i] : sv->left[i] && !sv->dead[i]) {
 				put_u32(p, (uint32_t)i);
 				p += 4;
 			}

@@ -1008,6 +1008,29 @@ kill_rank1() {
 	[ "$last" -le 14 ]
 }
 
+# A rank that stops on an error of its own (a kernel that faults on rank 1
+# alone) leaves the store before it exits: the survivor's all-reduce fails
+# on the closed connection, and it names the rank as one that left (its
+# own output says why), not as dead, nor as "no rank has left".
+@test "a rank that stops on its own error: the NCCL survivor names it as one that left (cuemu)" {
+	local d="$BATS_TEST_TMPDIR" port
+	local opts=("${SMALL[@]}" --max-steps 4 --device cuda --precision fp32 --conv1 direct --conv-layout nchw
+		--backward-streams 1 --timeout 20)
+	port=$(free_port)
+	CUEMU_FAULT_KERNELS=sgd_kernel MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=1 LOCAL_RANK=0 \
+		DDP_BACKEND=nccl NCCL_SOCKET_IFNAME=lo timeout 120 "$CNN" "${opts[@]}" >"$d/r1.log" 2>&1 3>&- &
+	local pid=$!
+	MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=0 LOCAL_RANK=0 DDP_BACKEND=nccl \
+		NCCL_SOCKET_IFNAME=lo run --separate-stderr timeout 120 "$CNN" "${opts[@]}"
+	! wait "$pid"
+	cat "$d/r1.log"
+	echo "$stderr"
+	[ "$status" -eq 1 ]
+	grep -E '^cnn_train: [^ ]+ rank 1: step 0: .*cudaErrorIllegalAddress' "$d/r1.log"
+	grep -E '^cnn_train: [^ ]+ rank 0: rank 1 \([^)]+\) stopped on its own error \(its output says which\) and left; .*remote process exited or there was a network error' <<<"$stderr"
+	! grep -E 'died;|no rank has left' <<<"$stderr"
+}
+
 # The module built under ASan and UBSan (make check's sanitizer pass; their
 # runtime preloaded into cnn_train alone, which is not built with them):
 # the GPU path's host code, the kernels and cuemu end to end, two ranks

@@ -217,7 +217,8 @@ static void test_errors(void)
 	ddpenv_store_close(s1);
 	int dead[4];
 	test_cond("a rank whose wait timed out still leaves cleanly, not dead",
-		  ddpenv_store_dead_ranks(s0, dead, 4, err, sizeof(err)) == 0);
+		  ddpenv_store_dead_ranks(s0, dead, 4, err, sizeof(err)) == 0 &&
+			  ddpenv_store_left_ranks(s0, dead, 4, err, sizeof(err)) == 1 && dead[0] == 1);
 	ddpenv_store_close(s0);
 }
 
@@ -269,6 +270,9 @@ static void test_killed(void)
 			usleep(10000);
 	}
 	test_cond("the killed rank (1) is dead, the one that left (2) is not", n == 1 && dead[0] == 1);
+	int left[4];
+	n = ddpenv_store_left_ranks(s0, left, 4, err, sizeof(err));
+	test_cond("the one that left (2) is said to have left, the killed one not", n == 1 && left[0] == 2);
 	ddpenv_store_close(s0);
 }
 
