@@ -116,13 +116,14 @@ void ck_eval_coll(struct ck_world *w)
 	double first = -1, init = 0;
 	int slow = -1;
 	/* the tasks that failed of themselves first, then those that only
-	 * waited for them (their communicator's set-up timed out on a key a
-	 * failed task never published) */
+	 * waited for them (their communicator's set-up stopped on a peer's
+	 * failure, or timed out on a key a failed task never published) */
 	for (int pass = 0; pass < 2; pass++)
 		for (int i = 0; i < w->n; i++) {
 			const struct ck_coll *c = &w->colls[i];
-			int waited = c->have && !c->ok && strstr(c->msg, ": waiting for '") &&
-				     strstr(c->msg, "': timed out after ");
+			int waited = c->have && !c->ok &&
+				     ((strstr(c->msg, ": waiting for '") && strstr(c->msg, "': timed out after ")) ||
+				      strstr(c->msg, ": a peer failed first ("));
 			if (waited != pass)
 				continue;
 			if (!c->have)

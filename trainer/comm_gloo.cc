@@ -6,6 +6,7 @@
 // rank's connection to the store (the address that reaches MASTER_ADDR,
 // never 127.0.1.1 from a Debian /etc/hosts).  No exception crosses into C.
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -23,6 +24,16 @@ extern "C" {
 }
 
 namespace {
+
+// Where a rank whose gloo cannot start says why (cnn_comm_gloo_init): its
+// peers, waiting for its address, stop then and name it, rather than
+// time out on a key it will never set.
+const char kFailedKey[] = "comm/failed";
+
+// A peer gave up first: its own reason.
+struct PeerFailed : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 // gloo's Store interface over the libddpenv store.
 class DdpStore : public gloo::rendezvous::Store {
@@ -54,10 +65,14 @@ class DdpStore : public gloo::rendezvous::Store {
     char err[512];
     void* v = nullptr;
     size_t len = 0;
-    if (ddpenv_store_get(s_, key.c_str(), timeout_ms, &v, &len, err, sizeof(err)) < 0)
+    int aborted = 0;
+    if (ddpenv_store_get_unless(s_, key.c_str(), kFailedKey, timeout_ms, &v, &len, &aborted, err,
+                                sizeof(err)) < 0)
       throw std::runtime_error(err);
     std::vector<char> out((char*)v, (char*)v + len);
     free(v);
+    if (aborted)
+      throw PeerFailed(std::string(out.begin(), out.end()));
     return out;
   }
 
@@ -125,11 +140,19 @@ extern "C" int cnn_comm_gloo_init(struct cnn_comm* c, const char* iface, const c
     g->ctx->connectFullMesh(prefixed, dev);
     c->impl = g.release();
     return 0;
-  } catch (const std::exception& e) {
+  } catch (const PeerFailed& e) {
     char what[160];
     snprintf(what, sizeof(what), "rank %d could not connect its full mesh%s%s", c->rank,
              iface && *iface ? " on " : "", iface && *iface ? iface : "");
+    snprintf(err, errlen, "gloo: %s: a peer failed first (%s)", what, e.what());
+  } catch (const std::exception& e) {
+    char what[160], e2[256];
+    snprintf(what, sizeof(what), "rank %d could not connect its full mesh%s%s", c->rank,
+             iface && *iface ? " on " : "", iface && *iface ? iface : "");
     say(err, errlen, what, e.what());
+    // the peers waiting for this rank's address stop now, naming it (a
+    // store that failed too can take nothing: they time out as before)
+    ddpenv_store_set(c->store, kFailedKey, err, strlen(err), e2, sizeof(e2));
   }
   return -1;
 }

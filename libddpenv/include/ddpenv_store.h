@@ -65,6 +65,15 @@ int ddpenv_store_set(struct ddpenv_store *s, const char *key,
 int ddpenv_store_get(struct ddpenv_store *s, const char *key, int timeout_ms,
 		     void **val, size_t *len, char *err, size_t errlen);
 
+/* The same wait, given up as soon as ABORT_KEY exists (looked at every
+ * second): where a rank that cannot go on publishes its reason there, its
+ * peers stop waiting for a key it will never set.  0 with *aborted 0 and
+ * KEY's value, 0 with *aborted 1 and ABORT_KEY's, or -1 (timed out, or the
+ * store failed). */
+int ddpenv_store_get_unless(struct ddpenv_store *s, const char *key, const char *abort_key,
+			    int timeout_ms, void **val, size_t *len, int *aborted, char *err,
+			    size_t errlen);
+
 /* Atomically add delta to the integer at KEY (0 when absent). */
 int ddpenv_store_add(struct ddpenv_store *s, const char *key, int64_t delta,
 		     int64_t *result, char *err, size_t errlen);

@@ -221,7 +221,10 @@ static int exchange(struct ddpenv_store *s, const uint8_t *req, size_t reqlen,
 	}
 	int wait_ms = timeout_ms < 0 ? s->timeout_ms : timeout_ms;
 	int64_t deadline = now_ms() + wait_ms;
-	if (send_all(s, req, reqlen, deadline, err, errlen) < 0)
+	/* a request goes out within the store's own bound, whatever the wait
+	 * for its answer (0: a look at a key) */
+	if (send_all(s, req, reqlen, now_ms() + (wait_ms > s->timeout_ms ? wait_ms : s->timeout_ms), err,
+		     errlen) < 0)
 		return -1;
 	if (cancel_key) {
 		struct pollfd pf = { .fd = s->fd, .events = POLLIN };
@@ -485,6 +488,42 @@ int ddpenv_store_set(struct ddpenv_store *s, const char *key, const void *val, s
 		return -1;
 	free(rep);
 	return 0;
+}
+
+/* How often ddpenv_store_get_unless looks at its abort key. */
+#define UNLESS_SLICE_MS 1000
+
+int ddpenv_store_get_unless(struct ddpenv_store *s, const char *key, const char *abort_key,
+			    int timeout_ms, void **val, size_t *len, int *aborted, char *err,
+			    size_t errlen)
+{
+	int total = timeout_ms < 0 ? s->timeout_ms : timeout_ms;
+	int64_t deadline = now_ms() + total;
+
+	*aborted = 0;
+	if (check_key(s, key, err, errlen) < 0 || check_key(s, abort_key, err, errlen) < 0)
+		return -1;
+	for (;;) {
+		int left = (int)(deadline - now_ms());
+		int slice = left < UNLESS_SLICE_MS ? (left > 0 ? left : 0) : UNLESS_SLICE_MS;
+		if (ddpenv_store_get(s, key, slice, val, len, err, errlen) == 0)
+			return 0;
+		if (s->broken)
+			return -1;
+		/* the wait was taken back: has a peer given up meanwhile? */
+		if (ddpenv_store_get(s, abort_key, 0, val, len, err, errlen) == 0) {
+			*aborted = 1;
+			return 0;
+		}
+		if (s->broken)
+			return -1;
+		if (left <= slice) {
+			char b[32];
+			snprintf(err, errlen, "rank %d: store at %s: waiting for '%s': timed out after %s", s->rank,
+				 s->where, key, secs(total, b, sizeof(b)));
+			return -1;
+		}
+	}
 }
 
 int ddpenv_store_get(struct ddpenv_store *s, const char *key, int timeout_ms,

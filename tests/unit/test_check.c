@@ -1235,9 +1235,10 @@ static void test_coll_faults(void)
 	for (int i = 0; i < 3; i++) {
 		w->colls[i].ok = 0;
 		snprintf(w->colls[i].msg, sizeof(w->colls[i].msg), i == 2 ?
-			 "gloo: rank 2 could not connect its full mesh on ens17: Resource temporarily unavailable" :
-			 "gloo: rank %d could not connect its full mesh on ens17: rank %d: store at 10.0.0.1:29512: "
-			 "waiting for 'gloo/2': timed out after 60 s", i, i);
+			 "gloo: rank 2 could not connect its full mesh on ens17: Resource temporarily unavailable" : i == 0 ?
+			 "gloo: rank 0 could not connect its full mesh on ens17: rank 0: store at 10.0.0.1:29512: "
+			 "waiting for 'gloo/2': timed out after 60 s" :
+			 "gloo: rank 1 could not connect its full mesh on ens17: a peer failed first (gloo: rank 2 ...)");
 	}
 	ck_eval_coll(w);
 	test_check("the task that failed of itself first, then those that waited for it", w, "coll.allreduce",

@@ -201,6 +201,29 @@ static void test_errors(void)
 	free(v);
 	v = NULL;
 
+	/* get_unless: the key, or the abort key a failed peer sets */
+	int aborted = -1;
+	test_cond("get_unless: a key already there, not aborted",
+		  ddpenv_store_get_unless(s1, "never", "failed", 200, &v, &l, &aborted, err, sizeof(err)) == 0 &&
+			  !aborted && l == 4 && !memcmp(v, "late", 4));
+	free(v);
+	v = NULL;
+	test_cond("get_unless: neither, times out", ddpenv_store_get_unless(s1, "absent", "failed", 1500, &v, &l,
+									   &aborted, err, sizeof(err)) < 0);
+	test_err("... naming the key and the whole wait", err, "waiting for 'absent': timed out after 1.5 s");
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	ddpenv_store_set(s0, "failed", "rank 0: gave up", 15, err, sizeof(err));
+	test_cond("get_unless: the abort key set, it stops with its value",
+		  ddpenv_store_get_unless(s1, "absent", "failed", 10000, &v, &l, &aborted, err, sizeof(err)) == 0 &&
+			  aborted == 1 && l == 15 && !memcmp(v, "rank 0: gave up", 15));
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	free(v);
+	v = NULL;
+	test_cond("... within a look or two (a second each), not the 10 s wait",
+		  t1.tv_sec - t0.tv_sec + (t1.tv_nsec - t0.tv_nsec) / 1e9 < 5);
+	test_cond("... and the connection goes on", ddpenv_store_set(s1, "k3", "v", 1, err, sizeof(err)) == 0);
+
 	char big[DDPENV_STORE_MAX_KEY + 2];
 	memset(big, 'k', sizeof(big) - 1);
 	big[sizeof(big) - 1] = 0;
