@@ -107,6 +107,25 @@ sys.exit(0 if a.size == b.size == 1199882 and d <= 1e-6 else 1)' "$BATS_TEST_TMP
 	refute_output --partial "device=auto puts"
 }
 
+# A rank whose gloo cannot start (no such interface on its node) says
+# why in the store: rank 0, waiting for its address, stops on it and names
+# it, not at --timeout (60 s here: timeout(1)'s 124 would say so).
+@test "a rank whose gloo cannot start: the others stop at once, naming it and why" {
+	local port
+	port=$(free_port)
+	MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=1 DDP_BACKEND=gloo GLOO_SOCKET_IFNAME=nosuch0 \
+		timeout 90 "$CNN" --max-steps 2 --timeout 60 >"$BATS_TEST_TMPDIR/r1.log" 2>&1 3>&- &
+	local pid=$!
+	MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=0 DDP_BACKEND=gloo GLOO_SOCKET_IFNAME=lo \
+		run --separate-stderr timeout 30 "$CNN" --max-steps 2 --timeout 60
+	echo "rank 0: status $status: $stderr"
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == *"rank 0 could not connect its full mesh on lo: a peer failed first (gloo: rank 1 could not connect its full mesh on nosuch0: "*"nosuch0)"* ]]
+	! wait "$pid"
+	run cat "$BATS_TEST_TMPDIR/r1.log"
+	assert_output --partial "rank 1 could not connect its full mesh on nosuch0"
+}
+
 @test "a resumed run continues where the checkpoint left off" {
 	local d="$BATS_TEST_TMPDIR/ck" opts=(--no-dropout --train-limit 1280 --progress lines --log-every 1000 --epochs 2)
 	run "$CNN" "${opts[@]}" --max-steps 25 --checkpoint-dir "$d" --dump-params "$BATS_TEST_TMPDIR/a.bin"
