@@ -583,6 +583,14 @@ static void eval_threads(struct ck_world *w)
 		ck_add(w, "bind.threads", CK_OK, "OMP_NUM_THREADS unset: OpenMP takes each task's CPUs");
 }
 
+/* A count from another task's record, within what any machine has (the
+ * sums below stay far from overflow whatever a record says). */
+#define COUNT_MAX (1LL << 40)
+static long long count(long long v)
+{
+	return v > COUNT_MAX ? COUNT_MAX : v;
+}
+
 /* A task's own compute threads: its OMP_NUM_THREADS (the outer count),
  * else its CPUs (what OpenMP, oneDNN and OpenBLAS start), at least 1. */
 static long long compute_threads(const struct ck_rank *r)
@@ -594,7 +602,7 @@ static long long compute_threads(const struct ck_rank *r)
 	if (has(r, CK_OMP)) {
 		long v = strtol(r->env[CK_OMP], &end, 10);
 		if (end != r->env[CK_OMP] && (!*end || *end == ',') && v > 0)
-			return v;
+			return count(v);
 	}
 	if ((c = hwloc_bitmap_alloc())) {
 		if (bm(c, r->cpus))
@@ -640,11 +648,11 @@ static void eval_nproc(struct ck_world *w, const struct nodes *nd)
 				first = i;
 			tasks++;
 			uid = r->uid;
-			want += compute_threads(r);
+			want = count(want + compute_threads(r));
 			if (lim < 0 || r->nproc < lim)
-				lim = r->nproc;
+				lim = count(r->nproc);
 			if (r->user_threads > used)
-				used = r->user_threads;
+				used = count(r->user_threads);
 		}
 		if (first < 0)
 			continue;
