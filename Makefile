@@ -6,8 +6,8 @@
 #   make check      the same set-up, then every test
 #   make bench      the benchmarks' programs (bench/*.sh run them)
 #   make fuzz       the fuzz targets, 10 minutes each (make check runs them briefly)
-#   make analyze    clang's static analyzer (scan-build) over the C and C++ code
-#                   (not the .cu kernels), in build/analyze; fails on a finding
+#   make analyze    clang's static analyzer over the C and C++ code (not the .cu
+#                   kernels), in build/analyze; fails on a finding
 #   make deb        Debian packages (dpkg-buildpackage, lintian) in build/deb/
 #   make install    PREFIX, DESTDIR, LIBDIR, MANDIR, SLURM_PLUGIN_DIR, SYSCONFDIR honoured
 #   SANITIZER=address,undefined make check   unit tests under sanitizers
@@ -50,14 +50,24 @@ fuzz: deps
 deps:
 	scripts/deps.sh
 
-# Its own build tree: every file is compiled anew under the analyzer, the
-# GPU module's host code included (against the CUDA headers, when they are
-# here), the kernels not (nvcc).  The HTML reports: build/analyze/report.
+# Its own build tree: the build's every compile goes to the analyzer
+# (tests/tools/analyze-cc: clang --analyze with the file's own flags, no
+# code generated), the GPU module's host code included (against the CUDA
+# headers, when they are here), the kernels not (nvcc).  A finding is
+# printed and its HTML report written to build/analyze/report.
 ANALYZE := $(BUILD)/analyze
+ANALYZE_CC := ANALYZE_REPORTS=$(ANALYZE)/report ANALYZE_REAL_CC=$(CC) $(MAKE) -s -j$(NPROC) BUILD=$(ANALYZE) \
+	CC=$(CURDIR)/tests/tools/analyze-cc CXX=$(CURDIR)/tests/tools/analyze-cc
 analyze:
 	rm -rf $(ANALYZE)
-	scan-build --status-bugs -o $(ANALYZE)/report $(MAKE) -s -j$(NPROC) BUILD=$(ANALYZE) HAVE_CUDA= all bench
-	$(if $(wildcard /usr/local/cuda/include/cuda_runtime_api.h),scan-build --status-bugs -o $(ANALYZE)/report $(MAKE) -s -j$(NPROC) -C trainer BUILD=$(ANALYZE) gpu-host)
+	mkdir -p $(ANALYZE)/report
+	$(ANALYZE_CC) HAVE_CUDA= all bench
+	$(if $(wildcard /usr/local/cuda/include/cuda_runtime_api.h),$(ANALYZE_CC) -C trainer gpu-host)
+	@n=$$(find $(ANALYZE)/report -name 'report-*.html' | wc -l); \
+	files=$$(sort -u $(ANALYZE)/report.files | wc -l); \
+	if [ "$$n" -gt 0 ]; then echo "analyze: $$n findings in $$files files (above; reports in $(ANALYZE)/report)"; exit 1; fi; \
+	if [ "$$files" -lt 40 ]; then echo "analyze: only $$files files analyzed (expected every C and C++ file of the build)"; exit 1; fi; \
+	echo "analyze: $$files files, no findings"
 
 unit: libddpenv
 	$(MAKE) -C tests unit

@@ -137,7 +137,7 @@ run_unit() {
 # shell scripts (warnings and errors; its info and style notes are not).
 run_analyze() {
 	local scripts=(scripts/*.sh bench/*.sh tests/cluster/*.sh tests/run.sh tests/bats/*.sh
-		contrib/sbatch/*.sbatch .ci/run)
+		tests/tools/analyze-cc contrib/sbatch/*.sbatch .ci/run)
 	if ! command -v shellcheck >/dev/null; then
 		echo "not ok - shellcheck: it is missing (scripts/deps.sh installs it)" | tee "$log/shellcheck.tap"
 	elif shellcheck -S warning "${scripts[@]}" >"$log/shellcheck.log" 2>&1; then
@@ -146,14 +146,14 @@ run_analyze() {
 		head -n 60 "$log/shellcheck.log"
 		echo "not ok - shellcheck: warnings in the shell scripts (above)" | tee "$log/shellcheck.tap"
 	fi
-	if ! command -v scan-build >/dev/null; then
-		echo "not ok - analyze: scan-build is missing (scripts/deps.sh installs clang-tools)" | tee "$log/analyze.tap"
+	if ! command -v clang >/dev/null; then
+		echo "not ok - analyze: clang is missing (scripts/deps.sh installs it)" | tee "$log/analyze.tap"
 		return
 	fi
 	if make -s analyze NPROC="$jobs_j" >"$log/analyze.log" 2>&1; then
 		echo "ok - analyze: clang's static analyzer finds nothing in the C and C++ code" | tee "$log/analyze.tap"
 	else
-		grep -E -A3 'warning:|error:|scan-build: Run' "$log/analyze.log" | head -n 80
+		grep -E -A3 'warning:|error:|^analyze: ' "$log/analyze.log" | head -n 80
 		echo "not ok - analyze: clang's static analyzer has findings (make analyze; reports under build/analyze/report)" | tee "$log/analyze.tap"
 	fi
 }
