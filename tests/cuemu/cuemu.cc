@@ -77,6 +77,18 @@ cudaError_t last_error = cudaSuccess;
 // cudaGetLastError returns it, nothing runs (cuemu_clear_fault: tests).
 cudaError_t sticky_error = cudaSuccess;
 std::map<uintptr_t, size_t> allocs;   // "device" allocations: start -> size
+#ifndef CUEMU_ASAN
+// Freed allocations of 1 MiB or more, by their rounded size, for the next
+// cudaMalloc of that size (as CUDA's own and PyTorch's caching allocators
+// keep them): malloc maps blocks that large afresh each time, and the
+// kernel's page faults on the first touch (the 0xff fill) were a tenth of
+// an emulated test's time, a cuBLAS workspace of 32 MiB at every start-up.
+// At most kSpareMax bytes are kept; under ASan none are, so a use after
+// cudaFree stays a use after free.
+constexpr size_t kSpareMin = (size_t)1 << 20, kSpareMax = (size_t)256 << 20;
+std::multimap<size_t, void *> spare;
+size_t spare_bytes;
+#endif
 
 } // namespace
 
@@ -861,7 +873,17 @@ cudaError_t cudaMalloc(void **devPtr, size_t size)
 	// 256-byte aligned, as cudaMalloc's on a GPU: code may rely on it
 	// (wmma tiles, vector loads), and malloc's 16 would fail wmma_check
 	size_t whole = ((size ? size : 1) + 255) / 256 * 256;
-	void *p = aligned_alloc(256, whole);
+	void *p = nullptr;
+#ifndef CUEMU_ASAN
+	auto s = spare.find(whole);
+	if (s != spare.end()) {
+		p = s->second;
+		spare_bytes -= whole;
+		spare.erase(s);
+	}
+#endif
+	if (!p)
+		p = aligned_alloc(256, whole);
 	if (!p)
 		return cudaErrorMemoryAllocation;
 #ifdef CUEMU_ASAN
@@ -891,10 +913,18 @@ cudaError_t cudaFree(void *devPtr)
 	auto it = allocs.find((uintptr_t)devPtr);
 	if (it == allocs.end())
 		return cudaErrorInvalidValue;
+	size_t whole = ((it->second ? it->second : 1) + 255) / 256 * 256;   // as cudaMalloc rounded it
 #ifdef CUEMU_ASAN
-	ASAN_UNPOISON_MEMORY_REGION(devPtr, (it->second + 255) / 256 * 256);
+	ASAN_UNPOISON_MEMORY_REGION(devPtr, whole);
 #endif
 	allocs.erase(it);
+#ifndef CUEMU_ASAN
+	if (whole >= kSpareMin && spare_bytes + whole <= kSpareMax) {
+		spare.emplace(whole, devPtr);
+		spare_bytes += whole;
+		return cudaSuccess;
+	}
+#endif
 	free(devPtr);
 	return cudaSuccess;
 }
