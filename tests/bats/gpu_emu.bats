@@ -365,7 +365,7 @@ PY
 	# (one backward stream: the three graphs alone; the default, auto,
 	# below; the last option given wins; --test-limit 8: evaluation at the
 	# training batch, so start-up prepares one batch size, not two)
-	local opts=("${SMALL[@]}" --test-limit 8 --max-steps 8 --device cuda --precision tf32
+	local opts=("${SMALL[@]}" --test-limit 8 --max-steps 4 --device cuda --precision tf32
 		--conv-layout nchw --backward-streams 1)
 	run --separate-stderr "$CNN" "${opts[@]}" --dump-params "$BATS_TEST_TMPDIR/graph.bin" \
 		--log-json "$BATS_TEST_TMPDIR/graph.json"
@@ -455,7 +455,7 @@ PY
 # there leave all cuDNN the best, the mixes timed and passed over; a call
 # whose kernel cannot launch here stays out of every mix.
 @test "--conv2 auto: where the picks lose the step, each mix of conv2's calls is timed beside the one kept, the fastest kept (cuemu)" {
-	local opts=("${SMALL[@]}" --test-limit 8 --max-steps 4 --device cuda --precision tf32
+	local opts=("${SMALL[@]}" --test-limit 8 --max-steps 3 --device cuda --precision tf32
 		--conv-layout nchw --backward-streams 1) slow want
 	for slow in conv3_wgrad_k:mix:3 conv3_igemm_tf32_k,conv3_igemm_k,conv3_wgrad_k:cudnn:0; do
 		want=${slow#*:}
@@ -806,9 +806,11 @@ epoch 1/2 step 4/8"
 	# (cuBLAS's fc2 first: the default, --fc2 auto, takes the fused head
 	# on cuemu's clock; one backward stream, where the default, auto, keeps
 	# two on cuemu's clock; NCHW, where the default, auto, times both
-	# layouts' graphs; the last option given wins)
-	local n line opts=("${SMALL[@]}" --max-steps 4 --device cuda --precision tf32 --conv1 direct --conv2 direct
-		--fc2 cublas --backward-streams 1 --conv-layout nchw)
+	# layouts' graphs; the last option given wins; --test-limit 8: one
+	# batch size prepared at start-up; --max-steps 3: the run ends at the
+	# step it captures)
+	local n line opts=("${SMALL[@]}" --test-limit 8 --max-steps 3 --device cuda --precision tf32 --conv1 direct
+		--conv2 direct --fc2 cublas --backward-streams 1 --conv-layout nchw)
 	local dot="$BATS_TEST_TMPDIR/step.dot" json="$BATS_TEST_TMPDIR/log.json"
 	run --separate-stderr "$CNN" "${opts[@]}" --cuda-graph-dot "$dot" --log-json "$json"
 	echo "$stderr"
@@ -879,7 +881,7 @@ epoch 1/2 step 4/8"
 	# (cuemu's clock: a model), said in the # GPU: line; the step's graph
 	# holds the one chosen for the training batch; bf16 keeps cuBLAS's
 	local fast slow pick
-	run --separate-stderr "$CNN" "${opts[@]}" --fc2 auto
+	run --separate-stderr "$CNN" "${opts[@]}" --fc2 auto --test-limit 16
 	assert_success
 	line=$(grep '^# GPU: ' <<<"$output")
 	[[ "$line" =~ ", batch 8 fc2 "(fused|cuBLAS)" "([0-9.]+)" ms ("(fused|cuBLAS)" "([0-9.]+)")" ]]
@@ -1038,8 +1040,11 @@ kill_rank1() {
 # runtime preloaded into cnn_train alone, which is not built with them):
 # the GPU path's host code, the kernels and cuemu end to end, two ranks
 # over NCCL with the graph (captured and replayed both ways: --backward-
-# streams auto), conv2's tensor-core kernels and the evaluation; then the failure path of a rank whose peer is
-# killed (the communicator aborted, everything closed, the exit).
+# streams auto; in both layouts: --conv-layout auto), conv2's tensor-core
+# kernels and the evaluation; then the failure path of a rank whose peer is
+# killed (the communicator aborted, everything closed, the exit).  Batch 4:
+# under ASan a step of batch 8 took about 5 s a rank, and the choices time
+# five (33 s against 58 s alone on a 2-core VM).
 @test "under ASan and UBSan: two ranks over NCCL train, and one whose peer dies exits cleanly (cuemu)" {
 	local san="$REPO/build/tests-san/cuemu/cnn_train_cuda_emu.so"
 	[ -f "$san" ] || skip "no sanitized cuemu module ($san): make check's sanitizer pass builds it"
@@ -1047,12 +1052,13 @@ kill_rank1() {
 		"$(gcc -print-file-name=libasan.so)" "$(gcc -print-file-name=libubsan.so)" "$san" "$CNN" >"$BATS_TEST_TMPDIR/cnn_san"
 	chmod +x "$BATS_TEST_TMPDIR/cnn_san"
 	local CNN="$BATS_TEST_TMPDIR/cnn_san" d="$BATS_TEST_TMPDIR"
-	ranks2 nccl "$d/ok" "${SMALL[@]}" --max-steps 3 --eval --device cuda --conv1 direct --conv2 direct \
-		--backward-streams auto
+	ranks2 nccl "$d/ok" "${SMALL[@]}" --batch-size 4 --max-steps 3 --eval --device cuda --conv1 direct \
+		--conv2 direct --backward-streams auto --conv-layout auto
 	echo "$stderr"
 	assert_success
 	assert_line --regexp '^params: identical on all 2 ranks '
-	assert_line --regexp '^# backward streams auto \(batch 8\): [12] kept; '
+	assert_line --regexp '^# backward streams auto \(batch 4\): [12] kept; '
+	assert_line --regexp '^# conv layout auto \(batch 4\): (NCHW|NHWC) kept; '
 	! grep -E 'Sanitizer|runtime error' <<<"$stderr"
 	! grep -E 'Sanitizer|runtime error' "$d/ok.r1"
 	kill_rank1 "$d" 3
