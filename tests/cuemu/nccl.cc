@@ -9,8 +9,10 @@
 // One rank: every reduction leaves the data as it is, copied when the
 // buffers differ.  Several: a bootstrap as NCCL's, over TCP.
 // ncclGetUniqueId (rank 0) listens on the address of the interface
-// NCCL_SOCKET_IFNAME names (its first entry; 127.0.0.1 when unset) and
-// puts that address in the id; the other ranks connect to it.  An
+// NCCL_SOCKET_IFNAME names (its first entry; 127.0.0.1 when unset), or at
+// NCCL_COMM_ID's <address>:<port> where that is set (NCCL's refusal of one
+// it cannot parse included), and puts that address in the id; the other
+// ranks connect to it.  An
 // all-reduce, when its stream runs it, sends rank r's buffer to rank 0,
 // which sums the ranks' in rank order (the same bits on every rank, each
 // run) and sends the result back; float32 only.  Every wait is bounded by
@@ -25,6 +27,7 @@
 #include <stdarg.h>
 #include <ifaddrs.h>
 #include <net/if.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -178,9 +181,38 @@ bool recv_all(int fd, void *p, size_t n, double deadline, std::string &why)
 
 // The address NCCL_SOCKET_IFNAME's first entry has ("=" for an exact
 // name, as NCCL reads it; IPv4 first), or 127.0.0.1 when it is unset.
+// NCCL_COMM_ID: <IPv4 address or host name>:<port>, or [<IPv6 address>]:<port>
+bool comm_id_addr(const char *e, sockaddr_storage *a, socklen_t *len, char *err, size_t errlen)
+{
+	std::string v(e), host, port;
+	size_t c = v.rfind(':');
+	if (v.size() > 2 && v[0] == '[' && c != std::string::npos && c > 1 && v[c - 1] == ']')
+		host = v.substr(1, c - 2);
+	else if (c != std::string::npos && v.find(':') == c)
+		host = v.substr(0, c);
+	port = c == std::string::npos ? "" : v.substr(c + 1);
+	addrinfo hints, *ai = nullptr;
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_NUMERICSERV;
+	if (host.empty() || port.empty() || port.find_first_not_of("0123456789") != std::string::npos ||
+	    getaddrinfo(host.c_str(), port.c_str(), &hints, &ai) != 0 || !ai) {
+		snprintf(err, errlen, "Invalid NCCL_COMM_ID [%s], please use format: <ipv4>:<port> or "
+			 "[<ipv6>]:<port> or <hostname>:<port>", e);
+		return false;
+	}
+	*len = (socklen_t)ai->ai_addrlen;
+	memcpy(a, ai->ai_addr, ai->ai_addrlen);
+	freeaddrinfo(ai);
+	return true;
+}
+
 bool bootstrap_addr(sockaddr_storage *a, socklen_t *len, char *err, size_t errlen)
 {
 	memset(a, 0, sizeof(*a));
+	const char *id = getenv("NCCL_COMM_ID");
+	if (id && *id)
+		return comm_id_addr(id, a, len, err, errlen);
 	const char *e = getenv("NCCL_SOCKET_IFNAME");
 	if (!e || !*e) {
 		sockaddr_in *in = (sockaddr_in *)a;
@@ -330,6 +362,10 @@ bool accept_ranks(ncclComm *c, int lfd, char *err, size_t errlen)
 			snprintf(err, errlen, "rank 0: accept: %s", strerror(errno));
 			return false;
 		}
+		// (as the ranks' side: without it, each reply's data waited for
+		// the ACK of its header, 40 ms of delayed ACK an all-reduce)
+		int one = 1;
+		setsockopt(f, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		Hello h;
 		std::string why;
 		if (!recv_all(f, &h, sizeof(h), deadline, why) || memcmp(h.magic, kMagic, sizeof(kMagic)) ||
@@ -398,7 +434,7 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId)
 	sockaddr_storage a;
 	socklen_t len;
 	if (!bootstrap_addr(&a, &len, global_last, sizeof(global_last)))
-		return ncclSystemError;
+		return getenv("NCCL_COMM_ID") && *getenv("NCCL_COMM_ID") ? ncclInvalidArgument : ncclSystemError;
 	int f = socket(a.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (f < 0 || bind(f, (sockaddr *)&a, len) < 0 || listen(f, 128) < 0 ||
 	    getsockname(f, (sockaddr *)&a, &len) < 0 || len > sizeof(id.addr)) {
@@ -530,6 +566,15 @@ ncclResult_t ncclCommAbort(ncclComm_t comm)
 		return ncclSuccess;
 	close_all(comm);
 	delete comm;
+	return ncclSuccess;
+}
+
+// the headers' version: cuemu follows the API it was built against
+ncclResult_t ncclGetVersion(int *version)
+{
+	if (!version)
+		return ncclInvalidArgument;
+	*version = NCCL_VERSION_CODE;
 	return ncclSuccess;
 }
 

@@ -457,6 +457,27 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s)
 	return cudaPeekAtLastError();
 }
 
+// The stream's work run, then its error; with lazy streams cudaErrorNotReady
+// for work not yet run when asked (a GPU still at it), as cudaEventQuery.
+cudaError_t cudaStreamQuery(cudaStream_t s)
+{
+	CUstream_st *st = stream_of(s);
+	if (!st)
+		return cudaErrorInvalidResourceHandle;
+	if (st->cap) {
+		cuemu::capture_forbids("cudaStreamQuery of a capturing stream");
+		return cudaErrorStreamCaptureUnsupported;
+	}
+	if (st == &legacy) {
+		cuemu::drain_legacy();
+		return cudaPeekAtLastError();
+	}
+	if (st->done >= st->enq)
+		return cudaPeekAtLastError();
+	drain(st, st->enq);
+	return lazy_now() ? cudaErrorNotReady : cudaPeekAtLastError();
+}
+
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags)
 {
 	if (!event)
@@ -1153,15 +1174,23 @@ cudaError_t cudaSetDevice(int device)
 	return device == 0 ? cudaSuccess : cudaErrorInvalidDevice;
 }
 
-static const char kBusId[] = "0000:00:00.0";
+// The one device's PCI bus: 0, or CUEMU_PCI_BUS (hex, as lspci writes it),
+// so that processes on one machine can stand for ranks on GPUs of their own.
+static unsigned emu_bus()
+{
+	const char *e = getenv("CUEMU_PCI_BUS");
+	return e && *e ? (unsigned)strtoul(e, nullptr, 16) & 0xff : 0;
+}
 
 cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device)
 {
 	if (device != 0)
 		return cudaErrorInvalidDevice;
-	if (!pciBusId || len < (int)sizeof(kBusId))
+	char b[16];
+	int n = snprintf(b, sizeof(b), "0000:%02x:00.0", emu_bus());
+	if (!pciBusId || len < n + 1)
 		return cudaErrorInvalidValue;
-	memcpy(pciBusId, kBusId, sizeof(kBusId));
+	memcpy(pciBusId, b, (size_t)n + 1);
 	return cudaSuccess;
 }
 
@@ -1172,7 +1201,7 @@ cudaError_t cudaDeviceGetByPCIBusId(int *device, const char *pciBusId)
 	unsigned dom, bus, dev, fn;
 	if (!device || !pciBusId || sscanf(pciBusId, "%x:%x:%x.%x", &dom, &bus, &dev, &fn) != 4)
 		return cudaErrorInvalidValue;
-	if (dom || bus || dev || fn)
+	if (dom || bus != emu_bus() || dev || fn)
 		return cudaErrorInvalidDevice;
 	*device = 0;
 	return cudaSuccess;
