@@ -143,7 +143,9 @@ struct ck_nccl {
 
 static int nerr(struct ck_nccl *c, ncclResult_t r, const char *what, char *err, size_t errlen)
 {
-	const char *last = c && c->comm && dl.GetLastError ? dl.GetLastError(c->comm) : NULL;
+	/* (NCCL's last error is the process's: comm may be NULL, and is for a
+	 * call made before there is one, ncclGetUniqueId) */
+	const char *last = dl.GetLastError ? dl.GetLastError(c ? c->comm : NULL) : NULL;
 	snprintf(err, errlen, "NCCL %s: %s%s%s", what, dl.GetErrorStringN(r), last && *last ? ": " : "",
 		 last ? last : "");
 	return -1;
@@ -172,6 +174,16 @@ static int settle(struct ck_nccl *c, const char *what, char *err, size_t errlen)
 	}
 }
 
+/* Rank 0 could not make the unique id: its reason where the other ranks
+ * wait for the id, so that they stop at once and say why (they waited for
+ * --timeout before).  Best effort: the store failing here is said by the
+ * peers' own wait. */
+static void id_failed(struct ddpenv_store *s, const char *why)
+{
+	char e[DDPENV_ERRLEN];
+	ddpenv_store_set(s, "ck/nccl-failed", why, strlen(why), e, sizeof(e));
+}
+
 int ck_nccl_open(struct ck_nccl **out, struct ddpenv_store *s, int rank, int world,
 		 int timeout_ms, char *err, size_t errlen)
 {
@@ -179,24 +191,44 @@ int ck_nccl_open(struct ck_nccl **out, struct ddpenv_store *s, int rank, int wor
 	ncclUniqueId id;
 	void *v = NULL;
 	size_t l = 0;
+	int aborted = 0;
 	ncclResult_t r;
+	cudaError_t e;
 
 	*out = NULL;
 	if (!c) {
 		snprintf(err, errlen, "out of memory");
+		if (rank == 0)
+			id_failed(s, err);
 		return -1;
 	}
 	c->timeout_ms = timeout_ms;
+	if ((e = dl.StreamCreate(&c->stream)) != cudaSuccess) {
+		snprintf(err, errlen, "cudaStreamCreate: %s", dl.GetErrorString(e));
+		if (rank == 0)
+			id_failed(s, err);
+		goto fail;
+	}
 	if (rank == 0) {
 		if ((r = dl.GetUniqueId(&id)) != ncclSuccess) {
-			free(c);
-			return nerr(NULL, r, "ncclGetUniqueId", err, errlen);
+			nerr(NULL, r, "ncclGetUniqueId", err, errlen);
+			id_failed(s, err);
+			goto fail;
 		}
 		if (ddpenv_store_set(s, "ck/nccl-id", &id, sizeof(id), err, errlen) < 0)
 			goto fail;
 	} else {
-		if (ddpenv_store_get(s, "ck/nccl-id", timeout_ms, &v, &l, err, errlen) < 0)
+		if (ddpenv_store_get_unless(s, "ck/nccl-id", "ck/nccl-failed", timeout_ms, &v, &l, &aborted,
+					    err, errlen) < 0)
 			goto fail;
+		if (aborted) {
+			/* (eval.c lists a task that stopped on a peer's failure after
+			 * the peer, by these words) */
+			snprintf(err, errlen, "NCCL unique id from rank 0: a peer failed first (task 0: %.*s)",
+				 (int)(l < 400 ? l : 400), (const char *)v);
+			free(v);
+			goto fail;
+		}
 		if (l != sizeof(id)) {
 			snprintf(err, errlen, "NCCL unique id from rank 0: %zu bytes, expected %zu", l, sizeof(id));
 			free(v);
@@ -204,10 +236,6 @@ int ck_nccl_open(struct ck_nccl **out, struct ddpenv_store *s, int rank, int wor
 		}
 		memcpy(&id, v, sizeof(id));
 		free(v);
-	}
-	if (dl.StreamCreate(&c->stream) != cudaSuccess) {
-		snprintf(err, errlen, "cudaStreamCreate failed");
-		goto fail;
 	}
 	ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
 	cfg.blocking = 0;

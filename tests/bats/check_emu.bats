@@ -1,0 +1,83 @@
+#!/usr/bin/env bats
+# ddp-check --ddp=nccl where no GPU is: its NCCL path (check/nccl_dl.c,
+# which loads libcudart and libnccl at run time) on cuemu's runtime and
+# NCCL (tests/Makefile: build/tests/cuemu/lib, libcudart.so and
+# libnccl.so.2), two ranks on this machine as srun --ddp would start them,
+# each on a GPU of its own (CUEMU_PCI_BUS).  check.bats runs ddp-check on
+# the cluster, and on a real GPU where there is one.
+# bats file_tags=check,gpu
+
+load helpers
+
+BATS_TEST_TIMEOUT=120
+
+CHECK="$REPO/build/bin/ddp-check"
+EMU_LIB="$REPO/build/tests/cuemu/lib"
+
+setup() {
+	[ -e "$EMU_LIB/libnccl.so.2" ] || skip "no cuemu libraries ($EMU_LIB): CUDA's headers are missing here (see tests/Makefile)"
+}
+
+# check2 OUT R0ENV ARGS...: ddp-check as ranks 0 and 1 of a world of two on
+# this machine over NCCL (rank 0 with the environment R0ENV, words
+# VAR=value); rank 0's output is the run's, rank 1's in OUT.r1, its status
+# in OUT.rc, rank 0's seconds in OUT.secs
+check2() {
+	local out=$1 r0env=$2 port pid t0
+	shift 2
+	port=$(free_port)
+	local env=(MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 NODE_RANK=0
+		DDP_BACKEND=nccl NCCL_SOCKET_IFNAME=lo GLOO_SOCKET_IFNAME=lo LD_LIBRARY_PATH="$EMU_LIB")
+	env "${env[@]}" RANK=1 LOCAL_RANK=1 CUEMU_PCI_BUS=1 timeout 100 "$CHECK" "$@" >"$out.r1" 2>&1 3>&- &
+	pid=$!
+	t0=$SECONDS
+	# shellcheck disable=SC2086 # (R0ENV: words)
+	run env "${env[@]}" RANK=0 LOCAL_RANK=0 $r0env timeout 100 "$CHECK" "$@"
+	echo $((SECONDS - t0)) >"$out.secs"
+	local rc=0
+	wait "$pid" || rc=$?
+	echo "$rc" >"$out.rc"
+	echo "$output"
+	cat "$out.r1"
+}
+
+@test "ddp-check --ddp=nccl on cuemu: the communicator, the exact all-reduce and the busbw sweep on two ranks" {
+	local d="$BATS_TEST_TMPDIR"
+	check2 "$d/ok" "" -e 64K --timeout 30
+	# (bind.cpus warns: nothing binds the two ranks here)
+	assert_line --regexp '^OK +coll.backend +NCCL [0-9]+\.[0-9]+\.[0-9]+ and a GPU on every task$'
+	assert_line --regexp '^OK +bind.gpus +each of 2 GPUs is used by exactly one task$'
+	assert_line --regexp '^OK +coll.allreduce +nccl all-reduce of crafted inputs exact on all 2 tasks \(1 and 16384 floats, sums of rank\+1\)$'
+	assert_line --regexp '^OK +coll.busbw +busbw [0-9.]+ GB/s at 65536 bytes$'
+	assert_line --regexp '^OK +time.first_collective +[0-9.]+ s from task start to the first completed all-reduce '
+	assert_output --regexp '
+ +65536 +16384 +float +sum +[0-9.]+ +[0-9.]+ +[0-9.]+
+'
+	refute_line --regexp '^FAIL'
+	[ "$(cat "$d/ok.rc")" -eq 0 ]
+	# NCCL_COMM_ID on every rank: rank 0's id names that address
+	local port
+	port=$(free_port)
+	check2 "$d/id" "NCCL_COMM_ID=127.0.0.1:$port" -e 64K --timeout 30
+	assert_line --regexp '^OK +coll.allreduce +nccl all-reduce of crafted inputs exact on all 2 tasks '
+	assert_line --regexp "^WARN +env.nccl +NCCL_COMM_ID differs between tasks: '127.0.0.1:$port' on task 0 \([^)]+\), unset on task 1 "
+}
+
+# Rank 0 makes NCCL's unique id and hands it to the others through the
+# rendezvous.  When it cannot (here an NCCL_COMM_ID NCCL cannot parse, on
+# its task alone), it says so in the store, and the other ranks stop
+# waiting for the id at once (they waited for --timeout before), each
+# naming rank 0's reason; the report lists rank 0 first, then the ranks
+# that stopped because of it.
+@test "rank 0 cannot make NCCL's unique id: the others stop at once, naming its reason (cuemu)" {
+	local d="$BATS_TEST_TMPDIR"
+	check2 "$d/bad" "NCCL_COMM_ID=nonsense" -e 64K --timeout 30
+	assert_failure 1
+	[ "$(cat "$d/bad.rc")" -eq 1 ]
+	echo "rank 0 took $(cat "$d/bad.secs") s"
+	[ "$(cat "$d/bad.secs")" -le 10 ]
+	local why='NCCL ncclGetUniqueId: invalid argument: Invalid NCCL_COMM_ID \[nonsense\], please use format: <ipv4>:<port> or \[<ipv6>\]:<port> or <hostname>:<port>'
+	assert_line --regexp "^FAIL +coll.allreduce +task 0 \\([^)]+\\): $why; task 1 \\([^)]+\\): NCCL unique id from rank 0: a peer failed first \\(task 0: $why\\)$"
+	assert_line --regexp "^WARN +env.nccl +NCCL_COMM_ID differs between tasks: 'nonsense' on task 0 "
+	grep -E "^ddp-check: task 1 \\([^)]+\\): FAIL coll.allreduce: NCCL unique id from rank 0: a peer failed first \\(task 0: $why\\)$" "$d/bad.r1"
+}
