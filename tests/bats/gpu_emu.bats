@@ -306,6 +306,63 @@ PY
 	assert_failure
 }
 
+# tools/spill_check (make check runs it on trainer/cuda/*.cu, where nvcc
+# is): a kernel that asks for 3 or more blocks an SM must not spill.  512
+# threads at 4 blocks an SM leave 32 registers a thread, which 40 values
+# live across a loop overflow; at 2 blocks (64) they fit, and a minimum
+# under 3 is not held to it.  A file, and the local headers it includes,
+# that ask for no minimum is not compiled at all (a comma in a header's
+# __launch_bounds__ counts, at any depth).
+@test "tools/spill_check: a kernel asking for 4 blocks an SM that spills is named; one that fits, and a file asking none, pass (nvcc)" {
+	local nvcc=/usr/local/cuda/bin/nvcc t="$REPO/tests/tools/spill_check" d="$BATS_TEST_TMPDIR"
+	[ -x "$nvcc" ] || skip "no nvcc ($nvcc): spill_check has nothing to compile with"
+	kernel() { # NAME BLOCKS
+		cat <<-EOF
+		__global__ void __launch_bounds__(512, $2) $1(float *o, const float *in, int n)
+		{
+		    float a[40];
+		#pragma unroll
+		    for (int i = 0; i < 40; i++)
+		        a[i] = in[threadIdx.x * 40 + i];
+		    for (int k = 0; k < n; k++) {
+		#pragma unroll
+		        for (int i = 0; i < 40; i++)
+		            a[i] = a[i] * a[(i + 1) % 40] + 1.0f;
+		    }
+		    float s = 0;
+		#pragma unroll
+		    for (int i = 0; i < 40; i++)
+		        s += a[i];
+		    o[threadIdx.x] = s;
+		}
+		EOF
+	}
+	kernel tight 4 >"$d/spills.cu"
+	run "$t" "$nvcc" 80 90 -- "$d/spills.cu" -O3
+	echo "$output"
+	assert_failure 1
+	assert_line --regexp '^spill_check: sm_80: tight\(float\*, float const\*, int\) asks for 4 blocks an SM and spills [1-9][0-9]* bytes: ask for fewer, or free registers$'
+	assert_line --regexp '^spill_check: sm_90: tight\(float\*, float const\*, int\) asks for 4 blocks an SM '
+	kernel roomy 2 >"$d/fits.cu"
+	kernel tight 3 | sed 's/a\[40\]/a[8]/; s/< 40/< 8/g; s/% 40/% 8/; s/\* 40/* 8/' >>"$d/fits.cu"
+	run "$t" "$nvcc" 80 90 -- "$d/fits.cu" -O3
+	echo "$output"
+	assert_success
+	assert_output "spill_check: $d/fits.cu: 2 kernels of 3 or more blocks an SM checked, none spills"
+	# no minimum asked, here or in its header: not compiled (an nvcc that
+	# fails would say so)
+	printf '__global__ void __launch_bounds__(256) k(float *o) { o[0] = 1; }\n#include "none.h"\n' >"$d/none.cu"
+	printf '#define B 128\n__global__ void __launch_bounds__(B) h(float *o) { o[0] = 2; }\n' >"$d/none.h"
+	run "$t" /bin/false 80 -- "$d/none.cu"
+	assert_success
+	assert_output "spill_check: $d/none.cu: no __launch_bounds__ asks for a minimum of blocks an SM: nothing to check"
+	# a header's launch bounds with a minimum, behind a macro's comma: compiled
+	printf '#define MIN(a, b) ((a) < (b) ? (a) : (b))\n__global__ void __launch_bounds__(256, MIN(3, 4)) h(float *o) { o[0] = 2; }\n' >"$d/none.h"
+	run "$t" /bin/false 80 -- "$d/none.cu"
+	assert_failure 2
+	assert_output --partial "spill_check: /bin/false -ptx of $d/none.cu for compute_80 failed"
+}
+
 # cudnnFind times each algorithm once, and on a GPU its order at a small
 # batch changes from run to run (an H200 at 64: the same step replayed in
 # 0.223 ms in one run and 0.262 in the next).  At the graph's batch each
