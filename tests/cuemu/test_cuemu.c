@@ -473,6 +473,20 @@ static void test_streams(void)
 	cudaError_t q1 = cudaEventQuery(ev), q2 = cudaEventQuery(ev);
 	test_cond("lazy: cudaEventQuery says cudaErrorNotReady, then cudaSuccess",
 		  q1 == cudaErrorNotReady && q2 == cudaSuccess);
+	/* cudaStreamQuery: the same, of all the stream's work */
+	fill(a, 1.f);
+	cuemu_selftest_axpb(a, a, 64, 3.f, 0.f, s1);
+	q1 = cudaStreamQuery(s1);
+	q2 = cudaStreamQuery(s1);
+	test_cond("lazy: cudaStreamQuery says cudaErrorNotReady, then cudaSuccess, the work done",
+		  q1 == cudaErrorNotReady && q2 == cudaSuccess && first(a) == 3.f);
+	cuemu_set_streams("eager");
+	cuemu_selftest_axpb(a, a, 64, 3.f, 0.f, s1);
+	test_cond("eager: cudaStreamQuery says cudaSuccess at once", cudaStreamQuery(s1) == cudaSuccess);
+	static int not_a_stream;
+	test_cond("cudaStreamQuery of a stream that is not one fails",
+		  cudaStreamQuery((cudaStream_t)(void *)&not_a_stream) == cudaErrorInvalidResourceHandle);
+	cuemu_set_streams("lazy-late");
 	cudaEventCreate(&t0);
 	cudaEventCreate(&t1);
 	float ms = -1.f;
@@ -795,6 +809,27 @@ static void test_programmatic(void)
 	test_cond("no error left behind", cudaGetLastError() == cudaSuccess);
 }
 
+/* The one device's PCI bus id: 0000:00:00.0, or CUEMU_PCI_BUS's bus (so
+ * that ranks on one machine stand on GPUs of their own); CUDA's spellings of
+ * it name the device, another bus none. */
+static void test_pci(void)
+{
+	char b[32] = "";
+	int dev = -1;
+	test_cond("the device's bus id is 0000:00:00.0",
+		  cudaDeviceGetPCIBusId(b, sizeof(b), 0) == cudaSuccess && !strcmp(b, "0000:00:00.0"));
+	setenv("CUEMU_PCI_BUS", "1b", 1);
+	test_cond("CUEMU_PCI_BUS=1b: 0000:1b:00.0",
+		  cudaDeviceGetPCIBusId(b, sizeof(b), 0) == cudaSuccess && !strcmp(b, "0000:1b:00.0"));
+	test_cond("CUEMU_PCI_BUS=1b: 00000000:1B:00.0 is device 0",
+		  cudaDeviceGetByPCIBusId(&dev, "00000000:1B:00.0") == cudaSuccess && dev == 0);
+	test_cond("CUEMU_PCI_BUS=1b: 0000:00:00.0 is no device",
+		  cudaDeviceGetByPCIBusId(&dev, "0000:00:00.0") == cudaErrorInvalidDevice);
+	test_cond("a buffer too short for the bus id is refused",
+		  cudaDeviceGetPCIBusId(b, 12, 0) == cudaErrorInvalidValue);
+	unsetenv("CUEMU_PCI_BUS");
+}
+
 int main(void)
 {
 	/* the execution model's checks read each launch's error right after
@@ -813,5 +848,6 @@ int main(void)
 	test_order();
 	test_streams();
 	test_programmatic();
+	test_pci();
 	return test_report();
 }
