@@ -160,6 +160,8 @@ struct ck_opts {
 	int timeout_s;
 };
 
+enum { CK_GONE_NO, CK_GONE_DIED, CK_GONE_LEFT };
+
 struct ck_world {
 	const char *backend;             /* "gloo" or "nccl" */
 	int n;                           /* tasks of the step */
@@ -167,6 +169,11 @@ struct ck_world {
 	struct ck_rank *ranks;           /* [n], by id */
 	struct ck_probe *probes;         /* [n] */
 	struct ck_coll *colls;           /* [n] */
+	/* [n] or NULL: CK_GONE_DIED or CK_GONE_LEFT for a task whose
+	 * connection to the rendezvous closed before it sent a record task 0
+	 * waited for (killed or crashed; or stopped on an error of its own,
+	 * which its stderr gives): task 0 stopped waiting for it then */
+	unsigned char *gone;
 	char refused[CK_MSG];            /* clients the store refused (token) */
 	struct ck_opts opts;
 	int coll_ran;                    /* collectives were attempted */

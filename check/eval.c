@@ -114,22 +114,33 @@ void ck_eval_coll(struct ck_world *w)
 	}
 	struct msg fail = { 0 };
 	double first = -1, init = 0;
-	int slow = -1;
-	/* the tasks that failed of themselves first, then those that only
-	 * waited for them (their communicator's set-up stopped on a peer's
+	int slow = -1, unfinished = 0;
+	/* the tasks that stopped before they reported first (killed, or their
+	 * own error), then those that failed of themselves, then those that
+	 * only waited for them (their communicator's set-up stopped on a peer's
 	 * failure, or timed out on a key a failed task never published) */
-	for (int pass = 0; pass < 2; pass++)
+	for (int pass = 0; pass < 3; pass++)
 		for (int i = 0; i < w->n; i++) {
 			const struct ck_coll *c = &w->colls[i];
+			int gone = !c->have && w->gone ? w->gone[i] : CK_GONE_NO;
 			int waited = c->have && !c->ok &&
 				     ((strstr(c->msg, ": waiting for '") && strstr(c->msg, "': timed out after ")) ||
 				      strstr(c->msg, ": a peer failed first ("));
-			if (waited != pass)
+			if ((gone ? 0 : waited ? 2 : 1) != pass)
 				continue;
-			if (!c->have)
+			if (gone == CK_GONE_DIED)
+				say(&fail, "task %d (%s) died before it reported its result (its connection to the "
+				    "rendezvous closed: killed, or crashed)", i, w->ranks[i].host);
+			else if (gone == CK_GONE_LEFT)
+				say(&fail, "task %d (%s) stopped before it reported its result (its stderr says why)",
+				    i, w->ranks[i].host);
+			else if (!c->have)
 				say(&fail, "task %d (%s) did not report its result", i, w->ranks[i].host);
 			else if (!c->ok)
 				say(&fail, "task %d (%s): %s", i, w->ranks[i].host, c->msg);
+			/* (a task whose sweep failed completed its first all-reduce) */
+			if (!c->have || c->first_s <= 0)
+				unfinished++;
 			else if (c->first_s > first) {
 				first = c->first_s;
 				init = c->init_s;
@@ -160,10 +171,13 @@ void ck_eval_coll(struct ck_world *w)
 				       w->opts.min_busbw > 0 ? " (at least --min-busbw)" : "");
 		}
 	}
-	if (slow >= 0)
+	if (slow >= 0 && !unfinished)
 		ck_add(w, "time.first_collective", CK_OK, "%.3f s from task start to the first completed "
 		       "all-reduce (slowest: task %d on %s; its communicator set-up took %.3f s)", first,
 		       slow, w->ranks[slow].host, init);
+	else if (slow >= 0)
+		ck_add(w, "time.first_collective", CK_SKIP, "%d of %d tasks did not report a completed all-reduce "
+		       "(coll.allreduce)", unfinished, w->n);
 	else
 		ck_add(w, "time.first_collective", CK_SKIP, "no task completed an all-reduce");
 }

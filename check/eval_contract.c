@@ -9,14 +9,15 @@
 
 static void eval_join(struct ck_world *w)
 {
-	struct msg m = { 0 };
+	struct msg m = { 0 }, died = { 0 }, left = { 0 };
 	int missing = 0;
 	const struct ck_rank *r0 = NULL;
 
 	for (int i = 0; i < w->n; i++) {
 		if (!w->ranks[i].joined) {
+			int gone = w->gone ? w->gone[i] : CK_GONE_NO;
 			missing++;
-			say(&m, "%d", i);
+			say(gone == CK_GONE_DIED ? &died : gone == CK_GONE_LEFT ? &left : &m, "%d", i);
 		} else if (!r0) {
 			r0 = &w->ranks[i];
 		}
@@ -43,13 +44,28 @@ static void eval_join(struct ck_world *w)
 		       w->ranks[other].proto, other, w->ranks[other].host);
 	else if (!missing)
 		ck_add(w, "rdzv.join", CK_OK, "all %d tasks joined the rendezvous at %s", w->n, at);
-	else
-		ck_add(w, "rdzv.join", CK_FAIL,
-		       "task%s %s (of %d) never joined the rendezvous at %s within %d s; each "
-		       "prints its own reason on its stderr (a different MASTER_ADDR or MASTER_PORT, "
-		       "no route to the head, a wrong DDP_RDZV_TOKEN)%s%s",
-		       missing > 1 ? "s" : "", said(&m), w->n, at, w->opts.timeout_s,
-		       w->refused[0] ? "; the rendezvous " : "", w->refused);
+	else {
+		/* never joined (task 0 waited --timeout for them); joined the
+		 * store, then closed it before their record (task 0 stopped
+		 * waiting once every task had sent its record or gone) */
+		struct msg all = { 0 };
+		int nm = m.items + m.dropped, nd = died.items + died.dropped, nl = left.items + left.dropped;
+		if (nm)
+			say(&all, "task%s %s (of %d) never joined the rendezvous at %s within %d s; each "
+			    "prints its own reason on its stderr (a different MASTER_ADDR or MASTER_PORT, "
+			    "no route to the head, a wrong DDP_RDZV_TOKEN)%s%s", nm > 1 ? "s" : "", said(&m),
+			    w->n, at, w->opts.timeout_s, w->refused[0] ? "; the rendezvous " : "", w->refused);
+		if (nd)
+			say(&all, "task%s %s (of %d) connected to the rendezvous at %s, then died before %s "
+			    "record (killed, or crashed)", nd > 1 ? "s" : "", said(&died), w->n, at,
+			    nd > 1 ? "they sent their" : "it sent its");
+		if (nl)
+			say(&all, "task%s %s (of %d) connected to the rendezvous at %s, then stopped on an error "
+			    "of %s own before %s record (%s)", nl > 1 ? "s" : "", said(&left), w->n, at,
+			    nl > 1 ? "their" : "its", nl > 1 ? "they sent their" : "it sent its",
+			    nl > 1 ? "each one's stderr says which" : "its stderr says which");
+		ck_add(w, "rdzv.join", CK_FAIL, "%s", said(&all));
+	}
 }
 
 static void eval_present(struct ck_world *w)

@@ -116,20 +116,72 @@ static int publish(struct ddpenv_store *s, const char *phase, int id, const char
 	return ddpenv_store_add(s, key, 1, &v, err, errlen);
 }
 
+/* The tasks whose connection to the store closed (died, or left: a task
+ * leaves after its last record, or on an error of its own) without
+ * phase's record: marked in gone; how many, or -1. */
+static int unreported(struct ddpenv_store *s, const char *phase, int n, unsigned char *gone,
+		      char *err, size_t errlen)
+{
+	int *ids = malloc((size_t)n * sizeof(*ids)), found = 0;
+	if (!ids) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	for (int how = CK_GONE_DIED; how <= CK_GONE_LEFT; how++) {
+		int k = how == CK_GONE_DIED ? ddpenv_store_dead_ranks(s, ids, n, err, errlen) :
+					      ddpenv_store_left_ranks(s, ids, n, err, errlen);
+		if (k < 0) {
+			free(ids);
+			return -1;
+		}
+		for (int i = 0; i < k && i < n; i++) {
+			char key[KEYLEN];
+			int64_t in;
+			if (ids[i] <= 0 || ids[i] >= n)   /* (task 0 is this one) */
+				continue;
+			snprintf(key, sizeof(key), "ck/in/%s/%d", phase, ids[i]);
+			if (ddpenv_store_add(s, key, 0, &in, err, errlen) < 0) {
+				free(ids);
+				return -1;
+			}
+			if (!in) {
+				if (!gone[ids[i]])
+					gone[ids[i]] = (unsigned char)how;
+				found++;
+			}
+		}
+	}
+	free(ids);
+	return found;
+}
+
 /* Task 0: wait until want records of phase are in (or the deadline), then
  * hand each present one to fn.  Never a get that could time out: the count
- * is polled, and a record is fetched only once it exists. */
+ * is polled, and a record is fetched only once it exists.  With gone (want
+ * is every task then), it also asks the store every half second which tasks
+ * closed their connection without the record: those are marked there and
+ * not waited for (a killed task no longer holds the report for --timeout). */
 static int gather(struct ddpenv_store *s, const char *phase, int n, int want, double deadline,
-		  void (*fn)(void *, int, const char *, size_t), void *ctx, char *err, size_t errlen)
+		  unsigned char *gone, void (*fn)(void *, int, const char *, size_t), void *ctx,
+		  char *err, size_t errlen)
 {
 	char key[KEYLEN];
 	int64_t cnt = 0;
+	double look = ck_mono() + 0.5;
 	snprintf(key, sizeof(key), "ck/count/%s", phase);
 	for (;;) {
 		if (ddpenv_store_add(s, key, 0, &cnt, err, errlen) < 0)
 			return -1;
 		if (cnt >= want || ck_mono() > deadline)
 			break;
+		if (gone && ck_mono() > look) {
+			int k = unreported(s, phase, n, gone, err, errlen);
+			if (k < 0)
+				return -1;
+			if (cnt + k >= want)
+				break;
+			look = ck_mono() + 0.5;
+		}
 		usleep(cnt + 1 >= want ? 2000 : 20000);
 	}
 	for (int id = 0; id < n; id++) {
@@ -489,15 +541,16 @@ int main(int argc, char **argv)
 		w.ranks = calloc((size_t)me.n, sizeof(*w.ranks));
 		w.probes = calloc((size_t)me.n, sizeof(*w.probes));
 		w.colls = calloc((size_t)me.n, sizeof(*w.colls));
+		w.gone = calloc((size_t)me.n, 1);
 		probers = calloc((size_t)me.n, sizeof(int));
-		if (!w.ranks || !w.probes || !w.colls || !probers) {
+		if (!w.ranks || !w.probes || !w.colls || !w.gone || !probers) {
 			local_fail(&me, "ddp-check", "out of memory", json);
 			ddpenv_store_close_within(s, 1000);
 			ck_listen_stop(&lis);
 			rc = 1;
 			goto out;
 		}
-		if (gather(s, "rank", me.n, me.n, deadline, got_rank, &w, err, sizeof(err)) < 0)
+		if (gather(s, "rank", me.n, me.n, deadline, w.gone, got_rank, &w, err, sizeof(err)) < 0)
 			goto store_failed;
 		pthread_mutex_lock(&refused_mu);
 		snprintf(w.refused, sizeof(w.refused), "%s", refused);
@@ -561,7 +614,7 @@ int main(int argc, char **argv)
 		if (me.id == 0) {
 			/* The probers report within about probe-timeout per batch. */
 			double pd = ck_mono() + (double)o.probe_ms / 1000 * ((me.n + 127) / 128 + 2) + 5;
-			if (gather(s, "probe", me.n, nprobers, pd, got_probe, &w, err, sizeof(err)) < 0)
+			if (gather(s, "probe", me.n, nprobers, pd, NULL, got_probe, &w, err, sizeof(err)) < 0)
 				goto store_failed;
 		}
 	}
@@ -597,7 +650,8 @@ int main(int argc, char **argv)
 			rc = 1;
 		if (me.id == 0) {
 			w.coll_ran = 1;
-			if (gather(s, "coll", me.n, me.n, ck_mono() + o.timeout_s, got_coll, &w, err, sizeof(err)) < 0)
+			if (gather(s, "coll", me.n, me.n, ck_mono() + o.timeout_s, w.gone, got_coll, &w, err,
+				   sizeof(err)) < 0)
 				goto store_failed;
 		}
 	}
@@ -638,6 +692,7 @@ out:
 	free(w.ranks);
 	free(w.probes);
 	free(w.colls);
+	free(w.gone);
 	free(w.res);
 	free(probers);
 	free(plan);

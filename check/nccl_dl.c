@@ -31,6 +31,7 @@ static struct {
 	cudaError_t (*Free)(void *);
 	cudaError_t (*Memcpy)(void *, const void *, size_t, enum cudaMemcpyKind);
 	cudaError_t (*StreamCreate)(cudaStream_t *);
+	cudaError_t (*StreamDestroy)(cudaStream_t);
 	cudaError_t (*StreamQuery)(cudaStream_t);
 	const char *(*GetErrorString)(cudaError_t);
 	ncclResult_t (*GetUniqueId)(ncclUniqueId *);
@@ -95,6 +96,7 @@ int ck_nccl_load(char *err, size_t errlen)
 	SYM(dl.cudart, Free, "cudaFree");
 	SYM(dl.cudart, Memcpy, "cudaMemcpy");
 	SYM(dl.cudart, StreamCreate, "cudaStreamCreate");
+	SYM(dl.cudart, StreamDestroy, "cudaStreamDestroy");
 	SYM(dl.cudart, StreamQuery, "cudaStreamQuery");
 	SYM(dl.cudart, GetErrorString, "cudaGetErrorString");
 	SYM(dl.nccl, GetUniqueId, "ncclGetUniqueId");
@@ -251,6 +253,8 @@ int ck_nccl_open(struct ck_nccl **out, struct ddpenv_store *s, int rank, int wor
 	*out = c;
 	return 0;
 fail:
+	if (c->stream)
+		dl.StreamDestroy(c->stream);
 	free(c);
 	return -1;
 }
@@ -318,6 +322,8 @@ void ck_nccl_close(struct ck_nccl *c)
 		dl.CommDestroy(c->comm);
 	else
 		dl.CommAbort(c->comm);
+	/* (returns at once; a GPU releases it once its work is done) */
+	dl.StreamDestroy(c->stream);
 	free(c);
 }
 

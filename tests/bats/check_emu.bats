@@ -18,17 +18,18 @@ setup() {
 	[ -e "$EMU_LIB/libnccl.so.2" ] || skip "no cuemu libraries ($EMU_LIB): CUDA's headers are missing here (see tests/Makefile)"
 }
 
-# check2 OUT R0ENV ARGS...: ddp-check as ranks 0 and 1 of a world of two on
-# this machine over NCCL (rank 0 with the environment R0ENV, words
-# VAR=value); rank 0's output is the run's, rank 1's in OUT.r1, its status
-# in OUT.rc, rank 0's seconds in OUT.secs
+# check2 OUT R0ENV R1ENV ARGS...: ddp-check as ranks 0 and 1 of a world of
+# two on this machine over NCCL (each with its own environment R0ENV and
+# R1ENV, words VAR=value); rank 0's output is the run's, rank 1's in
+# OUT.r1, its status in OUT.rc, rank 0's seconds in OUT.secs
 check2() {
-	local out=$1 r0env=$2 port pid t0
-	shift 2
+	local out=$1 r0env=$2 r1env=$3 port pid t0
+	shift 3
 	port=$(free_port)
 	local env=(MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 NODE_RANK=0
 		DDP_BACKEND=nccl NCCL_SOCKET_IFNAME=lo GLOO_SOCKET_IFNAME=lo LD_LIBRARY_PATH="$EMU_LIB")
-	env "${env[@]}" RANK=1 LOCAL_RANK=1 CUEMU_PCI_BUS=1 timeout 100 "$CHECK" "$@" >"$out.r1" 2>&1 3>&- &
+	# shellcheck disable=SC2086 # (R1ENV: words)
+	env "${env[@]}" RANK=1 LOCAL_RANK=1 CUEMU_PCI_BUS=1 $r1env timeout 100 "$CHECK" "$@" >"$out.r1" 2>&1 3>&- &
 	pid=$!
 	t0=$SECONDS
 	# shellcheck disable=SC2086 # (R0ENV: words)
@@ -43,7 +44,7 @@ check2() {
 
 @test "ddp-check --ddp=nccl on cuemu: the communicator, the exact all-reduce and the busbw sweep on two ranks" {
 	local d="$BATS_TEST_TMPDIR"
-	check2 "$d/ok" "" -e 64K --timeout 30
+	check2 "$d/ok" "" "" -e 64K --timeout 30
 	# (bind.cpus warns: nothing binds the two ranks here)
 	assert_line --regexp '^OK +coll.backend +NCCL [0-9]+\.[0-9]+\.[0-9]+ and a GPU on every task$'
 	assert_line --regexp '^OK +bind.gpus +each of 2 GPUs is used by exactly one task$'
@@ -58,7 +59,7 @@ check2() {
 	# NCCL_COMM_ID on every rank: rank 0's id names that address
 	local port
 	port=$(free_port)
-	check2 "$d/id" "NCCL_COMM_ID=127.0.0.1:$port" -e 64K --timeout 30
+	check2 "$d/id" "NCCL_COMM_ID=127.0.0.1:$port" "" -e 64K --timeout 30
 	assert_line --regexp '^OK +coll.allreduce +nccl all-reduce of crafted inputs exact on all 2 tasks '
 	assert_line --regexp "^WARN +env.nccl +NCCL_COMM_ID differs between tasks: '127.0.0.1:$port' on task 0 \([^)]+\), unset on task 1 "
 }
@@ -71,7 +72,7 @@ check2() {
 # that stopped because of it.
 @test "rank 0 cannot make NCCL's unique id: the others stop at once, naming its reason (cuemu)" {
 	local d="$BATS_TEST_TMPDIR"
-	check2 "$d/bad" "NCCL_COMM_ID=nonsense" -e 64K --timeout 30
+	check2 "$d/bad" "NCCL_COMM_ID=nonsense" "" -e 64K --timeout 30
 	assert_failure 1
 	[ "$(cat "$d/bad.rc")" -eq 1 ]
 	echo "rank 0 took $(cat "$d/bad.secs") s"
@@ -80,4 +81,20 @@ check2() {
 	assert_line --regexp "^FAIL +coll.allreduce +task 0 \\([^)]+\\): $why; task 1 \\([^)]+\\): NCCL unique id from rank 0: a peer failed first \\(task 0: $why\\)$"
 	assert_line --regexp "^WARN +env.nccl +NCCL_COMM_ID differs between tasks: 'nonsense' on task 0 "
 	grep -E "^ddp-check: task 1 \\([^)]+\\): FAIL coll.allreduce: NCCL unique id from rank 0: a peer failed first \\(task 0: $why\\)$" "$d/bad.r1"
+}
+
+# A task killed mid-sweep (cuemu's NCCL kills rank 1 as its 40th
+# all-reduce starts): the survivor's all-reduce fails on the closed
+# connection, and task 0 stops waiting for the dead task's result when the
+# store sees its connection close (it waited for --timeout before), then
+# names the dead task first.
+@test "a task killed mid-sweep: task 0 reports within seconds, the dead task first (cuemu)" {
+	local d="$BATS_TEST_TMPDIR"
+	check2 "$d/kill" "" CUEMU_NCCL_KILL_AT=40 --timeout 30 -e 1M
+	assert_failure 1
+	[ "$(cat "$d/kill.rc")" -eq 137 ]
+	echo "task 0 took $(cat "$d/kill.secs") s"
+	[ "$(cat "$d/kill.secs")" -le 10 ]
+	assert_line --regexp '^FAIL +coll.allreduce +task 1 \([^)]+\) died before it reported its result \(its connection to the rendezvous closed: killed, or crashed\); task 0 \([^)]+\): bandwidth sweep failed: NCCL all-reduce: remote process exited or there was a network error: '
+	assert_line --regexp '^SKIP +time.first_collective +1 of 2 tasks did not report a completed all-reduce \(coll.allreduce\)$'
 }

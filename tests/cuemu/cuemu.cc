@@ -85,9 +85,17 @@ std::map<uintptr_t, size_t> allocs;   // "device" allocations: start -> size
 // an emulated test's time, a cuBLAS workspace of 32 MiB at every start-up.
 // At most kSpareMax bytes are kept; under ASan none are, so a use after
 // cudaFree stays a use after free.
+// (freed at exit: a leak checker then sees only what the program lost)
 constexpr size_t kSpareMin = (size_t)1 << 20, kSpareMax = (size_t)256 << 20;
-std::multimap<size_t, void *> spare;
-size_t spare_bytes;
+struct Spare {
+	std::multimap<size_t, void *> blocks;
+	size_t bytes = 0;
+	~Spare()
+	{
+		for (auto &b : blocks)
+			free(b.second);
+	}
+} spare;
 #endif
 
 } // namespace
@@ -875,11 +883,11 @@ cudaError_t cudaMalloc(void **devPtr, size_t size)
 	size_t whole = ((size ? size : 1) + 255) / 256 * 256;
 	void *p = nullptr;
 #ifndef CUEMU_ASAN
-	auto s = spare.find(whole);
-	if (s != spare.end()) {
+	auto s = spare.blocks.find(whole);
+	if (s != spare.blocks.end()) {
 		p = s->second;
-		spare_bytes -= whole;
-		spare.erase(s);
+		spare.bytes -= whole;
+		spare.blocks.erase(s);
 	}
 #endif
 	if (!p)
@@ -919,9 +927,9 @@ cudaError_t cudaFree(void *devPtr)
 #endif
 	allocs.erase(it);
 #ifndef CUEMU_ASAN
-	if (whole >= kSpareMin && spare_bytes + whole <= kSpareMax) {
-		spare.emplace(whole, devPtr);
-		spare_bytes += whole;
+	if (whole >= kSpareMin && spare.bytes + whole <= kSpareMax) {
+		spare.blocks.emplace(whole, devPtr);
+		spare.bytes += whole;
 		return cudaSuccess;
 	}
 #endif

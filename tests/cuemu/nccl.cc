@@ -21,6 +21,8 @@
 // peer's socket closed) or at the bound: the stream operation ends with
 // the buffer as it was, the communicator's async error says why, on
 // stderr too, and every later call returns that error.
+// CUEMU_NCCL_KILL_AT=N kills the process at its N-th all-reduce (tests of
+// a rank that dies mid-collective).
 #include "rt.h"
 
 #include <errno.h>
@@ -31,6 +33,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -282,6 +285,11 @@ void exchange(ncclComm *c, const void *send, void *recv, size_t count, ncclDataT
 	if (c->async != ncclSuccess || c->aborted)
 		return;
 	uint64_t seq = ++c->seq;
+	// CUEMU_NCCL_KILL_AT=N: this process killed (SIGKILL) as its N-th
+	// all-reduce starts, as a rank the OOM killer takes mid-collective
+	const char *kill_at = getenv("CUEMU_NCCL_KILL_AT");
+	if (kill_at && *kill_at && strtoull(kill_at, nullptr, 10) == seq)
+		raise(SIGKILL);
 	Head me = { seq, count, (int32_t)type, (int32_t)op };
 	double deadline = now_ms() + timeout_ms();
 	size_t bytes = count * 4;

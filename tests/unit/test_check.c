@@ -381,6 +381,36 @@ static void test_contract_faults(void)
 	test_check("skipped collectives say why", w, "coll.allreduce", CK_SKIP, "not run: rdzv.join failed");
 	drop(w);
 
+	/* tasks that connected to the store, then closed it before their
+	 * record (task 0 stopped waiting for them): apart from those that
+	 * never joined, died and stopped on their own error apart too */
+	unsigned char gone[6] = { 0 };
+	w = world(3, 2);
+	w->gone = gone;
+	w->ranks[2].joined = w->ranks[3].joined = w->ranks[4].joined = 0;
+	gone[3] = CK_GONE_DIED;
+	gone[4] = CK_GONE_LEFT;
+	ck_eval_setup(w);
+	test_check("a task that never joined, one that died and one that stopped, each said", w, "rdzv.join", CK_FAIL,
+		   "task 2 (of 6) never joined the rendezvous at 10.0.0.1:29512 within 60 s; each prints its own "
+		   "reason on its stderr (a different MASTER_ADDR or MASTER_PORT, no route to the head, a wrong "
+		   "DDP_RDZV_TOKEN); task 3 (of 6) connected to the rendezvous at 10.0.0.1:29512, then died before "
+		   "it sent its record (killed, or crashed); task 4 (of 6) connected to the rendezvous at "
+		   "10.0.0.1:29512, then stopped on an error of its own before it sent its record (its stderr says "
+		   "which)");
+	drop(w);
+	memset(gone, 0, sizeof(gone));
+	w = world(3, 1);
+	w->gone = gone;
+	w->ranks[1].joined = w->ranks[2].joined = 0;
+	gone[1] = gone[2] = CK_GONE_DIED;
+	ck_eval_setup(w);
+	test_check("tasks that all died before their record: no timeout said", w, "rdzv.join", CK_FAIL,
+		   "tasks 1; 2 (of 3) connected to the rendezvous at 10.0.0.1:29512, then died before they sent "
+		   "their record (killed, or crashed)");
+	test_cond("and no 'never joined'", !strstr(res(w, "rdzv.join")->msg, "never joined"));
+	drop(w);
+
 	/* an IPv6 head: the address in brackets, apart from the port */
 	w = world(2, 1);
 	for (int i = 0; i < w->n; i++)
@@ -1245,6 +1275,42 @@ static void test_coll_faults(void)
 		   CK_FAIL, "task 2 (gpu03): gloo: rank 2 could not connect its full mesh on ens17: Resource "
 		   "temporarily unavailable; task 0 (gpu01): gloo: rank 0 could not connect its full mesh on "
 		   "ens17: rank 0: store at 10.0.0.1:29512: waiting for 'gloo/2': timed out after 60 s; task 1 ");
+	drop(w);
+
+	/* task 2 killed mid-sweep: its peers' all-reduce failed on its closed
+	 * connection, and task 0 stopped waiting for its record when the store
+	 * saw it close: the dead task first, then the others; the first
+	 * all-reduce's time is not judged without every task's */
+	unsigned char gone[3] = { 0, 0, CK_GONE_DIED };
+	w = world(3, 1);
+	w->gone = gone;
+	ck_eval_setup(w);
+	ran(w, 1e-3);
+	w->colls[2].have = 0;
+	for (int i = 0; i < 2; i++) {
+		w->colls[i].ok = 0;
+		snprintf(w->colls[i].msg, sizeof(w->colls[i].msg), "bandwidth sweep failed: NCCL all-reduce: remote "
+			 "process exited or there was a network error");
+	}
+	ck_eval_coll(w);
+	test_check("a task that died before its result first, then those it failed", w, "coll.allreduce", CK_FAIL,
+		   "task 2 (gpu03) died before it reported its result (its connection to the rendezvous closed: "
+		   "killed, or crashed); task 0 (gpu01): bandwidth sweep failed: NCCL all-reduce: remote process "
+		   "exited or there was a network error; task 1 (gpu02): bandwidth sweep failed");
+	test_check("the first all-reduce's time: not every task's", w, "time.first_collective", CK_SKIP,
+		   "1 of 3 tasks did not report a completed all-reduce (coll.allreduce)");
+	drop(w);
+	/* one that stopped on its own error before its result */
+	memset(gone, 0, sizeof(gone));
+	gone[1] = CK_GONE_LEFT;
+	w = world(2, 1);
+	w->gone = gone;
+	ck_eval_setup(w);
+	ran(w, 1e-3);
+	w->colls[1].have = 0;
+	ck_eval_coll(w);
+	test_check("a task that left before its result", w, "coll.allreduce", CK_FAIL,
+		   "task 1 (gpu02) stopped before it reported its result (its stderr says why)");
 	drop(w);
 }
 
