@@ -3,7 +3,8 @@
 # over loopback with the torchrun variables set by hand (rendezvous, probe
 # listener, clock skew, gloo all-reduce), a step whose every interface is
 # missing (no node has a listener: the probe plan is empty), NCCL without
-# a GPU (CUDA and NCCL opened at run time, refused), rendezvous that fail
+# a GPU (CUDA and NCCL opened at run time, refused) and on cuemu's (two
+# tasks, one killed mid-sweep), rendezvous that fail
 # (a task missing, the head unreachable), and ddp-env's
 # contract and binding plans for a Slurm task's environment.  Valgrind
 # must find no error and no definite leak.  (valgrind.bats does the same
@@ -97,6 +98,34 @@ check_vg() {
 	assert_line --regexp '^FAIL +net\.iface +task 0 \([^)]+\): GLOO_SOCKET_IFNAME=nosuch0: no such interface there'
 	assert_line --regexp '^SKIP +coll\.allreduce +not run: net\.iface failed'
 	assert_clean 0
+}
+
+# ddp-check's NCCL path end to end on cuemu's CUDA runtime and NCCL
+# (build/tests/cuemu/lib; check_emu.bats): two tasks, the communicator
+# set up, the all-reduces, the stream and buffers freed; then task 1
+# killed at its 20th all-reduce: task 0 aborts the communicator, stops
+# waiting for the dead task's result and reports, all of it clean.
+@test "valgrind: ddp-check over cuemu's NCCL, two tasks, then one killed mid-sweep: no error or leak" {
+	local lib="$REPO/build/tests/cuemu/lib" out=$BATS_TEST_TMPDIR
+	[ -e "$lib/libnccl.so.2" ] || skip "no cuemu libraries ($lib): CUDA's headers are missing here"
+	local nccl=(NCCL_SOCKET_IFNAME=lo DDP_BACKEND=nccl LD_LIBRARY_PATH="$lib")
+	port=$(free_port)
+	check_vg 1 2 "$port" 1 "${nccl[@]}" CUEMU_PCI_BUS=1 -- -e 64K --timeout=60 >"$out/r1.out" 2>&1 &
+	pid=$!
+	run --separate-stderr check_vg 0 2 "$port" 0 "${nccl[@]}" -- -e 64K --timeout=60
+	wait "$pid" || { cat "$out/r1.out" >&2; false; }
+	assert_success
+	assert_line --regexp '^OK +coll\.allreduce +nccl all-reduce of crafted inputs exact on all 2 tasks'
+	assert_clean 0 1
+	port=$(free_port)
+	task_env 1 2 "$port" "${nccl[@]}" CUEMU_PCI_BUS=1 CUEMU_NCCL_KILL_AT=20 "$CHECK" -e 64K --timeout=60 \
+		>"$out/r1.out" 2>&1 &
+	pid=$!
+	run --separate-stderr check_vg 0 2 "$port" 2 "${nccl[@]}" -- -e 64K --timeout=60
+	! wait "$pid"
+	assert_equal "$status" 1
+	assert_line --regexp '^FAIL +coll\.allreduce +task 1 \([^)]+\) died before it reported its result '
+	assert_clean 2
 }
 
 @test "valgrind: ddp-check over NCCL where no GPU is visible: coll.backend FAILs, naming why" {
