@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "ddpenv.h"
 
 static double now_s(void)
 {
@@ -111,13 +112,27 @@ int cnn_comm_attach_ext(struct cnn_comm **out, struct ddpenv_store *store, int r
 		goto fail;
 	snprintf(key, sizeof(key), "comm/%s/id", ext->ops->name);
 	if (rank == 0) {
-		if (ext->make_id(id, err, errlen) < 0)
+		char why[DDPENV_ERRLEN], e2[DDPENV_ERRLEN];
+		if (ext->make_id(id, why, sizeof(why)) < 0) {
+			snprintf(err, errlen, "comm: rank 0 (%s) could not make the %s id: %s", c->host,
+				 ext->ops->name, why);
+			/* the ranks waiting for it stop now, naming why */
+			if (store)
+				ddpenv_store_set(store, CNN_COMM_FAILED_KEY, err, strlen(err), e2, sizeof(e2));
 			goto fail;
+		}
 		if (store && ddpenv_store_set(store, key, id, ext->id_len, err, errlen) < 0)
 			goto fail;
 	} else {
-		if (ddpenv_store_get(store, key, timeout_ms, &v, &l, err, errlen) < 0)
+		int aborted = 0;
+		if (ddpenv_store_get_unless(store, key, CNN_COMM_FAILED_KEY, timeout_ms, &v, &l, &aborted, err,
+					    errlen) < 0)
 			goto fail;
+		if (aborted) {
+			snprintf(err, errlen, "comm: the %s id from rank 0: a peer failed first (%.*s)",
+				 ext->ops->name, (int)(l < 400 ? l : 400), (const char *)v);
+			goto fail;
+		}
 		if (l != ext->id_len) {
 			snprintf(err, errlen, "comm: %s id from rank 0 (store key %s): %zu bytes, expected %zu",
 				 ext->ops->name, key, l, ext->id_len);

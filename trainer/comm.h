@@ -35,6 +35,11 @@ struct cnn_comm {
 	int (*peer_lost)(struct cnn_comm *c);
 };
 
+/* Where a rank whose backend cannot start says why (rank 0 that cannot
+ * make the id, a rank whose gloo cannot connect): its peers, waiting for a
+ * key it will never set, stop then and name it ("a peer failed first"). */
+#define CNN_COMM_FAILED_KEY "comm/failed"
+
 /* A backend from outside libcnn (NCCL, in cnn_train_cuda.so).  comm.c
  * bootstraps it: rank 0 makes an id of id_len bytes (ncclUniqueId), the
  * store carries it to every rank under "comm/<name>/id", and each rank

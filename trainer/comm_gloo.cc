@@ -28,7 +28,7 @@ namespace {
 // Where a rank whose gloo cannot start says why (cnn_comm_gloo_init): its
 // peers, waiting for its address, stop then and name it, rather than
 // time out on a key it will never set.
-const char kFailedKey[] = "comm/failed";
+const char kFailedKey[] = CNN_COMM_FAILED_KEY;
 
 // A peer gave up first: its own reason.
 struct PeerFailed : std::runtime_error {

@@ -1093,6 +1093,33 @@ kill_rank1() {
 	! grep -E 'died;|no rank has left' <<<"$stderr"
 }
 
+# Rank 0 makes NCCL's unique id and hands it to the others through the
+# store.  When it cannot (an NCCL_COMM_ID NCCL cannot parse, on rank 0
+# alone), it says why under comm/failed, and rank 1 stops waiting for the
+# id at once, naming rank 0's reason (it waited for --timeout before).
+@test "rank 0 cannot make NCCL's unique id: rank 1 stops at once, naming its reason (cuemu)" {
+	local d="$BATS_TEST_TMPDIR" port t0
+	local opts=("${SMALL[@]}" --max-steps 4 --device cuda --precision fp32 --conv1 direct --conv-layout nchw
+		--backward-streams 1 --timeout 30)
+	port=$(free_port)
+	MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=1 LOCAL_RANK=0 DDP_BACKEND=nccl \
+		NCCL_SOCKET_IFNAME=lo timeout 120 "$CNN" "${opts[@]}" >"$d/r1.log" 2>&1 3>&- &
+	local pid=$!
+	t0=$SECONDS
+	MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=0 LOCAL_RANK=0 DDP_BACKEND=nccl \
+		NCCL_SOCKET_IFNAME=lo NCCL_COMM_ID=nonsense run --separate-stderr timeout 120 "$CNN" "${opts[@]}"
+	local rc1=0
+	wait "$pid" || rc1=$?
+	echo "$stderr"
+	cat "$d/r1.log"
+	echo "both done after $((SECONDS - t0)) s"
+	[ $((SECONDS - t0)) -le 10 ]
+	[ "$status" -eq 1 ] && [ "$rc1" -eq 1 ]
+	local why='NCCL ncclGetUniqueId: invalid argument: Invalid NCCL_COMM_ID \[nonsense\], please use format: <ipv4>:<port> or \[<ipv6>\]:<port> or <hostname>:<port>'
+	grep -E "^cnn_train: [^ ]+ rank 0: comm: rank 0 \([^)]+\) could not make the nccl id: $why$" <<<"$stderr"
+	grep -E "^cnn_train: [^ ]+ rank 1: comm: the nccl id from rank 0: a peer failed first \(comm: rank 0 \([^)]+\) could not make the nccl id: $why\)$" "$d/r1.log"
+}
+
 # The module built under ASan and UBSan (make check's sanitizer pass; their
 # runtime preloaded into cnn_train alone, which is not built with them):
 # the GPU path's host code, the kernels and cuemu end to end, two ranks

@@ -35,7 +35,9 @@ static double mono(void)
 
 static int nccl_fail(struct nccl_impl *n, ncclResult_t r, const char *what, char *err, size_t errlen)
 {
-	const char *last = n && n->comm && !n->aborted ? ncclGetLastError(n->comm) : NULL;
+	/* (NCCL's last error is the process's: NULL for a call made before
+	 * there is a communicator, ncclGetUniqueId; none once it is aborted) */
+	const char *last = !n ? ncclGetLastError(NULL) : n->comm && !n->aborted ? ncclGetLastError(n->comm) : NULL;
 	snprintf(err, errlen, "NCCL %s: %s%s%s", what, ncclGetErrorString(r), last && *last ? ": " : "",
 		 last ? last : "");
 	return -1;
