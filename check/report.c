@@ -186,6 +186,8 @@ void ck_report_json(const struct ck_world *w, FILE *out)
 		const struct ck_rank *r = &w->ranks[i];
 		fprintf(out, "%s\n    {\"rank\": %d, \"joined\": %s", i ? "," : "", i,
 			r->joined ? "true" : "false");
+		if (w->gone && w->gone[i])
+			fprintf(out, ", \"gone\": \"%s\"", w->gone[i] == CK_GONE_DIED ? "died" : "left");
 		if (r->joined) {
 			fprintf(out, ", \"host\": ");
 			js(out, r->host);

@@ -33,12 +33,13 @@ check2() {
 	pid=$!
 	t0=$SECONDS
 	# shellcheck disable=SC2086 # (R0ENV: words)
-	run env "${env[@]}" RANK=0 LOCAL_RANK=0 $r0env timeout 100 "$CHECK" "$@"
+	run --separate-stderr env "${env[@]}" RANK=0 LOCAL_RANK=0 $r0env timeout 100 "$CHECK" "$@"
 	echo $((SECONDS - t0)) >"$out.secs"
 	local rc=0
 	wait "$pid" || rc=$?
 	echo "$rc" >"$out.rc"
 	echo "$output"
+	echo "$stderr"
 	cat "$out.r1"
 }
 
@@ -97,4 +98,14 @@ check2() {
 	[ "$(cat "$d/kill.secs")" -le 10 ]
 	assert_line --regexp '^FAIL +coll.allreduce +task 1 \([^)]+\) died before it reported its result \(its connection to the rendezvous closed: killed, or crashed\); task 0 \([^)]+\): bandwidth sweep failed: NCCL all-reduce: remote process exited or there was a network error: '
 	assert_line --regexp '^SKIP +time.first_collective +1 of 2 tasks did not report a completed all-reduce \(coll.allreduce\)$'
+	# --json: the dead task's "gone"
+	check2 "$d/json" "" CUEMU_NCCL_KILL_AT=40 --timeout 30 -e 1M --json
+	assert_failure 1
+	/usr/bin/python3 -c '
+import json, sys
+j = json.loads(sys.argv[1])
+r = j["ranks"]
+assert r[1]["joined"] and r[1]["gone"] == "died" and "gone" not in r[0], r
+c = {x["name"]: x for x in j["checks"]}["coll.allreduce"]
+assert c["level"] == "FAIL" and c["message"].startswith("task 1 ("), c' "$output"
 }
