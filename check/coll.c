@@ -154,10 +154,12 @@ sweep_failed:
 		cnn_comm_explain_failure(c.gloo, err, sizeof(err));
 	snprintf(out->msg, sizeof(out->msg), "bandwidth sweep failed: %s", err);
 out:
-	coll_free(&c, dbuf);
-	free(host);
+	/* the communicator first: cudaFree waits for the device, which never
+	 * ends an NCCL kernel waiting for a dead peer until ncclCommAbort */
 	if (c.nccl)
 		ck_nccl_close(c.nc);
 	else
 		cnn_comm_close(c.gloo);
+	coll_free(&c, dbuf);
+	free(host);
 }

@@ -141,7 +141,32 @@ struct ck_nccl {
 	cudaStream_t stream;
 	int timeout_ms;
 	int broken;          /* a wait timed out: abort, never finalize */
+	struct ddpenv_store *s;
+	double next_peer_check;
 };
+
+/* A task that died (its connection to the rendezvous closed without a
+ * word): within a node NCCL's kernels spin on a dead peer's shared memory
+ * and nothing reports it, so the waits ask the store every half second
+ * (as cnn_train does) rather than hold on to the deadline.  1 with err
+ * naming it, and the communicator to be aborted. */
+static int peer_died(struct ck_nccl *c, const char *what, char *err, size_t errlen)
+{
+	double t = ck_mono();
+	int dead[4];
+	char e[DDPENV_ERRLEN];
+
+	if (!c->s || t < c->next_peer_check)
+		return 0;
+	c->next_peer_check = t + 0.5;
+	int k = ddpenv_store_dead_ranks(c->s, dead, 4, e, sizeof(e));
+	if (k <= 0)
+		return 0;
+	snprintf(err, errlen, "NCCL %s: task %d died (its connection to the rendezvous closed)%s; "
+		 "the communicator aborted", what, dead[0], k > 1 ? ", and others" : "");
+	c->broken = 1;
+	return 1;
+}
 
 static int nerr(struct ck_nccl *c, ncclResult_t r, const char *what, char *err, size_t errlen)
 {
@@ -172,6 +197,8 @@ static int settle(struct ck_nccl *c, const char *what, char *err, size_t errlen)
 			c->broken = 1;
 			return -1;
 		}
+		if (peer_died(c, what, err, errlen))
+			return -1;
 		usleep(1000);
 	}
 }
@@ -205,6 +232,8 @@ int ck_nccl_open(struct ck_nccl **out, struct ddpenv_store *s, int rank, int wor
 		return -1;
 	}
 	c->timeout_ms = timeout_ms;
+	c->s = s;
+	c->next_peer_check = ck_mono() + 0.5;
 	if ((e = dl.StreamCreate(&c->stream)) != cudaSuccess) {
 		snprintf(err, errlen, "cudaStreamCreate: %s", dl.GetErrorString(e));
 		if (rank == 0)
@@ -290,6 +319,8 @@ int ck_nccl_sync(struct ck_nccl *c, char *err, size_t errlen)
 			c->broken = 1;
 			return -1;
 		}
+		if (peer_died(c, "all-reduce", err, errlen))
+			return -1;
 		usleep(50);
 	}
 }

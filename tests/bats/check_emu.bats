@@ -109,3 +109,20 @@ assert r[1]["joined"] and r[1]["gone"] == "died" and "gone" not in r[0], r
 c = {x["name"]: x for x in j["checks"]}["coll.allreduce"]
 assert c["level"] == "FAIL" and c["message"].startswith("task 1 ("), c' "$output"
 }
+
+# The same where NCCL cannot see the task die: within a node its kernels
+# spin on a dead peer's shared memory and no error comes (cuemu's NCCL with
+# CUEMU_NCCL_SILENT holds the stream until ncclCommAbort, and aborts the
+# program on a call that would block on it, as cudaFree would hang on a
+# GPU).  Task 0's wait asks the store every half second, aborts the
+# communicator before freeing its buffers, and reports within seconds
+# (it waited for --timeout, then hung in cudaFree).
+@test "a task killed where NCCL cannot see it: task 0 asks the store, aborts NCCL and reports within seconds (cuemu)" {
+	local d="$BATS_TEST_TMPDIR"
+	check2 "$d/silent" CUEMU_NCCL_SILENT=1 CUEMU_NCCL_KILL_AT=40 --timeout 30 -e 1M
+	assert_failure 1
+	echo "task 0 took $(cat "$d/silent.secs") s"
+	[ "$(cat "$d/silent.secs")" -le 10 ]
+	[[ $stderr == *"silent (CUEMU_NCCL_SILENT): its stream held until ncclCommAbort"* ]]
+	assert_line --regexp '^FAIL +coll.allreduce +task 1 \([^)]+\) died before it reported its result \(its connection to the rendezvous closed: killed, or crashed\); task 0 \([^)]+\): bandwidth sweep failed: NCCL all-reduce: task 1 died \(its connection to the rendezvous closed\); the communicator aborted$'
+}

@@ -1093,6 +1093,34 @@ kill_rank1() {
 	! grep -E 'died;|no rank has left' <<<"$stderr"
 }
 
+# Within a node NCCL's kernels spin on a dead peer's shared memory and no
+# error comes (cuemu's NCCL with CUEMU_NCCL_SILENT holds the stream until
+# ncclCommAbort, and aborts the program on a call that would block on it):
+# the survivor's wait asks the store every half second and aborts NCCL
+# when it names a dead rank, rather than wait for --timeout.
+@test "a rank killed where NCCL cannot see it: the survivor asks the store and stops within seconds, naming it (cuemu)" {
+	local d="$BATS_TEST_TMPDIR" port t0
+	local opts=(--train-limit 640 --test-limit 16 --batch-size 8 --epochs 5 --progress lines --log-every 1 --device cuda
+		--precision fp32 --conv1 direct --conv2 cudnn --conv-layout nchw --backward-streams 1 --fc2 cublas --timeout 30)
+	port=$(free_port)
+	# (rank 1 dies at its 12th all-reduce, two a step: in its 6th step)
+	MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=1 LOCAL_RANK=0 DDP_BACKEND=nccl NCCL_SOCKET_IFNAME=lo \
+		CUEMU_NCCL_KILL_AT=12 timeout 120 "$CNN" "${opts[@]}" >"$d/r1.log" 2>&1 3>&- &
+	local pid=$!
+	t0=$SECONDS
+	MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=0 LOCAL_RANK=0 DDP_BACKEND=nccl NCCL_SOCKET_IFNAME=lo \
+		CUEMU_NCCL_SILENT=1 run --separate-stderr timeout 120 "$CNN" "${opts[@]}"
+	local secs=$((SECONDS - t0)) rc1=0
+	wait "$pid" || rc1=$?
+	echo "$stderr"
+	echo "rank 0 took $secs s; rank 1 exited $rc1"
+	[ "$rc1" -eq 137 ]
+	[ "$status" -eq 1 ]
+	[ "$secs" -le 15 ]
+	[[ $stderr == *"silent (CUEMU_NCCL_SILENT): its stream held until ncclCommAbort"* ]]
+	grep -E '^cnn_train: [^ ]+ rank 0: rank 1 \([^)]+\) died; training step: a peer left the job$' <<<"$stderr"
+}
+
 # Rank 0 makes NCCL's unique id and hands it to the others through the
 # store.  When it cannot (an NCCL_COMM_ID NCCL cannot parse, on rank 0
 # alone), it says why under comm/failed, and rank 1 stops waiting for the

@@ -58,6 +58,8 @@ struct ncclComm {
 	std::vector<int> fd;    // rank 0: fd[r] to rank r (r >= 1); others: fd[0] to rank 0
 	uint64_t seq = 0;       // all-reduces run so far
 	char last[256] = "";
+	bool stuck = false;     // CUEMU_NCCL_SILENT: a peer gone, its streams held
+	bool finalizing = false;
 };
 
 namespace {
@@ -267,6 +269,11 @@ void close_all(ncclComm *c)
 }
 
 // A failed exchange: said on stderr, kept as the communicator's error.
+// With CUEMU_NCCL_SILENT, a peer that is gone (ncclRemoteError) is not:
+// NCCL's kernel over shared memory or P2P, within a node, spins on a peer
+// that died and nothing reports it.  The operation's stream is held
+// (cuemu::hold_running) until ncclCommAbort, the async error stays
+// ncclSuccess, and so does every later operation's.
 void broken(ncclComm *c, ncclResult_t r, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void broken(ncclComm *c, ncclResult_t r, const char *fmt, ...)
 {
@@ -274,6 +281,16 @@ void broken(ncclComm *c, ncclResult_t r, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(c->last, sizeof(c->last), fmt, ap);
 	va_end(ap);
+	const char *silent = getenv("CUEMU_NCCL_SILENT");
+	if (r == ncclRemoteError && silent && *silent && strcmp(silent, "0")) {
+		fprintf(stderr, "cuemu: NCCL rank %d of %d: %s: silent (CUEMU_NCCL_SILENT): its stream "
+			"held until ncclCommAbort\n", c->rank, c->nranks, c->last);
+		c->last[0] = 0;
+		c->stuck = true;
+		cuemu::hold_running(c);
+		close_all(c);
+		return;
+	}
 	fprintf(stderr, "cuemu: NCCL rank %d of %d: %s\n", c->rank, c->nranks, c->last);
 	c->async = r;
 	close_all(c);
@@ -284,6 +301,8 @@ void exchange(ncclComm *c, const void *send, void *recv, size_t count, ncclDataT
 {
 	if (c->async != ncclSuccess || c->aborted)
 		return;
+	if (c->stuck)
+		return cuemu::hold_running(c);
 	uint64_t seq = ++c->seq;
 	// CUEMU_NCCL_KILL_AT=N: this process killed (SIGKILL) as its N-th
 	// all-reduce starts, as a rank the OOM killer takes mid-collective
@@ -505,7 +524,7 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
 {
 	if (!comm || !asyncError)
 		return ncclInvalidArgument;
-	*asyncError = comm->pending ? ncclInProgress : comm->async;
+	*asyncError = comm->pending || (comm->stuck && comm->finalizing) ? ncclInProgress : comm->async;
 	comm->pending = false;
 	return ncclSuccess;
 }
@@ -553,6 +572,16 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm)
 {
 	if (!comm)
 		return ncclInvalidArgument;
+	if (comm->stuck) {
+		// its kernels never end: a non-blocking finalize never settles
+		if (comm->blocking) {
+			fprintf(stderr, "cuemu: ncclCommFinalize of a communicator whose peer is gone "
+				"(CUEMU_NCCL_SILENT): on a GPU it would never return; ncclCommAbort instead\n");
+			abort();
+		}
+		comm->finalizing = true;
+		return ncclInProgress;
+	}
 	cuemu::drain_all();
 	if (!comm->blocking)
 		comm->pending = true;
@@ -563,6 +592,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm)
 {
 	if (!comm)
 		return ncclInvalidArgument;
+	cuemu::release(comm);
 	close_all(comm);
 	delete comm;
 	return ncclSuccess;
@@ -572,6 +602,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm)
 {
 	if (!comm)
 		return ncclSuccess;
+	cuemu::release(comm);   // its kernels end: the streams go on
 	close_all(comm);
 	delete comm;
 	return ncclSuccess;

@@ -68,6 +68,15 @@ void fail(cudaError_t e, const char *what, const char *msg);
 // capture is under way.
 cudaError_t capture_forbids(const char *call);
 
+// The stream whose operation is running now, held from that operation on
+// until release(key): what follows it there counts as never done
+// (cudaEventQuery, cudaStreamQuery: cudaErrorNotReady), and a call that
+// would block on it aborts the program, saying so (a GPU would block
+// forever).  An NCCL kernel spinning on a peer that died without a word
+// (nccl.cc: CUEMU_NCCL_SILENT) until ncclCommAbort.
+void hold_running(const void *key);
+void release(const void *key);
+
 // Everything queued on every stream done (cudaDeviceSynchronize, cudaFree).
 void drain_all();
 // Everything queued on the legacy stream done, and (as the legacy stream

@@ -105,6 +105,8 @@ struct CUstream_st {
 	CUgraph_st *cap = nullptr;   // the capture this stream takes part in
 	bool origin = false;         // ... and began
 	std::vector<size_t> frontier;
+	const void *hold = nullptr;  // cuemu::hold_running's key: held from ...
+	uint64_t hold_seq = 0;       // ... its hold_seq-th operation on
 };
 
 struct CUevent_st {
@@ -173,6 +175,16 @@ CUstream_st *stream_of(cudaStream_t s)
 
 void drain(CUstream_st *st, uint64_t upto);
 
+// Is st's seq-th operation behind a hold (cuemu::hold_running)?
+bool held(const CUstream_st *st, uint64_t seq)
+{
+	return st->hold && seq >= st->hold_seq;
+}
+
+// The operation running now (run_front): its stream and place there.
+CUstream_st *running;
+uint64_t running_seq;
+
 // Run st's next operation, after what it waits for.
 void run_front(CUstream_st *st)
 {
@@ -180,10 +192,32 @@ void run_front(CUstream_st *st)
 	st->q.pop_front();
 	for (const auto &d : op.deps)
 		drain(d.first, d.second);
+	CUstream_st *outer = running;
+	uint64_t outer_seq = running_seq;
+	running = st;
+	running_seq = st->done + 1;
+	// waiting for held work holds this stream too, from here
+	for (const auto &d : op.deps)
+		if (held(d.first, d.second))
+			cuemu::hold_running(d.first->hold);
 	if (op.fn)
 		op.fn();
+	running = outer;
+	running_seq = outer_seq;
 	clock_ms += op.ms;
 	st->done++;
+}
+
+// A call that blocks until st's first seq operations are done, where one
+// of them is held: a GPU would never return from it.
+void blocks_forever(const CUstream_st *st, uint64_t seq, const char *call)
+{
+	if (!held(st, seq))
+		return;
+	fprintf(stderr, "cuemu: %s waits for work behind an NCCL operation whose peer is gone "
+		"(CUEMU_NCCL_SILENT): on a GPU it would never return; poll (cudaEventQuery) and "
+		"ncclCommAbort instead\n", call);
+	abort();
 }
 
 bool ready(const Op &op)
@@ -381,6 +415,9 @@ void cuemu::drain_all()
 	drain(&legacy, legacy.enq);
 	for (size_t i = 0; i < streams.size(); i++)
 		drain(streams[i], streams[i]->enq);
+	for (size_t i = 0; i < streams.size(); i++)
+		blocks_forever(streams[i], streams[i]->enq,
+			       "a call that waits for the whole device (cudaDeviceSynchronize, cudaFree, a copy)");
 }
 
 void cuemu::drain_legacy()
@@ -389,6 +426,26 @@ void cuemu::drain_legacy()
 		if (b->blocking)
 			drain(b, b->enq);
 	drain(&legacy, legacy.enq);
+	for (CUstream_st *b : streams)
+		if (b->blocking)
+			blocks_forever(b, b->enq, "a call on the legacy stream, which waits for the blocking streams");
+}
+
+void cuemu::hold_running(const void *key)
+{
+	if (running && !running->hold) {
+		running->hold = key;
+		running->hold_seq = running_seq;
+	}
+}
+
+void cuemu::release(const void *key)
+{
+	for (CUstream_st *t : streams)
+		if (t->hold == key)
+			t->hold = nullptr;
+	if (legacy.hold == key)
+		legacy.hold = nullptr;
 }
 
 bool cuemu::tf32_allowed()
@@ -454,6 +511,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s)
 		cuemu::drain_legacy();
 	else
 		drain(st, st->enq);
+	blocks_forever(st, st->enq, "cudaStreamSynchronize");
 	return cudaPeekAtLastError();
 }
 
@@ -472,9 +530,13 @@ cudaError_t cudaStreamQuery(cudaStream_t s)
 		cuemu::drain_legacy();
 		return cudaPeekAtLastError();
 	}
+	if (held(st, st->enq))
+		return drain(st, st->enq), cudaErrorNotReady;
 	if (st->done >= st->enq)
 		return cudaPeekAtLastError();
 	drain(st, st->enq);
+	if (held(st, st->enq))
+		return cudaErrorNotReady;
 	return lazy_now() ? cudaErrorNotReady : cudaPeekAtLastError();
 }
 
@@ -583,6 +645,8 @@ cudaError_t cudaEventQuery(cudaEvent_t event)
 		cuemu::capture_forbids("cudaEventQuery of an event recorded in a capture");
 		return cudaErrorStreamCaptureUnsupported;
 	}
+	if (e->recorded && held(e->s, e->seq))
+		return drain(e->s, e->seq), cudaErrorNotReady;
 	if (!e->recorded || e->s->done >= e->seq)
 		return cudaPeekAtLastError();
 	if (e->s->cap) {
@@ -591,6 +655,8 @@ cudaError_t cudaEventQuery(cudaEvent_t event)
 			return c;
 	}
 	drain(e->s, e->seq);
+	if (held(e->s, e->seq))
+		return cudaErrorNotReady;
 	if (lazy_now() && !e->said_not_ready) {
 		e->said_not_ready = true;   // the GPU was still at it
 		return cudaErrorNotReady;
@@ -607,8 +673,10 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event)
 		cuemu::capture_forbids("cudaEventSynchronize of an event recorded in a capture");
 		return cudaErrorStreamCaptureUnsupported;
 	}
-	if (e->recorded)
+	if (e->recorded) {
 		drain(e->s, e->seq);
+		blocks_forever(e->s, e->seq, "cudaEventSynchronize");
+	}
 	return cudaPeekAtLastError();
 }
 
