@@ -465,9 +465,15 @@ static void test_golden(struct stepper *S)
 	}
 	free(grads);
 
-	/* three steps of each optimizer, as the CPU test does */
+	/* three steps of each optimizer, as the CPU test does; adadelta in
+	 * each precision's default configuration alone: its update is the
+	 * same kernel on the same flat gradients whatever computes them (the
+	 * layouts, streams and convolutions' kernels, which SGD's three steps
+	 * and the gradients above check in each), and it was a sixth of this
+	 * test's time on cuemu */
 	const char *names[2] = { "sgd", "adadelta" };
-	for (int k = 0; k < 2; k++) {
+	int base = S->layout == CNN_LAYOUT_NCHW && S->streams <= 1 && !S->conv1 && !S->conv2 && !S->fc2;
+	for (int k = 0; k < (base ? 2 : 1); k++) {
 		struct cnn_optim o = { .lr = k ? 1.0f : 0.05f, .momentum = 0.9f, .weight_decay = 1e-4f };
 		cnn_optim_init(&o, k ? CNN_ADADELTA : CNN_SGD, m.nparams);
 		float *gr = malloc(m.nparams * 4);
