@@ -66,7 +66,7 @@ void cnn_run_comm_failed(struct run *R, char *err, size_t errlen)
 }
 
 /* A GPU call failed.  The module's watchdog words its failures "NCCL
- * ...", "... a peer left the job" or "... not done after N s" (the
+ * ...", "... a peer's connection to the rendezvous closed; ..." or "... not done after N s" (the
  * communicator is already aborted), and an NCCL call that returned
  * ncclRemoteError says "remote process exited or there was a network
  * error": name the rank that died or left then.  Anything else is CUDA's,

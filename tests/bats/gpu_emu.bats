@@ -1118,7 +1118,7 @@ kill_rank1() {
 	[ "$status" -eq 1 ]
 	[ "$secs" -le 15 ]
 	[[ $stderr == *"silent (CUEMU_NCCL_SILENT): its stream held until ncclCommAbort"* ]]
-	grep -E '^cnn_train: [^ ]+ rank 0: rank 1 \([^)]+\) died; training step: a peer left the job$' <<<"$stderr"
+	grep -E '^cnn_train: [^ ]+ rank 0: rank 1 \([^)]+\) died; training step: a peer.s connection to the rendezvous closed; the communicator aborted$' <<<"$stderr"
 }
 
 # Rank 0 makes NCCL's unique id and hands it to the others through the

@@ -72,7 +72,8 @@ static int settle(struct cnn_comm *c, struct nccl_impl *n, const char *what, cha
 		}
 		if (c && c->peer_lost && t > next_peer_check) {
 			if (c->peer_lost(c)) {
-				snprintf(err, errlen, "NCCL %s: a peer left the job", what);
+				snprintf(err, errlen, "NCCL %s: a peer's connection to the rendezvous closed; the "
+					 "communicator aborted", what);
 				return -1;
 			}
 			next_peer_check = t + 0.5;
@@ -208,7 +209,7 @@ int cnn_nccl_wait(struct cnn_comm *c, cudaEvent_t ev, int timeout_ms, const char
 		}
 		if (ni && c->peer_lost && t > next_peer_check) {
 			if (c->peer_lost(c)) {
-				snprintf(err, errlen, "%s: a peer left the job", what);
+				snprintf(err, errlen, "%s: a peer's connection to the rendezvous closed; the communicator aborted", what);
 				nccl_abort(ni);
 				return -1;
 			}
