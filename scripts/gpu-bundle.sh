@@ -69,7 +69,9 @@ cp build/lib/cnn_train_cuda.so "$out/bin/"
 # every library the programs and the module load, except CUDA's own (the
 # GPU machine's match its driver: their names go to cuda-libs, found there
 # by run.sh) and the kernel's vdso
-for p in "${progs[@]}" build/lib/cnn_train_cuda.so; do ldd "$p"; done >"$out/stage/ldd"
+for p in "${progs[@]}" build/lib/cnn_train_cuda.so; do
+	ldd "$p" || { echo "gpu-bundle: ldd $p failed (above)" >&2; exit 1; }
+done >"$out/stage/ldd"
 if grep -q 'not found' "$out/stage/ldd"; then
 	echo "gpu-bundle: a library is missing here:" >&2
 	grep 'not found' "$out/stage/ldd" | sort -u >&2
