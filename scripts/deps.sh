@@ -8,7 +8,7 @@ set -eu
 PKGS="build-essential pkg-config iproute2 procps
 libslurm-dev slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge
 libhwloc-dev hwloc libyaml-dev zlib1g-dev libssl-dev
-clang libclang-rt-14-dev valgrind shellcheck
+clang libclang-rt-14-dev valgrind gdb shellcheck
 libgloo-dev libdnnl-dev libopenblas-dev
 bats bats-assert bats-support man-db groff-base
 dpkg-dev debhelper lintian fakeroot

@@ -5,11 +5,24 @@
 // GLOO_SOCKET_IFNAME, or, when that is unset, to the local address of this
 // rank's connection to the store (the address that reaches MASTER_ADDR,
 // never 127.0.1.1 from a Debian /etc/hosts).  No exception crosses into C.
+//
+// gloo cannot be interrupted while it connects its mesh, and a peer that
+// dies after publishing its address is never seen by it: the rank that
+// listens for that peer waits out gloo's own connect timeout, five times the
+// one it was given (Debian's gloo of 2022: 100 s with --timeout 20).  So
+// the mesh connects on a thread of its own, and the caller watches the
+// store meanwhile: a rank whose connection to the store closed, a peer's
+// published failure, or the timeout ends the wait with the reason, and the
+// connecting thread is left behind (it touches nothing of the caller's
+// once given up, and ends when gloo does).
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gloo/allreduce.h>
@@ -35,13 +48,69 @@ struct PeerFailed : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// What the connecting thread and its caller share.  The store client is
+// one connection: its calls take turns (store_mu), and once the caller has
+// given up (abandoned) the store may be closed, so the thread calls it no
+// more.
+struct Mesh {
+  std::mutex store_mu;
+  bool abandoned = false;  // under store_mu
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;  // under mu, with what follows
+  bool ok = false;
+  bool peer_failed = false;
+  std::string error;
+  std::shared_ptr<gloo::rendezvous::Context> ctx;
+};
+
+// A peer gave up first (its reason), or died (which rank).
+struct PeerDied : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// "rank 1 (node2)": the host the rank published (comm.c), if it did.
+std::string rank_name(struct ddpenv_store* s, int rank) {
+  char key[32], e[256];
+  void* v = nullptr;
+  size_t len = 0;
+  std::string host = "?";
+  snprintf(key, sizeof(key), "host/%d", rank);
+  if (ddpenv_store_get(s, key, 0, &v, &len, e, sizeof(e)) == 0) {
+    host.assign(static_cast<char*>(v), len);
+    free(v);
+  }
+  return "rank " + std::to_string(rank) + " (" + host + ")";
+}
+
+// Under store_mu: 1 with *why "rank 1 (node2) died ..." where a rank's
+// connection to the store closed without leaving (crashed or killed), 0
+// where none did, -1 where the store cannot say.
+int dead_peer(struct ddpenv_store* s, std::string* why) {
+  int dead[1];
+  char e[256];
+  int n = ddpenv_store_dead_ranks(s, dead, 1, e, sizeof(e));
+  if (n <= 0)
+    return n;
+  *why = rank_name(s, dead[0]) +
+         " died while the mesh connected (its connection to the rendezvous closed)";
+  return 1;
+}
+
+// How often a wait looks for a dead peer.
+constexpr int kWatchMs = 500;
+
 // gloo's Store interface over the libddpenv store.
 class DdpStore : public gloo::rendezvous::Store {
  public:
-  DdpStore(struct ddpenv_store* s, int timeout_ms) : s_(s), timeout_ms_(timeout_ms) {}
+  DdpStore(struct ddpenv_store* s, int timeout_ms, std::shared_ptr<Mesh> m)
+      : s_(s), timeout_ms_(timeout_ms), m_(std::move(m)) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
     char err[512];
+    std::lock_guard<std::mutex> l(m_->store_mu);
+    if (m_->abandoned)
+      throw std::runtime_error("the caller gave up");
     if (ddpenv_store_set(s_, key.c_str(), data.data(), data.size(), err, sizeof(err)) < 0)
       throw std::runtime_error(err);
   }
@@ -61,23 +130,50 @@ class DdpStore : public gloo::rendezvous::Store {
   }
 
  private:
+  // The key, waited for in slices: between them the store is free for the
+  // caller, and a peer that died (its address will never come) or gave up
+  // ends the wait.
   std::vector<char> fetch(const std::string& key, int timeout_ms) {
-    char err[512];
-    void* v = nullptr;
-    size_t len = 0;
-    int aborted = 0;
-    if (ddpenv_store_get_unless(s_, key.c_str(), kFailedKey, timeout_ms, &v, &len, &aborted, err,
-                                sizeof(err)) < 0)
-      throw std::runtime_error(err);
-    std::vector<char> out((char*)v, (char*)v + len);
-    free(v);
-    if (aborted)
-      throw PeerFailed(std::string(out.begin(), out.end()));
-    return out;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    for (;;) {
+      char err[512];
+      void* v = nullptr;
+      size_t len = 0;
+      int aborted = 0;
+      std::unique_lock<std::mutex> l(m_->store_mu);
+      if (m_->abandoned)
+        throw std::runtime_error("the caller gave up");
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      deadline - std::chrono::steady_clock::now())
+                      .count();
+      int slice = (int)(left < kWatchMs ? (left > 0 ? left : 0) : kWatchMs);
+      if (ddpenv_store_get_unless(s_, key.c_str(), kFailedKey, slice, &v, &len, &aborted, err,
+                                  sizeof(err)) == 0) {
+        std::vector<char> out((char*)v, (char*)v + len);
+        free(v);
+        if (aborted)
+          throw PeerFailed(std::string(out.begin(), out.end()));
+        return out;
+      }
+      // timed out (the store still answers), or the store failed
+      std::string why;
+      int dead = dead_peer(s_, &why);
+      if (dead < 0)
+        throw std::runtime_error(err);
+      if (dead > 0)
+        throw PeerDied(why);
+      if (left <= slice) {
+        char m[256];
+        snprintf(m, sizeof(m), "waiting for '%s' in the rendezvous: timed out after %.1f s",
+                 key.c_str(), timeout_ms / 1000.0);
+        throw std::runtime_error(m);
+      }
+    }
   }
 
   struct ddpenv_store* s_;
   int timeout_ms_;
+  std::shared_ptr<Mesh> m_;
 };
 
 struct Gloo {
@@ -116,8 +212,93 @@ void gloo_destroy(struct cnn_comm* c) {
 
 extern "C" const struct cnn_comm_ops cnn_comm_gloo_ops = {"gloo", gloo_allreduce, gloo_destroy};
 
+namespace {
+
+// The mesh, on its own thread; its end (or failure) said through m.
+void connect_mesh(std::shared_ptr<Mesh> m, std::shared_ptr<gloo::transport::Device> dev,
+                  struct ddpenv_store* s, int timeout_ms) {
+  std::string error;
+  bool peer_failed = false, ok = false;
+  try {
+    DdpStore store(s, timeout_ms, m);
+    gloo::rendezvous::PrefixStore prefixed("gloo", store);
+    m->ctx->connectFullMesh(prefixed, dev);
+    ok = true;
+  } catch (const PeerFailed& e) {
+    peer_failed = true;
+    error = e.what();
+  } catch (const PeerDied& e) {
+    error = e.what();
+  } catch (const std::exception& e) {
+    error = e.what();
+  } catch (...) {
+    error = "an unknown exception";
+  }
+  std::lock_guard<std::mutex> l(m->mu);
+  m->done = true;
+  m->ok = ok;
+  m->peer_failed = peer_failed;
+  m->error = error;
+  m->cv.notify_all();
+}
+
+// Waits for connect_mesh, watching the store every kWatchMs while the
+// thread is not using it: "" once connected, else why not (and whether a
+// peer's own failure is the reason).
+std::string watch_mesh(const std::shared_ptr<Mesh>& m, struct ddpenv_store* s, int timeout_ms,
+                       bool* peer_failed) {
+  // gloo's own timeout, when it keeps it, says more: a second's grace
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms + 1000);
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> l(m->mu);
+      if (m->cv.wait_for(l, std::chrono::milliseconds(kWatchMs), [&] { return m->done; })) {
+        *peer_failed = m->peer_failed;
+        return m->ok ? "" : m->error;
+      }
+    }
+    std::string why;
+    {
+      std::unique_lock<std::mutex> l(m->store_mu, std::try_to_lock);
+      if (l.owns_lock()) {
+        dead_peer(s, &why);
+        void* v = nullptr;
+        size_t len = 0;
+        char e[256];
+        if (why.empty() && ddpenv_store_get(s, kFailedKey, 0, &v, &len, e, sizeof(e)) == 0) {
+          why.assign(static_cast<char*>(v), len);
+          free(v);
+          *peer_failed = true;
+        }
+      }
+    }
+    if (why.empty() && std::chrono::steady_clock::now() > deadline) {
+      char m2[160];
+      snprintf(m2, sizeof(m2),
+               "not connected after %.1f s (its timeout): a peer's gloo never answered, and none "
+               "died or said why",
+               timeout_ms / 1000.0);
+      why = m2;
+    }
+    if (!why.empty()) {
+      std::lock_guard<std::mutex> l(m->store_mu);
+      m->abandoned = true;
+      return why;
+    }
+  }
+}
+
+}  // namespace
+
 extern "C" int cnn_comm_gloo_init(struct cnn_comm* c, const char* iface, const char* hostname,
                                   int timeout_ms, char* err, size_t errlen) {
+  char what[160];
+  snprintf(what, sizeof(what), "rank %d could not connect its full mesh%s%s", c->rank,
+           iface && *iface ? " on " : "", iface && *iface ? iface : "");
+  if (timeout_ms <= 0)
+    timeout_ms = 60000;
+  std::string why;
+  bool peer_failed = false;
   try {
     gloo::transport::tcp::attr attr;
     char local[64];
@@ -132,27 +313,31 @@ extern "C" int cnn_comm_gloo_init(struct cnn_comm* c, const char* iface, const c
       return -1;
     }
     auto dev = gloo::transport::tcp::CreateDevice(attr);
-    auto g = std::make_unique<Gloo>();
-    g->ctx = std::make_shared<gloo::rendezvous::Context>(c->rank, c->world);
-    g->ctx->setTimeout(std::chrono::milliseconds(timeout_ms > 0 ? timeout_ms : 60000));
-    DdpStore store(c->store, timeout_ms > 0 ? timeout_ms : 60000);
-    gloo::rendezvous::PrefixStore prefixed("gloo", store);
-    g->ctx->connectFullMesh(prefixed, dev);
-    c->impl = g.release();
-    return 0;
-  } catch (const PeerFailed& e) {
-    char what[160];
-    snprintf(what, sizeof(what), "rank %d could not connect its full mesh%s%s", c->rank,
-             iface && *iface ? " on " : "", iface && *iface ? iface : "");
-    snprintf(err, errlen, "gloo: %s: a peer failed first (%s)", what, e.what());
+    auto m = std::make_shared<Mesh>();
+    m->ctx = std::make_shared<gloo::rendezvous::Context>(c->rank, c->world);
+    m->ctx->setTimeout(std::chrono::milliseconds(timeout_ms));
+    std::thread t(connect_mesh, m, dev, c->store, timeout_ms);
+    why = watch_mesh(m, c->store, timeout_ms, &peer_failed);
+    if (why.empty()) {
+      t.join();
+      auto g = std::make_unique<Gloo>();
+      g->ctx = m->ctx;
+      c->impl = g.release();
+      return 0;
+    }
+    // given up: the thread may still be inside gloo, on its own
+    t.detach();
   } catch (const std::exception& e) {
-    char what[160], e2[256];
-    snprintf(what, sizeof(what), "rank %d could not connect its full mesh%s%s", c->rank,
-             iface && *iface ? " on " : "", iface && *iface ? iface : "");
-    say(err, errlen, what, e.what());
-    // the peers waiting for this rank's address stop now, naming it (a
-    // store that failed too can take nothing: they time out as before)
-    ddpenv_store_set(c->store, kFailedKey, err, strlen(err), e2, sizeof(e2));
+    why = e.what();
   }
+  if (peer_failed) {
+    snprintf(err, errlen, "gloo: %s: a peer failed first (%s)", what, why.c_str());
+    return -1;
+  }
+  say(err, errlen, what, why.c_str());
+  // the peers waiting for this rank stop now, naming it (a store that
+  // failed too can take nothing: they time out as before)
+  char e2[256];
+  ddpenv_store_set(c->store, kFailedKey, err, strlen(err), e2, sizeof(e2));
   return -1;
 }

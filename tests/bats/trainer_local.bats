@@ -126,6 +126,75 @@ sys.exit(0 if a.size == b.size == 1199882 and d <= 1e-6 else 1)' "$BATS_TEST_TMP
 	assert_output --partial "rank 1 could not connect its full mesh on nosuch0"
 }
 
+# gloo's pairs connect after every rank published its address: of the two
+# ranks of a pair, the one with the lower address listens and waits for the
+# other.  A peer that dies there (or hangs) is never seen by gloo, whose own
+# wait is five times --timeout (100 s for 20).  Rank 1 is held at its first
+# pair's connect by gdb, then killed or kept; bindport.so gives each rank's
+# pair the port that puts rank 0 on the side the test means.
+
+# port_pair: two free ports P and P+1 whose order is the same in network
+# byte order (the bytes gloo compares: P's low byte is under 255)
+port_pair() {
+	/usr/bin/python3 -c '
+import socket
+for _ in range(100):
+    a = socket.socket(); a.bind(("127.0.0.1", 0)); p = a.getsockname()[1]
+    if p & 0xff == 0xff or p + 1 > 65535:
+        continue
+    b = socket.socket()
+    try:
+        b.bind(("127.0.0.1", p + 1))
+    except OSError:
+        continue
+    print(p, p + 1)
+    break'
+}
+
+# gloo_pair PORT0 PORT1 GDB_COMMAND TIMEOUT_S: runs both ranks, rank 0 as
+# `run` (at most 30 s); the lower port listens
+gloo_pair() {
+	local port shim="$REPO/build/tests/tools/bindport.so" g="$BATS_TEST_TMPDIR/rank1.gdb"
+	[ -f "$shim" ] || fail "$shim is not built (make -C tests tools)"
+	command -v gdb >/dev/null || fail "gdb is missing (scripts/deps.sh installs it)"
+	port=$(free_port)
+	printf '%s\n' 'set breakpoint pending on' \
+		'break gloo::transport::tcp::Pair::connect(std::vector<char, std::allocator<char> > const&)' \
+		run "$3" kill quit >"$g"
+	BINDPORT_PORT=$2 LD_PRELOAD=$shim MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=1 \
+		DDP_BACKEND=gloo GLOO_SOCKET_IFNAME=lo timeout 60 gdb -batch -x "$g" --args "$CNN" --max-steps 1 \
+		--train-limit 64 --test-limit 16 --timeout "$4" >"$BATS_TEST_TMPDIR/r1.log" 2>&1 3>&- &
+	local pid=$!
+	BINDPORT_PORT=$1 LD_PRELOAD=$shim MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=0 \
+		DDP_BACKEND=gloo GLOO_SOCKET_IFNAME=lo run --separate-stderr timeout 30 "$CNN" --max-steps 1 \
+		--train-limit 64 --test-limit 16 --timeout "$4"
+	wait "$pid" || true
+	grep -q "hit Breakpoint 1" "$BATS_TEST_TMPDIR/r1.log" || { cat "$BATS_TEST_TMPDIR/r1.log"; fail "rank 1 never reached its pair's connect"; }
+	echo "rank 0: status $status: $stderr"
+}
+
+@test "a rank killed after publishing its gloo address: its peer stops at once, naming it, on either side of the pair" {
+	local p0 p1
+	read -r p0 p1 <<<"$(port_pair)"
+	# rank 0 listens: it waited out gloo's 300 s before it watched the store
+	gloo_pair "$p0" "$p1" "echo killed" 60
+	[ "$status" -eq 1 ]
+	[[ "$stderr" =~ "gloo: rank 0 could not connect its full mesh on lo: rank 1 ("[^\)]+") died while the mesh connected (its connection to the rendezvous closed)" ]]
+	# rank 0 connects (its connection was queued on rank 1's socket): its
+	# first all-reduce fails, the store names the dead rank
+	gloo_pair "$p1" "$p0" "echo killed" 60
+	[ "$status" -eq 1 ]
+	[[ "$stderr" =~ "rank 1 ("[^\)]+") died; gloo: rank 0: all-reduce of " ]]
+}
+
+@test "a rank that hangs after publishing its gloo address: its peer gives up at its --timeout, not gloo's" {
+	local p0 p1
+	read -r p0 p1 <<<"$(port_pair)"
+	gloo_pair "$p0" "$p1" "shell sleep 8" 3
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == *"gloo: rank 0 could not connect its full mesh on lo: not connected after 3.0 s (its timeout): a peer's gloo never answered, and none died or said why"* ]]
+}
+
 @test "a resumed run continues where the checkpoint left off" {
 	local d="$BATS_TEST_TMPDIR/ck" opts=(--no-dropout --train-limit 1280 --progress lines --log-every 1000 --epochs 2)
 	run "$CNN" "${opts[@]}" --max-steps 25 --checkpoint-dir "$d" --dump-params "$BATS_TEST_TMPDIR/a.bin"
