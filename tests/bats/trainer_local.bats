@@ -151,15 +151,17 @@ for _ in range(100):
     break'
 }
 
-# gloo_pair PORT0 PORT1 GDB_COMMAND TIMEOUT_S: runs both ranks, rank 0 as
-# `run` (at most 30 s); the lower port listens
+# gloo_pair PORT0 PORT1 GDB_COMMAND TIMEOUT_S [FUNCTION]: runs both ranks,
+# rank 0 as `run` (at most 30 s), rank 1 held at FUNCTION (its first pair's
+# connect); the lower port listens
 gloo_pair() {
 	local port shim="$REPO/build/tests/tools/bindport.so" g="$BATS_TEST_TMPDIR/rank1.gdb"
+	local at=${5:-'gloo::transport::tcp::Pair::connect(std::vector<char, std::allocator<char> > const&)'}
 	[ -f "$shim" ] || fail "$shim is not built (make -C tests tools)"
 	command -v gdb >/dev/null || fail "gdb is missing (scripts/deps.sh installs it)"
 	port=$(free_port)
 	printf '%s\n' 'set breakpoint pending on' \
-		'break gloo::transport::tcp::Pair::connect(std::vector<char, std::allocator<char> > const&)' \
+		"break $at" \
 		run "$3" kill quit >"$g"
 	BINDPORT_PORT=$2 LD_PRELOAD=$shim MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=1 \
 		DDP_BACKEND=gloo GLOO_SOCKET_IFNAME=lo timeout 60 gdb -batch -x "$g" --args "$CNN" --max-steps 1 \
@@ -169,13 +171,18 @@ gloo_pair() {
 		DDP_BACKEND=gloo GLOO_SOCKET_IFNAME=lo run --separate-stderr timeout 30 "$CNN" --max-steps 1 \
 		--train-limit 64 --test-limit 16 --timeout "$4"
 	wait "$pid" || true
-	grep -q "hit Breakpoint 1" "$BATS_TEST_TMPDIR/r1.log" || { cat "$BATS_TEST_TMPDIR/r1.log"; fail "rank 1 never reached its pair's connect"; }
+	grep -q "hit Breakpoint 1" "$BATS_TEST_TMPDIR/r1.log" || { cat "$BATS_TEST_TMPDIR/r1.log"; fail "rank 1 never reached $at"; }
 	echo "rank 0: status $status: $stderr"
 }
 
-@test "a rank killed after publishing its gloo address: its peer stops at once, naming it, on either side of the pair" {
+@test "a rank killed before or after publishing its gloo address: its peer stops at once, naming it, on either side of the pair" {
 	local p0 p1
 	read -r p0 p1 <<<"$(port_pair)"
+	# before: rank 0 waits in the store for its address (it waited for
+	# --timeout before the store's wait looked for dead ranks)
+	gloo_pair "$p0" "$p1" "echo killed" 60 gloo::rendezvous::Context::connectFullMesh
+	[ "$status" -eq 1 ]
+	[[ "$stderr" =~ "gloo: rank 0 could not connect its full mesh on lo: rank 1 ("[^\)]+") died while the mesh connected (its connection to the rendezvous closed)" ]]
 	# rank 0 listens: it waited out gloo's 300 s before it watched the store
 	gloo_pair "$p0" "$p1" "echo killed" 60
 	[ "$status" -eq 1 ]
