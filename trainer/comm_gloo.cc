@@ -85,11 +85,18 @@ std::string rank_name(struct ddpenv_store* s, int rank) {
 
 // Under store_mu: 1 with *why "rank 1 (node2) died ..." where a rank's
 // connection to the store closed without leaving (crashed or killed), 0
-// where none did, -1 where the store cannot say.
+// where none did, -1 with *why where the store itself is gone.
+std::string store_gone(const char* err) {
+  return std::string("rank 0 (the rendezvous store) is unreachable, so rank 0 died or its node "
+                     "is gone (") + err + ")";
+}
+
 int dead_peer(struct ddpenv_store* s, std::string* why) {
   int dead[1];
   char e[256];
   int n = ddpenv_store_dead_ranks(s, dead, 1, e, sizeof(e));
+  if (n < 0)
+    *why = store_gone(e);
   if (n <= 0)
     return n;
   *why = rank_name(s, dead[0]) +
@@ -159,7 +166,7 @@ class DdpStore : public gloo::rendezvous::Store {
       std::string why;
       int dead = dead_peer(s_, &why);
       if (dead < 0)
-        throw std::runtime_error(err);
+        throw std::runtime_error(store_gone(err));
       if (dead > 0)
         throw PeerDied(why);
       if (left <= slice) {
@@ -260,12 +267,11 @@ std::string watch_mesh(const std::shared_ptr<Mesh>& m, struct ddpenv_store* s, i
     std::string why;
     {
       std::unique_lock<std::mutex> l(m->store_mu, std::try_to_lock);
-      if (l.owns_lock()) {
-        dead_peer(s, &why);
+      if (l.owns_lock() && dead_peer(s, &why) == 0) {
         void* v = nullptr;
         size_t len = 0;
         char e[256];
-        if (why.empty() && ddpenv_store_get(s, kFailedKey, 0, &v, &len, e, sizeof(e)) == 0) {
+        if (ddpenv_store_get(s, kFailedKey, 0, &v, &len, e, sizeof(e)) == 0) {
           why.assign(static_cast<char*>(v), len);
           free(v);
           *peer_failed = true;

@@ -151,28 +151,28 @@ for _ in range(100):
     break'
 }
 
-# gloo_pair PORT0 PORT1 GDB_COMMAND TIMEOUT_S [FUNCTION]: runs both ranks,
-# rank 0 as `run` (at most 30 s), rank 1 held at FUNCTION (its first pair's
-# connect); the lower port listens
+# gloo_pair HELD PORT0 PORT1 GDB_COMMAND TIMEOUT_S [FUNCTION]: both ranks,
+# rank HELD under gdb, stopped at FUNCTION (its first pair's connect), the
+# other as `run` (at most 30 s); rank R's pair listens on PORT<R>, and the
+# lower port listens
 gloo_pair() {
-	local port shim="$REPO/build/tests/tools/bindport.so" g="$BATS_TEST_TMPDIR/rank1.gdb"
-	local at=${5:-'gloo::transport::tcp::Pair::connect(std::vector<char, std::allocator<char> > const&)'}
+	local port shim="$REPO/build/tests/tools/bindport.so" g="$BATS_TEST_TMPDIR/held.gdb"
+	local at=${6:-'gloo::transport::tcp::Pair::connect(std::vector<char, std::allocator<char> > const&)'}
+	local held=$1 other=$((1 - $1)) ports=("$2" "$3")
 	[ -f "$shim" ] || fail "$shim is not built (make -C tests tools)"
 	command -v gdb >/dev/null || fail "gdb is missing (scripts/deps.sh installs it)"
 	port=$(free_port)
-	printf '%s\n' 'set breakpoint pending on' \
-		"break $at" \
-		run "$3" kill quit >"$g"
-	BINDPORT_PORT=$2 LD_PRELOAD=$shim MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=1 \
-		DDP_BACKEND=gloo GLOO_SOCKET_IFNAME=lo timeout 60 gdb -batch -x "$g" --args "$CNN" --max-steps 1 \
-		--train-limit 64 --test-limit 16 --timeout "$4" >"$BATS_TEST_TMPDIR/r1.log" 2>&1 3>&- &
+	printf '%s\n' 'set breakpoint pending on' "break $at" run "$4" kill quit >"$g"
+	BINDPORT_PORT=${ports[$held]} LD_PRELOAD=$shim MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 \
+		RANK=$held DDP_BACKEND=gloo GLOO_SOCKET_IFNAME=lo timeout 60 gdb -batch -x "$g" --args "$CNN" \
+		--max-steps 1 --train-limit 64 --test-limit 16 --timeout "$5" >"$BATS_TEST_TMPDIR/held.log" 2>&1 3>&- &
 	local pid=$!
-	BINDPORT_PORT=$1 LD_PRELOAD=$shim MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=0 \
-		DDP_BACKEND=gloo GLOO_SOCKET_IFNAME=lo run --separate-stderr timeout 30 "$CNN" --max-steps 1 \
-		--train-limit 64 --test-limit 16 --timeout "$4"
+	BINDPORT_PORT=${ports[$other]} LD_PRELOAD=$shim MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 \
+		RANK=$other DDP_BACKEND=gloo GLOO_SOCKET_IFNAME=lo run --separate-stderr timeout 30 "$CNN" \
+		--max-steps 1 --train-limit 64 --test-limit 16 --timeout "$5"
 	wait "$pid" || true
-	grep -q "hit Breakpoint 1" "$BATS_TEST_TMPDIR/r1.log" || { cat "$BATS_TEST_TMPDIR/r1.log"; fail "rank 1 never reached $at"; }
-	echo "rank 0: status $status: $stderr"
+	grep -q "hit Breakpoint 1" "$BATS_TEST_TMPDIR/held.log" || { cat "$BATS_TEST_TMPDIR/held.log"; fail "rank $held never reached $at"; }
+	echo "rank $other: status $status: $stderr"
 }
 
 @test "a rank killed before or after publishing its gloo address: its peer stops at once, naming it, on either side of the pair" {
@@ -180,24 +180,29 @@ gloo_pair() {
 	read -r p0 p1 <<<"$(port_pair)"
 	# before: rank 0 waits in the store for its address (it waited for
 	# --timeout before the store's wait looked for dead ranks)
-	gloo_pair "$p0" "$p1" "echo killed" 60 gloo::rendezvous::Context::connectFullMesh
+	gloo_pair 1 "$p0" "$p1" "echo killed" 60 gloo::rendezvous::Context::connectFullMesh
 	[ "$status" -eq 1 ]
 	[[ "$stderr" =~ "gloo: rank 0 could not connect its full mesh on lo: rank 1 ("[^\)]+") died while the mesh connected (its connection to the rendezvous closed)" ]]
 	# rank 0 listens: it waited out gloo's 300 s before it watched the store
-	gloo_pair "$p0" "$p1" "echo killed" 60
+	gloo_pair 1 "$p0" "$p1" "echo killed" 60
 	[ "$status" -eq 1 ]
 	[[ "$stderr" =~ "gloo: rank 0 could not connect its full mesh on lo: rank 1 ("[^\)]+") died while the mesh connected (its connection to the rendezvous closed)" ]]
 	# rank 0 connects (its connection was queued on rank 1's socket): its
 	# first all-reduce fails, the store names the dead rank
-	gloo_pair "$p1" "$p0" "echo killed" 60
+	gloo_pair 1 "$p1" "$p0" "echo killed" 60
 	[ "$status" -eq 1 ]
 	[[ "$stderr" =~ "rank 1 ("[^\)]+") died; gloo: rank 0: all-reduce of " ]]
+	# rank 0, the store's host, dies while rank 1 listens (or still waits
+	# for rank 0's address: gdb stopped the store's thread too)
+	gloo_pair 0 "$p1" "$p0" "echo killed" 60
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == *"gloo: rank 1 could not connect its full mesh on lo: rank 0 (the rendezvous store) is unreachable, so rank 0 died or its node is gone (rank 1: store at 127.0.0.1:"* ]]
 }
 
 @test "a rank that hangs after publishing its gloo address: its peer gives up at its --timeout, not gloo's" {
 	local p0 p1
 	read -r p0 p1 <<<"$(port_pair)"
-	gloo_pair "$p0" "$p1" "shell sleep 8" 3
+	gloo_pair 1 "$p0" "$p1" "shell sleep 8" 3
 	[ "$status" -eq 1 ]
 	[[ "$stderr" == *"gloo: rank 0 could not connect its full mesh on lo: not connected after 3.0 s (its timeout): a peer's gloo never answered, and none died or said why"* ]]
 }
