@@ -20,21 +20,19 @@ int bind(int fd, const struct sockaddr *addr, socklen_t len)
 	int port = p ? atoi(p) : 0;
 	if (port <= 0 || port > 65535 || used || !addr)
 		return real(fd, addr, len);
-	if (addr->sa_family == AF_INET && len >= sizeof(struct sockaddr_in) &&
-	    ((const struct sockaddr_in *)addr)->sin_port == 0) {
-		struct sockaddr_in a;
-		memcpy(&a, addr, sizeof(a));
-		a.sin_port = htons((unsigned short)port);
-		used = 1;
-		return real(fd, (const struct sockaddr *)&a, sizeof(a));
-	}
-	if (addr->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6) &&
-	    ((const struct sockaddr_in6 *)addr)->sin6_port == 0) {
-		struct sockaddr_in6 a;
-		memcpy(&a, addr, sizeof(a));
-		a.sin6_port = htons((unsigned short)port);
-		used = 1;
-		return real(fd, (const struct sockaddr *)&a, sizeof(a));
-	}
-	return real(fd, addr, len);
+	struct sockaddr_storage a;
+	in_port_t *at;
+	if (addr->sa_family == AF_INET && len >= sizeof(struct sockaddr_in))
+		at = &((struct sockaddr_in *)&a)->sin_port;
+	else if (addr->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6))
+		at = &((struct sockaddr_in6 *)&a)->sin6_port;
+	else
+		return real(fd, addr, len);
+	socklen_t n = len < sizeof(a) ? len : (socklen_t)sizeof(a);
+	memcpy(&a, addr, n);
+	if (*at != 0)
+		return real(fd, addr, len);
+	*at = htons((unsigned short)port);
+	used = 1;
+	return real(fd, (const struct sockaddr *)&a, n);
 }
