@@ -170,6 +170,8 @@ gloo_pair() {
 	BINDPORT_PORT=${ports[$other]} LD_PRELOAD=$shim MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 \
 		RANK=$other DDP_BACKEND=gloo GLOO_SOCKET_IFNAME=lo run --separate-stderr timeout 30 "$CNN" \
 		--max-steps 1 --train-limit 64 --test-limit 16 --timeout "$5"
+	# a rank still held: gdb's children (it and a `shell sleep`) end now
+	pkill -KILL -P "$(pgrep -P "$pid")" 2>/dev/null || true
 	wait "$pid" || true
 	grep -q "hit Breakpoint 1" "$BATS_TEST_TMPDIR/held.log" || { cat "$BATS_TEST_TMPDIR/held.log"; fail "rank $held never reached $at"; }
 	echo "rank $other: status $status: $stderr"
@@ -202,9 +204,9 @@ gloo_pair() {
 @test "a rank that hangs after publishing its gloo address: its peer gives up at its --timeout, not gloo's" {
 	local p0 p1
 	read -r p0 p1 <<<"$(port_pair)"
-	gloo_pair 1 "$p0" "$p1" "shell sleep 8" 3
+	gloo_pair 1 "$p0" "$p1" "shell sleep 30" 2
 	[ "$status" -eq 1 ]
-	[[ "$stderr" == *"gloo: rank 0 could not connect its full mesh on lo: not connected after 3.0 s (its timeout): a peer's gloo never answered, and none died or said why"* ]]
+	[[ "$stderr" == *"gloo: rank 0 could not connect its full mesh on lo: not connected after 2.0 s (its timeout): a peer's gloo never answered, and none died or said why"* ]]
 }
 
 @test "a resumed run continues where the checkpoint left off" {
