@@ -64,11 +64,6 @@ struct Mesh {
   std::shared_ptr<gloo::rendezvous::Context> ctx;
 };
 
-// A peer gave up first (its reason), or died (which rank).
-struct PeerDied : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 // "rank 1 (node2)": the host the rank published (comm.c), if it did.
 std::string rank_name(struct ddpenv_store* s, int rank) {
   char key[32], e[256];
@@ -83,14 +78,15 @@ std::string rank_name(struct ddpenv_store* s, int rank) {
   return "rank " + std::to_string(rank) + " (" + host + ")";
 }
 
-// Under store_mu: 1 with *why "rank 1 (node2) died ..." where a rank's
-// connection to the store closed without leaving (crashed or killed), 0
-// where none did, -1 with *why where the store itself is gone.
+// The store's host is gone: ERR, the store client's words.
 std::string store_gone(const char* err) {
   return std::string("rank 0 (the rendezvous store) is unreachable, so rank 0 died or its node "
                      "is gone (") + err + ")";
 }
 
+// Under store_mu: 1 with *why "rank 1 (node2) died ..." where a rank's
+// connection to the store closed without leaving (crashed or killed), 0
+// where none did, -1 with *why where the store itself is gone.
 int dead_peer(struct ddpenv_store* s, std::string* why) {
   int dead[1];
   char e[256];
@@ -168,7 +164,7 @@ class DdpStore : public gloo::rendezvous::Store {
       if (dead < 0)
         throw std::runtime_error(store_gone(err));
       if (dead > 0)
-        throw PeerDied(why);
+        throw std::runtime_error(why);
       if (left <= slice) {
         char m[256];
         snprintf(m, sizeof(m), "waiting for '%s' in the rendezvous: timed out after %.1f s",
@@ -233,8 +229,6 @@ void connect_mesh(std::shared_ptr<Mesh> m, std::shared_ptr<gloo::transport::Devi
     ok = true;
   } catch (const PeerFailed& e) {
     peer_failed = true;
-    error = e.what();
-  } catch (const PeerDied& e) {
     error = e.what();
   } catch (const std::exception& e) {
     error = e.what();
