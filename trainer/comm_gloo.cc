@@ -25,6 +25,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include <gloo/allreduce.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
@@ -48,6 +50,12 @@ struct PeerFailed : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// What the store showed: a dead peer, the store gone, or a key that never
+// came (the error names who is at fault already).
+struct StoreSaid : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // What the connecting thread and its caller share.  The store client is
 // one connection: its calls take turns (store_mu), and once the caller has
 // given up (abandoned) the store may be closed, so the thread calls it no
@@ -60,6 +68,7 @@ struct Mesh {
   bool done = false;  // under mu, with what follows
   bool ok = false;
   bool peer_failed = false;
+  bool store_said = false;
   std::string error;
   std::shared_ptr<gloo::rendezvous::Context> ctx;
 };
@@ -162,14 +171,14 @@ class DdpStore : public gloo::rendezvous::Store {
       std::string why;
       int dead = dead_peer(s_, &why);
       if (dead < 0)
-        throw std::runtime_error(store_gone(err));
+        throw StoreSaid(store_gone(err));
       if (dead > 0)
-        throw std::runtime_error(why);
+        throw StoreSaid(why);
       if (left <= slice) {
         char m[256];
         snprintf(m, sizeof(m), "waiting for '%s' in the rendezvous: timed out after %.1f s",
                  key.c_str(), timeout_ms / 1000.0);
-        throw std::runtime_error(m);
+        throw StoreSaid(m);
       }
     }
   }
@@ -221,7 +230,7 @@ namespace {
 void connect_mesh(std::shared_ptr<Mesh> m, std::shared_ptr<gloo::transport::Device> dev,
                   struct ddpenv_store* s, int timeout_ms) {
   std::string error;
-  bool peer_failed = false, ok = false;
+  bool peer_failed = false, store_said = false, ok = false;
   try {
     DdpStore store(s, timeout_ms, m);
     gloo::rendezvous::PrefixStore prefixed("gloo", store);
@@ -229,6 +238,9 @@ void connect_mesh(std::shared_ptr<Mesh> m, std::shared_ptr<gloo::transport::Devi
     ok = true;
   } catch (const PeerFailed& e) {
     peer_failed = true;
+    error = e.what();
+  } catch (const StoreSaid& e) {
+    store_said = true;
     error = e.what();
   } catch (const std::exception& e) {
     error = e.what();
@@ -239,15 +251,17 @@ void connect_mesh(std::shared_ptr<Mesh> m, std::shared_ptr<gloo::transport::Devi
   m->done = true;
   m->ok = ok;
   m->peer_failed = peer_failed;
+  m->store_said = store_said;
   m->error = error;
   m->cv.notify_all();
 }
 
 // Waits for connect_mesh, watching the store every kWatchMs while the
-// thread is not using it: "" once connected, else why not (and whether a
-// peer's own failure is the reason).
+// thread is not using it: "" once connected, else why not, with whether a
+// peer's own failure is the reason (*peer_failed) and whether it is gloo's
+// own error, which names no one (*from_gloo).
 std::string watch_mesh(const std::shared_ptr<Mesh>& m, struct ddpenv_store* s, int timeout_ms,
-                       bool* peer_failed) {
+                       bool* peer_failed, bool* from_gloo) {
   // gloo's own timeout, when it keeps it, says more: a second's grace
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms + 1000);
   for (;;) {
@@ -255,6 +269,7 @@ std::string watch_mesh(const std::shared_ptr<Mesh>& m, struct ddpenv_store* s, i
       std::unique_lock<std::mutex> l(m->mu);
       if (m->cv.wait_for(l, std::chrono::milliseconds(kWatchMs), [&] { return m->done; })) {
         *peer_failed = m->peer_failed;
+        *from_gloo = !m->ok && !m->peer_failed && !m->store_said;
         return m->ok ? "" : m->error;
       }
     }
@@ -298,7 +313,7 @@ extern "C" int cnn_comm_gloo_init(struct cnn_comm* c, const char* iface, const c
   if (timeout_ms <= 0)
     timeout_ms = 60000;
   std::string why;
-  bool peer_failed = false;
+  bool peer_failed = false, from_gloo = false;
   try {
     gloo::transport::tcp::attr attr;
     char local[64];
@@ -317,7 +332,7 @@ extern "C" int cnn_comm_gloo_init(struct cnn_comm* c, const char* iface, const c
     m->ctx = std::make_shared<gloo::rendezvous::Context>(c->rank, c->world);
     m->ctx->setTimeout(std::chrono::milliseconds(timeout_ms));
     std::thread t(connect_mesh, m, dev, c->store, timeout_ms);
-    why = watch_mesh(m, c->store, timeout_ms, &peer_failed);
+    why = watch_mesh(m, c->store, timeout_ms, &peer_failed, &from_gloo);
     if (why.empty()) {
       t.join();
       auto g = std::make_unique<Gloo>();
@@ -333,6 +348,17 @@ extern "C" int cnn_comm_gloo_init(struct cnn_comm* c, const char* iface, const c
   if (peer_failed) {
     snprintf(err, errlen, "gloo: %s: a peer failed first (%s)", what, why.c_str());
     return -1;
+  }
+  // gloo's own error (a connection refused or reset) names no one: the
+  // store does, once it has seen the peer's connection close
+  for (int i = 0; from_gloo && i < 10; i++) {
+    std::string who;
+    int n = dead_peer(c->store, &who);
+    if (n != 0) {
+      why = who + "; " + why;
+      break;
+    }
+    usleep(100000);
   }
   say(err, errlen, what, why.c_str());
   // the peers waiting for this rank stop now, naming it (a store that
