@@ -146,6 +146,17 @@ run_analyze() {
 		head -n 60 "$log/shellcheck.log"
 		echo "not ok - shellcheck: warnings in the shell scripts (above)" | tee "$log/shellcheck.tap"
 	fi
+	# Bats runs a test under set -e, which ignores a command negated with !:
+	# `! grep -q x file` fails no test (unless it is the test's last line)
+	local neg
+	neg=$(grep -nE '^[[:space:]]+! ' tests/bats/*.bats tests/bats/*.bash | grep -v '|| false$')
+	if [ -n "$neg" ]; then
+		echo "$neg"
+		echo "not ok - bats: a negated command above fails no test (set -e ignores it): end it with || false" |
+			tee "$log/negation.tap"
+	else
+		echo "ok - bats: every negated command in the Bats files can fail its test" | tee "$log/negation.tap"
+	fi
 	if ! command -v clang >/dev/null; then
 		echo "not ok - analyze: clang is missing (scripts/deps.sh installs it)" | tee "$log/analyze.tap"
 		return

@@ -134,7 +134,7 @@ PY
 	output=${outs[4]}
 	mapfile -t lines <<<"$output"
 	assert_line --regexp '^# GPU: cuemu .*, no graph, backward streams auto: 1 \(no graph to time both ways\)$'
-	! grep -q '^# backward streams auto' <<<"$output"
+	! grep -q '^# backward streams auto' <<<"$output" || false
 }
 
 # --pdl (sm_90 and later): a copy of the kept graph whose edges from a
@@ -165,8 +165,8 @@ PY
 	done
 	# off, the default: the graph as captured, nothing said
 	for i in 0 1; do
-		! grep -q 'programmatic' <<<"${outs[$i]}"
-		! grep -q 'style=dashed' "$BATS_TEST_TMPDIR/g$i.dot"
+		! grep -q 'programmatic' <<<"${outs[$i]}" || false
+		! grep -q 'style=dashed' "$BATS_TEST_TMPDIR/g$i.dot" || false
 	done
 	# on: the census says how many; the drawing has as many dashed edges,
 	# each from a kernel (a box) into one of the project's (not a cuDNN,
@@ -232,7 +232,7 @@ PY
 	run --separate-stderr "$CNN" "${SMALL[@]}" --max-steps 2 --device cuda --no-graph --pdl on
 	assert_success
 	assert_line --regexp '^# GPU: cuemu .*, no graph, .*, programmatic launch: none \(no CUDA graph to put it in\)$'
-	! grep -q '^# programmatic launch' <<<"$output"
+	! grep -q '^# programmatic launch' <<<"$output" || false
 	# a bad value is named; on the CPU the option is said to be unused
 	run --separate-stderr "$CNN" "${SMALL[@]}" --max-steps 1 --device cuda --pdl sometimes
 	assert_failure
@@ -471,7 +471,7 @@ PY
 		--log-json "$BATS_TEST_TMPDIR/eager.json"
 	assert_success
 	cmp "$BATS_TEST_TMPDIR/graph.bin" "$BATS_TEST_TMPDIR/eager.bin"
-	! grep -q '^# conv2 auto' <<<"$output"
+	! grep -q '^# conv2 auto' <<<"$output" || false
 	# asked for, or fp32 (no tensor-core kernels): nothing to time (the
 	# graph is captured at the third step)
 	local v
@@ -479,7 +479,7 @@ PY
 		# shellcheck disable=SC2086
 		run --separate-stderr "$CNN" "${opts[@]}" $v --max-steps 3 --log-json "$BATS_TEST_TMPDIR/v.json"
 		assert_success
-		! grep -q '^# conv2 auto' <<<"$output"
+		! grep -q '^# conv2 auto' <<<"$output" || false
 		/usr/bin/python3 -c 'import json, sys; j = json.load(open(sys.argv[1]))["cuda_graph"]; assert j["conv2_auto"] is None, j' \
 			"$BATS_TEST_TMPDIR/v.json"
 	done
@@ -625,7 +625,7 @@ PY
 		CUEMU_SLOW_KERNELS=$slow run --separate-stderr "$CNN" "${opts[@]}" --conv-layout "${kept,,}" \
 			--dump-params "$BATS_TEST_TMPDIR/forced.bin" --log-json "$BATS_TEST_TMPDIR/forced.json"
 		assert_success
-		! grep -q '^# conv layout auto' <<<"$output"
+		! grep -q '^# conv layout auto' <<<"$output" || false
 		/usr/bin/python3 - "$BATS_TEST_TMPDIR/auto.json" "$BATS_TEST_TMPDIR/forced.json" <<-'PY'
 		import json, sys
 		a, f = (json.load(open(p))["cuda_graph"] for p in sys.argv[1:3])
@@ -642,7 +642,7 @@ PY
 	# a layout asked for, or no graph: nothing timed
 	run --separate-stderr "$CNN" "${opts[@]}" --conv-layout auto --no-graph --max-steps 2
 	assert_success
-	! grep -q '^# conv layout auto' <<<"$output"
+	! grep -q '^# conv layout auto' <<<"$output" || false
 	assert_line --regexp '^# GPU: .*, batch 8 (NCHW|NHWC) \(convolutions [0-9.]+ ms, (NCHW|NHWC) [0-9.]+ ms\), .*no graph'
 	# two ranks over NCCL time alike and keep the same
 	ranks2 nccl "$BATS_TEST_TMPDIR/n2" "${opts[@]}" --conv-layout auto --max-steps 3
@@ -792,7 +792,7 @@ PY
 	[[ "$stderr" == *"warning: the project's kernels for conv2's forward failed to launch at start-up (conv2_tc.cu:"*"too many resources requested for launch"*"): cuDNN's calls there instead"* ]]
 	# once, not per call or batch size; the failed launches themselves not as errors
 	[ "$(grep -c 'warning:' <<<"$stderr")" -eq 1 ]
-	! grep -E '^cnn_train: .*: conv2_tc.cu:[0-9]+: ' <<<"$stderr"
+	! grep -E '^cnn_train: .*: conv2_tc.cu:[0-9]+: ' <<<"$stderr" || false
 	line=$(grep '^# GPU: ' <<<"$output")
 	[[ "$line" == *", batch 8 conv2 forward and pool cuDNN "*" ms (direct could not launch), "* ]]
 	[[ "$line" == *", backward-filter and bias gradient cuDNN "*" ms (direct could not launch), "* ]]
@@ -805,14 +805,14 @@ PY
 	echo "$stderr"
 	assert_failure
 	grep -E '^cnn_train: .*step 0: conv2_tc.cu:[0-9]+: cudaGetLastError\(\): too many resources requested for launch \(cudaErrorLaunchOutOfResources\)$' <<<"$stderr"
-	! grep -q 'warning:' <<<"$stderr"
+	! grep -q 'warning:' <<<"$stderr" || false
 	# a kernel that faults (an illegal address) leaves no context to go on
 	# with: no fallback, the run stops naming the call and the fault
 	CUEMU_FAULT_KERNELS=conv3_igemm_tf32_k run --separate-stderr "$CNN" "${opts[@]}" --conv2 auto
 	echo "$stderr"
 	assert_failure
 	grep -E "^cnn_train: .*: conv2's forward, timed at start-up: conv2_tc.cu:[0-9]+: .*an illegal memory access was encountered \(cudaErrorIllegalAddress\)$" <<<"$stderr"
-	! grep -q 'warning:' <<<"$stderr"
+	! grep -q 'warning:' <<<"$stderr" || false
 	# conv1's forward likewise, its weight gradient still the project's
 	opts=("${SMALL[@]}" --max-steps 1 --device cuda --precision tf32 --conv2 cudnn --conv-layout nchw)
 	CUEMU_FAIL_KERNELS=conv1_fwd_k run --separate-stderr "$CNN" "${opts[@]}" --conv1 auto
@@ -891,7 +891,7 @@ epoch 1/2 step 4/8"
 	# of their weights, and joins the convolutions' update (n17): a chain of
 	# 17 and that branch
 	[ "$(grep -c '\[label=' "$dot")" -eq 18 ]
-	! grep -q 'label="gather"' "$dot"
+	! grep -q 'label="gather"' "$dot" || false
 	grep -q '^  n0 \[label="conv1_fwd_k"' "$dot"
 	grep -q '^  n12 \[label="sgd_kernel"' "$dot"
 	grep -q '^  n17 \[label="sgd_kernel"' "$dot"
@@ -976,7 +976,7 @@ epoch 1/2 step 4/8"
 	run --separate-stderr "$CNN" "${opts[@]}" --cuda-graph-dot "$BATS_TEST_TMPDIR/no/such/dir/g.dot"
 	assert_failure
 	assert_equal "$stderr" "cnn_train: $(hostname) rank 0: --cuda-graph-dot $BATS_TEST_TMPDIR/no/such/dir/g.dot: No such file or directory"
-	! grep -q '^step ' <<<"$output"
+	! grep -q '^step ' <<<"$output" || false
 }
 
 # Two ranks over NCCL (cuemu's, over TCP: rank 0 sums the ranks' buffers in
@@ -1084,13 +1084,13 @@ kill_rank1() {
 	local pid=$!
 	MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=0 LOCAL_RANK=0 DDP_BACKEND=nccl \
 		NCCL_SOCKET_IFNAME=lo run --separate-stderr timeout 120 "$CNN" "${opts[@]}"
-	! wait "$pid"
+	! wait "$pid" || false
 	cat "$d/r1.log"
 	echo "$stderr"
 	[ "$status" -eq 1 ]
 	grep -E '^cnn_train: [^ ]+ rank 1: step 0: .*cudaErrorIllegalAddress' "$d/r1.log"
 	grep -E '^cnn_train: [^ ]+ rank 0: rank 1 \([^)]+\) stopped on its own error \(its output says which\) and left; .*remote process exited or there was a network error' <<<"$stderr"
-	! grep -E 'died;|no rank has left' <<<"$stderr"
+	! grep -E 'died;|no rank has left' <<<"$stderr" || false
 }
 
 # Within a node NCCL's kernels spin on a dead peer's shared memory and no
@@ -1171,10 +1171,10 @@ kill_rank1() {
 	assert_line --regexp '^params: identical on all 2 ranks '
 	assert_line --regexp '^# backward streams auto \(batch 4\): [12] kept; '
 	assert_line --regexp '^# conv layout auto \(batch 4\): (NCHW|NHWC) kept; '
-	! grep -E 'Sanitizer|runtime error' <<<"$stderr"
-	! grep -E 'Sanitizer|runtime error' "$d/ok.r1"
+	! grep -E 'Sanitizer|runtime error' <<<"$stderr" || false
+	! grep -E 'Sanitizer|runtime error' "$d/ok.r1" || false
 	kill_rank1 "$d" 3
 	[ "$(cat "$d/rc")" -eq 1 ]
 	grep -E 'rank 1 \([^)]*\) died; NCCL training step' "$d/r0.log"
-	! grep -E 'Sanitizer|runtime error' "$d/r0.log"
+	! grep -E 'Sanitizer|runtime error' "$d/r0.log" || false
 }
