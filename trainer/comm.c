@@ -70,11 +70,32 @@ int cnn_comm_open(struct cnn_comm **out, const struct cnn_comm_opts *o, char *er
 	return 0;
 }
 
+/* How many ranks marked themselves failed (cnn_comm_mark_failed). */
+#define FAILED_COUNT_KEY "comm/failed/count"
+
 static int peer_lost(struct cnn_comm *c)
 {
 	int dead[1];
+	int64_t failed = 0;
 	char e[256];
-	return c->store && ddpenv_store_dead_ranks(c->store, dead, 1, e, sizeof(e)) != 0;
+	if (!c->store)
+		return CNN_PEERS_OK;
+	if (ddpenv_store_dead_ranks(c->store, dead, 1, e, sizeof(e)) != 0)
+		return CNN_PEER_GONE;   /* (or the store is: rank 0 is gone) */
+	if (ddpenv_store_add(c->store, FAILED_COUNT_KEY, 0, &failed, e, sizeof(e)) < 0)
+		return CNN_PEER_GONE;
+	return failed > 0 ? CNN_PEER_FAILED : CNN_PEERS_OK;
+}
+
+void cnn_comm_mark_failed(struct cnn_comm *c, const char *why)
+{
+	char e[256];
+	int64_t n;
+	if (!c || !c->store)
+		return;
+	/* the reason first: a peer that sees the count may look for it */
+	ddpenv_store_set(c->store, CNN_COMM_FAILED_KEY, why, strlen(why), e, sizeof(e));
+	ddpenv_store_add(c->store, FAILED_COUNT_KEY, 1, &n, e, sizeof(e));
 }
 
 /* Who is who, for naming a dead peer later. */

@@ -30,10 +30,15 @@ struct cnn_comm {
 	void *impl;
 	char host[64];
 	/* For a backend's watchdog (it may live in a module that cannot call
-	 * the store): 1 when the store has seen a rank leave or rank 0 is
-	 * gone, 0 when all are there.  One round trip to rank 0. */
+	 * the store): CNN_PEER_GONE when the store has seen a rank's
+	 * connection close without a goodbye, or rank 0 is gone;
+	 * CNN_PEER_FAILED when a rank marked itself failed
+	 * (cnn_comm_mark_failed); 0 when all are there.  Two round trips to
+	 * rank 0. */
 	int (*peer_lost)(struct cnn_comm *c);
 };
+
+enum { CNN_PEERS_OK = 0, CNN_PEER_GONE = 1, CNN_PEER_FAILED = 2 };
 
 /* Where a rank whose backend cannot start says why (rank 0 that cannot
  * make the id, a rank whose gloo cannot connect): its peers, waiting for a
@@ -84,6 +89,14 @@ int cnn_comm_broadcast(struct cnn_comm *c, float *buf, size_t n, int root, char 
 /* After a failed collective: rewrite err to name the rank(s) that died,
  * with their host, as the store saw them leave. */
 void cnn_comm_explain_failure(struct cnn_comm *c, char *err, size_t errlen);
+
+/* A rank that stops on an error of its own, before it leaves the store:
+ * it says so there (why under CNN_COMM_FAILED_KEY, and a count that
+ * peer_lost reads).  A clean goodbye looks the same as a finished rank's,
+ * and where NCCL's kernels spin on a peer's shared memory (within a node)
+ * nothing else tells the others to stop before their --timeout.  Best
+ * effort: a store that failed takes nothing. */
+void cnn_comm_mark_failed(struct cnn_comm *c, const char *why);
 
 /* The gloo backend, from comm_gloo.cc (C API over C++). */
 extern const struct cnn_comm_ops cnn_comm_gloo_ops;

@@ -43,17 +43,26 @@ static double now_s(void)
 
 void cnn_run_die(struct run *R, const char *fmt, ...)
 {
-	va_list ap;
+	va_list ap, ap2;
+	char why[1024];
+	int off = snprintf(why, sizeof(why), "rank %d (%s): ", R->r.rank, R->host);
 	fprintf(stderr, "cnn_train: %s rank %d: ", R->host, R->r.rank);
 	va_start(ap, fmt);
+	va_copy(ap2, ap);
 	vfprintf(stderr, fmt, ap);
+	vsnprintf(why + off, sizeof(why) - (size_t)off, fmt, ap2);
+	va_end(ap2);
 	va_end(ap);
 	fputc('\n', stderr);
 	fflush(stdout);
-	/* Leave the store cleanly: peers then name only ranks that really
-	 * died, and rank 0 answers their question for a few seconds. */
-	if (R->comm && R->comm->store)
+	/* Leave the store cleanly, saying why first: peers then name only
+	 * ranks that really died, a peer that NCCL's kernels keep waiting
+	 * (within a node) stops now, and rank 0 answers their questions for
+	 * a few seconds. */
+	if (R->comm && R->comm->store) {
+		cnn_comm_mark_failed(R->comm, why);
 		ddpenv_store_close_within(R->comm->store, R->r.rank == 0 ? 5000 : 0);
+	}
 	/* A failed rank must not wait for peers that wait for it: leave now,
 	 * the store sees us gone and the survivors name us. */
 	_exit(1);

@@ -1093,6 +1093,36 @@ kill_rank1() {
 	! grep -E 'died;|no rank has left' <<<"$stderr" || false
 }
 
+# The same where NCCL cannot see it (within a node NCCL spins on the
+# peer's shared memory, and a rank that stopped on its own error left the
+# store cleanly, so the store lists no dead rank): the failed rank marks
+# the store before it leaves, and the survivor's wait, asking the store
+# every half second, aborts NCCL then instead of waiting for --timeout.
+@test "a rank that stops on its own error where NCCL cannot see it: the survivor stops within seconds, naming it (cuemu)" {
+	local d="$BATS_TEST_TMPDIR" port t0
+	local opts=("${SMALL[@]}" --max-steps 4 --device cuda --precision fp32 --conv1 direct --conv-layout nchw
+		--backward-streams 1 --timeout 30)
+	port=$(free_port)
+	CUEMU_FAULT_KERNELS=sgd_kernel MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=1 LOCAL_RANK=0 \
+		DDP_BACKEND=nccl NCCL_SOCKET_IFNAME=lo timeout 120 "$CNN" "${opts[@]}" >"$d/r1.log" 2>&1 3>&- &
+	local pid=$!
+	t0=$SECONDS
+	CUEMU_NCCL_SILENT=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=0 LOCAL_RANK=0 DDP_BACKEND=nccl \
+		NCCL_SOCKET_IFNAME=lo run --separate-stderr timeout 120 "$CNN" "${opts[@]}"
+	local secs=$((SECONDS - t0)) rc1=0
+	wait "$pid" || rc1=$?
+	cat "$d/r1.log"
+	echo "$stderr"
+	echo "rank 0 took $secs s; rank 1 exited $rc1"
+	[ "$rc1" -eq 1 ]
+	[ "$status" -eq 1 ]
+	[ "$secs" -le 15 ]
+	grep -E '^cnn_train: [^ ]+ rank 1: step 0: .*cudaErrorIllegalAddress' "$d/r1.log"
+	[[ $stderr == *"silent (CUEMU_NCCL_SILENT): its stream held until ncclCommAbort"* ]]
+	grep -E '^cnn_train: [^ ]+ rank 0: rank 1 \([^)]+\) stopped on its own error \(its output says which\) and left; training step: a peer stopped on an error of its own \(it left the rendezvous\); the communicator aborted$' <<<"$stderr"
+	! grep -E 'died;|no rank has left|not done after' <<<"$stderr" || false
+}
+
 # Within a node NCCL's kernels spin on a dead peer's shared memory and no
 # error comes (cuemu's NCCL with CUEMU_NCCL_SILENT holds the stream until
 # ncclCommAbort, and aborts the program on a call that would block on it):

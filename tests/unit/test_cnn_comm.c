@@ -195,6 +195,88 @@ static void test_world(void)
 	munmap(jobs, WORLD * sizeof(*jobs));
 }
 
+/* A rank that stops on an error of its own marks the store and leaves it
+ * cleanly (cnn_run_die): its goodbye alone looks like a finished rank's,
+ * and within a node NCCL never reports it, so the mark is what stops the
+ * others' watchdog.  failed: the rank that fails (0 hosts the store, and
+ * keeps it up a moment for the others' questions, as cnn_run_die does). */
+struct fjob {
+	int rank, failed, port, ok_open, before, after;
+	char why[512];
+};
+
+static void failed_main(struct fjob *j)
+{
+	struct cnn_comm *c;
+	char err[512];
+	struct cnn_comm_opts o = { "store", "127.0.0.1", j->port, j->rank, 3, NULL, NULL, 10000,
+				   &store_ext, NULL, NULL };
+	if (cnn_comm_open(&c, &o, j->why, sizeof(j->why)) < 0)
+		return;
+	j->ok_open = 1;
+	j->before = c->peer_lost(c);
+	if (ddpenv_store_barrier(c->store, "up", err, sizeof(err)) < 0)
+		return;
+	if (j->rank == j->failed) {
+		char why[128];
+		snprintf(why, sizeof(why), "rank %d (%s): step 7: checkpoint: No space left on device", j->rank,
+			 c->host);
+		cnn_comm_mark_failed(c, why);
+		ddpenv_store_close_within(c->store, j->rank == 0 ? 3000 : 0);
+		_exit(0);
+	}
+	for (int t = 0; t < 50 && !j->after; t++) {
+		j->after = c->peer_lost(c);
+		if (!j->after)
+			usleep(100000);
+	}
+	snprintf(j->why, sizeof(j->why), "NCCL all-reduce: not done after 60 s");
+	cnn_comm_explain_failure(c, j->why, sizeof(j->why));
+	cnn_comm_close(c);
+}
+
+static void test_failed_rank(int failed)
+{
+	struct fjob *jobs = mmap(NULL, 3 * sizeof(*jobs), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+				 -1, 0);
+	pid_t kids[3];
+	int port = test_free_port(), open = 0, before = 0, after = 0;
+	fflush(stdout);
+	for (int r = 0; r < 3; r++) {
+		jobs[r] = (struct fjob){ .rank = r, .failed = failed, .port = port };
+		if ((kids[r] = fork()) == 0) {
+			alarm(60);
+			failed_main(&jobs[r]);
+			_exit(0);
+		}
+	}
+	for (int r = 0; r < 3; r++)
+		waitpid(kids[r], NULL, 0);
+	for (int r = 0; r < 3; r++) {
+		open += jobs[r].ok_open;
+		before += jobs[r].before != CNN_PEERS_OK;
+		if (r != failed) {
+			after += jobs[r].after == CNN_PEER_FAILED;
+			printf("#   rank %d: peer_lost %d: %s\n", r, jobs[r].after, jobs[r].why);
+		}
+	}
+	char what[160];
+	int s = failed == 1 ? 0 : 1;   /* a survivor */
+	snprintf(what, sizeof(what), "rank %d marks itself failed: 3 ranks open, none lost before", failed);
+	test_cond(what, open == 3 && before == 0);
+	snprintf(what, sizeof(what), "rank %d marked failed: peer_lost says CNN_PEER_FAILED on both survivors",
+		 failed);
+	test_cond(what, after == 2);
+	snprintf(what, sizeof(what), "rank %d marked failed: a survivor's explanation names it as one that left",
+		 failed);
+	char name[32];
+	snprintf(name, sizeof(name), "rank %d (", failed);
+	test_err(what, jobs[s].why, name);
+	test_err("on its own error", jobs[s].why, "stopped on its own error");
+	test_err("and keeps the backend's own message", jobs[s].why, "NCCL all-reduce: not done");
+	munmap(jobs, 3 * sizeof(*jobs));
+}
+
 static int bad_init(struct cnn_comm *c, const void *id, int timeout_ms, char *err, size_t errlen)
 {
 	snprintf(err, errlen, "NCCL ncclCommInitRankConfig: unhandled system error");
@@ -230,6 +312,8 @@ static void test_errors(void)
 int main(void)
 {
 	test_world();
+	test_failed_rank(2);
+	test_failed_rank(0);
 	test_errors();
 	return test_report();
 }

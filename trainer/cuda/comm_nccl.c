@@ -52,6 +52,30 @@ static void nccl_abort(struct nccl_impl *n)
 	}
 }
 
+/* The store's word on the peers (c->peer_lost), every half second of a
+ * wait: -1 with err (what failed, and why the communicator must abort)
+ * once a peer is gone or failed.  Within a node NCCL's kernels spin on a
+ * peer's shared memory, and no error of NCCL's ever comes. */
+static int peers_gone(struct cnn_comm *c, double t, double *next, const char *prefix, const char *what,
+		      char *err, size_t errlen)
+{
+	if (!c || !c->peer_lost || t < *next)
+		return 0;
+	*next = t + 0.5;
+	switch (c->peer_lost(c)) {
+	case CNN_PEERS_OK:
+		return 0;
+	case CNN_PEER_FAILED:
+		snprintf(err, errlen, "%s%s: a peer stopped on an error of its own (it left the rendezvous); "
+			 "the communicator aborted", prefix, what);
+		return -1;
+	default:
+		snprintf(err, errlen, "%s%s: a peer's connection to the rendezvous closed; the communicator "
+			 "aborted", prefix, what);
+		return -1;
+	}
+}
+
 /* Wait until the non-blocking communicator's last call is done. */
 static int settle(struct cnn_comm *c, struct nccl_impl *n, const char *what, char *err, size_t errlen)
 {
@@ -70,14 +94,8 @@ static int settle(struct cnn_comm *c, struct nccl_impl *n, const char *what, cha
 			snprintf(err, errlen, "NCCL %s: not done after %d s", what, n->timeout_ms / 1000);
 			return -1;
 		}
-		if (c && c->peer_lost && t > next_peer_check) {
-			if (c->peer_lost(c)) {
-				snprintf(err, errlen, "NCCL %s: a peer's connection to the rendezvous closed; the "
-					 "communicator aborted", what);
-				return -1;
-			}
-			next_peer_check = t + 0.5;
-		}
+		if (peers_gone(c, t, &next_peer_check, "NCCL ", what, err, errlen) < 0)
+			return -1;   /* (the callers abort) */
 		usleep(1000);
 	}
 }
@@ -207,13 +225,9 @@ int cnn_nccl_wait(struct cnn_comm *c, cudaEvent_t ev, int timeout_ms, const char
 			nccl_abort(ni);
 			return -1;
 		}
-		if (ni && c->peer_lost && t > next_peer_check) {
-			if (c->peer_lost(c)) {
-				snprintf(err, errlen, "%s: a peer's connection to the rendezvous closed; the communicator aborted", what);
-				nccl_abort(ni);
-				return -1;
-			}
-			next_peer_check = t + 0.5;
+		if (ni && peers_gone(c, t, &next_peer_check, "", what, err, errlen) < 0) {
+			nccl_abort(ni);
+			return -1;
 		}
 		usleep(20);
 	}
