@@ -146,6 +146,19 @@ run_analyze() {
 		head -n 60 "$log/shellcheck.log"
 		echo "not ok - shellcheck: warnings in the shell scripts (above)" | tee "$log/shellcheck.tap"
 	fi
+	# The Bats files too (shellcheck reads their @test blocks as functions),
+	# less two checks that only see Bats' own variables there: SC2154
+	# (run sets status, output and stderr) and SC2034 (BATS_TEST_TIMEOUT,
+	# and the globals helpers.bash sets for the files that load it)
+	local bats_files=(tests/bats/*.bats tests/bats/*.bash)
+	if ! command -v shellcheck >/dev/null; then
+		:   # (said above)
+	elif shellcheck -S warning -e SC2154,SC2034 "${bats_files[@]}" >"$log/shellcheck-bats.log" 2>&1; then
+		echo "ok - shellcheck: no warning in ${#bats_files[@]} Bats files" | tee "$log/shellcheck-bats.tap"
+	else
+		head -n 60 "$log/shellcheck-bats.log"
+		echo "not ok - shellcheck: warnings in the Bats files (above)" | tee "$log/shellcheck-bats.tap"
+	fi
 	# Bats runs a test under set -e, which ignores a command negated with !:
 	# `! grep -q x file` fails no test (unless it is the test's last line)
 	local neg

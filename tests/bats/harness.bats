@@ -4,7 +4,7 @@
 
 load helpers
 
-BLOCKED= FOREIGN=
+BLOCKED='' FOREIGN=''
 
 teardown() {
 	dump_logs_on_failure

@@ -69,7 +69,8 @@ field() { printf '%s\n' "${T[@]}" | awk -v f="$1" '{print $f}'; }
 # hold_port I PORT: a listener on PORT in node I's namespace (at most 60 s),
 # its pid in LISTENER, returning once it listens.
 hold_port() {
-	local ns="/run/netns/$(cluster_net NS)-n$1"
+	local ns
+	ns="/run/netns/$(cluster_net NS)-n$1"
 	nsenter --net="$ns" /usr/bin/python3 -c '
 import socket, sys, time
 s = socket.socket(); s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(1); time.sleep(60)' "$2" \

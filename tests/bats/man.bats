@@ -33,8 +33,14 @@ page_lacks() {
 }
 
 @test "ddp-env(1) and cnn_train(1) document every option of their --help" {
-	page_lacks ddp-env.1 $("$REPO/build/bin/ddp-env" --help | grep -oE -- '--[a-z][a-z-]+' | sort -u)
-	page_lacks cnn_train.1 $("$REPO/build/bin/cnn_train" --help | grep -oE -- '--[a-z][a-z-]+' | sort -u)
+	local env_opts cnn_opts
+	mapfile -t env_opts < <("$REPO/build/bin/ddp-env" --help | grep -oE -- '--[a-z][a-z-]+' | sort -u)
+	mapfile -t cnn_opts < <("$REPO/build/bin/cnn_train" --help | grep -oE -- '--[a-z][a-z-]+' | sort -u)
+	# (an empty list would check nothing: 18 and 41 now)
+	[ "${#env_opts[@]}" -ge 15 ]
+	[ "${#cnn_opts[@]}" -ge 35 ]
+	page_lacks ddp-env.1 "${env_opts[@]}"
+	page_lacks cnn_train.1 "${cnn_opts[@]}"
 }
 
 @test "ddp.yaml(5) documents every key of the shipped conf/ddp.yaml, and its example is a valid configuration" {
@@ -59,12 +65,17 @@ page_lacks() {
 }
 
 @test "spank-ddp(8) names both options, every plugstack key, every variable the plugin sets and every user variable" {
-	page_lacks spank-ddp.8 --ddp --ddp-bind config= \
-		$(grep -oE "expected config, default_backend[^\"]*" "$REPO/libddpenv/src/config.c" |
-			sed 's/^expected //; s/ or /, /; s/\.NAME//g' | tr -d ,)
-	# the README's table of every variable set
-	page_lacks spank-ddp.8 $(sed -n '/^| variable | value |/,/^$/p' "$REPO/README.md" |
+	local keys vars
+	# the plugstack keys, as config.c's error names them (18 now)
+	read -ra keys < <(grep -oE "expected config, default_backend[^\"]*" "$REPO/libddpenv/src/config.c" |
+		sed 's/^expected //; s/ or /, /; s/\.NAME//g' | tr -d ,)
+	[ "${#keys[@]}" -ge 15 ]
+	page_lacks spank-ddp.8 --ddp --ddp-bind config= "${keys[@]}"
+	# the README's table of every variable set (42 now)
+	mapfile -t vars < <(sed -n '/^| variable | value |/,/^$/p' "$REPO/README.md" |
 		grep -oE '`[A-Z][A-Z_]+`' | tr -d '`' | sort -u)
+	[ "${#vars[@]}" -ge 35 ]
+	page_lacks spank-ddp.8 "${vars[@]}"
 	page_lacks spank-ddp.8 DDP_HEAD_FROM DDP_PORT DDP_PORT_RANGE DDP_IFACE DDP_OMP_NUM_THREADS DDP_BIND
 }
 

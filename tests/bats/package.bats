@@ -19,7 +19,8 @@ purge() {
 
 setup_file() {
 	[ "$(id -u)" = 0 ] || skip "installing packages needs root"
-	export MULTIARCH=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
+	MULTIARCH=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
+	export MULTIARCH
 	export PLUGDIR=/usr/lib/$MULTIARCH/slurm-wlm
 	# a previous run's leftovers, if it was cut short
 	purge
@@ -61,7 +62,8 @@ teardown() {
 	run dpkg-deb -f "$deb" Slurm-Version
 	assert_output "$built"
 	# and depends on that release series: Slurm loads a SPANK plugin only in it
-	local rel=${built%%.*}.$(echo "$built" | cut -d. -f2)
+	local rel
+	rel=${built%%.*}.$(echo "$built" | cut -d. -f2)
 	run dpkg-deb -f "$deb" Depends
 	assert_output --partial "slurm-wlm-basic-plugins (>= $rel~)"
 	assert_output --regexp "slurm-wlm-basic-plugins \(<< [0-9]+\.[0-9]+~\)"
@@ -190,7 +192,7 @@ teardown() {
 	mkdir -p "$b"
 	cp -a "$REPO/build/bin" "$REPO/build/lib" "$REPO/build/obj" "$REPO/build/include" "$b/"
 	before=$(stat -c %Y.%i "$REPO/build/bin/cnn_train")
-	local mk=(make -s -C "$REPO" BUILD="$b" DESTDIR="$d" PREFIX=/usr LIBDIR=/usr/lib/$MULTIARCH
+	local mk=(make -s -C "$REPO" BUILD="$b" DESTDIR="$d" PREFIX=/usr LIBDIR="/usr/lib/$MULTIARCH"
 		SLURM_PLUGIN_DIR="$PLUGDIR" SYSCONFDIR=/etc/slurm)
 	run "${mk[@]}" install
 	assert_success
