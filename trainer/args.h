@@ -34,6 +34,7 @@ struct cnn_args {
 	int pdl;                   /* enum cnn_pdl: auto, on, off (default) */
 	const char *checkpoint_dir;
 	long long checkpoint_every;/* steps; 0: each epoch only */
+	long long stop_every;      /* steps between stop polls; 0: stop.h's default */
 	int resume;
 	const char *log_json;
 	const char *dump_params;

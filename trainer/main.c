@@ -196,10 +196,10 @@ static int same_options(void *ctx, struct ddpenv_store *st, char *err, size_t er
 	int64_t bad = 0;
 	snprintf(mine, sizeof(mine), "data=%s epochs=%d max-steps=%lld eval=%d batch-size=%d "
 		 "optimizer=%d lr=%g momentum=%g weight-decay=%g schedule=%d seed=%llu "
-		 "train=%d test=%d dropout=%d checkpoint-every=%lld device=%s precision=%s",
+		 "train=%d test=%d dropout=%d checkpoint-every=%lld stop-every=%lld device=%s precision=%s",
 		 a->data, a->epochs, a->max_steps, a->eval, a->batch, (int)a->optim, a->lr,
 		 a->momentum, a->weight_decay, (int)a->sched.kind, a->seed, R->train.n,
-		 R->test.n, !a->no_dropout, a->checkpoint_every, R->g ? "cuda" : "cpu",
+		 R->test.n, !a->no_dropout, a->checkpoint_every, a->stop_every, R->g ? "cuda" : "cpu",
 		 R->g ? cnn_precision_name((enum cnn_precision)a->precision) : "fp32");
 	if (R->r.rank == 0) {
 		if (ddpenv_store_set(st, "options/0", mine, strlen(mine), err, errlen) < 0)
@@ -501,7 +501,13 @@ int main(int argc, char **argv)
 	long long start_b = 0;
 
 	signal(SIGPIPE, SIG_IGN);
+	/* before any thread starts: they all inherit its signal mask */
+	if (cnn_stop_init(&R->stop, err, sizeof(err)) < 0) {
+		fprintf(stderr, "cnn_train: %s\n", err);
+		return 1;
+	}
 	setup(R, argc, argv);
+	R->stop.every = R->a.stop_every ? R->a.stop_every : cnn_stop_every(R->a.batch, R->g != NULL);
 
 	if (R->a.checkpoint_dir && (R->a.resume || R->r.restart_count > 0)) {
 		struct cnn_ckpt_pos pos;
@@ -546,9 +552,13 @@ int main(int argc, char **argv)
 	 * cuDNN's first calls and the graph's capture */
 	const long long warm = R->g ? 5 : 3;
 	long long timed_from = R->steps + warm;
-	int stop = 0, cur_epoch = start_epoch;
+	/* stop: 1 at --max-steps, 2 on a signal (stop.h) */
+	int stop = 0, cur_epoch = start_epoch, said_stop = 0;
 	long long cur_b = start_b;
 	double last_print = 0;
+
+	/* from here a signal stops every rank after one step they agree on */
+	atomic_store(&R->stop.training, 1);
 
 	for (int epoch = start_epoch; epoch < R->a.epochs && !stop; epoch++) {
 		cnn_sampler_epoch(&R->sampler, (uint32_t)epoch);
@@ -562,6 +572,25 @@ int main(int argc, char **argv)
 			if (R->a.max_steps && R->steps >= R->a.max_steps) {
 				stop = 1;
 				break;
+			}
+			int st = cnn_stop_poll(&R->stop, R->comm->store, R->r.rank, R->steps, err, sizeof(err));
+			if (st < 0)
+				cnn_run_comm_failed(R, err, sizeof(err));
+			if (st > 0) {
+				stop = 2;
+				break;
+			}
+			if (R->stop.at >= 0 && !said_stop && R->r.rank == 0) {
+				if (R->stop.at < R->a.sched.total_steps)
+					printf("# %s: every rank stops after step %lld%s\n", cnn_stop_name(R->stop.why),
+					       R->stop.at, R->a.checkpoint_dir ? " and rank 0 writes a checkpoint there" :
+					       " (no --checkpoint-dir: nothing is kept)");
+				else
+					printf("# %s: the run ends at step %lld, before the step every rank could stop "
+					       "after (%lld)\n", cnn_stop_name(R->stop.why), R->a.sched.total_steps,
+					       R->stop.at);
+				fflush(stdout);
+				said_stop = 1;
 			}
 			double t0 = now_s();
 			long long first = b * R->a.batch;
@@ -627,11 +656,24 @@ int main(int argc, char **argv)
 				break;
 		}
 	}
-	if (stop && R->a.eval)
+	/* a signal now ends the process at once */
+	atomic_store(&R->stop.training, 0);
+	if (stop == 1 && R->a.eval)
 		evaluate(R);
-	if (stop && R->a.checkpoint_dir && !R->a.checkpoint_every) {
-		/* --max-steps ended mid-epoch: keep the place */
+	if ((stop == 1 && R->a.checkpoint_dir && !R->a.checkpoint_every) || (stop == 2 && R->a.checkpoint_dir)) {
+		/* --max-steps ended mid-epoch, or a signal: keep the place */
 		save_ckpt(R, cur_epoch, cur_b);
+	}
+	if (stop == 2 && R->r.rank == 0) {
+		if (R->a.checkpoint_dir)
+			printf("# stopped on %s after step %lld (epoch %d, step %lld of it): %s/%s holds it; "
+			       "--resume, or the job requeued, continues from there\n", cnn_stop_name(R->stop.why),
+			       R->steps, cur_epoch + 1, cur_b, R->a.checkpoint_dir, CNN_CKPT_NAME);
+		else
+			printf("# stopped on %s after step %lld (epoch %d, step %lld of it); no "
+			       "--checkpoint-dir: nothing kept\n", cnn_stop_name(R->stop.why), R->steps,
+			       cur_epoch + 1, cur_b);
+		fflush(stdout);
 	}
 	/* a profiling range the run never reached captured nothing, or ran on
 	 * to the end of the run (its evaluation too): said, since ncu's empty
@@ -659,5 +701,7 @@ int main(int argc, char **argv)
 	free(R->ybuf);
 	free(R->eval_idx);
 	free((char *)R->a.data_dir);
+	if (stop == 2)
+		cnn_stop_raise(&R->stop);   /* as the signal would have, now that all is kept */
 	return 0;
 }

@@ -12,6 +12,7 @@
 #include "gpu.h"
 #include "model.h"
 #include "optim.h"
+#include "stop.h"
 
 struct run {
 	struct cnn_args a;
@@ -37,6 +38,7 @@ struct run {
 	long long timed_images, steps;
 	double test_acc, test_loss;
 	int evaluated;
+	struct cnn_stop stop;   /* a signal's stop, agreed by every rank */
 };
 
 /* Errors go to stderr with host and rank, the way Slurm users grep them;
