@@ -508,6 +508,8 @@ int main(int argc, char **argv)
 	}
 	setup(R, argc, argv);
 	R->stop.every = R->a.stop_every ? R->a.stop_every : cnn_stop_every(R->a.batch, R->g != NULL);
+	R->stop.grace_s = R->a.timeout_s;
+	snprintf(R->stop.who, sizeof(R->stop.who), "%s rank %d", R->host, R->r.rank);
 
 	if (R->a.checkpoint_dir && (R->a.resume || R->r.restart_count > 0)) {
 		struct cnn_ckpt_pos pos;

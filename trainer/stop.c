@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "stop.h"
 
@@ -42,21 +43,41 @@ static __attribute__((noreturn)) void die_by(int sig)
 	_exit(128 + sig);   /* (not reached: the default action ends the process) */
 }
 
+static double mono(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
 static void *waiter(void *arg)
 {
 	struct cnn_stop *s = arg;
 	sigset_t set;
+	int sig;
 	cnn_stop_signals(&set);
+	while (sigwait(&set, &sig) != 0)
+		;
+	int none = 0;
+	/* the first one while training asks the loop to stop; any other
+	 * ends the process at once, as if nothing handled it */
+	if (!atomic_load(&s->training) || !atomic_compare_exchange_strong(&s->sig, &none, sig))
+		die_by(sig);
+	/* a second one, or the grace running out, ends it */
+	double end = mono() + (s->grace_s > 0 ? s->grace_s : 60);
 	for (;;) {
-		int sig;
-		if (sigwait(&set, &sig) != 0)
-			continue;
-		int none = 0;
-		/* the first one while training asks the loop to stop; any
-		 * other ends the process at once, as if nothing handled it */
-		if (!atomic_load(&s->training) || !atomic_compare_exchange_strong(&s->sig, &none, sig))
-			die_by(sig);
+		double left = end - mono();
+		if (left <= 0)
+			break;
+		struct timespec ts = { (time_t)left, (long)((left - (double)(time_t)left) * 1e9) };
+		int again = sigtimedwait(&set, NULL, &ts);
+		if (again > 0)
+			die_by(again);
 	}
+	fprintf(stderr, "cnn_train: %s: %s: not stopped %d s after it (the step the ranks agree on never "
+		"came: a rank hangs, or a collective does): ending now\n", s->who[0] ? s->who : "?",
+		cnn_stop_name(sig), s->grace_s > 0 ? s->grace_s : 60);
+	die_by(sig);
 	return NULL;
 }
 
@@ -65,6 +86,7 @@ int cnn_stop_init(struct cnn_stop *s, char *err, size_t errlen)
 	sigset_t set;
 	memset(s, 0, sizeof(*s));
 	s->every = 8;
+	s->grace_s = 60;
 	s->at = -1;
 	cnn_stop_signals(&set);
 	int e = pthread_sigmask(SIG_BLOCK, &set, NULL);

@@ -31,6 +31,8 @@ struct cnn_stop {
 	long long at;          /* stop after this many steps; -1 until agreed */
 	int asked;             /* a rank other than 0: its request is in the store */
 	int why;               /* the signal that decided it (rank 0: -1 another rank's) */
+	int grace_s;           /* after a signal taken, the most the stop may take (default 60) */
+	char who[96];          /* "host rank N", for the thread's one message */
 	pthread_t thread;
 	int thread_on;
 };
@@ -41,7 +43,9 @@ void cnn_stop_signals(sigset_t *set);
 /* Blocks the stop signals in the calling thread (threads created after it
  * inherit the mask: none of them sees EINTR) and starts the thread that
  * waits for them.  First thing in main, before any other thread.  A
- * signal while s->training is 0, or a second one, ends the process by it. */
+ * signal while s->training is 0, or a second one, ends the process by it;
+ * so does the first one grace_s after it (a rank hung in a collective, or
+ * a stop that never comes, must not outlive the signal for long). */
 int cnn_stop_init(struct cnn_stop *s, char *err, size_t errlen);
 
 /* The poll period for a run (s->every, before the first poll; 8 until

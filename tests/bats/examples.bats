@@ -136,7 +136,7 @@ submit() {
 	local ck="$BATS_TEST_TMPDIR/ck" i job
 	run env CKPT_DIR="$ck" "$CLUSTER" run sbatch --parsable -D "$REPO" -o "$OUT" \
 		"$EX/cnn_train-requeue.sbatch" --train-limit 8192 --test-limit 512 --batch-size 16 \
-		--checkpoint-every 10 --log-every 10
+		--checkpoint-every 10 --log-every 10 --stop-every 8
 	assert_success
 	job=$output
 	for ((i = 0; i < 600; i++)); do
@@ -168,6 +168,14 @@ submit() {
 	crun scontrol show job "$job" | grep -E 'Restarts=1'
 	grep -E "^# run 1 of job $job, checkpoints in $ck$" "$OUT"
 	grep -E "^# run 2 of job $job, checkpoints in $ck$" "$OUT"
-	grep -E "^# resumed from $ck/checkpoint.bin: epoch [12], step [0-9]+ of it, [1-9][0-9]* steps done \(Slurm requeue\)$" "$OUT"
+	# the requeue's SIGTERM (SIGKILL KillWait seconds later) stopped every
+	# rank after one step, and rank 0 kept it: the second run starts there,
+	# not at the last --checkpoint-every multiple
+	local n
+	n=$(sed -n 's/^# SIGTERM: every rank stops after step \([0-9]*\) and rank 0 writes a checkpoint there$/\1/p' "$OUT")
+	[ -n "$n" ] && [ $((n % 8)) -eq 0 ]
+	grep -E "^# stopped on SIGTERM after step $n \(epoch 1, step $n of it\): $ck/checkpoint.bin holds it" "$OUT"
+	grep -E "^srun: error: node[12]: tasks [0-9-]+: Terminated$" "$OUT"
+	grep -E "^# resumed from $ck/checkpoint.bin: epoch 1, step $n of it, $n steps done \(Slurm requeue\)$" "$OUT"
 	grep -E "^done: [0-9]+ steps, .*\(4 ranks\), test accuracy" "$OUT"
 }

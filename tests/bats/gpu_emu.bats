@@ -1151,6 +1151,51 @@ kill_rank1() {
 	grep -E '^cnn_train: [^ ]+ rank 0: rank 1 \([^)]+\) died; training step: a peer.s connection to the rendezvous closed; the communicator aborted$' <<<"$stderr"
 }
 
+# A stop signal on the GPU path: the host's step loop polls the store as on
+# CPUs (the steps it enqueued; at most two ahead of the GPU's), and the
+# checkpoint it keeps after the agreed step resumes bit-identically on
+# cuemu.  SIGUSR1 as `srun --signal=USR1@120` sends it before the time
+# limit; rank 1, stopped by another's signal, ends as by SIGTERM.
+@test "SIGUSR1 on rank 0 over NCCL: both ranks stop after the same step, and the checkpoint resumes bit-identically (cuemu)" {
+	local d="$BATS_TEST_TMPDIR" port n p0 p1 rc0=0 rc1=0
+	# 40 steps an epoch per rank
+	local opts=(--train-limit 640 --test-limit 16 --batch-size 8 --epochs 1 --progress lines --log-every 1
+		--device cuda --precision fp32 --conv1 direct --conv-layout nchw --backward-streams 1 --stop-every 4
+		--timeout 30)
+	port=$(free_port)
+	MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=1 LOCAL_RANK=0 DDP_BACKEND=nccl NCCL_SOCKET_IFNAME=lo \
+		"$CNN" "${opts[@]}" --checkpoint-dir "$d/ck" >"$d/r1.log" 2>&1 3>&- &
+	p1=$!
+	MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=0 LOCAL_RANK=0 DDP_BACKEND=nccl NCCL_SOCKET_IFNAME=lo \
+		"$CNN" "${opts[@]}" --checkpoint-dir "$d/ck" >"$d/r0.log" 2>&1 3>&- &
+	p0=$!
+	(sleep 120; kill -9 "$p0" "$p1") >/dev/null 2>&1 3>&- &
+	local dog=$!
+	for ((n = 0; n < 1200; n++)); do
+		grep -q '^epoch 1/1 step 6/' "$d/r0.log" && break
+		sleep 0.1
+	done
+	kill -USR1 "$p0"
+	wait "$p0" || rc0=$?
+	wait "$p1" || rc1=$?
+	kill "$dog" 2>/dev/null || true
+	grep -v '^# GPU' "$d/r0.log"
+	cat "$d/r1.log"
+	[ "$rc0" -eq 138 ]
+	[ "$rc1" -eq 143 ]
+	n=$(sed -n 's/^# SIGUSR1: every rank stops after step \([0-9]*\) and rank 0 writes a checkpoint there$/\1/p' "$d/r0.log")
+	[ "$n" -ge 8 ] && [ "$n" -lt 40 ] && [ $((n % 4)) -eq 0 ]
+	grep -qxF "# stopped on SIGUSR1 after step $n (epoch 1, step $n of it): $d/ck/checkpoint.bin holds it; --resume, or the job requeued, continues from there" "$d/r0.log"
+	grep -qE '^params: identical on all 2 ranks' "$d/r0.log"
+
+	ranks2 nccl "$d/resumed" "${opts[@]}" --checkpoint-dir "$d/ck" --resume --dump-params "$d/resumed.bin"
+	assert_success
+	assert_line "# resumed from $d/ck/checkpoint.bin: epoch 1, step $n of it, $n steps done"
+	ranks2 nccl "$d/straight" "${opts[@]}" --dump-params "$d/straight.bin"
+	assert_success
+	cmp "$d/resumed.bin" "$d/straight.bin"
+}
+
 # Rank 0 makes NCCL's unique id and hands it to the others through the
 # store.  When it cannot (an NCCL_COMM_ID NCCL cannot parse, on rank 0
 # alone), it says why under comm/failed, and rank 1 stops waiting for the

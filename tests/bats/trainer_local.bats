@@ -224,6 +224,93 @@ gloo_pair() {
 	cmp "$BATS_TEST_TMPDIR/resumed.bin" "$BATS_TEST_TMPDIR/straight.bin"
 }
 
+# bg2 OUT ARGS...: ranks 0 and 1 of a world of two over loopback, in the
+# background, each its own process (not under timeout(1): a signal must
+# reach cnn_train itself); their pids in P0 and P1, output in OUT.r0/.r1.
+# A watchdog kills both after 90 s.
+bg2() {
+	local out=$1 port
+	shift
+	port=$(free_port)
+	MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=1 GLOO_SOCKET_IFNAME=lo \
+		"$CNN" "$@" >"$out.r1" 2>&1 3>&- &
+	P1=$!
+	MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=0 GLOO_SOCKET_IFNAME=lo \
+		"$CNN" "$@" >"$out.r0" 2>&1 3>&- &
+	P0=$!
+	(sleep 90; kill -9 "$P0" "$P1") >/dev/null 2>&1 3>&- &
+	DOG=$!
+}
+
+# wait2: both ranks' exit statuses in RC0 and RC1, the watchdog ended
+wait2() {
+	RC0=0 RC1=0
+	wait "$P0" || RC0=$?
+	wait "$P1" || RC1=$?
+	kill "$DOG" 2>/dev/null || true
+}
+
+# A signal Slurm sends every task (scancel, preemption, a requeue, the
+# time limit; SIGKILL after KillWait) reaches rank 1 alone here, the
+# harder case: rank 0 learns it from the store at its next poll, every
+# rank stops after the step rank 0 then names, rank 0 writes the
+# checkpoint there, and each rank dies by the signal (128+15).  Resumed,
+# the run ends bit-identical to an uninterrupted one.
+@test "SIGTERM on one rank: every rank stops after the same step, rank 0 keeps a checkpoint there, a resume is bit-identical" {
+	local d="$BATS_TEST_TMPDIR" n
+	# 100 steps an epoch per rank
+	local opts=(--no-dropout --train-limit 3200 --batch-size 16 --epochs 2 --progress lines --log-every 1
+		--stop-every 8)
+	bg2 "$d/stop" "${opts[@]}" --checkpoint-dir "$d/ck"
+	for ((n = 0; n < 600; n++)); do
+		grep -q '^epoch 1/2 step 20/' "$d/stop.r0" && break
+		sleep 0.1
+	done
+	kill -TERM "$P1"
+	wait2
+	cat "$d/stop.r0" "$d/stop.r1"
+	[ "$RC0" -eq 143 ]
+	[ "$RC1" -eq 143 ]
+	n=$(sed -n 's/^# a signal on another rank: every rank stops after step \([0-9]*\) and rank 0 writes a checkpoint there$/\1/p' "$d/stop.r0")
+	echo "stopped after step $n"
+	[ "$n" -ge 24 ] && [ "$n" -le 100 ] && [ $((n % 8)) -eq 0 ]
+	grep -qxF "# stopped on a signal on another rank after step $n (epoch 1, step $n of it): $d/ck/checkpoint.bin holds it; --resume, or the job requeued, continues from there" "$d/stop.r0"
+	grep -qE '^params: identical on all 2 ranks' "$d/stop.r0"
+	grep -qE "^done: $n steps, .*test accuracy not evaluated" "$d/stop.r0"
+	# the last step either rank printed is the agreed one
+	[ "$(grep -E '^epoch ' "$d/stop.r0" | tail -1 | cut -d' ' -f4)" = "$n/100" ]
+
+	bg2 "$d/resumed" "${opts[@]}" --checkpoint-dir "$d/ck" --resume --dump-params "$d/resumed.bin"
+	wait2
+	cat "$d/resumed.r0"
+	[ "$RC0" -eq 0 ] && [ "$RC1" -eq 0 ]
+	grep -qxF "# resumed from $d/ck/checkpoint.bin: epoch 1, step $n of it, $n steps done" "$d/resumed.r0"
+	bg2 "$d/straight" "${opts[@]}" --dump-params "$d/straight.bin"
+	wait2
+	[ "$RC0" -eq 0 ] && [ "$RC1" -eq 0 ]
+	cmp "$d/resumed.bin" "$d/straight.bin"
+}
+
+# Ctrl-C through srun is SIGINT: rank 0 gets it, no --checkpoint-dir; rank
+# 1, stopped by another's signal, ends as by SIGTERM.
+@test "SIGINT on rank 0 without --checkpoint-dir: both stop after the same step, saying nothing was kept" {
+	local d="$BATS_TEST_TMPDIR" n
+	bg2 "$d/int" --train-limit 2000 --batch-size 16 --epochs 1 --progress lines --log-every 1 --stop-every 8
+	for ((n = 0; n < 600; n++)); do
+		grep -q '^epoch 1/1 step 10/' "$d/int.r0" && break
+		sleep 0.1
+	done
+	kill -INT "$P0"
+	wait2
+	cat "$d/int.r0" "$d/int.r1"
+	[ "$RC0" -eq 130 ]
+	[ "$RC1" -eq 143 ]
+	grep -qE '^# SIGINT: every rank stops after step [0-9]+ \(no --checkpoint-dir: nothing is kept\)$' "$d/int.r0"
+	grep -qE '^# stopped on SIGINT after step [0-9]+ \(epoch 1, step [0-9]+ of it\); no --checkpoint-dir: nothing kept$' "$d/int.r0"
+	grep -qE '^params: identical on all 2 ranks' "$d/int.r0"
+}
+
+
 # Resumed with another batch size (or world size: the same arithmetic,
 # test_cnn_io): the same place in the epoch's order, in this run's steps,
 # said; the rest of the run counted in them.

@@ -206,7 +206,7 @@ ReturnToService=2
 SlurmctldTimeout=30
 SlurmdTimeout=30
 InactiveLimit=0
-KillWait=2
+KillWait=10
 MinJobAge=30
 SchedulerParameters=bf_interval=1
 CONF

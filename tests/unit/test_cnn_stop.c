@@ -172,6 +172,30 @@ static void test_signals(void)
 	if (!WIFSIGNALED(status))
 		printf("#   the child exited %d\n", WEXITSTATUS(status));
 
+	/* a stop that never comes (a rank hung in a collective) */
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	p = fork();
+	if (p == 0) {
+		struct cnn_stop st;
+		char err[256];
+		alarm(20);
+		if (cnn_stop_init(&st, err, sizeof(err)) < 0)
+			_exit(2);
+		st.grace_s = 1;
+		snprintf(st.who, sizeof(st.who), "test rank 0");
+		atomic_store(&st.training, 1);
+		kill(getpid(), SIGTERM);
+		sleep(10);
+		_exit(4);
+	}
+	waitpid(p, &status, 0);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double secs = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+	printf("#   ended after %.2f s\n", secs);
+	test_cond("a signal taken but no stop within the grace: the process ends by it then",
+		  WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM && secs >= 0.9 && secs < 8);
+
 	p = fork();
 	if (p == 0) {
 		struct cnn_stop st;
