@@ -232,6 +232,15 @@ static void failed_main(struct fjob *j)
 	}
 	snprintf(j->why, sizeof(j->why), "NCCL all-reduce: not done after 60 s");
 	cnn_comm_explain_failure(c, j->why, sizeof(j->why));
+	/* the other survivor must not leave before this one explained: it
+	 * would be named too */
+	int64_t v = 0;
+	ddpenv_store_add(c->store, "explained", 1, &v, err, sizeof(err));
+	for (int t = 0; t < 100 && v < 2; t++) {
+		usleep(20000);
+		if (ddpenv_store_add(c->store, "explained", 0, &v, err, sizeof(err)) < 0)
+			break;
+	}
 	cnn_comm_close(c);
 }
 
