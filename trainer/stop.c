@@ -14,11 +14,14 @@
 
 void cnn_stop_signals(sigset_t *set)
 {
+	const int sigs[] = { SIGTERM, SIGINT, SIGUSR1, SIGUSR2 };
 	sigemptyset(set);
-	sigaddset(set, SIGTERM);
-	sigaddset(set, SIGINT);
-	sigaddset(set, SIGUSR1);
-	sigaddset(set, SIGUSR2);
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
+		struct sigaction old;
+		if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN)
+			continue;
+		sigaddset(set, sigs[i]);
+	}
 }
 
 const char *cnn_stop_name(int sig)
@@ -53,9 +56,8 @@ static double mono(void)
 static void *waiter(void *arg)
 {
 	struct cnn_stop *s = arg;
-	sigset_t set;
+	sigset_t set = s->set;
 	int sig;
-	cnn_stop_signals(&set);
 	while (sigwait(&set, &sig) != 0)
 		;
 	int none = 0;
@@ -83,12 +85,12 @@ static void *waiter(void *arg)
 
 int cnn_stop_init(struct cnn_stop *s, char *err, size_t errlen)
 {
-	sigset_t set;
 	memset(s, 0, sizeof(*s));
 	s->every = 8;
 	s->grace_s = 60;
 	s->at = -1;
-	cnn_stop_signals(&set);
+	cnn_stop_signals(&s->set);
+	sigset_t set = s->set;
 	int e = pthread_sigmask(SIG_BLOCK, &set, NULL);
 	if (e == 0)
 		e = pthread_create(&s->thread, NULL, waiter, s);

@@ -33,11 +33,14 @@ struct cnn_stop {
 	int why;               /* the signal that decided it (rank 0: -1 another rank's) */
 	int grace_s;           /* after a signal taken, the most the stop may take (default 60) */
 	char who[96];          /* "host rank N", for the thread's one message */
+	sigset_t set;          /* the signals taken (those not ignored on entry) */
 	pthread_t thread;
 	int thread_on;
 };
 
-/* The signals asked for: SIGTERM, SIGINT, SIGUSR1 and SIGUSR2. */
+/* The signals asked for: SIGTERM, SIGINT, SIGUSR1 and SIGUSR2, less any
+ * ignored on entry (nohup's, a shell's background job's SIGINT): as a
+ * well-behaved program, it keeps ignoring those. */
 void cnn_stop_signals(sigset_t *set);
 
 /* Blocks the stop signals in the calling thread (threads created after it

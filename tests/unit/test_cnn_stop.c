@@ -211,6 +211,24 @@ static void test_signals(void)
 	test_cond("a signal outside training ends the process by it at once",
 		  WIFSIGNALED(status) && WTERMSIG(status) == SIGINT);
 
+	/* ignored on entry (a shell's background job's SIGINT): still ignored */
+	p = fork();
+	if (p == 0) {
+		struct cnn_stop st;
+		char err[256];
+		alarm(20);
+		signal(SIGINT, SIG_IGN);
+		if (cnn_stop_init(&st, err, sizeof(err)) < 0)
+			_exit(2);
+		atomic_store(&st.training, 1);
+		kill(getpid(), SIGINT);
+		usleep(300000);
+		_exit(atomic_load(&st.sig) == 0 ? 0 : 5);
+	}
+	waitpid(p, &status, 0);
+	test_cond("a signal ignored on entry stays ignored (the run goes on)",
+		  WIFEXITED(status) && WEXITSTATUS(status) == 0);
+
 	p = fork();
 	if (p == 0) {
 		struct cnn_stop st;
