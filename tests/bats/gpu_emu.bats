@@ -1070,25 +1070,37 @@ kill_rank1() {
 	[ "$last" -le 14 ]
 }
 
-# A rank that stops on an error of its own (a kernel that faults on rank 1
-# alone) leaves the store before it exits: the survivor's all-reduce fails
-# on the closed connection, and it names the rank as one that left (its
-# own output says why), not as dead, nor as "no rank has left".
-@test "a rank that stops on its own error: the NCCL survivor names it as one that left (cuemu)" {
-	local d="$BATS_TEST_TMPDIR" port
+# fault_rank1 D [VAR=VALUE...]: ranks 0 and 1 over NCCL, a kernel that
+# faults on rank 1 alone (it stops on its own error, leaving the store
+# first); rank 0 runs under `run` with the variables given, its time in
+# SECS; rank 1's output in D/r1.log, its exit status in RC1.
+fault_rank1() {
+	local d=$1 port t0 pid
+	shift
 	local opts=("${SMALL[@]}" --max-steps 4 --device cuda --precision fp32 --conv1 direct --conv-layout nchw
-		--backward-streams 1 --timeout 20)
+		--backward-streams 1 --timeout 30)
 	port=$(free_port)
 	CUEMU_FAULT_KERNELS=sgd_kernel MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=1 LOCAL_RANK=0 \
 		DDP_BACKEND=nccl NCCL_SOCKET_IFNAME=lo timeout 120 "$CNN" "${opts[@]}" >"$d/r1.log" 2>&1 3>&- &
-	local pid=$!
-	MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=0 LOCAL_RANK=0 DDP_BACKEND=nccl \
-		NCCL_SOCKET_IFNAME=lo run --separate-stderr timeout 120 "$CNN" "${opts[@]}"
-	! wait "$pid" || false
+	pid=$!
+	t0=$SECONDS
+	run --separate-stderr env "$@" MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" WORLD_SIZE=2 RANK=0 LOCAL_RANK=0 \
+		DDP_BACKEND=nccl NCCL_SOCKET_IFNAME=lo timeout 120 "$CNN" "${opts[@]}"
+	SECS=$((SECONDS - t0)) RC1=0
+	wait "$pid" || RC1=$?
 	cat "$d/r1.log"
 	echo "$stderr"
+	echo "rank 0 took $SECS s; rank 1 exited $RC1"
+	[ "$RC1" -eq 1 ]
 	[ "$status" -eq 1 ]
 	grep -E '^cnn_train: [^ ]+ rank 1: step 0: .*cudaErrorIllegalAddress' "$d/r1.log"
+}
+
+# The rank that stopped: the survivor's all-reduce fails on the closed
+# connection, and it names the rank as one that left (its own output says
+# why), not as dead, nor as "no rank has left".
+@test "a rank that stops on its own error: the NCCL survivor names it as one that left (cuemu)" {
+	fault_rank1 "$BATS_TEST_TMPDIR"
 	grep -E '^cnn_train: [^ ]+ rank 0: rank 1 \([^)]+\) stopped on its own error \(its output says which\) and left; .*remote process exited or there was a network error' <<<"$stderr"
 	! grep -E 'died;|no rank has left' <<<"$stderr" || false
 }
@@ -1097,27 +1109,11 @@ kill_rank1() {
 # peer's shared memory, and a rank that stopped on its own error left the
 # store cleanly, so the store lists no dead rank): the failed rank marks
 # the store before it leaves, and the survivor's wait, asking the store
-# every half second, aborts NCCL then instead of waiting for --timeout.
+# every half second, aborts NCCL then instead of waiting for --timeout
+# (30 s: it took 31 before the mark).
 @test "a rank that stops on its own error where NCCL cannot see it: the survivor stops within seconds, naming it (cuemu)" {
-	local d="$BATS_TEST_TMPDIR" port t0
-	local opts=("${SMALL[@]}" --max-steps 4 --device cuda --precision fp32 --conv1 direct --conv-layout nchw
-		--backward-streams 1 --timeout 30)
-	port=$(free_port)
-	CUEMU_FAULT_KERNELS=sgd_kernel MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=1 LOCAL_RANK=0 \
-		DDP_BACKEND=nccl NCCL_SOCKET_IFNAME=lo timeout 120 "$CNN" "${opts[@]}" >"$d/r1.log" 2>&1 3>&- &
-	local pid=$!
-	t0=$SECONDS
-	CUEMU_NCCL_SILENT=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=0 LOCAL_RANK=0 DDP_BACKEND=nccl \
-		NCCL_SOCKET_IFNAME=lo run --separate-stderr timeout 120 "$CNN" "${opts[@]}"
-	local secs=$((SECONDS - t0)) rc1=0
-	wait "$pid" || rc1=$?
-	cat "$d/r1.log"
-	echo "$stderr"
-	echo "rank 0 took $secs s; rank 1 exited $rc1"
-	[ "$rc1" -eq 1 ]
-	[ "$status" -eq 1 ]
-	[ "$secs" -le 15 ]
-	grep -E '^cnn_train: [^ ]+ rank 1: step 0: .*cudaErrorIllegalAddress' "$d/r1.log"
+	fault_rank1 "$BATS_TEST_TMPDIR" CUEMU_NCCL_SILENT=1
+	[ "$SECS" -le 15 ]
 	[[ $stderr == *"silent (CUEMU_NCCL_SILENT): its stream held until ncclCommAbort"* ]]
 	grep -E '^cnn_train: [^ ]+ rank 0: rank 1 \([^)]+\) stopped on its own error \(its output says which\) and left; training step: a peer stopped on an error of its own \(it left the rendezvous\); the communicator aborted$' <<<"$stderr"
 	! grep -E 'died;|no rank has left|not done after' <<<"$stderr" || false
@@ -1171,10 +1167,7 @@ kill_rank1() {
 	p0=$!
 	(sleep 120; kill -9 "$p0" "$p1") >/dev/null 2>&1 3>&- &
 	local dog=$!
-	for ((n = 0; n < 1200; n++)); do
-		grep -q '^epoch 1/1 step 6/' "$d/r0.log" && break
-		sleep 0.1
-	done
+	wait_line "$d/r0.log" '^epoch 1/1 step 6/' 120
 	kill -USR1 "$p0"
 	wait "$p0" || rc0=$?
 	wait "$p1" || rc1=$?

@@ -18,6 +18,18 @@ node_ip6() { echo "$(cluster_net NET6)::$((10 + $1))"; }
 # a TCP port free on loopback now (for the tests that run without Slurm)
 free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
+# wait_line FILE REGEX [SECONDS]: until a line of FILE matches (a process
+# writing it got that far), at most SECONDS (60); fails after that.
+wait_line() {
+	local i
+	for ((i = 0; i < ${3:-60} * 10; i++)); do
+		grep -qE "$2" "$1" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	echo "no line of $1 matched '$2' after ${3:-60} s"
+	return 1
+}
+
 cluster_start() { "$CLUSTER" start "$1" >&3 2>&1; }
 cluster_stop() { "$CLUSTER" stop >/dev/null 2>&1 || true; }
 

@@ -262,10 +262,7 @@ wait2() {
 	local opts=(--no-dropout --train-limit 3200 --batch-size 16 --epochs 2 --progress lines --log-every 1
 		--stop-every 8)
 	bg2 "$d/stop" "${opts[@]}" --checkpoint-dir "$d/ck"
-	for ((n = 0; n < 600; n++)); do
-		grep -q '^epoch 1/2 step 20/' "$d/stop.r0" && break
-		sleep 0.1
-	done
+	wait_line "$d/stop.r0" '^epoch 1/2 step 20/'
 	kill -TERM "$P1"
 	wait2
 	cat "$d/stop.r0" "$d/stop.r1"
@@ -296,12 +293,9 @@ wait2() {
 # background job with SIGINT ignored, and cnn_train keeps it ignored;
 # test_cnn_stop sends it.)
 @test "SIGUSR2 on rank 0 without --checkpoint-dir: both stop after the same step, saying nothing was kept" {
-	local d="$BATS_TEST_TMPDIR" n
+	local d="$BATS_TEST_TMPDIR"
 	bg2 "$d/int" --train-limit 2000 --batch-size 16 --epochs 1 --progress lines --log-every 1 --stop-every 8
-	for ((n = 0; n < 600; n++)); do
-		grep -q '^epoch 1/1 step 10/' "$d/int.r0" && break
-		sleep 0.1
-	done
+	wait_line "$d/int.r0" '^epoch 1/1 step 10/'
 	kill -USR2 "$P0"
 	wait2
 	cat "$d/int.r0" "$d/int.r1"

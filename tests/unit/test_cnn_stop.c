@@ -143,108 +143,78 @@ static void test_world1(void)
 					       !strcmp(cnn_stop_name(-1), "a signal on another rank"));
 }
 
-/* A child that starts the signal thread, sets training, and gets signals:
- * the first is taken; the second ends it by that signal.  Outside training
- * the first one does. */
-static void test_signals(void)
+/* In a child: the signal thread started (ignore: that signal ignored
+ * before, as a shell does for a background job's SIGINT), training set or
+ * not, the signal first sent, and after it has been taken: then (0: none)
+ * sent, or cnn_stop_raise (-1).  The child's wait status, and the seconds
+ * it lived in *secs. */
+struct child {
+	int ignore, training, first, then, grace_s;
+};
+
+static int run_child(const struct child *c, double *secs)
 {
+	struct timespec t0, t1;
 	int status = 0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	fflush(stdout);
 	pid_t p = fork();
 	if (p == 0) {
 		struct cnn_stop st;
 		char err[256];
 		alarm(20);
+		if (c->ignore)
+			signal(c->ignore, SIG_IGN);
 		if (cnn_stop_init(&st, err, sizeof(err)) < 0)
 			_exit(2);
-		atomic_store(&st.training, 1);
-		kill(getpid(), SIGUSR1);
-		for (int i = 0; i < 2000 && !atomic_load(&st.sig); i++)
-			usleep(1000);
-		if (atomic_load(&st.sig) != SIGUSR1)
-			_exit(3);
-		kill(getpid(), SIGTERM);
-		sleep(5);
-		_exit(4);
-	}
-	waitpid(p, &status, 0);
-	test_cond("a signal while training is taken; a second one ends the process by it",
-		  WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM);
-	if (!WIFSIGNALED(status))
-		printf("#   the child exited %d\n", WEXITSTATUS(status));
-
-	/* a stop that never comes (a rank hung in a collective) */
-	struct timespec t0, t1;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	p = fork();
-	if (p == 0) {
-		struct cnn_stop st;
-		char err[256];
-		alarm(20);
-		if (cnn_stop_init(&st, err, sizeof(err)) < 0)
-			_exit(2);
-		st.grace_s = 1;
+		if (c->grace_s)
+			st.grace_s = c->grace_s;
 		snprintf(st.who, sizeof(st.who), "test rank 0");
-		atomic_store(&st.training, 1);
-		kill(getpid(), SIGTERM);
-		sleep(10);
-		_exit(4);
+		atomic_store(&st.training, c->training);
+		kill(getpid(), c->first);
+		for (int i = 0; i < 300 && !atomic_load(&st.sig); i++)
+			usleep(1000);
+		if (c->then < 0)
+			cnn_stop_raise(&st);
+		if (c->then > 0)
+			kill(getpid(), c->then);
+		sleep(c->grace_s ? 10 : 1);
+		_exit(atomic_load(&st.sig) == 0 ? 0 : atomic_load(&st.sig) == c->first ? 3 : 4);
 	}
 	waitpid(p, &status, 0);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
-	double secs = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
-	printf("#   ended after %.2f s\n", secs);
+	*secs = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+	if (WIFSIGNALED(status))
+		printf("#   the child ended by signal %d after %.2f s\n", WTERMSIG(status), *secs);
+	else
+		printf("#   the child exited %d after %.2f s\n", WEXITSTATUS(status), *secs);
+	return status;
+}
+
+static int ended_by(int status, int sig)
+{
+	return WIFSIGNALED(status) && WTERMSIG(status) == sig;
+}
+
+static void test_signals(void)
+{
+	double secs;
+	int st;
+	st = run_child(&(struct child){ .training = 1, .first = SIGUSR1 }, &secs);
+	test_cond("a signal while training is taken: the process goes on (the loop stops it)",
+		  WIFEXITED(st) && WEXITSTATUS(st) == 3);
+	st = run_child(&(struct child){ .training = 1, .first = SIGUSR1, .then = SIGTERM }, &secs);
+	test_cond("a second one ends the process by it", ended_by(st, SIGTERM) && secs < 1);
+	/* a stop that never comes (a rank hung in a collective) */
+	st = run_child(&(struct child){ .training = 1, .first = SIGTERM, .grace_s = 1 }, &secs);
 	test_cond("a signal taken but no stop within the grace: the process ends by it then",
-		  WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM && secs >= 0.9 && secs < 8);
-
-	p = fork();
-	if (p == 0) {
-		struct cnn_stop st;
-		char err[256];
-		alarm(20);
-		if (cnn_stop_init(&st, err, sizeof(err)) < 0)
-			_exit(2);
-		kill(getpid(), SIGINT);
-		sleep(5);
-		_exit(4);
-	}
-	waitpid(p, &status, 0);
-	test_cond("a signal outside training ends the process by it at once",
-		  WIFSIGNALED(status) && WTERMSIG(status) == SIGINT);
-
-	/* ignored on entry (a shell's background job's SIGINT): still ignored */
-	p = fork();
-	if (p == 0) {
-		struct cnn_stop st;
-		char err[256];
-		alarm(20);
-		signal(SIGINT, SIG_IGN);
-		if (cnn_stop_init(&st, err, sizeof(err)) < 0)
-			_exit(2);
-		atomic_store(&st.training, 1);
-		kill(getpid(), SIGINT);
-		usleep(300000);
-		_exit(atomic_load(&st.sig) == 0 ? 0 : 5);
-	}
-	waitpid(p, &status, 0);
-	test_cond("a signal ignored on entry stays ignored (the run goes on)",
-		  WIFEXITED(status) && WEXITSTATUS(status) == 0);
-
-	p = fork();
-	if (p == 0) {
-		struct cnn_stop st;
-		char err[256];
-		alarm(20);
-		if (cnn_stop_init(&st, err, sizeof(err)) < 0)
-			_exit(2);
-		atomic_store(&st.training, 1);
-		kill(getpid(), SIGUSR2);
-		for (int i = 0; i < 2000 && !atomic_load(&st.sig); i++)
-			usleep(1000);
-		cnn_stop_raise(&st);
-	}
-	waitpid(p, &status, 0);
-	test_cond("cnn_stop_raise ends the process by the signal that stopped it",
-		  WIFSIGNALED(status) && WTERMSIG(status) == SIGUSR2);
+		  ended_by(st, SIGTERM) && secs >= 0.9 && secs < 8);
+	st = run_child(&(struct child){ .first = SIGINT }, &secs);
+	test_cond("a signal outside training ends the process by it at once", ended_by(st, SIGINT) && secs < 1);
+	st = run_child(&(struct child){ .ignore = SIGINT, .training = 1, .first = SIGINT }, &secs);
+	test_cond("a signal ignored on entry stays ignored (the run goes on)", WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	st = run_child(&(struct child){ .training = 1, .first = SIGUSR2, .then = -1 }, &secs);
+	test_cond("cnn_stop_raise ends the process by the signal that stopped it", ended_by(st, SIGUSR2));
 }
 
 int main(void)
