@@ -101,6 +101,12 @@ static void report_times(struct run *R)
 				gc.streams, ms, c2, gc.nhwc ? "nhwc" : "nchw", lms, pdl);
 		else
 			fprintf(f, "  \"cuda_graph\": null,\n");
+		/* a stop on a signal (stop.h): which one, or null */
+		if (R->stop.at >= 0 && R->steps >= R->stop.at)
+			fprintf(f, "  \"stopped_by\": \"%s\",\n",
+				R->stop.why > 0 ? cnn_stop_name(R->stop.why) : "another rank's signal");
+		else
+			fprintf(f, "  \"stopped_by\": null,\n");
 		fprintf(f, "  \"images_per_sec\": %.1f,\n  \"world_size\": %d,\n  \"batch_size\": %d,\n"
 			"  \"threads\": %d,\n  \"steps\": %lld,\n  \"epochs\": %d,\n"
 			"  \"optimizer\": \"%s\",\n  \"backend\": \"%s\",\n  \"device\": \"%s\",\n"

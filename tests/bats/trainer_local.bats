@@ -57,7 +57,7 @@ CNN="$REPO/build/bin/cnn_train"
 	assert_success
 	assert_line --regexp '^epoch 1/2 step 20/40 loss [0-9.]+ images/s [0-9]+$'
 	assert_line --regexp '^test: loss [0-9.]+ accuracy [0-9.]+% \(1000 images\)$'
-	run /usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert 0 < d["test_accuracy"] <= 1 and d["images_per_sec"] > 0 and d["world_size"] == 1 and len(d["ranks"]) == 1, d' "$BATS_TEST_TMPDIR/s.json"
+	run /usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert 0 < d["test_accuracy"] <= 1 and d["images_per_sec"] > 0 and d["world_size"] == 1 and len(d["ranks"]) == 1 and d["stopped_by"] is None, d' "$BATS_TEST_TMPDIR/s.json"
 	assert_success
 }
 
@@ -261,7 +261,7 @@ wait2() {
 	# 100 steps an epoch per rank
 	local opts=(--no-dropout --train-limit 3200 --batch-size 16 --epochs 2 --progress lines --log-every 1
 		--stop-every 8)
-	bg2 "$d/stop" "${opts[@]}" --checkpoint-dir "$d/ck"
+	bg2 "$d/stop" "${opts[@]}" --checkpoint-dir "$d/ck" --log-json "$d/stop.json"
 	wait_line "$d/stop.r0" '^epoch 1/2 step 20/'
 	kill -TERM "$P1"
 	wait2
@@ -276,6 +276,7 @@ wait2() {
 	grep -qE "^done: $n steps, .*test accuracy not evaluated" "$d/stop.r0"
 	# the last step either rank printed is the agreed one
 	[ "$(grep -E '^epoch ' "$d/stop.r0" | tail -1 | cut -d' ' -f4)" = "$n/100" ]
+	/usr/bin/python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["stopped_by"] == "another rank'"'"'s signal" and d["steps"] == int(sys.argv[2]), d' "$d/stop.json" "$n"
 
 	bg2 "$d/resumed" "${opts[@]}" --checkpoint-dir "$d/ck" --resume --dump-params "$d/resumed.bin"
 	wait2
