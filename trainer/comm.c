@@ -70,8 +70,10 @@ int cnn_comm_open(struct cnn_comm **out, const struct cnn_comm_opts *o, char *er
 	return 0;
 }
 
-/* How many ranks marked themselves failed (cnn_comm_mark_failed). */
+/* How many ranks marked themselves failed (cnn_comm_mark_failed), and
+ * the most marking may wait for the store. */
 #define FAILED_COUNT_KEY "comm/failed/count"
+#define MARK_TIMEOUT_MS 2000
 
 static int peer_lost(struct cnn_comm *c)
 {
@@ -93,9 +95,13 @@ void cnn_comm_mark_failed(struct cnn_comm *c, const char *why)
 	int64_t n;
 	if (!c || !c->store)
 		return;
+	/* a store that stopped answering (rank 0's node gone silent) must
+	 * not hold a failing rank for a rendezvous' bound, twice */
+	int old = ddpenv_store_set_timeout(c->store, MARK_TIMEOUT_MS);
 	/* the reason first: a peer that sees the count may look for it */
-	ddpenv_store_set(c->store, CNN_COMM_FAILED_KEY, why, strlen(why), e, sizeof(e));
-	ddpenv_store_add(c->store, FAILED_COUNT_KEY, 1, &n, e, sizeof(e));
+	if (ddpenv_store_set(c->store, CNN_COMM_FAILED_KEY, why, strlen(why), e, sizeof(e)) == 0)
+		ddpenv_store_add(c->store, FAILED_COUNT_KEY, 1, &n, e, sizeof(e));
+	ddpenv_store_set_timeout(c->store, old);
 }
 
 /* Who is who, for naming a dead peer later. */

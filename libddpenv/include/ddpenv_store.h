@@ -55,6 +55,13 @@ void ddpenv_store_close(struct ddpenv_store *s);
  * keeps answering "who died?" for a moment). */
 void ddpenv_store_close_within(struct ddpenv_store *s, int wait_ms);
 
+/* The bound of later calls that take none of their own (set, add,
+ * barrier, the rank lists, a get's -1) and of sending any request:
+ * timeout_ms > 0 (ddpenv_store_opts' until then).  Returns the previous
+ * one.  For a rank about to leave, which must not wait for a store that
+ * stopped answering as long as a rendezvous may take. */
+int ddpenv_store_set_timeout(struct ddpenv_store *s, int timeout_ms);
+
 int ddpenv_store_set(struct ddpenv_store *s, const char *key,
 		     const void *val, size_t len, char *err, size_t errlen);
 

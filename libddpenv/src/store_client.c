@@ -646,6 +646,14 @@ int ddpenv_store_local_addr(const struct ddpenv_store *s, char *buf, size_t len)
 	return 0;
 }
 
+int ddpenv_store_set_timeout(struct ddpenv_store *s, int timeout_ms)
+{
+	int old = s->timeout_ms;
+	if (timeout_ms > 0)
+		s->timeout_ms = timeout_ms;
+	return old;
+}
+
 int ddpenv_store_rank(const struct ddpenv_store *s)
 {
 	return s->rank;

@@ -7,6 +7,7 @@
  * backend relies on is proven where no GPU is. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -286,6 +287,50 @@ static void test_failed_rank(int failed)
 	munmap(jobs, 3 * sizeof(*jobs));
 }
 
+/* Marking oneself failed must not wait for a store that stopped
+ * answering (rank 0 stopped here: its node gone silent) for the store's
+ * bound (10 s here), but for 2 s, and then not again to leave. */
+static void test_mark_silent_store(void)
+{
+	double *secs = mmap(NULL, sizeof(double), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	int port = test_free_port();
+	pid_t kids[2];
+	*secs = -1;
+	fflush(stdout);
+	for (int r = 0; r < 2; r++) {
+		if ((kids[r] = fork()) == 0) {
+			struct cnn_comm *c;
+			char err[512];
+			struct cnn_comm_opts o = { "store", "127.0.0.1", port, r, 2, NULL, NULL, 10000, &store_ext,
+						   NULL, NULL };
+			alarm(60);
+			if (cnn_comm_open(&c, &o, err, sizeof(err)) < 0 ||
+			    ddpenv_store_barrier(c->store, "up", err, sizeof(err)) < 0)
+				_exit(1);
+			if (r == 0) {
+				usleep(200000);   /* (the store answers rank 1's barrier first) */
+				raise(SIGSTOP);
+				_exit(0);
+			}
+			usleep(600000);
+			struct timespec t0, t1;
+			clock_gettime(CLOCK_MONOTONIC, &t0);
+			cnn_comm_mark_failed(c, "rank 1 (test): step 3: checkpoint: No space left on device");
+			ddpenv_store_close_within(c->store, 0);
+			clock_gettime(CLOCK_MONOTONIC, &t1);
+			*secs = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+			_exit(0);
+		}
+	}
+	waitpid(kids[1], NULL, 0);
+	kill(kids[0], SIGKILL);
+	waitpid(kids[0], NULL, 0);
+	printf("#   marking and leaving took %.2f s\n", *secs);
+	test_cond("a rank marks itself failed and leaves a silent store within 3 s (its bound 10 s)",
+		  *secs >= 1.5 && *secs < 3);
+	munmap(secs, sizeof(double));
+}
+
 static int bad_init(struct cnn_comm *c, const void *id, int timeout_ms, char *err, size_t errlen)
 {
 	snprintf(err, errlen, "NCCL ncclCommInitRankConfig: unhandled system error");
@@ -323,6 +368,7 @@ int main(void)
 	test_world();
 	test_failed_rank(2);
 	test_failed_rank(0);
+	test_mark_silent_store();
 	test_errors();
 	return test_report();
 }
