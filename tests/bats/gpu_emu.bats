@@ -1154,8 +1154,8 @@ fault_rank1() {
 # limit; rank 1, stopped by another's signal, ends as by SIGTERM.
 @test "SIGUSR1 on rank 0 over NCCL: both ranks stop after the same step, and the checkpoint resumes bit-identically (cuemu)" {
 	local d="$BATS_TEST_TMPDIR" port n p0 p1 rc0=0 rc1=0
-	# 40 steps an epoch per rank
-	local opts=(--train-limit 640 --test-limit 16 --batch-size 8 --epochs 1 --progress lines --log-every 1
+	# 30 steps an epoch per rank
+	local opts=(--train-limit 480 --test-limit 16 --batch-size 8 --epochs 1 --progress lines --log-every 1
 		--device cuda --precision fp32 --conv1 direct --conv-layout nchw --backward-streams 1 --stop-every 4
 		--timeout 30)
 	port=$(free_port)
@@ -1177,7 +1177,7 @@ fault_rank1() {
 	[ "$rc0" -eq 138 ]
 	[ "$rc1" -eq 143 ]
 	n=$(sed -n 's/^# SIGUSR1: every rank stops after step \([0-9]*\) and rank 0 writes a checkpoint there$/\1/p' "$d/r0.log")
-	[ "$n" -ge 8 ] && [ "$n" -lt 40 ] && [ $((n % 4)) -eq 0 ]
+	[ "$n" -ge 8 ] && [ "$n" -lt 30 ] && [ $((n % 4)) -eq 0 ]
 	grep -qxF "# stopped on SIGUSR1 after step $n (epoch 1, step $n of it): $d/ck/checkpoint.bin holds it; --resume, or the job requeued, continues from there" "$d/r0.log"
 	grep -qE '^params: identical on all 2 ranks' "$d/r0.log"
 
