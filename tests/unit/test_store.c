@@ -490,9 +490,10 @@ static void test_unwait_server(void)
 }
 
 /* A store that answers a GET only when it is taken back, with the value
- * first: the race of a key set just as the client gave up. */
+ * first: the race of a key set just as the client gave up; after delay_ms
+ * (a store on a loaded node, slow to answer the UNWAIT). */
 struct late_server {
-	int lfd, ok;
+	int lfd, ok, delay_ms;
 };
 
 static void *late_main(void *arg)
@@ -508,6 +509,7 @@ static void *late_main(void *arg)
 	/* HELLO: OK; GET: nothing; UNWAIT: VALUE then OK; SET: OK */
 	if (read_raw(fd, in, sizeof(in)) > 0 && in[0] == 1 && send(fd, out, frame(out, 64, NULL, NULL), 0) > 0 &&
 	    read_raw(fd, in, sizeof(in)) > 0 && in[0] == 3 && read_raw(fd, in, sizeof(in)) > 0 && in[0] == 7) {
+		usleep((useconds_t)ls->delay_ms * 1000);
 		n = frame(out, 65, NULL, "late");
 		n += frame(out + n, 64, NULL, NULL);
 		if (send(fd, out, n, 0) == (ssize_t)n && read_raw(fd, in, sizeof(in)) > 0 && in[0] == 2 &&
@@ -518,9 +520,9 @@ static void *late_main(void *arg)
 	return NULL;
 }
 
-static void test_unwait_client(void)
+static void test_unwait_client(int delay_ms)
 {
-	struct late_server ls = { socket(AF_INET, SOCK_STREAM, 0), 0 };
+	struct late_server ls = { socket(AF_INET, SOCK_STREAM, 0), 0, delay_ms };
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t al = sizeof(a);
 	char err[512] = "";
@@ -537,9 +539,13 @@ static void test_unwait_client(void)
 	size_t l = 0;
 	int joined = ddpenv_store_open(&s1, &o, err, sizeof(err)) == 0;
 	test_cond("rank 1 joins the stand-in", joined);
-	test_cond("a value that came as the wait was taken back is returned",
-		  joined && ddpenv_store_get(s1, "k", 100, &v, &l, err, sizeof(err)) == 0 && l == 4 &&
-			  !memcmp(v, "late", 4));
+	char what[160];
+	snprintf(what, sizeof(what), "a value that came as the wait was taken back is returned (the UNWAIT "
+		 "answered after %d ms, the store's bound 5 s)", delay_ms);
+	test_cond(what, joined && ddpenv_store_get(s1, "k", 100, &v, &l, err, sizeof(err)) == 0 && l == 4 &&
+				!memcmp(v, "late", 4));
+	if (err[0])
+		printf("#   %s\n", err);
 	free(v);
 	test_cond("... and UNWAIT's OK read after it: the next request's answer is its own",
 		  joined && ddpenv_store_set(s1, "k2", "v", 1, err, sizeof(err)) == 0);
@@ -559,6 +565,9 @@ int main(void)
 	test_add_overflow();
 	test_waiting_bound();
 	test_unwait_server();
-	test_unwait_client();
+	test_unwait_client(0);
+	/* 2 s was UNWAIT's own bound: a 64-rank gloo set-up on 2 cores lost
+	 * a rank's connection to it */
+	test_unwait_client(2500);
 	return test_report();
 }
