@@ -158,6 +158,15 @@ struct ck_opts {
 	double max_skew_ms;
 	int probe_ms;                    /* bound on each probe connection */
 	int timeout_s;
+	int min_kill_wait;               /* seconds; KillWait below it warns, 0 never */
+};
+
+/* What the controller says of the time a task has to stop (task 0 asks,
+ * slurm.c): slurm.conf's KillWait. */
+struct ck_slurm {
+	int have;                        /* 1 the controller answered; 0 err says why not */
+	int kill_wait;                   /* seconds from SIGTERM to SIGKILL */
+	char err[640];
 };
 
 enum { CK_GONE_NO, CK_GONE_DIED, CK_GONE_LEFT };
@@ -180,6 +189,7 @@ struct ck_world {
 	char coll_skip[CK_MSG];          /* why they were not */
 	size_t nsizes;
 	size_t sizes[CK_MAX_SIZES];      /* bytes */
+	struct ck_slurm slurm;
 	struct ck_result *res;
 	size_t nres, capres;
 };
@@ -210,6 +220,31 @@ int ck_nvidia_read(const char *dir, char *out, size_t len, char *err, size_t err
 long long ck_user_threads(const char *proc, long uid);
 /* Parse that text back; the count, -1 if it is not such a list. */
 int ck_nvidia_parse(const char *s, struct ddpenv_nvgpu *g, size_t max);
+
+/* ---- the controller's answer (slurm.c) ---------------------------------- */
+
+/* A query of the controller, run by a child process that task 0 forks
+ * before it starts a thread: libslurm's calls can block for its
+ * MessageTimeout and end the process on a configuration they cannot read,
+ * and neither may take ddp-check down with them. */
+struct ck_slurm_query {
+	long pid;                        /* the child, 0 none (s holds why) */
+	int fd;                          /* its stdout and stderr */
+	double started;                  /* ck_mono */
+	char buf[2048];
+	size_t len;
+	struct ck_slurm s;
+};
+/* Start asking for KillWait (job: SLURM_JOB_ID; NULL or "" outside a
+ * Slurm job, which asks nothing). */
+void ck_slurm_ask(struct ck_slurm_query *q, const char *job);
+/* Its answer, waiting for the child until deadline (ck_mono seconds; a
+ * child still running then is killed and named so). */
+void ck_slurm_answer(struct ck_slurm_query *q, double deadline, struct ck_slurm *out);
+/* The child's output: a "kill_wait N" line, or "error TEXT", among
+ * libslurm's own messages, ended with status (a wait status).
+ * Fills out, with err saying what went wrong when no KillWait came. */
+void ck_slurm_parse(const char *text, int status, struct ck_slurm *out);
 
 /* ---- verdicts (eval.c) --------------------------------------------------- */
 

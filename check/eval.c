@@ -58,6 +58,31 @@ static void eval_backend(struct ck_world *w)
 		       lo / 100 % 100, lo % 100);
 }
 
+/* KillWait: the seconds a task has from SIGTERM (scancel, requeue,
+ * preemption, the time limit) to SIGKILL to stop at a step and write its
+ * checkpoint, as cnn_train does. */
+static void eval_slurm(struct ck_world *w)
+{
+	const struct ck_slurm *s = &w->slurm;
+
+	if (!s->have) {
+		ck_add(w, "slurm.kill_wait", CK_SKIP, "KillWait not read: %s", s->err);
+		return;
+	}
+	if (s->kill_wait >= w->opts.min_kill_wait) {
+		ck_add(w, "slurm.kill_wait", CK_OK, "KillWait=%d: a task has %d s from SIGTERM to SIGKILL "
+		       "(scancel, requeue, preemption, time limit) to stop and write its checkpoint",
+		       s->kill_wait, s->kill_wait);
+		return;
+	}
+	ck_add(w, "slurm.kill_wait", CK_WARN, "KillWait=%d: a task has %d s from SIGTERM to SIGKILL "
+	       "(scancel, requeue, preemption, time limit), less than --min-kill-wait %d: a trainer that "
+	       "stops to write its checkpoint (cnn_train, a PyTorch script with a SIGTERM handler) can be "
+	       "killed before it is written; raise KillWait in slurm.conf (Slurm's default is 30); for the "
+	       "time limit, a job can also ask for a signal ahead of it (srun --signal=USR1@120)",
+	       s->kill_wait, s->kill_wait, w->opts.min_kill_wait);
+}
+
 void ck_eval_setup(struct ck_world *w)
 {
 	struct nodes nd;
@@ -71,6 +96,7 @@ void ck_eval_setup(struct ck_world *w)
 	ck_eval_net(w, &nd);
 	ck_eval_bind(w, &nd);
 	eval_backend(w);
+	eval_slurm(w);
 	nodes_free(&nd);
 }
 

@@ -51,7 +51,9 @@ static void usage(FILE *out)
 		"      --min-busbw=GB/s    FAIL when busbw at the largest size is lower\n"
 		"      --max-skew=MS       WARN when a node's clock is off by more (default 100)\n"
 		"      --probe-timeout=MS  bound on each node-to-node probe (default 2000)\n"
+		"      --min-kill-wait=S   WARN when slurm.conf's KillWait is lower (default 10)\n"
 		"      --timeout=S         bound on every wait for another task (default 60)\n"
+		"                          and, up to 20, for the controller\n"
 		"      --backend=nccl|gloo the collective library (default: DDP_BACKEND)\n"
 		"      --json              the report as one JSON object\n"
 		"  -h, --help              this text\n"
@@ -297,10 +299,25 @@ static void local_fail(const struct self *me, const char *check, const char *msg
 	}
 }
 
+/* The longest task 0 waits for the controller's KillWait, from its start
+ * (or --timeout, if shorter): libslurm's own bound is MessageTimeout (10 s
+ * by default), and 60 s of retries for a slurm.conf it cannot read. */
+#define SLURM_WAIT_S 20
+
+/* Ends a query not answered (an early exit): its child killed and reaped. */
+static void slurm_drop(struct ck_slurm_query *q)
+{
+	struct ck_slurm x;
+
+	if (q->pid)
+		ck_slurm_answer(q, 0, &x);
+}
+
 int main(int argc, char **argv)
 {
 	struct ck_opts o = { .min_bytes = 8, .max_bytes = 256u << 20, .step_factor = 2, .iters = 20,
-			     .warmup = 5, .max_skew_ms = 100, .probe_ms = 2000, .timeout_s = 60 };
+			     .warmup = 5, .max_skew_ms = 100, .probe_ms = 2000, .timeout_s = 60,
+			     .min_kill_wait = 10 };
 	const char *backend = NULL;
 	int json = 0;
 	static const struct option lo[] = {
@@ -313,6 +330,7 @@ int main(int argc, char **argv)
 		{ "max-skew", required_argument, NULL, 'S' },
 		{ "probe-timeout", required_argument, NULL, 'P' },
 		{ "timeout", required_argument, NULL, 'T' },
+		{ "min-kill-wait", required_argument, NULL, 'K' },
 		{ "backend", required_argument, NULL, 'k' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
@@ -368,6 +386,14 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			*(ch == 'P' ? &o.probe_ms : &o.timeout_s) = (int)v;
+			break;
+		case 'K':
+			if (parse_int(optarg, 0, 65533, &v) < 0) {
+				fprintf(stderr, "ddp-check: --min-kill-wait '%s': expected 0..65533 seconds\n",
+					optarg);
+				return 2;
+			}
+			o.min_kill_wait = (int)v;
 			break;
 		case 'k':
 			backend = optarg;
@@ -450,6 +476,11 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	me.backend = backend;
+	/* Task 0 asks the controller while the others join: before any thread
+	 * (CUDA's, the store's) exists, since the query forks. */
+	struct ck_slurm_query sq = { 0 };
+	if (me.id == 0)
+		ck_slurm_ask(&sq, getenv("SLURM_JOB_ID"));
 	char err[DDPENV_ERRLEN];
 	const char *ma = getenv("MASTER_ADDR"), *mp = getenv("MASTER_PORT");
 	if (ma && *ma) {
@@ -499,6 +530,7 @@ int main(int argc, char **argv)
 		snprintf(err, sizeof(err), "MASTER_ADDR='%s' MASTER_PORT='%s': the rendezvous needs both "
 			 "(a port 1..65535); run it with srun --ddp", ma ? ma : "", mp ? mp : "");
 		local_fail(&me, "rdzv.join", err, json);
+		slurm_drop(&sq);
 		return 1;
 	}
 
@@ -513,6 +545,7 @@ int main(int argc, char **argv)
 	if (ddpenv_store_open(&s, &so, err, sizeof(err)) < 0) {
 		ck_listen_stop(&lis);
 		local_fail(&me, "rdzv.join", err, json);
+		slurm_drop(&sq);
 		return 1;
 	}
 	me.r.joined_s = ck_task_age();
@@ -524,6 +557,7 @@ int main(int argc, char **argv)
 		ddpenv_store_close_within(s, 1000);
 		ck_listen_stop(&lis);
 		free(rec);
+		slurm_drop(&sq);
 		return 1;
 	}
 
@@ -623,6 +657,9 @@ int main(int argc, char **argv)
 	int go = 0;
 	if (me.id == 0) {
 		int ok;
+		/* the controller has had the whole set-up to answer */
+		ck_slurm_answer(&sq, sq.started + (o.timeout_s < SLURM_WAIT_S ? o.timeout_s : SLURM_WAIT_S),
+				&w.slurm);
 		ck_eval_setup(&w);
 		ok = ck_coll_safe(&w, w.coll_skip, sizeof(w.coll_skip));
 		snprintf(rec, RECLEN, "%d", ok);
@@ -686,6 +723,7 @@ store_failed:
 	ddpenv_store_close_within(s, 1000);
 	rc = 1;
 out:
+	slurm_drop(&sq);
 	if (w.probes)
 		for (int i = 0; i < me.n; i++)
 			ck_probe_free(&w.probes[i]);

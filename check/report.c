@@ -181,7 +181,12 @@ void ck_report_json(const struct ck_world *w, FILE *out)
 	js(out, r0 ? r0->env[CK_MASTER_ADDR] : "");
 	fprintf(out, ", \"master_port\": ");
 	js(out, r0 ? r0->env[CK_MASTER_PORT] : "");
-	fprintf(out, "},\n  \"ranks\": [");
+	fprintf(out, "},\n  \"kill_wait\": ");
+	if (w->slurm.have)
+		fprintf(out, "%d", w->slurm.kill_wait);
+	else
+		fprintf(out, "null");
+	fprintf(out, ",\n  \"ranks\": [");
 	for (int i = 0; i < w->n; i++) {
 		const struct ck_rank *r = &w->ranks[i];
 		fprintf(out, "%s\n    {\"rank\": %d, \"joined\": %s", i ? "," : "", i,

@@ -75,12 +75,31 @@ stop_logind() {
 "
 	for c in rdzv.join env.present env.rank env.world_size env.master env.local_rank env.node_rank \
 		env.head env.nccl net.iface net.kind net.probe net.memlock net.nofile net.shm clock.skew bind.cpus bind.threads bind.nproc bind.locality bind.gpus bind.gres \
-		bind.visible coll.backend coll.allreduce coll.busbw time.first_collective; do
+		bind.visible coll.backend slurm.kill_wait coll.allreduce coll.busbw time.first_collective; do
 		assert_line --regexp "^OK +$c +"
 	done
 	assert_line --regexp "^OK +net.probe +every node reached every other \(6 connections"
 	assert_line --regexp "^OK +coll.allreduce +gloo all-reduce of crafted inputs exact on all 6 tasks"
-	assert_line "ddp-check: 27 checks OK, 0 WARN, 0 FAILED"
+	# the harness's slurm.conf has KillWait=10
+	assert_line --regexp "^OK +slurm.kill_wait +KillWait=10: a task has 10 s from SIGTERM to SIGKILL \(scancel, requeue, preemption, time limit\) to stop and write its checkpoint$"
+	assert_line "ddp-check: 28 checks OK, 0 WARN, 0 FAILED"
+}
+
+@test "slurm.kill_wait: KillWait under --min-kill-wait warns; a slurm.conf libslurm cannot read is a SKIP within --timeout" {
+	run crun srun -N2 --ddp=gloo "$CHECK" "${ARGS[@]}" --min-kill-wait 30
+	echo "$output"
+	assert_success
+	assert_line --regexp "^WARN +slurm.kill_wait +KillWait=10: a task has 10 s from SIGTERM to SIGKILL .*, less than --min-kill-wait 30: a trainer that stops to write its checkpoint .* raise KillWait in slurm.conf \(Slurm's default is 30\)"
+	assert_line "ddp-check: 27 checks OK, 1 WARN, 0 FAILED"
+	# libslurm retries a slurm.conf it cannot stat for 60 s, then calls
+	# fatal(): task 0's child ends at --timeout, ddp-check goes on
+	SECONDS=0
+	run crun srun -N2 --ddp=gloo env SLURM_CONF=/nonexistent/slurm.conf "$CHECK" -e 4K -n 2 -w 1 --timeout 4
+	echo "$output"
+	assert_success
+	[ "$SECONDS" -lt 20 ]
+	assert_line --regexp "^SKIP +slurm.kill_wait +KillWait not read: no answer from the controller within 4 s \(libslurm: error: s_p_parse_file: cannot stat file /nonexistent/slurm.conf: No such file or directory, retrying in 1sec up to 60sec\)$"
+	assert_line "ddp-check: 27 checks OK, 0 WARN, 0 FAILED, 1 skipped"
 }
 
 @test "--json writes the same report as one JSON object" {
@@ -98,11 +117,12 @@ assert r["bandwidth"] and r["bandwidth"][-1]["size"] == 262144, r["bandwidth"]
 b = r["bandwidth"][-1]
 assert abs(b["busbw"] - b["algbw"] * 2 * 2 / 3) < 1e-3, b
 names = [c["name"] for c in r["checks"]]
-assert len(names) == 27 and "net.shm" in names and "bind.threads" in names and "bind.nproc" in names and "env.nccl" in names and "net.memlock" in names and "net.nofile" in names and "net.probe" in names and "bind.gres" in names and "clock.skew" in names, names
+assert len(names) == 28 and "slurm.kill_wait" in names and "net.shm" in names and "bind.threads" in names and "bind.nproc" in names and "env.nccl" in names and "net.memlock" in names and "net.nofile" in names and "net.probe" in names and "bind.gres" in names and "clock.skew" in names, names
 assert all(c["level"] == "OK" for c in r["checks"]), r["checks"]
 # tasks of root: no process limit holds them, and their threads are not counted
 assert all(x["user_threads"] is None for x in r["ranks"]), r["ranks"]
-assert r["summary"] == {"ok": 27, "warn": 0, "fail": 0, "skip": 0} and r["exit_code"] == 0
+assert r["kill_wait"] == 10, r["kill_wait"]
+assert r["summary"] == {"ok": 28, "warn": 0, "fail": 0, "skip": 0} and r["exit_code"] == 0
 print("json ok")' "$output"
 	assert_success
 	assert_output "json ok"
@@ -232,7 +252,7 @@ time.sleep(60)' &
 	echo "$output"
 	assert_success
 	assert_line --regexp "^WARN +bind.cpus +node1: 2 tasks are not bound, each may run on all of CPUs 0-1"
-	assert_line --regexp "^ddp-check: 26 checks OK, 1 WARN, 0 FAILED$"
+	assert_line --regexp "^ddp-check: 27 checks OK, 1 WARN, 0 FAILED$"
 }
 
 @test "GPU binding (fake GPUs, the nodes' topology): bus ids, locality, one task per GPU, strict narrows visibility" {
@@ -378,7 +398,7 @@ fake_nvidia() {
 	echo "$output"
 	assert_success
 	assert_line --regexp "^WARN +net.nofile +the open-files limit \(ulimit -n\) on node2: 100 \(task 2 and others\): gloo connects every rank to every other, 5 sockets a rank at world size 6, which leave little room for the program's own files \(at least 261 wanted\); .*PropagateResourceLimitsExcept=NOFILE"
-	assert_line --regexp "^ddp-check: 26 checks OK, 1 WARN, 0 FAILED$"
+	assert_line --regexp "^ddp-check: 27 checks OK, 1 WARN, 0 FAILED$"
 }
 
 # The process limit holds all of a user's threads on a node (one kernel
@@ -391,7 +411,7 @@ fake_nvidia() {
 	assert_success
 	assert_line --regexp "^WARN +bind.nproc +the process limit \(ulimit -u\) on node2: 60 \(task 2 and others\), [0-9]+ threads? of uid 65534 running there: room for [0-9]+, where its 2 tasks want 130 \(2 for OpenMP, 64 a task for the libraries\); .*PropagateResourceLimitsExcept=NPROC in slurm.conf$"
 	refute_line --regexp "^WARN +bind.nproc +.*node1"
-	assert_line --regexp "^ddp-check: 26 checks OK, 1 WARN, 0 FAILED$"
+	assert_line --regexp "^ddp-check: 27 checks OK, 1 WARN, 0 FAILED$"
 	# 40 OpenMP threads a task on node2: past the limit
 	run crun srun -N2 --ntasks-per-node=2 --ddp=gloo bash -c \
 		"[ \$SLURM_NODEID = 1 ] && ulimit -u 60 && export OMP_NUM_THREADS=40; exec $user"

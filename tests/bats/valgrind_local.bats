@@ -25,11 +25,14 @@ setup() {
 }
 
 # vg LOG CMD...: CMD under memcheck, its report in LOG; exit 97 on an error
-# or a definite leak
+# or a definite leak.  A child forked without exec is left out: ddp-check's
+# task 0 forks one to run libslurm's query of the controller (check/slurm.c),
+# which ends by _exit with libslurm's state still allocated.
 vg() {
 	local log=$1
 	shift
 	valgrind -q --log-file="$log" --leak-check=full --errors-for-leak-kinds=definite \
+		--child-silent-after-fork=yes \
 		--error-exitcode=97 --num-callers=30 --suppressions="$REPO/tests/tools/valgrind.supp" "$@"
 }
 
@@ -82,12 +85,16 @@ check_vg() {
 	check_vg 1 2 "$port" 1 GLOO_SOCKET_IFNAME=lo -- -e 64K --timeout=60 \
 		>"$out/r1.out" 2>&1 &
 	pid=$!
-	run --separate-stderr check_vg 0 2 "$port" 0 GLOO_SOCKET_IFNAME=lo -- -e 64K --timeout=60
+	# task 0's child asks libslurm for KillWait, of a controller that refuses
+	printf 'ClusterName=t\nSlurmctldHost=localhost\nSlurmctldPort=1\n' >"$out/slurm.conf"
+	run --separate-stderr check_vg 0 2 "$port" 0 GLOO_SOCKET_IFNAME=lo SLURM_JOB_ID=12 \
+		SLURM_CONF="$out/slurm.conf" -- -e 64K --timeout=60
 	wait "$pid" || { cat "$out/r1.out" >&2; false; }
 	assert_success
 	assert_line --regexp '^# ddp-check [0-9.]+: backend gloo, world size 2 on 1 node'
 	assert_line --regexp '^OK +coll\.allreduce +gloo all-reduce of crafted inputs exact on all 2 tasks'
-	assert_line --regexp '^ddp-check: [0-9]+ checks OK, [01] WARN, 0 FAILED$'
+	assert_line --regexp '^SKIP +slurm\.kill_wait +KillWait not read: slurm_load_ctl_conf: Unable to contact slurm controller \(connect failure\)$'
+	assert_line --regexp '^ddp-check: [0-9]+ checks OK, [01] WARN, 0 FAILED, 1 skipped$'
 	assert_clean 0 1
 }
 

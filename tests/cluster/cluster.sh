@@ -277,7 +277,10 @@ start_munge() {
 	if [ ! -s "$RUN/munge/munge.key" ]; then
 		dd if=/dev/urandom of="$RUN/munge/munge.key" bs=1024 count=1 status=none
 	fi
-	chmod 700 "$RUN/munge"; chmod 600 "$RUN/munge/munge.key"
+	# a site's /run/munge: any user's process reaches the socket (a task
+	# that asks the controller as its user, e.g. ddp-check's KillWait), the
+	# key is root's alone
+	chmod 755 "$RUN/munge"; chmod 600 "$RUN/munge/munge.key"
 	setsid munged -F --force --socket="$RUN/munge/munge.sock" --key-file="$RUN/munge/munge.key" \
 		--pid-file="$RUN/munge/munged.pid" --log-file="$RUN/log/munged.log" \
 		--seed-file="$RUN/munge/seed" </dev/null >>"$RUN/log/munged.out" 2>&1 &

@@ -1,7 +1,8 @@
 /* ddp-check's task 0 decodes records that other tasks send over the
  * network and judges them: fuzz the decoders, every verdict and both
  * reports.  The input is split on "\x1e" into up to 4 rank records, then
- * a probe record and a collective record for each. */
+ * a probe record and a collective record for each; the whole input is also
+ * the output of task 0's query of the controller (ck_slurm_parse). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +47,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			break;
 		p = q + 1;
 	}
+	/* the whole input as the controller query's output, too */
+	char *text = malloc(size + 1);
+	if (text) {
+		memcpy(text, data, size);
+		text[size] = 0;
+		ck_slurm_parse(text, (int)(size & 0xffff), &w.slurm);
+		free(text);
+	}
+	w.opts.min_kill_wait = (int)(size % 40);
 	ck_eval_setup(&w);
 	ck_coll_safe(&w, w.coll_skip, sizeof(w.coll_skip));
 	ck_eval_coll(&w);

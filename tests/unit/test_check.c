@@ -22,7 +22,9 @@ static struct ck_world *world(int nodes, int per)
 	w->probes = calloc((size_t)n, sizeof(*w->probes));
 	w->colls = calloc((size_t)n, sizeof(*w->colls));
 	w->opts = (struct ck_opts){ .min_bytes = 8, .max_bytes = 1024, .step_factor = 2, .iters = 5,
-				    .warmup = 1, .max_skew_ms = 100, .probe_ms = 2000, .timeout_s = 60 };
+				    .warmup = 1, .max_skew_ms = 100, .probe_ms = 2000, .timeout_s = 60,
+				    .min_kill_wait = 10 };
+	w->slurm = (struct ck_slurm){ .have = 1, .kill_wait = 30 };
 	for (int i = 0; i < n; i++) {
 		w->ranks[i].proto = CK_RECORD_PROTO;
 		snprintf(w->ranks[i].version, sizeof(w->ranks[i].version), "%s", DDPENV_VERSION);
@@ -253,7 +255,7 @@ static void test_healthy(void)
 	char why[256];
 
 	ck_eval_setup(w);
-	test_cond("a healthy step: 24 setup checks, all OK", w->nres == 24 && count_level(w, CK_OK) == 24);
+	test_cond("a healthy step: 25 setup checks, all OK", w->nres == 25 && count_level(w, CK_OK) == 25);
 	for (size_t i = 0; i < w->nres; i++)
 		if (w->res[i].level != CK_OK)
 			printf("#   %s %s: %s\n", LV[w->res[i].level], w->res[i].name, w->res[i].msg);
@@ -282,7 +284,7 @@ static void test_healthy(void)
 	test_err("the header", text, "# ddp-check " DDPENV_VERSION ": backend gloo, world size 6 on 3 nodes, head gpu01 (MASTER_ADDR=10.0.0.1 MASTER_PORT=29512)");
 	test_err("a placement line", text, "\n      5  gpu03      1005  ens17  10.0.0.3  -    2-3   0\n");
 	test_err("a bandwidth row", text, "\n          1024           256   float    sum     1000.00      0.00      0.00\n");
-	test_err("the count line", text, "\nddp-check: 27 checks OK, 0 WARN, 0 FAILED\n");
+	test_err("the count line", text, "\nddp-check: 28 checks OK, 0 WARN, 0 FAILED\n");
 
 	f = tmpfile();
 	snprintf(w->res[0].msg, sizeof(w->res[0].msg), "a \"quoted\"\\ message\t");
@@ -292,7 +294,7 @@ static void test_healthy(void)
 	text[n] = 0;
 	fclose(f);
 	test_err("JSON escapes quotes, backslashes and controls", text, "\"a \\\"quoted\\\"\\\\ message\\u0009\"");
-	test_err("JSON summary", text, "\"summary\": {\"ok\": 27, \"warn\": 0, \"fail\": 0, \"skip\": 0},\n  \"exit_code\": 0");
+	test_err("JSON summary", text, "\"summary\": {\"ok\": 28, \"warn\": 0, \"fail\": 0, \"skip\": 0},\n  \"exit_code\": 0");
 	test_err("JSON bandwidth", text, "{\"size\": 1024, \"count\": 256, \"type\": \"float\", \"redop\": \"sum\", \"time_us\": 1000.000");
 	test_err("JSON nodes", text, "\"nodes\": 3,\n  \"nodes_reported\": 3,\n");
 	test_err("JSON limits, shared memory and RemoveIPC", text, "\"nofile\": 1024, \"nproc\": 63711, \"user_threads\": 40, \"shm\": {\"path\": \"/dev/shm\", "
@@ -1547,6 +1549,142 @@ static void test_probe(void)
 	close(greeter);
 }
 
+/* slurm.kill_wait: KillWait against --min-kill-wait, and what is said
+ * when it was not read. */
+static void test_kill_wait(void)
+{
+	struct ck_world *w = world(2, 1);
+
+	ck_eval_setup(w);
+	test_check("KillWait 30: OK, the seconds said", w, "slurm.kill_wait", CK_OK,
+		   "KillWait=30: a task has 30 s from SIGTERM to SIGKILL (scancel, requeue, preemption, time "
+		   "limit) to stop and write its checkpoint");
+	w->slurm.kill_wait = 10;
+	reeval(w);
+	test_check("KillWait at --min-kill-wait: OK", w, "slurm.kill_wait", CK_OK, "KillWait=10:");
+	w->slurm.kill_wait = 2;
+	reeval(w);
+	test_check("KillWait under it: WARN naming both and the fix", w, "slurm.kill_wait", CK_WARN,
+		   "KillWait=2: a task has 2 s from SIGTERM to SIGKILL (scancel, requeue, preemption, time "
+		   "limit), less than --min-kill-wait 10: a trainer that stops to write its checkpoint");
+	test_check("... and the signal ahead of the time limit", w, "slurm.kill_wait", CK_WARN,
+		   "raise KillWait in slurm.conf (Slurm's default is 30); for the time limit, a job can also "
+		   "ask for a signal ahead of it (srun --signal=USR1@120)");
+	test_cond("a WARN exits 0", ck_exit_code(w) == 0);
+	w->opts.min_kill_wait = 0;
+	w->slurm.kill_wait = 0;
+	reeval(w);
+	test_check("--min-kill-wait 0 warns of nothing", w, "slurm.kill_wait", CK_OK, "KillWait=0:");
+	w->slurm = (struct ck_slurm){ .have = 0 };
+	snprintf(w->slurm.err, sizeof(w->slurm.err), "not a Slurm job (no SLURM_JOB_ID)");
+	reeval(w);
+	test_check("not read: SKIP with why", w, "slurm.kill_wait", CK_SKIP,
+		   "KillWait not read: not a Slurm job (no SLURM_JOB_ID)");
+	test_cond("collectives still may run", ck_coll_safe(w, (char[CK_MSG]){ 0 }, CK_MSG));
+	drop(w);
+
+	struct ck_slurm s;
+	ck_slurm_parse("kill_wait 45\n", 0, &s);
+	test_cond("parse: KillWait", s.have && s.kill_wait == 45);
+	ck_slurm_parse("test_check: error: Parsing error at unrecognized key: BogusKey\n"
+		       "test_check: fatal: Unable to process configuration file\n", 1 << 8, &s);
+	test_cond("parse: libslurm's fatal, not read", !s.have);
+	test_streq("parse: libslurm's words, without the program's name", s.err,
+		   "libslurm: error: Parsing error at unrecognized key: BogusKey; fatal: Unable to process "
+		   "configuration file");
+	ck_slurm_parse("error slurm_load_ctl_conf: Protocol authentication error\n"
+		       "ddp-check: error: Munge encode failed: Failed to access \"/run/munge/munge.sock\": "
+		       "Permission denied\n"
+		       "ddp-check: error: slurm_send_node_msg: auth_g_create: REQUEST_BUILD_INFO has "
+		       "authentication error\n", 1 << 8, &s);
+	test_streq("parse: the failed call, then libslurm's reasons", s.err,
+		   "slurm_load_ctl_conf: Protocol authentication error (libslurm: error: Munge encode failed: "
+		   "Failed to access \"/run/munge/munge.sock\": Permission denied; error: slurm_send_node_msg: "
+		   "auth_g_create: REQUEST_BUILD_INFO has authentication error)");
+	ck_slurm_parse("x: error: retrying\nx: error: retrying\nx: error: retrying\n", 1 << 8, &s);
+	test_streq("parse: a line repeated once", s.err, "libslurm: error: retrying");
+	ck_slurm_parse("error slurm_load_ctl_conf: Unable to contact slurm controller (connect failure)\n",
+		       1 << 8, &s);
+	test_streq("parse: the failed call and its error", s.err,
+		   "slurm_load_ctl_conf: Unable to contact slurm controller (connect failure)");
+	ck_slurm_parse("", 9, &s);
+	test_streq("parse: a child killed", s.err, "the query of the controller died by signal 9");
+	ck_slurm_parse("", 3 << 8, &s);
+	test_streq("parse: a child that said nothing", s.err,
+		   "the query of the controller ended with status 3 and no answer");
+	ck_slurm_parse("kill_wait 99999\n", 0, &s);
+	test_cond("parse: an impossible KillWait is no answer", !s.have);
+}
+
+/* The query itself: a child running libslurm against slurm.conf files made
+ * here, none with a controller that answers. */
+static void test_slurm_query(void)
+{
+	struct ck_slurm_query q;
+	struct ck_slurm s;
+	char dir[] = "/tmp/test_check_slurm.XXXXXX", bad[64], none[64], gone[80];
+	const char *old = getenv("SLURM_CONF");
+	char *saved = old ? strdup(old) : NULL;
+
+	ck_slurm_ask(&q, NULL);
+	ck_slurm_answer(&q, 0, &s);
+	test_cond("no job: nothing asked", !s.have && q.pid == 0);
+	test_streq("no job: said so", s.err, "not a Slurm job (no SLURM_JOB_ID)");
+
+	test_cond("a temporary directory", mkdtemp(dir) != NULL);
+	snprintf(bad, sizeof(bad), "%s/bad.conf", dir);
+	snprintf(none, sizeof(none), "%s/none.conf", dir);
+	snprintf(gone, sizeof(gone), "%s/missing/slurm.conf", dir);
+	FILE *f = fopen(bad, "w");
+	if (f) {
+		fputs("ClusterName=t\nSlurmctldHost=localhost\nBogusKey=1\n", f);
+		fclose(f);
+	}
+	/* port 1 of loopback: refused at once */
+	f = fopen(none, "w");
+	if (f) {
+		fputs("ClusterName=t\nSlurmctldHost=localhost\nSlurmctldPort=1\nMessageTimeout=2\n", f);
+		fclose(f);
+	}
+
+	setenv("SLURM_CONF", bad, 1);
+	ck_slurm_ask(&q, "12");
+	ck_slurm_answer(&q, q.started + 20, &s);
+	test_cond("a slurm.conf libslurm cannot read: not read", !s.have);
+	test_err("... libslurm's fatal() quoted, ddp-check alive", s.err,
+		 "; fatal: Unable to process configuration file");
+
+	setenv("SLURM_CONF", none, 1);
+	ck_slurm_ask(&q, "12");
+	ck_slurm_answer(&q, q.started + 20, &s);
+	test_streq("no controller: the call and libslurm's error", s.err,
+		   "slurm_load_ctl_conf: Unable to contact slurm controller (connect failure)");
+
+	/* libslurm retries a missing file for 60 s: the bound ends it */
+	setenv("SLURM_CONF", gone, 1);
+	ck_slurm_ask(&q, "12");
+	double t0 = q.started;
+	ck_slurm_answer(&q, q.started + 1, &s);
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	double took = (double)ts.tv_sec + ts.tv_nsec * 1e-9 - t0;
+	test_cond("a query past its bound is killed at it", took < 3 && q.pid == 0);
+	test_err("... and named with libslurm's last words", s.err,
+		 "no answer from the controller within 1 s (libslurm: error: s_p_parse_file: cannot stat file ");
+	test_err("... which name the file", s.err, gone);
+	if (took >= 3)
+		printf("#   took %.1f s\n", took);
+
+	if (saved)
+		setenv("SLURM_CONF", saved, 1);
+	else
+		unsetenv("SLURM_CONF");
+	free(saved);
+	unlink(bad);
+	unlink(none);
+	rmdir(dir);
+}
+
 int main(void)
 {
 	test_records();
@@ -1569,5 +1707,7 @@ int main(void)
 	test_shared_gpus();
 	test_coll_faults();
 	test_probe();
+	test_kill_wait();
+	test_slurm_query();
 	return test_report();
 }
