@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -55,6 +56,13 @@ void ck_slurm_ask(struct ck_slurm_query *q, const char *job)
 	q->started = mono();
 	if (!job || !*job) {
 		snprintf(q->s.err, sizeof(q->s.err), "not a Slurm job (no SLURM_JOB_ID)");
+		return;
+	}
+	/* libslurm retries a SLURM_CONF it cannot stat for 60 s, then fails */
+	const char *conf = getenv("SLURM_CONF");
+	struct stat st;
+	if (conf && *conf && stat(conf, &st) < 0) {
+		snprintf(q->s.err, sizeof(q->s.err), "SLURM_CONF=%s: %s", conf, strerror(errno));
 		return;
 	}
 	if (pipe2(p, O_CLOEXEC) < 0) {
