@@ -28,7 +28,7 @@ static void local_destroy(struct cnn_comm *c)
 	(void)c;
 }
 
-static const struct cnn_comm_ops local_ops = { "local", local_allreduce, local_destroy };
+static const struct cnn_comm_ops local_ops = { "local", local_allreduce, local_destroy, NULL };
 
 /* Rank 0's store refused a client (a wrong DDP_RDZV_TOKEN): say so. */
 static void log_refused(void *ctx, const char *msg)
@@ -102,6 +102,12 @@ void cnn_comm_mark_failed(struct cnn_comm *c, const char *why)
 	if (ddpenv_store_set(c->store, CNN_COMM_FAILED_KEY, why, strlen(why), e, sizeof(e)) == 0)
 		ddpenv_store_add(c->store, FAILED_COUNT_KEY, 1, &n, e, sizeof(e));
 	ddpenv_store_set_timeout(c->store, old);
+}
+
+void cnn_comm_abandon(struct cnn_comm *c)
+{
+	if (c && c->ops && c->ops->abandon)
+		c->ops->abandon(c);
 }
 
 /* Who is who, for naming a dead peer later. */

@@ -20,6 +20,11 @@ struct cnn_comm_ops {
 	/* In-place sum over all ranks, blocking. */
 	int (*allreduce_sum)(struct cnn_comm *c, float *buf, size_t n, char *err, size_t errlen);
 	void (*destroy)(struct cnn_comm *c);
+	/* Cut this rank's connections to its peers now, from any thread,
+	 * another one perhaps inside a collective (cnn_comm_abandon).  NULL:
+	 * the backend's peers learn of it otherwise (NCCL's watchdog reads
+	 * cnn_comm_mark_failed's mark). */
+	void (*abandon)(struct cnn_comm *c);
 };
 
 struct cnn_comm {
@@ -97,6 +102,13 @@ void cnn_comm_explain_failure(struct cnn_comm *c, char *err, size_t errlen);
  * nothing else tells the others to stop before their --timeout.  Best
  * effort: a store that failed takes nothing. */
 void cnn_comm_mark_failed(struct cnn_comm *c, const char *why);
+
+/* The same rank, after the mark and before it leaves the store: its
+ * backend's connections to its peers cut, so that their collectives fail
+ * now and they ask the store, which still answers, who left (gloo's peers
+ * would wait on the open connections until this process exits, and by
+ * then rank 0's store is gone with it).  The comm is of no more use. */
+void cnn_comm_abandon(struct cnn_comm *c);
 
 /* The gloo backend, from comm_gloo.cc (C API over C++). */
 extern const struct cnn_comm_ops cnn_comm_gloo_ops;

@@ -215,6 +215,19 @@ int gloo_allreduce(struct cnn_comm* c, float* buf, size_t n, char* err, size_t e
   return -1;
 }
 
+// Every pair closed with a reset (gloo's hard close, under each pair's
+// lock, as its device thread takes it): the peers' reads fail at once.
+void gloo_abandon(struct cnn_comm* c) {
+  auto* g = static_cast<Gloo*>(c->impl);
+  if (!g || !g->ctx)
+    return;
+  try {
+    g->ctx->closeConnections();
+  } catch (const std::exception&) {
+    // a pair that cannot close: the process's exit closes it
+  }
+}
+
 void gloo_destroy(struct cnn_comm* c) {
   delete static_cast<Gloo*>(c->impl);
   c->impl = nullptr;
@@ -222,7 +235,8 @@ void gloo_destroy(struct cnn_comm* c) {
 
 }  // namespace
 
-extern "C" const struct cnn_comm_ops cnn_comm_gloo_ops = {"gloo", gloo_allreduce, gloo_destroy};
+extern "C" const struct cnn_comm_ops cnn_comm_gloo_ops = {"gloo", gloo_allreduce, gloo_destroy,
+                                                           gloo_abandon};
 
 namespace {
 

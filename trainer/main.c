@@ -57,10 +57,12 @@ void cnn_run_die(struct run *R, const char *fmt, ...)
 	fflush(stdout);
 	/* Leave the store cleanly, saying why first: peers then name only
 	 * ranks that really died, a peer that NCCL's kernels keep waiting
-	 * (within a node) stops now, and rank 0 answers their questions for
-	 * a few seconds. */
+	 * (within a node) stops now, gloo's peers stop now too (their
+	 * connections to this rank reset), and rank 0 answers their
+	 * questions for a few seconds. */
 	if (R->comm && R->comm->store) {
 		cnn_comm_mark_failed(R->comm, why);
+		cnn_comm_abandon(R->comm);
 		ddpenv_store_close_within(R->comm->store, R->r.rank == 0 ? 5000 : 0);
 	}
 	/* A failed rank must not wait for peers that wait for it: leave now,

@@ -308,6 +308,32 @@ wait2() {
 }
 
 
+# Rank 0 stops on an error of its own (its checkpoint cannot be written:
+# --checkpoint-dir becomes a link to a file mid-run, swapped atomically).
+# It marks the store, resets its gloo connections and keeps the store up a
+# few seconds: rank 1's all-reduce fails at once and the store still says
+# who left.  (Before the reset, rank 1 waited on the open connections until
+# rank 0 exited, and then found the store gone with it: "rank 0 (the
+# rendezvous store) is unreachable".)
+@test "rank 0 stops on an error of its own mid-run (a checkpoint it cannot write): rank 1 stops at once, naming it" {
+	local d="$BATS_TEST_TMPDIR"
+	mkdir "$d/ckd"
+	touch "$d/file"
+	ln -s ckd "$d/ck"
+	bg2 "$d/own" --train-limit 6400 --test-limit 200 --batch-size 16 --epochs 1 --progress lines --log-every 1 \
+		--checkpoint-dir "$d/ck" --checkpoint-every 8
+	wait_line "$d/own.r0" '^epoch 1/1 step 10/'
+	ln -s file "$d/ck.new"
+	mv -T "$d/ck.new" "$d/ck"
+	wait2
+	cat "$d/own.r0" "$d/own.r1"
+	[ "$RC0" -eq 1 ] && [ "$RC1" -eq 1 ]
+	grep -qE "^cnn_train: [^ ]+ rank 0: checkpoint $d/ck/\.checkpoint\.bin\.tmp\.[0-9]+: Not a directory$" "$d/own.r0"
+	grep -qE "^cnn_train: [^ ]+ rank 1: rank 0 \([^)]+\) stopped on its own error \(its output says which\) and left; gloo: rank 1: all-reduce of [0-9]+ floats: .*Connection reset by peer$" "$d/own.r1"
+	# it stopped in the step after rank 0's last checkpoint, not later
+	! grep -qE '^done:' "$d/own.r1"
+}
+
 # Resumed with another batch size (or world size: the same arithmetic,
 # test_cnn_io): the same place in the epoch's order, in this run's steps,
 # said; the rest of the run counted in them.
