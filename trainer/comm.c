@@ -70,9 +70,7 @@ int cnn_comm_open(struct cnn_comm **out, const struct cnn_comm_opts *o, char *er
 	return 0;
 }
 
-/* How many ranks marked themselves failed (cnn_comm_mark_failed), and
- * the most marking may wait for the store. */
-#define FAILED_COUNT_KEY "comm/failed/count"
+/* The most marking may wait for the store. */
 #define MARK_TIMEOUT_MS 2000
 
 static int peer_lost(struct cnn_comm *c)
@@ -84,7 +82,7 @@ static int peer_lost(struct cnn_comm *c)
 		return CNN_PEERS_OK;
 	if (ddpenv_store_dead_ranks(c->store, dead, 1, e, sizeof(e)) != 0)
 		return CNN_PEER_GONE;   /* (or the store is: rank 0 is gone) */
-	if (ddpenv_store_add(c->store, FAILED_COUNT_KEY, 0, &failed, e, sizeof(e)) < 0)
+	if (ddpenv_store_add(c->store, CNN_COMM_FAILED_COUNT_KEY, 0, &failed, e, sizeof(e)) < 0)
 		return CNN_PEER_GONE;
 	return failed > 0 ? CNN_PEER_FAILED : CNN_PEERS_OK;
 }
@@ -100,7 +98,7 @@ void cnn_comm_mark_failed(struct cnn_comm *c, const char *why)
 	int old = ddpenv_store_set_timeout(c->store, MARK_TIMEOUT_MS);
 	/* the reason first: a peer that sees the count may look for it */
 	if (ddpenv_store_set(c->store, CNN_COMM_FAILED_KEY, why, strlen(why), e, sizeof(e)) == 0)
-		ddpenv_store_add(c->store, FAILED_COUNT_KEY, 1, &n, e, sizeof(e));
+		ddpenv_store_add(c->store, CNN_COMM_FAILED_COUNT_KEY, 1, &n, e, sizeof(e));
 	ddpenv_store_set_timeout(c->store, old);
 }
 

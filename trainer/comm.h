@@ -49,6 +49,9 @@ enum { CNN_PEERS_OK = 0, CNN_PEER_GONE = 1, CNN_PEER_FAILED = 2 };
  * make the id, a rank whose gloo cannot connect): its peers, waiting for a
  * key it will never set, stop then and name it ("a peer failed first"). */
 #define CNN_COMM_FAILED_KEY "comm/failed"
+/* How many ranks marked themselves failed (cnn_comm_mark_failed): one
+ * round trip (an add of 0) tells a watcher whether to read the reason. */
+#define CNN_COMM_FAILED_COUNT_KEY "comm/failed/count"
 
 /* A backend from outside libcnn (NCCL, in cnn_train_cuda.so).  comm.c
  * bootstraps it: rank 0 makes an id of id_len bytes (ncclUniqueId), the

@@ -293,8 +293,11 @@ std::string watch_mesh(const std::shared_ptr<Mesh>& m, struct ddpenv_store* s, i
       if (l.owns_lock() && dead_peer(s, &why) == 0) {
         void* v = nullptr;
         size_t len = 0;
+        int64_t failed = 0;
         char e[256];
-        if (ddpenv_store_get(s, kFailedKey, 0, &v, &len, e, sizeof(e)) == 0) {
+        // the count first (one round trip); the reason, set before it, then
+        if (ddpenv_store_add(s, CNN_COMM_FAILED_COUNT_KEY, 0, &failed, e, sizeof(e)) == 0 &&
+            failed > 0 && ddpenv_store_get(s, kFailedKey, 0, &v, &len, e, sizeof(e)) == 0) {
           why.assign(static_cast<char*>(v), len);
           free(v);
           *peer_failed = true;
@@ -376,8 +379,8 @@ extern "C" int cnn_comm_gloo_init(struct cnn_comm* c, const char* iface, const c
   }
   say(err, errlen, what, why.c_str());
   // the peers waiting for this rank stop now, naming it (a store that
-  // failed too can take nothing: they time out as before)
-  char e2[256];
-  ddpenv_store_set(c->store, kFailedKey, err, strlen(err), e2, sizeof(e2));
+  // failed too can take nothing: they time out as before; one that went
+  // silent holds this rank 2 s at most)
+  cnn_comm_mark_failed(c, err);
   return -1;
 }
