@@ -8,6 +8,7 @@
 # bats file_tags=bench
 
 load helpers
+plain_data
 # each script runs both programs; PyTorch's import alone takes seconds here
 BATS_TEST_TIMEOUT=180
 

@@ -11,6 +11,7 @@
 # bats file_tags=trainer,gpu
 
 load helpers
+plain_data
 
 # each test minutes of one core at most; make check runs this file beside
 # the cluster's tests, which share the cores (tests/run.sh)

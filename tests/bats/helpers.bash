@@ -9,6 +9,18 @@ CLUSTER_DIR=${DDP_CLUSTER_DIR:-$REPO/build/cluster}
 REPORT="$REPO/tests/bats/task_report.sh"
 export BATS_TEST_TIMEOUT=${BATS_TEST_TIMEOUT:-120}
 
+# plain_data: DDP_DATA_DIR at Fashion-MNIST unpacked (make -C tests unit:
+# build/tests/data), for the files that start cnn_train dozens of times: a
+# rank reads the IDX files instead of inflating 26 MB; where that copy is
+# missing, the installed .gz files as before.  srun passes it on to tasks.
+plain_data() {
+	local d=$REPO/build/tests/data/fashion-mnist f
+	for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
+		[ -f "$d/$f" ] || return 0
+	done
+	export DDP_DATA_DIR=$d
+}
+
 # the networks the running cluster chose (cluster.sh writes them at start)
 cluster_net() { sed -n "s/^$1=//p" "$CLUSTER_DIR/net" 2>/dev/null; }
 node_ip() { echo "$(cluster_net NET).$((10 + $1))"; }

@@ -5,6 +5,7 @@
 # bats file_tags=slurm,trainer
 
 load helpers
+plain_data
 # Bats arms a test's timer before its body runs: the bound is set here, for
 # every test of the file. Cnn_train runs of 4 ranks on the 2 cores, and a requeue, take minutes.
 BATS_TEST_TIMEOUT=300

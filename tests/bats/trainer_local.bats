@@ -5,6 +5,7 @@
 # bats file_tags=trainer
 
 load helpers
+plain_data
 
 CNN="$REPO/build/bin/cnn_train"
 
