@@ -94,7 +94,9 @@ static int send_all(struct ddpenv_store *s, const uint8_t *p, size_t n, int64_t 
 	while (n) {
 		int left = (int)(deadline - now_ms());
 		struct pollfd pf = { .fd = s->fd, .events = POLLOUT };
-		if (left <= 0 || poll(&pf, 1, left) == 0) {
+		/* at the deadline still a look (poll for 0 ms): room already
+		 * there is taken */
+		if (poll(&pf, 1, left > 0 ? left : 0) == 0) {
 			fail(s, err, errlen, "sending", "timed out");
 			return -1;
 		}
@@ -118,7 +120,9 @@ static int recv_all(struct ddpenv_store *s, uint8_t *p, size_t n, int64_t deadli
 	while (n) {
 		int left = (int)(deadline - now_ms());
 		struct pollfd pf = { .fd = s->fd, .events = POLLIN };
-		int r = left > 0 ? poll(&pf, 1, left) : 0;
+		/* past the deadline still a look: bytes that came in time are
+		 * read even where this thread ran late (a loaded node) */
+		int r = poll(&pf, 1, left > 0 ? left : 0);
 		if (r == 0) {
 			char b[32], m[DDPENV_STORE_MAX_KEY + 64];
 			snprintf(m, sizeof(m), "timed out after %s", secs(wait_ms, b, sizeof(b)));
@@ -234,6 +238,12 @@ static int exchange(struct ddpenv_store *s, const uint8_t *req, size_t reqlen,
 		} while (r < 0 && errno == EINTR);
 		if (r == 0)
 			return unwait(s, cancel_key, wait_ms, what, rep, replen, err, errlen);
+		/* its answer is coming: the wait was for the key, and the frame
+		 * has the store's own bound, as any answer (one that began at
+		 * the wait's last moment, or whose thread woke after it, must
+		 * not lose the connection) */
+		wait_ms = s->timeout_ms;
+		deadline = now_ms() + wait_ms;
 	}
 	return read_frame(s, deadline, wait_ms, what, rep, replen, err, errlen);
 }

@@ -556,6 +556,74 @@ static void test_unwait_client(int delay_ms)
 	close(ls.lfd);
 }
 
+/* A store whose answer to a GET begins just before the client's wait ends
+ * and ends after it (its thread descheduled between the two writes, or
+ * the client's between its poll and its read, on a loaded node): the
+ * answer is the client's, its connection kept.  A 64-rank gloo set-up on
+ * 2 cores lost two ranks' connections to this ("the connection was lost
+ * earlier") while their peers' addresses came at a wait's last moment. */
+struct split_server {
+	int lfd, ok;
+};
+
+static void *split_main(void *arg)
+{
+	struct split_server *ss = arg;
+	uint8_t in[256], out[64];
+	int fd = accept(ss->lfd, NULL, NULL);
+	struct timeval tv = { 5, 0 };
+	if (fd < 0)
+		return NULL;
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	/* HELLO: OK; GET (a 300 ms wait): 3 bytes of the VALUE at 250 ms,
+	 * the rest at 600; SET: OK */
+	if (read_raw(fd, in, sizeof(in)) > 0 && in[0] == 1 && send(fd, out, frame(out, 64, NULL, NULL), 0) > 0 &&
+	    read_raw(fd, in, sizeof(in)) > 0 && in[0] == 3) {
+		size_t n = frame(out, 65, NULL, "split");
+		usleep(250000);
+		int sent = send(fd, out, 3, 0) == 3;
+		usleep(350000);
+		if (sent && send(fd, out + 3, n - 3, 0) == (ssize_t)(n - 3) && read_raw(fd, in, sizeof(in)) > 0 &&
+		    in[0] == 2 && send(fd, out, frame(out, 64, NULL, NULL), 0) > 0)
+			ss->ok = 1;
+	}
+	close(fd);
+	return NULL;
+}
+
+static void test_split_answer(void)
+{
+	struct split_server ss = { socket(AF_INET, SOCK_STREAM, 0), 0 };
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t al = sizeof(a);
+	char err[512] = "";
+	pthread_t t;
+
+	if (ss.lfd < 0 || bind(ss.lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(ss.lfd, 1) < 0 ||
+	    getsockname(ss.lfd, (struct sockaddr *)&a, &al) < 0 || pthread_create(&t, NULL, split_main, &ss)) {
+		test_cond("a stand-in store listens", 0);
+		return;
+	}
+	struct ddpenv_store *s1;
+	struct ddpenv_store_opts o = { "127.0.0.1", ntohs(a.sin_port), 1, 2, 5000, NULL, NULL, NULL };
+	void *v = NULL;
+	size_t l = 0;
+	int joined = ddpenv_store_open(&s1, &o, err, sizeof(err)) == 0;
+	test_cond("rank 1 joins the stand-in", joined);
+	test_cond("an answer that began before a 300 ms wait ended and ended after it is returned",
+		  joined && ddpenv_store_get(s1, "k", 300, &v, &l, err, sizeof(err)) == 0 && l == 5 &&
+			  !memcmp(v, "split", 5));
+	if (err[0])
+		printf("#   %s\n", err);
+	free(v);
+	test_cond("... and the connection goes on", joined && ddpenv_store_set(s1, "k2", "v", 1, err, sizeof(err)) == 0);
+	pthread_join(t, NULL);
+	test_cond("... every frame in the order the store expected", ss.ok);
+	if (joined)
+		ddpenv_store_close_within(s1, 0);
+	close(ss.lfd);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -569,5 +637,6 @@ int main(void)
 	/* 2 s was UNWAIT's own bound: a 64-rank gloo set-up on 2 cores lost
 	 * a rank's connection to it */
 	test_unwait_client(2500);
+	test_split_answer();
 	return test_report();
 }
