@@ -23,6 +23,7 @@ struct ddpenv_store {
 	int rank, world;
 	int timeout_ms;
 	int broken;           /* a timed-out or failed exchange: the stream is lost */
+	char lost[200];       /* that exchange and why, for the requests after it */
 	char where[300];      /* "10.1.0.11:29512" for messages */
 	struct store_server *server;
 };
@@ -84,6 +85,8 @@ static int try_connect(const struct addrinfo *ai, int ms, int *err_out)
 static void fail(struct ddpenv_store *s, char *err, size_t errlen, const char *what,
 		 const char *detail)
 {
+	if (!s->broken)
+		snprintf(s->lost, sizeof(s->lost), "%s: %s", what, detail);
 	s->broken = 1;
 	snprintf(err, errlen, "rank %d: store at %s: %s: %s", s->rank, s->where, what, detail);
 }
@@ -218,8 +221,8 @@ static int exchange(struct ddpenv_store *s, const uint8_t *req, size_t reqlen,
 		    size_t *replen, char *err, size_t errlen)
 {
 	if (s->broken) {
-		snprintf(err, errlen, "rank %d: store at %s: %s: the connection was lost earlier",
-			 s->rank, s->where, what);
+		snprintf(err, errlen, "rank %d: store at %s: %s: the connection was lost earlier (%s)",
+			 s->rank, s->where, what, s->lost);
 		return -1;
 	}
 	int wait_ms = timeout_ms < 0 ? s->timeout_ms : timeout_ms;

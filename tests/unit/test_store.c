@@ -619,6 +619,13 @@ static void test_split_answer(void)
 	test_cond("... and the connection goes on", joined && ddpenv_store_set(s1, "k2", "v", 1, err, sizeof(err)) == 0);
 	pthread_join(t, NULL);
 	test_cond("... every frame in the order the store expected", ss.ok);
+	/* the stand-in has closed the connection: the next request says so,
+	 * and every one after it names that first failure */
+	test_cond("the store gone: a request fails", joined && ddpenv_store_set(s1, "k3", "v", 1, err, sizeof(err)) < 0);
+	test_err("... saying the store closed the connection", err, "setting 'k3': connection closed by the store");
+	test_cond("the next request fails too", joined && ddpenv_store_add(s1, "n", 1, NULL, err, sizeof(err)) < 0);
+	test_err("... naming the failure that lost the connection", err,
+		 "adding to 'n': the connection was lost earlier (setting 'k3': connection closed by the store");
 	if (joined)
 		ddpenv_store_close_within(s1, 0);
 	close(ss.lfd);
