@@ -489,6 +489,49 @@ static void test_unwait_server(void)
 	ddpenv_store_close_within(s0, 0);
 }
 
+/* A stand-in store on loopback for the client's side of the wire format:
+ * *lfd listening and fn(arg) on thread *t (it accepts rank 1 and answers
+ * as its test wants), then rank 1 joined to it in *s1.  1 joined, 0 not
+ * (said; the thread runs: shut *lfd down to end its accept), -1 with no
+ * thread (said). */
+static int stand_in(int *lfd, pthread_t *t, void *(*fn)(void *), void *arg, struct ddpenv_store **s1)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t al = sizeof(a);
+	char err[512] = "";
+
+	*lfd = socket(AF_INET, SOCK_STREAM, 0);
+	if (*lfd < 0 || bind(*lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(*lfd, 1) < 0 ||
+	    getsockname(*lfd, (struct sockaddr *)&a, &al) < 0 || pthread_create(t, NULL, fn, arg)) {
+		test_cond("a stand-in store listens", 0);
+		if (*lfd >= 0)
+			close(*lfd);
+		return -1;
+	}
+	struct ddpenv_store_opts o = { "127.0.0.1", ntohs(a.sin_port), 1, 2, 5000, NULL, NULL, NULL };
+	int joined = ddpenv_store_open(s1, &o, err, sizeof(err)) == 0;
+	test_cond("rank 1 joins the stand-in", joined);
+	if (!joined)
+		printf("#   %s\n", err);
+	return joined;
+}
+
+/* A stand-in's side of rank 1's joining: accepted, its reads bounded by
+ * 5 s, its HELLO answered OK.  The connection, or -1 (closed). */
+static int stand_in_accept(int lfd)
+{
+	uint8_t in[256], out[16];
+	struct timeval tv = { 5, 0 };
+	int fd = accept(lfd, NULL, NULL);
+	if (fd < 0)
+		return -1;
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (read_raw(fd, in, sizeof(in)) > 0 && in[0] == 1 && send(fd, out, frame(out, 64, NULL, NULL), 0) > 0)
+		return fd;
+	close(fd);
+	return -1;
+}
+
 /* A store that answers a GET only when it is taken back, with the value
  * first: the race of a key set just as the client gave up; after delay_ms
  * (a store on a loaded node, slow to answer the UNWAIT). */
@@ -500,15 +543,12 @@ static void *late_main(void *arg)
 {
 	struct late_server *ls = arg;
 	uint8_t in[256], out[64];
-	int fd = accept(ls->lfd, NULL, NULL);
-	struct timeval tv = { 5, 0 };
+	int fd = stand_in_accept(ls->lfd);
 	if (fd < 0)
 		return NULL;
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	size_t n;
-	/* HELLO: OK; GET: nothing; UNWAIT: VALUE then OK; SET: OK */
-	if (read_raw(fd, in, sizeof(in)) > 0 && in[0] == 1 && send(fd, out, frame(out, 64, NULL, NULL), 0) > 0 &&
-	    read_raw(fd, in, sizeof(in)) > 0 && in[0] == 3 && read_raw(fd, in, sizeof(in)) > 0 && in[0] == 7) {
+	/* GET: nothing; UNWAIT: VALUE then OK; SET: OK */
+	if (read_raw(fd, in, sizeof(in)) > 0 && in[0] == 3 && read_raw(fd, in, sizeof(in)) > 0 && in[0] == 7) {
 		usleep((useconds_t)ls->delay_ms * 1000);
 		n = frame(out, 65, NULL, "late");
 		n += frame(out + n, 64, NULL, NULL);
@@ -522,23 +562,15 @@ static void *late_main(void *arg)
 
 static void test_unwait_client(int delay_ms)
 {
-	struct late_server ls = { socket(AF_INET, SOCK_STREAM, 0), 0, delay_ms };
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t al = sizeof(a);
+	struct late_server ls = { -1, 0, delay_ms };
 	char err[512] = "";
 	pthread_t t;
-
-	if (ls.lfd < 0 || bind(ls.lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(ls.lfd, 1) < 0 ||
-	    getsockname(ls.lfd, (struct sockaddr *)&a, &al) < 0 || pthread_create(&t, NULL, late_main, &ls)) {
-		test_cond("a stand-in store listens", 0);
+	struct ddpenv_store *s1 = NULL;
+	int joined = stand_in(&ls.lfd, &t, late_main, &ls, &s1);
+	if (joined < 0)
 		return;
-	}
-	struct ddpenv_store *s1;
-	struct ddpenv_store_opts o = { "127.0.0.1", ntohs(a.sin_port), 1, 2, 5000, NULL, NULL, NULL };
 	void *v = NULL;
 	size_t l = 0;
-	int joined = ddpenv_store_open(&s1, &o, err, sizeof(err)) == 0;
-	test_cond("rank 1 joins the stand-in", joined);
 	char what[160];
 	snprintf(what, sizeof(what), "a value that came as the wait was taken back is returned (the UNWAIT "
 		 "answered after %d ms, the store's bound 5 s)", delay_ms);
@@ -549,6 +581,8 @@ static void test_unwait_client(int delay_ms)
 	free(v);
 	test_cond("... and UNWAIT's OK read after it: the next request's answer is its own",
 		  joined && ddpenv_store_set(s1, "k2", "v", 1, err, sizeof(err)) == 0);
+	if (!joined)
+		shutdown(ls.lfd, SHUT_RDWR);
 	pthread_join(t, NULL);
 	test_cond("... every frame in the order the store expected", ls.ok);
 	if (joined)
@@ -570,15 +604,12 @@ static void *split_main(void *arg)
 {
 	struct split_server *ss = arg;
 	uint8_t in[256], out[64];
-	int fd = accept(ss->lfd, NULL, NULL);
-	struct timeval tv = { 5, 0 };
+	int fd = stand_in_accept(ss->lfd);
 	if (fd < 0)
 		return NULL;
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	/* HELLO: OK; GET (a 300 ms wait): 3 bytes of the VALUE at 250 ms,
-	 * the rest at 600; SET: OK */
-	if (read_raw(fd, in, sizeof(in)) > 0 && in[0] == 1 && send(fd, out, frame(out, 64, NULL, NULL), 0) > 0 &&
-	    read_raw(fd, in, sizeof(in)) > 0 && in[0] == 3) {
+	/* GET (a 300 ms wait): 3 bytes of the VALUE at 250 ms, the rest at
+	 * 600; SET: OK */
+	if (read_raw(fd, in, sizeof(in)) > 0 && in[0] == 3) {
 		size_t n = frame(out, 65, NULL, "split");
 		usleep(250000);
 		int sent = send(fd, out, 3, 0) == 3;
@@ -593,23 +624,15 @@ static void *split_main(void *arg)
 
 static void test_split_answer(void)
 {
-	struct split_server ss = { socket(AF_INET, SOCK_STREAM, 0), 0 };
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t al = sizeof(a);
+	struct split_server ss = { -1, 0 };
 	char err[512] = "";
 	pthread_t t;
-
-	if (ss.lfd < 0 || bind(ss.lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(ss.lfd, 1) < 0 ||
-	    getsockname(ss.lfd, (struct sockaddr *)&a, &al) < 0 || pthread_create(&t, NULL, split_main, &ss)) {
-		test_cond("a stand-in store listens", 0);
+	struct ddpenv_store *s1 = NULL;
+	int joined = stand_in(&ss.lfd, &t, split_main, &ss, &s1);
+	if (joined < 0)
 		return;
-	}
-	struct ddpenv_store *s1;
-	struct ddpenv_store_opts o = { "127.0.0.1", ntohs(a.sin_port), 1, 2, 5000, NULL, NULL, NULL };
 	void *v = NULL;
 	size_t l = 0;
-	int joined = ddpenv_store_open(&s1, &o, err, sizeof(err)) == 0;
-	test_cond("rank 1 joins the stand-in", joined);
 	test_cond("an answer that began before a 300 ms wait ended and ended after it is returned",
 		  joined && ddpenv_store_get(s1, "k", 300, &v, &l, err, sizeof(err)) == 0 && l == 5 &&
 			  !memcmp(v, "split", 5));
@@ -617,6 +640,8 @@ static void test_split_answer(void)
 		printf("#   %s\n", err);
 	free(v);
 	test_cond("... and the connection goes on", joined && ddpenv_store_set(s1, "k2", "v", 1, err, sizeof(err)) == 0);
+	if (!joined)
+		shutdown(ss.lfd, SHUT_RDWR);
 	pthread_join(t, NULL);
 	test_cond("... every frame in the order the store expected", ss.ok);
 	/* the stand-in has closed the connection: the next request says so,
