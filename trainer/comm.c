@@ -270,7 +270,7 @@ static size_t name_ranks(struct cnn_comm *c, const int *ranks, int n, char *msg,
 
 void cnn_comm_explain_failure(struct cnn_comm *c, char *err, size_t errlen)
 {
-	char why[512], msg[1024];
+	char why[512], msg[1024], e2[256] = "";
 	int dead[16], left[16], n = -1, nl = 0;
 	if (!c->store)
 		return;
@@ -279,7 +279,6 @@ void cnn_comm_explain_failure(struct cnn_comm *c, char *err, size_t errlen)
 	 * goodbye) at about the moment the collective failed; give it a
 	 * moment. */
 	for (int i = 0; i < 20; i++) {
-		char e2[256];
 		n = ddpenv_store_dead_ranks(c->store, dead, 16, e2, sizeof(e2));
 		if (n == 0)
 			nl = ddpenv_store_left_ranks(c->store, left, 16, e2, sizeof(e2));
@@ -287,9 +286,11 @@ void cnn_comm_explain_failure(struct cnn_comm *c, char *err, size_t errlen)
 			break;
 		usleep(100000);
 	}
-	if (n < 0) {
+	if (n < 0 || nl < 0) {
+		/* the store client's words: the store closed the connection,
+		 * or did not answer in time */
 		snprintf(msg, sizeof(msg), "rank 0 (the rendezvous store) is unreachable, so rank 0 "
-			 "died or its node is gone; %s", why);
+			 "died or its node is gone (%s); %s", e2, why);
 	} else if (n > 0) {
 		size_t off = name_ranks(c, dead, n, msg, sizeof(msg), 0);
 		if (off < sizeof(msg))

@@ -331,6 +331,46 @@ static void test_mark_silent_store(void)
 	munmap(secs, sizeof(double));
 }
 
+/* Rank 0, which holds the store, dies: a survivor's explanation says the
+ * store is unreachable, with the store client's own words for why (the
+ * store closed the connection, or did not answer in time). */
+static void test_store_gone(void)
+{
+	char *why = mmap(NULL, 1024, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	int port = test_free_port();
+	pid_t kids[2];
+	why[0] = 0;
+	fflush(stdout);
+	for (int r = 0; r < 2; r++) {
+		if ((kids[r] = fork()) == 0) {
+			struct cnn_comm *c;
+			char err[512];
+			struct cnn_comm_opts o = { "store", "127.0.0.1", port, r, 2, NULL, NULL, 10000, &store_ext,
+						   NULL, NULL };
+			alarm(60);
+			if (cnn_comm_open(&c, &o, err, sizeof(err)) < 0 ||
+			    ddpenv_store_barrier(c->store, "up", err, sizeof(err)) < 0)
+				_exit(1);
+			if (r == 0) {
+				usleep(200000);   /* (the store answers rank 1's barrier first) */
+				_exit(0);         /* the store goes with it, without a goodbye */
+			}
+			usleep(600000);
+			snprintf(why, 1024, "NCCL all-reduce: not done after 60 s");
+			cnn_comm_explain_failure(c, why, 1024);
+			_exit(0);
+		}
+	}
+	for (int r = 0; r < 2; r++)
+		waitpid(kids[r], NULL, 0);
+	printf("#   %s\n", why);
+	test_err("rank 0 and its store gone: a survivor says the store is unreachable", why,
+		 "rank 0 (the rendezvous store) is unreachable, so rank 0 died or its node is gone (");
+	test_err("... in the store client's words", why, "connection closed by the store (rank 0 exited?)");
+	test_err("... and keeps the backend's own message", why, "); NCCL all-reduce: not done after 60 s");
+	munmap(why, 1024);
+}
+
 static int bad_init(struct cnn_comm *c, const void *id, int timeout_ms, char *err, size_t errlen)
 {
 	snprintf(err, errlen, "NCCL ncclCommInitRankConfig: unhandled system error");
@@ -369,6 +409,7 @@ int main(void)
 	test_failed_rank(2);
 	test_failed_rank(0);
 	test_mark_silent_store();
+	test_store_gone();
 	test_errors();
 	return test_report();
 }
