@@ -287,6 +287,22 @@ static void test_failed_rank(int failed)
 	munmap(jobs, 3 * sizeof(*jobs));
 }
 
+/* In a forked child: rank r of 2 on the store at port, past a barrier
+ * with the other (exits 1 where it cannot); rank 0 then waits 0.2 s, so
+ * that the store answers rank 1's barrier before rank 0 goes on. */
+static struct cnn_comm *rank_of_two(int r, int port)
+{
+	struct cnn_comm *c;
+	char err[512];
+	struct cnn_comm_opts o = { "store", "127.0.0.1", port, r, 2, NULL, NULL, 10000, &store_ext, NULL, NULL };
+	alarm(60);
+	if (cnn_comm_open(&c, &o, err, sizeof(err)) < 0 || ddpenv_store_barrier(c->store, "up", err, sizeof(err)) < 0)
+		_exit(1);
+	if (r == 0)
+		usleep(200000);
+	return c;
+}
+
 /* Marking oneself failed must not wait for a store that stopped
  * answering (rank 0 stopped here: its node gone silent) for the store's
  * bound (10 s here), but for 2 s, and then not again to leave. */
@@ -299,16 +315,8 @@ static void test_mark_silent_store(void)
 	fflush(stdout);
 	for (int r = 0; r < 2; r++) {
 		if ((kids[r] = fork()) == 0) {
-			struct cnn_comm *c;
-			char err[512];
-			struct cnn_comm_opts o = { "store", "127.0.0.1", port, r, 2, NULL, NULL, 10000, &store_ext,
-						   NULL, NULL };
-			alarm(60);
-			if (cnn_comm_open(&c, &o, err, sizeof(err)) < 0 ||
-			    ddpenv_store_barrier(c->store, "up", err, sizeof(err)) < 0)
-				_exit(1);
+			struct cnn_comm *c = rank_of_two(r, port);
 			if (r == 0) {
-				usleep(200000);   /* (the store answers rank 1's barrier first) */
 				raise(SIGSTOP);
 				_exit(0);
 			}
@@ -343,16 +351,8 @@ static void test_store_gone(void)
 	fflush(stdout);
 	for (int r = 0; r < 2; r++) {
 		if ((kids[r] = fork()) == 0) {
-			struct cnn_comm *c;
-			char err[512];
-			struct cnn_comm_opts o = { "store", "127.0.0.1", port, r, 2, NULL, NULL, 10000, &store_ext,
-						   NULL, NULL };
-			alarm(60);
-			if (cnn_comm_open(&c, &o, err, sizeof(err)) < 0 ||
-			    ddpenv_store_barrier(c->store, "up", err, sizeof(err)) < 0)
-				_exit(1);
+			struct cnn_comm *c = rank_of_two(r, port);
 			if (r == 0) {
-				usleep(200000);   /* (the store answers rank 1's barrier first) */
 				_exit(0);         /* the store goes with it, without a goodbye */
 			}
 			usleep(600000);
