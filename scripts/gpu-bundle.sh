@@ -7,6 +7,7 @@
 # Fashion-MNIST.  Then, there:
 #
 #   .gpu/run.sh check        test_cuda_kernels, test_gpu_step, ddp-check (NCCL, world 1)
+#   .gpu/run.sh ddp_check    ddp-check -e 256M in a world of one over NCCL
 #   .gpu/run.sh train        cnn_train --device cuda, 2 epochs (world 1: no communicator)
 #   .gpu/run.sh gloo2        two cnn_train ranks on the one GPU over gloo (host all-reduce)
 #   .gpu/run.sh bench        bench/gpu_vs_torch.sh (BATCHES, PRECISION, TORCH_MODES, EPOCHS, CNN_ARGS,
@@ -217,6 +218,12 @@ check)
 	world1 run ddp-check -e 256M || rc=1
 	exit $rc
 	;;
+ddp_check)
+	# ddp-check as `srun --ddp=nccl ddp-check` runs it on one node of
+	# one GPU: world 1, NCCL (check.bats' world-1 test, on a real GPU)
+	shift || true
+	world1 run ddp-check -e 256M "$@"
+	;;
 train)
 	shift || true
 	world1 run cnn_train --device cuda --epochs 2 --progress lines --log-every 200 "$@"
@@ -358,8 +365,8 @@ all | variants | session)
 		# against the golden file (and --pdl's steps against --pdl off's:
 		# programmatic launch's first GPU run, a column beside the default
 		# at 1024 and 64); the 2-epoch accuracy; what ncu says of
-		# the kernels at 1024 and 64 in both layouts; bf16.  7 parts:
-		# $OUT brings back 8 files.
+		# the kernels at 1024 and 64 in both layouts; bf16; ddp-check of
+		# a world of one over NCCL.  8 parts: $OUT brings back 8 files.
 		part kernels_test 60 -- test_cuda_kernels
 		# A kernel that fails against its CPU twin here may fault in the
 		# bench (a fault ends the process's CUDA context, and the bench
@@ -379,6 +386,7 @@ all | variants | session)
 		part compile 280 BATCHES=1024 TORCH_MODES="graph compile" REPEATS=3 ${safe[@]+"${safe[@]}"} \
 			CNN_VARIANTS="nchw:--conv-layout nchw;pdl:--pdl auto" -- bench
 		part gpu_step 130 -- test_gpu_step
+		part ddp_check 30 -- ddp_check
 		part accuracy 60 EPOCHS=2 BATCHES=64 TORCH_MODES=eager ${safe[@]+"${safe[@]}"} -- bench
 		part profile 40 BATCHES="1024 64" PROFILE_LAYOUTS="nhwc nchw" -- profile
 		part bench_bf16 80 BATCHES="64 1024" TORCH_MODES="eager graph" PRECISION=bf16 \
