@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include <cuda_runtime_api.h>
+#include <cudnn.h>
 
 #include "bf16.h"
 #include "comm.h"
@@ -85,6 +86,7 @@ static const struct tol tols[] = {
 	{ "bf16 steps",  0,    0.35, "per tensor, |bf16 - fp32| over |fp32's update| after 20 SGD steps with dropout: measured up to 0.134 (fc1.bias) on the emulation; x2.6" },
 	{ "bf16 twin steps conv", 0, 0.1, "per tensor, |GPU - emulation| over |the emulation's update| after 20 SGD steps in bf16: the emulation against itself with TWIN_NOISE before each rounding (another summation order; 2e-7 to 2e-5 alike), over 20 noise streams: up to 0.042 (conv2.bias); cuemu's 5 steps up to 0.024; x2.4. A conv2 gradient one step stale in five moved conv2.weight 0.22 here, 0.25 against fp32 (within bf16 steps)" },
 	{ "bf16 twin steps fc", 0, 0.2, "as bf16 twin steps conv, for the linear layers: up to 0.083 (fc1.bias); x2.4" },
+	{ "cudnn fp32",  1e-3, 0,    "conv2 by one cuDNN algorithm on random operands vs the CPU's sums in double, atol in units of the mean |output|: right fp32 algorithms (FFT, Winograd) err ~1e-5 of it, a wrong tile ~1; x100" },
 	{ "graph",       2e-5, 2e-3, "each run times cuDNN's algorithms afresh (cudnnFind) and may pick others, which sum in another order, and 20 SGD steps compound it: measured on an H100 up to 2.1e-6 on a 2.2e-3 weight; x5" },
 };
 
@@ -589,6 +591,85 @@ enum { NO_COMM, NCCL_1, HOST_TWIN };
 /* the census of gpu_run's last graph (batch 0: none) */
 static struct cnn_graph_census run_census;
 
+/* What each run's GPU kept (cnn_train's "# GPU:" line: layout, streams,
+ * the convolutions' implementations and cuDNN's algorithms), by its output
+ * buffer, for explain_params: a run whose parameters drift names the
+ * choices it ran with. */
+static struct {
+	const float *out;
+	char d[3072];
+} run_notes[4];
+static unsigned run_notes_next;
+
+static void run_note(const float *out, const struct cnn_gpu *g)
+{
+	unsigned k = run_notes_next++ % 4;
+	run_notes[k].out = out;
+	run_notes[k].d[0] = '\0';
+	if (g)
+		cnn_gpu_api.describe(g, run_notes[k].d, sizeof(run_notes[k].d));
+}
+
+static const char *run_noted(const float *out)
+{
+	for (unsigned k = 0; k < 4; k++)
+		if (run_notes[k].out == out && out)
+			return run_notes[k].d;
+	return NULL;
+}
+
+/* A failed comparison of parameters, tensor by tensor: how many entries
+ * exceed row what and which output channels (rows) hold them; for fc1's
+ * weights also which of conv2's channels feed their columns.  Summation
+ * order leaves a few entries scattered over a tensor; a wrong or racing
+ * kernel leaves a block (a tile of the GEMM that read them, a channel's
+ * gradient).  Then what each run kept, where gpu_run noted it. */
+static void explain_params(const char *what, const struct cnn_model *m, const float *got,
+			   const float *ref)
+{
+	const struct tol *t = TOL(what);
+	const int rows[P_COUNT] = { m->c1, m->c1, m->c2, m->c2, m->hidden, m->hidden,
+				    m->in.classes, m->in.classes };
+	size_t plane = (size_t)m->hp * m->wp;
+	for (int k = 0; k < P_COUNT; k++) {
+		size_t off = m->t[k].off, n = m->t[k].n, per = n / (size_t)rows[k], bad = 0;
+		long r0 = -1, r1 = -1, c0 = -1, c1 = -1;
+		for (size_t i = 0; i < n; i++) {
+			double g = got[off + i], r = ref[off + i];
+			if (fabs(g - r) <= t->atol + t->rtol * fabs(r))
+				continue;
+			long row = (long)(i / per), ch = k == P_W3 ? (long)(i % per / plane) : -1;
+			bad++;
+			r0 = r0 < 0 || row < r0 ? row : r0;
+			r1 = row > r1 ? row : r1;
+			c0 = c0 < 0 || ch < c0 ? ch : c0;
+			c1 = ch > c1 ? ch : c1;
+		}
+		if (!bad)
+			continue;
+		printf("#   %s: %zu of %zu entries outside \"%s\", in its rows %ld to %ld of %d", m->t[k].name,
+		       bad, n, what, r0, r1, rows[k]);
+		if (k == P_W3)
+			printf(", columns of conv2's channels %ld to %ld", c0, c1);
+		printf("\n");
+	}
+	const char *dg = run_noted(got), *dr = run_noted(ref);
+	if (dg)
+		printf("#   the run compared kept: %s\n", dg);
+	if (dr)
+		printf("#   the run it was compared with kept: %s\n", dr);
+}
+
+/* checkf of the parameters after STEPS steps, explained where it fails */
+static int params_near(const char *what, const struct cnn_model *m, const float *got,
+		       const float *ref)
+{
+	if (checkf(what, "params", got, ref, m->nparams) == 0)
+		return 1;
+	explain_params(what, m, got, ref);
+	return 0;
+}
+
 /* STEPS steps through the module's API (gather on the GPU, dropout, SGD with
  * momentum, the learning rate from device memory); graph: 0 eager, 1
  * captured after 2 eager steps; comm: none, NCCL at world 1 inside the
@@ -633,6 +714,7 @@ static int gpu_run(const struct cnn_dataset *tr, const struct cnn_dataset *te,
 	memset(&run_census, 0, sizeof(run_census));
 	if (ok)
 		cnn_gpu_api.graph_census(g, &run_census);
+	run_note(out, g);
 	cnn_gpu_api.close(g);
 	cnn_comm_close(c);
 	cnn_optim_free(&o);
@@ -801,26 +883,26 @@ static void test_steps_vs_cpu(int bf16)
 		printf("#   eager: %s\n", err);
 	test_cond(STEPS_S " eager GPU steps (dropout, SGD) run", r1 == 0);
 	test_cond(STEPS_S " eager GPU steps equal the CPU path's (same images, same dropout masks)",
-		  r1 == 0 && checkf("steps", "params", eager, m.params, m.nparams) == 0);
+		  r1 == 0 && params_near("steps", &m, eager, m.params));
 	int r2 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 1, NO_COMM, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_AUTO, CNN_FC2_CUBLAS, graph, err, sizeof(err));
 	if (r2 < 0)
 		printf("#   graph: %s\n", err);
 	test_cond(STEPS_S " GPU steps replayed as a CUDA graph run", r2 == 0);
 	test_cond("the graph's result equals the eager one's",
-		  r1 == 0 && r2 == 0 && checkf("graph", "params", graph, eager, m.nparams) == 0);
+		  r1 == 0 && r2 == 0 && params_near("graph", &m, graph, eager));
 	int r3 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 1, NCCL_1, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_AUTO, CNN_FC2_CUBLAS, nccl, err, sizeof(err));
 	if (r3 < 0)
 		printf("#   nccl: %s\n", err);
 	test_cond(STEPS_S " GPU steps with the NCCL all-reduce in the graph run (world 1)", r3 == 0);
 	test_cond("NCCL's average over one rank changes nothing",
-		  r2 == 0 && r3 == 0 && checkf("graph", "params", nccl, graph, m.nparams) == 0);
+		  r2 == 0 && r3 == 0 && params_near("graph", &m, nccl, graph));
 	int r6 = gpu_run(&tr, &te, &mg, CNN_PREC_FP32, 1, HOST_TWIN, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_AUTO, CNN_FC2_CUBLAS, host, err, sizeof(err));
 	if (r6 < 0)
 		printf("#   host: %s\n", err);
 	test_cond(STEPS_S " GPU steps with the gradients all-reduced through host memory (gloo's path) run",
 		  r6 == 0);
 	test_cond("... a twin rank's average changes nothing: the eager steps' result",
-		  r1 == 0 && r6 == 0 && checkf("graph", "params", host, eager, m.nparams) == 0);
+		  r1 == 0 && r6 == 0 && params_near("graph", &m, host, eager));
 	if (!bf16) {
 		test_skip("bf16 training steps", "this GPU has no bf16 tensor cores (sm_80+)");
 	} else {
@@ -933,7 +1015,7 @@ static void test_steps_more(int bf16)
 			test_cond(d, r == 0 && twin_gap(runs[i].what, &mb, out) == 0);
 		} else {
 			snprintf(d, sizeof(d), "%s equal the CPU path's (steps tolerance)", runs[i].what);
-			test_cond(d, r == 0 && checkf("steps", "params", out, m.params, m.nparams) == 0);
+			test_cond(d, r == 0 && params_near("steps", &m, out, m.params));
 		}
 	}
 	cnn_model_free(&m);
@@ -941,6 +1023,238 @@ static void test_steps_more(int bf16)
 	cnn_data_free(&tr);
 	cnn_data_free(&te);
 	free(p0), free(out);
+}
+
+/* Every algorithm cudnnFind offers for conv2's three calls (the ones the
+ * trainer picks among, and since its graph-batch timing also the
+ * runners-up), each run once on random operands and compared with the
+ * CPU's sums: at batch n, in both layouts, fp32 (FMA math, as
+ * --precision fp32 asks).  A run whose conv2 weights drifted in a block of
+ * channels (explain_params) then shows whether one of cuDNN's kernels
+ * computes them wrong at this shape on this GPU, and which. */
+enum { ALG_FWD, ALG_BWD_DATA, ALG_BWD_FILTER };
+static const char *const alg_call[3] = { "forward", "backward-data", "backward-filter" };
+
+/* conv2's shapes: x n x c x h x w, w oc x c x 3 x 3, y n x oc x (h-2) x (w-2), NCHW */
+struct conv_case {
+	int n, c, h, w, oc, oh, ow;
+	float *x, *wt, *dy;          /* the operands, NCHW and OIHW */
+	double *y, *dx, *dw;         /* the CPU's sums */
+};
+
+static void conv_case_ref(struct conv_case *k)
+{
+	size_t ny = (size_t)k->n * k->oc * k->oh * k->ow, nx = (size_t)k->n * k->c * k->h * k->w;
+	size_t nw = (size_t)k->oc * k->c * 9;
+	memset(k->y, 0, ny * sizeof(double));
+	memset(k->dx, 0, nx * sizeof(double));
+	memset(k->dw, 0, nw * sizeof(double));
+	for (int b = 0; b < k->n; b++)
+		for (int o = 0; o < k->oc; o++)
+			for (int c = 0; c < k->c; c++)
+				for (int r = 0; r < 9; r++) {
+					double wv = k->wt[((size_t)o * k->c + c) * 9 + r], dwv = 0;
+					const float *xp = k->x + (((size_t)b * k->c + c) * k->h + r / 3) * k->w + r % 3;
+					double *dxp = k->dx + (((size_t)b * k->c + c) * k->h + r / 3) * k->w + r % 3;
+					size_t yo = ((size_t)b * k->oc + o) * k->oh * k->ow;
+					for (int i = 0; i < k->oh; i++)
+						for (int j = 0; j < k->ow; j++) {
+							size_t yi = yo + (size_t)i * k->ow + j, xi = (size_t)i * k->w + j;
+							k->y[yi] += wv * xp[xi];
+							dxp[xi] += wv * k->dy[yi];
+							dwv += (double)k->dy[yi] * xp[xi];
+						}
+					k->dw[((size_t)o * k->c + c) * 9 + r] += dwv;
+				}
+}
+
+/* a (planes of n x c x hw, or OIHW as o x c x 9) into or out of the
+ * channels-last order */
+static void to_nhwc(const float *a, float *o, int n, int c, int hw)
+{
+	for (int b = 0; b < n; b++)
+		for (int ch = 0; ch < c; ch++)
+			for (int p = 0; p < hw; p++)
+				o[((size_t)b * hw + p) * c + ch] = a[((size_t)b * c + ch) * hw + p];
+}
+
+static void from_nhwc(const float *a, double *o, int n, int c, int hw)
+{
+	for (int b = 0; b < n; b++)
+		for (int ch = 0; ch < c; ch++)
+			for (int p = 0; p < hw; p++)
+				o[((size_t)b * c + ch) * hw + p] = a[((size_t)b * hw + p) * c + ch];
+}
+
+/* Runs algorithm algo of call on the device operands, its result to
+ * host (NCHW, double) in got; 0, or -1 with the failure in err. */
+static int conv_algo_run(cudnnHandle_t h, int call, int algo, int nhwc, const struct conv_case *k,
+			 cudnnTensorDescriptor_t xd, cudnnFilterDescriptor_t wd,
+			 cudnnTensorDescriptor_t yd, cudnnConvolutionDescriptor_t cd, void *const dev[3],
+			 void *out, size_t ws_bytes, double *got, char *err, size_t errlen)
+{
+	const float one = 1.f, zero = 0.f;
+	void *ws = NULL;
+	cudnnStatus_t st;
+	if (ws_bytes && cudaMalloc(&ws, ws_bytes) != cudaSuccess) {
+		snprintf(err, errlen, "cudaMalloc of its %zu bytes of workspace failed", ws_bytes);
+		return -1;
+	}
+	if (call == ALG_FWD)
+		st = cudnnConvolutionForward(h, &one, xd, dev[0], wd, dev[1], cd,
+					     (cudnnConvolutionFwdAlgo_t)algo, ws, ws_bytes, &zero, yd, out);
+	else if (call == ALG_BWD_DATA)
+		st = cudnnConvolutionBackwardData(h, &one, wd, dev[1], yd, dev[2], cd,
+						  (cudnnConvolutionBwdDataAlgo_t)algo, ws, ws_bytes, &zero,
+						  xd, out);
+	else
+		st = cudnnConvolutionBackwardFilter(h, &one, xd, dev[0], yd, dev[2], cd,
+						    (cudnnConvolutionBwdFilterAlgo_t)algo, ws, ws_bytes,
+						    &zero, wd, out);
+	cudaError_t ce = cudaDeviceSynchronize();
+	cudaFree(ws);
+	if (st != CUDNN_STATUS_SUCCESS || ce != cudaSuccess) {
+		snprintf(err, errlen, "%s", st != CUDNN_STATUS_SUCCESS ? cudnnGetErrorString(st) :
+					    cudaGetErrorString(ce));
+		return -1;
+	}
+	int c = call == ALG_FWD ? k->oc : call == ALG_BWD_DATA ? k->c : k->c;
+	int hw = call == ALG_FWD ? k->oh * k->ow : call == ALG_BWD_DATA ? k->h * k->w : 9;
+	int nn = call == ALG_BWD_FILTER ? k->oc : k->n;
+	size_t cnt = (size_t)nn * c * hw;
+	float *f = malloc(cnt * 4);
+	if (!f || cudaMemcpy(f, out, cnt * 4, cudaMemcpyDeviceToHost) != cudaSuccess) {
+		snprintf(err, errlen, "copying the result back failed");
+		free(f);
+		return -1;
+	}
+	if (nhwc)
+		from_nhwc(f, got, nn, c, hw);
+	else
+		for (size_t i = 0; i < cnt; i++)
+			got[i] = f[i];
+	free(f);
+	return 0;
+}
+
+static void test_cudnn_algos(int n)
+{
+	struct conv_case k = { .n = n, .c = 32, .h = 26, .w = 26, .oc = 64, .oh = 24, .ow = 24 };
+	size_t nx = (size_t)n * k.c * k.h * k.w, nw = (size_t)k.oc * k.c * 9,
+	       ny = (size_t)n * k.oc * k.oh * k.ow;
+	uint64_t rs = 20261127;
+	k.x = malloc(nx * 4), k.wt = malloc(nw * 4), k.dy = malloc(ny * 4);
+	k.y = malloc(ny * 8), k.dx = malloc(nx * 8), k.dw = malloc(nw * 8);
+	double *got = malloc((nx > ny ? nx : ny) * 8);
+	float *t = malloc((nx > ny ? nx : ny) * 4);
+	for (size_t i = 0; i < nx; i++)
+		k.x[i] = 2.f * cnn_rng_uniform(&rs) - 1.f;
+	for (size_t i = 0; i < nw; i++)
+		k.wt[i] = (2.f * cnn_rng_uniform(&rs) - 1.f) / 17.f;
+	for (size_t i = 0; i < ny; i++)
+		k.dy[i] = 2.f * cnn_rng_uniform(&rs) - 1.f;
+	conv_case_ref(&k);
+	double *refs[3] = { k.y, k.dx, k.dw };
+	size_t cnts[3] = { ny, nx, nw };
+	double mean[3] = { 0, 0, 0 };
+	for (int c = 0; c < 3; c++) {
+		for (size_t i = 0; i < cnts[c]; i++)
+			mean[c] += fabs(refs[c][i]);
+		mean[c] /= (double)cnts[c];
+	}
+	cudnnHandle_t h = NULL;
+	void *dev[3] = { NULL, NULL, NULL }, *out = NULL;
+	int ok = cudnnCreate(&h) == CUDNN_STATUS_SUCCESS &&
+		 cudaMalloc(&dev[0], nx * 4) == cudaSuccess && cudaMalloc(&dev[1], nw * 4) == cudaSuccess &&
+		 cudaMalloc(&dev[2], ny * 4) == cudaSuccess &&
+		 cudaMalloc(&out, (nx > ny ? nx : ny) * 4) == cudaSuccess;
+	char d[256], err[256];
+	snprintf(d, sizeof(d), "cuDNN opens, conv2's operands at batch %d on the GPU", n);
+	test_cond(d, ok);
+	for (int nhwc = 0; ok && nhwc < 2; nhwc++) {
+		const char *lay = nhwc ? "NHWC" : "NCHW";
+		cudnnTensorFormat_t f = nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+		cudnnTensorDescriptor_t xd, yd;
+		cudnnFilterDescriptor_t wd;
+		cudnnConvolutionDescriptor_t cd;
+		cudnnCreateTensorDescriptor(&xd);
+		cudnnCreateTensorDescriptor(&yd);
+		cudnnCreateFilterDescriptor(&wd);
+		cudnnCreateConvolutionDescriptor(&cd);
+		cudnnSetTensor4dDescriptor(xd, f, CUDNN_DATA_FLOAT, n, k.c, k.h, k.w);
+		cudnnSetTensor4dDescriptor(yd, f, CUDNN_DATA_FLOAT, n, k.oc, k.oh, k.ow);
+		cudnnSetFilter4dDescriptor(wd, CUDNN_DATA_FLOAT, f, k.oc, k.c, 3, 3);
+		cudnnSetConvolution2dDescriptor(cd, 0, 0, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION,
+						CUDNN_DATA_FLOAT);
+		cudnnSetConvolutionMathType(cd, CUDNN_FMA_MATH);
+		const float *hs[3] = { k.x, k.wt, k.dy };
+		int hc[3] = { k.c, k.c, k.oc }, hn[3] = { n, k.oc, n };
+		int hhw[3] = { k.h * k.w, 9, k.oh * k.ow };
+		size_t hcnt[3] = { nx, nw, ny };
+		for (int i = 0; i < 3 && ok; i++) {
+			if (nhwc)
+				to_nhwc(hs[i], t, hn[i], hc[i], hhw[i]);
+			else
+				memcpy(t, hs[i], hcnt[i] * 4);
+			ok = cudaMemcpy(dev[i], t, hcnt[i] * 4, cudaMemcpyHostToDevice) == cudaSuccess;
+		}
+		for (int call = 0; ok && call < 3; call++) {
+			int cnt = 0, algo[16];
+			size_t mem[16];
+			cudnnStatus_t fs, ss[16];
+			if (call == ALG_FWD) {
+				cudnnConvolutionFwdAlgoPerf_t p[16];
+				fs = cudnnFindConvolutionForwardAlgorithm(h, xd, wd, cd, yd, 16, &cnt, p);
+				for (int i = 0; i < cnt; i++)
+					algo[i] = p[i].algo, mem[i] = p[i].memory, ss[i] = p[i].status;
+			} else if (call == ALG_BWD_DATA) {
+				cudnnConvolutionBwdDataAlgoPerf_t p[16];
+				fs = cudnnFindConvolutionBackwardDataAlgorithm(h, wd, yd, cd, xd, 16, &cnt, p);
+				for (int i = 0; i < cnt; i++)
+					algo[i] = p[i].algo, mem[i] = p[i].memory, ss[i] = p[i].status;
+			} else {
+				cudnnConvolutionBwdFilterAlgoPerf_t p[16];
+				fs = cudnnFindConvolutionBackwardFilterAlgorithm(h, xd, yd, cd, wd, 16, &cnt, p);
+				for (int i = 0; i < cnt; i++)
+					algo[i] = p[i].algo, mem[i] = p[i].memory, ss[i] = p[i].status;
+			}
+			snprintf(d, sizeof(d), "cudnnFind of conv2's %s (batch %d, %s, fp32) offers an algorithm",
+				 alg_call[call], n, lay);
+			int offered = 0;
+			for (int i = 0; fs == CUDNN_STATUS_SUCCESS && i < cnt; i++)
+				offered += ss[i] == CUDNN_STATUS_SUCCESS;
+			test_cond(d, fs == CUDNN_STATUS_SUCCESS && offered > 0);
+			for (int i = 0; fs == CUDNN_STATUS_SUCCESS && i < cnt; i++) {
+				if (ss[i] != CUDNN_STATUS_SUCCESS)
+					continue;
+				char name[96];
+				snprintf(name, sizeof(name), "conv2 %s %s algo %d", lay, alg_call[call], algo[i]);
+				snprintf(d, sizeof(d), "cuDNN's conv2 %s algorithm %d (batch %d, %s, fp32, %zu "
+					 "bytes of workspace) agrees with the CPU's sums", alg_call[call], algo[i],
+					 n, lay, mem[i]);
+				if (mem[i] > ((size_t)256 << 20)) {
+					test_skip(d, "its workspace is over 256 MiB: the trainer never takes it");
+					continue;
+				}
+				int r = conv_algo_run(h, call, algo[i], nhwc, &k, xd, wd, yd, cd, dev, out,
+						      mem[i], got, err, sizeof(err));
+				if (r < 0)
+					printf("#   %s: %s\n", name, err);
+				test_cond(d, r == 0 && check_scaled("cudnn fp32", name, got, refs[call],
+								    cnts[call], mean[call]) == 0);
+			}
+		}
+		cudnnDestroyConvolutionDescriptor(cd);
+		cudnnDestroyFilterDescriptor(wd);
+		cudnnDestroyTensorDescriptor(yd);
+		cudnnDestroyTensorDescriptor(xd);
+	}
+	for (int i = 0; i < 3; i++)
+		cudaFree(dev[i]);
+	cudaFree(out);
+	if (h)
+		cudnnDestroy(h);
+	free(k.x), free(k.wt), free(k.dy), free(k.y), free(k.dx), free(k.dw), free(got), free(t);
 }
 
 /* --pdl: the step's graph with its edges into the project's kernels
@@ -952,7 +1266,7 @@ static void test_steps_more(int bf16)
 static int near_cpu(const char *what, int bf, const struct cnn_model *cpu, const float *got)
 {
 	return bf ? steps_gap(what, cpu, got) == 0 :
-		    checkf("steps", "params", got, cpu->params, cpu->nparams) == 0;
+		    params_near("steps", cpu, got, cpu->params);
 }
 
 static void test_pdl_steps(int major, size_t nruns)
@@ -1023,16 +1337,29 @@ static void test_pdl_steps(int major, size_t nruns)
 				snprintf(d, sizeof(d), "--pdl on: %s equal --pdl off's (graph tolerance)",
 					 runs[i].what);
 				test_cond(d, r[0] == 0 && r[1] == 0 &&
-					  checkf("graph", "params", on, off, m.nparams) == 0);
+					  params_near("graph", &m, on, off));
 #endif
 			}
 		}
 		snprintf(d, sizeof(d), "--pdl off: %s, no programmatic edge", runs[i].what);
 		test_cond(d, r[0] == 0 && !c[0].pdl_edges && !c[0].pdl_kept && !c[0].pdl_timed);
+		/* the same edges as --pdl on's run where both ran the same
+		 * kernels: on cuemu, whose cudnnFind and clock pick the same
+		 * each run; on a GPU each run's cudnnFind and timed choices may
+		 * take other kernels (an H200 made 11 edges in one run, 13 in
+		 * the next), so there some */
 		snprintf(d, sizeof(d), "--pdl auto: %s, the graph timed with and without them%s",
 			 runs[i].what, major >= 9 ? "" : " (before sm_90: neither)");
+#ifdef CNN_CUEMU
+		int same_edges = c[2].pdl_edges == c[1].pdl_edges;
+#else
+		int same_edges = c[2].pdl_edges > 0;
+#endif
+		if (major >= 9 && r[2] == 0 && !same_edges)
+			printf("#   --pdl auto: %d programmatic edges, --pdl on: %d\n", c[2].pdl_edges,
+			       c[1].pdl_edges);
 		test_cond(d, r[2] == 0 &&
-			  (major >= 9 ? c[2].pdl_timed && c[2].pdl_edges == c[1].pdl_edges &&
+			  (major >= 9 ? c[2].pdl_timed && same_edges &&
 					c[2].pdl_ms[0] > 0.f && c[2].pdl_ms[1] > 0.f &&
 					c[2].pdl_kept == (c[2].pdl_ms[1] < c[2].pdl_ms[0]) :
 				       !c[2].pdl_timed && !c[2].pdl_kept));
@@ -1108,7 +1435,7 @@ static void test_set_state_midrun(int tc)
 		printf("#   %s\n", err);
 	snprintf(d, sizeof(d), "%s: parameters set after 4 steps (graph replays), then 3 steps, "
 		 "train as 3 steps of a fresh trainer from them (graph tolerance)", what);
-	test_cond(d, ra == 0 && rb == 0 && checkf("graph", "params", a, b, n) == 0);
+	test_cond(d, ra == 0 && rb == 0 && params_near("graph", &m, a, b));
 	cnn_model_free(&m);
 	cnn_data_free(&tr);
 	cnn_data_free(&te);
@@ -1259,6 +1586,8 @@ int main(void)
 		test_skip("bf16 golden step and twin", "this GPU has no bf16 tensor cores (sm_80+)");
 	}
 	test_golden(&fp32);
+	/* after an fp32 open: NVIDIA_TF32_OVERRIDE=0, as the fp32 runs have it */
+	test_cudnn_algos(BATCH);
 	test_steps_vs_cpu(tc);
 	/* channels-last: the golden step in each precision, then training */
 	struct stepper tf32h = { .name = "tf32 nhwc", .tol = "tf32", .prec = CNN_PREC_TF32, .layout = CNN_LAYOUT_NHWC };
