@@ -87,6 +87,7 @@ static const struct tol tols[] = {
 	{ "bf16 twin steps conv", 0, 0.1, "per tensor, |GPU - emulation| over |the emulation's update| after 20 SGD steps in bf16: the emulation against itself with TWIN_NOISE before each rounding (another summation order; 2e-7 to 2e-5 alike), over 20 noise streams: up to 0.042 (conv2.bias); cuemu's 5 steps up to 0.024; x2.4. A conv2 gradient one step stale in five moved conv2.weight 0.22 here, 0.25 against fp32 (within bf16 steps)" },
 	{ "bf16 twin steps fc", 0, 0.2, "as bf16 twin steps conv, for the linear layers: up to 0.083 (fc1.bias); x2.4" },
 	{ "cudnn fp32",  1e-3, 0,    "conv2 by one cuDNN algorithm on random operands vs the CPU's sums in double, atol in units of the mean |output|: right fp32 algorithms (FFT, Winograd) err ~1e-5 of it, a wrong tile ~1; x100" },
+	{ "fp32 steps flip", 0, 0.03, "per tensor, |got - ref| over |ref's update| after 20 fp32 steps whose entries left \"steps\" or \"graph\": a max-pool or ReLU decision flipped by another summation order moved fc1.bias 0.013 (the CPU path against itself, 1 ulp apart); x2.3" },
 	{ "graph",       2e-5, 2e-3, "each run times cuDNN's algorithms afresh (cudnnFind) and may pick others, which sum in another order, and 20 SGD steps compound it: measured on an H100 up to 2.1e-6 on a 2.2e-3 weight; x5" },
 };
 
@@ -660,16 +661,6 @@ static void explain_params(const char *what, const struct cnn_model *m, const fl
 		printf("#   the run it was compared with kept: %s\n", dr);
 }
 
-/* checkf of the parameters after STEPS steps, explained where it fails */
-static int params_near(const char *what, const struct cnn_model *m, const float *got,
-		       const float *ref)
-{
-	if (checkf(what, "params", got, ref, m->nparams) == 0)
-		return 1;
-	explain_params(what, m, got, ref);
-	return 0;
-}
-
 /* STEPS steps through the module's API (gather on the GPU, dropout, SGD with
  * momentum, the learning rate from device memory); graph: 0 eager, 1
  * captured after 2 eager steps; comm: none, NCCL at world 1 inside the
@@ -726,7 +717,7 @@ static int gpu_run(const struct cnn_dataset *tr, const struct cnn_dataset *te,
  * for the convolutions' tensors, fc's for the linear layers').  Prints
  * each ratio; returns how many tensors exceed it. */
 static int steps_gap_rows(const char *conv_row, const char *fc_row, const char *what,
-			  const struct cnn_model *ref, const float *got)
+			  const struct cnn_model *ref, const float *refp, const float *got)
 {
 	struct cnn_model m0;
 	char err[256];
@@ -736,7 +727,7 @@ static int steps_gap_rows(const char *conv_row, const char *fc_row, const char *
 	for (int t = 0; t < P_COUNT; t++) {
 		double dd = 0, uu = 0;
 		for (size_t i = ref->t[t].off; i < ref->t[t].off + ref->t[t].n; i++) {
-			double u = ref->params[i] - m0.params[i], d = got[i] - ref->params[i];
+			double u = refp[i] - m0.params[i], d = got[i] - refp[i];
 			dd += d * d;
 			uu += u * u;
 		}
@@ -752,14 +743,41 @@ static int steps_gap_rows(const char *conv_row, const char *fc_row, const char *
 /* bf16 training drifts from fp32's ("bf16 steps") */
 static int steps_gap(const char *what, const struct cnn_model *ref, const float *got)
 {
-	return steps_gap_rows("bf16 steps", "bf16 steps", what, ref, got);
+	return steps_gap_rows("bf16 steps", "bf16 steps", what, ref, ref->params, got);
 }
 
 /* ... and from the emulation of its own roundings far less ("bf16 twin
  * steps"): a gradient wrong in one step of several stands out there */
 static int twin_gap(const char *what, const struct cnn_model *ref, const float *got)
 {
-	return steps_gap_rows("bf16 twin steps conv", "bf16 twin steps fc", what, ref, got);
+	return steps_gap_rows("bf16 twin steps conv", "bf16 twin steps fc", what, ref, ref->params,
+			      got);
+}
+
+/* The parameters after STEPS fp32 steps against ref's, entry by entry
+ * (row what); where entries fall outside, explained, and taken as a
+ * rounding flip where every tensor stays within "fp32 steps flip" of
+ * ref's update.  Another summation order turns the odd max-pool or ReLU
+ * decision that sat on a tie, and a flipped decision moves its channel's
+ * weights by more than any per-entry row: the CPU path against itself,
+ * its initial parameters moved by one ulp, exceeded "steps" in 1 run of
+ * 80 (by 12.6 times, 4,000 entries of fc1 outside, fc1.bias 0.013 of its
+ * update), and an H200's run of test_steps_more by 2.29 times (28 entries
+ * of conv2.weight).  A gradient wrong for a whole step stays outside:
+ * conv2's one step stale moves conv2.weight 0.062, every tensor's 0.21;
+ * two of conv2's 64 channels stale for a step (0.011) pass as a flip:
+ * those the entries' explanation above shows, and cuemu's lazy streams
+ * find such a missing wait by construction. */
+static int params_near(const char *what, const struct cnn_model *m, const float *got,
+		       const float *ref)
+{
+	if (checkf(what, "params", got, ref, m->nparams) == 0)
+		return 1;
+	explain_params(what, m, got, ref);
+	if (steps_gap_rows("fp32 steps flip", "fp32 steps flip", "a flip?", m, ref, got) > 0)
+		return 0;
+	printf("#   taken as a rounding flip: every tensor within \"fp32 steps flip\" of its update\n");
+	return 1;
 }
 
 /* STEPS steps on the CPU (dropout, SGD with momentum) from m's parameters:
@@ -1435,7 +1453,10 @@ static void test_set_state_midrun(int tc)
 		printf("#   %s\n", err);
 	snprintf(d, sizeof(d), "%s: parameters set after 4 steps (graph replays), then 3 steps, "
 		 "train as 3 steps of a fresh trainer from them (graph tolerance)", what);
-	test_cond(d, ra == 0 && rb == 0 && params_near("graph", &m, a, b));
+	int near = ra == 0 && rb == 0 && checkf("graph", "params", a, b, n) == 0;
+	if (ra == 0 && rb == 0 && !near)
+		explain_params("graph", &m, a, b);
+	test_cond(d, near);
 	cnn_model_free(&m);
 	cnn_data_free(&tr);
 	cnn_data_free(&te);
