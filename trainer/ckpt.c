@@ -44,21 +44,30 @@ static int write_all(int fd, const void *p, size_t n, uLong *crc)
 int cnn_ckpt_save(const char *dir, const struct cnn_model *m, const struct cnn_optim *o,
 		  const struct cnn_ckpt_pos *pos, char *err, size_t errlen)
 {
-	char path[4096], tmp[4200];
+	char path[4096], tmp[4200], name[64];
 	struct hdr h = { m->in.c, m->in.h, m->in.w, m->in.classes, m->nparams, (int32_t)o->kind, 0,
 			 cnn_optim_state_len(o), o->updates, *pos };
 	uint32_t version = VERSION;
 	uLong crc = crc32(0, NULL, 0);
-	int fd, rv = -1;
+	int fd = -1, dfd, rv = -1;
 
 	if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
 		snprintf(err, errlen, "checkpoint dir %s: %s", dir, strerror(errno));
 		return -1;
 	}
+	/* the temporary file, its rename and the directory's fsync all in the
+	 * one directory opened here, whatever the path names by then (a
+	 * --checkpoint-dir that is a link moved mid-save) */
+	if ((dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+		snprintf(err, errlen, "checkpoint dir %s: %s", dir, strerror(errno));
+		return -1;
+	}
 	snprintf(path, sizeof(path), "%s/%s", dir, CNN_CKPT_NAME);
-	snprintf(tmp, sizeof(tmp), "%s/.%s.tmp.%d", dir, CNN_CKPT_NAME, (int)getpid());
-	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0) {
+	snprintf(name, sizeof(name), ".%s.tmp.%d", CNN_CKPT_NAME, (int)getpid());
+	snprintf(tmp, sizeof(tmp), "%s/%s", dir, name);
+	if ((fd = openat(dfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0) {
 		snprintf(err, errlen, "checkpoint %s: %s", tmp, strerror(errno));
+		close(dfd);
 		return -1;
 	}
 	if (write_all(fd, MAGIC, 8, &crc) < 0 || write_all(fd, &version, 4, &crc) < 0 ||
@@ -81,21 +90,18 @@ int cnn_ckpt_save(const char *dir, const struct cnn_model *m, const struct cnn_o
 		goto out;
 	}
 	fd = -1;
-	if (rename(tmp, path) < 0) {
+	if (renameat(dfd, name, dfd, CNN_CKPT_NAME) < 0) {
 		snprintf(err, errlen, "checkpoint: renaming %s to %s: %s", tmp, path, strerror(errno));
 		goto out;
 	}
-	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd >= 0) {
-		fsync(dfd);
-		close(dfd);
-	}
+	fsync(dfd);
 	rv = 0;
 out:
 	if (fd >= 0)
 		close(fd);
 	if (rv < 0)
-		unlink(tmp);
+		unlinkat(dfd, name, 0);
+	close(dfd);
 	return rv;
 }
 

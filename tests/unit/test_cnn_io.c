@@ -1,6 +1,7 @@
 /* cnn_train's inputs and outputs: IDX files good and bad, the distributed
  * sampler's semantics, checkpoints, the command line. */
 #include <stdarg.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -275,6 +276,27 @@ static void test_ckpt(void)
 	fclose(f);
 	test_cond("a corrupted checkpoint is refused", cnn_ckpt_load(ck, &m2, &o2, &back, err, sizeof(err)) < 0);
 	test_err("... by its CRC", err, "CRC mismatch");
+	/* saved again over it: the new one whole, no temporary file left */
+	test_cond("a second save replaces it", cnn_ckpt_save(ck, &m, &o, &pos, err, sizeof(err)) == 0 &&
+		  cnn_ckpt_load(ck, &m2, &o2, &back, err, sizeof(err)) == 1);
+	DIR *dd = opendir(ck);
+	int entries = 0;
+	for (struct dirent *e; dd && (e = readdir(dd));)
+		entries += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+	if (dd)
+		closedir(dd);
+	test_cond("... and leaves checkpoint.bin alone in the directory", entries == 1);
+	/* a --checkpoint-dir that names a file (a link moved to one mid-run) */
+	char notdir[400];
+	snprintf(notdir, sizeof(notdir), "%s/plainfile", dir);
+	FILE *pf = fopen(notdir, "w");
+	if (pf)
+		fclose(pf);
+	test_cond("a checkpoint dir that is a file is refused",
+		  cnn_ckpt_save(notdir, &m, &o, &pos, err, sizeof(err)) < 0);
+	char want[500];
+	snprintf(want, sizeof(want), "checkpoint dir %s: Not a directory", notdir);
+	test_err("... naming it", err, want);
 	cnn_model_free(&m);
 	cnn_model_free(&m2);
 	cnn_model_free(&mc);
