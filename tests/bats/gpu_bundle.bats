@@ -163,7 +163,7 @@ setup() {
 # one call of `run.sh session`, which must end by its deadline whatever its
 # parts do, bring its logs back within $OUT's limits (8 files, plain
 # names) and say which parts ran and which did not fit.
-SESSION_PARTS=(kernels_test bench_tf32 compile gpu_step ddp_check accuracy profile bench_bf16)
+SESSION_PARTS=(kernels_test gpu_step ddp_check bench_tf32 compile accuracy profile bench_bf16)
 
 @test "run.sh session: every part in order, each bounded by what is left of SESSION_SECONDS, logs in \$OUT" {
 	local out="$BATS_TEST_TMPDIR/out" start end
