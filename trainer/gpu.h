@@ -114,7 +114,7 @@ struct cnn_gpu_opts {
 	const char *graph_dot;       /* --cuda-graph-dot: the captured step's graph as
 				      * cudaGraphDebugDotPrint writes it (NULL: none) */
 	enum cnn_fc2_impl fc2;       /* --fc2 (0: cuBLAS) */
-	enum cnn_pdl pdl;            /* --pdl (0: auto) */
+	enum cnn_pdl pdl;            /* --pdl (0: off) */
 	/* the smaller batches the run will see: an epoch's last training
 	 * batch and the evaluation's last (0: none), prepared at open as batch
 	 * and eval_batch are (their calls chosen, and timed, before the first

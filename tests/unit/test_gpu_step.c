@@ -86,6 +86,7 @@ static const struct tol tols[] = {
 	{ "bf16 steps",  0,    0.35, "per tensor, |bf16 - fp32| over |fp32's update| after 20 SGD steps with dropout: measured up to 0.134 (fc1.bias) on the emulation; x2.6" },
 	{ "bf16 twin steps conv", 0, 0.1, "per tensor, |GPU - emulation| over |the emulation's update| after 20 SGD steps in bf16: the emulation against itself with TWIN_NOISE before each rounding (another summation order; 2e-7 to 2e-5 alike), over 20 noise streams: up to 0.042 (conv2.bias); cuemu's 5 steps up to 0.024; x2.4. A conv2 gradient one step stale in five moved conv2.weight 0.22 here, 0.25 against fp32 (within bf16 steps)" },
 	{ "bf16 twin steps fc", 0, 0.2, "as bf16 twin steps conv, for the linear layers: up to 0.083 (fc1.bias); x2.4" },
+	{ "cudnn tf32",  1.5e-2, 0,  "as cudnn fp32, TF32 math (operands to 10 mantissa bits): measured on cuemu, which rounds them as the tensor cores do, up to 1.7e-3 of the mean |output|; x9 for FFT's and Winograd's transforms" },
 	{ "cudnn fp32",  1e-3, 0,    "conv2 by one cuDNN algorithm on random operands vs the CPU's sums in double, atol in units of the mean |output|: right fp32 algorithms (FFT, Winograd) err ~1e-5 of it, a wrong tile ~1; x100" },
 	{ "fp32 steps flip", 0, 0.03, "per tensor, |got - ref| over |ref's update| after 20 fp32 steps whose entries left \"steps\" or \"graph\": a max-pool or ReLU decision flipped by another summation order moved fc1.bias 0.013 (the CPU path against itself, 1 ulp apart); x2.3" },
 	{ "graph",       2e-5, 2e-3, "each run times cuDNN's algorithms afresh (cudnnFind) and may pick others, which sum in another order, and 20 SGD steps compound it: measured on an H100 up to 2.1e-6 on a 2.2e-3 weight; x5" },
@@ -1047,9 +1048,11 @@ static void test_steps_more(int bf16)
  * trainer picks among, and since its graph-batch timing also the
  * runners-up), each run once on random operands and compared with the
  * CPU's sums: at batch n, in both layouts, fp32 (FMA math, as
- * --precision fp32 asks).  A run whose conv2 weights drifted in a block of
- * channels (explain_params) then shows whether one of cuDNN's kernels
- * computes them wrong at this shape on this GPU, and which. */
+ * --precision fp32 asks) or TF32 (the default's math; run before any
+ * fp32 open has set NVIDIA_TF32_OVERRIDE=0).  A run whose conv2 weights
+ * drifted in a block of channels (explain_params) then shows whether one
+ * of cuDNN's kernels computes them wrong at this shape on this GPU, and
+ * which. */
 enum { ALG_FWD, ALG_BWD_DATA, ALG_BWD_FILTER };
 static const char *const alg_call[3] = { "forward", "backward-data", "backward-filter" };
 
@@ -1155,9 +1158,10 @@ static int conv_algo_run(cudnnHandle_t h, int call, int algo, int nhwc, const st
 	return 0;
 }
 
-static void test_cudnn_algos(int n)
+static void test_cudnn_algos(int n, int tf32)
 {
 	struct conv_case k = { .n = n, .c = 32, .h = 26, .w = 26, .oc = 64, .oh = 24, .ow = 24 };
+	const char *prec = tf32 ? "TF32" : "fp32";
 	size_t nx = (size_t)n * k.c * k.h * k.w, nw = (size_t)k.oc * k.c * 9,
 	       ny = (size_t)n * k.oc * k.oh * k.ow;
 	uint64_t rs = 20261127;
@@ -1187,7 +1191,7 @@ static void test_cudnn_algos(int n)
 		 cudaMalloc(&dev[2], ny * 4) == cudaSuccess &&
 		 cudaMalloc(&out, (nx > ny ? nx : ny) * 4) == cudaSuccess;
 	char d[256], err[256];
-	snprintf(d, sizeof(d), "cuDNN opens, conv2's operands at batch %d on the GPU", n);
+	snprintf(d, sizeof(d), "cuDNN opens, conv2's operands at batch %d on the GPU (%s)", n, prec);
 	test_cond(d, ok);
 	for (int nhwc = 0; ok && nhwc < 2; nhwc++) {
 		const char *lay = nhwc ? "NHWC" : "NCHW";
@@ -1204,7 +1208,7 @@ static void test_cudnn_algos(int n)
 		cudnnSetFilter4dDescriptor(wd, CUDNN_DATA_FLOAT, f, k.oc, k.c, 3, 3);
 		cudnnSetConvolution2dDescriptor(cd, 0, 0, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION,
 						CUDNN_DATA_FLOAT);
-		cudnnSetConvolutionMathType(cd, CUDNN_FMA_MATH);
+		cudnnSetConvolutionMathType(cd, tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH);
 		const float *hs[3] = { k.x, k.wt, k.dy };
 		int hc[3] = { k.c, k.c, k.oc }, hn[3] = { n, k.oc, n };
 		int hhw[3] = { k.h * k.w, 9, k.oh * k.ow };
@@ -1236,8 +1240,8 @@ static void test_cudnn_algos(int n)
 				for (int i = 0; i < cnt; i++)
 					algo[i] = p[i].algo, mem[i] = p[i].memory, ss[i] = p[i].status;
 			}
-			snprintf(d, sizeof(d), "cudnnFind of conv2's %s (batch %d, %s, fp32) offers an algorithm",
-				 alg_call[call], n, lay);
+			snprintf(d, sizeof(d), "cudnnFind of conv2's %s (batch %d, %s, %s) offers an algorithm",
+				 alg_call[call], n, lay, prec);
 			int offered = 0;
 			for (int i = 0; fs == CUDNN_STATUS_SUCCESS && i < cnt; i++)
 				offered += ss[i] == CUDNN_STATUS_SUCCESS;
@@ -1246,10 +1250,11 @@ static void test_cudnn_algos(int n)
 				if (ss[i] != CUDNN_STATUS_SUCCESS)
 					continue;
 				char name[96];
-				snprintf(name, sizeof(name), "conv2 %s %s algo %d", lay, alg_call[call], algo[i]);
-				snprintf(d, sizeof(d), "cuDNN's conv2 %s algorithm %d (batch %d, %s, fp32, %zu "
+				snprintf(name, sizeof(name), "conv2 %s %s %s algo %d", prec, lay, alg_call[call],
+					 algo[i]);
+				snprintf(d, sizeof(d), "cuDNN's conv2 %s algorithm %d (batch %d, %s, %s, %zu "
 					 "bytes of workspace) agrees with the CPU's sums", alg_call[call], algo[i],
-					 n, lay, mem[i]);
+					 n, lay, prec, mem[i]);
 				if (mem[i] > ((size_t)256 << 20)) {
 					test_skip(d, "its workspace is over 256 MiB: the trainer never takes it");
 					continue;
@@ -1258,8 +1263,9 @@ static void test_cudnn_algos(int n)
 						      mem[i], got, err, sizeof(err));
 				if (r < 0)
 					printf("#   %s: %s\n", name, err);
-				test_cond(d, r == 0 && check_scaled("cudnn fp32", name, got, refs[call],
-								    cnts[call], mean[call]) == 0);
+				test_cond(d, r == 0 && check_scaled(tf32 ? "cudnn tf32" : "cudnn fp32", name,
+								    got, refs[call], cnts[call],
+								    mean[call]) == 0);
 			}
 		}
 		cudnnDestroyConvolutionDescriptor(cd);
@@ -1600,6 +1606,10 @@ int main(void)
 	struct stepper bf = { .name = "bf16", .tol = "bf16", .prec = CNN_PREC_BF16, .emulate = 0 };
 	struct stepper fp32 = { .name = "fp32", .tol = "fp32", .prec = CNN_PREC_FP32, .emulate = 0 };
 	test_golden(&tf32);   /* first: the fp32 run sets NVIDIA_TF32_OVERRIDE=0 */
+	if (tc)
+		test_cudnn_algos(BATCH, 1);
+	else
+		test_skip("cuDNN's conv2 algorithms in TF32", "this GPU has no TF32 tensor cores (sm_80+)");
 	if (tc) {
 		test_golden(&bf);
 		test_bf16_twin();
@@ -1608,7 +1618,7 @@ int main(void)
 	}
 	test_golden(&fp32);
 	/* after an fp32 open: NVIDIA_TF32_OVERRIDE=0, as the fp32 runs have it */
-	test_cudnn_algos(BATCH);
+	test_cudnn_algos(BATCH, 0);
 	test_steps_vs_cpu(tc);
 	/* channels-last: the golden step in each precision, then training */
 	struct stepper tf32h = { .name = "tf32 nhwc", .tol = "tf32", .prec = CNN_PREC_TF32, .layout = CNN_LAYOUT_NHWC };
