@@ -7,6 +7,7 @@
 # Fashion-MNIST.  Then, there:
 #
 #   .gpu/run.sh check        test_cuda_kernels, test_gpu_step, ddp-check (NCCL, world 1)
+#   .gpu/run.sh gpu_steps    test_gpu_step GPU_STEP_RUNS times (2)
 #   .gpu/run.sh ddp_check    ddp-check -e 256M in a world of one over NCCL
 #   .gpu/run.sh train        cnn_train --device cuda, 2 epochs (world 1: no communicator)
 #   .gpu/run.sh gloo2        two cnn_train ranks on the one GPU over gloo (host all-reduce)
@@ -27,7 +28,7 @@
 #                            call, logs in $OUT
 #   .gpu/run.sh session      what one lease of 15 minutes of device time holds, in one call
 #                            (timeout_s 590) that ends by SESSION_SECONDS (default 540):
-#                            test_cuda_kernels, test_gpu_step, ddp-check (NCCL, world
+#                            test_cuda_kernels, test_gpu_step twice, ddp-check (NCCL, world
 #                            1), batch 64 against eager and graphed PyTorch and 1024
 #                            against torch.compile (each cell the median of 3
 #                            interleaved runs), the accuracy after 2 epochs, ncu's
@@ -219,6 +220,26 @@ check)
 	world1 run ddp-check -e 256M || rc=1
 	exit $rc
 	;;
+gpu_steps)
+	# test_gpu_step GPU_STEP_RUNS times (2): its 20-step comparisons
+	# depend on each run's cudnnFind, and one of two runs on an H200
+	# failed where the other passed.  Each run's output, then a line a
+	# run with its failures (the part's log is shown from its end)
+	rc=0 n=${GPU_STEP_RUNS:-2} sums=()
+	for i in $(seq "$n"); do
+		echo "=== test_gpu_step, run $i of $n"
+		trc=0
+		(cd "$G/.." && run test_gpu_step) >"$G/gpu_step.$i.log" 2>&1 || trc=$?
+		cat "$G/gpu_step.$i.log"
+		nok=$(grep -c '^ok ' "$G/gpu_step.$i.log" || true)
+		nbad=$(grep -c '^not ok' "$G/gpu_step.$i.log" || true)
+		sums+=("=== run $i: status $trc, $nok ok, $nbad not ok")
+		while read -r line; do sums+=("    $line"); done < <(grep '^not ok' "$G/gpu_step.$i.log")
+		[ "$trc" = 0 ] || rc=1
+	done
+	printf '%s\n' "${sums[@]}"
+	exit $rc
+	;;
 ddp_check)
 	# ddp-check as `srun --ddp=nccl ddp-check` runs it on one node of
 	# one GPU: world 1, NCCL (check.bats' world-1 test, on a real GPU)
@@ -381,7 +402,7 @@ all | variants | session)
 			echo "=== kernels_test failed (rc=$last_rc): the benches below run with --conv1 cudnn --conv2 cudnn"
 			summary+=("$(printf '%-12s %s' fallback "benches with --conv1 cudnn --conv2 cudnn (kernels_test failed)")")
 		fi
-		part gpu_step 90 -- test_gpu_step
+		part gpu_step 90 -- gpu_steps
 		part ddp_check 30 -- ddp_check
 		part bench_tf32 150 BATCHES=64 TORCH_MODES="eager graph" REPEATS=3 ${safe[@]+"${safe[@]}"} \
 			CNN_VARIANTS="pdl:--pdl auto" -- bench
