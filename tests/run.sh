@@ -170,6 +170,18 @@ run_analyze() {
 	else
 		echo "ok - bats: every negated command in the Bats files can fail its test" | tee "$log/negation.tap"
 	fi
+	# ... and every test of an && list of tests but its last: `[ "$a" -eq 1 ]
+	# && [ "$b" -eq 1 ]` fails no test where $a is wrong.  One test a line
+	# (an && list that guards a command, `[ -f x ] && break`, is not one).
+	local andl
+	andl=$(grep -nE '^[[:space:]]+\[\[? .*\]\]? && \[' tests/bats/*.bats | grep -v '||' || true)
+	if [ -n "$andl" ]; then
+		echo "$andl"
+		echo "not ok - bats: a test above in an && list fails no test unless it is the last (set -e): one a line" |
+			tee "$log/andlist.tap"
+	else
+		echo "ok - bats: no test in the Bats files hides in an && list" | tee "$log/andlist.tap"
+	fi
 	if ! command -v clang >/dev/null; then
 		echo "not ok - analyze: clang is missing (scripts/deps.sh installs it)" | tee "$log/analyze.tap"
 		return

@@ -53,7 +53,9 @@ ratio_ok() {
 	for i in 3 4; do
 		read -r b c cn te ve vb tf pk <<<"${lines[$i]}"
 		assert_equal "$b" $((32 * (i - 2)))
-		[ "$c" -gt 0 ] && [ "$cn" -gt 0 ] && [ "$te" -gt 0 ]
+		[ "$c" -gt 0 ]
+		[ "$cn" -gt 0 ]
+		[ "$te" -gt 0 ]
 		ratio_ok "$ve" "$c" "$te"
 		assert_equal "$vb" "$ve"   # eager is the only PyTorch mode: the best
 		awk -v t="$tf" -v c="$c" -v f="$flops" 'BEGIN { exit !((t - c * f / 1e12)^2 < 0.0051^2) }'

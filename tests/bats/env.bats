@@ -32,7 +32,8 @@ teardown() {
 	# one port, in the default range
 	assert_equal "$(field 9 | sort -u | wc -l)" "1"
 	port=$(field 9 | head -n1)
-	[ "$port" -ge 20480 ] && [ "$port" -le 32767 ]
+	[ "$port" -ge 20480 ]
+	[ "$port" -le 32767 ]
 	# per node: local ranks 0,1; NODE_RANK = node index - 1; the interface
 	# is the node's own and holds the node's own address; never docker0
 	for i in 1 2 3; do
@@ -198,8 +199,10 @@ teardown() {
 	assert_success
 	pa=$(awk '{print $9}' "$BATS_FILE_TMPDIR/a.out" | sort -u)
 	pb=$(awk '{print $9}' "$BATS_FILE_TMPDIR/b.out" | sort -u)
-	[ "$(echo "$pa" | wc -l)" -eq 1 ] && [ "$(echo "$pb" | wc -l)" -eq 1 ]
-	[ -n "$pa" ] && [ -n "$pb" ]
+	[ "$(echo "$pa" | wc -l)" -eq 1 ]
+	[ "$(echo "$pb" | wc -l)" -eq 1 ]
+	[ -n "$pa" ]
+	[ -n "$pb" ]
 	assert_not_equal "$pa" "$pb"
 	# same head for both
 	assert_equal "$(cat "$BATS_FILE_TMPDIR"/[ab].out | awk '{print $8}' | sort -u)" "$(node_ip 1)"

@@ -35,7 +35,8 @@ setup() {
 	for p in cnn_train ddp-check test_cuda_kernels test_gpu_step h2d_bind cnn_train_cuda.so; do
 		[ -f "$B/bin/$p" ] || fail "bin/$p is missing"
 	done
-	[ -f "$B/lib.tar.xz" ] && [ -x "$B/run.sh" ]
+	[ -f "$B/lib.tar.xz" ]
+	[ -x "$B/run.sh" ]
 	[ "$(ls "$B"/data/*-ubyte.gz | wc -l)" -eq 4 ]
 	# CUDA's own libraries are the machine's, named for run.sh to find
 	grep -qx 'libcudnn.so.9' "$B/cuda-libs"

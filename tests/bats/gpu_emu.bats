@@ -116,7 +116,8 @@ setup() {
 	read -r kept ms1 ms2 n < <(sed -E 's/^.*: ([12]) kept; a replay of the step took ([0-9.]+) ms with 1, ([0-9.]+) ms with 2 \(the least of ([0-9]+) each\)$/\1 \2 \3 \4/' <<<"$line")
 	echo "kept $kept: $ms1 ms, $ms2 ms, $n replays each"
 	# (cuemu's build: 1 to 10, tests/Makefile's CNN_TUNE_MIN; a GPU's 2 to 10)
-	[ "$n" -ge 1 ] && [ "$n" -le 10 ]
+	[ "$n" -ge 1 ]
+	[ "$n" -le 10 ]
 	# the lesser time kept, one stream on a tie
 	assert_equal "$kept" "$(awk -v a="$ms1" -v b="$ms2" 'BEGIN { print (b < a) ? 2 : 1 }')"
 	assert_equal "$kept" 2
@@ -178,7 +179,8 @@ PY
 	local n
 	n=$(sed -n 's/^# programmatic launch on (batch 8): \([0-9]*\) programmatic edges$/\1/p' <<<"$output")
 	echo "on: $n edges"
-	[ -n "$n" ] && [ "$n" -gt 3 ]
+	[ -n "$n" ]
+	[ "$n" -gt 3 ]
 	/usr/bin/python3 - "$BATS_TEST_TMPDIR/g2.dot" "$n" <<'PY'
 import re, sys
 text = open(sys.argv[1]).read()
@@ -201,7 +203,8 @@ PY
 	assert_equal "$na" "$n"
 	assert_equal "$kept" "$(awk -v a="$ms1" -v b="$ms2" 'BEGIN { print (b < a) ? "on" : "off" }')"
 	assert_equal "$kept" on
-	[ "$k" -ge 1 ] && [ "$k" -le 10 ]
+	[ "$k" -ge 1 ]
+	[ "$k" -le 10 ]
 	/usr/bin/python3 - "$BATS_TEST_TMPDIR"/j{0,2,3}.json "$n" "$ms1" "$ms2" <<'PY'
 import json, sys
 off, on, auto = (json.load(open(f))["cuda_graph"] for f in sys.argv[1:4])
@@ -612,7 +615,8 @@ PY
 		line=$(grep -E "$re" <<<"$output")
 		echo "$line"
 		read -r kept ms1 ms2 n < <(sed -E "s/$re/\1 \2 \3 \4/" <<<"$line")
-		[ "$n" -ge 1 ] && [ "$n" -le 10 ]
+		[ "$n" -ge 1 ]
+		[ "$n" -le 10 ]
 		# the lesser kept; a tie to NCHW (the first on every rank)
 		assert_equal "$kept" "$(awk -v a="$ms1" -v b="$ms2" 'BEGIN { print b < a ? "NHWC" : "NCHW" }')"
 		assert_equal "$kept" "$([ -n "$slow" ] && echo NCHW || echo NHWC)"
@@ -1178,7 +1182,9 @@ fault_rank1() {
 	[ "$rc0" -eq 138 ]
 	[ "$rc1" -eq 143 ]
 	n=$(sed -n 's/^# SIGUSR1: every rank stops after step \([0-9]*\) and rank 0 writes a checkpoint there$/\1/p' "$d/r0.log")
-	[ "$n" -ge 8 ] && [ "$n" -lt 30 ] && [ $((n % 4)) -eq 0 ]
+	[ "$n" -ge 8 ]
+	[ "$n" -lt 30 ]
+	[ $((n % 4)) -eq 0 ]
 	grep -qxF "# stopped on SIGUSR1 after step $n (epoch 1, step $n of it): $d/ck/checkpoint.bin holds it; --resume, or the job requeued, continues from there" "$d/r0.log"
 	grep -qE '^params: identical on all 2 ranks' "$d/r0.log"
 
@@ -1211,7 +1217,8 @@ fault_rank1() {
 	cat "$d/r1.log"
 	echo "both done after $((SECONDS - t0)) s"
 	[ $((SECONDS - t0)) -le 10 ]
-	[ "$status" -eq 1 ] && [ "$rc1" -eq 1 ]
+	[ "$status" -eq 1 ]
+	[ "$rc1" -eq 1 ]
 	local why='NCCL ncclGetUniqueId: invalid argument: Invalid NCCL_COMM_ID \[nonsense\], please use format: <ipv4>:<port> or \[<ipv6>\]:<port> or <hostname>:<port>'
 	grep -E "^cnn_train: [^ ]+ rank 0: comm: rank 0 \([^)]+\) could not make the nccl id: $why$" <<<"$stderr"
 	grep -E "^cnn_train: [^ ]+ rank 1: comm: the nccl id from rank 0: a peer failed first \(comm: rank 0 \([^)]+\) could not make the nccl id: $why\)$" "$d/r1.log"

@@ -271,7 +271,9 @@ wait2() {
 	[ "$RC1" -eq 143 ]
 	n=$(sed -n 's/^# a signal on another rank: every rank stops after step \([0-9]*\) and rank 0 writes a checkpoint there$/\1/p' "$d/stop.r0")
 	echo "stopped after step $n"
-	[ "$n" -ge 24 ] && [ "$n" -lt 100 ] && [ $((n % 8)) -eq 0 ]
+	[ "$n" -ge 24 ]
+	[ "$n" -lt 100 ]
+	[ $((n % 8)) -eq 0 ]
 	grep -qxF "# stopped on a signal on another rank after step $n (epoch 1, step $n of it): $d/ck/checkpoint.bin holds it; --resume, or the job requeued, continues from there" "$d/stop.r0"
 	grep -qE '^params: identical on all 2 ranks' "$d/stop.r0"
 	grep -qE "^done: $n steps, .*test accuracy not evaluated" "$d/stop.r0"
@@ -282,11 +284,13 @@ wait2() {
 	bg2 "$d/resumed" "${opts[@]}" --checkpoint-dir "$d/ck" --resume --dump-params "$d/resumed.bin"
 	wait2
 	cat "$d/resumed.r0"
-	[ "$RC0" -eq 0 ] && [ "$RC1" -eq 0 ]
+	[ "$RC0" -eq 0 ]
+	[ "$RC1" -eq 0 ]
 	grep -qxF "# resumed from $d/ck/checkpoint.bin: epoch 1, step $n of it, $n steps done" "$d/resumed.r0"
 	bg2 "$d/straight" "${opts[@]}" --dump-params "$d/straight.bin"
 	wait2
-	[ "$RC0" -eq 0 ] && [ "$RC1" -eq 0 ]
+	[ "$RC0" -eq 0 ]
+	[ "$RC1" -eq 0 ]
 	cmp "$d/resumed.bin" "$d/straight.bin"
 }
 
@@ -328,7 +332,8 @@ wait2() {
 	mv -T "$d/ck.new" "$d/ck"
 	wait2
 	cat "$d/own.r0" "$d/own.r1"
-	[ "$RC0" -eq 1 ] && [ "$RC1" -eq 1 ]
+	[ "$RC0" -eq 1 ]
+	[ "$RC1" -eq 1 ]
 	# (a save opens the directory once and writes, renames and syncs in
 	# it: a swap during a save lands in the next one, which finds a file)
 	grep -qE "^cnn_train: [^ ]+ rank 0: checkpoint dir $d/ck: Not a directory$" "$d/own.r0"
