@@ -43,7 +43,7 @@ constexpr int kSMs = 16, kBlocksPerSM = 2;
 // what the host code does on an older GPU.
 int cc_major = 9, cc_minor = 0;
 
-enum State { RUN, WAIT, DONE };
+enum State { RUN, WAIT, MMA, DONE };   // MMA: at mma_sync, its warp's other lanes not yet
 
 // A fiber per thread slot of a block, kept for the whole run: it runs a
 // thread, says DONE, waits for its next thread.
@@ -284,22 +284,27 @@ int order_now()
 std::set<uintptr_t> atomic_bytes;
 bool recording_atomics;
 
-// mma_sync's results per warp of the block running, in each lane's call
-// order (cuemu.h: mma_reuse), and each thread's calls so far.  A warp's
-// results are kept from block to block (used: how many this block has),
-// so their buffers are not allocated again for every block.
-struct MmaResult {
-	std::vector<unsigned char> in, out;   // a, b and c's bytes; d's
-	size_t na, nb, nc;
+// mma_sync's lanes per warp of the block running (cuemu.h: mma_arrive):
+// the shares of those that arrived, waiting for the rest
+struct WarpMma {
+	cuemu::MmaShare lane[32];
+	cuemu::MmaCompute compute;
+	unsigned arrived;
+	bool mixed;   // a lane passed another compute than the first
 };
+std::vector<WarpMma> warp_mma;
+bool mma_said;   // the launch's wrong mma_sync reported
+
+// A warp's record of a call, kept from block to block (used: how many
+// this block has), so that its buffers are not allocated again for every
+// block.
 template <class Rec> struct Warp {
 	std::vector<Rec> r;
 	size_t used;
 };
-std::vector<Warp<MmaResult>> mma_results;
-unsigned mma_calls[kMaxThreads];
 
-// load_matrix_sync's tiles per warp of the block running, the same way
+// load_matrix_sync's tiles per warp of the block running, in each lane's
+// call order (cuemu.h: load_tile), and each thread's calls so far
 struct LoadTile {
 	cuemu::LoadAt at;
 	std::vector<unsigned char> bytes;
@@ -342,11 +347,10 @@ template <class Rec> Rec *warp_keep(std::vector<Warp<Rec>> &warps, const unsigne
 void mma_block(unsigned nt)
 {
 	const size_t warps = (nt + 31) / 32;
-	if (mma_results.size() < warps)
-		mma_results.resize(warps);
-	for (auto &w : mma_results)
-		w.used = 0;
-	memset(mma_calls, 0, nt * sizeof(mma_calls[0]));
+	if (warp_mma.size() < warps)
+		warp_mma.resize(warps);
+	for (auto &w : warp_mma)
+		w.arrived = 0;
 	if (load_tiles.size() < warps)
 		load_tiles.resize(warps);
 	for (auto &w : load_tiles)
@@ -435,6 +439,7 @@ void run_grid(const cuemu::Cfg &cfg, const char *kernel, bool reverse)
 	barriers = 0;
 	cp_at_issue = reverse && order_now() == CHECK;
 	late_said = false;
+	mma_said = false;
 	misaligned_said = false;
 	bounds_said = false;
 	bool diverged = false, first = true;
@@ -462,9 +467,10 @@ void run_grid(const cuemu::Cfg &cfg, const char *kernel, bool reverse)
 			fibers[i].idx = thread_idx(i);
 		}
 		// from barrier to barrier: every thread runs until it waits or
-		// ends; all waiting releases them
+		// ends (a warp's mma_sync lets its lanes go on when the last
+		// arrives: passes until none runs); all waiting releases them
 		for (;;) {
-			unsigned waiting = 0, done = 0;
+			unsigned waiting = 0, done = 0, mma = 0, running = 0;
 			for (unsigned j = 0; j < nt; j++) {
 				unsigned i = reverse ? nt - 1 - j : j;
 				if (fibers[i].state == RUN)
@@ -473,6 +479,26 @@ void run_grid(const cuemu::Cfg &cfg, const char *kernel, bool reverse)
 			for (unsigned i = 0; i < nt; i++) {
 				waiting += fibers[i].state == WAIT;
 				done += fibers[i].state == DONE;
+				mma += fibers[i].state == MMA;
+				running += fibers[i].state == RUN;
+			}
+			if (running)
+				continue;
+			if (mma) {
+				// lanes at mma_sync whose warp's others ended or
+				// wait at __syncthreads: they go on, d as it was
+				char m[240];
+				snprintf(m, sizeof(m),
+					 "block (%u,%u,%u): %u of its %u threads wait at mma_sync for lanes of "
+					 "their warp that ended or wait at __syncthreads",
+					 blockIdx.x, blockIdx.y, blockIdx.z, mma, nt);
+				fail(cudaErrorLaunchFailure, kernel, m);
+				for (unsigned i = 0; i < nt; i++)
+					if (fibers[i].state == MMA)
+						fibers[i].state = RUN;
+				for (auto &w : warp_mma)
+					w.arrived = 0;
+				continue;
 			}
 			if (!waiting)
 				break;
@@ -664,54 +690,92 @@ void cuemu::set_programmatic(bool on)
 	programmatic = on;
 }
 
-bool cuemu::mma_reuse(const MmaIn &in, void *out, size_t out_bytes)
+unsigned cuemu::lane()
 {
-	const MmaResult *k = warp_reuse(mma_results, mma_calls);
-	if (!k)
-		return false;
-	const unsigned char *s = k->in.data();
-	if (k->na != in.na || k->nb != in.nb || k->nc != in.nc || k->out.size() != out_bytes ||
-	    memcmp(s, in.a, in.na) || memcmp(s + in.na, in.b, in.nb) ||
-	    memcmp(s + in.na + in.nb, in.c, in.nc))
-		return false;
-	memcpy(out, k->out.data(), out_bytes);
-	return true;
+	return linear_thread() % 32;
 }
 
-void cuemu::mma_keep(const MmaIn &in, const void *out, size_t out_bytes)
-{
-	MmaResult *k = warp_keep(mma_results, mma_calls);
-	if (!k)
-		return;
-	k->na = in.na;
-	k->nb = in.nb;
-	k->nc = in.nc;
-	k->in.resize(in.na + in.nb + in.nc);
-	memcpy(k->in.data(), in.a, in.na);
-	memcpy(k->in.data() + in.na, in.b, in.nb);
-	memcpy(k->in.data() + in.na + in.nb, in.c, in.nc);
-	const unsigned char *o = static_cast<const unsigned char *>(out);
-	k->out.assign(o, o + out_bytes);
-}
-
-bool cuemu::load_reuse(const LoadAt &at, void *out, size_t out_bytes)
+const void *cuemu::load_tile(const LoadAt &at, size_t tile_bytes)
 {
 	const LoadTile *k = warp_reuse(load_tiles, load_calls);
 	if (!k || k->at.p != at.p || k->at.ldm != at.ldm || k->at.shape != at.shape ||
-	    k->bytes.size() != out_bytes)
-		return false;
-	memcpy(out, k->bytes.data(), out_bytes);
-	return true;
+	    k->bytes.size() != tile_bytes)
+		return nullptr;
+	return k->bytes.data();
 }
 
-void cuemu::load_keep(const LoadAt &at, const void *out, size_t out_bytes)
+void cuemu::load_keep(const LoadAt &at, const void *tile, size_t tile_bytes)
 {
 	LoadTile *k = warp_keep(load_tiles, load_calls);
 	if (!k)
 		return;
 	k->at = at;
-	const unsigned char *o = static_cast<const unsigned char *>(out);
-	k->bytes.assign(o, o + out_bytes);
+	const unsigned char *o = static_cast<const unsigned char *>(tile);
+	k->bytes.assign(o, o + tile_bytes);
+}
+
+namespace {
+// A wrong mma_sync: the launch's error, said once (the lanes go on, their
+// d as it was)
+void mma_wrong(const char *what)
+{
+	if (mma_said)
+		return;
+	mma_said = true;
+	char m[300];
+	snprintf(m, sizeof(m), "block (%u,%u,%u) thread %u: mma_sync %s", blockIdx.x, blockIdx.y,
+		 blockIdx.z, linear_thread(), what);
+	fail(cudaErrorLaunchFailure, kernel_name, m);
+}
+
+// The warp's product, by the lane that arrived last, and the others let go
+void mma_release(unsigned w, unsigned lanes)
+{
+	WarpMma &m = warp_mma[w];
+	if (m.mixed)
+		mma_wrong("with other shapes or types than another lane of its warp: a warp's "
+			  "fragments are one matrix");
+	else
+		m.compute(m.lane);
+	m.arrived = 0;
+	for (unsigned i = 0; i < lanes; i++)
+		if (fibers[w * 32 + i].state == MMA)
+			fibers[w * 32 + i].state = RUN;
+}
+} // namespace
+
+void cuemu::mma_arrive(const MmaShare &mine, MmaCompute compute)
+{
+	if (cur == kOutside) {
+		fprintf(stderr, "cuemu: mma_sync outside a kernel\n");
+		abort();
+	}
+	if (cur == kDirect) {
+		mma_wrong("where the launch's first block met no barrier or mma_sync: cuemu runs its "
+			  "later blocks without fibers and cannot gather a warp");
+		return;
+	}
+	const unsigned nt = blockDim.x * blockDim.y * blockDim.z, t = linear_thread(), w = t / 32;
+	const unsigned lanes = nt - w * 32 < 32 ? nt - w * 32 : 32;
+	if (lanes < 32) {
+		mma_wrong("in a warp of fewer than 32 threads (the block's last): wmma takes the whole warp");
+		return;
+	}
+	barriers++;   // (the launch's later blocks run as fibers)
+	WarpMma &m = warp_mma[w];
+	if (m.arrived == 0) {
+		m.compute = compute;
+		m.mixed = false;
+	}
+	m.mixed |= m.compute != compute;
+	m.lane[t % 32] = mine;
+	if (++m.arrived < lanes) {
+		Fiber &f = fibers[cur];
+		f.state = MMA;
+		yield(f);
+		return;
+	}
+	mma_release(w, lanes);
 }
 
 float atomicAdd(float *address, float val)

@@ -60,13 +60,16 @@
 //   not a model of occupancy; its compute capability is 9.0, or what
 //   cuemu_set_cc(major, minor) sets (how a test sees the host code on an
 //   older GPU: the kernels themselves are always compiled whole);
-// - nvcuda::wmma (the tensor-core kernels): each thread holds a whole
-//   tile where a GPU spreads it over the warp, so a load, an mma or a
-//   store is each thread's own full computation, with the warp's result
+// - nvcuda::wmma (the tensor-core kernels): a fragment is spread over the
+//   warp's 32 lanes as on a GPU (which lane holds which element is
+//   cuemu's, below); a load is the warp's one read of the tile, each lane
+//   taking its share; mma_sync waits for the warp's 32 lanes (a switch to
+//   the next thread) and the last to arrive computes the warp's product
 //   (the products of tf32 and bf16 operands are exact in fp32; the sums
-//   run in k order); a kernel may apply an element-wise operation to all
-//   of a fragment's x[] but never rely on which element a thread holds,
-//   which is the rule on a GPU too;
+//   run in k order); a store writes each lane's share.  A kernel may apply
+//   an element-wise operation to all of a fragment's x[] but never rely on
+//   which element a thread holds, nor read a tile another lane stored
+//   before a barrier: the rules on a GPU too;
 // - the order: blocks one after the other and, between two barriers, a
 //   block's threads one after the other, from the first to the last, or
 //   the other way round (CUEMU_ORDER=reverse, or cuemu_set_order); with
@@ -126,29 +129,41 @@ unsigned atomicAdd(unsigned *address, unsigned val);
 void __threadfence(void);
 
 namespace cuemu {
-// mma_sync's result for this thread's warp: every lane of a warp holds the
-// whole tile here and computes the same product, so the first lane's
-// result serves the others when their inputs are the same bytes (a
-// warp's k-th call: reuse copies it into out and says true; keep, given
-// the inputs before out overwrites any of them, records a lane's own).
-struct MmaIn {
-	const void *a, *b, *c;
-	size_t na, nb, nc;
-};
-bool mma_reuse(const MmaIn &in, void *out, size_t out_bytes);
-void mma_keep(const MmaIn &in, const void *out, size_t out_bytes);
+// wmma's fragments are spread over a warp's lanes, as on a GPU: lane L of
+// a fragment of R x C elements holds R*C/32 of them (num_elements), those
+// from L*R*C/32 on of the tile in row-major order (a GPU's own mapping is
+// unspecified; code that only loops over num_elements cannot tell).
+// lane(): the running thread's lane in its warp.
+unsigned lane();
 // load_matrix_sync's tile for this thread's warp: a warp's k-th load is one
 // collective read on a GPU (its lanes in step, before any of them writes
-// again), so a lane whose k-th load names the first lane's tile (p, ldm,
-// shape) takes the bytes that lane read; reuse copies them into out and
-// says true, keep records a lane's own.  The first lane's read is checked
-// (ASan, the race check's reversed run reads first with the last lane).
+// again), so the first lane to make it reads the whole tile (keep records
+// its bytes, row-major) and a lane whose k-th load names the same tile (p,
+// ldm, shape) takes its share of those bytes: load_tile returns them, or
+// null where this lane is the first or names another tile (it reads the
+// tile itself).  The first lane's read is checked (ASan, the race check's
+// reversed run reads first with the last lane).
 struct LoadAt {
 	const void *p;
 	unsigned ldm, shape;
 };
-bool load_reuse(const LoadAt &at, void *out, size_t out_bytes);
-void load_keep(const LoadAt &at, const void *out, size_t out_bytes);
+const void *load_tile(const LoadAt &at, size_t tile_bytes);
+void load_keep(const LoadAt &at, const void *tile, size_t tile_bytes);
+// mma_sync is a warp's one instruction: each lane hands over its fragments
+// and waits (a switch to the next thread) until the warp's last lane
+// arrives; that one runs compute over the 32 lanes' fragments (each d
+// written after every a, b and c is read: d may be c) and releases the
+// others.  Lanes of one call pass the same compute (the same shapes and
+// types).  A warp that is not whole (a block not a multiple of 32
+// threads), a lane that never arrives (it ended, or waits at
+// __syncthreads), or a block after one that met no barrier (cuemu runs
+// those without fibers) is the launch's error, loud, never silent.
+struct MmaShare {
+	const void *a, *b, *c;
+	void *d;
+};
+typedef void (*MmaCompute)(const MmaShare *lanes);
+void mma_arrive(const MmaShare &mine, MmaCompute compute);
 // wmma's rule for load_matrix_sync and store_matrix_sync: the tile starts
 // on a 256-bit (32-byte) boundary and its stride, ldm elements of esize
 // bytes, is a multiple of 16 bytes.  A GPU faults (misaligned address) or
@@ -210,8 +225,9 @@ template <int M, int N, int K> struct dims<accumulator, M, N, K> { enum { rows =
 template <class Use, int M, int N, int K, class T, class Layout = void> struct fragment {
 	typedef typename elem<T>::type element_type;
 	enum { rows = dims<Use, M, N, K>::rows, cols = dims<Use, M, N, K>::cols,
-	       num_elements = rows * cols };
-	element_type x[num_elements];   // row-major, the whole tile
+	       num_elements = rows * cols / 32 };
+	static_assert(rows * cols % 32 == 0, "a tile spread evenly over a warp's 32 lanes");
+	element_type x[num_elements];   // this lane's share (cuemu::lane)
 };
 
 // cvt.rna.tf32.f32 (rt.h)
@@ -227,24 +243,36 @@ void fill_fragment(fragment<Use, M, N, K, T, L> &f, const E &v)
 		f.x[i] = v;
 }
 
-// a tile's shape for cuemu::load_reuse: rows, columns, element size, layout
+// a tile's shape for cuemu::load_tile: rows, columns, element size, layout
 constexpr unsigned load_shape(int rows, int cols, size_t esize, bool col)
 {
 	return (unsigned)rows << 20 | (unsigned)cols << 8 | (unsigned)esize << 1 | (col ? 1u : 0u);
 }
 
+// The tile read whole, row-major (the warp's first lane), then this lane's
+// share of it
+template <class F> void take_share(F &f, const typename F::element_type *tile)
+{
+	memcpy(f.x, tile + (size_t)cuemu::lane() * f.num_elements, sizeof(f.x));
+}
+
 template <class Use, int M, int N, int K, class T, class L, class E>
 void load_matrix_sync(fragment<Use, M, N, K, T, L> &f, const E *p, unsigned ldm)
 {
+	typedef typename fragment<Use, M, N, K, T, L>::element_type V;
 	const bool col = std::is_same<L, col_major>::value;
 	cuemu::wmma_check("load_matrix_sync", p, ldm, sizeof(E));
 	const cuemu::LoadAt at = { p, ldm, load_shape(f.rows, f.cols, sizeof(E), col) };
-	if (cuemu::load_reuse(at, f.x, sizeof(f.x)))
-		return;
-	for (int i = 0; i < f.rows; i++)
-		for (int j = 0; j < f.cols; j++)
-			f.x[i * f.cols + j] = col ? p[i + (size_t)j * ldm] : p[(size_t)i * ldm + j];
-	cuemu::load_keep(at, f.x, sizeof(f.x));
+	V tile[f.rows * f.cols];
+	const V *kept = static_cast<const V *>(cuemu::load_tile(at, sizeof(tile)));
+	if (!kept) {
+		for (int i = 0; i < f.rows; i++)
+			for (int j = 0; j < f.cols; j++)
+				tile[i * f.cols + j] = col ? p[i + (size_t)j * ldm] : p[(size_t)i * ldm + j];
+		cuemu::load_keep(at, tile, sizeof(tile));
+		kept = tile;
+	}
+	take_share(f, kept);
 }
 
 template <int M, int N, int K>
@@ -253,22 +281,30 @@ void load_matrix_sync(fragment<accumulator, M, N, K, float> &f, const float *p, 
 {
 	cuemu::wmma_check("load_matrix_sync", p, ldm, sizeof(float));
 	const cuemu::LoadAt at = { p, ldm, load_shape(M, N, sizeof(float), l == mem_col_major) | 1u << 31 };
-	if (cuemu::load_reuse(at, f.x, sizeof(f.x)))
-		return;
-	for (int i = 0; i < M; i++)
-		for (int j = 0; j < N; j++)
-			f.x[i * N + j] = l == mem_col_major ? p[i + (size_t)j * ldm] : p[(size_t)i * ldm + j];
-	cuemu::load_keep(at, f.x, sizeof(f.x));
+	float tile[M * N];
+	const float *kept = static_cast<const float *>(cuemu::load_tile(at, sizeof(tile)));
+	if (!kept) {
+		for (int i = 0; i < M; i++)
+			for (int j = 0; j < N; j++)
+				tile[i * N + j] = l == mem_col_major ? p[i + (size_t)j * ldm] : p[(size_t)i * ldm + j];
+		cuemu::load_keep(at, tile, sizeof(tile));
+		kept = tile;
+	}
+	take_share(f, kept);
 }
 
+// each lane writes its share (a GPU's store is the warp's, and another
+// thread reads it after a barrier)
 template <int M, int N, int K>
 void store_matrix_sync(float *p, const fragment<accumulator, M, N, K, float> &f, unsigned ldm,
 		       layout_t l)
 {
 	cuemu::wmma_check("store_matrix_sync", p, ldm, sizeof(float));
-	for (int i = 0; i < M; i++)
-		for (int j = 0; j < N; j++)
-			(l == mem_col_major ? p[i + (size_t)j * ldm] : p[(size_t)i * ldm + j]) = f.x[i * N + j];
+	const int base = (int)cuemu::lane() * f.num_elements;
+	for (int t = 0; t < f.num_elements; t++) {
+		const int i = (base + t) / N, j = (base + t) % N;
+		(l == mem_col_major ? p[i + (size_t)j * ldm] : p[(size_t)i * ldm + j]) = f.x[t];
+	}
 }
 
 #define CUEMU_UNCHECKED __attribute__((no_sanitize("address", "undefined")))
@@ -276,34 +312,48 @@ void store_matrix_sync(float *p, const fragment<accumulator, M, N, K, float> &f,
 CUEMU_UNCHECKED inline float as_float(float v) { return v; }
 CUEMU_UNCHECKED inline float as_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 
-// The products summed in k order from c, as before, but row by row (i, k, j):
-// the same bits, in a loop g++ vectorizes.  Not instrumented: it reads and
-// writes only the fragments, each thread's own fixed-size arrays, and it is
-// most of the emulated tensor-core kernels' time (each thread does its
-// warp's whole tile), which under ASan made the kernels' test minutes long.
-template <int M, int N, int K, class T, class LA, class LB>
-CUEMU_UNCHECKED void
-mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<matrix_a, M, N, K, T, LA> &a,
-	 const fragment<matrix_b, M, N, K, T, LB> &b, const fragment<accumulator, M, N, K, float> &c)
-{
-	// the warp's first lane computes; the others take its result
-	const cuemu::MmaIn in = { a.x, b.x, c.x, sizeof(a.x), sizeof(b.x), sizeof(c.x) };
-	if (cuemu::mma_reuse(in, d.x, sizeof(d.x)))
-		return;
-	float fa[M * K], fb[K * N], r[M * N];
-	for (int i = 0; i < M * K; i++)
-		fa[i] = as_float(a.x[i]);
-	for (int i = 0; i < K * N; i++)
-		fb[i] = as_float(b.x[i]);
-	memcpy(r, c.x, sizeof(r));
-	for (int i = 0; i < M; i++)
-		for (int k = 0; k < K; k++) {
-			const float v = fa[i * K + k];
-			for (int j = 0; j < N; j++)
-				r[i * N + j] += v * fb[k * N + j];
+// The warp's product (cuemu::mma_arrive's compute, run by its last lane):
+// the 32 lanes' shares gathered into whole tiles, the products summed in k
+// order from c, row by row (i, k, j): a loop g++ vectorizes, then each
+// lane's share of d.  Not instrumented: it reads and writes only
+// fragments, fixed-size arrays on the lanes' stacks, and it is most of the
+// emulated tensor-core kernels' time.
+template <int M, int N, int K, class T, class LA, class LB> struct Mma {
+	typedef fragment<matrix_a, M, N, K, T, LA> A;
+	typedef fragment<matrix_b, M, N, K, T, LB> B;
+	typedef fragment<accumulator, M, N, K, float> C;
+
+	CUEMU_UNCHECKED static void compute(const cuemu::MmaShare *lanes)
+	{
+		float fa[M * K], fb[K * N], r[M * N];
+		for (int l = 0; l < 32; l++) {
+			const A &a = *static_cast<const A *>(lanes[l].a);
+			const B &b = *static_cast<const B *>(lanes[l].b);
+			const C &c = *static_cast<const C *>(lanes[l].c);
+			for (int t = 0; t < A::num_elements; t++)
+				fa[l * A::num_elements + t] = as_float(a.x[t]);
+			for (int t = 0; t < B::num_elements; t++)
+				fb[l * B::num_elements + t] = as_float(b.x[t]);
+			memcpy(r + l * C::num_elements, c.x, sizeof(c.x));
 		}
-	cuemu::mma_keep(in, r, sizeof(r));   // before d, which may be c, changes
-	memcpy(d.x, r, sizeof(r));
+		for (int i = 0; i < M; i++)
+			for (int k = 0; k < K; k++) {
+				const float v = fa[i * K + k];
+				for (int j = 0; j < N; j++)
+					r[i * N + j] += v * fb[k * N + j];
+			}
+		for (int l = 0; l < 32; l++) {
+			C &d = *static_cast<C *>(lanes[l].d);
+			memcpy(d.x, r + l * C::num_elements, sizeof(d.x));
+		}
+	}
+};
+
+template <int M, int N, int K, class T, class LA, class LB>
+void mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<matrix_a, M, N, K, T, LA> &a,
+	      const fragment<matrix_b, M, N, K, T, LB> &b, const fragment<accumulator, M, N, K, float> &c)
+{
+	cuemu::mma_arrive(cuemu::MmaShare{ &a, &b, &c, &d }, &Mma<M, N, K, T, LA, LB>::compute);
 }
 
 } // namespace wmma

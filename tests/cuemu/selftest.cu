@@ -183,6 +183,40 @@ __global__ void wmma_copy(const float *a, unsigned off, unsigned ldm, float *d, 
 	wmma::store_matrix_sync(d + doff, fc, 16, wmma::mem_row_major);
 }
 
+// wmma used wrongly, by mode (a block of 32 threads but where said):
+// 0 right: d = a's row sums (b all ones), then a barrier, then each lane
+//   reads another lane's element of d into out;
+// 1 the same without the barrier: a lane reads what another lane may not
+//   have stored yet (a race CUEMU_ORDER=check reports);
+// 2 a block of 48 threads: its second warp has 16;
+// 3 lane 5 returns before mma_sync, the others wait for it;
+// 4 lane 7 takes b in another layout: another mma than its warp's.
+__global__ void wmma_wrong(const float *a, float *d, float *out, int mode)
+{
+	using namespace nvcuda;
+	const unsigned lane = threadIdx.x % 32;
+	wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fa;
+	wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fb;
+	wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::col_major> fbc;
+	wmma::fragment<wmma::accumulator, 16, 16, 8, float> fc;
+	wmma::load_matrix_sync(fa, a, 8);
+	wmma::fill_fragment(fb, 1.f);
+	wmma::fill_fragment(fbc, 1.f);
+	wmma::fill_fragment(fc, 0.f);
+	if (mode == 3 && lane == 5)
+		return;
+	if (mode == 4 && lane == 7)
+		wmma::mma_sync(fc, fa, fbc, fc);
+	else
+		wmma::mma_sync(fc, fa, fb, fc);
+	if (threadIdx.x >= 32)
+		return;
+	wmma::store_matrix_sync(d, fc, 16, wmma::mem_row_major);
+	if (mode != 1)
+		__syncthreads();
+	out[lane] = d[(lane * 8 + 100) % 256];
+}
+
 // Each warp of each block (2 x 2) sums its own 16 x 8 tile's rows
 // (a + 128 * tile, row-major) into d + 256 * tile (b all ones): then each
 // lane adds 1000 to one element of that tile.  A warp's load_matrix_sync
@@ -207,6 +241,12 @@ __global__ void wmma_collective(float *a, float *d)
 extern "C" int cuemu_selftest_wmma_collective(float *a, float *d)
 {
 	wmma_collective<<<2, 64>>>(a, d);
+	return cudaGetLastError();
+}
+
+extern "C" int cuemu_selftest_wmma_wrong(const float *a, float *d, float *out, int mode)
+{
+	wmma_wrong<<<1, mode == 2 ? 48 : 32>>>(a, d, out, mode);
 	return cudaGetLastError();
 }
 

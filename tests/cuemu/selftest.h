@@ -24,6 +24,7 @@ int cuemu_selftest_wmma_tf32(const float *a, const float *b, const float *c, flo
 			     int nr);
 /* one warp: d[doff..] (16x16, ld 16) = a[off..] (16x8, ld ldm) times ones */
 int cuemu_selftest_wmma_collective(float *a, float *d);
+int cuemu_selftest_wmma_wrong(const float *a, float *d, float *out, int mode);
 int cuemu_selftest_wmma_copy(const float *a, unsigned off, unsigned ldm, float *d, unsigned doff);
 
 /* 64 threads: cp.async of x[t] (even t) or zeros into shared memory;

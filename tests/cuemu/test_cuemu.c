@@ -119,7 +119,7 @@ static void test_wmma(void)
 	cudaFree(da), cudaFree(db), cudaFree(dc), cudaFree(dd), cudaFree(dr);
 }
 
-/* load_matrix_sync is a warp's one read (cuemu.h: load_reuse): each lane
+/* load_matrix_sync is a warp's one read (cuemu.h: load_tile): each lane
  * writing the tile after it changes no lane's fragment, lanes run forward,
  * reversed, or both (the race check: the same result); four warps, each
  * its own tile. */
@@ -309,6 +309,50 @@ static void test_wmma_alignment(void)
 		  cuemu_selftest_wmma_copy(a, 0, 8, d, 4) == cudaErrorMisalignedAddress);
 	test_cond("wmma: the next aligned launch passes", cuemu_selftest_wmma_copy(a, 0, 8, d, 8) == cudaSuccess);
 	cudaFree(a), cudaFree(d);
+}
+
+/* A fragment is spread over the warp (cuemu.h): a lane reading what
+ * another stored needs a barrier between, and mma_sync needs the warp's 32
+ * lanes with the same shapes; each wrong use is the launch's error. */
+static void test_wmma_warp(void)
+{
+	float a[128], out[32], *da, *dd, *dout;
+	for (int i = 0; i < 128; i++)
+		a[i] = (float)(i % 5);
+	cudaMalloc((void **)&da, sizeof(a));
+	cudaMalloc((void **)&dd, 256 * sizeof(float));
+	cudaMalloc((void **)&dout, sizeof(out));
+	cudaMemcpy(da, a, sizeof(a), cudaMemcpyHostToDevice);
+	cuemu_set_order("check");
+	int rc = cuemu_selftest_wmma_wrong(da, dd, dout, 0);
+	cudaMemcpy(out, dout, sizeof(out), cudaMemcpyDeviceToHost);
+	int bad = 0;
+	for (int l = 0; l < 32; l++) {
+		int e = (l * 8 + 100) % 256;
+		float s = 0;
+		for (int k = 0; k < 8; k++)
+			s += a[e / 16 * 8 + k];
+		bad += out[l] != s;
+	}
+	test_cond("wmma, check: a lane reads another's stored element after a barrier: its row sum",
+		  rc == cudaSuccess && bad == 0);
+	static const char *const wrong[] = {
+		NULL,
+		"a lane reads another's stored element with no barrier between (a race)",
+		"mma_sync in a warp of 16 threads",
+		"a lane returns before mma_sync, its warp's others wait there",
+		"a lane's mma_sync takes b in another layout than its warp's",
+	};
+	for (int m = 1; m <= 4; m++) {
+		char desc[200];
+		snprintf(desc, sizeof(desc), "wmma, check: %s: a launch failure", wrong[m]);
+		cudaMemset(dd, 0xff, 256 * sizeof(float));   /* (not the tile a lane stores) */
+		test_cond(desc, cuemu_selftest_wmma_wrong(da, dd, dout, m) == cudaErrorLaunchFailure);
+		cudaGetLastError();
+	}
+	cuemu_set_order("forward");
+	test_cond("wmma: the right use passes after them", cuemu_selftest_wmma_wrong(da, dd, dout, 0) == cudaSuccess);
+	cudaFree(da), cudaFree(dd), cudaFree(dout);
 }
 
 /* The threads' order, and CUEMU_ORDER=check's report of the races that
@@ -841,6 +885,7 @@ int main(void)
 	test_coords(2, 1, 1, 1024, 1, 1);
 	test_block_sums();
 	test_wmma();
+	test_wmma_warp();
 	test_wmma_collective();
 	test_cp_async();
 	test_errors();
