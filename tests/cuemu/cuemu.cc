@@ -142,13 +142,41 @@ cuemu_switch:
 
 namespace {
 
-// The running fiber back to the scheduler (at a barrier, or done).
+// A pass of the scheduler over a block's threads (run_grid): the next
+// position in its order, its length and direction.  A thread that waits or
+// ends hands the CPU straight to the pass's next runnable thread (one
+// switch, where going through the scheduler took two); the last one of
+// the pass goes back to the scheduler.
+unsigned pass_j, pass_nt;
+bool pass_reverse;
+
+// The pass's next thread in RUN state, or -1 (pass_j moved past it)
+int pass_next()
+{
+	while (pass_j < pass_nt) {
+		unsigned j = pass_j++, i = pass_reverse ? pass_nt - 1 - j : j;
+		if (fibers[i].state == RUN)
+			return (int)i;
+	}
+	return -1;
+}
+
+// The running fiber waits (at a barrier, at mma_sync) or is done: the
+// pass's next runnable thread runs, or the scheduler.
 void yield(Fiber &f)
 {
+	int n = pass_next();
+	if (n >= 0) {
+		cur = n;
+		threadIdx = fibers[n].idx;
+	}
 #ifdef CUEMU_ASAN
-	__sanitizer_start_switch_fiber(&f.fake, sched_bottom, sched_size);
+	if (n >= 0)
+		__sanitizer_start_switch_fiber(&f.fake, fibers[n].stack, kStack);
+	else
+		__sanitizer_start_switch_fiber(&f.fake, sched_bottom, sched_size);
 #endif
-	cuemu_switch(&f.sp, sched_sp);
+	cuemu_switch(&f.sp, n >= 0 ? fibers[n].sp : sched_sp);
 #ifdef CUEMU_ASAN
 	__sanitizer_finish_switch_fiber(f.fake, nullptr, nullptr);
 #endif
@@ -158,7 +186,12 @@ void yield(Fiber &f)
 {
 	Fiber &f = fibers[cur];
 #ifdef CUEMU_ASAN
-	__sanitizer_finish_switch_fiber(nullptr, &sched_bottom, &sched_size);
+	// (a fiber's first run may come from another fiber: the scheduler's
+	// stack is the one the first fiber ever run came from)
+	if (sched_bottom)
+		__sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
+	else
+		__sanitizer_finish_switch_fiber(nullptr, &sched_bottom, &sched_size);
 #endif
 	for (;;) {
 		body(body_arg);
@@ -167,8 +200,16 @@ void yield(Fiber &f)
 	}
 }
 
-void to_fiber(int i)
+// A pass over the block's nt threads from the first runnable one, each
+// running until it waits or ends; back here when the pass is over.
+void run_pass(unsigned nt, bool reverse)
 {
+	pass_j = 0;
+	pass_nt = nt;
+	pass_reverse = reverse;
+	int i = pass_next();
+	if (i < 0)
+		return;
 	cur = i;
 	threadIdx = fibers[i].idx;
 #ifdef CUEMU_ASAN
@@ -471,11 +512,7 @@ void run_grid(const cuemu::Cfg &cfg, const char *kernel, bool reverse)
 		// arrives: passes until none runs); all waiting releases them
 		for (;;) {
 			unsigned waiting = 0, done = 0, mma = 0, running = 0;
-			for (unsigned j = 0; j < nt; j++) {
-				unsigned i = reverse ? nt - 1 - j : j;
-				if (fibers[i].state == RUN)
-					to_fiber((int)i);
-			}
+			run_pass(nt, reverse);
 			for (unsigned i = 0; i < nt; i++) {
 				waiting += fibers[i].state == WAIT;
 				done += fibers[i].state == DONE;
