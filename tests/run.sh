@@ -10,9 +10,17 @@
 #   tests/run.sh analyze    only the static analysis (make analyze, shellcheck)
 #   tests/run.sh fuzz       only the fuzz targets (DDP_FUZZ_TIME seconds each, 12)
 #   tests/run.sh bats [F]   only the Bats tests (or file F)
-# Each phase ends with its time ("# --- unit: 20 s"), each Bats test with its own.
+# Each phase ends with its time ("# --- unit: 20 s"), each unit test program and each Bats
+# test with its own.
 set -u
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# The jobs below run beside each other on the same cores (a worker beside
+# the unit tests and the cluster's files).  An OpenMP program (oneDNN,
+# cnn_train's CPU path) whose threads spin at each barrier, libgomp's
+# default, while one of them has no core spins out every barrier: the GPU
+# step's bf16 emulation took 60 s there against 6 s alone.  Passive: a
+# waiting thread sleeps.  (A value set by the caller is kept.)
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 cd "$repo" || exit 2
 what=${1:-all}
 if [ "$what" = claim ]; then # (a background worker: LOG WHO; see jobs_start)
@@ -118,7 +126,7 @@ jobs_end() {
 slow_test=test_gpu_step_emu
 
 run_unit() {
-	local san=${1:-} dir t
+	local san=${1:-} dir t t0
 	build_unit "$san" || return
 	dir=build/tests${san:+-san}
 	for t in "$dir"/test_*; do
@@ -127,7 +135,9 @@ run_unit() {
 		# the plain pass's; under the sanitizers one order is enough.
 		# Streams lazy: each stream's work held until something waits
 		# for it, so a missing wait or graph edge changes a result
+		t0=$SECONDS
 		CUEMU_ORDER=${san:+forward} CUEMU_STREAMS=lazy tap "$(basename "$t")${san:+-$san}" "$t"
+		echo "# --- $(basename "$t")${san:+-$san}: $((SECONDS - t0)) s"
 	done
 }
 
