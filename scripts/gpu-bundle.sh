@@ -386,8 +386,8 @@ all | variants | session)
 		# (PyTorch's best there), each cell the median of three
 		# interleaved runs (REPEATS: the targets' margins were one run's
 		# noise; each column's runs printed after the table), with
-		# --conv-layout nchw and --pdl auto beside the default at 1024
-		# and --pdl auto at 64; the 2-epoch accuracy; what ncu says of
+		# --conv-layout nchw and --pdl off beside the default (--pdl
+		# auto) at 1024 and --pdl off at 64; the 2-epoch accuracy; what ncu says of
 		# the kernels at 1024 and 64 in both layouts; bf16.  8 parts:
 		# $OUT brings back 8 files.
 		part kernels_test 60 -- test_cuda_kernels
@@ -405,9 +405,9 @@ all | variants | session)
 		part gpu_step 90 -- gpu_steps
 		part ddp_check 30 -- ddp_check
 		part bench_tf32 150 BATCHES=64 TORCH_MODES="eager graph" REPEATS=3 ${safe[@]+"${safe[@]}"} \
-			CNN_VARIANTS="pdl:--pdl auto" -- bench
+			CNN_VARIANTS="pdloff:--pdl off" -- bench
 		part compile 280 BATCHES=1024 TORCH_MODES="graph compile" REPEATS=3 ${safe[@]+"${safe[@]}"} \
-			CNN_VARIANTS="nchw:--conv-layout nchw;pdl:--pdl auto" -- bench
+			CNN_VARIANTS="nchw:--conv-layout nchw;pdloff:--pdl off" -- bench
 		part accuracy 60 EPOCHS=2 BATCHES=64 TORCH_MODES=eager ${safe[@]+"${safe[@]}"} -- bench
 		part profile 40 BATCHES="1024 64" PROFILE_LAYOUTS="nhwc nchw" -- profile
 		part bench_bf16 80 BATCHES="64 1024" TORCH_MODES="eager graph" PRECISION=bf16 \

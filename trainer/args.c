@@ -66,8 +66,8 @@ void cnn_args_usage(FILE *f)
 "  --pdl KIND             GPU, sm_90 and later, with a graph: programmatic\n"
 "                         dependent launch of the project's kernels in the\n"
 "                         step's graph (each launched while the kernel before\n"
-"                         it runs, waiting for it on the GPU): on, off\n"
-"                         (default) or auto (the step timed both ways)\n"
+"                         it runs, waiting for it on the GPU): on, off or\n"
+"                         auto (default: the step timed both ways)\n"
 "  --cuda-profile-steps A:B  GPU: cudaProfilerStart before step A, Stop after\n"
 "                         step B (from 1, across epochs), for nsys --capture-\n"
 "                         range=cudaProfilerApi or ncu --profile-from-start off\n"
@@ -230,7 +230,7 @@ int cnn_args_parse(struct cnn_args *a, int argc, char **argv, const char *env_da
 	a->conv_layout = CNN_LAYOUT_AUTO;
 	a->streams = CNN_STREAMS_AUTO;
 	a->fc2 = CNN_FC2_AUTO;
-	a->pdl = CNN_PDL_OFF;
+	a->pdl = CNN_PDL_AUTO;
 	a->progress = -1;
 	a->log_every = 50;
 	a->sched.step_epochs = 1;

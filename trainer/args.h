@@ -31,7 +31,7 @@ struct cnn_args {
 	int conv1;                 /* enum cnn_conv_impl: auto (default), cudnn, direct */
 	int conv2;                 /* the same for conv2 */
 	int fc2;                   /* enum cnn_fc2_impl: cublas, fused, auto (default) */
-	int pdl;                   /* enum cnn_pdl: auto, on, off (default) */
+	int pdl;                   /* enum cnn_pdl: auto (default), on, off */
 	const char *checkpoint_dir;
 	long long checkpoint_every;/* steps; 0: each epoch only */
 	long long stop_every;      /* steps between stop polls; 0: stop.h's default */

@@ -477,7 +477,7 @@ static void setup(struct run *R, int argc, char **argv)
 				R->a.conv1 != CNN_CONV_AUTO ? "--conv1" : NULL,
 				R->a.conv2 != CNN_CONV_AUTO ? "--conv2" : NULL,
 				R->a.fc2 != CNN_FC2_AUTO ? "--fc2" : NULL,
-				R->a.pdl != CNN_PDL_OFF ? "--pdl" : NULL,
+				R->a.pdl != CNN_PDL_AUTO ? "--pdl" : NULL,
 				R->a.profile_from ? "--cuda-profile-steps" : NULL,
 				R->a.graph_dot ? "--cuda-graph-dot" : NULL,
 			};

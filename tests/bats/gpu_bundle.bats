@@ -78,7 +78,7 @@ setup() {
 	echo "$stderr"
 	assert_success
 	assert_line --regexp "^# cnn_train: world 1 \(local\), model 1x28x28->10 \(1199882 params\), data fashion-mnist \(64 train, 16 test\) from $B/data$"
-	assert_line --regexp '^# GPU: cuemu .*, fp32, conv1 direct, batch 8 cuDNN: conv2 forward [A-Z0-9_]+ .*, batch 8 fc2 (fused|cuBLAS) .*, batch 8 (NCHW|NHWC) \(convolutions [0-9.]+ ms, (NCHW|NHWC) [0-9.]+ ms; the step.s graph timed in each layout at its capture\), batch 16 (NCHW|NHWC) \(convolutions [0-9.]+ ms, (NCHW|NHWC) [0-9.]+ ms\), CUDA graph, backward streams auto \(1 or 2: the step.s graph timed both ways\)$'
+	assert_line --regexp '^# GPU: cuemu .*, fp32, conv1 direct, batch 8 cuDNN: conv2 forward [A-Z0-9_]+ .*, batch 8 fc2 (fused|cuBLAS) .*, batch 8 (NCHW|NHWC) \(convolutions [0-9.]+ ms, (NCHW|NHWC) [0-9.]+ ms; the step.s graph timed in each layout at its capture\), batch 16 (NCHW|NHWC) \(convolutions [0-9.]+ ms, (NCHW|NHWC) [0-9.]+ ms\), CUDA graph, backward streams auto \(1 or 2: the step.s graph timed both ways\), programmatic launch auto \(the step.s graph timed with and without\)$'
 	assert_line --regexp '^test: loss [0-9.]+ accuracy [0-9.]+% \(16 images\)$'
 	assert_line --regexp '^done: 8 steps, '
 }

@@ -28,6 +28,9 @@ LAYOUT_AUTO='batch 8 (NCHW|NHWC) \(convolutions [0-9.]+ ms, (NCHW|NHWC) [0-9.]+ 
 # In fp32 with conv1 direct, cuDNN's part of it: conv2's three calls at
 # each batch size, each as kept (its algorithm and math)
 CUDNN_FP32='batch 8 cuDNN: conv2 forward [A-Z0-9_]+ \([A-Za-z ,]+\), conv2 backward-data [A-Z0-9_]+ \([A-Za-z ,]+\), conv2 backward-filter [A-Z0-9_]+ \([A-Za-z ,]+\), batch 16 cuDNN: conv2 forward [A-Z0-9_]+ \([A-Za-z ,]+\), conv2 backward-data [A-Z0-9_]+ \([A-Za-z ,]+\), conv2 backward-filter [A-Z0-9_]+ \([A-Za-z ,]+\)'
+# The default --pdl auto's part of it (cuemu is an sm_90: the step's graph
+# timed with and without programmatic edges)
+PDL_AUTO='programmatic launch auto \(the step.s graph timed with and without\)'
 
 
 # ranks2 BACKEND OUT ARGS...: cnn_train as ranks 0 and 1 of a world of two
@@ -63,7 +66,7 @@ setup() {
 	echo "$stderr"
 	assert_success
 	assert_line --regexp '^# cnn_train: world 1 \(local\), model 1x28x28->10 \(1199882 params\)'
-	assert_line --regexp "^# GPU: cuemu .*, fp32, conv1 direct, $CUDNN_FP32, $LAYOUT_AUTO, CUDA graph, backward streams auto \\(1 or 2: the step.s graph timed both ways\\)\$"
+	assert_line --regexp "^# GPU: cuemu .*, fp32, conv1 direct, $CUDNN_FP32, $LAYOUT_AUTO, CUDA graph, backward streams auto \\(1 or 2: the step.s graph timed both ways\\), $PDL_AUTO\$"
 	assert_line --regexp '^test: loss [0-9.]+ accuracy [0-9.]+% \(16 images\)$'
 	# the epoch's evaluation is the run's: one, not the same again after it
 	[ "$(grep -c '^test:' <<<"$output")" -eq 1 ]
@@ -74,7 +77,7 @@ setup() {
 		--fc2 fused --dump-params "$BATS_TEST_TMPDIR/fused.bin"
 	echo "$stderr"
 	assert_success
-	assert_line --regexp "^# GPU: cuemu .*, fp32, conv1 direct, $CUDNN_FP32, fc2 fused, $LAYOUT_AUTO, CUDA graph, backward streams auto \\(1 or 2: the step.s graph timed both ways\\)\$"
+	assert_line --regexp "^# GPU: cuemu .*, fp32, conv1 direct, $CUDNN_FP32, fc2 fused, $LAYOUT_AUTO, CUDA graph, backward streams auto \\(1 or 2: the step.s graph timed both ways\\), $PDL_AUTO\$"
 	params_within "$BATS_TEST_TMPDIR/cpu.bin" "$BATS_TEST_TMPDIR/fused.bin" 1e-7
 }
 
@@ -109,7 +112,7 @@ setup() {
 	# there and the kept graph is --backward-streams 2's
 	output=${outs[3]}
 	mapfile -t lines <<<"$output"
-	assert_line --regexp '^# GPU: cuemu .*, CUDA graph, backward streams auto \(1 or 2: the step.s graph timed both ways\)$'
+	assert_line --regexp '^# GPU: cuemu .*, CUDA graph, backward streams auto \(1 or 2: the step.s graph timed both ways\), programmatic launch auto \(the step.s graph timed with and without\)$'
 	local line kept ms1 ms2 n
 	line=$(grep '^# backward streams auto (batch 8): ' <<<"$output")
 	echo "$line"
@@ -165,11 +168,9 @@ PY
 		assert_equal "${crc[$i]}" "${crc[0]}"
 		cmp "$BATS_TEST_TMPDIR/p0.bin" "$BATS_TEST_TMPDIR/p$i.bin"
 	done
-	# off, the default: the graph as captured, nothing said
-	for i in 0 1; do
-		! grep -q 'programmatic' <<<"${outs[$i]}" || false
-		! grep -q 'style=dashed' "$BATS_TEST_TMPDIR/g$i.dot" || false
-	done
+	# off: the graph as captured, nothing said
+	! grep -q 'programmatic' <<<"${outs[1]}" || false
+	! grep -q 'style=dashed' "$BATS_TEST_TMPDIR/g1.dot" || false
 	# on: the census says how many; the drawing has as many dashed edges,
 	# each from a kernel (a box) into one of the project's (not a cuDNN,
 	# cuBLAS or NCCL call)
@@ -192,26 +193,31 @@ for a, b in dashed:
     assert not re.match(r'(cudnn|cublas|nccl)', label[b]), label[b]
 print(len(dashed), "dashed edges, into", sorted({label[b] for _, b in dashed}))
 PY
-	# auto: timed both ways, the faster kept (cuemu's clock: with them)
-	output=${outs[3]}
-	mapfile -t lines <<<"$output"
-	assert_line --regexp '^# GPU: cuemu .*, programmatic launch auto \(the step.s graph timed with and without\)$'
-	local line kept ms1 ms2 na k
-	line=$(grep '^# programmatic launch auto (batch 8): ' <<<"$output")
-	echo "$line"
-	read -r kept ms1 ms2 na k < <(sed -E 's/^.*: (on|off) kept; a replay of the step took ([0-9.]+) ms as captured, ([0-9.]+) ms with ([0-9]+) programmatic edges \(the least of ([0-9]+) each\)$/\1 \2 \3 \4 \5/' <<<"$line")
-	assert_equal "$na" "$n"
-	assert_equal "$kept" "$(awk -v a="$ms1" -v b="$ms2" 'BEGIN { print (b < a) ? "on" : "off" }')"
-	assert_equal "$kept" on
-	[ "$k" -ge 1 ]
-	[ "$k" -le 10 ]
-	/usr/bin/python3 - "$BATS_TEST_TMPDIR"/j{0,2,3}.json "$n" "$ms1" "$ms2" <<'PY'
+	# auto, and the default, which is auto: timed both ways, the faster
+	# kept (cuemu's clock: with them)
+	local line kept ms1 ms2 na k ms=()
+	for i in 3 0; do
+		output=${outs[$i]}
+		mapfile -t lines <<<"$output"
+		assert_line --regexp '^# GPU: cuemu .*, programmatic launch auto \(the step.s graph timed with and without\)$'
+		line=$(grep '^# programmatic launch auto (batch 8): ' <<<"$output")
+		echo "$line"
+		read -r kept ms1 ms2 na k < <(sed -E 's/^.*: (on|off) kept; a replay of the step took ([0-9.]+) ms as captured, ([0-9.]+) ms with ([0-9]+) programmatic edges \(the least of ([0-9]+) each\)$/\1 \2 \3 \4 \5/' <<<"$line")
+		assert_equal "$na" "$n"
+		assert_equal "$kept" "$(awk -v a="$ms1" -v b="$ms2" 'BEGIN { print (b < a) ? "on" : "off" }')"
+		assert_equal "$kept" on
+		[ "$k" -ge 1 ]
+		[ "$k" -le 10 ]
+		ms+=("$ms1" "$ms2")
+	done
+	/usr/bin/python3 - "$BATS_TEST_TMPDIR"/j{1,2,3,0}.json "$n" "${ms[@]}" <<'PY'
 import json, sys
-off, on, auto = (json.load(open(f))["cuda_graph"] for f in sys.argv[1:4])
-n, ms1, ms2 = int(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6])
+off, on, auto, default = (json.load(open(f))["cuda_graph"] for f in sys.argv[1:5])
+n, ms = int(sys.argv[5]), [float(x) for x in sys.argv[6:10]]
 assert off["pdl"] is None, off
 assert on["pdl"] == {"edges": n, "kept": True, "ms": None}, on
-assert auto["pdl"] == {"edges": n, "kept": True, "ms": [ms1, ms2]}, auto
+assert auto["pdl"] == {"edges": n, "kept": True, "ms": ms[0:2]}, auto
+assert default["pdl"] == {"edges": n, "kept": True, "ms": ms[2:4]}, default
 PY
 	# an edge CUDA refuses as programmatic stays as captured, the others
 	# are made: CUEMU_NO_PDL refuses those into fc2's head and the update
@@ -716,7 +722,7 @@ PY
 			--conv1 direct --conv2 direct --conv-layout "$layout" --dump-params "$BATS_TEST_TMPDIR/$prec.bin"
 		echo "$stderr"
 		assert_success
-		assert_line --regexp "^# GPU: cuemu .*, $([ "$prec" = tf32 ] && echo TF32 || echo "bf16 with fp32 master weights"), conv1 direct, conv2 direct \(tensor cores\)(, batch [0-9]+ fc2 .*)?, ${layout^^}, CUDA graph, backward streams auto \(1 or 2: the step.s graph timed both ways\)$"
+		assert_line --regexp "^# GPU: cuemu .*, $([ "$prec" = tf32 ] && echo TF32 || echo "bf16 with fp32 master weights"), conv1 direct, conv2 direct \(tensor cores\)(, batch [0-9]+ fc2 .*)?, ${layout^^}, CUDA graph, backward streams auto \(1 or 2: the step.s graph timed both ways\), $PDL_AUTO$"
 		params_within "$BATS_TEST_TMPDIR/cpu.bin" "$BATS_TEST_TMPDIR/$prec.bin" "$([ "$prec" = tf32 ] && echo 5e-5 || echo 3e-4)"
 	done
 }
@@ -768,7 +774,7 @@ PY
 		[ "$c2" = auto ] || [[ "$line" == *", conv2 direct (tensor cores)"* ]]
 		# the training batch's calls timed as the replay runs them, as
 		# graphs; the evaluation's 16 (eager) on the stream
-		[[ "$line" == *", batch 8's calls timed as CUDA graphs, NCHW, CUDA graph, backward streams auto (1 or 2: the step's graph timed both ways)" ]]
+		[[ "$line" == *", batch 8's calls timed as CUDA graphs, NCHW, CUDA graph, backward streams auto (1 or 2: the step's graph timed both ways), programmatic launch auto (the step's graph timed with and without)" ]]
 	done
 	run --separate-stderr "$CNN" "${SMALL[@]}" --max-steps 1 --device cuda --precision tf32 \
 		--conv1 auto --conv2 auto --conv-layout nchw --no-graph
@@ -801,7 +807,7 @@ PY
 	line=$(grep '^# GPU: ' <<<"$output")
 	[[ "$line" == *", batch 8 conv2 forward and pool cuDNN "*" ms (direct could not launch), "* ]]
 	[[ "$line" == *", backward-filter and bias gradient cuDNN "*" ms (direct could not launch), "* ]]
-	[[ "$line" == *", the project's kernels failed to launch here (conv2's forward: conv2_tc.cu:"*"): cuDNN there, NCHW, CUDA graph, backward streams auto (1 or 2: the step's graph timed both ways)" ]]
+	[[ "$line" == *", the project's kernels failed to launch here (conv2's forward: conv2_tc.cu:"*"): cuDNN there, NCHW, CUDA graph, backward streams auto (1 or 2: the step's graph timed both ways), programmatic launch auto (the step's graph timed with and without)" ]]
 	# the refused calls could not run as graphs either: timed on the stream
 	# (where they fell back), the rest as graphs
 	[[ "$line" == *", batch 8's calls timed as CUDA graphs ("[1-9]" of "[1-9]" on the stream: no graph of them ran), "* ]]
@@ -868,11 +874,12 @@ epoch 1/2 step 4/8"
 	# (cuBLAS's fc2 first: the default, --fc2 auto, takes the fused head
 	# on cuemu's clock; one backward stream, where the default, auto, keeps
 	# two on cuemu's clock; NCHW, where the default, auto, times both
-	# layouts' graphs; the last option given wins; --test-limit 8: one
+	# layouts' graphs; no programmatic edge, where the default, auto, times
+	# the graph with them; the last option given wins; --test-limit 8: one
 	# batch size prepared at start-up; --max-steps 3: the run ends at the
 	# step it captures)
 	local n line opts=("${SMALL[@]}" --test-limit 8 --max-steps 3 --device cuda --precision tf32 --conv1 direct
-		--conv2 direct --fc2 cublas --backward-streams 1 --conv-layout nchw)
+		--conv2 direct --fc2 cublas --backward-streams 1 --conv-layout nchw --pdl off)
 	local dot="$BATS_TEST_TMPDIR/step.dot" json="$BATS_TEST_TMPDIR/log.json"
 	run --separate-stderr "$CNN" "${opts[@]}" --cuda-graph-dot "$dot" --log-json "$json"
 	echo "$stderr"
@@ -1000,14 +1007,14 @@ epoch 1/2 step 4/8"
 	echo "$stderr"
 	assert_success
 	assert_line --regexp '^# cnn_train: world 2 \(nccl\), '
-	assert_line --regexp '^# GPU: cuemu .*, fp32, conv1 direct, batch 8 cuDNN: conv2 forward [A-Z0-9_]+ .*, batch 8 fc2 (fused|cuBLAS) .*, NCHW, CUDA graph, backward streams auto \(1 or 2: the step.s graph timed both ways\)$'
+	assert_line --regexp '^# GPU: cuemu .*, fp32, conv1 direct, batch 8 cuDNN: conv2 forward [A-Z0-9_]+ .*, batch 8 fc2 (fused|cuBLAS) .*, NCHW, CUDA graph, backward streams auto \(1 or 2: the step.s graph timed both ways\), programmatic launch auto \(the step.s graph timed with and without\)$'
 	assert_line --regexp '^params: identical on all 2 ranks '
 	cmp "$BATS_TEST_TMPDIR/gloo.bin" "$BATS_TEST_TMPDIR/nccl.bin"
 	CUEMU_STREAMS=lazy ranks2 nccl "$BATS_TEST_TMPDIR/s2" "${opts[@]}" --backward-streams 2 \
 		--dump-params "$BATS_TEST_TMPDIR/s2.bin"
 	echo "$stderr"
 	assert_success
-	assert_line --regexp '^# GPU: cuemu .*, CUDA graph, weight gradients on a second stream$'
+	assert_line --regexp "^# GPU: cuemu .*, CUDA graph, weight gradients on a second stream, $PDL_AUTO\$"
 	cmp "$BATS_TEST_TMPDIR/gloo.bin" "$BATS_TEST_TMPDIR/s2.bin"
 	# auto: every rank replays both graphs as often, with the all-reduce in
 	# them, and keeps the same one (the times summed over the ranks)
@@ -1032,7 +1039,7 @@ kill_rank1() {
 	port=$(free_port)
 	local opts=(--train-limit 640 --test-limit 16 --batch-size 8 --epochs 5 --progress lines --log-every 1 --device cuda
 		--precision fp32 --conv1 direct --conv2 cudnn --conv-layout nchw --backward-streams 1 --fc2 cublas
-		--timeout 20)
+		--pdl off --timeout 20)
 	MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=1 LOCAL_RANK=0 DDP_BACKEND=nccl NCCL_SOCKET_IFNAME=lo \
 		"$CNN" "${opts[@]}" >"$d/r1.log" 2>&1 3>&- &
 	local victim=$!
@@ -1132,7 +1139,8 @@ fault_rank1() {
 @test "a rank killed where NCCL cannot see it: the survivor asks the store and stops within seconds, naming it (cuemu)" {
 	local d="$BATS_TEST_TMPDIR" port t0
 	local opts=(--train-limit 640 --test-limit 16 --batch-size 8 --epochs 5 --progress lines --log-every 1 --device cuda
-		--precision fp32 --conv1 direct --conv2 cudnn --conv-layout nchw --backward-streams 1 --fc2 cublas --timeout 30)
+		--precision fp32 --conv1 direct --conv2 cudnn --conv-layout nchw --backward-streams 1 --fc2 cublas --pdl off
+		--timeout 30)
 	port=$(free_port)
 	# (rank 1 dies at its 12th all-reduce, two a step: in its 6th step)
 	MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=1 LOCAL_RANK=0 DDP_BACKEND=nccl NCCL_SOCKET_IFNAME=lo \

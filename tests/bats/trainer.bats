@@ -137,7 +137,7 @@ teardown() {
 	# --conv1 auto timed both ways at the training batch and at the
 	# evaluation's, the rank's 16 test images (not 256); --conv-layout
 	# auto: each batch size's layout, the training batch's step timed in both
-	assert_line --regexp '^# GPU: cuemu .*, fp32, batch 8 conv1 forward (direct|cuDNN) [0-9.]+ ms .*, batch 16 conv1 forward (direct|cuDNN) [0-9.]+ ms .*, batch 8 (NCHW|NHWC) \(convolutions [0-9.]+ ms, (NCHW|NHWC) [0-9.]+ ms; the step.s graph timed in each layout at its capture\), batch 16 (NCHW|NHWC) \(convolutions [0-9.]+ ms, (NCHW|NHWC) [0-9.]+ ms\), CUDA graph, backward streams auto \(1 or 2: the step.s graph timed both ways\)$'
+	assert_line --regexp '^# GPU: cuemu .*, fp32, batch 8 conv1 forward (direct|cuDNN) [0-9.]+ ms .*, batch 16 conv1 forward (direct|cuDNN) [0-9.]+ ms .*, batch 8 (NCHW|NHWC) \(convolutions [0-9.]+ ms, (NCHW|NHWC) [0-9.]+ ms; the step.s graph timed in each layout at its capture\), batch 16 (NCHW|NHWC) \(convolutions [0-9.]+ ms, (NCHW|NHWC) [0-9.]+ ms\), CUDA graph, backward streams auto \(1 or 2: the step.s graph timed both ways\), programmatic launch auto \(the step.s graph timed with and without\)$'
 	assert_line --regexp '^epoch 1/1 step 8/8 loss [0-9.]+ images/s [0-9]+$'
 	assert_line --regexp '^test: loss [0-9.]+ accuracy [0-9.]+% \(32 images\)$'
 	assert_line --regexp '^params: identical on all 2 ranks '

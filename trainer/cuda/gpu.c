@@ -170,7 +170,9 @@ static void gpu_describe(const struct cnn_gpu *g, char *buf, size_t len)
 		 g->o.graph ? ", backward streams auto (1 or 2: the step's graph timed both ways)" :
 			      ", backward streams auto: 1 (no graph to time both ways)",
 		 g->o.pdl == CNN_PDL_OFF ? "" :
-		 !g->o.graph || g->hcomm ? ", programmatic launch: none (no CUDA graph to put it in)" :
+		 !g->o.graph || g->hcomm ?
+			 (g->o.pdl == CNN_PDL_ON ?
+				  ", programmatic launch: none (no CUDA graph to put it in)" : "") :
 		 g->o.pdl == CNN_PDL_ON ? ", programmatic launch on" :
 		 ", programmatic launch auto (the step's graph timed with and without)");
 }
