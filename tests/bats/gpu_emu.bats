@@ -255,9 +255,10 @@ PY
 @test "--pdl with two ranks over NCCL: both time the same graphs, NCCL's node keeps its edges, the parameters are --pdl off's (cuemu)" {
 	local opts=("${SMALL[@]}" --max-steps 8 --device cuda --precision fp32 --conv1 direct --conv-layout nchw \
 		--backward-streams 1)
-	ranks2 nccl "$BATS_TEST_TMPDIR/off" "${opts[@]}" --dump-params "$BATS_TEST_TMPDIR/off.bin"
+	ranks2 nccl "$BATS_TEST_TMPDIR/off" "${opts[@]}" --pdl off --dump-params "$BATS_TEST_TMPDIR/off.bin"
 	echo "$stderr"
 	assert_success
+	! grep -q 'programmatic' <<<"$output" || false
 	ranks2 nccl "$BATS_TEST_TMPDIR/auto" "${opts[@]}" --pdl auto --dump-params "$BATS_TEST_TMPDIR/auto.bin"
 	echo "$stderr"
 	assert_success
@@ -430,10 +431,11 @@ PY
 # cuemu's additive clock the picks are never slower than the others.
 @test "--conv2 auto: the step's graph timed with each call's pick, all cuDNN and all direct, the fastest kept (cuemu)" {
 	# (one backward stream: the three graphs alone; the default, auto,
-	# below; the last option given wins; --test-limit 8: evaluation at the
+	# below; the last option given wins; no programmatic edges, whose
+	# timing follows conv2's; --test-limit 8: evaluation at the
 	# training batch, so start-up prepares one batch size, not two)
 	local opts=("${SMALL[@]}" --test-limit 8 --max-steps 4 --device cuda --precision tf32
-		--conv-layout nchw --backward-streams 1)
+		--conv-layout nchw --backward-streams 1 --pdl off)
 	run --separate-stderr "$CNN" "${opts[@]}" --dump-params "$BATS_TEST_TMPDIR/graph.bin" \
 		--log-json "$BATS_TEST_TMPDIR/graph.json"
 	echo "$stderr"
@@ -523,7 +525,7 @@ PY
 # whose kernel cannot launch here stays out of every mix.
 @test "--conv2 auto: where the picks lose the step, each mix of conv2's calls is timed beside the one kept, the fastest kept (cuemu)" {
 	local opts=("${SMALL[@]}" --test-limit 8 --max-steps 3 --device cuda --precision tf32
-		--conv-layout nchw --backward-streams 1) slow want
+		--conv-layout nchw --backward-streams 1 --pdl off) slow want
 	for slow in conv3_wgrad_k:mix:3 conv3_igemm_tf32_k,conv3_igemm_k,conv3_wgrad_k:cudnn:0; do
 		want=${slow#*:}
 		CUEMU_STEP_SLOW_KERNELS=${slow%%:*} run --separate-stderr "$CNN" "${opts[@]}" \
@@ -1090,7 +1092,7 @@ fault_rank1() {
 	local d=$1 port t0 pid
 	shift
 	local opts=("${SMALL[@]}" --max-steps 4 --device cuda --precision fp32 --conv1 direct --conv-layout nchw
-		--backward-streams 1 --timeout 30)
+		--backward-streams 1 --pdl off --timeout 30)
 	port=$(free_port)
 	CUEMU_FAULT_KERNELS=sgd_kernel MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=1 LOCAL_RANK=0 \
 		DDP_BACKEND=nccl NCCL_SOCKET_IFNAME=lo timeout 120 "$CNN" "${opts[@]}" >"$d/r1.log" 2>&1 3>&- &
@@ -1169,8 +1171,8 @@ fault_rank1() {
 	local d="$BATS_TEST_TMPDIR" port n p0 p1 rc0=0 rc1=0
 	# 30 steps an epoch per rank
 	local opts=(--train-limit 480 --test-limit 16 --batch-size 8 --epochs 1 --progress lines --log-every 1
-		--device cuda --precision fp32 --conv1 direct --conv-layout nchw --backward-streams 1 --stop-every 4
-		--timeout 30)
+		--device cuda --precision fp32 --conv1 direct --conv-layout nchw --backward-streams 1 --pdl off
+		--stop-every 4 --timeout 30)
 	port=$(free_port)
 	MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=1 LOCAL_RANK=0 DDP_BACKEND=nccl NCCL_SOCKET_IFNAME=lo \
 		"$CNN" "${opts[@]}" --checkpoint-dir "$d/ck" >"$d/r1.log" 2>&1 3>&- &
