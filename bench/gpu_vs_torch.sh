@@ -27,6 +27,12 @@
 #                                            named in a last column, cnn_best
 #   SEED=2                                   both programs' seed (initial weights,
 #                                            shuffles, dropout; default each's own, 1)
+#   SEEDS="1 2 3"                            one run of each column per seed,
+#                                            interleaved as REPEATS (their count):
+#                                            each cell the median of the seeds' runs;
+#                                            with EPOCHS the test accuracy the seeds'
+#                                            mean, each seed's after the table (one
+#                                            seed's accuracy moves by up to a point)
 #   REPEATS=3                                each cell the median of 3 runs, the
 #                                            columns' runs interleaved (cnn, its
 #                                            variants, PyTorch's modes, again), so
@@ -74,6 +80,25 @@ if ! [[ $repeats =~ ^[1-9][0-9]*$ ]]; then
 	echo "bench: REPEATS=$repeats: expected a whole number of runs, 1 or more" >&2
 	exit 2
 fi
+read -r -a seeds <<<"${SEEDS:-}"
+if [ -n "${SEEDS+x}" ]; then
+	for v in ${seeds[@]+"${seeds[@]}"}; do
+		[[ $v =~ ^[0-9]+$ ]] || { echo "bench: SEEDS=$SEEDS: '$v' is not a whole number" >&2; exit 2; }
+	done
+	if [ ${#seeds[@]} -eq 0 ]; then
+		echo "bench: SEEDS is empty: expected whole numbers, a run of each column for each" >&2
+		exit 2
+	fi
+	if [ -n "$seed" ]; then
+		echo "bench: SEED=$seed and SEEDS=$SEEDS: one or the other" >&2
+		exit 2
+	fi
+	if [ -n "${REPEATS:-}" ] && [ "$REPEATS" != ${#seeds[@]} ]; then
+		echo "bench: REPEATS=$REPEATS and SEEDS=$SEEDS: a run per seed (leave REPEATS out)" >&2
+		exit 2
+	fi
+	repeats=${#seeds[@]}
+fi
 device=${DEVICE:-cuda}
 case $device in
 cuda) modes=${TORCH_MODES:-eager compile graph} ;;
@@ -99,14 +124,23 @@ steps_for() {
 	local n=$(((images + $1 - 1) / $1))
 	if [ -n "$steps" ]; then echo "$steps"; elif [ "$n" -gt 300 ]; then echo "$n"; else echo 300; fi
 }
-# len_for B: the programs' options for the run's length at batch size B
+# len_for B [SEED]: the programs' options for the run's length at batch
+# size B, and its seed (SEED, else SEED's)
 len_for() {
 	if [ -n "$epochs" ]; then
 		len=(--epochs "$epochs")
 	else
 		len=(--max-steps "$(steps_for "$1")")
 	fi
-	[ -z "$seed" ] || len+=(--seed "$seed")
+	local sd=${2:-$seed}
+	[ -z "$sd" ] || len+=(--seed "$sd")
+}
+# mean_acc ACC...: the mean of test accuracies to 4 decimals, "-" where one
+# is not a number (not evaluated, or its run failed)
+mean_acc() {
+	local v
+	for v in "$@"; do [[ $v =~ ^[0-9.]+$ ]] || { echo -; return; }; done
+	printf '%s\n' "$@" | awk '{ s += $1 } END { printf "%.4f\n", s / NR }'
 }
 
 # Training FLOPs per image of the Net at 28x28: forward, backward-filter
@@ -210,8 +244,12 @@ printf '# gpu_vs_torch: %s, %s, %s, %s\n' "$gpu" "$precision" "$length" "$(date 
 printf '# torch %s; training FLOPs per image %s; peak %s TFLOP/s%s\n' \
 	"$("$py" -c 'import torch; print(torch.__version__ + ", CUDA", torch.version.cuda)')" \
 	"$flops" "${peak:-unknown}" \
-	"${CNN_ARGS:+; cnn_train $CNN_ARGS}${CNN_VARIANTS:+; variants $CNN_VARIANTS}${seed:+; seed $seed}$([ "$repeats" -eq 1 ] ||
-		echo "; each cell the median of $repeats interleaved runs")"
+	"${CNN_ARGS:+; cnn_train $CNN_ARGS}${CNN_VARIANTS:+; variants $CNN_VARIANTS}${seed:+; seed $seed}$(
+		if [ ${#seeds[@]} -gt 0 ]; then
+			echo "; seeds ${seeds[*]}: each cell the median of the seeds' interleaved runs${epochs:+, the accuracy their mean}"
+		elif [ "$repeats" -gt 1 ]; then
+			echo "; each cell the median of $repeats interleaved runs"
+		fi)"
 printf '%6s %10s %10s' batch cnn cnn_nograph
 for l in ${labels[@]+"${labels[@]}"}; do printf ' %10s' "cnn_$l"; done
 for m in $modes; do printf ' %10s' "torch_$m"; done
@@ -221,14 +259,15 @@ printf ' %9s %9s %8s %7s' vs_eager vs_best TFLOP/s of_peak
 printf '\n'
 notes=()
 for b in $batches; do
-	len_for "$b"
-	# each column's images/s, one a repeat; "failed" where a run failed
-	cs=() cns=() vrs=() cacc='' vaccs=() kruns=()
-	declare -A t=() tacc=() trs=()
+	# each column's images/s, one a repeat; "failed" where a run failed;
+	# with SEEDS each column's accuracies too, one a seed
+	cs=() cns=() vrs=() cacc='' vaccs=() kruns=() caccs=() vaccl=()
+	declare -A t=() tacc=() trs=() taccl=()
 	for ((r = 0; r < repeats; r++)); do
+		len_for "$b" ${seeds[$r]+"${seeds[$r]}"}
 		run_cnn "$tmp/cnn" || fatal cnn_train "$tmp/cnn"
 		read -r x xacc <"$tmp/cnn.res"
-		cs+=("$x")
+		cs+=("$x") caccs+=("$xacc")
 		[ "$repeats" -eq 1 ] || kruns+=("$(kept "$tmp/cnn" "$b" $((r + 1)) "$x")")
 		[ "$r" -gt 0 ] || cacc=$xacc
 		if run_cnn "$tmp/cnn_ng" --no-graph; then
@@ -241,12 +280,12 @@ for b in $batches; do
 		for i in ${labels[@]+"${!labels[@]}"}; do
 			read -r -a vo <<<"${vopts[$i]}"
 			if ! run_cnn "$tmp/cnn_v$i" ${vo[@]+"${vo[@]}"}; then
-				vrs[i]="${vrs[i]:-} failed"
+				vrs[i]="${vrs[i]:-} failed" vaccl[i]="${vaccl[i]:-} -"
 				[ "$r" -gt 0 ] || failed "cnn_${labels[$i]}" "$tmp/cnn_v$i"
 				continue
 			fi
 			read -r x xacc <"$tmp/cnn_v$i.res"
-			vrs[i]="${vrs[i]:-} $x"
+			vrs[i]="${vrs[i]:-} $x" vaccl[i]="${vaccl[i]:-} $xacc"
 			[ "$r" -gt 0 ] || vaccs[i]=$xacc
 			# --backward-streams auto's times, both ways, --conv2
 			# auto's, --conv-layout auto's and --pdl's (the last repeat's)
@@ -260,17 +299,29 @@ for b in $batches; do
 		for m in $modes; do
 			if run_torch "$tmp/torch_$m" "$m"; then
 				read -r x xacc <"$tmp/torch_$m.res"
-				trs[$m]="${trs[$m]:-} $x"
+				trs[$m]="${trs[$m]:-} $x" taccl[$m]="${taccl[$m]:-} $xacc"
 				[ "$r" -gt 0 ] || tacc[$m]=$xacc
 			elif [ "$m" = eager ]; then
 				fatal "torch ($m)" "$tmp/torch_$m"
 			else
-				trs[$m]="${trs[$m]:-} failed"
+				trs[$m]="${trs[$m]:-} failed" taccl[$m]="${taccl[$m]:-} -"
 				[ "$r" -gt 0 ] || { tacc[$m]=-; failed "torch_$m" "$tmp/torch_$m"; }
 			fi
 		done
 	done
 	c=$(median "${cs[@]}") cn=$(median "${cns[@]}")
+	if [ ${#seeds[@]} -gt 0 ]; then
+		# the accuracies: each column's mean over the seeds
+		cacc=$(mean_acc "${caccs[@]}")
+		for i in ${labels[@]+"${!labels[@]}"}; do
+			# shellcheck disable=SC2086
+			vaccs[i]=$(mean_acc ${vaccl[$i]})
+		done
+		for m in $modes; do
+			# shellcheck disable=SC2086
+			tacc[$m]=$(mean_acc ${taccl[$m]})
+		done
+	fi
 	# the variants' columns; the ratios take the fastest cnn column
 	vals=() pick=cnn c0=$c
 	for i in ${labels[@]+"${!labels[@]}"}; do
@@ -316,6 +367,19 @@ for b in $batches; do
 			rl+=", torch_$m$(runs ${trs[$m]})"
 		done
 		notes+=("$rl" ${kruns[@]+"${kruns[@]}"})
+	fi
+	# SEEDS with EPOCHS: each column's accuracy by seed, and their mean
+	if [ ${#seeds[@]} -gt 0 ] && [ -n "$epochs" ]; then
+		al="#   batch $b test accuracy, seeds ${seeds[*]}: cnn ${caccs[*]} (mean $(mean_acc "${caccs[@]}"))"
+		for i in ${labels[@]+"${!labels[@]}"}; do
+			# shellcheck disable=SC2086
+			al+=", cnn_${labels[$i]}${vaccl[$i]} (mean $(mean_acc ${vaccl[$i]}))"
+		done
+		for m in $modes; do
+			# shellcheck disable=SC2086
+			al+=", torch_$m${taccl[$m]} (mean $(mean_acc ${taccl[$m]}))"
+		done
+		notes+=("$al")
 	fi
 	unset t tacc trs
 	# what cnn_train's default run chose at this batch size and why (its

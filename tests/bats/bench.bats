@@ -173,6 +173,61 @@ ratio_ok() {
 	assert_equal "$stderr" "bench: SEED=x: expected a whole number"
 }
 
+# SEEDS="S1 S2 ...": a run of each column per seed, interleaved as REPEATS;
+# with EPOCHS the accuracy cells are the seeds' mean, each seed's after the
+# table (one seed's 2-epoch accuracy moves by up to a point: a single pair
+# of runs cannot say "the same accuracy").  Stand-ins: images/s and the
+# accuracy from the seed they were given.
+@test "gpu_vs_torch.sh SEEDS: a run per seed of each column, the seed reaching both programs; the accuracy the seeds' mean, each seed's after the table" {
+	local d="$BATS_TEST_TMPDIR"
+	cat >"$d/cnn_train" <<-EOF
+	#!/bin/bash
+	echo "\$*" >>"$d/cnn.args"
+	while [ \$# -gt 0 ]; do
+		case \$1 in --log-json) j=\$2 ;; --seed) s=\$2 ;; esac
+		shift
+	done
+	printf '{"images_per_sec": %d, "test_accuracy": 0.80%02d}\\n' \$((100 * s)) "\$s" >"\$j"
+	EOF
+	cat >"$d/python3" <<-EOF
+	#!/bin/bash
+	case "\$1" in
+	*torch_cnn_gpu.py)
+		echo "\$*" >>"$d/torch.args"
+		s=\$(sed -n 's/.*--seed \([0-9]*\).*/\1/p' <<<"\$*")
+		echo "images_per_sec \$((10 * s))"; printf 'test_accuracy 0.90%02d\n' "\$s"; exit 0 ;;
+	esac
+	exec $PY "\$@"
+	EOF
+	chmod +x "$d/cnn_train" "$d/python3"
+	run --separate-stderr env DEVICE=cpu PYTHON="$d/python3" BATCHES=32 EPOCHS=1 SEEDS="3 5" \
+		CNN_TRAIN="$d/cnn_train" "$REPO/bench/gpu_vs_torch.sh"
+	echo "$stderr"
+	assert_success
+	assert_line --index 1 --partial "; seeds 3 5: each cell the median of the seeds' interleaved runs, the accuracy their mean"
+	read -r b c cn te ve _ _ _ ca ta <<<"${lines[3]}"
+	assert_equal "$b $c $cn $te $ve $ca $ta" "32 400 400 40 10.00x 0.8004 0.9004"
+	assert_line --index 4 "#   batch 32 runs: cnn 300 500, cnn_nograph 300 500, torch_eager 30 50"
+	assert_line "#   batch 32 test accuracy, seeds 3 5: cnn 0.8003 0.8005 (mean 0.8004), torch_eager 0.9003 0.9005 (mean 0.9004)"
+	# each seed in turn: cnn_train, its --no-graph run, PyTorch
+	assert_equal "$(sed 's/.*--seed \([0-9]*\).*/\1/' "$d/cnn.args" | tr '\n' ' ')" "3 3 5 5 "
+	assert_equal "$(sed 's/.*--seed \([0-9]*\).*/\1/' "$d/torch.args" | tr '\n' ' ')" "3 5 "
+	grep -q -- '--epochs 1' "$d/torch.args"
+	# SEEDS is the runs' seeds: not beside SEED, nor another REPEATS
+	run --separate-stderr env DEVICE=cpu PYTHON=$PY SEEDS="1 2" SEED=4 "$REPO/bench/gpu_vs_torch.sh"
+	assert_equal "$status" 2
+	assert_equal "$stderr" "bench: SEED=4 and SEEDS=1 2: one or the other"
+	run --separate-stderr env DEVICE=cpu PYTHON=$PY SEEDS="1 2" REPEATS=3 "$REPO/bench/gpu_vs_torch.sh"
+	assert_equal "$status" 2
+	assert_equal "$stderr" "bench: REPEATS=3 and SEEDS=1 2: a run per seed (leave REPEATS out)"
+	run --separate-stderr env DEVICE=cpu PYTHON=$PY SEEDS="1 x" "$REPO/bench/gpu_vs_torch.sh"
+	assert_equal "$status" 2
+	assert_equal "$stderr" "bench: SEEDS=1 x: 'x' is not a whole number"
+	run --separate-stderr env DEVICE=cpu PYTHON=$PY SEEDS= "$REPO/bench/gpu_vs_torch.sh"
+	assert_equal "$status" 2
+	assert_equal "$stderr" "bench: SEEDS is empty: expected whole numbers, a run of each column for each"
+}
+
 # The runs' length: 300 steps and at least IMAGES images (an epoch of
 # Fashion-MNIST by default: a short timed window is a stall's noise), both
 # programs alike; STEPS=N is N at every batch size.  Stand-ins record the
