@@ -38,7 +38,7 @@ static void __attribute__((noreturn)) ask(int fd)
 	slurm_init(NULL);
 	slurm_conf_t *c = NULL;
 	if (slurm_load_ctl_conf((time_t)0, &c) != SLURM_SUCCESS) {
-		printf("error slurm_load_ctl_conf: %s\n", slurm_strerror(slurm_get_errno()));
+		printf("error slurm_load_ctl_conf: %s\n", slurm_strerror(errno));
 		fflush(stdout);
 		_exit(1);
 	}

@@ -3,6 +3,8 @@
 
 #include <slurm/spank.h>
 
+#include "ddp_slurm_compat.h"
+
 #include "ddpenv.h"
 
 /* Every message the plugin writes starts with this. */

@@ -4,6 +4,7 @@
  * backend the site does not allow or a bad DDP_* variable rejects the job
  * on the login node with the reason, instead of failing on compute nodes.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,7 +93,7 @@ int ddp_local_user_init(spank_t sp)
 	if (!l) {
 		slurm_error(DDP_PFX "SLURM_DISTRIBUTION=%s: cannot read step %u.%u's layout from slurmctld "
 			    "(%s), so task 0's node, the head, is unknown; use a block or cyclic distribution",
-			    dist, job, step, slurm_strerror(slurm_get_errno()));
+			    dist, job, step, slurm_strerror(errno));
 		return -1;
 	}
 	for (uint32_t n = 0; n < l->node_cnt && !found; n++)

@@ -13,10 +13,6 @@
 
 #include "ddp.h"
 
-/* Slurm's configuration, already loaded in slurmstepd (libslurm, 22.05). */
-extern char *slurm_conf_get_address(const char *node_name);
-extern void slurm_xfree(void **p);
-
 static struct {
 	int active;                  /* this step gets the contract */
 	int failed;                  /* could not resolve: fail the tasks */
@@ -37,21 +33,6 @@ static struct {
 	enum ddpenv_bind bind;       /* the policy, for DDP_BIND_POLICY */
 	char bind_how[DDPENV_HOWLEN];
 } st;
-
-static int nodeaddr(void *ctx, const char *node, char *out, size_t len)
-{
-	char *a = slurm_conf_get_address(node);
-	int rv = -1;
-
-	(void)ctx;
-	if (a && strlen(a) < len) {
-		strcpy(out, a);
-		rv = 0;
-	}
-	if (a)
-		slurm_xfree((void **)&a);
-	return rv;
-}
 
 /* Copy KEY from the job's environment into the snapshot, if present.
  * Some values are long: task/affinity's SLURM_CPU_BIND holds a mask per
@@ -235,7 +216,8 @@ int ddp_stepd_user_init(spank_t sp, int ac, char **av)
 	if (!st.active || st.failed)
 		return 0;
 	ddpenv_env_init(&env);
-	sys.nodeaddr = nodeaddr;
+	/* Slurm's configuration, already loaded in slurmstepd */
+	sys.nodeaddr = ddpenv_slurm_has_nodeaddr() ? ddpenv_slurm_nodeaddr : NULL;
 	eff = malloc(sizeof(*eff));
 	if (!eff) {
 		snprintf(st.err, sizeof(st.err), "out of memory");

@@ -11,6 +11,10 @@
 
 SPANK_PLUGIN(ddp, 1);
 
+/* From 25.05: a failure of this plugin fails the job, never drains the node
+ * (ddp_slurm_compat.h; before 25.05 the remote hooks avoid failing init). */
+DDP_SPANK_FAILURE_MODE;
+
 int slurm_spank_init(spank_t sp, int ac, char **av)
 {
 	return ddp_option_register(sp, ac, av);

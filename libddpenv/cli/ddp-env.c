@@ -12,35 +12,28 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <slurm/slurm_version.h>
+#include <slurm/slurm.h>
 
 #include "ddpenv.h"
 
 extern char **environ;
 
-/* Slurm's configuration through libslurm (22.05); only used as a fallback
- * when the head's name resolves to loopback. */
-extern char *slurm_conf_get_address(const char *node_name);
-extern void slurm_xfree(void **p);
-
+/* Slurm's NodeAddr through libslurm, only as a fallback when the head's
+ * name resolves to loopback.  libslurm is initialised first (from 23.02.1
+ * a call that needs its configuration before slurm_init() is fatal), once,
+ * and only with a configuration to read: slurm_init() exits without one. */
 static int nodeaddr(void *ctx, const char *node, char *out, size_t len)
 {
+	static int inited;
 	const char *conf = getenv("SLURM_CONF");
-	char *a;
-	int rv = -1;
 
-	(void)ctx;
-	/* libslurm exits on a missing configuration: look first. */
-	if (access(conf ? conf : "/etc/slurm/slurm.conf", R_OK) != 0)
-		return -1;
-	a = slurm_conf_get_address(node);
-	if (a && strlen(a) < len) {
-		strcpy(out, a);
-		rv = 0;
+	if (!inited) {
+		if (access(conf ? conf : "/etc/slurm/slurm.conf", R_OK) != 0)
+			return -1;
+		slurm_init(conf);
+		inited = 1;
 	}
-	if (a)
-		slurm_xfree((void **)&a);
-	return rv;
+	return ddpenv_slurm_nodeaddr(ctx, node, out, len);
 }
 
 static void usage(FILE *f)
@@ -588,7 +581,7 @@ int main(int argc, char **argv)
 			have_plan = 1;
 		}
 	}
-	sys.nodeaddr = nodeaddr;
+	sys.nodeaddr = ddpenv_slurm_has_nodeaddr() ? nodeaddr : NULL;
 	sys.lookup = counting_lookup;
 	double t0 = now_s();
 	/* In a task of a --ddp step DDP_BACKEND is the plugin's choice, and

@@ -123,6 +123,13 @@ struct ddpenv_sys {
  * (the plugin and the CLIs supply Slurm's). */
 extern const struct ddpenv_sys ddpenv_sys_default;
 
+/* Slurm's NodeAddr from the configuration libslurm has loaded (a
+ * ddpenv_sys nodeaddr): 0 found, -1 unknown.  has_nodeaddr: 0 where
+ * libslurm does not export the (internal) function it needs, so that the
+ * caller leaves nodeaddr NULL. */
+int ddpenv_slurm_nodeaddr(void *ctx, const char *node, char *out, size_t len);
+int ddpenv_slurm_has_nodeaddr(void);
+
 int ddpenv_sys_lookup(void *ctx, const char *name, struct ddpenv_addr *out,
 		      size_t max, char *err, size_t errlen);
 int ddpenv_sys_ifaddrs(void *ctx, struct ddpenv_ifaddr **out, size_t *n,

@@ -70,7 +70,13 @@ static int from_nodeaddr(const char *head, const struct ddpenv_sys *sys,
 	char nodeaddr[DDPENV_HOSTLEN], seen[256] = "", lerr[DDPENV_ERRLEN] = "";
 	int r;
 
-	if (!sys->nodeaddr || sys->nodeaddr(sys->ctx, head, nodeaddr, sizeof(nodeaddr)) < 0) {
+	if (!sys->nodeaddr) {
+		snprintf(err, errlen,
+			 "head node %.64s: head addresses come from Slurm's NodeAddr (head_from=nodeaddr) but Slurm's NodeAddr cannot be read here (no Slurm configuration, or a libslurm without slurm_conf_get_address); expected head_from auto or name",
+			 head);
+		return -1;
+	}
+	if (sys->nodeaddr(sys->ctx, head, nodeaddr, sizeof(nodeaddr)) < 0) {
 		snprintf(err, errlen,
 			 "head node %.64s: head addresses come from Slurm's NodeAddr (head_from=nodeaddr) but Slurm's configuration has no node of that name",
 			 head);

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <slurm/slurm.h>
+#include "ddp_slurm_compat.h"
 
 #include "ddpenv.h"
 #include "internal.h"
@@ -69,7 +69,7 @@ static int opt_u32(const struct ddpenv_env *env, const char *const *keys,
 int ddpenv_hostlist_first(const char *list, char *out, size_t len,
 			  char *err, size_t errlen)
 {
-	hostlist_t hl;
+	ddp_hostlist_t hl;
 	char *host;
 	int rv = -1;
 
@@ -114,7 +114,7 @@ out:
 int ddpenv_hostlist_nth(const char *list, uint32_t n, char *out, size_t len, char *err,
 			size_t errlen)
 {
-	hostlist_t hl = list ? slurm_hostlist_create(list) : NULL;
+	ddp_hostlist_t hl = list ? slurm_hostlist_create(list) : NULL;
 	char *h = NULL;
 	uint32_t i;
 
@@ -146,7 +146,7 @@ int ddpenv_hostlist_nth(const char *list, uint32_t n, char *out, size_t len, cha
 
 int ddpenv_hostlist_contains(const char *list, const char *host)
 {
-	hostlist_t hl = slurm_hostlist_create(list);
+	ddp_hostlist_t hl = slurm_hostlist_create(list);
 	int found;
 
 	if (!hl)
@@ -235,7 +235,7 @@ static int het_head(const struct ddpenv_env *env, const char *steplist,
 		"SLURM_JOB_NODELIST_PACK_GROUP_0", NULL,
 	};
 	const char *comp0 = NULL, *key = NULL;
-	hostlist_t hl;
+	ddp_hostlist_t hl;
 	char *host;
 	int rv = -1;
 
