@@ -30,9 +30,10 @@
 #include <gloo/allreduce.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/prefix_store.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+
+#include "gloo_compat.h"
 
 extern "C" {
 #include "comm.h"
@@ -246,9 +247,8 @@ void connect_mesh(std::shared_ptr<Mesh> m, std::shared_ptr<gloo::transport::Devi
   std::string error;
   bool peer_failed = false, store_said = false, ok = false;
   try {
-    DdpStore store(s, timeout_ms, m);
-    gloo::rendezvous::PrefixStore prefixed("gloo", store);
-    m->ctx->connectFullMesh(prefixed, dev);
+    auto store = std::make_shared<DdpStore>(s, timeout_ms, m);
+    cnn_gloo::connect_full_mesh(*m->ctx, store, "gloo", dev);
     ok = true;
   } catch (const PeerFailed& e) {
     peer_failed = true;

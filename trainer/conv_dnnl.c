@@ -5,9 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <oneapi/dnnl/dnnl.h>
-
 #include "conv_dnnl.h"
+#include "dnnl_compat.h"
 #include "model.h"
 
 /* Memories and primitives of one batch size.  "User" memories wrap our
@@ -82,31 +81,31 @@ static void batch_free(struct batch *b)
 	memset(b, 0, sizeof(*b));
 }
 
-static int tag_md(dnnl_memory_desc_t *md, int nd, const dnnl_dims_t d, dnnl_format_tag_t tag)
-{
-	return dnnl_memory_desc_init_by_tag(md, nd, d, dnnl_f32, tag) == dnnl_success ? 0 : -1;
-}
+/* Convolutions here: stride 1, no padding ("valid") */
+static const dnnl_dims_t stride1 = { 1, 1 }, pad0 = { 0, 0 };
 
-static int is_tag(const dnnl_memory_desc_t *md, dnnl_format_tag_t tag)
+static int is_tag(cnn_cmd_t md, dnnl_format_tag_t tag)
 {
-	dnnl_memory_desc_t t;
-	if (dnnl_memory_desc_init_by_tag(&t, md->ndims, md->dims, dnnl_f32, tag) != dnnl_success)
+	const dnnl_dim_t *dims;
+	cnn_md_t t = NULL;
+	int nd, eq;
+	if (cnn_md_dims(md, &nd, &dims) < 0 || cnn_md_create(&t, nd, dims, tag) != dnnl_success)
 		return 0;
-	return dnnl_memory_desc_equal(&t, md);
+	eq = dnnl_memory_desc_equal(t, md);
+	cnn_md_destroy(t);
+	return eq;
 }
 
 /* A memory without a buffer (set before each use) or with its own. */
-static dnnl_status_t mem(struct cnn_convnet *c, dnnl_memory_t *out, const dnnl_memory_desc_t *md,
-			 int own)
+static dnnl_status_t mem(struct cnn_convnet *c, dnnl_memory_t *out, cnn_cmd_t md, int own)
 {
 	return dnnl_memory_create(out, md, c->eng, own ? DNNL_MEMORY_ALLOCATE : DNNL_MEMORY_NONE);
 }
 
 /* When from and to differ: *internal gets a buffer of layout to (or from,
  * for a reorder out of oneDNN's layout) and *rp a reorder from -> to. */
-static dnnl_status_t maybe_reorder(struct cnn_convnet *c, const dnnl_memory_desc_t *from,
-				   const dnnl_memory_desc_t *to, int internal_is_to,
-				   dnnl_memory_t *internal, dnnl_primitive_t *rp)
+static dnnl_status_t maybe_reorder(struct cnn_convnet *c, cnn_cmd_t from, cnn_cmd_t to,
+				   int internal_is_to, dnnl_memory_t *internal, dnnl_primitive_t *rp)
 {
 	if (dnnl_memory_desc_equal(from, to))
 		return dnnl_success;
@@ -131,56 +130,53 @@ static const char *impl_of(dnnl_primitive_desc_t pd)
 
 /* Forward convolution 3x3 valid with ReLU fused; dst in `dst_tag` or
  * oneDNN's choice (dnnl_format_tag_any). */
-static dnnl_status_t conv_fwd_pd(struct cnn_convnet *c, dnnl_primitive_desc_t *pd,
-				 const dnnl_memory_desc_t *src, const dnnl_dims_t wd,
-				 const dnnl_dims_t dd, dnnl_format_tag_t dst_tag)
+static dnnl_status_t conv_fwd_pd(struct cnn_convnet *c, dnnl_primitive_desc_t *pd, cnn_cmd_t src,
+				 const dnnl_dims_t wd, const dnnl_dims_t dd, dnnl_format_tag_t dst_tag)
 {
-	dnnl_memory_desc_t w, b, d;
-	dnnl_dims_t bd = { wd[0] }, one = { 1, 1 }, zero = { 0, 0 };
-	dnnl_convolution_desc_t cd;
+	cnn_md_t w = NULL, b = NULL, d = NULL;
+	dnnl_dims_t bd = { wd[0] };
 	dnnl_post_ops_t po = NULL;
 	dnnl_primitive_attr_t attr = NULL;
 	dnnl_status_t s;
 
-	if (tag_md(&w, 4, wd, dnnl_format_tag_any) || tag_md(&b, 1, bd, dnnl_x) ||
-	    tag_md(&d, 4, dd, dst_tag))
-		return dnnl_invalid_arguments;
-	s = dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_direct,
-					       src, &w, &b, &d, one, zero, zero);
+	if ((s = cnn_md_create(&w, 4, wd, dnnl_format_tag_any)) == dnnl_success &&
+	    (s = cnn_md_create(&b, 1, bd, dnnl_x)) == dnnl_success)
+		s = cnn_md_create(&d, 4, dd, dst_tag);
 	if (s == dnnl_success)
 		s = dnnl_post_ops_create(&po);
 	if (s == dnnl_success)
-		s = dnnl_post_ops_append_eltwise(po, 1.f, dnnl_eltwise_relu, 0.f, 0.f);
+		s = cnn_post_ops_append_relu(po);
 	if (s == dnnl_success)
 		s = dnnl_primitive_attr_create(&attr);
 	if (s == dnnl_success)
 		s = dnnl_primitive_attr_set_post_ops(attr, po);
 	if (s == dnnl_success)
-		s = dnnl_primitive_desc_create(pd, &cd, attr, c->eng, NULL);
+		s = cnn_conv_fwd_pd(pd, c->eng, src, w, b, d, stride1, pad0, attr);
 	if (attr)
 		dnnl_primitive_attr_destroy(attr);
 	if (po)
 		dnnl_post_ops_destroy(po);
+	cnn_md_destroy(w);
+	cnn_md_destroy(b);
+	cnn_md_destroy(d);
 	return s;
 }
 
 /* Weight (and bias) gradient of a forward convolution (hint), with the
  * activations' layouts given and oneDNN's choice for the weights. */
 static dnnl_status_t conv_bwd_w_pd(struct cnn_convnet *c, dnnl_primitive_desc_t *pd,
-				   const dnnl_memory_desc_t *src, const dnnl_dims_t wd,
-				   const dnnl_memory_desc_t *diff_dst, dnnl_primitive_desc_t hint)
+				   cnn_cmd_t src, const dnnl_dims_t wd, cnn_cmd_t diff_dst,
+				   dnnl_primitive_desc_t hint)
 {
-	dnnl_memory_desc_t w, b;
-	dnnl_dims_t bd = { wd[0] }, one = { 1, 1 }, zero = { 0, 0 };
-	dnnl_convolution_desc_t cd;
+	cnn_md_t w = NULL, b = NULL;
+	dnnl_dims_t bd = { wd[0] };
 	dnnl_status_t s;
 
-	if (tag_md(&w, 4, wd, dnnl_format_tag_any) || tag_md(&b, 1, bd, dnnl_x))
-		return dnnl_invalid_arguments;
-	s = dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, src, &w, &b,
-							diff_dst, one, zero, zero);
-	if (s == dnnl_success)
-		s = dnnl_primitive_desc_create(pd, &cd, NULL, c->eng, hint);
+	if ((s = cnn_md_create(&w, 4, wd, dnnl_format_tag_any)) == dnnl_success &&
+	    (s = cnn_md_create(&b, 1, bd, dnnl_x)) == dnnl_success)
+		s = cnn_conv_bwd_weights_pd(pd, c->eng, src, w, b, diff_dst, stride1, pad0, hint);
+	cnn_md_destroy(w);
+	cnn_md_destroy(b);
 	return s;
 }
 
@@ -200,26 +196,29 @@ static dnnl_status_t conv1_bwd_w_fast(struct cnn_convnet *c, dnnl_primitive_desc
 				      const dnnl_dims_t ad, dnnl_primitive_desc_t hint)
 {
 	static const dnnl_format_tag_t tags[] = { dnnl_format_tag_any, dnnl_nchw };
-	for (size_t i = 0; i < sizeof(tags) / sizeof(tags[0]) && is_ref(*pd); i++) {
-		dnnl_memory_desc_t x, a;
+	dnnl_status_t s = dnnl_success;
+	for (size_t i = 0; i < sizeof(tags) / sizeof(tags[0]) && is_ref(*pd) && s == dnnl_success; i++) {
+		cnn_md_t x = NULL, a = NULL;
 		dnnl_primitive_desc_t alt = NULL;
-		if (tag_md(&x, 4, xd, tags[i]) || tag_md(&a, 4, ad, tags[i]))
-			return dnnl_invalid_arguments;
-		if (conv_bwd_w_pd(c, &alt, &x, wd, &a, hint) != dnnl_success)
-			continue;
-		if (is_ref(alt)) {
-			dnnl_primitive_desc_destroy(alt);
-			continue;
+		if ((s = cnn_md_create(&x, 4, xd, tags[i])) == dnnl_success &&
+		    (s = cnn_md_create(&a, 4, ad, tags[i])) == dnnl_success &&
+		    conv_bwd_w_pd(c, &alt, x, wd, a, hint) == dnnl_success) {
+			if (is_ref(alt)) {
+				dnnl_primitive_desc_destroy(alt);
+			} else {
+				dnnl_primitive_desc_destroy(*pd);
+				*pd = alt;
+			}
 		}
-		dnnl_primitive_desc_destroy(*pd);
-		*pd = alt;
+		cnn_md_destroy(x);
+		cnn_md_destroy(a);
 	}
-	return dnnl_success;
+	return s;
 }
 
 /* Channels per block of an activation layout we can pool: 16, 8, 1 (nchw),
  * 0 for another. */
-static int block_of(const dnnl_memory_desc_t *md)
+static int block_of(cnn_cmd_t md)
 {
 	if (is_tag(md, dnnl_aBcd16b))
 		return 16;
@@ -250,61 +249,57 @@ static int batch_build(struct cnn_convnet *c, struct batch *b, const struct cnn_
 	dnnl_dims_t xd = { n, in->c, in->h, in->w };
 	dnnl_dims_t w1d = { m->c1, in->c, 3, 3 }, a1d = { n, m->c1, m->h1, m->w1 };
 	dnnl_dims_t w2d = { m->c2, m->c1, 3, 3 }, y2d = { n, m->c2, m->h2, m->w2 };
-	dnnl_dims_t b1d = { m->c1 }, b2d = { m->c2 }, one = { 1, 1 }, zero = { 0, 0 };
-	dnnl_memory_desc_t x_any, x_user, w1_user, w2_user, b1, b2, w_any, a1, y2;
+	dnnl_dims_t b1d = { m->c1 }, b2d = { m->c2 };
+	/* ours (destroyed at the end), and those the primitive descriptors
+	 * chose (theirs: read until those are destroyed, at the end too) */
+	cnn_md_t x_any = NULL, x_user = NULL, w1_user = NULL, w2_user = NULL, b1 = NULL, b2 = NULL,
+		 w_any = NULL;
+	cnn_cmd_t a1, y2, x_int;
 	dnnl_primitive_desc_t f1 = NULL, f2 = NULL, w1p = NULL, w2p = NULL, d2p = NULL;
-	dnnl_convolution_desc_t cd;
 	dnnl_status_t s;
 	const char *what = "describing the convolutions";
 
 	memset(b, 0, sizeof(*b));
 	b->n = n;
-	if (tag_md(&x_any, 4, xd, dnnl_format_tag_any) || tag_md(&x_user, 4, xd, dnnl_nchw) ||
-	    tag_md(&w1_user, 4, w1d, dnnl_oihw) || tag_md(&w2_user, 4, w2d, dnnl_oihw) ||
-	    tag_md(&b1, 1, b1d, dnnl_x) || tag_md(&b2, 1, b2d, dnnl_x)) {
-		s = dnnl_invalid_arguments;
+	if ((s = cnn_md_create(&x_any, 4, xd, dnnl_format_tag_any)) ||
+	    (s = cnn_md_create(&x_user, 4, xd, dnnl_nchw)) ||
+	    (s = cnn_md_create(&w1_user, 4, w1d, dnnl_oihw)) ||
+	    (s = cnn_md_create(&w2_user, 4, w2d, dnnl_oihw)) ||
+	    (s = cnn_md_create(&b1, 1, b1d, dnnl_x)) || (s = cnn_md_create(&b2, 1, b2d, dnnl_x)) ||
+	    (s = cnn_md_create(&w_any, 4, w2d, dnnl_format_tag_any)))
 		goto out;
-	}
 	/* conv1: oneDNN picks every layout; if the activation layout is one
 	 * the pool cannot read, ask for plain nchw. */
 	what = "conv1 forward";
-	s = conv_fwd_pd(c, &f1, &x_any, w1d, a1d, dnnl_format_tag_any);
+	s = conv_fwd_pd(c, &f1, x_any, w1d, a1d, dnnl_format_tag_any);
 	if (s == dnnl_success && !block_of(dnnl_primitive_desc_query_md(f1, dnnl_query_dst_md, 0))) {
 		dnnl_primitive_desc_destroy(f1);
 		f1 = NULL;
-		s = conv_fwd_pd(c, &f1, &x_any, w1d, a1d, dnnl_nchw);
+		s = conv_fwd_pd(c, &f1, x_any, w1d, a1d, dnnl_nchw);
 	}
 	if (s != dnnl_success)
 		goto out;
-	a1 = *dnnl_primitive_desc_query_md(f1, dnnl_query_dst_md, 0);
-	const dnnl_memory_desc_t x_int = *dnnl_primitive_desc_query_md(f1, dnnl_query_src_md, 0);
+	a1 = dnnl_primitive_desc_query_md(f1, dnnl_query_dst_md, 0);
+	x_int = dnnl_primitive_desc_query_md(f1, dnnl_query_src_md, 0);
 
 	/* conv2 reads a1 as conv1 wrote it and writes the same kind of layout */
 	what = "conv2 forward";
-	int blk = block_of(&a1);
-	s = conv_fwd_pd(c, &f2, &a1, w2d, y2d,
+	int blk = block_of(a1);
+	s = conv_fwd_pd(c, &f2, a1, w2d, y2d,
 			blk == 16 ? dnnl_aBcd16b : blk == 8 ? dnnl_aBcd8b : dnnl_nchw);
 	if (s != dnnl_success)
 		goto out;
-	y2 = *dnnl_primitive_desc_query_md(f2, dnnl_query_dst_md, 0);
+	y2 = dnnl_primitive_desc_query_md(f2, dnnl_query_dst_md, 0);
 
 	what = "conv1 backward weights";
-	if ((s = conv_bwd_w_pd(c, &w1p, &x_int, w1d, &a1, f1)) != dnnl_success ||
+	if ((s = conv_bwd_w_pd(c, &w1p, x_int, w1d, a1, f1)) != dnnl_success ||
 	    (s = conv1_bwd_w_fast(c, &w1p, xd, w1d, a1d, f1)) != dnnl_success)
 		goto out;
 	what = "conv2 backward weights";
-	if ((s = conv_bwd_w_pd(c, &w2p, &a1, w2d, &y2, f2)) != dnnl_success)
+	if ((s = conv_bwd_w_pd(c, &w2p, a1, w2d, y2, f2)) != dnnl_success)
 		goto out;
 	what = "conv2 backward data";
-	if (tag_md(&w_any, 4, w2d, dnnl_format_tag_any)) {
-		s = dnnl_invalid_arguments;
-		goto out;
-	}
-	s = dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &a1, &w_any,
-						     &y2, one, zero, zero);
-	if (s == dnnl_success)
-		s = dnnl_primitive_desc_create(&d2p, &cd, NULL, c->eng, f2);
-	if (s != dnnl_success)
+	if ((s = cnn_conv_bwd_data_pd(&d2p, c->eng, a1, w_any, y2, stride1, pad0, f2)) != dnnl_success)
 		goto out;
 
 	what = "creating primitives";
@@ -317,37 +312,37 @@ static int batch_build(struct cnn_convnet *c, struct batch *b, const struct cnn_
 
 	what = "creating memories";
 	dnnl_memory_t *M = b->mem;
-	if ((s = mem(c, &M[M_X], &x_user, 0)) ||
-	    (s = maybe_reorder(c, &x_user, &x_int, 1, &M[M_XI], &b->prim[K_RX])) ||
-	    (s = mem(c, &M[M_A1], &a1, 0)) || (s = mem(c, &M[M_DA1], &a1, 0)) ||
-	    (s = mem(c, &M[M_Y2], &y2, 0)) || (s = mem(c, &M[M_DA2], &y2, 0)) ||
-	    (s = mem(c, &M[M_W1], &w1_user, 0)) || (s = mem(c, &M[M_B1], &b1, 0)) ||
-	    (s = mem(c, &M[M_W2], &w2_user, 0)) || (s = mem(c, &M[M_B2], &b2, 0)) ||
-	    (s = mem(c, &M[M_DW1], &w1_user, 0)) || (s = mem(c, &M[M_DB1], &b1, 0)) ||
-	    (s = mem(c, &M[M_DW2], &w2_user, 0)) || (s = mem(c, &M[M_DB2], &b2, 0)) ||
-	    (s = maybe_reorder(c, &w1_user, dnnl_primitive_desc_query_md(f1, dnnl_query_weights_md, 0),
+	if ((s = mem(c, &M[M_X], x_user, 0)) ||
+	    (s = maybe_reorder(c, x_user, x_int, 1, &M[M_XI], &b->prim[K_RX])) ||
+	    (s = mem(c, &M[M_A1], a1, 0)) || (s = mem(c, &M[M_DA1], a1, 0)) ||
+	    (s = mem(c, &M[M_Y2], y2, 0)) || (s = mem(c, &M[M_DA2], y2, 0)) ||
+	    (s = mem(c, &M[M_W1], w1_user, 0)) || (s = mem(c, &M[M_B1], b1, 0)) ||
+	    (s = mem(c, &M[M_W2], w2_user, 0)) || (s = mem(c, &M[M_B2], b2, 0)) ||
+	    (s = mem(c, &M[M_DW1], w1_user, 0)) || (s = mem(c, &M[M_DB1], b1, 0)) ||
+	    (s = mem(c, &M[M_DW2], w2_user, 0)) || (s = mem(c, &M[M_DB2], b2, 0)) ||
+	    (s = maybe_reorder(c, w1_user, dnnl_primitive_desc_query_md(f1, dnnl_query_weights_md, 0),
 			       1, &M[M_W1F], &b->prim[K_RW1F])) ||
-	    (s = maybe_reorder(c, &w2_user, dnnl_primitive_desc_query_md(f2, dnnl_query_weights_md, 0),
+	    (s = maybe_reorder(c, w2_user, dnnl_primitive_desc_query_md(f2, dnnl_query_weights_md, 0),
 			       1, &M[M_W2F], &b->prim[K_RW2F])) ||
-	    (s = maybe_reorder(c, &w2_user, dnnl_primitive_desc_query_md(d2p, dnnl_query_weights_md, 0),
+	    (s = maybe_reorder(c, w2_user, dnnl_primitive_desc_query_md(d2p, dnnl_query_weights_md, 0),
 			       1, &M[M_W2D], &b->prim[K_RW2D])) ||
 	    (s = maybe_reorder(c, dnnl_primitive_desc_query_md(w1p, dnnl_query_diff_weights_md, 0),
-			       &w1_user, 0, &M[M_DW1I], &b->prim[K_RDW1])) ||
-	    (s = maybe_reorder(c, &x_int, dnnl_primitive_desc_query_md(w1p, dnnl_query_src_md, 0),
+			       w1_user, 0, &M[M_DW1I], &b->prim[K_RDW1])) ||
+	    (s = maybe_reorder(c, x_int, dnnl_primitive_desc_query_md(w1p, dnnl_query_src_md, 0),
 			       1, &M[M_X1W], &b->prim[K_RX1W])) ||
-	    (s = maybe_reorder(c, &a1, dnnl_primitive_desc_query_md(w1p, dnnl_query_diff_dst_md, 0),
+	    (s = maybe_reorder(c, a1, dnnl_primitive_desc_query_md(w1p, dnnl_query_diff_dst_md, 0),
 			       1, &M[M_DA1W], &b->prim[K_RDA1W])) ||
 	    (s = maybe_reorder(c, dnnl_primitive_desc_query_md(w2p, dnnl_query_diff_weights_md, 0),
-			       &w2_user, 0, &M[M_DW2I], &b->prim[K_RDW2])))
+			       w2_user, 0, &M[M_DW2I], &b->prim[K_RDW2])))
 		goto out;
-	b->a1_bytes = dnnl_memory_desc_get_size(&a1);
-	b->y2_bytes = dnnl_memory_desc_get_size(&y2);
+	b->a1_bytes = dnnl_memory_desc_get_size(a1);
+	b->y2_bytes = dnnl_memory_desc_get_size(y2);
 	if (grow(&c->a1, &c->a1_cap, b->a1_bytes) || grow(&c->da1, &c->da1_cap, b->a1_bytes) ||
 	    grow(&c->y2, &c->y2_cap, b->y2_bytes) || grow(&c->da2, &c->da2_cap, b->y2_bytes)) {
 		s = dnnl_out_of_memory;
 		goto out;
 	}
-	c->block = block_of(&y2);
+	c->block = block_of(y2);
 	snprintf(c->desc, sizeof(c->desc), "%s, %s; conv1 weight gradient %s", impl_of(f2),
 		 c->block == 16 ? "nChw16c" : c->block == 8 ? "nChw8c" : "nchw", impl_of(w1p));
 out:
@@ -361,6 +356,13 @@ out:
 		dnnl_primitive_desc_destroy(w2p);
 	if (d2p)
 		dnnl_primitive_desc_destroy(d2p);
+	cnn_md_destroy(x_any);
+	cnn_md_destroy(x_user);
+	cnn_md_destroy(w1_user);
+	cnn_md_destroy(w2_user);
+	cnn_md_destroy(b1);
+	cnn_md_destroy(b2);
+	cnn_md_destroy(w_any);
 	if (s != dnnl_success) {
 		batch_free(b);
 		return fail(err, errlen, "%s for a batch of %d", s, what, n);
