@@ -470,6 +470,20 @@ int ddpenv_task_vars(const struct ddpenv_node *node,
 		if (!a)
 			goto full;
 	}
+	/* PyTorch 2.4 and later serve env://'s TCPStore on libuv unless
+	 * USE_LIBUV=0, and fail where built without it ("use_libuv was requested
+	 * but PyTorch was build without libuv support": Debian 13's 2.6).  0
+	 * takes the TCPStore server PyTorch used by default until 2.3 (before
+	 * 2.4 the name is not read).  A user's or the admin's value is kept. */
+	if (!has_var(out, "USE_LIBUV")) {
+		u = user_value(task_env, "USE_LIBUV");
+		if (!add(out, "USE_LIBUV", u != NULL,
+			 u ? "set in the job's environment: left alone"
+			   : "PyTorch's TCPStore without libuv, which every PyTorch has (2.4 and later "
+			     "fail env:// without it where built without libuv)",
+			 "%s", u ? u : "0"))
+			goto full;
+	}
 	if (node->token[0])
 		add(out, "DDP_RDZV_TOKEN", 0, "HMAC of the step ids under rdzv_secret: only this step's tasks can join the rendezvous",
 		    "%s", node->token);

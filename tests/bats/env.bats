@@ -80,7 +80,7 @@ teardown() {
 @test "--ddp absent: the plugin changes nothing" {
 	run --separate-stderr crun srun -N2 -n2 env
 	assert_success
-	refute_output --regexp '^(RANK|LOCAL_RANK|WORLD_SIZE|MASTER_ADDR|MASTER_PORT|NCCL_SOCKET_IFNAME|GLOO_SOCKET_IFNAME|DDP_BACKEND|DDP_STEP|TORCHELASTIC_RUN_ID|GROUP_RANK|TORCH_NCCL_ASYNC_ERROR_HANDLING)='
+	refute_output --regexp '^(RANK|LOCAL_RANK|WORLD_SIZE|MASTER_ADDR|MASTER_PORT|NCCL_SOCKET_IFNAME|GLOO_SOCKET_IFNAME|DDP_BACKEND|DDP_STEP|TORCHELASTIC_RUN_ID|GROUP_RANK|TORCH_NCCL_ASYNC_ERROR_HANDLING|USE_LIBUV)='
 }
 
 @test "DDP_HEAD_FROM=nodeaddr: the head's address is Slurm's NodeAddr, on every node" {
@@ -109,14 +109,23 @@ teardown() {
 	refute_output --partial "task "
 }
 
-@test "a MASTER_PORT, NCCL_SOCKET_IFNAME and NCCL error handling set by the user win" {
+@test "USE_LIBUV=0 for PyTorch's env:// (2.4 and later fail without it where built without libuv)" {
+	run --separate-stderr crun srun -N2 -n2 --ddp=gloo "$REPORT"
+	assert_success
+	tasks
+	[ "${#T[@]}" -eq 2 ]
+	assert_equal "$(field 17 | sort -u)" "0"
+}
+
+@test "a MASTER_PORT, NCCL_SOCKET_IFNAME, NCCL error handling and USE_LIBUV set by the user win" {
 	run --separate-stderr crun env MASTER_PORT=23456 NCCL_SOCKET_IFNAME=lo TORCH_NCCL_ASYNC_ERROR_HANDLING=3 \
-		srun -N2 -n2 --ddp=gloo "$REPORT"
+		USE_LIBUV=1 srun -N2 -n2 --ddp=gloo "$REPORT"
 	assert_success
 	tasks
 	assert_equal "$(field 9 | sort -u)" "23456"
 	assert_equal "$(field 10 | sort -u)" "lo"
 	assert_equal "$(field 16 | sort -u)" "3"
+	assert_equal "$(field 17 | sort -u)" "1"
 	# the one the user did not set is still chosen per node
 	assert_equal "$(field 11 | sort -u | tr '\n' ' ')" "enp1s0 enp2s0 "
 }

@@ -589,6 +589,13 @@ static void test_contract(void)
 		  var(&vars, "TORCH_NCCL_ASYNC_ERROR_HANDLING") == NULL &&
 		  !strcmp(var(&vars, "NCCL_ASYNC_ERROR_HANDLING"), "0"));
 
+	/* the admin's USE_LIBUV (a site whose PyTorch has libuv) over the plugin's 0 */
+	parse(&c, "env: {gloo: {USE_LIBUV: '1'}}\n");
+	ddpenv_config_effective(&c, NULL, &env, &e, err, sizeof(err));
+	ddpenv_node_resolve(&env, DDPENV_BACKEND_GLOO, &e, &sys, node, err, sizeof(err));
+	ddpenv_task_vars(node, &env, &vars, err, sizeof(err));
+	test_streq("env.gloo's USE_LIBUV over the plugin's 0", var(&vars, "USE_LIBUV"), "1");
+
 	parse(&c, "allowed_backends: [gloo]\n");
 	ddpenv_config_effective(&c, NULL, &env, &e, err, sizeof(err));
 	test_cond("a backend the site does not allow fails",

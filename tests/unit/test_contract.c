@@ -59,6 +59,8 @@ static void test_full_contract(void)
 	test_streq("TORCH_NCCL_ASYNC_ERROR_HANDLING: torchrun's 1", var(&v, "TORCH_NCCL_ASYNC_ERROR_HANDLING"), "1");
 	test_cond("... the plugin's", var_user(&v, "TORCH_NCCL_ASYNC_ERROR_HANDLING") == 0);
 	test_cond("... not the old name", var(&v, "NCCL_ASYNC_ERROR_HANDLING") == NULL);
+	test_streq("USE_LIBUV: 0 (env:// on a PyTorch built without libuv)", var(&v, "USE_LIBUV"), "0");
+	test_cond("... the plugin's", var_user(&v, "USE_LIBUV") == 0);
 	test_streq("NCCL_SOCKET_IFNAME", var(&v, "NCCL_SOCKET_IFNAME"), "enp2s0");
 	test_streq("GLOO_SOCKET_IFNAME", var(&v, "GLOO_SOCKET_IFNAME"), "enp2s0");
 	test_streq("OMP_NUM_THREADS = cpus on node / local tasks", var(&v, "OMP_NUM_THREADS"), "4");
@@ -92,6 +94,13 @@ static void test_full_contract(void)
 	test_cond("a user's TORCH_NCCL_ASYNC_ERROR_HANDLING is left alone",
 		  ok && !strcmp(var(&v, "TORCH_NCCL_ASYNC_ERROR_HANDLING"), "3") &&
 		  var_user(&v, "TORCH_NCCL_ASYNC_ERROR_HANDLING") == 1);
+	ddpenv_env_free(&env);
+	/* a user's USE_LIBUV (a PyTorch built with libuv, at scale) */
+	env_of(&env, STEP3, "SLURM_PROCID=0", "SLURM_LOCALID=0", "SLURM_NODEID=0", "USE_LIBUV=1", NULL);
+	ok = ddpenv_node_resolve(&env, DDPENV_BACKEND_AUTO, NULL, &sys, &node, err, sizeof(err)) == 0 &&
+	     ddpenv_task_vars(&node, &env, &v, err, sizeof(err)) == 0;
+	test_cond("a user's USE_LIBUV=1 is left alone",
+		  ok && !strcmp(var(&v, "USE_LIBUV"), "1") && var_user(&v, "USE_LIBUV") == 1);
 	ddpenv_env_free(&env);
 	env_of(&env, STEP3, "SLURM_PROCID=0", "SLURM_LOCALID=0", "SLURM_NODEID=0",
 	       "NCCL_ASYNC_ERROR_HANDLING=0", NULL);
