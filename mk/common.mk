@@ -6,7 +6,11 @@ CFLAGS ?= -O2 -g
 # checked for its return instead); clang does not know it and says so
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter \
 	$(shell $(CC) -Werror -Wno-format-truncation -x c -c -o /dev/null /dev/null 2>/dev/null && echo -Wno-format-truncation)
-ALL_CFLAGS := -std=gnu11 $(WARN) -fPIC -D_GNU_SOURCE $(CFLAGS)
+# WERROR=1: every warning an error (C, C++ and nvcc's host compiler), as the
+# build of each Slurm release in make check runs (tests/cluster/release.sh)
+WERROR ?=
+WERROR_FLAG := $(if $(WERROR),-Werror)
+ALL_CFLAGS := -std=gnu11 $(WARN) -fPIC -D_GNU_SOURCE $(CFLAGS) $(WERROR_FLAG)
 ifneq ($(SANITIZER),)
 ALL_CFLAGS += -fsanitize=$(SANITIZER) -fno-omit-frame-pointer -fno-sanitize-recover=all
 SAN_LDFLAGS := -fsanitize=$(SANITIZER)

@@ -1,6 +1,8 @@
 #!/bin/sh
 # Install the Debian packages slurm-ddp needs to build, test and demo.
-# Idempotent: installs only what is missing.  Run as root on Debian 12.
+# Idempotent: installs only what is missing.  Run as root on Debian 12
+# (bookworm, Slurm 22.05), Debian 13 (trixie, Slurm 24.11) or Debian
+# unstable (sid, Slurm 26.05).
 #   scripts/deps.sh          build + test + demo dependencies
 #   scripts/deps.sh --print  list the packages and exit
 set -eu
@@ -8,12 +10,32 @@ set -eu
 PKGS="build-essential pkg-config iproute2 procps
 libslurm-dev slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge
 libhwloc-dev hwloc libyaml-dev zlib1g-dev libssl-dev
-clang libclang-rt-14-dev valgrind gdb shellcheck
+clang valgrind gdb shellcheck
 libgloo-dev libdnnl-dev libopenblas-dev
 bats bats-assert bats-support man-db groff-base
 dpkg-dev debhelper lintian fakeroot
 libsystemd-dev dbus-daemon python3-dbus python3-gi
 python3-torch python3-numpy dataset-fashion-mnist"
+
+# package lists: none yet on a fresh image
+have_lists() {
+	[ -n "$(find /var/lib/apt/lists -mindepth 1 -maxdepth 1 ! -name lock ! -name partial -print -quit 2>/dev/null)" ]
+}
+
+# The sanitizers' and libFuzzer's runtime is clang's own major version's
+# (libclang-rt-14-dev on Debian 12, -19- on 13, -21- on unstable): the
+# installed clang's, else the one the clang package would bring.
+clang_rt() {
+	v=$(clang --version 2>/dev/null | sed -n 's/.*clang version \([0-9][0-9]*\)\..*/\1/p' | head -n 1)
+	[ -n "$v" ] || v=$(apt-cache depends clang 2>/dev/null | sed -n 's/.*Depends: clang-\([0-9][0-9]*\)$/\1/p' | head -n 1)
+	[ -n "$v" ] && echo "libclang-rt-$v-dev"
+}
+
+if [ "$(id -u)" = 0 ] && ! have_lists; then
+	apt-get update -qq
+fi
+rt=$(clang_rt) || { echo "deps: cannot tell clang's version (no clang installed, and apt-cache knows no package clang: run apt-get update)" >&2; exit 1; }
+PKGS="$PKGS $rt"
 
 if [ "${1:-}" = "--print" ]; then
 	echo $PKGS
@@ -48,9 +70,8 @@ if [ ! -e /usr/sbin/policy-rc.d ]; then
 	guard=1
 fi
 trap '[ -z "$guard" ] || rm -f /usr/sbin/policy-rc.d' EXIT
-# no package lists yet (a fresh image): apt-get update first
-if [ -z "$(find /var/lib/apt/lists -mindepth 1 -maxdepth 1 ! -name lock ! -name partial -print -quit 2>/dev/null)" ] \
-   || ! apt-cache show $missing >/dev/null 2>&1; then
+# lists that do not know a missing package yet (stale): apt-get update first
+if ! apt-cache show $missing >/dev/null 2>&1; then
 	apt-get update -qq
 fi
 # shellcheck disable=SC2086

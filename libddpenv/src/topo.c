@@ -49,24 +49,28 @@ int ddpenv_topo_load(const char *xml_path, int this_machine, struct ddpenv_topo 
 	hwloc_topology_set_flags(t->topo, HWLOC_TOPOLOGY_FLAG_INCLUDE_DISALLOWED |
 				 (xml_path && this_machine ? HWLOC_TOPOLOGY_FLAG_IS_THISSYSTEM |
 				  HWLOC_TOPOLOGY_FLAG_THISSYSTEM_ALLOWED_RESOURCES : 0));
+	/* A file that is no hwloc XML export fails in set_xml (hwloc 2.12)
+	 * or only in load (2.9): the same message either way. */
 	if (xml_path) {
-		if (hwloc_topology_set_xml(t->topo, xml_path) < 0) {
-			snprintf(err, errlen, "topology %.200s: cannot be read as an hwloc XML file (lstopo --of xml): %m",
-				 xml_path);
-			goto fail;
-		}
 		snprintf(t->source, sizeof(t->source), "%s", xml_path);
+		if (hwloc_topology_set_xml(t->topo, xml_path) < 0)
+			goto bad_xml;
 	} else {
 		snprintf(t->source, sizeof(t->source), "this machine (hwloc)");
 		t->thissystem = 1;
 	}
 	if (hwloc_topology_load(t->topo) < 0) {
+		if (xml_path)
+			goto bad_xml;
 		snprintf(err, errlen, "topology %.200s: hwloc could not load it: %m", t->source);
 		goto fail;
 	}
 	t->thissystem = hwloc_topology_is_thissystem(t->topo);
 	*out = t;
 	return 0;
+bad_xml:
+	snprintf(err, errlen, "topology %.200s: cannot be read as an hwloc XML file (lstopo --of xml): %m",
+		 xml_path);
 fail:
 	ddpenv_topo_free(t);
 	return -1;

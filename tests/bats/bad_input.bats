@@ -80,7 +80,7 @@ teardown() {
 	[[ "$stderr" == *"SLURM_STEP_GPUS=0,,1: an empty entry"* ]]
 	run --separate-stderr "$REPO/build/bin/ddp-env" --topology /etc/passwd
 	assert_failure 1
-	[[ "$stderr" == "ddp-env: topology /etc/passwd: hwloc could not load it"* ]]
+	[[ "$stderr" == "ddp-env: topology /etc/passwd: cannot be read as an hwloc XML file (lstopo --of xml)"* ]]
 	run --separate-stderr "$REPO/build/bin/ddp-env" --topology "$T" --bind=closest
 	assert_failure 2
 	run --separate-stderr "$REPO/build/bin/ddp-env" --topology "$T" --tasks 5000

@@ -258,12 +258,20 @@ CONF
 	cp "$repo/conf/ddp.yaml" "$RUN/etc/ddp.yaml"
 
 	# Debian-style hosts files: the node's own name on 127.0.1.1 (the classic trap).
-	local self j
+	# The clients (srun, sbatch, salloc) run in the controller's namespace
+	# under this machine's name, which srun hands slurmctld and slurmd as
+	# the host to answer it at from Slurm 24.11 on: it is the controller's
+	# address here (unresolved, each answer waited out the resolver's
+	# retries, 8 s and more)
+	local self j client
+	client=$(hostname)
+	case $client in localhost|ctl|node[0-9]*) client= ;; esac
 	for self in ctl $(seq 1 "$n"); do
 		{
 			echo "127.0.0.1 localhost"
 			echo "::1 localhost ip6-localhost ip6-loopback"
 			if [ "$self" = ctl ]; then echo "127.0.1.1 ctl"; else echo "$CTL_IP ctl"; fi
+			[ -z "$client" ] || echo "$CTL_IP $client"
 			for j in $(seq 1 "$n"); do
 				if [ -n "$IPV6" ]; then echo "$(node_ip6 "$j") node$j"
 				elif [ "$self" = "$j" ]; then echo "127.0.1.1 node$j"
