@@ -3,7 +3,11 @@
 #   make            build libddpenv, the SPANK plugin, ddp-env, ddp-check and cnn_train
 #   make demo       install missing Debian packages, build, start a local
 #                   multi-node Slurm and train across it with srun --ddp
-#   make check      the same set-up, then every test
+#   make check      the same set-up, then every test: on this machine's Slurm,
+#                   then on every other supported release (DDP_RELEASES)
+#   make check-release SLURM_RELEASE=24.11   one release's suite: its -Werror build,
+#                   unit tests and the Bats files that touch Slurm, in a Debian
+#                   root with that release (tests/cluster/release.sh)
 #   make bench      the benchmarks' programs (bench/*.sh run them)
 #   make fuzz       the fuzz targets, 10 minutes each (make check runs them briefly)
 #   make analyze    clang's static analyzer over the C and C++ code (not the .cu
@@ -25,7 +29,7 @@ SYSCONFDIR ?= /etc/slurm
 # each folder's PREFIX; not exported, so a later PREFIX=... is followed.
 export BUILD CC CFLAGS SANITIZER PREFIX DESTDIR SLURM_PLUGIN_DIR SYSCONFDIR
 
-.PHONY: all libddpenv spank trainer check-tool bench fuzz analyze deps check unit bats demo deb install uninstall clean cluster-stop
+.PHONY: all libddpenv spank trainer check-tool bench fuzz analyze deps check check-release unit bats demo deb install uninstall clean cluster-stop
 
 all: libddpenv spank trainer check-tool
 
@@ -79,6 +83,11 @@ NPROC := $(shell nproc 2>/dev/null || echo 1)
 check: deps
 	$(MAKE) -j$(NPROC) all bench
 	tests/run.sh
+
+SLURM_RELEASE ?=
+check-release: deps
+	@[ -n "$(SLURM_RELEASE)" ] || { echo "check-release: set SLURM_RELEASE, one of: 22.05 24.11 26.05"; exit 2; }
+	tests/cluster/release.sh check $(SLURM_RELEASE)
 
 demo: deps
 	$(MAKE) -j$(NPROC) all

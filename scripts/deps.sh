@@ -13,7 +13,7 @@ libhwloc-dev hwloc libyaml-dev zlib1g-dev libssl-dev
 clang valgrind gdb shellcheck
 libgloo-dev libdnnl-dev libopenblas-dev
 bats bats-assert bats-support man-db groff-base
-dpkg-dev debhelper lintian fakeroot
+dpkg-dev debhelper lintian fakeroot mmdebstrap
 libsystemd-dev dbus-daemon python3-dbus python3-gi
 python3-torch python3-numpy dataset-fashion-mnist"
 

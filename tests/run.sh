@@ -10,6 +10,13 @@
 #   tests/run.sh analyze    only the static analysis (make analyze, shellcheck)
 #   tests/run.sh fuzz       only the fuzz targets (DDP_FUZZ_TIME seconds each, 12)
 #   tests/run.sh bats [F]   only the Bats tests (or file F)
+#   tests/run.sh releases   only the other Slurm releases' suites
+#                           (tests/cluster/release.sh check REL for each)
+#
+# A full run ends with the other Slurm releases: for each, its -Werror build,
+# unit tests and the Bats files that touch Slurm, in a Debian root of that
+# release.  DDP_RELEASES names them (default: every supported release but
+# this machine's own; "none": none).
 # Each phase ends with its time ("# --- unit: 20 s"), each unit test program and each Bats
 # test with its own.
 set -u
@@ -258,6 +265,33 @@ queue_bats() {
 	done
 }
 
+# The releases a full run checks besides this machine's (DDP_RELEASES)
+releases() {
+	local host rel
+	if [ -n "${DDP_RELEASES:-}" ]; then
+		[ "$DDP_RELEASES" = none ] || echo "$DDP_RELEASES"
+		return
+	fi
+	host=$(sed -n 's/^VERSION_CODENAME=//p' /etc/os-release 2>/dev/null)
+	for rel in 22.05:bookworm 24.11:trixie 26.05:sid; do
+		[ "${rel#*:}" = "$host" ] || echo "${rel%%:*}"
+	done
+}
+
+# Each release's suite, one after the other (each starts its own cluster)
+run_releases() {
+	local rel t1
+	if [ "$(id -u)" != 0 ]; then
+		echo "ok - the other Slurm releases # skip: need root (chroot, mounts, the test cluster)" | tee "$log/releases.tap"
+		return
+	fi
+	for rel in $(releases); do
+		t1=$SECONDS
+		tap "release-$rel" tests/cluster/release.sh check "$rel"
+		echo "# --- release $rel: $((SECONDS - t1)) s" | tee -a "$log/times"
+	done
+}
+
 # build_unit [SANITIZER]: the unit tests built, or their failure a test
 build_unit() {
 	local san=${1:-}
@@ -321,9 +355,11 @@ all)
 	timed unit address,undefined
 	[ "$(nproc)" -lt 3 ] || jobs_start "worker 2, from the cluster's files on"
 	timed bats
-	jobs_end "after the cluster's files"
+	timed releases
+	jobs_end "after the cluster's files and the other releases"
 	;;
-*) echo "usage: tests/run.sh [unit|analyze|fuzz|bats [FILE]]" >&2; exit 2 ;;
+releases) timed releases ;;
+*) echo "usage: tests/run.sh [unit|analyze|fuzz|bats [FILE]|releases]" >&2; exit 2 ;;
 esac
 
 pass=$(cat "$log"/*.tap | grep -E '^ok ' | grep -v -i -c '# skip')
