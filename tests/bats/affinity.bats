@@ -66,7 +66,7 @@ teardown() {
 	assert_success
 	assert_line --regexp '^rank=0 local=0 cpus=0-1 plan_cpus=\(left '
 	assert_line --regexp '^rank=1 local=1 cpus=0-1 plan_cpus=\(left '
-	assert_line --partial "# cpu: Slurm picked each task's GPUs near the CPUs task/affinity gave it (--gpu-bind=closest or single, --ntasks-per-gpu): those CPUs stay (SLURMD_TRES_BIND=gpu:closest): left to Slurm"
+	assert_line --regexp "# cpu: Slurm picked each task's GPUs near the CPUs task/affinity gave it \(--gpu-bind=closest or single, --ntasks-per-gpu\): those CPUs stay \(SLURMD_TRES_BIND=(gres/)?gpu:closest\): left to Slurm"
 	assert_line --partial "# gpu: Slurm binds GPUs per task"
 }
 

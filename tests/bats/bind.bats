@@ -150,7 +150,8 @@ teardown() {
 	assert_success
 	assert_matches_plan 2
 	assert_line --regexp '^rank=0 local=0 cpus=0 plan_cpus=0 cvd=0,1,2,3 plan_cvd=none busid=unset'
-	assert_line --partial "# gpu: Slurm binds GPUs per task (--gpu-bind, or --ntasks-per-gpu) (SLURMD_TRES_BIND=gpu:closest): left to Slurm"
+	# (Slurm 24.11 writes the GRES as gres/gpu, 22.05 as gpu)
+	assert_line --regexp "# gpu: Slurm binds GPUs per task \(--gpu-bind, or --ntasks-per-gpu\) \(SLURMD_TRES_BIND=(gres/)?gpu:closest\): left to Slurm"
 }
 
 @test "--gpus-per-task=1: Slurm's per-task GPUs stay, each task's CPUs follow its GPU as --explain planned, NCCL is warned once per node" {
@@ -211,7 +212,7 @@ teardown() {
 	assert_line --regexp '^rank=0 local=0 cpus=1 plan_cpus=1 cvd=2,3 plan_cvd=none busid=0000:60:00.0 '
 	assert_line --regexp '^rank=1 local=1 cpus=0 plan_cpus=0 cvd=0,1 plan_cvd=none busid=0000:20:00.0 '
 	assert_line --partial "# gpu: Slurm binds each task to its --gpu-bind=mask_gpu:0xc,0x3 entry: each sees only its GPUs"
-	assert_equal "$(grep -c 'warning: Slurm binds each of this node.s 2 tasks to its own GPU (SLURMD_TRES_BIND=gpu:mask_gpu:0xc,0x3, from --gpu-bind)' <<<"$stderr")" 1
+	assert_equal "$(grep -c -E 'warning: Slurm binds each of this node.s 2 tasks to its own GPU \(SLURMD_TRES_BIND=(gres/)?gpu:mask_gpu:0xc,0x3, from --gpu-bind\)' <<<"$stderr")" 1
 }
 
 @test "--ddp-bind=strict: each task sees only its own GPU" {

@@ -151,9 +151,13 @@ in_root() {
 		mount --bind /run/netns "$r/run/netns"
 		mount --bind "$repo" "$r$repo"
 		mount --bind "$build" "$r$repo/build"
+		# CUDA as a site has it: its libraries in ld.so.conf (the packaged
+		# GPU module has no RUNPATH)
 		if [ -n "$cuda" ]; then
 			mkdir -p "$r/usr/local/cuda"
 			mount --bind -o ro "$cuda" "$r/usr/local/cuda"
+			echo /usr/local/cuda/lib64 >"$r/etc/ld.so.conf.d/zz-slurm-ddp-cuda.conf"
+			chroot "$r" ldconfig
 		fi
 		cp /etc/resolv.conf "$r/etc/resolv.conf" 2>/dev/null || true
 		exec chroot "$r" env -C "$repo" "$@"
