@@ -7,7 +7,7 @@
 #   scripts/deps.sh --print  list the packages and exit
 set -eu
 
-PKGS="build-essential pkg-config iproute2 procps
+PKGS="build-essential pkg-config iproute2 procps mount
 libslurm-dev slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge
 libhwloc-dev hwloc libyaml-dev zlib1g-dev libssl-dev
 clang valgrind gdb shellcheck

@@ -20,6 +20,17 @@ teardown() {
 	dump_logs_on_failure
 }
 
+@test "Debian's PyTorch of this release: 1.13 on Debian 12, 2.6 on 13 (env:// without libuv)" {
+	run /usr/bin/python3 -c 'import torch; print(torch.__version__)'
+	assert_success
+	echo "# PyTorch $output, Debian $(cat /etc/debian_version)" >&3
+	case $(sed -n 's/^VERSION_CODENAME=//p' /etc/os-release) in
+	bookworm) assert_output --regexp '^1\.13\.' ;;
+	trixie) assert_output --regexp '^2\.6\.' ;;
+	*) assert_output --regexp '^2\.' ;;
+	esac
+}
+
 @test "3 nodes x 2 tasks of PyTorch DDP (gloo) end with identical parameters" {
 	run --separate-stderr crun srun -N3 --ntasks-per-node=2 --ddp=gloo \
 		/usr/bin/python3 "$REPO/contrib/pytorch/train_ddp.py" \

@@ -140,7 +140,7 @@ nsexec() { # nsexec NS CMD...: run in the network namespace, keeping /sys and cg
 start_daemon() {
 	local ns=$1 host=$2 hosts=$3 name=$4; shift 4
 	setsid nsenter --net="/run/netns/$ns" unshare --uts --mount --propagation private \
-		sh -c 'hostname "$1"; mount --bind "$2" /etc/hosts; shift 2; exec "$@"' \
+		sh -c 'hostname "$1" && mount --bind "$2" /etc/hosts || exit 1; shift 2; exec "$@"' \
 		sh "$host" "$hosts" "$@" \
 		</dev/null >>"$RUN/log/$name.out" 2>&1 &
 	echo $! >"$RUN/pids/$name"
@@ -367,6 +367,10 @@ cmd_start() {
 		[ "$NS" = ddpt ] || log "namespace ddpt-ctl belongs to another cluster (not this run folder's): using $NS-*"
 	fi
 	[ -z "$PLUGIN" ] || [ -f "$PLUGIN" ] || die "plugin $PLUGIN not built (run make first)"
+	local tool
+	for tool in ip nsenter unshare mount hostname munged slurmctld slurmd; do
+		command -v "$tool" >/dev/null || die "$tool is missing (scripts/deps.sh installs what the test cluster needs)"
+	done
 	rm -rf "$RUN"
 	mkdir -p "$RUN"
 	STARTING=1

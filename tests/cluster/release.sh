@@ -56,12 +56,12 @@ suite() {
 	esac
 }
 
-# Per-suite settings.  sid's Release file on the mirror is past its
-# Valid-Until; its glibc 2.43 declares C23's rsqrt, which CUDA 13.0's own
+# Per-suite settings (mmdebstrap's options one a line).  sid's Release
+# file on the mirror is past its Valid-Until; its glibc 2.43 declares C23's rsqrt, which CUDA 13.0's own
 # math headers declare otherwise, so the GPU module is not built there.
 mmdebstrap_opts() {
 	case $1 in
-	sid) echo "--aptopt=Acquire::Check-Valid-Until \"false\"" ;;
+	sid) echo '--aptopt=Acquire::Check-Valid-Until "false"' ;;
 	esac
 }
 suite_cuda() { [ "$1" != sid ]; }
@@ -89,17 +89,16 @@ root_fresh() {
 }
 
 make_root() {
-	local s=$1 dir=$2 tmp opts
+	local s=$1 dir=$2 tmp opts=()
 	command -v mmdebstrap >/dev/null || die "mmdebstrap is missing (scripts/deps.sh installs it)"
 	mkdir -p "$CACHE"
 	tmp=$(mktemp -d "$CACHE/.making-$s.XXXXXX")
 	# shellcheck disable=SC2064 # (this one's path, now)
 	trap "rm -rf '$tmp'" EXIT
 	log "making the $s root in $dir (mmdebstrap from $MIRROR, then scripts/deps.sh inside)"
-	opts=$(mmdebstrap_opts "$s")
+	mapfile -t opts < <(mmdebstrap_opts "$s")
 	local t0=$SECONDS
-	# shellcheck disable=SC2086 # (options, word-split on purpose)
-	mmdebstrap --quiet --variant=apt --include="$BASE_PKGS" $opts \
+	mmdebstrap --quiet --variant=apt --include="$BASE_PKGS" "${opts[@]}" \
 		"$s" "$tmp/root" "$MIRROR" >&2 || die "mmdebstrap of $s failed (above)"
 	[ "$s" != sid ] || echo 'Acquire::Check-Valid-Until "false";' >"$tmp/root/etc/apt/apt.conf.d/99slurm-ddp"
 	cp "$repo/scripts/deps.sh" "$tmp/root/tmp/deps.sh"

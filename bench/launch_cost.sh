@@ -1,0 +1,73 @@
+#!/bin/bash
+# What --ddp adds to a step's launch: on the test cluster (2 nodes), the
+# same step with and without --ddp, in pairs, the order inside each pair
+# alternating, ROUNDS pairs per variant.  The peer is plain srun.  Prints
+# each variant's median launch, and the median of the paired differences
+# with its quartiles: what --ddp costs a step, the noise of two 2-core
+# machines' worth of daemons beside it.  Target: under 2 ms with binding on.
+#
+#   bench/launch_cost.sh                  20 rounds, srun -N2 --ntasks-per-node=2 true
+#   ROUNDS=50 bench/launch_cost.sh
+#   tests/cluster/release.sh run 24.11 bench/launch_cost.sh    on another Slurm release
+#
+# Needs root (the test cluster) and the plugin built (make).  Starts its own
+# cluster in build/cluster (DDP_CLUSTER_DIR) and stops it at the end.
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cluster=$repo/tests/cluster/cluster.sh
+rounds=${ROUNDS:-20}
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "bench: ROUNDS=$rounds: expected a count of pairs" >&2; exit 2; }
+[ "$(id -u)" = 0 ] || { echo "bench: needs root (the test cluster)" >&2; exit 2; }
+[ -f "$repo/build/lib/spank_ddp.so" ] || { echo "bench: the plugin is not built (run make)" >&2; exit 2; }
+
+# the variants: a name and srun's extra arguments
+names=(plain ddp ddp-nobind)
+args=("" "--ddp=gloo" "--ddp=gloo --ddp-bind=none")
+step=(-N2 --ntasks-per-node=2 true)
+
+"$cluster" start 2 >/dev/null
+trap '"$cluster" stop >/dev/null 2>&1' EXIT
+slurm=$("$cluster" run srun --version)
+
+# launch ARGS: one step's wall time, in microseconds, from srun's start to its end
+launch() {
+	local t0 t1
+	t0=${EPOCHREALTIME/./}
+	# shellcheck disable=SC2086 # (the variant's arguments)
+	"$cluster" run srun $1 "${step[@]}" >/dev/null
+	t1=${EPOCHREALTIME/./}
+	echo $((t1 - t0))
+}
+
+# warm-up: the first steps load the plugin's files into the page cache
+for v in "${!names[@]}"; do launch "${args[$v]}" >/dev/null; launch "${args[$v]}" >/dev/null; done
+
+tmp=$(mktemp -d)
+trap '"$cluster" stop >/dev/null 2>&1; rm -rf "$tmp"' EXIT
+for ((r = 0; r < rounds; r++)); do
+	# each round: plain, then each --ddp variant, in an order that alternates
+	for v in 1 2; do
+		if ((r % 2)); then
+			d=$(launch "${args[$v]}"); p=$(launch "")
+		else
+			p=$(launch ""); d=$(launch "${args[$v]}")
+		fi
+		echo "$p" >>"$tmp/plain"
+		echo "$d" >>"$tmp/${names[$v]}"
+		echo $((d - p)) >>"$tmp/${names[$v]}.diff"
+	done
+done
+
+# q FILE P: the P-th percentile (0-100, nearest rank) of FILE's numbers, in ms
+q() { sort -n "$1" | awk -v p="$2" '{ a[NR] = $1 } END { i = int((NR - 1) * p / 100 + 0.5) + 1; printf "%.2f", a[i] / 1000 }'; }
+
+echo "# --ddp launch cost: srun ${step[*]}, $rounds pairs per variant, interleaved"
+echo "# $slurm, $(nproc) CPUs ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)), $(date -u +%F)"
+printf '%-12s %10s %22s %8s\n' variant "median ms" "paired diff ms (q1..q3)" ratio
+printf '%-12s %10s %22s %8s\n' plain "$(q "$tmp/plain" 50)" "-" "1.00"
+for v in 1 2; do
+	n=${names[$v]}
+	printf '%-12s %10s %22s %8s\n' "$n" "$(q "$tmp/$n" 50)" \
+		"$(q "$tmp/$n.diff" 50) ($(q "$tmp/$n.diff" 25)..$(q "$tmp/$n.diff" 75))" \
+		"$(awk -v a="$(q "$tmp/$n" 50)" -v b="$(q "$tmp/plain" 50)" 'BEGIN { printf "%.3f", a / b }')"
+done
