@@ -431,3 +431,36 @@ ratio_ok() {
 		assert_equal "$rank" "(RANK $((tasks - 1)))"
 	done <<<"$rows"
 }
+
+@test "launch_cost.sh ROUNDS=2: plain, --ddp and --ddp-bind=none, each ratio its medians' quotient; a bad ROUNDS refused" {
+	[ "$(id -u)" = 0 ] || skip "the test cluster needs root"
+	run env ROUNDS=x "$REPO/bench/launch_cost.sh"
+	assert_failure 2
+	assert_output "bench: ROUNDS=x: expected a count of pairs"
+	# a cluster of its own (its own run folder: the next free namespaces
+	# and network beside another cluster)
+	run --separate-stderr env ROUNDS=2 DDP_CLUSTER_DIR="$BATS_TEST_TMPDIR/cluster" "$REPO/bench/launch_cost.sh"
+	assert_success
+	assert_line --regexp '^# --ddp launch cost: srun -N2 --ntasks-per-node=2 true, 2 pairs per variant, interleaved$'
+	assert_line --regexp '^plain +[0-9.]+ +- +1\.00$'
+	local v line med diff
+	med=$(awk '$1 == "plain" { print $2 }' <<<"$output")
+	for v in ddp ddp-nobind; do
+		line=$(grep "^$v " <<<"$output")
+		[[ "$line" =~ ^$v\ +([0-9.]+)\ +(-?[0-9.]+)\ \((-?[0-9.]+)\.\.(-?[0-9.]+)\)\ +([0-9.]+)$ ]] || fail "row '$line'"
+		awk -v a="${BASH_REMATCH[1]}" -v b="$med" -v r="${BASH_REMATCH[5]}" \
+			'BEGIN { d = a / b - r; exit !(d < 0.002 && d > -0.002) }' || fail "ratio of '$line' is not its median over plain's $med"
+	done
+	# the cluster is gone
+	[ ! -s "$BATS_TEST_TMPDIR/cluster/net" ]
+}
+
+@test "onednn_versions.sh: refuses a bad count, and a release whose build is missing, naming what to run" {
+	run env REPEATS=0 "$REPO/bench/onednn_versions.sh"
+	assert_failure 2
+	assert_output "bench: REPEATS=0: expected a positive count"
+	[ "$(id -u)" = 0 ] || skip "the release's root needs root"
+	run env RELEASE=99.99 "$REPO/bench/onednn_versions.sh"
+	assert_failure 2
+	assert_output "bench: no cnn_train built for 99.99 (run: tests/cluster/release.sh run 99.99 make)"
+}
