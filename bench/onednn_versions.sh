@@ -1,6 +1,6 @@
 #!/bin/bash
 # cnn_train on oneDNN 2.x and 3.x, on this machine's CPUs, in one run: the
-# same source built on this machine (Debian 12: oneDNN 2.7) and in another
+# same source built on this machine (Debian 12: oneDNN 2.6) and in another
 # release's Debian root (Debian 13: oneDNN 3.7; tests/cluster/release.sh),
 # the same data, batch size, thread count and number of steps, REPEATS
 # runs of each, interleaved (the order alternating).  Prints each one's
@@ -46,7 +46,7 @@ for f in here there; do
 done
 
 # stats FILE: median min max
-stats() { sort -n "$1" | awk '{ a[NR] = $1 } END { printf "%.0f %.0f %.0f", a[int((NR + 1) / 2)], a[1], a[NR] }'; }
+stats() { sort -n "$1" | awk '{ a[NR] = $1 } END { printf "%.0f %.0f %.0f\n", a[int((NR + 1) / 2)], a[1], a[NR] }'; }
 root=$("$repo/tests/cluster/release.sh" root "$release")
 printf '# onednn_versions: cnn_train, %s, %d threads, batch %d, %d steps, %d runs each, interleaved, %s\n' \
 	"$(lscpu | sed -n 's/^Model name: *//p' | head -1)" "$threads" "$batch" "$steps" "$repeats" "$(date -u +%F)"
