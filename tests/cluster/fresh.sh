@@ -7,9 +7,8 @@
 #   tests/cluster/fresh.sh trixie make check
 #
 # Nothing of this machine's build or packages goes in: scripts/deps.sh
-# installs everything inside, from the Debian registry.  The root gets the
-# host's /proc, /sys, /dev and /run/netns (the test cluster's namespaces),
-# in a mount namespace of its own, and is removed afterwards (KEEP=1 keeps
+# installs everything inside, from the Debian registry.  The root is entered
+# as tests/cluster/chroot.sh does, and removed afterwards (KEEP=1 keeps
 # it, and says where).  Its output is the command's; its status too.
 set -euo pipefail
 
@@ -38,15 +37,4 @@ mmdebstrap --quiet --variant=apt --include=make,git,ca-certificates "${opts[@]}"
 [ "$suite" != sid ] || echo 'Acquire::Check-Valid-Until "false";' >"$work/root/etc/apt/apt.conf.d/99slurm-ddp"
 git clone -q --no-local "$repo" "$work/root/root/slurm-ddp"
 echo "fresh: a $suite root with make and git, and a clone of $(git -C "$repo" rev-parse --short HEAD), in $((SECONDS - t0)) s" >&2
-# shellcheck disable=SC2016 # (the inner shell expands them)
-unshare --mount --propagation private sh -euc '
-	r=$1; shift
-	mount --bind "$r" "$r"
-	mount -t proc proc "$r/proc"
-	mount --rbind /sys "$r/sys"; mount --make-rslave "$r/sys"
-	mount --rbind /dev "$r/dev"; mount --make-rslave "$r/dev"
-	mkdir -p /run/netns "$r/run/netns"
-	mount --bind /run/netns "$r/run/netns"
-	cp /etc/resolv.conf "$r/etc/resolv.conf" 2>/dev/null || true
-	exec chroot "$r" env -C /root/slurm-ddp HOME=/root "$@"
-' sh "$work/root" "$@"
+"$here/chroot.sh" -C /root/slurm-ddp "$work/root" env HOME=/root "$@"

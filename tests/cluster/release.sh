@@ -24,10 +24,10 @@
 # unstable moves daily), or when it lacks the stamp its making writes last
 # (an interrupted one).  Made in a temporary folder and renamed into place.
 #
-# Inside a root: the host's /proc, /sys, /dev and /run/netns, this checkout
-# and /usr/local/cuda (where the host has it and the suite's compilers take
-# it), in a mount namespace of the command's own, so that nothing stays
-# mounted when it ends.  The test cluster (tests/cluster/cluster.sh) runs
+# Inside a root (tests/cluster/chroot.sh): the host's /proc, /sys, /dev and
+# /run/netns, this checkout and /usr/local/cuda (where the host has it and
+# the suite's compilers take it), in a mount namespace of the command's own,
+# so that nothing stays mounted when it ends.  The test cluster (tests/cluster/cluster.sh) runs
 # unchanged inside: its network namespaces and the `unreachable` route are
 # the host's, its daemons the root's Slurm.
 set -euo pipefail
@@ -133,34 +133,20 @@ is_host() { [ "$(suite "$1")" = "$(host_suite)" ]; }
 
 # in_root REL CMD...: CMD inside REL's root (see the header)
 in_root() {
-	local rel=$1 r s cuda=
+	local rel=$1 r s cuda=() ld=()
 	shift
 	r=$(root_of "$rel")
 	s=$(suite "$rel")
 	mkdir -p "$repo/build/release-$rel"
-	if suite_cuda "$s" && [ -d /usr/local/cuda/ ]; then cuda=$(readlink -f /usr/local/cuda); fi
-	# shellcheck disable=SC2016 # (the inner shell expands them)
-	unshare --mount --propagation private sh -euc '
-		r=$1 repo=$2 build=$3 cuda=$4; shift 4
-		mount --bind "$r" "$r"
-		mount -t proc proc "$r/proc"
-		mount --rbind /sys "$r/sys"; mount --make-rslave "$r/sys"
-		mount --rbind /dev "$r/dev"; mount --make-rslave "$r/dev"
-		mkdir -p /run/netns "$r/run/netns" "$r$repo"
-		mount --bind /run/netns "$r/run/netns"
-		mount --bind "$repo" "$r$repo"
-		mount --bind "$build" "$r$repo/build"
-		# CUDA as a site has it: its libraries in ld.so.conf (the packaged
-		# GPU module has no RUNPATH)
-		if [ -n "$cuda" ]; then
-			mkdir -p "$r/usr/local/cuda"
-			mount --bind -o ro "$cuda" "$r/usr/local/cuda"
-			echo /usr/local/cuda/lib64 >"$r/etc/ld.so.conf.d/zz-slurm-ddp-cuda.conf"
-			chroot "$r" ldconfig
-		fi
-		cp /etc/resolv.conf "$r/etc/resolv.conf" 2>/dev/null || true
-		exec chroot "$r" env -C "$repo" "$@"
-	' sh "$r" "$repo" "$repo/build/release-$rel" "$cuda" "$@"
+	# CUDA as a site has it: its libraries in ld.so.conf (the packaged GPU
+	# module has no RUNPATH)
+	if suite_cuda "$s" && [ -d /usr/local/cuda/ ]; then
+		cuda=(-r "$(readlink -f /usr/local/cuda):/usr/local/cuda")
+		echo /usr/local/cuda/lib64 >"$r/etc/ld.so.conf.d/zz-slurm-ddp-cuda.conf"
+		ld=(sh -c 'ldconfig && exec "$@"' sh)
+	fi
+	"$here/chroot.sh" -b "$repo:$repo" -b "$repo/build/release-$rel:$repo/build" "${cuda[@]}" -C "$repo" \
+		"$r" "${ld[@]}" "$@"
 }
 
 cmd_list() {
