@@ -306,7 +306,7 @@ build_unit() {
 timed() {
 	local t0=$SECONDS
 	"run_$1" "${@:2}"
-	echo "# --- $1${2:+ $2}: $((SECONDS - t0)) s" | tee -a "$log/times"
+	echo "# --- $1${2:+ ${*:2}}: $((SECONDS - t0)) s" | tee -a "$log/times"
 }
 
 # make check has 20 minutes on CI's 2 cores; the cluster's Bats files keep
