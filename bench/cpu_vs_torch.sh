@@ -37,7 +37,9 @@ launch() {
 	port=$(free_port)
 	for ((r = np - 1; r >= 0; r--)); do
 		if [ "$np" -gt 1 ]; then
-			env OMP_NUM_THREADS="$th" MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" \
+			# (what srun --ddp sets; USE_LIBUV=0: PyTorch 2.4 and later
+			# built without libuv, Debian 13's, fail env:// without it)
+			env OMP_NUM_THREADS="$th" MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" USE_LIBUV=0 \
 				WORLD_SIZE="$np" RANK="$r" LOCAL_RANK="$r" "$@" >"$out.$r" 2>&1 &
 		else
 			env OMP_NUM_THREADS="$th" "$@" >"$out.$r" 2>&1 &

@@ -22,20 +22,21 @@ have_lists() {
 	[ -n "$(find /var/lib/apt/lists -mindepth 1 -maxdepth 1 ! -name lock ! -name partial -print -quit 2>/dev/null)" ]
 }
 
-# The sanitizers' and libFuzzer's runtime is clang's own major version's
-# (libclang-rt-14-dev on Debian 12, -19- on 13, -21- on unstable): the
-# installed clang's, else the one the clang package would bring.
-clang_rt() {
+# The sanitizers' and libFuzzer's runtime, and the OpenMP headers clang's
+# static analyzer reads (make analyze), are clang's own major version's
+# (libclang-rt-14-dev and libomp-14-dev on Debian 12, -19- on 13, -21- on
+# unstable): the installed clang's, else the one the clang package would bring.
+clang_pkgs() {
 	v=$(clang --version 2>/dev/null | sed -n 's/.*clang version \([0-9][0-9]*\)\..*/\1/p' | head -n 1)
 	[ -n "$v" ] || v=$(apt-cache depends clang 2>/dev/null | sed -n 's/.*Depends: clang-\([0-9][0-9]*\)$/\1/p' | head -n 1)
-	[ -n "$v" ] && echo "libclang-rt-$v-dev"
+	[ -n "$v" ] && echo "libclang-rt-$v-dev libomp-$v-dev"
 }
 
 if [ "$(id -u)" = 0 ] && ! have_lists; then
 	apt-get update -qq
 fi
-rt=$(clang_rt) || { echo "deps: cannot tell clang's version (no clang installed, and apt-cache knows no package clang: run apt-get update)" >&2; exit 1; }
-PKGS="$PKGS $rt"
+cp=$(clang_pkgs) || { echo "deps: cannot tell clang's version (no clang installed, and apt-cache knows no package clang: run apt-get update)" >&2; exit 1; }
+PKGS="$PKGS $cp"
 
 if [ "${1:-}" = "--print" ]; then
 	echo $PKGS

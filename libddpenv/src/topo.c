@@ -16,9 +16,12 @@
 /* Components that would load a GPU vendor's library (libcuda, libnvidia-ml,
  * OpenCL, ROCm SMI, Level Zero) or talk to an X server.  slurmstepd must
  * never load those: they are slow, and a broken driver would hang it.  PCI
- * discovery through /sys tells us all we need. */
+ * discovery through /sys tells us all we need: hwloc's linux component does
+ * it, as Debian 12's hwloc always does; "pci" is the libpciaccess plugin of
+ * Debian 13's libhwloc-plugins, which finds the same devices and leaks the
+ * memory libpciaccess allocates at each load (valgrind_local.bats). */
 static const char *const no_components[] = {
-	"cuda", "nvml", "opencl", "rsmi", "levelzero", "gl",
+	"cuda", "nvml", "opencl", "rsmi", "levelzero", "gl", "pci",
 };
 
 int ddpenv_topo_load(const char *xml_path, int this_machine, struct ddpenv_topo **out,

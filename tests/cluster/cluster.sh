@@ -379,7 +379,11 @@ cmd_start() {
 	write_conf "$n"
 	make_network "$n"
 	start_munge
-	local conf="$RUN/etc/slurm.conf"
+	local conf="$RUN/etc/slurm.conf" slurmd
+	# by its absolute path: from 24.11 slurmd re-executes itself to run
+	# scripts, and takes /proc/self/exe for itself otherwise (valgrind's,
+	# under DDP_CLUSTER_VALGRIND: "Unable to reliably execute")
+	slurmd=$(command -v slurmd)
 	start_daemon "$NS-ctl" ctl "$RUN/etc/hosts.ctl" slurmctld slurmctld -D -i -f "$conf"
 	for i in $(seq 1 "$n"); do
 		mkdir -p "$RUN/spool/node$i"
@@ -387,9 +391,9 @@ cmd_start() {
 			start_daemon "$NS-n$i" "node$i" "$RUN/etc/hosts.$i" "slurmd.node$i" \
 				valgrind --trace-children=yes --trace-children-skip="/usr/bin/*,/bin/*,/usr/local/*,$repo/*" \
 				--leak-check=full --num-callers=30 --log-file="$RUN/log/valgrind.node$i.%p" \
-				slurmd -D -N "node$i" -f "$conf"
+				"$slurmd" -D -N "node$i" -f "$conf"
 		else
-			start_daemon "$NS-n$i" "node$i" "$RUN/etc/hosts.$i" "slurmd.node$i" slurmd -D -N "node$i" -f "$conf"
+			start_daemon "$NS-n$i" "node$i" "$RUN/etc/hosts.$i" "slurmd.node$i" "$slurmd" -D -N "node$i" -f "$conf"
 		fi
 	done
 	wait_idle "$n"
