@@ -123,7 +123,7 @@ static void *serve(void *arg)
 	char hello[CK_HOST + 16];
 	int hl = snprintf(hello, sizeof(hello), HELLO "%s\n", l->host);
 
-	if (!p || !cs || !buf) {
+	if (!p || !cs || !buf || hl < 0 || (size_t)hl >= sizeof(hello)) {
 		free(p);
 		free(cs);
 		free(buf);
@@ -465,7 +465,7 @@ static void probe_batch(const struct ck_target *t, size_t n, int ms, struct ck_p
 				 "of the interfaces' MTU are lost on the way (a link, switch or bridge between "
 				 "with a smaller MTU)", mss, ms);
 		}
-		if (peers[i].ok && t[i].head)
+		if (peers[i].ok && t[i].head && fd[i] >= 0)
 			measure_clock(fd[i], out, ms);
 		if (fd[i] >= 0)
 			close(fd[i]);

@@ -375,9 +375,10 @@ void ck_self_shm(struct self *me)
 			unlink(path);
 	}
 	DIR *d = opendir(dir);
-	for (struct dirent *e; d && (e = readdir(d));) {
+	int dfd = d ? dirfd(d) : -1;
+	for (struct dirent *e; dfd >= 0 && (e = readdir(d));) {
 		struct stat st;
-		if (strncmp(e->d_name, "nccl-", 5) != 0 || fstatat(dirfd(d), e->d_name, &st, 0) < 0)
+		if (strncmp(e->d_name, "nccl-", 5) != 0 || fstatat(dfd, e->d_name, &st, 0) < 0)
 			continue;
 		r->shm_nccl++;
 		r->shm_nccl_bytes += (long long)st.st_blocks * 512;

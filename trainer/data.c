@@ -181,11 +181,15 @@ static int load_cifar_files(const char *dir, const char *const *names, int nfile
 	for (int f = 0; f < nfiles; f++) {
 		char path[4096];
 		struct stat st;
+		FILE *fp = NULL;
+		const char *why = "not a regular file";
 		snprintf(path, sizeof(path), "%s/%s", dir, names[f]);
-		FILE *fp = stat(path, &st) == 0 && S_ISREG(st.st_mode) ? fopen(path, "rb") : NULL;
+		if (stat(path, &st) != 0)
+			why = strerror(errno);
+		else if (S_ISREG(st.st_mode) && !(fp = fopen(path, "rb")))
+			why = strerror(errno);
 		if (!fp) {
-			snprintf(err, errlen, "%s: %s", path,
-				 errno ? strerror(errno) : "not a regular file");
+			snprintf(err, errlen, "%s: %s", path, why);
 			free(buf);
 			return -1;
 		}

@@ -2,6 +2,7 @@
  * sampler's semantics, checkpoints, the command line. */
 #include <stdarg.h>
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,6 +102,12 @@ static void test_idx(void)
 	rmdir(sub);
 	test_cond("cifar10 without files", cnn_data_load("cifar10", dir, &tr, &te, err, sizeof(err)) < 0);
 	test_err("... names the first", err, "data_batch_1.bin: No such file");
+	snprintf(sub, sizeof(sub), "%s/data_batch_1.bin", dir);
+	mkdir(sub, 0755);
+	errno = EINTR; /* a stale errno must not be the reason */
+	test_cond("cifar10: a directory where a batch should be", cnn_data_load("cifar10", dir, &tr, &te, err, sizeof(err)) < 0);
+	test_err("... says so", err, "data_batch_1.bin: not a regular file");
+	rmdir(sub);
 	/* CIFAR-10 binary batches: label byte + 3072 pixel bytes per record */
 	static uint8_t rec[3 * 3073];
 	for (int i = 0; i < 3; i++) {
