@@ -14,13 +14,15 @@ bin=${H2D_BIND:-$repo/build/bench/h2d_bind}
 gpu=${1:-0}
 mib=${2:-256}
 
-if [ ! -x "$bin" ]; then
-	echo "h2d_bind.sh: $bin is not built (make bench on a machine with CUDA)" >&2
-	exit 2
-fi
+# no GPU first: there the bench does not apply, built or not (a machine
+# without CUDA builds no h2d_bind)
 if ! command -v nvidia-smi >/dev/null 2>&1 && [ ! -e /dev/nvidia0 ]; then
 	echo "h2d_bind.sh: SKIP: no NVIDIA GPU on this machine" >&2
 	exit 0
+fi
+if [ ! -x "$bin" ]; then
+	echo "h2d_bind.sh: $bin is not built (make bench on a machine with CUDA)" >&2
+	exit 2
 fi
 
 echo "# h2d_bind: host-to-device copy, pinned memory, $mib MiB, best of 20; $(date -u +%F) $(hostname)"

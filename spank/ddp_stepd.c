@@ -22,6 +22,7 @@ static struct {
 	int secret_len;              /* > 0: read in post_opt, as root */
 	struct ddpenv_node node;
 	struct ddpenv_topo *topo;    /* kept for the tasks' memory binding */
+	char topo_cache[DDPENV_PATHLEN]; /* this machine's export (topology_cache), "" : discover */
 	struct ddpenv_bind_plan plan;
 	int have_plan;
 	char bind_warn[DDPENV_ERRLEN]; /* auto could not plan, or planned without the driver's
@@ -116,9 +117,27 @@ static int read_secret(const struct ddpenv_settings *eff)
 	return 0;
 }
 
-/* As root, before privileges are dropped: the configuration and the
- * rendezvous secret (root-only).  Never fails: errors fail the step's
- * tasks later, never slurmstepd or the node. */
+/* As root: this machine's topology kept for the steps' binding plans
+ * (topology_cache), unless the admin gave the node's export (topology).
+ * Where it cannot be kept (a read-only /run, a folder not root's) each step
+ * discovers the topology, as without a cache: said in slurmd's log. */
+static void keep_topology(const struct ddpenv_settings *eff)
+{
+	char err[DDPENV_ERRLEN];
+
+	if (eff->topology[0] || !eff->topology_cache[0])
+		return;
+	if (ddpenv_topo_cache_ensure(eff->topology_cache, "", st.topo_cache, sizeof(st.topo_cache), err,
+				     sizeof(err)) < 0) {
+		st.topo_cache[0] = '\0';
+		slurm_info(DDP_PFX "%s (%.80s); the step discovers the node's topology", err,
+			   eff->where[DDPENV_SET_TOPOLOGY_CACHE]);
+	}
+}
+
+/* As root, before privileges are dropped: the configuration, the
+ * rendezvous secret (root-only) and the kept topology.  Never fails: errors
+ * fail the step's tasks later, never slurmstepd or the node. */
 int ddp_stepd_post_opt(spank_t sp, int ac, char **av)
 {
 	memset(&st, 0, sizeof(st));
@@ -146,9 +165,21 @@ int ddp_stepd_post_opt(spank_t sp, int ac, char **av)
 	} else if (ddpenv_config_effective(&st.cfg, part, NULL, eff, st.err, sizeof(st.err)) < 0 ||
 		   read_secret(eff) < 0) {
 		st.failed = 1;
+	} else {
+		keep_topology(eff);
 	}
 	free(eff);
 	return 0;
+}
+
+/* The node's topology: the admin's export, else the one kept in post_opt,
+ * else discovered. */
+static int load_topology(const struct ddpenv_settings *eff, char *err, size_t errlen)
+{
+	if (!eff->topology[0] && st.topo_cache[0] &&
+	    ddpenv_topo_load_cached(st.topo_cache, &st.topo, err, errlen) == 0)
+		return 0;
+	return ddpenv_topo_load(eff->topology[0] ? eff->topology : NULL, 1, &st.topo, err, errlen);
 }
 
 /* The binding plan for this node's tasks (hwloc; no GPU library).  With
@@ -178,7 +209,7 @@ static int plan_binding(spank_t sp, struct ddpenv_env *env, const struct ddpenv_
 			return -1;
 		}
 	}
-	if (ddpenv_topo_load(eff->topology[0] ? eff->topology : NULL, 1, &st.topo, err, sizeof(err)) == 0)
+	if (load_topology(eff, err, sizeof(err)) == 0)
 		ddpenv_topo_set_gres_order(st.topo, (enum ddpenv_gres_order)eff->gres_order);
 	if (st.topo && ddpenv_env_get(env, "SLURM_STEP_GPUS") && eff->nvidia_gpus[0]) {
 		/* Which GPUs CUDA can open, and each /dev/nvidiaN's bus id

@@ -196,6 +196,9 @@ static void print_settings(const char *title, const struct ddpenv_settings *s)
 		case DDPENV_SET_GRES_ORDER:
 			snprintf(buf, sizeof(buf), "%s", ddpenv_gres_order_name((enum ddpenv_gres_order)s->gres_order));
 			break;
+		case DDPENV_SET_TOPOLOGY_CACHE:
+			snprintf(buf, sizeof(buf), "%s", s->topology_cache[0] ? s->topology_cache : "\"\" (discover at every step)");
+			break;
 		}
 		printf("  %-18s %-32s %s\n", ddpenv_setting_name((enum ddpenv_setting)k), buf, s->where[k]);
 	}

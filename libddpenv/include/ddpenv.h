@@ -292,6 +292,7 @@ enum ddpenv_setting {
 	DDPENV_SET_BIND_NIC,
 	DDPENV_SET_NVIDIA_GPUS,
 	DDPENV_SET_GRES_ORDER,
+	DDPENV_SET_TOPOLOGY_CACHE,
 	DDPENV_SET_COUNT
 };
 
@@ -331,6 +332,7 @@ struct ddpenv_settings {
 	int bind_nic_hca;                    /* set NCCL_IB_HCA to each rank's NIC */
 	char nvidia_gpus[DDPENV_PATHLEN];    /* the NVIDIA driver's GPU list; "" : not read */
 	int gres_order;                      /* enum ddpenv_gres_order: how Slurm numbers GPUs */
+	char topology_cache[DDPENV_PATHLEN]; /* where the discovered topology is kept; "" : none */
 	char where[DDPENV_SET_COUNT][DDPENV_WHERELEN];
 };
 
@@ -422,6 +424,18 @@ struct ddpenv_topo;
 int ddpenv_topo_load(const char *xml_path, int this_machine, struct ddpenv_topo **out,
 		     char *err, size_t errlen);
 void ddpenv_topo_free(struct ddpenv_topo *t);
+/* This machine's topology kept as an hwloc XML export in dir (the
+ * topology_cache setting; topo_cache.c): path gets the export of this boot,
+ * hwloc and machine, checked (root's, whole, loadable) or written anew (as
+ * root) when it is not.  0, or -1 with err (the caller discovers instead).
+ * sysroot: "" for this machine ("/proc", "/sys" under it, for tests). */
+int ddpenv_topo_cache_ensure(const char *dir, const char *sysroot, char *path, size_t len,
+			     char *err, size_t errlen);
+/* The key of this boot, hwloc and machine in that file's name. */
+int ddpenv_topo_cache_key(const char *sysroot, char *out, size_t len, char *err, size_t errlen);
+/* Load an export ensure gave as this machine's: the allowed CPUs from this
+ * process's cgroup, binding acting on this machine. */
+int ddpenv_topo_load_cached(const char *path, struct ddpenv_topo **out, char *err, size_t errlen);
 /* "this machine" or the XML path. */
 const char *ddpenv_topo_source(const struct ddpenv_topo *t);
 /* How many GPUs (NVIDIA or AMD PCI functions) the topology holds. */
@@ -462,6 +476,8 @@ int ddpenv_topo_numa_of(const struct ddpenv_topo *t, const char *cpulist, char *
  * and CUDA do not count, is how a GPU number of Slurm's becomes a PCI
  * device.  Plain file reads: no driver library is loaded. */
 #define DDPENV_NVIDIA_GPUS "/proc/driver/nvidia/gpus"
+/* topology_cache's default: a folder of root's on the node's tmpfs */
+#define DDPENV_TOPO_CACHE "/run/slurm-ddp"
 #define DDPENV_UUIDLEN 48       /* "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6" */
 struct ddpenv_nvgpu {
 	int minor;                       /* N of /dev/nvidiaN */

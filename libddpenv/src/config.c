@@ -222,7 +222,7 @@ static int settings(const struct ctx *x, const yaml_node_t *n, struct ddpenv_set
 		}
 		k = ddpenv_setting_lookup(name);
 		if (k < 0 || strchr(name, '.'))
-			return fail(x, kn, NULL, "unknown key '%.64s': expected default_backend, allowed_backends, port_range, network, head_from, omp_num_threads, env, rdzv_secret, user_overrides, bind, topology, bind_nic, nvidia_gpus, gres_order%s",
+			return fail(x, kn, NULL, "unknown key '%.64s': expected default_backend, allowed_backends, port_range, network, head_from, omp_num_threads, env, rdzv_secret, user_overrides, bind, topology, bind_nic, nvidia_gpus, gres_order, topology_cache%s",
 				    name, top ? " or partitions" : "");
 		if (duplicate(x, kn, s, k) < 0)
 			return -1;
@@ -496,7 +496,7 @@ int ddpenv_config_plugstack(struct ddpenv_config *c, int ac, char *const *av,
 		} else {
 			k = ddpenv_setting_lookup(name);
 			if (k < 0 || k == DDPENV_SET_ENV_NCCL || k == DDPENV_SET_ENV_GLOO) {
-				snprintf(err, errlen, "plugstack.conf argument '%.64s': unknown key '%s': expected config, default_backend, allowed_backends, port_range, network.cidrs, network.include, network.exclude, head_from, omp_num_threads, env.nccl.NAME, env.gloo.NAME, rdzv_secret, user_overrides, bind, topology, bind_nic, nvidia_gpus or gres_order",
+				snprintf(err, errlen, "plugstack.conf argument '%.64s': unknown key '%s': expected config, default_backend, allowed_backends, port_range, network.cidrs, network.include, network.exclude, head_from, omp_num_threads, env.nccl.NAME, env.gloo.NAME, rdzv_secret, user_overrides, bind, topology, bind_nic, nvidia_gpus, gres_order or topology_cache",
 					 av[i], name);
 				return -1;
 			}

@@ -23,6 +23,7 @@ void ddpenv_settings_defaults(struct ddpenv_settings *s)
 	s->bind = DDPENV_BIND_AUTO;
 	snprintf(s->nvidia_gpus, sizeof(s->nvidia_gpus), "%s", DDPENV_NVIDIA_GPUS);
 	s->gres_order = DDPENV_GRES_ORDER_BUS;
+	snprintf(s->topology_cache, sizeof(s->topology_cache), "%s", DDPENV_TOPO_CACHE);
 	for (int k = 0; k < DDPENV_SET_COUNT; k++)
 		snprintf(s->where[k], sizeof(s->where[k]), "default");
 }
@@ -219,6 +220,18 @@ static int set_topology(struct ddpenv_settings *s, const char *v, char *why, siz
 	return 0;
 }
 
+static int set_topology_cache(struct ddpenv_settings *s, const char *v, char *why, size_t n)
+{
+	/* room for "/topology-<key>.xml" after it */
+	if (*v && (*v != '/' || strlen(v) >= sizeof(s->topology_cache) - 128)) {
+		snprintf(why, n, "'%.64s': expected the absolute path of a folder of root's for the discovered topology, or \"\" to discover at every step",
+			 v);
+		return -1;
+	}
+	snprintf(s->topology_cache, sizeof(s->topology_cache), "%s", v);
+	return 0;
+}
+
 static int set_nvidia_gpus(struct ddpenv_settings *s, const char *v, char *why, size_t n)
 {
 	if (*v && (*v != '/' || strlen(v) >= sizeof(s->nvidia_gpus))) {
@@ -357,6 +370,7 @@ static const struct setting table[DDPENV_SET_COUNT] = {
 	[DDPENV_SET_BIND_NIC] = { "bind_nic", SCALAR, set_bind_nic },
 	[DDPENV_SET_NVIDIA_GPUS] = { "nvidia_gpus", SCALAR, set_nvidia_gpus },
 	[DDPENV_SET_GRES_ORDER] = { "gres_order", SCALAR, set_gres_order },
+	[DDPENV_SET_TOPOLOGY_CACHE] = { "topology_cache", SCALAR, set_topology_cache },
 };
 
 const char *ddpenv_setting_name(enum ddpenv_setting k)
@@ -490,6 +504,9 @@ int ddpenv_settings_merge(struct ddpenv_settings *dst, const struct ddpenv_setti
 			memcpy(dst->nvidia_gpus, src->nvidia_gpus, sizeof(dst->nvidia_gpus));
 			break;
 		case DDPENV_SET_GRES_ORDER: dst->gres_order = src->gres_order; break;
+		case DDPENV_SET_TOPOLOGY_CACHE:
+			memcpy(dst->topology_cache, src->topology_cache, sizeof(dst->topology_cache));
+			break;
 		}
 	}
 	return rv;

@@ -60,6 +60,25 @@ hold_one_cpu() {
 	assert_line "# allowed CPUs: $free (this process's cgroup cpuset, as hwloc reads it)"
 }
 
+@test "the kept topology (topology_cache): written by one step, each next step's plan still takes its own cgroup's cpuset" {
+	local cache="$DIR/topology-cache" f ino
+	rm -rf "$cache"
+	run --separate-stderr crun srun --ddp=gloo -N1 -n1 "$BIND_REPORT"
+	assert_success
+	assert_matches_plan 1
+	assert_line --regexp '^rank=0 local=0 cpus=0-1 plan_cpus=0-1 '
+	f=$(ls "$cache"/topology-*.xml)
+	ino=$(stat -c %i "$f")
+	hold_one_cpu
+	free=$((1 - HELD))
+	run --separate-stderr crun srun --ddp=gloo -N1 -n1 "$BIND_REPORT"
+	assert_success
+	assert_matches_plan 1
+	assert_line --regexp "^rank=0 local=0 cpus=$free plan_cpus=$free "
+	# the same file: the cpuset is the step's, read at load, not the writer's
+	assert_equal "$(stat -c %i "$f")" "$ino"
+}
+
 @test "with the admin's topology: file the cgroup still counts: the task's GPU is the one near its CPU" {
 	testnode_topology
 	hold_one_cpu

@@ -297,3 +297,43 @@ print("port", os.environ["MASTER_PORT"], os.environ["TORCHELASTIC_RUN_ID"], flus
 	assert_line "# rendezvous token: none: no rdzv_secret configured; any client that reaches MASTER_ADDR:MASTER_PORT can join the rendezvous"
 	refute_line --partial "DDP_RDZV_TOKEN"
 }
+
+@test "topology_cache: the first step keeps the node's topology, the next reuse it, a corrupt one is written anew; \"\" keeps none" {
+	local cache="$DIR/topology-cache" f ino
+	rm -rf "$cache"
+	run --separate-stderr crun srun --ddp=gloo -N1 -n2 "$BIND_REPORT"
+	assert_success
+	assert_matches_plan 2
+	f=$(ls "$cache"/topology-*.xml)
+	# root's, readable by all, writable by root alone; named for this boot
+	assert_equal "$(stat -c '%u %a' "$cache" "$f" | tr '\n' ' ')" "0 755 0 644 "
+	[[ "$f" == "$cache/topology-$(cat /proc/sys/kernel/random/boot_id)-hwloc"* ]]
+	ino=$(stat -c %i "$f")
+	run crun srun --ddp=gloo -N1 -n2 true
+	assert_success
+	assert_equal "$(stat -c %i "$f")" "$ino"
+	echo 'not an export' >"$f"
+	run --separate-stderr crun srun --ddp=gloo -N1 -n2 "$BIND_REPORT"
+	assert_success
+	assert_matches_plan 2
+	[ "$(stat -c %i "$f")" != "$ino" ]
+	assert_equal "$(head -c 5 "$f")" "<?xml"
+	rm -rf "$cache"
+	plugstack_args 'topology_cache='
+	run --separate-stderr crun srun --ddp=gloo -N1 -n2 "$BIND_REPORT"
+	assert_success
+	assert_matches_plan 2
+	[ ! -e "$cache" ]
+}
+
+@test "topology_cache in a folder others can write: not used, the step binds as without it, slurmd's log says why" {
+	local cache="$BATS_TEST_TMPDIR/open-cache"
+	mkdir -m 0777 "$cache"
+	plugstack_args "topology_cache=$cache"
+	run --separate-stderr crun srun --ddp=gloo -N1 -n2 "$BIND_REPORT"
+	assert_success
+	assert_matches_plan 2
+	[ -z "$(ls -A "$cache")" ]
+	grep -q "ddp: topology_cache $cache: expected a folder of root's that only root can write (owner uid 0, mode 0777): not used" \
+		"$DIR"/log/slurmd.node*.log
+}

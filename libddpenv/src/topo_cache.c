@@ -1,0 +1,259 @@
+/*
+ * This machine's topology kept as an hwloc XML export (topology_cache), so
+ * that each step's slurmstepd loads it (a fraction of a millisecond)
+ * instead of discovering the machine again (25 to 50 ms on a 2-core VM,
+ * more on a large node): what --ddp adds to a step's launch.
+ *
+ * The export is of the whole machine (every CPU, the cgroup's or not, and
+ * its PCI devices); a load from it still takes the allowed CPUs from the
+ * loading process's cgroup, as discovery does, so a step's cpuset is never
+ * the one of the step that wrote the file.
+ *
+ * Trust: the folder and the file must be root's and writable by nobody
+ * else; the file is written by root (slurmstepd before it drops
+ * privileges) to a temporary name and renamed into place, so a reader sees
+ * a whole file or none.  Its name carries a key: the boot, hwloc's version
+ * and a hash of what the kernel says of the CPUs, NUMA nodes and PCI
+ * devices, so a reboot, another hwloc or a changed machine (a CPU taken
+ * offline, a device hot-plugged) makes a new file; the others are removed.
+ * A file that is not whole, not root's or not an export hwloc loads is
+ * written again.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <hwloc.h>
+
+#include "ddpenv.h"
+#include "topo.h"
+
+/* A node's export is tens of KB (a DGX-class node about 300 KB). */
+#define CACHE_MAX (16u << 20)
+
+static uint64_t fnv1a(uint64_t h, const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		h ^= (unsigned char)s[i];
+		h *= 1099511628211ull;
+	}
+	return h;
+}
+
+/* A small text file of the kernel's into buf (at most len - 1 bytes), its
+ * last newline cut: 0, or -1 when it cannot be read. */
+static int read_small(const char *path, char *buf, size_t len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, len - 1);
+	close(fd);
+	if (n < 0)
+		return -1;
+	buf[n] = '\0';
+	if (n > 0 && buf[n - 1] == '\n')
+		buf[n - 1] = '\0';
+	return 0;
+}
+
+int ddpenv_topo_cache_key(const char *sysroot, char *out, size_t len, char *err, size_t errlen)
+{
+	char path[DDPENV_PATHLEN], boot[64], buf[4096];
+	uint64_t h = 14695981039346656037ull, devs = 0;
+	size_t ndev = 0;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "%s/proc/sys/kernel/random/boot_id", sysroot);
+	if (read_small(path, boot, sizeof(boot)) < 0 || strlen(boot) != 36 ||
+	    strspn(boot, "0123456789abcdef-") != 36) {
+		snprintf(err, errlen, "%s: cannot read this boot's id (expected 36 hex digits and dashes)", path);
+		return -1;
+	}
+	static const char *const files[] = { "/sys/devices/system/cpu/online",
+					     "/sys/devices/system/cpu/possible",
+					     "/sys/devices/system/node/online" };
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		snprintf(path, sizeof(path), "%s%s", sysroot, files[i]);
+		if (read_small(path, buf, sizeof(buf)) < 0)
+			snprintf(buf, sizeof(buf), "-"); /* (no NUMA in this kernel) */
+		h = fnv1a(h, buf, strlen(buf) + 1);
+	}
+	/* the PCI devices, in whatever order readdir gives them */
+	snprintf(path, sizeof(path), "%s/sys/bus/pci/devices", sysroot);
+	if ((d = opendir(path))) {
+		for (struct dirent *e; (e = readdir(d));) {
+			if (e->d_name[0] == '.')
+				continue;
+			devs += fnv1a(14695981039346656037ull, e->d_name, strlen(e->d_name));
+			ndev++;
+		}
+		closedir(d);
+	}
+	h = fnv1a(h, (const char *)&devs, sizeof(devs));
+	h = fnv1a(h, (const char *)&ndev, sizeof(ndev));
+	if ((size_t)snprintf(out, len, "%s-hwloc%x-%016llx", boot, hwloc_get_api_version(),
+			     (unsigned long long)h) >= len) {
+		snprintf(err, errlen, "topology cache key: no room");
+		return -1;
+	}
+	return 0;
+}
+
+/* path a whole export of root's that hwloc loads: 0, or -1 with why. */
+static int cache_valid(const char *path, char *why, size_t n)
+{
+	struct stat st;
+	struct ddpenv_topo *t;
+	char lerr[DDPENV_ERRLEN];
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+
+	if (fd < 0) {
+		snprintf(why, n, "%s: %s", path, strerror(errno));
+		return -1;
+	}
+	if (fstat(fd, &st) < 0) {
+		snprintf(why, n, "%s: %s", path, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	close(fd);
+	if (!S_ISREG(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022)) {
+		snprintf(why, n, "%s: expected a file of root's that only root can write (owner uid %u, mode %04o)",
+			 path, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+		return -1;
+	}
+	if (st.st_size <= 0 || (unsigned long long)st.st_size > CACHE_MAX) {
+		snprintf(why, n, "%s: %lld bytes, expected 1 to %u", path, (long long)st.st_size, CACHE_MAX);
+		return -1;
+	}
+	if (ddpenv_topo_load(path, 0, &t, lerr, sizeof(lerr)) < 0) {
+		snprintf(why, n, "%.300s", lerr);
+		return -1;
+	}
+	ddpenv_topo_free(t);
+	return 0;
+}
+
+/* dir a folder of root's that only root can write, made if missing */
+static int cache_dir(const char *dir, char *err, size_t errlen)
+{
+	struct stat st;
+
+	if (lstat(dir, &st) < 0 && errno == ENOENT) {
+		/* 0755 whatever the umask */
+		if (mkdir(dir, 0700) < 0 ? errno != EEXIST : chmod(dir, 0755) < 0) {
+			snprintf(err, errlen, "topology_cache %.200s: cannot make the folder: %s", dir,
+				 strerror(errno));
+			return -1;
+		}
+	}
+	if (lstat(dir, &st) < 0) {
+		snprintf(err, errlen, "topology_cache %.200s: %s", dir, strerror(errno));
+		return -1;
+	}
+	if (!S_ISDIR(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022)) {
+		snprintf(err, errlen, "topology_cache %.200s: expected a folder of root's that only root can write "
+			 "(owner uid %u, mode %04o): not used", dir, (unsigned)st.st_uid,
+			 (unsigned)(st.st_mode & 07777));
+		return -1;
+	}
+	return 0;
+}
+
+/* Discover this machine and write its export to path, through a temporary
+ * file beside it renamed into place. */
+static int cache_write(const char *dir, const char *path, char *err, size_t errlen)
+{
+	char tmp[DDPENV_PATHLEN];
+	struct ddpenv_topo *t;
+	int fd, rv = -1;
+
+	if (ddpenv_topo_load(NULL, 1, &t, err, errlen) < 0)
+		return -1;
+	snprintf(tmp, sizeof(tmp), "%s/.topology.XXXXXX", dir);
+	if ((fd = mkstemp(tmp)) < 0) {
+		snprintf(err, errlen, "topology_cache %.200s: cannot write in it: %s", dir, strerror(errno));
+		goto out;
+	}
+	close(fd);
+	if (hwloc_topology_export_xml(t->topo, tmp, 0) < 0) {
+		snprintf(err, errlen, "topology_cache %.200s: hwloc could not export this machine: %s", dir,
+			 strerror(errno));
+		goto out_unlink;
+	}
+	/* whole on disk before it is named */
+	if ((fd = open(tmp, O_RDONLY | O_CLOEXEC)) < 0 || fsync(fd) < 0 || chmod(tmp, 0644) < 0 ||
+	    rename(tmp, path) < 0) {
+		snprintf(err, errlen, "topology_cache %.200s: cannot put the export in place: %s", dir,
+			 strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		goto out_unlink;
+	}
+	close(fd);
+	rv = 0;
+	goto out;
+out_unlink:
+	unlink(tmp);
+out:
+	ddpenv_topo_free(t);
+	return rv;
+}
+
+/* Remove the exports of other keys (another boot, hwloc, machine). */
+static void cache_prune(const char *dir, const char *keep)
+{
+	DIR *d = opendir(dir);
+	int dfd = d ? dirfd(d) : -1;
+
+	for (struct dirent *e; dfd >= 0 && (e = readdir(d));)
+		if (strncmp(e->d_name, "topology-", 9) == 0 && strcmp(e->d_name, keep) != 0)
+			unlinkat(dfd, e->d_name, 0);
+	if (d)
+		closedir(d);
+}
+
+int ddpenv_topo_cache_ensure(const char *dir, const char *sysroot, char *path, size_t len,
+			     char *err, size_t errlen)
+{
+	char key[160], name[200], why[DDPENV_ERRLEN];
+
+	if (!dir || !*dir) {
+		snprintf(err, errlen, "no topology_cache");
+		return -1;
+	}
+	if (cache_dir(dir, err, errlen) < 0 || ddpenv_topo_cache_key(sysroot, key, sizeof(key), err, errlen) < 0)
+		return -1;
+	snprintf(name, sizeof(name), "topology-%s.xml", key);
+	if ((size_t)snprintf(path, len, "%s/%s", dir, name) >= len) {
+		snprintf(err, errlen, "topology_cache %.200s: too long a path", dir);
+		return -1;
+	}
+	if (cache_valid(path, why, sizeof(why)) == 0)
+		return 0;
+	if (cache_write(dir, path, err, errlen) < 0)
+		return -1;
+	if (cache_valid(path, why, sizeof(why)) < 0) {
+		snprintf(err, errlen, "topology_cache: the export just written does not load back: %s", why);
+		return -1;
+	}
+	cache_prune(dir, name);
+	return 0;
+}
+
+int ddpenv_topo_load_cached(const char *path, struct ddpenv_topo **out, char *err, size_t errlen)
+{
+	if (ddpenv_topo_load(path, 1, out, err, errlen) < 0)
+		return -1;
+	snprintf((*out)->source, sizeof((*out)->source), "this machine (hwloc, kept in %.200s)", path);
+	return 0;
+}
