@@ -66,7 +66,6 @@ hold_one_cpu() {
 	run --separate-stderr crun srun --ddp=gloo -N1 -n1 "$BIND_REPORT"
 	assert_success
 	assert_matches_plan 1
-	assert_line --regexp '^rank=0 local=0 cpus=0-1 plan_cpus=0-1 '
 	f=$(ls "$cache"/topology-*.xml)
 	ino=$(stat -c %i "$f")
 	hold_one_cpu

@@ -34,6 +34,9 @@ set_conf() { printf '%s\n' "$@" >"$CONF"; }
 
 # Append plugstack.conf arguments to the plugin's line.
 plugstack_args() { sed -i "s|^required .*|& $*|" "$PLUGSTACK"; }
+# Set plugstack.conf argument KEY to VALUE, in place of the one the test
+# cluster gives (a key may not come twice).
+plugstack_set() { sed -i -e "s| $1=[^ ]*||" -e "s|^required .*|& $1=$2|" "$PLUGSTACK"; }
 
 no_jobs_queued() {
 	run crun squeue -h
@@ -319,7 +322,7 @@ print("port", os.environ["MASTER_PORT"], os.environ["TORCHELASTIC_RUN_ID"], flus
 	[ "$(stat -c %i "$f")" != "$ino" ]
 	assert_equal "$(head -c 5 "$f")" "<?xml"
 	rm -rf "$cache"
-	plugstack_args 'topology_cache='
+	plugstack_set topology_cache ''
 	run --separate-stderr crun srun --ddp=gloo -N1 -n2 "$BIND_REPORT"
 	assert_success
 	assert_matches_plan 2
@@ -329,7 +332,7 @@ print("port", os.environ["MASTER_PORT"], os.environ["TORCHELASTIC_RUN_ID"], flus
 @test "topology_cache in a folder others can write: not used, the step binds as without it, slurmd's log says why" {
 	local cache="$BATS_TEST_TMPDIR/open-cache"
 	mkdir -m 0777 "$cache"
-	plugstack_args "topology_cache=$cache"
+	plugstack_set topology_cache "$cache"
 	run --separate-stderr crun srun --ddp=gloo -N1 -n2 "$BIND_REPORT"
 	assert_success
 	assert_matches_plan 2
