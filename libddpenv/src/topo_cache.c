@@ -16,8 +16,10 @@
  * and a hash of what the kernel says of the CPUs, NUMA nodes and PCI
  * devices, so a reboot, another hwloc or a changed machine (a CPU taken
  * offline, a device hot-plugged) makes a new file; the others are removed.
- * A file that is not whole, not root's or not an export hwloc loads is
- * written again.
+ * A file that is not whole (no end tag), not root's or writable by others
+ * is written again; one written is loaded back before it is used.  Its
+ * reader (the step's own load) falls back to discovery should hwloc still
+ * refuse it.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -108,13 +110,17 @@ int ddpenv_topo_cache_key(const char *sysroot, char *out, size_t len, char *err,
 	return 0;
 }
 
-/* path a whole export of root's that hwloc loads: 0, or -1 with why. */
-static int cache_valid(const char *path, char *why, size_t n)
+/* path a whole export of root's: its owner, mode and size, and the end
+ * tag hwloc writes last (each step: a stat and a read of its last bytes);
+ * deep: hwloc loads it too (once, after writing it).  0, or -1 with why. */
+static int cache_valid(const char *path, int deep, char *why, size_t n)
 {
+	static const char end[] = "</topology>\n";
+	char tail[sizeof(end) - 1];
 	struct stat st;
 	struct ddpenv_topo *t;
 	char lerr[DDPENV_ERRLEN];
-	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), rv = -1;
 
 	if (fd < 0) {
 		snprintf(why, n, "%s: %s", path, strerror(errno));
@@ -122,25 +128,33 @@ static int cache_valid(const char *path, char *why, size_t n)
 	}
 	if (fstat(fd, &st) < 0) {
 		snprintf(why, n, "%s: %s", path, strerror(errno));
-		close(fd);
-		return -1;
+		goto out;
 	}
-	close(fd);
 	if (!S_ISREG(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022)) {
 		snprintf(why, n, "%s: expected a file of root's that only root can write (owner uid %u, mode %04o)",
 			 path, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
-		return -1;
+		goto out;
 	}
-	if (st.st_size <= 0 || (unsigned long long)st.st_size > CACHE_MAX) {
-		snprintf(why, n, "%s: %lld bytes, expected 1 to %u", path, (long long)st.st_size, CACHE_MAX);
-		return -1;
+	if (st.st_size < (off_t)sizeof(tail) || (unsigned long long)st.st_size > CACHE_MAX) {
+		snprintf(why, n, "%s: %lld bytes, expected %zu to %u", path, (long long)st.st_size, sizeof(tail),
+			 CACHE_MAX);
+		goto out;
 	}
-	if (ddpenv_topo_load(path, 0, &t, lerr, sizeof(lerr)) < 0) {
+	if (pread(fd, tail, sizeof(tail), st.st_size - (off_t)sizeof(tail)) != (ssize_t)sizeof(tail) ||
+	    memcmp(tail, end, sizeof(tail)) != 0) {
+		snprintf(why, n, "%s: not a whole hwloc export (no </topology> at its end)", path);
+		goto out;
+	}
+	if (deep && ddpenv_topo_load(path, 0, &t, lerr, sizeof(lerr)) < 0) {
 		snprintf(why, n, "%.300s", lerr);
-		return -1;
+		goto out;
 	}
-	ddpenv_topo_free(t);
-	return 0;
+	if (deep)
+		ddpenv_topo_free(t);
+	rv = 0;
+out:
+	close(fd);
+	return rv;
 }
 
 /* dir a folder of root's that only root can write, made if missing */
@@ -238,11 +252,11 @@ int ddpenv_topo_cache_ensure(const char *dir, const char *sysroot, char *path, s
 		snprintf(err, errlen, "topology_cache %.200s: too long a path", dir);
 		return -1;
 	}
-	if (cache_valid(path, why, sizeof(why)) == 0)
+	if (cache_valid(path, 0, why, sizeof(why)) == 0)
 		return 0;
 	if (cache_write(dir, path, err, errlen) < 0)
 		return -1;
-	if (cache_valid(path, why, sizeof(why)) < 0) {
+	if (cache_valid(path, 1, why, sizeof(why)) < 0) {
 		snprintf(err, errlen, "topology_cache: the export just written does not load back: %s", why);
 		return -1;
 	}

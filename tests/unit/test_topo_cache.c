@@ -152,6 +152,22 @@ static void test_file(void)
 	test_cond("a corrupt file is written anew", ddpenv_topo_cache_ensure(cache, "", p2, sizeof(p2), err, sizeof(err)) == 0 &&
 		  rewritten(path, ino));
 	test_cond("... and another boot's file removed", access(stale, F_OK) < 0);
+	/* whole at its end but not hwloc's inside (only root writes there):
+	 * the per-step check reads the end alone; the step's load refuses it
+	 * and the plugin discovers instead */
+	f = fopen(path, "w");
+	if (f) {
+		fputs("<?xml version=\"1.0\"?>\n<topology>not hwloc's</topology>\n", f);
+		fclose(f);
+	}
+	ino = inode(path);
+	test_cond("a file whole at its end is kept by the per-step check (no hwloc load)",
+		  ddpenv_topo_cache_ensure(cache, "", p2, sizeof(p2), err, sizeof(err)) == 0 && inode(path) == ino);
+	test_cond("... and refused by the step's load, naming the file",
+		  ddpenv_topo_load_cached(path, &t1, err, sizeof(err)) < 0 && strstr(err, path) != NULL);
+	unlink(path);
+	test_cond("... a missing file is written anew", ddpenv_topo_cache_ensure(cache, "", p2, sizeof(p2), err, sizeof(err)) == 0 &&
+		  rewritten(path, 0));
 	if (truncate(path, 0) == 0) {
 		ino = inode(path);
 		test_cond("an empty (truncated) file is written anew",
