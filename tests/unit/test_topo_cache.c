@@ -228,9 +228,9 @@ static void test_read_only(void)
 	if (pid == 0) {
 		char dir[300], path[DDPENV_PATHLEN], e[2 * DDPENV_ERRLEN + 2] = "";
 		close(fds[0]);
-		if (unshare(CLONE_NEWNS) == 0 && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0 &&
-		    mount(tmp, tmp, NULL, MS_BIND, NULL) == 0 &&
-		    mount(NULL, tmp, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY, NULL) == 0) {
+		if (unshare(CLONE_NEWNS) == 0 && mount("none", "/", "none", MS_REC | MS_PRIVATE, NULL) == 0 &&
+		    mount(tmp, tmp, "none", MS_BIND, NULL) == 0 &&
+		    mount("none", tmp, "none", MS_BIND | MS_REMOUNT | MS_RDONLY, NULL) == 0) {
 			/* a new folder, then the existing one emptied of its file */
 			snprintf(dir, sizeof(dir), "%s/ro-new", tmp);
 			ddpenv_topo_cache_ensure(dir, "", path, sizeof(path), e, DDPENV_ERRLEN);
