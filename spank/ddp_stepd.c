@@ -173,12 +173,16 @@ int ddp_stepd_post_opt(spank_t sp, int ac, char **av)
 }
 
 /* The node's topology: the admin's export, else the one kept in post_opt,
- * else discovered. */
+ * else discovered.  A kept file hwloc refuses (whole at its end, so kept by
+ * post_opt's cheap check) is said in slurmd's log; the step discovers. */
 static int load_topology(const struct ddpenv_settings *eff, char *err, size_t errlen)
 {
-	if (!eff->topology[0] && st.topo_cache[0] &&
-	    ddpenv_topo_load_cached(st.topo_cache, &st.topo, err, errlen) == 0)
-		return 0;
+	if (!eff->topology[0] && st.topo_cache[0]) {
+		if (ddpenv_topo_load_cached(st.topo_cache, &st.topo, err, errlen) == 0)
+			return 0;
+		slurm_info(DDP_PFX "topology_cache: %s; the step discovers the node's topology (remove the file to have it written anew)",
+			   err);
+	}
 	return ddpenv_topo_load(eff->topology[0] ? eff->topology : NULL, 1, &st.topo, err, errlen);
 }
 

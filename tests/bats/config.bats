@@ -301,7 +301,7 @@ print("port", os.environ["MASTER_PORT"], os.environ["TORCHELASTIC_RUN_ID"], flus
 	refute_line --partial "DDP_RDZV_TOKEN"
 }
 
-@test "topology_cache: the first step keeps the node's topology, the next reuse it, a corrupt one is written anew; \"\" keeps none" {
+@test "topology_cache: the first step keeps the node's topology, the next reuse it, a corrupt one is written anew, one hwloc refuses passed over; \"\" keeps none" {
 	local cache="$DIR/topology-cache" f ino
 	rm -rf "$cache"
 	run --separate-stderr crun srun --ddp=gloo -N1 -n2 "$BIND_REPORT"
@@ -321,6 +321,13 @@ print("port", os.environ["MASTER_PORT"], os.environ["TORCHELASTIC_RUN_ID"], flus
 	assert_matches_plan 2
 	[ "$(stat -c %i "$f")" != "$ino" ]
 	assert_equal "$(head -c 5 "$f")" "<?xml"
+	# whole at its end but not hwloc's (each step reads only the end): the
+	# step discovers, binds as planned, and slurmd's log names the file
+	printf '<?xml version="1.0"?>\n<topology>not hwloc'"'"'s</topology>\n' >"$f"
+	run --separate-stderr crun srun --ddp=gloo -N1 -n2 "$BIND_REPORT"
+	assert_success
+	assert_matches_plan 2
+	grep -q "ddp: topology_cache: topology $f: .*; the step discovers the node's topology" "$DIR"/log/slurmd.node*.log
 	rm -rf "$cache"
 	plugstack_set topology_cache ''
 	run --separate-stderr crun srun --ddp=gloo -N1 -n2 "$BIND_REPORT"
