@@ -367,5 +367,10 @@ skip=$(cat "$log"/*.tap | grep -E '^ok ' | grep -i -c '# skip')
 fail=$(cat "$log"/*.tap | grep -c -E '^not ok ')
 echo
 cat "$log/times"
+# the failures again, each after its file's name: what a CI log's tail shows
+if [ "$fail" -gt 0 ]; then
+	echo "# failed:"
+	grep -H -E '^not ok ' "$log"/*.tap | sed "s|^$log/||; s|\.tap:| |; s|^|#   |" | cut -c1-300
+fi
 echo "check: $pass passed, $fail failed, $skip skipped"
 [ "$fail" -eq 0 ] && [ "$pass" -gt 0 ]
