@@ -455,6 +455,32 @@ ratio_ok() {
 	[ ! -s "$BATS_TEST_TMPDIR/cluster/net" ]
 }
 
+@test "topo_step.sh ROUNDS=3: each way's median within its quartiles, the ratio kept over discover; the kept folder removed; a bad ROUNDS refused" {
+	[ "$(id -u)" = 0 ] || skip "the kept topology is root's"
+	run env ROUNDS=0 "$REPO/bench/topo_step.sh"
+	assert_failure 2
+	assert_output "bench: ROUNDS=0: expected a count of rounds"
+	run --separate-stderr env ROUNDS=3 TMPDIR="$BATS_TEST_TMPDIR" "$REPO/bench/topo_step.sh"
+	assert_success
+	assert_line --regexp '^# the plugin.s binding work per step \(topology and plan, 2 CPU tasks\), 3 rounds, hwloc API 2\.[0-9]+\.[0-9]+$'
+	local w line
+	declare -A med
+	for w in discover kept write; do
+		line=$(grep "^$w " <<<"$output")
+		read -r _ m q1 q3 low <<<"$line"
+		awk -v m="$m" -v a="$q1" -v b="$q3" -v l="$low" 'BEGIN { exit !(l > 0 && l <= a && a <= m && m <= b) }' ||
+			fail "row '$line': expected 0 < lowest <= q1 <= median <= q3"
+		med[$w]=$m
+	done
+	line=$(grep '^kept/discover ' <<<"$output")
+	[[ "$line" =~ ^kept/discover\ ([0-9.]+),\ discover-kept\ (-?[0-9.]+)\ ms\ a\ step$ ]] || fail "line '$line'"
+	awk -v r="${BASH_REMATCH[1]}" -v d="${BASH_REMATCH[2]}" -v k="${med[kept]}" -v g="${med[discover]}" \
+		'BEGIN { e = k / g - r; f = g - k - d; exit !(e < 0.002 && e > -0.002 && f < 0.002 && f > -0.002) }' ||
+		fail "'$line' is not from the medians ${med[kept]} and ${med[discover]}"
+	# its folder is gone
+	[ -z "$(ls -A "$BATS_TEST_TMPDIR" | grep topo-step)" ]
+}
+
 @test "onednn_versions.sh: refuses a bad count, and a release whose build is missing, naming what to run" {
 	run env REPEATS=0 "$REPO/bench/onednn_versions.sh"
 	assert_failure 2

@@ -1,0 +1,175 @@
+/* What binding costs slurmstepd per step, the plugin's own work alone: the
+ * node's topology and the binding plan of a two-task CPU step, as the
+ * plugin makes them in each step's slurmstepd (a new process, in which
+ * hwloc has not yet loaded its components), three ways, interleaved:
+ *
+ *   discover   hwloc discovers this machine (what steps did before
+ *              topology_cache)
+ *   kept       post_opt's check of the kept export (a stat and one read),
+ *              then user_init's load of it: what a step does now
+ *   write      the first step of a boot: the export written, loaded back
+ *              and used (the folder emptied before each sample)
+ *
+ * Each sample is a fork; the child times its own work (CLOCK_MONOTONIC)
+ * and sends it back, so the fork is not counted.  Prints each way's
+ * median, quartiles and lowest in milliseconds, and kept/discover.
+ *
+ *   build/bench/topo_step [ROUNDS [DIR]]     as root (the cache is root's)
+ */
+#include <hwloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ddpenv.h"
+
+enum way { DISCOVER, KEPT, WRITE, NWAYS };
+static const char *const way_name[NWAYS] = { "discover", "kept", "write" };
+
+static double now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+/* The child's work for one way: 0 or -1 with err. */
+static int step_work(enum way w, const char *dir, char *err, size_t errlen)
+{
+	char path[DDPENV_PATHLEN];
+	struct ddpenv_topo *t = NULL;
+	struct ddpenv_env env;
+	struct ddpenv_bind_plan plan;
+	int rv;
+
+	memset(&plan, 0, sizeof(plan));
+	if (w == DISCOVER)
+		rv = ddpenv_topo_load(NULL, 1, &t, err, errlen);
+	else
+		rv = ddpenv_topo_cache_ensure(dir, "", path, sizeof(path), err, errlen) < 0
+			     ? -1
+			     : ddpenv_topo_load_cached(path, &t, err, errlen);
+	if (rv < 0)
+		return -1;
+	ddpenv_env_init(&env);
+	if (ddpenv_env_set(&env, "SLURM_NODEID", "0") < 0 || ddpenv_env_set(&env, "SLURM_STEP_TASKS_PER_NODE", "2") < 0) {
+		snprintf(err, errlen, "out of memory");
+		rv = -1;
+	} else {
+		rv = ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &plan, err, errlen);
+	}
+	ddpenv_bind_plan_free(&plan);
+	ddpenv_env_free(&env);
+	ddpenv_topo_free(t);
+	return rv;
+}
+
+/* Empty dir of its files (the write way's first step of a boot). */
+static void empty_dir(const char *dir)
+{
+	char cmd[600];
+	snprintf(cmd, sizeof(cmd), "rm -f '%s'/topology-*.xml", dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "topo_step: %s failed\n", cmd);
+}
+
+/* One sample in a new process: its milliseconds, or a negative value. */
+static double sample(enum way w, const char *dir)
+{
+	int fds[2];
+	double ms = -1;
+
+	if (w == WRITE)
+		empty_dir(dir);
+	if (pipe(fds) < 0)
+		return -1;
+	pid_t pid = fork();
+	if (pid == 0) {
+		char err[DDPENV_ERRLEN] = "";
+		close(fds[0]);
+		double t0 = now_ms();
+		double d = step_work(w, dir, err, sizeof(err)) == 0 ? now_ms() - t0 : -1;
+		if (d < 0)
+			fprintf(stderr, "topo_step: %s: %s\n", way_name[w], err);
+		_exit(write(fds[1], &d, sizeof(d)) == (ssize_t)sizeof(d) ? 0 : 1);
+	}
+	close(fds[1]);
+	if (pid > 0 && read(fds[0], &ms, sizeof(ms)) != (ssize_t)sizeof(ms))
+		ms = -1;
+	close(fds[0]);
+	if (pid > 0)
+		waitpid(pid, NULL, 0);
+	return ms;
+}
+
+static int cmp(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+/* The value at fraction q of sorted v[n] (linear between ranks). */
+static double quantile(const double *v, int n, double q)
+{
+	double pos = q * (n - 1);
+	int i = (int)pos;
+	return i + 1 < n ? v[i] + (pos - i) * (v[i + 1] - v[i]) : v[n - 1];
+}
+
+int main(int argc, char **argv)
+{
+	int rounds = argc > 1 ? atoi(argv[1]) : 200;
+	char dir[512];
+	double *ms[NWAYS], med[NWAYS];
+
+	if (rounds < 1 || rounds > 100000) {
+		fprintf(stderr, "topo_step: ROUNDS %s: expected 1 to 100000\n", argv[1]);
+		return 2;
+	}
+	if (argc > 2)
+		snprintf(dir, sizeof(dir), "%s", argv[2]);
+	else
+		snprintf(dir, sizeof(dir), "%s/topo-step-%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
+	if (geteuid() != 0) {
+		fprintf(stderr, "topo_step: needs root (topology_cache is a folder of root's)\n");
+		return 2;
+	}
+	for (int w = 0; w < NWAYS; w++) {
+		ms[w] = calloc((size_t)rounds, sizeof(double));
+		if (!ms[w])
+			return 1;
+	}
+	/* the export the kept way reads, written by a child (this process
+	 * loads no hwloc component, as slurmstepd before its first step) */
+	if (sample(WRITE, dir) < 0)
+		return 1;
+	for (int r = 0; r < rounds; r++) {
+		/* the ways' order turns each round */
+		for (int k = 0; k < NWAYS; k++) {
+			int w = (r + k) % NWAYS;
+			/* kept after write reads a fresh file, as the next step would */
+			if ((ms[w][r] = sample((enum way)w, dir)) < 0)
+				return 1;
+		}
+	}
+	unsigned v = hwloc_get_api_version();
+	printf("# the plugin's binding work per step (topology and plan, 2 CPU tasks), %d rounds, hwloc API %u.%u.%u\n",
+	       rounds, v >> 16, (v >> 8) & 0xff, v & 0xff);
+	printf("%-10s %9s %9s %9s %9s\n", "way", "median", "q1", "q3", "lowest");
+	for (int w = 0; w < NWAYS; w++) {
+		qsort(ms[w], (size_t)rounds, sizeof(double), cmp);
+		med[w] = quantile(ms[w], rounds, 0.5);
+		printf("%-10s %9.3f %9.3f %9.3f %9.3f\n", way_name[w], med[w], quantile(ms[w], rounds, 0.25),
+		       quantile(ms[w], rounds, 0.75), ms[w][0]);
+	}
+	printf("kept/discover %.3f, discover-kept %.3f ms a step\n", med[KEPT] / med[DISCOVER], med[DISCOVER] - med[KEPT]);
+	empty_dir(dir);
+	if (argc <= 2)
+		rmdir(dir);
+	for (int w = 0; w < NWAYS; w++)
+		free(ms[w]);
+	return 0;
+}
