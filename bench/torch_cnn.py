@@ -3,7 +3,9 @@
 batch size and thread count as cnn_train, timed the same way (the first 3
 steps are warm-up and not timed).  Launched like cnn_train: RANK, WORLD_SIZE,
 MASTER_ADDR, MASTER_PORT in the environment (or nothing for one process).
-Prints `images_per_sec X` and, after whole epochs, `test_accuracy Y`."""
+Prints `images_per_sec X`, after whole epochs `test_accuracy Y`, and
+`first_step_unix T`: when rank 0's first step ended, its gradients
+all-reduced (bench/startup.sh)."""
 import argparse
 import os
 import sys
@@ -58,6 +60,8 @@ def main():
             opt.step()
             step += 1
             t1 = time.perf_counter()
+            if step == 1:
+                first_step_unix = time.time()  # its gradients all-reduced (DDP, in backward)
             if step > warm:
                 timed += t1 - t0
                 timed_images += x.shape[0]
@@ -86,6 +90,8 @@ def main():
             print(f"test_accuracy {correct[0] / correct[1]:.4f}")
     if rank == 0:
         print(f"images_per_sec {rate.item():.1f}", flush=True)
+        if step:
+            print(f"first_step_unix {first_step_unix:.6f}", flush=True)
     if world > 1:
         dist.destroy_process_group()
 

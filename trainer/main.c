@@ -41,6 +41,14 @@ static double now_s(void)
 	return (double)t.tv_sec + t.tv_nsec * 1e-9;
 }
 
+/* wall-clock time, comparable across processes and nodes */
+static double unix_now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_REALTIME, &t);
+	return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
 void cnn_run_die(struct run *R, const char *fmt, ...)
 {
 	va_list ap, ap2;
@@ -630,6 +638,8 @@ int main(int argc, char **argv)
 				t4 = now_s();
 			}
 			R->steps++;
+			if (R->steps == 1 && !R->g)
+				R->first_step_unix = unix_now();
 			if (R->steps > timed_from) {
 				R->t_data += t1 - t0;
 				R->t_compute += (t2 - t1) + (t4 - t3);

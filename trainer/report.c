@@ -107,6 +107,10 @@ static void report_times(struct run *R)
 				R->stop.why > 0 ? cnn_stop_name(R->stop.why) : "another rank's signal");
 		else
 			fprintf(f, "  \"stopped_by\": null,\n");
+		if (R->first_step_unix > 0)
+			fprintf(f, "  \"first_step_unix\": %.6f,\n", R->first_step_unix);
+		else
+			fprintf(f, "  \"first_step_unix\": null,\n");
 		fprintf(f, "  \"images_per_sec\": %.1f,\n  \"world_size\": %d,\n  \"batch_size\": %d,\n"
 			"  \"threads\": %d,\n  \"steps\": %lld,\n  \"epochs\": %d,\n"
 			"  \"optimizer\": \"%s\",\n  \"backend\": \"%s\",\n  \"device\": \"%s\",\n"

@@ -35,6 +35,10 @@ struct run {
 	char device_note[1024];   /* why --device=auto stayed on the CPU */
 	/* time breakdown, seconds */
 	double t_data, t_compute, t_idle, t_train_wall;
+	/* when (Unix time) rank 0's first step ended, its gradients
+	 * all-reduced (CPU; 0 on a GPU, whose steps the host does not wait
+	 * for): bench/startup.sh's end of start-up */
+	double first_step_unix;
 	long long timed_images, steps;
 	double test_acc, test_loss;
 	int evaluated;

@@ -52,13 +52,20 @@ CNN="$REPO/build/bin/cnn_train"
 	[[ "$stderr" == *"WORLD_SIZE=2 but MASTER_ADDR is not set"* ]]
 }
 
-@test "a standalone run trains, evaluates and writes its JSON summary" {
+@test "a standalone run trains, evaluates and writes its JSON summary, when its first step ended among it" {
+	local t0 t1
+	t0=$EPOCHREALTIME
 	run --separate-stderr "$CNN" --max-steps 20 --eval --test-limit 1000 --train-limit 2560 \
 		--log-json "$BATS_TEST_TMPDIR/s.json" --progress lines --log-every 10
 	assert_success
 	assert_line --regexp '^epoch 1/2 step 20/40 loss [0-9.]+ images/s [0-9]+$'
 	assert_line --regexp '^test: loss [0-9.]+ accuracy [0-9.]+% \(1000 images\)$'
+	t1=$EPOCHREALTIME
 	run /usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert 0 < d["test_accuracy"] <= 1 and d["images_per_sec"] > 0 and d["world_size"] == 1 and len(d["ranks"]) == 1 and d["stopped_by"] is None, d' "$BATS_TEST_TMPDIR/s.json"
+	assert_success
+	# the first of 20 steps: after the start, before the end
+	run /usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); t=d["first_step_unix"]; assert float(sys.argv[2]) < t < float(sys.argv[3]), (t, sys.argv[2:])' \
+		"$BATS_TEST_TMPDIR/s.json" "$t0" "$t1"
 	assert_success
 }
 
