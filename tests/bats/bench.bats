@@ -455,6 +455,34 @@ ratio_ok() {
 	[ ! -s "$BATS_TEST_TMPDIR/cluster/net" ]
 }
 
+@test "startup.sh ROUNDS=1: cnn_train, PyTorch under --ddp, torchrun (or why it fails) and ddp-check, each ratio its median over cnn_train's; a bad ROUNDS refused" {
+	[ "$(id -u)" = 0 ] || skip "the test cluster needs root"
+	run env ROUNDS=1x "$REPO/bench/startup.sh"
+	assert_failure 2
+	assert_output "bench: ROUNDS=1x: expected a count of rounds"
+	run --separate-stderr env ROUNDS=1 DDP_CLUSTER_DIR="$BATS_TEST_TMPDIR/cluster" "$REPO/bench/startup.sh"
+	echo "$output" "$stderr"
+	assert_success
+	assert_line --regexp '^# start-up: srun -N2 --ntasks-per-node=1 to the end of the first training step \(gradients all-reduced\), 1 runs each, interleaved$'
+	local v line base
+	base=$(awk '$1 == "cnn_train" { print $2 }' <<<"$output")
+	assert_line --regexp '^cnn_train +[0-9.]+ +[0-9.]+\.\.[0-9.]+ +1\.00$'
+	for v in "torch --ddp" torchrun ddp-check; do
+		line=$(grep "^$v " <<<"$output")
+		if [[ "$line" =~ ^$v\ +-\ +fails\ here:\ (.+)$ ]]; then
+			# only torchrun may fail, and it says why
+			assert_equal "$v" torchrun
+			[[ "${BASH_REMATCH[1]}" =~ [A-Za-z] ]]
+			continue
+		fi
+		[[ "$line" =~ ^$v\ +([0-9.]+)\ +([0-9.]+)\.\.([0-9.]+)\ +([0-9.]+)$ ]] || fail "row '$line'"
+		awk -v m="${BASH_REMATCH[1]}" -v b="$base" -v r="${BASH_REMATCH[4]}" \
+			'BEGIN { d = m / b - r; exit !(m > 0 && d < 0.006 && d > -0.006) }' || fail "ratio of '$line' is not its median over cnn_train's $base"
+	done
+	# the cluster is gone
+	[ ! -s "$BATS_TEST_TMPDIR/cluster/net" ]
+}
+
 @test "topo_step.sh ROUNDS=3: each way's median within its quartiles, the ratio kept over discover; the kept folder removed; a bad ROUNDS refused" {
 	[ "$(id -u)" = 0 ] || skip "the kept topology is root's"
 	run env ROUNDS=0 "$REPO/bench/topo_step.sh"

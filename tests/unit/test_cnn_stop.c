@@ -163,6 +163,11 @@ static int run_child(const struct child *c, double *secs)
 		struct cnn_stop st;
 		char err[256];
 		alarm(20);
+		/* each case's own disposition on entry: a shell's background
+		 * job (make check under nohup ... &) starts with SIGINT and
+		 * SIGQUIT ignored */
+		signal(SIGINT, SIG_DFL);
+		signal(SIGQUIT, SIG_DFL);
 		if (c->ignore)
 			signal(c->ignore, SIG_IGN);
 		if (cnn_stop_init(&st, err, sizeof(err)) < 0)
