@@ -7,7 +7,11 @@
 #                     (the same model and data, PyTorch's DDP over env://)
 #   torchrun          srun torchrun --nnodes 2 --rdzv_backend c10d
 #                     --rdzv_endpoint <first node>:PORT bench/torch_cnn.py ...
-#                     (the sbatch-script way; where torchrun fails, its error)
+#                     (the sbatch-script way, with USE_LIBUV=0 as --ddp sets for
+#                     env://: Debian's PyTorch has no libuv; where torchrun
+#                     fails, the first error Python printed: Debian's 1.13
+#                     fails in its argument handling, 2.6 and later ask
+#                     for libuv in the agent's store whatever USE_LIBUV says)
 # and ddp-check --maxbytes 0 (its checks and exact all-reduce, no sweep)
 # from srun's start to its verdict.  ROUNDS runs of each, the variants'
 # order turning each round; prints each one's median, lowest and highest in
@@ -55,7 +59,7 @@ run_variant() {
 		>"$tmp/out" 2>&1 || return 1
 	   t1=$(awk '$1 == "first_step_unix" { print $2 }' "$tmp/out") ;;
 	2) # shellcheck disable=SC2016 # (expanded in the task)
-	   "$cluster" run srun "${step[@]}" sh -c 'exec "$0" --nnodes 2 --nproc_per_node 1 --rdzv_backend c10d \
+	   "$cluster" run srun "${step[@]}" --export=ALL,USE_LIBUV=0 sh -c 'exec "$0" --nnodes 2 --nproc_per_node 1 --rdzv_backend c10d \
 		--rdzv_id "$SLURM_JOB_ID" --rdzv_endpoint "$(scontrol show hostnames "$SLURM_STEP_NODELIST" | head -n 1):$1" \
 		"$2" "$3" --max-steps 1 --threads 1' "$torchrun" "$port" "$py" "$repo/bench/torch_cnn.py" >"$tmp/out" 2>&1 ||
 		return 1
@@ -73,7 +77,8 @@ declare -A why
 for i in "${!names[@]}"; do
 	if ! run_variant "$i" 0 >/dev/null; then
 		if [ "$i" = 2 ]; then
-			why[$i]=$(grep -E '[A-Za-z]+(Error|Exception):' "$tmp/out" | tail -n 1 | cut -c1-160)
+			# the first exception Python printed: the cause (the inner one)
+			why[$i]=$(grep -E '^[A-Za-z_.]*(Error|Exception): ' "$tmp/out" | head -n 1 | cut -c1-160)
 			why[$i]=${why[$i]:-$(tail -n 1 "$tmp/out" | cut -c1-160)}
 		else
 			echo "bench: ${names[$i]} failed:" >&2
