@@ -9,6 +9,9 @@
 #   bench/launch_cost.sh                  20 rounds, srun -N2 --ntasks-per-node=2 true
 #   ROUNDS=50 bench/launch_cost.sh
 #   tests/cluster/release.sh run 24.11 bench/launch_cost.sh    on another Slurm release
+#   DDP_CLUSTER_SLURMD_ENV=HWLOC_PLUGINS_BLACKLIST=... bench/launch_cost.sh
+#                                         slurmd (and so slurmstepd) with that
+#                                         environment (docs/admin.md)
 #
 # Needs root (the test cluster) and the plugin built (make).  Starts its own
 # cluster in build/cluster (DDP_CLUSTER_DIR) and stops it at the end.
@@ -62,6 +65,15 @@ done
 q() { sort -n "$1" | awk -v p="$2" '{ a[NR] = $1 } END { i = int((NR - 1) * p / 100 + 0.5) + 1; printf "%.2f", a[i] / 1000 }'; }
 
 echo "# --ddp launch cost: srun ${step[*]}, $rounds pairs per variant, interleaved"
+if [ -n "${DDP_CLUSTER_SLURMD_ENV:-}" ]; then
+	# what the running slurmd has of it (each slurmstepd, exec'd by it,
+	# inherits it; its own /proc environ is its process title's room)
+	have=$(tr '\0' '\n' <"/proc/$(cat "${DDP_CLUSTER_DIR:-$repo/build/cluster}/pids/slurmd.node1")/environ")
+	for kv in $DDP_CLUSTER_SLURMD_ENV; do
+		grep -qxF -- "$kv" <<<"$have" || { echo "bench: slurmd lacks $kv" >&2; exit 1; }
+	done
+	echo "# slurmd's environment has: $DDP_CLUSTER_SLURMD_ENV"
+fi
 echo "# $slurm, $(nproc) CPUs ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)), $(date -u +%F)"
 printf '%-12s %10s %22s %8s\n' variant "median ms" "paired diff ms (q1..q3)" ratio
 printf '%-12s %10s %22s %8s\n' plain "$(q "$tmp/plain" 50)" "-" "1.00"

@@ -9,6 +9,11 @@
  *              then user_init's load of it: what a step does now
  *   write      the first step of a boot: the export written, loaded back
  *              and used (the folder emptied before each sample)
+ *   kept-noplug  kept, in a slurmstepd whose slurmd runs with
+ *              HWLOC_PLUGINS_BLACKLIST naming hwloc's plugins (docs/admin.md):
+ *              hwloc 2.x loads every plugin it finds (libhwloc-plugins:
+ *              PCI, OpenCL, GL, Level Zero, libxml2) at each process's
+ *              first topology, though reading the export needs none
  *
  * Each sample is a fork; the child times its own work (CLOCK_MONOTONIC)
  * and sends it back, so the fork is not counted.  Prints each way's
@@ -26,8 +31,12 @@
 
 #include "ddpenv.h"
 
-enum way { DISCOVER, KEPT, WRITE, NWAYS };
-static const char *const way_name[NWAYS] = { "discover", "kept", "write" };
+enum way { DISCOVER, KEPT, WRITE, KEPT_NOPLUG, NWAYS };
+static const char *const way_name[NWAYS] = { "discover", "kept", "write", "kept-noplug" };
+
+/* what docs/admin.md gives slurmd: every plugin of Debian's hwloc and of
+ * NVIDIA's and AMD's builds */
+#define NO_PLUGINS "hwloc_pci,hwloc_opencl,hwloc_gl,hwloc_levelzero,hwloc_xml_libxml,hwloc_cuda,hwloc_nvml,hwloc_rsmi"
 
 static double now_ms(void)
 {
@@ -90,6 +99,9 @@ static double sample(enum way w, const char *dir)
 	if (pid == 0) {
 		char err[DDPENV_ERRLEN] = "";
 		close(fds[0]);
+		/* as inherited from slurmd (read at the first topology) */
+		if (w == KEPT_NOPLUG && setenv("HWLOC_PLUGINS_BLACKLIST", NO_PLUGINS, 1) < 0)
+			_exit(1);
 		double t0 = now_ms();
 		double d = step_work(w, dir, err, sizeof(err)) == 0 ? now_ms() - t0 : -1;
 		if (d < 0)
@@ -133,6 +145,8 @@ int main(int argc, char **argv)
 		snprintf(dir, sizeof(dir), "%s", argv[2]);
 	else
 		snprintf(dir, sizeof(dir), "%s/topo-step-%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
+	/* the ways but kept-noplug: hwloc as Debian installs it */
+	unsetenv("HWLOC_PLUGINS_BLACKLIST");
 	if (geteuid() != 0) {
 		fprintf(stderr, "topo_step: needs root (topology_cache is a folder of root's)\n");
 		return 2;
@@ -158,14 +172,16 @@ int main(int argc, char **argv)
 	unsigned v = hwloc_get_api_version();
 	printf("# the plugin's binding work per step (topology and plan, 2 CPU tasks), %d rounds, hwloc API %u.%u.%u\n",
 	       rounds, v >> 16, (v >> 8) & 0xff, v & 0xff);
-	printf("%-10s %9s %9s %9s %9s\n", "way", "median", "q1", "q3", "lowest");
+	printf("%-12s %9s %9s %9s %9s\n", "way", "median", "q1", "q3", "lowest");
 	for (int w = 0; w < NWAYS; w++) {
 		qsort(ms[w], (size_t)rounds, sizeof(double), cmp);
 		med[w] = quantile(ms[w], rounds, 0.5);
-		printf("%-10s %9.3f %9.3f %9.3f %9.3f\n", way_name[w], med[w], quantile(ms[w], rounds, 0.25),
+		printf("%-12s %9.3f %9.3f %9.3f %9.3f\n", way_name[w], med[w], quantile(ms[w], rounds, 0.25),
 		       quantile(ms[w], rounds, 0.75), ms[w][0]);
 	}
 	printf("kept/discover %.3f, discover-kept %.3f ms a step\n", med[KEPT] / med[DISCOVER], med[DISCOVER] - med[KEPT]);
+	printf("kept-noplug/discover %.3f, discover-kept-noplug %.3f ms a step\n", med[KEPT_NOPLUG] / med[DISCOVER],
+	       med[DISCOVER] - med[KEPT_NOPLUG]);
 	empty_dir(dir);
 	if (argc <= 2)
 		rmdir(dir);

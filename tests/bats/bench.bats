@@ -432,15 +432,18 @@ ratio_ok() {
 	done <<<"$rows"
 }
 
-@test "launch_cost.sh ROUNDS=2: plain, --ddp and --ddp-bind=none, each ratio its medians' quotient; a bad ROUNDS refused" {
+@test "launch_cost.sh ROUNDS=2: plain, --ddp and --ddp-bind=none, each ratio its medians' quotient; the running slurmd with the environment asked for; a bad ROUNDS refused" {
 	[ "$(id -u)" = 0 ] || skip "the test cluster needs root"
 	run env ROUNDS=x "$REPO/bench/launch_cost.sh"
 	assert_failure 2
 	assert_output "bench: ROUNDS=x: expected a count of pairs"
 	# a cluster of its own (its own run folder: the next free namespaces
 	# and network beside another cluster)
-	run --separate-stderr env ROUNDS=2 DDP_CLUSTER_DIR="$BATS_TEST_TMPDIR/cluster" "$REPO/bench/launch_cost.sh"
+	run --separate-stderr env ROUNDS=2 DDP_CLUSTER_DIR="$BATS_TEST_TMPDIR/cluster" \
+		DDP_CLUSTER_SLURMD_ENV="HWLOC_PLUGINS_BLACKLIST=hwloc_gl,hwloc_opencl DDP_BENCH_MARK=1" "$REPO/bench/launch_cost.sh"
 	assert_success
+	# the running slurmd has the environment asked for
+	assert_line "# slurmd's environment has: HWLOC_PLUGINS_BLACKLIST=hwloc_gl,hwloc_opencl DDP_BENCH_MARK=1"
 	assert_line --regexp '^# --ddp launch cost: srun -N2 --ntasks-per-node=2 true, 2 pairs per variant, interleaved$'
 	assert_line --regexp '^plain +[0-9.]+ +- +1\.00$'
 	local v line med diff
@@ -483,7 +486,7 @@ ratio_ok() {
 	[ ! -s "$BATS_TEST_TMPDIR/cluster/net" ]
 }
 
-@test "topo_step.sh ROUNDS=3: each way's median within its quartiles, the ratio kept over discover; the kept folder removed; a bad ROUNDS refused" {
+@test "topo_step.sh ROUNDS=3: each way's median within its quartiles, the ratios kept (with and without hwloc's plugins) over discover; the kept folder removed; a bad ROUNDS refused" {
 	[ "$(id -u)" = 0 ] || skip "the kept topology is root's"
 	run env ROUNDS=0 "$REPO/bench/topo_step.sh"
 	assert_failure 2
@@ -493,7 +496,7 @@ ratio_ok() {
 	assert_line --regexp '^# the plugin.s binding work per step \(topology and plan, 2 CPU tasks\), 3 rounds, hwloc API 2\.[0-9]+\.[0-9]+$'
 	local w line
 	declare -A med
-	for w in discover kept write; do
+	for w in discover kept write kept-noplug; do
 		line=$(grep "^$w " <<<"$output")
 		read -r _ m q1 q3 low <<<"$line"
 		awk -v m="$m" -v a="$q1" -v b="$q3" -v l="$low" 'BEGIN { exit !(l > 0 && l <= a && a <= m && m <= b) }' ||
@@ -505,6 +508,11 @@ ratio_ok() {
 	awk -v r="${BASH_REMATCH[1]}" -v d="${BASH_REMATCH[2]}" -v k="${med[kept]}" -v g="${med[discover]}" \
 		'BEGIN { e = k / g - r; f = g - k - d; exit !(e < 0.002 && e > -0.002 && f < 0.002 && f > -0.002) }' ||
 		fail "'$line' is not from the medians ${med[kept]} and ${med[discover]}"
+	line=$(grep '^kept-noplug/discover ' <<<"$output")
+	[[ "$line" =~ ^kept-noplug/discover\ ([0-9.]+),\ discover-kept-noplug\ (-?[0-9.]+)\ ms\ a\ step$ ]] || fail "line '$line'"
+	awk -v r="${BASH_REMATCH[1]}" -v d="${BASH_REMATCH[2]}" -v k="${med[kept-noplug]}" -v g="${med[discover]}" \
+		'BEGIN { e = k / g - r; f = g - k - d; exit !(e < 0.002 && e > -0.002 && f < 0.002 && f > -0.002) }' ||
+		fail "'$line' is not from the medians ${med[kept-noplug]} and ${med[discover]}"
 	# its folder is gone
 	[ -z "$(ls -A "$BATS_TEST_TMPDIR" | grep topo-step)" ]
 }

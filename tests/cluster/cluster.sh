@@ -34,6 +34,9 @@
 #   DDP_CLUSTER_TASKPLUGIN  slurm.conf TaskPlugin (default task/none; task/affinity
 #                     binds each task's CPUs itself, as most sites do; with
 #                     task/cgroup, cgroup.conf ConstrainCores=yes on cgroup v1)
+#   DDP_CLUSTER_SLURMD_ENV  K=V ... in slurmd's environment, which each
+#                     slurmstepd inherits (what a site puts in a systemd
+#                     drop-in's Environment=, e.g. HWLOC_PLUGINS_BLACKLIST)
 #   DDP_CLUSTER_CONSTRAIN_DEVICES  if set (with task/cgroup), ConstrainDevices=yes:
 #                     the GPUs' files are $RUN/dev/nvidia0-3, char devices 195:0-3
 #                     (no driver behind them), which each step's devices
@@ -385,16 +388,24 @@ cmd_start() {
 	# scripts, and takes /proc/self/exe for itself otherwise (valgrind's,
 	# under DDP_CLUSTER_VALGRIND: "Unable to reliably execute")
 	slurmd=$(command -v slurmd)
+	local senv=() kv
+	read -ra senv <<<"${DDP_CLUSTER_SLURMD_ENV:-}"
+	for kv in "${senv[@]}"; do
+		[[ "$kv" =~ ^[A-Za-z_][A-Za-z0-9_]*=[^[:space:]]*$ ]] ||
+			die "DDP_CLUSTER_SLURMD_ENV: '$kv': expected NAME=VALUE words"
+	done
 	start_daemon "$NS-ctl" ctl "$RUN/etc/hosts.ctl" slurmctld slurmctld -D -i -f "$conf"
 	for i in $(seq 1 "$n"); do
 		mkdir -p "$RUN/spool/node$i"
 		if [ "$i" = 1 ] && [ -n "${DDP_CLUSTER_VALGRIND:-}" ]; then
 			start_daemon "$NS-n$i" "node$i" "$RUN/etc/hosts.$i" "slurmd.node$i" \
-				valgrind --trace-children=yes --trace-children-skip="/usr/bin/*,/bin/*,/usr/local/*,$repo/*" \
+				env "${senv[@]}" valgrind --trace-children=yes \
+				--trace-children-skip="/usr/bin/*,/bin/*,/usr/local/*,$repo/*" \
 				--leak-check=full --num-callers=30 --log-file="$RUN/log/valgrind.node$i.%p" \
 				"$slurmd" -D -N "node$i" -f "$conf"
 		else
-			start_daemon "$NS-n$i" "node$i" "$RUN/etc/hosts.$i" "slurmd.node$i" "$slurmd" -D -N "node$i" -f "$conf"
+			start_daemon "$NS-n$i" "node$i" "$RUN/etc/hosts.$i" "slurmd.node$i" \
+				env "${senv[@]}" "$slurmd" -D -N "node$i" -f "$conf"
 		fi
 	done
 	wait_idle "$n"

@@ -264,6 +264,52 @@ static void test_read_only(void)
 	test_err("read-only: an export cannot be written, saying why", err2, "cannot write in it: Read-only file system");
 }
 
+/* slurmd run with HWLOC_PLUGINS_BLACKLIST naming hwloc's plugins
+ * (docs/admin.md: each new slurmstepd then loads none): the kept export,
+ * written and read in such a process, gives the same plan inputs as
+ * discovery with every plugin (a child: hwloc reads the variable once). */
+static void test_no_plugins(void)
+{
+	char cache[300], path[DDPENV_PATHLEN], err[DDPENV_ERRLEN], a[512] = "", b[512] = "";
+	struct ddpenv_topo *t;
+	int fds[2];
+	char got[1100] = "";
+
+	snprintf(cache, sizeof(cache), "%s/cache-noplug", tmp);
+	if (ddpenv_topo_load(NULL, 1, &t, err, sizeof(err)) == 0) {
+		ddpenv_topo_allowed(t, a, sizeof(a), err, sizeof(err));
+		snprintf(a + strlen(a), sizeof(a) - strlen(a), " gpus %zu", ddpenv_topo_gpu_count(t));
+		ddpenv_topo_free(t);
+	}
+	if (pipe(fds) < 0)
+		return;
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(fds[0]);
+		setenv("HWLOC_PLUGINS_BLACKLIST",
+		       "hwloc_pci,hwloc_opencl,hwloc_gl,hwloc_levelzero,hwloc_xml_libxml,hwloc_cuda,hwloc_nvml,hwloc_rsmi", 1);
+		if (ddpenv_topo_cache_ensure(cache, "", path, sizeof(path), err, sizeof(err)) == 0 &&
+		    ddpenv_topo_load_cached(path, &t, err, sizeof(err)) == 0) {
+			ddpenv_topo_allowed(t, b, sizeof(b), err, sizeof(err));
+			snprintf(b + strlen(b), sizeof(b) - strlen(b), " gpus %zu", ddpenv_topo_gpu_count(t));
+			ddpenv_topo_free(t);
+		} else {
+			snprintf(b, sizeof(b), "error: %.500s", err);
+		}
+		_exit(write(fds[1], b, strlen(b)) < 0);
+	}
+	close(fds[1]);
+	ssize_t n = pid > 0 ? read(fds[0], got, sizeof(got) - 1) : -1;
+	got[n > 0 ? n : 0] = '\0';
+	close(fds[0]);
+	if (pid > 0)
+		waitpid(pid, NULL, 0);
+	printf("#   every plugin: %s; none: %s\n", a, got);
+	test_cond("without hwloc's plugins: the export written and kept gives discovery's CPUs and GPUs",
+		  a[0] && strcmp(a, got) == 0);
+}
+
 int main(void)
 {
 	snprintf(tmp, sizeof(tmp), "/tmp/topo-cache-XXXXXX");
@@ -278,6 +324,7 @@ int main(void)
 		snprintf(p, sizeof(p), "%s/cache-empty", tmp);
 		mkdir(p, 0755);
 		test_read_only();
+		test_no_plugins();
 	}
 	char cmd[300];
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
