@@ -3,9 +3,12 @@
 # model (the PyTorch examples MNIST Net), data (Fashion-MNIST), batch size
 # per process, optimizer, thread count and number of steps, on 1 process
 # with all cores and on 2 processes x 1 thread (gloo over loopback for
-# both).  Prints images/s of each and the ratio.
+# both).  REPEATS runs of each program per configuration, the two taking
+# turns to go first; prints each one's median images/s with the lowest and
+# highest, and the ratio of the medians.
 #
-#   bench/cpu_vs_torch.sh                 200 timed steps per configuration
+#   bench/cpu_vs_torch.sh                 200 timed steps per run, 3 runs each
+#   REPEATS=5 bench/cpu_vs_torch.sh
 #   STEPS=500 BATCH=64 bench/cpu_vs_torch.sh
 #   EPOCHS=2 bench/cpu_vs_torch.sh        whole epochs: test accuracy as well
 #   OPTIMIZER=adadelta EPOCHS=2 bench/cpu_vs_torch.sh
@@ -17,6 +20,8 @@ steps=${STEPS:-200}
 batch=${BATCH:-64}
 epochs=${EPOCHS:-}
 optimizer=${OPTIMIZER:-sgd}
+repeats=${REPEATS:-3}
+[[ "$repeats" =~ ^[1-9][0-9]*$ ]] || { echo "bench: REPEATS=$repeats: expected a count of runs" >&2; exit 2; }
 cores=$(nproc)
 [ -x "$cnn" ] || { echo "bench: $cnn not built (run make)" >&2; exit 2; }
 tmp=$(mktemp -d)
@@ -57,22 +62,42 @@ launch() {
 
 length="$steps steps"
 [ -z "$epochs" ] || length="$epochs epochs"
-printf '# cpu_vs_torch: %s, %d cores, batch %d per process, %s, %s, %s\n' \
+printf '# cpu_vs_torch: %s, %d cores, batch %d per process, %s, %s, %s, %d runs each, interleaved\n' \
 	"$(lscpu | sed -n 's/^Model name: *//p' | head -1)" "$cores" "$batch" "$optimizer" \
-	"$length" "$(date -u +%Y-%m-%d)"
+	"$length" "$(date -u +%Y-%m-%d)" "$repeats"
 printf '# torch %s\n' "$("$py" -c 'import torch; print(torch.__version__)')"
-printf '%-22s %14s %14s %8s %10s %10s\n' config cnn_train_img/s torch_img/s ratio cnn_acc torch_acc
+printf '%-18s %15s %15s %11s %15s %7s %8s %8s\n' config cnn_train_img/s lowest..highest torch_img/s \
+	lowest..highest ratio cnn_acc torch_acc
+
+# run_cnn NP TH / run_torch NP TH: one run; appends "images/s accuracy"
+# to $tmp/cnn.runs or $tmp/torch.runs
+run_cnn() {
+	launch "$1" "$2" "$tmp/cnn" "$cnn" --batch-size "$batch" --optimizer "$optimizer" \
+		--threads "$2" "${cnn_len[@]}" --progress lines --log-every 100000 --log-json "$tmp/cnn.json"
+	"$py" -c 'import json, sys; j = json.load(open(sys.argv[1])); a = j["test_accuracy"]
+print(j["images_per_sec"], "-" if a is None else f"{a:.4f}")' "$tmp/cnn.json" >>"$tmp/cnn.runs"
+}
+run_torch() {
+	launch "$1" "$2" "$tmp/torch" "$py" "$repo/bench/torch_cnn.py" --batch-size "$batch" \
+		--optimizer "$optimizer" --threads "$2" "${torch_len[@]}"
+	echo "$(sed -n 's/^images_per_sec //p' "$tmp/torch") $(sed -n 's/^test_accuracy //p' "$tmp/torch" | grep . || echo -)" \
+		>>"$tmp/torch.runs"
+}
+# summary FILE: median, lowest..highest of the first column; the median run's accuracy
+summary() { sort -g "$1" | awk '{ v[NR] = $1; a[NR] = $2 } END { m = int((NR + 1) / 2)
+	med = NR % 2 ? v[m] : (v[m] + v[m + 1]) / 2
+	printf "%.0f %.0f..%.0f %s\n", med, v[1], v[NR], a[m] }'; }
+
 for cfg in "1 $cores" "2 1"; do
 	set -- $cfg
 	np=$1 th=$2
-	launch "$np" "$th" "$tmp/cnn" "$cnn" --batch-size "$batch" --optimizer "$optimizer" \
-		--threads "$th" "${cnn_len[@]}" --progress lines --log-every 100000 --log-json "$tmp/cnn.json"
-	launch "$np" "$th" "$tmp/torch" "$py" "$repo/bench/torch_cnn.py" --batch-size "$batch" \
-		--optimizer "$optimizer" --threads "$th" "${torch_len[@]}"
-	c=$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["images_per_sec"])' "$tmp/cnn.json")
-	ca=$("$py" -c 'import json,sys; a=json.load(open(sys.argv[1]))["test_accuracy"]; print("-" if a is None else f"{a:.4f}")' "$tmp/cnn.json")
-	t=$(sed -n 's/^images_per_sec //p' "$tmp/torch")
-	ta=$(sed -n 's/^test_accuracy //p' "$tmp/torch")
-	printf '%-22s %14.0f %14.0f %7.2fx %10s %10s\n' "${np} proc x ${th} thread" "$c" "$t" \
-		"$(awk -v a="$c" -v b="$t" 'BEGIN { print a / b }')" "$ca" "${ta:--}"
+	rm -f "$tmp/cnn.runs" "$tmp/torch.runs"
+	for ((k = 0; k < repeats; k++)); do
+		if ((k % 2)); then run_torch "$np" "$th"; run_cnn "$np" "$th"
+		else run_cnn "$np" "$th"; run_torch "$np" "$th"; fi
+	done
+	read -r c cr ca < <(summary "$tmp/cnn.runs")
+	read -r t tr ta < <(summary "$tmp/torch.runs")
+	printf '%-18s %15s %15s %11s %15s %6.2fx %8s %8s\n' "${np} proc x ${th} thread" "$c" "$cr" "$t" "$tr" \
+		"$(awk -v a="$c" -v b="$t" 'BEGIN { print a / b }')" "$ca" "$ta"
 done

@@ -29,6 +29,8 @@ quotient_ok() {
 # (A and B themselves rounded to whole images/s)
 ratio_ok() {
 	awk -v g="${1%x}" -v a="$2" -v b="$3" 'BEGIN {
+		# (mawk divides by zero without an error: a word taken for a number)
+		if (!(a > 0 && b > 0)) { printf "columns %s and %s: expected positive numbers\n", a, b; exit 1 }
 		r = a / b; e = 0.006 + r * (0.5 / a + 0.5 / b)
 		if (g - r > e || r - g > e) { printf "ratio %s, columns give %.4f\n", g, r; exit 1 } }'
 }
@@ -400,15 +402,27 @@ ratio_ok() {
 	assert_equal "$status" 2
 }
 
-@test "cpu_vs_torch.sh: both configurations, each ratio its columns' quotient" {
-	run --separate-stderr env PYTHON=$PY STEPS=12 "$REPO/bench/cpu_vs_torch.sh"
+@test "cpu_vs_torch.sh REPEATS=2: both configurations, each median within its runs, each ratio its medians' quotient; a bad REPEATS refused" {
+	run env REPEATS=0 "$REPO/bench/cpu_vs_torch.sh"
+	assert_failure 2
+	assert_output "bench: REPEATS=0: expected a count of runs"
+	run --separate-stderr env PYTHON=$PY STEPS=12 REPEATS=2 "$REPO/bench/cpu_vs_torch.sh"
 	assert_success
 	assert_line --index 0 --partial "batch 64 per process, sgd, 12 steps"
-	assert_line --index 2 --regexp '^config +cnn_train_img/s +torch_img/s +ratio +cnn_acc +torch_acc$'
+	assert_line --index 0 --partial ", 2 runs each, interleaved"
+	assert_line --index 2 --regexp '^config +cnn_train_img/s +lowest\.\.highest +torch_img/s +lowest\.\.highest +ratio +cnn_acc +torch_acc$'
+	local i f k
 	for i in 3 4; do
+		# 1 proc x 2 thread  MED LO..HI  MED LO..HI  RATIOx  ACC ACC
 		read -r -a f <<<"${lines[$i]}"
-		assert_equal "${f[*]:0:4}" "$([ "$i" = 3 ] && echo "1 proc x $(nproc)" || echo "$(nproc) proc x 1")"
-		ratio_ok "${f[6]}" "${f[4]}" "${f[5]}"
+		assert_equal "${f[*]:0:5}" "$([ "$i" = 3 ] && echo "1 proc x $(nproc) thread" || echo "2 proc x 1 thread")"
+		for k in 5 7; do
+			awk -v m="${f[$k]}" -v r="${f[$((k + 1))]}" 'BEGIN { split(r, x, /\.\./)
+				exit !(m > 0 && x[1] + 0 <= m + 0 && m + 0 <= x[2] + 0) }' ||
+				fail "median ${f[$k]} is not within its runs ${f[$((k + 1))]}"
+		done
+		ratio_ok "${f[9]}" "${f[5]}" "${f[7]}"
+		assert_equal "${f[*]:10}" "- -"
 	done
 }
 
