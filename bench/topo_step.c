@@ -151,23 +151,26 @@ int main(int argc, char **argv)
 		fprintf(stderr, "topo_step: needs root (topology_cache is a folder of root's)\n");
 		return 2;
 	}
-	for (int w = 0; w < NWAYS; w++) {
-		ms[w] = calloc((size_t)rounds, sizeof(double));
-		if (!ms[w])
-			return 1;
-	}
-	/* the export the kept way reads, written by a child (this process
-	 * loads no hwloc component, as slurmstepd before its first step) */
-	if (sample(WRITE, dir) < 0)
+	double *all = calloc((size_t)rounds * NWAYS, sizeof(double));
+	if (!all)
 		return 1;
-	for (int r = 0; r < rounds; r++) {
+	for (int w = 0; w < NWAYS; w++)
+		ms[w] = all + (size_t)w * (size_t)rounds;
+	/* the export the kept ways read, written by a child (this process
+	 * loads no hwloc component, as slurmstepd before its first step) */
+	int failed = sample(WRITE, dir) < 0;
+	for (int r = 0; r < rounds && !failed; r++) {
 		/* the ways' order turns each round */
-		for (int k = 0; k < NWAYS; k++) {
+		for (int k = 0; k < NWAYS && !failed; k++) {
 			int w = (r + k) % NWAYS;
 			/* kept after write reads a fresh file, as the next step would */
-			if ((ms[w][r] = sample((enum way)w, dir)) < 0)
-				return 1;
+			failed = (ms[w][r] = sample((enum way)w, dir)) < 0;
 		}
+	}
+	if (failed) {
+		empty_dir(dir);
+		free(all);
+		return 1;
 	}
 	unsigned v = hwloc_get_api_version();
 	printf("# the plugin's binding work per step (topology and plan, 2 CPU tasks), %d rounds, hwloc API %u.%u.%u\n",
@@ -185,7 +188,6 @@ int main(int argc, char **argv)
 	empty_dir(dir);
 	if (argc <= 2)
 		rmdir(dir);
-	for (int w = 0; w < NWAYS; w++)
-		free(ms[w]);
+	free(all);
 	return 0;
 }
