@@ -8,6 +8,13 @@
  * input buffer per client, so thousands of ranks can join at once.  Clients
  * connect with jittered back-off until a deadline and every wait is bounded.
  *
+ * Only ranks that hold the step's token (DDP_RDZV_TOKEN) join: each side
+ * proves it to the other with an HMAC over fresh nonces of both, and the
+ * token never crosses the network.  A rank stops at once at a server that
+ * cannot prove it ("...: the server there could not prove that it holds
+ * this step's rendezvous token").  What peers that do not hold it can
+ * make rank 0 hold is bounded (store_server.c; docs/security.md).
+ *
  * Like the rest of libddpenv it never prints and never exits; errors come
  * back in a caller's buffer and name the address, the rank and the key:
  *   "rank 3 could not reach 10.1.0.11:29512 after 60 s: Connection refused"
@@ -33,9 +40,11 @@ struct ddpenv_store_opts {
 	int rank, world;    /* RANK, WORLD_SIZE; rank 0 hosts the server */
 	int timeout_ms;     /* bound on connecting and on every wait */
 	const char *token;  /* DDP_RDZV_TOKEN or NULL; must match the server's */
-	/* Rank 0: called from the server's thread for each refused client
+	/* Rank 0: called from the server's thread for refused clients
 	 * ("refused a client at 10.1.0.12:40312 (it said rank 1 of 2): wrong
-	 * or missing rendezvous token"), so the program can log it.  NULL:
+	 * rendezvous token (DDP_RDZV_TOKEN)"), at most 10 lines at once and
+	 * then one a second, each saying how many went unlogged before it;
+	 * and once more as the store closes, with the counts in all.  NULL:
 	 * refusals are only counted. */
 	void (*log)(void *ctx, const char *msg);
 	void *log_ctx;
@@ -101,6 +110,19 @@ int ddpenv_store_left_ranks(struct ddpenv_store *s, int *ranks, int max,
 /* The numeric local address of this rank's connection to the store: the
  * address peers can reach this node on when no interface was named. */
 int ddpenv_store_local_addr(const struct ddpenv_store *s, char *buf, size_t len);
+
+/* Rank 0: the clients its server refused so far, by reason. */
+struct ddpenv_store_refusals {
+	unsigned token;        /* wrong or missing token */
+	unsigned protocol;     /* another store protocol */
+	unsigned claim;        /* a rank outside the world, or joined twice */
+	unsigned malformed;    /* frames the protocol does not have */
+	unsigned timed_out;    /* no handshake within 10 s */
+	unsigned evicted;      /* closed unproven to make room for newer ones */
+	unsigned accept_failed; /* accept(2) failures (out of descriptors) */
+	unsigned peak_pending; /* most connections in their handshake at once */
+};
+void ddpenv_store_refusals(const struct ddpenv_store *s, struct ddpenv_store_refusals *out);
 
 int ddpenv_store_rank(const struct ddpenv_store *s);
 int ddpenv_store_world(const struct ddpenv_store *s);

@@ -14,7 +14,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
+
 #include "ddpenv_store.h"
+#include "store_auth.h"
 #include "store_proto.h"
 #include "store_server.h"
 
@@ -23,6 +26,7 @@ struct ddpenv_store {
 	int rank, world;
 	int timeout_ms;
 	int broken;           /* a timed-out or failed exchange: the stream is lost */
+	int closed;           /* the store closed the connection (or reset it) */
 	char lost[200];       /* that exchange and why, for the requests after it */
 	char where[300];      /* "10.1.0.11:29512" for messages */
 	struct store_server *server;
@@ -107,6 +111,7 @@ static int send_all(struct ddpenv_store *s, const uint8_t *p, size_t n, int64_t 
 		if (w < 0) {
 			if (errno == EINTR || errno == EAGAIN)
 				continue;
+			s->closed = errno == EPIPE || errno == ECONNRESET;
 			fail(s, err, errlen, "sending", strerror(errno));
 			return -1;
 		}
@@ -140,12 +145,14 @@ static int recv_all(struct ddpenv_store *s, uint8_t *p, size_t n, int64_t deadli
 		}
 		ssize_t got = recv(s->fd, p, n, 0);
 		if (got == 0) {
+			s->closed = 1;
 			fail(s, err, errlen, what, "connection closed by the store (rank 0 exited?)");
 			return -1;
 		}
 		if (got < 0) {
 			if (errno == EINTR || errno == EAGAIN)
 				continue;
+			s->closed = errno == ECONNRESET;
 			fail(s, err, errlen, what, strerror(errno));
 			return -1;
 		}
@@ -368,6 +375,91 @@ static int simple(struct ddpenv_store *s, uint8_t *req, size_t reqlen, int timeo
 	return 0;
 }
 
+/* The handshake's answer to JOIN: the server's nonce, once its proof
+ * (where this rank has a token) shows that it holds the token.  0, or -1
+ * with err set. */
+static int check_challenge(struct ddpenv_store *s, const char *token, const uint8_t *rep, size_t replen,
+			   const uint8_t cn[STORE_NONCE_LEN], uint8_t sn[STORE_NONCE_LEN], char *err,
+			   size_t errlen)
+{
+	struct rd r = { rep + 1, replen - 1, 1 };
+	uint32_t proto = rd_u32(&r);
+	size_t nl, pl;
+	const uint8_t *n = rd_str(&r, &nl), *proof = rd_str(&r, &pl);
+
+	if (rep[0] != REP_CHALLENGE || !r.ok || proto != STORE_PROTO || nl != STORE_NONCE_LEN) {
+		char m[160];
+		if (rep[0] == REP_CHALLENGE && r.ok && proto != STORE_PROTO)
+			snprintf(m, sizeof(m), "it speaks store protocol %u, this rank %d: every rank must run the "
+				 "same slurm-ddp", proto, STORE_PROTO);
+		else
+			snprintf(m, sizeof(m), "not a slurm-ddp store's answer to JOIN (op %u): another program on "
+				 "MASTER_PORT?", rep[0]);
+		fail(s, err, errlen, "joining", m);
+		return -1;
+	}
+	memcpy(sn, n, STORE_NONCE_LEN);
+	if (*token && !store_proof_ok(token, STORE_SERVER, cn, sn, (uint32_t)s->rank, (uint32_t)s->world,
+				      proof, pl)) {
+		fail(s, err, errlen, "joining",
+		     "the server there could not prove that it holds this rank's rendezvous token "
+		     "(DDP_RDZV_TOKEN): it is not this step's store (another program on MASTER_PORT?), or "
+		     "this rank's token is not the step's; this rank stopped there and sent it nothing more");
+		return -1;
+	}
+	return 0;
+}
+
+/* Join the store on the connected s->fd: JOIN, its CHALLENGE checked,
+ * PROOF, OK.  0 joined; 1 the store closed the connection before it
+ * answered (it made room for newer ones, or rank 0 is starting): connect
+ * again; -1 with err set (refused, or a server that cannot prove that it
+ * holds the token). */
+static int join(struct ddpenv_store *s, const char *token, int64_t deadline, char *err, size_t errlen)
+{
+	uint8_t cn[STORE_NONCE_LEN], sn[STORE_NONCE_LEN], proof[STORE_PROOF_LEN], *req, *rep = NULL;
+	size_t reqlen, replen;
+	int wait_ms = (int)(deadline - now_ms()), rv = -1;
+
+	if (store_nonce(cn) < 0) {
+		snprintf(err, errlen, "rank %d: no random nonce for the store's handshake (getrandom: %s)", s->rank,
+			 strerror(errno));
+		return -1;
+	}
+	req = build(OP_JOIN, &reqlen, "uuus", (unsigned)STORE_PROTO, (unsigned)s->rank, (unsigned)s->world,
+		    (const void *)cn, (size_t)STORE_NONCE_LEN);
+	if (!req) {
+		snprintf(err, errlen, "rank %d: store: out of memory", s->rank);
+		return -1;
+	}
+	rv = send_all(s, req, reqlen, deadline, err, errlen);
+	free(req);
+	if (rv < 0 || read_frame(s, deadline, wait_ms > 0 ? wait_ms : 1, "joining", &rep, &replen, err, errlen) < 0) {
+		if (s->closed && !rep)
+			return 1;
+		if (strstr(err, STORE_PROTO1_ERR)) {
+			fail(s, err, errlen, "joining", "it speaks store protocol 1 (it answered \"" STORE_PROTO1_ERR
+			     "\"): rank 0 runs an older slurm-ddp; every rank must run the same");
+			s->closed = 0;
+		}
+		return -1;
+	}
+	rv = check_challenge(s, token, rep, replen, cn, sn, err, errlen);
+	free(rep);
+	if (rv < 0)
+		return -1;
+	if (*token && store_proof(token, STORE_CLIENT, cn, sn, (uint32_t)s->rank, (uint32_t)s->world, proof) < 0) {
+		fail(s, err, errlen, "joining", "HMAC failed (OpenSSL)");
+		return -1;
+	}
+	req = build(OP_PROOF, &reqlen, "s", (const void *)proof, *token ? (size_t)STORE_PROOF_LEN : (size_t)0);
+	OPENSSL_cleanse(proof, sizeof(proof));
+	if (simple(s, req, reqlen, -1, "joining", NULL, REP_OK, &rep, &replen, err, errlen) < 0)
+		return s->closed ? 1 : -1;
+	free(rep);
+	return 0;
+}
+
 int ddpenv_store_open(struct ddpenv_store **out, const struct ddpenv_store_opts *o,
 		      char *err, size_t errlen)
 {
@@ -409,17 +501,29 @@ int ddpenv_store_open(struct ddpenv_store **out, const struct ddpenv_store_opts 
 			 o->rank, o->host, gai_strerror(r));
 		goto out;
 	}
-	/* Connect, retrying with jittered exponential back-off: rank 0 may
-	 * still be starting, and thousands of ranks must not retry in step. */
+	/* Connect and join, retrying with jittered exponential back-off: rank
+	 * 0 may still be starting, or have closed an unproven connection to
+	 * make room for newer ones, and thousands of ranks must not retry in
+	 * step. */
 	unsigned seed = (unsigned)(o->rank * 2654435761u) ^ (unsigned)getpid();
 	int64_t deadline = now_ms() + s->timeout_ms;
-	for (int attempt = 0; s->fd < 0; attempt++) {
+	const char *tok = o->token ? o->token : "";
+	for (int attempt = 0;; attempt++) {
 		for (struct addrinfo *ai = res; ai && s->fd < 0; ai = ai->ai_next) {
 			int left = (int)(deadline - now_ms());
 			s->fd = try_connect(ai, left < 2000 ? (left > 0 ? left : 1) : 2000, &last);
 		}
-		if (s->fd >= 0)
-			break;
+		if (s->fd >= 0) {
+			int j = join(s, tok, deadline, err, errlen);
+			if (j == 0)
+				break;
+			if (j < 0)
+				goto out;
+			close(s->fd);
+			s->fd = -1;
+			s->broken = s->closed = 0;
+			last = ECONNRESET;
+		}
 		int64_t left = deadline - now_ms();
 		if (left <= 0) {
 			snprintf(err, errlen, "rank %d could not reach %s after %s: %s",
@@ -433,14 +537,6 @@ int ddpenv_store_open(struct ddpenv_store **out, const struct ddpenv_store_opts 
 		struct timespec ts = { d / 1000, (d % 1000) * 1000000L };
 		nanosleep(&ts, NULL);
 	}
-	const char *tok = o->token ? o->token : "";
-	size_t reqlen, replen;
-	uint8_t *rep;
-	uint8_t *req = build(OP_HELLO, &reqlen, "uus", (unsigned)o->rank, (unsigned)o->world,
-			     (const void *)tok, strlen(tok));
-	if (simple(s, req, reqlen, -1, "joining", NULL, REP_OK, &rep, &replen, err, errlen) < 0)
-		goto out;
-	free(rep);
 	rv = 0;
 out:
 	if (res)
@@ -664,6 +760,11 @@ int ddpenv_store_set_timeout(struct ddpenv_store *s, int timeout_ms)
 	if (timeout_ms > 0)
 		s->timeout_ms = timeout_ms;
 	return old;
+}
+
+void ddpenv_store_refusals(const struct ddpenv_store *s, struct ddpenv_store_refusals *out)
+{
+	ddpenv_store_server_refusals(s ? s->server : NULL, out);
 }
 
 int ddpenv_store_rank(const struct ddpenv_store *s)

@@ -2,8 +2,16 @@
  *
  * A frame is a 4-byte big-endian length (of what follows), a 1-byte op and
  * the op's fields.  Strings are a 4-byte length and the bytes; integers are
- * big-endian.  Requests (client to server):
- *   HELLO rank:u32 world:u32 token:str   must come first
+ * big-endian.
+ *
+ * Protocol 2.  A connection starts with the handshake (store_auth.h), in
+ * frames of at most STORE_PREAUTH_FRAME bytes; the token never crosses
+ * the wire:
+ *   JOIN proto:u32 rank:u32 world:u32 nonce:str   -> CHALLENGE proto:u32
+ *                                                    nonce:str proof:str
+ *   PROOF proof:str                                -> OK
+ * (a proof is empty where that side has no token).  Then requests (client
+ * to server):
  *   SET key:str value:str                -> OK
  *   GET key:str                          -> VALUE value:str, once it exists
  *   ADD key:str delta:i64                -> INT result:i64
@@ -14,7 +22,10 @@
  *   UNWAIT key:str                       -> OK; the connection's GET of key
  *                                           waits no more (its VALUE, where
  *                                           the key came first, came before)
- * Any request may be answered with ERR message:str. */
+ * Any request may be answered with ERR message:str.  Protocol 1's first
+ * frame was HELLO rank:u32 world:u32 token:str, the token in clear: a
+ * server of protocol 2 answers it with ERR, and a server of protocol 1
+ * answers JOIN with ERR "expected HELLO first". */
 #ifndef DDPENV_STORE_PROTO_H
 #define DDPENV_STORE_PROTO_H
 
@@ -23,9 +34,18 @@
 #include <string.h>
 
 enum {
-	OP_HELLO = 1, OP_SET, OP_GET, OP_ADD, OP_DEAD, OP_BYE, OP_UNWAIT, OP_LEFT,
-	REP_OK = 64, REP_VALUE, REP_INT, REP_RANKS, REP_ERR,
+	OP_HELLO = 1, /* protocol 1's, refused */
+	OP_SET, OP_GET, OP_ADD, OP_DEAD, OP_BYE, OP_UNWAIT, OP_LEFT, OP_JOIN, OP_PROOF,
+	REP_OK = 64, REP_VALUE, REP_INT, REP_RANKS, REP_ERR, REP_CHALLENGE,
 };
+
+#define STORE_PROTO 2
+/* The largest frame either side takes before the handshake is done: a
+ * JOIN, a CHALLENGE, a PROOF, or an ERR of the handshake (and protocol
+ * 1's HELLO with its 64-character token, to be told why it is refused). */
+#define STORE_PREAUTH_FRAME 160
+/* The old server's answer to JOIN: the client says which protocol that is. */
+#define STORE_PROTO1_ERR "expected HELLO first"
 
 /* Largest frame either side accepts: a maximal key and value plus headers. */
 #define STORE_MAX_FRAME (DDPENV_STORE_MAX_VALUE + DDPENV_STORE_MAX_KEY + 64)

@@ -4,6 +4,8 @@
 
 #include <stddef.h>
 
+#include "ddpenv_store.h"
+
 struct store_server;
 
 struct store_server *ddpenv_store_server_start(int port, int world, const char *token,
@@ -11,7 +13,7 @@ struct store_server *ddpenv_store_server_start(int port, int world, const char *
 					       char *err, size_t errlen);
 /* Wait up to wait_ms for every rank to leave, then stop and free. */
 void ddpenv_store_server_stop(struct store_server *sv, int wait_ms);
-/* Clients refused for a wrong token so far. */
-unsigned ddpenv_store_server_refused(struct store_server *sv);
+/* The clients refused so far, by reason. */
+void ddpenv_store_server_refusals(const struct store_server *sv, struct ddpenv_store_refusals *out);
 
 #endif

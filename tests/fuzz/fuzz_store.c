@@ -6,11 +6,13 @@
  *
  * Input: a byte of options (bit 0: the store has a token, "s3cret"; bits
  * 1-3: world size - 1), then chunks: a byte (bit 0: which connection, bit
- * 1: that connection closes after the chunk), a 2-byte big-endian length,
- * that many bytes.  After each chunk the server reads what arrived and
- * answers; every answer must be whole frames of a reply op, the
- * server's books must match what it holds (check_books), and it must
- * never crash, leak or hang. */
+ * 1: that connection closes after the chunk, bit 2: the chunk is preceded
+ * by the PROOF the connection's handshake wants, made with the token, so
+ * that inputs get past the handshake as a rank with the token does), a
+ * 2-byte big-endian length, that many bytes.  After each chunk the server
+ * reads what arrived and answers; every answer must be whole frames of a
+ * reply op, the server's books must match what it holds (check_books),
+ * and it must never crash, leak or hang. */
 /* a cap an input of 8 KB can reach */
 #define STORE_MAX_BYTES 4096ull
 #define STORE_MAX_BYTES_TEXT "4 KiB"
@@ -49,6 +51,11 @@ static void check_replies(int fd, uint8_t *buf, size_t cap, size_t *have)
 		case REP_RANKS:
 			assert(len >= 5 && get_u32(f + 1) * (size_t)4 == len - 5);
 			break;
+		case REP_CHALLENGE:
+			/* protocol, nonce, and a proof where the store has a token */
+			assert((len == 45 || len == 77) && get_u32(f + 1) == STORE_PROTO &&
+			       get_u32(f + 5) == STORE_NONCE_LEN && get_u32(f + 41) == len - 45);
+			break;
 		default:
 			assert(!"a reply op the protocol does not have");
 		}
@@ -75,7 +82,7 @@ static size_t check_books(struct store_server *sv, struct conn *const c[2])
 	size_t waiters = 0, mine[2] = { 0, 0 };
 	for (int b = 0; b < NBUCKET; b++)
 		for (struct kv *e = sv->bucket[b]; e; e = e->next) {
-			bytes += strlen(e->key) + e->len;
+			bytes += key_cost(strlen(e->key)) + e->len;
 			for (struct waiter *w = e->waiters; w; w = w->next) {
 				int owner = -1;
 				for (int i = 0; i < 2; i++)
@@ -87,8 +94,16 @@ static size_t check_books(struct store_server *sv, struct conn *const c[2])
 			}
 		}
 	assert(bytes == sv->bytes && bytes <= STORE_MAX_BYTES);
-	for (int i = 0; i < 2; i++)
+	unsigned pending = 0;
+	for (struct conn *p = sv->pending_head; p; p = p->next)
+		pending++;
+	assert(pending == sv->npending && pending <= 2);
+	for (int i = 0; i < 2; i++) {
 		assert(!c[i] || ((size_t)c[i]->waiting == mine[i] && c[i]->waiting <= MAX_WAITING));
+		/* a rank only once proven, and only then past a handshake frame */
+		assert(!c[i] || (c[i]->rank >= 0) == (c[i]->hs == HS_JOINED));
+		assert(!c[i] || c[i]->hs == HS_JOINED || c[i]->in_len <= STORE_PREAUTH_FRAME + 4);
+	}
 	return waiters;
 }
 
@@ -117,16 +132,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		c[i]->gen = ++sv->next_gen;
 		c[i]->rank = -1;
 		sv->conns[sp[0]] = c[i];
+		pending_add(sv, c[i]);
 		peer[i] = sp[1];
 	}
 
 	size_t p = 1;
 	while (p + 3 <= size) {
-		int k = data[p] & 1, close_after = data[p] >> 1 & 1;
+		int k = data[p] & 1, close_after = data[p] >> 1 & 1, prove = data[p] >> 2 & 1;
 		size_t len = (size_t)data[p + 1] << 8 | data[p + 2];
 		p += 3;
 		if (len > size - p)
 			len = size - p;
+		if (c[k] && prove && c[k]->hs == HS_CHALLENGED) {
+			uint8_t f[4 + 1 + 4 + STORE_PROOF_LEN];
+			put_u32(f, 1 + 4 + STORE_PROOF_LEN);
+			f[4] = OP_PROOF;
+			put_u32(f + 5, STORE_PROOF_LEN);
+			assert(store_proof("s3cret", STORE_CLIENT, c[k]->cnonce, c[k]->snonce, c[k]->claim_rank,
+					   c[k]->claim_world, f + 9) == 0);
+			assert(send(peer[k], f, sizeof(f), MSG_NOSIGNAL) == (ssize_t)sizeof(f));
+		}
 		if (c[k] && len) {
 			/* a socket pair takes far more than an input's 8 KB */
 			assert(send(peer[k], data + p, len, MSG_NOSIGNAL) == (ssize_t)len);

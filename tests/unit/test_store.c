@@ -16,6 +16,9 @@
 #include "ddpenv_store.h"
 #include "test.h"
 
+static int raw_connect(int port, int timeout_ms);
+static int raw_join(int fd, int rank, int world);
+
 /* Rank 0's log of refused clients (the server thread writes it). */
 static char logged[2048];
 static void record(void *ctx, const char *msg)
@@ -23,6 +26,19 @@ static void record(void *ctx, const char *msg)
 	size_t l = strlen(logged);
 	(void)ctx;
 	snprintf(logged + l, sizeof(logged) - l, "%s\n", msg);
+}
+
+/* Whether rank 0's log has frag within 2 s (its thread logs a client
+ * that left as it sees the connection close). */
+static int wait_logged(const char *frag)
+{
+	for (int i = 0; i < 200; i++) {
+		if (strstr(logged, frag))
+			return 1;
+		usleep(10000);
+	}
+	printf("#   log '%s' lacks '%s'\n", logged, frag);
+	return 0;
 }
 
 struct rank_job {
@@ -154,13 +170,18 @@ static void test_errors(void)
 	o.token = "guess";
 	test_cond("a client with the wrong token is refused",
 		  ddpenv_store_open(&s1, &o, err, sizeof(err)) < 0);
-	test_err("... and told why", err, "wrong or missing rendezvous token");
+	test_err("... and told why: the server's proof does not fit its token", err,
+		 "the server there could not prove that it holds this rank's rendezvous token (DDP_RDZV_TOKEN)");
+	test_err("... whichever side is wrong", err, "or this rank's token is not the step's");
+	test_cond("... and rank 0 logged it", wait_logged("it left after the challenge without a proof"));
 	o.token = NULL;
 	test_cond("a client without a token is refused",
 		  ddpenv_store_open(&s1, &o, err, sizeof(err)) < 0);
 	test_err("... and rank 0 logged both, with the client's address and claim", logged,
 		 "refused a client at 127.0.0.1:");
-	test_err("... the wrong one", logged, "(it said rank 1 of 2): wrong rendezvous token (DDP_RDZV_TOKEN)");
+	test_err("... the wrong one", logged,
+		 "(it said rank 1 of 2): it left after the challenge without a proof: its rendezvous token "
+		 "(DDP_RDZV_TOKEN) is not this step's");
 	test_err("... the missing one", logged, "(it said rank 1 of 2): missing rendezvous token");
 	/* over IPv6 the refused client's address is in brackets, apart from its port */
 	struct ddpenv_store_opts o6 = { "::1", port, 1, 2, 300, "guess", NULL, NULL };
@@ -169,7 +190,7 @@ static void test_errors(void)
 	if (fd6 >= 0 && bind(fd6, (struct sockaddr *)&lo6, sizeof(lo6)) == 0) {
 		logged[0] = 0;
 		test_cond("a wrong token over IPv6 is refused", ddpenv_store_open(&s1, &o6, err, sizeof(err)) < 0);
-		test_err("... logged as [address]:port", logged, "refused a client at [::1]:");
+		test_cond("... logged as [address]:port", wait_logged("refused a client at [::1]:"));
 	} else {
 		test_skip("a wrong token over IPv6 is refused", "no IPv6 loopback (::1) here");
 		test_skip("... logged as [address]:port", "no IPv6 loopback (::1) here");
@@ -352,10 +373,7 @@ static void test_waiting_bound(void)
 	}
 	uint8_t req[8192];
 	size_t n = 0;
-	/* HELLO rank 1 of 2, no token; then 65 GETs of keys nobody sets */
-	uint8_t hello[] = { 0, 0, 0, 13, 1, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 0 };
-	memcpy(req, hello, sizeof(hello));
-	n = sizeof(hello);
+	/* 65 GETs of keys nobody sets */
 	for (int i = 0; i < 65; i++) {
 		char key[8];
 		int kl = snprintf(key, sizeof(key), "w%d", i);
@@ -364,24 +382,19 @@ static void test_waiting_bound(void)
 		memcpy(req + n + sizeof(f), key, (size_t)kl);
 		n += sizeof(f) + (size_t)kl;
 	}
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	int fd = raw_connect(port, 5000);
 	char rep[512];
 	size_t got = 0;
 	ssize_t r = -1;
-	if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-	    send(fd, req, n, MSG_NOSIGNAL) == (ssize_t)n) {
-		struct timeval tv = { 5, 0 };
-		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (raw_join(fd, 1, 2) && send(fd, req, n, MSG_NOSIGNAL) == (ssize_t)n) {
 		while (got < sizeof(rep) - 1 && (r = recv(fd, rep + got, sizeof(rep) - 1 - got, 0)) > 0)
 			got += (size_t)r;
 	}
 	rep[got] = 0;
-	/* OK (5 bytes), then ERR: length, op 68, message length, message */
+	/* ERR: length, op 68, message length, message */
 	test_cond("the 65th waiting GET on one connection is refused and the connection closed",
-		  got > 14 && rep[4] == 64 && rep[9] == 68 && r == 0);
-	test_err("... saying why", got > 14 ? rep + 14 : "", "more than 64 GETs waiting on one connection");
+		  got > 9 && rep[4] == 68 && r == 0);
+	test_err("... saying why", got > 9 ? rep + 9 : "", "more than 64 GETs waiting on one connection");
 	if (fd >= 0)
 		close(fd);
 	void *v = NULL;
@@ -432,6 +445,22 @@ static int read_raw(int fd, uint8_t *buf, size_t cap)
 	return got == n ? (int)n : -1;
 }
 
+/* The handshake of store protocol 2 (store_proto.h) on fd as rank of
+ * world, with no token (an empty proof): 1 joined, 0 not. */
+static int raw_join(int fd, int rank, int world)
+{
+	uint8_t join[53] = { 0, 0, 0, 49, 9 /* JOIN */, 0, 0, 0, 2 /* protocol */ }, rep[256];
+	static const uint8_t proof[] = { 0, 0, 0, 5, 10 /* PROOF */, 0, 0, 0, 0 };
+
+	join[12] = (uint8_t)rank;
+	join[16] = (uint8_t)world;
+	join[20] = 32; /* the nonce's length; its bytes 0 */
+	return fd >= 0 && send(fd, join, sizeof(join), 0) == sizeof(join) &&
+	       read_raw(fd, rep, sizeof(rep)) == 45 && rep[0] == 69 /* CHALLENGE, no proof */ &&
+	       send(fd, proof, sizeof(proof), 0) == sizeof(proof) && read_raw(fd, rep, sizeof(rep)) == 1 &&
+	       rep[0] == 64;
+}
+
 static int raw_connect(int port, int timeout_ms)
 {
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -456,8 +485,6 @@ static void test_unwait_server(void)
 	struct ddpenv_store *s0;
 	struct ddpenv_store_opts o = { "127.0.0.1", port, 0, 2, 5000, NULL, NULL, NULL };
 	uint8_t f[256], rep[256];
-	/* HELLO rank 1 of 2, no token */
-	static const uint8_t hello[] = { 0, 0, 0, 13, 1, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 0 };
 
 	if (ddpenv_store_open(&s0, &o, err, sizeof(err)) < 0) {
 		test_cond("rank 0 opens", 0);
@@ -465,8 +492,7 @@ static void test_unwait_server(void)
 		return;
 	}
 	fd = raw_connect(port, 500);
-	test_cond("a raw client joins as rank 1", fd >= 0 && send(fd, hello, sizeof(hello), 0) == sizeof(hello) &&
-		  read_raw(fd, rep, sizeof(rep)) == 1 && rep[0] == 64);
+	test_cond("a raw client joins as rank 1", raw_join(fd, 1, 2));
 	size_t n = frame(f, 3, "y", NULL);
 	n += frame(f + n, 7, "y", NULL);
 	test_cond("GET then UNWAIT of a missing key: OK alone", fd >= 0 && send(fd, f, n, 0) == (ssize_t)n &&
@@ -517,19 +543,108 @@ static int stand_in(int *lfd, pthread_t *t, void *(*fn)(void *), void *arg, stru
 }
 
 /* A stand-in's side of rank 1's joining: accepted, its reads bounded by
- * 5 s, its HELLO answered OK.  The connection, or -1 (closed). */
+ * 5 s, its JOIN answered with a CHALLENGE without proof (the stand-in has
+ * no token, nor has the rank), its PROOF with OK.  The connection, or -1
+ * (closed). */
 static int stand_in_accept(int lfd)
 {
-	uint8_t in[256], out[16];
+	uint8_t in[256], out[64] = { 0, 0, 0, 45, 69 /* CHALLENGE */, 0, 0, 0, 2, 0, 0, 0, 32 };
 	struct timeval tv = { 5, 0 };
 	int fd = accept(lfd, NULL, NULL);
 	if (fd < 0)
 		return -1;
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	if (read_raw(fd, in, sizeof(in)) > 0 && in[0] == 1 && send(fd, out, frame(out, 64, NULL, NULL), 0) > 0)
+	/* nonce 0s, an empty proof */
+	if (read_raw(fd, in, sizeof(in)) == 49 && in[0] == 9 && send(fd, out, 49, 0) == 49 &&
+	    read_raw(fd, in, sizeof(in)) == 5 && in[0] == 10 && send(fd, out, frame(out, 64, NULL, NULL), 0) > 0)
 		return fd;
 	close(fd);
 	return -1;
+}
+
+/* A program on MASTER_PORT that is not the step's store (another user's
+ * on the head node, come first): it records what the rank sends, and
+ * answers its first frame as its mode says. */
+enum impostor_mode { IMP_OK, IMP_BAD_PROOF, IMP_NO_PROOF, IMP_PROTO1 };
+struct impostor {
+	int lfd;
+	enum impostor_mode mode;
+	uint8_t seen[8192];
+	size_t nseen;
+};
+
+static void *impostor_main(void *arg)
+{
+	struct impostor *im = arg;
+	uint8_t out[128] = { 0, 0, 0, 77, 69 /* CHALLENGE */, 0, 0, 0, 2, 0, 0, 0, 32 };
+	size_t n;
+	ssize_t r;
+	struct timeval tv = { 2, 0 };
+	int fd = accept(im->lfd, NULL, NULL);
+	if (fd < 0)
+		return NULL;
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	int first = read_raw(fd, im->seen, sizeof(im->seen));
+	if (first > 0) {
+		im->nseen = (size_t)first;
+		if (im->mode == IMP_OK) {
+			n = frame(out, 64, NULL, NULL);
+		} else if (im->mode == IMP_PROTO1) {
+			n = frame(out, 68, NULL, "expected HELLO first");
+		} else {
+			/* a nonce, and 32 bytes it cannot have made with the token
+			 * (or no proof at all) */
+			for (int i = 13; i < 13 + 32 + 4 + 32; i++)
+				out[i] = (uint8_t)(i * 37);
+			out[45] = out[46] = out[47] = 0;
+			out[48] = im->mode == IMP_NO_PROOF ? 0 : 32;
+			out[3] = im->mode == IMP_NO_PROOF ? 45 : 77;
+			n = 4 + out[3];
+		}
+		if (send(fd, out, n, 0) == (ssize_t)n)
+			while (im->nseen < sizeof(im->seen) &&
+			       (r = recv(fd, im->seen + im->nseen, sizeof(im->seen) - im->nseen, 0)) > 0)
+				im->nseen += (size_t)r;
+	}
+	close(fd);
+	return NULL;
+}
+
+/* Rank 1 with a token meets an impostor: it stops at once, naming the
+ * address, and the token never crossed the wire. */
+static void test_impostor(enum impostor_mode mode, const char *what, const char *says)
+{
+	static const char token[] = "5e1f0c3a9d2b47e8a6c4f1d09b3e7a25c8d6f4e2b0a9c7e5d3f1b9a7c5e3d1f0";
+	struct impostor im = { .mode = mode };
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t al = sizeof(a);
+	struct ddpenv_store *s1 = NULL;
+	char err[512] = "", desc[200], where[64];
+	pthread_t t;
+
+	im.lfd = socket(AF_INET, SOCK_STREAM, 0);
+	if (im.lfd < 0 || bind(im.lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(im.lfd, 1) < 0 ||
+	    getsockname(im.lfd, (struct sockaddr *)&a, &al) < 0 || pthread_create(&t, NULL, impostor_main, &im)) {
+		test_cond("an impostor listens", 0);
+		return;
+	}
+	struct ddpenv_store_opts o = { "127.0.0.1", ntohs(a.sin_port), 1, 2, 3000, token, NULL, NULL };
+	int joined = ddpenv_store_open(&s1, &o, err, sizeof(err)) == 0;
+	snprintf(desc, sizeof(desc), "a rank with a token does not join %s", what);
+	test_cond(desc, !joined);
+	snprintf(where, sizeof(where), "store at 127.0.0.1:%d: joining: ", ntohs(a.sin_port));
+	test_err("... naming the address it reached", err, where);
+	test_err("... and why", err, says);
+	if (joined)
+		ddpenv_store_close_within(s1, 0);
+	pthread_join(t, NULL);
+	close(im.lfd);
+	int clear = 1;
+	for (size_t i = 0; i + 16 <= im.nseen && clear; i++)
+		for (size_t k = 0; k + 16 <= sizeof(token) - 1; k += 16)
+			if (!memcmp(im.seen + i, token + k, 16))
+				clear = 0;
+	test_cond("... and the token (no 16 characters of it) never crossed the wire", im.nseen > 0 && clear);
 }
 
 /* A store that answers a GET only when it is taken back, with the value
@@ -670,5 +785,12 @@ int main(void)
 	 * a rank's connection to it */
 	test_unwait_client(2500);
 	test_split_answer();
+	test_impostor(IMP_OK, "a server that answers OK to anything",
+		      "not a slurm-ddp store's answer to JOIN");
+	test_impostor(IMP_BAD_PROOF, "a server whose proof is wrong",
+		      "the server there could not prove that it holds this rank's rendezvous token");
+	test_impostor(IMP_NO_PROOF, "a server with no proof (no token)",
+		      "the server there could not prove that it holds this rank's rendezvous token");
+	test_impostor(IMP_PROTO1, "a store of protocol 1", "it speaks store protocol 1");
 	return test_report();
 }

@@ -1,0 +1,67 @@
+/* The store's handshake proofs (store_auth.h). */
+#include <errno.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include "store_auth.h"
+#include "store_proto.h"
+
+int store_nonce(uint8_t out[STORE_NONCE_LEN])
+{
+	size_t got = 0;
+
+	while (got < STORE_NONCE_LEN) {
+		ssize_t n = getrandom(out + got, STORE_NONCE_LEN - got, 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -1;
+		got += (size_t)n;
+	}
+	return 0;
+}
+
+int store_proof(const char *token, enum store_role role, const uint8_t cnonce[STORE_NONCE_LEN],
+		const uint8_t snonce[STORE_NONCE_LEN], uint32_t rank, uint32_t world,
+		uint8_t out[STORE_PROOF_LEN])
+{
+	static const char *const label[] = { "slurm-ddp store 2 server", "slurm-ddp store 2 client" };
+	uint8_t msg[32 + 2 * STORE_NONCE_LEN + 8];
+	size_t ll = strlen(label[role]), n = 0;
+	unsigned int maclen = 0;
+
+	if (!token || !*token)
+		return -1;
+	memcpy(msg, label[role], ll + 1); /* its NUL ends the label */
+	n = ll + 1;
+	memcpy(msg + n, cnonce, STORE_NONCE_LEN);
+	n += STORE_NONCE_LEN;
+	memcpy(msg + n, snonce, STORE_NONCE_LEN);
+	n += STORE_NONCE_LEN;
+	put_u32(msg + n, rank);
+	put_u32(msg + n + 4, world);
+	n += 8;
+	if (!HMAC(EVP_sha256(), token, (int)strlen(token), msg, n, out, &maclen) ||
+	    maclen != STORE_PROOF_LEN)
+		return -1;
+	return 0;
+}
+
+int store_proof_ok(const char *token, enum store_role role, const uint8_t cnonce[STORE_NONCE_LEN],
+		   const uint8_t snonce[STORE_NONCE_LEN], uint32_t rank, uint32_t world,
+		   const uint8_t *got, size_t len)
+{
+	uint8_t want[STORE_PROOF_LEN];
+	int ok;
+
+	if (len != STORE_PROOF_LEN ||
+	    store_proof(token, role, cnonce, snonce, rank, world, want) < 0)
+		return 0;
+	ok = CRYPTO_memcmp(want, got, STORE_PROOF_LEN) == 0;
+	OPENSSL_cleanse(want, sizeof(want));
+	return ok;
+}
