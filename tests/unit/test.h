@@ -50,12 +50,25 @@ __attribute__((constructor)) static void test_line_buffered(void)
 		printf("#   error '%s' lacks '%s'\n", (err), (frag));         \
 } while (0)
 
-/* A loopback port free at the moment of asking (for a store's server). */
+/* A port free at the moment of asking (for a store's server), on every
+ * address as the store binds it ([::] dual-stack, else 0.0.0.0): a port
+ * free on 127.0.0.1 alone may be held on another address (a connection's
+ * end still closing there), and the store's bind would fail. */
 static inline int test_free_port(void)
 {
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t l = sizeof(a);
+	int zero = 0, port = 0, fd = socket(AF_INET6, SOCK_STREAM, 0);
+	struct sockaddr_in6 a6 = { .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT };
+	socklen_t l = sizeof(a6);
+	if (fd >= 0 && setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero)) == 0 &&
+	    bind(fd, (struct sockaddr *)&a6, sizeof(a6)) == 0 && getsockname(fd, (struct sockaddr *)&a6, &l) == 0)
+		port = ntohs(a6.sin6_port);
+	if (fd >= 0)
+		close(fd);
+	if (port)
+		return port;
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY) };
+	l = sizeof(a);
+	fd = socket(AF_INET, SOCK_STREAM, 0);
 	bind(fd, (struct sockaddr *)&a, sizeof(a));
 	getsockname(fd, (struct sockaddr *)&a, &l);
 	close(fd);

@@ -14,13 +14,12 @@
 #include <unistd.h>
 
 #include "ddpenv_store.h"
+#include "store_raw.h"
 #include "test.h"
 
-static int raw_connect(int port, int timeout_ms);
-static int raw_join(int fd, int rank, int world);
 
 /* Rank 0's log of refused clients (the server thread writes it). */
-static char logged[2048];
+static char logged[16384];
 static void record(void *ctx, const char *msg)
 {
 	size_t l = strlen(logged);
@@ -406,76 +405,6 @@ static void test_waiting_bound(void)
 	ddpenv_store_close_within(s0, 0);
 }
 
-/* Raw frames for the tests that speak the wire format (store_proto.h). */
-static size_t frame(uint8_t *out, int op, const char *key, const char *val)
-{
-	size_t n = 1, kl = key ? strlen(key) : 0, vl = val ? strlen(val) : 0;
-	uint8_t *p = out + 5;
-	if (key) {
-		n += 4 + kl;
-		p[0] = p[1] = 0, p[2] = (uint8_t)(kl >> 8), p[3] = (uint8_t)kl;
-		memcpy(p + 4, key, kl);
-		p += 4 + kl;
-	}
-	if (val) {
-		n += 4 + vl;
-		p[0] = p[1] = 0, p[2] = (uint8_t)(vl >> 8), p[3] = (uint8_t)vl;
-		memcpy(p + 4, val, vl);
-	}
-	out[0] = out[1] = 0, out[2] = (uint8_t)(n >> 8), out[3] = (uint8_t)n;
-	out[4] = (uint8_t)op;
-	return 4 + n;
-}
-
-/* One frame's body (op first) into buf: its length, -1 none by the socket's timeout. */
-static int read_raw(int fd, uint8_t *buf, size_t cap)
-{
-	uint8_t h[4];
-	size_t got = 0, n;
-	ssize_t r;
-	while (got < 4 && (r = recv(fd, h + got, 4 - got, 0)) > 0)
-		got += (size_t)r;
-	if (got < 4)
-		return -1;
-	n = (size_t)h[2] << 8 | h[3];
-	if (n > cap)
-		return -1;
-	for (got = 0; got < n && (r = recv(fd, buf + got, n - got, 0)) > 0;)
-		got += (size_t)r;
-	return got == n ? (int)n : -1;
-}
-
-/* The handshake of store protocol 2 (store_proto.h) on fd as rank of
- * world, with no token (an empty proof): 1 joined, 0 not. */
-static int raw_join(int fd, int rank, int world)
-{
-	uint8_t join[53] = { 0, 0, 0, 49, 9 /* JOIN */, 0, 0, 0, 2 /* protocol */ }, rep[256];
-	static const uint8_t proof[] = { 0, 0, 0, 5, 10 /* PROOF */, 0, 0, 0, 0 };
-
-	join[12] = (uint8_t)rank;
-	join[16] = (uint8_t)world;
-	join[20] = 32; /* the nonce's length; its bytes 0 */
-	return fd >= 0 && send(fd, join, sizeof(join), 0) == sizeof(join) &&
-	       read_raw(fd, rep, sizeof(rep)) == 45 && rep[0] == 69 /* CHALLENGE, no proof */ &&
-	       send(fd, proof, sizeof(proof), 0) == sizeof(proof) && read_raw(fd, rep, sizeof(rep)) == 1 &&
-	       rep[0] == 64;
-}
-
-static int raw_connect(int port, int timeout_ms)
-{
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	struct timeval tv = { timeout_ms / 1000, timeout_ms % 1000 * 1000 };
-	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
-		if (fd >= 0)
-			close(fd);
-		return -1;
-	}
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	return fd;
-}
-
 /* UNWAIT on the server: the connection's waiter goes, so a key set later
  * sends nothing; a VALUE sent before it stays before its OK. */
 static void test_unwait_server(void)
@@ -771,6 +700,102 @@ static void test_split_answer(void)
 	close(ss.lfd);
 }
 
+/* This process's resident memory in KiB (VmRSS), -1 unknown. */
+static long rss_kib(void)
+{
+	char line[128];
+	long kib = -1;
+	FILE *f = fopen("/proc/self/status", "r");
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kib;
+}
+
+/* A joined client that asks for a 1 MiB value 200 times and never reads
+ * the answers: the store stops reading it once about two answers wait,
+ * so rank 0 does not queue 200 MiB; it goes on serving the others. */
+static void test_unread_answers(void)
+{
+	char err[512] = "";
+	int port = test_free_port();
+	struct ddpenv_store *s0;
+	struct ddpenv_store_opts o = { "127.0.0.1", port, 0, 2, 5000, NULL, NULL, NULL };
+	static char big[1 << 20];
+	uint8_t req[200 * 12];
+	size_t n = 0;
+
+	if (ddpenv_store_open(&s0, &o, err, sizeof(err)) < 0) {
+		test_cond("rank 0 opens", 0);
+		printf("#   %s\n", err);
+		return;
+	}
+	memset(big, 'v', sizeof(big));
+	for (int i = 0; i < 200; i++)
+		n += frame(req + n, 3, "big", NULL);
+	int fd = raw_connect(port, 5000);
+	long before = rss_kib();
+	int sent = ddpenv_store_set(s0, "big", big, sizeof(big), err, sizeof(err)) == 0 && raw_join(fd, 1, 2) &&
+		   send(fd, req, n, MSG_NOSIGNAL) == (ssize_t)n;
+	usleep(1000000);
+	long grew = rss_kib() - before;
+	test_cond("200 GETs of a 1 MiB value never read: rank 0 grows by less than 16 MiB", sent && before > 0 &&
+		  grew < 16 * 1024);
+	printf("#   rank 0's resident memory grew by %ld KiB\n", grew);
+	void *v = NULL;
+	size_t l = 0;
+	test_cond("... and serves the other ranks meanwhile",
+		  ddpenv_store_set(s0, "k", "1", 1, err, sizeof(err)) == 0 &&
+			  ddpenv_store_get(s0, "k", 1000, &v, &l, err, sizeof(err)) == 0 && l == 1);
+	free(v);
+	if (fd >= 0)
+		close(fd);
+	ddpenv_store_close_within(s0, 0);
+}
+
+/* 30 clients that do not hold the token: rank 0 logs 10 lines at once,
+ * then one a second saying how many went unlogged, and counts all of
+ * them in its last line. */
+static void test_refusal_lines(void)
+{
+	char err[512] = "";
+	int port = test_free_port();
+	struct ddpenv_store *s0;
+	struct ddpenv_store_opts o = { "127.0.0.1", port, 0, 2, 5000, "s3cret", record, NULL };
+	uint8_t join[53] = { 0, 0, 0, 49, 9, 0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 32 }, rep[128];
+
+	if (ddpenv_store_open(&s0, &o, err, sizeof(err)) < 0) {
+		test_cond("rank 0 opens", 0);
+		printf("#   %s\n", err);
+		return;
+	}
+	logged[0] = 0;
+	int challenged = 0;
+	for (int i = 0; i < 31; i++) {
+		if (i == 30)
+			usleep(1100000);
+		int fd = raw_connect(port, 2000);
+		/* challenged, then gone without a proof */
+		challenged += fd >= 0 && send(fd, join, sizeof(join), 0) == sizeof(join) &&
+			      read_raw(fd, rep, sizeof(rep)) == 77 && rep[0] == 69;
+		if (fd >= 0)
+			close(fd);
+		usleep(i == 29 ? 200000 : 1000);
+	}
+	wait_logged("[20 more refused since the last line]");
+	int lines = 0;
+	for (const char *p = logged; (p = strstr(p, "refused a client")); p++)
+		lines++;
+	test_cond("31 clients challenged, none with a proof", challenged == 31);
+	test_cond("... 11 lines: 10 at once, then one a second later", lines == 11);
+	test_err("... that one says how many went unlogged", logged, "[20 more refused since the last line]");
+	ddpenv_store_close_within(s0, 0);
+	test_err("... and the store's last line counts them all", logged,
+		 "refused 31 clients in all: 31 wrong or missing token");
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -792,5 +817,7 @@ int main(void)
 	test_impostor(IMP_NO_PROOF, "a server with no proof (no token)",
 		      "the server there could not prove that it holds this rank's rendezvous token");
 	test_impostor(IMP_PROTO1, "a store of protocol 1", "it speaks store protocol 1");
+	test_unread_answers();
+	test_refusal_lines();
 	return test_report();
 }
