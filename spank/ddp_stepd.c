@@ -239,6 +239,30 @@ static int plan_binding(spank_t sp, struct ddpenv_env *env, const struct ddpenv_
 	return 0;
 }
 
+/* The step's ids and user as Slurm authenticated them: the environment
+ * must agree, and the token names them (and the user).  -1 with st.err. */
+static int trust_step(spank_t sp)
+{
+	struct ddpenv_step_auth auth;
+	uid_t uid;
+	uint32_t job;
+
+	if (spank_get_item(sp, S_JOB_ID, &auth.job_id) != ESPANK_SUCCESS ||
+	    spank_get_item(sp, S_JOB_STEPID, &auth.step_id) != ESPANK_SUCCESS ||
+	    spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS) {
+		snprintf(st.err, sizeof(st.err), "Slurm gave no job id, step id or uid (spank_get_item): refused");
+		return -1;
+	}
+	auth.uid = (uint32_t)uid;
+	if (ddpenv_step_trust(&st.node.step, &auth, &job, st.err, sizeof(st.err)) < 0)
+		return -1;
+	if (st.secret_len > 0 &&
+	    ddpenv_token_derive(st.secret, (size_t)st.secret_len, job, auth.step_id, auth.uid, st.node.token,
+				st.err, sizeof(st.err)) < 0)
+		return -1;
+	return 0;
+}
+
 int ddp_stepd_user_init(spank_t sp, int ac, char **av)
 {
 	struct ddpenv_env env;
@@ -267,9 +291,7 @@ int ddp_stepd_user_init(spank_t sp, int ac, char **av)
 		goto fail;
 	snprintf(st.node.config_path, sizeof(st.node.config_path), "%s",
 		 st.cfg.from_file ? st.cfg.path : "");
-	if (st.secret_len > 0 &&
-	    ddpenv_token_derive(st.secret, (size_t)st.secret_len, st.node.step.job_id,
-				st.node.step.step_id, st.node.token, st.err, sizeof(st.err)) < 0)
+	if (trust_step(sp) < 0)
 		goto fail;
 	{
 		const char *g = ddpenv_env_get(&env, "SLURM_STEP_GPUS");
@@ -431,8 +453,8 @@ int ddp_stepd_task_init(spank_t sp)
 		if (vars.v[i].user)
 			continue;
 		if (spank_setenv(sp, vars.v[i].key, vars.v[i].value, 1) != ESPANK_SUCCESS) {
-			slurm_error(DDP_PFX "cannot set %s=%s in the task's environment",
-				    vars.v[i].key, vars.v[i].value);
+			slurm_error(DDP_PFX "cannot set %s=%s in the task's environment", vars.v[i].key,
+				    strcmp(vars.v[i].key, "DDP_RDZV_TOKEN") ? vars.v[i].value : "(hidden)");
 			goto out;
 		}
 	}

@@ -112,7 +112,8 @@ static void put_quoted(const char *s)
 	putchar('\'');
 }
 
-/* The plugin's token, carried over so that eval "$(ddp-env)" keeps it. */
+/* The plugin's token, for --explain to say there is one (never printed:
+ * eval "$(ddp-env)" leaves the task's own in place). */
 static int set_token(struct ddpenv_node *node, const struct ddpenv_env *env)
 {
 	const char *t = ddpenv_env_get(env, "DDP_RDZV_TOKEN");
@@ -626,10 +627,13 @@ int main(int argc, char **argv)
 	}
 	for (size_t i = 0; i < vars.n; i++) {
 		const struct ddpenv_var *v = &vars.v[i];
+		/* The token is never printed: output files are often
+		 * world-readable.  eval keeps the one the task has. */
+		int secret = strcmp(v->key, "DDP_RDZV_TOKEN") == 0;
 		if (explain) {
-			printf("%-31s %-16s %s%s\n", v->key, v->value,
+			printf("%-31s %-16s %s%s\n", v->key, secret ? "(hidden)" : v->value,
 			       v->user ? "[user] " : "", v->how);
-		} else {
+		} else if (!secret) {
 			printf("export %s=", v->key);
 			put_quoted(v->value);
 			putchar('\n');

@@ -384,12 +384,35 @@ struct ddpenv_user_key {
 };
 extern const struct ddpenv_user_key ddpenv_user_keys[];
 
-/* The rendezvous token: hex HMAC-SHA256 of "slurm-ddp rdzv v1 <job>.<step>"
- * under the site secret; the same on every node, nothing exchanged. */
+/* The rendezvous token: hex HMAC-SHA256 of
+ * "slurm-ddp rdzv v2 <job>.<step> uid <uid>" under the site secret; the
+ * same on every node, nothing exchanged.  The uid binds it to the user
+ * Slurm authenticated: ids a user's environment claims name at most that
+ * user's own tokens. */
 #define DDPENV_TOKEN_LEN 64
 int ddpenv_token_derive(const void *secret, size_t len, uint32_t job_id,
-			uint32_t step_id, char out[DDPENV_TOKEN_LEN + 1],
+			uint32_t step_id, uint32_t uid, char out[DDPENV_TOKEN_LEN + 1],
 			char *err, size_t errlen);
+
+/* What Slurm authenticated about a step (slurmstepd's spank_get_item:
+ * S_JOB_ID, S_JOB_STEPID, S_JOB_UID), never the job's environment. */
+struct ddpenv_step_auth {
+	uint32_t job_id;   /* in a heterogeneous step, the component's own */
+	uint32_t step_id;
+	uint32_t uid;
+};
+
+/* The step's environment (parsed into step) against what Slurm
+ * authenticated: 0 with *token_job the job id the token names, or -1
+ * with err naming the variable, its value and Slurm's.  An ordinary
+ * step's SLURM_JOB_ID and SLURM_STEP_ID must be Slurm's.  A
+ * heterogeneous step's components share one world under the leader's
+ * id, which slurmstepd learns only from the environment: that id is
+ * taken, and the token's uid keeps a claimed one from naming anyone
+ * else's token. */
+int ddpenv_step_trust(const struct ddpenv_step *step, const struct ddpenv_step_auth *auth,
+		      uint32_t *token_job, char *err, size_t errlen);
+
 /* Read a secret file: a regular file owned by root, not readable by group
  * or others, 16 bytes to 4 KiB.  Returns the length. */
 #define DDPENV_SECRET_MAX 4096

@@ -224,6 +224,13 @@ static int settings(const struct ctx *x, const yaml_node_t *n, struct ddpenv_set
 		if (k < 0 || strchr(name, '.'))
 			return fail(x, kn, NULL, "unknown key '%.64s': expected default_backend, allowed_backends, port_range, network, head_from, omp_num_threads, env, rdzv_secret, user_overrides, bind, topology, bind_nic, nvidia_gpus, gres_order, topology_cache%s",
 				    name, top ? " or partitions" : "");
+		/* slurmstepd learns a step's partition only from its
+		 * environment (SLURM_JOB_PARTITION, what srun sent): a secret
+		 * chosen by it would be the user's choice */
+		if (section && k == DDPENV_SET_RDZV_SECRET)
+			return fail(x, kn, name, "not in a partition section (partition %s): slurmstepd knows a "
+				    "step's partition only from the environment srun sent, which the user controls; "
+				    "set rdzv_secret at the top level", section);
 		if (duplicate(x, kn, s, k) < 0)
 			return -1;
 		if (ddpenv_setting_is_list(k)) {

@@ -485,7 +485,7 @@ int ddpenv_task_vars(const struct ddpenv_node *node,
 			goto full;
 	}
 	if (node->token[0])
-		add(out, "DDP_RDZV_TOKEN", 0, "HMAC of the step ids under rdzv_secret: only this step's tasks can join the rendezvous",
+		add(out, "DDP_RDZV_TOKEN", 0, "HMAC of the step ids and uid under rdzv_secret: only this step's tasks can join the rendezvous",
 		    "%s", node->token);
 	if (node->config_path[0])
 		add(out, "DDP_CONFIG", 0, "the configuration the plugin read (for ddp-env)", "%s",

@@ -1,4 +1,5 @@
-/* The rendezvous token: an HMAC of the step's ids under a site secret. */
+/* The rendezvous token: an HMAC of the step's ids and user under a site
+ * secret, and which ids those are (ddpenv_step_trust). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -6,18 +7,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
 #include "ddpenv.h"
 
 int ddpenv_token_derive(const void *secret, size_t len, uint32_t job_id,
-			uint32_t step_id, char out[DDPENV_TOKEN_LEN + 1],
+			uint32_t step_id, uint32_t uid, char out[DDPENV_TOKEN_LEN + 1],
 			char *err, size_t errlen)
 {
 	unsigned char mac[EVP_MAX_MD_SIZE];
 	unsigned int maclen = 0;
-	char msg[64];
+	char msg[80];
 	int n;
 
 	if (!secret || len == 0 || len > DDPENV_SECRET_MAX) {
@@ -25,7 +27,7 @@ int ddpenv_token_derive(const void *secret, size_t len, uint32_t job_id,
 			 DDPENV_SECRET_MAX);
 		return -1;
 	}
-	n = snprintf(msg, sizeof(msg), "slurm-ddp rdzv v1 %u.%u", job_id, step_id);
+	n = snprintf(msg, sizeof(msg), "slurm-ddp rdzv v2 %u.%u uid %u", job_id, step_id, uid);
 	if (!HMAC(EVP_sha256(), secret, (int)len, (const unsigned char *)msg, (size_t)n, mac,
 		  &maclen) || maclen * 2 != DDPENV_TOKEN_LEN) {
 		snprintf(err, errlen, "HMAC-SHA256 of step %u.%u failed (OpenSSL)", job_id, step_id);
@@ -81,5 +83,27 @@ int ddpenv_secret_read(const char *path, unsigned char *buf, size_t cap,
 	rv = (int)len;
 out:
 	close(fd);
+	if (rv < 0) /* what was read of a refused one */
+		OPENSSL_cleanse(buf, cap);
 	return rv;
+}
+
+int ddpenv_step_trust(const struct ddpenv_step *step, const struct ddpenv_step_auth *auth,
+		      uint32_t *token_job, char *err, size_t errlen)
+{
+	static const char why[] = "the environment srun sent is not this step's (a modified srun or "
+				  "environment?): refused";
+
+	if (step->step_id != auth->step_id) {
+		snprintf(err, errlen, "SLURM_STEP_ID=%u in the step's environment, but Slurm authenticated step %u.%u: %s",
+			 step->step_id, auth->job_id, auth->step_id, why);
+		return -1;
+	}
+	if (step->het_size <= 1 && step->job_id != auth->job_id) {
+		snprintf(err, errlen, "SLURM_JOB_ID=%u in the step's environment, but Slurm authenticated job %u: %s",
+			 step->job_id, auth->job_id, why);
+		return -1;
+	}
+	*token_job = step->job_id;
+	return 0;
 }

@@ -183,6 +183,10 @@ static void test_refused(void)
 	refused("partitions inside a partition", "partitions:\n  gpu:\n    partitions: {}\n",
 		"t.yaml:3:5: unknown key 'partitions'");
 	refused("a partition name with a comma", "partitions: {'a,b': {}}\n", "expected a partition name");
+	refused("a secret per partition (chosen by the environment srun sent)",
+		"partitions:\n  gpu:\n    rdzv_secret: /etc/slurm/gpu.secret\n",
+		"t.yaml:3:5: rdzv_secret: not in a partition section (partition gpu): slurmstepd knows a step's "
+		"partition only from the environment srun sent, which the user controls; set rdzv_secret at the top level");
 	refused("malformed YAML", "port_range: [1, 2\n", "t.yaml:2:1: malformed YAML: did not find expected ',' or ']'");
 	refused("a tab indent", "network:\n\tcidrs: []\n", "t.yaml:2:1: malformed YAML");
 	refused("an empty document", "", "t.yaml: empty: expected a mapping of settings (write {} to take every default)");
@@ -674,21 +678,50 @@ static void test_contract(void)
 	ddpenv_config_free(&c);
 }
 
+/* The step's environment against what Slurm authenticated. */
+static void test_trust(void)
+{
+	struct ddpenv_step st = { .job_id = 77, .step_id = 2 };
+	struct ddpenv_step_auth auth = { 77, 2, 1000 };
+	uint32_t job = 0;
+
+	test_cond("an ordinary step whose ids are Slurm's: trusted, the token names its job",
+		  ddpenv_step_trust(&st, &auth, &job, err, sizeof(err)) == 0 && job == 77);
+	st.job_id = 76;
+	test_cond("SLURM_JOB_ID of another job is refused", ddpenv_step_trust(&st, &auth, &job, err, sizeof(err)) < 0);
+	test_err("... naming both", err, "SLURM_JOB_ID=76 in the step's environment, but Slurm authenticated job 77");
+	test_err("... and why", err, "the environment srun sent is not this step's");
+	st.job_id = 77;
+	st.step_id = 3;
+	test_cond("SLURM_STEP_ID of another step is refused", ddpenv_step_trust(&st, &auth, &job, err, sizeof(err)) < 0);
+	test_err("... naming both", err, "SLURM_STEP_ID=3 in the step's environment, but Slurm authenticated step 77.2");
+	/* component 1 (job 78) of the heterogeneous job 77: one world under
+	 * the leader's id, which only the environment gives */
+	st = (struct ddpenv_step){ .job_id = 77, .step_id = 0, .het_size = 2 };
+	auth = (struct ddpenv_step_auth){ 78, 0, 1000 };
+	test_cond("a heterogeneous step's component: the token names the leader's job",
+		  ddpenv_step_trust(&st, &auth, &job, err, sizeof(err)) == 0 && job == 77);
+	auth.step_id = 1;
+	test_cond("... its step id still Slurm's", ddpenv_step_trust(&st, &auth, &job, err, sizeof(err)) < 0);
+}
+
 static void test_token(void)
 {
 	char t1[DDPENV_TOKEN_LEN + 1], t2[DDPENV_TOKEN_LEN + 1];
 	const char key[] = "0123456789abcdef";
 
-	test_cond("token derives", ddpenv_token_derive(key, 16, 77, 2, t1, err, sizeof(err)) == 0);
+	test_cond("token derives", ddpenv_token_derive(key, 16, 77, 2, 1000, t1, err, sizeof(err)) == 0);
 	/* python3 -c 'import hmac,hashlib; print(hmac.new(b"0123456789abcdef",
-	 *   b"slurm-ddp rdzv v1 77.2", hashlib.sha256).hexdigest())' */
-	test_streq("... is HMAC-SHA256 of the step ids", t1,
-		   "a7ac02d0d98cadc6a4b3207bc2c687a7b9ba818bbe6cac9030c4c428f48ba0ec");
-	ddpenv_token_derive(key, 16, 77, 3, t2, err, sizeof(err));
+	 *   b"slurm-ddp rdzv v2 77.2 uid 1000", hashlib.sha256).hexdigest())' */
+	test_streq("... is HMAC-SHA256 of the step ids and the uid", t1,
+		   "24e7a487bb6cc0286932faf84a879e1b46242f4c6ac04bba5c2bcba69a3dca48");
+	ddpenv_token_derive(key, 16, 77, 3, 1000, t2, err, sizeof(err));
 	test_cond("... another step gets another token", strcmp(t1, t2) != 0);
-	ddpenv_token_derive("0123456789abcdeX", 16, 77, 2, t2, err, sizeof(err));
+	ddpenv_token_derive(key, 16, 77, 2, 1001, t2, err, sizeof(err));
+	test_cond("... another user another token (the same ids claimed)", strcmp(t1, t2) != 0);
+	ddpenv_token_derive("0123456789abcdeX", 16, 77, 2, 1000, t2, err, sizeof(err));
 	test_cond("... another secret another token", strcmp(t1, t2) != 0);
-	test_cond("an empty secret is refused", ddpenv_token_derive(key, 0, 77, 2, t2, err, sizeof(err)) < 0);
+	test_cond("an empty secret is refused", ddpenv_token_derive(key, 0, 77, 2, 1000, t2, err, sizeof(err)) < 0);
 
 	char dir[] = "/tmp/ddp-test-secret.XXXXXX", path[256], link[256];
 	unsigned char buf[DDPENV_SECRET_MAX + 1];
@@ -708,8 +741,13 @@ static void test_token(void)
 			unlink(link);
 		}
 		write_file(path, "short", 0600);
+		memset(buf, 0x5a, sizeof(buf));
 		test_cond("a secret under 16 bytes is refused", ddpenv_secret_read(path, buf, sizeof(buf), err, sizeof(err)) < 0);
 		test_err("... saying so", err, "5 bytes: expected 16 to 4096 bytes");
+		int wiped = 1;
+		for (size_t i = 0; i < sizeof(buf); i++)
+			wiped = wiped && buf[i] == 0;
+		test_cond("... and what was read of it is wiped", wiped);
 	} else {
 		printf("ok %d - secret file checks # skip: need root (the secret must be owned by root)\n", ++t_num);
 	}
@@ -752,6 +790,7 @@ int main(void)
 	test_iface();
 	test_contract();
 	test_token();
+	test_trust();
 	test_port_check();
 	return test_report();
 }
