@@ -94,6 +94,8 @@ int ddpenv_addr_same_subnet(const struct ddpenv_addr *a,
 /* ---- what the library asks the system, injectable ---------------------- */
 
 #define DDPENV_MAX_ADDRS 16
+/* The longest a name lookup may take (ddpenv_sys_lookup). */
+#define DDPENV_LOOKUP_MS 5000
 
 struct ddpenv_ifaddr {
 	char name[IF_NAMESIZE];

@@ -1,6 +1,7 @@
 /* The step's facts, read from the environment snapshot. */
 #include <ctype.h>
 #include <errno.h>
+#include <search.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -225,8 +226,55 @@ int ddpenv_tasks_max(const char *tpn, uint32_t *max, char *err, size_t errlen)
 	return tpn_scan(tpn, 0, NULL, max, err, errlen);
 }
 
+/* The most hosts a node list from the environment is walked for: more
+ * than any Slurm cluster has nodes, far fewer than a list such as
+ * n[0-999999999] names. */
+#define MAX_WALK_HOSTS 65536u
+
+/* The hosts of list, which key names, into a table to look them up (and
+ * *names, to free): at most MAX_WALK_HOSTS. */
+static int host_set(const char *key, const char *list, struct hsearch_data *set, char ***names,
+		    size_t *n, char *err, size_t errlen)
+{
+	ddp_hostlist_t hl = slurm_hostlist_create(list);
+	int count = hl ? slurm_hostlist_count(hl) : -1;
+	char *h;
+
+	*names = NULL;
+	*n = 0;
+	memset(set, 0, sizeof(*set));
+	if (count < 0 || (unsigned)count > MAX_WALK_HOSTS) {
+		snprintf(err, errlen, count < 0 ? "%s=%.100s does not expand: expected a Slurm host list" :
+			 "%s=%.100s names %d hosts: expected at most %u", key, list, count, MAX_WALK_HOSTS);
+		if (hl)
+			slurm_hostlist_destroy(hl);
+		return -1;
+	}
+	if (!(*names = calloc((size_t)count + 1, sizeof(char *))) || !hcreate_r((size_t)count * 2 + 1, set)) {
+		snprintf(err, errlen, "out of memory for the %d hosts of %s", count, key);
+		slurm_hostlist_destroy(hl);
+		return -1;
+	}
+	while (*n < (size_t)count && (h = slurm_hostlist_shift(hl))) {
+		ENTRY e = { h, NULL }, *found;
+		(*names)[(*n)++] = h;
+		hsearch_r(e, ENTER, &found, set);
+	}
+	slurm_hostlist_destroy(hl);
+	return 0;
+}
+
+static void host_set_free(struct hsearch_data *set, char **names, size_t n)
+{
+	hdestroy_r(set);
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+}
+
 /* The head of a heterogeneous step: the first host of component 0's
- * allocation that the step uses (rank 0 runs there). */
+ * allocation that the step uses (rank 0 runs there).  Both lists come
+ * from the environment: each is walked once, at most MAX_WALK_HOSTS. */
 static int het_head(const struct ddpenv_env *env, const char *steplist,
 		    struct ddpenv_step *step, char *err, size_t errlen)
 {
@@ -235,8 +283,10 @@ static int het_head(const struct ddpenv_env *env, const char *steplist,
 		"SLURM_JOB_NODELIST_PACK_GROUP_0", NULL,
 	};
 	const char *comp0 = NULL, *key = NULL;
+	struct hsearch_data in_step;
+	char **names = NULL, *host;
+	size_t nnames = 0;
 	ddp_hostlist_t hl;
-	char *host;
 	int rv = -1;
 
 	for (const char *const *k = keys; *k && !comp0; k++)
@@ -245,14 +295,21 @@ static int het_head(const struct ddpenv_env *env, const char *steplist,
 	if (!comp0)
 		return 1; /* no component lists: use the step's first host */
 	hl = slurm_hostlist_create(comp0);
-	if (!hl) {
-		snprintf(err, errlen, "%s=%.200s does not expand: expected a Slurm host list",
-			 key, comp0);
+	if (!hl || slurm_hostlist_count(hl) < 0 || (unsigned)slurm_hostlist_count(hl) > MAX_WALK_HOSTS) {
+		snprintf(err, errlen, hl ? "%s=%.200s names %d hosts: expected at most %u" :
+			 "%s=%.200s does not expand: expected a Slurm host list", key, comp0,
+			 hl ? slurm_hostlist_count(hl) : 0, MAX_WALK_HOSTS);
+		if (hl)
+			slurm_hostlist_destroy(hl);
+		return -1;
+	}
+	if (host_set("SLURM_STEP_NODELIST", steplist, &in_step, &names, &nnames, err, errlen) < 0) {
+		slurm_hostlist_destroy(hl);
 		return -1;
 	}
 	while ((host = slurm_hostlist_shift(hl))) {
-		int in = ddpenv_hostlist_contains(steplist, host);
-		if (in > 0 && strlen(host) < sizeof(step->head)) {
+		ENTRY e = { host, NULL }, *found = NULL;
+		if (hsearch_r(e, FIND, &found, &in_step) && found && strlen(host) < sizeof(step->head)) {
 			strcpy(step->head, host);
 			snprintf(step->head_how, sizeof(step->head_how),
 				 "first host of het component 0 (%.80s) in SLURM_STEP_NODELIST=%.80s",
@@ -264,6 +321,7 @@ static int het_head(const struct ddpenv_env *env, const char *steplist,
 		free(host);
 	}
 	slurm_hostlist_destroy(hl);
+	host_set_free(&in_step, names, nnames);
 	if (rv < 0)
 		snprintf(err, errlen, "heterogeneous step: no host of %s=%.100s is in SLURM_STEP_NODELIST=%.100s",
 			 key, comp0, steplist);

@@ -13,22 +13,70 @@
 
 #include "ddpenv.h"
 
-int ddpenv_sys_lookup(void *ctx, const char *name, struct ddpenv_addr *out,
-		      size_t max, char *err, size_t errlen)
+/* One name lookup, answered within DDPENV_LOOKUP_MS whatever the
+ * resolver's own timeouts (5 s a try, 2 tries, each name server: half a
+ * minute of slurmstepd for a name a user's environment chose).  A lookup
+ * that does not answer in time is left to glibc's thread: its request is
+ * kept (a few hundred bytes, never freed), as glibc writes its answer
+ * there. */
+static int lookup_bounded(const char *name, struct addrinfo **res, char *err, size_t errlen)
 {
-	struct addrinfo hints, *res = NULL, *ai;
-	int rc, n = 0;
+	struct lookup {
+		struct gaicb cb;
+		struct addrinfo hints;
+		char name[256];
+	} *l = calloc(1, sizeof(*l));
+	struct gaicb *list[1];
+	struct timespec left = { DDPENV_LOOKUP_MS / 1000, (DDPENV_LOOKUP_MS % 1000) * 1000000L };
+	int rc;
 
-	(void)ctx;
-	memset(&hints, 0, sizeof(hints));
-	hints.ai_family = AF_UNSPEC;
-	hints.ai_socktype = SOCK_STREAM;
-	rc = getaddrinfo(name, NULL, &hints, &res);
+	if (!l || strlen(name) >= sizeof(l->name)) {
+		snprintf(err, errlen, l ? "cannot resolve '%.100s...': a name of %zu characters (at most 255)" :
+			 "cannot resolve '%.100s': out of memory", name, strlen(name));
+		free(l);
+		return -1;
+	}
+	snprintf(l->name, sizeof(l->name), "%s", name);
+	l->hints.ai_family = AF_UNSPEC;
+	l->hints.ai_socktype = SOCK_STREAM;
+	l->cb.ar_name = l->name;
+	l->cb.ar_request = &l->hints;
+	list[0] = &l->cb;
+	if ((rc = getaddrinfo_a(GAI_NOWAIT, list, 1, NULL)) != 0) {
+		snprintf(err, errlen, "cannot resolve '%.100s': %s", name, gai_strerror(rc));
+		free(l);
+		return -1;
+	}
+	while (gai_suspend((const struct gaicb *const *)list, 1, &left) == EAI_INTR)
+		; /* (a signal: the bound starts again, once in a while at most) */
+	rc = gai_error(&l->cb);
+	if (rc == EAI_INPROGRESS) {
+		snprintf(err, errlen, "cannot resolve '%.100s': no answer within %d s (the resolver's own timeouts "
+			 "are longer; see /etc/resolv.conf)", name, DDPENV_LOOKUP_MS / 1000);
+		if (gai_cancel(&l->cb) == EAI_CANCELED)
+			free(l);
+		return -1; /* else l stays glibc's */
+	}
 	if (rc != 0) {
 		snprintf(err, errlen, "cannot resolve '%.100s': %s", name,
 			 rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+		free(l);
 		return -1;
 	}
+	*res = l->cb.ar_result;
+	free(l);
+	return 0;
+}
+
+int ddpenv_sys_lookup(void *ctx, const char *name, struct ddpenv_addr *out,
+		      size_t max, char *err, size_t errlen)
+{
+	struct addrinfo *res = NULL, *ai;
+	int n = 0;
+
+	(void)ctx;
+	if (lookup_bounded(name, &res, err, errlen) < 0)
+		return -1;
 	for (ai = res; ai && (size_t)n < max; ai = ai->ai_next) {
 		struct ddpenv_addr a;
 		int dup = 0;

@@ -1,4 +1,6 @@
 /* Step parsing and the per-task contract, from crafted environments. */
+#include <time.h>
+
 #include "test.h"
 #include "fakesys.h"
 
@@ -301,6 +303,38 @@ static void test_het(void)
 	test_cond("het sub-step resolves", ddpenv_node_resolve(&env, 0, NULL, &sys, &node, err, sizeof(err)) == 0);
 	test_streq("het head is in the step", node.step.head, "node3");
 	ddpenv_env_free(&env);
+
+	/* Lists from the environment are walked boundedly: a component list
+	 * of 1.2 million names in 120 bytes (a modified srun's; libslurm
+	 * takes at most 65,536 a range) is refused at once, and a long step
+	 * list is read once, not once per host. */
+	struct timespec t0, t1;
+	char many[512] = "SLURM_JOB_NODELIST_HET_GROUP_0=";
+	for (char c = 'a'; c < 'a' + 20; c++) {
+		size_t l = strlen(many);
+		snprintf(many + l, sizeof(many) - l, "%s%c[00000-59999]", c > 'a' ? "," : "", c);
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	env_of(&env, "SLURM_JOB_ID=40", "SLURM_STEP_ID=1", "SLURM_STEP_NODELIST=node[1,3]",
+	       "SLURM_STEP_NUM_TASKS=2", "SLURM_HET_SIZE=2", many, NULL);
+	test_cond("a component list of 1,200,000 hosts is refused",
+		  ddpenv_node_resolve(&env, 0, NULL, &sys, &node, err, sizeof(err)) < 0);
+	test_err("... naming the variable and the bound", err,
+		 "SLURM_JOB_NODELIST_HET_GROUP_0=a[00000-59999],b[00000-59999],");
+	test_err("... and the bound", err, "names 1200000 hosts: expected at most 65536");
+	ddpenv_env_free(&env);
+	env_of(&env, "SLURM_JOB_ID=40", "SLURM_STEP_ID=1", "SLURM_STEP_NODELIST=node[00001-65536]",
+	       "SLURM_STEP_NUM_TASKS=2", "SLURM_HET_SIZE=2",
+	       "SLURM_JOB_NODELIST_HET_GROUP_0=node[70001-75000],node65536", NULL);
+	test_cond("5,001 component hosts against a step of 65,536: the head is the one they share",
+		  ddpenv_node_resolve(&env, 0, NULL, &sys, &node, err, sizeof(err)) == 0 ||
+			  strcmp(node.step.head, "node65536") == 0);
+	test_streq("... node65536", node.step.head, "node65536");
+	ddpenv_env_free(&env);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double t = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+	test_cond("... both within a second", t < 1.0);
+	printf("#   %.3f s\n", t);
 }
 
 /* An arbitrary distribution (SLURM_HOSTFILE, srun -m arbitrary -w LIST):
