@@ -13,19 +13,24 @@
 
 #include "ddpenv.h"
 
+/* A lookup glibc's thread still works on: kept (never freed: glibc
+ * writes its answer there), listed here so that it stays reachable. */
+struct lookup {
+	struct gaicb cb;
+	struct addrinfo hints;
+	char name[256];
+	struct lookup *next;
+};
+static struct lookup *kept_lookups;
+
 /* One name lookup, answered within DDPENV_LOOKUP_MS whatever the
  * resolver's own timeouts (5 s a try, 2 tries, each name server: half a
  * minute of slurmstepd for a name a user's environment chose).  A lookup
  * that does not answer in time is left to glibc's thread: its request is
- * kept (a few hundred bytes, never freed), as glibc writes its answer
- * there. */
+ * kept (a few hundred bytes). */
 static int lookup_bounded(const char *name, struct addrinfo **res, char *err, size_t errlen)
 {
-	struct lookup {
-		struct gaicb cb;
-		struct addrinfo hints;
-		char name[256];
-	} *l = calloc(1, sizeof(*l));
+	struct lookup *l = calloc(1, sizeof(*l));
 	struct gaicb *list[1];
 	struct timespec left = { DDPENV_LOOKUP_MS / 1000, (DDPENV_LOOKUP_MS % 1000) * 1000000L };
 	int rc;
@@ -53,9 +58,15 @@ static int lookup_bounded(const char *name, struct addrinfo **res, char *err, si
 	if (rc == EAI_INPROGRESS) {
 		snprintf(err, errlen, "cannot resolve '%.100s': no answer within %d s (the resolver's own timeouts "
 			 "are longer; see /etc/resolv.conf)", name, DDPENV_LOOKUP_MS / 1000);
-		if (gai_cancel(&l->cb) == EAI_CANCELED)
+		if (gai_cancel(&l->cb) == EAI_CANCELED) {
 			free(l);
-		return -1; /* else l stays glibc's */
+		} else { /* glibc's until it answers */
+			l->next = __atomic_load_n(&kept_lookups, __ATOMIC_RELAXED);
+			while (!__atomic_compare_exchange_n(&kept_lookups, &l->next, l, 0, __ATOMIC_RELEASE,
+							    __ATOMIC_RELAXED))
+				;
+		}
+		return -1;
 	}
 	if (rc != 0) {
 		snprintf(err, errlen, "cannot resolve '%.100s': %s", name,
