@@ -252,34 +252,36 @@ print("port", os.environ["MASTER_PORT"], os.environ["TORCHELASTIC_RUN_ID"], flus
 	refute_output --partial "rror"
 }
 
-@test "rdzv_secret: one token per step, the same on every node; a forged token is refused and logged" {
+@test "rdzv_secret: one token per step, the same on every node; a forged token is refused and logged (steps of the unprivileged user)" {
+	local udir
+	udir=$(user_dir)
 	secret="$DIR/etc/ddp.secret"
 	head -c 32 /dev/urandom >"$secret"
 	chmod 600 "$secret"
 	set_conf "rdzv_secret: $secret"
-	run --separate-stderr crun srun -N2 -n4 --ddp=gloo printenv DDP_RDZV_TOKEN
+	run --separate-stderr curun srun -N2 -n4 --ddp=gloo printenv DDP_RDZV_TOKEN
 	assert_success
 	assert_equal "$(printf '%s\n' "$output" | wc -l)" "4"
 	assert_equal "$(printf '%s\n' "$output" | sort -u | wc -l)" "1"
 	[[ "$(printf '%s\n' "$output" | head -n1)" =~ ^[0-9a-f]{64}$ ]]
 	first=$(printf '%s\n' "$output" | head -n1)
-	run --separate-stderr crun srun -N2 -n2 --ddp=gloo printenv DDP_RDZV_TOKEN
+	run --separate-stderr curun srun -N2 -n2 --ddp=gloo printenv DDP_RDZV_TOKEN
 	assert_success
 	[ "$(printf '%s\n' "$output" | sort -u)" != "$first" ]
 	# the rendezvous accepts the step's tasks ...
-	run --separate-stderr crun srun -N2 -n2 --ddp=gloo "$REPO/build/tests/tools/allreduce_check" 1024
+	run --separate-stderr curun srun -N2 -n2 --ddp=gloo "$REPO/build/tests/tools/allreduce_check" 1024
 	assert_success
 	# ... and refuses one that forged its token, which rank 0 logs
-	run --separate-stderr crun srun -N2 -n2 --ddp=gloo bash -c \
+	run --separate-stderr curun srun -N2 -n2 --ddp=gloo bash -c \
 		'[ "$RANK" = 1 ] && export DDP_RDZV_TOKEN=forged; exec '"$REPO/build/tests/tools/allreduce_check"' 1024 3'
 	assert_failure
 	# (it stops at rank 0's proof, which does not fit its token, and
 	# sends nothing of its own)
 	[[ "$stderr" == *"could not prove that it holds this rank's rendezvous token (DDP_RDZV_TOKEN)"* ]]
 	[[ "$stderr" == *"rank 0 (node1): rendezvous refused a client at $(node_ip 2):"*"(it said rank 1 of 2): it left after the challenge without a proof: its rendezvous token (DDP_RDZV_TOKEN) is not this step's"* ]]
-	run --separate-stderr crun srun -n1 --ddp=gloo bash -c \
+	run --separate-stderr curun srun -n1 --ddp=gloo bash -c \
 		'"$1" --explain; echo "token $DDP_RDZV_TOKEN"; "$1" >"$2"; . "$2"; echo "eval $DDP_RDZV_TOKEN"' \
-		sh "$REPO/build/bin/ddp-env" "$BATS_TEST_TMPDIR/env.sh"
+		sh "$REPO/build/bin/ddp-env" "$udir/env.sh"
 	assert_success
 	assert_line "# rendezvous token: DDP_RDZV_TOKEN from rdzv_secret $secret ($CONF:1:14)"
 	# the token is never printed: masked by --explain, not among the
@@ -289,12 +291,13 @@ print("port", os.environ["MASTER_PORT"], os.environ["TORCHELASTIC_RUN_ID"], flus
 	assert_line --regexp "^DDP_RDZV_TOKEN +\(hidden\) +HMAC of"
 	[ "$(grep -c "$token" <<<"$output")" -eq 2 ] # the two echo lines
 	assert_line "eval $token"
-	run ! grep -q "$token" "$BATS_TEST_TMPDIR/env.sh"
-	run grep -c "^export MASTER_PORT=" "$BATS_TEST_TMPDIR/env.sh"
+	run ! grep -q "$token" "$udir/env.sh"
+	run grep -c "^export MASTER_PORT=" "$udir/env.sh"
+	rm -rf "$udir"
 	assert_output "1"
 }
 
-@test "a modified srun that claims another job's or step's ids is refused, and never gets that step's token" {
+@test "a modified srun (a user's) that claims another job's or step's ids is refused, and never gets that step's token" {
 	local forge="$REPO/build/tests/tools/forge_env.so" a
 	secret="$DIR/etc/ddp.secret"
 	head -c 32 /dev/urandom >"$secret"
@@ -306,7 +309,7 @@ print("port", os.environ["MASTER_PORT"], os.environ["TORCHELASTIC_RUN_ID"], flus
 	[[ "${a[2]}" =~ ^[0-9a-f]{64}$ ]]
 	# another job's srun says it is that step (forge_env.so: what a
 	# user's own build of srun can send slurmstepd)
-	run --separate-stderr crun env LD_PRELOAD="$forge" FORGE_SLURM_JOB_ID="${a[0]}" \
+	run --separate-stderr curun env LD_PRELOAD="$forge" FORGE_SLURM_JOB_ID="${a[0]}" \
 		FORGE_SLURM_STEP_ID="${a[1]}" srun -n1 --ddp=gloo printenv DDP_RDZV_TOKEN
 	assert_failure
 	[[ "$stderr" == *"ddp: SLURM_JOB_ID=${a[0]} in the step's environment, but Slurm authenticated job "*": the environment srun sent is not this step's (a modified srun or environment?): refused"* ]]
@@ -314,7 +317,7 @@ print("port", os.environ["MASTER_PORT"], os.environ["TORCHELASTIC_RUN_ID"], flus
 	# (a forged SLURM_STEP_ID never reaches the plugin: slurmstepd sets
 	# its own first; tests/unit/test_config.c refuses one)
 	# the shim does reach slurmstepd: without --ddp the forged variable is there
-	run --separate-stderr crun env LD_PRELOAD="$forge" FORGE_DDP_FORGED=1 srun -n1 printenv DDP_FORGED
+	run --separate-stderr curun env LD_PRELOAD="$forge" FORGE_DDP_FORGED=1 srun -n1 printenv DDP_FORGED
 	assert_success
 	assert_output "1"
 	nodes_healthy
@@ -325,14 +328,36 @@ print("port", os.environ["MASTER_PORT"], os.environ["TORCHELASTIC_RUN_ID"], flus
 	head -c 32 /dev/urandom >"$secret"
 	chmod 600 "$secret"
 	set_conf "rdzv_secret: $secret"
-	run --separate-stderr crun srun --ddp=gloo -w node2 -n2 printenv DDP_RDZV_TOKEN : -w node1 -n2 printenv DDP_RDZV_TOKEN
+	run --separate-stderr curun srun --ddp=gloo -w node2 -n2 printenv DDP_RDZV_TOKEN : -w node1 -n2 printenv DDP_RDZV_TOKEN
 	assert_success
 	assert_equal "$(printf '%s\n' "$output" | wc -l)" "4"
 	assert_equal "$(printf '%s\n' "$output" | sort -u | wc -l)" "1"
-	run --separate-stderr crun srun --ddp=gloo -w node2 -n2 "$REPO/build/tests/tools/allreduce_check" 1024 : \
+	run --separate-stderr curun srun --ddp=gloo -w node2 -n2 "$REPO/build/tests/tools/allreduce_check" 1024 : \
 		-w node1 -n2 "$REPO/build/tests/tools/allreduce_check" 1024
 	assert_success
 	assert_equal "$(grep -c "1024 floats correct" <<<"$output")" "4"
+}
+
+@test "as documented: a ddp.yaml the user cannot read fails the submit naming it; a root-only secret still gives the user's steps their token" {
+	secret="$DIR/etc/ddp.secret"
+	head -c 32 /dev/urandom >"$secret"
+	chmod 600 "$secret"
+	set_conf "rdzv_secret: $secret"
+	run --separate-stderr curun srun -N2 -n2 --ddp=gloo printenv DDP_RDZV_TOKEN
+	assert_success
+	[[ "$(printf '%s\n' "$output" | sort -u)" =~ ^[0-9a-f]{64}$ ]]
+	run --separate-stderr curun cat "$secret"
+	assert_failure
+	chmod 600 "$CONF"
+	run --separate-stderr curun srun -n1 --ddp=gloo true
+	chmod 644 "$CONF"
+	assert_failure
+	[[ "$stderr" == *"ddp: $CONF: Permission denied: expected a readable YAML file"* ]]
+	# root reads it as before
+	chmod 600 "$CONF"
+	run --separate-stderr crun srun -n1 --ddp=gloo true
+	chmod 644 "$CONF"
+	assert_success
 }
 
 @test "an rdzv_secret others can read, or a missing one, fails the step saying how to fix it" {

@@ -60,6 +60,12 @@ restore_conf() {
 
 # Run a Slurm client inside the cluster (bounded).
 crun() { timeout 90 "$CLUSTER" run "$@"; }
+# as the cluster's unprivileged user (what a user runs; crun: an admin)
+curun() { timeout 90 "$CLUSTER" user "$@"; }
+TEST_USER=${DDP_CLUSTER_USER:-ddp-test}
+# user_dir: a folder of /tmp the test user owns (for what its tasks write;
+# a Bats temporary folder is root's alone), removed by the caller
+user_dir() { local d; d=$(mktemp -d /tmp/ddp-user.XXXXXX) && chown "$TEST_USER:" "$d" && echo "$d"; }
 
 # sbatch_wait ARGS...: sbatch --wait without its sleeps (2 s, then 8, then
 # 32: a job that ends at second 11 is seen at second 42).  Submits, polls

@@ -6,12 +6,18 @@
 #   cluster.sh stop         stop everything this harness started, remove namespaces
 #   cluster.sh status       show what is running
 #   cluster.sh run CMD...   run CMD as a client (srun, sbatch, ...) inside the
-#                           controller namespace, with SLURM_CONF set
+#                           controller namespace, with SLURM_CONF set, as root
+#                           (what an admin runs)
+#   cluster.sh user CMD...  the same as the cluster's unprivileged user (what
+#                           a user runs): DDP_CLUSTER_USER, made at start
 #   cluster.sh node I CMD.. run CMD inside node I's network namespace
 #   cluster.sh env          print the variables describing the running cluster
 #
 # Environment (all optional):
 #   DDP_CLUSTER_DIR   run folder (default: <repo>/build/cluster)
+#   DDP_CLUSTER_USER  the unprivileged user jobs are submitted as (default
+#                     ddp-test: made at start where missing, uid 2000 or the
+#                     next free one above, its own home under /home)
 #   DDP_CLUSTER_NET   first three octets of the test /24 (default: the first of
 #                     10.231.0 .. 10.231.63 that no route or address of this
 #                     network namespace overlaps, so a second cluster sharing the
@@ -351,6 +357,23 @@ crun() { # run a client inside the controller namespace
 	SLURM_CONF="$RUN/etc/slurm.conf" nsenter --net="/run/netns/$NS-ctl" "$@"
 }
 
+TEST_USER=${DDP_CLUSTER_USER:-ddp-test}
+
+# The unprivileged user (uid >= 1000, its own home), made where missing:
+# jobs run as a real user, not only as root.
+ensure_user() {
+	local uid=2000
+	id -u "$TEST_USER" >/dev/null 2>&1 && return 0
+	while getent passwd "$uid" >/dev/null || getent group "$uid" >/dev/null; do uid=$((uid + 1)); done
+	useradd --uid "$uid" --user-group --create-home --home-dir "/home/$TEST_USER" --shell /bin/bash \
+		--comment "slurm-ddp test cluster user" "$TEST_USER" ||
+		die "cannot make the test user $TEST_USER (useradd failed)"
+}
+
+urun() { # a client as the test user: its own home and name, the cluster's SLURM_CONF
+	crun runuser -u "$TEST_USER" -- env HOME="/home/$TEST_USER" "$@"
+}
+
 cmd_start() {
 	local n=${1:-3} i
 	[ "$(id -u)" = 0 ] || die "must run as root (network namespaces, slurmd)"
@@ -382,6 +405,7 @@ cmd_start() {
 	pick_net
 	write_conf "$n"
 	make_network "$n"
+	ensure_user
 	start_munge
 	local conf="$RUN/etc/slurm.conf" slurmd
 	# by its absolute path: from 24.11 slurmd re-executes itself to run
@@ -481,6 +505,7 @@ status)
 		[ -e "/run/netns/$NS-ctl" ] && crun sinfo -N || true
 	fi ;;
 run) shift; need_cluster; crun "$@" ;;
+user) shift; need_cluster; urun "$@" ;;
 node)
 	shift
 	[ "$#" -ge 2 ] && [[ "$1" =~ ^[0-9]+$ ]] || die "node: expected a node number and a command, got '$*'"
@@ -491,6 +516,7 @@ env)
 	echo "DDP_CLUSTER_DIR=$RUN"; echo "DDP_CLUSTER_NET=$NET"; echo "DDP_CLUSTER_NS=$NS"
 	[ -z "$IPV6" ] || echo "DDP_CLUSTER_NET6=$NET6"
 	echo "DDP_CLUSTER_NODES=$(cat "$RUN/nodes" 2>/dev/null || echo 0)"
-	echo "SLURM_CONF=$RUN/etc/slurm.conf" ;;
+	echo "SLURM_CONF=$RUN/etc/slurm.conf"
+	echo "DDP_CLUSTER_USER=$TEST_USER" ;;
 *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
