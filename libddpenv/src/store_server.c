@@ -132,6 +132,7 @@ struct store_server {
 	int64_t log_at;      /* the last refusal line, ms */
 	unsigned log_burst;  /* lines left before one a second */
 	unsigned unlogged;   /* refusals since the last line */
+	unsigned unlogged_all; /* refusals never logged line by line */
 };
 
 static int64_t now_ms(void)
@@ -381,6 +382,7 @@ static void log_refused(struct store_server *sv, const struct conn *c, const cha
 		sv->log_burst++;
 	if (sv->log_burst == 0) {
 		sv->unlogged++;
+		sv->unlogged_all++;
 		return;
 	}
 	sv->log_burst--;
@@ -1076,7 +1078,7 @@ static void log_summary(struct store_server *sv)
 		 "does not fit, %u malformed, %u handshakes timed out, %u closed unproven for newer ones "
 		 "(at most %u unproven at once), %u not logged line by line",
 		 all, r->token, r->protocol, r->claim, r->malformed, r->timed_out, r->evicted, r->peak_pending,
-		 sv->unlogged);
+		 sv->unlogged_all);
 	sv->log(sv->log_ctx, msg);
 }
 

@@ -43,12 +43,6 @@ no_jobs_queued() {
 	assert_output ""
 }
 
-nodes_healthy() {
-	run crun sinfo -h -N -o '%N %T'
-	assert_success
-	refute_output --regexp 'drain|down|fail'
-}
-
 @test "the shipped conf/ddp.yaml is valid and gives every default" {
 	run --separate-stderr "$REPO/build/bin/ddp-env" --check-config "$REPO/conf/ddp.yaml"
 	assert_success

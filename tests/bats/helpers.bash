@@ -43,6 +43,12 @@ wait_line() {
 }
 
 cluster_start() { "$CLUSTER" start "$1" >&3 2>&1; }
+# every node up, none drained (nothing a test did took a node out)
+nodes_healthy() {
+	run crun sinfo -h -N -o '%N %T'
+	assert_success
+	refute_output --regexp 'drain|down|fail'
+}
 cluster_stop() { "$CLUSTER" stop >/dev/null 2>&1 || true; }
 
 # The cluster's run folder, its ddp.yaml (tests edit it) and the binding

@@ -42,9 +42,9 @@ die() { echo "release: $*" >&2; exit 1; }
 log() { echo "release: $*" >&2; }
 
 # The Bats files that touch Slurm, run on every release: the env contract,
-# bad input, the configuration, binding, PyTorch, the examples and the
-# packages.
-RELEASE_BATS=(env bad_input config bind pytorch examples package)
+# bad input, the configuration, the rendezvous under attack, binding,
+# PyTorch, the examples and the packages.
+RELEASE_BATS=(env bad_input config security bind pytorch examples package)
 
 # suite REL: the Debian suite that ships Slurm REL
 suite() {
