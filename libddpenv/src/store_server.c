@@ -500,17 +500,46 @@ static int op_proof(struct store_server *sv, struct conn *c, struct rd *r)
 	return reply(c, REP_OK, NULL, 0, 0);
 }
 
-/* SET, GET, ADD: a key, and a value or a delta. */
-static int op_kv(struct store_server *sv, struct conn *c, int op, struct rd *r)
+/* A copy of v (len bytes) as e's value, its waiters answered: 0, or -1
+ * with the error queued for c (no memory, or the store would be full). */
+static int store_value(struct store_server *sv, struct conn *c, struct kv *e, const void *v, size_t len)
 {
-	char key[DDPENV_STORE_MAX_KEY + 1];
+	uint8_t *copy = malloc(len ? len : 1);
+
+	if (!copy) {
+		reply_err(c, "store out of memory");
+		return -1;
+	}
+	memcpy(copy, v, len);
+	if (kv_set(sv, e, copy, len) < 0) {
+		reply_err(c, "store full: its keys and values would pass " STORE_MAX_BYTES_TEXT);
+		return -1;
+	}
+	answer_waiters(sv, e);
+	return 0;
+}
+
+/* A request's key into key (NUL-ended): its length, 0 malformed. */
+static size_t rd_key(struct rd *r, char key[DDPENV_STORE_MAX_KEY + 1])
+{
 	size_t len;
 	const uint8_t *s = rd_str(r, &len);
 
 	if (!r->ok || len == 0 || len > DDPENV_STORE_MAX_KEY)
-		return 1;
+		return 0;
 	memcpy(key, s, len);
 	key[len] = 0;
+	return len;
+}
+
+/* SET, GET, ADD: a key, and a value or a delta. */
+static int op_kv(struct store_server *sv, struct conn *c, int op, struct rd *r)
+{
+	char key[DDPENV_STORE_MAX_KEY + 1];
+	size_t len = rd_key(r, key);
+
+	if (!len)
+		return 1;
 	struct kv *e = kv_find(sv, key, 1);
 	if (!e)
 		return reply_err(c, sv->bytes + key_cost(len) > STORE_MAX_BYTES ?
@@ -520,15 +549,7 @@ static int op_kv(struct store_server *sv, struct conn *c, int op, struct rd *r)
 		const uint8_t *v = rd_str(r, &len);
 		if (!r->ok)
 			return 1;
-		uint8_t *copy = malloc(len ? len : 1);
-		if (!copy)
-			return reply_err(c, "store out of memory");
-		memcpy(copy, v, len);
-		if (kv_set(sv, e, copy, len) < 0)
-			return reply_err(c, "store full: its keys and values would pass "
-				STORE_MAX_BYTES_TEXT);
-		answer_waiters(sv, e);
-		return reply(c, REP_OK, NULL, 0, 0);
+		return store_value(sv, c, e, v, len) < 0 ? 0 : reply(c, REP_OK, NULL, 0, 0);
 	}
 	if (op == OP_ADD) {
 		int64_t d = rd_i64(r), sum;
@@ -544,15 +565,9 @@ static int op_kv(struct store_server *sv, struct conn *c, int op, struct rd *r)
 		}
 		char txt[24];
 		int tl = snprintf(txt, sizeof(txt), "%lld", (long long)sum);
-		uint8_t *copy = malloc((size_t)tl);
-		if (!copy)
-			return reply_err(c, "store out of memory");
-		memcpy(copy, txt, (size_t)tl);
-		if (kv_set(sv, e, copy, (size_t)tl) < 0)
-			return reply_err(c, "store full: its keys and values would pass "
-				STORE_MAX_BYTES_TEXT);
+		if (store_value(sv, c, e, txt, (size_t)tl) < 0)
+			return 0;
 		e->num = sum;
-		answer_waiters(sv, e);
 		return reply_int(c, e->num);
 	}
 	if (e->val)
@@ -603,13 +618,9 @@ static int op_ranks(struct store_server *sv, struct conn *c, int op)
 static int op_unwait(struct store_server *sv, struct conn *c, struct rd *r)
 {
 	char key[DDPENV_STORE_MAX_KEY + 1];
-	size_t len;
-	const uint8_t *s = rd_str(r, &len);
 
-	if (!r->ok || len == 0 || len > DDPENV_STORE_MAX_KEY)
+	if (!rd_key(r, key))
 		return 1;
-	memcpy(key, s, len);
-	key[len] = 0;
 	struct kv *e = kv_find(sv, key, 0);
 	for (struct waiter **p = e ? &e->waiters : NULL; p && *p;) {
 		struct waiter *w = *p;

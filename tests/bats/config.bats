@@ -32,6 +32,14 @@ teardown() {
 
 set_conf() { printf '%s\n' "$@" >"$CONF"; }
 
+# with_secret: a root-only rdzv_secret ($secret) in ddp.yaml
+with_secret() {
+	secret="$DIR/etc/ddp.secret"
+	head -c 32 /dev/urandom >"$secret"
+	chmod 600 "$secret"
+	set_conf "rdzv_secret: $secret"
+}
+
 # Append plugstack.conf arguments to the plugin's line.
 plugstack_args() { sed -i "s|^required .*|& $*|" "$PLUGSTACK"; }
 # Set plugstack.conf argument KEY to VALUE, in place of the one the test
@@ -249,10 +257,7 @@ print("port", os.environ["MASTER_PORT"], os.environ["TORCHELASTIC_RUN_ID"], flus
 @test "rdzv_secret: one token per step, the same on every node; a forged token is refused and logged (steps of the unprivileged user)" {
 	local udir
 	udir=$(user_dir)
-	secret="$DIR/etc/ddp.secret"
-	head -c 32 /dev/urandom >"$secret"
-	chmod 600 "$secret"
-	set_conf "rdzv_secret: $secret"
+	with_secret
 	run --separate-stderr curun srun -N2 -n4 --ddp=gloo printenv DDP_RDZV_TOKEN
 	assert_success
 	assert_equal "$(printf '%s\n' "$output" | wc -l)" "4"
@@ -293,10 +298,7 @@ print("port", os.environ["MASTER_PORT"], os.environ["TORCHELASTIC_RUN_ID"], flus
 
 @test "a modified srun (a user's) that claims another job's or step's ids is refused, and never gets that step's token" {
 	local forge="$REPO/build/tests/tools/forge_env.so" a
-	secret="$DIR/etc/ddp.secret"
-	head -c 32 /dev/urandom >"$secret"
-	chmod 600 "$secret"
-	set_conf "rdzv_secret: $secret"
+	with_secret
 	run --separate-stderr crun srun -n1 --ddp=gloo bash -c 'echo "$SLURM_JOB_ID $SLURM_STEP_ID $DDP_RDZV_TOKEN"'
 	assert_success
 	read -r -a a <<<"$output"
@@ -318,10 +320,7 @@ print("port", os.environ["MASTER_PORT"], os.environ["TORCHELASTIC_RUN_ID"], flus
 }
 
 @test "rdzv_secret in a heterogeneous step: one token for its components (the leader's id, the user's uid), and its ranks join" {
-	secret="$DIR/etc/ddp.secret"
-	head -c 32 /dev/urandom >"$secret"
-	chmod 600 "$secret"
-	set_conf "rdzv_secret: $secret"
+	with_secret
 	run --separate-stderr curun srun --ddp=gloo -w node2 -n2 printenv DDP_RDZV_TOKEN : -w node1 -n2 printenv DDP_RDZV_TOKEN
 	assert_success
 	assert_equal "$(printf '%s\n' "$output" | wc -l)" "4"
@@ -333,10 +332,7 @@ print("port", os.environ["MASTER_PORT"], os.environ["TORCHELASTIC_RUN_ID"], flus
 }
 
 @test "as documented: a ddp.yaml the user cannot read fails the submit naming it; a root-only secret still gives the user's steps their token" {
-	secret="$DIR/etc/ddp.secret"
-	head -c 32 /dev/urandom >"$secret"
-	chmod 600 "$secret"
-	set_conf "rdzv_secret: $secret"
+	with_secret
 	run --separate-stderr curun srun -N2 -n2 --ddp=gloo printenv DDP_RDZV_TOKEN
 	assert_success
 	[[ "$(printf '%s\n' "$output" | sort -u)" =~ ^[0-9a-f]{64}$ ]]
