@@ -252,6 +252,8 @@ static int host_set(const char *key, const char *list, struct hsearch_data *set,
 	}
 	if (!(*names = calloc((size_t)count + 1, sizeof(char *))) || !hcreate_r((size_t)count * 2 + 1, set)) {
 		snprintf(err, errlen, "out of memory for the %d hosts of %s", count, key);
+		free(*names);
+		*names = NULL;
 		slurm_hostlist_destroy(hl);
 		return -1;
 	}

@@ -98,6 +98,7 @@ struct conn {
 	struct in6_addr addr; /* its address (IPv4 as ::ffff:a.b.c.d) */
 	uint16_t port;
 	struct conn *prev, *next; /* the pending list, until joined */
+	int pending;         /* on that list */
 	int bye;
 	int refused;         /* a refusal was counted for it */
 	int waiting;         /* its GETs not answered yet */
@@ -294,6 +295,7 @@ static void drop_waiters(struct store_server *sv, const struct conn *c)
 
 static void pending_add(struct store_server *sv, struct conn *c)
 {
+	c->pending = 1;
 	c->prev = sv->pending_tail;
 	c->next = NULL;
 	if (sv->pending_tail)
@@ -307,8 +309,9 @@ static void pending_add(struct store_server *sv, struct conn *c)
 
 static void pending_del(struct store_server *sv, struct conn *c)
 {
-	if (c->hs == HS_JOINED)
+	if (!c->pending)
 		return;
+	c->pending = 0;
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -807,11 +810,11 @@ static void make_room(struct store_server *sv, const struct in6_addr *addr)
 	for (struct conn *c = sv->pending_head; c; c = c->next)
 		if (!memcmp(&c->addr, addr, sizeof(*addr)) && same++ == 0)
 			oldest = c;
-	if (same >= STORE_MAX_PENDING_PER_ADDR)
+	if (oldest && same >= STORE_MAX_PENDING_PER_ADDR)
 		drop_pending(sv, oldest, &sv->ref.evicted,
 			     "closed unproven: its address has " STORE_TEXT(STORE_MAX_PENDING_PER_ADDR)
 			     " newer connections in their handshake");
-	else if (sv->npending >= STORE_MAX_PENDING)
+	else if (sv->pending_head && sv->npending >= STORE_MAX_PENDING)
 		drop_pending(sv, sv->pending_head, &sv->ref.evicted,
 			     "closed unproven: " STORE_TEXT(STORE_MAX_PENDING) " newer connections in their handshake");
 }
@@ -822,9 +825,12 @@ static int expire_pending(struct store_server *sv)
 {
 	int64_t now = now_ms();
 
-	while (sv->pending_head && now - sv->pending_head->since_ms >= STORE_HANDSHAKE_MS)
-		drop_pending(sv, sv->pending_head, &sv->ref.timed_out,
-			     "no handshake within " STORE_TEXT(STORE_HANDSHAKE_MS) " ms");
+	struct conn *c;
+
+	while ((c = sv->pending_head) && now - c->since_ms >= STORE_HANDSHAKE_MS) {
+		pending_del(sv, c); /* (conn_close would; said here for the reader) */
+		drop_pending(sv, c, &sv->ref.timed_out, "no handshake within " STORE_TEXT(STORE_HANDSHAKE_MS) " ms");
+	}
 	if (!sv->pending_head)
 		return 1000;
 	int64_t left = sv->pending_head->since_ms + STORE_HANDSHAKE_MS - now;

@@ -30,6 +30,7 @@ teardown_file() {
 }
 
 setup() {
+	as_user # the jobs are the unprivileged user's
 	OUT="$BATS_TEST_TMPDIR/job.out"
 	# the tools as a user has them in PATH (here: the build tree's)
 	# and Debian's python3 (python3-torch) first, as on a cluster node
@@ -134,7 +135,7 @@ submit() {
 
 @test "cnn_train-requeue.sbatch: requeued mid-run, the same job resumes from its checkpoint" {
 	local ck="$BATS_TEST_TMPDIR/ck" i job
-	run env CKPT_DIR="$ck" "$CLUSTER" run sbatch --parsable -D "$REPO" -o "$OUT" \
+	run env CKPT_DIR="$ck" "$CLUSTER" user sbatch --parsable -D "$REPO" -o "$OUT" \
 		"$EX/cnn_train-requeue.sbatch" --train-limit 8192 --test-limit 512 --batch-size 16 \
 		--checkpoint-every 10 --log-every 10 --stop-every 8
 	assert_success
@@ -156,7 +157,7 @@ submit() {
 	# was killed ("Job credential revoked": it compares whole seconds), and
 	# the backfill (bf_interval=1) would start the job within that second
 	sleep 2
-	run crun scontrol update JobId="$job" StartTime=now
+	run crun_root scontrol update JobId="$job" StartTime=now # (an admin's)
 	assert_success
 	# the job runs again (same id) and completes
 	for ((i = 0; i < 1500; i++)); do

@@ -64,14 +64,25 @@ restore_conf() {
 	cp "$REPO/conf/ddp.yaml" "$CONF"
 }
 
-# Run a Slurm client inside the cluster (bounded).
-crun() { timeout 90 "$CLUSTER" run "$@"; }
-# as the cluster's unprivileged user (what a user runs; crun: an admin)
+# Run a Slurm client inside the cluster (bounded): as root, or, in a file
+# that called as_user, as the cluster's unprivileged user (what a user
+# runs); crun_root and curun say which whatever the file chose.
+SUBMIT_AS=root
+crun() { if [ "$SUBMIT_AS" = user ]; then curun "$@"; else crun_root "$@"; fi; }
+crun_root() { timeout 90 "$CLUSTER" run "$@"; }
 curun() { timeout 90 "$CLUSTER" user "$@"; }
 TEST_USER=${DDP_CLUSTER_USER:-ddp-test}
 # user_dir: a folder of /tmp the test user owns (for what its tasks write;
 # a Bats temporary folder is root's alone), removed by the caller
 user_dir() { local d; d=$(mktemp -d /tmp/ddp-user.XXXXXX) && chown "$TEST_USER:" "$d" && echo "$d"; }
+# as_user (in setup): this test's jobs are the unprivileged user's, and
+# the test's temporary folder is the user's to write in (a job's output,
+# what its tasks write); the folders above it only to pass through.
+as_user() {
+	SUBMIT_AS=user
+	chmod o+x "$BATS_RUN_TMPDIR" "$BATS_FILE_TMPDIR" "$(dirname "$BATS_TEST_TMPDIR")" 2>/dev/null || true
+	chown "$TEST_USER:" "$BATS_TEST_TMPDIR"
+}
 
 # sbatch_wait ARGS...: sbatch --wait without its sleeps (2 s, then 8, then
 # 32: a job that ends at second 11 is seen at second 42).  Submits, polls
@@ -79,7 +90,7 @@ user_dir() { local d; d=$(mktemp -d /tmp/ddp-user.XXXXXX) && chown "$TEST_USER:"
 # returns as sbatch --wait does: the job's exit code, 1 if a signal ended it.
 sbatch_wait() {
 	local out job st rc sig i
-	out=$(timeout 90 "$CLUSTER" run sbatch --parsable "$@") || return
+	out=$(crun sbatch --parsable "$@") || return
 	job=${out%%;*}
 	echo "Submitted batch job $job"
 	for ((i = 0; i < ${SBATCH_WAIT_MAX:-280} * 5; i++)); do

@@ -85,10 +85,14 @@ figures() {
 	# the store's last line counts what it refused, each kind
 	line=$(grep "rendezvous refused [0-9]* clients in all" <<<"$stderr")
 	echo "# $line" >&3
-	[[ "$line" =~ \ ([0-9]+)\ wrong\ or\ missing\ token ]] && [ "${BASH_REMATCH[1]}" -gt 0 ]
-	[[ "$line" =~ \ ([0-9]+)\ malformed ]] && [ "${BASH_REMATCH[1]}" -gt 0 ]
-	[[ "$line" =~ \ ([0-9]+)\ closed\ unproven ]] && [ "${BASH_REMATCH[1]}" -gt 0 ]
-	[[ "$line" =~ at\ most\ ([0-9]+)\ unproven\ at\ once ]] && [ "${BASH_REMATCH[1]}" -le 1024 ]
+	[[ "$line" =~ \ ([0-9]+)\ wrong\ or\ missing\ token ]]
+	[ "${BASH_REMATCH[1]}" -gt 0 ]
+	[[ "$line" =~ \ ([0-9]+)\ malformed ]]
+	[ "${BASH_REMATCH[1]}" -gt 0 ]
+	[[ "$line" =~ \ ([0-9]+)\ closed\ unproven ]]
+	[ "${BASH_REMATCH[1]}" -gt 0 ]
+	[[ "$line" =~ at\ most\ ([0-9]+)\ unproven\ at\ once ]]
+	[ "${BASH_REMATCH[1]}" -le 1024 ]
 	# and its lines were rate-limited: 10 at once, then one a second
 	[ "$(grep -c "rendezvous refused a client" <<<"$stderr")" -le 60 ]
 	nodes_healthy
