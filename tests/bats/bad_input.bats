@@ -12,6 +12,11 @@ teardown_file() {
 	cluster_stop
 }
 
+# the jobs are the unprivileged user's
+setup() {
+	as_user
+}
+
 teardown() {
 	dump_logs_on_failure
 }

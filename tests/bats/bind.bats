@@ -19,6 +19,7 @@ teardown_file() {
 }
 
 setup() {
+	as_user # the jobs are the unprivileged user's
 	cluster_paths
 }
 

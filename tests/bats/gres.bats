@@ -35,6 +35,7 @@ teardown_file() {
 }
 
 setup() {
+	as_user # the jobs are the unprivileged user's
 	cluster_paths
 	sed -i "s|^topology: .*|topology: $REPO/tests/topologies/testnode.xml|; s|^nvidia_gpus: .*|nvidia_gpus: $NV|" "$CONF"
 }

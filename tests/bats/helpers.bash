@@ -76,12 +76,13 @@ TEST_USER=${DDP_CLUSTER_USER:-ddp-test}
 # a Bats temporary folder is root's alone), removed by the caller
 user_dir() { local d; d=$(mktemp -d /tmp/ddp-user.XXXXXX) && chown "$TEST_USER:" "$d" && echo "$d"; }
 # as_user (in setup): this test's jobs are the unprivileged user's, and
-# the test's temporary folder is the user's to write in (a job's output,
-# what its tasks write); the folders above it only to pass through.
+# the test's and the file's temporary folders are the user's to write in
+# (a job's output, what its tasks write); the folders above them only to
+# pass through.
 as_user() {
 	SUBMIT_AS=user
-	chmod o+x "$BATS_RUN_TMPDIR" "$BATS_FILE_TMPDIR" "$(dirname "$BATS_TEST_TMPDIR")" 2>/dev/null || true
-	chown "$TEST_USER:" "$BATS_TEST_TMPDIR"
+	chmod o+x "$BATS_RUN_TMPDIR" "$(dirname "$BATS_FILE_TMPDIR")" "$(dirname "$BATS_TEST_TMPDIR")" 2>/dev/null || true
+	chown "$TEST_USER:" "$BATS_TEST_TMPDIR" "$BATS_FILE_TMPDIR"
 }
 
 # sbatch_wait ARGS...: sbatch --wait without its sleeps (2 s, then 8, then

@@ -29,6 +29,7 @@ teardown_file() {
 }
 
 setup() {
+	as_user # the jobs are the unprivileged user's
 	cluster_paths
 	sed -i "s|^topology: .*|topology: $REPO/tests/topologies/testnode.xml|" "$CONF"
 }

@@ -49,6 +49,11 @@ teardown_file() {
 	purge
 }
 
+# the jobs are the unprivileged user's
+setup() {
+	as_user
+}
+
 teardown() {
 	dump_logs_on_failure
 }

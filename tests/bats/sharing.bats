@@ -19,6 +19,7 @@ teardown_file() {
 }
 
 setup() {
+	as_user # the jobs are the unprivileged user's
 	CHECK="$REPO/build/bin/ddp-check"
 	ARGS=(--timeout 40 -e 4K -n 5 -w 1)
 }

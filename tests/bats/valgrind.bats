@@ -17,6 +17,7 @@ teardown_file() {
 }
 
 setup() {
+	as_user # the jobs are the unprivileged user's
 	DIR=${DDP_CLUSTER_DIR:-$REPO/build/cluster}
 }
 
