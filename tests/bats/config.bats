@@ -16,6 +16,7 @@ teardown_file() {
 }
 
 setup() {
+	as_user # the jobs are the unprivileged user's; the configuration the admin's
 	cluster_paths
 	PLUGSTACK="$DIR/etc/plugstack.conf"
 	cp "$PLUGSTACK" "$BATS_TEST_TMPDIR/plugstack.conf"
@@ -345,7 +346,7 @@ print("port", os.environ["MASTER_PORT"], os.environ["TORCHELASTIC_RUN_ID"], flus
 	[[ "$stderr" == *"ddp: $CONF: Permission denied: expected a readable YAML file"* ]]
 	# root reads it as before
 	chmod 600 "$CONF"
-	run --separate-stderr crun srun -n1 --ddp=gloo true
+	run --separate-stderr crun_root srun -n1 --ddp=gloo true
 	chmod 644 "$CONF"
 	assert_success
 }
