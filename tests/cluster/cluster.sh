@@ -370,6 +370,25 @@ ensure_user() {
 		die "cannot make the test user $TEST_USER (useradd failed)"
 }
 
+# The checkout within the test user's reach: a folder above it that the
+# user cannot pass (a clone under /root, mode 0700) is opened to pass
+# through (o+x) while the cluster runs; stop closes it again.
+open_path() {
+	local d=$repo parts=() p
+	while [ "$d" != / ]; do parts=("$d" "${parts[@]}"); d=$(dirname "$d"); done
+	for p in "${parts[@]}"; do
+		runuser -u "$TEST_USER" -- test -x "$p" 2>/dev/null && continue
+		chmod o+x "$p" && echo "$p" >>"$RUN/opened"
+	done
+}
+
+close_path() {
+	local p
+	[ -f "$RUN/opened" ] || return 0
+	while read -r p; do [ -z "$p" ] || chmod o-x "$p" 2>/dev/null || true; done <"$RUN/opened"
+	rm -f "$RUN/opened"
+}
+
 urun() { # a client as the test user: its own home and name, the cluster's SLURM_CONF
 	crun runuser -u "$TEST_USER" -- env HOME="/home/$TEST_USER" "$@"
 }
@@ -406,6 +425,7 @@ cmd_start() {
 	write_conf "$n"
 	make_network "$n"
 	ensure_user
+	open_path
 	start_munge
 	local conf="$RUN/etc/slurm.conf" slurmd
 	# by its absolute path: from 24.11 slurmd re-executes itself to run
@@ -479,6 +499,7 @@ cmd_stop() {
 		done <"$RUN/route"
 		rm -f "$RUN/route"
 	fi
+	close_path
 	rm -f "$RUN/net"
 	log "stopped"
 }
