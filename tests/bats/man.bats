@@ -71,8 +71,8 @@ page_lacks() {
 		sed 's/^expected //; s/ or /, /; s/\.NAME//g' | tr -d ,)
 	[ "${#keys[@]}" -ge 15 ]
 	page_lacks spank-ddp.8 --ddp --ddp-bind config= "${keys[@]}"
-	# the README's table of every variable set (42 now)
-	mapfile -t vars < <(sed -n '/^| variable | value |/,/^$/p' "$REPO/README.md" |
+	# docs/contract.md's table of every variable set (42 now)
+	mapfile -t vars < <(sed -n '/^| variable | value |/,/^$/p' "$REPO/docs/contract.md" |
 		grep -oE '`[A-Z][A-Z_]+`' | tr -d '`' | sort -u)
 	[ "${#vars[@]}" -ge 35 ]
 	page_lacks spank-ddp.8 "${vars[@]}"
