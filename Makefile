@@ -29,9 +29,9 @@ SYSCONFDIR ?= /etc/slurm
 # each folder's PREFIX; not exported, so a later PREFIX=... is followed.
 export BUILD CC CFLAGS SANITIZER PREFIX DESTDIR SLURM_PLUGIN_DIR SYSCONFDIR
 
-.PHONY: all libddpenv spank trainer check-tool bench fuzz analyze deps check check-release unit bats demo deb install uninstall clean cluster-stop
+.PHONY: all libddpenv spank trainer tools bench fuzz analyze deps check check-release unit bats demo deb install uninstall clean cluster-stop
 
-all: libddpenv spank trainer check-tool
+all: libddpenv spank trainer tools
 
 libddpenv:
 	$(MAKE) -C libddpenv
@@ -42,8 +42,9 @@ spank: libddpenv
 trainer: libddpenv
 	$(MAKE) -C trainer
 
-check-tool: libddpenv trainer
-	$(MAKE) -C check
+tools: libddpenv trainer
+	$(MAKE) -C tools/ddp-env
+	$(MAKE) -C tools/ddp-check
 
 bench: all
 	$(MAKE) -C bench
@@ -100,13 +101,15 @@ install: all
 	$(MAKE) -C libddpenv install
 	$(MAKE) -C spank install
 	$(MAKE) -C trainer install
-	$(MAKE) -C check install
+	$(MAKE) -C tools/ddp-env install
+	$(MAKE) -C tools/ddp-check install
 
 uninstall:
 	$(MAKE) -C libddpenv uninstall
 	$(MAKE) -C spank uninstall
 	$(MAKE) -C trainer uninstall
-	$(MAKE) -C check uninstall
+	$(MAKE) -C tools/ddp-env uninstall
+	$(MAKE) -C tools/ddp-check uninstall
 
 cluster-stop:
 	tests/cluster/cluster.sh stop
