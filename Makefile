@@ -29,9 +29,9 @@ SYSCONFDIR ?= /etc/slurm
 # each folder's PREFIX; not exported, so a later PREFIX=... is followed.
 export BUILD CC CFLAGS SANITIZER PREFIX DESTDIR SLURM_PLUGIN_DIR SYSCONFDIR
 
-.PHONY: all libddpenv spank trainer tools bench fuzz analyze deps check check-release unit bats demo deb install uninstall clean cluster-stop
+.PHONY: all libddpenv comm spank trainer tools bench fuzz analyze deps check check-release unit bats demo deb install uninstall clean cluster-stop
 
-all: libddpenv spank trainer tools
+all: libddpenv comm spank trainer tools
 
 libddpenv:
 	$(MAKE) -C libddpenv
@@ -39,10 +39,13 @@ libddpenv:
 spank: libddpenv
 	$(MAKE) -C spank
 
-trainer: libddpenv
+comm: libddpenv
+	$(MAKE) -C comm
+
+trainer: libddpenv comm
 	$(MAKE) -C trainer
 
-tools: libddpenv trainer
+tools: libddpenv comm
 	$(MAKE) -C tools/ddp-env
 	$(MAKE) -C tools/ddp-check
 

@@ -1,5 +1,8 @@
 # Shared compiler settings, included by each folder's Makefile.
-BUILD ?= $(abspath ..)/build
+# build/ beside mk/, from any folder's Makefile (tools/ddp-check is two down)
+ifeq ($(origin BUILD),undefined)
+BUILD := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))..)/build
+endif
 CC ?= cc
 CFLAGS ?= -O2 -g
 # -Wno-format-truncation is gcc's (every snprintf into a fixed buffer is
