@@ -247,7 +247,7 @@ gpu_steps)
 	;;
 ddp_check)
 	# ddp-check as `srun --ddp=nccl ddp-check` runs it on one node of
-	# one GPU: world 1, NCCL (check.bats' world-1 test, on a real GPU)
+	# one GPU: world 1, NCCL (ddp_check.bats' world-1 test, on a real GPU)
 	shift || true
 	world1 run ddp-check -e 256M "$@"
 	;;

@@ -108,7 +108,7 @@ check_vg() {
 }
 
 # ddp-check's NCCL path end to end on cuemu's CUDA runtime and NCCL
-# (build/tests/cuemu/lib; check_emu.bats): two tasks, the communicator
+# (build/tests/cuemu/lib; ddp_check_emu.bats): two tasks, the communicator
 # set up, the all-reduces, the stream and buffers freed; then task 1
 # killed at its 20th all-reduce where NCCL cannot see it (CUEMU_NCCL_SILENT):
 # task 0 learns it from the store, aborts the communicator, stops waiting
@@ -139,7 +139,7 @@ check_vg() {
 }
 
 @test "valgrind: ddp-check over NCCL where no GPU is visible: coll.backend FAILs, naming why" {
-	[ ! -e /dev/nvidia0 ] || skip "a GPU here: NCCL's path is the GPU tests' (check.bats)"
+	[ ! -e /dev/nvidia0 ] || skip "a GPU here: NCCL's path is the GPU tests' (ddp_check.bats)"
 	port=$(free_port)
 	run --separate-stderr check_vg 0 1 "$port" 0 NCCL_SOCKET_IFNAME=lo DDP_BACKEND=nccl -- -e 1K --timeout=10
 	assert_equal "$status" 1

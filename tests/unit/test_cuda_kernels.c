@@ -17,7 +17,7 @@
 #include <cuda_runtime_api.h>
 
 #include "bf16.h"
-#include "cuda/check.h"
+#include "cuda/errors.h"
 #include "cuda/kernels.h"
 #include "data.h"
 #include "ops.h"

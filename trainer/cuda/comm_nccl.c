@@ -13,7 +13,7 @@
 
 #include "cuda/comm_nccl.h"
 
-#include "cuda/check.h"
+#include "cuda/errors.h"
 
 struct nccl_impl {
 	ncclComm_t comm;

@@ -11,7 +11,7 @@
 
 #include "gpu.h"
 
-#include "cuda/check.h"
+#include "cuda/errors.h"
 #include "cuda/net.h"
 
 /* A training step's inputs, in one host-to-device copy: the graph's only

@@ -2,7 +2,7 @@
 // activations (see kernels.h): bias and ReLU, the pool's forward and
 // backward, the ReLU's backward, the bias gradients, in NCHW and NHWC, the
 // weights' layout and precision conversions; and the GPU path's error
-// reporting (check.h).  conv1's direct kernels are conv1.cu's, the
+// reporting (errors.h).  conv1's direct kernels are conv1.cu's, the
 // gather, the head and the optimizers head.cu's, conv2's tensor-core
 // kernels conv2_tc.cu's.  Grid-stride loops, one thread per output
 // element, except the bias gradient (a block per chunk of images and

@@ -14,7 +14,7 @@
 
 #include <cuda_bf16.h>
 
-#include "check.h"
+#include "errors.h"
 #include "kernels.h"
 #include "pdl.h"
 

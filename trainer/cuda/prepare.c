@@ -12,7 +12,7 @@
 
 #include "net_impl.h"
 
-#include "cuda/check.h"
+#include "cuda/errors.h"
 #include "cuda/kernels.h"
 
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"

@@ -2,8 +2,8 @@
  * rank, file:line, the call and the library's message to stderr, then
  * return -1 from the calling function (callers unwind and the trainer's
  * die() aborts the communicator).  cnn_cuda_where names host and rank. */
-#ifndef CNN_CUDA_CHECK_H
-#define CNN_CUDA_CHECK_H
+#ifndef CNN_CUDA_ERRORS_H
+#define CNN_CUDA_ERRORS_H
 
 #include <stdio.h>
 

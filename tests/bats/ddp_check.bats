@@ -542,7 +542,7 @@ fake_nvidia() {
 
 @test "on a GPU: --ddp=nccl at world size 1 reports busbw (skips without a GPU)" {
 	if ! ls /dev/nvidia0 >/dev/null 2>&1; then
-		skip "no GPU on this machine (/dev/nvidia0 absent): ddp-check's NCCL path did not run on real NCCL (check_emu.bats runs it on cuemu's)"
+		skip "no GPU on this machine (/dev/nvidia0 absent): ddp-check's NCCL path did not run on real NCCL (ddp_check_emu.bats runs it on cuemu's)"
 	fi
 	local port
 	port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

@@ -3,7 +3,7 @@
 # which loads libcudart and libnccl at run time) on cuemu's runtime and
 # NCCL (tests/Makefile: build/tests/cuemu/lib, libcudart.so and
 # libnccl.so.2), two ranks on this machine as srun --ddp would start them,
-# each on a GPU of its own (CUEMU_PCI_BUS).  check.bats runs ddp-check on
+# each on a GPU of its own (CUEMU_PCI_BUS).  ddp_check.bats runs ddp-check on
 # the cluster, and on a real GPU where there is one.
 # bats file_tags=check,gpu
 
