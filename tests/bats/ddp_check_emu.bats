@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# ddp-check --ddp=nccl where no GPU is: its NCCL path (check/nccl_dl.c,
+# ddp-check --ddp=nccl where no GPU is: its NCCL path (tools/ddp-check/nccl_dl.c,
 # which loads libcudart and libnccl at run time) on cuemu's runtime and
 # NCCL (tests/Makefile: build/tests/cuemu/lib, libcudart.so and
 # libnccl.so.2), two ranks on this machine as srun --ddp would start them,

@@ -26,7 +26,7 @@ setup() {
 
 # vg LOG CMD...: CMD under memcheck, its report in LOG; exit 97 on an error
 # or a definite leak.  A child forked without exec is left out: ddp-check's
-# task 0 forks one to run libslurm's query of the controller (check/slurm.c),
+# task 0 forks one to run libslurm's query of the controller (tools/ddp-check/slurm.c),
 # which ends by _exit with libslurm's state still allocated.
 vg() {
 	local log=$1
