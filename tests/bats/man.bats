@@ -115,11 +115,11 @@ print("\n".join(sorted(names | keys)))' "$json"
 
 @test "make install puts ddp-check and its man page under DESTDIR, make uninstall removes them" {
 	local d="$BATS_TEST_TMPDIR/stage"
-	run make -s -C "$REPO/check" install DESTDIR="$d" PREFIX=/usr
+	run make -s -C "$REPO/tools/ddp-check" install DESTDIR="$d" PREFIX=/usr
 	assert_success
 	[ -x "$d/usr/bin/ddp-check" ]
 	[ -f "$d/usr/share/man/man1/ddp-check.1" ]
-	run make -s -C "$REPO/check" uninstall DESTDIR="$d" PREFIX=/usr
+	run make -s -C "$REPO/tools/ddp-check" uninstall DESTDIR="$d" PREFIX=/usr
 	assert_success
 	[ ! -e "$d/usr/bin/ddp-check" ]
 	[ ! -e "$d/usr/share/man/man1/ddp-check.1" ]
