@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -410,72 +411,78 @@ out:
 	return rv;
 }
 
-int main(int argc, char **argv)
-{
-	static const struct option opts[] = {
-		{ "explain", no_argument, NULL, 'e' },
-		{ "backend", required_argument, NULL, 'b' },
-		{ "head-from", required_argument, NULL, 'H' },
-		{ "repeat", required_argument, NULL, 'R' },
-		{ "config", required_argument, NULL, 'c' },
-		{ "check-config", optional_argument, NULL, 'C' },
-		{ "bind", required_argument, NULL, 'B' },
-		{ "topology", required_argument, NULL, 't' },
-		{ "tasks", required_argument, NULL, 'T' },
-		{ "gpus", required_argument, NULL, 'G' },
-		{ "allowed", required_argument, NULL, 'A' },
-		{ "nvidia-gpus", required_argument, NULL, 'N' },
-		{ "gres-order", required_argument, NULL, 'O' },
-		{ "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, 'V' },
-		{ NULL, 0, NULL, 0 },
-	};
-	const char *backend_arg = NULL, *head_from = NULL, *config = NULL;
-	const char *bind_arg = NULL, *topo_path = NULL, *tasks_arg = NULL, *gpus_arg = NULL,
-		   *allowed_arg = NULL, *nvidia_arg = NULL, *order_arg = NULL, *repeat_arg = NULL;
-	struct ddpenv_topo *topo = NULL;
-	struct ddpenv_bind_plan plan;
-	char policy_how[DDPENV_HOWLEN];
-	int have_plan = 0;
-	int check = 0;
-	long repeat = 0;
-	char *end;
-	enum ddpenv_backend backend;
-	struct ddpenv_env env;
-	struct ddpenv_sys sys = ddpenv_sys_default;
-	struct ddpenv_node node;
-	struct ddpenv_vars vars;
-	char err[DDPENV_ERRLEN];
-	int explain = 0, c, rv = 1;
+/* The command line.  The options that take a string land in a field of
+ * their own (opt_fields); --explain, --check-config, --help and --version
+ * are handled where they are parsed. */
+struct cli {
+	const char *backend, *head_from, *config, *bind, *topology, *tasks, *gpus, *allowed, *nvidia,
+		*order, *repeat_s;
+	long repeat;
+	int explain, check;
+};
 
-	memset(&plan, 0, sizeof(plan));
-	while ((c = getopt_long(argc, argv, "eb:c:t:hV", opts, NULL)) != -1) {
+#define AT(f) offsetof(struct cli, f)
+static const struct {
+	struct option opt;
+	size_t field;
+} opt_fields[] = {
+	{ { "backend", required_argument, NULL, 'b' }, AT(backend) },
+	{ { "head-from", required_argument, NULL, 'H' }, AT(head_from) },
+	{ { "repeat", required_argument, NULL, 'R' }, AT(repeat_s) },
+	{ { "config", required_argument, NULL, 'c' }, AT(config) },
+	{ { "bind", required_argument, NULL, 'B' }, AT(bind) },
+	{ { "topology", required_argument, NULL, 't' }, AT(topology) },
+	{ { "tasks", required_argument, NULL, 'T' }, AT(tasks) },
+	{ { "gpus", required_argument, NULL, 'G' }, AT(gpus) },
+	{ { "allowed", required_argument, NULL, 'A' }, AT(allowed) },
+	{ { "nvidia-gpus", required_argument, NULL, 'N' }, AT(nvidia) },
+	{ { "gres-order", required_argument, NULL, 'O' }, AT(order) },
+};
+#undef AT
+#define NFIELDS (sizeof(opt_fields) / sizeof(opt_fields[0]))
+
+static void version(void)
+{
+	printf("ddp-env %s (built against Slurm %02d.%02d.%d)\n", DDPENV_VERSION,
+	       SLURM_VERSION_MAJOR(SLURM_VERSION_NUMBER), SLURM_VERSION_MINOR(SLURM_VERSION_NUMBER),
+	       SLURM_VERSION_MICRO(SLURM_VERSION_NUMBER));
+}
+
+/* -1: go on; else the exit status (after --help or --version, or a usage
+ * error said on stderr). */
+static int parse_cli(int argc, char **argv, struct cli *cli)
+{
+	struct option lo[NFIELDS + 5];
+	size_t k = 0;
+	int c;
+
+	for (size_t i = 0; i < NFIELDS; i++)
+		lo[k++] = opt_fields[i].opt;
+	lo[k++] = (struct option){ "explain", no_argument, NULL, 'e' };
+	lo[k++] = (struct option){ "check-config", optional_argument, NULL, 'C' };
+	lo[k++] = (struct option){ "help", no_argument, NULL, 'h' };
+	lo[k++] = (struct option){ "version", no_argument, NULL, 'V' };
+	lo[k] = (struct option){ NULL, 0, NULL, 0 };
+
+	while ((c = getopt_long(argc, argv, "eb:c:t:hV", lo, NULL)) != -1) {
+		size_t i = 0;
+		while (i < NFIELDS && opt_fields[i].opt.val != c)
+			i++;
+		if (i < NFIELDS) {
+			*(const char **)(void *)((char *)cli + opt_fields[i].field) = optarg;
+			continue;
+		}
 		switch (c) {
-		case 'B': bind_arg = optarg; break;
-		case 't': topo_path = optarg; break;
-		case 'T': tasks_arg = optarg; break;
-		case 'G': gpus_arg = optarg; break;
-		case 'A': allowed_arg = optarg; break;
-		case 'N': nvidia_arg = optarg; break;
-		case 'O': order_arg = optarg; break;
-		case 'c': config = optarg; break;
+		case 'e': cli->explain = 1; break;
 		case 'C':
-			check = 1;
+			cli->check = 1;
 			if (optarg)
-				config = optarg;
+				cli->config = optarg;
 			else if (optind < argc && argv[optind][0] != '-')
-				config = argv[optind++];
+				cli->config = argv[optind++];
 			break;
-		case 'e': explain = 1; break;
-		case 'b': backend_arg = optarg; break;
-		case 'H': head_from = optarg; break;
-		case 'R': repeat_arg = optarg; break;
 		case 'h': usage(stdout); return 0;
-		case 'V':
-			printf("ddp-env %s (built against Slurm %02d.%02d.%d)\n", DDPENV_VERSION,
-			       SLURM_VERSION_MAJOR(SLURM_VERSION_NUMBER), SLURM_VERSION_MINOR(SLURM_VERSION_NUMBER),
-			       SLURM_VERSION_MICRO(SLURM_VERSION_NUMBER));
-			return 0;
+		case 'V': version(); return 0;
 		default: usage(stderr); return 2;
 		}
 	}
@@ -484,151 +491,197 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	if (repeat_arg) {
+	if (cli->repeat_s) {
+		char *end;
 		errno = 0;
-		repeat = strtol(repeat_arg, &end, 10);
-		if (errno || end == repeat_arg || *end || repeat < 1 || repeat > 100000000) {
-			fprintf(stderr, "ddp-env: --repeat=%s: expected a count 1-100000000\n", repeat_arg);
+		cli->repeat = strtol(cli->repeat_s, &end, 10);
+		if (errno || end == cli->repeat_s || *end || cli->repeat < 1 || cli->repeat > 100000000) {
+			fprintf(stderr, "ddp-env: --repeat=%s: expected a count 1-100000000\n", cli->repeat_s);
 			return 2;
 		}
 	}
-	if (check)
-		return check_config(config ? config : DDPENV_CONFIG_PATH);
-	if ((gpus_arg || allowed_arg) && !tasks_arg && !topo_path) {
-		fprintf(stderr, "ddp-env: --gpus and --allowed describe a step for --tasks=N or --topology=FILE: give one\n");
-		return 2;
-	}
-	/* Outside a step, --topology (or --tasks) prints the plan alone. */
-	if (tasks_arg || (topo_path && !getenv("SLURM_STEP_ID") && !getenv("SLURM_STEPID")))
-		return plan_only(topo_path, bind_arg, tasks_arg, gpus_arg, allowed_arg, nvidia_arg, order_arg);
-	if (!backend_arg)
-		backend_arg = getenv("SLURM_SPANK__SLURM_SPANK_OPTION_ddp_ddp");
-	if (backend_arg && !*backend_arg)
-		backend_arg = NULL; /* a bare --ddp */
-	int backend_from_env = 0;
-	if (!backend_arg && (backend_arg = getenv("DDP_BACKEND")))
-		backend_from_env = 1;
-	if (ddpenv_backend_parse(backend_arg, &backend, err, sizeof(err)) < 0) {
-		fprintf(stderr, "ddp-env: %s\n", err);
-		return 2;
-	}
+	return -1;
+}
 
-	ddpenv_env_init(&env);
-	if (ddpenv_env_from_envp(&env, environ) < 0) {
-		fprintf(stderr, "ddp-env: out of memory reading the environment\n");
-		goto out;
-	}
-	if (head_from) {
-		enum ddpenv_head_from f;
-		if (ddpenv_head_from_parse(head_from, &f, err, sizeof(err)) < 0) {
-			fprintf(stderr, "ddp-env: --head-from: %s\n", err);
-			rv = 2;
-			goto out;
-		}
-		if (ddpenv_env_set(&env, "DDP_HEAD_FROM", head_from) < 0) {
-			fprintf(stderr, "ddp-env: out of memory\n");
-			goto out;
-		}
-	}
+/* What a task's contract is made of, and what it holds afterwards. */
+struct task {
+	enum ddpenv_backend backend;
+	const char *backend_from;        /* the plugin's reason, in a --ddp step */
+	struct ddpenv_env env;
 	struct ddpenv_config cfg;
 	struct ddpenv_settings eff;
-	const char *cpath = config ? config : getenv("DDP_CONFIG");
-	ddpenv_config_init(&cfg);
-	if (ddpenv_config_load(&cfg, cpath ? cpath : cfg.path, cpath != NULL, err, sizeof(err)) < 0 ||
-	    ddpenv_config_effective(&cfg, getenv("SLURM_JOB_PARTITION"), &env, &eff, err,
-				    sizeof(err)) < 0) {
-		fprintf(stderr, "ddp-env: %s\n", err);
-		ddpenv_config_free(&cfg);
-		goto out;
-	}
-	ddpenv_config_free(&cfg);
+	struct ddpenv_topo *topo;
+	struct ddpenv_bind_plan plan;
+	int have_plan;
+	char policy_how[DDPENV_HOWLEN];
+	struct ddpenv_node node;
+	struct ddpenv_vars vars;
+	char err[DDPENV_ERRLEN];
+};
 
-	/* The binding plan, as the plugin made it on this node. */
-	{
-		enum ddpenv_bind policy = (enum ddpenv_bind)eff.bind;
-		/* The plugin's choice (--ddp-bind or the config), in this step's tasks. */
-		const char *opt = getenv("DDP_BIND_POLICY");
-		const char *from = getenv("DDP_BIND_FROM");
-		if (!marked_here())
-			opt = NULL;
-		const char *tp = topo_path ? topo_path : eff.topology[0] ? eff.topology : NULL;
-		snprintf(policy_how, sizeof(policy_how), "bind: %s", eff.where[DDPENV_SET_BIND]);
-		if (opt && *opt) {
-			bind_arg = bind_arg ? bind_arg : opt;
-			snprintf(policy_how, sizeof(policy_how), "%s", bind_arg == opt ? (from ? from : "the plugin") : "--bind");
-		} else if (bind_arg) {
-			snprintf(policy_how, sizeof(policy_how), "--bind");
-		}
-		if (bind_arg && ddpenv_bind_parse(bind_arg, &policy, err, sizeof(err)) < 0) {
-			fprintf(stderr, "ddp-env: %s\n", err);
-			rv = 2;
-			goto out;
-		}
-		enum ddpenv_gres_order order = (enum ddpenv_gres_order)eff.gres_order;
-		if (order_arg && ddpenv_gres_order_parse(order_arg, &order, err, sizeof(err)) < 0) {
-			fprintf(stderr, "ddp-env: --gres-order=%s\n", err);
-			rv = 2;
-			goto out;
-		}
-		if (!getenv("SLURM_NODEID")) {
-			/* not a task: the contract below says why */
-		} else if (ddpenv_topo_load(tp, !topo_path, &topo, err, sizeof(err)) < 0 ||
-			   use_nvidia(topo, nvidia_arg, topo_path ? NULL : eff.nvidia_gpus, err, sizeof(err)) < 0 ||
-			   (ddpenv_topo_set_gres_order(topo, order), 0) ||
-			   ddpenv_bind_plan(topo, &env, policy, allowed_arg, &plan, err, sizeof(err)) < 0) {
-			if (topo_path || policy == DDPENV_BIND_STRICT) {
-				fprintf(stderr, "ddp-env: %s\n", err);
-				goto out;
-			}
-			fprintf(stderr, "ddp-env: warning: no binding: %s\n", err);
-		} else {
-			have_plan = 1;
-		}
+/* --backend, else the job's --ddp value, else DDP_BACKEND (then with the
+ * plugin's reason).  0, else 2 said. */
+static int choose_backend(const struct cli *cli, struct task *t)
+{
+	const char *b = cli->backend;
+	int from_env = 0;
+	if (!b)
+		b = getenv("SLURM_SPANK__SLURM_SPANK_OPTION_ddp_ddp");
+	if (b && !*b)
+		b = NULL; /* a bare --ddp */
+	if (!b && (b = getenv("DDP_BACKEND")))
+		from_env = 1;
+	if (ddpenv_backend_parse(b, &t->backend, t->err, sizeof(t->err)) < 0) {
+		fprintf(stderr, "ddp-env: %s\n", t->err);
+		return 2;
 	}
-	sys.nodeaddr = ddpenv_slurm_has_nodeaddr() ? nodeaddr : NULL;
-	sys.lookup = counting_lookup;
-	double t0 = now_s();
 	/* In a task of a --ddp step DDP_BACKEND is the plugin's choice, and
 	 * DDP_BACKEND_FROM its reason (a bare --ddp is not in the task's
 	 * environment). */
-	const char *backend_from = backend_from_env && marked_here() ? getenv("DDP_BACKEND_FROM") : NULL;
-	for (long i = 0; i < (repeat ? repeat : 1); i++) {
-		if (ddpenv_node_resolve(&env, backend, &eff, &sys, &node, err, sizeof(err)) < 0 ||
-		    set_token(&node, &env) < 0) {
-			fprintf(stderr, "ddp-env: %s\n", err);
-			goto out;
+	t->backend_from = from_env && marked_here() ? getenv("DDP_BACKEND_FROM") : NULL;
+	return 0;
+}
+
+/* The environment with --head-from in it, and the settings of the
+ * configuration for this job's partition.  0, else the exit status, said. */
+static int load_settings(const struct cli *cli, struct task *t)
+{
+	if (ddpenv_env_from_envp(&t->env, environ) < 0) {
+		fprintf(stderr, "ddp-env: out of memory reading the environment\n");
+		return 1;
+	}
+	if (cli->head_from) {
+		enum ddpenv_head_from f;
+		if (ddpenv_head_from_parse(cli->head_from, &f, t->err, sizeof(t->err)) < 0) {
+			fprintf(stderr, "ddp-env: --head-from: %s\n", t->err);
+			return 2;
 		}
-		if (backend_from && *backend_from)
-			snprintf(node.backend_how, sizeof(node.backend_how), "%s", backend_from);
-		node.plan = have_plan ? &plan : NULL;
-		if (ddpenv_task_vars(&node, &env, &vars, err, sizeof(err)) < 0) {
-			fprintf(stderr, "ddp-env: %s\n", err);
-			goto out;
+		if (ddpenv_env_set(&t->env, "DDP_HEAD_FROM", cli->head_from) < 0) {
+			fprintf(stderr, "ddp-env: out of memory\n");
+			return 1;
 		}
 	}
-	if (repeat)
-		printf("# %ld resolutions: %.2f us each, %.2f name lookups each, head %s\n", repeat,
-		       (now_s() - t0) * 1e6 / (double)repeat, (double)lookups / (double)repeat,
-		       node.step.head);
-	if (explain) {
-		printf("# config: %s\n", cfg.from_file ? cfg.path :
-		       "none found: built-in defaults (" DDPENV_CONFIG_PATH " is absent)");
-		if (!node.token[0])
-			printf("# rendezvous token: none: %s; any client that reaches MASTER_ADDR:MASTER_PORT can join the rendezvous\n",
-			       eff.rdzv_secret[0] ? "rdzv_secret is configured but the plugin set no DDP_RDZV_TOKEN (not under srun --ddp?)" :
-			       "no rdzv_secret configured");
-		else
-			printf("# rendezvous token: DDP_RDZV_TOKEN from rdzv_secret %s (%s)\n",
-			       eff.rdzv_secret[0] ? eff.rdzv_secret : "?", eff.where[DDPENV_SET_RDZV_SECRET]);
+	const char *cpath = cli->config ? cli->config : getenv("DDP_CONFIG");
+	int rv = 0;
+	ddpenv_config_init(&t->cfg);
+	if (ddpenv_config_load(&t->cfg, cpath ? cpath : t->cfg.path, cpath != NULL, t->err, sizeof(t->err)) < 0 ||
+	    ddpenv_config_effective(&t->cfg, getenv("SLURM_JOB_PARTITION"), &t->env, &t->eff, t->err,
+				    sizeof(t->err)) < 0) {
+		fprintf(stderr, "ddp-env: %s\n", t->err);
+		rv = 1;
 	}
-	if (explain && have_plan) {
+	ddpenv_config_free(&t->cfg);
+	return rv;
+}
+
+/* The binding policy: the plugin's choice (--ddp-bind or the config) in
+ * this step's tasks, else --bind, else the config's; where it came from
+ * into t->policy_how.  0, else 2 said. */
+static int choose_policy(const struct cli *cli, struct task *t, enum ddpenv_bind *policy)
+{
+	const char *opt = marked_here() ? getenv("DDP_BIND_POLICY") : NULL;
+	const char *from = getenv("DDP_BIND_FROM");
+	const char *bind = cli->bind;
+	*policy = (enum ddpenv_bind)t->eff.bind;
+	snprintf(t->policy_how, sizeof(t->policy_how), "bind: %s", t->eff.where[DDPENV_SET_BIND]);
+	if (opt && *opt) {
+		bind = bind ? bind : opt;
+		snprintf(t->policy_how, sizeof(t->policy_how), "%s", bind == opt ? (from ? from : "the plugin") : "--bind");
+	} else if (bind) {
+		snprintf(t->policy_how, sizeof(t->policy_how), "--bind");
+	}
+	if (bind && ddpenv_bind_parse(bind, policy, t->err, sizeof(t->err)) < 0) {
+		fprintf(stderr, "ddp-env: %s\n", t->err);
+		return 2;
+	}
+	return 0;
+}
+
+/* The binding plan, as the plugin made it on this node.  0 (a plan, or a
+ * warning that there is none), else the exit status, said. */
+static int plan_here(const struct cli *cli, struct task *t)
+{
+	enum ddpenv_bind policy;
+	enum ddpenv_gres_order order = (enum ddpenv_gres_order)t->eff.gres_order;
+	const char *tp = cli->topology ? cli->topology : t->eff.topology[0] ? t->eff.topology : NULL;
+	int rv = choose_policy(cli, t, &policy);
+	if (rv)
+		return rv;
+	if (cli->order && ddpenv_gres_order_parse(cli->order, &order, t->err, sizeof(t->err)) < 0) {
+		fprintf(stderr, "ddp-env: --gres-order=%s\n", t->err);
+		return 2;
+	}
+	if (!getenv("SLURM_NODEID"))
+		return 0;   /* not a task: the contract says why */
+	if (ddpenv_topo_load(tp, !cli->topology, &t->topo, t->err, sizeof(t->err)) < 0 ||
+	    use_nvidia(t->topo, cli->nvidia, cli->topology ? NULL : t->eff.nvidia_gpus, t->err, sizeof(t->err)) < 0 ||
+	    (ddpenv_topo_set_gres_order(t->topo, order), 0) ||
+	    ddpenv_bind_plan(t->topo, &t->env, policy, cli->allowed, &t->plan, t->err, sizeof(t->err)) < 0) {
+		if (cli->topology || policy == DDPENV_BIND_STRICT) {
+			fprintf(stderr, "ddp-env: %s\n", t->err);
+			return 1;
+		}
+		fprintf(stderr, "ddp-env: warning: no binding: %s\n", t->err);
+		return 0;
+	}
+	t->have_plan = 1;
+	return 0;
+}
+
+/* The contract, --repeat times (timed, its lookups counted).  0, else 1
+ * said. */
+static int resolve(const struct cli *cli, struct task *t)
+{
+	struct ddpenv_sys sys = ddpenv_sys_default;
+	sys.nodeaddr = ddpenv_slurm_has_nodeaddr() ? nodeaddr : NULL;
+	sys.lookup = counting_lookup;
+	double t0 = now_s();
+	for (long i = 0; i < (cli->repeat ? cli->repeat : 1); i++) {
+		if (ddpenv_node_resolve(&t->env, t->backend, &t->eff, &sys, &t->node, t->err, sizeof(t->err)) < 0 ||
+		    set_token(&t->node, &t->env) < 0) {
+			fprintf(stderr, "ddp-env: %s\n", t->err);
+			return 1;
+		}
+		if (t->backend_from && *t->backend_from)
+			snprintf(t->node.backend_how, sizeof(t->node.backend_how), "%s", t->backend_from);
+		t->node.plan = t->have_plan ? &t->plan : NULL;
+		if (ddpenv_task_vars(&t->node, &t->env, &t->vars, t->err, sizeof(t->err)) < 0) {
+			fprintf(stderr, "ddp-env: %s\n", t->err);
+			return 1;
+		}
+	}
+	if (cli->repeat)
+		printf("# %ld resolutions: %.2f us each, %.2f name lookups each, head %s\n", cli->repeat,
+		       (now_s() - t0) * 1e6 / (double)cli->repeat, (double)lookups / (double)cli->repeat,
+		       t->node.step.head);
+	return 0;
+}
+
+/* --explain's header: the configuration, the token, the plan. */
+static void print_explain(const struct task *t)
+{
+	printf("# config: %s\n", t->cfg.from_file ? t->cfg.path :
+	       "none found: built-in defaults (" DDPENV_CONFIG_PATH " is absent)");
+	if (!t->node.token[0])
+		printf("# rendezvous token: none: %s; any client that reaches MASTER_ADDR:MASTER_PORT can join the rendezvous\n",
+		       t->eff.rdzv_secret[0] ? "rdzv_secret is configured but the plugin set no DDP_RDZV_TOKEN (not under srun --ddp?)" :
+		       "no rdzv_secret configured");
+	else
+		printf("# rendezvous token: DDP_RDZV_TOKEN from rdzv_secret %s (%s)\n",
+		       t->eff.rdzv_secret[0] ? t->eff.rdzv_secret : "?", t->eff.where[DDPENV_SET_RDZV_SECRET]);
+	if (t->have_plan) {
 		const char *lr = getenv("SLURM_LOCALID");
-		print_plan(&plan, policy_how, lr ? atoi(lr) : -1);
+		print_plan(&t->plan, t->policy_how, lr ? atoi(lr) : -1);
 	}
-	for (size_t i = 0; i < vars.n; i++) {
-		const struct ddpenv_var *v = &vars.v[i];
-		/* The token is never printed: output files are often
-		 * world-readable.  eval keeps the one the task has. */
+}
+
+/* Each variable: an export line, or with --explain where it came from.
+ * The token is never printed: output files are often world-readable, and
+ * eval keeps the one the task has. */
+static void print_vars(const struct ddpenv_vars *vars, int explain)
+{
+	for (size_t i = 0; i < vars->n; i++) {
+		const struct ddpenv_var *v = &vars->v[i];
 		int secret = strcmp(v->key, "DDP_RDZV_TOKEN") == 0;
 		if (explain) {
 			printf("%-31s %-16s %s%s\n", v->key, secret ? "(hidden)" : v->value,
@@ -639,10 +692,41 @@ int main(int argc, char **argv)
 			putchar('\n');
 		}
 	}
-	rv = 0;
-out:
-	ddpenv_bind_plan_free(&plan);
-	ddpenv_topo_free(topo);
-	ddpenv_env_free(&env);
+}
+
+/* The contract of this task, printed.  The exit status. */
+static int task_env(const struct cli *cli)
+{
+	static struct task t;
+	int rv = choose_backend(cli, &t);
+	if (rv)
+		return rv;
+	ddpenv_env_init(&t.env);
+	if (!(rv = load_settings(cli, &t)) && !(rv = plan_here(cli, &t)) && !(rv = resolve(cli, &t))) {
+		if (cli->explain)
+			print_explain(&t);
+		print_vars(&t.vars, cli->explain);
+	}
+	ddpenv_bind_plan_free(&t.plan);
+	ddpenv_topo_free(t.topo);
+	ddpenv_env_free(&t.env);
 	return rv;
+}
+
+int main(int argc, char **argv)
+{
+	struct cli cli = { 0 };
+	int rv = parse_cli(argc, argv, &cli);
+	if (rv >= 0)
+		return rv;
+	if (cli.check)
+		return check_config(cli.config ? cli.config : DDPENV_CONFIG_PATH);
+	if ((cli.gpus || cli.allowed) && !cli.tasks && !cli.topology) {
+		fprintf(stderr, "ddp-env: --gpus and --allowed describe a step for --tasks=N or --topology=FILE: give one\n");
+		return 2;
+	}
+	/* Outside a step, --topology (or --tasks) prints the plan alone. */
+	if (cli.tasks || (cli.topology && !getenv("SLURM_STEP_ID") && !getenv("SLURM_STEPID")))
+		return plan_only(cli.topology, cli.bind, cli.tasks, cli.gpus, cli.allowed, cli.nvidia, cli.order);
+	return task_env(&cli);
 }
