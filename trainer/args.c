@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,16 +128,6 @@ static int keyword(const char *opt, const char *val, const struct keyword *k, in
 	return -1;
 }
 
-/* field = the value of optarg among the keywords { "name", value }, ... */
-#define KEYWORD(opt, field, ...)                                                               \
-	do {                                                                                   \
-		static const struct keyword k_[] = { __VA_ARGS__ };                           \
-		int v_ = 0;                                                                    \
-		rv = keyword(opt, optarg, k_, (int)(sizeof(k_) / sizeof(k_[0])), &v_, err, errlen); \
-		if (rv == 0)                                                                   \
-			field = v_;                                                            \
-	} while (0)
-
 static int num_int(const char *opt, const char *s, int lo, int hi, int *out, char *err, size_t errlen)
 {
 	long long v;
@@ -160,63 +151,139 @@ static int num_f(const char *opt, const char *s, double lo, double hi, float *ou
 	return 0;
 }
 
-enum {
-	O_DATA = 256, O_DATA_DIR, O_EPOCHS, O_MAX_STEPS, O_EVAL, O_BATCH, O_OPTIM, O_LR,
-	O_MOMENTUM, O_WD, O_SCHED, O_STEP_EPOCHS, O_GAMMA, O_WARMUP, O_NO_DROPOUT, O_SEED,
-	O_THREADS, O_DEVICE, O_PRECISION, O_NO_GRAPH, O_CONV_LAYOUT, O_STREAMS, O_CONV1, O_CONV2, O_FC2, O_PDL, O_PROFILE, O_GRAPH_DOT, O_TIMEOUT, O_CKPT_DIR, O_CKPT_EVERY, O_STOP_EVERY, O_RESUME, O_LOG_JSON,
-	O_DUMP, O_PROGRESS, O_LOG_EVERY, O_TRAIN_LIMIT, O_TEST_LIMIT,
-};
-
-static const struct option opts[] = {
-	{ "data", required_argument, NULL, O_DATA },
-	{ "data-dir", required_argument, NULL, O_DATA_DIR },
-	{ "epochs", required_argument, NULL, O_EPOCHS },
-	{ "max-steps", required_argument, NULL, O_MAX_STEPS },
-	{ "eval", no_argument, NULL, O_EVAL },
-	{ "batch-size", required_argument, NULL, O_BATCH },
-	{ "optimizer", required_argument, NULL, O_OPTIM },
-	{ "lr", required_argument, NULL, O_LR },
-	{ "momentum", required_argument, NULL, O_MOMENTUM },
-	{ "weight-decay", required_argument, NULL, O_WD },
-	{ "lr-schedule", required_argument, NULL, O_SCHED },
-	{ "lr-step-epochs", required_argument, NULL, O_STEP_EPOCHS },
-	{ "lr-gamma", required_argument, NULL, O_GAMMA },
-	{ "warmup-steps", required_argument, NULL, O_WARMUP },
-	{ "no-dropout", no_argument, NULL, O_NO_DROPOUT },
-	{ "seed", required_argument, NULL, O_SEED },
-	{ "threads", required_argument, NULL, O_THREADS },
-	{ "device", required_argument, NULL, O_DEVICE },
-	{ "precision", required_argument, NULL, O_PRECISION },
-	{ "no-graph", no_argument, NULL, O_NO_GRAPH },
-	{ "conv-layout", required_argument, NULL, O_CONV_LAYOUT },
-	{ "backward-streams", required_argument, NULL, O_STREAMS },
-	{ "cuda-profile-steps", required_argument, NULL, O_PROFILE },
-	{ "cuda-graph-dot", required_argument, NULL, O_GRAPH_DOT },
-	{ "conv1", required_argument, NULL, O_CONV1 },
-	{ "conv2", required_argument, NULL, O_CONV2 },
-	{ "fc2", required_argument, NULL, O_FC2 },
-	{ "pdl", required_argument, NULL, O_PDL },
-	{ "timeout", required_argument, NULL, O_TIMEOUT },
-	{ "checkpoint-dir", required_argument, NULL, O_CKPT_DIR },
-	{ "checkpoint-every", required_argument, NULL, O_CKPT_EVERY },
-	{ "stop-every", required_argument, NULL, O_STOP_EVERY },
-	{ "resume", no_argument, NULL, O_RESUME },
-	{ "log-json", required_argument, NULL, O_LOG_JSON },
-	{ "dump-params", required_argument, NULL, O_DUMP },
-	{ "progress", required_argument, NULL, O_PROGRESS },
-	{ "log-every", required_argument, NULL, O_LOG_EVERY },
-	{ "train-limit", required_argument, NULL, O_TRAIN_LIMIT },
-	{ "test-limit", required_argument, NULL, O_TEST_LIMIT },
-	{ "help", no_argument, NULL, 'h' },
-	{ NULL, 0, NULL, 0 },
-};
-
-int cnn_args_parse(struct cnn_args *a, int argc, char **argv, const char *env_data_dir,
-		   const char *env_threads, char *err, size_t errlen)
+/* --cuda-profile-steps FIRST:LAST */
+static int parse_profile(struct cnn_args *a, const char *v, char *err, size_t errlen)
 {
-	long long ll = 0;
-	int c;
+	char from[32], to[32];
+	const char *colon = strchr(v, ':');
+	if (!colon || colon - v >= (long)sizeof(from) || strlen(colon + 1) >= sizeof(to)) {
+		snprintf(err, errlen, "--cuda-profile-steps=%s: expected FIRST:LAST, such as 10:12", v);
+		return -1;
+	}
+	snprintf(from, sizeof(from), "%.*s", (int)(colon - v), v);
+	snprintf(to, sizeof(to), "%s", colon + 1);
+	if (num_ll("--cuda-profile-steps' first step", from, 1, LLONG_MAX / 2, &a->profile_from, err, errlen) < 0)
+		return -1;
+	return num_ll("--cuda-profile-steps' last step", to, a->profile_from, LLONG_MAX / 2, &a->profile_to,
+		      err, errlen);
+}
 
+static int parse_graph_dot(struct cnn_args *a, const char *v, char *err, size_t errlen)
+{
+	if (!*v) {
+		snprintf(err, errlen, "--cuda-graph-dot: expected a file name");
+		return -1;
+	}
+	a->graph_dot = v;
+	return 0;
+}
+
+/* What an option does with its value: a flag set to 1, a string kept, a
+ * number within lo..hi, a keyword's value (an int field), one of a list of
+ * strings kept (CHOICE), or a function of its own. */
+enum kind { FLAG, STR, INT, LL, FLOAT, KEYWORD, CHOICE, FUNC };
+
+struct argdef {
+	const char *name;                /* the long option, without "--" */
+	enum kind kind;
+	size_t off;                      /* the field in struct cnn_args */
+	long long lo, hi;                /* INT, LL */
+	double flo, fhi;                 /* FLOAT */
+	const struct keyword *kw;        /* KEYWORD, CHOICE */
+	int nkw;
+	int (*func)(struct cnn_args *, const char *, char *, size_t);   /* FUNC */
+	size_t given;                    /* an int field set to 1 when given, or NOT_GIVEN */
+};
+#define NOT_GIVEN ((size_t)-1)
+
+#define KW(...) (const struct keyword[]){ __VA_ARGS__ }, \
+	(int)(sizeof((const struct keyword[]){ __VA_ARGS__ }) / sizeof(struct keyword))
+#define AT(f) offsetof(struct cnn_args, f)
+#define N(kind, f, lo, hi) kind, AT(f), lo, hi, 0, 0, NULL, 0, NULL, NOT_GIVEN
+#define F(f, lo, hi) FLOAT, AT(f), 0, 0, lo, hi, NULL, 0, NULL, NOT_GIVEN
+#define K(f, ...) KEYWORD, AT(f), 0, 0, 0, 0, KW(__VA_ARGS__), NULL, NOT_GIVEN
+#define S(kind, f) kind, AT(f), 0, 0, 0, 0, NULL, 0, NULL, NOT_GIVEN
+static const struct argdef args[] = {
+	{ "data", CHOICE, AT(data), 0, 0, 0, 0, KW({ "fashion-mnist", 0 }, { "mnist", 0 }, { "idx", 0 },
+					       { "cifar10", 0 }, { "synthetic", 0 }), NULL, NOT_GIVEN },
+	{ "data-dir", S(STR, data_dir) },
+	{ "epochs", N(INT, epochs, 1, 100000) },
+	{ "max-steps", N(LL, max_steps, 1, LLONG_MAX / 2) },
+	{ "eval", S(FLAG, eval) },
+	{ "batch-size", N(INT, batch, 1, 65536) },
+	{ "optimizer", K(optim, { "sgd", CNN_SGD }, { "adadelta", CNN_ADADELTA }) },
+	{ "lr", FLOAT, AT(lr), 0, 0, 0, 1e3, NULL, 0, NULL, AT(lr_set) },
+	{ "momentum", F(momentum, 0, 0.999999) },
+	{ "weight-decay", F(weight_decay, 0, 1) },
+	{ "lr-schedule", KEYWORD, AT(sched.kind), 0, 0, 0, 0, KW({ "none", CNN_SCHED_NONE }, { "step", CNN_SCHED_STEP },
+							     { "cosine", CNN_SCHED_COSINE }), NULL, AT(sched_set) },
+	{ "lr-step-epochs", N(INT, sched.step_epochs, 1, 100000) },
+	{ "lr-gamma", F(sched.gamma, 0, 1) },
+	{ "warmup-steps", N(LL, sched.warmup_steps, 0, LLONG_MAX / 2) },
+	{ "no-dropout", S(FLAG, no_dropout) },
+	{ "seed", N(LL, seed, 0, LLONG_MAX) },
+	{ "threads", N(INT, threads, 1, 1024) },
+	{ "device", CHOICE, AT(device), 0, 0, 0, 0, KW({ "cpu", 0 }, { "cuda", 0 }, { "auto", 0 }), NULL, NOT_GIVEN },
+	{ "precision", K(precision, { "tf32", CNN_PREC_TF32 }, { "fp32", CNN_PREC_FP32 }, { "bf16", CNN_PREC_BF16 }) },
+	{ "no-graph", S(FLAG, no_graph) },
+	{ "conv-layout", K(conv_layout, { "nchw", CNN_LAYOUT_NCHW }, { "nhwc", CNN_LAYOUT_NHWC },
+			   { "auto", CNN_LAYOUT_AUTO }) },
+	{ "backward-streams", K(streams, { "1", 1 }, { "2", 2 }, { "auto", CNN_STREAMS_AUTO }) },
+	{ "cuda-profile-steps", FUNC, 0, 0, 0, 0, 0, NULL, 0, parse_profile, NOT_GIVEN },
+	{ "cuda-graph-dot", FUNC, 0, 0, 0, 0, 0, NULL, 0, parse_graph_dot, NOT_GIVEN },
+	{ "conv1", K(conv1, { "auto", CNN_CONV_AUTO }, { "cudnn", CNN_CONV_CUDNN }, { "direct", CNN_CONV_DIRECT }) },
+	{ "conv2", K(conv2, { "auto", CNN_CONV_AUTO }, { "cudnn", CNN_CONV_CUDNN }, { "direct", CNN_CONV_DIRECT }) },
+	{ "fc2", K(fc2, { "cublas", CNN_FC2_CUBLAS }, { "fused", CNN_FC2_FUSED }, { "auto", CNN_FC2_AUTO }) },
+	{ "pdl", K(pdl, { "off", CNN_PDL_OFF }, { "on", CNN_PDL_ON }, { "auto", CNN_PDL_AUTO }) },
+	{ "timeout", N(INT, timeout_s, 1, 86400) },
+	{ "checkpoint-dir", S(STR, checkpoint_dir) },
+	{ "checkpoint-every", N(LL, checkpoint_every, 1, LLONG_MAX / 2) },
+	{ "stop-every", N(LL, stop_every, 3, LLONG_MAX / 2) },
+	{ "resume", S(FLAG, resume) },
+	{ "log-json", S(STR, log_json) },
+	{ "dump-params", S(STR, dump_params) },
+	{ "progress", K(progress, { "bar", 1 }, { "lines", 0 }, { "auto", -1 }) },
+	{ "log-every", N(INT, log_every, 1, 1000000) },
+	{ "train-limit", N(LL, train_limit, 1, INT_MAX) },
+	{ "test-limit", N(LL, test_limit, 1, INT_MAX) },
+};
+#undef S
+#undef K
+#undef F
+#undef N
+#undef AT
+#undef KW
+#define NARGS (sizeof(args) / sizeof(args[0]))
+
+/* One option's value into its field: 0, else -1 with err. */
+static int apply(const struct argdef *d, struct cnn_args *a, const char *v, char *err, size_t errlen)
+{
+	char opt[48];
+	void *field = (char *)a + d->off;
+	int k = 0, rv = 0;
+
+	snprintf(opt, sizeof(opt), "--%s", d->name);
+	if (d->given != NOT_GIVEN)
+		*(int *)(void *)((char *)a + d->given) = 1;
+	switch (d->kind) {
+	case FLAG: *(int *)field = 1; break;
+	case STR: *(const char **)field = v; break;
+	case INT: rv = num_int(opt, v, (int)d->lo, (int)d->hi, (int *)field, err, errlen); break;
+	case LL: rv = num_ll(opt, v, d->lo, d->hi, (long long *)field, err, errlen); break;
+	case FLOAT: rv = num_f(opt, v, d->flo, d->fhi, (float *)field, err, errlen); break;
+	case KEYWORD: rv = keyword(opt, v, d->kw, d->nkw, (int *)field, err, errlen); break;
+	case CHOICE:
+		rv = keyword(opt, v, d->kw, d->nkw, &k, err, errlen);
+		if (rv == 0)
+			*(const char **)field = v;
+		break;
+	case FUNC: rv = d->func(a, v, err, errlen); break;
+	}
+	return rv;
+}
+
+static void defaults(struct cnn_args *a, const char *env_data_dir)
+{
 	memset(a, 0, sizeof(*a));
 	a->data = "fashion-mnist";
 	a->data_dir = env_data_dir && *env_data_dir ? env_data_dir : CNN_DEFAULT_DATA_DIR;
@@ -235,138 +302,11 @@ int cnn_args_parse(struct cnn_args *a, int argc, char **argv, const char *env_da
 	a->log_every = 50;
 	a->sched.step_epochs = 1;
 	a->sched.gamma = 0.7f;
+}
 
-	opterr = 0;
-	optind = 1;
-	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-		const char *name = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
-		int rv = 0;
-		switch (c) {
-		case 'h':
-			cnn_args_usage(stdout);
-			return 1;
-		case ':':
-			snprintf(err, errlen, "%s: needs a value", name);
-			return -1;
-		case '?':
-			snprintf(err, errlen, "%s: unknown option", name);
-			return -1;
-		case O_DATA:
-			if (strcmp(optarg, "fashion-mnist") && strcmp(optarg, "mnist") &&
-			    strcmp(optarg, "idx") && strcmp(optarg, "cifar10") &&
-			    strcmp(optarg, "synthetic")) {
-				snprintf(err, errlen, "--data=%s: expected fashion-mnist, mnist, idx, "
-					 "cifar10 or synthetic", optarg);
-				return -1;
-			}
-			a->data = optarg;
-			break;
-		case O_DATA_DIR: a->data_dir = optarg; break;
-		case O_EPOCHS: rv = num_int("--epochs", optarg, 1, 100000, &a->epochs, err, errlen); break;
-		case O_MAX_STEPS: rv = num_ll("--max-steps", optarg, 1, LLONG_MAX / 2, &a->max_steps, err, errlen); break;
-		case O_EVAL: a->eval = 1; break;
-		case O_BATCH: rv = num_int("--batch-size", optarg, 1, 65536, &a->batch, err, errlen); break;
-		case O_OPTIM:
-			KEYWORD("--optimizer", a->optim, { "sgd", CNN_SGD }, { "adadelta", CNN_ADADELTA });
-			break;
-		case O_LR: rv = num_f("--lr", optarg, 0, 1e3, &a->lr, err, errlen); a->lr_set = 1; break;
-		case O_MOMENTUM: rv = num_f("--momentum", optarg, 0, 0.999999, &a->momentum, err, errlen); break;
-		case O_WD: rv = num_f("--weight-decay", optarg, 0, 1, &a->weight_decay, err, errlen); break;
-		case O_SCHED:
-			a->sched_set = 1;
-			KEYWORD("--lr-schedule", a->sched.kind, { "none", CNN_SCHED_NONE },
-				{ "step", CNN_SCHED_STEP }, { "cosine", CNN_SCHED_COSINE });
-			break;
-		case O_STEP_EPOCHS: rv = num_int("--lr-step-epochs", optarg, 1, 100000, &a->sched.step_epochs, err, errlen); break;
-		case O_GAMMA: rv = num_f("--lr-gamma", optarg, 0, 1, &a->sched.gamma, err, errlen); break;
-		case O_WARMUP: rv = num_ll("--warmup-steps", optarg, 0, LLONG_MAX / 2, &a->sched.warmup_steps, err, errlen); break;
-		case O_NO_DROPOUT: a->no_dropout = 1; break;
-		case O_SEED:
-			rv = num_ll("--seed", optarg, 0, LLONG_MAX, &ll, err, errlen);
-			a->seed = (unsigned long long)ll;
-			break;
-		case O_THREADS: rv = num_int("--threads", optarg, 1, 1024, &a->threads, err, errlen); break;
-		case O_DEVICE:
-			if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda") && strcmp(optarg, "auto")) {
-				snprintf(err, errlen, "--device=%s: expected cpu, cuda or auto", optarg);
-				return -1;
-			}
-			a->device = optarg;
-			break;
-		case O_PRECISION:
-			KEYWORD("--precision", a->precision, { "tf32", CNN_PREC_TF32 },
-				{ "fp32", CNN_PREC_FP32 }, { "bf16", CNN_PREC_BF16 });
-			break;
-		case O_NO_GRAPH: a->no_graph = 1; break;
-		case O_CONV_LAYOUT:
-			KEYWORD("--conv-layout", a->conv_layout, { "nchw", CNN_LAYOUT_NCHW },
-				{ "nhwc", CNN_LAYOUT_NHWC }, { "auto", CNN_LAYOUT_AUTO });
-			break;
-		case O_STREAMS:
-			KEYWORD("--backward-streams", a->streams, { "1", 1 }, { "2", 2 },
-				{ "auto", CNN_STREAMS_AUTO });
-			break;
-		case O_CONV1:
-			KEYWORD("--conv1", a->conv1, { "auto", CNN_CONV_AUTO }, { "cudnn", CNN_CONV_CUDNN },
-				{ "direct", CNN_CONV_DIRECT });
-			break;
-		case O_CONV2:
-			KEYWORD("--conv2", a->conv2, { "auto", CNN_CONV_AUTO }, { "cudnn", CNN_CONV_CUDNN },
-				{ "direct", CNN_CONV_DIRECT });
-			break;
-		case O_FC2:
-			KEYWORD("--fc2", a->fc2, { "cublas", CNN_FC2_CUBLAS }, { "fused", CNN_FC2_FUSED },
-				{ "auto", CNN_FC2_AUTO });
-			break;
-		case O_PDL:
-			KEYWORD("--pdl", a->pdl, { "off", CNN_PDL_OFF }, { "on", CNN_PDL_ON },
-				{ "auto", CNN_PDL_AUTO });
-			break;
-		case O_PROFILE: {
-			char from[32], to[32];
-			const char *colon = strchr(optarg, ':');
-			if (!colon || colon - optarg >= (long)sizeof(from) || strlen(colon + 1) >= sizeof(to)) {
-				snprintf(err, errlen, "--cuda-profile-steps=%s: expected FIRST:LAST, such as 10:12",
-					 optarg);
-				return -1;
-			}
-			snprintf(from, sizeof(from), "%.*s", (int)(colon - optarg), optarg);
-			snprintf(to, sizeof(to), "%s", colon + 1);
-			rv = num_ll("--cuda-profile-steps' first step", from, 1, LLONG_MAX / 2,
-				    &a->profile_from, err, errlen);
-			if (rv == 0)
-				rv = num_ll("--cuda-profile-steps' last step", to, a->profile_from,
-					    LLONG_MAX / 2, &a->profile_to, err, errlen);
-			break;
-		}
-		case O_GRAPH_DOT:
-			if (!*optarg) {
-				snprintf(err, errlen, "--cuda-graph-dot: expected a file name");
-				return -1;
-			}
-			a->graph_dot = optarg;
-			break;
-		case O_TIMEOUT: rv = num_int("--timeout", optarg, 1, 86400, &a->timeout_s, err, errlen); break;
-		case O_CKPT_DIR: a->checkpoint_dir = optarg; break;
-		case O_CKPT_EVERY: rv = num_ll("--checkpoint-every", optarg, 1, LLONG_MAX / 2, &a->checkpoint_every, err, errlen); break;
-		case O_STOP_EVERY: rv = num_ll("--stop-every", optarg, 3, LLONG_MAX / 2, &a->stop_every, err, errlen); break;
-		case O_RESUME: a->resume = 1; break;
-		case O_LOG_JSON: a->log_json = optarg; break;
-		case O_DUMP: a->dump_params = optarg; break;
-		case O_PROGRESS:
-			KEYWORD("--progress", a->progress, { "bar", 1 }, { "lines", 0 }, { "auto", -1 });
-			break;
-		case O_LOG_EVERY: rv = num_int("--log-every", optarg, 1, 1000000, &a->log_every, err, errlen); break;
-		case O_TRAIN_LIMIT: rv = num_ll("--train-limit", optarg, 1, INT_MAX, &a->train_limit, err, errlen); break;
-		case O_TEST_LIMIT: rv = num_ll("--test-limit", optarg, 1, INT_MAX, &a->test_limit, err, errlen); break;
-		}
-		if (rv < 0)
-			return -1;
-	}
-	if (optind < argc) {
-		snprintf(err, errlen, "%s: unexpected argument (cnn_train takes options only)", argv[optind]);
-		return -1;
-	}
+/* What depends on other options or the environment, once all are read. */
+static int finish(struct cnn_args *a, const char *env_threads, char *err, size_t errlen)
+{
 	if (!a->lr_set)
 		a->lr = a->optim == CNN_ADADELTA ? 1.0f : 0.05f;
 	if (!a->sched_set)
@@ -382,4 +322,42 @@ int cnn_args_parse(struct cnn_args *a, int argc, char **argv, const char *env_da
 	if (!a->threads)
 		a->threads = 1;
 	return 0;
+}
+
+int cnn_args_parse(struct cnn_args *a, int argc, char **argv, const char *env_data_dir,
+		   const char *env_threads, char *err, size_t errlen)
+{
+	struct option lo[NARGS + 2];
+	int c;
+
+	for (size_t i = 0; i < NARGS; i++)
+		lo[i] = (struct option){ args[i].name, args[i].kind == FLAG ? no_argument : required_argument,
+					 NULL, 256 + (int)i };
+	lo[NARGS] = (struct option){ "help", no_argument, NULL, 'h' };
+	lo[NARGS + 1] = (struct option){ NULL, 0, NULL, 0 };
+	defaults(a, env_data_dir);
+
+	opterr = 0;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
+		const char *name = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
+		switch (c) {
+		case 'h':
+			cnn_args_usage(stdout);
+			return 1;
+		case ':':
+			snprintf(err, errlen, "%s: needs a value", name);
+			return -1;
+		case '?':
+			snprintf(err, errlen, "%s: unknown option", name);
+			return -1;
+		}
+		if (c < 256 || c >= 256 + (int)NARGS || apply(&args[c - 256], a, optarg, err, errlen) < 0)
+			return -1;
+	}
+	if (optind < argc) {
+		snprintf(err, errlen, "%s: unexpected argument (cnn_train takes options only)", argv[optind]);
+		return -1;
+	}
+	return finish(a, env_threads, err, errlen);
 }

@@ -53,8 +53,8 @@ void cnn_run_die(struct run *R, const char *fmt, ...)
 {
 	va_list ap, ap2;
 	char why[1024];
-	int off = snprintf(why, sizeof(why), "rank %d (%s): ", R->r.rank, R->host);
-	fprintf(stderr, "cnn_train: %s rank %d: ", R->host, R->r.rank);
+	int off = snprintf(why, sizeof(why), "rank %d (%s): ", R->rank.rank, R->host);
+	fprintf(stderr, "cnn_train: %s rank %d: ", R->host, R->rank.rank);
 	va_start(ap, fmt);
 	va_copy(ap2, ap);
 	vfprintf(stderr, fmt, ap);
@@ -71,7 +71,7 @@ void cnn_run_die(struct run *R, const char *fmt, ...)
 	if (R->comm && R->comm->store) {
 		cnn_comm_mark_failed(R->comm, why);
 		cnn_comm_abandon(R->comm);
-		ddpenv_store_close_within(R->comm->store, R->r.rank == 0 ? 5000 : 0);
+		ddpenv_store_close_within(R->comm->store, R->rank.rank == 0 ? 5000 : 0);
 	}
 	/* A failed rank must not wait for peers that wait for it: leave now,
 	 * the store sees us gone and the survivors name us. */
@@ -101,7 +101,7 @@ static void gpu_failed(struct run *R, char *err, size_t errlen)
 static void on_fc_ready(void *ctx)
 {
 	struct run *R = ctx;
-	struct cnn_model *m = &R->m;
+	struct cnn_model *m = &R->model;
 	size_t off = m->t[P_W3].off;
 	cnn_reducer_push(&R->red, m->grads + off, m->nparams - off);
 }
@@ -109,19 +109,19 @@ static void on_fc_ready(void *ctx)
 static void progress(struct run *R, int epoch, long long b, long long nb, float loss, double ips,
 		     int final)
 {
-	if (R->r.rank != 0)
+	if (R->rank.rank != 0)
 		return;
-	if (R->bar) {
+	if (R->progress_bar) {
 		int width = 30, done = nb ? (int)(width * b / nb) : width;
 		char bar[64];
 		for (int i = 0; i < width; i++)
 			bar[i] = i < done ? '#' : '.';
 		bar[width] = 0;
 		printf("\repoch %d/%d [%s] %lld/%lld loss %.4f %.0f img/s%s", epoch + 1,
-		       R->a.epochs, bar, b, nb, loss, ips, final ? "\n" : "");
+		       R->args.epochs, bar, b, nb, loss, ips, final ? "\n" : "");
 	} else {
 		printf("epoch %d/%d step %lld/%lld loss %.4f images/s %.0f\n", epoch + 1,
-		       R->a.epochs, b, nb, loss, ips);
+		       R->args.epochs, b, nb, loss, ips);
 	}
 	fflush(stdout);
 }
@@ -131,7 +131,7 @@ static void progress(struct run *R, int epoch, long long b, long long nb, float 
 static void evaluate(struct run *R)
 {
 	char err[1024];
-	int world = R->r.world, rank = R->r.rank;
+	int world = R->rank.world, rank = R->rank.rank;
 	int nloc = 0;
 	for (int i = rank; i < R->test.n; i += world)
 		R->eval_idx[nloc++] = (uint32_t)i;
@@ -140,10 +140,10 @@ static void evaluate(struct run *R)
 	for (int off = 0; off < nloc; off += R->eval_batch) {
 		int n = nloc - off < R->eval_batch ? nloc - off : R->eval_batch;
 		int correct = 0;
-		if (R->g) {
+		if (R->gpu) {
 			double ls;
 			long long c;
-			if (R->G->evaluate(R->g, R->eval_idx + off, n, &ls, &c, err, sizeof(err)) < 0)
+			if (R->gpu_api->evaluate(R->gpu, R->eval_idx + off, n, &ls, &c, err, sizeof(err)) < 0)
 				gpu_failed(R, err, sizeof(err));
 			loss += ls;
 			good += c;
@@ -151,7 +151,7 @@ static void evaluate(struct run *R)
 		}
 		cnn_data_gather(&R->test, R->eval_idx + off, n, R->acts.x, R->ybuf);
 		float l;
-		if (cnn_forward(&R->m, &R->acts, R->ybuf, n, 0, 0, 0, rank, &l, &correct) < 0)
+		if (cnn_forward(&R->model, &R->acts, R->ybuf, n, 0, 0, 0, rank, &l, &correct) < 0)
 			cnn_run_die(R, "evaluation: %s", R->acts.err);
 		loss += (double)l * n;
 		good += correct;
@@ -170,22 +170,22 @@ static void evaluate(struct run *R)
 	}
 }
 
-/* The GPU's parameters and optimizer state into R->m and R->opt. */
+/* The GPU's parameters and optimizer state into R->model and R->opt. */
 static void fetch_state(struct run *R)
 {
 	char err[1024];
-	if (R->g && R->G->get_state(R->g, R->m.params, &R->opt, err, sizeof(err)) < 0)
+	if (R->gpu && R->gpu_api->get_state(R->gpu, R->model.params, &R->opt, err, sizeof(err)) < 0)
 		gpu_failed(R, err, sizeof(err));
 }
 
 static void save_ckpt(struct run *R, int epoch, long long step_in_epoch)
 {
-	if (!R->a.checkpoint_dir || R->r.rank != 0)
+	if (!R->args.checkpoint_dir || R->rank.rank != 0)
 		return;
 	char err[1024];
-	struct cnn_ckpt_pos pos = { epoch, step_in_epoch, R->steps, R->a.seed, R->r.world, R->a.batch };
+	struct cnn_ckpt_pos pos = { epoch, step_in_epoch, R->steps, R->args.seed, R->rank.world, R->args.batch };
 	fetch_state(R);
-	if (cnn_ckpt_save(R->a.checkpoint_dir, &R->m, &R->opt, &pos, err, sizeof(err)) < 0)
+	if (cnn_ckpt_save(R->args.checkpoint_dir, &R->model, &R->opt, &pos, err, sizeof(err)) < 0)
 		cnn_run_die(R, "%s", err);
 }
 
@@ -199,7 +199,7 @@ static void save_ckpt(struct run *R, int epoch, long long step_in_epoch)
 static int same_options(void *ctx, struct ddpenv_store *st, char *err, size_t errlen)
 {
 	struct run *R = ctx;
-	const struct cnn_args *a = &R->a;
+	const struct cnn_args *a = &R->args;
 	char mine[512];
 	void *v = NULL;
 	size_t l = 0;
@@ -209,9 +209,9 @@ static int same_options(void *ctx, struct ddpenv_store *st, char *err, size_t er
 		 "train=%d test=%d dropout=%d checkpoint-every=%lld stop-every=%lld device=%s precision=%s",
 		 a->data, a->epochs, a->max_steps, a->eval, a->batch, (int)a->optim, a->lr,
 		 a->momentum, a->weight_decay, (int)a->sched.kind, a->seed, R->train.n,
-		 R->test.n, !a->no_dropout, a->checkpoint_every, a->stop_every, R->g ? "cuda" : "cpu",
-		 R->g ? cnn_precision_name((enum cnn_precision)a->precision) : "fp32");
-	if (R->r.rank == 0) {
+		 R->test.n, !a->no_dropout, a->checkpoint_every, a->stop_every, R->gpu ? "cuda" : "cpu",
+		 R->gpu ? cnn_precision_name((enum cnn_precision)a->precision) : "fp32");
+	if (R->rank.rank == 0) {
 		if (ddpenv_store_set(st, "options/0", mine, strlen(mine), err, errlen) < 0)
 			return -1;
 	} else {
@@ -220,7 +220,7 @@ static int same_options(void *ctx, struct ddpenv_store *st, char *err, size_t er
 		if (l != strlen(mine) || memcmp(v, mine, l) != 0) {
 			char who[600];
 			int64_t nth = 0;
-			snprintf(who, sizeof(who), "rank %d on %s: %s", R->r.rank, R->host, mine);
+			snprintf(who, sizeof(who), "rank %d on %s: %s", R->rank.rank, R->host, mine);
 			if (ddpenv_store_add(st, "options/bad", 1, &nth, err, errlen) < 0 ||
 			    (nth == 1 && ddpenv_store_set(st, "options/first-bad", who, strlen(who), err,
 							 errlen) < 0)) {
@@ -229,7 +229,7 @@ static int same_options(void *ctx, struct ddpenv_store *st, char *err, size_t er
 			}
 			snprintf(err, errlen, "options differ from rank 0's, so the ranks would not run "
 				 "the same collectives%s:\n  rank 0: %.*s\n  this:   %s",
-				 !R->g != !strstr((char *)v, "device=cuda") ? " (device=auto puts a rank on "
+				 !R->gpu != !strstr((char *)v, "device=cuda") ? " (device=auto puts a rank on "
 				 "its GPU only where it sees one: give every node GPUs, or say --device)" : "",
 				 (int)l, (char *)v, mine);
 			free(v);
@@ -245,7 +245,7 @@ static int same_options(void *ctx, struct ddpenv_store *st, char *err, size_t er
 		return -1;
 	if (bad == 0)
 		return 0;
-	if (R->r.rank != 0) {
+	if (R->rank.rank != 0) {
 		snprintf(err, errlen, "stopping: %lld rank%s options differ from rank 0's (rank 0 "
 			 "names %s)", (long long)bad, bad == 1 ? "'s" : "s'", bad == 1 ? "it" : "the first");
 		return -1;
@@ -308,8 +308,8 @@ static const struct cnn_gpu_api *load_gpu_module(char *why, size_t len)
 static int open_gpu(struct run *R, int maxb)
 {
 	char why[1024] = "", err[1024];
-	int want = strcmp(R->a.device, "cuda") == 0;
-	if (strcmp(R->a.device, "cpu") == 0)
+	int want = strcmp(R->args.device, "cuda") == 0;
+	if (strcmp(R->args.device, "cpu") == 0)
 		return 0;
 	/* auto on a node without the NVIDIA driver: do not load CUDA at all */
 	if (!want && access("/dev/nvidiactl", F_OK) != 0) {
@@ -317,8 +317,8 @@ static int open_gpu(struct run *R, int maxb)
 			 "is absent");
 		return 0;
 	}
-	const struct cnn_gpu_api *G = load_gpu_module(why, sizeof(why));
-	if (!G) {
+	const struct cnn_gpu_api *api = load_gpu_module(why, sizeof(why));
+	if (!api) {
 		if (want)
 			cnn_run_die(R, "--device=cuda: the GPU module does not load: %s", why);
 		snprintf(R->device_note, sizeof(R->device_note), "GPU module: %s", why);
@@ -327,50 +327,52 @@ static int open_gpu(struct run *R, int maxb)
 	/* the step runs as a CUDA graph unless asked not to, or unless its
 	 * all-reduce is gloo's host call (several ranks not on NCCL: see the
 	 * backend's choice below), which no graph holds */
-	int graph = !R->a.no_graph && !(R->r.world > 1 && R->r.backend == DDPENV_BACKEND_GLOO);
-	struct cnn_gpu_opts o = { &R->m, R->a.batch, maxb, R->r.local_rank,
-				  (enum cnn_precision)R->a.precision, graph, &R->opt, R->a.seed,
-				  R->r.rank, R->r.world, R->a.timeout_s * 1000,
-				  (enum cnn_layout)R->a.conv_layout, R->a.streams, R->a.profile_from,
-				  R->a.profile_to, (enum cnn_conv_impl)R->a.conv1,
-				  (enum cnn_conv_impl)R->a.conv2, R->a.graph_dot,
-				  (enum cnn_fc2_impl)R->a.fc2, (enum cnn_pdl)R->a.pdl, { 0, 0 } };
+	int graph = !R->args.no_graph && !(R->rank.world > 1 && R->rank.backend == DDPENV_BACKEND_GLOO);
+	struct cnn_gpu_opts o = { &R->model, R->args.batch, maxb, R->rank.local_rank,
+				  (enum cnn_precision)R->args.precision, graph, &R->opt, R->args.seed,
+				  R->rank.rank, R->rank.world, R->args.timeout_s * 1000,
+				  (enum cnn_layout)R->args.conv_layout, R->args.streams, R->args.profile_from,
+				  R->args.profile_to, (enum cnn_conv_impl)R->args.conv1,
+				  (enum cnn_conv_impl)R->args.conv2, R->args.graph_dot,
+				  (enum cnn_fc2_impl)R->args.fc2, (enum cnn_pdl)R->args.pdl, { 0, 0 } };
 	/* an epoch's last batch (the sampler's share of each rank) and the
 	 * evaluation's (this rank's test images), where smaller */
-	int world = R->r.world, per_rank = (R->train.n + world - 1) / world;
-	int nloc = (R->test.n - R->r.rank + world - 1) / world;
-	o.tails[0] = per_rank % R->a.batch;
+	int world = R->rank.world, per_rank = (R->train.n + world - 1) / world;
+	int nloc = (R->test.n - R->rank.rank + world - 1) / world;
+	o.tails[0] = per_rank % R->args.batch;
 	o.tails[1] = nloc > 0 ? nloc % maxb : 0;
-	struct cnn_gpu *g = NULL;
-	if (G->open(&g, &o, err, sizeof(err)) < 0) {
-		G->close(g);
+	struct cnn_gpu *gpu = NULL;
+	if (api->open(&gpu, &o, err, sizeof(err)) < 0) {
+		api->close(gpu);
 		if (want)
 			cnn_run_die(R, "--device=cuda: %s", err);
 		snprintf(R->device_note, sizeof(R->device_note), "%s", err);
 		return 0;
 	}
-	R->G = G;
-	R->g = g;
+	R->gpu_api = api;
+	R->gpu = gpu;
 	/* an unwritable --cuda-graph-dot said now, not after the first steps */
-	if (R->a.graph_dot && R->r.rank == 0) {
-		FILE *f = fopen(R->a.graph_dot, "w");
+	if (R->args.graph_dot && R->rank.rank == 0) {
+		FILE *f = fopen(R->args.graph_dot, "w");
 		if (!f)
-			cnn_run_die(R, "--cuda-graph-dot %s: %s", R->a.graph_dot, strerror(errno));
+			cnn_run_die(R, "--cuda-graph-dot %s: %s", R->args.graph_dot, strerror(errno));
 		fclose(f);
 	}
 	return 1;
 }
 
-static void setup(struct run *R, int argc, char **argv)
+/* The rank from the environment and the options (their defaults from
+ * DDP_DATA_DIR and OMP_NUM_THREADS); exits 0 after --help, 2 on a usage
+ * error. */
+static void read_args(struct run *R, int argc, char **argv)
 {
-	char err[1024], desc[128];
+	char err[1024];
 	struct ddpenv_env env;
 
-	gethostname(R->host, sizeof(R->host) - 1);
 	ddpenv_env_init(&env);
 	if (ddpenv_env_from_envp(&env, environ) < 0)
 		cnn_run_die(R, "out of memory reading the environment");
-	if (ddpenv_rank_read(&env, &R->r, err, sizeof(err)) < 0) {
+	if (ddpenv_rank_read(&env, &R->rank, err, sizeof(err)) < 0) {
 		fprintf(stderr, "cnn_train: %s: %s\n", R->host, err);
 		exit(2);
 	}
@@ -381,7 +383,7 @@ static void setup(struct run *R, int argc, char **argv)
 		snprintf(ompbuf, sizeof(ompbuf), "%.*s", (int)strcspn(omp, ","), omp);
 		omp = ompbuf;
 	}
-	int rv = cnn_args_parse(&R->a, argc, argv, ddir, omp, err, sizeof(err));
+	int rv = cnn_args_parse(&R->args, argc, argv, ddir, omp, err, sizeof(err));
 	if (rv == 1)
 		exit(0);
 	if (rv < 0) {
@@ -390,116 +392,369 @@ static void setup(struct run *R, int argc, char **argv)
 		exit(2);
 	}
 	/* the environment snapshot's strings back the defaults: keep them */
-	R->a.data_dir = strdup(R->a.data_dir);
+	R->args.data_dir = strdup(R->args.data_dir);
 	ddpenv_env_free(&env);
+}
 
-	omp_set_num_threads(R->a.threads);
-	R->bar = R->a.progress == 1 || (R->a.progress == -1 && isatty(STDOUT_FILENO));
-
-	const char *kind = strcmp(R->a.data, "cifar10") == 0 || strcmp(R->a.data, "synthetic") == 0
-			   ? R->a.data : "idx";
-	if (cnn_data_load(kind, R->a.data_dir, &R->train, &R->test, err, sizeof(err)) < 0)
+/* The data set (cut to --train-limit and --test-limit), the model and its
+ * initial parameters, the optimizer.  Returns the data's kind. */
+static const char *load_model(struct run *R)
+{
+	char err[1024];
+	const char *kind = strcmp(R->args.data, "cifar10") == 0 || strcmp(R->args.data, "synthetic") == 0
+			   ? R->args.data : "idx";
+	if (cnn_data_load(kind, R->args.data_dir, &R->train, &R->test, err, sizeof(err)) < 0)
 		cnn_run_die(R, "%s", err);
-	if (R->a.train_limit && R->a.train_limit < R->train.n)
-		R->train.n = (int)R->a.train_limit;
-	if (R->a.test_limit && R->a.test_limit < R->test.n)
-		R->test.n = (int)R->a.test_limit;
+	if (R->args.train_limit && R->args.train_limit < R->train.n)
+		R->train.n = (int)R->args.train_limit;
+	if (R->args.test_limit && R->args.test_limit < R->test.n)
+		R->test.n = (int)R->args.test_limit;
 
 	struct cnn_shape sh = { R->train.c, R->train.h, R->train.w, R->train.classes };
-	if (cnn_model_init(&R->m, sh, err, sizeof(err)) < 0)
+	if (cnn_model_init(&R->model, sh, err, sizeof(err)) < 0)
 		cnn_run_die(R, "%s", err);
-	if (R->a.no_dropout)
-		R->m.p_drop1 = R->m.p_drop2 = 0.f;
-	cnn_model_init_params(&R->m, R->a.seed);
+	if (R->args.no_dropout)
+		R->model.p_drop1 = R->model.p_drop2 = 0.f;
+	cnn_model_init_params(&R->model, R->args.seed);
+	R->opt.lr = R->args.lr;
+	R->opt.momentum = R->args.momentum;
+	R->opt.weight_decay = R->args.weight_decay;
+	if (cnn_optim_init(&R->opt, R->args.optim, R->model.nparams) < 0)
+		cnn_run_die(R, "out of memory for the optimizer");
+	return kind;
+}
+
+/* The communicator.  GPUs all-reduce with NCCL, unless the step said gloo
+ * (--ddp=gloo, or a bare --ddp on MIG devices or shared GPUs, where NCCL
+ * runs no ranks): then through host memory, as PyTorch's gloo does.  One
+ * rank has nothing to average: no communicator (NCCL's set-up takes ~0.4
+ * s) and no collectives (NCCL's one-rank average is still a kernel over
+ * every gradient), as a single-process PyTorch script. */
+static void open_comm(struct run *R, int gpu)
+{
+	char err[1024];
+	int nccl = gpu && R->rank.world > 1 && R->rank.backend != DDPENV_BACKEND_GLOO;
+	const char *backend = nccl ? "nccl" : "gloo";
+	if (R->rank.backend == DDPENV_BACKEND_NCCL && !gpu && R->rank.rank == 0 && R->rank.world > 1)
+		fprintf(stderr, "cnn_train: DDP_BACKEND=nccl but this run is on CPUs: using gloo\n");
+	struct cnn_comm_opts co = { backend, R->rank.master_addr, R->rank.master_port, R->rank.rank,
+				    R->rank.world, R->rank.gloo_ifname[0] ? R->rank.gloo_ifname : NULL,
+				    R->rank.token[0] ? R->rank.token : NULL, R->args.timeout_s * 1000,
+				    nccl ? R->gpu_api->comm : NULL, same_options, R };
+	if (cnn_comm_open(&R->comm, &co, err, sizeof(err)) < 0)
+		cnn_run_die(R, "%s", err);
+	if (gpu) {
+		R->gpu_api->use_comm(R->gpu, R->comm);
+		if (R->gpu_api->load_data(R->gpu, &R->train, &R->test, err, sizeof(err)) < 0)
+			cnn_run_die(R, "%s", err);
+	} else if (cnn_reducer_start(&R->red, R->comm) < 0) {
+		cnn_run_die(R, "cannot start the communication thread: %s", strerror(errno));
+	}
+}
+
+/* On the CPU: the GPU's options a user gave, said, not silently dropped. */
+static void say_gpu_options_unused(const struct cnn_args *a)
+{
+	const char *set[] = {
+		a->no_graph ? "--no-graph" : NULL,
+		a->conv_layout != CNN_LAYOUT_AUTO ? "--conv-layout" : NULL,
+		a->streams != CNN_STREAMS_AUTO ? "--backward-streams" : NULL,
+		a->conv1 != CNN_CONV_AUTO ? "--conv1" : NULL,
+		a->conv2 != CNN_CONV_AUTO ? "--conv2" : NULL,
+		a->fc2 != CNN_FC2_AUTO ? "--fc2" : NULL,
+		a->pdl != CNN_PDL_AUTO ? "--pdl" : NULL,
+		a->profile_from ? "--cuda-profile-steps" : NULL,
+		a->graph_dot ? "--cuda-graph-dot" : NULL,
+	};
+	char names[160] = "";
+	size_t k = 0;
+	for (size_t i = 0; i < sizeof(set) / sizeof(set[0]); i++)
+		if (set[i] && k < sizeof(names))
+			k += (size_t)snprintf(names + k, sizeof(names) - k, "%s%s", k ? ", " : "", set[i]);
+	if (k)
+		printf("# %s: GPU options, not used by this run on the CPU\n", names);
+}
+
+/* Rank 0's header lines: the world, the model, the data, the device. */
+static void print_header(struct run *R, int gpu, const char *kind)
+{
+	char desc[128];
+	cnn_model_describe(&R->model, desc, sizeof(desc));
+	printf("# cnn_train: world %d (%s), model %s, data %s (%d train, %d test) from %s\n",
+	       R->rank.world, R->comm->ops->name, desc, R->args.data, R->train.n, R->test.n,
+	       strcmp(kind, "synthetic") ? R->args.data_dir : "memory");
+	printf("# batch %d per rank, %s lr %g, %d thread%s per rank, seed %llu%s\n",
+	       R->args.batch, R->args.optim == CNN_ADADELTA ? "adadelta" : "sgd", R->args.lr,
+	       R->args.threads, R->args.threads == 1 ? "" : "s", R->args.seed,
+	       R->rank.world > 1 ? "" : " (single process)");
+	if (gpu) {
+		char d[4096];
+		R->gpu_api->describe(R->gpu, d, sizeof(d));
+		printf("# GPU: %s\n", d);
+	} else {
+		printf("# convolutions: oneDNN %s\n", cnn_convnet_describe(R->acts.conv));
+		if (R->device_note[0])
+			printf("# device auto: cpu (%s)\n", R->device_note);
+		if (R->args.precision == CNN_PREC_BF16)
+			printf("# --precision bf16 is GPU math: on the CPU this run computes in fp32\n");
+		say_gpu_options_unused(&R->args);
+	}
+	fflush(stdout);
+}
+
+static void setup(struct run *R, int argc, char **argv)
+{
+	char err[1024];
+
+	gethostname(R->host, sizeof(R->host) - 1);
+	read_args(R, argc, argv);
+	omp_set_num_threads(R->args.threads);
+	R->progress_bar = R->args.progress == 1 || (R->args.progress == -1 && isatty(STDOUT_FILENO));
+	const char *kind = load_model(R);
 	/* evaluation in batches of 256, or of the rank's whole share of a
 	 * smaller test set (what the GPU path's start-up times its
 	 * convolutions at, and both paths size their buffers for) */
-	int share = (R->test.n + R->r.world - 1) / R->r.world;
+	int share = (R->test.n + R->rank.world - 1) / R->rank.world;
 	int evalb = share < 256 ? (share > 1 ? share : 1) : 256;
-	int maxb = R->a.batch > evalb ? R->a.batch : evalb;
+	int maxb = R->args.batch > evalb ? R->args.batch : evalb;
 	R->eval_batch = maxb;
-	R->opt.lr = R->a.lr;
-	R->opt.momentum = R->a.momentum;
-	R->opt.weight_decay = R->a.weight_decay;
-	if (cnn_optim_init(&R->opt, R->a.optim, R->m.nparams) < 0)
-		cnn_run_die(R, "out of memory for the optimizer");
 	int gpu = open_gpu(R, maxb);
-	if (!gpu && cnn_acts_init(&R->acts, &R->m, maxb, R->a.threads, err, sizeof(err)) < 0)
+	if (!gpu && cnn_acts_init(&R->acts, &R->model, maxb, R->args.threads, err, sizeof(err)) < 0)
 		cnn_run_die(R, "%s", err);
 	R->ybuf = malloc((size_t)maxb);
 	R->eval_idx = malloc((size_t)R->test.n * sizeof(uint32_t) + 4);
 	if (!R->ybuf || !R->eval_idx)
 		cnn_run_die(R, "out of memory");
-	if (cnn_sampler_init(&R->sampler, (uint32_t)R->train.n, (uint32_t)R->r.world,
-			     (uint32_t)R->r.rank, R->a.seed, 1) < 0)
+	if (cnn_sampler_init(&R->sampler, (uint32_t)R->train.n, (uint32_t)R->rank.world,
+			     (uint32_t)R->rank.rank, R->args.seed, 1) < 0)
 		cnn_run_die(R, "out of memory for the sampler");
+	open_comm(R, gpu);
+	if (R->rank.rank == 0)
+		print_header(R, gpu, kind);
+}
 
-	/* GPUs all-reduce with NCCL, unless the step said gloo (--ddp=gloo,
-	 * or a bare --ddp on MIG devices or shared GPUs, where NCCL runs no
-	 * ranks): then through host memory, as PyTorch's gloo does.  One
-	 * rank has nothing to average: no communicator (NCCL's set-up takes
-	 * ~0.4 s) and no collectives (NCCL's one-rank average is still a
-	 * kernel over every gradient), as a single-process PyTorch script. */
-	int nccl = gpu && R->r.world > 1 && R->r.backend != DDPENV_BACKEND_GLOO;
-	const char *backend = nccl ? "nccl" : "gloo";
-	if (R->r.backend == DDPENV_BACKEND_NCCL && !gpu && R->r.rank == 0 && R->r.world > 1)
-		fprintf(stderr, "cnn_train: DDP_BACKEND=nccl but this run is on CPUs: using gloo\n");
-	struct cnn_comm_opts co = { backend, R->r.master_addr, R->r.master_port, R->r.rank,
-				    R->r.world, R->r.gloo_ifname[0] ? R->r.gloo_ifname : NULL,
-				    R->r.token[0] ? R->r.token : NULL, R->a.timeout_s * 1000,
-				    nccl ? R->G->comm : NULL, same_options, R };
-	if (cnn_comm_open(&R->comm, &co, err, sizeof(err)) < 0)
+/* --resume, or a requeued job (SLURM_RESTART_COUNT > 0): the checkpoint's
+ * parameters, optimizer state and place, in this run's steps. */
+static void resume(struct run *R, int *start_epoch, long long *start_b)
+{
+	char err[1024];
+	struct cnn_ckpt_pos pos;
+	int got = cnn_ckpt_load(R->args.checkpoint_dir, &R->model, &R->opt, &pos, err, sizeof(err));
+	if (got < 0)
 		cnn_run_die(R, "%s", err);
-	if (gpu) {
-		R->G->use_comm(R->g, R->comm);
-		if (R->G->load_data(R->g, &R->train, &R->test, err, sizeof(err)) < 0)
-			cnn_run_die(R, "%s", err);
-	} else if (cnn_reducer_start(&R->red, R->comm) < 0) {
-		cnn_run_die(R, "cannot start the communication thread: %s", strerror(errno));
+	if (got != 1) {
+		if (R->rank.rank == 0)
+			printf("# no checkpoint in %s yet: starting fresh\n", R->args.checkpoint_dir);
+		return;
 	}
-	cnn_model_describe(&R->m, desc, sizeof(desc));
-	if (R->r.rank == 0) {
-		printf("# cnn_train: world %d (%s), model %s, data %s (%d train, %d test) from %s\n",
-		       R->r.world, R->comm->ops->name, desc, R->a.data, R->train.n, R->test.n,
-		       strcmp(kind, "synthetic") ? R->a.data_dir : "memory");
-		printf("# batch %d per rank, %s lr %g, %d thread%s per rank, seed %llu%s\n",
-		       R->a.batch, R->a.optim == CNN_ADADELTA ? "adadelta" : "sgd", R->a.lr,
-		       R->a.threads, R->a.threads == 1 ? "" : "s", R->a.seed,
-		       R->r.world > 1 ? "" : " (single process)");
-		if (gpu) {
-			char d[4096];
-			R->G->describe(R->g, d, sizeof(d));
-			printf("# GPU: %s\n", d);
-		} else {
-			printf("# convolutions: oneDNN %s\n", cnn_convnet_describe(R->acts.conv));
-			if (R->device_note[0])
-				printf("# device auto: cpu (%s)\n", R->device_note);
-			if (R->a.precision == CNN_PREC_BF16)
-				printf("# --precision bf16 is GPU math: on the CPU this run computes in "
-				       "fp32\n");
-			/* the GPU's options a user gave: said, not silently dropped */
-			const char *set[] = {
-				R->a.no_graph ? "--no-graph" : NULL,
-				R->a.conv_layout != CNN_LAYOUT_AUTO ? "--conv-layout" : NULL,
-				R->a.streams != CNN_STREAMS_AUTO ? "--backward-streams" : NULL,
-				R->a.conv1 != CNN_CONV_AUTO ? "--conv1" : NULL,
-				R->a.conv2 != CNN_CONV_AUTO ? "--conv2" : NULL,
-				R->a.fc2 != CNN_FC2_AUTO ? "--fc2" : NULL,
-				R->a.pdl != CNN_PDL_AUTO ? "--pdl" : NULL,
-				R->a.profile_from ? "--cuda-profile-steps" : NULL,
-				R->a.graph_dot ? "--cuda-graph-dot" : NULL,
-			};
-			char names[160] = "";
-			size_t k = 0;
-			for (size_t i = 0; i < sizeof(set) / sizeof(set[0]); i++)
-				if (set[i] && k < sizeof(names))
-					k += (size_t)snprintf(names + k, sizeof(names) - k, "%s%s",
-							      k ? ", " : "", set[i]);
-			if (k)
-				printf("# %s: GPU options, not used by this run on the CPU\n", names);
+	*start_epoch = pos.epoch;
+	/* another world size or batch: the same place in the epoch's order,
+	 * in this run's steps */
+	cnn_ckpt_resume_at(&pos, (uint32_t)R->train.n, R->rank.world, R->args.batch, start_b, &R->steps);
+	if ((*start_b != pos.step_in_epoch || R->steps != pos.global_step) && R->rank.rank == 0)
+		printf("# note: checkpoint written by %d rank%s of batch %d, this run is %d of "
+		       "%d: its step %lld of epoch %d is this run's step %lld (%lld steps done "
+		       "in this run's count)\n", pos.world, pos.world == 1 ? "" : "s",
+		       pos.batch, R->rank.world, R->args.batch, (long long)pos.step_in_epoch,
+		       pos.epoch + 1, *start_b, R->steps);
+	if (pos.seed != R->args.seed && R->rank.rank == 0)
+		printf("# note: checkpoint seed %llu, this run's %llu: shuffling follows "
+		       "the checkpoint\n", (unsigned long long)pos.seed, R->args.seed);
+	R->args.seed = pos.seed;
+	R->sampler.seed = pos.seed;
+	if (R->rank.rank == 0)
+		printf("# resumed from %s/%s: epoch %d, step %lld of it, %lld steps done%s\n",
+		       R->args.checkpoint_dir, CNN_CKPT_NAME, pos.epoch + 1, *start_b, R->steps,
+		       R->rank.restart_count > 0 ? " (Slurm requeue)" : "");
+}
+
+/* The training loop's state across epochs. */
+struct loop {
+	long long nb;                    /* batches per epoch and rank */
+	long long timed_from;            /* the first step timed */
+	int stop;                        /* 1 at --max-steps, 2 on a signal (stop.h) */
+	int said_stop;
+	int cur_epoch;                   /* where the loop is (a checkpoint's place) */
+	long long cur_b;
+	double last_print;
+};
+
+/* Rank 0 says once at which step a signal stops every rank. */
+static void say_stop(struct run *R, struct loop *L)
+{
+	if (R->stop.at < 0 || L->said_stop || R->rank.rank != 0)
+		return;
+	if (R->stop.at < R->args.sched.total_steps)
+		printf("# %s: every rank stops after step %lld%s\n", cnn_stop_name(R->stop.why),
+		       R->stop.at, R->args.checkpoint_dir ? " and rank 0 writes a checkpoint there" :
+		       " (no --checkpoint-dir: nothing is kept)");
+	else
+		printf("# %s: the run ends at step %lld, before the step every rank could stop "
+		       "after (%lld)\n", cnn_stop_name(R->stop.why), R->args.sched.total_steps,
+		       R->stop.at);
+	fflush(stdout);
+	L->said_stop = 1;
+}
+
+/* One step on n images from first, its times into t[0..4] (start, data
+ * gathered, computed, all-reduced, updated). */
+static void train_step(struct run *R, long long first, int n, float lr, int print, float *loss,
+		       double t[5])
+{
+	char err[1024];
+	if (R->gpu) {
+		/* the GPU does it all (the all-reduce inside the step); the
+		 * host waits only for the step before last, and for the loss
+		 * when it prints */
+		if (R->gpu_api->train_step(R->gpu, R->sampler.mine + first, n, lr, (uint64_t)R->steps, err,
+					   sizeof(err)) < 0 ||
+		    (print && R->gpu_api->last_loss(R->gpu, loss, err, sizeof(err)) < 0))
+			gpu_failed(R, err, sizeof(err));
+		t[1] = t[0];
+		t[2] = t[3] = t[4] = now_s();
+		return;
+	}
+	cnn_data_gather(&R->train, R->sampler.mine + first, n, R->acts.x, R->ybuf);
+	t[1] = now_s();
+	if (cnn_forward(&R->model, &R->acts, R->ybuf, n, 1, R->args.seed, (uint64_t)R->steps, R->rank.rank,
+			loss, NULL) < 0 ||
+	    cnn_backward(&R->model, &R->acts, R->ybuf, n, (float)n, on_fc_ready, R) < 0)
+		cnn_run_die(R, "step %lld: %s", R->steps, R->acts.err);
+	cnn_reducer_push(&R->red, R->model.grads, R->model.t[P_W3].off);
+	t[2] = now_s();
+	if (cnn_reducer_wait(&R->red, err, sizeof(err)) < 0)
+		cnn_run_comm_failed(R, err, sizeof(err));
+	t[3] = now_s();
+	cnn_optim_step(&R->opt, R->model.params, R->model.grads, lr);
+	t[4] = now_s();
+}
+
+/* One epoch from batch b0 (until its end, --max-steps or a signal's stop);
+ * the last loss and images/s into *loss and *ips. */
+static void train_epoch(struct run *R, struct loop *L, int epoch, long long b0, float *loss, double *ips)
+{
+	char err[1024];
+	double wall0 = now_s();
+	long long imgs0 = 0;
+	for (long long b = b0; b < L->nb; b++) {
+		L->cur_epoch = epoch;
+		L->cur_b = b;
+		if (R->args.max_steps && R->steps >= R->args.max_steps) {
+			L->stop = 1;
+			return;
 		}
+		int st = cnn_stop_poll(&R->stop, R->comm->store, R->rank.rank, R->steps, err, sizeof(err));
+		if (st < 0)
+			cnn_run_comm_failed(R, err, sizeof(err));
+		if (st > 0) {
+			L->stop = 2;
+			return;
+		}
+		say_stop(R, L);
+		double t[5];
+		t[0] = now_s();
+		long long first = b * R->args.batch;
+		int n = (int)(R->sampler.per_rank - first < R->args.batch ? R->sampler.per_rank - first
+									  : R->args.batch);
+		float lr = cnn_sched_lr(&R->args.sched, epoch, R->steps);
+		int print = R->progress_bar ? t[0] - L->last_print > 0.25 || b + 1 == L->nb
+					    : (b + 1) % R->args.log_every == 0;
+		train_step(R, first, n, lr, print, loss, t);
+		R->steps++;
+		if (R->steps == 1 && !R->gpu)
+			R->first_step_unix = unix_now();
+		if (R->steps > L->timed_from) {
+			R->t_data += t[1] - t[0];
+			R->t_compute += (t[2] - t[1]) + (t[4] - t[3]);
+			R->t_idle += t[3] - t[2];
+			R->t_train_wall += t[4] - t[0];
+			R->timed_images += n;
+		} else {
+			wall0 = t[4];
+			imgs0 = b + 1;
+		}
+		*ips = t[4] > wall0 ? (double)(b + 1 - imgs0) * R->args.batch * R->rank.world / (t[4] - wall0) : 0;
+		if (print) {
+			progress(R, epoch, b + 1, L->nb, *loss, *ips, 0);
+			L->last_print = t[4];
+		}
+		if (R->args.checkpoint_every && R->steps % R->args.checkpoint_every == 0)
+			save_ckpt(R, epoch, b + 1);
+	}
+}
+
+/* The epochs from start_epoch, batch start_b, each evaluated and
+ * checkpointed at its end. */
+static void train(struct run *R, struct loop *L, int start_epoch, long long start_b)
+{
+	for (int epoch = start_epoch; epoch < R->args.epochs && !L->stop; epoch++) {
+		double ips = 0;
+		float loss = 0;
+		cnn_sampler_epoch(&R->sampler, (uint32_t)epoch);
+		train_epoch(R, L, epoch, epoch == start_epoch ? start_b : 0, &loss, &ips);
+		if (R->progress_bar && R->rank.rank == 0)
+			progress(R, epoch, L->stop ? 0 : L->nb, L->nb, loss, ips, 1);
+		if (!L->stop) {
+			evaluate(R);
+			save_ckpt(R, epoch + 1, 0);
+			/* --max-steps reached with the epoch's last step: the
+			 * epoch's evaluation and checkpoint above are the run's
+			 * last, not followed by the same again */
+			if (R->args.max_steps && R->steps >= R->args.max_steps)
+				break;
+		}
+	}
+}
+
+/* After the loop: the evaluation and checkpoint a stop owes, said. */
+static void after_stop(struct run *R, const struct loop *L)
+{
+	if (L->stop == 1 && R->args.eval)
+		evaluate(R);
+	if ((L->stop == 1 && R->args.checkpoint_dir && !R->args.checkpoint_every) ||
+	    (L->stop == 2 && R->args.checkpoint_dir)) {
+		/* --max-steps ended mid-epoch, or a signal: keep the place */
+		save_ckpt(R, L->cur_epoch, L->cur_b);
+	}
+	if (L->stop == 2 && R->rank.rank == 0) {
+		if (R->args.checkpoint_dir)
+			printf("# stopped on %s after step %lld (epoch %d, step %lld of it): %s/%s holds it; "
+			       "--resume, or the job requeued, continues from there\n", cnn_stop_name(R->stop.why),
+			       R->steps, L->cur_epoch + 1, L->cur_b, R->args.checkpoint_dir, CNN_CKPT_NAME);
+		else
+			printf("# stopped on %s after step %lld (epoch %d, step %lld of it); no "
+			       "--checkpoint-dir: nothing kept\n", cnn_stop_name(R->stop.why), R->steps,
+			       L->cur_epoch + 1, L->cur_b);
 		fflush(stdout);
 	}
+	/* a profiling range the run never reached captured nothing, or ran on
+	 * to the end of the run (its evaluation too): said, since ncu's empty
+	 * report does not say why */
+	if (R->gpu && R->rank.rank == 0 && R->args.profile_from && R->steps < R->args.profile_to)
+		fprintf(stderr, "cnn_train: warning: --cuda-profile-steps %lld:%lld: the run ended at "
+			"step %lld, %s\n", R->args.profile_from, R->args.profile_to, R->steps,
+			R->steps < R->args.profile_from ?
+				"before the range: no step was profiled (more --epochs or --max-steps)" :
+				"inside the range: the profiler ran on to the run's end");
+}
+
+static void teardown(struct run *R)
+{
+	if (R->gpu) {
+		R->gpu_api->close(R->gpu);
+	} else {
+		cnn_reducer_stop(&R->red);
+		cnn_acts_free(&R->acts);
+	}
+	cnn_comm_close(R->comm);
+	cnn_sampler_free(&R->sampler);
+	cnn_optim_free(&R->opt);
+	cnn_model_free(&R->model);
+	cnn_data_free(&R->train);
+	cnn_data_free(&R->test);
+	free(R->ybuf);
+	free(R->eval_idx);
+	free((char *)R->args.data_dir);
 }
 
 int main(int argc, char **argv)
@@ -517,205 +772,35 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	setup(R, argc, argv);
-	R->stop.every = R->a.stop_every ? R->a.stop_every : cnn_stop_every(R->a.batch, R->g != NULL);
-	R->stop.grace_s = R->a.timeout_s;
-	snprintf(R->stop.who, sizeof(R->stop.who), "%s rank %d", R->host, R->r.rank);
-
-	if (R->a.checkpoint_dir && (R->a.resume || R->r.restart_count > 0)) {
-		struct cnn_ckpt_pos pos;
-		int got = cnn_ckpt_load(R->a.checkpoint_dir, &R->m, &R->opt, &pos, err, sizeof(err));
-		if (got < 0)
-			cnn_run_die(R, "%s", err);
-		if (got == 1) {
-			start_epoch = pos.epoch;
-			/* another world size or batch: the same place in the
-			 * epoch's order, in this run's steps */
-			cnn_ckpt_resume_at(&pos, (uint32_t)R->train.n, R->r.world, R->a.batch, &start_b,
-					   &R->steps);
-			if ((start_b != pos.step_in_epoch || R->steps != pos.global_step) && R->r.rank == 0)
-				printf("# note: checkpoint written by %d rank%s of batch %d, this run is %d of "
-				       "%d: its step %lld of epoch %d is this run's step %lld (%lld steps done "
-				       "in this run's count)\n", pos.world, pos.world == 1 ? "" : "s",
-				       pos.batch, R->r.world, R->a.batch, (long long)pos.step_in_epoch,
-				       pos.epoch + 1, start_b, R->steps);
-			if (pos.seed != R->a.seed && R->r.rank == 0)
-				printf("# note: checkpoint seed %llu, this run's %llu: shuffling follows "
-				       "the checkpoint\n", (unsigned long long)pos.seed, R->a.seed);
-			R->a.seed = pos.seed;
-			R->sampler.seed = pos.seed;
-			if (R->r.rank == 0)
-				printf("# resumed from %s/%s: epoch %d, step %lld of it, %lld steps done%s\n",
-				       R->a.checkpoint_dir, CNN_CKPT_NAME, pos.epoch + 1, start_b, R->steps,
-				       R->r.restart_count > 0 ? " (Slurm requeue)" : "");
-		} else if (R->r.rank == 0) {
-			printf("# no checkpoint in %s yet: starting fresh\n", R->a.checkpoint_dir);
-		}
-	}
+	R->stop.every = R->args.stop_every ? R->args.stop_every : cnn_stop_every(R->args.batch, R->gpu != NULL);
+	R->stop.grace_s = R->args.timeout_s;
+	snprintf(R->stop.who, sizeof(R->stop.who), "%s rank %d", R->host, R->rank.rank);
+	if (R->args.checkpoint_dir && (R->args.resume || R->rank.restart_count > 0))
+		resume(R, &start_epoch, &start_b);
 	/* Same start everywhere, as DDP does: rank 0's parameters win. */
-	if (cnn_comm_broadcast(R->comm, R->m.params, R->m.nparams, 0, err, sizeof(err)) < 0)
+	if (cnn_comm_broadcast(R->comm, R->model.params, R->model.nparams, 0, err, sizeof(err)) < 0)
 		cnn_run_comm_failed(R, err, sizeof(err));
-	if (R->g && R->G->set_state(R->g, R->m.params, &R->opt, err, sizeof(err)) < 0)
+	if (R->gpu && R->gpu_api->set_state(R->gpu, R->model.params, &R->opt, err, sizeof(err)) < 0)
 		cnn_run_die(R, "%s", err);
 
-	long long nb = (R->sampler.per_rank + R->a.batch - 1) / R->a.batch;
-	R->a.sched.base_lr = R->a.lr;
-	R->a.sched.total_steps = R->a.max_steps ? R->a.max_steps : nb * R->a.epochs;
+	struct loop L = { .nb = (R->sampler.per_rank + R->args.batch - 1) / R->args.batch,
+			  .cur_epoch = start_epoch, .cur_b = start_b };
+	R->args.sched.base_lr = R->args.lr;
+	R->args.sched.total_steps = R->args.max_steps ? R->args.max_steps : L.nb * R->args.epochs;
 	/* steps not timed: first-touch, thread start-up; on the GPU also
 	 * cuDNN's first calls and the graph's capture */
-	const long long warm = R->g ? 5 : 3;
-	long long timed_from = R->steps + warm;
-	/* stop: 1 at --max-steps, 2 on a signal (stop.h) */
-	int stop = 0, cur_epoch = start_epoch, said_stop = 0;
-	long long cur_b = start_b;
-	double last_print = 0;
+	L.timed_from = R->steps + (R->gpu ? 5 : 3);
 
 	/* from here a signal stops every rank after one step they agree on */
 	atomic_store(&R->stop.training, 1);
-
-	for (int epoch = start_epoch; epoch < R->a.epochs && !stop; epoch++) {
-		cnn_sampler_epoch(&R->sampler, (uint32_t)epoch);
-		long long b0 = epoch == start_epoch ? start_b : 0;
-		double ips = 0, wall0 = now_s();
-		long long imgs0 = 0;
-		float loss = 0;
-		for (long long b = b0; b < nb; b++) {
-			cur_epoch = epoch;
-			cur_b = b;
-			if (R->a.max_steps && R->steps >= R->a.max_steps) {
-				stop = 1;
-				break;
-			}
-			int st = cnn_stop_poll(&R->stop, R->comm->store, R->r.rank, R->steps, err, sizeof(err));
-			if (st < 0)
-				cnn_run_comm_failed(R, err, sizeof(err));
-			if (st > 0) {
-				stop = 2;
-				break;
-			}
-			if (R->stop.at >= 0 && !said_stop && R->r.rank == 0) {
-				if (R->stop.at < R->a.sched.total_steps)
-					printf("# %s: every rank stops after step %lld%s\n", cnn_stop_name(R->stop.why),
-					       R->stop.at, R->a.checkpoint_dir ? " and rank 0 writes a checkpoint there" :
-					       " (no --checkpoint-dir: nothing is kept)");
-				else
-					printf("# %s: the run ends at step %lld, before the step every rank could stop "
-					       "after (%lld)\n", cnn_stop_name(R->stop.why), R->a.sched.total_steps,
-					       R->stop.at);
-				fflush(stdout);
-				said_stop = 1;
-			}
-			double t0 = now_s();
-			long long first = b * R->a.batch;
-			int n = (int)(R->sampler.per_rank - first < R->a.batch ?
-				      R->sampler.per_rank - first : R->a.batch);
-			float lr = cnn_sched_lr(&R->a.sched, epoch, R->steps);
-			int print = R->bar ? t0 - last_print > 0.25 || b + 1 == nb
-					   : (b + 1) % R->a.log_every == 0;
-			double t1, t2, t3, t4;
-			if (R->g) {
-				/* the GPU does it all (the all-reduce inside the step);
-				 * the host waits only for the step before last, and for
-				 * the loss when it prints */
-				if (R->G->train_step(R->g, R->sampler.mine + first, n, lr,
-						     (uint64_t)R->steps, err, sizeof(err)) < 0 ||
-				    (print && R->G->last_loss(R->g, &loss, err, sizeof(err)) < 0))
-					gpu_failed(R, err, sizeof(err));
-				t1 = t0;
-				t2 = t3 = t4 = now_s();
-			} else {
-				cnn_data_gather(&R->train, R->sampler.mine + first, n, R->acts.x, R->ybuf);
-				t1 = now_s();
-				if (cnn_forward(&R->m, &R->acts, R->ybuf, n, 1, R->a.seed,
-						(uint64_t)R->steps, R->r.rank, &loss, NULL) < 0 ||
-				    cnn_backward(&R->m, &R->acts, R->ybuf, n, (float)n, on_fc_ready, R) < 0)
-					cnn_run_die(R, "step %lld: %s", R->steps, R->acts.err);
-				cnn_reducer_push(&R->red, R->m.grads, R->m.t[P_W3].off);
-				t2 = now_s();
-				if (cnn_reducer_wait(&R->red, err, sizeof(err)) < 0)
-					cnn_run_comm_failed(R, err, sizeof(err));
-				t3 = now_s();
-				cnn_optim_step(&R->opt, R->m.params, R->m.grads, lr);
-				t4 = now_s();
-			}
-			R->steps++;
-			if (R->steps == 1 && !R->g)
-				R->first_step_unix = unix_now();
-			if (R->steps > timed_from) {
-				R->t_data += t1 - t0;
-				R->t_compute += (t2 - t1) + (t4 - t3);
-				R->t_idle += t3 - t2;
-				R->t_train_wall += t4 - t0;
-				R->timed_images += n;
-			} else {
-				wall0 = t4;
-				imgs0 = b + 1;
-			}
-			ips = t4 > wall0 ? (double)(b + 1 - imgs0) * R->a.batch * R->r.world / (t4 - wall0) : 0;
-			if (print) {
-				progress(R, epoch, b + 1, nb, loss, ips, 0);
-				last_print = t4;
-			}
-			if (R->a.checkpoint_every && R->steps % R->a.checkpoint_every == 0)
-				save_ckpt(R, epoch, b + 1);
-		}
-		if (R->bar && R->r.rank == 0)
-			progress(R, epoch, stop ? 0 : nb, nb, loss, ips, 1);
-		if (!stop) {
-			evaluate(R);
-			save_ckpt(R, epoch + 1, 0);
-			/* --max-steps reached with the epoch's last step: the
-			 * epoch's evaluation and checkpoint above are the run's
-			 * last, not followed by the same again */
-			if (R->a.max_steps && R->steps >= R->a.max_steps)
-				break;
-		}
-	}
+	train(R, &L, start_epoch, start_b);
 	/* a signal now ends the process at once */
 	atomic_store(&R->stop.training, 0);
-	if (stop == 1 && R->a.eval)
-		evaluate(R);
-	if ((stop == 1 && R->a.checkpoint_dir && !R->a.checkpoint_every) || (stop == 2 && R->a.checkpoint_dir)) {
-		/* --max-steps ended mid-epoch, or a signal: keep the place */
-		save_ckpt(R, cur_epoch, cur_b);
-	}
-	if (stop == 2 && R->r.rank == 0) {
-		if (R->a.checkpoint_dir)
-			printf("# stopped on %s after step %lld (epoch %d, step %lld of it): %s/%s holds it; "
-			       "--resume, or the job requeued, continues from there\n", cnn_stop_name(R->stop.why),
-			       R->steps, cur_epoch + 1, cur_b, R->a.checkpoint_dir, CNN_CKPT_NAME);
-		else
-			printf("# stopped on %s after step %lld (epoch %d, step %lld of it); no "
-			       "--checkpoint-dir: nothing kept\n", cnn_stop_name(R->stop.why), R->steps,
-			       cur_epoch + 1, cur_b);
-		fflush(stdout);
-	}
-	/* a profiling range the run never reached captured nothing, or ran on
-	 * to the end of the run (its evaluation too): said, since ncu's empty
-	 * report does not say why */
-	if (R->g && R->r.rank == 0 && R->a.profile_from && R->steps < R->a.profile_to)
-		fprintf(stderr, "cnn_train: warning: --cuda-profile-steps %lld:%lld: the run ended at "
-			"step %lld, %s\n", R->a.profile_from, R->a.profile_to, R->steps,
-			R->steps < R->a.profile_from ?
-				"before the range: no step was profiled (more --epochs or --max-steps)" :
-				"inside the range: the profiler ran on to the run's end");
+	after_stop(R, &L);
 	fetch_state(R);
 	cnn_run_report(R);
-	if (R->g) {
-		R->G->close(R->g);
-	} else {
-		cnn_reducer_stop(&R->red);
-		cnn_acts_free(&R->acts);
-	}
-	cnn_comm_close(R->comm);
-	cnn_sampler_free(&R->sampler);
-	cnn_optim_free(&R->opt);
-	cnn_model_free(&R->m);
-	cnn_data_free(&R->train);
-	cnn_data_free(&R->test);
-	free(R->ybuf);
-	free(R->eval_idx);
-	free((char *)R->a.data_dir);
-	if (stop == 2)
+	teardown(R);
+	if (L.stop == 2)
 		cnn_stop_raise(&R->stop);   /* as the signal would have, now that all is kept */
 	return 0;
 }

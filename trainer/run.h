@@ -15,22 +15,22 @@
 #include "stop.h"
 
 struct run {
-	struct cnn_args a;
-	struct ddpenv_rank r;
+	struct cnn_args args;
+	struct ddpenv_rank rank;
 	char host[64];
 	struct cnn_dataset train, test;
-	struct cnn_model m;
+	struct cnn_model model;
 	struct cnn_acts acts;
 	struct cnn_optim opt;
 	struct cnn_comm *comm;
 	struct cnn_reducer red;
 	struct cnn_sampler sampler;
-	const struct cnn_gpu_api *G;   /* the GPU path, when this run uses it */
-	struct cnn_gpu *g;
+	const struct cnn_gpu_api *gpu_api;   /* the GPU path, when this run uses it */
+	struct cnn_gpu *gpu;
 	uint32_t *eval_idx;
 	float *xbuf;
 	uint8_t *ybuf;
-	int bar;
+	int progress_bar;   /* stderr is a terminal: a bar, else lines */
 	int eval_batch;
 	char device_note[1024];   /* why --device=auto stayed on the CPU */
 	/* time breakdown, seconds */
