@@ -329,60 +329,74 @@ identity:
 	return ok ? 0 : -1;
 }
 
-int ddpenv_task_vars(const struct ddpenv_node *node,
-		     const struct ddpenv_env *task_env,
-		     struct ddpenv_vars *out, char *err, size_t errlen)
+/* Where this task is in the step: its rank, local rank, node and the
+ * tasks on its node, each checked against the step.  0, else -1 with err. */
+struct task_ids {
+	uint32_t rank, local_rank, node_id, local_size;
+	const char *tpn;                 /* SLURM_STEP_TASKS_PER_NODE */
+};
+
+static int task_ids(const struct ddpenv_step *st, const struct ddpenv_env *task_env, struct task_ids *id,
+		    char *err, size_t errlen)
+{
+	if (task_u32(task_env, "SLURM_PROCID", &id->rank, err, errlen) < 0 ||
+	    task_u32(task_env, "SLURM_LOCALID", &id->local_rank, err, errlen) < 0 ||
+	    task_u32(task_env, "SLURM_NODEID", &id->node_id, err, errlen) < 0)
+		return -1;
+	if (id->rank >= st->num_tasks) {
+		snprintf(err, errlen, "SLURM_PROCID=%u: expected below the step's %u tasks",
+			 id->rank, st->num_tasks);
+		return -1;
+	}
+	id->tpn = ddpenv_env_get(task_env, "SLURM_STEP_TASKS_PER_NODE");
+	if (ddpenv_tasks_on_node(id->tpn, id->node_id, &id->local_size, err, errlen) < 0)
+		return -1;
+	if (id->local_rank >= id->local_size) {
+		snprintf(err, errlen, "SLURM_LOCALID=%u: expected below the %u tasks of node %u (SLURM_STEP_TASKS_PER_NODE=%.64s)",
+			 id->local_rank, id->local_size, id->node_id, id->tpn);
+		return -1;
+	}
+	return 0;
+}
+
+/* NCCL runs one rank per GPU: a node with more tasks than GPUs for the
+ * step fails it, saying what to ask for.  0, else -1 with err. */
+static int nccl_gpus_enough(const struct ddpenv_node *node, const struct task_ids *id, char *err,
+			    size_t errlen)
 {
 	const struct ddpenv_step *st = &node->step;
-	uint32_t rank, local_rank, node_id, local_size, cpus = 0;
-	const char *tpn, *u, *how_omp;
+	if (node->backend != DDPENV_BACKEND_NCCL || id->local_size <= st->gpus)
+		return 0;
+	if (st->gpus == 0)
+		snprintf(err, errlen, "--ddp=nccl (%.80s): node %u runs %u task(s) of the step and the step has no GPU there (%s unset): NCCL needs one GPU per task; ask for one per task (--gres=gpu:N, or --gpus-per-node=N, with --ntasks-per-node=N) or use --ddp=gloo",
+			 node->backend_how, id->node_id, id->local_size, st->gpus_key);
+	else if (st->shared)
+		snprintf(err, errlen, "--ddp=nccl (%.80s): node %u runs %u tasks of the step on %u shared GPU(s) (%s, %s): NCCL cannot share a GPU between ranks, even with MPS; use --ddp=gloo, or whole GPUs (--gres=gpu:N with --ntasks-per-node=N)",
+			 node->backend_how, id->node_id, id->local_size, st->gpus, st->shared, st->gpus_key);
+	else
+		snprintf(err, errlen, "--ddp=nccl (%.80s): node %u runs %u tasks of the step but has %u GPU(s) for it (%s): NCCL cannot share a GPU between ranks; ask for as many GPUs as tasks per node (--gres=gpu:N or --gpus-per-node=N), fewer --ntasks-per-node, or use --ddp=gloo",
+			 node->backend_how, id->node_id, id->local_size, st->gpus, st->gpus_key);
+	return -1;
+}
+
+/* torchrun's variables, and the interfaces the backends bind. */
+static void torchrun_vars(const struct ddpenv_node *node, const struct ddpenv_env *task_env,
+			  const struct task_ids *id, struct ddpenv_vars *out)
+{
+	const struct ddpenv_step *st = &node->step;
 	char how[DDPENV_HOWLEN];
 
-	out->n = 0;
-	if (task_u32(task_env, "SLURM_PROCID", &rank, err, errlen) < 0 ||
-	    task_u32(task_env, "SLURM_LOCALID", &local_rank, err, errlen) < 0 ||
-	    task_u32(task_env, "SLURM_NODEID", &node_id, err, errlen) < 0)
-		return -1;
-	if (rank >= st->num_tasks) {
-		snprintf(err, errlen, "SLURM_PROCID=%u: expected below the step's %u tasks",
-			 rank, st->num_tasks);
-		return -1;
-	}
-	tpn = ddpenv_env_get(task_env, "SLURM_STEP_TASKS_PER_NODE");
-	if (ddpenv_tasks_on_node(tpn, node_id, &local_size, err, errlen) < 0)
-		return -1;
-	if (local_rank >= local_size) {
-		snprintf(err, errlen, "SLURM_LOCALID=%u: expected below the %u tasks of node %u (SLURM_STEP_TASKS_PER_NODE=%.64s)",
-			 local_rank, local_size, node_id, tpn);
-		return -1;
-	}
-
-	if (node->backend == DDPENV_BACKEND_NCCL && local_size > st->gpus) {
-		if (st->gpus == 0)
-			snprintf(err, errlen, "--ddp=nccl (%.80s): node %u runs %u task(s) of the step and the step has no GPU there (%s unset): NCCL needs one GPU per task; ask for one per task (--gres=gpu:N, or --gpus-per-node=N, with --ntasks-per-node=N) or use --ddp=gloo",
-				 node->backend_how, node_id, local_size, st->gpus_key);
-		else if (st->shared)
-			snprintf(err, errlen, "--ddp=nccl (%.80s): node %u runs %u tasks of the step on %u shared GPU(s) (%s, %s): NCCL cannot share a GPU between ranks, even with MPS; use --ddp=gloo, or whole GPUs (--gres=gpu:N with --ntasks-per-node=N)",
-				 node->backend_how, node_id, local_size, st->gpus, st->shared, st->gpus_key);
-		else
-			snprintf(err, errlen, "--ddp=nccl (%.80s): node %u runs %u tasks of the step but has %u GPU(s) for it (%s): NCCL cannot share a GPU between ranks; ask for as many GPUs as tasks per node (--gres=gpu:N or --gpus-per-node=N), fewer --ntasks-per-node, or use --ddp=gloo",
-				 node->backend_how, node_id, local_size, st->gpus, st->gpus_key);
-		return -1;
-	}
-
-	add(out, "MASTER_ADDR", node->master_addr_user, node->master_addr_how,
-	    "%s", node->master_addr);
-	add(out, "MASTER_PORT", node->master_port_user, node->master_port_how,
-	    "%s", node->master_port);
-	add(out, "RANK", 0, "SLURM_PROCID", "%u", rank);
-	add(out, "LOCAL_RANK", 0, "SLURM_LOCALID", "%u", local_rank);
+	add(out, "MASTER_ADDR", node->master_addr_user, node->master_addr_how, "%s", node->master_addr);
+	add(out, "MASTER_PORT", node->master_port_user, node->master_port_how, "%s", node->master_port);
+	add(out, "RANK", 0, "SLURM_PROCID", "%u", id->rank);
+	add(out, "LOCAL_RANK", 0, "SLURM_LOCALID", "%u", id->local_rank);
 	add(out, "WORLD_SIZE", 0, "tasks in the step (SLURM_STEP_NUM_TASKS)", "%u", st->num_tasks);
-	snprintf(how, sizeof(how), "tasks on node %u (SLURM_STEP_TASKS_PER_NODE=%.64s)", node_id, tpn);
-	add(out, "LOCAL_WORLD_SIZE", 0, how, "%u", local_size);
-	add(out, "NODE_RANK", 0, "SLURM_NODEID", "%u", node_id);
-	add(out, "GROUP_RANK", 0, "SLURM_NODEID", "%u", node_id);
+	snprintf(how, sizeof(how), "tasks on node %u (SLURM_STEP_TASKS_PER_NODE=%.64s)", id->node_id, id->tpn);
+	add(out, "LOCAL_WORLD_SIZE", 0, how, "%u", id->local_size);
+	add(out, "NODE_RANK", 0, "SLURM_NODEID", "%u", id->node_id);
+	add(out, "GROUP_RANK", 0, "SLURM_NODEID", "%u", id->node_id);
 	add(out, "GROUP_WORLD_SIZE", 0, "nodes in the step (SLURM_STEP_NUM_NODES)", "%u", st->num_nodes);
-	add(out, "ROLE_RANK", 0, "= RANK (one role)", "%u", rank);
+	add(out, "ROLE_RANK", 0, "= RANK (one role)", "%u", id->rank);
 	add(out, "ROLE_WORLD_SIZE", 0, "= WORLD_SIZE (one role)", "%u", st->num_tasks);
 	add(out, "ROLE_NAME", 0, "torchrun's default role", "default");
 	add(out, "TORCHELASTIC_RESTART_COUNT", 0, "SLURM_RESTART_COUNT (0 when unset)",
@@ -392,67 +406,89 @@ int ddpenv_task_vars(const struct ddpenv_node *node,
 
 	static const char *const ifkeys[] = { "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME" };
 	for (size_t i = 0; i < 2; i++) {
-		u = user_value(task_env, ifkeys[i]);
+		const char *u = user_value(task_env, ifkeys[i]);
 		if (u)
 			add(out, ifkeys[i], 1, "set in the job's environment: left alone", "%s", u);
 		else if (node->ifname[0])
 			add(out, ifkeys[i], 0, node->ifname_how, "%s", node->ifname);
 	}
+}
 
-	u = user_value(task_env, "OMP_NUM_THREADS");
+/* OMP_NUM_THREADS: the user's, the admin's fixed count, the cores the
+ * task is bound to, else Slurm's CPU count per task.  0, else -1. */
+static int omp_var(const struct ddpenv_node *node, const struct ddpenv_env *task_env,
+		   const struct task_ids *id, struct ddpenv_vars *out, char *err, size_t errlen)
+{
+	const struct ddpenv_bind_plan *plan = node->plan;
+	const char *u = user_value(task_env, "OMP_NUM_THREADS"), *how_omp;
+	char how[DDPENV_HOWLEN];
+	uint32_t cpus = 0;
+
 	if (u) {
 		add(out, "OMP_NUM_THREADS", 1, "set in the job's environment: left alone", "%s", u);
-	} else if (node->cfg.omp == DDPENV_OMP_FIXED) {
+		return 0;
+	}
+	if (node->cfg.omp == DDPENV_OMP_FIXED) {
 		snprintf(how, sizeof(how), "omp_num_threads (%.100s)", node->cfg.where[DDPENV_SET_OMP]);
 		add(out, "OMP_NUM_THREADS", 0, how, "%u", node->cfg.omp_threads);
-	} else if (node->cfg.omp == DDPENV_OMP_AUTO && node->plan && node->plan->cpu &&
-		   local_rank < node->plan->ntasks && node->plan->tasks[local_rank].cores) {
-		add(out, "OMP_NUM_THREADS", 0, "the cores this task is bound to (--ddp-bind)", "%u",
-		    node->plan->tasks[local_rank].cores);
-	} else if (node->cfg.omp == DDPENV_OMP_AUTO) {
-		const char *cpt = ddpenv_env_get(task_env, "SLURM_CPUS_PER_TASK");
-		const char *con = ddpenv_env_get(task_env, "SLURM_CPUS_ON_NODE");
-		if (cpt) {
-			if (ddpenv_parse_u32("SLURM_CPUS_PER_TASK", cpt, &cpus, err, errlen) < 0)
-				return -1;
-			how_omp = "SLURM_CPUS_PER_TASK";
-		} else if (con) {
-			if (ddpenv_parse_u32("SLURM_CPUS_ON_NODE", con, &cpus, err, errlen) < 0)
-				return -1;
-			cpus /= local_size;
-			how_omp = "SLURM_CPUS_ON_NODE / LOCAL_WORLD_SIZE";
-		} else {
-			how_omp = "no CPU count from Slurm";
-		}
-		add(out, "OMP_NUM_THREADS", 0, how_omp, "%u", cpus ? cpus : 1);
-	} /* DDPENV_OMP_NONE: not set */
-
-	if (node->plan && bind_vars(node, task_env, local_rank, out) < 0) {
-		snprintf(err, errlen, "more than %d variables to set", DDPENV_MAX_VARS);
-		return -1;
+		return 0;
 	}
+	if (node->cfg.omp != DDPENV_OMP_AUTO)
+		return 0;   /* DDPENV_OMP_NONE: not set */
+	if (plan && plan->cpu && id->local_rank < plan->ntasks && plan->tasks[id->local_rank].cores) {
+		add(out, "OMP_NUM_THREADS", 0, "the cores this task is bound to (--ddp-bind)", "%u",
+		    plan->tasks[id->local_rank].cores);
+		return 0;
+	}
+	const char *cpt = ddpenv_env_get(task_env, "SLURM_CPUS_PER_TASK");
+	const char *con = ddpenv_env_get(task_env, "SLURM_CPUS_ON_NODE");
+	if (cpt) {
+		if (ddpenv_parse_u32("SLURM_CPUS_PER_TASK", cpt, &cpus, err, errlen) < 0)
+			return -1;
+		how_omp = "SLURM_CPUS_PER_TASK";
+	} else if (con) {
+		if (ddpenv_parse_u32("SLURM_CPUS_ON_NODE", con, &cpus, err, errlen) < 0)
+			return -1;
+		cpus /= id->local_size;
+		how_omp = "SLURM_CPUS_ON_NODE / LOCAL_WORLD_SIZE";
+	} else {
+		how_omp = "no CPU count from Slurm";
+	}
+	add(out, "OMP_NUM_THREADS", 0, how_omp, "%u", cpus ? cpus : 1);
+	return 0;
+}
 
-	/* The admin's variables for this backend, unless the user set them. */
+/* The admin's variables for this backend, unless the user set them.  0,
+ * else -1 (the list is full). */
+static int admin_vars(const struct ddpenv_node *node, const struct ddpenv_env *task_env,
+		      struct ddpenv_vars *out)
+{
+	char how[DDPENV_HOWLEN];
 	int w = node->backend == DDPENV_BACKEND_GLOO;
 	int ek = w ? DDPENV_SET_ENV_GLOO : DDPENV_SET_ENV_NCCL;
 	for (size_t i = 0; i < node->cfg.nenv[w]; i++) {
 		const struct ddpenv_cfg_var *cv = &node->cfg.env[w][i];
 		if (has_var(out, cv->key))
 			continue; /* NCCL_IB_HCA per rank (bind_nic) wins */
-		u = user_value(task_env, cv->key);
+		const char *u = user_value(task_env, cv->key);
 		snprintf(how, sizeof(how), "%s (%.100s)", ddpenv_setting_name(ek), node->cfg.where[ek]);
 		if (!add(out, cv->key, u != NULL, u ? "set in the job's environment: left alone" : how,
-			 "%s", u ? u : cv->value)) {
-			snprintf(err, errlen, "more than %d variables to set", DDPENV_MAX_VARS);
+			 "%s", u ? u : cv->value))
 			return -1;
-		}
 	}
+	return 0;
+}
+
+/* PyTorch's defaults that torchrun sets or that env:// needs, unless the
+ * user or the admin set them.  0, else -1 (the list is full). */
+static int pytorch_vars(const struct ddpenv_env *task_env, struct ddpenv_vars *out)
+{
 	/* torchrun's TORCH_NCCL_ASYNC_ERROR_HANDLING=1: a failed or timed-out
 	 * NCCL collective aborts the communicators and ends the process, where
 	 * a dead peer would leave the rest hanging.  PyTorch 2.2 and later read
 	 * this name, before it NCCL_ASYNC_ERROR_HANDLING, which this name
-	 * overrides: a user's or the admin's (env.nccl, env.gloo above) value
-	 * under either name is left as it is. */
+	 * overrides: a user's or the admin's (env.nccl, env.gloo) value under
+	 * either name is left as it is. */
 	static const char *const aeh[2] = { "TORCH_NCCL_ASYNC_ERROR_HANDLING",
 					    "NCCL_ASYNC_ERROR_HANDLING" };
 	if (!has_var(out, aeh[0]) && !has_var(out, aeh[1])) {
@@ -468,7 +504,7 @@ int ddpenv_task_vars(const struct ddpenv_node *node,
 			a = add(out, aeh[0], 0, "torchrun's default: a failed or timed-out NCCL "
 				"collective aborts the communicator and ends the process", "1");
 		if (!a)
-			goto full;
+			return -1;
 	}
 	/* PyTorch 2.4 and later serve env://'s TCPStore on libuv unless
 	 * USE_LIBUV=0, and fail where built without it ("use_libuv was requested
@@ -476,14 +512,33 @@ int ddpenv_task_vars(const struct ddpenv_node *node,
 	 * takes the TCPStore server PyTorch used by default until 2.3 (before
 	 * 2.4 the name is not read).  A user's or the admin's value is kept. */
 	if (!has_var(out, "USE_LIBUV")) {
-		u = user_value(task_env, "USE_LIBUV");
+		const char *u = user_value(task_env, "USE_LIBUV");
 		if (!add(out, "USE_LIBUV", u != NULL,
 			 u ? "set in the job's environment: left alone"
 			   : "PyTorch's TCPStore without libuv, which every PyTorch has (2.4 and later "
 			     "fail env:// without it where built without libuv)",
 			 "%s", u ? u : "0"))
-			goto full;
+			return -1;
 	}
+	return 0;
+}
+
+int ddpenv_task_vars(const struct ddpenv_node *node,
+		     const struct ddpenv_env *task_env,
+		     struct ddpenv_vars *out, char *err, size_t errlen)
+{
+	const struct ddpenv_step *st = &node->step;
+	struct task_ids id;
+
+	out->n = 0;
+	if (task_ids(st, task_env, &id, err, errlen) < 0 || nccl_gpus_enough(node, &id, err, errlen) < 0)
+		return -1;
+	torchrun_vars(node, task_env, &id, out);
+	if (omp_var(node, task_env, &id, out, err, errlen) < 0)
+		return -1;
+	if ((node->plan && bind_vars(node, task_env, id.local_rank, out) < 0) ||
+	    admin_vars(node, task_env, out) < 0 || pytorch_vars(task_env, out) < 0)
+		goto full;
 	if (node->token[0])
 		add(out, "DDP_RDZV_TOKEN", 0, "HMAC of the step ids and uid under rdzv_secret: only this step's tasks can join the rendezvous",
 		    "%s", node->token);
