@@ -39,14 +39,14 @@ static void eval_backend(struct ck_world *w)
 		if (!r->joined)
 			continue;
 		if (r->backend_err[0])
-			say(&fail, "task %d (%s): %s", i, r->host, r->backend_err);
+			ck_say(&fail, "task %d (%s): %s", i, r->host, r->backend_err);
 		if (r->nccl_version && (!lo || r->nccl_version < lo))
 			lo = r->nccl_version;
 		if (r->nccl_version > hi)
 			hi = r->nccl_version;
 	}
 	if (fail.items)
-		ck_add(w, "coll.backend", CK_FAIL, "%s", said(&fail));
+		ck_add(w, "coll.backend", CK_FAIL, "%s", ck_said(&fail));
 	else if (strcmp(w->backend, "nccl"))
 		ck_add(w, "coll.backend", CK_OK, "%s on every task", w->backend);
 	else if (lo != hi)
@@ -87,9 +87,9 @@ void ck_eval_setup(struct ck_world *w)
 {
 	struct nodes nd;
 
-	if (nodes_build(w, &nd) < 0) {
+	if (ck_nodes_build(w, &nd) < 0) {
 		ck_add(w, "ddp-check", CK_FAIL, "out of memory evaluating %d tasks", w->n);
-		nodes_free(&nd);
+		ck_nodes_free(&nd);
 		return;
 	}
 	ck_eval_contract(w, &nd);
@@ -97,7 +97,7 @@ void ck_eval_setup(struct ck_world *w)
 	ck_eval_bind(w, &nd);
 	eval_backend(w);
 	eval_slurm(w);
-	nodes_free(&nd);
+	ck_nodes_free(&nd);
 }
 
 int ck_coll_safe(const struct ck_world *w, char *why, size_t len)
@@ -155,15 +155,15 @@ void ck_eval_coll(struct ck_world *w)
 			if ((gone ? 0 : waited ? 2 : 1) != pass)
 				continue;
 			if (gone == CK_GONE_DIED)
-				say(&fail, "task %d (%s) died before it reported its result (its connection to the "
+				ck_say(&fail, "task %d (%s) died before it reported its result (its connection to the "
 				    "rendezvous closed: killed, or crashed)", i, w->ranks[i].host);
 			else if (gone == CK_GONE_LEFT)
-				say(&fail, "task %d (%s) stopped before it reported its result (its stderr says why)",
+				ck_say(&fail, "task %d (%s) stopped before it reported its result (its stderr says why)",
 				    i, w->ranks[i].host);
 			else if (!c->have)
-				say(&fail, "task %d (%s) did not report its result", i, w->ranks[i].host);
+				ck_say(&fail, "task %d (%s) did not report its result", i, w->ranks[i].host);
 			else if (!c->ok)
-				say(&fail, "task %d (%s): %s", i, w->ranks[i].host, c->msg);
+				ck_say(&fail, "task %d (%s): %s", i, w->ranks[i].host, c->msg);
 			/* (a task whose sweep failed completed its first all-reduce) */
 			if (!c->have || c->first_s <= 0)
 				unfinished++;
@@ -174,7 +174,7 @@ void ck_eval_coll(struct ck_world *w)
 			}
 		}
 	if (fail.items)
-		ck_add(w, "coll.allreduce", CK_FAIL, "%s", said(&fail));
+		ck_add(w, "coll.allreduce", CK_FAIL, "%s", ck_said(&fail));
 	else
 		ck_add(w, "coll.allreduce", CK_OK, "%s all-reduce of crafted inputs exact on all %d tasks "
 		       "(%s)", w->backend, w->n, w->colls[0].msg);

@@ -20,9 +20,9 @@ struct msg {
 	int items, dropped;
 };
 
-static inline void say(struct msg *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static inline void ck_say(struct msg *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-static inline void say(struct msg *m, const char *fmt, ...)
+static inline void ck_say(struct msg *m, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -40,31 +40,31 @@ static inline void say(struct msg *m, const char *fmt, ...)
 		m->off = sizeof(m->s) - 1;
 }
 
-static inline const char *said(struct msg *m)
+static inline const char *ck_said(struct msg *m)
 {
 	if (m->dropped && m->off < sizeof(m->s))
 		snprintf(m->s + m->off, sizeof(m->s) - m->off, "; and %d more", m->dropped);
 	return m->s;
 }
 
-static inline int has(const struct ck_rank *r, enum ck_env k)
+static inline int ck_has(const struct ck_rank *r, enum ck_env k)
 {
 	return r->joined && (r->have & (1u << k));
 }
 
 /* An integer variable: 1 with *v set when it is a non-negative integer. */
-static inline int intval(const struct ck_rank *r, enum ck_env k, long *v)
+static inline int ck_intval(const struct ck_rank *r, enum ck_env k, long *v)
 {
 	char *end;
 
-	if (!has(r, k) || !r->env[k][0])
+	if (!ck_has(r, k) || !r->env[k][0])
 		return 0;
 	*v = strtol(r->env[k], &end, 10);
 	return *end == 0 && *v >= 0;
 }
 
 /* The node a task ran on, numbered in order of first appearance. */
-static inline int node_of(const struct ck_world *w, int id, char (*nodes)[CK_HOST], int *nn)
+static inline int ck_node_of(const struct ck_world *w, int id, char (*nodes)[CK_HOST], int *nn)
 {
 	for (int i = 0; i < *nn; i++)
 		if (!strcmp(nodes[i], w->ranks[id].host))
@@ -81,7 +81,7 @@ struct nodes {
 	int *count;     /* [n] */
 };
 
-static inline int nodes_build(const struct ck_world *w, struct nodes *nd)
+static inline int ck_nodes_build(const struct ck_world *w, struct nodes *nd)
 {
 	memset(nd, 0, sizeof(*nd));
 	nd->name = calloc((size_t)w->n + 1, sizeof(*nd->name));
@@ -95,7 +95,7 @@ static inline int nodes_build(const struct ck_world *w, struct nodes *nd)
 		if (!w->ranks[i].joined)
 			continue;
 		int before = nd->n;
-		nd->of[i] = node_of(w, i, nd->name, &nd->n);
+		nd->of[i] = ck_node_of(w, i, nd->name, &nd->n);
 		if (nd->n > before)
 			nd->first[nd->of[i]] = i;
 		nd->count[nd->of[i]]++;
@@ -103,7 +103,7 @@ static inline int nodes_build(const struct ck_world *w, struct nodes *nd)
 	return 0;
 }
 
-static inline void nodes_free(struct nodes *nd)
+static inline void ck_nodes_free(struct nodes *nd)
 {
 	free(nd->name);
 	free(nd->of);
@@ -111,7 +111,7 @@ static inline void nodes_free(struct nodes *nd)
 	free(nd->count);
 }
 
-static inline int all_joined(const struct ck_world *w)
+static inline int ck_all_joined(const struct ck_world *w)
 {
 	for (int i = 0; i < w->n; i++)
 		if (!w->ranks[i].joined)

@@ -61,7 +61,7 @@ static void eval_cpus(struct ck_world *w, const struct nodes *nd)
 			if (nd->of[i] != n)
 				continue;
 			if (!bm(a, r->cpus) || hwloc_bitmap_iszero(a)) {
-				say(&fail, "task %d (%s) has no CPU ('%s')", i, r->host, r->cpus);
+				ck_say(&fail, "task %d (%s) has no CPU ('%s')", i, r->host, r->cpus);
 				continue;
 			}
 			int whole = r->allowed[0] && !strcmp(r->cpus, r->allowed);
@@ -91,18 +91,18 @@ static void eval_cpus(struct ck_world *w, const struct nodes *nd)
 			if (pairs > 1)
 				snprintf(more, sizeof(more), " (%d overlapping pairs)", pairs);
 			if (crowded == pairs)
-				say(&warn, "%s: tasks %d and %d share CPUs %s%s near their GPUs: more tasks "
+				ck_say(&warn, "%s: tasks %d and %d share CPUs %s%s near their GPUs: more tasks "
 				    "than CPUs near those GPUs", nd->name[n], pi, pj, ov, more);
 			else if (must_share && hwloc_bitmap_iszero(idle))
-				say(&warn, "%s: tasks %d and %d share CPUs %s%s: %d tasks on %d CPUs", nd->name[n],
+				ck_say(&warn, "%s: tasks %d and %d share CPUs %s%s: %d tasks on %d CPUs", nd->name[n],
 				    pi, pj, ov, more, nd->count[n], hwloc_bitmap_weight(all));
 			else
-				say(&fail, "%s: task %d (CPUs %s) and task %d (CPUs %s) overlap on %s%s%s%s",
+				ck_say(&fail, "%s: task %d (CPUs %s) and task %d (CPUs %s) overlap on %s%s%s%s",
 				    nd->name[n], pi, w->ranks[pi].cpus, pj, w->ranks[pj].cpus, ov, more,
 				    idle_s[0] ? ", while no task uses CPUs " : "", idle_s);
 		}
 		if (unbound > 1)
-			say(&warn, "%s: %d tasks are not bound, each may run on all of CPUs %s "
+			ck_say(&warn, "%s: %d tasks are not bound, each may run on all of CPUs %s "
 			    "(--ddp-bind=none or --cpu-bind=none?)", nd->name[n], unbound,
 			    w->ranks[nd->first[n]].allowed);
 	}
@@ -113,10 +113,10 @@ static void eval_cpus(struct ck_world *w, const struct nodes *nd)
 	hwloc_bitmap_free(used);
 	hwloc_bitmap_free(idle);
 	if (fail.items)
-		ck_add(w, "bind.cpus", CK_FAIL, "%s%s%s", said(&fail), warn.items ? "; " : "",
-		       warn.items ? said(&warn) : "");
+		ck_add(w, "bind.cpus", CK_FAIL, "%s%s%s", ck_said(&fail), warn.items ? "; " : "",
+		       warn.items ? ck_said(&warn) : "");
 	else if (warn.items)
-		ck_add(w, "bind.cpus", CK_WARN, "%s", said(&warn));
+		ck_add(w, "bind.cpus", CK_WARN, "%s", ck_said(&warn));
 	else
 		ck_add(w, "bind.cpus", CK_OK, "every task has CPUs of its own, disjoint from its node's "
 		       "other tasks");
@@ -134,7 +134,7 @@ static void eval_locality(struct ck_world *w)
 			continue;
 		gpus++;
 		if (!r->gpu_near[0] || !bm(near, r->gpu_near)) {
-			say(&warn, "task %d (%s): GPU %s: locality unknown (%s)", i, r->host, r->gpu,
+			ck_say(&warn, "task %d (%s): GPU %s: locality unknown (%s)", i, r->host, r->gpu,
 			    r->topo_err[0] ? r->topo_err : "the topology does not place it");
 			continue;
 		}
@@ -143,10 +143,10 @@ static void eval_locality(struct ck_world *w)
 		if (hwloc_bitmap_isincluded(a, near))
 			continue;
 		if (hwloc_bitmap_intersects(a, near))
-			say(&warn, "task %d (%s): CPUs %s are not all near its GPU %s (near: %s)", i, r->host,
+			ck_say(&warn, "task %d (%s): CPUs %s are not all near its GPU %s (near: %s)", i, r->host,
 			    r->cpus, r->gpu, r->gpu_near);
 		else
-			say(&warn, "task %d (%s): CPUs %s (NUMA %s) are far from its GPU %s (NUMA %d, near: %s)",
+			ck_say(&warn, "task %d (%s): CPUs %s (NUMA %s) are far from its GPU %s (NUMA %d, near: %s)",
 			    i, r->host, r->cpus, r->numa, r->gpu, r->gpu_numa, r->gpu_near);
 	}
 	hwloc_bitmap_free(a);
@@ -167,7 +167,7 @@ static void eval_locality(struct ck_world *w)
 	else if (!gpus)
 		ck_add(w, "bind.locality", CK_OK, "no task has a GPU: nothing to place near one");
 	else if (warn.items)
-		ck_add(w, "bind.locality", CK_WARN, "%s", said(&warn));
+		ck_add(w, "bind.locality", CK_WARN, "%s", ck_said(&warn));
 	else
 		ck_add(w, "bind.locality", CK_OK, "each of %d tasks runs on CPUs near its GPU", gpus);
 }
@@ -230,7 +230,7 @@ static void eval_gpus(struct ck_world *w, const struct nodes *nd)
 			const char *key = gpu_key(r, kr, sizeof(kr), &ir);
 			if (!key[0]) {
 				if (r->step_gpus > 0)
-					say(nccl ? &fail : &warn, "task %d (%s) has no GPU of its own (%d task%s, %d "
+					ck_say(nccl ? &fail : &warn, "task %d (%s) has no GPU of its own (%d task%s, %d "
 					    "GPU%s there)", i, r->host, nd->count[n], nd->count[n] == 1 ? "" : "s",
 					    r->step_gpus, r->step_gpus == 1 ? "" : "s");
 				continue;
@@ -256,7 +256,7 @@ static void eval_gpus(struct ck_world *w, const struct nodes *nd)
 						 * once, at the GPU's first task */
 						share = sh;
 					} else {
-						say(nccl ? &fail : &warn, "%s: %s is used by tasks %d and %d%s%s%s", r->host,
+						ck_say(nccl ? &fail : &warn, "%s: %s is used by tasks %d and %d%s%s%s", r->host,
 						    what, j, i, sh ? " (shares of it from " : "", sh ? sh : "",
 						    sh ? ": NCCL runs one rank per GPU; use --ddp=gloo)" :
 						    r->mig[0] && r->visible > 1 ? " (CUDA opens the first MIG device of "
@@ -267,7 +267,7 @@ static void eval_gpus(struct ck_world *w, const struct nodes *nd)
 					break;
 				}
 				if (nccl && r->mig[0] && q->mig[0] && r->gpu[0] && !strcasecmp(q->gpu, r->gpu)) {
-					say(&fail, "%s: tasks %d and %d run on MIG devices of one GPU (%s): NCCL "
+					ck_say(&fail, "%s: tasks %d and %d run on MIG devices of one GPU (%s): NCCL "
 					    "does not run two ranks on one GPU; use --ddp=gloo", r->host, j, i, r->gpu);
 					break;
 				}
@@ -288,25 +288,25 @@ static void eval_gpus(struct ck_world *w, const struct nodes *nd)
 						off += (size_t)snprintf(list + off, sizeof(list) - off, ", %d", j);
 				}
 				if (sharers)
-					say(&shared, "%s: %s%s%s by tasks %d%s", r->host, ir ? "GPU " : r->mig[0] ?
+					ck_say(&shared, "%s: %s%s%s by tasks %d%s", r->host, ir ? "GPU " : r->mig[0] ?
 					    "MIG device " : "GPU ", key, ir ? " of CUDA_VISIBLE_DEVICES" : "", i, list);
 			}
 		}
 		if (step > used && used > 0)
-			say(&warn, "%s: %d of the step's %d GPUs there are used by no task", nd->name[n],
+			ck_say(&warn, "%s: %d of the step's %d GPUs there are used by no task", nd->name[n],
 			    step - used, step);
 	}
 	const char *idx_note = byidx ? " (GPUs named by CUDA_VISIBLE_DEVICES: no topology places "
 				       "them, and CUDA was not asked or did not answer)" : "";
 	if (fail.items)
-		ck_add(w, "bind.gpus", CK_FAIL, "%s%s%s%s", said(&fail), warn.items ? "; " : "",
-		       warn.items ? said(&warn) : "", idx_note);
+		ck_add(w, "bind.gpus", CK_FAIL, "%s%s%s%s", ck_said(&fail), warn.items ? "; " : "",
+		       warn.items ? ck_said(&warn) : "", idx_note);
 	else if (warn.items)
-		ck_add(w, "bind.gpus", CK_WARN, "%s%s", said(&warn), idx_note);
+		ck_add(w, "bind.gpus", CK_WARN, "%s%s", ck_said(&warn), idx_note);
 	else if (!any)
 		ck_add(w, "bind.gpus", CK_OK, "no GPUs in this step");
 	else if (shared.items)
-		ck_add(w, "bind.gpus", CK_OK, "GPUs shared as %s gave them: %s%s", share, said(&shared),
+		ck_add(w, "bind.gpus", CK_OK, "GPUs shared as %s gave them: %s%s", share, ck_said(&shared),
 		       idx_note);
 	else if (migs == any)
 		ck_add(w, "bind.gpus", CK_OK, "each of %d MIG devices is used by exactly one task", any);
@@ -328,16 +328,16 @@ static void eval_visible(struct ck_world *w)
 			/* No peer access between MIG devices; CUDA opens one. */
 			migs++;
 			if (r->visible > 1)
-				say(&warn, "task %d (%s) is shown %d MIG devices (CUDA_VISIBLE_DEVICES=%s), but "
+				ck_say(&warn, "task %d (%s) is shown %d MIG devices (CUDA_VISIBLE_DEVICES=%s), but "
 				    "CUDA opens only the first, %s", i, r->host, r->visible, r->env[CK_CVD], r->mig);
 		} else if (r->visible < r->step_gpus)
-			say(&warn, "task %d (%s) sees %d of the step's %d GPUs there: no CUDA peer access "
+			ck_say(&warn, "task %d (%s) sees %d of the step's %d GPUs there: no CUDA peer access "
 			    "(NVLink, P2P) to the others' GPUs (CUDA_VISIBLE_DEVICES=%s, narrowed by "
 			    "--gpus-per-task, --gpu-bind or --ddp-bind=strict?)", i, r->host, r->visible, r->step_gpus,
 			    r->env[CK_CVD]);
 	}
 	if (warn.items)
-		ck_add(w, "bind.visible", CK_WARN, "%s", said(&warn));
+		ck_add(w, "bind.visible", CK_WARN, "%s", ck_said(&warn));
 	else if (!checked)
 		ck_add(w, "bind.visible", CK_OK, "no GPUs in this step");
 	else if (migs == checked)
@@ -388,159 +388,186 @@ static int misordered(const struct ddpenv_nvgpu *g, int ng, char *out, size_t le
  * site told the plugin (gres_order).  CUDA under
  * CUDA_DEVICE_ORDER=PCI_BUS_ID counts in bus order.  Where the two
  * differ, a task can drive another GPU than Slurm gave it. */
-static void eval_gres(struct ck_world *w, const struct nodes *nd)
-{
-	struct msg fail = { 0 }, warn = { 0 };
-	int nccl = !strcmp(w->backend, "nccl"), tables = 0, gpus = 0, checked = 0, planned = 0, migs = 0;
-	char busorder[CK_HOST * 2] = "", partial[CK_HOST * 2] = "";
+/* What bind.gres gathers over the nodes before its verdict. */
+struct gres {
+	struct msg fail, warn;
+	int nccl, tables, gpus, checked, planned, migs;
+	char busorder[CK_HOST * 2];      /* a node whose driver numbers GPUs out of bus order */
+	char partial[CK_HOST * 2];       /* a node whose driver lists only some GPUs */
+};
 
-	/* Under nccl CUDA said which GPU each task opened: the one the plugin
-	 * planned (DDP_GPU_BUSID), near which it bound the task's CPUs? */
-	for (int i = 0; nccl && i < w->n; i++) {
+/* Under nccl CUDA said which GPU each task opened: the one the plugin
+ * planned (DDP_GPU_BUSID), near which it bound the task's CPUs? */
+static void gres_planned(const struct ck_world *w, struct gres *s)
+{
+	for (int i = 0; s->nccl && i < w->n; i++) {
 		const struct ck_rank *r = &w->ranks[i];
-		if (!r->joined || !r->gpu[0] || !has(r, CK_GPU_BUSID) || strncmp(r->gpu_from, "CUDA", 4))
+		if (!r->joined || !r->gpu[0] || !ck_has(r, CK_GPU_BUSID) || strncmp(r->gpu_from, "CUDA", 4))
 			continue;
-		planned++;
+		s->planned++;
 		if (strcasecmp(r->gpu, r->env[CK_GPU_BUSID]))
-			say(&fail, "task %d (%s) opened GPU %s (%s), but slurm-ddp planned %s (DDP_GPU_BUSID) "
+			ck_say(&s->fail, "task %d (%s) opened GPU %s (%s), but slurm-ddp planned %s (DDP_GPU_BUSID) "
 			    "and bound its CPUs near that one: CUDA_VISIBLE_DEVICES=%s names other GPUs "
 			    "than the plan (set by hand, or Slurm numbers its GPUs otherwise than gres_order "
 			    "%s says: minor for a gres.conf listing File=/dev/nvidia[0-N], bus for "
 			    "AutoDetect=nvml)", i, r->host, r->gpu, r->gpu_from, r->env[CK_GPU_BUSID],
-			    has(r, CK_CVD) ? r->env[CK_CVD] : "(unset)",
+			    ck_has(r, CK_CVD) ? r->env[CK_CVD] : "(unset)",
 			    ddpenv_gres_order_name((enum ddpenv_gres_order)r->gres_order));
 	}
+}
 
-	for (int n = 0; n < nd->n; n++) {
-		const struct ck_rank *t = NULL;
-		struct ddpenv_nvgpu g[DDPENV_MAX_GPUS];
-		const struct ddpenv_nvgpu *slurm[DDPENV_MAX_GPUS];
-		int ng;
-		for (int i = 0; i < w->n; i++) {
-			const struct ck_rank *r = &w->ranks[i];
-			if (nd->of[i] != n)
-				continue;
-			gpus |= r->gpu[0] || r->step_gpus > 0;
-			migs += r->mig[0] != 0;
-			if (!t && (r->nvgpus[0] || r->nvgpus_err[0]))
-				t = r;
+/* Task i's SLURM_STEP_GPUS against the node's GPUs in Slurm's order: is
+ * the GPU it uses one of them? */
+static void gres_task(const struct ck_world *w, int i, const struct ddpenv_nvgpu *const *slurm, size_t ns,
+		      enum ddpenv_gres_order order, struct gres *s)
+{
+	const struct ck_rank *r = &w->ranks[i];
+	char ids[DDPENV_VALLEN], busids[400] = "";
+	size_t off = 0;
+	int mine = 0;
+	long past = -1;
+
+	/* Slurm's GRES numbers count MIG devices, not GPUs. */
+	if (!r->gpu[0] || !ck_has(r, CK_STEP_GPUS) || r->mig[0])
+		return;
+	snprintf(ids, sizeof(ids), "%s", r->env[CK_STEP_GPUS]);
+	for (char *sv = NULL, *tok = strtok_r(ids, ",", &sv); tok; tok = strtok_r(NULL, ",", &sv)) {
+		char *end;
+		long k = strtol(tok, &end, 10);
+		if (end == tok || *end || k < 0) {
+			past = -2;
+			break;
 		}
-		if (!t)
-			continue;
-		if (!t->nvgpus[0] || (ng = ck_nvidia_parse(t->nvgpus, g, DDPENV_MAX_GPUS)) <= 0) {
-			say(&warn, "%s: the NVIDIA driver's GPU list could not be read: %s", nd->name[n],
-			    t->nvgpus_err[0] ? t->nvgpus_err : t->nvgpus);
-			continue;
+		if ((size_t)k >= ns) {
+			past = k;
+			break;
 		}
-		tables++;
-		/* A container (pyxis, enroot) shows only its own GPUs: device
-		 * numbers with holes, which Slurm's node-wide numbers do not
-		 * index. */
-		int dense = 1;
-		for (int k = 0; k < ng; k++)
-			dense &= g[k].minor == k;
-		if (!dense) {
-			if (!partial[0])
-				snprintf(partial, sizeof(partial), "%s", nd->name[n]);
-			continue;
-		}
-		enum ddpenv_gres_order order = (enum ddpenv_gres_order)t->gres_order;
-		size_t ns = ddpenv_nvidia_slurm_order(g, (size_t)ng, order, slurm, DDPENV_MAX_GPUS);
-		char list[400];
-		if (misordered(g, ng, list, sizeof(list))) {
-			if (order == DDPENV_GRES_ORDER_MINOR)
-				say(&warn, "%s: gres_order minor, and the NVIDIA driver's device numbers do not follow "
-				    "PCI bus order (%s): Slurm's GPU numbers (SLURM_STEP_GPUS, and "
-				    "CUDA_VISIBLE_DEVICES without ConstrainDevices=yes) mean other GPUs to CUDA "
-				    "(CUDA_DEVICE_ORDER=PCI_BUS_ID) than to Slurm; srun --ddp writes "
-				    "CUDA_VISIBLE_DEVICES as CUDA counts, steps without it get Slurm's numbers "
-				    "(list the files in bus order in gres.conf, or use AutoDetect=nvml and "
-				    "gres_order: bus)", nd->name[n], list);
-			else if (!busorder[0])
-				snprintf(busorder, sizeof(busorder), "%s", nd->name[n]);
-		}
-		for (int i = 0; i < w->n; i++) {
-			const struct ck_rank *r = &w->ranks[i];
-			if (nd->of[i] != n)
-				continue;
-			/* Slurm's GRES numbers count MIG devices, not GPUs. */
-			if (!r->gpu[0] || !has(r, CK_STEP_GPUS) || r->mig[0])
-				continue;
-			char ids[DDPENV_VALLEN], busids[400] = "";
-			size_t off = 0;
-			int mine = 0;
-			long past = -1;
-			snprintf(ids, sizeof(ids), "%s", r->env[CK_STEP_GPUS]);
-			for (char *sv = NULL, *tok = strtok_r(ids, ",", &sv); tok; tok = strtok_r(NULL, ",", &sv)) {
-				char *end;
-				long k = strtol(tok, &end, 10);
-				if (end == tok || *end || k < 0) {
-					past = -2;
-					break;
-				}
-				if ((size_t)k >= ns) {
-					past = k;
-					break;
-				}
-				mine |= !strcasecmp(slurm[k]->busid, r->gpu);
-				if (off < sizeof(busids))
-					off += (size_t)snprintf(busids + off, sizeof(busids) - off, "%s%s (/dev/nvidia%d)",
-								off ? ", " : "", slurm[k]->busid, slurm[k]->minor);
-			}
-			if (past != -1) {
-				if (past >= 0)
-					say(&warn, "task %d (%s): SLURM_STEP_GPUS=%s names GPU %ld, but the NVIDIA driver "
-					    "there lists %zu GPUs CUDA can open", i, r->host, r->env[CK_STEP_GPUS],
-					    past, ns);
-				else
-					say(&warn, "task %d (%s): SLURM_STEP_GPUS=%s is not a list of GPU numbers",
-					    i, r->host, r->env[CK_STEP_GPUS]);
-				continue;
-			}
-			checked++;
-			if (!mine)
-				say(nccl ? &fail : &warn, "task %d (%s) uses GPU %s%s%s%s, not one of the "
-				    "step's: SLURM_STEP_GPUS=%s is %s in gres_order %s", i, r->host, r->gpu,
-				    r->gpu_from[0] ? " (from " : "", r->gpu_from, r->gpu_from[0] ? ")" : "",
-				    r->env[CK_STEP_GPUS], busids, ddpenv_gres_order_name(order));
-		}
+		mine |= !strcasecmp(slurm[k]->busid, r->gpu);
+		if (off < sizeof(busids))
+			off += (size_t)snprintf(busids + off, sizeof(busids) - off, "%s%s (/dev/nvidia%d)",
+						off ? ", " : "", slurm[k]->busid, slurm[k]->minor);
 	}
-	if (fail.items)
-		ck_add(w, "bind.gres", CK_FAIL, "%s%s%s", said(&fail), warn.items ? "; " : "",
-		       warn.items ? said(&warn) : "");
-	else if (warn.items)
-		ck_add(w, "bind.gres", CK_WARN, "%s", said(&warn));
-	else if (migs && !checked)
+	if (past >= 0) {
+		ck_say(&s->warn, "task %d (%s): SLURM_STEP_GPUS=%s names GPU %ld, but the NVIDIA driver there "
+		    "lists %zu GPUs CUDA can open", i, r->host, r->env[CK_STEP_GPUS], past, ns);
+		return;
+	}
+	if (past == -2) {
+		ck_say(&s->warn, "task %d (%s): SLURM_STEP_GPUS=%s is not a list of GPU numbers", i, r->host,
+		    r->env[CK_STEP_GPUS]);
+		return;
+	}
+	s->checked++;
+	if (!mine)
+		ck_say(s->nccl ? &s->fail : &s->warn, "task %d (%s) uses GPU %s%s%s%s, not one of the step's: "
+		    "SLURM_STEP_GPUS=%s is %s in gres_order %s", i, r->host, r->gpu,
+		    r->gpu_from[0] ? " (from " : "", r->gpu_from, r->gpu_from[0] ? ")" : "",
+		    r->env[CK_STEP_GPUS], busids, ddpenv_gres_order_name(order));
+}
+
+/* Node n: its driver's GPU list (from the first task that read it), its
+ * order against gres_order, and each task's GPU against it. */
+static void gres_node(const struct ck_world *w, const struct nodes *nd, int n, struct gres *s)
+{
+	const struct ck_rank *t = NULL;
+	struct ddpenv_nvgpu g[DDPENV_MAX_GPUS];
+	const struct ddpenv_nvgpu *slurm[DDPENV_MAX_GPUS];
+	int ng;
+	for (int i = 0; i < w->n; i++) {
+		const struct ck_rank *r = &w->ranks[i];
+		if (nd->of[i] != n)
+			continue;
+		s->gpus |= r->gpu[0] || r->step_gpus > 0;
+		s->migs += r->mig[0] != 0;
+		if (!t && (r->nvgpus[0] || r->nvgpus_err[0]))
+			t = r;
+	}
+	if (!t)
+		return;
+	if (!t->nvgpus[0] || (ng = ck_nvidia_parse(t->nvgpus, g, DDPENV_MAX_GPUS)) <= 0) {
+		ck_say(&s->warn, "%s: the NVIDIA driver's GPU list could not be read: %s", nd->name[n],
+		    t->nvgpus_err[0] ? t->nvgpus_err : t->nvgpus);
+		return;
+	}
+	s->tables++;
+	/* A container (pyxis, enroot) shows only its own GPUs: device numbers
+	 * with holes, which Slurm's node-wide numbers do not index. */
+	int dense = 1;
+	for (int k = 0; k < ng; k++)
+		dense &= g[k].minor == k;
+	if (!dense) {
+		if (!s->partial[0])
+			snprintf(s->partial, sizeof(s->partial), "%s", nd->name[n]);
+		return;
+	}
+	enum ddpenv_gres_order order = (enum ddpenv_gres_order)t->gres_order;
+	size_t ns = ddpenv_nvidia_slurm_order(g, (size_t)ng, order, slurm, DDPENV_MAX_GPUS);
+	char list[400];
+	if (misordered(g, ng, list, sizeof(list))) {
+		if (order == DDPENV_GRES_ORDER_MINOR)
+			ck_say(&s->warn, "%s: gres_order minor, and the NVIDIA driver's device numbers do not follow "
+			    "PCI bus order (%s): Slurm's GPU numbers (SLURM_STEP_GPUS, and "
+			    "CUDA_VISIBLE_DEVICES without ConstrainDevices=yes) mean other GPUs to CUDA "
+			    "(CUDA_DEVICE_ORDER=PCI_BUS_ID) than to Slurm; srun --ddp writes "
+			    "CUDA_VISIBLE_DEVICES as CUDA counts, steps without it get Slurm's numbers "
+			    "(list the files in bus order in gres.conf, or use AutoDetect=nvml and "
+			    "gres_order: bus)", nd->name[n], list);
+		else if (!s->busorder[0])
+			snprintf(s->busorder, sizeof(s->busorder), "%s", nd->name[n]);
+	}
+	for (int i = 0; i < w->n; i++)
+		if (nd->of[i] == n)
+			gres_task(w, i, slurm, ns, order, s);
+}
+
+static void gres_verdict(struct ck_world *w, struct gres *s)
+{
+	const char *opened = s->planned ? "; each task opened the GPU planned for it" : "";
+	if (s->fail.items)
+		ck_add(w, "bind.gres", CK_FAIL, "%s%s%s", ck_said(&s->fail), s->warn.items ? "; " : "",
+		       s->warn.items ? ck_said(&s->warn) : "");
+	else if (s->warn.items)
+		ck_add(w, "bind.gres", CK_WARN, "%s", ck_said(&s->warn));
+	else if (s->migs && !s->checked)
 		ck_add(w, "bind.gres", CK_OK, "the step's GPUs are MIG devices, which Slurm names by UUID: "
 		       "its GRES numbers count MIG devices, not GPUs, and are not checked against PCI bus ids");
-	else if (tables && partial[0] && !checked)
+	else if (s->tables && s->partial[0] && !s->checked)
 		ck_add(w, "bind.gres", CK_OK, "the NVIDIA driver lists only some GPUs, with holes in their "
 		       "device numbers, on %s%s (a container's own GPUs?): Slurm's node-wide GPU numbers are not "
-		       "checked against them%s", partial, tables > 1 ? " and others" : "",
-		       planned ? "; each task opened the GPU planned for it" : "");
-	else if (tables && busorder[0])
+		       "checked against them%s", s->partial, s->tables > 1 ? " and others" : "", opened);
+	else if (s->tables && s->busorder[0])
 		ck_add(w, "bind.gres", CK_OK, "Slurm's GPU numbers taken in PCI bus order (gres_order bus, "
 		       "as AutoDetect=nvml numbers them) on %d node%s, where the NVIDIA driver's device numbers "
 		       "do not follow bus order (%s%s: a gres.conf listing File=/dev/nvidia[0-N] there needs "
-		       "gres_order: minor)%s%s", tables, tables == 1 ? "" : "s", busorder,
-		       tables > 1 ? ", ..." : "",
-		       checked ? "; every task's GPU is one Slurm gave the step" : "",
-		       planned ? "; each task opened the GPU planned for it" : "");
-	else if (tables)
+		       "gres_order: minor)%s%s", s->tables, s->tables == 1 ? "" : "s", s->busorder,
+		       s->tables > 1 ? ", ..." : "",
+		       s->checked ? "; every task's GPU is one Slurm gave the step" : "", opened);
+	else if (s->tables)
 		ck_add(w, "bind.gres", CK_OK, "the NVIDIA driver's device numbers follow PCI bus order on %d "
-		       "node%s%s%s%s%s%s", tables, tables == 1 ? "" : "s",
-		       checked ? ", and every task's GPU is one Slurm gave the step" : "",
-		       partial[0] ? " (not checked on " : "", partial, partial[0] ? ": a container's partial list?)" : "",
-		       planned ? "; each task opened the GPU planned for it" : "");
-	else if (!gpus)
+		       "node%s%s%s%s%s%s", s->tables, s->tables == 1 ? "" : "s",
+		       s->checked ? ", and every task's GPU is one Slurm gave the step" : "",
+		       s->partial[0] ? " (not checked on " : "", s->partial,
+		       s->partial[0] ? ": a container's partial list?)" : "", opened);
+	else if (!s->gpus)
 		ck_add(w, "bind.gres", CK_OK, "no GPUs in this step");
-	else if (planned)
+	else if (s->planned)
 		ck_add(w, "bind.gres", CK_OK, "each task opened the GPU planned for it (DDP_GPU_BUSID); no "
 		       "node has the NVIDIA driver's GPU list (%s) to check Slurm's numbers with",
 		       DDPENV_NVIDIA_GPUS);
 	else
 		ck_add(w, "bind.gres", CK_SKIP, "no node has the NVIDIA driver's GPU list (%s): Slurm's "
 		       "GPU numbers were not checked against PCI bus ids", DDPENV_NVIDIA_GPUS);
+}
+
+static void eval_gres(struct ck_world *w, const struct nodes *nd)
+{
+	static struct gres s;
+	memset(&s, 0, sizeof(s));
+	s.nccl = !strcmp(w->backend, "nccl");
+	gres_planned(w, &s);
+	for (int n = 0; n < nd->n; n++)
+		gres_node(w, nd, n, &s);
+	gres_verdict(w, &s);
 }
 
 /* OpenMP's threads against the task's CPUs: more threads than CPUs take
@@ -556,19 +583,19 @@ static void eval_threads(struct ck_world *w)
 	for (int i = 0; c && i < w->n; i++) {
 		const struct ck_rank *r = &w->ranks[i];
 		char *end;
-		if (!has(r, CK_OMP))
+		if (!ck_has(r, CK_OMP))
 			continue;
 		set++;
 		/* "8" or a nested "8,2": the outer level's count */
 		long t = strtol(r->env[CK_OMP], &end, 10);
 		if (end == r->env[CK_OMP] || (*end && *end != ',') || t < 1) {
-			say(&warn, "task %d (%s): OMP_NUM_THREADS='%.32s': expected a positive number", i, r->host,
+			ck_say(&warn, "task %d (%s): OMP_NUM_THREADS='%.32s': expected a positive number", i, r->host,
 			    r->env[CK_OMP]);
 			continue;
 		}
 		int n = bm(c, r->cpus) ? hwloc_bitmap_weight(c) : 0;
 		if (n > 0 && t > n)
-			say(&warn, "task %d (%s): OMP_NUM_THREADS=%ld on %d CPU%s (%s): its threads take turns "
+			ck_say(&warn, "task %d (%s): OMP_NUM_THREADS=%ld on %d CPU%s (%s): its threads take turns "
 			    "on them", i, r->host, t, n, n == 1 ? "" : "s", r->cpus);
 		else if (t > most)
 			most = (int)t;
@@ -576,7 +603,7 @@ static void eval_threads(struct ck_world *w)
 	hwloc_bitmap_free(c);
 	if (warn.items)
 		ck_add(w, "bind.threads", CK_WARN, "%s (an OMP_NUM_THREADS from a profile or batch script? "
-		       "unset, srun --ddp sets it to each task's cores)", said(&warn));
+		       "unset, srun --ddp sets it to each task's cores)", ck_said(&warn));
 	else if (set)
 		ck_add(w, "bind.threads", CK_OK, "OMP_NUM_THREADS within each task's CPUs (at most %d)", most);
 	else
@@ -599,7 +626,7 @@ static long long compute_threads(const struct ck_rank *r)
 	long long t = 0;
 	char *end;
 
-	if (has(r, CK_OMP)) {
+	if (ck_has(r, CK_OMP)) {
 		long v = strtol(r->env[CK_OMP], &end, 10);
 		if (end != r->env[CK_OMP] && (!*end || *end == ',') && v > 0)
 			return count(v);
@@ -672,11 +699,11 @@ static void eval_nproc(struct ck_world *w, const struct nodes *nd)
 		else
 			snprintf(who, sizeof(who), "its task wants");
 		if (room < want)
-			say(&fail, "%s: %lld (task %d%s)%s: room for %lld, and %s %lld for OpenMP alone",
+			ck_say(&fail, "%s: %lld (task %d%s)%s: room for %lld, and %s %lld for OpenMP alone",
 			    nd->name[n], lim, first, tasks > 1 ? " and others" : "", running, room > 0 ? room : 0,
 			    who, want);
 		else if (room < libs)
-			say(&warn, "%s: %lld (task %d%s)%s: room for %lld, where %s %lld (%lld for OpenMP, %d a "
+			ck_say(&warn, "%s: %lld (task %d%s)%s: room for %lld, where %s %lld (%lld for OpenMP, %d a "
 			    "task for the libraries)", nd->name[n], lim, first, tasks > 1 ? " and others" : "",
 			    running, room, who, libs, want, NPROC_ROOM);
 		if (least_node < 0 || room - libs < least_room - least_want) {
@@ -691,7 +718,7 @@ static void eval_nproc(struct ck_world *w, const struct nodes *nd)
 		       "holds every thread of the user on the node (OpenMP's, OpenBLAS's, PyTorch's pools and "
 		       "data loader workers, NCCL's, gloo's)%s; Slurm gives tasks the limit of the shell srun "
 		       "ran in: raise it there (ulimit -u), or PropagateResourceLimitsExcept=NPROC in "
-		       "slurm.conf", said(m),
+		       "slurm.conf", ck_said(m),
 		       fail.items ? ", and past it pthread_create and fork fail (OpenBLAS: pthread_create "
 				    "failed, Resource temporarily unavailable)" : "");
 		return;

@@ -17,13 +17,13 @@ static void eval_join(struct ck_world *w)
 		if (!w->ranks[i].joined) {
 			int gone = w->gone ? w->gone[i] : CK_GONE_NO;
 			missing++;
-			say(gone == CK_GONE_DIED ? &died : gone == CK_GONE_LEFT ? &left : &m, "%d", i);
+			ck_say(gone == CK_GONE_DIED ? &died : gone == CK_GONE_LEFT ? &left : &m, "%d", i);
 		} else if (!r0) {
 			r0 = &w->ranks[i];
 		}
 	}
-	const char *addr = r0 && has(r0, CK_MASTER_ADDR) ? r0->env[CK_MASTER_ADDR] : "?";
-	const char *port = r0 && has(r0, CK_MASTER_PORT) ? r0->env[CK_MASTER_PORT] : "?";
+	const char *addr = r0 && ck_has(r0, CK_MASTER_ADDR) ? r0->env[CK_MASTER_ADDR] : "?";
+	const char *port = r0 && ck_has(r0, CK_MASTER_PORT) ? r0->env[CK_MASTER_PORT] : "?";
 	char at[DDPENV_VALLEN + 16];
 	/* an IPv6 address in brackets, so the port stays apart */
 	snprintf(at, sizeof(at), strchr(addr, ':') ? "[%s]:%s" : "%s:%s", addr, port);
@@ -51,20 +51,20 @@ static void eval_join(struct ck_world *w)
 		struct msg all = { 0 };
 		int nm = m.items + m.dropped, nd = died.items + died.dropped, nl = left.items + left.dropped;
 		if (nm)
-			say(&all, "task%s %s (of %d) never joined the rendezvous at %s within %d s; each "
+			ck_say(&all, "task%s %s (of %d) never joined the rendezvous at %s within %d s; each "
 			    "prints its own reason on its stderr (a different MASTER_ADDR or MASTER_PORT, "
-			    "no route to the head, a wrong DDP_RDZV_TOKEN)%s%s", nm > 1 ? "s" : "", said(&m),
+			    "no route to the head, a wrong DDP_RDZV_TOKEN)%s%s", nm > 1 ? "s" : "", ck_said(&m),
 			    w->n, at, w->opts.timeout_s, w->refused[0] ? "; the rendezvous " : "", w->refused);
 		if (nd)
-			say(&all, "task%s %s (of %d) connected to the rendezvous at %s, then died before %s "
-			    "record (killed, or crashed)", nd > 1 ? "s" : "", said(&died), w->n, at,
+			ck_say(&all, "task%s %s (of %d) connected to the rendezvous at %s, then died before %s "
+			    "record (killed, or crashed)", nd > 1 ? "s" : "", ck_said(&died), w->n, at,
 			    nd > 1 ? "they sent their" : "it sent its");
 		if (nl)
-			say(&all, "task%s %s (of %d) connected to the rendezvous at %s, then stopped on an error "
-			    "of %s own before %s record (%s)", nl > 1 ? "s" : "", said(&left), w->n, at,
+			ck_say(&all, "task%s %s (of %d) connected to the rendezvous at %s, then stopped on an error "
+			    "of %s own before %s record (%s)", nl > 1 ? "s" : "", ck_said(&left), w->n, at,
 			    nl > 1 ? "their" : "its", nl > 1 ? "they sent their" : "it sent its",
 			    nl > 1 ? "each one's stderr says which" : "its stderr says which");
-		ck_add(w, "rdzv.join", CK_FAIL, "%s", said(&all));
+		ck_add(w, "rdzv.join", CK_FAIL, "%s", ck_said(&all));
 	}
 }
 
@@ -79,14 +79,14 @@ static void eval_present(struct ck_world *w)
 		if (!r->joined)
 			continue;
 		for (int k = 0; k < CK_NCONTRACT; k++)
-			if (!has(r, k) || !r->env[k][0])
+			if (!ck_has(r, k) || !r->env[k][0])
 				off += (size_t)snprintf(lack + off, sizeof(lack) - off, "%s%s", off ? " " : "",
 							ck_env_names[k]);
 		if (off)
-			say(&m, "task %d (%s) lacks %s", i, r->host, lack);
+			ck_say(&m, "task %d (%s) lacks %s", i, r->host, lack);
 	}
 	if (m.items)
-		ck_add(w, "env.present", CK_FAIL, "%s (run it with srun --ddp, or set them all)", said(&m));
+		ck_add(w, "env.present", CK_FAIL, "%s (run it with srun --ddp, or set them all)", ck_said(&m));
 	else
 		ck_add(w, "env.present", CK_OK, "MASTER_ADDR MASTER_PORT RANK LOCAL_RANK WORLD_SIZE "
 		       "LOCAL_WORLD_SIZE NODE_RANK set on every task");
@@ -108,11 +108,11 @@ static int groups(const struct ck_world *w, enum ck_env k, char *out, size_t len
 	/* Value classes by first task; pick the largest as "common". */
 	int best = -1, bestn = 0;
 	for (int i = 0; i < w->n; i++) {
-		if (!has(&w->ranks[i], k) || seen[i])
+		if (!ck_has(&w->ranks[i], k) || seen[i])
 			continue;
 		int cnt = 0;
 		for (int j = i; j < w->n; j++)
-			if (has(&w->ranks[j], k) && !strcmp(w->ranks[j].env[k], w->ranks[i].env[k])) {
+			if (ck_has(&w->ranks[j], k) && !strcmp(w->ranks[j].env[k], w->ranks[i].env[k])) {
 				seen[j] = i + 1;
 				cnt++;
 			}
@@ -203,25 +203,25 @@ static void eval_rank(struct ck_world *w)
 	for (int i = 0; i < w->n; i++) {
 		const struct ck_rank *r = &w->ranks[i];
 		long v;
-		if (!r->joined || !has(r, CK_RANK))
+		if (!r->joined || !ck_has(r, CK_RANK))
 			continue;
-		if (!intval(r, CK_RANK, &v) || v >= w->n) {
-			say(&m, "task %d (%s) has RANK=%s, expected 0..%d", i, r->host, r->env[CK_RANK], w->n - 1);
+		if (!ck_intval(r, CK_RANK, &v) || v >= w->n) {
+			ck_say(&m, "task %d (%s) has RANK=%s, expected 0..%d", i, r->host, r->env[CK_RANK], w->n - 1);
 		} else if (owner[v] >= 0) {
-			say(&m, "RANK=%ld on both task %d (%s) and task %d (%s)", v, owner[v],
+			ck_say(&m, "RANK=%ld on both task %d (%s) and task %d (%s)", v, owner[v],
 			    w->ranks[owner[v]].host, i, r->host);
 		} else {
 			owner[v] = i;
 		}
 	}
-	if (!m.items && all_joined(w)) {
+	if (!m.items && ck_all_joined(w)) {
 		for (int v = 0; v < w->n; v++)
 			if (owner[v] < 0)
-				say(&m, "no task has RANK=%d", v);
+				ck_say(&m, "no task has RANK=%d", v);
 	}
 	free(owner);
 	if (m.items)
-		ck_add(w, "env.rank", CK_FAIL, "%s", said(&m));
+		ck_add(w, "env.rank", CK_FAIL, "%s", ck_said(&m));
 	else
 		ck_add(w, "env.rank", CK_OK, "RANK 0..%d, each on one task", w->n - 1);
 }
@@ -229,7 +229,7 @@ static void eval_rank(struct ck_world *w)
 static void eval_local(struct ck_world *w, const struct nodes *nd)
 {
 	struct msg m = { 0 };
-	int complete = all_joined(w);
+	int complete = ck_all_joined(w);
 
 	for (int n = 0; n < nd->n; n++) {
 		int cnt = nd->count[n];
@@ -241,20 +241,20 @@ static void eval_local(struct ck_world *w, const struct nodes *nd)
 			long v, lw;
 			if (nd->of[i] != n)
 				continue;
-			if (has(r, CK_LOCAL_RANK) && (!intval(r, CK_LOCAL_RANK, &v) || (complete && v >= cnt)))
-				say(&m, "task %d (%s) has LOCAL_RANK=%s, expected 0..%d (%d tasks there)", i,
+			if (ck_has(r, CK_LOCAL_RANK) && (!ck_intval(r, CK_LOCAL_RANK, &v) || (complete && v >= cnt)))
+				ck_say(&m, "task %d (%s) has LOCAL_RANK=%s, expected 0..%d (%d tasks there)", i,
 				    r->host, r->env[CK_LOCAL_RANK], cnt - 1, cnt);
-			else if (has(r, CK_LOCAL_RANK) && v <= cnt && seen[v]++)
-				say(&m, "LOCAL_RANK=%ld twice on %s (task %d and another)", v, r->host, i);
-			if (complete && has(r, CK_LOCAL_WORLD_SIZE) &&
-			    (!intval(r, CK_LOCAL_WORLD_SIZE, &lw) || lw != cnt))
-				say(&m, "task %d (%s) has LOCAL_WORLD_SIZE=%s, but %d tasks run there", i,
+			else if (ck_has(r, CK_LOCAL_RANK) && v <= cnt && seen[v]++)
+				ck_say(&m, "LOCAL_RANK=%ld twice on %s (task %d and another)", v, r->host, i);
+			if (complete && ck_has(r, CK_LOCAL_WORLD_SIZE) &&
+			    (!ck_intval(r, CK_LOCAL_WORLD_SIZE, &lw) || lw != cnt))
+				ck_say(&m, "task %d (%s) has LOCAL_WORLD_SIZE=%s, but %d tasks run there", i,
 				    r->host, r->env[CK_LOCAL_WORLD_SIZE], cnt);
 		}
 		free(seen);
 	}
 	if (m.items)
-		ck_add(w, "env.local_rank", CK_FAIL, "%s", said(&m));
+		ck_add(w, "env.local_rank", CK_FAIL, "%s", ck_said(&m));
 	else
 		ck_add(w, "env.local_rank", CK_OK, "LOCAL_RANK unique on each of %d node%s, LOCAL_WORLD_SIZE "
 		       "its task count", nd->n, nd->n == 1 ? "" : "s");
@@ -273,24 +273,24 @@ static void eval_node_rank(struct ck_world *w, const struct nodes *nd)
 		const struct ck_rank *r = &w->ranks[i];
 		long v;
 		int n = nd->of[i];
-		if (n < 0 || !has(r, CK_NODE_RANK))
+		if (n < 0 || !ck_has(r, CK_NODE_RANK))
 			continue;
-		if (!intval(r, CK_NODE_RANK, &v) || (all_joined(w) && v >= nd->n)) {
-			say(&m, "task %d (%s) has NODE_RANK=%s, expected 0..%d", i, r->host,
+		if (!ck_intval(r, CK_NODE_RANK, &v) || (ck_all_joined(w) && v >= nd->n)) {
+			ck_say(&m, "task %d (%s) has NODE_RANK=%s, expected 0..%d", i, r->host,
 			    r->env[CK_NODE_RANK], nd->n - 1);
 		} else if (val[n] < 0) {
 			val[n] = v;
 		} else if (val[n] != v) {
-			say(&m, "tasks on %s disagree: NODE_RANK=%ld and %ld (task %d)", r->host, val[n], v, i);
+			ck_say(&m, "tasks on %s disagree: NODE_RANK=%ld and %ld (task %d)", r->host, val[n], v, i);
 		}
 	}
 	for (int a = 0; a < nd->n; a++)
 		for (int b = a + 1; b < nd->n; b++)
 			if (val[a] >= 0 && val[a] == val[b])
-				say(&m, "NODE_RANK=%ld on both %s and %s", val[a], nd->name[a], nd->name[b]);
+				ck_say(&m, "NODE_RANK=%ld on both %s and %s", val[a], nd->name[a], nd->name[b]);
 	free(val);
 	if (m.items)
-		ck_add(w, "env.node_rank", CK_FAIL, "%s", said(&m));
+		ck_add(w, "env.node_rank", CK_FAIL, "%s", ck_said(&m));
 	else
 		ck_add(w, "env.node_rank", CK_OK, "NODE_RANK the same within each node, distinct across %d",
 		       nd->n);
@@ -302,7 +302,7 @@ static void eval_head(struct ck_world *w, const struct nodes *nd)
 
 	for (int i = 0; i < w->n && !r0; i++) {
 		long v;
-		if (intval(&w->ranks[i], CK_RANK, &v) && v == 0)
+		if (ck_intval(&w->ranks[i], CK_RANK, &v) && v == 0)
 			r0 = &w->ranks[i];
 	}
 	if (!r0) {
@@ -311,7 +311,7 @@ static void eval_head(struct ck_world *w, const struct nodes *nd)
 	}
 	const char *ma = r0->env[CK_MASTER_ADDR];
 	struct ddpenv_addr a;
-	if (!has(r0, CK_MASTER_ADDR)) {
+	if (!ck_has(r0, CK_MASTER_ADDR)) {
 		ck_add(w, "env.head", CK_FAIL, "RANK 0 (%s) has no MASTER_ADDR", r0->host);
 	} else if (nd->n > 1 && ddpenv_addr_parse(ma, &a) == 0 && ddpenv_addr_is_loopback(&a)) {
 		ck_add(w, "env.head", CK_FAIL, "MASTER_ADDR=%s is a loopback address: the other %d node%s "
@@ -406,7 +406,7 @@ static void eval_nccl_env(struct ck_world *w)
 			/* said below, where it costs */
 		} else if (odd >= 0) {
 			int h = nccl_get(w->ranks[odd].nccl_env, names[k], v, sizeof(v));
-			say(&warn, "%s differs between tasks: %s%s%s on task %d (%s), %s%s%s on task %d (%s)%s",
+			ck_say(&warn, "%s differs between tasks: %s%s%s on task %d (%s), %s%s%s on task %d (%s)%s",
 			    names[k], h0 ? "'" : "", h0 ? v0 : "unset", h0 ? "'" : "", first,
 			    w->ranks[first].host, h ? "'" : "", h ? v : "unset", h ? "'" : "", odd,
 			    w->ranks[odd].host, nodd > 1 ? " and others" : "");
@@ -432,14 +432,14 @@ static void eval_nccl_env(struct ck_world *w)
 			}
 		}
 		if (who >= 0)
-			say(&warn, "%s=%s on task %d (%s)%s switches %s off: every collective takes a "
+			ck_say(&warn, "%s=%s on task %d (%s)%s switches %s off: every collective takes a "
 			    "slower path (a debugging setting left in a profile or batch script?)", off[k], v,
 			    who, w->ranks[who].host, many ? " and others" : "",
 			    k == 0 ? "NVLink and PCIe peer-to-peer" : k == 1 ? "shared memory between a node's ranks" :
 			    "InfiniBand and RoCE");
 	}
 	if (warn.items)
-		ck_add(w, "env.nccl", CK_WARN, "%s", said(&warn));
+		ck_add(w, "env.nccl", CK_WARN, "%s", ck_said(&warn));
 	else if (set[0])
 		ck_add(w, "env.nccl", CK_OK, "the same on every task: %s", set);
 	else

@@ -67,35 +67,35 @@ static void eval_iface(struct ck_world *w, const struct nodes *nd)
 				noff += (size_t)snprintf(names + noff, noff < sizeof(names) ? sizeof(names) - noff : 0,
 							 "%s%s", noff ? ", " : "", r->ifname);
 		} else if (!strcmp(st, "unset")) {
-			say(&warn, "task %d (%s): %s is not set, so the backend picks an interface itself "
+			ck_say(&warn, "task %d (%s): %s is not set, so the backend picks an interface itself "
 			    "(the route to the head is %s)", i, r->host, r->ifvar, r->ifname[0] ? r->ifname : "unknown");
 		} else if (!strcmp(st, "missing")) {
-			say(&fail, "task %d (%s): %s=%s: no such interface there (it has %s)", i, r->host,
+			ck_say(&fail, "task %d (%s): %s=%s: no such interface there (it has %s)", i, r->host,
 			    r->ifvar, r->ifname, r->ifs_here);
 		} else if (!strcmp(st, "down")) {
-			say(&fail, "task %d (%s): %s=%s is down", i, r->host, r->ifvar, r->ifname);
+			ck_say(&fail, "task %d (%s): %s=%s is down", i, r->host, r->ifvar, r->ifname);
 		} else if (!strcmp(st, "noaddr")) {
-			say(&fail, "task %d (%s): %s=%s has no address of the head's family (MASTER_ADDR=%s)",
+			ck_say(&fail, "task %d (%s): %s=%s has no address of the head's family (MASTER_ADDR=%s)",
 			    i, r->host, r->ifvar, r->ifname, r->env[CK_MASTER_ADDR]);
 		} else if (!strcmp(st, "loopback")) {
 			if (nd->n > 1)
-				say(&fail, "task %d (%s): %s=%s is a loopback interface: other nodes cannot "
+				ck_say(&fail, "task %d (%s): %s=%s is a loopback interface: other nodes cannot "
 				    "reach it", i, r->host, r->ifvar, r->ifname);
 		} else if (!strcmp(st, "virtual")) {
 			if (nd->n > 1)
-				say(&fail, "task %d (%s): %s=%s is a container or virtual bridge (%s): other "
+				ck_say(&fail, "task %d (%s): %s=%s is a container or virtual bridge (%s): other "
 				    "nodes cannot reach it", i, r->host, r->ifvar, r->ifname, r->ifaddr);
 		} else if (!strcmp(st, "pattern")) {
-			say(&warn, "task %d (%s): %s=%s excludes interfaces rather than naming one: not "
+			ck_say(&warn, "task %d (%s): %s=%s excludes interfaces rather than naming one: not "
 			    "checked", i, r->host, r->ifvar, r->env[CK_NCCL_IF]);
 		} else {
-			say(&fail, "task %d (%s): interface state '%s'", i, r->host, st);
+			ck_say(&fail, "task %d (%s): interface state '%s'", i, r->host, st);
 		}
 	}
 	if (fail.items)
-		ck_add(w, "net.iface", CK_FAIL, "%s", said(&fail));
+		ck_add(w, "net.iface", CK_FAIL, "%s", ck_said(&fail));
 	else if (warn.items)
-		ck_add(w, "net.iface", CK_WARN, "%s", said(&warn));
+		ck_add(w, "net.iface", CK_WARN, "%s", ck_said(&warn));
 	else {
 		char mtu[256];
 		mtus(w, nd, mtu, sizeof(mtu));
@@ -135,10 +135,10 @@ static void eval_kind(struct ck_world *w, const struct nodes *nd)
 	}
 	for (int n = 0; n < nd->n; n++) {
 		const struct ck_rank *r = &w->ranks[nd->first[n]];
-		say(&m, "%s: %s (%s)", r->host, r->ifkind, r->ifname);
+		ck_say(&m, "%s: %s (%s)", r->host, r->ifkind, r->ifname);
 	}
 	ck_add(w, "net.kind", CK_WARN, "the nodes use different kinds of interface: %s; the "
-	       "slowest sets the pace of every collective", said(&m));
+	       "slowest sets the pace of every collective", ck_said(&m));
 }
 
 static void eval_probe(struct ck_world *w, const struct nodes *nd)
@@ -162,10 +162,10 @@ static void eval_probe(struct ck_world *w, const struct nodes *nd)
 		if (p < 0) {
 			int f = nd->first[n];
 			if (!w->ranks[f].probe[0])
-				say(&warn, "%s was not probed: no usable interface to listen on (net.iface)",
+				ck_say(&warn, "%s was not probed: no usable interface to listen on (net.iface)",
 				    nd->name[n]);
 			else
-				say(&fail, "%s did not report its probes (its prober, task %d, is gone?)",
+				ck_say(&fail, "%s did not report its probes (its prober, task %d, is gone?)",
 				    nd->name[n], f);
 			continue;
 		}
@@ -179,17 +179,17 @@ static void eval_probe(struct ck_world *w, const struct nodes *nd)
 					there = nd->first[m];
 			if (!q->ok && q->bulk_short && there >= 0 && w->ranks[there].proto < 2) {
 				/* an older ddp-check there does not answer the request */
-				say(&warn, "%s greeted %s, whose older ddp-check does not send the full-size "
+				ck_say(&warn, "%s greeted %s, whose older ddp-check does not send the full-size "
 				    "packet asked for: that path's MTU was not checked", nd->name[n], q->node);
 			} else if (!q->ok && q->bulk_short) {
 				/* the interfaces' MTUs at both ends (this prober's,
 				 * and the first task's of the node it asked) */
-				say(&fail, "%s cannot reach %s at %s: %s; MTU %d on %s (%s), %d on %s (%s)",
+				ck_say(&fail, "%s cannot reach %s at %s: %s; MTU %d on %s (%s), %d on %s (%s)",
 				    nd->name[n], q->node, q->addr, q->err, w->ranks[p].ifmtu, w->ranks[p].ifname,
 				    nd->name[n], there < 0 ? 0 : w->ranks[there].ifmtu,
 				    there < 0 ? "?" : w->ranks[there].ifname, q->node);
 			} else if (!q->ok) {
-				say(&fail, "%s cannot reach %s at %s: %s", nd->name[n], q->node, q->addr, q->err);
+				ck_say(&fail, "%s cannot reach %s at %s: %s", nd->name[n], q->node, q->addr, q->err);
 			} else if (q->rtt_us > worst) {
 				worst = q->rtt_us;
 				snprintf(worst_s, sizeof(worst_s), "%s to %s", nd->name[n], q->node);
@@ -197,10 +197,10 @@ static void eval_probe(struct ck_world *w, const struct nodes *nd)
 		}
 	}
 	if (fail.items)
-		ck_add(w, "net.probe", CK_FAIL, "%s%s%s", said(&fail), warn.items ? "; " : "",
-		       warn.items ? said(&warn) : "");
+		ck_add(w, "net.probe", CK_FAIL, "%s%s%s", ck_said(&fail), warn.items ? "; " : "",
+		       warn.items ? ck_said(&warn) : "");
 	else if (warn.items)
-		ck_add(w, "net.probe", CK_WARN, "%s", said(&warn));
+		ck_add(w, "net.probe", CK_WARN, "%s", ck_said(&warn));
 	else
 		ck_add(w, "net.probe", CK_OK, "every node reached every other (%d connections within %d ms; "
 		       "slowest %.0f us, %s)", pairs, w->opts.probe_ms, worst, worst_s);
@@ -264,11 +264,11 @@ static int nccl_uses_rdma(const struct ck_rank *r, char *why, size_t len)
 {
 	if (!r->rdma[0])
 		return 0;
-	if (has(r, CK_NCCL_IB_DISABLE) && strcmp(r->env[CK_NCCL_IB_DISABLE], "0") != 0) {
+	if (ck_has(r, CK_NCCL_IB_DISABLE) && strcmp(r->env[CK_NCCL_IB_DISABLE], "0") != 0) {
 		snprintf(why, len, "NCCL_IB_DISABLE=%.32s", r->env[CK_NCCL_IB_DISABLE]);
 		return 0;
 	}
-	if (has(r, CK_NCCL_NET) && r->env[CK_NCCL_NET][0] && strcasecmp(r->env[CK_NCCL_NET], "IB") != 0) {
+	if (ck_has(r, CK_NCCL_NET) && r->env[CK_NCCL_NET][0] && strcasecmp(r->env[CK_NCCL_NET], "IB") != 0) {
 		snprintf(why, len, "NCCL_NET=%.32s", r->env[CK_NCCL_NET]);
 		return 0;
 	}
@@ -320,7 +320,7 @@ static void eval_memlock(struct ck_world *w, const struct nodes *nd)
 		if (first >= 0) {
 			char b[32];
 			bytes(worst, b, sizeof(b));
-			say(&fail, "%s: locked memory limited to %s (ulimit -l; task %d%s) beside RDMA "
+			ck_say(&fail, "%s: locked memory limited to %s (ulimit -l; task %d%s) beside RDMA "
 			    "devices %s", nd->name[n], b, first, ntasks > 1 ? " and others" : "",
 			    w->ranks[first].rdma);
 		}
@@ -330,7 +330,7 @@ static void eval_memlock(struct ck_world *w, const struct nodes *nd)
 		       "which pins memory, and fails where the limit is too small (64 KiB and 8 MiB "
 		       "are; UCX wants 512 MiB, NVIDIA asks for unlimited).  Slurm gives tasks the "
 		       "limit of the shell srun ran in, or slurmd's own: PropagateResourceLimitsExcept="
-		       "MEMLOCK in slurm.conf, LimitMEMLOCK=infinity in slurmd's systemd unit", said(&fail));
+		       "MEMLOCK in slurm.conf, LimitMEMLOCK=infinity in slurmd's systemd unit", ck_said(&fail));
 		return;
 	}
 	if (!used) {
@@ -389,7 +389,7 @@ static void eval_nofile(struct ck_world *w, const struct nodes *nd)
 		}
 		if (first < 0)
 			continue;
-		say(worst < mesh + NOFILE_BASE ? &fail : &warn, "%s: %lld (task %d%s)",
+		ck_say(worst < mesh + NOFILE_BASE ? &fail : &warn, "%s: %lld (task %d%s)",
 		    nd->name[n], worst, first, more ? " and others" : "");
 	}
 	if (fail.items || warn.items) {
@@ -398,7 +398,7 @@ static void eval_nofile(struct ck_world *w, const struct nodes *nd)
 		       "connects every rank to every other, %lld socket%s a rank at world size %d, %s (at "
 		       "least %lld wanted); Slurm gives tasks the limit of the shell srun ran in: raise it "
 		       "there (ulimit -n), or PropagateResourceLimitsExcept=NOFILE in slurm.conf with "
-		       "LimitNOFILE in slurmd's systemd unit", said(m), mesh, mesh == 1 ? "" : "s", w->n,
+		       "LimitNOFILE in slurmd's systemd unit", ck_said(m), mesh, mesh == 1 ? "" : "s", w->n,
 		       fail.items ? "which leave no room for the mesh itself" :
 				    "which leave little room for the program's own files",
 		       mesh + NOFILE_ROOM);
@@ -474,7 +474,7 @@ static void eval_shm(struct ck_world *w, const struct nodes *nd)
 					 nd->name[n], r->removeipc_err);
 		}
 		if (bad >= 0) {
-			say(&fail, "%s: %s (task %d%s)", nd->name[n], w->ranks[bad].shm_err, bad,
+			ck_say(&fail, "%s: %s (task %d%s)", nd->name[n], w->ranks[bad].shm_err, bad,
 			    nbad > 1 ? " and others" : "");
 		} else if (worst >= 0 && w->ranks[worst].shm_free < SHM_MIN) {
 			const struct ck_rank *r = &w->ranks[worst];
@@ -487,7 +487,7 @@ static void eval_shm(struct ck_world *w, const struct nodes *nd)
 				snprintf(seg, sizeof(seg), ", %d NCCL segment%s there (%s: running jobs', or a "
 					 "crashed one's)", r->shm_nccl, r->shm_nccl == 1 ? "" : "s", b);
 			}
-			say(&low, "%s: %s free of %s in %s (task %d)%s", nd->name[n], f, sz, r->shm_path,
+			ck_say(&low, "%s: %s free of %s in %s (task %d)%s", nd->name[n], f, sz, r->shm_path,
 			    worst, seg);
 		}
 		if (removes >= 0) {
@@ -507,7 +507,7 @@ static void eval_shm(struct ck_world *w, const struct nodes *nd)
 		ck_add(w, "net.shm", CK_FAIL, "%s: NCCL makes its shared-memory segments there at start-up "
 		       "and fails without them (Error while creating shared memory segment); a container "
 		       "needs a writable /dev/shm of 1 GiB or more (docker --shm-size=1g; Kubernetes: an "
-		       "emptyDir of medium Memory)", said(&fail));
+		       "emptyDir of medium Memory)", ck_said(&fail));
 		return;
 	}
 	if (low.items || nipc) {
@@ -515,7 +515,7 @@ static void eval_shm(struct ck_world *w, const struct nodes *nd)
 		if (low.items)
 			snprintf(a, sizeof(a), "%s: NCCL's ranks on a node fail to start when their segments do "
 				 "not fit (failed to extend /dev/shm/nccl-...); NCCL asks containers for 1 GiB "
-				 "(--shm-size=1g)", said(&low));
+				 "(--shm-size=1g)", ck_said(&low));
 		if (nipc)
 			snprintf(b, sizeof(b), "logind's RemoveIPC=yes on %s%s removes the shared memory of a "
 				 "user (uid %ld here) when their last login session on the node ends: an ssh to a "

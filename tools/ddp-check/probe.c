@@ -313,51 +313,158 @@ static void measure_clock(int fd, struct ck_probe *out, int ms)
 	out->clock_unc_us = best_rtt / 2000;
 }
 
+/* One probe connection of a batch, and where it stands. */
+struct probe_conn {
+	int fd;
+	enum { CONNECTING, READING_HELLO, READING_BULK, DONE } state;
+	char hello[CK_HOST + 16];
+	size_t hlen, got, want;          /* of the greeting; of the full-size reply */
+	unsigned char len4[4];
+	int64_t t_start;
+};
+
+/* A non-blocking connect to t's listener; q->err said where it fails. */
+static void conn_start(struct probe_conn *c, const struct ck_target *t, struct ck_peer *q, int ms)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	snprintf(q->node, sizeof(q->node), "%s", t->node);
+	snprintf(q->addr, sizeof(q->addr), "%s", t->addr);
+	c->fd = -1;
+	c->state = DONE;
+	c->hlen = c->got = c->want = 0;
+	c->t_start = mono_us();
+	if (endpoint_parse(t->addr, &ss, &sl) < 0) {
+		snprintf(q->err, sizeof(q->err), "'%s' is not an address:port", t->addr);
+		return;
+	}
+	c->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (c->fd < 0) {
+		conn_err(q, errno, ms);
+		return;
+	}
+	if (connect(c->fd, (struct sockaddr *)&ss, sl) < 0 && errno != EINPROGRESS) {
+		conn_err(q, errno, ms);
+		close(c->fd);
+		c->fd = -1;
+		return;
+	}
+	c->state = CONNECTING;
+}
+
+static void on_connected(struct probe_conn *c, struct ck_peer *q, int ms)
+{
+	int e = 0;
+	socklen_t el = sizeof(e);
+	getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &e, &el);
+	if (e) {
+		conn_err(q, e, ms);
+		c->state = DONE;
+	} else {
+		c->state = READING_HELLO;
+	}
+}
+
+/* The full-size reply: its 4-byte length, then as many bytes. */
+static void on_bulk(struct probe_conn *c, struct ck_peer *q)
+{
+	unsigned char sink[16384];
+	ssize_t r = recv(c->fd, sink, sizeof(sink), MSG_DONTWAIT);
+	if (r < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	if (r <= 0) {
+		snprintf(q->err, sizeof(q->err), "it closed the connection after %zu bytes of its full-size "
+			 "reply", c->got);
+		c->state = DONE;
+		return;
+	}
+	for (ssize_t j = 0; j < r && c->got + (size_t)j < 4; j++)
+		c->len4[c->got + (size_t)j] = sink[j];
+	c->got += (size_t)r;
+	if (!c->want && c->got >= 4) {
+		c->want = (size_t)c->len4[0] << 24 | (size_t)c->len4[1] << 16 | (size_t)c->len4[2] << 8 | c->len4[3];
+		if (c->want < 5 || c->want > CK_PROBE_BULK) {
+			snprintf(q->err, sizeof(q->err), "its reply says %zu bytes: expected 5 to %d (not "
+				 "ddp-check there?)", c->want, CK_PROBE_BULK);
+			c->state = DONE;
+			return;
+		}
+	}
+	if (c->want && c->got >= c->want) {
+		q->ok = 1;
+		c->state = DONE;
+	}
+}
+
+/* The listener's greeting line: the node it says it is, then "B" asks
+ * for the full-size reply. */
+static void on_hello(struct probe_conn *c, const struct ck_target *t, struct ck_peer *q)
+{
+	ssize_t r = recv(c->fd, c->hello + c->hlen, sizeof(c->hello) - 1 - c->hlen, MSG_DONTWAIT);
+	if (r <= 0) {
+		if (r < 0 && errno == EAGAIN)
+			return;
+		snprintf(q->err, sizeof(q->err), "it closed the connection without a greeting (not ddp-check "
+			 "listening there?)");
+		c->state = DONE;
+		return;
+	}
+	c->hlen += (size_t)r;
+	c->hello[c->hlen] = 0;
+	char *nl = strchr(c->hello, '\n');
+	if (!nl && c->hlen < sizeof(c->hello) - 1)
+		return;
+	c->state = DONE;
+	if (nl)
+		*nl = 0;
+	if (strncmp(c->hello, HELLO, strlen(HELLO)) != 0) {
+		snprintf(q->err, sizeof(q->err), "something else answered there (not ddp-check)");
+	} else if (strcmp(c->hello + strlen(HELLO), t->node) != 0) {
+		snprintf(q->err, sizeof(q->err), "%.64s answered instead (two nodes with one address?)",
+			 c->hello + strlen(HELLO));
+	} else if (send(c->fd, "B", 1, MSG_NOSIGNAL) != 1) {
+		snprintf(q->err, sizeof(q->err), "greeted, then the connection failed: %s", strerror(errno));
+	} else {
+		/* reached: now the full-size packets */
+		q->rtt_us = (double)(mono_us() - c->t_start);
+		c->state = READING_BULK;
+	}
+}
+
+/* A connection the deadline caught: what its state says of the path. */
+static void conn_timed_out(const struct probe_conn *c, struct ck_peer *q, int ms)
+{
+	if (c->state == CONNECTING) {
+		conn_err(q, ETIMEDOUT, ms);
+	} else if (c->state == READING_HELLO) { /* TCP got through: the network is not at fault */
+		snprintf(q->err, sizeof(q->err), "connected, but no greeting within %d ms (another program "
+			 "holds that port, or ddp-check there is stalled)", ms);
+	} else if (c->state == READING_BULK) { /* small packets pass, full-size ones do not */
+		int mss = 0;
+		socklen_t ml = sizeof(mss);
+		getsockopt(c->fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &ml);
+		q->bulk_short = 1;
+		snprintf(q->err, sizeof(q->err), "greeted, but its reply in one full-size packet (%d bytes "
+			 "of TCP payload) did not come within %d ms: packets of the interfaces' MTU are lost "
+			 "on the way (a link, switch or bridge between with a smaller MTU)", mss, ms);
+	}
+}
+
 static void probe_batch(const struct ck_target *t, size_t n, int ms, struct ck_probe *out,
 			struct ck_peer *peers)
 {
-	int fd[BATCH];
-	enum { CONNECTING, READING_HELLO, READING_BULK, DONE } state[BATCH];
-	char hello[BATCH][CK_HOST + 16];
-	size_t hlen[BATCH], got[BATCH], want[BATCH];   /* of the full-size reply */
-	unsigned char len4[BATCH][4];
-	int64_t t_start[BATCH];
+	struct probe_conn c[BATCH];
 
-	for (size_t i = 0; i < n; i++) {
-		struct sockaddr_storage ss;
-		socklen_t sl;
-		struct ck_peer *q = &peers[i];
-		snprintf(q->node, sizeof(q->node), "%s", t[i].node);
-		snprintf(q->addr, sizeof(q->addr), "%s", t[i].addr);
-		fd[i] = -1;
-		state[i] = DONE;
-		hlen[i] = got[i] = want[i] = 0;
-		t_start[i] = mono_us();
-		if (endpoint_parse(t[i].addr, &ss, &sl) < 0) {
-			snprintf(q->err, sizeof(q->err), "'%s' is not an address:port", t[i].addr);
-			continue;
-		}
-		fd[i] = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-		if (fd[i] < 0) {
-			conn_err(q, errno, ms);
-			continue;
-		}
-		if (connect(fd[i], (struct sockaddr *)&ss, sl) < 0 && errno != EINPROGRESS) {
-			conn_err(q, errno, ms);
-			close(fd[i]);
-			fd[i] = -1;
-			continue;
-		}
-		state[i] = CONNECTING;
-	}
+	for (size_t i = 0; i < n; i++)
+		conn_start(&c[i], &t[i], &peers[i], ms);
 	int64_t deadline = mono_us() + (int64_t)ms * 1000;
 	for (int last = 0;;) {
 		struct pollfd p[BATCH];
 		size_t idx[BATCH], np = 0;
 		for (size_t i = 0; i < n; i++)
-			if (state[i] != DONE) {
-				p[np].fd = fd[i];
-				p[np].events = state[i] == CONNECTING ? POLLOUT : POLLIN;
+			if (c[i].state != DONE) {
+				p[np].fd = c[i].fd;
+				p[np].events = c[i].state == CONNECTING ? POLLOUT : POLLIN;
 				p[np].revents = 0;
 				idx[np++] = i;
 			}
@@ -372,103 +479,22 @@ static void probe_batch(const struct ck_target *t, size_t n, int ms, struct ck_p
 			continue;
 		for (size_t k = 0; k < np; k++) {
 			size_t i = idx[k];
-			struct ck_peer *q = &peers[i];
 			if (!p[k].revents)
 				continue;
-			if (state[i] == CONNECTING) {
-				int e = 0;
-				socklen_t el = sizeof(e);
-				getsockopt(fd[i], SOL_SOCKET, SO_ERROR, &e, &el);
-				if (e) {
-					conn_err(q, e, ms);
-					state[i] = DONE;
-				} else {
-					state[i] = READING_HELLO;
-				}
-				continue;
-			}
-			if (state[i] == READING_BULK) {
-				unsigned char sink[16384];
-				ssize_t r = recv(fd[i], sink, sizeof(sink), MSG_DONTWAIT);
-				if (r < 0 && (errno == EAGAIN || errno == EINTR))
-					continue;
-				if (r <= 0) {
-					snprintf(q->err, sizeof(q->err), "it closed the connection after %zu "
-						 "bytes of its full-size reply", got[i]);
-					state[i] = DONE;
-					continue;
-				}
-				for (ssize_t j = 0; j < r && got[i] + (size_t)j < 4; j++)
-					len4[i][got[i] + (size_t)j] = sink[j];
-				got[i] += (size_t)r;
-				if (!want[i] && got[i] >= 4) {
-					want[i] = (size_t)len4[i][0] << 24 | (size_t)len4[i][1] << 16 |
-						  (size_t)len4[i][2] << 8 | len4[i][3];
-					if (want[i] < 5 || want[i] > CK_PROBE_BULK) {
-						snprintf(q->err, sizeof(q->err), "its reply says %zu bytes: expected "
-							 "5 to %d (not ddp-check there?)", want[i], CK_PROBE_BULK);
-						state[i] = DONE;
-						continue;
-					}
-				}
-				if (want[i] && got[i] >= want[i]) {
-					q->ok = 1;
-					state[i] = DONE;
-				}
-				continue;
-			}
-			ssize_t r = recv(fd[i], hello[i] + hlen[i], sizeof(hello[i]) - 1 - hlen[i], MSG_DONTWAIT);
-			if (r <= 0) {
-				if (r < 0 && errno == EAGAIN)
-					continue;
-				snprintf(q->err, sizeof(q->err), "it closed the connection without a greeting "
-					 "(not ddp-check listening there?)");
-				state[i] = DONE;
-				continue;
-			}
-			hlen[i] += (size_t)r;
-			hello[i][hlen[i]] = 0;
-			char *nl = strchr(hello[i], '\n');
-			if (!nl && hlen[i] < sizeof(hello[i]) - 1)
-				continue;
-			state[i] = DONE;
-			if (nl)
-				*nl = 0;
-			if (strncmp(hello[i], HELLO, strlen(HELLO)) != 0) {
-				snprintf(q->err, sizeof(q->err), "something else answered there (not ddp-check)");
-			} else if (strcmp(hello[i] + strlen(HELLO), t[i].node) != 0) {
-				snprintf(q->err, sizeof(q->err), "%.64s answered instead (two nodes with one "
-					 "address?)", hello[i] + strlen(HELLO));
-			} else if (send(fd[i], "B", 1, MSG_NOSIGNAL) != 1) {
-				snprintf(q->err, sizeof(q->err), "greeted, then the connection failed: %s",
-					 strerror(errno));
-			} else {
-				/* reached: now the full-size packets */
-				q->rtt_us = (double)(mono_us() - t_start[i]);
-				state[i] = READING_BULK;
-			}
+			if (c[i].state == CONNECTING)
+				on_connected(&c[i], &peers[i], ms);
+			else if (c[i].state == READING_BULK)
+				on_bulk(&c[i], &peers[i]);
+			else
+				on_hello(&c[i], &t[i], &peers[i]);
 		}
 	}
 	for (size_t i = 0; i < n; i++) {
-		if (state[i] == CONNECTING)
-			conn_err(&peers[i], ETIMEDOUT, ms);
-		else if (state[i] == READING_HELLO) /* TCP got through: the network is not at fault */
-			snprintf(peers[i].err, sizeof(peers[i].err), "connected, but no greeting within %d ms "
-				 "(another program holds that port, or ddp-check there is stalled)", ms);
-		else if (state[i] == READING_BULK) { /* small packets pass, full-size ones do not */
-			int mss = 0;
-			socklen_t ml = sizeof(mss);
-			getsockopt(fd[i], IPPROTO_TCP, TCP_MAXSEG, &mss, &ml);
-			peers[i].bulk_short = 1;
-			snprintf(peers[i].err, sizeof(peers[i].err), "greeted, but its reply in one "
-				 "full-size packet (%d bytes of TCP payload) did not come within %d ms: packets "
-				 "of the interfaces' MTU are lost on the way (a link, switch or bridge between "
-				 "with a smaller MTU)", mss, ms);
-		}
-		if (peers[i].ok && t[i].head && fd[i] >= 0)
-			measure_clock(fd[i], out, ms);
-		if (fd[i] >= 0)
-			close(fd[i]);
+		conn_timed_out(&c[i], &peers[i], ms);
+		if (peers[i].ok && t[i].head && c[i].fd >= 0)
+			measure_clock(c[i].fd, out, ms);
+		if (c[i].fd >= 0)
+			close(c[i].fd);
 	}
 }
 
