@@ -482,63 +482,57 @@ out:
 	return rv;
 }
 
-int ddpenv_bind_plan(const struct ddpenv_topo *t, const struct ddpenv_env *env,
-		     enum ddpenv_bind policy, const char *allowed_list,
-		     struct ddpenv_bind_plan *plan, char *err, size_t errlen)
+/* The tasks of the step on this node: plan->tasks, each without a GPU
+ * yet.  0, else -1 with err. */
+static int plan_tasks(const struct ddpenv_env *env, struct ddpenv_bind_plan *plan, char *err, size_t errlen)
 {
-	hwloc_topology_t topo = t->topo;
-	hwloc_bitmap_t allowed = hwloc_bitmap_alloc();
-	struct bind_gpus bg;
 	uint32_t node_id, ntasks;
-	const char *s;
-	int rv = -1;
-
-	memset(plan, 0, sizeof(*plan));
-	plan->policy = policy;
-	snprintf(plan->topology, sizeof(plan->topology), "%s", t->source);
-	if (!allowed) {
-		snprintf(err, errlen, "out of memory planning the binding");
-		goto out;
-	}
-
-	/* The tasks of the step on this node. */
-	s = ddpenv_env_get(env, "SLURM_NODEID");
+	const char *s = ddpenv_env_get(env, "SLURM_NODEID");
 	if (!s) {
 		snprintf(err, errlen, "SLURM_NODEID is not set: expected inside a Slurm step");
-		goto out;
+		return -1;
 	}
 	if (ddpenv_parse_u32("SLURM_NODEID", s, &node_id, err, errlen) < 0 ||
 	    ddpenv_tasks_on_node(ddpenv_env_get(env, "SLURM_STEP_TASKS_PER_NODE"), node_id, &ntasks,
 				 err, errlen) < 0)
-		goto out;
+		return -1;
 	if (ntasks == 0 || ntasks > DDPENV_MAX_LOCAL) {
 		snprintf(err, errlen, "%u tasks on node %u: expected 1-%d", ntasks, node_id, DDPENV_MAX_LOCAL);
-		goto out;
+		return -1;
 	}
 	plan->tasks = calloc(ntasks, sizeof(*plan->tasks));
 	if (!plan->tasks) {
 		snprintf(err, errlen, "out of memory planning %u tasks", ntasks);
-		goto out;
+		return -1;
 	}
 	plan->ntasks = ntasks;
 	for (uint32_t i = 0; i < ntasks; i++)
 		plan->tasks[i].gpu = -1;
+	return 0;
+}
 
-	/* The CPUs the step may use here. */
+/* The CPUs the step may use here: the list given, else the topology's
+ * allowed ones, within task/affinity's masks.  0, else -1 with err. */
+static int plan_allowed(const struct ddpenv_topo *t, const struct ddpenv_env *env, enum ddpenv_bind policy,
+			const char *allowed_list, hwloc_bitmap_t allowed, struct ddpenv_bind_plan *plan,
+			char *err, size_t errlen)
+{
+	hwloc_topology_t topo = t->topo;
+	const char *s;
 	if (allowed_list) {
 		char perr[DDPENV_ERRLEN] = "";
 		if (ddpenv_cpulist_parse(allowed, allowed_list, DDPENV_MAX_CPU, perr, sizeof(perr)) < 0 ||
 		    hwloc_bitmap_iszero(allowed)) {
 			snprintf(err, errlen, "allowed CPUs '%.100s': expected a CPU list such as 0-27,112-139%s%.200s",
 				 allowed_list, perr[0] ? ": " : "", perr);
-			goto out;
+			return -1;
 		}
 		if (!hwloc_bitmap_isincluded(allowed, hwloc_topology_get_complete_cpuset(topo))) {
 			hwloc_bitmap_list_snprintf(plan->allowed, sizeof(plan->allowed),
 						   hwloc_topology_get_complete_cpuset(topo));
 			snprintf(err, errlen, "allowed CPUs '%.100s': not all in the topology %.200s (CPUs %.100s)",
 				 allowed_list, t->source, plan->allowed);
-			goto out;
+			return -1;
 		}
 		snprintf(plan->allowed_how, sizeof(plan->allowed_how), "as given");
 	} else {
@@ -552,21 +546,19 @@ int ddpenv_bind_plan(const struct ddpenv_topo *t, const struct ddpenv_env *env,
 	hwloc_bitmap_list_snprintf(plan->allowed, sizeof(plan->allowed), allowed);
 	if (hwloc_bitmap_iszero(allowed)) {
 		snprintf(err, errlen, "the topology %.200s allows no CPU", t->source);
-		goto out;
+		return -1;
 	}
+	return 0;
+}
 
-	/* What the user left to us. */
-	plan->cpu = plan->gpu = plan->mem = 1;
-	if (policy == DDPENV_BIND_NONE) {
-		plan->cpu = plan->gpu = plan->mem = 0;
-		snprintf(plan->cpu_how, sizeof(plan->cpu_how), "--ddp-bind=none: left to Slurm and the user");
-		snprintf(plan->gpu_how, sizeof(plan->gpu_how), "--ddp-bind=none: left to Slurm and the user");
-		snprintf(plan->mem_how, sizeof(plan->mem_how), "--ddp-bind=none: left to Slurm and the user");
-		rv = 0;
-		goto out;
-	}
-	const char *ucb_key, *ucb = user_cpu_bind(env, &ucb_key);
+/* What the user, or Slurm's own binding, left to the plan: plan->cpu,
+ * gpu and mem with why each is left alone where it is.  Returns the
+ * user's --cpu-bind, or NULL. */
+static const char *plan_left(const struct ddpenv_env *env, struct ddpenv_bind_plan *plan)
+{
+	const char *ucb_key, *ucb = user_cpu_bind(env, &ucb_key), *s;
 	const char *cpu_key = ucb_key, *cpu_val = ucb, *tres = ddpenv_env_get(env, "SLURMD_TRES_BIND");
+	plan->cpu = plan->gpu = plan->mem = 1;
 	if (ucb) {
 		left_alone(&plan->cpu, plan->cpu_how, sizeof(plan->cpu_how), "explicit --cpu-bind",
 			   ucb_key, ucb);
@@ -599,11 +591,41 @@ int ddpenv_bind_plan(const struct ddpenv_topo *t, const struct ddpenv_env *env,
 						: "Slurm binds GPUs per task (--gpu-bind, or --ntasks-per-gpu)",
 			   "SLURMD_TRES_BIND", s);
 	}
+	return ucb;
+}
+
+int ddpenv_bind_plan(const struct ddpenv_topo *t, const struct ddpenv_env *env,
+		     enum ddpenv_bind policy, const char *allowed_list,
+		     struct ddpenv_bind_plan *plan, char *err, size_t errlen)
+{
+	hwloc_bitmap_t allowed = hwloc_bitmap_alloc();
+	struct bind_gpus bg;
+	int rv = -1;
+
+	memset(plan, 0, sizeof(*plan));
+	plan->policy = policy;
+	snprintf(plan->topology, sizeof(plan->topology), "%s", t->source);
+	if (!allowed) {
+		snprintf(err, errlen, "out of memory planning the binding");
+		goto out;
+	}
+	if (plan_tasks(env, plan, err, errlen) < 0 ||
+	    plan_allowed(t, env, policy, allowed_list, allowed, plan, err, errlen) < 0)
+		goto out;
+	if (policy == DDPENV_BIND_NONE) {
+		plan->cpu = plan->gpu = plan->mem = 0;
+		snprintf(plan->cpu_how, sizeof(plan->cpu_how), "--ddp-bind=none: left to Slurm and the user");
+		snprintf(plan->gpu_how, sizeof(plan->gpu_how), "--ddp-bind=none: left to Slurm and the user");
+		snprintf(plan->mem_how, sizeof(plan->mem_how), "--ddp-bind=none: left to Slurm and the user");
+		rv = 0;
+		goto out;
+	}
+	const char *ucb = plan_left(env, plan);
 
 	/* The GPUs, and which task takes which. */
-	hwloc_bitmap_t *ucpus = ucb ? user_task_cpus(env, ntasks) : NULL;
+	hwloc_bitmap_t *ucpus = ucb ? user_task_cpus(env, plan->ntasks) : NULL;
 	int r = ddpenv_bind_plan_gpus(t, env, allowed, ucpus, plan, &bg, err, errlen);
-	free_sets(ucpus, ntasks);
+	free_sets(ucpus, plan->ntasks);
 	if (r < 0)
 		goto out;
 
