@@ -346,6 +346,128 @@ out:
 	return 0;
 }
 
+/* The task's own plan: what ddp-env --explain computes in the task, whose
+ * environment the plugin marks as this step's.  It differs from the
+ * node's where Slurm set something per task: SLURMD_TRES_BIND for
+ * --gpu-bind, and task/affinity's SLURM_CPU_BIND.  Under Slurm's per-task
+ * GPU binding a task sees only its own GPUs: its plan needs the node's, as
+ * the plugin passes them; and the user's --cpu-bind is the one the step
+ * started with.  0 (a plan, or unbound with a warning), else -1 said. */
+static int task_plan(spank_t sp, const struct ddpenv_env *env)
+{
+	const char *mine = ddpenv_env_get(env, "SLURM_STEP_GPUS");
+	struct ddpenv_env penv; /* the marker would make the user's variables ours */
+	char mark[32], err[DDPENV_ERRLEN];
+	int r;
+
+	ddpenv_env_init(&penv);
+	snprintf(mark, sizeof(mark), "%u.%u", st.node.step.job_id, st.node.step.step_id);
+	if (snapshot(sp, &penv, &st.node.cfg) < 0) {
+		slurm_error(DDP_PFX "%s", st.err);
+		ddpenv_env_free(&penv);
+		return -1;
+	}
+	for (const char *const *k = ddpenv_plugin_keys; *k; k++)
+		ddpenv_env_unset(&penv, *k);
+	if (ddpenv_env_set(&penv, DDPENV_MARKER, mark) < 0 ||
+	    (st.node_gpus[0] && mine && strcmp(mine, st.node_gpus) != 0 &&
+	     ddpenv_env_set(&penv, DDPENV_SLURM_STEP_GPUS, st.node_gpus) < 0) ||
+	    (st.user_cpu_bind[0] && ddpenv_env_set(&penv, DDPENV_SLURM_CPU_BIND, st.user_cpu_bind) < 0)) {
+		slurm_error(DDP_PFX "out of memory");
+		ddpenv_env_free(&penv);
+		return -1;
+	}
+	ddpenv_bind_plan_free(&st.plan);
+	r = ddpenv_bind_plan(st.topo, &penv, st.bind, NULL, &st.plan, err, sizeof(err));
+	ddpenv_env_free(&penv);
+	if (r == 0)
+		return 0;
+	st.have_plan = 0;
+	st.node.plan = NULL;
+	if (st.bind == DDPENV_BIND_STRICT) {
+		slurm_error(DDP_PFX "--ddp-bind=strict: %s", err);
+		return -1;
+	}
+	slurm_error(DDP_PFX "warning: --ddp-bind=auto: this task runs unbound: %s", err);
+	return 0;
+}
+
+/* Bind the task as planned: a task that cannot be bound as strict asks
+ * never starts.  0, else -1 said. */
+static int task_bind(const struct ddpenv_env *env)
+{
+	char err[DDPENV_ERRLEN];
+	const char *lr = ddpenv_env_get(env, "SLURM_LOCALID");
+	uint32_t local = lr ? (uint32_t)strtoul(lr, NULL, 10) : 0;
+	if (ddpenv_bind_apply(st.topo, &st.plan, local, err, sizeof(err)) == 0)
+		return 0;
+	if (st.plan.policy == DDPENV_BIND_STRICT) {
+		slurm_error(DDP_PFX "--ddp-bind=strict: %s", err);
+		return -1;
+	}
+	slurm_error(DDP_PFX "warning: --ddp-bind=auto: %s; this task runs with Slurm's binding", err);
+	return 0;
+}
+
+/* The node's warnings, once per node: from local rank 0. */
+static void node_warnings(const struct ddpenv_env *env)
+{
+	const char *lr = ddpenv_env_get(env, "SLURM_LOCALID");
+	if (!lr || strcmp(lr, "0") != 0)
+		return;
+	if (st.have_plan && st.plan.slurm_binds && st.plan.ntasks > 1 &&
+	    st.node.backend == DDPENV_BACKEND_NCCL) {
+		const char *tb = ddpenv_env_get(env, "SLURMD_TRES_BIND");
+		unsigned n = st.plan.slurm_per_task ? (unsigned)(st.plan.ntasks * st.plan.slurm_per_task)
+						    : (unsigned)st.plan.ngpus;
+		slurm_error(DDP_PFX "warning: Slurm binds each of this node's %u tasks to its own GPU "
+			    "(SLURMD_TRES_BIND=%s, %s): each sees its own only, "
+			    "so NCCL can lose P2P/NVLink between them and cuda:LOCAL_RANK is not the "
+			    "task's GPU; --gpus-per-node=%u (or --gres=gpu:%u) with --ntasks-per-node=%u "
+			    "and no --gpu-bind keeps every GPU visible to every task",
+			    st.plan.ntasks, tb ? tb : "gpu:per_task",
+			    st.plan.slurm_per_task ? "which --gpus-per-task implies" : "from --gpu-bind",
+			    n ? n : st.plan.ntasks, n ? n : st.plan.ntasks, st.plan.ntasks);
+	}
+	if (st.bind_warn[0])
+		slurm_error(DDP_PFX "warning: %s", st.bind_warn);
+	if (st.mig_warn[0])
+		slurm_error(DDP_PFX "warning: %s", st.mig_warn);
+}
+
+/* The contract into the task's environment, all or nothing (a task never
+ * starts with half of it), an outer step's values removed, and the
+ * plugin's choices for ddp-env --explain.  0, else -1 said. */
+static int task_setenv(spank_t sp, const struct ddpenv_vars *vars)
+{
+	for (size_t i = 0; i < vars->n; i++) {
+		if (vars->v[i].user)
+			continue;
+		if (spank_setenv(sp, vars->v[i].key, vars->v[i].value, 1) != ESPANK_SUCCESS) {
+			slurm_error(DDP_PFX "cannot set %s=%s in the task's environment", vars->v[i].key,
+				    strcmp(vars->v[i].key, "DDP_RDZV_TOKEN") ? vars->v[i].value : "(hidden)");
+			return -1;
+		}
+	}
+	for (const char *const *k = ddpenv_plugin_keys; *k; k++) {
+		size_t i = 0;
+		while (i < vars->n && strcmp(vars->v[i].key, *k) != 0)
+			i++;
+		if (i == vars->n && spank_unsetenv(sp, *k) != ESPANK_SUCCESS) {
+			slurm_error(DDP_PFX "cannot remove %s (another step's) from the task's environment", *k);
+			return -1;
+		}
+	}
+	/* ddp-env --explain in the task shows the policy the plugin used. */
+	if (spank_setenv(sp, "DDP_BIND_POLICY", ddpenv_bind_name(st.bind), 1) != ESPANK_SUCCESS ||
+	    spank_setenv(sp, "DDP_BIND_FROM", st.bind_how, 1) != ESPANK_SUCCESS ||
+	    spank_setenv(sp, "DDP_BACKEND_FROM", st.node.backend_how, 1) != ESPANK_SUCCESS) {
+		slurm_error(DDP_PFX "cannot set DDP_BIND_POLICY, DDP_BIND_FROM or DDP_BACKEND_FROM in the task's environment");
+		return -1;
+	}
+	return 0;
+}
+
 int ddp_stepd_task_init(spank_t sp)
 {
 	struct ddpenv_env env;
@@ -367,114 +489,16 @@ int ddp_stepd_task_init(spank_t sp)
 	/* An outer step's (a nested srun's inheritance) is not this step's. */
 	for (const char *const *k = ddpenv_plugin_keys; *k; k++)
 		ddpenv_env_unset(&env, *k);
-	/* The task's own plan: what ddp-env --explain computes in the task,
-	 * whose environment the plugin marks as this step's.  It differs from
-	 * the node's where Slurm set something per task: SLURMD_TRES_BIND for
-	 * --gpu-bind, and task/affinity's SLURM_CPU_BIND. */
-	if (st.have_plan) {
-		/* Under Slurm's per-task GPU binding a task sees only its own
-		 * GPUs: its plan needs the node's, as the plugin passes them;
-		 * and the user's --cpu-bind is the one the step started with. */
-		const char *mine = ddpenv_env_get(&env, "SLURM_STEP_GPUS");
-		struct ddpenv_env penv; /* the marker would make the user's variables ours */
-		char mark[32];
-		int r;
-		ddpenv_env_init(&penv);
-		snprintf(mark, sizeof(mark), "%u.%u", st.node.step.job_id, st.node.step.step_id);
-		if (snapshot(sp, &penv, &st.node.cfg) < 0) {
-			slurm_error(DDP_PFX "%s", st.err);
-			ddpenv_env_free(&penv);
-			goto out;
-		}
-		for (const char *const *k = ddpenv_plugin_keys; *k; k++)
-			ddpenv_env_unset(&penv, *k);
-		if (ddpenv_env_set(&penv, DDPENV_MARKER, mark) < 0 ||
-		    (st.node_gpus[0] && mine && strcmp(mine, st.node_gpus) != 0 &&
-		     ddpenv_env_set(&penv, DDPENV_SLURM_STEP_GPUS, st.node_gpus) < 0) ||
-		    (st.user_cpu_bind[0] && ddpenv_env_set(&penv, DDPENV_SLURM_CPU_BIND, st.user_cpu_bind) < 0)) {
-			slurm_error(DDP_PFX "out of memory");
-			ddpenv_env_free(&penv);
-			goto out;
-		}
-		ddpenv_bind_plan_free(&st.plan);
-		r = ddpenv_bind_plan(st.topo, &penv, st.bind, NULL, &st.plan, err, sizeof(err));
-		ddpenv_env_free(&penv);
-		if (r < 0) {
-			st.have_plan = 0;
-			st.node.plan = NULL;
-			if (st.bind == DDPENV_BIND_STRICT) {
-				slurm_error(DDP_PFX "--ddp-bind=strict: %s", err);
-				goto out;
-			}
-			slurm_error(DDP_PFX "warning: --ddp-bind=auto: this task runs unbound: %s", err);
-		}
-	}
-	/* Bind first: a task that cannot be bound as strict asks never starts. */
-	if (st.have_plan) {
-		const char *lr = ddpenv_env_get(&env, "SLURM_LOCALID");
-		uint32_t local = lr ? (uint32_t)strtoul(lr, NULL, 10) : 0;
-		if (ddpenv_bind_apply(st.topo, &st.plan, local, err, sizeof(err)) < 0) {
-			if (st.plan.policy == DDPENV_BIND_STRICT) {
-				slurm_error(DDP_PFX "--ddp-bind=strict: %s", err);
-				goto out;
-			}
-			slurm_error(DDP_PFX "warning: --ddp-bind=auto: %s; this task runs with Slurm's binding", err);
-		}
-	}
-	if (st.have_plan && st.plan.slurm_binds && st.plan.ntasks > 1 &&
-	    st.node.backend == DDPENV_BACKEND_NCCL) {
-		const char *lr = ddpenv_env_get(&env, "SLURM_LOCALID");
-		const char *tb = ddpenv_env_get(&env, "SLURMD_TRES_BIND");
-		unsigned n = st.plan.slurm_per_task ? (unsigned)(st.plan.ntasks * st.plan.slurm_per_task)
-						    : (unsigned)st.plan.ngpus;
-		if (lr && strcmp(lr, "0") == 0)
-			slurm_error(DDP_PFX "warning: Slurm binds each of this node's %u tasks to its own GPU "
-				    "(SLURMD_TRES_BIND=%s, %s): each sees its own only, "
-				    "so NCCL can lose P2P/NVLink between them and cuda:LOCAL_RANK is not the "
-				    "task's GPU; --gpus-per-node=%u (or --gres=gpu:%u) with --ntasks-per-node=%u "
-				    "and no --gpu-bind keeps every GPU visible to every task",
-				    st.plan.ntasks, tb ? tb : "gpu:per_task",
-				    st.plan.slurm_per_task ? "which --gpus-per-task implies" : "from --gpu-bind",
-				    n ? n : st.plan.ntasks, n ? n : st.plan.ntasks, st.plan.ntasks);
-	}
-	if (st.bind_warn[0] || st.mig_warn[0]) {
-		const char *lr = ddpenv_env_get(&env, "SLURM_LOCALID");
-		if (lr && strcmp(lr, "0") == 0 && st.bind_warn[0])
-			slurm_error(DDP_PFX "warning: %s", st.bind_warn);
-		if (lr && strcmp(lr, "0") == 0 && st.mig_warn[0])
-			slurm_error(DDP_PFX "warning: %s", st.mig_warn);
-	}
+	if (st.have_plan && task_plan(sp, &env) < 0)
+		goto out;
+	if (st.have_plan && task_bind(&env) < 0)
+		goto out;
+	node_warnings(&env);
 	if (ddpenv_task_vars(&st.node, &env, &vars, err, sizeof(err)) < 0) {
 		slurm_error(DDP_PFX "%s", err);
 		goto out;
 	}
-	/* All or nothing: a task never starts with half the contract. */
-	for (size_t i = 0; i < vars.n; i++) {
-		if (vars.v[i].user)
-			continue;
-		if (spank_setenv(sp, vars.v[i].key, vars.v[i].value, 1) != ESPANK_SUCCESS) {
-			slurm_error(DDP_PFX "cannot set %s=%s in the task's environment", vars.v[i].key,
-				    strcmp(vars.v[i].key, "DDP_RDZV_TOKEN") ? vars.v[i].value : "(hidden)");
-			goto out;
-		}
-	}
-	for (const char *const *k = ddpenv_plugin_keys; *k; k++) {
-		size_t i = 0;
-		while (i < vars.n && strcmp(vars.v[i].key, *k) != 0)
-			i++;
-		if (i == vars.n && spank_unsetenv(sp, *k) != ESPANK_SUCCESS) {
-			slurm_error(DDP_PFX "cannot remove %s (another step's) from the task's environment", *k);
-			goto out;
-		}
-	}
-	/* ddp-env --explain in the task shows the policy the plugin used. */
-	if (spank_setenv(sp, "DDP_BIND_POLICY", ddpenv_bind_name(st.bind), 1) != ESPANK_SUCCESS ||
-	    spank_setenv(sp, "DDP_BIND_FROM", st.bind_how, 1) != ESPANK_SUCCESS ||
-	    spank_setenv(sp, "DDP_BACKEND_FROM", st.node.backend_how, 1) != ESPANK_SUCCESS) {
-		slurm_error(DDP_PFX "cannot set DDP_BIND_POLICY, DDP_BIND_FROM or DDP_BACKEND_FROM in the task's environment");
-		goto out;
-	}
-	rv = 0;
+	rv = task_setenv(sp, &vars);
 out:
 	ddpenv_env_free(&env);
 	return rv;
