@@ -242,130 +242,161 @@ static int grow(float **buf, size_t *cap, size_t bytes)
 	return 0;
 }
 
+/* What batch_build describes before it makes the primitives: our
+ * memory descriptors (destroyed at the end), and those the primitive
+ * descriptors chose (theirs: read until those are destroyed, at the end
+ * too). */
+struct build {
+	dnnl_dims_t xd, w1d, a1d, w2d, y2d, b1d, b2d;
+	cnn_md_t x_any, x_user, w1_user, w2_user, b1, b2, w_any;
+	cnn_cmd_t a1, y2, x_int;
+	dnnl_primitive_desc_t f1, f2, w1p, w2p, d2p;
+	const char *what;                /* the stage, for an error */
+};
+
+static dnnl_status_t build_mds(struct build *d, const struct cnn_model *m, int n)
+{
+	const struct cnn_shape *in = &m->in;
+	dnnl_status_t s;
+	dnnl_dim_t xd[4] = { n, in->c, in->h, in->w }, w1d[4] = { m->c1, in->c, 3, 3 },
+		   a1d[4] = { n, m->c1, m->h1, m->w1 }, w2d[4] = { m->c2, m->c1, 3, 3 },
+		   y2d[4] = { n, m->c2, m->h2, m->w2 };
+	memcpy(d->xd, xd, sizeof(xd));
+	memcpy(d->w1d, w1d, sizeof(w1d));
+	memcpy(d->a1d, a1d, sizeof(a1d));
+	memcpy(d->w2d, w2d, sizeof(w2d));
+	memcpy(d->y2d, y2d, sizeof(y2d));
+	d->b1d[0] = m->c1;
+	d->b2d[0] = m->c2;
+	d->what = "describing the convolutions";
+	if ((s = cnn_md_create(&d->x_any, 4, d->xd, dnnl_format_tag_any)) ||
+	    (s = cnn_md_create(&d->x_user, 4, d->xd, dnnl_nchw)) ||
+	    (s = cnn_md_create(&d->w1_user, 4, d->w1d, dnnl_oihw)) ||
+	    (s = cnn_md_create(&d->w2_user, 4, d->w2d, dnnl_oihw)) ||
+	    (s = cnn_md_create(&d->b1, 1, d->b1d, dnnl_x)) || (s = cnn_md_create(&d->b2, 1, d->b2d, dnnl_x)) ||
+	    (s = cnn_md_create(&d->w_any, 4, d->w2d, dnnl_format_tag_any)))
+		return s;
+	return dnnl_success;
+}
+
+/* The convolutions' primitive descriptors, each layout as oneDNN picks it
+ * where the pool can read it. */
+static dnnl_status_t build_pds(struct cnn_convnet *c, struct build *d)
+{
+	dnnl_status_t s;
+	/* conv1: oneDNN picks every layout; if the activation layout is one
+	 * the pool cannot read, ask for plain nchw. */
+	d->what = "conv1 forward";
+	s = conv_fwd_pd(c, &d->f1, d->x_any, d->w1d, d->a1d, dnnl_format_tag_any);
+	if (s == dnnl_success && !block_of(dnnl_primitive_desc_query_md(d->f1, dnnl_query_dst_md, 0))) {
+		dnnl_primitive_desc_destroy(d->f1);
+		d->f1 = NULL;
+		s = conv_fwd_pd(c, &d->f1, d->x_any, d->w1d, d->a1d, dnnl_nchw);
+	}
+	if (s != dnnl_success)
+		return s;
+	d->a1 = dnnl_primitive_desc_query_md(d->f1, dnnl_query_dst_md, 0);
+	d->x_int = dnnl_primitive_desc_query_md(d->f1, dnnl_query_src_md, 0);
+
+	/* conv2 reads a1 as conv1 wrote it and writes the same kind of layout */
+	d->what = "conv2 forward";
+	int blk = block_of(d->a1);
+	s = conv_fwd_pd(c, &d->f2, d->a1, d->w2d, d->y2d,
+			blk == 16 ? dnnl_aBcd16b : blk == 8 ? dnnl_aBcd8b : dnnl_nchw);
+	if (s != dnnl_success)
+		return s;
+	d->y2 = dnnl_primitive_desc_query_md(d->f2, dnnl_query_dst_md, 0);
+
+	d->what = "conv1 backward weights";
+	if ((s = conv_bwd_w_pd(c, &d->w1p, d->x_int, d->w1d, d->a1, d->f1)) != dnnl_success ||
+	    (s = conv1_bwd_w_fast(c, &d->w1p, d->xd, d->w1d, d->a1d, d->f1)) != dnnl_success)
+		return s;
+	d->what = "conv2 backward weights";
+	if ((s = conv_bwd_w_pd(c, &d->w2p, d->a1, d->w2d, d->y2, d->f2)) != dnnl_success)
+		return s;
+	d->what = "conv2 backward data";
+	return cnn_conv_bwd_data_pd(&d->d2p, c->eng, d->a1, d->w_any, d->y2, stride1, pad0, d->f2);
+}
+
+/* The primitives, their memories and the reorders between our layouts
+ * and theirs. */
+static dnnl_status_t build_prims(struct cnn_convnet *c, struct batch *b, struct build *d)
+{
+	dnnl_status_t s;
+	d->what = "creating primitives";
+	if ((s = dnnl_primitive_create(&b->prim[K_C1F], d->f1)) ||
+	    (s = dnnl_primitive_create(&b->prim[K_C2F], d->f2)) ||
+	    (s = dnnl_primitive_create(&b->prim[K_C1W], d->w1p)) ||
+	    (s = dnnl_primitive_create(&b->prim[K_C2W], d->w2p)) ||
+	    (s = dnnl_primitive_create(&b->prim[K_C2D], d->d2p)))
+		return s;
+
+	d->what = "creating memories";
+	dnnl_memory_t *M = b->mem;
+	if ((s = mem(c, &M[M_X], d->x_user, 0)) ||
+	    (s = maybe_reorder(c, d->x_user, d->x_int, 1, &M[M_XI], &b->prim[K_RX])) ||
+	    (s = mem(c, &M[M_A1], d->a1, 0)) || (s = mem(c, &M[M_DA1], d->a1, 0)) ||
+	    (s = mem(c, &M[M_Y2], d->y2, 0)) || (s = mem(c, &M[M_DA2], d->y2, 0)) ||
+	    (s = mem(c, &M[M_W1], d->w1_user, 0)) || (s = mem(c, &M[M_B1], d->b1, 0)) ||
+	    (s = mem(c, &M[M_W2], d->w2_user, 0)) || (s = mem(c, &M[M_B2], d->b2, 0)) ||
+	    (s = mem(c, &M[M_DW1], d->w1_user, 0)) || (s = mem(c, &M[M_DB1], d->b1, 0)) ||
+	    (s = mem(c, &M[M_DW2], d->w2_user, 0)) || (s = mem(c, &M[M_DB2], d->b2, 0)) ||
+	    (s = maybe_reorder(c, d->w1_user, dnnl_primitive_desc_query_md(d->f1, dnnl_query_weights_md, 0),
+			       1, &M[M_W1F], &b->prim[K_RW1F])) ||
+	    (s = maybe_reorder(c, d->w2_user, dnnl_primitive_desc_query_md(d->f2, dnnl_query_weights_md, 0),
+			       1, &M[M_W2F], &b->prim[K_RW2F])) ||
+	    (s = maybe_reorder(c, d->w2_user, dnnl_primitive_desc_query_md(d->d2p, dnnl_query_weights_md, 0),
+			       1, &M[M_W2D], &b->prim[K_RW2D])) ||
+	    (s = maybe_reorder(c, dnnl_primitive_desc_query_md(d->w1p, dnnl_query_diff_weights_md, 0),
+			       d->w1_user, 0, &M[M_DW1I], &b->prim[K_RDW1])) ||
+	    (s = maybe_reorder(c, d->x_int, dnnl_primitive_desc_query_md(d->w1p, dnnl_query_src_md, 0),
+			       1, &M[M_X1W], &b->prim[K_RX1W])) ||
+	    (s = maybe_reorder(c, d->a1, dnnl_primitive_desc_query_md(d->w1p, dnnl_query_diff_dst_md, 0),
+			       1, &M[M_DA1W], &b->prim[K_RDA1W])) ||
+	    (s = maybe_reorder(c, dnnl_primitive_desc_query_md(d->w2p, dnnl_query_diff_weights_md, 0),
+			       d->w2_user, 0, &M[M_DW2I], &b->prim[K_RDW2])))
+		return s;
+	b->a1_bytes = dnnl_memory_desc_get_size(d->a1);
+	b->y2_bytes = dnnl_memory_desc_get_size(d->y2);
+	if (grow(&c->a1, &c->a1_cap, b->a1_bytes) || grow(&c->da1, &c->da1_cap, b->a1_bytes) ||
+	    grow(&c->y2, &c->y2_cap, b->y2_bytes) || grow(&c->da2, &c->da2_cap, b->y2_bytes))
+		return dnnl_out_of_memory;
+	c->block = block_of(d->y2);
+	snprintf(c->desc, sizeof(c->desc), "%s, %s; conv1 weight gradient %s", impl_of(d->f2),
+		 c->block == 16 ? "nChw16c" : c->block == 8 ? "nChw8c" : "nchw", impl_of(d->w1p));
+	return dnnl_success;
+}
+
+static void build_free(struct build *d)
+{
+	dnnl_primitive_desc_t pds[] = { d->f1, d->f2, d->w1p, d->w2p, d->d2p };
+	for (size_t i = 0; i < sizeof(pds) / sizeof(pds[0]); i++)
+		if (pds[i])
+			dnnl_primitive_desc_destroy(pds[i]);
+	cnn_md_destroy(d->x_any);
+	cnn_md_destroy(d->x_user);
+	cnn_md_destroy(d->w1_user);
+	cnn_md_destroy(d->w2_user);
+	cnn_md_destroy(d->b1);
+	cnn_md_destroy(d->b2);
+	cnn_md_destroy(d->w_any);
+}
+
 static int batch_build(struct cnn_convnet *c, struct batch *b, const struct cnn_model *m, int n,
 		       char *err, size_t errlen)
 {
-	const struct cnn_shape *in = &m->in;
-	dnnl_dims_t xd = { n, in->c, in->h, in->w };
-	dnnl_dims_t w1d = { m->c1, in->c, 3, 3 }, a1d = { n, m->c1, m->h1, m->w1 };
-	dnnl_dims_t w2d = { m->c2, m->c1, 3, 3 }, y2d = { n, m->c2, m->h2, m->w2 };
-	dnnl_dims_t b1d = { m->c1 }, b2d = { m->c2 };
-	/* ours (destroyed at the end), and those the primitive descriptors
-	 * chose (theirs: read until those are destroyed, at the end too) */
-	cnn_md_t x_any = NULL, x_user = NULL, w1_user = NULL, w2_user = NULL, b1 = NULL, b2 = NULL,
-		 w_any = NULL;
-	cnn_cmd_t a1, y2, x_int;
-	dnnl_primitive_desc_t f1 = NULL, f2 = NULL, w1p = NULL, w2p = NULL, d2p = NULL;
+	struct build d;
 	dnnl_status_t s;
-	const char *what = "describing the convolutions";
 
+	memset(&d, 0, sizeof(d));
 	memset(b, 0, sizeof(*b));
 	b->n = n;
-	if ((s = cnn_md_create(&x_any, 4, xd, dnnl_format_tag_any)) ||
-	    (s = cnn_md_create(&x_user, 4, xd, dnnl_nchw)) ||
-	    (s = cnn_md_create(&w1_user, 4, w1d, dnnl_oihw)) ||
-	    (s = cnn_md_create(&w2_user, 4, w2d, dnnl_oihw)) ||
-	    (s = cnn_md_create(&b1, 1, b1d, dnnl_x)) || (s = cnn_md_create(&b2, 1, b2d, dnnl_x)) ||
-	    (s = cnn_md_create(&w_any, 4, w2d, dnnl_format_tag_any)))
-		goto out;
-	/* conv1: oneDNN picks every layout; if the activation layout is one
-	 * the pool cannot read, ask for plain nchw. */
-	what = "conv1 forward";
-	s = conv_fwd_pd(c, &f1, x_any, w1d, a1d, dnnl_format_tag_any);
-	if (s == dnnl_success && !block_of(dnnl_primitive_desc_query_md(f1, dnnl_query_dst_md, 0))) {
-		dnnl_primitive_desc_destroy(f1);
-		f1 = NULL;
-		s = conv_fwd_pd(c, &f1, x_any, w1d, a1d, dnnl_nchw);
-	}
-	if (s != dnnl_success)
-		goto out;
-	a1 = dnnl_primitive_desc_query_md(f1, dnnl_query_dst_md, 0);
-	x_int = dnnl_primitive_desc_query_md(f1, dnnl_query_src_md, 0);
-
-	/* conv2 reads a1 as conv1 wrote it and writes the same kind of layout */
-	what = "conv2 forward";
-	int blk = block_of(a1);
-	s = conv_fwd_pd(c, &f2, a1, w2d, y2d,
-			blk == 16 ? dnnl_aBcd16b : blk == 8 ? dnnl_aBcd8b : dnnl_nchw);
-	if (s != dnnl_success)
-		goto out;
-	y2 = dnnl_primitive_desc_query_md(f2, dnnl_query_dst_md, 0);
-
-	what = "conv1 backward weights";
-	if ((s = conv_bwd_w_pd(c, &w1p, x_int, w1d, a1, f1)) != dnnl_success ||
-	    (s = conv1_bwd_w_fast(c, &w1p, xd, w1d, a1d, f1)) != dnnl_success)
-		goto out;
-	what = "conv2 backward weights";
-	if ((s = conv_bwd_w_pd(c, &w2p, a1, w2d, y2, f2)) != dnnl_success)
-		goto out;
-	what = "conv2 backward data";
-	if ((s = cnn_conv_bwd_data_pd(&d2p, c->eng, a1, w_any, y2, stride1, pad0, f2)) != dnnl_success)
-		goto out;
-
-	what = "creating primitives";
-	if ((s = dnnl_primitive_create(&b->prim[K_C1F], f1)) ||
-	    (s = dnnl_primitive_create(&b->prim[K_C2F], f2)) ||
-	    (s = dnnl_primitive_create(&b->prim[K_C1W], w1p)) ||
-	    (s = dnnl_primitive_create(&b->prim[K_C2W], w2p)) ||
-	    (s = dnnl_primitive_create(&b->prim[K_C2D], d2p)))
-		goto out;
-
-	what = "creating memories";
-	dnnl_memory_t *M = b->mem;
-	if ((s = mem(c, &M[M_X], x_user, 0)) ||
-	    (s = maybe_reorder(c, x_user, x_int, 1, &M[M_XI], &b->prim[K_RX])) ||
-	    (s = mem(c, &M[M_A1], a1, 0)) || (s = mem(c, &M[M_DA1], a1, 0)) ||
-	    (s = mem(c, &M[M_Y2], y2, 0)) || (s = mem(c, &M[M_DA2], y2, 0)) ||
-	    (s = mem(c, &M[M_W1], w1_user, 0)) || (s = mem(c, &M[M_B1], b1, 0)) ||
-	    (s = mem(c, &M[M_W2], w2_user, 0)) || (s = mem(c, &M[M_B2], b2, 0)) ||
-	    (s = mem(c, &M[M_DW1], w1_user, 0)) || (s = mem(c, &M[M_DB1], b1, 0)) ||
-	    (s = mem(c, &M[M_DW2], w2_user, 0)) || (s = mem(c, &M[M_DB2], b2, 0)) ||
-	    (s = maybe_reorder(c, w1_user, dnnl_primitive_desc_query_md(f1, dnnl_query_weights_md, 0),
-			       1, &M[M_W1F], &b->prim[K_RW1F])) ||
-	    (s = maybe_reorder(c, w2_user, dnnl_primitive_desc_query_md(f2, dnnl_query_weights_md, 0),
-			       1, &M[M_W2F], &b->prim[K_RW2F])) ||
-	    (s = maybe_reorder(c, w2_user, dnnl_primitive_desc_query_md(d2p, dnnl_query_weights_md, 0),
-			       1, &M[M_W2D], &b->prim[K_RW2D])) ||
-	    (s = maybe_reorder(c, dnnl_primitive_desc_query_md(w1p, dnnl_query_diff_weights_md, 0),
-			       w1_user, 0, &M[M_DW1I], &b->prim[K_RDW1])) ||
-	    (s = maybe_reorder(c, x_int, dnnl_primitive_desc_query_md(w1p, dnnl_query_src_md, 0),
-			       1, &M[M_X1W], &b->prim[K_RX1W])) ||
-	    (s = maybe_reorder(c, a1, dnnl_primitive_desc_query_md(w1p, dnnl_query_diff_dst_md, 0),
-			       1, &M[M_DA1W], &b->prim[K_RDA1W])) ||
-	    (s = maybe_reorder(c, dnnl_primitive_desc_query_md(w2p, dnnl_query_diff_weights_md, 0),
-			       w2_user, 0, &M[M_DW2I], &b->prim[K_RDW2])))
-		goto out;
-	b->a1_bytes = dnnl_memory_desc_get_size(a1);
-	b->y2_bytes = dnnl_memory_desc_get_size(y2);
-	if (grow(&c->a1, &c->a1_cap, b->a1_bytes) || grow(&c->da1, &c->da1_cap, b->a1_bytes) ||
-	    grow(&c->y2, &c->y2_cap, b->y2_bytes) || grow(&c->da2, &c->da2_cap, b->y2_bytes)) {
-		s = dnnl_out_of_memory;
-		goto out;
-	}
-	c->block = block_of(y2);
-	snprintf(c->desc, sizeof(c->desc), "%s, %s; conv1 weight gradient %s", impl_of(f2),
-		 c->block == 16 ? "nChw16c" : c->block == 8 ? "nChw8c" : "nchw", impl_of(w1p));
-out:
-	if (f1)
-		dnnl_primitive_desc_destroy(f1);
-	if (f2)
-		dnnl_primitive_desc_destroy(f2);
-	if (w1p)
-		dnnl_primitive_desc_destroy(w1p);
-	if (w2p)
-		dnnl_primitive_desc_destroy(w2p);
-	if (d2p)
-		dnnl_primitive_desc_destroy(d2p);
-	cnn_md_destroy(x_any);
-	cnn_md_destroy(x_user);
-	cnn_md_destroy(w1_user);
-	cnn_md_destroy(w2_user);
-	cnn_md_destroy(b1);
-	cnn_md_destroy(b2);
-	cnn_md_destroy(w_any);
+	if ((s = build_mds(&d, m, n)) == dnnl_success && (s = build_pds(c, &d)) == dnnl_success)
+		s = build_prims(c, b, &d);
+	build_free(&d);
 	if (s != dnnl_success) {
 		batch_free(b);
-		return fail(err, errlen, "%s for a batch of %d", s, what, n);
+		return fail(err, errlen, "%s for a batch of %d", s, d.what, n);
 	}
 	return 0;
 }
