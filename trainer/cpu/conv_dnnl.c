@@ -639,14 +639,20 @@ static int tiles(struct cnn_convnet *c, const struct cnn_model *m, char *err, si
 	return 0;
 }
 
+/* This OpenMP thread's tile: its values, then its winners. */
+static void thread_tile(const struct cnn_convnet *c, float **vals, float **args)
+{
+	*vals = c->tile + (size_t)omp_get_thread_num() * c->tile_n;
+	*args = *vals + c->tile_n / 2;
+}
+
 static void pool_fwd(struct cnn_convnet *c, const float *y, int C, int H, int W, int B, int n,
 		     float *p, uint8_t *arg)
 {
 	#pragma omp parallel
 	{
-		int t = omp_get_thread_num();
-		float *tp = c->tile + (size_t)t * c->tile_n;
-		float *ta = tp + c->tile_n / 2;
+		float *tp, *ta;
+		thread_tile(c, &tp, &ta);
 		#pragma omp for schedule(static)
 		for (int i = 0; i < n; i++)
 			pool_fwd_image(y, C, H, W, B, i, p, arg, tp, ta);
@@ -658,9 +664,8 @@ static void pool_bwd(struct cnn_convnet *c, const float *dp, const float *p, con
 {
 	#pragma omp parallel
 	{
-		int t = omp_get_thread_num();
-		float *tg = c->tile + (size_t)t * c->tile_n;
-		float *ta = tg + c->tile_n / 2;
+		float *tg, *ta;
+		thread_tile(c, &tg, &ta);
 		#pragma omp for schedule(static)
 		for (int i = 0; i < n; i++)
 			pool_bwd_image(dp, p, arg, C, H, W, B, i, dy, tg, ta);
