@@ -1521,55 +1521,8 @@ static void test_graph_chain(void)
 	test_cond("graph chain: an edge from no node is -1", cnn_graph_chain(2, f5, t5, 2) == -1);
 }
 
-/* --conv2 auto's (and --conv1 auto's) choice for the backward's
- * convolutions in NCHW: the tensor-core kernels read the pool's tensors
- * (a cuDNN call needs the pool's backward written first) and carry conv1's
- * weight gradient, so they go together (a choice per call would take
- * cuDNN's backward-data in the second case and pay the pool's backward for
- * it, and in the sixth take cuDNN's weight gradient for conv1 and pay a
- * pass of its own for it). */
-static void test_pick_bwd(void)
-{
-	static const float no = -1.f;
-	static const struct {
-		float dg[2][2], wg[2], pool; /* dg[conv1 direct][conv2 direct] */
-		int want, want1;
-		const char *what;
-	} c[] = {
-		{ { { no, no }, { 1.0f, 0.5f } }, { 1.0f, 0.6f }, 0.2f, 6, 1,
-		  "both of conv2's calls faster direct: both direct" },
-		{ { { no, no }, { 0.5f, 0.6f } }, { 1.0f, 0.5f }, 0.3f, 6, 1,
-		  "backward-data 0.1 ms slower direct, the pool's backward 0.3 ms: both direct" },
-		{ { { no, no }, { 0.5f, 0.6f } }, { 1.0f, 0.5f }, 0.05f, 4, 1,
-		  "the same with the pool's backward 0.05 ms: backward-data by cuDNN" },
-		{ { { 1.0f, 0.2f }, { no, no } }, { 0.2f, 1.0f }, 0.1f, 2, 0,
-		  "backward-filter far faster by cuDNN: it alone by cuDNN" },
-		{ { { 0.2f, 1.0f }, { no, no } }, { 0.2f, 1.0f }, 0.1f, 0, 0,
-		  "both far faster by cuDNN: both cuDNN" },
-		{ { { 0.5f, 0.45f }, { 0.55f, 0.4f } }, { 0.5f, 0.5f }, 0.1f, 6, 1,
-		  "conv1's weight gradient slower direct after cuDNN's backward-data (0.55 against 0.5), "
-		  "fused with conv2's the fastest pair: all direct" },
-		{ { { 0.5f, 0.3f }, { 0.55f, 0.4f } }, { 0.5f, 0.5f }, 0.1f, 6, 0,
-		  "conv1's weight gradient by its own cuDNN pass after conv2's direct one, faster than fused: conv1 by cuDNN" },
-		{ { { 0.3f, no }, { 0.3f, no } }, { 0.2f, no }, 0.1f, 0, 1,
-		  "only cuDNN open for conv2, a tie for conv1: the project's kernels" },
-	};
-	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
-		int c1 = -1;
-		int got = cnn_gnet_pick_bwd(c[i].dg, c[i].wg, c[i].pool, &c1);
-		char d[300];
-		snprintf(d, sizeof(d), "auto, NCHW backward: %s (conv2 bits %d, conv1 %d)", c[i].what, got, c1);
-		test_cond(d, got == c[i].want && c1 == c[i].want1);
-	}
-	float none[2][2] = { { no, no }, { no, no } }, wg[2] = { 1.f, 1.f };
-	int c1 = 7;
-	test_cond("auto, NCHW backward: nothing open is -1, conv1's choice untouched",
-		  cnn_gnet_pick_bwd((const float (*)[2])none, wg, 0.f, &c1) == -1 && c1 == 7);
-}
-
 int main(void)
 {
-	test_pick_bwd();
 	test_graph_chain();
 	/* the bf16 arithmetic the GPU's bf16 step does, against the golden
 	 * file, on the CPU: runs everywhere; first without its roundings, where

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cuda/choose.h"
 #include "cuda/comm_nccl.h"
 #include "cuda/gpu_impl.h"
 #include "cuda/pdl.h"
@@ -487,168 +488,244 @@ static void drop_variants(struct variant *v, int nv)
 	}
 }
 
-int cnn_gpu_capture(struct cnn_gpu *g, int n, char *err, size_t errlen)
+/* What cnn_gpu_capture makes and times: the variants of the step (v), the
+ * mixes of conv2's calls beside the one kept (mv[0] a copy of it, not its
+ * own graph), and the graph with programmatic edges (pg, pex). */
+struct capture {
+	int n, nl, ns, nc;               /* batch; layouts, streams and conv2's variants timed */
+	unsigned now;                    /* the weights' forms current before a replay */
+	int lay[2];
+	struct variant v[kVariants], mv[1 + CNN_CONV2_MIXES];
+	int nv, nm, keep, mixed, timed, mix_timed;
+	cudaGraph_t pg;
+	cudaGraphExec_t pex;
+	int pdl_edges, pdl_tuned, pdl_kept;
+	float pdl_ms[2];
+	char pdl_none[128];
+};
+
+/* The variants to capture: each layout (--conv-layout auto: both, NCHW
+ * first on every rank), each of conv2's variants, each stream count.
+ * 0, else -1 with err. */
+static int list_variants(struct cnn_gpu *g, struct capture *c, char *err, size_t errlen)
 {
-	/* what is current now is what each replay's forward finds current:
-	 * what the replay before it wrote (graph_wop_out), else made so */
-	unsigned now = g->net.wfresh;
-	int ns = g->o.streams == CNN_STREAMS_AUTO && g->net.streams_made == 2 ? 2 : 1;
 	int d1[CNN_CONV2_VARIANTS + CNN_CONV2_MIXES], d2[CNN_CONV2_VARIANTS + CNN_CONV2_MIXES];
-	int lay[2] = { 0, 0 };
-	/* --conv-layout auto: both layouts', NCHW first on every rank (which
-	 * one cudnnFind picked may differ between ranks; the variants' times
-	 * are summed over the ranks index by index) */
-	int nl = cnn_gnet_layouts(&g->net, n, lay), nc = 0, nv = 0, keep = 0, rv = -1, timed = 0;
-	cudaGraph_t pg = NULL;
-	cudaGraphExec_t pex = NULL;
-	int pdl_edges = 0, pdl_tuned = 0;
-	float pdl_ms[2] = { 0.f, 0.f };
-	char pdl_none[128] = "";
-	if (nl == 2) {
-		lay[0] = 0;
-		lay[1] = 1;
+	if (c->nl == 2) {
+		c->lay[0] = 0;
+		c->lay[1] = 1;
 	}
-	/* mv: the mixes of conv2's calls (cnn_gnet_conv2_variants), after
-	 * the one kept from v (mv[0], a copy of it: not its own graph) */
-	struct variant v[kVariants], mv[1 + CNN_CONV2_MIXES], *fin;
-	int nm = 0, mixed = 0, mix_timed = 0;
-	memset(v, 0, sizeof(v));
-	memset(mv, 0, sizeof(mv));
-	for (int l = 0; l < (nl ? nl : 1); l++) {
-		if (nl == 2 && cnn_gnet_set_layout(&g->net, n, lay[l]) < 0) {
+	for (int l = 0; l < (c->nl ? c->nl : 1); l++) {
+		if (c->nl == 2 && cnn_gnet_set_layout(&g->net, c->n, c->lay[l]) < 0) {
 			snprintf(err, errlen, "%s", g->net.err);
 			return -1;
 		}
-		nc = cnn_gnet_conv2_variants(&g->net, n, d1, d2);
-		for (int k = 0; k < (nc ? nc : 1); k++)
-			for (int s = 0; s < ns; s++) {
-				v[nv].nhwc = lay[l];
-				v[nv].k2 = k;
-				v[nv].streams = ns == 2 ? s + 1 : g->net.streams;
-				v[nv].direct1 = nc ? d1[k] : 0;
-				v[nv].direct2 = nc ? d2[k] : 0;
-				nv++;
+		c->nc = cnn_gnet_conv2_variants(&g->net, c->n, d1, d2);
+		for (int k = 0; k < (c->nc ? c->nc : 1); k++)
+			for (int s = 0; s < c->ns; s++) {
+				struct variant *v = &c->v[c->nv++];
+				v->nhwc = c->lay[l];
+				v->k2 = k;
+				v->streams = c->ns == 2 ? s + 1 : g->net.streams;
+				v->direct1 = c->nc ? d1[k] : 0;
+				v->direct2 = c->nc ? d2[k] : 0;
 			}
 	}
-	/* every rank times as many variants (each replay holds the
-	 * all-reduce): conv2's kernels need the same of each rank's GPU */
-	if (g->comm && g->comm->world > 1) {
-		float count[kVariants + 1] = { 0 };
-		count[nv] = 1;
-		if (g->comm->ops->allreduce_sum(g->comm, count, kVariants + 1, err, errlen) < 0)
+	return 0;
+}
+
+/* Every rank times as many variants (each replay holds the all-reduce):
+ * conv2's kernels need the same of each rank's GPU.  0, else -1. */
+static int ranks_alike(struct cnn_gpu *g, int nv, char *err, size_t errlen)
+{
+	if (!g->comm || g->comm->world <= 1)
+		return 0;
+	float count[kVariants + 1] = { 0 };
+	count[nv] = 1;
+	if (g->comm->ops->allreduce_sum(g->comm, count, kVariants + 1, err, errlen) < 0)
+		return -1;
+	if ((int)count[nv] != g->comm->world) {
+		snprintf(err, errlen, "capturing the training step: this rank times %d variant%s of it, and %d "
+			 "of the %d ranks as many: expected all alike (GPUs that differ in TF32 or bf16 tensor "
+			 "cores? --conv2 cudnn or direct, --backward-streams 1 or 2)", nv, nv == 1 ? "" : "s",
+			 (int)count[nv], g->comm->world);
+		return -1;
+	}
+	return 0;
+}
+
+/* Each variant captured and, where there are several, replayed: the
+ * least time kept (a tie to the first: NCHW, one stream, each call's
+ * pick).  0, else -1. */
+static int time_variants(struct cnn_gpu *g, struct capture *c, char *err, size_t errlen)
+{
+	float ms[kVariants];
+	for (int i = 0; i < c->nv; i++)
+		if (make_variant(g, c->n, c->now, c->nl, c->ns, c->nc, &c->v[i], err, errlen) < 0)
 			return -1;
-		if ((int)count[nv] != g->comm->world)
-			FAIL("capturing the training step: this rank times %d variant%s of it, and %d of "
-			     "the %d ranks as many: expected all alike (GPUs that differ in TF32 or bf16 "
-			     "tensor cores? --conv2 cudnn or direct, --backward-streams 1 or 2)", nv,
-			     nv == 1 ? "" : "s", (int)count[nv], g->comm->world);
+	if (c->nv <= 1)
+		return 0;
+	if (tune(g, c->v, c->nv, &c->timed, err, errlen) < 0)
+		return -1;
+	for (int i = 0; i < c->nv; i++)
+		ms[i] = c->v[i].ms;
+	c->keep = cnn_choose_least(ms, c->nv);
+	c->keep = c->keep < 0 ? 0 : c->keep;
+	return 0;
+}
+
+/* conv2's calls as picked lost: their times alone did not foretell the
+ * step's (the calls beside each other on two streams, the launches
+ * between them), and neither all cuDNN nor all direct need be the best of
+ * the rest: each mix of the three is timed beside the one kept, in its
+ * layout and streams, the least time kept (a tie to it).  Every rank
+ * comes here alike (the times are the ranks' sums) and times as many.
+ * 0, else -1. */
+static int time_mixes(struct cnn_gpu *g, struct capture *c, char *err, size_t errlen)
+{
+	int d1[CNN_CONV2_VARIANTS + CNN_CONV2_MIXES], d2[CNN_CONV2_VARIANTS + CNN_CONV2_MIXES];
+	float ms[1 + CNN_CONV2_MIXES];
+	const struct variant *k = &c->v[c->keep];
+	if (c->nl == 2 && cnn_gnet_set_layout(&g->net, c->n, k->nhwc) < 0) {
+		snprintf(err, errlen, "%s", g->net.err);
+		return -1;
 	}
-	for (int i = 0; i < nv; i++)
-		if (make_variant(g, n, now, nl, ns, nc, &v[i], err, errlen) < 0)
-			goto out;
-	if (nv > 1) {
-		if (tune(g, v, nv, &timed, err, errlen) < 0)
-			goto out;
-		/* the least time; a tie to the first (NCHW, one stream, each
-		 * call's pick) */
-		for (int i = 1; i < nv; i++)
-			keep = v[i].ms < v[keep].ms ? i : keep;
+	cnn_gnet_conv2_variants(&g->net, c->n, d1, d2);
+	c->mv[0] = *k;
+	for (int j = 0; j < CNN_CONV2_MIXES; j++) {
+		struct variant *m = &c->mv[1 + j];
+		m->nhwc = k->nhwc;
+		m->streams = k->streams;
+		m->k2 = CNN_CONV2_VARIANTS + j;
+		m->direct1 = d1[CNN_CONV2_VARIANTS + j];
+		m->direct2 = d2[CNN_CONV2_VARIANTS + j];
+		c->nm++;
+		if (make_variant(g, c->n, c->now, c->nl, c->ns, c->nc, m, err, errlen) < 0)
+			return -1;
 	}
-	fin = &v[keep];
-	/* conv2's calls as picked lost: their times alone did not foretell
-	 * the step's (the calls beside each other on two streams, the
-	 * launches between them), and neither all cuDNN nor all direct need
-	 * be the best of the rest: each mix of the three is timed beside
-	 * the one kept, in its layout and streams, the least time kept (a
-	 * tie to it).  Every rank comes here alike (the times are the
-	 * ranks' sums) and times as many. */
-	if (nc && nv > 1 && v[keep].k2 != 0) {
-		if (nl == 2 && cnn_gnet_set_layout(&g->net, n, v[keep].nhwc) < 0) {
-			snprintf(err, errlen, "%s", g->net.err);
-			goto out;
+	if (tune(g, c->mv, 1 + c->nm, &c->mix_timed, err, errlen) < 0)
+		return -1;
+	for (int j = 0; j <= c->nm; j++)
+		ms[j] = c->mv[j].ms;
+	c->mixed = cnn_choose_least(ms, 1 + c->nm);
+	c->mixed = c->mixed < 0 ? 0 : c->mixed;
+	return 0;
+}
+
+/* --pdl: the kept graph's copy with programmatic edges, timed against it
+ * under auto; where kept, swapped into fin (pg, pex then hold the graph
+ * without).  0, else -1. */
+static int apply_pdl(struct cnn_gpu *g, struct capture *c, struct variant *fin, char *err, size_t errlen)
+{
+	if (pdl_try(g, fin, &c->pg, &c->pex, &c->pdl_edges, c->pdl_none, sizeof(c->pdl_none), err, errlen) < 0)
+		return -1;
+	if (c->pex && g->o.pdl == CNN_PDL_AUTO) {
+		struct variant w[2] = { *fin, *fin };
+		w[1].graph = c->pg;
+		w[1].ex = c->pex;
+		if (tune(g, w, 2, &c->pdl_tuned, err, errlen) < 0)
+			return -1;
+		c->pdl_ms[0] = w[0].ms;
+		c->pdl_ms[1] = w[1].ms;
+	}
+	/* on, or auto where it replayed faster (a tie: as captured) */
+	c->pdl_kept = cnn_choose_pdl(g->o.pdl == CNN_PDL_ON, c->pex != NULL, c->pdl_ms);
+	if (c->pdl_kept) {
+		cudaGraph_t tg = fin->graph;
+		cudaGraphExec_t tx = fin->ex;
+		fin->graph = c->pg;
+		fin->ex = c->pex;
+		c->pg = tg;
+		c->pex = tx;
+	}
+	return 0;
+}
+
+/* The kept graph's census and what the autos timed, for the `# GPU:`
+ * lines and --log-json; a count the run can do without: said, not fatal. */
+static void record_census(struct cnn_gpu *g, const struct capture *c, const struct variant *fin)
+{
+	char why[256];
+	struct cnn_graph_census *cs = &g->census;
+	if (census(fin->graph, c->n, cs, why, sizeof(why)) < 0) {
+		memset(cs, 0, sizeof(*cs));
+		fprintf(stderr, "cnn_train: rank %d: warning: %s\n", g->o.rank, why);
+		return;
+	}
+	census_variants(cs, c->v, c->nv, c->nl, c->ns, c->nc, c->keep, c->timed);
+	cs->conv2_kept_bits = fin->direct2;
+	if (c->nm) {
+		cs->mixes_timed = c->mix_timed;
+		cs->mix_base_ms = c->mv[0].ms;
+		for (int j = 0; j < c->nm; j++) {
+			cs->mix_bits[j] = c->mv[1 + j].direct2;
+			cs->mix_ms[j] = c->mv[1 + j].ms;
 		}
-		cnn_gnet_conv2_variants(&g->net, n, d1, d2);
-		mv[0] = v[keep];
-		for (int j = 0; j < CNN_CONV2_MIXES; j++) {
-			struct variant *m = &mv[1 + j];
-			m->nhwc = v[keep].nhwc;
-			m->streams = v[keep].streams;
-			m->k2 = CNN_CONV2_VARIANTS + j;
-			m->direct1 = d1[CNN_CONV2_VARIANTS + j];
-			m->direct2 = d2[CNN_CONV2_VARIANTS + j];
-			nm++;
-			if (make_variant(g, n, now, nl, ns, nc, m, err, errlen) < 0)
-				goto out;
-		}
-		if (tune(g, mv, 1 + nm, &mix_timed, err, errlen) < 0)
-			goto out;
-		for (int j = 1; j <= nm; j++)
-			mixed = mv[j].ms < mv[mixed].ms ? j : mixed;
-		if (mixed)
-			fin = &mv[mixed];
+		cs->conv2_mixed = c->mixed != 0;
 	}
-	if (nv > 1 && select_variant(g, n, nl, ns, nc, fin, err, errlen) < 0)
+	cs->pdl_edges = c->pdl_edges;
+	cs->pdl_kept = c->pdl_kept;
+	cs->pdl_timed = c->pdl_tuned;
+	memcpy(cs->pdl_ms, c->pdl_ms, sizeof(c->pdl_ms));
+	snprintf(cs->pdl_none, sizeof(cs->pdl_none), "%s", c->pdl_none);
+}
+
+/* The capture's work, in c (zeroed). */
+static int capture(struct cnn_gpu *g, struct capture *c, int n, char *err, size_t errlen)
+{
+	struct variant *fin;
+	int rv = -1;
+
+	c->n = n;
+	/* what is current now is what each replay's forward finds current:
+	 * what the replay before it wrote (graph_wop_out), else made so */
+	c->now = g->net.wfresh;
+	c->ns = g->o.streams == CNN_STREAMS_AUTO && g->net.streams_made == 2 ? 2 : 1;
+	/* --conv-layout auto: both layouts' (which one cudnnFind picked may
+	 * differ between ranks; the variants' times are summed over the ranks
+	 * index by index) */
+	c->nl = cnn_gnet_layouts(&g->net, n, c->lay);
+	if (list_variants(g, c, err, errlen) < 0 || ranks_alike(g, c->nv, err, errlen) < 0)
+		return -1;
+	if (time_variants(g, c, err, errlen) < 0)
+		goto out;
+	fin = &c->v[c->keep];
+	if (cnn_choose_mixes(c->nc, c->nv, c->v[c->keep].k2)) {
+		if (time_mixes(g, c, err, errlen) < 0)
+			goto out;
+		if (c->mixed)
+			fin = &c->mv[c->mixed];
+	}
+	if (c->nv > 1 && select_variant(g, n, c->nl, c->ns, c->nc, fin, err, errlen) < 0)
 		goto out;
 	g->graph_wop_in = fin->wop_in;
 	g->graph_wop_out = fin->wop_out;
-	/* --pdl: the kept graph's copy with programmatic edges, timed
-	 * against it under auto */
-	if (pdl_try(g, fin, &pg, &pex, &pdl_edges, pdl_none, sizeof(pdl_none), err, errlen) < 0)
+	if (apply_pdl(g, c, fin, err, errlen) < 0)
 		goto out;
-	if (pex && g->o.pdl == CNN_PDL_AUTO) {
-		struct variant w[2] = { *fin, *fin };
-		w[1].graph = pg;
-		w[1].ex = pex;
-		if (tune(g, w, 2, &pdl_tuned, err, errlen) < 0)
-			goto out;
-		pdl_ms[0] = w[0].ms;
-		pdl_ms[1] = w[1].ms;
-	}
-	/* on, or auto where it replayed faster (a tie: as captured) */
-	int pdl_kept = pex && (g->o.pdl == CNN_PDL_ON || pdl_ms[1] < pdl_ms[0]);
-	if (pdl_kept) {
-		cudaGraph_t tg = fin->graph;
-		cudaGraphExec_t tx = fin->ex;
-		fin->graph = pg;
-		fin->ex = pex;
-		pg = tg;
-		pex = tx;
-	}
 	if (g->o.graph_dot && g->o.rank == 0 && dot(fin->graph, g->o.graph_dot, err, errlen) < 0)
 		goto out;
-	/* a count the run can do without: said, not fatal */
-	char why[256];
-	if (census(fin->graph, n, &g->census, why, sizeof(why)) < 0) {
-		memset(&g->census, 0, sizeof(g->census));
-		fprintf(stderr, "cnn_train: rank %d: warning: %s\n", g->o.rank, why);
-	} else {
-		census_variants(&g->census, v, nv, nl, ns, nc, keep, timed);
-		g->census.conv2_kept_bits = fin->direct2;
-		if (nm) {
-			g->census.mixes_timed = mix_timed;
-			g->census.mix_base_ms = mv[0].ms;
-			for (int j = 0; j < nm; j++) {
-				g->census.mix_bits[j] = mv[1 + j].direct2;
-				g->census.mix_ms[j] = mv[1 + j].ms;
-			}
-			g->census.conv2_mixed = mixed != 0;
-		}
-		g->census.pdl_edges = pdl_edges;
-		g->census.pdl_kept = pdl_kept;
-		g->census.pdl_timed = pdl_tuned;
-		memcpy(g->census.pdl_ms, pdl_ms, sizeof(pdl_ms));
-		snprintf(g->census.pdl_none, sizeof(g->census.pdl_none), "%s", pdl_none);
-	}
+	record_census(g, c, fin);
 	g->exec = fin->ex;
 	fin->ex = NULL;
 	rv = 0;
 out:
-	if (pex)
-		cudaGraphExecDestroy(pex);
-	if (pg)
-		cudaGraphDestroy(pg);
+	if (c->pex)
+		cudaGraphExecDestroy(c->pex);
+	if (c->pg)
+		cudaGraphDestroy(c->pg);
 	/* mv[0] is v[keep]'s copy: v's to free */
-	drop_variants(v, nv);
-	drop_variants(mv + 1, nm);
+	drop_variants(c->v, c->nv);
+	drop_variants(c->mv + 1, c->nm);
+	return rv;
+}
+
+int cnn_gpu_capture(struct cnn_gpu *g, int n, char *err, size_t errlen)
+{
+	struct capture *c = calloc(1, sizeof(*c));
+	if (!c) {
+		snprintf(err, errlen, "out of memory capturing the training step");
+		return -1;
+	}
+	int rv = capture(g, c, n, err, errlen);
+	free(c);
 	return rv;
 }

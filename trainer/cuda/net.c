@@ -90,29 +90,18 @@ static int blas_open(struct cnn_gnet *g, cublasHandle_t *h, void **ws, cudaStrea
 	return 0;
 }
 
-int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
-		  enum cnn_precision precision, enum cnn_layout layout, int streams,
-		  enum cnn_conv_impl conv1, enum cnn_conv_impl conv2, cudaStream_t s)
+/* The options that this GPU, this data or each other refuse.  0, else -1
+ * with g->err. */
+static int init_check(struct cnn_gnet *g, int streams)
 {
-	memset(g, 0, sizeof(*g));
-	g->m = *m;
-	g->m.params = g->m.grads = NULL;
-	g->max_batch = max_batch;
-	g->precision = precision;
-	g->layout = layout;
-	g->conv1 = conv1;
-	g->conv2 = conv2;
-	g->s = s;
 	const struct cnn_model *M = &g->m;
-	size_t N = (size_t)max_batch;
-
-	if (max_batch < 1) {
-		snprintf(g->err, sizeof(g->err), "largest batch %d: expected 1 or more images", max_batch);
+	if (g->max_batch < 1) {
+		snprintf(g->err, sizeof(g->err), "largest batch %d: expected 1 or more images", g->max_batch);
 		return -1;
 	}
-	if (conv1 == CNN_CONV_DIRECT && m->in.c != 1) {
+	if (g->conv1 == CNN_CONV_DIRECT && M->in.c != 1) {
 		snprintf(g->err, sizeof(g->err), "conv1 direct: the direct kernels take one input channel, "
-			 "this data set's images have %d (use auto or cudnn)", m->in.c);
+			 "this data set's images have %d (use auto or cudnn)", M->in.c);
 		return -1;
 	}
 	g->tc = cnn_cuda_tensor_cores();
@@ -120,7 +109,7 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 		snprintf(g->err, sizeof(g->err), "%s", cnn_cuda_last_error());
 		return -1;
 	}
-	if (conv2 == CNN_CONV_DIRECT && !g->tc) {
+	if (g->conv2 == CNN_CONV_DIRECT && !g->tc) {
 		int dev = 0, major = 0, minor = 0;
 		cudaGetDevice(&dev);
 		cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
@@ -130,7 +119,7 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 			 "cudnn)", dev, major, minor);
 		return -1;
 	}
-	if (conv2 == CNN_CONV_DIRECT && precision == CNN_PREC_FP32) {
+	if (g->conv2 == CNN_CONV_DIRECT && g->precision == CNN_PREC_FP32) {
 		snprintf(g->err, sizeof(g->err), "conv2 direct: the tensor-core kernels compute in TF32 "
 			 "or bf16, and --precision fp32 takes FMA kernels only (use tf32, bf16, or "
 			 "--conv2 auto or cudnn)");
@@ -140,6 +129,13 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 		snprintf(g->err, sizeof(g->err), "%d backward streams: expected 1 or 2", streams);
 		return -1;
 	}
+	return 0;
+}
+
+/* cuDNN's and cuBLAS's handles on s, and with two backward streams a
+ * second stream, its handles and the events between them. */
+static int init_handles(struct cnn_gnet *g, int streams, cudaStream_t s)
+{
 	g->streams = g->streams_made = streams;
 	cudnnCheck(cudnnCreate(&g->dnn));
 	cudnnCheck(cudnnSetStream(g->dnn, s));
@@ -158,9 +154,13 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 		g->dnnw_made = g->dnn;
 		g->blasw_made = g->blas;
 	}
-	if (cnn_gnet_use_streams(g, streams) < 0)
-		return -1;
+	return cnn_gnet_use_streams(g, streams);
+}
 
+/* The convolutions' descriptors: filters in both layouts, and the math. */
+static int init_descs(struct cnn_gnet *g)
+{
+	const struct cnn_model *M = &g->m;
 	cudnnCheck(cudnnCreateTensorDescriptor(&g->tx));
 	cudnnCheck(cudnnCreateTensorDescriptor(&g->t1));
 	cudnnCheck(cudnnCreateTensorDescriptor(&g->t2));
@@ -178,9 +178,15 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 		cudnnCheck(cudnnSetConvolution2dDescriptor(g->cv[l], 0, 0, 1, 1, 1, 1,
 							   CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
 	}
-	if (set_math(g) < 0)
-		return -1;
+	return set_math(g);
+}
 
+/* The step's tensors for max_batch images: activations and gradients,
+ * the layouts' and bf16's copies. */
+static int init_tensors(struct cnn_gnet *g)
+{
+	const struct cnn_model *M = &g->m;
+	size_t N = (size_t)g->max_batch;
 	size_t n1 = N * M->c1 * M->h1 * M->w1, n2 = N * M->c2 * M->h2 * M->w2;
 	size_t np = N * M->flat, nh = N * M->hidden, nk = N * M->in.classes;
 	size_t nx = N * M->in.c * M->in.h * M->in.w, es = g->esize = bf(g) ? 2 : 4;
@@ -193,6 +199,27 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 	    alloc(&g->arg, np) < 0 || alloc(&g->y, N) < 0 || alloc(&g->stats, 2 * 4) < 0 ||
 	    alloc(&g->keys_own, 2 * 8) < 0)
 		return -1;
+	size_t nw = M->t[P_W1].n + M->t[P_W2].n;
+	if (g->layout != CNN_LAYOUT_NCHW &&
+	    (alloc(&g->wt, nw * es) < 0 || alloc(&g->dwt, nw * es) < 0 ||
+	     (M->in.c > 1 && alloc(&g->xt, nx * es) < 0)))
+		return -1;
+	if (bf(g) && (alloc(&g->wb, M->nparams * 2) < 0 || alloc(&g->xb, nx * 2) < 0 ||
+		      alloc(&g->pb, np * 2) < 0 || alloc(&g->hb, nh * 2) < 0 ||
+		      alloc(&g->dlb, nk * 2) < 0 || alloc(&g->dhb, nh * 2) < 0 ||
+		      alloc(&g->dwb, (M->t[P_W1].n + M->t[P_W2].n) * 2) < 0))
+		return -1;
+	return 0;
+}
+
+/* The project's kernels' scratch: the bias gradients', conv1's and
+ * conv2's direct kernels', fc2's fused head's (counters at 0, where each
+ * launch leaves them). */
+static int init_scratch(struct cnn_gnet *g)
+{
+	const struct cnn_model *M = &g->m;
+	int max_batch = g->max_batch;
+	size_t es = g->esize;
 	/* conv1's in either layout; conv2's from the pool's gradient (bias_grad) */
 	size_t bs[3] = { cnn_cuda_bias_grad_scratch(max_batch, M->c1, M->h1 * M->w1),
 			 cnn_cuda_bias_grad_nhwc_scratch(max_batch, M->c1, M->h1 * M->w1),
@@ -203,41 +230,38 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 	g->bgs_off = bsmax;
 	if (alloc(&g->bgs, 2 * bsmax * 4) < 0)
 		return -1;
-	/* conv1's weight gradient by its own kernel (its counters at 0, where
-	 * each call leaves them), or on conv2's backward-data
-	 * (conv2_dgrad_conv1): a scratch each */
-	size_t c1w = M->in.c == 1 && conv1 != CNN_CONV_CUDNN ?
+	/* conv1's weight gradient by its own kernel, or on conv2's
+	 * backward-data (conv2_dgrad_conv1): a scratch each */
+	size_t c1w = M->in.c == 1 && g->conv1 != CNN_CONV_CUDNN ?
 		     cnn_cuda_conv1_wgrad_scratch(max_batch, M->in.h, M->in.w, M->c1) : 0;
 	if (c1w) {
 		if (alloc(&g->c1w, c1w * 4) < 0)
 			return -1;
 		cudaCheck(cudaMemset(g->c1w, 0, c1w * 4));
 	}
-	if (c1w && cnn_gnet_conv2_possible(g) && conv2 != CNN_CONV_CUDNN &&
+	int direct2 = cnn_gnet_conv2_possible(g) && g->conv2 != CNN_CONV_CUDNN;
+	if (c1w && direct2 &&
 	    alloc(&g->c1s, cnn_cuda_conv3_dgrad_conv1_scratch(max_batch, M->c1, M->h1, M->w1) * 4) < 0)
 		return -1;
-	/* fc2's fused head: its blocks' partial sums and their counter, which
-	 * starts at 0 and which each launch leaves at 0 */
+	/* fc2's fused head: its blocks' partial sums and their counter */
 	g->fhs_n = cnn_cuda_fc2_head_scratch(max_batch, M->hidden, M->in.classes);
 	if (g->fhs_n) {
 		if (alloc(&g->fhs, g->fhs_n * 4) < 0)
 			return -1;
 		cudaCheck(cudaMemset(g->fhs, 0, g->fhs_n * 4));
 	}
-	if (cnn_gnet_conv2_possible(g) && conv2 != CNN_CONV_CUDNN &&
+	if (direct2 &&
 	    (alloc(&g->c2s, cnn_cuda_conv3_wgrad_scratch(max_batch, M->c1, M->h1, M->w1, M->c2) * 4) < 0 ||
 	     alloc(&g->c2w, 2 * M->t[P_W2].n * es) < 0))
 		return -1;
-	size_t nw = M->t[P_W1].n + M->t[P_W2].n;
-	if (layout != CNN_LAYOUT_NCHW &&
-	    (alloc(&g->wt, nw * es) < 0 || alloc(&g->dwt, nw * es) < 0 ||
-	     (M->in.c > 1 && alloc(&g->xt, nx * es) < 0)))
-		return -1;
-	if (bf(g) && (alloc(&g->wb, M->nparams * 2) < 0 || alloc(&g->xb, nx * 2) < 0 ||
-		      alloc(&g->pb, np * 2) < 0 || alloc(&g->hb, nh * 2) < 0 ||
-		      alloc(&g->dlb, nk * 2) < 0 || alloc(&g->dhb, nh * 2) < 0 ||
-		      alloc(&g->dwb, (M->t[P_W1].n + M->t[P_W2].n) * 2) < 0))
-		return -1;
+	return 0;
+}
+
+/* The ones the bias gradients' GEMVs read, the gradients and the keys at
+ * 0, all written before the first step on s. */
+static int init_values(struct cnn_gnet *g)
+{
+	size_t N = (size_t)g->max_batch;
 	float *h = calloc(N, sizeof(*h));
 	if (!h) {
 		snprintf(g->err, sizeof(g->err), "out of host memory for the %zu ones of the bias gradients", N);
@@ -248,11 +272,30 @@ int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
 	cudaError_t e = cudaMemcpy(g->ones, h, N * 4, cudaMemcpyHostToDevice);
 	free(h);
 	cudaCheck(e);
-	cudaCheck(cudaMemset(g->grads, 0, M->nparams * 4));
+	cudaCheck(cudaMemset(g->grads, 0, g->m.nparams * 4));
 	cudaCheck(cudaMemset(g->keys_own, 0, 2 * 8));
 	g->keys = g->keys_own;
 	/* the legacy stream's work above is not ordered with s's */
 	cudaCheck(cudaDeviceSynchronize());
+	return 0;
+}
+
+int cnn_gnet_init(struct cnn_gnet *g, const struct cnn_model *m, int max_batch,
+		  enum cnn_precision precision, enum cnn_layout layout, int streams,
+		  enum cnn_conv_impl conv1, enum cnn_conv_impl conv2, cudaStream_t s)
+{
+	memset(g, 0, sizeof(*g));
+	g->m = *m;
+	g->m.params = g->m.grads = NULL;
+	g->max_batch = max_batch;
+	g->precision = precision;
+	g->layout = layout;
+	g->conv1 = conv1;
+	g->conv2 = conv2;
+	g->s = s;
+	if (init_check(g, streams) < 0 || init_handles(g, streams, s) < 0 || init_descs(g) < 0 ||
+	    init_tensors(g) < 0 || init_scratch(g) < 0 || init_values(g) < 0)
+		return -1;
 	return 0;
 }
 

@@ -44,7 +44,7 @@ struct cnn_gnet_algos {
 	 * bit 1, its backward-data; bit 2, its backward-filter; and each
 	 * call's times, cuDNN's against the kernels' (0: not timed), the
 	 * backward-filter's with the bias gradient's.  Chosen together in
-	 * NCHW (cnn_gnet_pick_bwd): conv2's backward-data with conv1's weight
+	 * NCHW (cnn_choose_bwd): conv2's backward-data with conv1's weight
 	 * gradient, msb[conv1 direct][conv2 direct], and the pool's backward,
 	 * which only cuDNN's calls need (ms_da2; 0: not timed) */
 	int direct2;
@@ -76,7 +76,6 @@ struct cnn_gnet_algos {
  * backward-filter with its bias's) and pool_bwd, the least sum: bits 1
  * and 2 of direct2, and conv1's choice in *conv1 (0 cuDNN, 1 direct).
  * A negative time is a choice not open; -1 if none is. */
-int cnn_gnet_pick_bwd(const float dg[2][2], const float wg[2], float pool_bwd, int *conv1);
 
 struct cnn_gnet {
 	struct cnn_model m;              /* shapes; m.params/grads are NULL here */

@@ -12,6 +12,7 @@
 
 #include "net_impl.h"
 
+#include "cuda/choose.h"
 #include "cuda/errors.h"
 #include "cuda/kernels.h"
 
@@ -171,7 +172,7 @@ int cnn_gnet_prepare(struct cnn_gnet *g, int n)
 	/* the batch whose step replays as a graph keeps both layouts' (where
 	 * both have algorithms): graph.c times the step's replay in each */
 	int both = g->layout == CNN_LAYOUT_AUTO && oka && okb && n == g->graph_batch;
-	int pick_b = okb && (!oka || ms[1] < ms[0]);
+	int pick_b = cnn_choose_faster(ms[0], ms[1]);
 	struct cnn_gnet_algos other = pick_b ? a : b;
 	size_t need_a = pick_b ? needb : need, need_o = pick_b ? need : needb;
 	if (pick_b)
@@ -417,37 +418,15 @@ static int choose_conv(struct cnn_gnet *g, struct cnn_gnet_algos *a, int layer, 
 			if (time_call(g, a, layer, call, d, &ms[call][d]) < 0)
 				return -1;
 		/* ms[call][1] -1: the project's kernels could not launch */
-		*direct |= ms[call][1] >= 0.f && ms[call][1] < ms[call][0] ? 1 << call : 0;
+		*direct |= cnn_choose_faster(ms[call][0], ms[call][1]) ? 1 << call : 0;
 	}
 	return 0;
-}
-
-int cnn_gnet_pick_bwd(const float dg[2][2], const float wg[2], float pool_bwd, int *conv1)
-{
-	int best = -1;
-	float least = 0.f;
-	/* the project's kernels first: a tie goes to fewer launches */
-	for (int c1 = 1; c1 >= 0; c1--)
-		for (int d = 1; d >= 0; d--)
-			for (int w = 1; w >= 0; w--) {
-				if (dg[c1][d] < 0.f || wg[w] < 0.f)
-					continue;
-				float t = dg[c1][d] + wg[w] + (d && w ? 0.f : pool_bwd);
-				if (best < 0 || t < least) {
-					least = t;
-					best = c1 << 3 | d << 1 | w << 2;
-				}
-			}
-	if (best < 0)
-		return -1;
-	*conv1 = best >> 3;
-	return best & 6;
 }
 
 /* joint_bwd: every pair of conv1's weight gradient (where auto) and conv2's
  * backward-data timed together as the step runs them (fused where both
  * are the project's), conv2's backward-filter with its bias's, and the
- * pool's backward; the least of the sums (cnn_gnet_pick_bwd). */
+ * pool's backward; the least of the sums (cnn_choose_bwd). */
 static int choose_bwd(struct cnn_gnet *g, struct cnn_gnet_algos *a)
 {
 	/* the values each bit may take: 1 (0 only), 2 (1 only), 3 (either) */
@@ -467,7 +446,7 @@ static int choose_bwd(struct cnn_gnet *g, struct cnn_gnet_algos *a)
 	if (c2 != 2 && time_call(g, a, 2, 0, 0, &a->ms_da2) < 0)
 		return -1;
 	int d1 = 0;
-	int bits = cnn_gnet_pick_bwd((const float (*)[2])dg, wg, a->ms_da2, &d1);
+	int bits = cnn_choose_bwd((const float (*)[2])dg, wg, a->ms_da2, &d1);
 	if (bits < 0) {
 		snprintf(g->err, sizeof(g->err), "batch of %d: no backward pair timed (internal)", a->n);
 		return -1;
@@ -512,7 +491,6 @@ static int retime_cudnn(struct cnn_gnet *g, struct cnn_gnet_algos *a)
 	for (int c = 0; c < 3; c++) {
 		if (a->ncand[c] < 2)
 			continue;
-		int best = 0;
 		for (int i = 0; i < a->ncand[c]; i++) {
 			set_cand(a, c, i);
 			if (time_call(g, a, 1, c, 0, &a->cand_ms[c][i]) < 0) {
@@ -521,12 +499,10 @@ static int retime_cudnn(struct cnn_gnet *g, struct cnn_gnet_algos *a)
 				(void)cudaGetLastError();
 				g->err[0] = '\0';
 				a->cand_ms[c][i] = -1.f;
-				continue;
 			}
-			if (a->cand_ms[c][i] < a->cand_ms[c][best])
-				best = i;
 		}
-		set_cand(a, c, best);
+		/* the first ran (else the call failed above) */
+		set_cand(a, c, cnn_choose_least(a->cand_ms[c], a->ncand[c]));
 	}
 	return 0;
 }
@@ -560,7 +536,7 @@ static int choose_fc2(struct cnn_gnet *g, struct cnn_gnet_algos *a)
 	for (int f = 0; f < 2; f++)
 		if (time_call(g, a, 4, 0, f, &a->ms_fc2[f]) < 0)
 			return -1;
-	a->fc2 = a->ms_fc2[1] < a->ms_fc2[0];
+	a->fc2 = cnn_choose_faster(a->ms_fc2[0], a->ms_fc2[1]);
 	return 0;
 }
 
