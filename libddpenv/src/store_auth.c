@@ -42,8 +42,8 @@ int store_proof(const char *token, enum store_role role, const uint8_t cnonce[ST
 	n += STORE_NONCE_LEN;
 	memcpy(msg + n, snonce, STORE_NONCE_LEN);
 	n += STORE_NONCE_LEN;
-	put_u32(msg + n, rank);
-	put_u32(msg + n + 4, world);
+	proto_put_u32(msg + n, rank);
+	proto_put_u32(msg + n + 4, world);
 	n += 8;
 	if (!HMAC(EVP_sha256(), token, (int)strlen(token), msg, n, out, &maclen) ||
 	    maclen != STORE_PROOF_LEN)

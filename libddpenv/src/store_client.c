@@ -266,7 +266,7 @@ static int read_frame(struct ddpenv_store *s, int64_t deadline, int wait_ms, con
 	uint8_t hdr[4];
 	if (recv_all(s, hdr, 4, deadline, wait_ms, what, err, errlen) < 0)
 		return -1;
-	uint32_t n = get_u32(hdr);
+	uint32_t n = proto_get_u32(hdr);
 	if (n == 0 || n > STORE_MAX_FRAME) {
 		fail(s, err, errlen, what, "malformed reply");
 		return -1;
@@ -283,7 +283,7 @@ static int read_frame(struct ddpenv_store *s, int64_t deadline, int wait_ms, con
 	if (buf[0] == REP_ERR) {
 		struct rd r = { buf + 1, n - 1, 1 };
 		size_t ml;
-		const uint8_t *m = rd_str(&r, &ml);
+		const uint8_t *m = proto_rd_str(&r, &ml);
 		char msg[256];
 		snprintf(msg, sizeof(msg), "%.*s", r.ok ? (int)ml : 0, r.ok ? (const char *)m : "");
 		fail(s, err, errlen, what, msg);
@@ -319,7 +319,7 @@ static uint8_t *build(int op, size_t *outlen, const char *fmt, ...)
 	uint8_t *buf = malloc(4 + n), *p;
 	if (!buf)
 		return NULL;
-	put_u32(buf, (uint32_t)n);
+	proto_put_u32(buf, (uint32_t)n);
 	buf[4] = (uint8_t)op;
 	p = buf + 5;
 	va_start(ap, fmt);
@@ -327,15 +327,15 @@ static uint8_t *build(int op, size_t *outlen, const char *fmt, ...)
 		if (*f == 's') {
 			const void *d = va_arg(ap, const void *);
 			size_t l = va_arg(ap, size_t);
-			put_u32(p, (uint32_t)l);
+			proto_put_u32(p, (uint32_t)l);
 			if (l)
 				memcpy(p + 4, d, l);
 			p += 4 + l;
 		} else if (*f == 'u') {
-			put_u32(p, va_arg(ap, unsigned));
+			proto_put_u32(p, va_arg(ap, unsigned));
 			p += 4;
 		} else {
-			put_i64(p, va_arg(ap, int64_t));
+			proto_put_i64(p, va_arg(ap, int64_t));
 			p += 8;
 		}
 	}
@@ -383,9 +383,9 @@ static int check_challenge(struct ddpenv_store *s, const char *token, const uint
 			   size_t errlen)
 {
 	struct rd r = { rep + 1, replen - 1, 1 };
-	uint32_t proto = rd_u32(&r);
+	uint32_t proto = proto_rd_u32(&r);
 	size_t nl, pl;
-	const uint8_t *n = rd_str(&r, &nl), *proof = rd_str(&r, &pl);
+	const uint8_t *n = proto_rd_str(&r, &nl), *proof = proto_rd_str(&r, &pl);
 
 	if (rep[0] != REP_CHALLENGE || !r.ok || proto != STORE_PROTO || nl != STORE_NONCE_LEN) {
 		char m[160];
@@ -647,7 +647,7 @@ int ddpenv_store_get(struct ddpenv_store *s, const char *key, int timeout_ms,
 	if (simple(s, req, reqlen, timeout_ms, what, key, REP_VALUE, &rep, &replen, err, errlen) < 0)
 		return -1;
 	struct rd r = { rep + 1, replen - 1, 1 };
-	const uint8_t *v = rd_str(&r, &vl);
+	const uint8_t *v = proto_rd_str(&r, &vl);
 	void *copy = r.ok ? malloc(vl + 1) : NULL;
 	if (!copy) {
 		free(rep);
@@ -675,7 +675,7 @@ int ddpenv_store_add(struct ddpenv_store *s, const char *key, int64_t delta, int
 	if (simple(s, req, reqlen, -1, what, NULL, REP_INT, &rep, &replen, err, errlen) < 0)
 		return -1;
 	struct rd r = { rep + 1, replen - 1, 1 };
-	int64_t v = rd_i64(&r);
+	int64_t v = proto_rd_i64(&r);
 	free(rep);
 	if (!r.ok) {
 		fail(s, err, errlen, what, "malformed reply");
@@ -717,9 +717,9 @@ static int rank_list(struct ddpenv_store *s, int op, const char *what, int *rank
 	if (simple(s, req, reqlen, 5000, what, NULL, REP_RANKS, &rep, &replen, err, errlen) < 0)
 		return -1;
 	struct rd r = { rep + 1, replen - 1, 1 };
-	uint32_t n = rd_u32(&r);
+	uint32_t n = proto_rd_u32(&r);
 	for (uint32_t i = 0; i < n && r.ok; i++) {
-		uint32_t k = rd_u32(&r);
+		uint32_t k = proto_rd_u32(&r);
 		if ((int)i < max)
 			ranks[i] = (int)k;
 	}

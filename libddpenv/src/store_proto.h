@@ -50,26 +50,26 @@ enum {
 /* Largest frame either side accepts: a maximal key and value plus headers. */
 #define STORE_MAX_FRAME (DDPENV_STORE_MAX_VALUE + DDPENV_STORE_MAX_KEY + 64)
 
-static inline void put_u32(uint8_t *p, uint32_t v)
+static inline void proto_put_u32(uint8_t *p, uint32_t v)
 {
 	p[0] = v >> 24; p[1] = v >> 16; p[2] = v >> 8; p[3] = v;
 }
 
-static inline uint32_t get_u32(const uint8_t *p)
+static inline uint32_t proto_get_u32(const uint8_t *p)
 {
 	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 |
 	       (uint32_t)p[2] << 8 | p[3];
 }
 
-static inline void put_i64(uint8_t *p, int64_t v)
+static inline void proto_put_i64(uint8_t *p, int64_t v)
 {
-	put_u32(p, (uint64_t)v >> 32);
-	put_u32(p + 4, (uint32_t)v);
+	proto_put_u32(p, (uint64_t)v >> 32);
+	proto_put_u32(p + 4, (uint32_t)v);
 }
 
-static inline int64_t get_i64(const uint8_t *p)
+static inline int64_t proto_get_i64(const uint8_t *p)
 {
-	return (int64_t)((uint64_t)get_u32(p) << 32 | get_u32(p + 4));
+	return (int64_t)((uint64_t)proto_get_u32(p) << 32 | proto_get_u32(p + 4));
 }
 
 /* A cursor over a received frame's fields; ok drops to 0 on overrun. */
@@ -79,33 +79,33 @@ struct rd {
 	int ok;
 };
 
-static inline uint32_t rd_u32(struct rd *r)
+static inline uint32_t proto_rd_u32(struct rd *r)
 {
 	if (!r->ok || r->left < 4) {
 		r->ok = 0;
 		return 0;
 	}
-	uint32_t v = get_u32(r->p);
+	uint32_t v = proto_get_u32(r->p);
 	r->p += 4;
 	r->left -= 4;
 	return v;
 }
 
-static inline int64_t rd_i64(struct rd *r)
+static inline int64_t proto_rd_i64(struct rd *r)
 {
 	if (!r->ok || r->left < 8) {
 		r->ok = 0;
 		return 0;
 	}
-	int64_t v = get_i64(r->p);
+	int64_t v = proto_get_i64(r->p);
 	r->p += 8;
 	r->left -= 8;
 	return v;
 }
 
-static inline const uint8_t *rd_str(struct rd *r, size_t *len)
+static inline const uint8_t *proto_rd_str(struct rd *r, size_t *len)
 {
-	uint32_t n = rd_u32(r);
+	uint32_t n = proto_rd_u32(r);
 	if (!r->ok || r->left < n) {
 		r->ok = 0;
 		*len = 0;

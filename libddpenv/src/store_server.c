@@ -226,10 +226,10 @@ static int reply(struct conn *c, int op, const void *a, size_t alen, int with_a)
 	if (out_reserve(c, 4 + body) < 0)
 		return -1;
 	uint8_t *p = c->out + c->out_len;
-	put_u32(p, (uint32_t)body);
+	proto_put_u32(p, (uint32_t)body);
 	p[4] = (uint8_t)op;
 	if (with_a) {
-		put_u32(p + 5, (uint32_t)alen);
+		proto_put_u32(p + 5, (uint32_t)alen);
 		if (alen)
 			memcpy(p + 9, a, alen);
 	}
@@ -242,9 +242,9 @@ static int reply_int(struct conn *c, int64_t v)
 	if (out_reserve(c, 13) < 0)
 		return -1;
 	uint8_t *p = c->out + c->out_len;
-	put_u32(p, 9);
+	proto_put_u32(p, 9);
 	p[4] = REP_INT;
-	put_i64(p + 5, v);
+	proto_put_i64(p + 5, v);
 	c->out_len += 13;
 	return 0;
 }
@@ -432,9 +432,9 @@ static void answer_waiters(struct store_server *sv, struct kv *e)
 /* JOIN: the claim and the client's nonce; CHALLENGE: ours and our proof. */
 static int op_join(struct store_server *sv, struct conn *c, struct rd *r)
 {
-	uint32_t proto = rd_u32(r), rank = rd_u32(r), world = rd_u32(r);
+	uint32_t proto = proto_rd_u32(r), rank = proto_rd_u32(r), world = proto_rd_u32(r);
 	size_t nl;
-	const uint8_t *cn = rd_str(r, &nl);
+	const uint8_t *cn = proto_rd_str(r, &nl);
 	uint8_t body[1 + 4 + 4 + STORE_NONCE_LEN + 4 + STORE_PROOF_LEN], *p = body;
 	char m[200];
 
@@ -453,11 +453,11 @@ static int op_join(struct store_server *sv, struct conn *c, struct rd *r)
 		return refuse(sv, c, &sv->ref.malformed, "no random nonce (getrandom failed)",
 			      "the store could not make a nonce (getrandom)");
 	*p++ = REP_CHALLENGE;
-	put_u32(p, STORE_PROTO);
-	put_u32(p + 4, STORE_NONCE_LEN);
+	proto_put_u32(p, STORE_PROTO);
+	proto_put_u32(p + 4, STORE_NONCE_LEN);
 	memcpy(p + 8, c->snonce, STORE_NONCE_LEN);
 	p += 8 + STORE_NONCE_LEN;
-	put_u32(p, sv->has_token ? STORE_PROOF_LEN : 0);
+	proto_put_u32(p, sv->has_token ? STORE_PROOF_LEN : 0);
 	p += 4;
 	if (sv->has_token &&
 	    store_proof(sv->token, STORE_SERVER, c->cnonce, c->snonce, rank, world, p) < 0)
@@ -466,7 +466,7 @@ static int op_join(struct store_server *sv, struct conn *c, struct rd *r)
 		p += STORE_PROOF_LEN;
 	if (out_reserve(c, 4 + (size_t)(p - body)) < 0)
 		return -1;
-	put_u32(c->out + c->out_len, (uint32_t)(p - body));
+	proto_put_u32(c->out + c->out_len, (uint32_t)(p - body));
 	memcpy(c->out + c->out_len + 4, body, (size_t)(p - body));
 	c->out_len += 4 + (size_t)(p - body);
 	return 0;
@@ -476,7 +476,7 @@ static int op_join(struct store_server *sv, struct conn *c, struct rd *r)
 static int op_proof(struct store_server *sv, struct conn *c, struct rd *r)
 {
 	size_t pl;
-	const uint8_t *proof = rd_str(r, &pl);
+	const uint8_t *proof = proto_rd_str(r, &pl);
 	uint32_t rank = c->claim_rank, world = c->claim_world;
 	char m[160];
 
@@ -526,7 +526,7 @@ static int store_value(struct store_server *sv, struct conn *c, struct kv *e, co
 static size_t rd_key(struct rd *r, char key[DDPENV_STORE_MAX_KEY + 1])
 {
 	size_t len;
-	const uint8_t *s = rd_str(r, &len);
+	const uint8_t *s = proto_rd_str(r, &len);
 
 	if (!r->ok || len == 0 || len > DDPENV_STORE_MAX_KEY)
 		return 0;
@@ -549,13 +549,13 @@ static int op_kv(struct store_server *sv, struct conn *c, int op, struct rd *r)
 			"store full: its keys and values would pass " STORE_MAX_BYTES_TEXT :
 			"store out of memory");
 	if (op == OP_SET) {
-		const uint8_t *v = rd_str(r, &len);
+		const uint8_t *v = proto_rd_str(r, &len);
 		if (!r->ok)
 			return 1;
 		return store_value(sv, c, e, v, len) < 0 ? 0 : reply(c, REP_OK, NULL, 0, 0);
 	}
 	if (op == OP_ADD) {
-		int64_t d = rd_i64(r), sum;
+		int64_t d = proto_rd_i64(r), sum;
 		if (!r->ok)
 			return 1;
 		/* a peer's delta must not take the counter past int64
@@ -603,13 +603,13 @@ static int op_ranks(struct store_server *sv, struct conn *c, int op)
 	if (out_reserve(c, 4 + body) < 0)
 		return -1;
 	uint8_t *p = c->out + c->out_len;
-	put_u32(p, (uint32_t)body);
+	proto_put_u32(p, (uint32_t)body);
 	p[4] = REP_RANKS;
-	put_u32(p + 5, (uint32_t)cnt);
+	proto_put_u32(p + 5, (uint32_t)cnt);
 	p += 9;
 	for (int i = 0; i < sv->world; i++)
 		if (op == OP_DEAD ? sv->dead[i] : sv->left[i] && !sv->dead[i]) {
-			put_u32(p, (uint32_t)i);
+			proto_put_u32(p, (uint32_t)i);
 			p += 4;
 		}
 	c->out_len += 4 + body;
@@ -706,7 +706,7 @@ static int process(struct store_server *sv, struct conn *c)
 	int rv = 0;
 
 	while (c->in_len - off >= 4 && out_pending(c) <= STORE_OUT_HIGH) {
-		uint32_t flen = get_u32(c->in + off);
+		uint32_t flen = proto_get_u32(c->in + off);
 		uint32_t cap = c->hs == HS_JOINED ? STORE_MAX_FRAME : STORE_PREAUTH_FRAME;
 		if (flen == 0 || flen > cap) {
 			char m[160];

@@ -32,7 +32,7 @@ static void check_replies(int fd, uint8_t *buf, size_t cap, size_t *have)
 		*have += (size_t)n;
 	size_t off = 0;
 	while (*have - off >= 4) {
-		uint32_t len = get_u32(buf + off);
+		uint32_t len = proto_get_u32(buf + off);
 		assert(len >= 1 && len <= STORE_MAX_FRAME + 16);
 		if (*have - off - 4 < len)
 			break;
@@ -46,15 +46,15 @@ static void check_replies(int fd, uint8_t *buf, size_t cap, size_t *have)
 			break;
 		case REP_VALUE:
 		case REP_ERR:
-			assert(len >= 5 && get_u32(f + 1) == len - 5);
+			assert(len >= 5 && proto_get_u32(f + 1) == len - 5);
 			break;
 		case REP_RANKS:
-			assert(len >= 5 && get_u32(f + 1) * (size_t)4 == len - 5);
+			assert(len >= 5 && proto_get_u32(f + 1) * (size_t)4 == len - 5);
 			break;
 		case REP_CHALLENGE:
 			/* protocol, nonce, and a proof where the store has a token */
-			assert((len == 45 || len == 77) && get_u32(f + 1) == STORE_PROTO &&
-			       get_u32(f + 5) == STORE_NONCE_LEN && get_u32(f + 41) == len - 45);
+			assert((len == 45 || len == 77) && proto_get_u32(f + 1) == STORE_PROTO &&
+			       proto_get_u32(f + 5) == STORE_NONCE_LEN && proto_get_u32(f + 41) == len - 45);
 			break;
 		default:
 			assert(!"a reply op the protocol does not have");
@@ -145,9 +145,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			len = size - p;
 		if (c[k] && prove && c[k]->hs == HS_CHALLENGED) {
 			uint8_t f[4 + 1 + 4 + STORE_PROOF_LEN];
-			put_u32(f, 1 + 4 + STORE_PROOF_LEN);
+			proto_put_u32(f, 1 + 4 + STORE_PROOF_LEN);
 			f[4] = OP_PROOF;
-			put_u32(f + 5, STORE_PROOF_LEN);
+			proto_put_u32(f + 5, STORE_PROOF_LEN);
 			assert(store_proof("s3cret", STORE_CLIENT, c[k]->cnonce, c[k]->snonce, c[k]->claim_rank,
 					   c[k]->claim_world, f + 9) == 0);
 			assert(send(peer[k], f, sizeof(f), MSG_NOSIGNAL) == (ssize_t)sizeof(f));
