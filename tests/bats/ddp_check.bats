@@ -392,6 +392,46 @@ fake_nvidia() {
 	assert_line --regexp "^OK +net.memlock +gloo registers no memory with RDMA devices"
 }
 
+# A node's sysfs as ddp-check reads it (DDP_CHECK_SYSFS): mlx5_0 on PCI
+# device 0000:3d:00.0 (Gen4, x16 at most) at width $3, its port 1 in state
+# $2 at rate $4.
+fake_sysfs() {
+	local d=$1 dev=$1/bus/pci/devices/0000:3d:00.0 port=$1/class/infiniband/mlx5_0/ports/1
+	mkdir -p "$dev" "$port"
+	echo "16.0 GT/s PCIe" >"$dev/current_link_speed"
+	echo "16.0 GT/s PCIe" >"$dev/max_link_speed"
+	echo "$3" >"$dev/current_link_width"
+	echo 16 >"$dev/max_link_width"
+	echo "$2" >"$port/state"
+	echo "$4" >"$port/rate"
+	echo InfiniBand >"$port/link_layer"
+	ln -s ../../../bus/pci/devices/0000:3d:00.0 "$d/class/infiniband/mlx5_0/device"
+	chmod -R a+rX "$d"
+}
+
+@test "net.fabric and hw.pcie from each node's sysfs: a port down and a NIC at x8 are named with their node" {
+	local sys="$BATS_TEST_TMPDIR/sys"
+	fake_sysfs "$sys/node1" "4: ACTIVE" 16 "200 Gb/sec (4X HDR)"
+	fake_sysfs "$sys/node2" "1: DOWN" 16 "200 Gb/sec (4X HDR)"
+	fake_sysfs "$sys/node3" "4: ACTIVE" 8 "200 Gb/sec (4X HDR)"
+	chmod a+rx "$BATS_TEST_TMPDIR"
+	run crun srun -N3 --ddp=gloo bash -c \
+		"DDP_CHECK_SYSFS=$sys/\$(hostname) DDP_NIC=mlx5_0 exec $CHECK ${ARGS[*]}"
+	echo "$output"
+	assert_failure 1
+	assert_line --regexp "^FAIL +hw.pcie +node3: NIC mlx5_0 0000:3d:00.0 at x8 of x16 \(16.0 GT/s PCIe of 16.0 GT/s PCIe\): a degraded link"
+	assert_line --regexp "^WARN +net.fabric +node2: DDP_NIC mlx5_0 port 1 is DOWN; node2: mlx5_0 port 1 is DOWN \(gloo runs over TCP"
+	# the healthy trees: both OK, and node2's rate lower is a warning naming it
+	fake_sysfs "$sys/ok1" "4: ACTIVE" 16 "200 Gb/sec (4X HDR)"
+	fake_sysfs "$sys/ok2" "4: ACTIVE" 16 "100 Gb/sec (4X EDR)"
+	run crun srun -N3 --ddp=gloo bash -c \
+		"n=\$(hostname); DDP_CHECK_SYSFS=$sys/ok\$([ \$n = node2 ] && echo 2 || echo 1) DDP_NIC=mlx5_0 exec $CHECK ${ARGS[*]}"
+	echo "$output"
+	assert_success
+	assert_line --regexp "^OK +hw.pcie +3 PCIe links of the step's GPUs and NICs at full width"
+	assert_line --regexp "^WARN +net.fabric +node2's RDMA ports run at 100 Gb/sec \(4X EDR\) where other nodes' run at 200 Gb/sec \(4X HDR\)"
+}
+
 @test "net.nofile under gloo: a task's open-files limit with little room beside gloo's full mesh is a warning naming the node" {
 	run crun srun -N3 --ntasks-per-node=2 --ddp=gloo bash -c \
 		"[ \$SLURM_NODEID = 1 ] && ulimit -n 100; exec $CHECK ${ARGS[*]}"

@@ -255,7 +255,7 @@ static void test_healthy(void)
 	char why[256];
 
 	ck_eval_setup(w);
-	test_cond("a healthy step: 25 setup checks, all OK", w->nres == 25 && count_level(w, CK_OK) == 25);
+	test_cond("a healthy step: 27 setup checks, all OK", w->nres == 27 && count_level(w, CK_OK) == 27);
 	for (size_t i = 0; i < w->nres; i++)
 		if (w->res[i].level != CK_OK)
 			printf("#   %s %s: %s\n", LV[w->res[i].level], w->res[i].name, w->res[i].msg);
@@ -284,7 +284,7 @@ static void test_healthy(void)
 	test_err("the header", text, "# ddp-check " DDPENV_VERSION ": backend gloo, world size 6 on 3 nodes, head gpu01 (MASTER_ADDR=10.0.0.1 MASTER_PORT=29512)");
 	test_err("a placement line", text, "\n      5  gpu03      1005  ens17  10.0.0.3  -    2-3   0\n");
 	test_err("a bandwidth row", text, "\n          1024           256   float    sum     1000.00      0.00      0.00\n");
-	test_err("the count line", text, "\nddp-check: 28 checks OK, 0 WARN, 0 FAILED\n");
+	test_err("the count line", text, "\nddp-check: 30 checks OK, 0 WARN, 0 FAILED\n");
 
 	f = tmpfile();
 	snprintf(w->res[0].msg, sizeof(w->res[0].msg), "a \"quoted\"\\ message\t");
@@ -294,7 +294,7 @@ static void test_healthy(void)
 	text[n] = 0;
 	fclose(f);
 	test_err("JSON escapes quotes, backslashes and controls", text, "\"a \\\"quoted\\\"\\\\ message\\u0009\"");
-	test_err("JSON summary", text, "\"summary\": {\"ok\": 28, \"warn\": 0, \"fail\": 0, \"skip\": 0},\n  \"exit_code\": 0");
+	test_err("JSON summary", text, "\"summary\": {\"ok\": 30, \"warn\": 0, \"fail\": 0, \"skip\": 0},\n  \"exit_code\": 0");
 	test_err("JSON bandwidth", text, "{\"size\": 1024, \"count\": 256, \"type\": \"float\", \"redop\": \"sum\", \"time_us\": 1000.000");
 	test_err("JSON nodes", text, "\"nodes\": 3,\n  \"nodes_reported\": 3,\n");
 	test_err("JSON limits, shared memory and RemoveIPC", text, "\"nofile\": 1024, \"nproc\": 63711, \"user_threads\": 40, \"shm\": {\"path\": \"/dev/shm\", "
@@ -645,7 +645,7 @@ static void test_mixed_versions(void)
 	ck_eval_setup(w);
 	test_check("mixed versions: rdzv.join warns, naming both", w, "rdzv.join", CK_WARN,
 		   "all 6 tasks joined the rendezvous at 10.0.0.1:29512, but run different ddp-check "
-		   "versions: " DDPENV_VERSION " (record format 4) on task 0 (gpu01), older (0) on task 2 (gpu02)");
+		   "versions: " DDPENV_VERSION " (record format 5) on task 0 (gpu01), older (0) on task 2 (gpu02)");
 	test_check("... an older listener's missing reply is no MTU failure", w, "net.probe", CK_WARN,
 		   "gpu01 greeted gpu02, whose older ddp-check does not send the full-size packet asked for");
 	test_check("... its tasks' missing limits fail nothing", w, "net.nofile", CK_OK, "at least 1024");
@@ -1705,6 +1705,223 @@ static void test_slurm_query(void)
 	rmdir(dir);
 }
 
+/* ---- sysfs: PCIe links and RDMA ports (hw.c) ---------------------------- */
+
+static void put_file(const char *dir, const char *name, const char *text)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	FILE *f = fopen(path, "w");
+	if (f) {
+		fputs(text, f);
+		fclose(f);
+	}
+}
+
+/* bus/pci/devices/BUSID with its link's four files */
+static void fake_pci(const char *root, const char *busid, const char *cur, int cw, const char *max, int mw)
+{
+	char dir[512], w[16];
+	snprintf(dir, sizeof(dir), "%s/bus/pci/devices/%s", root, busid);
+	char cmd[600];
+	snprintf(cmd, sizeof(cmd), "mkdir -p '%s'", dir);
+	if (system(cmd) != 0)
+		return;
+	put_file(dir, "current_link_speed", cur);
+	put_file(dir, "max_link_speed", max);
+	snprintf(w, sizeof(w), "%d\n", cw);
+	put_file(dir, "current_link_width", w);
+	snprintf(w, sizeof(w), "%d\n", mw);
+	put_file(dir, "max_link_width", w);
+}
+
+/* class/infiniband/DEV (its device link to BUSID) with port 1 */
+static void fake_hca(const char *root, const char *dev, const char *busid, const char *state, const char *rate)
+{
+	char dir[512], cmd[700], link[600], target[300];
+	snprintf(dir, sizeof(dir), "%s/class/infiniband/%s/ports/1", root, dev);
+	snprintf(cmd, sizeof(cmd), "mkdir -p '%s'", dir);
+	if (system(cmd) != 0)
+		return;
+	put_file(dir, "state", state);
+	put_file(dir, "rate", rate);
+	put_file(dir, "link_layer", "InfiniBand\n");
+	snprintf(link, sizeof(link), "%s/class/infiniband/%s/device", root, dev);
+	snprintf(target, sizeof(target), "../../../bus/pci/devices/%s", busid);
+	if (symlink(target, link) != 0)
+		perror(link);
+}
+
+static void test_hw_sysfs(void)
+{
+	char root[] = "/tmp/ddp-check-sysfs.XXXXXX";
+	if (!mkdtemp(root)) {
+		test_cond("a temporary sysfs tree", 0);
+		return;
+	}
+	struct ck_link l;
+	fake_pci(root, "0000:1b:00.0", "16.0 GT/s PCIe\n", 8, "32.0 GT/s PCIe\n", 16);
+	ck_link_read(root, "gpu", "0000:1b:00.0", &l);
+	test_cond("a GPU's link: its speeds as sysfs says them, its widths",
+		  !l.err[0] && !strcmp(l.cur_speed, "16.0 GT/s PCIe") && !strcmp(l.max_speed, "32.0 GT/s PCIe") &&
+		  l.cur_width == 8 && l.max_width == 16);
+	test_cond("... the GT/s of a speed", ck_link_gts(l.cur_speed) == 16.0);
+	char enc[512];
+	struct ck_link back;
+	ck_link_encode(&l, enc, sizeof(enc));
+	ck_link_decode(enc, &back);
+	test_cond("... through a record and back", !memcmp(&l, &back, sizeof(l)));
+	ck_link_read(root, "gpu", "0000:99:00.0", &l);
+	test_cond("a bus id sysfs does not have: said, not fatal", strstr(l.err, "no PCI device 0000:99:00.0") != NULL);
+
+	fake_pci(root, "0000:3d:00.0", "16.0 GT/s PCIe\n", 16, "16.0 GT/s PCIe\n", 16);
+	fake_hca(root, "mlx5_0", "0000:3d:00.0", "4: ACTIVE\n", "200 Gb/sec (4X HDR)\n");
+	fake_hca(root, "mlx5_1", "0000:3d:00.0", "1: DOWN\n", "10 Gb/sec (4X SDR)\n");
+	ck_nic_link_read(root, "mlx5_0", &l);
+	test_cond("an RDMA device's link, through its device link", !l.err[0] && !strcmp(l.busid, "0000:3d:00.0") &&
+		  l.cur_width == 16);
+	ck_nic_link_read(root, "eth9", &l);
+	test_cond("a NIC that is not there: said", strstr(l.err, "eth9 is neither an RDMA device nor a network interface") != NULL);
+	char ports[512];
+	ck_ib_ports(root, ports, sizeof(ports));
+	test_cond("the ports, each with its state, rate and link layer",
+		  strstr(ports, "mlx5_0/1:ACTIVE:200 Gb/sec (4X HDR):InfiniBand") &&
+		  strstr(ports, "mlx5_1/1:DOWN:10 Gb/sec (4X SDR):InfiniBand"));
+	char small[40];
+	ck_ib_ports(root, small, sizeof(small));
+	test_cond("... whole ports only where the room ends", strlen(small) < sizeof(small) && !strchr(small, ';'));
+	char cmd[600];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+	if (system(cmd) != 0)
+		printf("# could not remove %s\n", root);
+}
+
+static void set_link(struct ck_link *l, const char *name, const char *busid, const char *cur, int cw,
+		     const char *max, int mw)
+{
+	memset(l, 0, sizeof(*l));
+	snprintf(l->name, sizeof(l->name), "%s", name);
+	snprintf(l->busid, sizeof(l->busid), "%s", busid);
+	snprintf(l->cur_speed, sizeof(l->cur_speed), "%s", cur);
+	snprintf(l->max_speed, sizeof(l->max_speed), "%s", max);
+	l->cur_width = cw;
+	l->max_width = mw;
+}
+
+static void set_env(struct ck_rank *r, enum ck_env k, const char *v)
+{
+	snprintf(r->env[k], sizeof(r->env[k]), "%s", v);
+	r->have |= 1u << k;
+}
+
+static void test_pcie(void)
+{
+	struct ck_world *w = world(2, 2);
+	ck_eval_setup(w);
+	test_check("a CPU step: nothing to check", w, "hw.pcie", CK_OK, "no GPU or NIC (DDP_NIC) in this step");
+	drop(w);
+
+	w = world(2, 2);
+	with_gpus(w, 2);
+	for (int i = 0; i < 4; i++)
+		set_link(&w->ranks[i].gpu_link, "gpu", w->ranks[i].gpu, "32.0 GT/s PCIe", 16, "32.0 GT/s PCIe", 16);
+	ck_eval_setup(w);
+	test_check("four GPUs at full width and speed: OK, each link counted once", w, "hw.pcie", CK_OK,
+		   "4 PCIe links of the step's GPUs and NICs at full width");
+	set_link(&w->ranks[3].gpu_link, "gpu", w->ranks[3].gpu, "16.0 GT/s PCIe", 8, "32.0 GT/s PCIe", 16);
+	reeval(w);
+	test_check("a GPU at x8 of x16: FAIL naming node, bus id and the cut", w, "hw.pcie", CK_FAIL,
+		   "gpu02: GPU 0000:43:00.0  at x8 of x16 (16.0 GT/s PCIe of 32.0 GT/s PCIe): a degraded link, its "
+		   "bandwidth to the host cut to 50%");
+	set_link(&w->ranks[3].gpu_link, "gpu", w->ranks[3].gpu, "2.5 GT/s PCIe", 16, "32.0 GT/s PCIe", 16);
+	reeval(w);
+	test_check("a GPU at full width, low speed: OK, said as idle power saving", w, "hw.pcie", CK_OK,
+		   "GPUs lower their link speed while idle: gpu02's GPU 0000:43:00.0 at 2.5 GT/s PCIe of 32.0 GT/s PCIe");
+	for (int i = 0; i < 4; i++) {
+		set_env(&w->ranks[i], CK_NIC, "mlx5_0");
+		set_link(&w->ranks[i].nic_link, "mlx5_0", "0000:3d:00.0", "16.0 GT/s PCIe", 16, "16.0 GT/s PCIe", 16);
+	}
+	set_link(&w->ranks[0].nic_link, "mlx5_0", "0000:3d:00.0", "8.0 GT/s PCIe", 16, "16.0 GT/s PCIe", 16);
+	reeval(w);
+	test_check("a NIC trained below its speed: WARN naming it", w, "hw.pcie", CK_WARN,
+		   "gpu01: NIC mlx5_0 0000:3d:00.0 trained at 8.0 GT/s PCIe of 16.0 GT/s PCIe (x16)");
+	snprintf(w->ranks[2].gpu_link.err, sizeof(w->ranks[2].gpu_link.err), "0000:1b:00.0 has no PCIe link speed");
+	w->ranks[0].nic_link.cur_speed[0] = '1';
+	snprintf(w->ranks[0].nic_link.cur_speed, sizeof(w->ranks[0].nic_link.cur_speed), "16.0 GT/s PCIe");
+	reeval(w);
+	test_check("a link sysfs did not show: said beside the others", w, "hw.pcie", CK_OK,
+		   "not read: gpu02 GPU: 0000:1b:00.0 has no PCIe link speed");
+	drop(w);
+}
+
+static void ports(struct ck_rank *r, const char *s)
+{
+	snprintf(r->ibports, sizeof(r->ibports), "%s", s);
+	snprintf(r->rdma, sizeof(r->rdma), "mlx5_0,mlx5_1");
+}
+
+static void test_fabric(void)
+{
+	struct ck_world *w = world(3, 1);
+	w->backend = "nccl";
+	ck_eval_setup(w);
+	test_check("no RDMA port anywhere: OK, sockets", w, "net.fabric", CK_OK,
+		   "no InfiniBand or RoCE port in use");
+	for (int i = 0; i < 3; i++)
+		ports(&w->ranks[i], "mlx5_0/1:ACTIVE:200 Gb/sec (4X HDR):InfiniBand;mlx5_1/1:ACTIVE:200 Gb/sec (4X HDR):InfiniBand");
+	reeval(w);
+	test_check("every port active at one rate: OK", w, "net.fabric", CK_OK,
+		   "6 RDMA ports active on 3 nodes, at 200 Gb/sec (4X HDR)");
+	ports(&w->ranks[1], "mlx5_0/1:ACTIVE:200 Gb/sec (4X HDR):InfiniBand;mlx5_1/1:DOWN:10 Gb/sec (4X SDR):InfiniBand");
+	reeval(w);
+	test_check("a port down under NCCL: FAIL naming node, device and state", w, "net.fabric", CK_FAIL,
+		   "gpu02: mlx5_1 port 1 is DOWN");
+	w->backend = "gloo";
+	reeval(w);
+	test_check("... under gloo a warning, saying why", w, "net.fabric", CK_WARN,
+		   "gpu02: mlx5_1 port 1 is DOWN (gloo runs over TCP; an NCCL step here would not)");
+	w->backend = "nccl";
+	for (int i = 0; i < 3; i++)
+		set_env(&w->ranks[i], CK_NCCL_IB_HCA, "=mlx5_0");
+	reeval(w);
+	test_check("NCCL_IB_HCA=mlx5_0 leaves the port down alone: OK", w, "net.fabric", CK_OK,
+		   "3 RDMA ports active on 3 nodes");
+	for (int i = 0; i < 3; i++)
+		set_env(&w->ranks[i], CK_NCCL_IB_HCA, "^mlx5_1");
+	reeval(w);
+	test_check("NCCL_IB_HCA=^mlx5_1 (excluded): OK", w, "net.fabric", CK_OK, "3 RDMA ports active");
+	for (int i = 0; i < 3; i++)
+		set_env(&w->ranks[i], CK_NCCL_IB_HCA, "mlx4");
+	reeval(w);
+	test_check("NCCL_IB_HCA naming devices that are not there: FAIL naming what is", w, "net.fabric",
+		   CK_FAIL, "gpu01: NCCL_IB_HCA=mlx4 names no RDMA device there (it has mlx5_0,mlx5_1)");
+	for (int i = 0; i < 3; i++) {
+		w->ranks[i].have &= ~(1u << CK_NCCL_IB_HCA);
+		ports(&w->ranks[i], "mlx5_0/1:ACTIVE:200 Gb/sec (4X HDR):InfiniBand");
+	}
+	ports(&w->ranks[2], "mlx5_0/1:ACTIVE:100 Gb/sec (4X EDR):InfiniBand");
+	reeval(w);
+	test_check("one node's ports at a lower rate: WARN naming it", w, "net.fabric", CK_WARN,
+		   "gpu03's RDMA ports run at 100 Gb/sec (4X EDR) where other nodes' run at 200 Gb/sec (4X HDR)");
+	ports(&w->ranks[2], "mlx5_0/1:ACTIVE:200 Gb/sec (4X HDR):InfiniBand");
+	for (int i = 0; i < 3; i++)
+		set_env(&w->ranks[i], CK_NIC, "mlx5_0");
+	set_env(&w->ranks[1], CK_NIC, "mlx5_7");
+	reeval(w);
+	test_check("DDP_NIC naming no device: FAIL naming it", w, "net.fabric", CK_FAIL,
+		   "gpu02: DDP_NIC=mlx5_7 names no RDMA device or interface there");
+	set_env(&w->ranks[1], CK_NIC, "ens17");
+	snprintf(w->ranks[1].ifs_here, sizeof(w->ranks[1].ifs_here), "lo, ens17");
+	reeval(w);
+	test_check("DDP_NIC naming an interface of the node: OK", w, "net.fabric", CK_OK, "3 RDMA ports active");
+	for (int i = 0; i < 3; i++)
+		set_env(&w->ranks[i], CK_NCCL_IB_DISABLE, "1");
+	ports(&w->ranks[0], "mlx5_0/1:DOWN:200 Gb/sec (4X HDR):InfiniBand");
+	reeval(w);
+	test_check("NCCL_IB_DISABLE=1: the ports are not used", w, "net.fabric", CK_OK, "no InfiniBand or RoCE port in use");
+	drop(w);
+}
+
 int main(void)
 {
 	test_records();
@@ -1729,5 +1946,8 @@ int main(void)
 	test_probe();
 	test_kill_wait();
 	test_slurm_query();
+	test_hw_sysfs();
+	test_pcie();
+	test_fabric();
 	return test_report();
 }

@@ -16,6 +16,7 @@
 #include <stdio.h>
 
 #include "ddpenv.h"
+#include "hw.h"
 
 #define CK_HOST 64
 #define CK_MSG 1024
@@ -25,7 +26,7 @@
  * shared-memory folder and logind's RemoveIPC; 4 the process limit and the
  * user's threads; a record without it (0) is an older ddp-check's, whose
  * task lacks them. */
-#define CK_RECORD_PROTO 4
+#define CK_RECORD_PROTO 5
 
 enum ck_level { CK_OK, CK_WARN, CK_FAIL, CK_SKIP };
 
@@ -37,7 +38,7 @@ enum ck_env {
 	CK_NCONTRACT,
 	CK_NCCL_IF = CK_NCONTRACT, CK_GLOO_IF, CK_CVD, CK_GPU_BUSID, CK_SLURM_CVD,
 	CK_STEP_GPUS, CK_BIND_POLICY, CK_BACKEND, CK_NODEID, CK_SHARDS, CK_MPS,
-	CK_NODE_GPUS, CK_NCCL_IB_DISABLE, CK_NCCL_NET, CK_OMP,
+	CK_NODE_GPUS, CK_NCCL_IB_DISABLE, CK_NCCL_NET, CK_OMP, CK_NIC, CK_NCCL_IB_HCA,
 	CK_NENV
 };
 extern const char *const ck_env_names[CK_NENV];
@@ -63,6 +64,10 @@ struct ck_rank {
 	 * locked-memory limit (RLIMIT_MEMLOCK's soft one, bytes; -1
 	 * unlimited), which NCCL's registration of its buffers counts on. */
 	char rdma[128];
+	/* The node's RDMA ports (ck_ib_ports), and the PCIe links of the
+	 * task's GPU and of its NIC (DDP_NIC), from sysfs; proto 5 */
+	char ibports[512];
+	struct ck_link gpu_link, nic_link;
 	long long memlock;
 	long long nofile;                /* RLIMIT_NOFILE's soft limit; -1 unlimited */
 	/* RLIMIT_NPROC's soft limit (-1 unlimited) and the threads the task's

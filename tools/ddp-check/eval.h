@@ -123,5 +123,6 @@ static inline int ck_all_joined(const struct ck_world *w)
 void ck_eval_contract(struct ck_world *w, const struct nodes *nd);
 void ck_eval_net(struct ck_world *w, const struct nodes *nd);
 void ck_eval_bind(struct ck_world *w, const struct nodes *nd);
+void ck_eval_hw(struct ck_world *w, const struct nodes *nd);
 
 #endif

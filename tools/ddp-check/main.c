@@ -251,6 +251,7 @@ static void discover(struct self *me)
 		find_nccl_gpu(me);
 	ck_self_iface(me);
 	ck_self_binding(me);
+	ck_self_hw(me);
 	ck_self_limits(me);
 	ck_self_nccl_env(me);
 	/* only NCCL keeps segments there (a bounded query of logind, a 4 MiB

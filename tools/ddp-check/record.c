@@ -13,7 +13,7 @@ const char *const ck_env_names[CK_NENV] = {
 	"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "CUDA_VISIBLE_DEVICES", "DDP_GPU_BUSID",
 	DDPENV_SLURM_CVD, "SLURM_STEP_GPUS", "DDP_BIND_POLICY", "DDP_BACKEND", "SLURM_NODEID",
 	"SLURM_SHARDS_ON_NODE", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", DDPENV_SLURM_STEP_GPUS,
-	"NCCL_IB_DISABLE", "NCCL_NET", "OMP_NUM_THREADS",
+	"NCCL_IB_DISABLE", "NCCL_NET", "OMP_NUM_THREADS", "DDP_NIC", "NCCL_IB_HCA",
 };
 
 struct out {
@@ -95,6 +95,12 @@ int ck_rank_encode(const struct ck_rank *r, char *buf, size_t len)
 	put(&o, "ifkind", "%s", r->ifkind);
 	put(&o, "ifmtu", "%d", r->ifmtu);
 	put(&o, "rdma", "%s", r->rdma);
+	put(&o, "ibports", "%s", r->ibports);
+	char link[sizeof(struct ck_link) + 16];
+	ck_link_encode(&r->gpu_link, link, sizeof(link));
+	put(&o, "gpu_link", "%s", link);
+	ck_link_encode(&r->nic_link, link, sizeof(link));
+	put(&o, "nic_link", "%s", link);
 	put(&o, "memlock", "%lld", r->memlock);
 	put(&o, "nofile", "%lld", r->nofile);
 	put(&o, "nproc", "%lld", r->nproc);
@@ -167,6 +173,12 @@ static void rank_field(void *ctx, const char *k, const char *v)
 		r->ifmtu = atoi(v);
 	} else if (!strcmp(k, "rdma")) {
 		STR(r->rdma, v);
+	} else if (!strcmp(k, "ibports")) {
+		STR(r->ibports, v);
+	} else if (!strcmp(k, "gpu_link")) {
+		ck_link_decode(v, &r->gpu_link);
+	} else if (!strcmp(k, "nic_link")) {
+		ck_link_decode(v, &r->nic_link);
 	} else if (!strcmp(k, "memlock")) {
 		r->memlock = atoll(v);
 	} else if (!strcmp(k, "nofile")) {

@@ -165,6 +165,23 @@ static void json_num(FILE *out, const char *key, long long v)
 		fprintf(out, ", \"%s\": %lld", key, v);
 }
 
+/* A PCIe link read from sysfs: ", "key": {name, busid, speed, width,
+ * max_speed, max_width}" (nothing where none was read). */
+static void json_link(FILE *out, const char *key, const struct ck_link *l)
+{
+	if (!l || !l->name[0] || l->err[0])
+		return;
+	fprintf(out, ", \"%s\": {\"name\": ", key);
+	js(out, l->name);
+	fprintf(out, ", \"busid\": ");
+	js(out, l->busid);
+	fprintf(out, ", \"speed\": ");
+	js(out, l->cur_speed);
+	fprintf(out, ", \"width\": %d, \"max_speed\": ", l->cur_width);
+	js(out, l->max_speed);
+	fprintf(out, ", \"max_width\": %d}", l->max_width);
+}
+
 void ck_report_json(const struct ck_world *w, FILE *out)
 {
 	const struct ck_rank *r0 = first_joined(w);
@@ -221,6 +238,12 @@ void ck_report_json(const struct ck_world *w, FILE *out)
 				js(out, r->rdma);
 				json_num(out, "memlock", r->memlock);
 			}
+			if (r->ibports[0]) {
+				fprintf(out, ", \"ib_ports\": ");
+				js(out, r->ibports);
+			}
+			json_link(out, "pcie_gpu", r->gpu[0] ? &r->gpu_link : NULL);
+			json_link(out, "pcie_nic", &r->nic_link);
 			fprintf(out, ", \"gpu\": ");
 			js(out, r->gpu);
 			if (r->mig[0]) {

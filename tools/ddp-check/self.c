@@ -247,6 +247,19 @@ void ck_self_gpus(struct self *me)
 		r->nvgpus[0] = 0;
 }
 
+void ck_self_hw(struct self *me)
+{
+	struct ck_rank *r = &me->r;
+	const char *sysfs = getenv("DDP_CHECK_SYSFS");
+	if (!sysfs || !*sysfs)
+		sysfs = "/sys";
+	ck_ib_ports(sysfs, r->ibports, sizeof(r->ibports));
+	if (r->gpu[0])
+		ck_link_read(sysfs, "gpu", r->gpu, &r->gpu_link);
+	if ((r->have & 1u << CK_NIC) && r->env[CK_NIC][0])
+		ck_nic_link_read(sysfs, r->env[CK_NIC], &r->nic_link);
+}
+
 void ck_self_limits(struct self *me)
 {
 	struct ck_rank *r = &me->r;
