@@ -232,7 +232,8 @@ run_fuzz() {
 # The Bats files that start no cluster, longest first (gpu_emu.bats: cnn_train
 # on cuemu, minutes of one core): jobs
 bats_free=(tests/bats/gpu_emu.bats tests/bats/bench.bats tests/bats/gpu_bundle.bats
-	tests/bats/trainer_local.bats tests/bats/valgrind_local.bats tests/bats/ddp_check_emu.bats tests/bats/man.bats)
+	tests/bats/trainer_local.bats tests/bats/valgrind_local.bats tests/bats/ddp_check_emu.bats tests/bats/ddp_check_node.bats
+	tests/bats/man.bats)
 
 # run_bats [FILE...]: those files, or every file that starts a cluster, one
 # at a time, each file's time said (the others are jobs: queue_all)

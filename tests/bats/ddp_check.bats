@@ -290,20 +290,6 @@ time.sleep(60)' &
 	assert_line --regexp "^OK +bind.gpus +each of 2 GPUs is used by exactly one task$"
 }
 
-# The NVIDIA driver's list of the node's GPUs, faked (DDP_CHECK_NVIDIA_GPUS):
-# minor N at the bus ids given in order.
-fake_nvidia() {
-	local dir=$1 minor=0 bus
-	shift
-	rm -rf "$dir"
-	for bus in "$@"; do
-		mkdir -p "$dir/$bus"
-		printf 'Model: \t\t NVIDIA H100 80GB HBM3\nBus Type: \t PCIe\nBus Location: \t %s\nDevice Minor: \t %d\n' \
-			"$bus" "$minor" >"$dir/$bus/information"
-		minor=$((minor + 1))
-	done
-}
-
 @test "bind.gres: Slurm's GPU numbers against the NVIDIA driver's bus ids (a faked driver list)" {
 	sed -i "s|^topology: .*|topology: $REPO/tests/topologies/testnode.xml|" "$CONF"
 	NV="$BATS_TEST_TMPDIR/nvidia-gpus"
@@ -390,23 +376,6 @@ fake_nvidia() {
 		"ulimit -l 64 && srun -N2 --ddp=gloo $CHECK ${ARGS[*]}"
 	assert_success
 	assert_line --regexp "^OK +net.memlock +gloo registers no memory with RDMA devices"
-}
-
-# A node's sysfs as ddp-check reads it (DDP_CHECK_SYSFS): mlx5_0 on PCI
-# device 0000:3d:00.0 (Gen4, x16 at most) at width $3, its port 1 in state
-# $2 at rate $4.
-fake_sysfs() {
-	local d=$1 dev=$1/bus/pci/devices/0000:3d:00.0 port=$1/class/infiniband/mlx5_0/ports/1
-	mkdir -p "$dev" "$port"
-	echo "16.0 GT/s PCIe" >"$dev/current_link_speed"
-	echo "16.0 GT/s PCIe" >"$dev/max_link_speed"
-	echo "$3" >"$dev/current_link_width"
-	echo 16 >"$dev/max_link_width"
-	echo "$2" >"$port/state"
-	echo "$4" >"$port/rate"
-	echo InfiniBand >"$port/link_layer"
-	ln -s ../../../bus/pci/devices/0000:3d:00.0 "$d/class/infiniband/mlx5_0/device"
-	chmod -R a+rX "$d"
 }
 
 @test "net.fabric and hw.pcie from each node's sysfs: a port down and a NIC at x8 are named with their node" {

@@ -238,3 +238,42 @@ sys.exit(0 if a.size == b.size == 1199882 and m <= float(sys.argv[3]) else 1)' "
 	echo "$output"
 	assert_success
 }
+
+# The NVIDIA driver's list of the node's GPUs, faked (DDP_CHECK_NVIDIA_GPUS):
+# minor N at the bus ids given in order.
+fake_nvidia() {
+	local dir=$1 minor=0 bus
+	shift
+	rm -rf "$dir"
+	for bus in "$@"; do
+		mkdir -p "$dir/$bus"
+		printf 'Model: \t\t NVIDIA H100 80GB HBM3\nBus Type: \t PCIe\nBus Location: \t %s\nDevice Minor: \t %d\n' \
+			"$bus" "$minor" >"$dir/$bus/information"
+		minor=$((minor + 1))
+	done
+}
+
+# A PCI device in a sysfs tree as ddp-check reads it (DDP_CHECK_SYSFS):
+# fake_pci ROOT BUSID SPEED WIDTH MAX_SPEED MAX_WIDTH
+fake_pci() {
+	local dev=$1/bus/pci/devices/$2
+	mkdir -p "$dev"
+	echo "$3" >"$dev/current_link_speed"
+	echo "$4" >"$dev/current_link_width"
+	echo "$5" >"$dev/max_link_speed"
+	echo "$6" >"$dev/max_link_width"
+	chmod -R a+rX "$1"
+}
+
+# A node's sysfs: mlx5_0 on PCI device 0000:3d:00.0 (Gen4, x16 at most) at
+# width $3, its port 1 in state $2 at rate $4.
+fake_sysfs() {
+	local d=$1 port=$1/class/infiniband/mlx5_0/ports/1
+	mkdir -p "$port"
+	fake_pci "$d" 0000:3d:00.0 "16.0 GT/s PCIe" "$3" "16.0 GT/s PCIe" 16
+	echo "$2" >"$port/state"
+	echo "$4" >"$port/rate"
+	echo InfiniBand >"$port/link_layer"
+	ln -s ../../../bus/pci/devices/0000:3d:00.0 "$d/class/infiniband/mlx5_0/device"
+	chmod -R a+rX "$d"
+}

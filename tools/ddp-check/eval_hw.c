@@ -42,11 +42,12 @@ static void pcie_link(struct pcie *s, const struct ck_rank *r, const struct ck_l
 	}
 	s->links++;
 	double cur = ck_link_gts(l->cur_speed), max = ck_link_gts(l->max_speed);
+	char dev[64];
+	snprintf(dev, sizeof(dev), "%s%s%s", gpu ? "" : l->name, gpu ? "" : " ", l->busid);
 	if (l->max_width > 0 && l->cur_width < l->max_width)
-		ck_say(&s->fail, "%s: %s %s %s at x%d of x%d (%s of %s): a degraded link, its bandwidth to the "
-		       "host cut to %d%% (reseat the card, check its slot or riser)", r->host, what,
-		       gpu ? l->busid : l->name, gpu ? "" : l->busid, l->cur_width, l->max_width, l->cur_speed,
-		       l->max_speed, l->cur_width * 100 / l->max_width);
+		ck_say(&s->fail, "%s: %s %s at x%d of x%d (%s of %s): a degraded link, its bandwidth to the "
+		       "host cut to %d%% (reseat the card, check its slot or riser)", r->host, what, dev,
+		       l->cur_width, l->max_width, l->cur_speed, l->max_speed, l->cur_width * 100 / l->max_width);
 	else if (cur > 0 && max > 0 && cur < max && gpu)
 		ck_say(&s->idle, "%s's GPU %s at %s of %s", r->host, l->busid, l->cur_speed, l->max_speed);
 	else if (cur > 0 && max > 0 && cur < max)
@@ -87,7 +88,7 @@ static void eval_pcie(struct ck_world *w)
 	else if (s.unread.items)
 		ck_add(w, "hw.pcie", CK_OK, "no PCIe link read: %s", ck_said(&s.unread));
 	else
-		ck_add(w, "hw.pcie", CK_OK, "no GPU or NIC (DDP_NIC) in this step: no PCIe link to check");
+		ck_add(w, "hw.pcie", CK_OK, "no GPU, and no NIC named (DDP_NIC): no PCIe link to check");
 }
 
 /* ---- net.fabric ----------------------------------------------------------- */

@@ -26,6 +26,7 @@
 #include "coll.h"
 #include "comm.h"
 #include "ddpenv_store.h"
+#include "node.h"
 #include "opts.h"
 #include "probe.h"
 #include "self.h"
@@ -548,6 +549,8 @@ int main(int argc, char **argv)
 	int rc = ck_cli_parse(argc, argv, &x.cli);
 	if (rc >= 0)
 		return rc;
+	if (x.cli.node)
+		return ck_node_run(&x.cli);
 
 	gethostname(me->r.host, sizeof(me->r.host) - 1);
 	me->r.pid = (long)getpid();

@@ -31,6 +31,10 @@ static void usage(FILE *out)
 		"                          and, up to 20, for the controller\n"
 		"      --backend=nccl|gloo the collective library (default: DDP_BACKEND)\n"
 		"      --json              the report as one JSON object\n"
+		"      --node              this node alone, no srun or peers (Slurm's\n"
+		"                          HealthCheckProgram, a prolog): its GPUs' and NICs'\n"
+		"                          PCIe links and its RDMA ports\n"
+		"      --drain             with --node: a failure drains the node (scontrol)\n"
 		"  -h, --help              this text\n"
 		"  -V, --version           the version\n"
 		"\n"
@@ -151,7 +155,7 @@ static int set_num(const struct numopt *n, const char *arg, struct ck_opts *o)
 
 int ck_cli_parse(int argc, char **argv, struct ck_cli *cli)
 {
-	struct option lo[NNUM + 5];
+	struct option lo[NNUM + 7];
 	size_t k = 0;
 	int ch;
 
@@ -159,6 +163,8 @@ int ck_cli_parse(int argc, char **argv, struct ck_cli *cli)
 		lo[k++] = (struct option){ numopts[i].name, required_argument, NULL, numopts[i].key };
 	lo[k++] = (struct option){ "backend", required_argument, NULL, 'k' };
 	lo[k++] = (struct option){ "json", no_argument, NULL, 'j' };
+	lo[k++] = (struct option){ "node", no_argument, NULL, 'N' };
+	lo[k++] = (struct option){ "drain", no_argument, NULL, 'D' };
 	lo[k++] = (struct option){ "help", no_argument, NULL, 'h' };
 	lo[k++] = (struct option){ "version", no_argument, NULL, 'V' };
 	lo[k] = (struct option){ 0 };
@@ -180,6 +186,12 @@ int ck_cli_parse(int argc, char **argv, struct ck_cli *cli)
 		case 'j':
 			cli->json = 1;
 			break;
+		case 'N':
+			cli->node = 1;
+			break;
+		case 'D':
+			cli->drain = 1;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -194,6 +206,10 @@ int ck_cli_parse(int argc, char **argv, struct ck_cli *cli)
 	if (optind < argc) {
 		fprintf(stderr, "ddp-check: unexpected argument '%s'\n", argv[optind]);
 		usage(stderr);
+		return 2;
+	}
+	if (cli->drain && !cli->node) {
+		fprintf(stderr, "ddp-check: --drain: only with --node (a step's tasks drain nothing)\n");
 		return 2;
 	}
 	if (cli->o.min_bytes > cli->o.max_bytes && cli->o.max_bytes) {

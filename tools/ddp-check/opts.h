@@ -10,6 +10,8 @@ struct ck_cli {
 	struct ck_opts o;
 	const char *backend;             /* --backend, or NULL: DDP_BACKEND */
 	int json;
+	int node;                        /* --node: this node alone (node.h) */
+	int drain;                       /* --drain: a failure drains it */
 };
 
 /* -1: go on and run; else the exit status (0 after --help or --version,

@@ -1,0 +1,166 @@
+/* ddp-check --node (node.h). */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "eval.h"
+#include "node.h"
+
+/* The node's name as Slurm knows it: SLURMD_NODENAME (slurmd sets it for
+ * its HealthCheckProgram and prologs), else the short host name. */
+static void node_name(char *out, size_t len)
+{
+	const char *s = getenv("SLURMD_NODENAME");
+	if (s && *s) {
+		snprintf(out, len, "%s", s);
+		return;
+	}
+	if (gethostname(out, len - 1) != 0)
+		snprintf(out, len, "localhost");
+	out[len - 1] = 0;
+	out[strcspn(out, ".")] = 0;
+}
+
+/* One record per device of the node: its GPUs (the NVIDIA driver's list)
+ * and its RDMA devices, each link read from sysfs; the ports on every
+ * record.  The count, -1 out of memory. */
+static int node_records(struct ck_world *w, const char *host, const char *sysfs)
+{
+	static char nv[960], err[200], ports[512];
+	struct ddpenv_nvgpu g[DDPENV_MAX_GPUS];
+	const char *dir = getenv("DDP_CHECK_NVIDIA_GPUS");
+	int ng = 0;
+	if (!dir || !*dir)
+		dir = DDPENV_NVIDIA_GPUS;
+	if (ck_nvidia_read(dir, nv, sizeof(nv), err, sizeof(err)) > 0)
+		ng = ck_nvidia_parse(nv, g, DDPENV_MAX_GPUS);
+	ng = ng < 0 ? 0 : ng;
+	/* the GPUs the driver excludes are no node's to train on */
+	int k = 0;
+	for (int i = 0; i < ng; i++)
+		if (!g[i].excluded)
+			g[k++] = g[i];
+	ng = k;
+	ck_ib_ports(sysfs, ports, sizeof(ports));
+	/* the RDMA devices, each once ("mlx5_0/1:...;mlx5_0/2:...") */
+	char devs[16][32];
+	int nd = 0;
+	for (const char *p = ports; *p && nd < 16;) {
+		char dev[32];
+		size_t l = strcspn(p, "/;");
+		snprintf(dev, sizeof(dev), "%.*s", (int)l, p);
+		int dup = 0;
+		for (int i = 0; i < nd; i++)
+			dup |= !strcmp(devs[i], dev);
+		if (!dup && *dev)
+			snprintf(devs[nd++], sizeof(devs[0]), "%s", dev);
+		p += strcspn(p, ";");
+		p += *p == ';';
+	}
+	int n = ng + nd > 0 ? ng + nd : 1;
+	w->ranks = calloc((size_t)n, sizeof(*w->ranks));
+	if (!w->ranks)
+		return -1;
+	w->n = n;
+	for (int i = 0; i < n; i++) {
+		struct ck_rank *r = &w->ranks[i];
+		r->id = i;
+		r->joined = 1;
+		r->proto = CK_RECORD_PROTO;
+		snprintf(r->host, sizeof(r->host), "%s", host);
+		snprintf(r->ibports, sizeof(r->ibports), "%s", ports);
+		if (i < ng) {
+			snprintf(r->gpu, sizeof(r->gpu), "%s", g[i].busid);
+			ck_link_read(sysfs, "gpu", g[i].busid, &r->gpu_link);
+		} else if (i - ng < nd) {
+			ck_nic_link_read(sysfs, devs[i - ng], &r->nic_link);
+		}
+	}
+	return n;
+}
+
+/* scontrol update NodeName=host State=DRAIN Reason=...: 0 drained, else
+ * -1 said on stderr.  No shell; bounded to 20 s. */
+static int drain(const char *host, const char *reason)
+{
+	char name[96], why[256];
+	snprintf(name, sizeof(name), "NodeName=%s", host);
+	snprintf(why, sizeof(why), "Reason=%s", reason);
+	pid_t pid = fork();
+	if (pid < 0) {
+		fprintf(stderr, "ddp-check: --drain: cannot start scontrol: %s\n", strerror(errno));
+		return -1;
+	}
+	if (pid == 0) {
+		execlp("scontrol", "scontrol", "update", name, "State=DRAIN", why, (char *)NULL);
+		fprintf(stderr, "ddp-check: --drain: cannot run scontrol: %s\n", strerror(errno));
+		_exit(127);
+	}
+	int status = 0;
+	for (int i = 0; i < 200; i++) {
+		pid_t r = waitpid(pid, &status, WNOHANG);
+		if (r == pid)
+			break;
+		if (r < 0 || i == 199) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &status, 0);
+			fprintf(stderr, "ddp-check: --drain: scontrol did not answer within 20 s\n");
+			return -1;
+		}
+		struct timespec ts = { 0, 100 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		fprintf(stderr, "ddp-check: --drain: scontrol update %s State=DRAIN failed (status %d)\n", name,
+			WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+		return -1;
+	}
+	return 0;
+}
+
+int ck_node_run(const struct ck_cli *cli)
+{
+	static struct ck_world w;
+	struct nodes nd;
+	char host[CK_HOST];
+	const char *sysfs = getenv("DDP_CHECK_SYSFS");
+	int rc = 0;
+
+	if (!sysfs || !*sysfs)
+		sysfs = "/sys";
+	node_name(host, sizeof(host));
+	memset(&w, 0, sizeof(w));
+	w.backend = "nccl";   /* as a training step would use the node */
+	w.opts = cli->o;
+	if (node_records(&w, host, sysfs) < 0 || ck_nodes_build(&w, &nd) < 0) {
+		fprintf(stderr, "ddp-check: --node: out of memory\n");
+		free(w.ranks);
+		return 2;
+	}
+	ck_eval_hw(&w, &nd);
+	ck_nodes_free(&nd);
+	const struct ck_result *bad = NULL;
+	for (size_t i = 0; i < w.nres; i++) {
+		const struct ck_result *r = &w.res[i];
+		static const char *const lv[] = { "OK", "WARN", "FAIL", "SKIP" };
+		printf("%-5s %-22s %s\n", lv[r->level], r->name, r->msg);
+		if (r->level == CK_FAIL && !bad)
+			bad = r;
+	}
+	if (bad) {
+		rc = 1;
+		char reason[200];
+		snprintf(reason, sizeof(reason), "ddp-check %s: %s", bad->name, bad->msg);
+		if (cli->drain && drain(host, reason) == 0)
+			printf("ddp-check: %s drained: %s\n", host, reason);
+	}
+	printf("ddp-check --node %s: %s\n", host, rc ? "FAILED" : "healthy");
+	free(w.res);
+	free(w.ranks);
+	return rc;
+}
