@@ -30,6 +30,31 @@ teardown() {
 	"$CLUSTER" node 3 ip link set enp3s0 mtu 1500 2>/dev/null || true
 	if [ -n "${SQUATTER:-}" ]; then kill "$SQUATTER" 2>/dev/null || true; fi
 	stop_logind
+	if [ -n "${HEALTH_CHECK:-}" ]; then health_check_off; fi
+}
+
+# slurm.conf's HealthCheckProgram: a script that runs ddp-check --node $1
+# with node N's crafted sysfs ($2/nodeN), every 5 s; slurmd gives it
+# SLURMD_NODENAME and no other environment.
+health_check_on() {
+	local prog="$BATS_TEST_TMPDIR/health-check"
+	printf '#!/bin/sh
+export PATH=%s SLURM_CONF=%s
+export DDP_CHECK_SYSFS=%s/$SLURMD_NODENAME DDP_CHECK_NVIDIA_GPUS=/nonexistent
+exec %s --node %s >>%s/hc.$SLURMD_NODENAME 2>&1
+' \
+		"$PATH" "$DIR/etc/slurm.conf" "$2" "$CHECK" "$1" "$BATS_TEST_TMPDIR" >"$prog"
+	chmod 755 "$prog" "$BATS_TEST_TMPDIR"
+	HEALTH_CHECK=1
+	printf 'HealthCheckProgram=%s\nHealthCheckInterval=5\n' "$prog" >>"$DIR/etc/slurm.conf"
+	crun_root scontrol reconfigure
+}
+
+health_check_off() {
+	sed -i '/^HealthCheck/d' "$DIR/etc/slurm.conf"
+	crun_root scontrol reconfigure || true
+	crun_root scontrol update NodeName=node2 State=RESUME 2>/dev/null || true
+	HEALTH_CHECK=
 }
 
 # A stand-in for logind on a private system bus (tests/tools/fake_logind.py)
@@ -82,7 +107,7 @@ stop_logind() {
 	assert_line --regexp "^OK +coll.allreduce +gloo all-reduce of crafted inputs exact on all 6 tasks"
 	# the harness's slurm.conf has KillWait=10
 	assert_line --regexp "^OK +slurm.kill_wait +KillWait=10: a task has 10 s from SIGTERM to SIGKILL \(scancel, requeue, preemption, time limit\) to stop and write its checkpoint$"
-	assert_line "ddp-check: 28 checks OK, 0 WARN, 0 FAILED"
+	assert_line "ddp-check: 30 checks OK, 0 WARN, 0 FAILED"
 }
 
 @test "slurm.kill_wait: KillWait under --min-kill-wait warns; a task whose SLURM_CONF names nothing has a SKIP at once" {
@@ -90,7 +115,7 @@ stop_logind() {
 	echo "$output"
 	assert_success
 	assert_line --regexp "^WARN +slurm.kill_wait +KillWait=10: a task has 10 s from SIGTERM to SIGKILL .*, less than --min-kill-wait 30: a trainer that stops to write its checkpoint .* raise KillWait in slurm.conf \(Slurm's default is 30\)"
-	assert_line "ddp-check: 27 checks OK, 1 WARN, 0 FAILED"
+	assert_line "ddp-check: 29 checks OK, 1 WARN, 0 FAILED"
 	# libslurm would retry a slurm.conf it cannot stat for 60 s, then call
 	# fatal(): task 0 does not ask, and says why
 	SECONDS=0
@@ -99,7 +124,7 @@ stop_logind() {
 	assert_success
 	[ "$SECONDS" -lt 10 ]
 	assert_line --regexp "^SKIP +slurm.kill_wait +KillWait not read: SLURM_CONF=/nonexistent/slurm.conf: No such file or directory$"
-	assert_line "ddp-check: 27 checks OK, 0 WARN, 0 FAILED, 1 skipped"
+	assert_line "ddp-check: 29 checks OK, 0 WARN, 0 FAILED, 1 skipped"
 }
 
 @test "--json writes the same report as one JSON object" {
@@ -117,7 +142,7 @@ assert r["bandwidth"] and r["bandwidth"][-1]["size"] == 262144, r["bandwidth"]
 b = r["bandwidth"][-1]
 assert abs(b["busbw"] - b["algbw"] * 2 * 2 / 3) < 1e-3, b
 names = [c["name"] for c in r["checks"]]
-assert len(names) == 28 and "slurm.kill_wait" in names and "net.shm" in names and "bind.threads" in names and "bind.nproc" in names and "env.nccl" in names and "net.memlock" in names and "net.nofile" in names and "net.probe" in names and "bind.gres" in names and "clock.skew" in names, names
+assert len(names) == 30 and "hw.pcie" in names and "net.fabric" in names and "slurm.kill_wait" in names and "net.shm" in names and "bind.threads" in names and "bind.nproc" in names and "env.nccl" in names and "net.memlock" in names and "net.nofile" in names and "net.probe" in names and "bind.gres" in names and "clock.skew" in names, names
 assert all(c["level"] == "OK" for c in r["checks"]), r["checks"]
 # tasks of root: no process limit holds them, and their threads are not counted
 assert all(x["user_threads"] is None for x in r["ranks"]), r["ranks"]
@@ -252,7 +277,7 @@ time.sleep(60)' &
 	echo "$output"
 	assert_success
 	assert_line --regexp "^WARN +bind.cpus +node1: 2 tasks are not bound, each may run on all of CPUs 0-1"
-	assert_line --regexp "^ddp-check: 27 checks OK, 1 WARN, 0 FAILED$"
+	assert_line --regexp "^ddp-check: 29 checks OK, 1 WARN, 0 FAILED$"
 }
 
 @test "GPU binding (fake GPUs, the nodes' topology): bus ids, locality, one task per GPU, strict narrows visibility" {
@@ -401,13 +426,42 @@ time.sleep(60)' &
 	assert_line --regexp "^WARN +net.fabric +node2's RDMA ports run at 100 Gb/sec \(4X EDR\) where other nodes' run at 200 Gb/sec \(4X HDR\)"
 }
 
+@test "ddp-check --node as the cluster's HealthCheckProgram: without --drain nothing drains; with it the node whose HCA port is down drains, the check its reason" {
+	local sys="$BATS_TEST_TMPDIR/sys"
+	fake_sysfs "$sys/node1" "4: ACTIVE" 16 "200 Gb/sec (4X HDR)"
+	fake_sysfs "$sys/node2" "1: DOWN" 16 "200 Gb/sec (4X HDR)"
+	fake_sysfs "$sys/node3" "4: ACTIVE" 16 "200 Gb/sec (4X HDR)"
+	health_check_on "" "$sys"
+	wait_line "$BATS_TEST_TMPDIR/hc.node2" "ddp-check --node node2: FAILED" 40
+	cat "$BATS_TEST_TMPDIR/hc.node2"
+	grep -qE "^FAIL +net.fabric +node2: mlx5_0 port 1 is DOWN$" "$BATS_TEST_TMPDIR/hc.node2"
+	nodes_healthy
+	health_check_off
+	health_check_on --drain "$sys"
+	local state=""
+	for _ in $(seq 60); do
+		state=$(crun_root sinfo -h -n node2 -o %T)
+		case $state in drain*) break ;; esac
+		sleep 1
+	done
+	echo "node2: $state"
+	[[ $state == drain* ]]
+	run crun_root scontrol show node node2
+	echo "$output"
+	assert_output --regexp "Reason=ddp-check net.fabric: node2: mlx5_0 port 1 is DOWN"
+	run crun_root sinfo -h -n node1,node3 -o %T
+	refute_output --partial drain
+	health_check_off
+	nodes_healthy
+}
+
 @test "net.nofile under gloo: a task's open-files limit with little room beside gloo's full mesh is a warning naming the node" {
 	run crun srun -N3 --ntasks-per-node=2 --ddp=gloo bash -c \
 		"[ \$SLURM_NODEID = 1 ] && ulimit -n 100; exec $CHECK ${ARGS[*]}"
 	echo "$output"
 	assert_success
 	assert_line --regexp "^WARN +net.nofile +the open-files limit \(ulimit -n\) on node2: 100 \(task 2 and others\): gloo connects every rank to every other, 5 sockets a rank at world size 6, which leave little room for the program's own files \(at least 261 wanted\); .*PropagateResourceLimitsExcept=NOFILE"
-	assert_line --regexp "^ddp-check: 27 checks OK, 1 WARN, 0 FAILED$"
+	assert_line --regexp "^ddp-check: 29 checks OK, 1 WARN, 0 FAILED$"
 }
 
 # The process limit holds all of a user's threads on a node (one kernel
@@ -423,9 +477,9 @@ time.sleep(60)' &
 	# KillWait is read as uid 65534 too, who cannot read the cluster's
 	# slurm.conf in a checkout under /root (0700): skipped there, saying why
 	if grep -qE '^SKIP +slurm\.kill_wait +KillWait not read: SLURM_CONF=.*: Permission denied$' <<<"$output"; then
-		assert_line --regexp "^ddp-check: 26 checks OK, 1 WARN, 0 FAILED, 1 skipped$"
+		assert_line --regexp "^ddp-check: 28 checks OK, 1 WARN, 0 FAILED, 1 skipped$"
 	else
-		assert_line --regexp "^ddp-check: 27 checks OK, 1 WARN, 0 FAILED$"
+		assert_line --regexp "^ddp-check: 29 checks OK, 1 WARN, 0 FAILED$"
 	fi
 	# 40 OpenMP threads a task on node2: past the limit
 	run crun srun -N2 --ntasks-per-node=2 --ddp=gloo bash -c \
