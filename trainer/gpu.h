@@ -58,7 +58,7 @@ enum cnn_conv_impl {
 };
 
 /* fc2 and the loss (--fc2): cuBLAS's GEMMs and the loss's kernel, or, for
- * a training batch, one launch of the project's (cnn_cuda_fc2_head: fc1's
+ * a training batch, one launch of the project's (cnn_cuda_fc2_fused: fc1's
  * dropout, fc2's forward and backward, the loss, fc1's ReLU backward and
  * bias gradient; TF32 and fp32), or per batch size the faster. */
 enum cnn_fc2_impl {

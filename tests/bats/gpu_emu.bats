@@ -220,17 +220,17 @@ assert auto["pdl"] == {"edges": n, "kept": True, "ms": ms[0:2]}, auto
 assert default["pdl"] == {"edges": n, "kept": True, "ms": ms[2:4]}, default
 PY
 	# an edge CUDA refuses as programmatic stays as captured, the others
-	# are made: CUEMU_NO_PDL refuses those into fc2's head and the update
+	# are made: CUEMU_NO_PDL refuses those into fc2's classifier and the update
 	local refused
 	/usr/bin/python3 - "$BATS_TEST_TMPDIR/g2.dot" >"$BATS_TEST_TMPDIR/into" <<'PY'
 import re, sys
 text = open(sys.argv[1]).read()
 label = dict(re.findall(r'^  (n\d+) \[label="([^"]*)"', text, re.M))
-print(sum(label[b] in ("fc2_head", "sgd_kernel") for _, b in re.findall(r'^  (n\d+) -> (n\d+) \[style=dashed\];$', text, re.M)))
+print(sum(label[b] in ("fc2_fused", "sgd_kernel") for _, b in re.findall(r'^  (n\d+) -> (n\d+) \[style=dashed\];$', text, re.M)))
 PY
 	refused=$(cat "$BATS_TEST_TMPDIR/into")
 	[ "$refused" -gt 0 ]
-	CUEMU_NO_PDL=fc2_head,sgd_kernel CUEMU_STREAMS=lazy run --separate-stderr "$CNN" "${SMALL[@]}" --max-steps 8 \
+	CUEMU_NO_PDL=fc2_fused,sgd_kernel CUEMU_STREAMS=lazy run --separate-stderr "$CNN" "${SMALL[@]}" --max-steps 8 \
 		--device cuda --precision fp32 --conv1 direct --conv-layout nchw --backward-streams 2 --pdl on \
 		--dump-params "$BATS_TEST_TMPDIR/p4.bin"
 	echo "$stderr"
@@ -873,7 +873,7 @@ epoch 1/2 step 4/8"
 # adds a kernel, a copy or a memset to the step says so here.  cuemu counts
 # a cuDNN or cuBLAS call as one node (a GPU's may be more).
 @test "the step's CUDA graph: its nodes counted and drawn, no copy or memset, two streams shorten its chain, --fc2 fused and auto (cuemu)" {
-	# (cuBLAS's fc2 first: the default, --fc2 auto, takes the fused head
+	# (cuBLAS's fc2 first: the default, --fc2 auto, takes the fused classifier
 	# on cuemu's clock; one backward stream, where the default, auto, keeps
 	# two on cuemu's clock; NCHW, where the default, auto, times both
 	# layouts' graphs; no programmatic edge, where the default, auto, times
@@ -936,7 +936,7 @@ epoch 1/2 step 4/8"
 	assert len(nodes) == 18 and longest == int(sys.argv[2]), (len(nodes), longest, sys.argv[2])
 	assert len(edges) > 19, edges   # more forks and joins than one stream's
 	PY
-	# fc2's fused head: fc1's dropout, fc2's GEMM, the loss, dW4, dh, fc1's
+	# fc2's fused classifier: fc1's dropout, fc2's GEMM, the loss, dW4, dh, fc1's
 	# ReLU backward and its bias gradient (a gemv) in one launch
 	run --separate-stderr "$CNN" "${opts[@]}" --fc2 fused
 	assert_success
@@ -947,7 +947,7 @@ epoch 1/2 step 4/8"
 	# bf16's GEMMs read bf16 operands the head does not: refused, naming why
 	run --separate-stderr "$CNN" "${opts[@]}" --fc2 fused --precision bf16
 	assert_failure
-	[[ "$stderr" == *"--fc2 fused: fc2's fused head computes in fp32 from fp32 operands: TF32 or fp32 (bf16 keeps cuBLAS's bf16 GEMMs: --fc2 cublas)"* ]]
+	[[ "$stderr" == *"--fc2 fused: fc2's fused classifier computes in fp32 from fp32 operands: TF32 or fp32 (bf16 keeps cuBLAS's bf16 GEMMs: --fc2 cublas)"* ]]
 	# --fc2 auto: each batch size's head the faster of the two as timed
 	# (cuemu's clock: a model), said in the # GPU: line; the step's graph
 	# holds the one chosen for the training batch; bf16 keeps cuBLAS's
@@ -1024,7 +1024,7 @@ epoch 1/2 step 4/8"
 		--dump-params "$BATS_TEST_TMPDIR/sa.bin"
 	echo "$stderr"
 	assert_success
-	# (fc2's fused head here: the all-reduce's branch is the longest path on
+	# (fc2's fused classifier here: the all-reduce's branch is the longest path on
 	# cuemu's clock either way, a tie, which keeps one stream)
 	assert_line --regexp '^# backward streams auto \(batch 8\): [12] kept; a replay of the step took [0-9.]+ ms with 1, [0-9.]+ ms with 2 \(the least of [0-9]+ each, summed over the ranks\)$'
 	assert_line --regexp '^params: identical on all 2 ranks '

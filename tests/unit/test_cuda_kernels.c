@@ -48,7 +48,7 @@ static const struct {
 	{ "conv9 bf16", 1e-6f, 8e-3f, "as conv9, then rounded to bf16: an order that differs may round to the neighbouring bf16 value (2^-7 relative)" },
 	{ "mma", 2e-4f, 1e-5f, "up to ~2000 exact products of TF32 or bf16 operands in [-1, 1) (sums of magnitude ~15): the tensor cores' and the blocks' order vs oneDNN's, image by image" },
 	{ "mma bf16", 2e-4f, 8e-3f, "as mma, then rounded to bf16 (2^-7 relative)" },
-	{ "fc2", 2e-5f, 2e-5f, "fc2's head: 128 products of values in [-1, 1) summed in order (nvcc's FMAs) vs the CPU's sgemm, logits of ~10 a few ulp apart, and what follows from them" },
+	{ "fc2", 2e-5f, 2e-5f, "fc2's classifier: 128 products of values in [-1, 1) summed in order (nvcc's FMAs) vs the CPU's sgemm, logits of ~10 a few ulp apart, and what follows from them" },
 };
 enum { T_EXACT, T_EXPF, T_SUM, T_UPDATE, T_FMA, T_BIASSUM, T_CONV9, T_CONV9_BF16, T_MMA, T_MMA_BF16,
        T_FC2 };
@@ -1250,14 +1250,14 @@ static void test_weights_nhwc(int out, int in, int bf16)
 	free(w), free(want), free(got);
 }
 
-/* fc2's head (--fc2 fused) on n rows of hid inputs (in [-1, 1): fc1's ReLU
+/* fc2's classifier (--fc2 fused) on n rows of hid inputs (in [-1, 1): fc1's ReLU
  * gates the negative ones) and k classes, against its twins in a row:
  * cnn_linear_fwd, cnn_logsoftmax_nll_fwd and _bwd, cnn_linear_bwd, dh
  * scaled by dropout's 2 and cnn_relu_bwd, dh's column sums; with fold,
  * fc1's bias, ReLU and dropout (p 0.5) first, as cnn_bias_relu and
  * cnn_dropout_fwd (exact).  Outputs are written, not added to (garbage
  * before), and the same bits twice. */
-static void test_fc2_head(int n, int hid, int k, int fold)
+static void test_fc2_fused(int n, int hid, int k, int fold)
 {
 	size_t nh = (size_t)n * hid, nk = (size_t)n * k, kh = (size_t)k * hid;
 	float *h = malloc(nh * 4), *w = malloc(kh * 4), b[64], *z = malloc(nk * 4), *lp = malloc(nk * 4);
@@ -1282,7 +1282,7 @@ static void test_fc2_head(int n, int hid, int k, int fold)
 	float *dB1 = dev(b1, hid * 4);
 	uint64_t *dkey = dev(&key, 8);
 	/* the blocks' partial sums and their counter, 0 before the first call */
-	size_t sn = cnn_cuda_fc2_head_scratch(n, hid, k);
+	size_t sn = cnn_cuda_fc2_fused_scratch(n, hid, k);
 	float *dS = sn ? dev(NULL, sn * 4) : NULL;
 	if (sn)
 		CK(cudaMemset(dS, 0, sn * 4));
@@ -1294,22 +1294,22 @@ static void test_fc2_head(int n, int hid, int k, int fold)
 		CK(cudaMemset(ddb, 0x7f, k * 4));
 		CK(cudaMemset(ddh, 0x7f, nh * 4));
 		CK(cudaMemset(ddbh, 0x7f, hid * 4));
-		ok &= cnn_cuda_fc2_head(dH, fold ? dB1 : NULL, 0.5f, dkey, dW, dB, dlab, n, hid, k,
+		ok &= cnn_cuda_fc2_fused(dH, fold ? dB1 : NULL, 0.5f, dkey, dW, dB, dlab, n, hid, k,
 					(float)n, 2.f, dlp, dout, dd, ddw, ddb, ddh, ddbh, dS, sn,
 					NULL) == 0;
 		back(run ? again : out, dout, 8);
 		back(run ? g2 : g, ddh, nh * 4);
 	}
-	snprintf(m, sizeof(m), "fc2_head%s launches", bn);
+	snprintf(m, sizeof(m), "fc2_fused%s launches", bn);
 	test_cond(m, ok);
 	if (sn) {
 		unsigned count = 1;
 		back(&count, dS, 4);
-		snprintf(m, sizeof(m), "fc2_head%s: %zu floats of scratch, its counter back at 0", bn,
+		snprintf(m, sizeof(m), "fc2_fused%s: %zu floats of scratch, its counter back at 0", bn,
 			 sn);
 		test_cond(m, count == 0);
 	}
-	snprintf(m, sizeof(m), "fc2_head%s: fc1's output gradient and the loss, the same bits twice", bn);
+	snprintf(m, sizeof(m), "fc2_fused%s: fc1's output gradient and the loss, the same bits twice", bn);
 	test_cond(m, !memcmp(g, g2, nh * 4) && !memcmp(out, again, 8));
 	/* the twins */
 	if (fold) {
@@ -1317,7 +1317,7 @@ static void test_fc2_head(int n, int hid, int k, int fold)
 			cnn_bias_relu(h + (size_t)i * hid, b1, hid, 1);
 		cnn_dropout_fwd(h, nh, 0.5f, key);
 		back(g, dH, nh * 4);
-		snprintf(m, sizeof(m), "fc2_head%s: h is cnn_bias_relu then cnn_dropout_fwd's (exact)", bn);
+		snprintf(m, sizeof(m), "fc2_fused%s: h is cnn_bias_relu then cnn_dropout_fwd's (exact)", bn);
 		test_cond(m, compare("h", g, h, nh, T_EXACT) == 0);
 	}
 	int correct = 0;
@@ -1335,7 +1335,7 @@ static void test_fc2_head(int n, int hid, int k, int fold)
 		dbh[q] = (float)acc;
 	}
 	float cpu_sum = loss * n;
-	snprintf(m, sizeof(m), "fc2_head%s: the loss sum and correct count are the CPU's", bn);
+	snprintf(m, sizeof(m), "fc2_fused%s: the loss sum and correct count are the CPU's", bn);
 	test_cond(m, compare("loss", &out[0], &cpu_sum, 1, T_SUM) == 0 && (int)out[1] == correct);
 	const struct {
 		const char *name, *what;
@@ -1351,27 +1351,27 @@ static void test_fc2_head(int n, int hid, int k, int fold)
 	};
 	for (size_t o = 0; o < sizeof(outs) / sizeof(outs[0]); o++) {
 		back(g, outs[o].gpu, outs[o].n * 4);
-		snprintf(m, sizeof(m), "fc2_head%s: %s within the fc2 tolerance", bn, outs[o].what);
+		snprintf(m, sizeof(m), "fc2_fused%s: %s within the fc2 tolerance", bn, outs[o].what);
 		test_cond(m, compare(outs[o].name, g, outs[o].cpu, outs[o].n, T_FC2) == 0);
 	}
 	if (n == 64) {
-		test_cond("fc2_head refuses 0 rows",
-			  cnn_cuda_fc2_head(dH, NULL, 0.f, NULL, dW, dB, dlab, 0, hid, k, 1.f, 1.f, dlp,
+		test_cond("fc2_fused refuses 0 rows",
+			  cnn_cuda_fc2_fused(dH, NULL, 0.f, NULL, dW, dB, dlab, 0, hid, k, 1.f, 1.f, dlp,
 					    dout, dd, ddw, ddb, ddh, ddbh, dS, sn, NULL) == -1);
-		test_cond("fc2_head refuses 1025 hidden units",
-			  cnn_cuda_fc2_head(dH, NULL, 0.f, NULL, dW, dB, dlab, n, 1025, k, 1.f, 1.f, dlp,
+		test_cond("fc2_fused refuses 1025 hidden units",
+			  cnn_cuda_fc2_fused(dH, NULL, 0.f, NULL, dW, dB, dlab, n, 1025, k, 1.f, 1.f, dlp,
 					    dout, dd, ddw, ddb, ddh, ddbh, dS, sn, NULL) == -1 &&
-			  !cnn_cuda_fc2_head_fits(1025, k));
-		test_cond("fc2_head refuses 65 classes",
-			  cnn_cuda_fc2_head(dH, NULL, 0.f, NULL, dW, dB, dlab, n, hid, 65, 1.f, 1.f, dlp,
+			  !cnn_cuda_fc2_fused_fits(1025, k));
+		test_cond("fc2_fused refuses 65 classes",
+			  cnn_cuda_fc2_fused(dH, NULL, 0.f, NULL, dW, dB, dlab, n, hid, 65, 1.f, 1.f, dlp,
 					    dout, dd, ddw, ddb, ddh, ddbh, dS, sn, NULL) == -1 &&
-			  !cnn_cuda_fc2_head_fits(hid, 65));
-		test_cond("fc2_head refuses weights of more than 4096 floats with their padding "
+			  !cnn_cuda_fc2_fused_fits(hid, 65));
+		test_cond("fc2_fused refuses weights of more than 4096 floats with their padding "
 			  "(32 classes of 128 hidden units)",
-			  !cnn_cuda_fc2_head_fits(128, 32) && cnn_cuda_fc2_head_fits(128, 31) &&
-			  cnn_cuda_fc2_head_fits(1024, 3));
-		test_cond("fc2_head refuses a scratch shorter than it needs",
-			  sn > 0 && cnn_cuda_fc2_head(dH, NULL, 0.f, NULL, dW, dB, dlab, n, hid, k, 1.f,
+			  !cnn_cuda_fc2_fused_fits(128, 32) && cnn_cuda_fc2_fused_fits(128, 31) &&
+			  cnn_cuda_fc2_fused_fits(1024, 3));
+		test_cond("fc2_fused refuses a scratch shorter than it needs",
+			  sn > 0 && cnn_cuda_fc2_fused(dH, NULL, 0.f, NULL, dW, dB, dlab, n, hid, k, 1.f,
 						      1.f, dlp, dout, dd, ddw, ddb, ddh, ddbh, dS,
 						      sn - 1, NULL) == -1);
 	}
@@ -1879,16 +1879,16 @@ int main(void)
 	test_logsoftmax(3001, 10, 0, 1); /* more rows than threads: strided */
 	test_logsoftmax(5, 64, 1, 1);   /* more classes than rows: a thread a column */
 	test_logsoftmax(40, 3, 0, 1);   /* groups of 3 that leave threads out */
-	test_fc2_head(64, 128, 10, 1);  /* the training batch of 64, the Net's shapes */
-	test_fc2_head(64, 128, 10, 0);  /* h as given */
-	test_fc2_head(8, 128, 10, 1);   /* fewer rows than the groups of columns */
-	test_fc2_head(1500, 128, 10, 1);/* 47 blocks, the last of 28 rows */
-	test_fc2_head(1024, 128, 10, 1);/* the training batch of 1024: 32 blocks */
-	test_fc2_head(33, 101, 7, 1);   /* two blocks, the second of one row; groups that leave
+	test_fc2_fused(64, 128, 10, 1);  /* the training batch of 64, the Net's shapes */
+	test_fc2_fused(64, 128, 10, 0);  /* h as given */
+	test_fc2_fused(8, 128, 10, 1);   /* fewer rows than the groups of columns */
+	test_fc2_fused(1500, 128, 10, 1);/* 47 blocks, the last of 28 rows */
+	test_fc2_fused(1024, 128, 10, 1);/* the training batch of 1024: 32 blocks */
+	test_fc2_fused(33, 101, 7, 1);   /* two blocks, the second of one row; groups that leave
 					   threads out */
-	test_fc2_head(30, 301, 5, 1);   /* 13 rows a block: the later blocks' rows start inside a
+	test_fc2_fused(30, 301, 5, 1);   /* 13 rows a block: the later blocks' rows start inside a
 					   group of 4 dropout draws */
-	test_fc2_head(9, 1000, 3, 1);   /* 4 rows a block, more columns than threads */
+	test_fc2_fused(9, 1000, 3, 1);   /* 4 rows a block, more columns than threads */
 	test_optim(CNN_SGD, 0.9f, 0.f);
 	test_optim(CNN_SGD, 0.9f, 1e-4f);
 	test_optim(CNN_SGD, 0.f, 0.f);

@@ -1007,7 +1007,7 @@ static void test_steps_more(int bf16)
 		{ STEPS_S " bf16 GPU steps, conv2 on the tensor-core kernels, as a CUDA graph with NCCL (world 1)", CNN_PREC_BF16, 1, NCCL_1, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_DIRECT, CNN_FC2_CUBLAS },
 		{ STEPS_S " bf16 GPU steps, conv1 and conv2 direct, NHWC, two backward streams, as a CUDA graph", CNN_PREC_BF16, 1, NO_COMM, CNN_LAYOUT_NHWC, 2, CNN_CONV_DIRECT, CNN_CONV_DIRECT, CNN_FC2_CUBLAS },
 		{ STEPS_S " eager bf16 GPU steps, conv2 by cuDNN, NHWC", CNN_PREC_BF16, 0, NO_COMM, CNN_LAYOUT_NHWC, 1, CNN_CONV_AUTO, CNN_CONV_CUDNN, CNN_FC2_CUBLAS },
-		/* fc2's fused head: dropout's scale on dh, the buckets with NCCL */
+		/* fc2's fused classifier: dropout's scale on dh, the buckets with NCCL */
 		{ STEPS_S " GPU steps, fc2 fused, as a CUDA graph with NCCL (world 1)", CNN_PREC_FP32, 1, NCCL_1, CNN_LAYOUT_NCHW, 1, CNN_CONV_AUTO, CNN_CONV_AUTO, CNN_FC2_FUSED },
 		{ STEPS_S " eager GPU steps, fc2 fused, two backward streams, all-reduced through the host", CNN_PREC_FP32, 0, HOST_TWIN, CNN_LAYOUT_NCHW, 2, CNN_CONV_AUTO, CNN_CONV_AUTO, CNN_FC2_FUSED },
 	};
@@ -1619,7 +1619,7 @@ int main(void)
 	} else {
 		test_skip("bf16 conv2 direct golden steps", "this GPU has no bf16 tensor cores (sm_80+)");
 	}
-	/* fc2's fused head: fp32, and TF32 with every convolution the
+	/* fc2's fused classifier: fp32, and TF32 with every convolution the
 	 * project's and two streams */
 	struct stepper fp32f = { .name = "fp32 fc2 fused", .tol = "fp32", .prec = CNN_PREC_FP32, .fc2 = CNN_FC2_FUSED };
 	struct stepper tf32f = { .name = "tf32 fc2 fused, conv1 and conv2 direct, two streams", .tol = "tf32", .prec = CNN_PREC_TF32, .streams = 2, .conv1 = CNN_CONV_DIRECT, .conv2 = CNN_CONV_DIRECT, .fc2 = CNN_FC2_FUSED };

@@ -187,11 +187,11 @@ void cnn_gnet_describe(const struct cnn_gnet *g, char *buf, size_t len)
 	k = describe_cudnn(g, buf, len, k);
 	if (g->fc2 == CNN_FC2_FUSED && k >= 0 && (size_t)k < len)
 		k += snprintf(buf + k, len - k, ", fc2 fused");
-	/* auto: each batch size's head and the times that chose it */
+	/* auto: each batch size's fc2 and the times that chose it */
 	for (int i = 0; g->fc2 == CNN_FC2_AUTO && i < g->nalgos && k >= 0 && (size_t)k < len; i++) {
 		const struct cnn_gnet_algos *a = &g->algos[i];
-		if (!cnn_cuda_fc2_head_fits(g->m.hidden, g->m.in.classes)) {
-			k += snprintf(buf + k, len - k, ", batch %d fc2 cuBLAS (the fused head does "
+		if (!cnn_cuda_fc2_fused_fits(g->m.hidden, g->m.in.classes)) {
+			k += snprintf(buf + k, len - k, ", batch %d fc2 cuBLAS (the fused classifier does "
 				      "not take %d hidden units and %d classes)", a->n, g->m.hidden,
 				      g->m.in.classes);
 			continue;

@@ -125,9 +125,9 @@ static int gpu_open(struct cnn_gpu **out, const struct cnn_gpu_opts *o, char *er
 			  o->conv2, g->s) < 0 ||
 	    cnn_gnet_use_streams(&g->net, auto_streams ? 1 : g->net.streams) < 0)
 		FAIL("%s", g->net.err[0] ? g->net.err : cnn_cuda_last_error());
-	/* the head reads fp32 h and W4 (no bf16 operands): bf16 keeps cuBLAS's */
+	/* the fused classifier reads fp32 h and W4 (no bf16 operands): bf16 keeps cuBLAS's */
 	if (o->fc2 == CNN_FC2_FUSED && o->precision == CNN_PREC_BF16)
-		FAIL("--fc2 fused: fc2's fused head computes in fp32 from fp32 operands: "
+		FAIL("--fc2 fused: fc2's fused classifier computes in fp32 from fp32 operands: "
 		     "TF32 or fp32 (bf16 keeps cuBLAS's bf16 GEMMs: --fc2 cublas)");
 	g->net.fc2 = o->precision == CNN_PREC_BF16 ? CNN_FC2_CUBLAS : o->fc2;
 	g->net.graph_batch = o->graph ? o->batch : 0;

@@ -3,7 +3,7 @@
 // backward, the ReLU's backward, the bias gradients, in NCHW and NHWC, the
 // weights' layout and precision conversions; and the GPU path's error
 // reporting (errors.h).  conv1's direct kernels are conv1.cu's, the
-// gather, the head and the optimizers head.cu's, conv2's tensor-core
+// gather, the classifier and the optimizers classifier.cu's, conv2's tensor-core
 // kernels conv2_tc.cu's.  Grid-stride loops, one thread per output
 // element, except the bias gradient (a block per chunk of images and
 // channel) and the pools' tiled and vectorized kernels.  The kernels are

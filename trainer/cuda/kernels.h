@@ -8,7 +8,7 @@
  *   cnn_cuda_logsoftmax_nll_fwd cnn_logsoftmax_nll_fwd (sum of losses, correct count),
  *                               after the bias of cnn_linear_fwd, and
  *                               cnn_logsoftmax_nll_bwd in the same pass
- *   cnn_cuda_fc2_head           cnn_linear_fwd, the loss and its gradient,
+ *   cnn_cuda_fc2_fused           cnn_linear_fwd, the loss and its gradient,
  *                               cnn_linear_bwd and cnn_relu_bwd (fc2 whole)
  *   cnn_cuda_sgd_step           SGD of cnn_optim_step (torch.optim.SGD)
  *   cnn_cuda_adadelta_step      Adadelta of cnn_optim_step
@@ -105,20 +105,20 @@ int cnn_cuda_relu_bwd(float *dx, const float *y, size_t n, cnn_bf16 *dxb, cudaSt
  * written, each sum in a fixed order (a block per 32 rows at 128 hidden
  * units, the blocks' partial sums added by the last of them to finish:
  * the same bits each run for a given n).  n >= 1, scale_n > 0 and the
- * shapes cnn_cuda_fc2_head_fits takes; scratch: scratch_n floats, at
- * least cnn_cuda_fc2_head_scratch(n, hid, k) (0 for one block: NULL will
+ * shapes cnn_cuda_fc2_fused_fits takes; scratch: scratch_n floats, at
+ * least cnn_cuda_fc2_fused_scratch(n, hid, k) (0 for one block: NULL will
  * do), its first 4 bytes 0 before the first call (each call leaves them
  * 0; calls on one scratch must not overlap). */
-int cnn_cuda_fc2_head(float *h, const float *b1, float p, const uint64_t *key, const float *w,
+int cnn_cuda_fc2_fused(float *h, const float *b1, float p, const uint64_t *key, const float *w,
 		      const float *b, const uint8_t *label, int n, int hid, int k, float scale_n,
 		      float s2, float *logp, float *out, float *dlogits, float *dw, float *db,
 		      float *dh, float *dbh, float *scratch, size_t scratch_n, cudaStream_t s);
-/* whether cnn_cuda_fc2_head takes hid hidden units and k classes: hid
+/* whether cnn_cuda_fc2_fused takes hid hidden units and k classes: hid
  * 1..1024, k 1..64, k (hid + 1) floats of weights at most 4096 */
-int cnn_cuda_fc2_head_fits(int hid, int k);
-/* the floats of scratch cnn_cuda_fc2_head needs for n rows (0 where one
+int cnn_cuda_fc2_fused_fits(int hid, int k);
+/* the floats of scratch cnn_cuda_fc2_fused needs for n rows (0 where one
  * block takes them all, or for shapes it refuses) */
-size_t cnn_cuda_fc2_head_scratch(int n, int hid, int k);
+size_t cnn_cuda_fc2_fused_scratch(int n, int hid, int k);
 int cnn_cuda_logsoftmax_nll_fwd(const float *logits, const float *b, const uint8_t *label, int n,
 				int k, float *logp, float *out, float *dlogits, cnn_bf16 *dlb,
 				float scale_n, float *dbias, cudaStream_t s);

@@ -1,6 +1,6 @@
 // What the kernel files of the GPU path share (kernels.cu: the element-wise
-// kernels of the activations; conv1.cu: conv1's direct kernels; head.cu:
-// the gather, the head's fused kernels and the optimizers; conv2_tc.cu:
+// kernels of the activations; conv1.cu: conv1's direct kernels; classifier.cu:
+// the gather, the classifier's fused kernels and the optimizers; conv2_tc.cu:
 // conv2 on the tensor cores): the headers, the grid size of a grid-stride
 // loop, the loads and stores that widen and round bf16, the bias
 // gradients' reductions.  cuemu compiles the same files for the CPU.

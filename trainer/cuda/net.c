@@ -213,7 +213,7 @@ static int init_tensors(struct cnn_gnet *g)
 }
 
 /* The project's kernels' scratch: the bias gradients', conv1's and
- * conv2's direct kernels', fc2's fused head's (counters at 0, where each
+ * conv2's direct kernels', fc2's fused classifier's (counters at 0, where each
  * launch leaves them). */
 static int init_scratch(struct cnn_gnet *g)
 {
@@ -243,8 +243,8 @@ static int init_scratch(struct cnn_gnet *g)
 	if (c1w && direct2 &&
 	    alloc(&g->c1s, cnn_cuda_conv3_dgrad_conv1_scratch(max_batch, M->c1, M->h1, M->w1) * 4) < 0)
 		return -1;
-	/* fc2's fused head: its blocks' partial sums and their counter */
-	g->fhs_n = cnn_cuda_fc2_head_scratch(max_batch, M->hidden, M->in.classes);
+	/* fc2's fused classifier: its blocks' partial sums and their counter */
+	g->fhs_n = cnn_cuda_fc2_fused_scratch(max_batch, M->hidden, M->in.classes);
 	if (g->fhs_n) {
 		if (alloc(&g->fhs, g->fhs_n * 4) < 0)
 			return -1;
@@ -824,8 +824,8 @@ static float drop_scale(float p)
 	return p > 0.f ? 1.f / (1.f - p) : 1.f;
 }
 
-/* fc2's head for n images on s alone, as auto times it: fused, the one
- * kernel (cnn_cuda_fc2_head); else the calls it replaces, as the step
+/* fc2's classifier for n images on s alone, as auto times it: fused, the one
+ * kernel (cnn_cuda_fc2_fused); else the calls it replaces, as the step
  * makes them (fc1's dropout, fc2's GEMM, the loss with its gradient and
  * fc2's bias gradient, dW4's and dh's GEMMs, the ReLU's backward, db3's
  * gemv; the step runs dW4 and db3 on sw where there are two streams). */
@@ -836,7 +836,7 @@ static int fc2_call(struct cnn_gnet *g, int n, int fused)
 	float *G = g->grads;
 	int K = M->in.classes, H = M->hidden;
 	if (fused)
-		return cnn_cuda_fc2_head(g->h, P + M->t[P_B3].off, M->p_drop2, g->keys + 1,
+		return cnn_cuda_fc2_fused(g->h, P + M->t[P_B3].off, M->p_drop2, g->keys + 1,
 					 P + M->t[P_W4].off, P + M->t[P_B4].off, g->y, n, H, K, (float)n,
 					 drop_scale(M->p_drop2), g->logp, g->stats, g->dlogits,
 					 G + M->t[P_W4].off, G + M->t[P_B4].off, g->dh, G + M->t[P_B3].off,
@@ -957,7 +957,7 @@ int cnn_gnet_forward(struct cnn_gnet *g, int n, int train, float scale_n)
 	 * (cnn_gnet_backward starts at fc1's weight gradient) */
 	if (a->fc2 && scale_n > 0.f) {
 		float *G = g->grads;
-		return cnn_cuda_fc2_head(g->h, P + M->t[P_B3].off, train ? M->p_drop2 : 0.f,
+		return cnn_cuda_fc2_fused(g->h, P + M->t[P_B3].off, train ? M->p_drop2 : 0.f,
 					 g->keys + 1, P + M->t[P_W4].off, P + M->t[P_B4].off, g->y,
 					 n, M->hidden, M->in.classes, scale_n, drop_scale(M->p_drop2),
 					 g->logp, g->stats, g->dlogits, G + M->t[P_W4].off,
@@ -1011,7 +1011,7 @@ int cnn_gnet_backward(struct cnn_gnet *g, int n,
 	/* dlogits (and for bf16 dlb) and fc2's bias gradient: the forward's
 	 * (cnn_gnet_forward with scale_n, the loss's kernel); with --fc2 fused
 	 * also fc2's weight gradient, dh through fc1's ReLU and fc1's bias
-	 * gradient (cnn_cuda_fc2_head) */
+	 * gradient (cnn_cuda_fc2_fused) */
 	int fused = a->fc2;
 	if ((!fused &&
 	     (fork_w(g, 0) < 0 ||

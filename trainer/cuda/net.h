@@ -49,7 +49,7 @@ struct cnn_gnet_algos {
 	 * which only cuDNN's calls need (ms_da2; 0: not timed) */
 	int direct2;
 	float ms2[3][2], ms_da2, msb[2][2];
-	/* fc2's head (cnn_gnet.fc2): 1, the fused kernel; with auto, the
+	/* fc2's classifier (cnn_gnet.fc2): 1, the fused kernel; with auto, the
 	 * unfused calls' time and the kernel's, in ms (0: not timed) */
 	int fc2;
 	float ms_fc2[2];
@@ -121,12 +121,12 @@ struct cnn_gnet {
 	enum cnn_conv_impl conv2;        /* asked for; algos[].direct2 has the choice */
 	/* --fc2 (TF32, fp32; bf16 keeps cuBLAS's): fused, a training batch's
 	 * fc1 dropout, fc2 forward, loss, fc2 backward, fc1's ReLU backward and
-	 * bias gradient in one launch (cnn_cuda_fc2_head), where seven took
+	 * bias gradient in one launch (cnn_cuda_fc2_fused), where seven took
 	 * them; auto, per batch size the faster (algos[].fc2 has the choice) */
 	enum cnn_fc2_impl fc2;
 	int tc;                          /* the GPU has TF32 and bf16 tensor cores (8.0+) */
 	float *c2s;                      /* the tensor-core conv2 weight gradient's scratch */
-	float *fhs;                      /* fc2's fused head's scratch (its counter zeroed) */
+	float *fhs;                      /* fc2's fused classifier's scratch (its counter zeroed) */
 	size_t fhs_n;                    /* its floats */
 	void *c2w;                       /* conv2's weights packed for those kernels (the
 					  * forward's, then the backward-data's): wfresh */

@@ -35,7 +35,7 @@ const struct cnn_gnet_algos *cnn_gnet_find_algos(const struct cnn_gnet *g, int n
  * backward-data or backward-filter with the bias's gradient (0, 1, 2);
  * "layer" 2, the pool's backward into da2 (direct ignored); "layer" 3,
  * conv2's backward-data (direct bit 1) with conv1's weight gradient
- * (bit 0), fused where both are direct in NCHW; "layer" 4, fc2's head
+ * (bit 0), fused where both are direct in NCHW; "layer" 4, fc2's classifier
  * (direct: the fused kernel, else the calls it replaces).  a->n images,
  * the descriptors set for them (cnn_gnet_descs); -1 on a failure. */
 int cnn_gnet_call(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int layer, int call,

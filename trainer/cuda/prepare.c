@@ -4,7 +4,7 @@
  * call timed as the step's replay runs it (cnn_gnet_call, net.c):
  * cudnnFind's candidates for conv2's calls timed again at the graph's
  * batch, conv1's and conv2's calls by cuDNN against the project's
- * kernels (in NCHW the backward's pair chosen together), fc2's fused head
+ * kernels (in NCHW the backward's pair chosen together), fc2's fused classifier
  * against cuBLAS's calls.  Where a choice of conv2's calls is timed in
  * the step's graph as a whole (cnn_gnet_conv2_variants), graph.c times it. */
 #include <stdio.h>
@@ -195,7 +195,7 @@ int cnn_gnet_prepare(struct cnn_gnet *g, int n)
 	if (retime_cudnn(g, &a) < 0 || (both && retime_cudnn(g, &other) < 0) ||
 	    choose_convs(g, &a) < 0 || choose_fc2(g, &a) < 0 || (both && choose_convs(g, &other) < 0))
 		return -1;
-	/* fc2's head does not depend on the layout */
+	/* fc2's classifier does not depend on the layout */
 	other.fc2 = a.fc2;
 	memcpy(other.ms_fc2, a.ms_fc2, sizeof(a.ms_fc2));
 	if (!both)
@@ -339,7 +339,7 @@ static int time_call(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int lay
 		{ "conv1's forward", "conv1's weight gradient" },
 		{ "conv2's forward", "conv2's backward-data", "conv2's backward-filter" }
 	};
-	const char *what = layer == 4 ? "fc2's head" :
+	const char *what = layer == 4 ? "fc2's classifier" :
 			   layer == 3 ? "conv2's backward-data with conv1's weight gradient" :
 			   layer == 2 ? "the pool's backward" : calls[layer][call];
 	if (cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess) {
@@ -371,7 +371,7 @@ static int time_call(struct cnn_gnet *g, const struct cnn_gnet_algos *a, int lay
 	rv = 0;
 out:
 	cnn_cuda_fail_quiet(quiet);
-	/* (fc2's fused head has no cuDNN to fall back on: its failure stands) */
+	/* (fc2's fused classifier has no cuDNN to fall back on: its failure stands) */
 	if (rv < 0 && direct && layer != 2 && layer != 4 && fall_back(g, what)) {
 		*ms = -1.f;
 		rv = 1;
@@ -518,7 +518,7 @@ static int choose_convs(struct cnn_gnet *g, struct cnn_gnet_algos *a)
 	return j ? choose_bwd(g, a) : 0;
 }
 
-/* fc2's head for batch a->n: as asked, or (auto) the faster of cuBLAS's
+/* fc2's classifier for batch a->n: as asked, or (auto) the faster of cuBLAS's
  * calls and the fused kernel, timed as the convolutions' (time_call). */
 static int choose_fc2(struct cnn_gnet *g, struct cnn_gnet_algos *a)
 {
@@ -526,7 +526,7 @@ static int choose_fc2(struct cnn_gnet *g, struct cnn_gnet_algos *a)
 	if (g->fc2 != CNN_FC2_AUTO)
 		return 0;
 	/* shapes the fused kernel does not take: cuBLAS's calls, untimed */
-	if (!cnn_cuda_fc2_head_fits(g->m.hidden, g->m.in.classes)) {
+	if (!cnn_cuda_fc2_fused_fits(g->m.hidden, g->m.in.classes)) {
 		a->ms_fc2[0] = a->ms_fc2[1] = 0.f;
 		return 0;
 	}

@@ -1,6 +1,6 @@
 // The step's two ends on the GPU (see kernels.h): the batch's gather from
 // the data set, fc1's dropout, log-softmax with the NLL loss (and its
-// gradient), fc2's fused head, and the optimizers' updates (SGD with
+// gradient), fc2's fused classifier, and the optimizers' updates (SGD with
 // momentum, Adadelta) with the weights' other forms written as they go.
 #include "kernels_common.cuh"
 
@@ -126,8 +126,8 @@ __device__ __forceinline__ void dropout_group(float *x, const float *b, int k, s
 	}
 }
 
-// fc2 and the loss, forward and backward, in one launch (cnn_cuda_fc2_head):
-// each block takes `rows` consecutive rows of the batch (head_rows), the
+// fc2 and the loss, forward and backward, in one launch (cnn_cuda_fc2_fused):
+// each block takes `rows` consecutive rows of the batch (fc2_fused_rows), the
 // last block what is left.  With b1, fc1's bias, ReLU and dropout on its
 // rows of h first (in place, each element as dropout_group draws it: a
 // block's rows need not start on a group of 4); its rows of h and fc2's
@@ -154,13 +154,13 @@ constexpr int kHeadH = 4128;        // a block's rows of h, rows x (hid + 1): 32
 constexpr int kHeadRows = 32, kHeadK = 64, kHeadHid = 1024;
 constexpr int kHeadCount = 32;      // the scratch's counter, then its partials from here
 
-__host__ __device__ constexpr int head_rows(int hid)
+__host__ __device__ constexpr int fc2_fused_rows(int hid)
 {
 	return kHeadH / (hid + 1) < kHeadRows ? kHeadH / (hid + 1) : kHeadRows;
 }
 
 __global__ void __launch_bounds__(kHeadThreads)
-fc2_head(float *h, const float *b1, uint32_t thresh, float scale, const uint64_t *keyp,
+fc2_fused(float *h, const float *b1, uint32_t thresh, float scale, const uint64_t *keyp,
 	 const float *w, const float *b, const uint8_t *label, int n, int hid, int k, int rows,
 	 float inv, float s2, float *logp, float *out, float *d, float *dw, float *db, float *dh,
 	 float *dbh, float *scratch)
@@ -477,38 +477,38 @@ extern "C" int cnn_cuda_logsoftmax_nll_fwd(const float *logits, const float *b,
 	return 0;
 }
 
-extern "C" size_t cnn_cuda_fc2_head_scratch(int n, int hid, int k)
+extern "C" size_t cnn_cuda_fc2_fused_scratch(int n, int hid, int k)
 {
 	if (n < 1 || hid < 1 || hid > kHeadHid || k < 1)
 		return 0;
-	int rows = head_rows(hid), blocks = (n + rows - 1) / rows;
+	int rows = fc2_fused_rows(hid), blocks = (n + rows - 1) / rows;
 	return blocks > 1 ? kHeadCount + (size_t)blocks * ((size_t)k * hid + k + hid + 2) : 0;
 }
 
-extern "C" int cnn_cuda_fc2_head_fits(int hid, int k)
+extern "C" int cnn_cuda_fc2_fused_fits(int hid, int k)
 {
 	return hid >= 1 && hid <= kHeadHid && k >= 1 && k <= kHeadK && k * (hid + 1) <= kHeadW;
 }
 
-extern "C" int cnn_cuda_fc2_head(float *h, const float *b1, float p, const uint64_t *key,
+extern "C" int cnn_cuda_fc2_fused(float *h, const float *b1, float p, const uint64_t *key,
 				 const float *w, const float *b, const uint8_t *label, int n, int hid,
 				 int k, float scale_n, float s2, float *logp, float *out,
 				 float *dlogits, float *dw, float *db, float *dh, float *dbh,
 				 float *scratch, size_t scratch_n, cudaStream_t s)
 {
-	size_t need = cnn_cuda_fc2_head_scratch(n, hid, k);
-	if (n < 1 || !cnn_cuda_fc2_head_fits(hid, k) || !(scale_n > 0.f) || scratch_n < need ||
+	size_t need = cnn_cuda_fc2_fused_scratch(n, hid, k);
+	if (n < 1 || !cnn_cuda_fc2_fused_fits(hid, k) || !(scale_n > 0.f) || scratch_n < need ||
 	    (need && !scratch)) {
 		char m[300];
 		snprintf(m, sizeof(m), "%d rows, %d hidden units, %d classes, scale %g, scratch of %zu "
 			 "floats: expected 1 or more rows, 1-%d hidden, 1-%d classes, classes x "
 			 "(hidden + 1) at most %d, scale > 0, a scratch of %zu floats at least",
 			 n, hid, k, scale_n, scratch ? scratch_n : 0, kHeadHid, kHeadK, kHeadW, need);
-		cnn_cuda_fail(__FILE__, __LINE__, "cnn_cuda_fc2_head", m);
+		cnn_cuda_fail(__FILE__, __LINE__, "cnn_cuda_fc2_fused", m);
 		return -1;
 	}
-	int rows = head_rows(hid), blocks = (n + rows - 1) / rows;
-	fc2_head<<<blocks, kHeadThreads, 0, s>>>(h, b1, (uint32_t)(p * 65536.f), 1.f / (1.f - p),
+	int rows = fc2_fused_rows(hid), blocks = (n + rows - 1) / rows;
+	fc2_fused<<<blocks, kHeadThreads, 0, s>>>(h, b1, (uint32_t)(p * 65536.f), 1.f / (1.f - p),
 						 b1 && p > 0.f ? key : NULL, w, b, label, n, hid, k,
 						 rows, 1.f / scale_n, s2, logp, out, dlogits, dw, db,
 						 dh, dbh, scratch);
