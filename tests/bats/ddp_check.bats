@@ -147,7 +147,7 @@ assert all(c["level"] == "OK" for c in r["checks"]), r["checks"]
 # tasks of root: no process limit holds them, and their threads are not counted
 assert all(x["user_threads"] is None for x in r["ranks"]), r["ranks"]
 assert r["kill_wait"] == 10, r["kill_wait"]
-assert r["summary"] == {"ok": 28, "warn": 0, "fail": 0, "skip": 0} and r["exit_code"] == 0
+assert r["summary"] == {"ok": 30, "warn": 0, "fail": 0, "skip": 0} and r["exit_code"] == 0
 print("json ok")' "$output"
 	assert_success
 	assert_output "json ok"
