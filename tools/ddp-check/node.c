@@ -137,8 +137,13 @@ int ck_node_run(const struct ck_cli *cli)
 	memset(&w, 0, sizeof(w));
 	w.backend = "nccl";   /* as a training step would use the node */
 	w.opts = cli->o;
-	if (node_records(&w, host, sysfs) < 0 || ck_nodes_build(&w, &nd) < 0) {
+	if (node_records(&w, host, sysfs) < 0) {
 		fprintf(stderr, "ddp-check: --node: out of memory\n");
+		return 2;
+	}
+	if (ck_nodes_build(&w, &nd) < 0) {
+		fprintf(stderr, "ddp-check: --node: out of memory\n");
+		ck_nodes_free(&nd);
 		free(w.ranks);
 		return 2;
 	}
