@@ -153,6 +153,33 @@ print("json ok")' "$output"
 	assert_output "json ok"
 }
 
+@test "--baseline: a recorded --json report; below --min-baseline of it fails naming each size, another shape warns" {
+	run --separate-stderr crun srun -N3 --ddp=gloo "$CHECK" "${ARGS[@]}" --json
+	assert_success
+	# the recorded run scaled, so that this VM's noise decides nothing: a
+	# thousand times slower (OK), a thousand times faster (FAIL)
+	/usr/bin/python3 -c '
+import json, sys
+r = json.loads(sys.argv[1])
+for name, f in (("slow", 1e-3), ("fast", 1e3)):
+    s = json.loads(sys.argv[1])
+    for b in s["bandwidth"]:
+        b["busbw"] = b["busbw"] * f if b["busbw"] > 0 else 0
+    json.dump(s, open(sys.argv[2] + "/" + name + ".json", "w"))' "$output" "$BATS_TEST_TMPDIR"
+	run crun srun -N3 --ddp=gloo "$CHECK" "${ARGS[@]}" --baseline "$BATS_TEST_TMPDIR/slow.json"
+	echo "$output"
+	assert_success
+	assert_line --regexp "^OK +coll.baseline +every one of [0-9]+ sizes at least 80% of .*/slow.json's busbw"
+	run crun srun -N3 --ddp=gloo "$CHECK" "${ARGS[@]}" --baseline "$BATS_TEST_TMPDIR/fast.json"
+	echo "$output"
+	assert_failure 1
+	assert_line --regexp "^FAIL +coll.baseline +below 80% of .*/fast.json: [0-9]+ bytes: busbw [0-9.]+ GB/s, [0-9]+% of the baseline's [0-9.]+"
+	run crun srun -N2 --ddp=gloo "$CHECK" "${ARGS[@]}" --baseline "$BATS_TEST_TMPDIR/fast.json"
+	echo "$output"
+	assert_success
+	assert_line --regexp "^WARN +coll.baseline +.*/fast.json was recorded at world size 3 on 3 nodes under gloo, this step is 2 on 2 under gloo: its busbw is not comparable"
+}
+
 @test "a cut route between two nodes: net.probe names both directions, collectives are skipped, exit 1" {
 	# node2 drops everything for node3: node2's connects fail at once,
 	# node3's get no answer back.

@@ -1922,6 +1922,81 @@ static void test_fabric(void)
 	drop(w);
 }
 
+/* coll.baseline: the sweep against a recorded healthy run's report. */
+static void write_baseline(const char *path, int world, int nodes, const char *backend, double busbw_last)
+{
+	FILE *f = fopen(path, "w");
+	if (!f)
+		return;
+	fprintf(f, "{\n  \"version\": \"0.1.0\",\n  \"backend\": \"%s\",\n  \"world_size\": %d,\n  \"nodes\": %d,\n"
+		"  \"bandwidth\": [\n    {\"size\": 8, \"count\": 2, \"busbw\": 0.0001},\n"
+		"    {\"size\": 1024, \"count\": 256, \"type\": \"float\", \"busbw\": %.4f}\n  ]\n}\n",
+		backend, world, nodes, busbw_last);
+	fclose(f);
+}
+
+static void test_baseline(void)
+{
+	char dir[] = "/tmp/ddp-check-base.XXXXXX", path[64], bad[64];
+	if (!mkdtemp(dir)) {
+		test_cond("a temporary folder", 0);
+		return;
+	}
+	snprintf(path, sizeof(path), "%s/base.json", dir);
+	snprintf(bad, sizeof(bad), "%s/bad.json", dir);
+	struct ck_world *w = world(3, 2);
+	w->opts.min_baseline = 80;
+	w->opts.baseline = path;
+	w->nsizes = ck_sizes(&w->opts, w->sizes, CK_MAX_SIZES);
+	ran(w, 1e-6);   /* 1024 bytes in 1 us over 6 tasks: busbw 1.024 * 10/6 GB/s */
+	double bus = ck_busbw(1024 / 1e-6 / 1e9, 6);
+	write_baseline(path, 6, 3, "gloo", bus);
+	w->nres = 0;
+	ck_eval_coll(w);
+	test_check("as the baseline: OK, the least said", w, "coll.baseline", CK_OK,
+		   "every one of 2 sizes at least 80% of");
+	write_baseline(path, 6, 3, "gloo", bus * 2);
+	w->nres = 0;
+	ck_eval_coll(w);
+	test_check("half the baseline's busbw: FAIL naming the size and both figures", w, "coll.baseline", CK_FAIL,
+		   "1024 bytes: busbw 1.71 GB/s, 50% of the baseline's 3.41");
+	w->opts.min_baseline = 40;
+	w->nres = 0;
+	ck_eval_coll(w);
+	test_check("... within --min-baseline 40: OK", w, "coll.baseline", CK_OK, "the least 50%");
+	write_baseline(path, 12, 2, "nccl", bus);
+	w->nres = 0;
+	ck_eval_coll(w);
+	test_check("another shape: a warning, not judged", w, "coll.baseline", CK_WARN,
+		   "was recorded at world size 12 on 2 nodes under nccl, this step is 6 on 3 under gloo");
+	FILE *f = fopen(bad, "w");
+	if (f) {
+		fputs("{\"backend\": \"gloo\", \"world_size\": 6, \"bandwidth\": [ {\"size\": 8} ]}\n", f);
+		fclose(f);
+	}
+	w->opts.baseline = bad;
+	w->nres = 0;
+	ck_eval_coll(w);
+	test_check("a table without busbw: FAIL saying what was expected", w, "coll.baseline", CK_FAIL,
+		   "expected a ddp-check --json report (world_size, backend and a bandwidth table of size and busbw)");
+	w->opts.baseline = "/nonexistent/base.json";
+	w->nres = 0;
+	ck_eval_coll(w);
+	test_check("a baseline that cannot be read: FAIL naming it", w, "coll.baseline", CK_FAIL,
+		   "--baseline /nonexistent/base.json: cannot read it");
+	w->opts.baseline = path;
+	w->coll_ran = 0;
+	snprintf(w->coll_skip, sizeof(w->coll_skip), "not run: net.probe failed");
+	w->nres = 0;
+	ck_eval_coll(w);
+	test_check("no collectives: SKIP with why", w, "coll.baseline", CK_SKIP, "not run: net.probe failed");
+	drop(w);
+	char cmd[96];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (system(cmd) != 0)
+		printf("# could not remove %s\n", dir);
+}
+
 int main(void)
 {
 	test_records();
@@ -1949,5 +2024,6 @@ int main(void)
 	test_hw_sysfs();
 	test_pcie();
 	test_fabric();
+	test_baseline();
 	return test_report();
 }

@@ -164,6 +164,8 @@ struct ck_opts {
 	int probe_ms;                    /* bound on each probe connection */
 	int timeout_s;
 	int min_kill_wait;               /* seconds; KillWait below it warns, 0 never */
+	const char *baseline;            /* --baseline FILE, NULL none */
+	int min_baseline;                /* percent of the baseline's busbw */
 };
 
 /* What the controller says of the time a task has to stop (task 0 asks,

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "baseline.h"
 #include "eval.h"
 
 void ck_add(struct ck_world *w, const char *name, enum ck_level lv, const char *fmt, ...)
@@ -131,12 +132,74 @@ double ck_time_max(const struct ck_world *w, size_t k)
 	return t;
 }
 
+/* The nodes of the step: its distinct hosts among the joined tasks. */
+static int count_nodes(const struct ck_world *w)
+{
+	struct nodes nd;
+	int n = ck_nodes_build(w, &nd) < 0 ? 0 : nd.n;
+	ck_nodes_free(&nd);
+	return n;
+}
+
+/* coll.baseline: each size of the sweep against the same size of a
+ * recorded healthy run (--baseline), at least --min-baseline percent of
+ * its busbw; a baseline of another shape (world, nodes, backend) is said,
+ * not judged: busbw is comparable only on the same shape. */
+static void eval_baseline(struct ck_world *w)
+{
+	static struct ck_baseline b;
+	char err[CK_MSG];
+	struct msg low = { 0 };
+	int common = 0, nodes = count_nodes(w);
+	double worst = 0;
+
+	if (ck_baseline_read(w->opts.baseline, &b, err, sizeof(err)) < 0) {
+		ck_add(w, "coll.baseline", CK_FAIL, "%s", err);
+		return;
+	}
+	if (w->n < 2) {
+		ck_add(w, "coll.baseline", CK_SKIP, "a world of one task moves nothing between ranks: no bus "
+		       "bandwidth to compare with %s", w->opts.baseline);
+		return;
+	}
+	if (b.world_size != w->n || (b.nodes && b.nodes != nodes) || strcmp(b.backend, w->backend)) {
+		ck_add(w, "coll.baseline", CK_WARN, "%s was recorded at world size %d on %d nodes under %s, this "
+		       "step is %d on %d under %s: its busbw is not comparable (record one of this shape)",
+		       w->opts.baseline, b.world_size, b.nodes, b.backend, w->n, nodes, w->backend);
+		return;
+	}
+	for (size_t k = 0; k < w->nsizes; k++) {
+		double t = ck_time_max(w, k);
+		for (size_t j = 0; t > 0 && j < b.n; j++) {
+			if (b.size[j] != w->sizes[k] || b.busbw[j] <= 0)
+				continue;
+			double bus = ck_busbw((double)w->sizes[k] / t / 1e9, w->n), pct = 100 * bus / b.busbw[j];
+			common++;
+			if (pct < w->opts.min_baseline)
+				ck_say(&low, "%zu bytes: busbw %.2f GB/s, %.0f%% of the baseline's %.2f", w->sizes[k], bus,
+				       pct, b.busbw[j]);
+			if (common == 1 || pct < worst)
+				worst = pct;
+		}
+	}
+	if (low.items)
+		ck_add(w, "coll.baseline", CK_FAIL, "below %d%% of %s: %s", w->opts.min_baseline, w->opts.baseline,
+		       ck_said(&low));
+	else if (common)
+		ck_add(w, "coll.baseline", CK_OK, "every one of %d sizes at least %d%% of %s's busbw (the least "
+		       "%.0f%%)", common, w->opts.min_baseline, w->opts.baseline, worst);
+	else
+		ck_add(w, "coll.baseline", CK_SKIP, "no size of this sweep is in %s's table", w->opts.baseline);
+}
+
 void ck_eval_coll(struct ck_world *w)
 {
 	if (!w->coll_ran) {
 		ck_add(w, "coll.allreduce", CK_SKIP, "%s", w->coll_skip);
 		ck_add(w, "coll.busbw", CK_SKIP, "%s", w->coll_skip);
 		ck_add(w, "time.first_collective", CK_SKIP, "%s", w->coll_skip);
+		if (w->opts.baseline)
+			ck_add(w, "coll.baseline", CK_SKIP, "%s", w->coll_skip);
 		return;
 	}
 	struct msg fail = { 0 };
@@ -207,4 +270,6 @@ void ck_eval_coll(struct ck_world *w)
 		       "(coll.allreduce)", unfinished, w->n);
 	else
 		ck_add(w, "time.first_collective", CK_SKIP, "no task completed an all-reduce");
+	if (w->opts.baseline)
+		eval_baseline(w);
 }

@@ -541,7 +541,8 @@ int main(int argc, char **argv)
 {
 	static struct run x = {
 		.cli.o = { .min_bytes = 8, .max_bytes = 256u << 20, .step_factor = 2, .iters = 20, .warmup = 5,
-			   .max_skew_ms = 100, .probe_ms = 2000, .timeout_s = 60, .min_kill_wait = 10 },
+			   .max_skew_ms = 100, .probe_ms = 2000, .timeout_s = 60, .min_kill_wait = 10,
+			   .min_baseline = 80 },
 		.lis = { .fd = -1 },
 		.me.r = { .head_local = -1, .gpu_numa = -1, .visible = -1 },
 	};

@@ -29,6 +29,9 @@ static void usage(FILE *out)
 		"      --min-kill-wait=S   WARN when slurm.conf's KillWait is lower (default 10)\n"
 		"      --timeout=S         bound on every wait for another task (default 60)\n"
 		"                          and, up to 20, for the controller\n"
+		"      --baseline=FILE     compare the sweep's busbw with a recorded healthy run\n"
+		"                          (this program's --json report): coll.baseline\n"
+		"      --min-baseline=PCT  FAIL a size below PCT%% of the baseline's (default 80)\n"
 		"      --backend=nccl|gloo the collective library (default: DDP_BACKEND)\n"
 		"      --json              the report as one JSON object\n"
 		"      --node              this node alone, no srun or peers (Slurm's\n"
@@ -76,6 +79,7 @@ static const struct numopt numopts[] = {
 	{ "probe-timeout", 'P', K_INT, 1, 600000, "milliseconds", AT(probe_ms) },
 	{ "timeout", 'T', K_INT, 1, 86400, "seconds", AT(timeout_s) },
 	{ "min-kill-wait", 'K', K_INT, 0, 65533, "seconds", AT(min_kill_wait) },
+	{ "min-baseline", 'M', K_INT, 1, 100, "percent", AT(min_baseline) },
 };
 #undef AT
 #define NNUM (sizeof(numopts) / sizeof(numopts[0]))
@@ -155,13 +159,14 @@ static int set_num(const struct numopt *n, const char *arg, struct ck_opts *o)
 
 int ck_cli_parse(int argc, char **argv, struct ck_cli *cli)
 {
-	struct option lo[NNUM + 7];
+	struct option lo[NNUM + 8];
 	size_t k = 0;
 	int ch;
 
 	for (size_t i = 0; i < NNUM; i++)
 		lo[k++] = (struct option){ numopts[i].name, required_argument, NULL, numopts[i].key };
 	lo[k++] = (struct option){ "backend", required_argument, NULL, 'k' };
+	lo[k++] = (struct option){ "baseline", required_argument, NULL, 'L' };
 	lo[k++] = (struct option){ "json", no_argument, NULL, 'j' };
 	lo[k++] = (struct option){ "node", no_argument, NULL, 'N' };
 	lo[k++] = (struct option){ "drain", no_argument, NULL, 'D' };
@@ -182,6 +187,9 @@ int ck_cli_parse(int argc, char **argv, struct ck_cli *cli)
 		switch (ch) {
 		case 'k':
 			cli->backend = optarg;
+			break;
+		case 'L':
+			cli->o.baseline = optarg;
 			break;
 		case 'j':
 			cli->json = 1;
