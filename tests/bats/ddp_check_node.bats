@@ -67,3 +67,21 @@ setup() {
 	assert_failure 2
 	assert_output --partial "--drain: only with --node"
 }
+
+@test "--node --json: one object, each check with its level and message, the drain's reason, the exit code" {
+	fake_pci "$T/sys" 0000:1b:00.0 "32.0 GT/s PCIe" 4 "32.0 GT/s PCIe" 16
+	run --separate-stderr "$CHECK" --node --drain --json
+	assert_failure 1
+	run /usr/bin/python3 -c '
+import json, sys
+r = json.loads(sys.argv[1])
+c = {x["name"]: x for x in r["checks"]}
+assert r["node"] == "gpu07" and r["exit_code"] == 1, r
+assert c["hw.pcie"]["level"] == "FAIL" and "GPU 0000:1b:00.0 at x4 of x16" in c["hw.pcie"]["message"], c
+assert c["net.fabric"]["level"] == "OK", c
+assert r["drained"].startswith("ddp-check hw.pcie: gpu07: GPU 0000:1b:00.0 at x4 of x16"), r["drained"]
+print("json ok")' "$output"
+	echo "$output"
+	assert_success
+	assert_output "json ok"
+}

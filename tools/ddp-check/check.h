@@ -276,6 +276,8 @@ double ck_time_max(const struct ck_world *w, size_t k);
 
 void ck_report_text(const struct ck_world *w, FILE *out);
 void ck_report_json(const struct ck_world *w, FILE *out);
+/* s as a JSON string, quoted and escaped (NULL: ""). */
+void ck_json_str(FILE *out, const char *s);
 /* 0 all OK or WARN, 1 any FAIL. */
 int ck_exit_code(const struct ck_world *w);
 

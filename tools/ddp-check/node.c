@@ -123,6 +123,40 @@ static int drain(const char *host, const char *reason)
 	return 0;
 }
 
+static const char *const level_name[] = { "OK", "WARN", "FAIL", "SKIP" };
+
+/* A line per check, the drain if one was made, the verdict. */
+static void node_text(const struct ck_world *w, const char *host, int rc, const char *drained)
+{
+	for (size_t i = 0; i < w->nres; i++)
+		printf("%-5s %-22s %s\n", level_name[w->res[i].level], w->res[i].name, w->res[i].msg);
+	if (drained)
+		printf("ddp-check: %s drained: %s\n", host, drained);
+	printf("ddp-check --node %s: %s\n", host, rc ? "FAILED" : "healthy");
+}
+
+/* The same as one JSON object: node, checks, drained (the reason, or
+ * null), exit_code. */
+static void node_json(const struct ck_world *w, const char *host, int rc, const char *drained)
+{
+	printf("{\n  \"node\": ");
+	ck_json_str(stdout, host);
+	printf(",\n  \"checks\": [");
+	for (size_t i = 0; i < w->nres; i++) {
+		printf("%s\n    {\"name\": ", i ? "," : "");
+		ck_json_str(stdout, w->res[i].name);
+		printf(", \"level\": \"%s\", \"message\": ", level_name[w->res[i].level]);
+		ck_json_str(stdout, w->res[i].msg);
+		putchar('}');
+	}
+	printf("\n  ],\n  \"drained\": ");
+	if (drained)
+		ck_json_str(stdout, drained);
+	else
+		printf("null");
+	printf(",\n  \"exit_code\": %d\n}\n", rc);
+}
+
 int ck_node_run(const struct ck_cli *cli)
 {
 	static struct ck_world w;
@@ -150,21 +184,19 @@ int ck_node_run(const struct ck_cli *cli)
 	ck_eval_hw(&w, &nd);
 	ck_nodes_free(&nd);
 	const struct ck_result *bad = NULL;
-	for (size_t i = 0; i < w.nres; i++) {
-		const struct ck_result *r = &w.res[i];
-		static const char *const lv[] = { "OK", "WARN", "FAIL", "SKIP" };
-		printf("%-5s %-22s %s\n", lv[r->level], r->name, r->msg);
-		if (r->level == CK_FAIL && !bad)
-			bad = r;
-	}
+	for (size_t i = 0; i < w.nres && !bad; i++)
+		bad = w.res[i].level == CK_FAIL ? &w.res[i] : NULL;
+	int drained = 0;
+	char reason[200] = "";
 	if (bad) {
 		rc = 1;
-		char reason[200];
 		snprintf(reason, sizeof(reason), "ddp-check %s: %s", bad->name, bad->msg);
-		if (cli->drain && drain(host, reason) == 0)
-			printf("ddp-check: %s drained: %s\n", host, reason);
+		drained = cli->drain && drain(host, reason) == 0;
 	}
-	printf("ddp-check --node %s: %s\n", host, rc ? "FAILED" : "healthy");
+	if (cli->json)
+		node_json(&w, host, rc, drained ? reason : NULL);
+	else
+		node_text(&w, host, rc, drained ? reason : NULL);
 	free(w.res);
 	free(w.ranks);
 	return rc;

@@ -142,7 +142,7 @@ void ck_report_text(const struct ck_world *w, FILE *out)
 	fflush(out);
 }
 
-static void js(FILE *out, const char *s)
+void ck_json_str(FILE *out, const char *s)
 {
 	fputc('"', out);
 	for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
@@ -172,13 +172,13 @@ static void json_link(FILE *out, const char *key, const struct ck_link *l)
 	if (!l || !l->name[0] || l->err[0])
 		return;
 	fprintf(out, ", \"%s\": {\"name\": ", key);
-	js(out, l->name);
+	ck_json_str(out, l->name);
 	fprintf(out, ", \"busid\": ");
-	js(out, l->busid);
+	ck_json_str(out, l->busid);
 	fprintf(out, ", \"speed\": ");
-	js(out, l->cur_speed);
+	ck_json_str(out, l->cur_speed);
 	fprintf(out, ", \"width\": %d, \"max_speed\": ", l->cur_width);
-	js(out, l->max_speed);
+	ck_json_str(out, l->max_speed);
 	fprintf(out, ", \"max_width\": %d}", l->max_width);
 }
 
@@ -188,16 +188,16 @@ void ck_report_json(const struct ck_world *w, FILE *out)
 	int c[4];
 
 	fprintf(out, "{\n  \"version\": ");
-	js(out, DDPENV_VERSION);
+	ck_json_str(out, DDPENV_VERSION);
 	fprintf(out, ",\n  \"backend\": ");
-	js(out, w->backend);
+	ck_json_str(out, w->backend);
 	fprintf(out, ",\n  \"world_size\": %d,\n  \"nodes\": %d,\n  \"nodes_reported\": %d,\n"
 		"  \"head\": {\"host\": ", w->n, step_nodes(w), count_nodes(w));
-	js(out, head_host(w));
+	ck_json_str(out, head_host(w));
 	fprintf(out, ", \"master_addr\": ");
-	js(out, r0 ? r0->env[CK_MASTER_ADDR] : "");
+	ck_json_str(out, r0 ? r0->env[CK_MASTER_ADDR] : "");
 	fprintf(out, ", \"master_port\": ");
-	js(out, r0 ? r0->env[CK_MASTER_PORT] : "");
+	ck_json_str(out, r0 ? r0->env[CK_MASTER_PORT] : "");
 	fprintf(out, "},\n  \"kill_wait\": ");
 	if (w->slurm.have)
 		fprintf(out, "%d", w->slurm.kill_wait);
@@ -212,11 +212,11 @@ void ck_report_json(const struct ck_world *w, FILE *out)
 			fprintf(out, ", \"gone\": \"%s\"", w->gone[i] == CK_GONE_DIED ? "died" : "left");
 		if (r->joined) {
 			fprintf(out, ", \"host\": ");
-			js(out, r->host);
+			ck_json_str(out, r->host);
 			fprintf(out, ", \"pid\": %ld, \"iface\": ", r->pid);
-			js(out, r->ifname);
+			ck_json_str(out, r->ifname);
 			fprintf(out, ", \"address\": ");
-			js(out, r->ifaddr);
+			ck_json_str(out, r->ifaddr);
 			if (r->ifmtu > 0)
 				fprintf(out, ", \"mtu\": %d", r->ifmtu);
 			json_num(out, "nofile", r->nofile);
@@ -224,36 +224,36 @@ void ck_report_json(const struct ck_world *w, FILE *out)
 			json_num(out, "user_threads", r->user_threads);
 			if (r->shm_path[0]) {
 				fprintf(out, ", \"shm\": {\"path\": ");
-				js(out, r->shm_path);
+				ck_json_str(out, r->shm_path);
 				/* bytes; null unknown, size 0 no limit */
 				json_num(out, "size", r->shm_size);
 				json_num(out, "free", r->shm_size < 0 ? -1 : r->shm_free);
 				fprintf(out, ", \"nccl_segments\": %d, \"error\": ", r->shm_nccl);
-				js(out, r->shm_err);
+				ck_json_str(out, r->shm_err);
 				fprintf(out, ", \"removeipc\": %s, \"uid\": %ld}",
 					r->removeipc < 0 ? "null" : r->removeipc ? "true" : "false", r->uid);
 			}
 			if (r->rdma[0]) {
 				fprintf(out, ", \"rdma\": ");
-				js(out, r->rdma);
+				ck_json_str(out, r->rdma);
 				json_num(out, "memlock", r->memlock);
 			}
 			if (r->ibports[0]) {
 				fprintf(out, ", \"ib_ports\": ");
-				js(out, r->ibports);
+				ck_json_str(out, r->ibports);
 			}
 			json_link(out, "pcie_gpu", r->gpu[0] ? &r->gpu_link : NULL);
 			json_link(out, "pcie_nic", &r->nic_link);
 			fprintf(out, ", \"gpu\": ");
-			js(out, r->gpu);
+			ck_json_str(out, r->gpu);
 			if (r->mig[0]) {
 				fprintf(out, ", \"mig\": ");
-				js(out, r->mig);
+				ck_json_str(out, r->mig);
 			}
 			fprintf(out, ", \"cpus\": ");
-			js(out, r->cpus);
+			ck_json_str(out, r->cpus);
 			fprintf(out, ", \"numa\": ");
-			js(out, r->numa);
+			ck_json_str(out, r->numa);
 			if (w->coll_ran && w->colls[i].have)
 				fprintf(out, ", \"first_collective_s\": %.6f", w->colls[i].first_s);
 		}
@@ -274,11 +274,11 @@ void ck_report_json(const struct ck_world *w, FILE *out)
 	fprintf(out, "\n  ],\n  \"checks\": [");
 	for (size_t i = 0; i < w->nres; i++) {
 		fprintf(out, "%s\n    {\"name\": ", i ? "," : "");
-		js(out, w->res[i].name);
+		ck_json_str(out, w->res[i].name);
 		fprintf(out, ", \"level\": ");
-		js(out, level_name[w->res[i].level]);
+		ck_json_str(out, level_name[w->res[i].level]);
 		fprintf(out, ", \"message\": ");
-		js(out, w->res[i].msg);
+		ck_json_str(out, w->res[i].msg);
 		fputc('}', out);
 	}
 	counts(w, c);
