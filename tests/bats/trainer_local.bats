@@ -83,7 +83,15 @@ CNN="$REPO/build/bin/cnn_train"
 	local pid=$!
 	MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=0 \
 		run timeout 60 "$CNN" "${opts[@]}" --batch-size 32 --dump-params "$BATS_TEST_TMPDIR/two.bin"
-	wait "$pid"
+	# (once in a CI run rank 1 ran to the 60 s timeout: both ranks' output
+	# said if it happens again)
+	if ! wait "$pid"; then
+		echo "rank 1 did not finish; its output:"
+		cat "$BATS_TEST_TMPDIR/r1.log"
+		echo "rank 0 ($status):"
+		echo "$output"
+		return 1
+	fi
 	assert_success
 	assert_line "params: identical on all 2 ranks (crc32 $(printf '%s\n' "$output" | sed -n 's/.*crc32 \([0-9a-f]*\))/\1/p'))"
 	run /usr/bin/python3 -c '
