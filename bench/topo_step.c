@@ -6,14 +6,15 @@
  *   discover   hwloc discovers this machine (what steps did before
  *              topology_cache)
  *   kept       post_opt's check of the kept export (a stat and one read),
- *              then user_init's load of it: what a step does now
+ *              then its load in slurmstepd, where hwloc 2.x opens every
+ *              plugin it finds (libhwloc-plugins: PCI, OpenCL, GL, Level
+ *              Zero, libxml2) at the process's first topology, though
+ *              reading the export needs none
  *   write      the first step of a boot: the export written, loaded back
  *              and used (the folder emptied before each sample)
- *   kept-noplug  kept, in a slurmstepd whose slurmd runs with
- *              HWLOC_PLUGINS_BLACKLIST naming hwloc's plugins (docs/admin.md):
- *              hwloc 2.x loads every plugin it finds (libhwloc-plugins:
- *              PCI, OpenCL, GL, Level Zero, libxml2) at each process's
- *              first topology, though reading the export needs none
+ *   task       what a step does now: post_opt's check, then the load in
+ *              each task's child with hwloc's plugins left out
+ *              (ddpenv_topo_load_noplugins)
  *
  * Each sample is a fork; the child times its own work (CLOCK_MONOTONIC)
  * and sends it back, so the fork is not counted.  Prints each way's
@@ -31,12 +32,8 @@
 
 #include "ddpenv.h"
 
-enum way { DISCOVER, KEPT, WRITE, KEPT_NOPLUG, NWAYS };
-static const char *const way_name[NWAYS] = { "discover", "kept", "write", "kept-noplug" };
-
-/* what docs/admin.md gives slurmd: every plugin of Debian's hwloc and of
- * NVIDIA's and AMD's builds */
-#define NO_PLUGINS "hwloc_pci,hwloc_opencl,hwloc_gl,hwloc_levelzero,hwloc_xml_libxml,hwloc_cuda,hwloc_nvml,hwloc_rsmi"
+enum way { DISCOVER, KEPT, WRITE, TASK, NWAYS };
+static const char *const way_name[NWAYS] = { "discover", "kept", "write", "task" };
 
 static double now_ms(void)
 {
@@ -57,10 +54,11 @@ static int step_work(enum way w, const char *dir, char *err, size_t errlen)
 	memset(&plan, 0, sizeof(plan));
 	if (w == DISCOVER)
 		rv = ddpenv_topo_load(NULL, 1, &t, err, errlen);
+	else if (ddpenv_topo_cache_ensure(dir, "", path, sizeof(path), err, errlen) < 0)
+		rv = -1;
 	else
-		rv = ddpenv_topo_cache_ensure(dir, "", path, sizeof(path), err, errlen) < 0
-			     ? -1
-			     : ddpenv_topo_load_cached(path, &t, err, errlen);
+		rv = w == TASK ? ddpenv_topo_load_noplugins(path, 1, &t, err, errlen)
+			       : ddpenv_topo_load_cached(path, &t, err, errlen);
 	if (rv < 0)
 		return -1;
 	ddpenv_env_init(&env);
@@ -99,9 +97,6 @@ static double sample(enum way w, const char *dir)
 	if (pid == 0) {
 		char err[DDPENV_ERRLEN] = "";
 		close(fds[0]);
-		/* as inherited from slurmd (read at the first topology) */
-		if (w == KEPT_NOPLUG && setenv("HWLOC_PLUGINS_BLACKLIST", NO_PLUGINS, 1) < 0)
-			_exit(1);
 		double t0 = now_ms();
 		double d = step_work(w, dir, err, sizeof(err)) == 0 ? now_ms() - t0 : -1;
 		if (d < 0)
@@ -145,8 +140,9 @@ int main(int argc, char **argv)
 		snprintf(dir, sizeof(dir), "%s", argv[2]);
 	else
 		snprintf(dir, sizeof(dir), "%s/topo-step-%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
-	/* the ways but kept-noplug: hwloc as Debian installs it */
+	/* hwloc as Debian installs it */
 	unsetenv("HWLOC_PLUGINS_BLACKLIST");
+	unsetenv("HWLOC_PLUGINS_PATH");
 	if (geteuid() != 0) {
 		fprintf(stderr, "topo_step: needs root (topology_cache is a folder of root's)\n");
 		return 2;
@@ -183,8 +179,8 @@ int main(int argc, char **argv)
 		       quantile(ms[w], rounds, 0.75), ms[w][0]);
 	}
 	printf("kept/discover %.3f, discover-kept %.3f ms a step\n", med[KEPT] / med[DISCOVER], med[DISCOVER] - med[KEPT]);
-	printf("kept-noplug/discover %.3f, discover-kept-noplug %.3f ms a step\n", med[KEPT_NOPLUG] / med[DISCOVER],
-	       med[DISCOVER] - med[KEPT_NOPLUG]);
+	printf("task/discover %.3f, discover-task %.3f ms a step\n", med[TASK] / med[DISCOVER],
+	       med[DISCOVER] - med[TASK]);
 	empty_dir(dir);
 	if (argc <= 2)
 		rmdir(dir);

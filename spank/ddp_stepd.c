@@ -2,7 +2,8 @@
  * slurmstepd side.  user_init runs once per node and step: it resolves the
  * head, the port and the interface (the only DNS query, none when the
  * name resolves from /etc/hosts or Slurm's NodeAddr).  task_init runs in
- * each task's child before exec and only sets variables.
+ * each task's child before exec: the binding plan (from the node's hwloc
+ * export, read there), the binding, the variables.
  *
  * Nothing here may crash or hang slurmstepd: no exit, bounded system calls
  * (one getaddrinfo, one netlink query with a 2 s timeout).
@@ -23,6 +24,12 @@ static struct {
 	struct ddpenv_node node;
 	struct ddpenv_topo *topo;    /* kept for the tasks' memory binding */
 	char topo_cache[DDPENV_PATHLEN]; /* this machine's export (topology_cache), "" : discover */
+	char topo_xml[DDPENV_PATHLEN]; /* the export each task's child loads (the admin's topology
+					* or the kept one); "" : discovered in user_init */
+	int topo_xml_kept;           /* topo_xml is the kept one: a refusal falls back to discovery */
+	int topo_in_task;            /* st.topo loaded in this task's child */
+	int gres_order;              /* the settings the tasks' plans need after user_init */
+	char nvidia_gpus[DDPENV_PATHLEN];
 	struct ddpenv_bind_plan plan;
 	int have_plan;
 	char bind_warn[DDPENV_ERRLEN]; /* auto could not plan, or planned without the driver's
@@ -172,23 +179,43 @@ int ddp_stepd_post_opt(spank_t sp, int ac, char **av)
 	return 0;
 }
 
-/* The node's topology: the admin's export, else the one kept in post_opt,
- * else discovered.  A kept file hwloc refuses (whole at its end, so kept by
- * post_opt's cheap check) is said in slurmd's log; the step discovers. */
-static int load_topology(const struct ddpenv_settings *eff, char *err, size_t errlen)
+/* The plan failed (no topology, or none fits): --ddp-bind=strict fails
+ * the step; auto runs the tasks unbound and the first one says why.
+ * 0, else -1 with st.err. */
+static int plan_failed(const char *why)
 {
-	if (!eff->topology[0] && st.topo_cache[0]) {
-		if (ddpenv_topo_load_cached(st.topo_cache, &st.topo, err, errlen) == 0)
-			return 0;
-		slurm_info(DDP_PFX "topology_cache: %s; the step discovers the node's topology (remove the file to have it written anew)",
-			   err);
+	if (st.bind == DDPENV_BIND_STRICT) {
+		snprintf(st.err, sizeof(st.err), "--ddp-bind=strict (%.60s): %s", st.bind_how, why);
+		return -1;
 	}
-	return ddpenv_topo_load(eff->topology[0] ? eff->topology : NULL, 1, &st.topo, err, errlen);
+	snprintf(st.bind_warn, sizeof(st.bind_warn), "--ddp-bind=auto (%.60s): tasks run unbound: %s",
+		 st.bind_how, why);
+	return 0;
 }
 
-/* The binding plan for this node's tasks (hwloc; no GPU library).  With
- * --ddp-bind=strict a failure fails the step; with auto the tasks run
- * unbound and the first one says why. */
+/* A loaded topology made ready for the plan: how Slurm numbers the GPUs,
+ * and which GPUs CUDA can open with each /dev/nvidiaN's bus id (plain
+ * /proc reads; no driver library). */
+static void topology_ready(const struct ddpenv_env *env)
+{
+	struct ddpenv_nvgpu nv[DDPENV_MAX_GPUS];
+	char nverr[DDPENV_ERRLEN];
+	int n;
+
+	ddpenv_topo_set_gres_order(st.topo, (enum ddpenv_gres_order)st.gres_order);
+	if ((!ddpenv_env_get(env, "SLURM_STEP_GPUS") && !st.node_gpus[0]) || !st.nvidia_gpus[0])
+		return;
+	n = ddpenv_nvidia_gpus(st.nvidia_gpus, nv, DDPENV_MAX_GPUS, nverr, sizeof(nverr));
+	if (n < 0 || ddpenv_topo_set_nvidia(st.topo, nv, n > 0 ? (size_t)n : 0, nverr, sizeof(nverr)) < 0)
+		snprintf(st.bind_warn, sizeof(st.bind_warn), "the NVIDIA driver's GPU list: %.200s; "
+			 "GPU N taken for the N-th by PCI bus id", nverr);
+}
+
+/* The binding plan for this node's tasks (hwloc; no GPU library).  From
+ * an export (the admin's topology, or the one kept in post_opt) each
+ * task's child plans (task_topology): there hwloc's plugins, which
+ * reading an export does not need, can be left out.  Otherwise the node
+ * is discovered here, once.  0, else -1 with st.err. */
 static int plan_binding(spank_t sp, struct ddpenv_env *env, const struct ddpenv_settings *eff)
 {
 	uint32_t nodeid;
@@ -205,6 +232,13 @@ static int plan_binding(spank_t sp, struct ddpenv_env *env, const struct ddpenv_
 	snprintf(st.bind_how, sizeof(st.bind_how), "%s", src);
 	if (policy == DDPENV_BIND_NONE)
 		return 0;
+	st.gres_order = eff->gres_order;
+	snprintf(st.nvidia_gpus, sizeof(st.nvidia_gpus), "%s", eff->nvidia_gpus);
+	if (eff->topology[0] || st.topo_cache[0]) {
+		snprintf(st.topo_xml, sizeof(st.topo_xml), "%s", eff->topology[0] ? eff->topology : st.topo_cache);
+		st.topo_xml_kept = !eff->topology[0];
+		return 0;
+	}
 	/* SLURM_NODEID is a task variable; the plan needs it now. */
 	if (spank_get_item(sp, S_JOB_NODEID, &nodeid) == ESPANK_SUCCESS) {
 		snprintf(id, sizeof(id), "%u", nodeid);
@@ -213,27 +247,11 @@ static int plan_binding(spank_t sp, struct ddpenv_env *env, const struct ddpenv_
 			return -1;
 		}
 	}
-	if (load_topology(eff, err, sizeof(err)) == 0)
-		ddpenv_topo_set_gres_order(st.topo, (enum ddpenv_gres_order)eff->gres_order);
-	if (st.topo && ddpenv_env_get(env, "SLURM_STEP_GPUS") && eff->nvidia_gpus[0]) {
-		/* Which GPUs CUDA can open, and each /dev/nvidiaN's bus id
-		 * (plain /proc reads; no driver library). */
-		struct ddpenv_nvgpu nv[DDPENV_MAX_GPUS];
-		char nverr[DDPENV_ERRLEN];
-		int n = ddpenv_nvidia_gpus(eff->nvidia_gpus, nv, DDPENV_MAX_GPUS, nverr, sizeof(nverr));
-		if (n < 0 || ddpenv_topo_set_nvidia(st.topo, nv, n > 0 ? (size_t)n : 0, nverr, sizeof(nverr)) < 0)
-			snprintf(st.bind_warn, sizeof(st.bind_warn), "the NVIDIA driver's GPU list: %.200s; "
-				 "GPU N taken for the N-th by PCI bus id", nverr);
-	}
-	if (!st.topo || ddpenv_bind_plan(st.topo, env, policy, NULL, &st.plan, err, sizeof(err)) < 0) {
-		if (policy == DDPENV_BIND_STRICT) {
-			snprintf(st.err, sizeof(st.err), "--ddp-bind=strict (%.60s): %s", src, err);
-			return -1;
-		}
-		snprintf(st.bind_warn, sizeof(st.bind_warn), "--ddp-bind=auto (%.60s): tasks run unbound: %s",
-			 src, err);
-		return 0;
-	}
+	if (ddpenv_topo_load(NULL, 1, &st.topo, err, sizeof(err)) < 0)
+		return plan_failed(err);
+	topology_ready(env);
+	if (ddpenv_bind_plan(st.topo, env, policy, NULL, &st.plan, err, sizeof(err)) < 0)
+		return plan_failed(err);
 	st.have_plan = 1;
 	st.node.plan = &st.plan;
 	return 0;
@@ -384,11 +402,46 @@ static int task_plan(spank_t sp, const struct ddpenv_env *env)
 		return 0;
 	st.have_plan = 0;
 	st.node.plan = NULL;
+	if (st.topo_in_task) {
+		/* the node's plan, first made here: said as user_init would */
+		if (plan_failed(err) == 0)
+			return 0;
+		slurm_error(DDP_PFX "%s", st.err);
+		return -1;
+	}
 	if (st.bind == DDPENV_BIND_STRICT) {
 		slurm_error(DDP_PFX "--ddp-bind=strict: %s", err);
 		return -1;
 	}
 	slurm_error(DDP_PFX "warning: --ddp-bind=auto: this task runs unbound: %s", err);
+	return 0;
+}
+
+/* In a task's child (one thread, before exec): the node's topology from
+ * its export, hwloc's plugins left out (ddpenv_topo_load_noplugins; 0.5
+ * ms, not the 5 ms of opening Debian 13's plugins in slurmstepd), for
+ * task_plan.  A kept export hwloc refuses: discovery, said in slurmd's
+ * log.  0 (a topology, or unbound with the node's warning), else -1 said. */
+static int task_topology(const struct ddpenv_env *env)
+{
+	char err[DDPENV_ERRLEN];
+	int r = ddpenv_topo_load_noplugins(st.topo_xml, st.topo_xml_kept, &st.topo, err, sizeof(err));
+
+	if (r < 0 && st.topo_xml_kept) {
+		slurm_info(DDP_PFX "topology_cache: %s; the step discovers the node's topology (remove the file to have it written anew)",
+			   err);
+		r = ddpenv_topo_load(NULL, 1, &st.topo, err, sizeof(err));
+	}
+	if (r < 0) {
+		if (plan_failed(err) == 0)
+			return 0;
+		slurm_error(DDP_PFX "%s", st.err);
+		return -1;
+	}
+	st.topo_in_task = 1;
+	topology_ready(env);
+	st.have_plan = 1;
+	st.node.plan = &st.plan;
 	return 0;
 }
 
@@ -489,10 +542,18 @@ int ddp_stepd_task_init(spank_t sp)
 	/* An outer step's (a nested srun's inheritance) is not this step's. */
 	for (const char *const *k = ddpenv_plugin_keys; *k; k++)
 		ddpenv_env_unset(&env, *k);
+	if (st.topo_xml[0] && task_topology(&env) < 0)
+		goto out;
 	if (st.have_plan && task_plan(sp, &env) < 0)
 		goto out;
 	if (st.have_plan && task_bind(&env) < 0)
 		goto out;
+	if (st.topo_in_task) {
+		/* bound: hwloc's state as before the load, for whatever
+		 * runs in this child after us */
+		ddpenv_topo_free(st.topo);
+		st.topo = NULL;
+	}
 	node_warnings(&env);
 	if (ddpenv_task_vars(&st.node, &env, &vars, err, sizeof(err)) < 0) {
 		slurm_error(DDP_PFX "%s", err);

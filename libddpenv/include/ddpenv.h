@@ -461,6 +461,15 @@ int ddpenv_topo_cache_key(const char *sysroot, char *out, size_t len, char *err,
 /* Load an export ensure gave as this machine's: the allowed CPUs from this
  * process's cgroup, binding acting on this machine. */
 int ddpenv_topo_load_cached(const char *path, struct ddpenv_topo **out, char *err, size_t errlen);
+/* An export of this machine (kept: the one ensure gave; else the admin's
+ * topology) loaded without hwloc's plugins: hwloc opens every plugin of
+ * its folder at a process's first topology (Debian 13's libhwloc-plugins:
+ * about 5 ms), though reading an export needs none.  It points
+ * HWLOC_PLUGINS_PATH, which hwloc reads then, at no folder for the load and
+ * puts it back: it changes the process's environment, so only in a process
+ * of one thread (a task's child of slurmstepd before exec). */
+int ddpenv_topo_load_noplugins(const char *path, int kept, struct ddpenv_topo **out, char *err,
+			       size_t errlen);
 /* "this machine" or the XML path. */
 const char *ddpenv_topo_source(const struct ddpenv_topo *t);
 /* How many GPUs (NVIDIA or AMD PCI functions) the topology holds. */

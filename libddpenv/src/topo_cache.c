@@ -271,3 +271,37 @@ int ddpenv_topo_load_cached(const char *path, struct ddpenv_topo **out, char *er
 	snprintf((*out)->source, sizeof((*out)->source), "this machine (hwloc, kept in %.200s)", path);
 	return 0;
 }
+
+/* Where hwloc looks for its plugins: /dev/null is no folder, and only root
+ * could make it one. */
+#define PLUGINS_VAR "HWLOC_PLUGINS_PATH"
+#define NO_PLUGINS "/dev/null"
+
+int ddpenv_topo_load_noplugins(const char *path, int kept, struct ddpenv_topo **out, char *err,
+			       size_t errlen)
+{
+	const char *was = getenv(PLUGINS_VAR);
+	char *saved = was ? strdup(was) : NULL;
+	int rv;
+
+	*out = NULL;
+	if (was && !saved) {
+		snprintf(err, errlen, "out of memory loading the topology");
+		return -1;
+	}
+	if (setenv(PLUGINS_VAR, NO_PLUGINS, 1) < 0) {
+		snprintf(err, errlen, "cannot set " PLUGINS_VAR " for the load: %s", strerror(errno));
+		free(saved);
+		return -1;
+	}
+	rv = kept ? ddpenv_topo_load_cached(path, out, err, errlen) : ddpenv_topo_load(path, 1, out, err, errlen);
+	if (saved ? setenv(PLUGINS_VAR, saved, 1) < 0 : unsetenv(PLUGINS_VAR) < 0) {
+		/* a later topology of this process would miss its plugins */
+		snprintf(err, errlen, "cannot put " PLUGINS_VAR " back after the load: %s", strerror(errno));
+		ddpenv_topo_free(*out);
+		*out = NULL;
+		rv = -1;
+	}
+	free(saved);
+	return rv;
+}

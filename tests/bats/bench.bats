@@ -507,7 +507,7 @@ ratio_ok() {
 	[ ! -s "$BATS_TEST_TMPDIR/cluster/net" ]
 }
 
-@test "topo_step.sh ROUNDS=3: each way's median within its quartiles, the ratios kept (with and without hwloc's plugins) over discover; the kept folder removed; a bad ROUNDS refused" {
+@test "topo_step.sh ROUNDS=3: each way's median within its quartiles, the ratios kept (in slurmstepd) and task (in each task's child, no hwloc plugins) over discover; the kept folder removed; a bad ROUNDS refused" {
 	[ "$(id -u)" = 0 ] || skip "the kept topology is root's"
 	run env ROUNDS=0 "$REPO/bench/topo_step.sh"
 	assert_failure 2
@@ -517,7 +517,7 @@ ratio_ok() {
 	assert_line --regexp '^# the plugin.s binding work per step \(topology and plan, 2 CPU tasks\), 3 rounds, hwloc API 2\.[0-9]+\.[0-9]+$'
 	local w line
 	declare -A med
-	for w in discover kept write kept-noplug; do
+	for w in discover kept write task; do
 		line=$(grep "^$w " <<<"$output")
 		read -r _ m q1 q3 low <<<"$line"
 		awk -v m="$m" -v a="$q1" -v b="$q3" -v l="$low" 'BEGIN { exit !(l > 0 && l <= a && a <= m && m <= b) }' ||
@@ -529,11 +529,11 @@ ratio_ok() {
 	awk -v r="${BASH_REMATCH[1]}" -v d="${BASH_REMATCH[2]}" -v k="${med[kept]}" -v g="${med[discover]}" \
 		'BEGIN { e = k / g - r; f = g - k - d; exit !(e < 0.002 && e > -0.002 && f < 0.002 && f > -0.002) }' ||
 		fail "'$line' is not from the medians ${med[kept]} and ${med[discover]}"
-	line=$(grep '^kept-noplug/discover ' <<<"$output")
-	[[ "$line" =~ ^kept-noplug/discover\ ([0-9.]+),\ discover-kept-noplug\ (-?[0-9.]+)\ ms\ a\ step$ ]] || fail "line '$line'"
-	awk -v r="${BASH_REMATCH[1]}" -v d="${BASH_REMATCH[2]}" -v k="${med[kept-noplug]}" -v g="${med[discover]}" \
+	line=$(grep '^task/discover ' <<<"$output")
+	[[ "$line" =~ ^task/discover\ ([0-9.]+),\ discover-task\ (-?[0-9.]+)\ ms\ a\ step$ ]] || fail "line '$line'"
+	awk -v r="${BASH_REMATCH[1]}" -v d="${BASH_REMATCH[2]}" -v k="${med[task]}" -v g="${med[discover]}" \
 		'BEGIN { e = k / g - r; f = g - k - d; exit !(e < 0.002 && e > -0.002 && f < 0.002 && f > -0.002) }' ||
-		fail "'$line' is not from the medians ${med[kept-noplug]} and ${med[discover]}"
+		fail "'$line' is not from the medians ${med[task]} and ${med[discover]}"
 	# its folder is gone
 	[ -z "$(compgen -G "$BATS_TEST_TMPDIR/topo-step.*")" ]
 }

@@ -310,6 +310,106 @@ static void test_no_plugins(void)
 		  a[0] && strcmp(a, got) == 0);
 }
 
+/* hwloc plugins (.../hwloc/hwloc_NAME.so) this process has mapped. */
+static int plugins_mapped(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[1024], last[1024] = "";
+	int n = 0;
+
+	while (f && fgets(line, sizeof(line), f)) {
+		char *p = strstr(line, "/hwloc/hwloc_");
+		if (p && strstr(p, ".so") && strcmp(p, last) != 0) {
+			n++;
+			snprintf(last, sizeof(last), "%s", p);
+		}
+	}
+	if (f)
+		fclose(f);
+	return n;
+}
+
+/* In a new process (hwloc's first topology there): load path with or
+ * without the plugins, HWLOC_PLUGINS_PATH preset to was (NULL: unset);
+ * out gets "CPUS gpus N plugins N path VALUE source SOURCE", or "error:". */
+static void load_in_child(const char *path, int noplug, const char *was, char *out, size_t len)
+{
+	int fds[2];
+	ssize_t n;
+
+	out[0] = '\0';
+	if (pipe(fds) < 0)
+		return;
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0) {
+		char b[1100] = "", err[DDPENV_ERRLEN];
+		struct ddpenv_topo *t;
+		close(fds[0]);
+		if (was)
+			setenv("HWLOC_PLUGINS_PATH", was, 1);
+		else
+			unsetenv("HWLOC_PLUGINS_PATH");
+		if ((noplug ? ddpenv_topo_load_noplugins(path, 1, &t, err, sizeof(err))
+			    : ddpenv_topo_load_cached(path, &t, err, sizeof(err))) == 0) {
+			const char *now = getenv("HWLOC_PLUGINS_PATH");
+			ddpenv_topo_allowed(t, b, 300, err, sizeof(err));
+			snprintf(b + strlen(b), sizeof(b) - strlen(b), " gpus %zu plugins %d path %s source %.300s",
+				 ddpenv_topo_gpu_count(t), plugins_mapped(), now ? now : "(unset)",
+				 ddpenv_topo_source(t));
+			ddpenv_topo_free(t);
+		} else {
+			const char *now = getenv("HWLOC_PLUGINS_PATH");
+			snprintf(b, sizeof(b), "error: %.500s; path %s", err, now ? now : "(unset)");
+		}
+		_exit(write(fds[1], b, strlen(b)) < 0);
+	}
+	close(fds[1]);
+	n = pid > 0 ? read(fds[0], out, len - 1) : -1;
+	out[n > 0 ? n : 0] = '\0';
+	close(fds[0]);
+	if (pid > 0)
+		waitpid(pid, NULL, 0);
+}
+
+/* What each task's child does (spank/ddp_stepd.c): the kept export read
+ * with HWLOC_PLUGINS_PATH at no folder for the load alone: the same CPUs
+ * and GPUs as with the plugins, none of them opened, the variable as it
+ * was before (unset or the admin's), and an export that cannot be read
+ * refused with the variable put back all the same. */
+static void test_load_noplugins(void)
+{
+	char cache[300], path[DDPENV_PATHLEN], err[DDPENV_ERRLEN], with[1200], none[1200], exp[1300];
+	int mapped;
+
+	snprintf(cache, sizeof(cache), "%s/cache-task", tmp);
+	if (ddpenv_topo_cache_ensure(cache, "", path, sizeof(path), err, sizeof(err)) < 0) {
+		test_cond("the kept export for the task's load", 0);
+		printf("#   %s\n", err);
+		return;
+	}
+	load_in_child(path, 0, NULL, with, sizeof(with));
+	load_in_child(path, 1, NULL, none, sizeof(none));
+	printf("#   with the plugins: %s\n#   without: %s\n", with, none);
+	/* the plain load's count of plugins: 0 where none is installed (the
+	 * Debian 12 host), 5 in Debian 13's root (tests/cluster/release.sh) */
+	char *pl = strstr(with, " plugins ");
+	mapped = pl ? atoi(pl + 9) : -1;
+	printf("#   hwloc plugins the plain load opened: %d%s\n", mapped,
+	       mapped == 0 ? " (none installed here: the count below cannot tell the loads apart)" : "");
+	char *w = strstr(with, " plugins "), *o = strstr(none, " plugins ");
+	test_cond("the task's load: the same CPUs and GPUs as with hwloc's plugins",
+		  w && o && w - with == o - none && strncmp(with, none, (size_t)(w - with)) == 0);
+	snprintf(exp, sizeof(exp), " plugins 0 path (unset) source this machine (hwloc, kept in %s)", path);
+	test_cond("the task's load: no hwloc plugin opened, HWLOC_PLUGINS_PATH unset again, the kept file named",
+		  o && strcmp(o, exp) == 0);
+	load_in_child(path, 1, "/opt/site/hwloc", none, sizeof(none));
+	test_cond("the task's load: an admin's HWLOC_PLUGINS_PATH is put back", strstr(none, " path /opt/site/hwloc ") != NULL);
+	load_in_child("/nonexistent/node.xml", 1, "/opt/site/hwloc", none, sizeof(none));
+	test_err("the task's load: a missing export refused, the variable put back", none,
+		 "cannot be read as an hwloc XML file (lstopo --of xml): No such file or directory; path /opt/site/hwloc");
+}
+
 int main(void)
 {
 	snprintf(tmp, sizeof(tmp), "/tmp/topo-cache-XXXXXX");
@@ -325,6 +425,7 @@ int main(void)
 		mkdir(p, 0755);
 		test_read_only();
 		test_no_plugins();
+		test_load_noplugins();
 	}
 	char cmd[300];
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
