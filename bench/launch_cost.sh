@@ -83,3 +83,44 @@ for v in 1 2; do
 		"$(q "$tmp/$n.diff" 50) ($(q "$tmp/$n.diff" 25)..$(q "$tmp/$n.diff" 75))" \
 		"$(awk -v a="$(q "$tmp/$n" 50)" -v b="$(q "$tmp/plain" 50)" 'BEGIN { printf "%.3f", a / b }')"
 done
+
+# The plugin's own time in slurmstepd, without srun's noise: the cluster
+# again with SlurmdDebug=debug, where each hook of a --ddp step logs what
+# it took (spank/spank_ddp.c); HOOK_STEPS steps with binding.  Per node and
+# step: post_opt + user_init + the slowest task's task_init (the tasks'
+# children run theirs side by side).
+hook_steps=${HOOK_STEPS:-50}
+[[ "$hook_steps" =~ ^[0-9]+$ ]] || { echo "bench: HOOK_STEPS=$hook_steps: expected a count of steps" >&2; exit 2; }
+[ "$hook_steps" -gt 0 ] || exit 0
+"$cluster" stop >/dev/null 2>&1
+DDP_CLUSTER_SLURMD_DEBUG=debug "$cluster" start 2 >/dev/null
+run_dir=$("$cluster" env | sed -n 's/^DDP_CLUSTER_DIR=//p')
+ddp_step() { "$cluster" run srun --ddp=gloo "${step[@]}" >/dev/null; }
+ddp_step && ddp_step # warm-up
+declare -A from
+for f in "$run_dir"/log/slurmd.node*.log; do from[$f]=$(($(wc -l <"$f") + 1)); done
+for ((i = 0; i < hook_steps; i++)); do ddp_step; done
+# "[JOB.0] debug:  ddp: HOOK took MS ms" -> a row per node and step:
+# post_opt user_init task_init(slowest) their sum
+for f in "$run_dir"/log/slurmd.node*.log; do
+	tail -n +"${from[$f]}" "$f" | awk -v node="$(basename "$f")" '
+		match($0, /\[[0-9]+\.0\] .*ddp: (post_opt|user_init|task_init) took [0-9.]+ ms/) {
+			n = split(substr($0, RSTART, RLENGTH), w, " ")
+			k = node w[1]; hook = w[n - 3]; ms = w[n - 1] + 0; seen[k] = 1
+			if (hook == "task_init") { if (ms > task[k]) task[k] = ms }
+			else if (hook == "post_opt") post[k] = ms
+			else user[k] = ms
+		}
+		END { for (k in seen) printf "%.3f %.3f %.3f %.3f\n", post[k], user[k], task[k], post[k] + user[k] + task[k] }'
+done >"$tmp/hooks"
+count=$(wc -l <"$tmp/hooks")
+[ "$count" -ge "$hook_steps" ] || { echo "bench: slurmd's logs hold $count --ddp steps' hook times, expected $hook_steps or more" >&2; exit 1; }
+# col N P: the P-th percentile of column N of the hooks' table, in ms
+col() { awk -v c="$1" '{ print $c }' "$tmp/hooks" | sort -n | awk -v p="$2" '{ a[NR] = $1 } END { i = int((NR - 1) * p / 100 + 0.5) + 1; printf "%.3f", a[i] }'; }
+echo "# the plugin's time in slurmstepd per node and step, $count node-steps (SlurmdDebug=debug), ms"
+printf '%-24s %8s %8s %8s\n' hook median q1 q3
+i=1
+for h in post_opt user_init "task_init (slowest task)" "the step's path"; do
+	printf '%-24s %8s %8s %8s\n' "$h" "$(col $i 50)" "$(col $i 25)" "$(col $i 75)"
+	i=$((i + 1))
+done

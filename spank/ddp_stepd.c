@@ -211,11 +211,30 @@ static void topology_ready(const struct ddpenv_env *env)
 			 "GPU N taken for the N-th by PCI bus id", nverr);
 }
 
-/* The binding plan for this node's tasks (hwloc; no GPU library).  From
- * an export (the admin's topology, or the one kept in post_opt) each
- * task's child plans (task_topology): there hwloc's plugins, which
- * reading an export does not need, can be left out.  Otherwise the node
- * is discovered here, once.  0, else -1 with st.err. */
+/* The node's export (st.topo_xml) into st.topo: in a task's child
+ * without hwloc's plugins, else as hwloc is.  A kept export hwloc refuses:
+ * discovery, said in slurmd's log.  0, or -1 with err. */
+static int load_export(int in_task, char *err, size_t errlen)
+{
+	int r = in_task ? ddpenv_topo_load_noplugins(st.topo_xml, st.topo_xml_kept, &st.topo, err, errlen)
+		: st.topo_xml_kept ? ddpenv_topo_load_cached(st.topo_xml, &st.topo, err, errlen)
+		: ddpenv_topo_load(st.topo_xml, 1, &st.topo, err, errlen);
+
+	if (r < 0 && st.topo_xml_kept) {
+		slurm_info(DDP_PFX "topology_cache: %s; the step discovers the node's topology (remove the file to have it written anew)",
+			   err);
+		r = ddpenv_topo_load(NULL, 1, &st.topo, err, errlen);
+	}
+	return r;
+}
+
+/* The binding plan for this node's tasks (hwloc; no GPU library), from
+ * an export (the admin's topology, or the one kept in post_opt) or the
+ * node discovered.  Where hwloc would open plugins at the process's first
+ * topology (Debian 13's libhwloc-plugins: 5 ms), which reading an export
+ * does not need, each task's child reads the export without them
+ * (task_topology); slurmstepd, a process of many threads, cannot change
+ * its environment to leave them out.  0, else -1 with st.err. */
 static int plan_binding(spank_t sp, struct ddpenv_env *env, const struct ddpenv_settings *eff)
 {
 	uint32_t nodeid;
@@ -237,7 +256,8 @@ static int plan_binding(spank_t sp, struct ddpenv_env *env, const struct ddpenv_
 	if (eff->topology[0] || st.topo_cache[0]) {
 		snprintf(st.topo_xml, sizeof(st.topo_xml), "%s", eff->topology[0] ? eff->topology : st.topo_cache);
 		st.topo_xml_kept = !eff->topology[0];
-		return 0;
+		if (ddpenv_topo_plugin_count() > 0)
+			return 0;
 	}
 	/* SLURM_NODEID is a task variable; the plan needs it now. */
 	if (spank_get_item(sp, S_JOB_NODEID, &nodeid) == ESPANK_SUCCESS) {
@@ -247,8 +267,11 @@ static int plan_binding(spank_t sp, struct ddpenv_env *env, const struct ddpenv_
 			return -1;
 		}
 	}
-	if (ddpenv_topo_load(NULL, 1, &st.topo, err, sizeof(err)) < 0)
+	if ((st.topo_xml[0] ? load_export(0, err, sizeof(err)) : ddpenv_topo_load(NULL, 1, &st.topo, err, sizeof(err))) < 0) {
+		st.topo_xml[0] = '\0';
 		return plan_failed(err);
+	}
+	st.topo_xml[0] = '\0'; /* loaded: the tasks' children use this one */
 	topology_ready(env);
 	if (ddpenv_bind_plan(st.topo, env, policy, NULL, &st.plan, err, sizeof(err)) < 0)
 		return plan_failed(err);
@@ -420,19 +443,13 @@ static int task_plan(spank_t sp, const struct ddpenv_env *env)
 /* In a task's child (one thread, before exec): the node's topology from
  * its export, hwloc's plugins left out (ddpenv_topo_load_noplugins; 0.5
  * ms, not the 5 ms of opening Debian 13's plugins in slurmstepd), for
- * task_plan.  A kept export hwloc refuses: discovery, said in slurmd's
- * log.  0 (a topology, or unbound with the node's warning), else -1 said. */
+ * task_plan.  0 (a topology, or unbound with the node's warning), else -1
+ * said. */
 static int task_topology(const struct ddpenv_env *env)
 {
 	char err[DDPENV_ERRLEN];
-	int r = ddpenv_topo_load_noplugins(st.topo_xml, st.topo_xml_kept, &st.topo, err, sizeof(err));
 
-	if (r < 0 && st.topo_xml_kept) {
-		slurm_info(DDP_PFX "topology_cache: %s; the step discovers the node's topology (remove the file to have it written anew)",
-			   err);
-		r = ddpenv_topo_load(NULL, 1, &st.topo, err, sizeof(err));
-	}
-	if (r < 0) {
+	if (load_export(1, err, sizeof(err)) < 0) {
 		if (plan_failed(err) == 0)
 			return 0;
 		slurm_error(DDP_PFX "%s", st.err);

@@ -6,6 +6,7 @@
  * compute node's slurmstepd).  All resolution lives in libddpenv.
  */
 #include <slurm/spank.h>
+#include <time.h>
 
 #include "ddp.h"
 
@@ -14,6 +15,22 @@ SPANK_PLUGIN(ddp, 1);
 /* From 25.05: a failure of this plugin fails the job, never drains the node
  * (ddp_slurm_compat.h; before 25.05 the remote hooks avoid failing init). */
 DDP_SPANK_FAILURE_MODE;
+
+static double now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+/* What a --ddp step's hook cost slurmstepd, in slurmd's log at
+ * SlurmdDebug=debug (bench/launch_cost.sh reads it). */
+static int timed(const char *hook, double t0, int rc)
+{
+	if (ddp_req.given)
+		slurm_debug(DDP_PFX "%s took %.3f ms", hook, now_ms() - t0);
+	return rc;
+}
 
 int slurm_spank_init(spank_t sp, int ac, char **av)
 {
@@ -26,8 +43,10 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 	case S_CTX_LOCAL:
 	case S_CTX_ALLOCATOR:
 		return ddp_local_post_opt(sp, ac, av);
-	case S_CTX_REMOTE:
-		return ddp_stepd_post_opt(sp, ac, av);
+	case S_CTX_REMOTE: {
+		double t0 = now_ms();
+		return timed("post_opt", t0, ddp_stepd_post_opt(sp, ac, av));
+	}
 	default:
 		return 0;
 	}
@@ -44,18 +63,22 @@ int slurm_spank_local_user_init(spank_t sp, int ac, char **av)
 
 int slurm_spank_user_init(spank_t sp, int ac, char **av)
 {
+	double t0 = now_ms();
+
 	if (spank_context() != S_CTX_REMOTE)
 		return 0;
-	return ddp_stepd_user_init(sp, ac, av);
+	return timed("user_init", t0, ddp_stepd_user_init(sp, ac, av));
 }
 
 int slurm_spank_task_init(spank_t sp, int ac, char **av)
 {
 	(void)ac;
 	(void)av;
+	double t0 = now_ms();
+
 	if (spank_context() != S_CTX_REMOTE)
 		return 0;
-	return ddp_stepd_task_init(sp);
+	return timed("task_init", t0, ddp_stepd_task_init(sp));
 }
 
 int slurm_spank_exit(spank_t sp, int ac, char **av)

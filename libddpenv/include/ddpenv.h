@@ -470,6 +470,11 @@ int ddpenv_topo_load_cached(const char *path, struct ddpenv_topo **out, char *er
  * of one thread (a task's child of slurmstepd before exec). */
 int ddpenv_topo_load_noplugins(const char *path, int kept, struct ddpenv_topo **out, char *err,
 			       size_t errlen);
+/* How many plugins hwloc would open at this process's first topology: the
+ * .so files of its plugin folders (HWLOC_PLUGINS_PATH, else the hwloc/
+ * beside libhwloc, where hwloc's build puts them) not named in
+ * HWLOC_PLUGINS_BLACKLIST.  Reads the environment, never changes it. */
+int ddpenv_topo_plugin_count(void);
 /* "this machine" or the XML path. */
 const char *ddpenv_topo_source(const struct ddpenv_topo *t);
 /* How many GPUs (NVIDIA or AMD PCI functions) the topology holds. */

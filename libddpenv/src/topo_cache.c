@@ -22,6 +22,7 @@
  * refuse it.
  */
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -304,4 +305,60 @@ int ddpenv_topo_load_noplugins(const char *path, int kept, struct ddpenv_topo **
 	}
 	free(saved);
 	return rv;
+}
+
+/* The .so files of one folder hwloc would open (blacklist as hwloc reads
+ * it: a plugin is left out when its name is a substring of the list). */
+static int plugins_in(const char *dir, size_t dirlen, const char *blacklist)
+{
+	char path[DDPENV_PATHLEN], name[256];
+	DIR *d;
+	int n = 0;
+
+	if (dirlen == 0 || dirlen >= sizeof(path))
+		return 0;
+	memcpy(path, dir, dirlen);
+	path[dirlen] = '\0';
+	if (!(d = opendir(path)))
+		return 0;
+	for (struct dirent *e; (e = readdir(d));) {
+		size_t len = strlen(e->d_name);
+		if (len <= 3 || len >= sizeof(name) || strcmp(e->d_name + len - 3, ".so") != 0 ||
+		    e->d_type == DT_DIR)
+			continue;
+		memcpy(name, e->d_name, len - 3);
+		name[len - 3] = '\0';
+		if (!blacklist || !strstr(blacklist, name))
+			n++;
+	}
+	closedir(d);
+	return n;
+}
+
+int ddpenv_topo_plugin_count(void)
+{
+	const char *paths = getenv("HWLOC_PLUGINS_PATH"), *black = getenv("HWLOC_PLUGINS_BLACKLIST");
+	char mine[DDPENV_PATHLEN];
+	Dl_info info;
+	int n = 0;
+
+	if (!paths) {
+		const char *slash;
+		if (!dladdr((void *)hwloc_topology_init, &info) || !info.dli_fname ||
+		    !(slash = strrchr(info.dli_fname, '/')))
+			return 0;
+		if ((size_t)snprintf(mine, sizeof(mine), "%.*s/hwloc", (int)(slash - info.dli_fname),
+				     info.dli_fname) >= sizeof(mine))
+			return 0;
+		paths = mine;
+	}
+	for (const char *p = paths;; p++) {
+		const char *colon = strchr(p, ':');
+		size_t len = colon ? (size_t)(colon - p) : strlen(p);
+		n += plugins_in(p, len, black);
+		if (!colon)
+			break;
+		p = colon;
+	}
+	return n;
 }

@@ -43,6 +43,8 @@
 #   DDP_CLUSTER_SLURMD_ENV  K=V ... in slurmd's environment, which each
 #                     slurmstepd inherits (what a site puts in a systemd
 #                     drop-in's Environment=, e.g. HWLOC_PLUGINS_BLACKLIST)
+#   DDP_CLUSTER_SLURMD_DEBUG  slurm.conf SlurmdDebug (default info; debug has
+#                     the plugin's time in each slurmstepd hook of a --ddp step)
 #   DDP_CLUSTER_CONSTRAIN_DEVICES  if set (with task/cgroup), ConstrainDevices=yes:
 #                     the GPUs' files are $RUN/dev/nvidia0-3, char devices 195:0-3
 #                     (no driver behind them), which each step's devices
@@ -178,6 +180,10 @@ write_conf() {
 			[ -e "$gpufile$i" ] || mknod "$gpufile$i" c 195 "$i"
 		done
 	fi
+	case ${DDP_CLUSTER_SLURMD_DEBUG:-info} in
+	quiet | fatal | error | info | verbose | debug | debug[2-5]) ;;
+	*) die "DDP_CLUSTER_SLURMD_DEBUG=$DDP_CLUSTER_SLURMD_DEBUG: expected a SlurmdDebug level (info, verbose, debug, debug2..debug5, error, fatal, quiet)" ;;
+	esac
 	# SchedulerParameters: never a word containing "defer" (slurmctld
 	# looks for that substring: "defer_batch=0" deferred every job to the
 	# next backfill pass, ~0.8 s per srun); bf_interval=1 for the few jobs
@@ -198,7 +204,7 @@ SlurmdPidFile=$RUN/slurmd.%n.pid
 SlurmctldLogFile=$RUN/log/slurmctld.log
 SlurmdLogFile=$RUN/log/slurmd.%n.log
 SlurmctldDebug=info
-SlurmdDebug=info
+SlurmdDebug=${DDP_CLUSTER_SLURMD_DEBUG:-info}
 ProctrackType=proctrack/linuxproc
 TaskPlugin=${DDP_CLUSTER_TASKPLUGIN:-task/none}
 SelectType=select/cons_tres

@@ -403,11 +403,44 @@ static void test_load_noplugins(void)
 	snprintf(exp, sizeof(exp), " plugins 0 path (unset) source this machine (hwloc, kept in %s)", path);
 	test_cond("the task's load: no hwloc plugin opened, HWLOC_PLUGINS_PATH unset again, the kept file named",
 		  o && strcmp(o, exp) == 0);
+	unsetenv("HWLOC_PLUGINS_PATH");
+	unsetenv("HWLOC_PLUGINS_BLACKLIST");
+	int said = ddpenv_topo_plugin_count();
+	printf("#   ddpenv_topo_plugin_count: %d\n", said);
+	test_cond("ddpenv_topo_plugin_count: as many plugins as hwloc opened at a first topology", said == mapped);
 	load_in_child(path, 1, "/opt/site/hwloc", none, sizeof(none));
 	test_cond("the task's load: an admin's HWLOC_PLUGINS_PATH is put back", strstr(none, " path /opt/site/hwloc ") != NULL);
 	load_in_child("/nonexistent/node.xml", 1, "/opt/site/hwloc", none, sizeof(none));
 	test_err("the task's load: a missing export refused, the variable put back", none,
 		 "cannot be read as an hwloc XML file (lstopo --of xml): No such file or directory; path /opt/site/hwloc");
+}
+
+/* The plugins hwloc would open: the .so files of HWLOC_PLUGINS_PATH's
+ * folders, less those HWLOC_PLUGINS_BLACKLIST names. */
+static void test_plugin_count(void)
+{
+	char d[300], e[300], list[700];
+
+	snprintf(d, sizeof(d), "%s/plugins", tmp);
+	snprintf(e, sizeof(e), "%s/plugins-none", tmp);
+	mkdir(d, 0755);
+	mkdir(e, 0755);
+	put("plugins/hwloc_pci.so", "");
+	put("plugins/hwloc_xml_libxml.so", "");
+	put("plugins/README", "");
+	dir("plugins/hwloc_dir.so");
+	setenv("HWLOC_PLUGINS_PATH", d, 1);
+	unsetenv("HWLOC_PLUGINS_BLACKLIST");
+	test_cond("plugin count: the folder's two .so files (not a README, not a folder)", ddpenv_topo_plugin_count() == 2);
+	setenv("HWLOC_PLUGINS_BLACKLIST", "hwloc_pci,hwloc_gl", 1);
+	test_cond("plugin count: one the blacklist names left out", ddpenv_topo_plugin_count() == 1);
+	unsetenv("HWLOC_PLUGINS_BLACKLIST");
+	snprintf(list, sizeof(list), "%s:/nonexistent:%s", e, d);
+	setenv("HWLOC_PLUGINS_PATH", list, 1);
+	test_cond("plugin count: each folder of a list, a missing one none", ddpenv_topo_plugin_count() == 2);
+	setenv("HWLOC_PLUGINS_PATH", "/dev/null", 1);
+	test_cond("plugin count: /dev/null (what the task's load sets) none", ddpenv_topo_plugin_count() == 0);
+	unsetenv("HWLOC_PLUGINS_PATH");
 }
 
 int main(void)
@@ -416,6 +449,7 @@ int main(void)
 	if (!mkdtemp(tmp))
 		return 1;
 	test_key();
+	test_plugin_count();
 	if (geteuid() != 0) {
 		test_skip("the kept file (root's, in a folder of root's)", "not root");
 	} else {
