@@ -8,6 +8,9 @@
 #
 #   bench/launch_cost.sh                  20 rounds, srun -N2 --ntasks-per-node=2 true
 #   ROUNDS=50 bench/launch_cost.sh
+#   HOOK_STEPS=100 bench/launch_cost.sh   then the plugin's time in each
+#                                         slurmstepd hook over 100 --ddp steps
+#                                         (50; 0: none), from slurmd's log
 #   tests/cluster/release.sh run 24.11 bench/launch_cost.sh    on another Slurm release
 #   DDP_CLUSTER_SLURMD_ENV=HWLOC_PLUGINS_BLACKLIST=... bench/launch_cost.sh
 #                                         slurmd (and so slurmstepd) with that
@@ -20,6 +23,8 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cluster=$repo/tests/cluster/cluster.sh
 rounds=${ROUNDS:-20}
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "bench: ROUNDS=$rounds: expected a count of pairs" >&2; exit 2; }
+hook_steps=${HOOK_STEPS:-50}
+[[ "$hook_steps" =~ ^[0-9]+$ ]] || { echo "bench: HOOK_STEPS=$hook_steps: expected a count of steps (0: none)" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "bench: needs root (the test cluster)" >&2; exit 2; }
 [ -f "$repo/build/lib/spank_ddp.so" ] || { echo "bench: the plugin is not built (run make)" >&2; exit 2; }
 
@@ -89,8 +94,6 @@ done
 # it took (spank/spank_ddp.c); HOOK_STEPS steps with binding.  Per node and
 # step: post_opt + user_init + the slowest task's task_init (the tasks'
 # children run theirs side by side).
-hook_steps=${HOOK_STEPS:-50}
-[[ "$hook_steps" =~ ^[0-9]+$ ]] || { echo "bench: HOOK_STEPS=$hook_steps: expected a count of steps" >&2; exit 2; }
 [ "$hook_steps" -gt 0 ] || exit 0
 "$cluster" stop >/dev/null 2>&1
 DDP_CLUSTER_SLURMD_DEBUG=debug "$cluster" start 2 >/dev/null

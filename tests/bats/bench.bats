@@ -453,14 +453,14 @@ ratio_ok() {
 	done <<<"$rows"
 }
 
-@test "launch_cost.sh ROUNDS=2: plain, --ddp and --ddp-bind=none, each ratio its medians' quotient; the running slurmd with the environment asked for; a bad ROUNDS refused" {
+@test "launch_cost.sh ROUNDS=2 HOOK_STEPS=3: plain, --ddp and --ddp-bind=none, each ratio its medians' quotient; the plugin's time per hook from slurmd's logs; the running slurmd with the environment asked for; a bad ROUNDS refused" {
 	[ "$(id -u)" = 0 ] || skip "the test cluster needs root"
 	run env ROUNDS=x "$REPO/bench/launch_cost.sh"
 	assert_failure 2
 	assert_output "bench: ROUNDS=x: expected a count of pairs"
 	# a cluster of its own (its own run folder: the next free namespaces
 	# and network beside another cluster)
-	run --separate-stderr env ROUNDS=2 DDP_CLUSTER_DIR="$BATS_TEST_TMPDIR/cluster" \
+	run --separate-stderr env ROUNDS=2 HOOK_STEPS=3 DDP_CLUSTER_DIR="$BATS_TEST_TMPDIR/cluster" \
 		DDP_CLUSTER_SLURMD_ENV="HWLOC_PLUGINS_BLACKLIST=hwloc_gl,hwloc_opencl DDP_BENCH_MARK=1" "$REPO/bench/launch_cost.sh"
 	assert_success
 	# the running slurmd has the environment asked for
@@ -475,6 +475,17 @@ ratio_ok() {
 		quotient_ok "${BASH_REMATCH[5]}" "${BASH_REMATCH[1]}" "$med" 0.002 ||
 			fail "ratio of '$line' is not its median over plain's $med"
 	done
+	# 3 steps on 2 nodes, each hook timed in slurmstepd
+	assert_line "# the plugin's time in slurmstepd per node and step, 6 node-steps (SlurmdDebug=debug), ms"
+	for v in post_opt user_init "task_init (slowest task)" "the step's path"; do
+		line=$(grep -F "$v " <<<"$output")
+		[[ "$line" =~ \ ([0-9.]+)\ +([0-9.]+)\ +([0-9.]+)$ ]] || fail "row '$line'"
+		awk -v m="${BASH_REMATCH[1]}" -v a="${BASH_REMATCH[2]}" -v b="${BASH_REMATCH[3]}" \
+			'BEGIN { exit !(a > 0 && a <= m && m <= b) }' || fail "row '$line': expected 0 < q1 <= median <= q3"
+	done
+	run env HOOK_STEPS=x ROUNDS=1 DDP_CLUSTER_DIR="$BATS_TEST_TMPDIR/cluster" "$REPO/bench/launch_cost.sh"
+	assert_failure 2
+	assert_output --partial "bench: HOOK_STEPS=x: expected a count of steps"
 	# the cluster is gone
 	[ ! -s "$BATS_TEST_TMPDIR/cluster/net" ]
 }
