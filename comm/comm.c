@@ -250,6 +250,51 @@ int cnn_comm_broadcast(struct cnn_comm *c, float *buf, size_t n, int root, char 
 	return c->ops->allreduce_sum(c, buf, n, err, errlen);
 }
 
+/* ddp-check's other collectives: gloo's alone (world 1: a copy). */
+static int gloo_only(struct cnn_comm *c, const char *op, char *err, size_t errlen)
+{
+	if (c->ops == &cnn_comm_gloo_ops)
+		return 0;
+	snprintf(err, errlen, "%s: the gloo backend's alone, not %s's", op, c->ops->name);
+	return -1;
+}
+
+int cnn_comm_allgather(struct cnn_comm *c, const float *in, float *out, size_t n, char *err, size_t errlen)
+{
+	if (c->world == 1) {
+		memmove(out, in, n * sizeof(float));
+		return 0;
+	}
+	return gloo_only(c, "all-gather", err, errlen) < 0 ? -1 : cnn_gloo_allgather(c, in, out, n, err, errlen);
+}
+
+int cnn_comm_reduce_scatter_sum(struct cnn_comm *c, float *buf, size_t n, char *err, size_t errlen)
+{
+	if (c->world == 1)
+		return 0;
+	return gloo_only(c, "reduce-scatter", err, errlen) < 0 ? -1 : cnn_gloo_reduce_scatter(c, buf, n, err, errlen);
+}
+
+int cnn_comm_alltoall(struct cnn_comm *c, const float *in, float *out, size_t n, char *err, size_t errlen)
+{
+	if (c->world == 1) {
+		memmove(out, in, n * sizeof(float));
+		return 0;
+	}
+	return gloo_only(c, "all-to-all", err, errlen) < 0 ? -1 : cnn_gloo_alltoall(c, in, out, n, err, errlen);
+}
+
+int cnn_comm_exchange(struct cnn_comm *c, int peer, unsigned tag, const float *send, float *recv, size_t n,
+		      char *err, size_t errlen)
+{
+	if (peer < 0 || peer >= c->world || peer == c->rank) {
+		snprintf(err, errlen, "exchange: peer %d: expected another rank of 0..%d", peer, c->world - 1);
+		return -1;
+	}
+	return gloo_only(c, "exchange", err, errlen) < 0 ? -1
+							 : cnn_gloo_exchange(c, peer, tag, send, recv, n, err, errlen);
+}
+
 /* "rank 3 (node2)" or "ranks 1 (node1), 3 (node2)" into msg at off. */
 static size_t name_ranks(struct cnn_comm *c, const int *ranks, int n, char *msg, size_t len, size_t off)
 {

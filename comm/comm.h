@@ -94,6 +94,21 @@ int cnn_comm_allreduce_sum(struct cnn_comm *c, float *buf, size_t n, char *err, 
 /* Every rank gets rank root's buf (a sum with zeros elsewhere: exact). */
 int cnn_comm_broadcast(struct cnn_comm *c, float *buf, size_t n, int root, char *err, size_t errlen);
 
+/* The collectives ddp-check sweeps beside the all-reduce, on the gloo
+ * backend (-1 with err on another).  n is each rank's share, in floats:
+ *   allgather       in[n] of every rank into out[world*n], rank order
+ *   reduce_scatter  buf[world*n] summed over ranks (a ring, in its
+ *                   order); this rank's share, sum[rank*n..rank*n+n), left
+ *                   in buf[0..n)
+ *   alltoall        in[world*n]: share j to rank j; out[world*n]: share j
+ *                   from rank j
+ *   exchange        send[n] to peer and recv[n] from it at once (both
+ *                   give the same tag): one link's bandwidth, both ways */
+int cnn_comm_allgather(struct cnn_comm *c, const float *in, float *out, size_t n, char *err, size_t errlen);
+int cnn_comm_reduce_scatter_sum(struct cnn_comm *c, float *buf, size_t n, char *err, size_t errlen);
+int cnn_comm_alltoall(struct cnn_comm *c, const float *in, float *out, size_t n, char *err, size_t errlen);
+int cnn_comm_exchange(struct cnn_comm *c, int peer, unsigned tag, const float *send, float *recv, size_t n,
+		      char *err, size_t errlen);
 /* After a failed collective: rewrite err to name the rank(s) that died,
  * with their host, as the store saw them leave. */
 void cnn_comm_explain_failure(struct cnn_comm *c, char *err, size_t errlen);
@@ -115,6 +130,11 @@ void cnn_comm_abandon(struct cnn_comm *c);
 
 /* The gloo backend, from comm_gloo.cc (C API over C++). */
 extern const struct cnn_comm_ops cnn_comm_gloo_ops;
+int cnn_gloo_allgather(struct cnn_comm *c, const float *in, float *out, size_t n, char *err, size_t errlen);
+int cnn_gloo_reduce_scatter(struct cnn_comm *c, float *buf, size_t n, char *err, size_t errlen);
+int cnn_gloo_alltoall(struct cnn_comm *c, const float *in, float *out, size_t n, char *err, size_t errlen);
+int cnn_gloo_exchange(struct cnn_comm *c, int peer, unsigned tag, const float *send, float *recv, size_t n,
+		      char *err, size_t errlen);
 int cnn_comm_gloo_init(struct cnn_comm *c, const char *iface, const char *hostname,
 		       int timeout_ms, char *err, size_t errlen);
 

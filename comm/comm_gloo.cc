@@ -27,7 +27,9 @@
 
 #include <unistd.h>
 
+#include <gloo/allgather.h>
 #include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
@@ -215,6 +217,95 @@ int gloo_allreduce(struct cnn_comm* c, float* buf, size_t n, char* err, size_t e
   }
   return -1;
 }
+
+// The collectives ddp-check sweeps beside the all-reduce (comm.h).
+template <typename F>
+int run_op(struct cnn_comm* c, const char* op, size_t n, char* err, size_t errlen, F&& f) {
+  auto* g = static_cast<Gloo*>(c->impl);
+  try {
+    f(g);
+    return 0;
+  } catch (const std::exception& e) {
+    char what[128];
+    snprintf(what, sizeof(what), "rank %d: %s of %zu floats", c->rank, op, n);
+    say(err, errlen, what, e.what());
+  }
+  return -1;
+}
+
+}  // namespace
+
+extern "C" int cnn_gloo_allgather(struct cnn_comm* c, const float* in, float* out, size_t n, char* err,
+                                  size_t errlen) {
+  return run_op(c, "all-gather", n, err, errlen, [&](Gloo* g) {
+    gloo::AllgatherOptions opts(g->ctx);
+    opts.setInput(const_cast<float*>(in), n);
+    opts.setOutput(out, n * (size_t)c->world);
+    opts.setTag(g->tag++);
+    gloo::allgather(opts);
+  });
+}
+
+extern "C" int cnn_gloo_alltoall(struct cnn_comm* c, const float* in, float* out, size_t n, char* err,
+                                 size_t errlen) {
+  return run_op(c, "all-to-all", n, err, errlen, [&](Gloo* g) {
+    gloo::AlltoallOptions opts(g->ctx);
+    opts.setInput(const_cast<float*>(in), n * (size_t)c->world);
+    opts.setOutput(out, n * (size_t)c->world);
+    opts.setTag(g->tag++);
+    gloo::alltoall(opts);
+  });
+}
+
+// Reduce-scatter as a ring on gloo's unbound buffers, as NCCL's ring does
+// it: W-1 steps, each sending one share to the next rank and adding the
+// one received from the previous, so that share r ends on rank r, summed
+// in the ring's order.  Not gloo's ReduceScatterHalvingDoubling: its run()
+// copies the result over the region its own asynchronous send may still
+// be reading (seen as wrong elements on rank 0 at 64 KiB shares, two bound
+// ranks), and returns with sends in flight.  Each send here is waited for
+// before its share could change, and before the call returns.
+extern "C" int cnn_gloo_reduce_scatter(struct cnn_comm* c, float* buf, size_t n, char* err, size_t errlen) {
+  return run_op(c, "reduce-scatter", n, err, errlen, [&](Gloo* g) {
+    const int w = c->world, r = c->rank, next = (r + 1) % w, prev = (r + w - 1) % w;
+    const size_t bytes = n * sizeof(float);
+    std::vector<float> in(n);
+    auto out = g->ctx->createUnboundBuffer(buf, bytes * (size_t)w);
+    auto got = g->ctx->createUnboundBuffer(in.data(), bytes);
+    const auto limit = g->ctx->getTimeout();
+    for (int s = 0; s < w - 1; s++) {
+      const size_t send = (size_t)((r - s - 1 + 2 * w) % w), add = (size_t)((r - s - 2 + 2 * w) % w);
+      const uint64_t slot = gloo::Slot::build(0x7c, g->tag++);
+      got->recv(prev, slot, 0, bytes);
+      out->send(next, slot, send * bytes, bytes);
+      if (!got->waitRecv(limit))
+        throw std::runtime_error("a share from the previous rank: aborted");
+      float* acc = buf + add * n;
+      for (size_t i = 0; i < n; i++)
+        acc[i] += in[i];
+      if (!out->waitSend(limit))
+        throw std::runtime_error("a share to the next rank: aborted");
+    }
+    if (r)
+      memmove(buf, buf + (size_t)r * n, bytes);
+  });
+}
+
+extern "C" int cnn_gloo_exchange(struct cnn_comm* c, int peer, uint32_t tag, const float* send, float* recv,
+                                 size_t n, char* err, size_t errlen) {
+  return run_op(c, "exchange with a peer", n, err, errlen, [&](Gloo* g) {
+    const uint64_t slot = gloo::Slot::build(0x7d, tag);
+    auto out = g->ctx->createUnboundBuffer(const_cast<float*>(send), n * sizeof(float));
+    auto in = g->ctx->createUnboundBuffer(recv, n * sizeof(float));
+    in->recv(peer, slot);
+    out->send(peer, slot);
+    const auto limit = g->ctx->getTimeout();
+    if (!out->waitSend(limit) || !in->waitRecv(limit))
+      throw std::runtime_error("timed out");
+  });
+}
+
+namespace {
 
 // Every pair closed with a reset (gloo's hard close, under each pair's
 // lock, as its device thread takes it): the peers' reads fail at once.

@@ -28,6 +28,7 @@ teardown() {
 	"$CLUSTER" node 2 ip route del blackhole "$(node_ip 3)/32" 2>/dev/null || true
 	"$CLUSTER" node 2 ip link set enp2s0 mtu 1500 2>/dev/null || true
 	"$CLUSTER" node 3 ip link set enp3s0 mtu 1500 2>/dev/null || true
+	"$CLUSTER" node 3 tc qdisc del dev enp3s0 root 2>/dev/null || true
 	if [ -n "${SQUATTER:-}" ]; then kill "$SQUATTER" 2>/dev/null || true; fi
 	stop_logind
 	if [ -n "${HEALTH_CHECK:-}" ]; then health_check_off; fi
@@ -107,7 +108,11 @@ stop_logind() {
 	assert_line --regexp "^OK +coll.allreduce +gloo all-reduce of crafted inputs exact on all 6 tasks"
 	# the harness's slurm.conf has KillWait=10
 	assert_line --regexp "^OK +slurm.kill_wait +KillWait=10: a task has 10 s from SIGTERM to SIGKILL \(scancel, requeue, preemption, time limit\) to stop and write its checkpoint$"
-	assert_line "ddp-check: 30 checks OK, 0 WARN, 0 FAILED"
+	assert_line --regexp "^OK +net.pairs +3 node pairs of 3 nodes: [0-9.]+\\.\\.[0-9.]+ GB/s each way \\(16777216 bytes each way, the best of 3; each at least 50% of the best\\)$"
+	for c in coll.all_gather coll.reduce_scatter coll.alltoall; do
+		assert_line --regexp "^OK +$c +[a-z_]+ exact at every size on all 6 tasks; busbw [0-9.]+ GB/s at 262128 bytes$"
+	done
+	assert_line "ddp-check: 34 checks OK, 0 WARN, 0 FAILED"
 }
 
 @test "slurm.kill_wait: KillWait under --min-kill-wait warns; a task whose SLURM_CONF names nothing has a SKIP at once" {
@@ -115,7 +120,7 @@ stop_logind() {
 	echo "$output"
 	assert_success
 	assert_line --regexp "^WARN +slurm.kill_wait +KillWait=10: a task has 10 s from SIGTERM to SIGKILL .*, less than --min-kill-wait 30: a trainer that stops to write its checkpoint .* raise KillWait in slurm.conf \(Slurm's default is 30\)"
-	assert_line "ddp-check: 29 checks OK, 1 WARN, 0 FAILED"
+	assert_line "ddp-check: 33 checks OK, 1 WARN, 0 FAILED"
 	# libslurm would retry a slurm.conf it cannot stat for 60 s, then call
 	# fatal(): task 0 does not ask, and says why
 	SECONDS=0
@@ -124,7 +129,25 @@ stop_logind() {
 	assert_success
 	[ "$SECONDS" -lt 10 ]
 	assert_line --regexp "^SKIP +slurm.kill_wait +KillWait not read: SLURM_CONF=/nonexistent/slurm.conf: No such file or directory$"
-	assert_line "ddp-check: 29 checks OK, 0 WARN, 0 FAILED, 1 skipped"
+	assert_line "ddp-check: 33 checks OK, 0 WARN, 0 FAILED, 1 skipped"
+}
+
+@test "one node made slow (tc tbf on its interface): net.pairs names it, not its links; the other collectives' tables, #wrong 0" {
+	# 40 Mbit/s out of node3: about 5 MB/s, against the veths' GB/s
+	"$CLUSTER" node 3 tc qdisc add dev enp3s0 root tbf rate 40mbit burst 64kb latency 2s
+	run crun srun -N3 --ddp=gloo "$CHECK" -e 16K -n 2 -w 1 --timeout 30 --pair-bytes 512K
+	echo "$output"
+	assert_failure 1
+	assert_line --regexp "^FAIL +net.pairs +node node3 is slow: its 2 pairs at 0\.0[0-9]+\.\.0\.0[0-9]+ GB/s each way, the other pairs at [0-9.]+\.\.[0-9.]+ \(--min-pair 50% of the best pair, [0-9.]+ GB/s\)$"
+	refute_output --partial "the link node"
+	assert_output --regexp "# node pairs, 524288 bytes each way at once, the best of 3 \(GB/s each way\)"
+	for op in all_gather reduce_scatter alltoall; do
+		assert_output --partial "# $op, gloo, 3 ranks, 1 warm-up and 2 timed iterations"
+		assert_line --regexp "^OK +coll\.$op +$op exact at every size on all 3 tasks; busbw [0-9.]+ GB/s at 16380 bytes$"
+	done
+	# each table's last row: 16380 bytes (1365 floats a task), none wrong
+	assert_line --regexp "^ +16380 +4095 +float +sum +[0-9.]+ +[0-9.]+ +[0-9.]+ +0$"
+	assert_line --regexp "^ +16380 +4095 +float +none +[0-9.]+ +[0-9.]+ +[0-9.]+ +0$"
 }
 
 @test "--json writes the same report as one JSON object" {
@@ -142,12 +165,18 @@ assert r["bandwidth"] and r["bandwidth"][-1]["size"] == 262144, r["bandwidth"]
 b = r["bandwidth"][-1]
 assert abs(b["busbw"] - b["algbw"] * 2 * 2 / 3) < 1e-3, b
 names = [c["name"] for c in r["checks"]]
-assert len(names) == 30 and "hw.pcie" in names and "net.fabric" in names and "slurm.kill_wait" in names and "net.shm" in names and "bind.threads" in names and "bind.nproc" in names and "env.nccl" in names and "net.memlock" in names and "net.nofile" in names and "net.probe" in names and "bind.gres" in names and "clock.skew" in names, names
+assert len(names) == 34 and "net.pairs" in names and "coll.alltoall" in names and "hw.pcie" in names and "net.fabric" in names and "slurm.kill_wait" in names and "net.shm" in names and "bind.threads" in names and "bind.nproc" in names and "env.nccl" in names and "net.memlock" in names and "net.nofile" in names and "net.probe" in names and "bind.gres" in names and "clock.skew" in names, names
 assert all(c["level"] == "OK" for c in r["checks"]), r["checks"]
 # tasks of root: no process limit holds them, and their threads are not counted
 assert all(x["user_threads"] is None for x in r["ranks"]), r["ranks"]
 assert r["kill_wait"] == 10, r["kill_wait"]
-assert r["summary"] == {"ok": 30, "warn": 0, "fail": 0, "skip": 0} and r["exit_code"] == 0
+assert r["summary"] == {"ok": 34, "warn": 0, "fail": 0, "skip": 0} and r["exit_code"] == 0
+assert set(r["collectives"]) == {"all_gather", "reduce_scatter", "alltoall"}, r["collectives"]
+for op, rows in r["collectives"].items():
+    assert rows and rows[-1]["size"] == 262140 and all(x["wrong"] == 0 for x in rows), (op, rows)
+    assert abs(rows[-1]["busbw"] - rows[-1]["algbw"] * 2 / 3) < 1e-3, rows[-1]
+assert sorted((p["a"], p["b"]) for p in r["pairs"]) == [("node1", "node2"), ("node1", "node3"), ("node2", "node3")], r["pairs"]
+assert all(p["gbps"] > 0 for p in r["pairs"]), r["pairs"]
 print("json ok")' "$output"
 	assert_success
 	assert_output "json ok"
@@ -193,7 +222,7 @@ for name, f in (("slow", 1e-3), ("fast", 1e3)):
 	assert_line --regexp "^FAIL +net.probe +.*node3 cannot reach node2 at $(node_ip 2):[0-9]+: no answer within 2000 ms"
 	assert_line --regexp "^SKIP +coll.allreduce +not run: net.probe failed"
 	assert_line --regexp "^OK +rdzv.join "
-	assert_line --regexp "^ddp-check: [0-9]+ checks OK, 0 WARN, 1 FAILED, 3 skipped$"
+	assert_line --regexp "^ddp-check: [0-9]+ checks OK, 0 WARN, 1 FAILED, 7 skipped$"
 }
 
 @test "jumbo frames on two nodes that the bridge between does not carry: net.probe names the lost full-size packets and both MTUs, exit 1" {
@@ -304,7 +333,8 @@ time.sleep(60)' &
 	echo "$output"
 	assert_success
 	assert_line --regexp "^WARN +bind.cpus +node1: 2 tasks are not bound, each may run on all of CPUs 0-1"
-	assert_line --regexp "^ddp-check: 29 checks OK, 1 WARN, 0 FAILED$"
+	assert_line --regexp "^SKIP +net.pairs +one node: no link between nodes to time$"
+	assert_line --regexp "^ddp-check: 32 checks OK, 1 WARN, 0 FAILED, 1 skipped$"
 }
 
 @test "GPU binding (fake GPUs, the nodes' topology): bus ids, locality, one task per GPU, strict narrows visibility" {
@@ -488,7 +518,7 @@ time.sleep(60)' &
 	echo "$output"
 	assert_success
 	assert_line --regexp "^WARN +net.nofile +the open-files limit \(ulimit -n\) on node2: 100 \(task 2 and others\): gloo connects every rank to every other, 5 sockets a rank at world size 6, which leave little room for the program's own files \(at least 261 wanted\); .*PropagateResourceLimitsExcept=NOFILE"
-	assert_line --regexp "^ddp-check: 29 checks OK, 1 WARN, 0 FAILED$"
+	assert_line --regexp "^ddp-check: 33 checks OK, 1 WARN, 0 FAILED$"
 }
 
 # The process limit holds all of a user's threads on a node (one kernel
@@ -504,9 +534,9 @@ time.sleep(60)' &
 	# KillWait is read as uid 65534 too, who cannot read the cluster's
 	# slurm.conf in a checkout under /root (0700): skipped there, saying why
 	if grep -qE '^SKIP +slurm\.kill_wait +KillWait not read: SLURM_CONF=.*: Permission denied$' <<<"$output"; then
-		assert_line --regexp "^ddp-check: 28 checks OK, 1 WARN, 0 FAILED, 1 skipped$"
+		assert_line --regexp "^ddp-check: 32 checks OK, 1 WARN, 0 FAILED, 1 skipped$"
 	else
-		assert_line --regexp "^ddp-check: 29 checks OK, 1 WARN, 0 FAILED$"
+		assert_line --regexp "^ddp-check: 33 checks OK, 1 WARN, 0 FAILED$"
 	fi
 	# 40 OpenMP threads a task on node2: past the limit
 	run crun srun -N2 --ntasks-per-node=2 --ddp=gloo bash -c \
@@ -533,7 +563,8 @@ time.sleep(60)' &
 	assert_line --regexp "^FAIL +bind.nproc +the process limit \(ulimit -u\) on node2: 1 \(task 3\), 1 thread of uid 65534 running there: room for 0, and its task wants 1 for OpenMP alone"
 	# the task that failed first, then those that stopped on its failure
 	assert_line --regexp "^FAIL +coll.allreduce +task 3 \(node2\): gloo: rank 3 could not connect its full mesh on [a-z0-9]+: Resource temporarily unavailable; task 0 \(node1\): gloo: rank 0 could not connect its full mesh on [a-z0-9]+: a peer failed first \(gloo: rank 3 could not connect its full mesh on [a-z0-9]+: Resource temporarily unavailable\); "
-	assert_line --regexp "^ddp-check: [0-9]+ checks OK, 0 WARN, 2 FAILED, 2 skipped$"
+	assert_line --regexp "^SKIP +net.pairs +no task reached them \\(coll.allreduce\\)$"
+	assert_line --regexp "^ddp-check: [0-9]+ checks OK, 0 WARN, 2 FAILED, 6 skipped$"
 	refute_output --partial "the rendezvous failed midway"
 }
 

@@ -27,7 +27,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memset(colls, 0, sizeof(colls));
 	w.opts = (struct ck_opts){ .min_bytes = 8, .max_bytes = 1 << 20, .step_factor = 2, .iters = 1,
 				   .max_skew_ms = 100, .probe_ms = 100, .timeout_s = 1,
-				   .min_busbw = size & 2 ? 1 : 0 };
+				   .min_busbw = size & 2 ? 1 : 0, .pair_bytes = 1 << 20,
+				   .min_pair = 1 + (int)(size % 100) };
 	w.nsizes = ck_sizes(&w.opts, w.sizes, CK_MAX_SIZES);
 	for (int part = 0; part < 3 * N && p <= end; part++) {
 		const char *q = memchr(p, 0x1e, (size_t)(end - p));
@@ -59,6 +60,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	ck_eval_setup(&w);
 	ck_coll_safe(&w, w.coll_skip, sizeof(w.coll_skip));
 	ck_eval_coll(&w);
+	ck_eval_ops(&w);
+	ck_eval_pairs(&w);
 	FILE *f = fopen("/dev/null", "w");
 	if (f) {
 		ck_report_text(&w, f);

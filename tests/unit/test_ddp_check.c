@@ -1997,6 +1997,172 @@ static void test_baseline(void)
 		printf("# could not remove %s\n", dir);
 }
 
+/* The other collectives on every task: each size in t seconds, wrong
+ * elements nowhere but where said. */
+static void ops_ran(struct ck_world *w, double t)
+{
+	for (int i = 0; i < w->n; i++) {
+		struct ck_coll *c = &w->colls[i];
+		c->ops_ran = 1;
+		for (int op = 0; op < CK_NOPS; op++) {
+			c->nop_times[op] = w->nsizes;
+			for (size_t k = 0; k < w->nsizes; k++)
+				c->op_times[op][k] = t;
+		}
+	}
+}
+
+static void test_ops(void)
+{
+	struct ck_world *w = world(3, 2);
+	w->nsizes = ck_sizes(&w->opts, w->sizes, CK_MAX_SIZES); /* 8 .. 1024 bytes */
+	ran(w, 1e-5);
+	ops_ran(w, 1e-6);
+	ck_eval_ops(w);
+	/* 1024 bytes is 42 floats a task: 1008 bytes move in 1 us; busbw 1.008 * 5/6 */
+	test_check("all_gather: exact, busbw at the largest size that holds a float a task", w, "coll.all_gather",
+		   CK_OK, "all_gather exact at every size on all 6 tasks; busbw 0.84 GB/s at 1008 bytes");
+	test_check("reduce_scatter the same", w, "coll.reduce_scatter", CK_OK, "reduce_scatter exact");
+	test_check("alltoall the same", w, "coll.alltoall", CK_OK, "alltoall exact");
+	test_cond("a sweep size below a float per task moves nothing", ck_op_count(16, 6) == 0 &&
+									ck_op_count(1024, 6) == 42);
+	test_cond("the slowest task's time", (w->colls[4].op_times[CK_ALLTOALL][3] = 5e-6,
+					     ck_op_time_max(w, CK_ALLTOALL, 3) == 5e-6));
+	w->colls[3].op_wrong[CK_REDUCE_SCATTER][5] = 3;
+	w->nres = 0;
+	ck_eval_ops(w);
+	test_check("wrong elements: FAIL naming the task, its node, the count and the size", w,
+		   "coll.reduce_scatter", CK_FAIL, "WRONG data: task 3 (gpu02): 3 of 10 elements wrong at 240 bytes");
+	test_cond("... counted in the table's #wrong", ck_op_wrong(w, CK_REDUCE_SCATTER, 5) == 3);
+	test_check("... the others still OK", w, "coll.all_gather", CK_OK, "exact");
+	snprintf(w->colls[5].op_msg, sizeof(w->colls[5].op_msg), "all_gather of 1008 bytes failed: gloo: timed out");
+	w->nres = 0;
+	ck_eval_ops(w);
+	test_check("a task whose run failed: FAIL with its message", w, "coll.alltoall", CK_FAIL,
+		   "task 5 (gpu03): all_gather of 1008 bytes failed");
+	w->backend = "nccl";
+	w->nres = 0;
+	ck_eval_ops(w);
+	test_check("under NCCL: skipped, saying where they run", w, "coll.all_gather", CK_SKIP,
+		   "swept over gloo only");
+	w->backend = "gloo";
+	w->coll_ran = 0;
+	snprintf(w->coll_skip, sizeof(w->coll_skip), "task 2 never joined");
+	w->nres = 0;
+	ck_eval_ops(w);
+	test_check("no collectives: skipped with their reason", w, "coll.alltoall", CK_SKIP, "task 2 never joined");
+
+	/* the record carries them */
+	char buf[16384];
+	struct ck_coll back;
+	w->colls[0].npairs = 2;
+	w->colls[0].pairs[0] = (struct ck_pair){ 2, 1.25 };
+	w->colls[0].pairs[1] = (struct ck_pair){ 4, 0.125 };
+	w->colls[0].pairs_ran = 1;
+	w->colls[0].op_wrong[CK_ALLGATHER][2] = 7;
+	int len = ck_coll_encode(&w->colls[0], buf, sizeof(buf));
+	test_cond("the collectives' record encodes", len > 0);
+	ck_coll_decode(&back, buf, len > 0 ? (size_t)len : 0);
+	test_cond("... and decodes: times, #wrong, pairs", back.ops_ran == 1 &&
+		  back.nop_times[CK_ALLTOALL] == w->nsizes && back.op_times[CK_REDUCE_SCATTER][1] == 1e-6 &&
+		  back.op_wrong[CK_ALLGATHER][2] == 7 && back.npairs == 2 && back.pairs[1].peer == 4 &&
+		  back.pairs[1].gbps == 0.125 && back.pairs_ran == 1);
+	drop(w);
+}
+
+/* Pairs timed by each node's first task (tasks 0, 2, 4, ... with 2 a node):
+ * gbps[a][b] for nodes a < b. */
+static void pairs_ran(struct ck_world *w, int nodes, int per, double g[][6])
+{
+	w->coll_ran = 1;
+	for (int a = 0; a < nodes; a++) {
+		struct ck_coll *c = &w->colls[a * per];
+		c->have = 1;
+		c->pairs_ran = 1;
+		c->npairs = 0;
+		for (int b = 0; b < nodes; b++)
+			if (b != a)
+				c->pairs[c->npairs++] = (struct ck_pair){ b * per, a < b ? g[a][b] : g[b][a] };
+	}
+	for (int i = 0; i < w->n; i++)
+		w->colls[i].have = 1;
+}
+
+static void test_pairs(void)
+{
+	struct ck_world *w = world(4, 2);
+	double g[6][6] = { { 0 } };
+	w->opts.pair_bytes = 1 << 20;
+	w->opts.min_pair = 50;
+	for (int a = 0; a < 4; a++)
+		for (int b = a + 1; b < 4; b++)
+			g[a][b] = 2.0 + 0.1 * (a + b);
+	pairs_ran(w, 4, 2, g);
+	ck_eval_pairs(w);
+	test_check("healthy pairs: OK with the range", w, "net.pairs", CK_OK,
+		   "6 node pairs of 4 nodes: 2.10..2.50 GB/s each way");
+	struct ck_pair_row rows[16];
+	test_cond("six rows, each pair once", ck_pair_rows(w, rows, 16) == 6 && rows[0].a == 0 && rows[0].b == 2);
+	/* node 3 (gpu03, task 4) slow toward everyone */
+	g[0][2] = 0.02, g[1][2] = 0.03, g[2][3] = 0.025;
+	pairs_ran(w, 4, 2, g);
+	w->nres = 0;
+	ck_eval_pairs(w);
+	test_check("one node slow in all its pairs: FAIL naming it", w, "net.pairs", CK_FAIL,
+		   "node gpu03 is slow: its 3 pairs at 0.020..0.030 GB/s each way, the other pairs at 2.10..2.40");
+	const struct ck_result *r = res(w, "net.pairs");
+	test_cond("... and no link named beside it", r && !strstr(r->msg, "the link"));
+	/* one side measured lower: the lower counts */
+	w->colls[4].pairs[0].gbps = 0.01;
+	test_cond("both sides' figures: the lower", ck_pair_rows(w, rows, 16) == 6 && rows[1].gbps == 0.01);
+	/* a slow link between healthy nodes */
+	for (int a = 0; a < 4; a++)
+		for (int b = a + 1; b < 4; b++)
+			g[a][b] = 2.0;
+	g[0][1] = 0.5;
+	pairs_ran(w, 4, 2, g);
+	w->nres = 0;
+	ck_eval_pairs(w);
+	test_check("one slow link: FAIL naming both ends", w, "net.pairs", CK_FAIL,
+		   "the link gpu01-gpu02 at 0.500 GB/s each way, 25% of the best pair's 2.00");
+	w->opts.min_pair = 20;
+	w->nres = 0;
+	ck_eval_pairs(w);
+	test_check("... within --min-pair 20: OK", w, "net.pairs", CK_OK, "0.50..2.00 GB/s");
+	drop(w);
+
+	w = world(2, 1);
+	w->opts.pair_bytes = 1 << 20;
+	w->opts.min_pair = 50;
+	g[0][1] = 0.01;
+	pairs_ran(w, 2, 1, g);
+	ck_eval_pairs(w);
+	test_check("two nodes: the one pair said, not judged", w, "net.pairs", CK_OK,
+		   "1 node pair (gpu01-gpu02): 0.01 GB/s each way (with two nodes a slow node and a slow link look alike");
+	w->colls[1].npairs = 0;
+	w->colls[0].npairs = 0;
+	w->nres = 0;
+	ck_eval_pairs(w);
+	test_check("no pair timed: skipped", w, "net.pairs", CK_SKIP, "no pair timed");
+	snprintf(w->colls[1].pair_msg, sizeof(w->colls[1].pair_msg), "node pairs: gloo: timed out");
+	w->nres = 0;
+	ck_eval_pairs(w);
+	test_check("a task's exchange failed: FAIL with it", w, "net.pairs", CK_FAIL,
+		   "task 1 (gpu02): node pairs: gloo: timed out");
+	w->backend = "nccl";
+	w->nres = 0;
+	ck_eval_pairs(w);
+	test_check("under NCCL: skipped", w, "net.pairs", CK_SKIP, "timed over gloo only");
+	drop(w);
+
+	w = world(1, 2);
+	w->opts.pair_bytes = 1 << 20;
+	w->coll_ran = 1;
+	ck_eval_pairs(w);
+	test_check("one node: skipped", w, "net.pairs", CK_SKIP, "one node: no link between nodes to time");
+	drop(w);
+}
+
 int main(void)
 {
 	test_records();
@@ -2025,5 +2191,7 @@ int main(void)
 	test_pcie();
 	test_fabric();
 	test_baseline();
+	test_ops();
+	test_pairs();
 	return test_report();
 }

@@ -138,6 +138,18 @@ struct ck_probe {
 	double clock_off_us, clock_unc_us;
 };
 
+/* The collectives swept beside the all-reduce (gloo), in nccl-tests'
+ * terms: a size is the whole buffer, world shares of count elements. */
+enum ck_op { CK_ALLGATHER, CK_REDUCE_SCATTER, CK_ALLTOALL, CK_NOPS };
+extern const char *const ck_op_name[CK_NOPS];   /* "all_gather", ... */
+/* Node pairs a task times (pairs.c): one per other node, by its first task. */
+#define CK_MAX_PAIRS 256
+
+struct ck_pair {
+	int peer;                        /* the other node's first task */
+	double gbps;                     /* GB/s each way, the best of the trials */
+};
+
 /* What a rank got from the collectives. */
 struct ck_coll {
 	int have;
@@ -147,6 +159,19 @@ struct ck_coll {
 	double init_s;                   /* communicator set-up */
 	size_t ntimes;
 	double times[CK_MAX_SIZES];      /* seconds per all-reduce, per size */
+	/* the other collectives: ran (gloo), per size the seconds and the
+	 * elements of the checked run that were wrong; msg of the first that
+	 * failed */
+	int ops_ran;
+	size_t nop_times[CK_NOPS];
+	double op_times[CK_NOPS][CK_MAX_SIZES];
+	long op_wrong[CK_NOPS][CK_MAX_SIZES];
+	char op_msg[CK_MSG];
+	/* the node pairs this task timed (the first task of its node) */
+	int pairs_ran;
+	size_t npairs;
+	struct ck_pair pairs[CK_MAX_PAIRS];
+	char pair_msg[CK_MSG];           /* why this task's pairs stopped */
 };
 
 struct ck_result {
@@ -166,6 +191,8 @@ struct ck_opts {
 	int min_kill_wait;               /* seconds; KillWait below it warns, 0 never */
 	const char *baseline;            /* --baseline FILE, NULL none */
 	int min_baseline;                /* percent of the baseline's busbw */
+	size_t pair_bytes;               /* each node pair's exchange, each way; 0: none */
+	int min_pair;                    /* percent of the best pair's GB/s */
 };
 
 /* What the controller says of the time a task has to stop (task 0 asks,
@@ -271,11 +298,37 @@ void ck_eval_coll(struct ck_world *w);
 double ck_busbw(double algbw, int n);
 /* The slowest rank's time for size k, -1 when none measured. */
 double ck_time_max(const struct ck_world *w, size_t k);
+/* The other collectives (eval_ops.c): coll.all_gather, coll.reduce_scatter,
+ * coll.alltoall: data exact at every size, the busbw at the largest. */
+void ck_eval_ops(struct ck_world *w);
+/* busbw of all-gather, reduce-scatter and all-to-all: algbw * (n-1)/n. */
+double ck_op_busbw(double algbw, int n);
+/* Each rank's share of a sweep size in elements (0: the size is below one
+ * float per rank), the size that moves, the slowest rank's time (-1 none)
+ * and the elements wrong on all ranks. */
+size_t ck_op_count(size_t bytes, int world);
+double ck_op_time_max(const struct ck_world *w, enum ck_op op, size_t k);
+long ck_op_wrong(const struct ck_world *w, enum ck_op op, size_t k);
+/* The node pairs (eval_pairs.c): each pair of nodes once (a < b, the
+ * nodes' first tasks) at the lower of the two sides' GB/s. */
+struct ck_pair_row {
+	int a, b;
+	double gbps;
+};
+size_t ck_pair_rows(const struct ck_world *w, struct ck_pair_row *rows, size_t max);
+/* net.pairs: a node slow in every one of its pairs, or a link, below
+ * --min-pair percent of the best pair. */
+void ck_eval_pairs(struct ck_world *w);
 
 /* ---- output (report.c) --------------------------------------------------- */
 
 void ck_report_text(const struct ck_world *w, FILE *out);
 void ck_report_json(const struct ck_world *w, FILE *out);
+/* The other collectives' tables and the node pairs (report_ops.c; the
+ * first 64 pairs); the JSON's "collectives" and "pairs" members, each
+ * after a comma. */
+void ck_report_ops_text(const struct ck_world *w, FILE *out);
+void ck_report_ops_json(const struct ck_world *w, FILE *out);
 /* s as a JSON string, quoted and escaped (NULL: ""). */
 void ck_json_str(FILE *out, const char *s);
 /* 0 all OK or WARN, 1 any FAIL. */

@@ -1,5 +1,6 @@
 /* ddp-check's collectives (coll.h): the exact all-reduces and the
- * bandwidth sweep, over gloo (the trainer's comm layer) or NCCL. */
+ * bandwidth sweep, over gloo (the trainer's comm layer) or NCCL; then, on
+ * gloo, the other collectives and the node pairs. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,6 +147,10 @@ void ck_run_colls(struct self *me, struct ddpenv_store *s, const struct ck_opts 
 		if (coll_sync(&c, err, sizeof(err)) < 0)
 			goto sweep_failed;
 		out->times[out->ntimes++] = (ck_mono() - t) / (o->iters > 0 ? o->iters : 1);
+	}
+	if (!c.nccl) {
+		ck_run_ops(c.gloo, o, sizes, nsizes, out);
+		ck_run_pairs(c.gloo, me->r.host, o, out);
 	}
 	goto out;
 sweep_failed:

@@ -21,6 +21,15 @@ void ck_run_colls(struct self *me, struct ddpenv_store *s, const struct ck_opts 
 		  const size_t *sizes, size_t nsizes, struct ck_coll *out);
 
 
+/* On the gloo communicator c (coll_ops.c, pairs.c): the sweep of the
+ * other collectives (check.h's enum ck_op), each size's data checked; and
+ * the node pairs, timed by each node's first task (host: this task's
+ * node).  What failed in out->op_msg, out->pair_msg. */
+struct cnn_comm;
+void ck_run_ops(struct cnn_comm *c, const struct ck_opts *o, const size_t *sizes, size_t nsizes,
+		struct ck_coll *out);
+void ck_run_pairs(struct cnn_comm *c, const char *host, const struct ck_opts *o, struct ck_coll *out);
+
 /* dlopen libcudart and libnccl; -1 with err naming what was tried. */
 int ck_nccl_load(char *err, size_t errlen);
 /* The task's GPU: entry LOCAL_RANK of what it sees (or the only one), its

@@ -474,6 +474,8 @@ static int finish(struct run *x, int rc)
 		return rc;
 	}
 	ck_eval_coll(&x->w);
+	ck_eval_ops(&x->w);
+	ck_eval_pairs(&x->w);
 	if (x->cli.json)
 		ck_report_json(&x->w, stdout);
 	else
@@ -542,7 +544,7 @@ int main(int argc, char **argv)
 	static struct run x = {
 		.cli.o = { .min_bytes = 8, .max_bytes = 256u << 20, .step_factor = 2, .iters = 20, .warmup = 5,
 			   .max_skew_ms = 100, .probe_ms = 2000, .timeout_s = 60, .min_kill_wait = 10,
-			   .min_baseline = 80 },
+			   .min_baseline = 80, .pair_bytes = 16u << 20, .min_pair = 50 },
 		.lis = { .fd = -1 },
 		.me.r = { .head_local = -1, .gpu_numa = -1, .visible = -1 },
 	};

@@ -15,8 +15,10 @@ static void usage(FILE *out)
 		"\n"
 		"Checks the distributed-training set-up of the step it runs in: the env://\n"
 		"contract on every task, the rendezvous, each node's interface, reachability\n"
-		"between nodes, clock skew, CPU and GPU binding, an exact all-reduce and the\n"
-		"all-reduce bandwidth (nccl-tests' algbw and busbw).  Task 0 prints the report.\n"
+		"between nodes, clock skew, CPU and GPU binding, an exact all-reduce, the\n"
+		"bandwidth of all-reduce, all-gather, reduce-scatter and all-to-all (nccl-tests'\n"
+		"columns, every size's data checked), and each pair of nodes' link.  Task 0\n"
+		"prints the report.\n"
 		"\n"
 		"  -b, --minbytes=SIZE     smallest all-reduce of the sweep (default 8)\n"
 		"  -e, --maxbytes=SIZE     largest (default 256M; 0: no sweep)\n"
@@ -32,6 +34,9 @@ static void usage(FILE *out)
 		"      --baseline=FILE     compare the sweep's busbw with a recorded healthy run\n"
 		"                          (this program's --json report): coll.baseline\n"
 		"      --min-baseline=PCT  FAIL a size below PCT%% of the baseline's (default 80)\n"
+		"      --pair-bytes=SIZE   each node pair's exchange, each way (default 16M;\n"
+		"                          0: no pairs): net.pairs names a slow node or link\n"
+		"      --min-pair=PCT      FAIL a pair below PCT%% of the best pair (default 50)\n"
 		"      --backend=nccl|gloo the collective library (default: DDP_BACKEND)\n"
 		"      --json              the report as one JSON object\n"
 		"      --node              this node alone, no srun or peers (Slurm's\n"
@@ -80,6 +85,8 @@ static const struct numopt numopts[] = {
 	{ "timeout", 'T', K_INT, 1, 86400, "seconds", AT(timeout_s) },
 	{ "min-kill-wait", 'K', K_INT, 0, 65533, "seconds", AT(min_kill_wait) },
 	{ "min-baseline", 'M', K_INT, 1, 100, "percent", AT(min_baseline) },
+	{ "pair-bytes", 'p', K_SIZE, 0, 0, NULL, AT(pair_bytes) },
+	{ "min-pair", 'm', K_INT, 1, 100, "percent", AT(min_pair) },
 };
 #undef AT
 #define NNUM (sizeof(numopts) / sizeof(numopts[0]))

@@ -346,7 +346,61 @@ int ck_coll_encode(const struct ck_coll *c, char *buf, size_t len)
 	for (size_t i = 0; i < c->ntimes && i < CK_MAX_SIZES; i++)
 		off += (size_t)snprintf(t + off, sizeof(t) - off, "%s%.9g", i ? "," : "", c->times[i]);
 	put(&o, "times", "%s", t);
+	put(&o, "ops_ran", "%d", c->ops_ran);
+	put(&o, "op_msg", "%s", c->op_msg);
+	for (int op = 0; op < CK_NOPS; op++) {
+		char key[40], wr[CK_MAX_SIZES * 12] = "";
+		size_t woff = 0;
+		off = 0;
+		t[0] = '\0';
+		for (size_t i = 0; i < c->nop_times[op] && i < CK_MAX_SIZES; i++) {
+			off += (size_t)snprintf(t + off, sizeof(t) - off, "%s%.9g", i ? "," : "", c->op_times[op][i]);
+			woff += (size_t)snprintf(wr + woff, sizeof(wr) - woff, "%s%ld", i ? "," : "", c->op_wrong[op][i]);
+		}
+		snprintf(key, sizeof(key), "t_%s", ck_op_name[op]);
+		put(&o, key, "%s", t);
+		snprintf(key, sizeof(key), "w_%s", ck_op_name[op]);
+		put(&o, key, "%s", wr);
+	}
+	put(&o, "pairs_ran", "%d", c->pairs_ran);
+	put(&o, "pair_msg", "%s", c->pair_msg);
+	for (size_t i = 0; i < c->npairs && i < CK_MAX_PAIRS; i++)
+		put(&o, "pair", "%d:%.9g", c->pairs[i].peer, c->pairs[i].gbps);
 	return done(&o);
+}
+
+/* "a,b,c" into v[max] (strtod): how many. */
+static size_t num_list(const char *s, double *v, size_t max)
+{
+	size_t n = 0;
+	while (*s && n < max) {
+		char *end;
+		v[n] = strtod(s, &end);
+		if (end == s)
+			break;
+		n++;
+		s = *end == ',' ? end + 1 : end;
+	}
+	return n;
+}
+
+/* t_NAME and w_NAME: one of the other collectives' times or wrong counts. */
+static void op_field(struct ck_coll *c, const char *k, const char *v)
+{
+	double d[CK_MAX_SIZES];
+	for (int op = 0; op < CK_NOPS; op++) {
+		if (strcmp(k + 2, ck_op_name[op]) != 0)
+			continue;
+		size_t n = num_list(v, d, CK_MAX_SIZES);
+		for (size_t i = 0; i < n; i++) {
+			if (k[0] == 't')
+				c->op_times[op][i] = d[i];
+			else
+				c->op_wrong[op][i] = (long)d[i];
+		}
+		if (k[0] == 't')
+			c->nop_times[op] = n;
+	}
 }
 
 static void coll_field(void *ctx, const char *k, const char *v)
@@ -362,14 +416,23 @@ static void coll_field(void *ctx, const char *k, const char *v)
 	} else if (!strcmp(k, "init_s")) {
 		c->init_s = atof(v);
 	} else if (!strcmp(k, "times")) {
-		const char *s = v;
-		c->ntimes = 0;
-		while (*s && c->ntimes < CK_MAX_SIZES) {
-			char *end;
-			c->times[c->ntimes++] = strtod(s, &end);
-			if (end == s)
-				break;
-			s = *end == ',' ? end + 1 : end;
+		c->ntimes = num_list(v, c->times, CK_MAX_SIZES);
+	} else if (!strcmp(k, "ops_ran")) {
+		c->ops_ran = atoi(v);
+	} else if (!strcmp(k, "op_msg")) {
+		STR(c->op_msg, v);
+	} else if ((k[0] == 't' || k[0] == 'w') && k[1] == '_') {
+		op_field(c, k, v);
+	} else if (!strcmp(k, "pairs_ran")) {
+		c->pairs_ran = atoi(v);
+	} else if (!strcmp(k, "pair_msg")) {
+		STR(c->pair_msg, v);
+	} else if (!strcmp(k, "pair") && c->npairs < CK_MAX_PAIRS) {
+		char *end;
+		long peer = strtol(v, &end, 10);
+		if (end != v && *end == ':' && peer >= 0 && peer < 1 << 30) {
+			c->pairs[c->npairs].peer = (int)peer;
+			c->pairs[c->npairs++].gbps = strtod(end + 1, NULL);
 		}
 	}
 }

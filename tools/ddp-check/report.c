@@ -130,6 +130,7 @@ void ck_report_text(const struct ck_world *w, FILE *out)
 		}
 	}
 
+	ck_report_ops_text(w, out);
 	fprintf(out, "#\n# checks\n");
 	for (size_t i = 0; i < w->nres; i++)
 		fprintf(out, "%-4s  %-21s  %s\n", level_name[w->res[i].level], w->res[i].name,
@@ -271,7 +272,9 @@ void ck_report_json(const struct ck_world *w, FILE *out)
 			w->sizes[k], w->sizes[k] / 4, t * 1e6, alg, ck_busbw(alg, w->n));
 		first = 0;
 	}
-	fprintf(out, "\n  ],\n  \"checks\": [");
+	fprintf(out, "\n  ]");
+	ck_report_ops_json(w, out);
+	fprintf(out, ",\n  \"checks\": [");
 	for (size_t i = 0; i < w->nres; i++) {
 		fprintf(out, "%s\n    {\"name\": ", i ? "," : "");
 		ck_json_str(out, w->res[i].name);
