@@ -10,7 +10,8 @@ setup() {
 	CHECK="$REPO/build/bin/ddp-check"
 	T="$BATS_TEST_TMPDIR"
 	export SLURMD_NODENAME=gpu07
-	export DDP_CHECK_SYSFS="$T/sys" DDP_CHECK_NVIDIA_GPUS="$T/nvidia"
+	export DDP_CHECK_SYSFS="$T/sys" DDP_CHECK_NVIDIA_GPUS="$T/nvidia" DDP_CHECK_KMSG="$T/kmsg"
+	: >"$T/kmsg"
 	fake_nvidia "$T/nvidia" 0000:1b:00.0 0000:43:00.0
 	fake_pci "$T/sys" 0000:1b:00.0 "32.0 GT/s PCIe" 16 "32.0 GT/s PCIe" 16
 	fake_pci "$T/sys" 0000:43:00.0 "32.0 GT/s PCIe" 16 "32.0 GT/s PCIe" 16
@@ -60,6 +61,60 @@ setup() {
 	assert_line --regexp "^FAIL +net.fabric +gpu07: mlx5_0 port 1 is DOWN$"
 	assert_line --regexp "^ddp-check: --drain: scontrol update NodeName=gpu07 State=DRAIN failed \(status 1\)$"
 	refute_line --partial "drained:"
+}
+
+# NVML through the project's stand-in (tests/tools/fake_nvml.c), answering
+# from FAKE_NVML's file: a line per GPU, its counters as key=value.
+nvml() {
+	printf 'driver 550.54.15\ncuda 12040\n' >"$T/nvml"
+	printf '%s\n' "$@" >>"$T/nvml"
+	export LD_LIBRARY_PATH="$REPO/build/tests/tools/nvml" FAKE_NVML="$T/nvml"
+}
+
+@test "gpu.health without NVML on the node: skipped, saying why; the other checks as ever" {
+	run "$CHECK" --node
+	assert_success
+	assert_line --regexp "^SKIP +gpu.health +NVML answered for none of the 2 tasks' GPUs: gpu07 GPU 0000:1b:00.0 \(task 0\): NVML not loaded: libnvidia-ml.so.1: cannot open shared object file"
+}
+
+@test "gpu.health through NVML: healthy GPUs OK with the driver; uncorrected ECC errors and an Xid 79 in the kernel's log FAIL, drained with the check as the reason" {
+	nvml "gpu 0000:1b:00.0" "gpu 0000:43:00.0"
+	run "$CHECK" --node --drain
+	echo "$output"
+	assert_success
+	assert_line --regexp "^OK +gpu.health +2 GPUs read by NVML \(driver 550.54.15, CUDA 12040\): no uncorrected ECC error, no pending retirement or row remap, no clock held down, persistence on, no Xid since boot$"
+	nvml "gpu 0000:1b:00.0" "gpu 0000:43:00.0 ecc_vol=2 ecc_agg=5"
+	printf '4,812,3305001,-;NVRM: Xid (PCI:0000:43:00): 79, pid=4242, name=python3, GPU has fallen off the bus.\n' >"$T/kmsg"
+	run "$CHECK" --node --drain
+	echo "$output"
+	assert_failure 1
+	assert_line --regexp "^FAIL +gpu.health +gpu07 GPU 0000:43:00.0 \(task 1\): 2 uncorrected ECC errors since the driver loaded; gpu07 GPU 0000:43:00.0 \(task 1\): Xid 79 in the kernel's log since boot \(its Xids: 79\)$"
+	refute_line --partial "0000:1b:00.0 (task 0)"
+	run cat "$T/scontrol.args"
+	assert_line --index 3 --regexp "^Reason=ddp-check gpu.health: gpu07 GPU 0000:43:00.0 \(task 1\): 2 uncorrected ECC errors"
+}
+
+@test "gpu.health warnings: a row remap waiting for a reset, clocks held down by heat, persistence off, a lower power limit, another Xid; exit 0" {
+	nvml "gpu 0000:1b:00.0 remap_pending=1 reasons=0x40 sm=1100 persistence=0" "gpu 0000:43:00.0 limit=400000"
+	printf '6,10,20,-;NVRM: Xid (PCI:0000:1b:00): 13, pid=7, Graphics SM Warp Exception\n' >"$T/kmsg"
+	run "$CHECK" --node
+	echo "$output"
+	assert_success
+	assert_line --regexp "^WARN +gpu.health +gpu07 GPU 0000:1b:00.0 \(task 0\): Xid 13 in the kernel's log since boot; gpu07 GPU 0000:1b:00.0 \(task 0\): a row remapping waits for a GPU reset; gpu07 GPU 0000:1b:00.0 \(task 0\): clocks held down \(HW thermal slowdown\), SM at 1100 of 1980 MHz; gpu07 GPU 0000:1b:00.0 \(task 0\): persistence mode off: .*; gpu07 GPU 0000:43:00.0 \(task 1\): power limit 400 W where the node's others have 700 W$"
+}
+
+@test "gpu.health: a GPU NVML does not know is a warning; NVML that hangs is a failure within its 10 s bound" {
+	nvml "gpu 0000:1b:00.0"
+	run "$CHECK" --node
+	assert_success
+	assert_line --regexp "^WARN +gpu.health +gpu07 GPU 0000:43:00.0 \(task 1\): NVML has no GPU at 0000:43:00.0: Not Found$"
+	nvml hang
+	SECONDS=0
+	run "$CHECK" --node
+	echo "$output"
+	assert_failure 1
+	[ "$SECONDS" -lt 25 ]
+	assert_line --regexp "^FAIL +gpu.health +gpu07 GPU 0000:1b:00.0 \(task 0\): NVML did not answer for 0000:1b:00.0 within 10 s \(a hung driver or GPU\?\); "
 }
 
 @test "--drain without --node is a usage error" {

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "eval.h"
+#include "gpu_health.h"
 #include "probe.h"
 #include "test.h"
 
@@ -255,7 +257,7 @@ static void test_healthy(void)
 	char why[256];
 
 	ck_eval_setup(w);
-	test_cond("a healthy step: 27 setup checks, all OK", w->nres == 27 && count_level(w, CK_OK) == 27);
+	test_cond("a healthy step: 28 setup checks, all OK", w->nres == 28 && count_level(w, CK_OK) == 28);
 	for (size_t i = 0; i < w->nres; i++)
 		if (w->res[i].level != CK_OK)
 			printf("#   %s %s: %s\n", LV[w->res[i].level], w->res[i].name, w->res[i].msg);
@@ -284,7 +286,7 @@ static void test_healthy(void)
 	test_err("the header", text, "# ddp-check " DDPENV_VERSION ": backend gloo, world size 6 on 3 nodes, head gpu01 (MASTER_ADDR=10.0.0.1 MASTER_PORT=29512)");
 	test_err("a placement line", text, "\n      5  gpu03      1005  ens17  10.0.0.3  -    2-3   0\n");
 	test_err("a bandwidth row", text, "\n          1024           256   float    sum     1000.00      0.00      0.00\n");
-	test_err("the count line", text, "\nddp-check: 30 checks OK, 0 WARN, 0 FAILED\n");
+	test_err("the count line", text, "\nddp-check: 31 checks OK, 0 WARN, 0 FAILED\n");
 
 	f = tmpfile();
 	snprintf(w->res[0].msg, sizeof(w->res[0].msg), "a \"quoted\"\\ message\t");
@@ -294,7 +296,7 @@ static void test_healthy(void)
 	text[n] = 0;
 	fclose(f);
 	test_err("JSON escapes quotes, backslashes and controls", text, "\"a \\\"quoted\\\"\\\\ message\\u0009\"");
-	test_err("JSON summary", text, "\"summary\": {\"ok\": 30, \"warn\": 0, \"fail\": 0, \"skip\": 0},\n  \"exit_code\": 0");
+	test_err("JSON summary", text, "\"summary\": {\"ok\": 31, \"warn\": 0, \"fail\": 0, \"skip\": 0},\n  \"exit_code\": 0");
 	test_err("JSON bandwidth", text, "{\"size\": 1024, \"count\": 256, \"type\": \"float\", \"redop\": \"sum\", \"time_us\": 1000.000");
 	test_err("JSON nodes", text, "\"nodes\": 3,\n  \"nodes_reported\": 3,\n");
 	test_err("JSON limits, shared memory and RemoveIPC", text, "\"nofile\": 1024, \"nproc\": 63711, \"user_threads\": 40, \"shm\": {\"path\": \"/dev/shm\", "
@@ -645,7 +647,7 @@ static void test_mixed_versions(void)
 	ck_eval_setup(w);
 	test_check("mixed versions: rdzv.join warns, naming both", w, "rdzv.join", CK_WARN,
 		   "all 6 tasks joined the rendezvous at 10.0.0.1:29512, but run different ddp-check "
-		   "versions: " DDPENV_VERSION " (record format 5) on task 0 (gpu01), older (0) on task 2 (gpu02)");
+		   "versions: " DDPENV_VERSION " (record format 6) on task 0 (gpu01), older (0) on task 2 (gpu02)");
 	test_check("... an older listener's missing reply is no MTU failure", w, "net.probe", CK_WARN,
 		   "gpu01 greeted gpu02, whose older ddp-check does not send the full-size packet asked for");
 	test_check("... its tasks' missing limits fail nothing", w, "net.nofile", CK_OK, "at least 1024");
@@ -2163,6 +2165,120 @@ static void test_pairs(void)
 	drop(w);
 }
 
+/* The kernel's Xid lines for one GPU (gpu.c), from a file of /dev/kmsg's
+ * records and dmesg's lines. */
+static void test_xids(void)
+{
+	char path[] = "/tmp/ddp-check-kmsg.XXXXXX";
+	int fd = mkstemp(path);
+	FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+	struct ck_gpu_health g;
+
+	if (!f) {
+		test_cond("a temporary file", 0);
+		return;
+	}
+	fprintf(f, "6,100,200,-;NVRM: Xid (PCI:0000:3b:00): 13, pid=1, Graphics Exception\n");
+	fprintf(f, "[ 12.5] NVRM: Xid (PCI:0000:3B:00): 79, pid=2, GPU has fallen off the bus.\n");
+	fprintf(f, "6,101,201,-;NVRM: Xid (PCI:0000:86:00): 48, pid=3, DBE\n");
+	fprintf(f, "6,102,202,-;NVRM: loading NVIDIA UNIX x86_64 Kernel Module\n");
+	for (int i = 0; i < 20; i++)
+		fprintf(f, "6,%d,1,-;NVRM: Xid (PCI:00000000:3b:00): %d, pid=9\n", 200 + i, 31 + i);
+	fclose(f);
+	memset(&g, 0, sizeof(g));
+	ck_gpu_xids(path, "00000000:3B:00.0", &g);
+	test_cond("Xids: this GPU's lines only, any case and domain width", g.nxid == 22 && !g.xid_err[0]);
+	test_streq("... the last 16 codes kept", g.xids, "35,36,37,38,39,40,41,42,43,44,45,46,47,48,49,50");
+	memset(&g, 0, sizeof(g));
+	ck_gpu_xids(path, "0000:86:00.0", &g);
+	test_cond("another GPU: its own line", g.nxid == 1 && !strcmp(g.xids, "48"));
+	memset(&g, 0, sizeof(g));
+	ck_gpu_xids(path, "0000:af:00.0", &g);
+	test_cond("a GPU with no line: none", g.nxid == 0 && !g.xids[0] && !g.xid_err[0]);
+	unlink(path);
+	memset(&g, 0, sizeof(g));
+	ck_gpu_xids(path, "0000:86:00.0", &g);
+	test_err("a log that cannot be read: said", g.xid_err, "No such file or directory: Xid events not read");
+}
+
+/* gpu.health on crafted answers: a record per task with a GPU. */
+static void healthy_gpus(struct ck_world *w)
+{
+	for (int i = 0; i < w->n; i++) {
+		struct ck_rank *r = &w->ranks[i];
+		struct ck_gpu_health *g = &r->gh;
+		snprintf(r->gpu, sizeof(r->gpu), "0000:%02x:00.0", 0x20 + 0x10 * (i % 4));
+		memset(g, 0, sizeof(*g));
+		g->have = 1;
+		snprintf(g->driver, sizeof(g->driver), "550.54.15");
+		g->cuda = 12040;
+		g->persistence = 1;
+		g->sm_mhz = g->sm_max_mhz = 1980;
+		g->limit_mw = g->default_limit_mw = 700000;
+	}
+}
+
+static void test_gpu_health(void)
+{
+	struct ck_world *w = world(2, 2);
+	struct nodes nd;
+
+	ck_nodes_build(w, &nd);
+	ck_eval_gpu(w, &nd);
+	test_check("no GPUs: OK, saying so", w, "gpu.health", CK_OK, "no GPUs in this step");
+	healthy_gpus(w);
+	w->nres = 0;
+	ck_eval_gpu(w, &nd);
+	test_check("healthy: OK with the driver", w, "gpu.health", CK_OK,
+		   "4 GPUs read by NVML (driver 550.54.15, CUDA 12040): no uncorrected ECC error");
+	snprintf(w->ranks[3].gh.driver, sizeof(w->ranks[3].gh.driver), "535.104.05");
+	w->nres = 0;
+	ck_eval_gpu(w, &nd);
+	test_check("drivers that differ: a warning naming both", w, "gpu.health", CK_WARN,
+		   "drivers differ: gpu01 has 550.54.15 (CUDA 12040), gpu02 has 535.104.05 (CUDA 12040)");
+	healthy_gpus(w);
+	w->ranks[2].gh.remap_failed = 1;
+	w->ranks[1].gh.retired_pending = 1;
+	w->nres = 0;
+	ck_eval_gpu(w, &nd);
+	test_check("a failed row remap: FAIL, with the warnings after it", w, "gpu.health", CK_FAIL,
+		   "gpu02 GPU 0000:40:00.0 (task 2): a row remapping failed (the GPU needs service); and: gpu01 GPU "
+		   "0000:30:00.0 (task 1): a page retirement waits for a GPU reset");
+	healthy_gpus(w);
+	w->ranks[0].gh.have = 0;
+	snprintf(w->ranks[0].gh.err, sizeof(w->ranks[0].gh.err), "NVML not loaded: libnvidia-ml.so.1: no such file");
+	w->ranks[3].proto = 5;
+	w->nres = 0;
+	ck_eval_gpu(w, &nd);
+	test_check("a node without NVML and an older ddp-check: warned, the rest judged", w, "gpu.health", CK_WARN,
+		   "not read: gpu01 GPU 0000:20:00.0 (task 0): NVML not loaded");
+	const struct ck_result *r = res(w, "gpu.health");
+	test_cond("... the older task counted", r && strstr(r->msg, "1 tasks' ddp-check is older"));
+	for (int i = 0; i < w->n; i++) {
+		w->ranks[i].gh.have = 0;
+		w->ranks[i].proto = CK_RECORD_PROTO;
+		snprintf(w->ranks[i].gh.err, sizeof(w->ranks[i].gh.err), "NVML not loaded: libnvidia-ml.so.1");
+	}
+	w->nres = 0;
+	ck_eval_gpu(w, &nd);
+	test_check("NVML nowhere: skipped", w, "gpu.health", CK_SKIP, "NVML answered for none of the 4 tasks' GPUs");
+	/* the record carries it */
+	healthy_gpus(w);
+	w->ranks[1].gh.ecc_vol = 12;
+	w->ranks[1].gh.reasons = 0x48;
+	snprintf(w->ranks[1].gh.xids, sizeof(w->ranks[1].gh.xids), "13,79");
+	w->ranks[1].gh.nxid = 2;
+	char buf[16384];
+	struct ck_rank back;
+	int len = ck_rank_encode(&w->ranks[1], buf, sizeof(buf));
+	ck_rank_decode(&back, buf, len > 0 ? (size_t)len : 0);
+	test_cond("the GPU's health in the record, both ways", back.gh.have == 1 && back.gh.ecc_vol == 12 &&
+		  back.gh.reasons == 0x48 && !strcmp(back.gh.xids, "13,79") && back.gh.nxid == 2 &&
+		  !strcmp(back.gh.driver, "550.54.15") && back.gh.limit_mw == 700000 && back.gh.persistence == 1);
+	ck_nodes_free(&nd);
+	drop(w);
+}
+
 int main(void)
 {
 	test_records();
@@ -2193,5 +2309,7 @@ int main(void)
 	test_baseline();
 	test_ops();
 	test_pairs();
+	test_xids();
+	test_gpu_health();
 	return test_report();
 }

@@ -24,9 +24,10 @@
 /* The rank record's format: 2 adds the interface's MTU, the limits, the
  * RDMA devices, NCCL's variables and the full-size probe reply; 3 the
  * shared-memory folder and logind's RemoveIPC; 4 the process limit and the
- * user's threads; a record without it (0) is an older ddp-check's, whose
- * task lacks them. */
-#define CK_RECORD_PROTO 5
+ * user's threads; 5 the RDMA ports and PCIe links; 6 the GPU's health
+ * (NVML, the kernel's Xid lines); a record without it (0) is an older
+ * ddp-check's, whose task lacks them. */
+#define CK_RECORD_PROTO 6
 
 enum ck_level { CK_OK, CK_WARN, CK_FAIL, CK_SKIP };
 
@@ -42,6 +43,30 @@ enum ck_env {
 	CK_NENV
 };
 extern const char *const ck_env_names[CK_NENV];
+
+/* The task's GPU as NVML and the kernel's log tell it (gpu_health.c); counts are
+ * -1 where the GPU does not support them. */
+struct ck_gpu_health {
+	int have;                        /* NVML answered for the task's GPU */
+	char err[200];                   /* else why not: no NVML, GPU not found */
+	char driver[32];                 /* the driver's version */
+	int cuda;                        /* the CUDA version the driver gives: 12040 */
+	long long ecc_vol, ecc_agg;      /* uncorrected ECC errors: since the driver
+					  * loaded, and in the GPU's lifetime */
+	int retired_sbe, retired_dbe;    /* pages retired: single-bit, double-bit */
+	int retired_pending;             /* a retirement waits for a reset: 1 */
+	int remap_corr, remap_unc;       /* rows remapped (A100 and later) */
+	int remap_pending, remap_failed;
+	int persistence;                 /* 1 on, 0 off */
+	unsigned long long reasons;      /* the clocks' event (throttle) reasons */
+	int sm_mhz, sm_max_mhz;
+	int power_mw, limit_mw, default_limit_mw;
+	/* the kernel's Xid lines for this GPU since boot ("79,48": the codes,
+	 * the last 16) and how many; xid_err where the log was not read */
+	char xids[96];
+	int nxid;
+	char xid_err[160];
+};
 
 /* One rank, as it sees itself. */
 struct ck_rank {
@@ -118,6 +143,7 @@ struct ck_rank {
 	/* The collective library: "" loaded, else why not (no GPU, no NCCL). */
 	char backend_err[DDPENV_ERRLEN];
 	int nccl_version;                 /* task start to joining the rendezvous */
+	struct ck_gpu_health gh;          /* proto 6 */
 };
 
 /* A prober's view of the other nodes. */

@@ -253,6 +253,7 @@ static void discover(struct self *me)
 	ck_self_iface(me);
 	ck_self_binding(me);
 	ck_self_hw(me);
+	ck_self_gpu_health(me);
 	ck_self_limits(me);
 	ck_self_nccl_env(me);
 	/* only NCCL keeps segments there (a bounded query of logind, a 4 MiB

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "eval.h"
+#include "gpu_health.h"
 #include "node.h"
 
 /* The node's name as Slurm knows it: SLURMD_NODENAME (slurmd sets it for
@@ -26,15 +27,18 @@ static void node_name(char *out, size_t len)
 	out[strcspn(out, ".")] = 0;
 }
 
-/* One record per device of the node: its GPUs (the NVIDIA driver's list)
- * and its RDMA devices, each link read from sysfs; the ports on every
- * record.  The count, -1 out of memory. */
+/* One record per device of the node: its GPUs (the NVIDIA driver's list,
+ * each with its health from NVML and the kernel's log) and its RDMA
+ * devices, each link read from sysfs; the ports on every record.  The
+ * count, -1 out of memory. */
 static int node_records(struct ck_world *w, const char *host, const char *sysfs)
 {
 	static char nv[960], err[200], ports[512];
 	struct ddpenv_nvgpu g[DDPENV_MAX_GPUS];
-	const char *dir = getenv("DDP_CHECK_NVIDIA_GPUS");
+	const char *dir = getenv("DDP_CHECK_NVIDIA_GPUS"), *kmsg = getenv("DDP_CHECK_KMSG");
 	int ng = 0;
+	if (!kmsg || !*kmsg)
+		kmsg = "/dev/kmsg";
 	if (!dir || !*dir)
 		dir = DDPENV_NVIDIA_GPUS;
 	if (ck_nvidia_read(dir, nv, sizeof(nv), err, sizeof(err)) > 0)
@@ -77,6 +81,13 @@ static int node_records(struct ck_world *w, const char *host, const char *sysfs)
 		if (i < ng) {
 			snprintf(r->gpu, sizeof(r->gpu), "%s", g[i].busid);
 			ck_link_read(sysfs, "gpu", g[i].busid, &r->gpu_link);
+			/* a driver that hung for one GPU is not asked again */
+			if (i && strstr(w->ranks[i - 1].gh.err, "did not answer")) {
+				r->gh = w->ranks[i - 1].gh;
+				ck_gpu_xids(kmsg, g[i].busid, &r->gh);
+			} else {
+				ck_gpu_health_read(g[i].busid, kmsg, &r->gh);
+			}
 		} else if (i - ng < nd) {
 			ck_nic_link_read(sysfs, devs[i - ng], &r->nic_link);
 		}
@@ -182,6 +193,7 @@ int ck_node_run(const struct ck_cli *cli)
 		return 2;
 	}
 	ck_eval_hw(&w, &nd);
+	ck_eval_gpu(&w, &nd);
 	ck_nodes_free(&nd);
 	const struct ck_result *bad = NULL;
 	for (size_t i = 0; i < w.nres && !bad; i++)

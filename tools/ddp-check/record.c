@@ -73,6 +73,39 @@ static void each_line(const char *buf, size_t len, void (*fn)(void *, const char
 
 #define STR(dst, src) snprintf(dst, sizeof(dst), "%s", src)
 
+/* The GPU's health: its numbers on one line, in this order. */
+static void ck_gh_encode(struct out *o, const struct ck_gpu_health *g)
+{
+	put(o, "gh", "%d %d %lld %lld %d %d %d %d %d %d %d %d %llu %d %d %d %d %d %d", g->have, g->cuda, g->ecc_vol,
+	    g->ecc_agg, g->retired_sbe, g->retired_dbe, g->retired_pending, g->remap_corr, g->remap_unc,
+	    g->remap_pending, g->remap_failed, g->persistence, g->reasons, g->sm_mhz, g->sm_max_mhz, g->power_mw,
+	    g->limit_mw, g->default_limit_mw, g->nxid);
+	put(o, "gh_err", "%s", g->err);
+	put(o, "gh_driver", "%s", g->driver);
+	put(o, "gh_xids", "%s", g->xids);
+	put(o, "gh_xid_err", "%s", g->xid_err);
+}
+
+static void gh_field(struct ck_gpu_health *g, const char *k, const char *v)
+{
+	if (!strcmp(k, "gh")) {
+		if (sscanf(v, "%d %d %lld %lld %d %d %d %d %d %d %d %d %llu %d %d %d %d %d %d", &g->have, &g->cuda,
+			   &g->ecc_vol, &g->ecc_agg, &g->retired_sbe, &g->retired_dbe, &g->retired_pending,
+			   &g->remap_corr, &g->remap_unc, &g->remap_pending, &g->remap_failed, &g->persistence,
+			   &g->reasons, &g->sm_mhz, &g->sm_max_mhz, &g->power_mw, &g->limit_mw, &g->default_limit_mw,
+			   &g->nxid) != 19)
+			g->have = 0;
+	} else if (!strcmp(k, "gh_err")) {
+		STR(g->err, v);
+	} else if (!strcmp(k, "gh_driver")) {
+		STR(g->driver, v);
+	} else if (!strcmp(k, "gh_xids")) {
+		STR(g->xids, v);
+	} else if (!strcmp(k, "gh_xid_err")) {
+		STR(g->xid_err, v);
+	}
+}
+
 int ck_rank_encode(const struct ck_rank *r, char *buf, size_t len)
 {
 	struct out o = { buf, len, 0, 0 };
@@ -101,6 +134,7 @@ int ck_rank_encode(const struct ck_rank *r, char *buf, size_t len)
 	put(&o, "gpu_link", "%s", link);
 	ck_link_encode(&r->nic_link, link, sizeof(link));
 	put(&o, "nic_link", "%s", link);
+	ck_gh_encode(&o, &r->gh);
 	put(&o, "memlock", "%lld", r->memlock);
 	put(&o, "nofile", "%lld", r->nofile);
 	put(&o, "nproc", "%lld", r->nproc);
@@ -179,6 +213,8 @@ static void rank_field(void *ctx, const char *k, const char *v)
 		ck_link_decode(v, &r->gpu_link);
 	} else if (!strcmp(k, "nic_link")) {
 		ck_link_decode(v, &r->nic_link);
+	} else if (!strncmp(k, "gh", 2)) {
+		gh_field(&r->gh, k, v);
 	} else if (!strcmp(k, "memlock")) {
 		r->memlock = atoll(v);
 	} else if (!strcmp(k, "nofile")) {

@@ -166,6 +166,39 @@ static void json_num(FILE *out, const char *key, long long v)
 		fprintf(out, ", \"%s\": %lld", key, v);
 }
 
+/* ", "gpu_health": {...}": NVML's answers (counts null where the GPU has
+ * none), or the error alone. */
+static void json_gpu_health(FILE *out, const struct ck_gpu_health *g)
+{
+	fprintf(out, ", \"gpu_health\": {\"error\": ");
+	ck_json_str(out, g->have ? "" : g->err);
+	if (g->have) {
+		fprintf(out, ", \"driver\": ");
+		ck_json_str(out, g->driver);
+		json_num(out, "cuda", g->cuda);
+		json_num(out, "ecc_uncorrected_volatile", g->ecc_vol);
+		json_num(out, "ecc_uncorrected_aggregate", g->ecc_agg);
+		json_num(out, "retired_pages_sbe", g->retired_sbe);
+		json_num(out, "retired_pages_dbe", g->retired_dbe);
+		json_num(out, "retired_pending", g->retired_pending);
+		json_num(out, "remapped_rows_correctable", g->remap_corr);
+		json_num(out, "remapped_rows_uncorrectable", g->remap_unc);
+		json_num(out, "remap_pending", g->remap_pending);
+		json_num(out, "remap_failed", g->remap_failed);
+		json_num(out, "persistence", g->persistence);
+		fprintf(out, ", \"clocks_event_reasons\": %llu", g->reasons);
+		json_num(out, "sm_mhz", g->sm_mhz);
+		json_num(out, "sm_max_mhz", g->sm_max_mhz);
+		json_num(out, "power_mw", g->power_mw);
+		json_num(out, "power_limit_mw", g->limit_mw);
+	}
+	fprintf(out, ", \"xids\": ");
+	ck_json_str(out, g->xids);
+	fprintf(out, ", \"xid_error\": ");
+	ck_json_str(out, g->xid_err);
+	fputc('}', out);
+}
+
 /* A PCIe link read from sysfs: ", "key": {name, busid, speed, width,
  * max_speed, max_width}" (nothing where none was read). */
 static void json_link(FILE *out, const char *key, const struct ck_link *l)
@@ -251,6 +284,8 @@ void ck_report_json(const struct ck_world *w, FILE *out)
 				fprintf(out, ", \"mig\": ");
 				ck_json_str(out, r->mig);
 			}
+			if (r->gpu[0])
+				json_gpu_health(out, &r->gh);
 			fprintf(out, ", \"cpus\": ");
 			ck_json_str(out, r->cpus);
 			fprintf(out, ", \"numa\": ");

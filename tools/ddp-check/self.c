@@ -21,6 +21,7 @@
 #include <hwloc.h>
 #include <systemd/sd-bus.h>
 
+#include "gpu_health.h"
 #include "self.h"
 
 static int marker_matches(void)
@@ -258,6 +259,18 @@ void ck_self_hw(struct self *me)
 		ck_link_read(sysfs, "gpu", r->gpu, &r->gpu_link);
 	if ((r->have & 1u << CK_NIC) && r->env[CK_NIC][0])
 		ck_nic_link_read(sysfs, r->env[CK_NIC], &r->nic_link);
+}
+
+void ck_self_gpu_health(struct self *me)
+{
+	const char *kmsg = getenv("DDP_CHECK_KMSG");
+
+	if (!me->r.gpu[0]) {
+		memset(&me->r.gh, 0, sizeof(me->r.gh));
+		snprintf(me->r.gh.err, sizeof(me->r.gh.err), "no GPU");
+		return;
+	}
+	ck_gpu_health_read(me->r.gpu, kmsg && *kmsg ? kmsg : "/dev/kmsg", &me->r.gh);
 }
 
 void ck_self_limits(struct self *me)

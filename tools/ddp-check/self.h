@@ -38,6 +38,9 @@ void ck_self_shm(struct self *me);
 /* after ck_self_gpus: the node's RDMA ports and the PCIe links of the
  * task's GPU and NIC (DDP_NIC), from DDP_CHECK_SYSFS or /sys (hw.h) */
 void ck_self_hw(struct self *me);
+/* after ck_self_gpus: its GPU's health from NVML and the kernel's log
+ * (DDP_CHECK_KMSG, else /dev/kmsg) */
+void ck_self_gpu_health(struct self *me);
 /* its NCCL_* variables that should agree across ranks (r->nccl_env) */
 void ck_self_nccl_env(struct self *me);
 

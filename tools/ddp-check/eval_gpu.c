@@ -1,0 +1,164 @@
+/* gpu.health: each task's GPU as NVML and the kernel's log report it
+ * (gpu_health.c reads them).  FAIL: uncorrected ECC errors since the driver
+ * loaded, a row remapping that failed, an Xid the driver logs for a GPU
+ * gone bad; WARN: a page retirement or row remap waiting for a reset,
+ * another Xid, a clock held down by heat, power or the hardware,
+ * persistence off, a power limit below the node's other GPUs', drivers or
+ * CUDA versions that differ across the step, a GPU NVML could not read. */
+#include "eval.h"
+
+/* Xids of a GPU to take out of service (NVIDIA's "Xid Errors" guide:
+ * double-bit ECC, row remap failure, NVLink, off the bus, high single-bit
+ * rate, contained and uncontained ECC, GSP timeout and error). */
+static const int xid_fatal[] = { 48, 64, 74, 79, 92, 94, 95, 119, 120 };
+
+static int fatal_xid(const char *xids, int *code)
+{
+	for (const char *p = xids; *p;) {
+		int c = atoi(p);
+		for (size_t i = 0; i < sizeof(xid_fatal) / sizeof(xid_fatal[0]); i++)
+			if (c == xid_fatal[i]) {
+				*code = c;
+				return 1;
+			}
+		p = strchr(p, ',');
+		if (!p)
+			break;
+		p++;
+	}
+	return 0;
+}
+
+/* The reasons that say the GPU is held down (not idle, not the
+ * application's clocks): "HW slowdown, HW thermal". */
+static void held_down(unsigned long long r, char *out, size_t len)
+{
+	static const struct { unsigned long long bit; const char *name; } why[] = {
+		{ 0x8ULL, "HW slowdown" }, { 0x40ULL, "HW thermal slowdown" },
+		{ 0x80ULL, "HW power brake" }, { 0x20ULL, "SW thermal slowdown" },
+	};
+	size_t off = 0;
+	out[0] = '\0';
+	for (size_t i = 0; i < sizeof(why) / sizeof(why[0]); i++)
+		if (r & why[i].bit)
+			off += (size_t)snprintf(out + off, off < len ? len - off : 0, "%s%s", off ? ", " : "", why[i].name);
+}
+
+/* One task's GPU into fail or warn (ok unchanged). */
+static void judge_task(const struct ck_world *w, int i, const struct nodes *nd, struct msg *fail, struct msg *warn)
+{
+	const struct ck_rank *r = &w->ranks[i];
+	const struct ck_gpu_health *g = &r->gh;
+	char why[160];
+	int code;
+
+	if (g->ecc_vol > 0)
+		ck_say(fail, "%s GPU %s (task %d): %lld uncorrected ECC errors since the driver loaded", r->host, r->gpu,
+		       i, g->ecc_vol);
+	if (g->remap_failed > 0)
+		ck_say(fail, "%s GPU %s (task %d): a row remapping failed (the GPU needs service)", r->host, r->gpu, i);
+	if (g->nxid && fatal_xid(g->xids, &code))
+		ck_say(fail, "%s GPU %s (task %d): Xid %d in the kernel's log since boot (its Xids: %s)", r->host,
+		       r->gpu, i, code, g->xids);
+	else if (g->nxid)
+		ck_say(warn, "%s GPU %s (task %d): Xid %s in the kernel's log since boot", r->host, r->gpu, i, g->xids);
+	if (g->remap_pending > 0 || g->retired_pending > 0)
+		ck_say(warn, "%s GPU %s (task %d): a %s waits for a GPU reset", r->host, r->gpu, i,
+		       g->remap_pending > 0 ? "row remapping" : "page retirement");
+	held_down(g->reasons, why, sizeof(why));
+	if (why[0])
+		ck_say(warn, "%s GPU %s (task %d): clocks held down (%s), SM at %d of %d MHz", r->host, r->gpu, i, why,
+		       g->sm_mhz, g->sm_max_mhz);
+	if (g->persistence == 0)
+		ck_say(warn, "%s GPU %s (task %d): persistence mode off: each process's start pays the driver's "
+		       "set-up (nvidia-persistenced, or nvidia-smi -pm 1)", r->host, r->gpu, i);
+	/* a power limit below the node's other GPUs' */
+	int node = nd->of[i], best = 0;
+	for (int j = 0; j < w->n; j++)
+		if (nd->of[j] == node && w->ranks[j].gh.have && w->ranks[j].gh.limit_mw > best)
+			best = w->ranks[j].gh.limit_mw;
+	if (g->limit_mw > 0 && g->limit_mw < best * 9 / 10)
+		ck_say(warn, "%s GPU %s (task %d): power limit %d W where the node's others have %d W", r->host, r->gpu, i,
+		       g->limit_mw / 1000, best / 1000);
+}
+
+/* Drivers or CUDA versions that differ: "node1 550.54.15, node2 535.104.05". */
+static void versions(const struct ck_world *w, struct msg *warn)
+{
+	int first = -1;
+	for (int i = 0; i < w->n; i++) {
+		const struct ck_gpu_health *g = &w->ranks[i].gh;
+		if (!w->ranks[i].joined || !g->have)
+			continue;
+		if (first < 0) {
+			first = i;
+			continue;
+		}
+		const struct ck_gpu_health *f = &w->ranks[first].gh;
+		if (strcmp(g->driver, f->driver) != 0 || g->cuda != f->cuda) {
+			ck_say(warn, "drivers differ: %s has %s (CUDA %d), %s has %s (CUDA %d)", w->ranks[first].host,
+			       f->driver, f->cuda, w->ranks[i].host, g->driver, g->cuda);
+			return;
+		}
+	}
+}
+
+void ck_eval_gpu(struct ck_world *w, const struct nodes *nd)
+{
+	struct msg fail = { 0 }, warn = { 0 }, unread = { 0 };
+	int gpus = 0, read = 0, old = 0, xid_unread = 0;
+	const char *xid_why = "";
+
+	for (int i = 0; i < w->n; i++) {
+		const struct ck_rank *r = &w->ranks[i];
+		if (!r->joined || !r->gpu[0])
+			continue;
+		gpus++;
+		if (r->proto && r->proto < 6) {
+			old++;
+			continue;
+		}
+		if (r->gh.xid_err[0]) {
+			xid_unread++;
+			xid_why = r->gh.xid_err;
+		}
+		if (!r->gh.have) {
+			/* no NVML on the node: not read; NVML that fails or hangs: the GPU's state */
+			int absent = !strncmp(r->gh.err, "NVML not loaded", 15);
+			ck_say(absent ? &unread : strstr(r->gh.err, "did not answer") ? &fail : &warn,
+			       "%s GPU %s (task %d): %s", r->host, r->gpu, i, r->gh.err);
+			continue;
+		}
+		read++;
+		judge_task(w, i, nd, &fail, &warn);
+	}
+	if (!gpus) {
+		ck_add(w, "gpu.health", CK_OK, "no GPUs in this step");
+		return;
+	}
+	if (!read && !fail.items && !warn.items) {
+		ck_add(w, "gpu.health", CK_SKIP, "NVML answered for none of the %d tasks' GPUs: %s", gpus,
+		       unread.items ? ck_said(&unread) : "their ddp-check is older");
+		return;
+	}
+	versions(w, &warn);
+	if (unread.items)
+		ck_say(&warn, "not read: %s", ck_said(&unread));
+	if (old)
+		ck_say(&warn, "%d tasks' ddp-check is older and does not read its GPU's health", old);
+	const struct ck_gpu_health *g = NULL;
+	for (int i = 0; i < w->n && !g; i++)
+		if (w->ranks[i].joined && w->ranks[i].gh.have)
+			g = &w->ranks[i].gh;
+	if (fail.items) {
+		if (warn.items)
+			ck_say(&fail, "and: %s", ck_said(&warn));
+		ck_add(w, "gpu.health", CK_FAIL, "%s", ck_said(&fail));
+	} else if (warn.items) {
+		ck_add(w, "gpu.health", CK_WARN, "%s", ck_said(&warn));
+	} else if (g) {
+		ck_add(w, "gpu.health", CK_OK, "%d GPUs read by NVML (driver %s, CUDA %d): no uncorrected ECC error, no "
+		       "pending retirement or row remap, no clock held down, persistence on%s%s", read, g->driver,
+		       g->cuda, xid_unread ? "; Xids not read: " : ", no Xid since boot", xid_unread ? xid_why : "");
+	}
+}

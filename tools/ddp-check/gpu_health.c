@@ -1,0 +1,280 @@
+/* The task's GPU as NVML sees it (libnvidia-ml.so.1, loaded at run time as
+ * NCCL is) and as the kernel's log tells of it (the driver's "NVRM: Xid"
+ * lines): what gpu.health judges (eval_gpu.c).  NVML is asked in a child
+ * process bounded to NVML_WAIT_S, since a GPU gone bad can hang the
+ * driver; the log is read without blocking, bounded in records. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "gpu_health.h"
+#include "nvml_abi.h"
+
+#define NVML_WAIT_S 10
+#define KMSG_MAX_RECORDS 200000
+
+struct nvml {
+	void *lib;
+	nvml_void_fn init, shutdown;
+	nvml_error_string_fn error_string;
+	nvml_driver_version_fn driver_version;
+	nvml_cuda_version_fn cuda_version;
+	nvml_by_bus_id_fn by_bus_id;
+	nvml_ecc_fn ecc;
+	nvml_retired_fn retired;
+	nvml_state_fn retired_pending, persistence;
+	nvml_remapped_fn remapped;
+	nvml_ull_fn reasons;
+	nvml_clock_fn clock, max_clock;
+	nvml_uint_fn power, limit, default_limit;
+};
+
+/* Optional symbols stay NULL: older drivers lack some. */
+static int nvml_load(struct nvml *n, char *err, size_t len)
+{
+	memset(n, 0, sizeof(*n));
+	if (!(n->lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL))) {
+		snprintf(err, len, "NVML not loaded: %s", dlerror());
+		return -1;
+	}
+#define SYM(f, name) (*(void **)&n->f = dlsym(n->lib, name))
+	SYM(init, "nvmlInit_v2");
+	SYM(shutdown, "nvmlShutdown");
+	SYM(error_string, "nvmlErrorString");
+	SYM(driver_version, "nvmlSystemGetDriverVersion");
+	SYM(cuda_version, "nvmlSystemGetCudaDriverVersion_v2");
+	SYM(by_bus_id, "nvmlDeviceGetHandleByPciBusId_v2");
+	SYM(ecc, "nvmlDeviceGetTotalEccErrors");
+	SYM(retired, "nvmlDeviceGetRetiredPages");
+	SYM(retired_pending, "nvmlDeviceGetRetiredPagesPendingStatus");
+	SYM(persistence, "nvmlDeviceGetPersistenceMode");
+	SYM(remapped, "nvmlDeviceGetRemappedRows");
+	if (!SYM(reasons, "nvmlDeviceGetCurrentClocksEventReasons"))
+		SYM(reasons, "nvmlDeviceGetCurrentClocksThrottleReasons");
+	SYM(clock, "nvmlDeviceGetClockInfo");
+	SYM(max_clock, "nvmlDeviceGetMaxClockInfo");
+	SYM(power, "nvmlDeviceGetPowerUsage");
+	SYM(limit, "nvmlDeviceGetEnforcedPowerLimit");
+	SYM(default_limit, "nvmlDeviceGetPowerManagementDefaultLimit");
+#undef SYM
+	if (!n->init || !n->shutdown || !n->by_bus_id || !n->error_string) {
+		snprintf(err, len, "NVML lacks nvmlInit_v2, nvmlShutdown, nvmlErrorString or "
+			 "nvmlDeviceGetHandleByPciBusId_v2 (a driver older than 2014?)");
+		dlclose(n->lib);
+		return -1;
+	}
+	return 0;
+}
+
+static int count_retired(struct nvml *n, nvmlDevice_t d, int cause)
+{
+	unsigned int count = 0;
+	nvmlReturn_t rc = n->retired ? n->retired(d, cause, &count, NULL) : NVML_ERROR_NOT_SUPPORTED;
+	return rc == NVML_SUCCESS || rc == NVML_ERROR_INSUFFICIENT_SIZE ? (int)count : -1;
+}
+
+static long long ecc_count(struct nvml *n, nvmlDevice_t d, int counter)
+{
+	unsigned long long v = 0;
+	return n->ecc && n->ecc(d, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, counter, &v) == NVML_SUCCESS ? (long long)v : -1;
+}
+
+static int uint_of(nvml_uint_fn f, nvmlDevice_t d)
+{
+	unsigned int v = 0;
+	return f && f(d, &v) == NVML_SUCCESS ? (int)v : -1;
+}
+
+/* What NVML says of the GPU at busid (in this process). */
+static void nvml_query(const char *busid, struct ck_gpu_health *gh)
+{
+	struct nvml n;
+	nvmlDevice_t d;
+	nvmlReturn_t rc;
+	unsigned int a = 0, b = 0, c = 0, e = 0;
+	nvmlEnableState_t st;
+
+	if (nvml_load(&n, gh->err, sizeof(gh->err)) < 0)
+		return;
+	if ((rc = n.init()) != NVML_SUCCESS) {
+		snprintf(gh->err, sizeof(gh->err), "nvmlInit: %s", n.error_string(rc));
+		dlclose(n.lib);
+		return;
+	}
+	if ((rc = n.by_bus_id(busid, &d)) != NVML_SUCCESS) {
+		snprintf(gh->err, sizeof(gh->err), "NVML has no GPU at %s: %s", busid, n.error_string(rc));
+		goto out;
+	}
+	gh->have = 1;
+	if (!n.driver_version || n.driver_version(gh->driver, sizeof(gh->driver)) != NVML_SUCCESS)
+		gh->driver[0] = '\0';
+	if (!n.cuda_version || n.cuda_version(&gh->cuda) != NVML_SUCCESS)
+		gh->cuda = -1;
+	gh->ecc_vol = ecc_count(&n, d, NVML_VOLATILE_ECC);
+	gh->ecc_agg = ecc_count(&n, d, NVML_AGGREGATE_ECC);
+	gh->retired_sbe = count_retired(&n, d, NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS);
+	gh->retired_dbe = count_retired(&n, d, NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR);
+	gh->retired_pending = n.retired_pending && n.retired_pending(d, &st) == NVML_SUCCESS ? st == NVML_FEATURE_ENABLED : -1;
+	if (n.remapped && n.remapped(d, &a, &b, &c, &e) == NVML_SUCCESS) {
+		gh->remap_corr = (int)a;
+		gh->remap_unc = (int)b;
+		gh->remap_pending = c != 0;
+		gh->remap_failed = e != 0;
+	} else {
+		gh->remap_corr = gh->remap_unc = gh->remap_pending = gh->remap_failed = -1;
+	}
+	gh->persistence = n.persistence && n.persistence(d, &st) == NVML_SUCCESS ? st == NVML_FEATURE_ENABLED : -1;
+	if (!n.reasons || n.reasons(d, &gh->reasons) != NVML_SUCCESS)
+		gh->reasons = 0;
+	gh->sm_mhz = n.clock && n.clock(d, NVML_CLOCK_SM, &a) == NVML_SUCCESS ? (int)a : -1;
+	gh->sm_max_mhz = n.max_clock && n.max_clock(d, NVML_CLOCK_SM, &a) == NVML_SUCCESS ? (int)a : -1;
+	gh->power_mw = uint_of(n.power, d);
+	gh->limit_mw = uint_of(n.limit, d);
+	gh->default_limit_mw = uint_of(n.default_limit, d);
+out:
+	n.shutdown();
+	dlclose(n.lib);
+}
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* nvml_query in a child, its answer through a pipe within NVML_WAIT_S. */
+static void nvml_bounded(const char *busid, struct ck_gpu_health *gh)
+{
+	int fds[2];
+	struct ck_gpu_health got;
+
+	if (pipe(fds) < 0) {
+		snprintf(gh->err, sizeof(gh->err), "pipe: %s", strerror(errno));
+		return;
+	}
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(fds[0]);
+		memset(&got, 0, sizeof(got));
+		nvml_query(busid, &got);
+		_exit(write(fds[1], &got, sizeof(got)) == (ssize_t)sizeof(got) ? 0 : 1);
+	}
+	close(fds[1]);
+	if (pid < 0) {
+		snprintf(gh->err, sizeof(gh->err), "fork: %s", strerror(errno));
+		close(fds[0]);
+		return;
+	}
+	struct pollfd p = { .fd = fds[0], .events = POLLIN };
+	size_t have = 0;
+	double end = now_s() + NVML_WAIT_S;
+	while (have < sizeof(got)) {
+		int left = (int)((end - now_s()) * 1000);
+		if (left <= 0 || poll(&p, 1, left) <= 0)
+			break;
+		ssize_t r = read(fds[0], (char *)&got + have, sizeof(got) - have);
+		if (r <= 0)
+			break;
+		have += (size_t)r;
+	}
+	close(fds[0]);
+	if (have < sizeof(got)) {
+		kill(pid, SIGKILL);
+		snprintf(gh->err, sizeof(gh->err), "NVML did not answer for %s within %d s (a hung driver or GPU?)",
+			 busid, NVML_WAIT_S);
+	} else {
+		*gh = got;
+	}
+	waitpid(pid, NULL, 0);
+}
+
+/* "0000:3b:00.0", "00000000:3B:00.0", "PCI:0000:3b:00" -> domain, bus, device. */
+static int bus_parse(const char *s, unsigned *dom, unsigned *bus, unsigned *dev)
+{
+	if (!strncasecmp(s, "PCI:", 4))
+		s += 4;
+	return sscanf(s, "%x:%x:%x", dom, bus, dev) == 3 ? 0 : -1;
+}
+
+/* One log line: "NVRM: Xid (PCI:0000:3b:00): 79, pid=..., GPU has fallen off the bus." */
+static void xid_line(const char *line, unsigned dom, unsigned bus, unsigned dev, struct ck_gpu_health *gh)
+{
+	const char *x = strstr(line, "NVRM: Xid (");
+	unsigned d2, b2, v2;
+	int code;
+
+	if (!x || bus_parse(x + 11, &d2, &b2, &v2) < 0 || d2 != dom || b2 != bus || v2 != dev)
+		return;
+	const char *c = strstr(x, "): ");
+	if (!c || sscanf(c + 3, "%d", &code) != 1)
+		return;
+	gh->nxid++;
+	/* the last 16 codes */
+	char *p = gh->xids;
+	int n = 0;
+	for (char *q = p; *q; q++)
+		n += *q == ',';
+	if (p[0] && n >= 15) {
+		char *comma = strchr(p, ',');
+		memmove(p, comma + 1, strlen(comma + 1) + 1);
+	}
+	size_t l = strlen(p);
+	snprintf(p + l, sizeof(gh->xids) - l, "%s%d", l ? "," : "", code);
+}
+
+void ck_gpu_xids(const char *path, const char *busid, struct ck_gpu_health *gh)
+{
+	unsigned dom, bus, dev;
+	char rec[2048];
+	int kmsg = !strcmp(path, "/dev/kmsg");
+	int fd, n = 0;
+
+	gh->xids[0] = '\0';
+	gh->nxid = 0;
+	if (bus_parse(busid, &dom, &bus, &dev) < 0) {
+		snprintf(gh->xid_err, sizeof(gh->xid_err), "%s: not a PCI bus id", busid);
+		return;
+	}
+	if ((fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)) < 0) {
+		snprintf(gh->xid_err, sizeof(gh->xid_err), "the kernel's log (%s): %s%s: Xid events not read", path,
+			 strerror(errno), errno == EPERM || errno == EACCES ? " (kernel.dmesg_restrict?)" : "");
+		return;
+	}
+	if (kmsg) {
+		/* one record a read, from the oldest kept; EAGAIN at the end */
+		ssize_t r;
+		while (n++ < KMSG_MAX_RECORDS && ((r = read(fd, rec, sizeof(rec) - 1)) > 0 || (r < 0 && errno == EPIPE)))
+			if (r > 0) {
+				rec[r] = '\0';
+				xid_line(rec, dom, bus, dev, gh);
+			}
+	} else {
+		FILE *f = fdopen(fd, "r");
+		while (f && n++ < KMSG_MAX_RECORDS && fgets(rec, sizeof(rec), f))
+			xid_line(rec, dom, bus, dev, gh);
+		if (f) {
+			fclose(f);
+			return;
+		}
+	}
+	close(fd);
+}
+
+void ck_gpu_health_read(const char *busid, const char *kmsg, struct ck_gpu_health *gh)
+{
+	memset(gh, 0, sizeof(*gh));
+	nvml_bounded(busid, gh);
+	ck_gpu_xids(kmsg, busid, gh);
+}

@@ -1,0 +1,15 @@
+/* The task's GPU's health (gpu_health.c): NVML's counters and state, and the
+ * kernel's Xid lines for it. */
+#ifndef CK_GPU_HEALTH_H
+#define CK_GPU_HEALTH_H
+
+#include "check.h"
+
+/* Everything into gh for the GPU at busid; the log from kmsg (/dev/kmsg,
+ * or a file of its lines: tests).  Never fails: gh->err, gh->xid_err say
+ * what could not be read. */
+void ck_gpu_health_read(const char *busid, const char *kmsg, struct ck_gpu_health *gh);
+/* The kernel log's Xid lines for busid alone (gh->xids, nxid, xid_err). */
+void ck_gpu_xids(const char *path, const char *busid, struct ck_gpu_health *gh);
+
+#endif
