@@ -411,17 +411,18 @@ print("port", os.environ["MASTER_PORT"], os.environ["TORCHELASTIC_RUN_ID"], flus
 # HWLOC plugins (.../hwloc/hwloc_NAME.so) mapped in the slurmstepd of a
 # two-task step of the test user's, read by root once its tasks run.
 stepd_hwloc_plugins() {
-	local stepd='' task='' i
+	local stepd='' task='' i bg
 	crun srun --ddp=gloo -N1 -n2 sleep 8 &
+	bg=$!
 	for ((i = 0; i < 70; i++)); do
 		[ -z "$task" ] || break
 		sleep 0.1
 		stepd=$(pgrep -n -f '^slurmstepd: \[[0-9]+\.0\]') || continue
 		task=$(pgrep -P "$stepd" -x sleep | head -n 1) || task=''
 	done
-	[ -n "$task" ] || { echo "no task of the step ran"; wait; return 1; }
+	[ -n "$task" ] || { echo "no task of the step ran"; wait "$bg" 2>/dev/null; return 1; }
 	grep -c '/hwloc/hwloc_.*\.so' "/proc/$stepd/maps" || true
-	wait
+	wait "$bg" 2>/dev/null || true
 }
 
 @test "topology_cache: a step's slurmstepd opens none of hwloc's plugins (each task's child reads the kept export without them); discovering, it opens them" {
@@ -430,11 +431,11 @@ stepd_hwloc_plugins() {
 	rm -rf "$DIR/topology-cache"
 	run crun srun --ddp=gloo -N1 -n1 true # the boot's first step writes the export
 	assert_success
-	run stepd_hwloc_plugins
+	run --separate-stderr stepd_hwloc_plugins
 	assert_success
 	assert_output 0
 	plugstack_set topology_cache ''
-	run stepd_hwloc_plugins
+	run --separate-stderr stepd_hwloc_plugins
 	assert_success
 	[ "$output" -gt 0 ] || fail "discovery in slurmstepd mapped no hwloc plugin: this test cannot tell the two apart"
 }

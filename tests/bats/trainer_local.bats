@@ -352,7 +352,7 @@ wait2() {
 	# (a save opens the directory once and writes, renames and syncs in
 	# it: a swap during a save lands in the next one, which finds a file)
 	grep -qE "^cnn_train: [^ ]+ rank 0: checkpoint dir $d/ck: Not a directory$" "$d/own.r0"
-	grep -qE "^cnn_train: [^ ]+ rank 1: rank 0 \([^)]+\) stopped on its own error \(its output says which\) and left; gloo: rank 1: all-reduce of [0-9]+ floats: .*Connection reset by peer$" "$d/own.r1"
+	grep -qE "^cnn_train: [^ ]+ rank 1: rank 0 \([^)]+\) stopped on its own error \(its output says which\) and left; gloo: rank 1: all-reduce of [0-9]+ floats: .*Connection (reset|closed) by peer.*$" "$d/own.r1"
 	# it stopped in the step after rank 0's last checkpoint, not later
 	! grep -qE '^done:' "$d/own.r1" || false
 }
