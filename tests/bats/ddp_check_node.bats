@@ -117,6 +117,26 @@ nvml() {
 	assert_line --regexp "^FAIL +gpu.health +gpu07 GPU 0000:1b:00.0 \(task 0\): NVML did not answer for 0000:1b:00.0 within 10 s \(a hung driver or GPU\?\); "
 }
 
+@test "gpu.p2p through NVML: two GPUs with 18 NVLinks each OK; one with 16 active fails, naming it; peer reads the topology forbids and NVLink errors warn" {
+	nvml "gpu 0000:1b:00.0 nvlinks=18" "gpu 0000:43:00.0 nvlinks=18"
+	run "$CHECK" --node
+	echo "$output"
+	assert_success
+	assert_line --regexp "^OK +gpu.p2p +2 GPUs: peer reads between every two of a node's \(2 pairs both ways\), 18 NVLinks active on each, no NVLink error$"
+	nvml "gpu 0000:1b:00.0 nvlinks=18" "gpu 0000:43:00.0 nvlinks=16"
+	run "$CHECK" --node --drain
+	echo "$output"
+	assert_failure 1
+	assert_line --regexp "^FAIL +gpu.p2p +gpu07 GPU 0000:43:00.0: 16 of its NVLinks active where the node's others have 18$"
+	run cat "$T/scontrol.args"
+	assert_line --index 3 "Reason=ddp-check gpu.p2p: gpu07 GPU 0000:43:00.0: 16 of its NVLinks active where the node's others have 18"
+	nvml "gpu 0000:1b:00.0 nvlinks=4 p2p=3" "gpu 0000:43:00.0 nvlinks=4 nvl_crc=9"
+	run "$CHECK" --node
+	echo "$output"
+	assert_success
+	assert_line --regexp "^WARN +gpu.p2p +gpu07: GPU 0000:1b:00.0 cannot read GPU 0000:43:00.0's memory directly \(not supported by the I/O hub topology\): NCCL goes through host memory between them; gpu07 GPU 0000:43:00.0: NVLink errors since the driver loaded: 0 recovery, 36 CRC or ECC$"
+}
+
 @test "--drain without --node is a usage error" {
 	run "$CHECK" --drain
 	assert_failure 2

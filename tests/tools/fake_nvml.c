@@ -9,8 +9,11 @@
  *   gpu BUSID key=value ...  a GPU; keys ecc_vol ecc_agg retired_sbe
  *                            retired_dbe retired_pending remap_corr remap_unc
  *                            remap_pending remap_failed persistence reasons
- *                            sm sm_max power limit default_limit; a GPU
- *                            not named: NVML_ERROR_NOT_FOUND
+ *                            sm sm_max power limit default_limit, nvlinks
+ *                            (active; -1 no NVLink) nvl_recovery nvl_crc
+ *                            (each active link's), p2p (the status of its
+ *                            reads from every other GPU); a GPU not
+ *                            named: NVML_ERROR_NOT_FOUND
  *
  * Omitted keys read as a healthy GPU's.  Only the calls ddp-check makes,
  * with nvml.h's types (tools/ddp-check/nvml_abi.h). */
@@ -27,15 +30,19 @@
 struct nvmlDevice_st {
 	char bus[32];
 	unsigned dom, busn, dev;
-	long long v[16];
+	long long v[21];
 };
 
-static const char *const keys[16] = {
+static const char *const keys[] = {
 	"ecc_vol", "ecc_agg", "retired_sbe", "retired_dbe", "retired_pending", "remap_corr", "remap_unc",
 	"remap_pending", "remap_failed", "persistence", "reasons", "sm", "sm_max", "power", "limit", "default_limit",
+	"nvlinks", "nvl_recovery", "nvl_crc", "p2p", "nvl_replay",
 };
-static const long long healthy[16] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1980, 1980, 70000, 700000, 700000 };
-enum { ECC_VOL, ECC_AGG, RSBE, RDBE, RPEND, RCORR, RUNC, RMPEND, RMFAIL, PERS, REASONS, SM, SMMAX, POWER, LIMIT, DLIMIT };
+#define NKEYS 21
+static const long long healthy[NKEYS] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1980, 1980, 70000, 700000, 700000,
+					  -1, 0, 0, 0, 0 };
+enum { ECC_VOL, ECC_AGG, RSBE, RDBE, RPEND, RCORR, RUNC, RMPEND, RMFAIL, PERS, REASONS, SM, SMMAX, POWER, LIMIT, DLIMIT,
+       NVLINKS, NVL_RECOVERY, NVL_CRC, P2P, NVL_REPLAY };
 
 static struct nvmlDevice_st gpus[MAXGPU];
 static int ngpus, inited, hang;
@@ -71,7 +78,7 @@ static void load(void)
 			memcpy(g->v, healthy, sizeof(healthy));
 			while ((w = strtok(NULL, " \t\n"))) {
 				char *eq = strchr(w, '=');
-				for (int k = 0; eq && k < 16; k++)
+				for (int k = 0; eq && k < NKEYS; k++)
 					if (!strncmp(w, keys[k], (size_t)(eq - w)) && strlen(keys[k]) == (size_t)(eq - w))
 						g->v[k] = strtoll(eq + 1, NULL, 0);
 			}
@@ -210,5 +217,33 @@ nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t g, unsigned int *mw)
 nvmlReturn_t nvmlDeviceGetPowerManagementDefaultLimit(nvmlDevice_t g, unsigned int *mw)
 {
 	*mw = (unsigned int)g->v[DLIMIT];
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t a, nvmlDevice_t b, int index, int *status)
+{
+	(void)b;
+	if (index != NVML_P2P_CAPS_INDEX_READ)
+		return NVML_ERROR_NOT_SUPPORTED;
+	*status = (int)a->v[P2P];
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t g, unsigned int link, nvmlEnableState_t *on)
+{
+	if (g->v[NVLINKS] < 0)
+		return NVML_ERROR_NOT_SUPPORTED;
+	if (link >= NVML_NVLINK_MAX_LINKS)
+		return 2; /* NVML_ERROR_INVALID_ARGUMENT */
+	*on = (long long)link < g->v[NVLINKS] ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t g, unsigned int link, int counter, unsigned long long *v)
+{
+	(void)link;
+	*v = (unsigned long long)(counter == NVML_NVLINK_ERROR_DL_RECOVERY ? g->v[NVL_RECOVERY]
+				  : counter == NVML_NVLINK_ERROR_DL_REPLAY ? g->v[NVL_REPLAY]
+				  : counter == NVML_NVLINK_ERROR_DL_CRC_FLIT ? g->v[NVL_CRC] : 0);
 	return NVML_SUCCESS;
 }

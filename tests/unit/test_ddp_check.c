@@ -257,7 +257,7 @@ static void test_healthy(void)
 	char why[256];
 
 	ck_eval_setup(w);
-	test_cond("a healthy step: 28 setup checks, all OK", w->nres == 28 && count_level(w, CK_OK) == 28);
+	test_cond("a healthy step: 29 setup checks, all OK", w->nres == 29 && count_level(w, CK_OK) == 29);
 	for (size_t i = 0; i < w->nres; i++)
 		if (w->res[i].level != CK_OK)
 			printf("#   %s %s: %s\n", LV[w->res[i].level], w->res[i].name, w->res[i].msg);
@@ -286,7 +286,7 @@ static void test_healthy(void)
 	test_err("the header", text, "# ddp-check " DDPENV_VERSION ": backend gloo, world size 6 on 3 nodes, head gpu01 (MASTER_ADDR=10.0.0.1 MASTER_PORT=29512)");
 	test_err("a placement line", text, "\n      5  gpu03      1005  ens17  10.0.0.3  -    2-3   0\n");
 	test_err("a bandwidth row", text, "\n          1024           256   float    sum     1000.00      0.00      0.00\n");
-	test_err("the count line", text, "\nddp-check: 31 checks OK, 0 WARN, 0 FAILED\n");
+	test_err("the count line", text, "\nddp-check: 32 checks OK, 0 WARN, 0 FAILED\n");
 
 	f = tmpfile();
 	snprintf(w->res[0].msg, sizeof(w->res[0].msg), "a \"quoted\"\\ message\t");
@@ -296,7 +296,7 @@ static void test_healthy(void)
 	text[n] = 0;
 	fclose(f);
 	test_err("JSON escapes quotes, backslashes and controls", text, "\"a \\\"quoted\\\"\\\\ message\\u0009\"");
-	test_err("JSON summary", text, "\"summary\": {\"ok\": 31, \"warn\": 0, \"fail\": 0, \"skip\": 0},\n  \"exit_code\": 0");
+	test_err("JSON summary", text, "\"summary\": {\"ok\": 32, \"warn\": 0, \"fail\": 0, \"skip\": 0},\n  \"exit_code\": 0");
 	test_err("JSON bandwidth", text, "{\"size\": 1024, \"count\": 256, \"type\": \"float\", \"redop\": \"sum\", \"time_us\": 1000.000");
 	test_err("JSON nodes", text, "\"nodes\": 3,\n  \"nodes_reported\": 3,\n");
 	test_err("JSON limits, shared memory and RemoveIPC", text, "\"nofile\": 1024, \"nproc\": 63711, \"user_threads\": 40, \"shm\": {\"path\": \"/dev/shm\", "
@@ -2279,6 +2279,54 @@ static void test_gpu_health(void)
 	drop(w);
 }
 
+/* gpu.p2p: peer reads between a node's GPUs, its NVLinks. */
+static void test_p2p(void)
+{
+	struct ck_world *w = world(2, 2);
+	struct nodes nd;
+
+	ck_nodes_build(w, &nd);
+	healthy_gpus(w);
+	/* tasks 0, 1 on gpu01 (0000:20, 0000:30), tasks 2, 3 on gpu02 (0000:40, 0000:50) */
+	for (int i = 0; i < 4; i++) {
+		w->ranks[i].gh.nvlinks = 18;
+		snprintf(w->ranks[i].gh.p2p, sizeof(w->ranks[i].gh.p2p), "%s:0;0000:90:00.0:5",
+			 w->ranks[i ^ 1].gpu);
+	}
+	ck_eval_p2p(w, &nd);
+	test_check("peer reads between each node's two GPUs, 18 NVLinks each: OK (a GPU no task uses not judged)", w,
+		   "gpu.p2p", CK_OK, "4 GPUs: peer reads between every two of a node's (4 pairs both ways), 18 NVLinks active on each, no NVLink error");
+	w->ranks[3].gh.nvlinks = 16;
+	w->ranks[2].gh.nvl_crc = 40;
+	snprintf(w->ranks[1].gh.p2p, sizeof(w->ranks[1].gh.p2p), "0000:20:00.0:3");
+	w->nres = 0;
+	ck_eval_p2p(w, &nd);
+	test_check("an NVLink down: FAIL naming the GPU; errors and a pair without peer reads after it", w, "gpu.p2p",
+		   CK_FAIL, "gpu02 GPU 0000:50:00.0: 16 of its NVLinks active where the node's others have 18; and: gpu01: GPU "
+		   "0000:30:00.0 cannot read GPU 0000:20:00.0's memory directly (not supported by the I/O hub topology)");
+	const struct ck_result *r = res(w, "gpu.p2p");
+	test_cond("... and the link errors", r && strstr(r->msg, "gpu02 GPU 0000:40:00.0: NVLink errors since the driver "
+						     "loaded: 0 recovery, 40 CRC or ECC"));
+	for (int i = 0; i < 4; i++) {
+		w->ranks[i].gh.nvlinks = -1;
+		w->ranks[i].gh.nvl_crc = 0;
+		snprintf(w->ranks[i].gh.p2p, sizeof(w->ranks[i].gh.p2p), "%s:0", w->ranks[i ^ 1].gpu);
+	}
+	w->nres = 0;
+	ck_eval_p2p(w, &nd);
+	test_check("PCIe GPUs: peer reads, no NVLink", w, "gpu.p2p", CK_OK, "(4 pairs both ways); no NVLink");
+	char buf[16384];
+	struct ck_rank back;
+	w->ranks[0].gh.nvlinks = 12;
+	w->ranks[0].gh.nvl_recovery = 3;
+	int len = ck_rank_encode(&w->ranks[0], buf, sizeof(buf));
+	ck_rank_decode(&back, buf, len > 0 ? (size_t)len : 0);
+	test_cond("NVLinks and peer reads in the record", back.gh.nvlinks == 12 && back.gh.nvl_recovery == 3 &&
+		  !strcmp(back.gh.p2p, "0000:30:00.0:0"));
+	ck_nodes_free(&nd);
+	drop(w);
+}
+
 int main(void)
 {
 	test_records();
@@ -2311,5 +2359,6 @@ int main(void)
 	test_pairs();
 	test_xids();
 	test_gpu_health();
+	test_p2p();
 	return test_report();
 }

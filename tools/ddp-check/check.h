@@ -66,6 +66,13 @@ struct ck_gpu_health {
 	char xids[96];
 	int nxid;
 	char xid_err[160];
+	/* NVLink: links active (-1 no NVLink), and the errors their counters
+	 * hold since the driver loaded: recovery, CRC and ECC, replay */
+	int nvlinks;
+	long long nvl_recovery, nvl_crc, nvl_replay;
+	/* CUDA peer reads to the node's other GPUs: "BUSID:STATUS;..." with
+	 * NVML's P2P status (0 OK) */
+	char p2p[1024];
 };
 
 /* One rank, as it sees itself. */

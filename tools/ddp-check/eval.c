@@ -98,6 +98,7 @@ void ck_eval_setup(struct ck_world *w)
 	ck_eval_bind(w, &nd);
 	ck_eval_hw(w, &nd);
 	ck_eval_gpu(w, &nd);
+	ck_eval_p2p(w, &nd);
 	eval_backend(w);
 	eval_slurm(w);
 	ck_nodes_free(&nd);

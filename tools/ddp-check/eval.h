@@ -125,5 +125,6 @@ void ck_eval_net(struct ck_world *w, const struct nodes *nd);
 void ck_eval_bind(struct ck_world *w, const struct nodes *nd);
 void ck_eval_hw(struct ck_world *w, const struct nodes *nd);
 void ck_eval_gpu(struct ck_world *w, const struct nodes *nd);
+void ck_eval_p2p(struct ck_world *w, const struct nodes *nd);
 
 #endif

@@ -5,6 +5,8 @@
  * another Xid, a clock held down by heat, power or the hardware,
  * persistence off, a power limit below the node's other GPUs', drivers or
  * CUDA versions that differ across the step, a GPU NVML could not read. */
+#include <strings.h>
+
 #include "eval.h"
 
 /* Xids of a GPU to take out of service (NVIDIA's "Xid Errors" guide:
@@ -160,5 +162,94 @@ void ck_eval_gpu(struct ck_world *w, const struct nodes *nd)
 		ck_add(w, "gpu.health", CK_OK, "%d GPUs read by NVML (driver %s, CUDA %d): no uncorrected ECC error, no "
 		       "pending retirement or row remap, no clock held down, persistence on%s%s", read, g->driver,
 		       g->cuda, xid_unread ? "; Xids not read: " : ", no Xid since boot", xid_unread ? xid_why : "");
+	}
+}
+
+/* NVML's P2P status, after OK (0). */
+static const char *const p2p_why[] = {
+	"ok", "not supported by the chipset", "not supported by the GPU", "not supported by the I/O hub topology",
+	"disabled by the driver's registry key", "not supported", "unknown",
+};
+
+/* Whether the GPU at bus is one this check judges: a joined task's
+ * (in a step), or any (--node: every record is a GPU). */
+static int judged_gpu(const struct ck_world *w, const struct nodes *nd, int node, const char *bus)
+{
+	for (int j = 0; j < w->n; j++)
+		if (nd->of[j] == node && w->ranks[j].joined && !strcasecmp(w->ranks[j].gpu, bus))
+			return 1;
+	return 0;
+}
+
+/* gpu.p2p: on each node, CUDA peer reads between the GPUs the step's
+ * tasks use (NVML's P2P status), every GPU with as many NVLinks active as
+ * the node's others, and no NVLink error counted since the driver loaded
+ * (recovery, CRC or ECC). */
+void ck_eval_p2p(struct ck_world *w, const struct nodes *nd)
+{
+	struct msg fail = { 0 }, warn = { 0 };
+	int gpus = 0, read = 0, pairs = 0, links = -1;
+
+	for (int i = 0; i < w->n; i++) {
+		const struct ck_rank *r = &w->ranks[i];
+		const struct ck_gpu_health *g = &r->gh;
+		if (!r->joined || !r->gpu[0])
+			continue;
+		gpus++;
+		if (!g->have)
+			continue;
+		read++;
+		/* the node's most active links */
+		int most = -1;
+		for (int j = 0; j < w->n; j++)
+			if (nd->of[j] == nd->of[i] && w->ranks[j].gh.have && w->ranks[j].gh.nvlinks > most)
+				most = w->ranks[j].gh.nvlinks;
+		if (g->nvlinks >= 0 && g->nvlinks < most)
+			ck_say(&fail, "%s GPU %s: %d of its NVLinks active where the node's others have %d", r->host, r->gpu,
+			       g->nvlinks, most);
+		links = g->nvlinks > links ? g->nvlinks : links;
+		if (g->nvl_recovery > 0 || g->nvl_crc > 0)
+			ck_say(&warn, "%s GPU %s: NVLink errors since the driver loaded: %lld recovery, %lld CRC or ECC",
+			       r->host, r->gpu, g->nvl_recovery, g->nvl_crc);
+		for (const char *p = g->p2p; *p;) {
+			char bus[32];
+			int st = -1;
+			size_t l = strcspn(p, ";");
+			snprintf(bus, sizeof(bus), "%.*s", (int)(l < sizeof(bus) ? l : sizeof(bus) - 1), p);
+			char *c = strrchr(bus, ':');
+			if (c) {
+				st = atoi(c + 1);
+				*c = '\0';
+			}
+			p += l + (p[l] == ';');
+			if (!judged_gpu(w, nd, nd->of[i], bus))
+				continue;
+			pairs++;
+			if (st != 0)
+				ck_say(&warn, "%s: GPU %s cannot read GPU %s's memory directly (%s): NCCL goes through host "
+				       "memory between them", r->host, r->gpu, bus,
+				       st > 0 && st < (int)(sizeof(p2p_why) / sizeof(p2p_why[0])) ? p2p_why[st] : "NVML did not say");
+		}
+	}
+	if (!gpus) {
+		ck_add(w, "gpu.p2p", CK_OK, "no GPUs in this step");
+		return;
+	}
+	if (!read) {
+		ck_add(w, "gpu.p2p", CK_SKIP, "NVML answered for none of the %d tasks' GPUs (gpu.health)", gpus);
+		return;
+	}
+	if (fail.items) {
+		if (warn.items)
+			ck_say(&fail, "and: %s", ck_said(&warn));
+		ck_add(w, "gpu.p2p", CK_FAIL, "%s", ck_said(&fail));
+	} else if (warn.items) {
+		ck_add(w, "gpu.p2p", CK_WARN, "%s", ck_said(&warn));
+	} else if (links > 0) {
+		ck_add(w, "gpu.p2p", CK_OK, "%d GPUs: peer reads between every two of a node's (%d pairs both ways), %d "
+		       "NVLinks active on each, no NVLink error", read, pairs, links);
+	} else {
+		ck_add(w, "gpu.p2p", CK_OK, "%d GPUs: peer reads between every two of a node's (%d pairs both ways); no "
+		       "NVLink", read, pairs);
 	}
 }

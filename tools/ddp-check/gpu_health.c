@@ -37,6 +37,9 @@ struct nvml {
 	nvml_ull_fn reasons;
 	nvml_clock_fn clock, max_clock;
 	nvml_uint_fn power, limit, default_limit;
+	nvml_p2p_fn p2p;
+	nvml_link_state_fn link_state;
+	nvml_link_errors_fn link_errors;
 };
 
 /* Optional symbols stay NULL: older drivers lack some. */
@@ -66,6 +69,9 @@ static int nvml_load(struct nvml *n, char *err, size_t len)
 	SYM(power, "nvmlDeviceGetPowerUsage");
 	SYM(limit, "nvmlDeviceGetEnforcedPowerLimit");
 	SYM(default_limit, "nvmlDeviceGetPowerManagementDefaultLimit");
+	SYM(p2p, "nvmlDeviceGetP2PStatus");
+	SYM(link_state, "nvmlDeviceGetNvLinkState");
+	SYM(link_errors, "nvmlDeviceGetNvLinkErrorCounter");
 #undef SYM
 	if (!n->init || !n->shutdown || !n->by_bus_id || !n->error_string) {
 		snprintf(err, len, "NVML lacks nvmlInit_v2, nvmlShutdown, nvmlErrorString or "
@@ -95,8 +101,59 @@ static int uint_of(nvml_uint_fn f, nvmlDevice_t d)
 	return f && f(d, &v) == NVML_SUCCESS ? (int)v : -1;
 }
 
-/* What NVML says of the GPU at busid (in this process). */
-static void nvml_query(const char *busid, struct ck_gpu_health *gh)
+/* The GPU's NVLinks: how many are active, and their error counters. */
+static void nvlinks(struct nvml *n, nvmlDevice_t d, struct ck_gpu_health *gh)
+{
+	nvmlEnableState_t on;
+	unsigned long long v;
+
+	gh->nvlinks = -1;
+	gh->nvl_recovery = gh->nvl_crc = gh->nvl_replay = 0;
+	for (unsigned int l = 0; n->link_state && l < NVML_NVLINK_MAX_LINKS; l++) {
+		if (n->link_state(d, l, &on) != NVML_SUCCESS)
+			continue;
+		gh->nvlinks += gh->nvlinks < 0 ? 1 : 0;
+		if (on != NVML_FEATURE_ENABLED)
+			continue;
+		gh->nvlinks++;
+		if (!n->link_errors)
+			continue;
+		if (n->link_errors(d, l, NVML_NVLINK_ERROR_DL_RECOVERY, &v) == NVML_SUCCESS)
+			gh->nvl_recovery += (long long)v;
+		if (n->link_errors(d, l, NVML_NVLINK_ERROR_DL_REPLAY, &v) == NVML_SUCCESS)
+			gh->nvl_replay += (long long)v;
+		for (int c = NVML_NVLINK_ERROR_DL_CRC_FLIT; c <= NVML_NVLINK_ERROR_DL_ECC_DATA; c++)
+			if (n->link_errors(d, l, c, &v) == NVML_SUCCESS)
+				gh->nvl_crc += (long long)v;
+	}
+}
+
+/* Peer reads from this GPU to each of peers ("busid,busid"), as NVML's
+ * P2P status: "busid:0;busid:5". */
+static void p2p(struct nvml *n, nvmlDevice_t d, const char *busid, const char *peers, struct ck_gpu_health *gh)
+{
+	size_t off = 0;
+
+	gh->p2p[0] = '\0';
+	for (const char *p = peers; n->p2p && p && *p;) {
+		char bus[32];
+		size_t l = strcspn(p, ",");
+		nvmlDevice_t o;
+		int st;
+		snprintf(bus, sizeof(bus), "%.*s", (int)(l < sizeof(bus) ? l : sizeof(bus) - 1), p);
+		p += l + (p[l] == ',');
+		if (!bus[0] || !strcasecmp(bus, busid) || n->by_bus_id(bus, &o) != NVML_SUCCESS)
+			continue;
+		if (n->p2p(d, o, NVML_P2P_CAPS_INDEX_READ, &st) != NVML_SUCCESS)
+			st = -1;
+		if (off + strlen(bus) + 8 < sizeof(gh->p2p))
+			off += (size_t)snprintf(gh->p2p + off, sizeof(gh->p2p) - off, "%s%s:%d", off ? ";" : "", bus, st);
+	}
+}
+
+/* What NVML says of the GPU at busid (in this process), and of its peer
+ * reads to the GPUs in peers. */
+static void nvml_query(const char *busid, const char *peers, struct ck_gpu_health *gh)
 {
 	struct nvml n;
 	nvmlDevice_t d;
@@ -141,6 +198,8 @@ static void nvml_query(const char *busid, struct ck_gpu_health *gh)
 	gh->power_mw = uint_of(n.power, d);
 	gh->limit_mw = uint_of(n.limit, d);
 	gh->default_limit_mw = uint_of(n.default_limit, d);
+	nvlinks(&n, d, gh);
+	p2p(&n, d, busid, peers, gh);
 out:
 	n.shutdown();
 	dlclose(n.lib);
@@ -154,7 +213,7 @@ static double now_s(void)
 }
 
 /* nvml_query in a child, its answer through a pipe within NVML_WAIT_S. */
-static void nvml_bounded(const char *busid, struct ck_gpu_health *gh)
+static void nvml_bounded(const char *busid, const char *peers, struct ck_gpu_health *gh)
 {
 	int fds[2];
 	struct ck_gpu_health got;
@@ -168,7 +227,7 @@ static void nvml_bounded(const char *busid, struct ck_gpu_health *gh)
 	if (pid == 0) {
 		close(fds[0]);
 		memset(&got, 0, sizeof(got));
-		nvml_query(busid, &got);
+		nvml_query(busid, peers, &got);
 		_exit(write(fds[1], &got, sizeof(got)) == (ssize_t)sizeof(got) ? 0 : 1);
 	}
 	close(fds[1]);
@@ -272,9 +331,10 @@ void ck_gpu_xids(const char *path, const char *busid, struct ck_gpu_health *gh)
 	close(fd);
 }
 
-void ck_gpu_health_read(const char *busid, const char *kmsg, struct ck_gpu_health *gh)
+void ck_gpu_health_read(const char *busid, const char *peers, const char *kmsg, struct ck_gpu_health *gh)
 {
 	memset(gh, 0, sizeof(*gh));
-	nvml_bounded(busid, gh);
+	gh->nvlinks = -1;
+	nvml_bounded(busid, peers, gh);
 	ck_gpu_xids(kmsg, busid, gh);
 }

@@ -5,10 +5,11 @@
 
 #include "check.h"
 
-/* Everything into gh for the GPU at busid; the log from kmsg (/dev/kmsg,
- * or a file of its lines: tests).  Never fails: gh->err, gh->xid_err say
- * what could not be read. */
-void ck_gpu_health_read(const char *busid, const char *kmsg, struct ck_gpu_health *gh);
+/* Everything into gh for the GPU at busid, with its peer reads to the
+ * GPUs of peers ("busid,busid"; NULL none); the log from kmsg
+ * (/dev/kmsg, or a file of its lines: tests).  Never fails: gh->err,
+ * gh->xid_err say what could not be read. */
+void ck_gpu_health_read(const char *busid, const char *peers, const char *kmsg, struct ck_gpu_health *gh);
 /* The kernel log's Xid lines for busid alone (gh->xids, nxid, xid_err). */
 void ck_gpu_xids(const char *path, const char *busid, struct ck_gpu_health *gh);
 

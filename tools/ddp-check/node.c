@@ -66,6 +66,10 @@ static int node_records(struct ck_world *w, const char *host, const char *sysfs)
 		p += strcspn(p, ";");
 		p += *p == ';';
 	}
+	char peers[DDPENV_MAX_GPUS * 20] = "";
+	size_t off = 0;
+	for (int i = 0; i < ng && off + 20 < sizeof(peers); i++)
+		off += (size_t)snprintf(peers + off, sizeof(peers) - off, "%s%s", off ? "," : "", g[i].busid);
 	int n = ng + nd > 0 ? ng + nd : 1;
 	w->ranks = calloc((size_t)n, sizeof(*w->ranks));
 	if (!w->ranks)
@@ -86,7 +90,7 @@ static int node_records(struct ck_world *w, const char *host, const char *sysfs)
 				r->gh = w->ranks[i - 1].gh;
 				ck_gpu_xids(kmsg, g[i].busid, &r->gh);
 			} else {
-				ck_gpu_health_read(g[i].busid, kmsg, &r->gh);
+				ck_gpu_health_read(g[i].busid, peers, kmsg, &r->gh);
 			}
 		} else if (i - ng < nd) {
 			ck_nic_link_read(sysfs, devs[i - ng], &r->nic_link);
@@ -194,6 +198,7 @@ int ck_node_run(const struct ck_cli *cli)
 	}
 	ck_eval_hw(&w, &nd);
 	ck_eval_gpu(&w, &nd);
+	ck_eval_p2p(&w, &nd);
 	ck_nodes_free(&nd);
 	const struct ck_result *bad = NULL;
 	for (size_t i = 0; i < w.nres && !bad; i++)

@@ -20,6 +20,16 @@ enum { NVML_FEATURE_DISABLED = 0, NVML_FEATURE_ENABLED = 1 };
 enum { NVML_MEMORY_ERROR_TYPE_CORRECTED = 0, NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1 };
 enum { NVML_VOLATILE_ECC = 0, NVML_AGGREGATE_ECC = 1 };
 enum { NVML_CLOCK_SM = 1 };
+enum { NVML_P2P_CAPS_INDEX_READ = 0 };
+enum { NVML_P2P_STATUS_OK = 0 };      /* then CHIPSET, GPU, IOH_TOPOLOGY, REGKEY, NOT_SUPPORTED, UNKNOWN */
+#define NVML_NVLINK_MAX_LINKS 18
+enum {
+	NVML_NVLINK_ERROR_DL_REPLAY = 0,
+	NVML_NVLINK_ERROR_DL_RECOVERY = 1,
+	NVML_NVLINK_ERROR_DL_CRC_FLIT = 2,
+	NVML_NVLINK_ERROR_DL_CRC_DATA = 3,
+	NVML_NVLINK_ERROR_DL_ECC_DATA = 4,
+};
 enum {
 	NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS = 0,
 	NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 1,
@@ -46,5 +56,8 @@ typedef nvmlReturn_t (*nvml_remapped_fn)(nvmlDevice_t, unsigned int *, unsigned 
 typedef nvmlReturn_t (*nvml_ull_fn)(nvmlDevice_t, unsigned long long *);
 typedef nvmlReturn_t (*nvml_clock_fn)(nvmlDevice_t, int, unsigned int *);
 typedef nvmlReturn_t (*nvml_uint_fn)(nvmlDevice_t, unsigned int *);
+typedef nvmlReturn_t (*nvml_p2p_fn)(nvmlDevice_t, nvmlDevice_t, int, int *);
+typedef nvmlReturn_t (*nvml_link_state_fn)(nvmlDevice_t, unsigned int, nvmlEnableState_t *);
+typedef nvmlReturn_t (*nvml_link_errors_fn)(nvmlDevice_t, unsigned int, int, unsigned long long *);
 
 #endif

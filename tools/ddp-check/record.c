@@ -84,6 +84,8 @@ static void ck_gh_encode(struct out *o, const struct ck_gpu_health *g)
 	put(o, "gh_driver", "%s", g->driver);
 	put(o, "gh_xids", "%s", g->xids);
 	put(o, "gh_xid_err", "%s", g->xid_err);
+	put(o, "gh_nvl", "%d %lld %lld %lld", g->nvlinks, g->nvl_recovery, g->nvl_crc, g->nvl_replay);
+	put(o, "gh_p2p", "%s", g->p2p);
 }
 
 static void gh_field(struct ck_gpu_health *g, const char *k, const char *v)
@@ -103,6 +105,11 @@ static void gh_field(struct ck_gpu_health *g, const char *k, const char *v)
 		STR(g->xids, v);
 	} else if (!strcmp(k, "gh_xid_err")) {
 		STR(g->xid_err, v);
+	} else if (!strcmp(k, "gh_nvl")) {
+		if (sscanf(v, "%d %lld %lld %lld", &g->nvlinks, &g->nvl_recovery, &g->nvl_crc, &g->nvl_replay) != 4)
+			g->nvlinks = -1;
+	} else if (!strcmp(k, "gh_p2p")) {
+		STR(g->p2p, v);
 	}
 }
 
@@ -297,6 +304,7 @@ int ck_rank_decode(struct ck_rank *r, const char *buf, size_t len)
 	r->visible = -1;
 	r->shm_size = r->shm_free = -1;
 	r->removeipc = -1;
+	r->gh.nvlinks = -1;
 	each_line(buf, len, rank_field, r);
 	return r->id >= 0 && r->host[0] ? 0 : -1;
 }

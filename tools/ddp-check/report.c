@@ -192,6 +192,13 @@ static void json_gpu_health(FILE *out, const struct ck_gpu_health *g)
 		json_num(out, "power_mw", g->power_mw);
 		json_num(out, "power_limit_mw", g->limit_mw);
 	}
+	if (g->have) {
+		json_num(out, "nvlinks", g->nvlinks);
+		json_num(out, "nvlink_recovery", g->nvlinks < 0 ? -1 : g->nvl_recovery);
+		json_num(out, "nvlink_crc", g->nvlinks < 0 ? -1 : g->nvl_crc);
+		fprintf(out, ", \"p2p\": ");
+		ck_json_str(out, g->p2p);
+	}
 	fprintf(out, ", \"xids\": ");
 	ck_json_str(out, g->xids);
 	fprintf(out, ", \"xid_error\": ");

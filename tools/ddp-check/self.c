@@ -270,7 +270,15 @@ void ck_self_gpu_health(struct self *me)
 		snprintf(me->r.gh.err, sizeof(me->r.gh.err), "no GPU");
 		return;
 	}
-	ck_gpu_health_read(me->r.gpu, kmsg && *kmsg ? kmsg : "/dev/kmsg", &me->r.gh);
+	/* peer reads to the node's other GPUs, as the driver lists them */
+	struct ddpenv_nvgpu g[DDPENV_MAX_GPUS];
+	char peers[DDPENV_MAX_GPUS * 20] = "";
+	int n = ck_nvidia_parse(me->r.nvgpus, g, DDPENV_MAX_GPUS);
+	size_t off = 0;
+	for (int i = 0; i < n && off + 20 < sizeof(peers); i++)
+		if (!g[i].excluded)
+			off += (size_t)snprintf(peers + off, sizeof(peers) - off, "%s%s", off ? "," : "", g[i].busid);
+	ck_gpu_health_read(me->r.gpu, peers, kmsg && *kmsg ? kmsg : "/dev/kmsg", &me->r.gh);
 }
 
 void ck_self_limits(struct self *me)
