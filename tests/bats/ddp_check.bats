@@ -372,7 +372,7 @@ time.sleep(60)' &
 	assert_line --regexp "^OK +bind.gpus +each of 2 GPUs is used by exactly one task$"
 }
 
-@test "gpu.health in a step (fake GPUs, NVML through the project's stand-in): each task's GPU read; node2's ECC errors and an Xid named; drivers that differ between nodes a warning" {
+@test "gpu.health and gpu.p2p in a step (fake GPUs, NVML through the project's stand-in): each task's GPU read; node2's ECC errors and an Xid named; peer reads; drivers that differ between nodes a warning" {
 	sed -i "s|^topology: .*|topology: $REPO/tests/topologies/testnode.xml|" "$CONF"
 	local nv="$BATS_TEST_TMPDIR/nvml" log="$BATS_TEST_TMPDIR/kmsg"
 	printf 'driver 550.54.15\ncuda 12040\ngpu 0000:20:00.0\ngpu 0000:60:00.0\n' >"$nv.1"
@@ -381,7 +381,9 @@ time.sleep(60)' &
 	: >"$log.1"
 	printf '4,9,10,-;NVRM: Xid (PCI:0000:60:00): 94, pid=77, Contained: SM (0x1). RST: No, D-RST: No\n' >"$log.2"
 	# each node's task reads its own node's answers
-	local task="n=\${SLURMD_NODENAME#node}; export LD_LIBRARY_PATH=$REPO/build/tests/tools/nvml FAKE_NVML=$nv.\$n DDP_CHECK_KMSG=$log.\$((n == 2 ? 2 : 1)); exec $CHECK ${ARGS[*]}"
+	# the driver's list: the peers gpu.p2p asks each task's GPU about
+	fake_nvidia "$BATS_TEST_TMPDIR/nvidia" 0000:20:00.0 0000:30:00.0 0000:60:00.0 0000:70:00.0
+	local task="n=\${SLURMD_NODENAME#node}; export LD_LIBRARY_PATH=$REPO/build/tests/tools/nvml FAKE_NVML=$nv.\$n DDP_CHECK_KMSG=$log.\$((n == 2 ? 2 : 1)) DDP_CHECK_NVIDIA_GPUS=$BATS_TEST_TMPDIR/nvidia; exec $CHECK ${ARGS[*]}"
 	run crun srun -N2 --ntasks-per-node=2 --gres=gpu:4 --ddp=gloo bash -c "$task"
 	echo "$output"
 	assert_failure 1
@@ -392,6 +394,8 @@ time.sleep(60)' &
 	echo "$output"
 	assert_success
 	assert_line --regexp "^OK +gpu.health +2 GPUs read by NVML \(driver 550.54.15, CUDA 12040\): no uncorrected ECC error"
+	# its two GPUs read each other's memory (the fake GPUs 30 and 70, unknown to NVML, not judged)
+	assert_line --regexp "^OK +gpu.p2p +2 GPUs: peer reads between every two of a node's \(2 pairs both ways\); no NVLink$"
 	# node3 on another driver than node1: a warning
 	run crun srun -w node1,node3 --ntasks-per-node=1 --gres=gpu:1 --ddp=gloo bash -c "$task"
 	echo "$output"
