@@ -15,6 +15,7 @@
 #include "test.h"
 #include "tol.h"
 #include "golden.h"
+#include "layers.h"
 
 #ifndef GOLDEN
 #define GOLDEN "tests/golden/net_step.golden"
@@ -539,8 +540,62 @@ static void test_shapes(void)
 		  cnn_sched_lr(&sc, 0, 100) < 1e-6f);
 }
 
+/* The one layer sequence (layers.h): the model's tensors come from it, in
+ * the order the P_* indices name them, and the CPU path's stages cover it
+ * forward and backward; cnn_stages_check refuses tables that do not. */
+static void test_layers(void)
+{
+	struct cnn_model m;
+	char err[256];
+	struct cnn_shape mnist = { 1, 28, 28, 10 };
+	int ok = cnn_model_init(&m, mnist, err, sizeof(err)) == 0;
+	test_cond("the Net on 1x28x28: 1,199,882 parameters, as PyTorch's", ok && m.nparams == 1199882);
+	static const char *names[P_COUNT] = { "conv1.weight", "conv1.bias", "conv2.weight",
+		"conv2.bias", "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias" };
+	const int fan_in[P_COUNT] = { 9, 9, 288, 288, 9216, 9216, 128, 128 };
+	for (int t = 0; ok && t < P_COUNT; t++) {
+		char d[96];
+		snprintf(d, sizeof(d), "tensor %d is %s, fan-in %d", t, names[t], fan_in[t]);
+		test_cond(d, strcmp(m.t[t].name, names[t]) == 0 && m.t[t].fan_in == fan_in[t]);
+	}
+	test_cond("shapes from the sequence: 32x26x26, 64x24x24, pooled 12x12, fc1 128, p 0.25/0.5",
+		  ok && m.c1 == 32 && m.h1 == 26 && m.c2 == 64 && m.h2 == 24 && m.hp == 12 &&
+		  m.flat == 9216 && m.hidden == 128 && m.p_drop1 == 0.25f && m.p_drop2 == 0.5f);
+	cnn_model_free(&m);
+
+	for (int bwd = 0; bwd < 2; bwd++) {
+		size_t n;
+		const struct cnn_stage *s = cnn_cpu_stages(bwd, &n);
+		err[0] = 0;
+		test_cond(bwd ? "the CPU backward's stages do every layer once, in reverse" :
+				"the CPU forward's stages do every layer once, in order",
+			  cnn_stages_check(s, n, bwd, err, sizeof(err)) == 0);
+		if (err[0])
+			printf("#   %s\n", err);
+	}
+	const struct cnn_stage gap[] = { { "a", CNN_CONV1, CNN_RELU1, NULL },
+					 { "b", CNN_BIAS2, CNN_NLL, NULL } };
+	test_cond("a stage that skips a layer is refused", cnn_stages_check(gap, 2, 0, err, sizeof(err)) < 0);
+	test_err("... naming the layer expected", err, "starts at conv2.bias (expected conv2)");
+	const struct cnn_stage few[] = { { "a", CNN_CONV1, CNN_FC2, NULL } };
+	test_cond("stages that end early are refused", cnn_stages_check(few, 1, 0, err, sizeof(err)) < 0);
+	test_err("... naming the layer no stage does", err, "no stage does fc2.bias");
+	const struct cnn_stage all[] = { { "a", CNN_CONV1, CNN_NLL, NULL }, { "b", CNN_NLL, CNN_NLL, NULL } };
+	test_cond("a layer done twice is refused", cnn_stages_check(all, 2, 0, err, sizeof(err)) < 0);
+	test_err("... naming the stage", err, "stage 1 (b)");
+	const struct cnn_stage rev[] = { { "a", CNN_NLL, CNN_CONV1, NULL } };
+	test_cond("one stage over the whole sequence backward passes", cnn_stages_check(rev, 1, 1, err, sizeof(err)) == 0);
+	test_cond("... not as a forward", cnn_stages_check(rev, 1, 0, err, sizeof(err)) < 0);
+	const struct cnn_stage wrong[] = { { "a", CNN_NLL, CNN_FC2, NULL },
+					   { "b", CNN_DROP2, CNN_DROP2, NULL }, { "c", CNN_RELU3, CNN_NLL, NULL } };
+	test_cond("a backward stage that runs forward is refused",
+		  cnn_stages_check(wrong, 3, 1, err, sizeof(err)) < 0);
+	test_err("... naming it", err, "stage 2 (c) runs from relu3 to log_softmax+nll (expected backward order)");
+}
+
 int main(void)
 {
+	test_layers();
 	test_conv_fd();
 	test_linear_fd();
 	test_pool_fd();

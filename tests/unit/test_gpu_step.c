@@ -23,6 +23,7 @@
 #include "golden.h"
 #include "cuda/net.h"
 #include "gpu.h"
+#include "layers.h"
 #include "model.h"
 #include "ops.h"
 #include "optim.h"
@@ -1521,8 +1522,28 @@ static void test_graph_chain(void)
 	test_cond("graph chain: an edge from no node is -1", cnn_graph_chain(2, f5, t5, 2) == -1);
 }
 
+/* The GPU step's stages (net.c) cover the layer sequence (layers.h) once,
+ * forward in order and backward in reverse, with fc2 fused and without:
+ * tables only, so it runs without a GPU. */
+static void test_gnet_stages(void)
+{
+	for (int fused = 0; fused < 2; fused++)
+		for (int bwd = 0; bwd < 2; bwd++) {
+			char d[128], err[256] = "";
+			size_t n;
+			const struct cnn_stage *s = cnn_gnet_stages(fused, bwd, &n);
+			snprintf(d, sizeof(d), "the GPU %s's stages%s do every layer once, %s",
+				 bwd ? "backward" : "forward", fused ? " with fc2 fused" : "",
+				 bwd ? "in reverse" : "in order");
+			test_cond(d, cnn_stages_check(s, n, bwd, err, sizeof(err)) == 0);
+			if (err[0])
+				printf("#   %s\n", err);
+		}
+}
+
 int main(void)
 {
+	test_gnet_stages();
 	test_graph_chain();
 	/* the bf16 arithmetic the GPU's bf16 step does, against the golden
 	 * file, on the CPU: runs everywhere; first without its roundings, where

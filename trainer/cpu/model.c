@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "conv_dnnl.h"
+#include "layers.h"
 #include "model.h"
 #include "ops.h"
 #include "rng.h"
@@ -21,6 +22,66 @@ static void *alloc(size_t n)
 	return p;
 }
 
+/* The named fields of a model that layer l's output shape (c x h x w) or
+ * its probability sets. */
+static void model_keep(struct cnn_model *m, int l, int c, int h, int w, int fan)
+{
+	switch (l) {
+	case CNN_CONV1: m->c1 = c; m->h1 = h; m->w1 = w; break;
+	case CNN_CONV2: m->c2 = c; m->h2 = h; m->w2 = w; break;
+	case CNN_POOL: m->hp = h; m->wp = w; break;
+	case CNN_DROP1: m->p_drop1 = cnn_layers[l].p; break;
+	case CNN_FC1: m->flat = fan; m->hidden = c; break;
+	case CNN_DROP2: m->p_drop2 = cnn_layers[l].p; break;
+	default: break;
+	}
+}
+
+/* Walk the layer sequence (layers.h) from the input: each layer's output
+ * shape, and each parameter tensor's place, size and fan-in in the flat
+ * buffer, in the sequence's order (PyTorch's named_parameters order).
+ * Returns the count of parameters. */
+static size_t model_walk(struct cnn_model *m)
+{
+	int c = m->in.c, h = m->in.h, w = m->in.w, fan = 0, t = 0;
+	size_t off = 0;
+	for (int l = 0; l < CNN_LAYERS; l++) {
+		const struct cnn_layer *L = &cnn_layers[l];
+		size_t size = 0;
+		switch (L->kind) {
+		case CNN_K_CONV3:
+			fan = c * 9;
+			c = L->out;
+			h -= 2;
+			w -= 2;
+			size = (size_t)c * fan;
+			break;
+		case CNN_K_LINEAR:
+			fan = c * h * w;
+			c = L->out ? L->out : m->in.classes;
+			h = w = 1;
+			size = (size_t)c * fan;
+			break;
+		case CNN_K_BIAS:
+			size = (size_t)c;
+			break;
+		case CNN_K_POOL2:
+			h /= 2;
+			w /= 2;
+			break;
+		default:
+			break;
+		}
+		model_keep(m, l, c, h, w, fan);
+		if (L->tensor && t < P_COUNT) {
+			m->t[t] = (struct cnn_tensor){ L->tensor, off, size, fan };
+			off += size;
+			t++;
+		}
+	}
+	return off;
+}
+
 int cnn_model_init(struct cnn_model *m, struct cnn_shape in, char *err, size_t errlen)
 {
 	memset(m, 0, sizeof(*m));
@@ -32,35 +93,7 @@ int cnn_model_init(struct cnn_model *m, struct cnn_shape in, char *err, size_t e
 		return -1;
 	}
 	m->in = in;
-	m->c1 = 32;
-	m->c2 = 64;
-	m->hidden = 128;
-	m->h1 = in.h - 2;
-	m->w1 = in.w - 2;
-	m->h2 = in.h - 4;
-	m->w2 = in.w - 4;
-	m->hp = m->h2 / 2;
-	m->wp = m->w2 / 2;
-	m->flat = m->c2 * m->hp * m->wp;
-	m->p_drop1 = 0.25f;
-	m->p_drop2 = 0.5f;
-	static const char *names[P_COUNT] = {
-		"conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias",
-		"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias",
-	};
-	size_t sizes[P_COUNT] = {
-		(size_t)m->c1 * in.c * 9, (size_t)m->c1,
-		(size_t)m->c2 * m->c1 * 9, (size_t)m->c2,
-		(size_t)m->hidden * m->flat, (size_t)m->hidden,
-		(size_t)in.classes * m->hidden, (size_t)in.classes,
-	};
-	size_t off = 0;
-	for (int i = 0; i < P_COUNT; i++) {
-		m->t[i].name = names[i];
-		m->t[i].off = off;
-		m->t[i].n = sizes[i];
-		off += sizes[i];
-	}
+	size_t off = model_walk(m);
 	m->nparams = off;
 	m->params = alloc(off * sizeof(float));
 	m->grads = alloc(off * sizeof(float));
@@ -82,12 +115,8 @@ void cnn_model_free(struct cnn_model *m)
 void cnn_model_init_params(struct cnn_model *m, uint64_t seed)
 {
 	uint64_t s = cnn_mix64(seed ^ 0x5eedcafeull);
-	int fan_in[P_COUNT] = {
-		m->in.c * 9, m->in.c * 9, m->c1 * 9, m->c1 * 9,
-		m->flat, m->flat, m->hidden, m->hidden,
-	};
 	for (int i = 0; i < P_COUNT; i++) {
-		float bound = 1.f / sqrtf((float)fan_in[i]);
+		float bound = 1.f / sqrtf((float)m->t[i].fan_in);
 		float *p = m->params + m->t[i].off;
 		for (size_t j = 0; j < m->t[i].n; j++)
 			p[j] = (2.f * cnn_rng_uniform(&s) - 1.f) * bound;
@@ -142,6 +171,39 @@ void cnn_acts_free(struct cnn_acts *a)
 	memset(a, 0, sizeof(*a));
 }
 
+/* One forward or backward of the CPU path: what its stages read. */
+struct cpu_step {
+	struct cnn_model *m;
+	struct cnn_acts *a;
+	const uint8_t *labels;
+	int n, train, rank;
+	uint64_t seed, step;
+	float *loss;           /* forward */
+	int *correct;
+	float scale_n;         /* backward */
+	void (*on_fc_ready)(void *);
+	void *ctx;
+};
+
+static const float *param(const struct cnn_model *m, int t)
+{
+	return m->params + m->t[t].off;
+}
+
+static float *grad(const struct cnn_model *m, int t)
+{
+	return m->grads + m->t[t].off;
+}
+
+/* conv1, its bias and ReLU, conv2, its bias and ReLU (oneDNN), the pool */
+static int fwd_convnet(void *step)
+{
+	const struct cpu_step *S = step;
+	const struct cnn_model *m = S->m;
+	struct cnn_acts *a = S->a;
+	return cnn_convnet_fwd(a->conv, m, a->x, S->n, a->p, a->arg, a->err, sizeof(a->err));
+}
+
 /* Dropout in place with drop probability p: each element is kept or
  * dropped by a pure function of (seed, step, rank, layer, index), so a
  * resumed run draws what the uninterrupted one would have.  The backward
@@ -149,25 +211,106 @@ void cnn_acts_free(struct cnn_acts *a)
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
+static void dropout(const struct cpu_step *S, float *x, size_t n, float p, int layer)
+{
+	if (S->train && p > 0.f)
+		cnn_dropout_fwd(x, n, p, cnn_dropout_key(S->seed, S->step, S->rank, layer));
+}
+
+static int fwd_drop1(void *step)
+{
+	const struct cpu_step *S = step;
+	const struct cnn_model *m = S->m;
+	struct cnn_acts *a = S->a;
+	dropout(S, a->p, (size_t)S->n * m->flat, m->p_drop1, 1);
+	return 0;
+}
+
+/* fc1 with its bias */
+static int fwd_fc1(void *step)
+{
+	const struct cpu_step *S = step;
+	const struct cnn_model *m = S->m;
+	struct cnn_acts *a = S->a;
+	cnn_linear_fwd(a->p, S->n, m->flat, param(m, P_W3), param(m, P_B3), m->hidden, a->h);
+	return 0;
+}
+
+static int fwd_relu3(void *step)
+{
+	const struct cpu_step *S = step;
+	const struct cnn_model *m = S->m;
+	struct cnn_acts *a = S->a;
+	cnn_relu_fwd(a->h, (size_t)S->n * m->hidden);
+	return 0;
+}
+
+static int fwd_drop2(void *step)
+{
+	const struct cpu_step *S = step;
+	const struct cnn_model *m = S->m;
+	struct cnn_acts *a = S->a;
+	dropout(S, a->h, (size_t)S->n * m->hidden, m->p_drop2, 2);
+	return 0;
+}
+
+/* fc2 with its bias */
+static int fwd_fc2(void *step)
+{
+	const struct cpu_step *S = step;
+	const struct cnn_model *m = S->m;
+	struct cnn_acts *a = S->a;
+	cnn_linear_fwd(a->h, S->n, m->hidden, param(m, P_W4), param(m, P_B4), m->in.classes, a->logits);
+	return 0;
+}
+
+static int fwd_nll(void *step)
+{
+	const struct cpu_step *S = step;
+	const struct cnn_model *m = S->m;
+	struct cnn_acts *a = S->a;
+	*S->loss = cnn_logsoftmax_nll_fwd(a->logits, S->labels, S->n, m->in.classes, a->logp,
+					  S->correct);
+	return 0;
+}
+
+static const struct cnn_stage cpu_forward[] = {
+	{ "oneDNN's conv1 and conv2 (bias and ReLU as post-ops), the pool", CNN_CONV1, CNN_POOL,
+	  fwd_convnet },
+	{ "dropout1", CNN_DROP1, CNN_DROP1, fwd_drop1 },
+	{ "fc1's GEMM with its bias", CNN_FC1, CNN_BIAS3, fwd_fc1 },
+	{ "relu3", CNN_RELU3, CNN_RELU3, fwd_relu3 },
+	{ "dropout2", CNN_DROP2, CNN_DROP2, fwd_drop2 },
+	{ "fc2's GEMM with its bias", CNN_FC2, CNN_BIAS4, fwd_fc2 },
+	{ "log-softmax and the loss", CNN_NLL, CNN_NLL, fwd_nll },
+};
+
 int cnn_forward(const struct cnn_model *m, struct cnn_acts *a, const uint8_t *labels, int n,
 		int train, uint64_t seed, uint64_t step, int rank, float *loss, int *correct)
 {
-	const float *P = m->params;
-	size_t flat = (size_t)m->flat;
+	struct cpu_step S = { .m = (struct cnn_model *)m, .a = a, .labels = labels, .n = n,
+			      .train = train, .rank = rank, .seed = seed, .step = step,
+			      .loss = loss, .correct = correct };
+	return cnn_stages_run(cpu_forward, sizeof(cpu_forward) / sizeof(cpu_forward[0]), &S);
+}
 
-	if (cnn_convnet_fwd(a->conv, m, a->x, n, a->p, a->arg, a->err, sizeof(a->err)) < 0)
-		return -1;
-	if (train && m->p_drop1 > 0.f) {
-		cnn_dropout_fwd(a->p, (size_t)n * flat, m->p_drop1, cnn_dropout_key(seed, step, rank, 1));
-	}
-	cnn_linear_fwd(a->p, n, m->flat, P + m->t[P_W3].off, P + m->t[P_B3].off, m->hidden, a->h);
-	cnn_relu_fwd(a->h, (size_t)n * m->hidden);
-	if (train && m->p_drop2 > 0.f) {
-		cnn_dropout_fwd(a->h, (size_t)n * m->hidden, m->p_drop2, cnn_dropout_key(seed, step, rank, 2));
-	}
-	cnn_linear_fwd(a->h, n, m->hidden, P + m->t[P_W4].off, P + m->t[P_B4].off,
-		       m->in.classes, a->logits);
-	*loss = cnn_logsoftmax_nll_fwd(a->logits, labels, n, m->in.classes, a->logp, correct);
+static int bwd_nll(void *step)
+{
+	const struct cpu_step *S = step;
+	const struct cnn_model *m = S->m;
+	struct cnn_acts *a = S->a;
+	cnn_logsoftmax_nll_bwd(a->logp, S->labels, S->n, m->in.classes, S->scale_n, a->dlogits);
+	return 0;
+}
+
+/* fc2's weight and bias gradients, dh */
+static int bwd_fc2(void *step)
+{
+	const struct cpu_step *S = step;
+	const struct cnn_model *m = S->m;
+	struct cnn_acts *a = S->a;
+	cnn_linear_bwd(a->h, S->n, m->hidden, param(m, P_W4), m->in.classes, a->dlogits,
+		       grad(m, P_W4), grad(m, P_B4), a->dh);
 	return 0;
 }
 
@@ -181,33 +324,81 @@ static void relu_dropout_bwd(float *dx, const float *y, size_t n, float scale)
 		dx[i] = y[i] > 0.f ? dx[i] * scale : 0.f;
 }
 
+static float drop_scale(float p)
+{
+	return p > 0.f ? 1.f / (1.f - p) : 1.f;
+}
+
+/* The masks were applied in place: y > 0 means kept and positive.  In
+ * eval-mode backward (tests) the scale is 1 since nothing dropped. */
+static int bwd_drop2_relu3(void *step)
+{
+	const struct cpu_step *S = step;
+	const struct cnn_model *m = S->m;
+	struct cnn_acts *a = S->a;
+	relu_dropout_bwd(a->dh, a->h, (size_t)S->n * m->hidden, drop_scale(m->p_drop2));
+	return 0;
+}
+
+/* fc1's weight and bias gradients, dp; then the fully connected layers'
+ * gradients are final (on_fc_ready) */
+static int bwd_fc1(void *step)
+{
+	const struct cpu_step *S = step;
+	const struct cnn_model *m = S->m;
+	struct cnn_acts *a = S->a;
+	cnn_linear_bwd(a->p, S->n, m->flat, param(m, P_W3), m->hidden, a->dh, grad(m, P_W3), grad(m, P_B3),
+		       a->dp);
+	if (S->on_fc_ready)
+		S->on_fc_ready(S->ctx);
+	return 0;
+}
+
+static int bwd_drop1(void *step)
+{
+	const struct cpu_step *S = step;
+	const struct cnn_model *m = S->m;
+	struct cnn_acts *a = S->a;
+	float s1 = drop_scale(m->p_drop1);
+	if (s1 != 1.f)
+		for (size_t i = 0; i < (size_t)S->n * m->flat; i++)
+			a->dp[i] *= s1;
+	return 0;
+}
+
+static int bwd_convnet(void *step)
+{
+	const struct cpu_step *S = step;
+	const struct cnn_model *m = S->m;
+	struct cnn_acts *a = S->a;
+	return cnn_convnet_bwd(a->conv, m, a->x, S->n, a->p, a->arg, a->dp, m->grads, a->err,
+			       sizeof(a->err));
+}
+
+static const struct cnn_stage cpu_backward[] = {
+	{ "log-softmax and the loss", CNN_NLL, CNN_NLL, bwd_nll },
+	{ "fc2's GEMMs (weight, bias, data)", CNN_BIAS4, CNN_FC2, bwd_fc2 },
+	{ "dropout2 and relu3 in one pass", CNN_DROP2, CNN_RELU3, bwd_drop2_relu3 },
+	{ "fc1's GEMMs (weight, bias, data)", CNN_BIAS3, CNN_FC1, bwd_fc1 },
+	{ "dropout1", CNN_DROP1, CNN_DROP1, bwd_drop1 },
+	{ "the pool, oneDNN's conv2 and conv1 (ReLU and bias gradients)", CNN_POOL, CNN_CONV1,
+	  bwd_convnet },
+};
+
 int cnn_backward(struct cnn_model *m, struct cnn_acts *a, const uint8_t *labels, int n,
 		 float scale_n, void (*on_fc_ready)(void *), void *ctx)
 {
-	const float *P = m->params;
-	float *G = m->grads;
-	size_t flat = (size_t)m->flat;
-	int K = m->in.classes;
-	float s1 = m->p_drop1 > 0.f ? 1.f / (1.f - m->p_drop1) : 1.f;
-	float s2 = m->p_drop2 > 0.f ? 1.f / (1.f - m->p_drop2) : 1.f;
+	struct cpu_step S = { .m = m, .a = a, .labels = labels, .n = n, .scale_n = scale_n,
+			      .on_fc_ready = on_fc_ready, .ctx = ctx };
+	/* the fully connected layers' GEMMs add to their gradients; the
+	 * convolutions' are written whole */
+	memset(m->grads + m->t[P_W3].off, 0, (m->nparams - m->t[P_W3].off) * sizeof(float));
+	return cnn_stages_run(cpu_backward, sizeof(cpu_backward) / sizeof(cpu_backward[0]), &S);
+}
 
-	/* the convolutions' gradients are written whole below */
-	memset(G + m->t[P_W3].off, 0, (m->nparams - m->t[P_W3].off) * sizeof(float));
-	cnn_logsoftmax_nll_bwd(a->logp, labels, n, K, scale_n, a->dlogits);
-	cnn_linear_bwd(a->h, n, m->hidden, P + m->t[P_W4].off, K, a->dlogits,
-		       G + m->t[P_W4].off, G + m->t[P_B4].off, a->dh);
-	/* The masks were applied in place: y > 0 means kept and positive.
-	 * In eval-mode backward (tests) the scale is 1 since nothing dropped. */
-	relu_dropout_bwd(a->dh, a->h, (size_t)n * m->hidden, s2);
-	cnn_linear_bwd(a->p, n, m->flat, P + m->t[P_W3].off, m->hidden, a->dh,
-		       G + m->t[P_W3].off, G + m->t[P_B3].off, a->dp);
-	if (on_fc_ready)
-		on_fc_ready(ctx);
-	if (s1 != 1.f)
-		for (size_t i = 0; i < (size_t)n * flat; i++)
-			a->dp[i] *= s1;
-	if (cnn_convnet_bwd(a->conv, m, a->x, n, a->p, a->arg, a->dp, G, a->err,
-			    sizeof(a->err)) < 0)
-		return -1;
-	return 0;
+const struct cnn_stage *cnn_cpu_stages(int backward, size_t *n)
+{
+	*n = backward ? sizeof(cpu_backward) / sizeof(cpu_backward[0]) :
+			sizeof(cpu_forward) / sizeof(cpu_forward[0]);
+	return backward ? cpu_backward : cpu_forward;
 }

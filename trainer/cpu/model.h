@@ -1,7 +1,5 @@
-/* The PyTorch examples MNIST Net, generalized to c x h x w inputs:
- *   conv3x3 c->32, ReLU, conv3x3 32->64, ReLU, maxpool 2, dropout 0.25,
- *   linear flat->128, ReLU, dropout 0.5, linear 128->classes, log-softmax.
- * Parameters live in one flat buffer in PyTorch's named_parameters order,
+/* The PyTorch examples MNIST Net (its layers: ../layers.h), generalized to
+ * c x h x w inputs.  Parameters live in one flat buffer in PyTorch's named_parameters order,
  * so a state_dict maps onto it tensor by tensor and gradients are
  * all-reduced as contiguous buckets. */
 #ifndef CNN_MODEL_H
@@ -15,6 +13,7 @@ enum { P_W1, P_B1, P_W2, P_B2, P_W3, P_B3, P_W4, P_B4, P_COUNT };
 struct cnn_tensor {
 	const char *name;     /* PyTorch's: "conv1.weight", ... */
 	size_t off, n;
+	int fan_in;           /* inputs per output: PyTorch's init bound */
 };
 
 struct cnn_shape {
@@ -75,5 +74,10 @@ int cnn_forward(const struct cnn_model *m, struct cnn_acts *a, const uint8_t *la
  * as cnn_forward. */
 int cnn_backward(struct cnn_model *m, struct cnn_acts *a, const uint8_t *labels, int n,
 		 float scale_n, void (*on_fc_ready)(void *), void *ctx);
+
+struct cnn_stage;
+/* The stages (../layers.h) cnn_forward (backward 0) or cnn_backward runs,
+ * n of them. */
+const struct cnn_stage *cnn_cpu_stages(int backward, size_t *n);
 
 #endif

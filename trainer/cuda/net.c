@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layers.h"
 #include "net_impl.h"
 
 #include "cuda/errors.h"
@@ -916,67 +917,160 @@ static int conv1_forward_gather(struct cnn_gnet *g, const struct cnn_gnet_algos 
 						 M->in.w, M->c1, nh, g->a1, g->x, g->y, g->s);
 }
 
-int cnn_gnet_forward(struct cnn_gnet *g, int n, int train, float scale_n)
+/* One forward or backward of the GPU step: what its stages read. */
+struct gpu_step {
+	struct cnn_gnet *g;
+	const struct cnn_gnet_algos *a;
+	int n, train;
+	int gather;            /* conv1's direct forward gathers the batch */
+	float scale_n;
+	int (*ready)(void *ctx, int bucket, cudaStream_t on);
+	void *ctx;
+};
+
+/* The batch, where conv1 does not gather it, with its bf16 copy; the
+ * weights as this batch's algorithms read them (bf16, packed, OHWI),
+ * where the last update did not write them; bf16: the input as the
+ * tensor cores read it; channels-last: the input transposed.  Not a layer:
+ * what the stages read. */
+static int forward_inputs(struct gpu_step *S)
 {
+	struct cnn_gnet *g = S->g;
 	const struct cnn_model *M = &g->m;
-	const struct cnn_gnet_algos *a = algos_for(g, n);
-	const float *P = g->params;
+	int n = S->n, nh = S->a->nhwc, batch = g->batch.set;
 	size_t nx = (size_t)n * M->in.c * M->in.h * M->in.w;
-	int batch = g->batch.set;
 	g->batch.set = 0;
-	if (!a)
-		return -1;
-	int nh = a->nhwc;
-	/* the batch: gathered by conv1's direct forward (one input channel),
-	 * else first, with its bf16 copy */
-	int fused = batch && (a->direct1 & 1) && M->in.c == 1;
-	if (batch && !fused &&
+	S->gather = batch && (S->a->direct1 & 1) && M->in.c == 1;
+	if (batch && !S->gather &&
 	    cnn_cuda_gather(g->batch.xs, g->batch.ys, g->batch.idx, n, M->in.c, M->in.h, M->in.w,
 			    &g->batch.norm, g->x, g->y, g->xb, g->s) < 0)
 		return -1;
 	if (batch)
 		g->xb_given = g->xb != NULL;
-	/* the weights as this batch's algorithms read them (bf16, packed,
-	 * OHWI), where the last update did not write them; bf16: the input as
-	 * the tensor cores read it; channels-last: the input transposed */
 	int xb = g->xb_given;
 	g->xb_given = 0;
-	if (cnn_gnet_wop_ensure(g, wop_need(g, a)) < 0 ||
+	if (cnn_gnet_wop_ensure(g, wop_need(g, S->a)) < 0 ||
 	    (bf(g) && !xb && !(nh && M->in.c > 1) && cnn_cuda_to_bf16(g->x, g->xb, nx, g->s) < 0) ||
 	    (nh && x_to_nhwc(g, n) < 0))
 		return -1;
-	if ((fused ? conv1_forward_gather(g, a, n) : conv1_forward(g, a, n, a->direct1 & 1)) < 0)
+	return 0;
+}
+
+/* conv1 with its bias and ReLU (gathering the batch where it may) */
+static int fwd_conv1(void *step)
+{
+	struct gpu_step *S = step;
+	return S->gather ? conv1_forward_gather(S->g, S->a, S->n) :
+			   conv1_forward(S->g, S->a, S->n, S->a->direct1 & 1);
+}
+
+static int fwd_conv2(void *step)
+{
+	struct gpu_step *S = step;
+	return conv2_forward(S->g, S->a, S->n, S->a->direct2 & 1, S->train);
+}
+
+/* fc1's GEMM (its bias rides on the next call) */
+static int fwd_fc1(void *step)
+{
+	struct gpu_step *S = step;
+	struct cnn_gnet *g = S->g;
+	const struct cnn_model *M = &g->m;
+	return linear_fwd(g, bf(g) ? (const void *)g->pb : g->p, S->n, M->flat, W(g, P_W3),
+			  M->hidden, g->h);
+}
+
+/* fc1's bias, ReLU and (training) dropout, and for bf16 fc2's operand hb,
+ * in one pass */
+static int fwd_bias3_drop2(void *step)
+{
+	struct gpu_step *S = step;
+	struct cnn_gnet *g = S->g;
+	const struct cnn_model *M = &g->m;
+	return cnn_cuda_dropout_fwd(g->h, g->params + M->t[P_B3].off, M->hidden,
+				    (size_t)S->n * M->hidden, S->train ? M->p_drop2 : 0.f,
+				    g->keys + 1, bf(g) ? g->hb : NULL, g->s);
+}
+
+/* fc2's GEMM (its bias rides on the loss) */
+static int fwd_fc2(void *step)
+{
+	struct gpu_step *S = step;
+	struct cnn_gnet *g = S->g;
+	const struct cnn_model *M = &g->m;
+	return linear_fwd(g, bf(g) ? (const void *)g->hb : g->h, S->n, M->hidden, W(g, P_W4),
+			  M->in.classes, g->logits);
+}
+
+/* fc2's bias and the loss, and in training the loss's gradient and fc2's
+ * bias gradient */
+static int fwd_nll(void *step)
+{
+	struct gpu_step *S = step;
+	struct cnn_gnet *g = S->g;
+	const struct cnn_model *M = &g->m;
+	int grad = S->scale_n > 0.f;
+	return cnn_cuda_logsoftmax_nll_fwd(g->logits, g->params + M->t[P_B4].off, g->y, S->n,
+					   M->in.classes, g->logp, g->stats,
+					   grad ? g->dlogits : NULL, bf(g) ? g->dlb : NULL,
+					   S->scale_n, grad ? g->grads + M->t[P_B4].off : NULL,
+					   g->s);
+}
+
+/* --fc2 fused: fc1's bias, ReLU and dropout, fc2 and the loss, forward
+ * and backward, fc1's ReLU backward and bias gradient, in one launch
+ * (the backward starts at fc1's weight gradient) */
+static int fwd_fc2_fused(void *step)
+{
+	struct gpu_step *S = step;
+	struct cnn_gnet *g = S->g;
+	const struct cnn_model *M = &g->m;
+	const float *P = g->params;
+	float *G = g->grads;
+	return cnn_cuda_fc2_fused(g->h, P + M->t[P_B3].off, S->train ? M->p_drop2 : 0.f,
+				  g->keys + 1, P + M->t[P_W4].off, P + M->t[P_B4].off, g->y, S->n,
+				  M->hidden, M->in.classes, S->scale_n, drop_scale(M->p_drop2),
+				  g->logp, g->stats, g->dlogits, G + M->t[P_W4].off,
+				  G + M->t[P_B4].off, g->dh, G + M->t[P_B3].off, g->fhs, g->fhs_n,
+				  g->s);
+}
+
+static const struct cnn_stage gpu_forward[] = {
+	{ "conv1 with its bias and ReLU (cuDNN + bias_relu, or the direct kernel)", CNN_CONV1,
+	  CNN_RELU1, fwd_conv1 },
+	{ "conv2 with its bias, ReLU, the pool and dropout1 in one epilogue", CNN_CONV2,
+	  CNN_DROP1, fwd_conv2 },
+	{ "fc1's GEMM", CNN_FC1, CNN_FC1, fwd_fc1 },
+	{ "fc1's bias, relu3 and dropout2 in one pass", CNN_BIAS3, CNN_DROP2, fwd_bias3_drop2 },
+	{ "fc2's GEMM", CNN_FC2, CNN_FC2, fwd_fc2 },
+	{ "fc2's bias with the loss", CNN_BIAS4, CNN_NLL, fwd_nll },
+};
+
+static const struct cnn_stage gpu_forward_fc2_fused[] = {
+	{ "conv1 with its bias and ReLU (cuDNN + bias_relu, or the direct kernel)", CNN_CONV1,
+	  CNN_RELU1, fwd_conv1 },
+	{ "conv2 with its bias, ReLU, the pool and dropout1 in one epilogue", CNN_CONV2,
+	  CNN_DROP1, fwd_conv2 },
+	{ "fc1's GEMM", CNN_FC1, CNN_FC1, fwd_fc1 },
+	{ "fc2 fused: fc1's bias, relu3, dropout2, fc2 and the loss, and their backward",
+	  CNN_BIAS3, CNN_NLL, fwd_fc2_fused },
+};
+
+#define NSTAGES(t) (sizeof(t) / sizeof((t)[0]))
+
+int cnn_gnet_forward(struct cnn_gnet *g, int n, int train, float scale_n)
+{
+	struct gpu_step S = { .g = g, .a = algos_for(g, n), .n = n, .train = train,
+			      .scale_n = scale_n };
+	if (!S.a) {
+		g->batch.set = 0;
 		return -1;
-	if (conv2_forward(g, a, n, a->direct2 & 1, train) < 0)
-		return -1;
-	if (linear_fwd(g, bf(g) ? (const void *)g->pb : g->p, n, M->flat, W(g, P_W3), M->hidden,
-		       g->h) < 0)
-		return -1;
-	/* --fc2 fused: fc1's bias, ReLU and dropout, fc2 and the loss, forward
-	 * and backward, fc1's ReLU backward and bias gradient, in one launch
-	 * (cnn_gnet_backward starts at fc1's weight gradient) */
-	if (a->fc2 && scale_n > 0.f) {
-		float *G = g->grads;
-		return cnn_cuda_fc2_fused(g->h, P + M->t[P_B3].off, train ? M->p_drop2 : 0.f,
-					 g->keys + 1, P + M->t[P_W4].off, P + M->t[P_B4].off, g->y,
-					 n, M->hidden, M->in.classes, scale_n, drop_scale(M->p_drop2),
-					 g->logp, g->stats, g->dlogits, G + M->t[P_W4].off,
-					 G + M->t[P_B4].off, g->dh, G + M->t[P_B3].off, g->fhs,
-					 g->fhs_n, g->s);
 	}
-	/* fc1's bias and ReLU, in training its dropout, and for bf16 fc2's
-	 * operand hb, in one pass */
-	if (cnn_cuda_dropout_fwd(g->h, P + M->t[P_B3].off, M->hidden, (size_t)n * M->hidden,
-				 train ? M->p_drop2 : 0.f, g->keys + 1, bf(g) ? g->hb : NULL, g->s) < 0)
+	if (forward_inputs(&S) < 0)
 		return -1;
-	/* fc2's bias rides on the loss, and in training its gradient */
-	if (linear_fwd(g, bf(g) ? (const void *)g->hb : g->h, n, M->hidden, W(g, P_W4),
-		       M->in.classes, g->logits) < 0)
-		return -1;
-	return cnn_cuda_logsoftmax_nll_fwd(g->logits, P + M->t[P_B4].off, g->y, n, M->in.classes,
-					   g->logp, g->stats, scale_n > 0.f ? g->dlogits : NULL,
-					   bf(g) ? g->dlb : NULL, scale_n,
-					   scale_n > 0.f ? g->grads + M->t[P_B4].off : NULL, g->s);
+	if (S.a->fc2 && scale_n > 0.f)
+		return cnn_stages_run(gpu_forward_fc2_fused, NSTAGES(gpu_forward_fc2_fused), &S);
+	return cnn_stages_run(gpu_forward, NSTAGES(gpu_forward), &S);
 }
 
 /* With two streams the weight gradients run on sw as their inputs are
@@ -995,46 +1089,98 @@ int cnn_gnet_forward(struct cnn_gnet *g, int n, int train, float scale_n)
  * written once per step, before the fork that hands it over, and the next
  * step's writes wait for the join (and with a graph for the whole replay).
  * The two layers' bias gradients have scratch of their own (bgs_off). */
+/* dW4 on sw; dh = dl W4, scaled for dropout2, through relu3's backward */
+static int bwd_fc2(void *step)
+{
+	struct gpu_step *S = step;
+	struct cnn_gnet *g = S->g;
+	const struct cnn_model *M = &g->m;
+	int n = S->n, K = M->in.classes;
+	const void *dl = bf(g) ? (const void *)g->dlb : g->dlogits;
+	return fork_w(g, 0) < 0 ||
+	       linear_bwd_w(g, bf(g) ? (const void *)g->hb : g->h, n, M->hidden, K, dl, g->dlogits,
+			    g->grads + M->t[P_W4].off, NULL) < 0 ||
+	       linear_bwd_x(g, n, M->hidden, W(g, P_W4), K, dl, g->dh, drop_scale(M->p_drop2)) < 0 ||
+	       cnn_cuda_relu_bwd(g->dh, g->h, (size_t)n * M->hidden, bf(g) ? g->dhb : NULL, g->s) < 0 ?
+	       -1 : 0;
+}
+
+/* dW3 (and db3, where fc2 is not fused) on sw, then the linear layers'
+ * bucket is ready there; dp = dh W3 scaled for dropout1 on s */
+static int bwd_fc1(void *step)
+{
+	struct gpu_step *S = step;
+	struct cnn_gnet *g = S->g;
+	const struct cnn_model *M = &g->m;
+	int n = S->n;
+	const void *dh = bf(g) ? (const void *)g->dhb : g->dh;
+	if (fork_w(g, 1) < 0 ||
+	    linear_bwd_w(g, bf(g) ? (const void *)g->pb : g->p, n, M->flat, M->hidden, dh, g->dh,
+			 g->grads + M->t[P_W3].off, S->a->fc2 ? NULL : g->grads + M->t[P_B3].off) < 0 ||
+	    (S->ready && S->ready(S->ctx, CNN_BUCKET_FC, g->sw) < 0) ||
+	    linear_bwd_x(g, n, M->flat, W(g, P_W3), M->hidden, dh, g->dp, drop_scale(M->p_drop1)) < 0 ||
+	    (S->ready && S->ready(S->ctx, CNN_FC_WEIGHTS_READ, g->s) < 0))
+		return -1;
+	return 0;
+}
+
+/* p is the pool's output after dropout: > 0 exactly where a gradient
+ * flows back through the ReLU, the pool and the mask.  The pool's
+ * backward (where a call reads da2), conv2's weight and bias gradients on
+ * sw, its backward-data and conv1's gradients on s; then the streams join
+ * and the convolutions' bucket is ready. */
+static int bwd_convs(void *step)
+{
+	struct gpu_step *S = step;
+	struct cnn_gnet *g = S->g;
+	const struct cnn_gnet_algos *a = S->a;
+	if ((needs_da2(a) && maxpool_relu_bwd(g, a->nhwc, S->n) < 0) || fork_w(g, 2) < 0 ||
+	    wgrad_bias2(g, a, S->n, 1) < 0 || dgrad_conv1(g, a, S->n) < 0 || join_w(g) < 0 ||
+	    (S->ready && S->ready(S->ctx, CNN_BUCKET_CONV, g->s) < 0))
+		return -1;
+	return 0;
+}
+
+static const struct cnn_stage gpu_backward[] = {
+	{ "the loss's gradient and fc2's bias gradient: in the forward's loss kernel", CNN_NLL,
+	  CNN_BIAS4, NULL },
+	{ "fc2's GEMMs (dW4 on sw), dropout2's scale on dh, relu3's backward", CNN_FC2,
+	  CNN_RELU3, bwd_fc2 },
+	{ "fc1's GEMMs (dW3 and db3 on sw), dropout1's scale on dp", CNN_BIAS3, CNN_DROP1,
+	  bwd_fc1 },
+	{ "the pool, conv2 (weights on sw) and conv1, their ReLUs and biases", CNN_POOL, CNN_CONV1,
+	  bwd_convs },
+};
+
+static const struct cnn_stage gpu_backward_fc2_fused[] = {
+	{ "fc2 fused (in the forward): the loss, fc2, dropout2, relu3, fc1's bias", CNN_NLL,
+	  CNN_BIAS3, NULL },
+	{ "fc1's GEMMs (dW3 on sw), dropout1's scale on dp", CNN_FC1, CNN_DROP1, bwd_fc1 },
+	{ "the pool, conv2 (weights on sw) and conv1, their ReLUs and biases", CNN_POOL, CNN_CONV1,
+	  bwd_convs },
+};
+
 int cnn_gnet_backward(struct cnn_gnet *g, int n,
 		      int (*ready)(void *ctx, int bucket, cudaStream_t on), void *ctx)
 {
-	const struct cnn_model *M = &g->m;
-	const struct cnn_gnet_algos *a = algos_for(g, n);
-	float *G = g->grads;
-	int K = M->in.classes;
-	float s1 = drop_scale(M->p_drop1), s2 = drop_scale(M->p_drop2);
-	const void *dl = bf(g) ? (const void *)g->dlb : g->dlogits;
-	const void *dh = bf(g) ? (const void *)g->dhb : g->dh;
-	if (!a)
+	struct gpu_step S = { .g = g, .a = algos_for(g, n), .n = n, .ready = ready, .ctx = ctx };
+	if (!S.a)
 		return -1;
+	if (S.a->fc2)
+		return cnn_stages_run(gpu_backward_fc2_fused, NSTAGES(gpu_backward_fc2_fused), &S);
+	return cnn_stages_run(gpu_backward, NSTAGES(gpu_backward), &S);
+}
 
-	/* dlogits (and for bf16 dlb) and fc2's bias gradient: the forward's
-	 * (cnn_gnet_forward with scale_n, the loss's kernel); with --fc2 fused
-	 * also fc2's weight gradient, dh through fc1's ReLU and fc1's bias
-	 * gradient (cnn_cuda_fc2_fused) */
-	int fused = a->fc2;
-	if ((!fused &&
-	     (fork_w(g, 0) < 0 ||
-	      linear_bwd_w(g, bf(g) ? (const void *)g->hb : g->h, n, M->hidden, K, dl, g->dlogits,
-			   G + M->t[P_W4].off, NULL) < 0 ||
-	      linear_bwd_x(g, n, M->hidden, W(g, P_W4), K, dl, g->dh, s2) < 0 ||
-	      cnn_cuda_relu_bwd(g->dh, g->h, (size_t)n * M->hidden, bf(g) ? g->dhb : NULL,
-				g->s) < 0)) ||
-	    fork_w(g, 1) < 0 ||
-	    linear_bwd_w(g, bf(g) ? (const void *)g->pb : g->p, n, M->flat, M->hidden, dh, g->dh,
-			 G + M->t[P_W3].off, fused ? NULL : G + M->t[P_B3].off) < 0)
-		return -1;
-	if (ready && ready(ctx, CNN_BUCKET_FC, g->sw) < 0)
-		return -1;
-	/* p is the pool's output after dropout: > 0 exactly where a gradient
-	 * flows back through the ReLU, the pool and the mask. */
-	int nh = a->nhwc;
-	if (linear_bwd_x(g, n, M->flat, W(g, P_W3), M->hidden, dh, g->dp, s1) < 0 ||
-	    (ready && ready(ctx, CNN_FC_WEIGHTS_READ, g->s) < 0) ||
-	    (needs_da2(a) && maxpool_relu_bwd(g, nh, n) < 0) || fork_w(g, 2) < 0 ||
-	    wgrad_bias2(g, a, n, 1) < 0 || dgrad_conv1(g, a, n) < 0 || join_w(g) < 0)
-		return -1;
-	if (ready && ready(ctx, CNN_BUCKET_CONV, g->s) < 0)
-		return -1;
-	return 0;
+const struct cnn_stage *cnn_gnet_stages(int fc2_fused, int backward, size_t *n)
+{
+	static const struct {
+		const struct cnn_stage *s;
+		size_t n;
+	} t[2][2] = {
+		{ { gpu_forward, NSTAGES(gpu_forward) }, { gpu_backward, NSTAGES(gpu_backward) } },
+		{ { gpu_forward_fc2_fused, NSTAGES(gpu_forward_fc2_fused) },
+		  { gpu_backward_fc2_fused, NSTAGES(gpu_backward_fc2_fused) } },
+	};
+	*n = t[!!fc2_fused][!!backward].n;
+	return t[!!fc2_fused][!!backward].s;
 }

@@ -259,6 +259,10 @@ int cnn_gnet_forward(struct cnn_gnet *g, int n, int train, float scale_n);
  * is final on g->s when it returns. */
 int cnn_gnet_backward(struct cnn_gnet *g, int n,
 		      int (*ready)(void *ctx, int bucket, cudaStream_t on), void *ctx);
+struct cnn_stage;
+/* The stages (layers.h) cnn_gnet_forward (backward 0; in training, with
+ * --fc2 fused where fc2_fused) or cnn_gnet_backward runs, n of them. */
+const struct cnn_stage *cnn_gnet_stages(int fc2_fused, int backward, size_t *n);
 /* The weights' forms (bits of wfresh): the bf16 copy of every parameter,
  * conv2's packs for its tensor-core kernels, conv1's and conv2's OHWI
  * copies for channels-last. */
