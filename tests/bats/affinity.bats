@@ -9,13 +9,7 @@
 
 load helpers
 
-setup_file() {
-	DDP_CLUSTER_TASKPLUGIN=task/affinity cluster_start 2
-}
-
-teardown_file() {
-	cluster_stop
-}
+cluster_file 2 DDP_CLUSTER_TASKPLUGIN=task/affinity
 
 setup() {
 	as_user # the jobs are the unprivileged user's

@@ -4,13 +4,7 @@
 
 load helpers
 
-setup_file() {
-	cluster_start 1
-}
-
-teardown_file() {
-	cluster_stop
-}
+cluster_file 1
 
 # the jobs are the unprivileged user's
 setup() {

@@ -7,13 +7,7 @@
 
 load helpers
 
-setup_file() {
-	cluster_start 2
-}
-
-teardown_file() {
-	cluster_stop
-}
+cluster_file 2
 
 setup() {
 	as_user # the jobs are the unprivileged user's; the configuration the admin's

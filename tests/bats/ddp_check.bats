@@ -7,13 +7,7 @@
 
 load helpers
 
-setup_file() {
-	cluster_start 3
-}
-
-teardown_file() {
-	cluster_stop
-}
+cluster_file 3
 
 setup() {
 	cluster_paths

@@ -4,13 +4,7 @@
 
 load helpers
 
-setup_file() {
-	cluster_start 3
-}
-
-teardown_file() {
-	cluster_stop
-}
+cluster_file 3
 
 # the jobs are the unprivileged user's
 setup() {

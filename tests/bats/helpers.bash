@@ -51,6 +51,22 @@ nodes_healthy() {
 }
 cluster_stop() { "$CLUSTER" stop >/dev/null 2>&1 || true; }
 
+# cluster_file N [VAR=VALUE ...]: the file's tests share one cluster of N
+# nodes, started before them (setup_file, with the DDP_CLUSTER_* settings
+# given, which the tests do not inherit) and stopped after them
+# (teardown_file).  Called at the file's top level, after load helpers.
+cluster_file() {
+	CLUSTER_FILE_NODES=$1
+	CLUSTER_FILE_ENV=("${@:2}")
+	setup_file() {
+		if [ ${#CLUSTER_FILE_ENV[@]} -gt 0 ]; then
+			local -x "${CLUSTER_FILE_ENV[@]}"
+		fi
+		cluster_start "$CLUSTER_FILE_NODES"
+	}
+	teardown_file() { cluster_stop; }
+}
+
 # The cluster's run folder, its ddp.yaml (tests edit it) and the binding
 # report; then, after each test, the logs if it failed and the shipped
 # ddp.yaml back.

@@ -8,13 +8,7 @@
 load helpers
 BATS_TEST_TIMEOUT=180
 
-setup_file() {
-	DDP_CLUSTER_IPV6=1 cluster_start 3
-}
-
-teardown_file() {
-	cluster_stop
-}
+cluster_file 3 DDP_CLUSTER_IPV6=1
 
 # the jobs are the unprivileged user's
 setup() {

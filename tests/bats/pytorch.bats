@@ -8,13 +8,7 @@ load helpers
 # every test of the file. 3 nodes x 2 PyTorch DDP processes on the 2 cores take minutes.
 BATS_TEST_TIMEOUT=300
 
-setup_file() {
-	cluster_start 3
-}
-
-teardown_file() {
-	cluster_stop
-}
+cluster_file 3
 
 # the jobs are the unprivileged user's
 setup() {

@@ -11,13 +11,7 @@ load helpers
 
 PORT=24601
 
-setup_file() {
-	cluster_start 2
-}
-
-teardown_file() {
-	cluster_stop
-}
+cluster_file 2
 
 setup() {
 	cluster_paths

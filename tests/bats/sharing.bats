@@ -10,13 +10,7 @@
 
 load helpers
 
-setup_file() {
-	DDP_CLUSTER_SHARING=shard:8 cluster_start 2
-}
-
-teardown_file() {
-	cluster_stop
-}
+cluster_file 2 DDP_CLUSTER_SHARING=shard:8
 
 setup() {
 	as_user # the jobs are the unprivileged user's

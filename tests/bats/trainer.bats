@@ -12,13 +12,7 @@ BATS_TEST_TIMEOUT=300
 
 CNN="$REPO/build/bin/cnn_train"
 
-setup_file() {
-	cluster_start 2
-}
-
-teardown_file() {
-	cluster_stop
-}
+cluster_file 2
 
 # the jobs are the unprivileged user's
 setup() {
