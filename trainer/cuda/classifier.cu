@@ -159,25 +159,17 @@ __host__ __device__ constexpr int fc2_fused_rows(int hid)
 	return kHeadH / (hid + 1) < kHeadRows ? kHeadH / (hid + 1) : kHeadRows;
 }
 
-__global__ void __launch_bounds__(kHeadThreads)
-fc2_fused(float *h, const float *b1, uint32_t thresh, float scale, const uint64_t *keyp,
-	 const float *w, const float *b, const uint8_t *label, int n, int hid, int k, int rows,
-	 float inv, float s2, float *logp, float *out, float *d, float *dw, float *db, float *dh,
-	 float *dbh, float *scratch)
+// fc2_fused's phases, each run by every thread of the block:
+// fc2's weights into ws, rows of hid + 1; the block's elements e0..e1 of h
+// into hs, with fc1's bias, ReLU and dropout first where b1 (in place in h,
+// by groups of 4 as dropout_fwd draws them)
+__device__ __forceinline__ void fc2_fused_load(float *ws, float *hs, float *h, const float *b1,
+					       uint32_t thresh, float scale, const uint64_t *keyp,
+					       const float *w, int hid, int k, size_t e0, size_t e1)
 {
-	pdl_enter();
-	__shared__ float ws[kHeadW];               // W, k rows of hid + 1
-	__shared__ float hs[kHeadH];               // the block's rows of h, hid + 1 each
-	__shared__ float ds[kHeadRows * kHeadK];   // their logits, then the loss's gradient
-	__shared__ float red[kHeadHid];            // the column groups' sums of dh
-	__shared__ float lsum[2][kHeadRows];       // the rows' loss and correct
-	__shared__ int last;
 	int t = threadIdx.x, T = blockDim.x, hp = hid + 1;
-	int r0 = blockIdx.x * rows, m = n - r0 < rows ? n - r0 : rows;
-	size_t e0 = (size_t)r0 * hid, e1 = e0 + (size_t)m * hid;
 	for (int e = t; e < k * hid; e += T)
 		ws[e / hid * hp + e % hid] = w[e];
-	// the block's elements of h, by groups of 4 as dropout_fwd draws them
 	bool drop = b1 && keyp;
 	uint64_t key = drop ? *keyp : 0;
 	for (size_t g = e0 / 4 + t; g < (e1 + 3) / 4; g += T) {
@@ -198,7 +190,13 @@ fc2_fused(float *h, const float *b1, uint32_t thresh, float scale, const uint64_
 			hs[l / hid * hp + l % hid] = v;
 		}
 	}
-	__syncthreads();
+}
+
+// the m rows' logits into ds: h W^T + b, four interleaved partial sums
+__device__ __forceinline__ void fc2_fused_logits(float *ds, const float *hs, const float *ws,
+						 const float *b, int m, int hid, int k)
+{
+	int t = threadIdx.x, T = blockDim.x, hp = hid + 1;
 	for (int e = t; e < m * k; e += T) {
 		int j = e / m, i = e % m;
 		const float *hi = hs + i * hp, *wj = ws + j * hp;
@@ -214,7 +212,15 @@ fc2_fused(float *h, const float *b1, uint32_t thresh, float scale, const uint64_
 			a0 += hi[q] * wj[q];
 		ds[i * k + j] = ((a0 + a1) + (a2 + a3)) + b[j];
 	}
-	__syncthreads();
+}
+
+// row t by thread t: logp, the loss's gradient over its logits in ds,
+// its loss and whether it is right into lsum
+__device__ __forceinline__ void fc2_fused_loss(float *ds, float (*lsum)[kHeadRows],
+					       const uint8_t *label, float *logp, int r0, int m,
+					       int k, float inv)
+{
+	int t = threadIdx.x;
 	if (t < m) {
 		float z[kHeadK], loss = 0.f, good = 0.f;
 		for (int j = 0; j < k; j++)
@@ -224,17 +230,19 @@ fc2_fused(float *h, const float *b1, uint32_t thresh, float scale, const uint64_
 		lsum[0][t] = loss;
 		lsum[1][t] = good;
 	}
-	__syncthreads();
-	// the block's sums: the results themselves with one block, else its
-	// partials in the scratch (dw, db, dbh, then loss and correct)
-	bool one = gridDim.x == 1;
-	int P = k * hid + k + hid + 2;
-	float *part = scratch + kHeadCount + (size_t)blockIdx.x * P;
-	float *pw = one ? dw : part, *pb = one ? db : part + k * hid;
-	float *pbh = one ? dbh : part + k * hid + k, *po = one ? out : part + k * hid + k + hid;
+}
+
+// d from ds; dh = s2 d W through fc1's ReLU, `groups` groups of columns
+// each summing its rows into red; the block's fc2 weight and bias
+// gradients, loss and correct count into pw, pb, po
+__device__ __forceinline__ void fc2_fused_grads(const float *ds, const float *hs, const float *ws,
+						float *red, float (*lsum)[kHeadRows], float *d,
+						float *dh, float *pw, float *pb, float *po, int r0,
+						int m, int hid, int k, float s2, int groups)
+{
+	int t = threadIdx.x, T = blockDim.x, hp = hid + 1;
 	for (int e = t; e < m * k; e += T)
 		d[(size_t)r0 * k + e] = ds[e];
-	int groups = T / hid > 0 ? T / hid : 1;
 	for (int x = t; x < groups * hid; x += T) {
 		int q = x % hid;
 		float acc = 0.f;
@@ -271,23 +279,23 @@ fc2_fused(float *h, const float *b1, uint32_t thresh, float scale, const uint64_
 		po[0] = loss;
 		po[1] = good;
 	}
-	__syncthreads();
-	for (int q = t; q < hid; q += T) {
-		float acc = 0.f;
-		for (int g = 0; g < groups; g++)
-			acc += red[g * hid + q];
-		pbh[q] = acc;
-	}
-	if (one)
-		return;
-	// the last block to finish adds every block's partials in order
+}
+
+// the last block to finish (counted on the scratch's counter) adds every
+// block's P partials in block order into the results, and sets the
+// counter back to 0
+__device__ __forceinline__ void fc2_fused_sum_blocks(float *scratch, int *last, int P, int hid,
+						     int k, float *dw, float *db, float *dbh,
+						     float *out)
+{
+	int t = threadIdx.x, T = blockDim.x;
 	__threadfence();
 	__syncthreads();
 	unsigned *count = reinterpret_cast<unsigned *>(scratch);
 	if (t == 0)
-		last = atomicAdd(count, 1u) == gridDim.x - 1;
+		*last = atomicAdd(count, 1u) == gridDim.x - 1;
 	__syncthreads();
-	if (!last)
+	if (!*last)
 		return;
 	__threadfence();
 	const volatile float *all = scratch + kHeadCount;
@@ -306,6 +314,48 @@ fc2_fused(float *h, const float *b1, uint32_t thresh, float scale, const uint64_
 	}
 	if (t == 0)
 		*count = 0;
+}
+
+__global__ void __launch_bounds__(kHeadThreads)
+fc2_fused(float *h, const float *b1, uint32_t thresh, float scale, const uint64_t *keyp,
+	 const float *w, const float *b, const uint8_t *label, int n, int hid, int k, int rows,
+	 float inv, float s2, float *logp, float *out, float *d, float *dw, float *db, float *dh,
+	 float *dbh, float *scratch)
+{
+	pdl_enter();
+	__shared__ float ws[kHeadW];               // W, k rows of hid + 1
+	__shared__ float hs[kHeadH];               // the block's rows of h, hid + 1 each
+	__shared__ float ds[kHeadRows * kHeadK];   // their logits, then the loss's gradient
+	__shared__ float red[kHeadHid];            // the column groups' sums of dh
+	__shared__ float lsum[2][kHeadRows];       // the rows' loss and correct
+	__shared__ int last;
+	int t = threadIdx.x, T = blockDim.x;
+	int r0 = blockIdx.x * rows, m = n - r0 < rows ? n - r0 : rows;
+	size_t e0 = (size_t)r0 * hid;
+	fc2_fused_load(ws, hs, h, b1, thresh, scale, keyp, w, hid, k, e0, e0 + (size_t)m * hid);
+	__syncthreads();
+	fc2_fused_logits(ds, hs, ws, b, m, hid, k);
+	__syncthreads();
+	fc2_fused_loss(ds, lsum, label, logp, r0, m, k, inv);
+	__syncthreads();
+	// the block's sums: the results themselves with one block, else its
+	// partials in the scratch (dw, db, dbh, then loss and correct)
+	bool one = gridDim.x == 1;
+	int P = k * hid + k + hid + 2;
+	float *part = scratch + kHeadCount + (size_t)blockIdx.x * P;
+	float *pw = one ? dw : part, *pb = one ? db : part + k * hid;
+	float *pbh = one ? dbh : part + k * hid + k, *po = one ? out : part + k * hid + k + hid;
+	int groups = T / hid > 0 ? T / hid : 1;
+	fc2_fused_grads(ds, hs, ws, red, lsum, d, dh, pw, pb, po, r0, m, hid, k, s2, groups);
+	__syncthreads();
+	for (int q = t; q < hid; q += T) {
+		float acc = 0.f;
+		for (int g = 0; g < groups; g++)
+			acc += red[g * hid + q];
+		pbh[q] = acc;
+	}
+	if (!one)
+		fc2_fused_sum_blocks(scratch, &last, P, hid, k, dw, db, dbh, out);
 }
 
 // The updated parameter v at i in the weights' other forms (cnn_cuda_wop:

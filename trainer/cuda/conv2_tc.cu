@@ -185,6 +185,173 @@ __device__ __forceinline__ void igemm_store(const float *Cs, int LC, const int *
 }
 #endif
 
+#if CNN_TC
+// conv3_igemm's tile in shared memory and registers.  A (pixel, channel):
+// NHWC [m][k], NCHW [k][m]; B (channel, output) [k][o]; the output tile C
+// in floats: NHWC [m][o], NCHW [o][m].  A warp owns 32 pixels by BN / 2
+// outputs: 2 x FN fragments.  RA and RB: the entries of A and B a thread
+// reads for a step.
+template <typename T, bool NHWC, int BN> struct IgemmTile {
+	typedef Mma<T> M;
+	static constexpr int FN = BN / 32, LA = NHWC ? kCvBK + M::PAD : kCvBM + M::PADG;
+	static constexpr int LB = BN + M::PADG, LC = NHWC ? BN + 4 : kCvBM + 4;
+	static constexpr int SA = NHWC ? kCvBM * LA : kCvBK * LA;
+	static constexpr int SAB = (SA + kCvBK * LB) * (int)sizeof(T);
+	static constexpr int SC = (NHWC ? kCvBM : BN) * LC * 4;
+	static constexpr int RA = kCvBM * kCvBK / kCvThreads, RB = kCvBK * BN / kCvThreads;
+	static_assert(FN >= 1 && RB >= 1 && kCvBM * kCvBK % kCvThreads == 0 &&
+		      kCvBK * BN % kCvThreads == 0, "conv3_igemm's tile and its threads");
+};
+
+// A step's operands (tap step / nc, channels from step % nc * kCvBK) from
+// memory into this thread's registers ra and rb.  With GATE, A's entries
+// come from gt, not x.
+template <typename T, bool NHWC, int BN, bool GATE>
+__device__ __forceinline__ void igemm_fetch(const T *x, const T *wt, const Conv3 &g, const Gate &gt,
+					    const int *pn, const int *py, const int *px, int o0,
+					    int nc, int plane, int step,
+					    T (&ra)[IgemmTile<T, NHWC, BN>::RA],
+					    T (&rb)[IgemmTile<T, NHWC, BN>::RB])
+{
+	typedef Mma<T> M;
+	constexpr int RA = IgemmTile<T, NHWC, BN>::RA, RB = IgemmTile<T, NHWC, BN>::RB;
+	int tap = step / nc, c0 = step % nc * kCvBK, ky = tap / 3, kx = tap % 3;
+	if (NHWC) {
+		// a thread's channel is fixed, its pixels step by 8
+		int c = c0 + threadIdx.x % kCvBK;
+#pragma unroll
+		for (int j = 0; j < RA; j++) {
+			int mi = threadIdx.x / kCvBK + j * (kCvThreads / kCvBK);
+			int n = pn[mi], iy = py[mi] + ky - g.pad, ix = px[mi] + kx - g.pad;
+			bool ok = n >= 0 && c < g.c && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+			ra[j] = ok ? M::op(x[((n * g.h + iy) * g.w + ix) * g.c + c]) : M::zero();
+		}
+	} else {
+		// a thread's pixel is fixed, its channels step by 2
+		int mi = threadIdx.x % kCvBM, n = pn[mi], kl = threadIdx.x / kCvBM;
+		int iy = py[mi] + ky - g.pad, ix = px[mi] + kx - g.pad;
+		if (GATE) {
+			int ph = g.h / 2, pw = g.w / 2, want = (iy & 1) << 1 | (ix & 1);
+			bool ok = n >= 0 && iy >= 0 && iy < 2 * ph && ix >= 0 && ix < 2 * pw;
+			int q = ((n * g.c + c0 + kl) * ph + (iy >> 1)) * pw + (ix >> 1);
+#pragma unroll
+			for (int j = 0; j < RA; j++)
+				ra[j] = ok && c0 + kl + j * (kCvThreads / kCvBM) < g.c ?
+					M::op(gated<T>(gt, q + j * (kCvThreads / kCvBM) * ph * pw, want)) :
+					M::zero();
+		} else {
+			bool ok = n >= 0 && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+			int q = ((n * g.c + c0 + kl) * g.h + iy) * g.w + ix;
+#pragma unroll
+			for (int j = 0; j < RA; j++)
+				ra[j] = ok && c0 + kl + j * (kCvThreads / kCvBM) < g.c ?
+					M::op(x[q + j * (kCvThreads / kCvBM) * plane]) : M::zero();
+		}
+	}
+	int wtap = (g.flip ? 2 - ky : ky) * g.wy + (g.flip ? 2 - kx : kx) * g.wx;
+	int oi = threadIdx.x % BN, o = o0 + oi;
+#pragma unroll
+	for (int j = 0; j < RB; j++) {
+		int c = c0 + threadIdx.x / BN + j * (kCvThreads / BN);
+		rb[j] = o < g.o && c < g.c ? M::op(wt[o * g.wo + c * g.wc + wtap]) : M::zero();
+	}
+}
+
+// This thread's registers of a step's operands into the tile's A and B.
+template <typename T, bool NHWC, int BN>
+__device__ __forceinline__ void igemm_put(T *As, T *Bs, const T (&ra)[IgemmTile<T, NHWC, BN>::RA],
+					  const T (&rb)[IgemmTile<T, NHWC, BN>::RB])
+{
+	typedef IgemmTile<T, NHWC, BN> Tl;
+#pragma unroll
+	for (int j = 0; j < Tl::RA; j++) {
+		if (NHWC)
+			As[(threadIdx.x / kCvBK + j * (kCvThreads / kCvBK)) * Tl::LA + threadIdx.x % kCvBK] = ra[j];
+		else
+			As[(threadIdx.x / kCvBM + j * (kCvThreads / kCvBM)) * Tl::LA + threadIdx.x % kCvBM] = ra[j];
+	}
+#pragma unroll
+	for (int j = 0; j < Tl::RB; j++)
+		Bs[(threadIdx.x / BN + j * (kCvThreads / BN)) * Tl::LB + threadIdx.x % BN] = rb[j];
+}
+
+// The warp's mma over one step's kCvBK channels of the tile.
+template <typename T, bool NHWC, int BN>
+__device__ __forceinline__ void igemm_mma(const T *As, const T *Bs, int wm, int wn,
+					  wmma::fragment<wmma::accumulator, 16, 16, Mma<T>::K, float>
+					  (&acc)[2][IgemmTile<T, NHWC, BN>::FN])
+{
+	typedef Mma<T> M;
+	typedef IgemmTile<T, NHWC, BN> Tl;
+	typedef typename std::conditional<NHWC, wmma::row_major, wmma::col_major>::type LayA;
+	for (int k = 0; k < kCvBK; k += M::K) {
+		wmma::fragment<wmma::matrix_a, 16, 16, M::K, typename M::P, LayA> a[2];
+		wmma::fragment<wmma::matrix_b, 16, 16, M::K, typename M::P, wmma::row_major> b[Tl::FN];
+		for (int i = 0; i < 2; i++)
+			wmma::load_matrix_sync(a[i], NHWC ? As + (wm + 16 * i) * Tl::LA + k :
+							  As + k * Tl::LA + wm + 16 * i, Tl::LA);
+		for (int j = 0; j < Tl::FN; j++)
+			wmma::load_matrix_sync(b[j], Bs + k * Tl::LB + wn + 16 * j, Tl::LB);
+		for (int i = 0; i < 2; i++)
+			for (int j = 0; j < Tl::FN; j++)
+				wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
+	}
+}
+
+// C1's epilogue (NCHW, the backward-data): for each of the block's
+// channels, conv1's 9 weight and 1 bias gradient terms over its pixels
+// where conv1's output is > 0, into c1.part (red: the warps' lanes' sums).
+template <typename T, int BN>
+__device__ __forceinline__ void igemm_c1(const float *Cs, int LC, const int *pn, const int *py,
+					 const int *px, const Conv3 &g, int o0, const C1Args<T> &c1,
+					 float *red)
+{
+	int lane = threadIdx.x % 32, warp = threadIdx.x / 32, xw = g.ow + 2;
+	// warp w's channels w, w + 8, ..., 4 at a time
+	for (int k0 = 0; k0 < BN / 8; k0 += 4) {
+		float sum[4][10];
+		for (int k = 0; k < 4; k++)
+			for (int j = 0; j < 10; j++)
+				sum[k][j] = 0.f;
+		for (int mi = lane; mi < kCvBM; mi += 32) {
+			int n = pn[mi];
+			if (n < 0)
+				continue;
+			const T *xi = c1.x + ((size_t)n * (g.oh + 2) + py[mi]) * xw + px[mi];
+			float xv[9];
+#pragma unroll
+			for (int t = 0; t < 9; t++)
+				xv[t] = ld(xi + t / 3 * xw + t % 3);
+#pragma unroll
+			for (int k = 0; k < 4; k++) {
+				int oi = warp + 8 * (k0 + k), o = o0 + oi;
+				if (o >= g.o ||
+				    !(ld(c1.y + (((size_t)n * g.o + o) * g.oh + py[mi]) * g.ow + px[mi]) > 0.f))
+					continue;
+				float v = stored_as((const T *)0, Cs[oi * LC + mi]);
+#pragma unroll
+				for (int t = 0; t < 9; t++)
+					sum[k][t] += v * xv[t];
+				sum[k][9] += v;
+			}
+		}
+		for (int k = 0; k < 4; k++) {
+			for (int j = 0; j < 10; j++)
+				red[threadIdx.x * 11 + j] = sum[k][j];
+			__syncthreads();
+			int o = o0 + warp + 8 * (k0 + k);
+			if (lane < 10 && o < g.o) {
+				float t = 0.f;
+				for (int l = 0; l < 32; l++)
+					t += red[(warp * 32 + l) * 11 + lane];
+				c1.part[((size_t)o * gridDim.x + blockIdx.x) * 10 + lane] = t;
+			}
+			__syncthreads();
+		}
+	}
+}
+#endif
+
 // With POOL, the forward with conv2's pool in its epilogue (bias, ReLU,
 // 2x2 max-pool, dropout: pool_window, as maxpool2_fwd applies them to y):
 // the tile's pixels run window by window (the 4 pixels of a 2x2 window
@@ -210,19 +377,8 @@ conv3_igemm(const T *x, const T *wt, Conv3 g, T *y, PoolEp ep, float *p, uint8_t
 	pdl_enter();
 	static_assert(!(NHWC && GATE) && !(NHWC && C1), "the gated input and conv1's gradient are NCHW");
 #if CNN_TC
-	typedef Mma<T> M;
-	typedef typename std::conditional<NHWC, wmma::row_major, wmma::col_major>::type LayA;
-	// A (pixel, channel): NHWC [m][k], NCHW [k][m]; B (channel, output) [k][o];
-	// the output tile C in floats: NHWC [m][o], NCHW [o][m].  A warp owns
-	// 32 pixels by BN / 2 outputs: 2 x FN fragments.
-	constexpr int FN = BN / 32, LA = NHWC ? kCvBK + M::PAD : kCvBM + M::PADG, LB = BN + M::PADG;
-	constexpr int LC = NHWC ? BN + 4 : kCvBM + 4;
-	constexpr int SA = NHWC ? kCvBM * LA : kCvBK * LA;
-	constexpr int SAB = (SA + kCvBK * LB) * (int)sizeof(T);
-	constexpr int SC = (NHWC ? kCvBM : BN) * LC * 4;
-	constexpr int RA = kCvBM * kCvBK / kCvThreads, RB = kCvBK * BN / kCvThreads;
-	static_assert(FN >= 1 && RB >= 1 && kCvBM * kCvBK % kCvThreads == 0 &&
-		      kCvBK * BN % kCvThreads == 0, "conv3_igemm's tile and its threads");
+	typedef IgemmTile<T, NHWC, BN> Tl;
+	constexpr int FN = Tl::FN, LC = Tl::LC, SA = Tl::SA, SAB = Tl::SAB, SC = Tl::SC;
 	__shared__ __align__(128) unsigned char smem[SAB > SC ? SAB : SC];
 	__shared__ int pn[kCvBM], py[kCvBM], px[kCvBM];   // the tile's pixels; pn -1 past the end
 	// C1: each warp's lanes' 10 sums of one channel (11 apart: no two lanes
@@ -231,134 +387,29 @@ conv3_igemm(const T *x, const T *wt, Conv3 g, T *y, PoolEp ep, float *p, uint8_t
 	T *As = reinterpret_cast<T *>(smem), *Bs = As + SA;
 	float *Cs = reinterpret_cast<float *>(smem);
 	int o0 = blockIdx.y * BN, wm, wn;
-	wmma::fragment<wmma::accumulator, 16, 16, M::K, float> acc[2][FN];
+	wmma::fragment<wmma::accumulator, 16, 16, Mma<T>::K, float> acc[2][FN];
 	igemm_begin<POOL, BN>(g, pn, py, px, &wm, &wn, acc);
 	// The reduction runs over (tap, 32 channels) steps; each step's operands
 	// are read from memory into registers during the one before (ra, rb),
 	// so their latency hides behind that step's mma.
 	int nc = (g.c + kCvBK - 1) / kCvBK, steps = 9 * nc;
 	int plane = g.h * g.w;   // offsets in 32 bits: conv3_args keeps tensors under 2^31 entries
-	T ra[RA], rb[RB];
-	auto fetch = [&](int step) {
-		int tap = step / nc, c0 = step % nc * kCvBK, ky = tap / 3, kx = tap % 3;
-		if (NHWC) {
-			// a thread's channel is fixed, its pixels step by 8
-			int c = c0 + threadIdx.x % kCvBK;
-#pragma unroll
-			for (int j = 0; j < RA; j++) {
-				int mi = threadIdx.x / kCvBK + j * (kCvThreads / kCvBK);
-				int n = pn[mi], iy = py[mi] + ky - g.pad, ix = px[mi] + kx - g.pad;
-				bool ok = n >= 0 && c < g.c && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
-				ra[j] = ok ? M::op(x[((n * g.h + iy) * g.w + ix) * g.c + c]) : M::zero();
-			}
-		} else {
-			// a thread's pixel is fixed, its channels step by 2
-			int mi = threadIdx.x % kCvBM, n = pn[mi], kl = threadIdx.x / kCvBM;
-			int iy = py[mi] + ky - g.pad, ix = px[mi] + kx - g.pad;
-			if (GATE) {
-				int ph = g.h / 2, pw = g.w / 2, want = (iy & 1) << 1 | (ix & 1);
-				bool ok = n >= 0 && iy >= 0 && iy < 2 * ph && ix >= 0 && ix < 2 * pw;
-				int q = ((n * g.c + c0 + kl) * ph + (iy >> 1)) * pw + (ix >> 1);
-#pragma unroll
-				for (int j = 0; j < RA; j++)
-					ra[j] = ok && c0 + kl + j * (kCvThreads / kCvBM) < g.c ?
-						M::op(gated<T>(gt, q + j * (kCvThreads / kCvBM) * ph * pw, want)) :
-						M::zero();
-			} else {
-				bool ok = n >= 0 && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
-				int q = ((n * g.c + c0 + kl) * g.h + iy) * g.w + ix;
-#pragma unroll
-				for (int j = 0; j < RA; j++)
-					ra[j] = ok && c0 + kl + j * (kCvThreads / kCvBM) < g.c ?
-						M::op(x[q + j * (kCvThreads / kCvBM) * plane]) : M::zero();
-			}
-		}
-		int wtap = (g.flip ? 2 - ky : ky) * g.wy + (g.flip ? 2 - kx : kx) * g.wx;
-		int oi = threadIdx.x % BN, o = o0 + oi;
-#pragma unroll
-		for (int j = 0; j < RB; j++) {
-			int c = c0 + threadIdx.x / BN + j * (kCvThreads / BN);
-			rb[j] = o < g.o && c < g.c ? M::op(wt[o * g.wo + c * g.wc + wtap]) : M::zero();
-		}
-	};
-	fetch(0);
+	T ra[Tl::RA], rb[Tl::RB];
+	igemm_fetch<T, NHWC, BN, GATE>(x, wt, g, gt, pn, py, px, o0, nc, plane, 0, ra, rb);
 	for (int step = 0; step < steps; step++) {
-#pragma unroll
-		for (int j = 0; j < RA; j++) {
-			if (NHWC)
-				As[(threadIdx.x / kCvBK + j * (kCvThreads / kCvBK)) * LA + threadIdx.x % kCvBK] = ra[j];
-			else
-				As[(threadIdx.x / kCvBM + j * (kCvThreads / kCvBM)) * LA + threadIdx.x % kCvBM] = ra[j];
-		}
-#pragma unroll
-		for (int j = 0; j < RB; j++)
-			Bs[(threadIdx.x / BN + j * (kCvThreads / BN)) * LB + threadIdx.x % BN] = rb[j];
+		igemm_put<T, NHWC, BN>(As, Bs, ra, rb);
 		__syncthreads();
 		if (step + 1 < steps)
-			fetch(step + 1);
-		for (int k = 0; k < kCvBK; k += M::K) {
-			wmma::fragment<wmma::matrix_a, 16, 16, M::K, typename M::P, LayA> a[2];
-			wmma::fragment<wmma::matrix_b, 16, 16, M::K, typename M::P, wmma::row_major> b[FN];
-			for (int i = 0; i < 2; i++)
-				wmma::load_matrix_sync(a[i], NHWC ? As + (wm + 16 * i) * LA + k :
-								  As + k * LA + wm + 16 * i, LA);
-			for (int j = 0; j < FN; j++)
-				wmma::load_matrix_sync(b[j], Bs + k * LB + wn + 16 * j, LB);
-			for (int i = 0; i < 2; i++)
-				for (int j = 0; j < FN; j++)
-					wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
-		}
+			igemm_fetch<T, NHWC, BN, GATE>(x, wt, g, gt, pn, py, px, o0, nc, plane, step + 1, ra, rb);
+		igemm_mma<T, NHWC, BN>(As, Bs, wm, wn, acc);
 		__syncthreads();
 	}
 	acc_store<NHWC>(Cs, LC, wm, wn, acc);
 	__syncthreads();
-	if (POOL || !C1) {
+	if (POOL || !C1)
 		igemm_store<T, NHWC, BN, POOL>(Cs, LC, pn, py, px, g, o0, y, ep, p, arg);
-	} else {
-		int lane = threadIdx.x % 32, warp = threadIdx.x / 32, xw = g.ow + 2;
-		// warp w's channels w, w + 8, ..., 4 at a time
-		for (int k0 = 0; k0 < BN / 8; k0 += 4) {
-			float sum[4][10];
-			for (int k = 0; k < 4; k++)
-				for (int j = 0; j < 10; j++)
-					sum[k][j] = 0.f;
-			for (int mi = lane; mi < kCvBM; mi += 32) {
-				int n = pn[mi];
-				if (n < 0)
-					continue;
-				const T *xi = c1.x + ((size_t)n * (g.oh + 2) + py[mi]) * xw + px[mi];
-				float xv[9];
-#pragma unroll
-				for (int t = 0; t < 9; t++)
-					xv[t] = ld(xi + t / 3 * xw + t % 3);
-#pragma unroll
-				for (int k = 0; k < 4; k++) {
-					int oi = warp + 8 * (k0 + k), o = o0 + oi;
-					if (o >= g.o ||
-					    !(ld(c1.y + (((size_t)n * g.o + o) * g.oh + py[mi]) * g.ow + px[mi]) > 0.f))
-						continue;
-					float v = stored_as((const T *)0, Cs[oi * LC + mi]);
-#pragma unroll
-					for (int t = 0; t < 9; t++)
-						sum[k][t] += v * xv[t];
-					sum[k][9] += v;
-				}
-			}
-			for (int k = 0; k < 4; k++) {
-				for (int j = 0; j < 10; j++)
-					red[threadIdx.x * 11 + j] = sum[k][j];
-				__syncthreads();
-				int o = o0 + warp + 8 * (k0 + k);
-				if (lane < 10 && o < g.o) {
-					float t = 0.f;
-					for (int l = 0; l < 32; l++)
-						t += red[(warp * 32 + l) * 11 + lane];
-					c1.part[((size_t)o * gridDim.x + blockIdx.x) * 10 + lane] = t;
-				}
-				__syncthreads();
-			}
-		}
-	}
+	else
+		igemm_c1<T, BN>(Cs, LC, pn, py, px, g, o0, c1, red);
 #else
 	(void)kCvBK;   // the tile constants the body uses
 	__trap();      // never launched: the launchers refuse a GPU older than 8.0

@@ -26,6 +26,154 @@ constexpr int kWgMinPixels = 256;   // a block's least share of the pixels
 template <typename T, bool NHWC, bool GATE>
 constexpr int kWgBlocks = std::is_same<T, float>::value && GATE ? 3 : 2;
 
+#if CNN_TC
+// conv3_wgrad_part's tile: dy NCHW [o][p] (row-major A), NHWC [p][o]
+// (col-major A); x NCHW [k][p] (col-major B), NHWC [p][k] (row-major B).
+// RD and RX: the entries of each a thread reads for a chunk; BS: a
+// thread's bias sums, RD + 1 apart (no bank shared in a warp).
+template <typename T, bool NHWC> struct WgTile {
+	typedef Mma<T> M;
+	static constexpr int LD = NHWC ? kWgO + M::PADG : kWgP + M::PAD;
+	static constexpr int LX = NHWC ? kWgN + M::PADG : kWgP + M::PAD;
+	static constexpr int SD = NHWC ? kWgP * LD : kWgO * LD, SX = NHWC ? kWgP * LX : kWgN * LX;
+	static constexpr int RD = kWgP * kWgO / kCvThreads, RX = kWgP * kWgN / kCvThreads;
+	static constexpr int BS = RD + 1;
+	static_assert(kWgP * kWgO % kCvThreads == 0 && kWgP * kWgN % kCvThreads == 0 &&
+		      kCvThreads % kWgP == 0 && kCvThreads % kWgO == 0 && kWgC % (kCvThreads / kWgP) == 0,
+		      "conv3_wgrad_part's tile and its threads");
+};
+
+// Chunk t's pixels (of p0..p1, tap row ky) into dq, xq and dwin
+// (conv3_wgrad_part says what each holds).
+template <bool NHWC, bool GATE>
+__device__ __forceinline__ void wgrad_pixels(const Conv3 &g, long long p0, long long p1, int t,
+					     int ky, int *dq, int *xq, int *dwin)
+{
+	int opix = g.oh * g.ow, plane = g.h * g.w;
+	if (threadIdx.x < kWgP) {
+		long long p = p0 + (long long)t * kWgP + threadIdx.x;
+		int n = (int)(p / opix), r = (int)(p % opix), y = r / g.ow, xx = r % g.ow;
+		if (GATE) {
+			int ph = g.oh / 2, pw = g.ow / 2;
+			dq[threadIdx.x] = p >= p1 ? -1 : (n * g.o * ph + (y >> 1)) * pw + (xx >> 1);
+			dwin[threadIdx.x] = y < 2 * ph && xx < 2 * pw ? (y & 1) << 1 | (xx & 1) : 4;
+		} else {
+			dq[threadIdx.x] = p >= p1 ? -1 : NHWC ? (n * opix + r) * g.o : n * g.o * opix + r;
+		}
+		xq[threadIdx.x] = NHWC ? ((n * g.h + y + ky) * g.w + xx) * g.c :
+					    n * g.c * plane + (y + ky) * g.w + xx;
+	}
+}
+
+// The chunk wgrad_pixels described, into this thread's registers rd and
+// rx; with bias, the gated values also summed into its entries of bs.
+template <typename T, bool NHWC, bool GATE>
+__device__ __forceinline__ void wgrad_fetch(const T *x, const T *dy, const Conv3 &g, const Gate &gt,
+					    const int *dq, const int *xq, const int *dwin, int o0,
+					    int c0, bool bias, float *bs,
+					    T (&rd)[WgTile<T, NHWC>::RD], T (&rx)[WgTile<T, NHWC>::RX])
+{
+	typedef Mma<T> M;
+	typedef WgTile<T, NHWC> Tl;
+	int opix = g.oh * g.ow, plane = g.h * g.w;
+	if (NHWC) {
+		// dy: a thread's output channel fixed, its pixels step by 4;
+		// x: its input channel fixed, (pixel, kx) steps by 8
+		int oi = threadIdx.x % kWgO, o = o0 + oi;
+#pragma unroll
+		for (int j = 0; j < Tl::RD; j++) {
+			int q = dq[threadIdx.x / kWgO + j * (kCvThreads / kWgO)];
+			rd[j] = q >= 0 && o < g.o ? M::op(dy[q + o]) : M::zero();
+		}
+		int c = c0 + threadIdx.x % kWgC;
+#pragma unroll
+		for (int j = 0; j < Tl::RX; j++) {
+			int k = threadIdx.x / kWgC + j * (kCvThreads / kWgC), pi = k / 3;
+			rx[j] = dq[pi] >= 0 && c < g.c ? M::op(x[xq[pi] + k % 3 * g.c + c]) : M::zero();
+		}
+	} else {
+		// a thread's pixel is fixed: dy's output channels step by 8,
+		// x's (kx, channel) by 8
+		int pi = threadIdx.x % kWgP, ol = threadIdx.x / kWgP, q = dq[pi];
+		int xbase = xq[pi] + (c0 + ol) * plane;
+		if (GATE) {
+			int pplane = g.oh / 2 * (g.ow / 2), want = dwin[pi], dbase = q + (o0 + ol) * pplane;
+#pragma unroll
+			for (int j = 0; j < Tl::RD; j++) {
+				float v = q >= 0 && want < 4 && o0 + ol + j * (kCvThreads / kWgP) < g.o ?
+					gatedf(gt, dbase + j * (kCvThreads / kWgP) * pplane, want) : 0.f;
+				T t;
+				st(&t, v);
+				rd[j] = M::op(t);
+				if (bias)
+					bs[threadIdx.x * Tl::BS + j] += v;
+			}
+		} else {
+			int dbase = q + (o0 + ol) * opix;
+#pragma unroll
+			for (int j = 0; j < Tl::RD; j++)
+				rd[j] = q >= 0 && o0 + ol + j * (kCvThreads / kWgP) < g.o ?
+					M::op(dy[dbase + j * (kCvThreads / kWgP) * opix]) : M::zero();
+		}
+#pragma unroll
+		for (int j = 0; j < Tl::RX; j++) {
+			// (kx, channel) = ol + 8 j: kx = j / 4, the channel ol + 8 (j % 4)
+			constexpr int S = kCvThreads / kWgP, PER = kWgC / S;
+			int kx = j / PER, cl = ol + j % PER * S;
+			rx[j] = q >= 0 && c0 + cl < g.c ? M::op(x[xbase + j % PER * S * plane + kx]) : M::zero();
+		}
+	}
+}
+
+// This thread's registers of a chunk into the tile's Ds and Xs.
+template <typename T, bool NHWC>
+__device__ __forceinline__ void wgrad_put(T *Ds, T *Xs, const T (&rd)[WgTile<T, NHWC>::RD],
+					  const T (&rx)[WgTile<T, NHWC>::RX])
+{
+	typedef WgTile<T, NHWC> Tl;
+	if (NHWC) {
+#pragma unroll
+		for (int j = 0; j < Tl::RD; j++)
+			Ds[(threadIdx.x / kWgO + j * (kCvThreads / kWgO)) * Tl::LD + threadIdx.x % kWgO] = rd[j];
+#pragma unroll
+		for (int j = 0; j < Tl::RX; j++) {
+			int q = threadIdx.x / kWgC + j * (kCvThreads / kWgC);
+			Xs[q / 3 * Tl::LX + q % 3 * kWgC + threadIdx.x % kWgC] = rx[j];
+		}
+	} else {
+#pragma unroll
+		for (int j = 0; j < Tl::RD; j++)
+			Ds[(threadIdx.x / kWgP + j * (kCvThreads / kWgP)) * Tl::LD + threadIdx.x % kWgP] = rd[j];
+#pragma unroll
+		for (int j = 0; j < Tl::RX; j++)
+			Xs[(threadIdx.x / kWgP + j * (kCvThreads / kWgP)) * Tl::LX + threadIdx.x % kWgP] = rx[j];
+	}
+}
+
+// The warp's mma over a chunk's kWgP pixels: its fragment row fr, columns
+// fc0 .. fc0 + 2.
+template <typename T, bool NHWC>
+__device__ __forceinline__ void wgrad_mma(const T *Ds, const T *Xs, int fr, int fc0,
+					  wmma::fragment<wmma::accumulator, 16, 16, Mma<T>::K, float> (&acc)[3])
+{
+	typedef Mma<T> M;
+	typedef WgTile<T, NHWC> Tl;
+	typedef typename std::conditional<NHWC, wmma::col_major, wmma::row_major>::type LayA;
+	typedef typename std::conditional<NHWC, wmma::row_major, wmma::col_major>::type LayB;
+#pragma unroll 2
+	for (int k = 0; k < kWgP; k += M::K) {
+		wmma::fragment<wmma::matrix_a, 16, 16, M::K, typename M::P, LayA> a;
+		wmma::load_matrix_sync(a, NHWC ? Ds + k * Tl::LD + fr * 16 : Ds + fr * 16 * Tl::LD + k, Tl::LD);
+		for (int j = 0; j < 3; j++) {
+			wmma::fragment<wmma::matrix_b, 16, 16, M::K, typename M::P, LayB> b;
+			int kc = (fc0 + j) * 16;
+			wmma::load_matrix_sync(b, NHWC ? Xs + k * Tl::LX + kc : Xs + kc * Tl::LX + k, Tl::LX);
+			wmma::mma_sync(acc[j], a, b, acc[j]);
+		}
+	}
+}
+#endif
+
 // With GATE (NCHW only), dy is not read: its entries come from gt; and
 // with bpart, the blocks of the first tap row and input-channel tile also
 // sum conv2's bias gradient over their pixels (the gated values in fp32,
@@ -38,28 +186,18 @@ conv3_wgrad_part(const T *x, const T *dy, Conv3 g, long long ppb, float *part, G
 	pdl_enter();
 	static_assert(!(NHWC && GATE), "the gated input is NCHW");
 #if CNN_TC
-	typedef Mma<T> M;
-	// dy: NCHW [o][p] (row-major A), NHWC [p][o] (col-major A); x: NCHW
-	// [k][p] (col-major B), NHWC [p][k] (row-major B)
-	typedef typename std::conditional<NHWC, wmma::col_major, wmma::row_major>::type LayA;
-	typedef typename std::conditional<NHWC, wmma::row_major, wmma::col_major>::type LayB;
-	constexpr int LD = NHWC ? kWgO + M::PADG : kWgP + M::PAD, LX = NHWC ? kWgN + M::PADG : kWgP + M::PAD;
-	constexpr int SD = NHWC ? kWgP * LD : kWgO * LD, SX = NHWC ? kWgP * LX : kWgN * LX;
-	constexpr int RD = kWgP * kWgO / kCvThreads, RX = kWgP * kWgN / kCvThreads;
-	static_assert(kWgP * kWgO % kCvThreads == 0 && kWgP * kWgN % kCvThreads == 0 &&
-		      kCvThreads % kWgP == 0 && kCvThreads % kWgO == 0 && kWgC % (kCvThreads / kWgP) == 0,
-		      "conv3_wgrad_part's tile and its threads");
-	__shared__ __align__(128) T Ds[SD];
-	__shared__ __align__(128) T Xs[SX];
+	typedef WgTile<T, NHWC> Tl;
+	constexpr int RD = Tl::RD, BS = Tl::BS;
+	__shared__ __align__(128) T Ds[Tl::SD];
+	__shared__ __align__(128) T Xs[Tl::SX];
 	// the next chunk's pixels: the offsets of their dy and of their x at
 	// (row + ky, column), channel 0; dq -1 past the end.  Written before the
-	// barrier after which fetch reads them, and again only after the next
-	// barrier.  Offsets are 32 bits: conv3_args keeps every tensor under
-	// 2^31 entries.  GATE: dq the pooled tensors' offset at channel 0, dwin
-	// the pixel's position in its window (4: a row or column the pool
-	// dropped).
+	// barrier after which wgrad_fetch reads them, and again only after the
+	// next barrier.  Offsets are 32 bits: conv3_args keeps every tensor
+	// under 2^31 entries.  GATE: dq the pooled tensors' offset at channel
+	// 0, dwin the pixel's position in its window (4: a row or column the
+	// pool dropped).
 	__shared__ int dq[kWgP], xq[kWgP], dwin[kWgP];
-	constexpr int BS = RD + 1;   // a thread's bias sums, 9 apart: no bank shared in a warp
 	__shared__ float bs[GATE ? kCvThreads * BS : 1];
 	bool bias = GATE && bpart && blockIdx.z == 0;
 	if constexpr (GATE) {
@@ -68,117 +206,27 @@ conv3_wgrad_part(const T *x, const T *dy, Conv3 g, long long ppb, float *part, G
 				bs[threadIdx.x * BS + j] = 0.f;
 	}
 	int to = gridDim.y, tc = gridDim.z / 3, o0 = blockIdx.y * kWgO, c0 = blockIdx.z / 3 * kWgC;
-	int ky = blockIdx.z % 3, opix = g.oh * g.ow, plane = g.h * g.w;
+	int ky = blockIdx.z % 3;
 	long long p0 = blockIdx.x * ppb, p1 = p0 + ppb < g.m ? p0 + ppb : g.m;
 	int chunks = (int)((p1 - p0 + kWgP - 1) / kWgP);
 	int warp = threadIdx.x / 32, fr = warp % 4, fc0 = warp / 4 * 3;
-	wmma::fragment<wmma::accumulator, 16, 16, M::K, float> acc[3];
+	wmma::fragment<wmma::accumulator, 16, 16, Mma<T>::K, float> acc[3];
 	for (int j = 0; j < 3; j++)
 		wmma::fill_fragment(acc[j], 0.f);
-	auto pixels = [&](int t) {   // chunk t's pixels
-		if (threadIdx.x < kWgP) {
-			long long p = p0 + (long long)t * kWgP + threadIdx.x;
-			int n = (int)(p / opix), r = (int)(p % opix), y = r / g.ow, xx = r % g.ow;
-			if (GATE) {
-				int ph = g.oh / 2, pw = g.ow / 2;
-				dq[threadIdx.x] = p >= p1 ? -1 : (n * g.o * ph + (y >> 1)) * pw + (xx >> 1);
-				dwin[threadIdx.x] = y < 2 * ph && xx < 2 * pw ? (y & 1) << 1 | (xx & 1) : 4;
-			} else {
-				dq[threadIdx.x] = p >= p1 ? -1 : NHWC ? (n * opix + r) * g.o : n * g.o * opix + r;
-			}
-			xq[threadIdx.x] = NHWC ? ((n * g.h + y + ky) * g.w + xx) * g.c :
-						    n * g.c * plane + (y + ky) * g.w + xx;
-		}
-	};
-	T rd[RD], rx[RX];
-	auto fetch = [&]() {   // the chunk pixels() described, into registers
-		if (NHWC) {
-			// dy: a thread's output channel fixed, its pixels step by 4;
-			// x: its input channel fixed, (pixel, kx) steps by 8
-			int oi = threadIdx.x % kWgO, o = o0 + oi;
-#pragma unroll
-			for (int j = 0; j < RD; j++) {
-				int q = dq[threadIdx.x / kWgO + j * (kCvThreads / kWgO)];
-				rd[j] = q >= 0 && o < g.o ? M::op(dy[q + o]) : M::zero();
-			}
-			int c = c0 + threadIdx.x % kWgC;
-#pragma unroll
-			for (int j = 0; j < RX; j++) {
-				int k = threadIdx.x / kWgC + j * (kCvThreads / kWgC), pi = k / 3;
-				rx[j] = dq[pi] >= 0 && c < g.c ? M::op(x[xq[pi] + k % 3 * g.c + c]) : M::zero();
-			}
-		} else {
-			// a thread's pixel is fixed: dy's output channels step by 8,
-			// x's (kx, channel) by 8
-			int pi = threadIdx.x % kWgP, ol = threadIdx.x / kWgP, q = dq[pi];
-			int xbase = xq[pi] + (c0 + ol) * plane;
-			if (GATE) {
-				int pplane = g.oh / 2 * (g.ow / 2), want = dwin[pi], dbase = q + (o0 + ol) * pplane;
-#pragma unroll
-				for (int j = 0; j < RD; j++) {
-					float v = q >= 0 && want < 4 && o0 + ol + j * (kCvThreads / kWgP) < g.o ?
-						gatedf(gt, dbase + j * (kCvThreads / kWgP) * pplane, want) : 0.f;
-					T t;
-					st(&t, v);
-					rd[j] = M::op(t);
-					if (bias)
-						bs[threadIdx.x * BS + j] += v;
-				}
-			} else {
-				int dbase = q + (o0 + ol) * opix;
-#pragma unroll
-				for (int j = 0; j < RD; j++)
-					rd[j] = q >= 0 && o0 + ol + j * (kCvThreads / kWgP) < g.o ?
-						M::op(dy[dbase + j * (kCvThreads / kWgP) * opix]) : M::zero();
-			}
-#pragma unroll
-			for (int j = 0; j < RX; j++) {
-				// (kx, channel) = ol + 8 j: kx = j / 4, the channel ol + 8 (j % 4)
-				constexpr int S = kCvThreads / kWgP, PER = kWgC / S;
-				int kx = j / PER, cl = ol + j % PER * S;
-				rx[j] = q >= 0 && c0 + cl < g.c ? M::op(x[xbase + j % PER * S * plane + kx]) : M::zero();
-			}
-		}
-	};
-	pixels(0);
+	T rd[RD], rx[Tl::RX];
+	wgrad_pixels<NHWC, GATE>(g, p0, p1, 0, ky, dq, xq, dwin);
 	__syncthreads();
 	if (chunks)
-		fetch();
-	__syncthreads();   // every thread has read chunk 0's pixels before pixels(1)
+		wgrad_fetch<T, NHWC, GATE>(x, dy, g, gt, dq, xq, dwin, o0, c0, bias, bs, rd, rx);
+	__syncthreads();   // every thread has read chunk 0's pixels before the next's
 	for (int t = 0; t < chunks; t++) {
-		if (NHWC) {
-#pragma unroll
-			for (int j = 0; j < RD; j++)
-				Ds[(threadIdx.x / kWgO + j * (kCvThreads / kWgO)) * LD + threadIdx.x % kWgO] = rd[j];
-#pragma unroll
-			for (int j = 0; j < RX; j++) {
-				int q = threadIdx.x / kWgC + j * (kCvThreads / kWgC);
-				Xs[q / 3 * LX + q % 3 * kWgC + threadIdx.x % kWgC] = rx[j];
-			}
-		} else {
-#pragma unroll
-			for (int j = 0; j < RD; j++)
-				Ds[(threadIdx.x / kWgP + j * (kCvThreads / kWgP)) * LD + threadIdx.x % kWgP] = rd[j];
-#pragma unroll
-			for (int j = 0; j < RX; j++)
-				Xs[(threadIdx.x / kWgP + j * (kCvThreads / kWgP)) * LX + threadIdx.x % kWgP] = rx[j];
-		}
+		wgrad_put<T, NHWC>(Ds, Xs, rd, rx);
 		if (t + 1 < chunks)
-			pixels(t + 1);
+			wgrad_pixels<NHWC, GATE>(g, p0, p1, t + 1, ky, dq, xq, dwin);
 		__syncthreads();
 		if (t + 1 < chunks)
-			fetch();
-#pragma unroll 2
-		for (int k = 0; k < kWgP; k += M::K) {
-			wmma::fragment<wmma::matrix_a, 16, 16, M::K, typename M::P, LayA> a;
-			wmma::load_matrix_sync(a, NHWC ? Ds + k * LD + fr * 16 : Ds + fr * 16 * LD + k, LD);
-			for (int j = 0; j < 3; j++) {
-				wmma::fragment<wmma::matrix_b, 16, 16, M::K, typename M::P, LayB> b;
-				int kc = (fc0 + j) * 16;
-				wmma::load_matrix_sync(b, NHWC ? Xs + k * LX + kc : Xs + kc * LX + k, LX);
-				wmma::mma_sync(acc[j], a, b, acc[j]);
-			}
-		}
+			wgrad_fetch<T, NHWC, GATE>(x, dy, g, gt, dq, xq, dwin, o0, c0, bias, bs, rd, rx);
+		wgrad_mma<T, NHWC>(Ds, Xs, fr, fc0, acc);
 		__syncthreads();
 	}
 	if constexpr (GATE) {
