@@ -21,7 +21,7 @@
 #include "model.h"
 #include "optim.h"
 
-#define CNN_GPU_ABI 10
+#define CNN_GPU_ABI 11   /* up with every change of what crosses: this header, model.h's structs */
 #define CNN_GPU_MODULE "cnn_train_cuda.so"
 
 enum cnn_precision {

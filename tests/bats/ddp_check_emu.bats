@@ -126,3 +126,33 @@ assert c["level"] == "FAIL" and c["message"].startswith("task 1 ("), c' "$output
 	[[ $stderr == *"silent (CUEMU_NCCL_SILENT): its stream held until ncclCommAbort"* ]]
 	assert_line --regexp '^FAIL +coll.allreduce +task 1 \([^)]+\) died before it reported its result \(its connection to the rendezvous closed: killed, or crashed\); task 0 \([^)]+\): bandwidth sweep failed: NCCL all-reduce: task 1 died \(its connection to the rendezvous closed\); the communicator aborted$'
 }
+
+# Under NCCL, as under gloo: all-gather, reduce-scatter and all-to-all
+# (grouped ncclSend/ncclRecv) swept beside the all-reduce, each size's
+# data checked, in nccl-tests' columns (the node pairs need two nodes:
+# ddp_check.bats runs them on the cluster over cuemu's NCCL).
+@test "ddp-check --ddp=nccl on cuemu: all-gather, reduce-scatter and all-to-all swept and checked on two ranks" {
+	check2 "$BATS_TEST_TMPDIR/ops" "" "" -e 64K --timeout 30
+	[ "$(cat "$BATS_TEST_TMPDIR/ops.rc")" -eq 0 ]
+	local op
+	for op in all_gather reduce_scatter alltoall; do
+		assert_line --regexp "^OK +coll\.$op +$op exact at every size on all 2 tasks; busbw [0-9.]+ GB/s at 65536 bytes$"
+		assert_line "# $op, nccl, 2 ranks, 5 warm-up and 20 timed iterations, the slowest rank's time; #wrong: elements of the checked run"
+	done
+	# the last row of each: 65536 bytes, 16384 floats, none wrong
+	[ "$(grep -cE '^ +65536 +16384 +float +(none|sum) +[0-9.]+ +[0-9.]+ +[0-9.]+ +0$' <<<"$output")" -eq 3 ]
+	assert_line --regexp '^SKIP +net.pairs +one node: no link between nodes to time$'
+}
+
+# A collective whose data arrives wrong on one task (cuemu's NCCL gives the
+# last rank one element off by one in each reduce-scatter,
+# CUEMU_NCCL_WRONG) is named with its task, node and count, and counted in
+# the table's #wrong; the others stay OK.
+@test "ddp-check --ddp=nccl on cuemu: a reduce-scatter that delivers a wrong element is named with its task and count" {
+	check2 "$BATS_TEST_TMPDIR/wrong" CUEMU_NCCL_WRONG=reduce-scatter CUEMU_NCCL_WRONG=reduce-scatter -e 1K --timeout 30
+	assert_failure 1
+	assert_line --regexp '^FAIL +coll.reduce_scatter +reduce_scatter: WRONG data: task 1 \([^)]+\): 1 of 1 elements wrong at 8 bytes; .*; task 1 \([^)]+\): 1 of 128 elements wrong at 1024 bytes$'
+	assert_line --regexp '^OK +coll.all_gather +all_gather exact at every size on all 2 tasks; '
+	assert_line --regexp '^OK +coll.alltoall +alltoall exact at every size on all 2 tasks; '
+	assert_line --regexp '^ +1024 +256 +float +sum +[0-9.]+ +[0-9.]+ +[0-9.]+ +1$'
+}

@@ -2,9 +2,10 @@
 // through the module built on cuemu (one rank, or several processes).
 // A communicator made with config.blocking = 0 says ncclInProgress until
 // ncclCommGetAsyncError is asked once, as a non-blocking one does while it
-// connects.  ncclAllReduce is a stream operation (streams.cc: queued,
-// captured into a graph); buffers outside device memory are refused,
-// naming them.
+// connects.  ncclAllReduce, ncclAllGather and ncclReduceScatter are stream
+// operations (streams.cc: queued, captured into a graph); buffers outside
+// device memory are refused, naming them.  ncclSend, ncclRecv and their
+// groups: nccl_p2p.cc.
 //
 // One rank: every reduction leaves the data as it is, copied when the
 // buffers differ.  Several: a bootstrap as NCCL's, over TCP.
@@ -12,18 +13,22 @@
 // NCCL_SOCKET_IFNAME names (its first entry; 127.0.0.1 when unset), or at
 // NCCL_COMM_ID's <address>:<port> where that is set (NCCL's refusal of one
 // it cannot parse included), and puts that address in the id; the other
-// ranks connect to it.  An
-// all-reduce, when its stream runs it, sends rank r's buffer to rank 0,
-// which sums the ranks' in rank order (the same bits on every rank, each
-// run) and sends the result back; float32 only.  Every wait is bounded by
+// ranks connect to it, each saying where it accepts its peers'
+// connections (point-to-point), and rank 0 sends every rank the table of
+// those addresses.  A collective, when its stream runs it, sends rank r's
+// input to rank 0, which combines the ranks' (sums in rank order: the same
+// bits on every rank, each run) and sends each rank its result; float32
+// only.  Every wait is bounded by
 // CUEMU_NCCL_TIMEOUT_MS (60000).  Where NCCL's kernel would wait for a
 // peer that is gone until ncclCommAbort, this one gives up at once (the
 // peer's socket closed) or at the bound: the stream operation ends with
 // the buffer as it was, the communicator's async error says why, on
 // stderr too, and every later call returns that error.
-// CUEMU_NCCL_KILL_AT=N kills the process at its N-th all-reduce (tests of
-// a rank that dies mid-collective).
+// CUEMU_NCCL_KILL_AT=N kills the process at its N-th collective (tests of
+// a rank that dies mid-collective); CUEMU_NCCL_WRONG=all-gather,... (the
+// collectives' names) gives the last rank one wrong element in each.
 #include "rt.h"
+#include "nccl_emu.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -49,20 +54,8 @@
 
 #include <nccl.h>
 
-struct ncclComm {
-	int nranks = 1, rank = 0;
-	bool blocking = true;
-	bool pending = false;   // non-blocking: the last call not yet "done"
-	bool aborted = false;
-	ncclResult_t async = ncclSuccess;   // a failed exchange: every later call returns it
-	std::vector<int> fd;    // rank 0: fd[r] to rank r (r >= 1); others: fd[0] to rank 0
-	uint64_t seq = 0;       // all-reduces run so far
-	char last[256] = "";
-	bool stuck = false;     // CUEMU_NCCL_SILENT: a peer gone, its streams held
-	bool finalizing = false;
-};
 
-namespace {
+namespace cuemu_nccl {
 
 size_t type_size(ncclDataType_t t)
 {
@@ -78,7 +71,7 @@ size_t type_size(ncclDataType_t t)
 char global_last[256];
 
 // The id: this magic, then rank 0's listening address.
-const char kMagic[8] = "cuemu2";
+extern const char kMagic[8] = "cuemu3";
 struct Id {
 	char magic[8];
 	uint32_t len;                          // of addr's bytes
@@ -97,14 +90,19 @@ static_assert(sizeof(Id) <= NCCL_UNIQUE_ID_BYTES, "cuemu's NCCL id");
 // Listening sockets ncclGetUniqueId opened, by port: rank 0's init takes its own.
 std::map<int, int> listeners;
 
-struct Hello {
-	char magic[8];
-	int32_t rank, nranks;
+// The collectives through rank 0
+enum Kind : int32_t { kAllReduce, kAllGather, kReduceScatter };
+const char *const kKindName[] = { "all-reduce", "all-gather", "reduce-scatter" };
+
+struct Head {   // before each collective's data, both ways
+	uint64_t seq, count;
+	int32_t type, op, kind, pad;
 };
 
-struct Head {   // before each all-reduce's data, both ways
-	uint64_t seq, count;
-	int32_t type, op;
+// A rank's address for its peers' connections, as rank 0 sends the table
+struct Addr {
+	uint32_t len;
+	unsigned char addr[sizeof(sockaddr_in6)];
 };
 
 int timeout_ms()
@@ -260,12 +258,26 @@ int port_of(const sockaddr_storage &a)
 					      ((const sockaddr_in6 *)&a)->sin6_port);
 }
 
+void set_port(sockaddr_storage *a, int port)
+{
+	if (a->ss_family == AF_INET)
+		((sockaddr_in *)a)->sin_port = htons((uint16_t)port);
+	else
+		((sockaddr_in6 *)a)->sin6_port = htons((uint16_t)port);
+}
+
 void close_all(ncclComm *c)
 {
 	for (int f : c->fd)
 		if (f >= 0)
 			close(f);
 	c->fd.clear();
+	for (auto &p : c->p2p_fd)
+		close(p.second);
+	c->p2p_fd.clear();
+	if (c->p2p_listen >= 0)
+		close(c->p2p_listen);
+	c->p2p_listen = -1;
 }
 
 // A failed exchange: said on stderr, kept as the communicator's error.
@@ -274,7 +286,6 @@ void close_all(ncclComm *c)
 // that died and nothing reports it.  The operation's stream is held
 // (cuemu::hold_running) until ncclCommAbort, the async error stays
 // ncclSuccess, and so does every later operation's.
-void broken(ncclComm *c, ncclResult_t r, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void broken(ncclComm *c, ncclResult_t r, const char *fmt, ...)
 {
 	va_list ap;
@@ -296,8 +307,92 @@ void broken(ncclComm *c, ncclResult_t r, const char *fmt, ...)
 	close_all(c);
 }
 
-// One all-reduce across the ranks, as its stream runs it.
-void exchange(ncclComm *c, const void *send, void *recv, size_t count, ncclDataType_t type, ncclRedOp_t op)
+// Rank 0: the result for rank r of a collective of count elements (float32
+// only) whose inputs, rank by rank, are in (each count long, count x nranks
+// for a reduce-scatter): the sums in rank order (the same bits on every
+// rank, each run), the concatenation, or rank r's share of the sums.
+std::vector<float> combine(const std::vector<std::vector<float>> &in, int kind, ncclRedOp_t op,
+			   size_t count, int r)
+{
+	int nranks = (int)in.size();
+	if (kind == kAllGather) {
+		std::vector<float> all;
+		for (const auto &v : in)
+			all.insert(all.end(), v.begin(), v.end());
+		return all;
+	}
+	size_t n = in[0].size(), from = kind == kReduceScatter ? (size_t)r * count : 0;
+	std::vector<float> acc(in[0].begin() + from, in[0].begin() + from + (kind == kReduceScatter ? count : n));
+	for (int q = 1; q < nranks; q++)
+		for (size_t i = 0; i < acc.size(); i++) {
+			float a = acc[i], b = in[q][from + i];
+			acc[i] = op == ncclSum || op == ncclAvg ? a + b : op == ncclProd ? a * b :
+				 op == ncclMax ? (a > b ? a : b) : (a < b ? a : b);
+		}
+	if (op == ncclAvg)
+		for (float &v : acc)
+			v /= (float)nranks;
+	return acc;
+}
+
+// Rank 0's part of collective seq: every rank's input, then each its
+// result.  false where the exchange broke (c->async says why).
+bool gather_combine(ncclComm *c, const Head &me, const void *send, void *recv, size_t in_n)
+{
+	double deadline = now_ms() + timeout_ms();
+	unsigned long long seq = me.seq;
+	const char *what = kKindName[me.kind];
+	std::vector<std::vector<float>> in(c->nranks, std::vector<float>(in_n));
+	memcpy(in[0].data(), send, in_n * 4);
+	bool ok = true;
+	char bad[200] = "";
+	std::string why;
+	for (int r = 1; r < c->nranks; r++) {
+		Head h;
+		if (!recv_all(c->fd[r], &h, sizeof(h), deadline, why))
+			return broken(c, ncclRemoteError, "%s #%llu: rank %d: %s", what, seq, r, why.c_str()), false;
+		if (h.seq != me.seq || h.count != me.count || h.type != me.type || h.op != me.op ||
+		    h.kind != me.kind) {
+			if (ok)
+				snprintf(bad, sizeof(bad), "%s #%llu: rank 0 runs %s of %llu values (type %d, op "
+					 "%d), rank %d's #%llu %s of %llu (type %d, op %d)", what, seq, what,
+					 (unsigned long long)me.count, me.type, me.op, r, (unsigned long long)h.seq,
+					 h.kind >= 0 && h.kind <= kReduceScatter ? kKindName[h.kind] : "?",
+					 (unsigned long long)h.count, h.type, h.op);
+			ok = false;
+			// its data is not read: the exchange ends here
+			continue;
+		}
+		if (!recv_all(c->fd[r], in[r].data(), in_n * 4, deadline, why))
+			return broken(c, ncclRemoteError, "%s #%llu: rank %d: %s", what, seq, r, why.c_str()), false;
+	}
+	if (!ok) {
+		Head no = { me.seq, (uint64_t)-1, 0, 0, 0, 0 };
+		for (int r = 1; r < c->nranks; r++)
+			send_all(c->fd[r], &no, sizeof(no), deadline, why);
+		return broken(c, ncclInvalidUsage, "%s", bad), false;
+	}
+	for (int r = 1; r < c->nranks; r++) {
+		std::vector<float> out = combine(in, me.kind, (ncclRedOp_t)me.op, me.count, r);
+		// CUEMU_NCCL_WRONG=all-gather (a list of kinds): the last rank's
+		// first element off by one, as a faulty link or GPU would leave it
+		if (r == c->nranks - 1 && !out.empty() && cuemu::named_in("CUEMU_NCCL_WRONG", what))
+			out[0] += 1;
+		if (!send_all(c->fd[r], &me, sizeof(me), deadline, why) ||
+		    !send_all(c->fd[r], out.data(), out.size() * 4, deadline, why))
+			return broken(c, ncclRemoteError, "%s #%llu: rank %d: %s", what, seq, r, why.c_str()), false;
+	}
+	std::vector<float> mine = combine(in, me.kind, (ncclRedOp_t)me.op, me.count, 0);
+	memcpy(recv, mine.data(), mine.size() * 4);
+	return true;
+}
+
+// One collective across the ranks, as its stream runs it: each rank sends
+// rank 0 its input (count floats, count x nranks for a reduce-scatter),
+// rank 0 combines them and sends each its result (count floats,
+// count x nranks for an all-gather).
+void exchange(ncclComm *c, int kind, const void *send, void *recv, size_t count, ncclDataType_t type,
+	      ncclRedOp_t op)
 {
 	if (c->async != ncclSuccess || c->aborted)
 		return;
@@ -305,73 +400,34 @@ void exchange(ncclComm *c, const void *send, void *recv, size_t count, ncclDataT
 		return cuemu::hold_running(c);
 	uint64_t seq = ++c->seq;
 	// CUEMU_NCCL_KILL_AT=N: this process killed (SIGKILL) as its N-th
-	// all-reduce starts, as a rank the OOM killer takes mid-collective
+	// collective starts, as a rank the OOM killer takes mid-collective
 	const char *kill_at = getenv("CUEMU_NCCL_KILL_AT");
 	if (kill_at && *kill_at && strtoull(kill_at, nullptr, 10) == seq)
 		raise(SIGKILL);
-	Head me = { seq, count, (int32_t)type, (int32_t)op };
+	Head me = { seq, count, (int32_t)type, (int32_t)op, kind, 0 };
+	size_t in_n = kind == kReduceScatter ? count * c->nranks : count;
+	size_t out_n = kind == kAllGather ? count * c->nranks : count;
+	if (!c->rank) {
+		gather_combine(c, me, send, recv, in_n);
+		return;
+	}
 	double deadline = now_ms() + timeout_ms();
-	size_t bytes = count * 4;
+	const char *what = kKindName[kind];
 	std::string why;
-	if (c->rank) {
-		Head back;
-		if (!send_all(c->fd[0], &me, sizeof(me), deadline, why) ||
-		    !send_all(c->fd[0], send, bytes, deadline, why) ||
-		    !recv_all(c->fd[0], &back, sizeof(back), deadline, why))
-			return broken(c, ncclRemoteError, "all-reduce #%llu: rank 0: %s", (unsigned long long)seq,
+	Head back;
+	if (!send_all(c->fd[0], &me, sizeof(me), deadline, why) ||
+	    !send_all(c->fd[0], send, in_n * 4, deadline, why) ||
+	    !recv_all(c->fd[0], &back, sizeof(back), deadline, why))
+		return broken(c, ncclRemoteError, "%s #%llu: rank 0: %s", what, (unsigned long long)seq,
+			      why.c_str());
+	if (back.count != (uint64_t)-1 && back.seq == seq && back.count == count) {
+		if (!recv_all(c->fd[0], recv, out_n * 4, deadline, why))
+			return broken(c, ncclRemoteError, "%s #%llu: rank 0: %s", what, (unsigned long long)seq,
 				      why.c_str());
-		if (back.count != (uint64_t)-1 && back.seq == seq && back.count == count) {
-			if (!recv_all(c->fd[0], recv, bytes, deadline, why))
-				return broken(c, ncclRemoteError, "all-reduce #%llu: rank 0: %s",
-					      (unsigned long long)seq, why.c_str());
-			return;
-		}
-		return broken(c, ncclInvalidUsage, "all-reduce #%llu: rank 0 refused it (the ranks' calls differ: "
-			      "rank 0's message says how)", (unsigned long long)seq);
+		return;
 	}
-	std::vector<float> acc(count), in(count);
-	memcpy(acc.data(), send, bytes);
-	bool ok = true;
-	char bad[200] = "";
-	for (int r = 1; r < c->nranks; r++) {
-		Head h;
-		if (!recv_all(c->fd[r], &h, sizeof(h), deadline, why))
-			return broken(c, ncclRemoteError, "all-reduce #%llu: rank %d: %s", (unsigned long long)seq, r,
-				      why.c_str());
-		if (h.seq != seq || h.count != count || h.type != me.type || h.op != me.op) {
-			if (ok)
-				snprintf(bad, sizeof(bad), "all-reduce #%llu: rank 0 reduces %llu values (type %d, op "
-					 "%d), rank %d's #%llu %llu (type %d, op %d)", (unsigned long long)seq,
-					 (unsigned long long)count, me.type, me.op, r, (unsigned long long)h.seq,
-					 (unsigned long long)h.count, h.type, h.op);
-			ok = false;
-			// its data is not read: the exchange ends here
-			continue;
-		}
-		if (!recv_all(c->fd[r], in.data(), bytes, deadline, why))
-			return broken(c, ncclRemoteError, "all-reduce #%llu: rank %d: %s", (unsigned long long)seq, r,
-				      why.c_str());
-		for (size_t i = 0; i < count; i++) {
-			float a = acc[i], b = in[i];
-			acc[i] = op == ncclSum || op == ncclAvg ? a + b : op == ncclProd ? a * b :
-				 op == ncclMax ? (a > b ? a : b) : (a < b ? a : b);
-		}
-	}
-	if (!ok) {
-		Head no = { seq, (uint64_t)-1, 0, 0 };
-		for (int r = 1; r < c->nranks; r++)
-			send_all(c->fd[r], &no, sizeof(no), deadline, why);
-		return broken(c, ncclInvalidUsage, "%s", bad);
-	}
-	if (op == ncclAvg)
-		for (size_t i = 0; i < count; i++)
-			acc[i] /= (float)c->nranks;
-	for (int r = 1; r < c->nranks; r++)
-		if (!send_all(c->fd[r], &me, sizeof(me), deadline, why) ||
-		    !send_all(c->fd[r], acc.data(), bytes, deadline, why))
-			return broken(c, ncclRemoteError, "all-reduce #%llu: rank %d: %s", (unsigned long long)seq, r,
-				      why.c_str());
-	memcpy(recv, acc.data(), bytes);
+	return broken(c, ncclInvalidUsage, "%s #%llu: rank 0 refused it (the ranks' calls differ: "
+		      "rank 0's message says how)", what, (unsigned long long)seq);
 }
 
 // Rank 0: the other ranks' connections, each saying who it is.
@@ -403,6 +459,45 @@ bool accept_ranks(ncclComm *c, int lfd, char *err, size_t errlen)
 			return false;
 		}
 		c->fd[h.rank] = f;
+		// its peers reach it where rank 0 sees it, at the port it gave
+		sockaddr_storage &pa = c->p2p_addr[h.rank];
+		socklen_t pl = sizeof(pa);
+		getpeername(f, (sockaddr *)&pa, &pl);
+		set_port(&pa, h.p2p_port);
+	}
+	return true;
+}
+
+// Rank 0: every rank's address for its peers, to each.
+bool send_table(ncclComm *c, char *err, size_t errlen)
+{
+	double deadline = now_ms() + timeout_ms();
+	std::vector<Addr> t(c->nranks);
+	for (int r = 0; r < c->nranks; r++) {
+		const sockaddr_storage &a = c->p2p_addr[r];
+		t[r].len = a.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+		memcpy(t[r].addr, &a, t[r].len);
+	}
+	std::string why;
+	for (int r = 1; r < c->nranks; r++)
+		if (!send_all(c->fd[r], t.data(), t.size() * sizeof(Addr), deadline, why)) {
+			snprintf(err, errlen, "rank 0: the peers' addresses to rank %d: %s", r, why.c_str());
+			return false;
+		}
+	return true;
+}
+
+bool recv_table(ncclComm *c, char *err, size_t errlen)
+{
+	std::vector<Addr> t(c->nranks);
+	std::string why;
+	if (!recv_all(c->fd[0], t.data(), t.size() * sizeof(Addr), now_ms() + timeout_ms(), why)) {
+		snprintf(err, errlen, "rank %d: the peers' addresses from rank 0: %s", c->rank, why.c_str());
+		return false;
+	}
+	for (int r = 0; r < c->nranks; r++) {
+		memset(&c->p2p_addr[r], 0, sizeof(sockaddr_storage));
+		memcpy(&c->p2p_addr[r], t[r].addr, t[r].len <= sizeof(t[r].addr) ? t[r].len : sizeof(t[r].addr));
 	}
 	return true;
 }
@@ -424,6 +519,7 @@ bool connect_root(ncclComm *c, const Id &id, char *err, size_t errlen)
 			memcpy(h.magic, kMagic, sizeof(kMagic));
 			h.rank = c->rank;
 			h.nranks = c->nranks;
+			h.p2p_port = port_of(c->p2p_addr[c->rank]);
 			std::string why;
 			if (!send_all(f, &h, sizeof(h), deadline, why)) {
 				snprintf(err, errlen, "rank %d: rank 0 at %s port %d: %s", c->rank, host,
@@ -446,7 +542,9 @@ bool connect_root(ncclComm *c, const Id &id, char *err, size_t errlen)
 	}
 }
 
-} // namespace
+} // namespace cuemu_nccl
+
+using namespace cuemu_nccl;
 
 extern "C" {
 
@@ -495,20 +593,32 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId c
 	c->rank = rank;
 	c->blocking = !config || config->blocking != 0;
 	c->fd.assign(rank ? 1 : nranks, -1);
+	c->p2p_addr.assign(nranks, sockaddr_storage());
 	bool ok = true;
-	if (rank == 0) {
+	if (nranks > 1) {
+		// this rank's listener for ncclSend and ncclRecv (nccl_p2p.cc);
+		// rank 0 is reached at its bootstrap address
+		sockaddr_storage boot = id.get();
+		int port = p2p_listen(c, boot.ss_family, global_last, sizeof(global_last));
+		ok = port > 0;
+		c->p2p_addr[rank] = boot;
+		set_port(&c->p2p_addr[rank], port);
+	}
+	if (ok && rank == 0) {
 		auto l = listeners.find(port_of(id.get()));
 		if (l == listeners.end()) {
 			snprintf(global_last, sizeof(global_last), "rank 0: the id is not this process's "
 				 "(ncclGetUniqueId is rank 0's)");
 			ok = false;
 		} else {
-			ok = nranks == 1 || accept_ranks(c, l->second, global_last, sizeof(global_last));
+			ok = nranks == 1 || (accept_ranks(c, l->second, global_last, sizeof(global_last)) &&
+					     send_table(c, global_last, sizeof(global_last)));
 			close(l->second);
 			listeners.erase(l);
 		}
-	} else {
-		ok = connect_root(c, id, global_last, sizeof(global_last));
+	} else if (ok) {
+		ok = connect_root(c, id, global_last, sizeof(global_last)) &&
+		     recv_table(c, global_last, sizeof(global_last));
 	}
 	if (!ok) {
 		close_all(c);
@@ -529,43 +639,78 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
 	return ncclSuccess;
 }
 
-ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
-			   ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
+} // extern "C"
+
+namespace {
+
+// A collective of count elements a rank (in count, or count x nranks for a
+// reduce-scatter; out count, or count x nranks for an all-gather) as a
+// stream operation: checked, then queued.
+ncclResult_t collective(const char *name, int kind, const void *sendbuff, void *recvbuff, size_t count,
+			ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
 	if (!comm || comm->aborted)
 		return ncclInvalidArgument;
 	if (comm->async != ncclSuccess)
 		return comm->async;
-	size_t es = type_size(datatype), bytes = es * count;
+	size_t es = type_size(datatype);
+	size_t in = es * count * (kind == kReduceScatter ? comm->nranks : 1);
+	size_t out = es * count * (kind == kAllGather ? comm->nranks : 1);
 	if (!es || (int)op < 0 || (int)op >= (int)ncclNumOps) {
-		snprintf(comm->last, sizeof(comm->last), "ncclAllReduce: data type %d or operation %d "
-			 "unknown", (int)datatype, (int)op);
+		snprintf(comm->last, sizeof(comm->last), "%s: data type %d or operation %d unknown", name,
+			 (int)datatype, (int)op);
 		return ncclInvalidArgument;
 	}
 	if (comm->nranks > 1 && datatype != ncclFloat32) {
-		snprintf(comm->last, sizeof(comm->last), "ncclAllReduce: cuemu reduces float32 only across "
-			 "ranks, not data type %d", (int)datatype);
+		snprintf(comm->last, sizeof(comm->last), "%s: cuemu reduces float32 only across ranks, not "
+			 "data type %d", name, (int)datatype);
 		return ncclInvalidUsage;
 	}
-	if (count && (!cuemu::inside(sendbuff, bytes) || !cuemu::inside(recvbuff, bytes))) {
-		snprintf(comm->last, sizeof(comm->last), "ncclAllReduce: %zu bytes at %p (send) or %p "
-			 "(receive) are not inside one cudaMalloc allocation", bytes, sendbuff, recvbuff);
+	if (count && (!cuemu::inside(sendbuff, in) || !cuemu::inside(recvbuff, out))) {
+		snprintf(comm->last, sizeof(comm->last), "%s: %zu bytes at %p (send) or %zu at %p (receive) "
+			 "are not inside one cudaMalloc allocation", name, in, sendbuff, out, recvbuff);
 		fprintf(stderr, "cuemu: %s\n", comm->last);
 		return ncclInvalidArgument;
 	}
 	if (comm->nranks > 1)
-		cuemu::enqueue(stream, "ncclAllReduce",
-			       [comm, sendbuff, recvbuff, count, datatype, op]() {
-				       exchange(comm, sendbuff, recvbuff, count, datatype, op);
+		cuemu::enqueue(stream, name,
+			       [comm, kind, sendbuff, recvbuff, count, datatype, op]() {
+				       exchange(comm, kind, sendbuff, recvbuff, count, datatype, op);
 			       },
-			       cuemu::bytes_ms(bytes));
+			       cuemu::bytes_ms((double)in + out));
 	else if (count && sendbuff != recvbuff)
-		cuemu::enqueue(stream, "ncclAllReduce",
-			       [sendbuff, recvbuff, bytes]() { memmove(recvbuff, sendbuff, bytes); },
-			       cuemu::bytes_ms(bytes));
+		cuemu::enqueue(stream, name, [sendbuff, recvbuff, out]() { memmove(recvbuff, sendbuff, out); },
+			       cuemu::bytes_ms((double)out));
 	else
-		cuemu::enqueue(stream, "ncclAllReduce", []() {}, cuemu::bytes_ms(bytes));
+		cuemu::enqueue(stream, name, []() {}, cuemu::bytes_ms((double)out));
 	return ncclSuccess;
+}
+
+} // namespace
+
+extern "C" {
+
+ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+			   ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
+{
+	return collective("ncclAllReduce", kAllReduce, sendbuff, recvbuff, count, datatype, op, comm,
+			  stream);
+}
+
+// One rank: its input is the result.
+ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+			   ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
+{
+	return collective("ncclAllGather", kAllGather, sendbuff, recvbuff, sendcount, datatype, ncclSum,
+			  comm, stream);
+}
+
+ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+			       ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+			       cudaStream_t stream)
+{
+	return collective("ncclReduceScatter", kReduceScatter, sendbuff, recvbuff, recvcount, datatype, op,
+			  comm, stream);
 }
 
 ncclResult_t ncclCommFinalize(ncclComm_t comm)

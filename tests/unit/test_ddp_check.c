@@ -2045,8 +2045,16 @@ static void test_ops(void)
 	w->backend = "nccl";
 	w->nres = 0;
 	ck_eval_ops(w);
-	test_check("under NCCL: skipped, saying where they run", w, "coll.all_gather", CK_SKIP,
-		   "swept over gloo only");
+	test_check("under NCCL: judged as under gloo", w, "coll.alltoall", CK_FAIL,
+		   "task 5 (gpu03): all_gather of 1008 bytes failed");
+	for (int i = 0; i < w->n; i++) {
+		w->colls[i].ops_ran = 0;
+		w->colls[i].op_msg[0] = 0;
+	}
+	w->nres = 0;
+	ck_eval_ops(w);
+	test_check("under NCCL, tasks that ran none (an older ddp-check's): skipped, saying so", w,
+		   "coll.all_gather", CK_SKIP, "no task ran them (coll.allreduce; under NCCL, a ddp-check older");
 	w->backend = "gloo";
 	w->coll_ran = 0;
 	snprintf(w->coll_skip, sizeof(w->coll_skip), "task 2 never joined");
@@ -2061,6 +2069,7 @@ static void test_ops(void)
 	w->colls[0].pairs[0] = (struct ck_pair){ 2, 1.25 };
 	w->colls[0].pairs[1] = (struct ck_pair){ 4, 0.125 };
 	w->colls[0].pairs_ran = 1;
+	w->colls[0].ops_ran = 1;
 	w->colls[0].op_wrong[CK_ALLGATHER][2] = 7;
 	int len = ck_coll_encode(&w->colls[0], buf, sizeof(buf));
 	test_cond("the collectives' record encodes", len > 0);
@@ -2154,7 +2163,8 @@ static void test_pairs(void)
 	w->backend = "nccl";
 	w->nres = 0;
 	ck_eval_pairs(w);
-	test_check("under NCCL: skipped", w, "net.pairs", CK_SKIP, "timed over gloo only");
+	test_check("under NCCL: judged as under gloo", w, "net.pairs", CK_FAIL,
+		   "task 1 (gpu02): node pairs: gloo: timed out");
 	drop(w);
 
 	w = world(1, 2);

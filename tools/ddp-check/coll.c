@@ -1,6 +1,6 @@
 /* ddp-check's collectives (coll.h): the exact all-reduces and the
- * bandwidth sweep, over gloo (the trainer's comm layer) or NCCL; then, on
- * gloo, the other collectives and the node pairs. */
+ * bandwidth sweep, over gloo (the comm layer) or NCCL; then the other
+ * collectives and the node pairs. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,42 +10,8 @@
 #include "comm.h"
 #include "self.h"
 
-struct coll {
-	int nccl;
-	struct cnn_comm *gloo;
-	struct ck_nccl *nc;
-	int rank, world;
-};
-
-static void *coll_alloc(struct coll *c, size_t bytes)
-{
-	return c->nccl ? ck_nccl_alloc(bytes) : malloc(bytes);
-}
-
-static void coll_free(struct coll *c, void *p)
-{
-	if (c->nccl)
-		ck_nccl_free(p);
-	else
-		free(p);
-}
-
-static int coll_allreduce(struct coll *c, void *buf, size_t n, int sync, char *err, size_t errlen)
-{
-	if (!c->nccl)
-		return cnn_comm_allreduce_sum(c->gloo, buf, n, err, errlen);
-	if (ck_nccl_allreduce(c->nc, buf, n, err, errlen) < 0)
-		return -1;
-	return sync ? ck_nccl_sync(c->nc, err, errlen) : 0;
-}
-
-static int coll_sync(struct coll *c, char *err, size_t errlen)
-{
-	return c->nccl ? ck_nccl_sync(c->nc, err, errlen) : 0;
-}
-
 /* An all-reduce of n floats whose sum is known exactly. */
-static int exact(struct coll *c, void *dbuf, float *host, size_t n, char *msg, size_t len)
+static int exact(struct ck_comm *c, void *dbuf, float *host, size_t n, char *msg, size_t len)
 {
 	int big = c->world > 2048;   /* keep every partial sum exact in float */
 	float mine = big ? 1.0f : (float)(c->rank + 1);
@@ -54,17 +20,16 @@ static int exact(struct coll *c, void *dbuf, float *host, size_t n, char *msg, s
 
 	for (size_t i = 0; i < n; i++)
 		host[i] = mine * (float)(i % 7 + 1);
-	if (c->nccl && ck_nccl_copy(dbuf, host, n * 4, 1) < 0) {
+	if (ck_comm_put(c, dbuf, host, n * 4) < 0) {
 		snprintf(msg, len, "cudaMemcpy to the GPU failed");
 		return -1;
 	}
-	if (coll_allreduce(c, c->nccl ? dbuf : host, n, 1, err, sizeof(err)) < 0) {
-		if (!c->nccl)
-			cnn_comm_explain_failure(c->gloo, err, sizeof(err));
+	if (ck_comm_allreduce(c, dbuf, n, 1, err, sizeof(err)) < 0) {
+		ck_comm_explain(c, err, sizeof(err));
 		snprintf(msg, len, "all-reduce of %zu floats failed: %s", n, err);
 		return -1;
 	}
-	if (c->nccl && ck_nccl_copy(host, dbuf, n * 4, 0) < 0) {
+	if (ck_comm_get(c, host, dbuf, n * 4) < 0) {
 		snprintf(msg, len, "cudaMemcpy from the GPU failed");
 		return -1;
 	}
@@ -83,7 +48,7 @@ static int exact(struct coll *c, void *dbuf, float *host, size_t n, char *msg, s
 void ck_run_colls(struct self *me, struct ddpenv_store *s, const struct ck_opts *o,
 		  const size_t *sizes, size_t nsizes, struct ck_coll *out)
 {
-	struct coll c = { .nccl = !strcmp(me->backend, "nccl"), .rank = me->id, .world = me->n };
+	struct ck_comm c = { .nccl = !strcmp(me->backend, "nccl"), .rank = me->id, .world = me->n };
 	char err[DDPENV_ERRLEN];
 	size_t maxb = nsizes ? sizes[nsizes - 1] : 0;
 	size_t nexact = maxb / 4 > (1u << 20) ? (1u << 20) : maxb / 4 > 4096 ? maxb / 4 : 4096;
@@ -108,7 +73,7 @@ void ck_run_colls(struct self *me, struct ddpenv_store *s, const struct ck_opts 
 	}
 	out->init_s = ck_mono() - t0;
 	host = malloc(nexact * 4);
-	dbuf = coll_alloc(&c, bytes);
+	dbuf = ck_comm_alloc(&c, bytes);
 	if (!host || !dbuf) {
 		snprintf(out->msg, sizeof(out->msg), "cannot allocate %zu bytes for the all-reduce", bytes);
 		goto out;
@@ -117,8 +82,7 @@ void ck_run_colls(struct self *me, struct ddpenv_store *s, const struct ck_opts 
 	memset(host, 0, nexact * 4);
 	for (size_t off = 0; off < bytes; off += nexact * 4) {
 		size_t chunk = bytes - off < nexact * 4 ? bytes - off : nexact * 4;
-		if (c.nccl ? ck_nccl_copy((char *)dbuf + off, host, chunk, 1) < 0 :
-			     (memset((char *)dbuf + off, 0, chunk), 0)) {
+		if (ck_comm_put(&c, (char *)dbuf + off, host, chunk) < 0) {
 			snprintf(out->msg, sizeof(out->msg), "cudaMemcpy to the GPU failed");
 			goto out;
 		}
@@ -136,35 +100,27 @@ void ck_run_colls(struct self *me, struct ddpenv_store *s, const struct ck_opts 
 		size_t n = sizes[k] / 4;
 		double t = 0;
 		for (int i = 0; i < o->warmup; i++)
-			if (coll_allreduce(&c, dbuf, n, 0, err, sizeof(err)) < 0)
+			if (ck_comm_allreduce(&c, dbuf, n, 0, err, sizeof(err)) < 0)
 				goto sweep_failed;
-		if (coll_sync(&c, err, sizeof(err)) < 0)
+		if (ck_comm_sync(&c, err, sizeof(err)) < 0)
 			goto sweep_failed;
 		t = ck_mono();
 		for (int i = 0; i < o->iters; i++)
-			if (coll_allreduce(&c, dbuf, n, 0, err, sizeof(err)) < 0)
+			if (ck_comm_allreduce(&c, dbuf, n, 0, err, sizeof(err)) < 0)
 				goto sweep_failed;
-		if (coll_sync(&c, err, sizeof(err)) < 0)
+		if (ck_comm_sync(&c, err, sizeof(err)) < 0)
 			goto sweep_failed;
 		out->times[out->ntimes++] = (ck_mono() - t) / (o->iters > 0 ? o->iters : 1);
 	}
-	if (!c.nccl) {
-		ck_run_ops(c.gloo, o, sizes, nsizes, out);
-		ck_run_pairs(c.gloo, me->r.host, o, out);
-	}
+	ck_run_ops(&c, o, sizes, nsizes, out);
+	ck_run_pairs(&c, me->r.host, o, out);
 	goto out;
 sweep_failed:
 	out->ok = 0;
-	if (!c.nccl)
-		cnn_comm_explain_failure(c.gloo, err, sizeof(err));
+	ck_comm_explain(&c, err, sizeof(err));
 	snprintf(out->msg, sizeof(out->msg), "bandwidth sweep failed: %s", err);
 out:
-	/* the communicator first: cudaFree waits for the device, which never
-	 * ends an NCCL kernel waiting for a dead peer until ncclCommAbort */
-	if (c.nccl)
-		ck_nccl_close(c.nc);
-	else
-		cnn_comm_close(c.gloo);
-	coll_free(&c, dbuf);
+	ck_comm_free(&c, dbuf);
+	ck_comm_close(&c);
 	free(host);
 }

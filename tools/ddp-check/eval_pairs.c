@@ -168,10 +168,6 @@ void ck_eval_pairs(struct ck_world *w)
 		ck_add(w, "net.pairs", CK_SKIP, "%s", w->coll_skip);
 		return;
 	}
-	if (strcmp(w->backend, "gloo") != 0) {
-		ck_add(w, "net.pairs", CK_SKIP, "timed over gloo only (ddp-check --backend=gloo)");
-		return;
-	}
 	if (w->opts.pair_bytes < 4) {
 		ck_add(w, "net.pairs", CK_SKIP, "--pair-bytes %zu: no pairs timed", w->opts.pair_bytes);
 		return;

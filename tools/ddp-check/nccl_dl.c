@@ -39,6 +39,13 @@ static struct {
 	ncclResult_t (*CommGetAsyncError)(ncclComm_t, ncclResult_t *);
 	ncclResult_t (*AllReduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
 				  cudaStream_t);
+	ncclResult_t (*AllGather)(const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
+	ncclResult_t (*ReduceScatter)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+				      cudaStream_t);
+	ncclResult_t (*Send)(const void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+	ncclResult_t (*Recv)(void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+	ncclResult_t (*GroupStart)(void);
+	ncclResult_t (*GroupEnd)(void);
 	ncclResult_t (*CommFinalize)(ncclComm_t);
 	ncclResult_t (*CommDestroy)(ncclComm_t);
 	ncclResult_t (*CommAbort)(ncclComm_t);
@@ -103,6 +110,12 @@ int ck_nccl_load(char *err, size_t errlen)
 	SYM(dl.nccl, CommInitRankConfig, "ncclCommInitRankConfig");
 	SYM(dl.nccl, CommGetAsyncError, "ncclCommGetAsyncError");
 	SYM(dl.nccl, AllReduce, "ncclAllReduce");
+	SYM(dl.nccl, AllGather, "ncclAllGather");
+	SYM(dl.nccl, ReduceScatter, "ncclReduceScatter");
+	SYM(dl.nccl, Send, "ncclSend");
+	SYM(dl.nccl, Recv, "ncclRecv");
+	SYM(dl.nccl, GroupStart, "ncclGroupStart");
+	SYM(dl.nccl, GroupEnd, "ncclGroupEnd");
 	SYM(dl.nccl, CommFinalize, "ncclCommFinalize");
 	SYM(dl.nccl, CommDestroy, "ncclCommDestroy");
 	SYM(dl.nccl, CommAbort, "ncclCommAbort");
@@ -141,6 +154,7 @@ struct ck_nccl {
 	cudaStream_t stream;
 	int timeout_ms;
 	int broken;          /* a wait timed out: abort, never finalize */
+	const char *what;    /* the last operation enqueued, for ck_nccl_sync's messages */
 	struct ddpenv_store *s;
 	double next_peer_check;
 };
@@ -290,10 +304,74 @@ fail:
 
 int ck_nccl_allreduce(struct ck_nccl *c, void *dbuf, size_t n, char *err, size_t errlen)
 {
+	c->what = "all-reduce";
 	ncclResult_t r = dl.AllReduce(dbuf, dbuf, n, ncclFloat32, ncclSum, c->comm, c->stream);
 	if (r != ncclSuccess && r != ncclInProgress)
 		return nerr(c, r, "all-reduce", err, errlen);
 	return settle(c, "all-reduce", err, errlen);
+}
+
+int ck_nccl_allgather(struct ck_nccl *c, const void *send, void *recv, size_t n, char *err, size_t errlen)
+{
+	c->what = "all-gather";
+	ncclResult_t r = dl.AllGather(send, recv, n, ncclFloat32, c->comm, c->stream);
+	if (r != ncclSuccess && r != ncclInProgress)
+		return nerr(c, r, "all-gather", err, errlen);
+	return settle(c, "all-gather", err, errlen);
+}
+
+int ck_nccl_reduce_scatter(struct ck_nccl *c, const void *send, void *recv, size_t n, char *err,
+			   size_t errlen)
+{
+	c->what = "reduce-scatter";
+	ncclResult_t r = dl.ReduceScatter(send, recv, n, ncclFloat32, ncclSum, c->comm, c->stream);
+	if (r != ncclSuccess && r != ncclInProgress)
+		return nerr(c, r, "reduce-scatter", err, errlen);
+	return settle(c, "reduce-scatter", err, errlen);
+}
+
+/* Grouped sends and receives of n floats: to and from each peer of
+ * peers[0..np) at send + i * n, recv + i * n (one peer: an exchange; every
+ * rank in order: an all-to-all). */
+static int grouped(struct ck_nccl *c, const char *what, const int *peers, int np, const float *send,
+		   float *recv, size_t n, char *err, size_t errlen)
+{
+	c->what = what;
+	ncclResult_t r = dl.GroupStart();
+	for (int i = 0; r == ncclSuccess && i < np; i++) {
+		r = dl.Send(send + (size_t)i * n, n, ncclFloat32, peers[i], c->comm, c->stream);
+		if (r == ncclSuccess || r == ncclInProgress)
+			r = dl.Recv(recv + (size_t)i * n, n, ncclFloat32, peers[i], c->comm, c->stream);
+		if (r == ncclInProgress)
+			r = ncclSuccess;
+	}
+	ncclResult_t e = dl.GroupEnd();
+	if (r == ncclSuccess)
+		r = e;
+	if (r != ncclSuccess && r != ncclInProgress)
+		return nerr(c, r, what, err, errlen);
+	return settle(c, what, err, errlen);
+}
+
+int ck_nccl_alltoall(struct ck_nccl *c, int world, const void *send, void *recv, size_t n, char *err,
+		     size_t errlen)
+{
+	int *peers = malloc((size_t)world * sizeof(int));
+	if (!peers) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	for (int i = 0; i < world; i++)
+		peers[i] = i;
+	int rv = grouped(c, "all-to-all", peers, world, send, recv, n, err, errlen);
+	free(peers);
+	return rv;
+}
+
+int ck_nccl_exchange(struct ck_nccl *c, int peer, const void *send, void *recv, size_t n, char *err,
+		     size_t errlen)
+{
+	return grouped(c, "send/receive", &peer, 1, send, recv, n, err, errlen);
 }
 
 /* Wait for the stream, bounded: a kernel waiting for a dead peer never
@@ -301,10 +379,11 @@ int ck_nccl_allreduce(struct ck_nccl *c, void *dbuf, size_t n, char *err, size_t
 int ck_nccl_sync(struct ck_nccl *c, char *err, size_t errlen)
 {
 	double deadline = ck_mono() + c->timeout_ms / 1000.0;
+	const char *what = c->what ? c->what : "all-reduce";
 	for (;;) {
 		cudaError_t e = dl.StreamQuery(c->stream);
 		if (e == cudaSuccess)
-			return settle(c, "all-reduce", err, errlen);
+			return settle(c, what, err, errlen);
 		if (e != cudaErrorNotReady) {
 			snprintf(err, errlen, "CUDA stream: %s", dl.GetErrorString(e));
 			return -1;
@@ -312,14 +391,14 @@ int ck_nccl_sync(struct ck_nccl *c, char *err, size_t errlen)
 		ncclResult_t st;
 		if (dl.CommGetAsyncError(c->comm, &st) == ncclSuccess && st != ncclSuccess &&
 		    st != ncclInProgress)
-			return nerr(c, st, "all-reduce", err, errlen);
+			return nerr(c, st, what, err, errlen);
 		if (ck_mono() > deadline) {
-			snprintf(err, errlen, "NCCL all-reduce: not done after %d s (a peer is missing or "
-				 "its network is cut)", c->timeout_ms / 1000);
+			snprintf(err, errlen, "NCCL %s: not done after %d s (a peer is missing or "
+				 "its network is cut)", what, c->timeout_ms / 1000);
 			c->broken = 1;
 			return -1;
 		}
-		if (peer_died(c, "all-reduce", err, errlen))
+		if (peer_died(c, what, err, errlen))
 			return -1;
 		usleep(50);
 	}
@@ -397,6 +476,29 @@ int ck_nccl_allreduce(struct ck_nccl *c, void *dbuf, size_t n, char *err, size_t
 }
 
 int ck_nccl_sync(struct ck_nccl *c, char *err, size_t errlen)
+{
+	return -1;
+}
+
+int ck_nccl_allgather(struct ck_nccl *c, const void *send, void *recv, size_t n, char *err, size_t errlen)
+{
+	return -1;
+}
+
+int ck_nccl_reduce_scatter(struct ck_nccl *c, const void *send, void *recv, size_t n, char *err,
+			   size_t errlen)
+{
+	return -1;
+}
+
+int ck_nccl_alltoall(struct ck_nccl *c, int world, const void *send, void *recv, size_t n, char *err,
+		     size_t errlen)
+{
+	return -1;
+}
+
+int ck_nccl_exchange(struct ck_nccl *c, int peer, const void *send, void *recv, size_t n, char *err,
+		     size_t errlen)
 {
 	return -1;
 }

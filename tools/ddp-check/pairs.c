@@ -11,7 +11,6 @@
 
 #include "check.h"
 #include "coll.h"
-#include "comm.h"
 #include "self.h"
 
 #define TRIALS 3
@@ -39,40 +38,49 @@ static int partner(int r, int i, int m)
 
 /* The first task of each node, in rank order, into first[]; how many.
  * -1 with err. */
-static int node_firsts(struct cnn_comm *c, const char *host, int *first, char *err, size_t len)
+static int node_firsts(struct ck_comm *c, const char *host, int *first, char *err, size_t len)
 {
-	float mine[4], *all = malloc((size_t)c->world * 4 * sizeof(float));
-	int m = 0;
+	size_t all = (size_t)c->world * 4 * sizeof(float);
+	float mine[4], *h = malloc(all);
+	void *din = ck_comm_alloc(c, 4 * sizeof(float)), *dout = ck_comm_alloc(c, all), *res;
+	int m = -1;
 
-	if (!all) {
+	if (!h || !din || !dout) {
 		snprintf(err, len, "out of memory");
-		return -1;
+		goto out;
 	}
 	host_key(host, mine);
-	if (cnn_comm_allgather(c, mine, all, 4, err, len) < 0) {
-		free(all);
-		return -1;
+	if (ck_comm_put(c, din, mine, sizeof(mine)) < 0 ||
+	    ck_comm_op(c, CK_ALLGATHER, din, dout, 4, &res, err, len) < 0 || ck_comm_sync(c, err, len) < 0 ||
+	    ck_comm_get(c, h, res, all) < 0) {
+		if (!err[0])
+			snprintf(err, len, "cudaMemcpy failed");
+		goto out;
 	}
+	m = 0;
 	for (int r = 0; r < c->world; r++) {
 		int seen = 0;
 		for (int q = 0; q < r && !seen; q++)
-			seen = !memcmp(all + 4 * r, all + 4 * q, 4 * sizeof(float));
+			seen = !memcmp(h + 4 * r, h + 4 * q, 4 * sizeof(float));
 		if (!seen)
 			first[m++] = r;
 	}
-	free(all);
+out:
+	free(h);
+	ck_comm_free(c, din);
+	ck_comm_free(c, dout);
 	return m;
 }
 
 /* This task's exchanges with node b's first task: the best GB/s each way. */
-static int time_pair(struct cnn_comm *c, int peer, int round, const float *send, float *recv, size_t n,
+static int time_pair(struct ck_comm *c, int peer, int round, const void *send, void *recv, size_t n,
 		     double *gbps, char *err, size_t len)
 {
 	double best = -1;
 
 	for (int t = 0; t < TRIALS; t++) {
 		double t0 = ck_mono();
-		if (cnn_comm_exchange(c, peer, (unsigned)(round * TRIALS + t), send, recv, n, err, len) < 0)
+		if (ck_comm_exchange(c, peer, (unsigned)(round * TRIALS + t), send, recv, n, err, len) < 0)
 			return -1;
 		double d = ck_mono() - t0;
 		if (best < 0 || d < best)
@@ -82,12 +90,42 @@ static int time_pair(struct cnn_comm *c, int peer, int round, const float *send,
 	return 0;
 }
 
-void ck_run_pairs(struct cnn_comm *c, const char *host, const struct ck_opts *o, struct ck_coll *out)
+/* Every task's buffers for the pairs: n floats each way (the node's first
+ * task only; zeros), one float for the rounds' barrier.  -1 with msg. */
+static int pair_bufs(struct ck_comm *c, int first, size_t n, void **send, void **recv, void **one,
+		     char *msg, size_t len)
+{
+	float *zeros = first ? calloc(n, sizeof(float)) : NULL;
+	int rv = 0;
+
+	*one = ck_comm_alloc(c, sizeof(float));
+	if (first) {
+		*send = ck_comm_alloc(c, n * sizeof(float));
+		*recv = ck_comm_alloc(c, n * sizeof(float));
+	}
+	if (!*one || (first && (!zeros || !*send || !*recv || ck_comm_put(c, *send, zeros, n * 4) < 0))) {
+		snprintf(msg, len, "node pairs: cannot allocate 2 x %zu bytes%s", n * 4,
+			 c->nccl ? " on the GPU" : "");
+		rv = -1;
+	}
+	free(zeros);
+	return rv;
+}
+
+/* The rounds' barrier: an all-reduce of one float (its value unread). */
+static int barrier(struct ck_comm *c, void *one, char *err, size_t len)
+{
+	static const float v = 1;
+	return ck_comm_put(c, one, &v, sizeof(v)) < 0 ? (snprintf(err, len, "cudaMemcpy failed"), -1) :
+	       ck_comm_allreduce(c, one, 1, 1, err, len);
+}
+
+void ck_run_pairs(struct ck_comm *c, const char *host, const struct ck_opts *o, struct ck_coll *out)
 {
 	int *first = malloc((size_t)c->world * sizeof(int));
 	size_t n = o->pair_bytes / 4;
-	float *send = NULL, *recv = NULL, one = 1;
-	char err[DDPENV_ERRLEN];
+	void *send = NULL, *recv = NULL, *one = NULL;
+	char err[DDPENV_ERRLEN] = "";
 	int m, me = -1;
 
 	if (!first) {
@@ -103,16 +141,15 @@ void ck_run_pairs(struct cnn_comm *c, const char *host, const struct ck_opts *o,
 	for (int i = 0; i < m; i++)
 		if (first[i] == c->rank)
 			me = i;
-	if (me >= 0 && (!(send = calloc(n, sizeof(float))) || !(recv = malloc(n * sizeof(float))))) {
-		snprintf(out->pair_msg, sizeof(out->pair_msg), "node pairs: cannot allocate 2 x %zu bytes", n * 4);
+	if (pair_bufs(c, me >= 0, n, &send, &recv, &one, out->pair_msg, sizeof(out->pair_msg)) < 0 && one)
 		me = -2; /* still in every round's barrier, exchanging nothing */
-	}
+	else if (!one)
+		goto done;
 	out->pairs_ran = 1;
 	int players = m + (m & 1);
 	for (int r = 0; r < players - 1; r++) {
 		/* a round starts when the last one ended everywhere */
-		one = 1;
-		if (cnn_comm_allreduce_sum(c, &one, 1, err, sizeof(err)) < 0)
+		if (barrier(c, one, err, sizeof(err)) < 0)
 			goto failed;
 		int p = me >= 0 ? partner(r, me, players) : m;
 		if (p >= m)
@@ -125,10 +162,11 @@ void ck_run_pairs(struct cnn_comm *c, const char *host, const struct ck_opts *o,
 	}
 	goto done;
 failed:
-	cnn_comm_explain_failure(c, err, sizeof(err));
+	ck_comm_explain(c, err, sizeof(err));
 	snprintf(out->pair_msg, sizeof(out->pair_msg), "node pairs: %s", err);
 done:
 	free(first);
-	free(send);
-	free(recv);
+	ck_comm_free(c, send);
+	ck_comm_free(c, recv);
+	ck_comm_free(c, one);
 }
