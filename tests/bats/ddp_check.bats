@@ -144,6 +144,30 @@ stop_logind() {
 	assert_line --regexp "^ +16380 +4095 +float +none +[0-9.]+ +[0-9.]+ +[0-9.]+ +0$"
 }
 
+# The same under NCCL, on cuemu's CUDA runtime and NCCL (no GPU here:
+# tests/Makefile's build/tests/cuemu/lib, loaded as ddp-check loads the
+# real ones): the pairs exchange through grouped ncclSend/ncclRecv, over
+# cuemu's connections between the ranks, which node3's tbf slows.
+@test "under NCCL (cuemu's libraries): one node made slow is named by net.pairs; all-gather, reduce-scatter and all-to-all checked" {
+	local emu="$REPO/build/tests/cuemu/lib"
+	[ -e "$emu/libnccl.so.2" ] || skip "no cuemu libraries ($emu): CUDA's headers are missing here (see tests/Makefile)"
+	"$CLUSTER" node 3 tc qdisc add dev enp3s0 root tbf rate 40mbit burst 64kb latency 2s
+	run crun srun -N3 --gres=gpu:1 --ddp=nccl bash -c \
+		"CUEMU_PCI_BUS=\$SLURM_NODEID LD_LIBRARY_PATH=$emu exec $CHECK -e 16K -n 2 -w 1 --timeout 30 --pair-bytes 512K"
+	echo "$output"
+	assert_failure 1
+	assert_line --regexp '^OK +coll.backend +NCCL [0-9.]+ and a GPU on every task$'
+	assert_line --regexp "^FAIL +net.pairs +node node3 is slow: its 2 pairs at 0\.0[0-9]+\.\.0\.0[0-9]+ GB/s each way, the other pairs at [0-9.]+\.\.[0-9.]+ \(--min-pair 50% of the best pair, [0-9.]+ GB/s\)$"
+	refute_output --partial "the link node"
+	local op
+	for op in all_gather reduce_scatter alltoall; do
+		assert_output --partial "# $op, nccl, 3 ranks, 1 warm-up and 2 timed iterations"
+		assert_line --regexp "^OK +coll\.$op +$op exact at every size on all 3 tasks; busbw [0-9.]+ GB/s at 16380 bytes$"
+	done
+	assert_line --regexp "^ +16380 +4095 +float +sum +[0-9.]+ +[0-9.]+ +[0-9.]+ +0$"
+	assert_line --regexp "^ +16380 +4095 +float +none +[0-9.]+ +[0-9.]+ +[0-9.]+ +0$"
+}
+
 @test "--json writes the same report as one JSON object" {
 	run --separate-stderr crun srun -N3 --ddp=gloo "$CHECK" "${ARGS[@]}" --json
 	echo "$output"

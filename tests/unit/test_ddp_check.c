@@ -25,7 +25,7 @@ static struct ck_world *world(int nodes, int per)
 	w->colls = calloc((size_t)n, sizeof(*w->colls));
 	w->opts = (struct ck_opts){ .min_bytes = 8, .max_bytes = 1024, .step_factor = 2, .iters = 5,
 				    .warmup = 1, .max_skew_ms = 100, .probe_ms = 2000, .timeout_s = 60,
-				    .min_kill_wait = 10 };
+				    .min_kill_wait = 10, .h2d_bytes = 64u << 20, .min_h2d = 50 };
 	w->slurm = (struct ck_slurm){ .have = 1, .kill_wait = 30 };
 	for (int i = 0; i < n; i++) {
 		w->ranks[i].proto = CK_RECORD_PROTO;
@@ -257,7 +257,7 @@ static void test_healthy(void)
 	char why[256];
 
 	ck_eval_setup(w);
-	test_cond("a healthy step: 29 setup checks, all OK", w->nres == 29 && count_level(w, CK_OK) == 29);
+	test_cond("a healthy step: 30 setup checks, all OK", w->nres == 30 && count_level(w, CK_OK) == 30);
 	for (size_t i = 0; i < w->nres; i++)
 		if (w->res[i].level != CK_OK)
 			printf("#   %s %s: %s\n", LV[w->res[i].level], w->res[i].name, w->res[i].msg);
@@ -286,7 +286,7 @@ static void test_healthy(void)
 	test_err("the header", text, "# ddp-check " DDPENV_VERSION ": backend gloo, world size 6 on 3 nodes, head gpu01 (MASTER_ADDR=10.0.0.1 MASTER_PORT=29512)");
 	test_err("a placement line", text, "\n      5  gpu03      1005  ens17  10.0.0.3  -    2-3   0\n");
 	test_err("a bandwidth row", text, "\n          1024           256   float    sum     1000.00      0.00      0.00\n");
-	test_err("the count line", text, "\nddp-check: 32 checks OK, 0 WARN, 0 FAILED\n");
+	test_err("the count line", text, "\nddp-check: 33 checks OK, 0 WARN, 0 FAILED\n");
 
 	f = tmpfile();
 	snprintf(w->res[0].msg, sizeof(w->res[0].msg), "a \"quoted\"\\ message\t");
@@ -296,7 +296,7 @@ static void test_healthy(void)
 	text[n] = 0;
 	fclose(f);
 	test_err("JSON escapes quotes, backslashes and controls", text, "\"a \\\"quoted\\\"\\\\ message\\u0009\"");
-	test_err("JSON summary", text, "\"summary\": {\"ok\": 32, \"warn\": 0, \"fail\": 0, \"skip\": 0},\n  \"exit_code\": 0");
+	test_err("JSON summary", text, "\"summary\": {\"ok\": 33, \"warn\": 0, \"fail\": 0, \"skip\": 0},\n  \"exit_code\": 0");
 	test_err("JSON bandwidth", text, "{\"size\": 1024, \"count\": 256, \"type\": \"float\", \"redop\": \"sum\", \"time_us\": 1000.000");
 	test_err("JSON nodes", text, "\"nodes\": 3,\n  \"nodes_reported\": 3,\n");
 	test_err("JSON limits, shared memory and RemoveIPC", text, "\"nofile\": 1024, \"nproc\": 63711, \"user_threads\": 40, \"shm\": {\"path\": \"/dev/shm\", "
@@ -647,7 +647,7 @@ static void test_mixed_versions(void)
 	ck_eval_setup(w);
 	test_check("mixed versions: rdzv.join warns, naming both", w, "rdzv.join", CK_WARN,
 		   "all 6 tasks joined the rendezvous at 10.0.0.1:29512, but run different ddp-check "
-		   "versions: " DDPENV_VERSION " (record format 6) on task 0 (gpu01), older (0) on task 2 (gpu02)");
+		   "versions: " DDPENV_VERSION " (record format 7) on task 0 (gpu01), older (0) on task 2 (gpu02)");
 	test_check("... an older listener's missing reply is no MTU failure", w, "net.probe", CK_WARN,
 		   "gpu01 greeted gpu02, whose older ddp-check does not send the full-size packet asked for");
 	test_check("... its tasks' missing limits fail nothing", w, "net.nofile", CK_OK, "at least 1024");
@@ -1856,6 +1856,79 @@ static void test_pcie(void)
 	drop(w);
 }
 
+/* hw.h2d: each task's copies to its GPU against its link (eval_h2d.c). */
+static void test_h2d(void)
+{
+	test_cond("a link's GB/s each way: Gen1 x1 0.25, Gen3 x16 15.75, Gen4 x16 31.5, Gen5 x16 63.0, "
+		  "Gen6 x16 121.0, unknown 0",
+		  ck_pcie_gbps(2.5, 1) == 0.25 && ck_pcie_gbps(8, 16) > 15.75 && ck_pcie_gbps(8, 16) < 15.76 &&
+		  ck_pcie_gbps(16, 16) > 31.50 && ck_pcie_gbps(16, 16) < 31.51 && ck_pcie_gbps(32, 16) > 63.0 &&
+		  ck_pcie_gbps(32, 16) < 63.1 && ck_pcie_gbps(64, 16) == 121.0 && ck_pcie_gbps(0, 16) == 0 &&
+		  ck_pcie_gbps(16, 0) == 0);
+	struct ck_world *w = world(2, 2);
+	ck_eval_setup(w);
+	test_check("a CPU step: nothing to copy to", w, "hw.h2d", CK_OK, "no task has a GPU");
+	drop(w);
+
+	w = world(2, 2);
+	with_gpus(w, 2);
+	for (int i = 0; i < 4; i++) {
+		w->ranks[i].h2d_gbps = 25 + i;
+		set_link(&w->ranks[i].h2d_link, "gpu", w->ranks[i].gpu, "16.0 GT/s PCIe", 16, "16.0 GT/s PCIe", 16);
+	}
+	ck_eval_setup(w);
+	test_check("four GPUs near their Gen4 x16 links: OK with the range and the least share", w, "hw.h2d",
+		   CK_OK, "host-to-device 25.0..28.0 GB/s on 4 GPUs; the least 79% of its PCIe link (task 0, gpu01: "
+		   "16.0 GT/s PCIe x16)");
+	w->ranks[3].h2d_gbps = 9.5;
+	reeval(w);
+	test_check("one at 30% of its link: FAIL naming task, node, GPU, the figure and the link", w, "hw.h2d",
+		   CK_FAIL, "task 3 (gpu02): GPU 0000:43:00.0: host-to-device 9.5 GB/s, 30% of its link's 31.5 GB/s "
+		   "(16.0 GT/s PCIe x16; --min-h2d 50%): a slow path to the GPU");
+	w->opts.min_h2d = 25;
+	reeval(w);
+	test_check("... OK under --min-h2d 25", w, "hw.h2d", CK_OK, "the least 30% of its PCIe link (task 3");
+	w->opts.min_h2d = 50;
+	/* a link sysfs did not show: the step's median instead */
+	snprintf(w->ranks[3].h2d_link.err, sizeof(w->ranks[3].h2d_link.err), "no PCIe link speed");
+	reeval(w);
+	test_check("a slow GPU whose link was not read: WARN against the step's median", w, "hw.h2d", CK_WARN,
+		   "task 3 (gpu02): GPU 0000:43:00.0: host-to-device 9.5 GB/s, 37% of the step's median 25.5 GB/s "
+		   "(its PCIe link not read: no PCIe link speed)");
+	w->ranks[3].h2d_gbps = 26;
+	reeval(w);
+	test_check("... and one near the median OK", w, "hw.h2d", CK_OK, "host-to-device 25.0..27.0 GB/s on 4 GPUs");
+	for (int i = 0; i < 4; i++) {
+		w->ranks[i].h2d_gbps = 0;
+		snprintf(w->ranks[i].h2d_err, sizeof(w->ranks[i].h2d_err), "the CUDA runtime: none of libcudart.so "
+			 "could be loaded");
+	}
+	w->ranks[2].proto = 6;
+	w->ranks[2].h2d_err[0] = 0;
+	reeval(w);
+	test_check("none measured: SKIP with each task's reason, an older ddp-check's named", w, "hw.h2d", CK_SKIP,
+		   "not measured on any of 4 GPUs: task 0 (gpu01): the CUDA runtime: none of libcudart.so could be "
+		   "loaded; task 1 (gpu01): the CUDA runtime");
+	test_check("... the older one", w, "hw.h2d", CK_SKIP,
+		   "task 2 (gpu02): its ddp-check (record 6) does not measure it");
+	w->opts.h2d_bytes = 0;
+	reeval(w);
+	test_check("--h2d-bytes 0: SKIP", w, "hw.h2d", CK_SKIP, "--h2d-bytes 0: not measured");
+	drop(w);
+
+	/* the record carries them */
+	struct ck_rank r = { .id = 1, .h2d_gbps = 12.5 }, back;
+	char buf[16384];
+	snprintf(r.host, sizeof(r.host), "gpu01");
+	snprintf(r.h2d_err, sizeof(r.h2d_err), "why");
+	set_link(&r.h2d_link, "gpu", "0000:1b:00.0", "32.0 GT/s PCIe", 16, "32.0 GT/s PCIe", 16);
+	int len = ck_rank_encode(&r, buf, sizeof(buf));
+	test_cond("the host-to-device figure, its error and its link round-trip in the record",
+		  len > 0 && ck_rank_decode(&back, buf, (size_t)len) == 0 && back.h2d_gbps == 12.5 &&
+		  !strcmp(back.h2d_err, "why") && back.h2d_link.cur_width == 16 &&
+		  !strcmp(back.h2d_link.cur_speed, "32.0 GT/s PCIe"));
+}
+
 static void ports(struct ck_rank *r, const char *s)
 {
 	snprintf(r->ibports, sizeof(r->ibports), "%s", s);
@@ -2363,6 +2436,7 @@ int main(void)
 	test_slurm_query();
 	test_hw_sysfs();
 	test_pcie();
+	test_h2d();
 	test_fabric();
 	test_baseline();
 	test_ops();

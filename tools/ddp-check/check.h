@@ -27,7 +27,7 @@
  * user's threads; 5 the RDMA ports and PCIe links; 6 the GPU's health
  * (NVML, the kernel's Xid lines); a record without it (0) is an older
  * ddp-check's, whose task lacks them. */
-#define CK_RECORD_PROTO 6
+#define CK_RECORD_PROTO 7
 
 enum ck_level { CK_OK, CK_WARN, CK_FAIL, CK_SKIP };
 
@@ -151,6 +151,13 @@ struct ck_rank {
 	char backend_err[DDPENV_ERRLEN];
 	int nccl_version;                 /* task start to joining the rendezvous */
 	struct ck_gpu_health gh;          /* proto 6 */
+	/* Host-to-device copies from pinned memory to its GPU under the
+	 * task's binding (proto 7): GB/s, 0 not measured (h2d_err says why;
+	 * "" no GPU, or --h2d-bytes 0), and its GPU's link as sysfs says right
+	 * after them (a GPU lowers its link's speed when idle). */
+	double h2d_gbps;
+	char h2d_err[160];
+	struct ck_link h2d_link;
 };
 
 /* A prober's view of the other nodes. */
@@ -226,6 +233,8 @@ struct ck_opts {
 	int min_baseline;                /* percent of the baseline's busbw */
 	size_t pair_bytes;               /* each node pair's exchange, each way; 0: none */
 	int min_pair;                    /* percent of the best pair's GB/s */
+	size_t h2d_bytes;                /* each task's host-to-device copies; 0: none */
+	int min_h2d;                     /* percent of the GPU's PCIe link */
 };
 
 /* What the controller says of the time a task has to stop (task 0 asks,

@@ -96,6 +96,10 @@ void *ck_nccl_alloc(size_t bytes);
 void ck_nccl_free(void *p);
 int ck_nccl_copy(void *dst, const void *src, size_t bytes, int to_device);
 void ck_nccl_close(struct ck_nccl *c);
+/* Host-to-device bandwidth of the GPU at busid: the best of trials copies
+ * of bytes from pinned memory, after one untimed (GB/s); -1 with err
+ * (libcudart not loaded, no such device, memory short). */
+int ck_cuda_h2d(const char *busid, size_t bytes, int trials, double *gbps, char *err, size_t errlen);
 int ck_nccl_version(void);
 
 #endif

@@ -97,6 +97,7 @@ void ck_eval_setup(struct ck_world *w)
 	ck_eval_net(w, &nd);
 	ck_eval_bind(w, &nd);
 	ck_eval_hw(w, &nd);
+	ck_eval_h2d(w);
 	ck_eval_gpu(w, &nd);
 	ck_eval_p2p(w, &nd);
 	eval_backend(w);

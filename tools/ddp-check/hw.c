@@ -112,6 +112,14 @@ double ck_link_gts(const char *speed)
 	return strtod(speed, NULL);
 }
 
+double ck_pcie_gbps(double gts, int width)
+{
+	if (gts <= 0 || width <= 0)
+		return 0;
+	double enc = gts <= 5 ? 8.0 / 10 : gts <= 32 ? 128.0 / 130 : 242.0 / 256;
+	return gts * enc * width / 8;
+}
+
 /* "4: ACTIVE" -> "ACTIVE" */
 static const char *after_colon(const char *s)
 {

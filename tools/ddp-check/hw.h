@@ -36,5 +36,9 @@ void ck_ib_ports(const char *sysfs, char *out, size_t len);
 
 /* The speed's GT/s in a sysfs speed ("16.0 GT/s PCIe"), 0 unknown. */
 double ck_link_gts(const char *speed);
+/* What a link of gts GT/s and width lanes carries each way, GB/s, after
+ * its encoding (8b/10b to 5 GT/s, 128b/130b to 32, Gen6's FLITs at 64);
+ * 0 where either is unknown. */
+double ck_pcie_gbps(double gts, int width);
 
 #endif

@@ -243,7 +243,7 @@ static void find_nccl_gpu(struct self *me)
 }
 
 /* Everything this task finds out about itself, into me->r. */
-static void discover(struct self *me)
+static void discover(struct self *me, const struct ck_opts *o)
 {
 	int nccl = !strcmp(me->backend, "nccl");
 	find_head(me, getenv("MASTER_ADDR"));
@@ -253,6 +253,7 @@ static void discover(struct self *me)
 	ck_self_iface(me);
 	ck_self_binding(me);
 	ck_self_hw(me);
+	ck_self_h2d(me, o->h2d_bytes);
 	ck_self_gpu_health(me);
 	ck_self_limits(me);
 	ck_self_nccl_env(me);
@@ -545,7 +546,8 @@ int main(int argc, char **argv)
 	static struct run x = {
 		.cli.o = { .min_bytes = 8, .max_bytes = 256u << 20, .step_factor = 2, .iters = 20, .warmup = 5,
 			   .max_skew_ms = 100, .probe_ms = 2000, .timeout_s = 60, .min_kill_wait = 10,
-			   .min_baseline = 80, .pair_bytes = 16u << 20, .min_pair = 50 },
+			   .min_baseline = 80, .pair_bytes = 16u << 20, .min_pair = 50,
+			   .h2d_bytes = 64u << 20, .min_h2d = 50 },
 		.lis = { .fd = -1 },
 		.me.r = { .head_local = -1, .gpu_numa = -1, .visible = -1 },
 	};
@@ -565,7 +567,7 @@ int main(int argc, char **argv)
 	 * (CUDA's, the store's) exists, since the query forks. */
 	if (me->id == 0)
 		ck_slurm_ask(&x.sq, getenv("SLURM_JOB_ID"));
-	discover(me);
+	discover(me, &x.cli.o);
 
 	x.rec = malloc(RECLEN);
 	x.w = (struct ck_world){ .backend = me->backend, .n = me->n, .step_nodes = me->step_nodes,

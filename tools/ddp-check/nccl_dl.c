@@ -27,8 +27,11 @@ static struct {
 	cudaError_t (*GetDeviceCount)(int *);
 	cudaError_t (*SetDevice)(int);
 	cudaError_t (*DeviceGetPCIBusId)(char *, int, int);
+	cudaError_t (*DeviceGetByPCIBusId)(int *, const char *);
 	cudaError_t (*Malloc)(void **, size_t);
 	cudaError_t (*Free)(void *);
+	cudaError_t (*MallocHost)(void **, size_t);
+	cudaError_t (*FreeHost)(void *);
 	cudaError_t (*Memcpy)(void *, const void *, size_t, enum cudaMemcpyKind);
 	cudaError_t (*StreamCreate)(cudaStream_t *);
 	cudaError_t (*StreamDestroy)(cudaStream_t);
@@ -77,18 +80,46 @@ static void *open_first(const char *const *names, char *tried, size_t len)
 		}                                                                     \
 	} while (0)
 
-int ck_nccl_load(char *err, size_t errlen)
+/* libcudart and the runtime calls ddp-check makes; -1 with err saying
+ * which library failed and where it looked. */
+static int cuda_load(char *err, size_t errlen)
 {
 	static const char *const cudart[] = { "libcudart.so", "libcudart.so.13", "libcudart.so.12",
 					      "libcudart.so.11.0", NULL };
-	static const char *const nccl[] = { "libnccl.so.2", "libnccl.so", NULL };
 	char tried[256];
+
+	if (dl.GetErrorString)
+		return 0;
+	if (!dl.cudart && !(dl.cudart = open_first(cudart, tried, sizeof(tried)))) {
+		snprintf(err, errlen, "the CUDA runtime: none of %s could be loaded (LD_LIBRARY_PATH=%s)",
+			 tried, getenv("LD_LIBRARY_PATH") ? getenv("LD_LIBRARY_PATH") : "");
+		return -1;
+	}
+	SYM(dl.cudart, GetDeviceCount, "cudaGetDeviceCount");
+	SYM(dl.cudart, SetDevice, "cudaSetDevice");
+	SYM(dl.cudart, DeviceGetPCIBusId, "cudaDeviceGetPCIBusId");
+	SYM(dl.cudart, DeviceGetByPCIBusId, "cudaDeviceGetByPCIBusId");
+	SYM(dl.cudart, Malloc, "cudaMalloc");
+	SYM(dl.cudart, Free, "cudaFree");
+	SYM(dl.cudart, MallocHost, "cudaMallocHost");
+	SYM(dl.cudart, FreeHost, "cudaFreeHost");
+	SYM(dl.cudart, Memcpy, "cudaMemcpy");
+	SYM(dl.cudart, StreamCreate, "cudaStreamCreate");
+	SYM(dl.cudart, StreamDestroy, "cudaStreamDestroy");
+	SYM(dl.cudart, StreamQuery, "cudaStreamQuery");
+	SYM(dl.cudart, GetErrorString, "cudaGetErrorString");
+	return 0;
+}
+
+int ck_nccl_load(char *err, size_t errlen)
+{
+	static const char *const nccl[] = { "libnccl.so.2", "libnccl.so", NULL };
+	char tried[256], e[DDPENV_ERRLEN];
 
 	if (dl.nccl)
 		return 0;
-	if (!(dl.cudart = open_first(cudart, tried, sizeof(tried)))) {
-		snprintf(err, errlen, "--ddp=nccl needs the CUDA runtime: none of %s could be loaded "
-			 "(LD_LIBRARY_PATH=%s)", tried, getenv("LD_LIBRARY_PATH") ? getenv("LD_LIBRARY_PATH") : "");
+	if (cuda_load(e, sizeof(e)) < 0) {
+		snprintf(err, errlen, "--ddp=nccl needs %s", e);
 		return -1;
 	}
 	if (!(dl.nccl = open_first(nccl, tried, sizeof(tried)))) {
@@ -96,16 +127,6 @@ int ck_nccl_load(char *err, size_t errlen)
 			 tried, getenv("LD_LIBRARY_PATH") ? getenv("LD_LIBRARY_PATH") : "");
 		return -1;
 	}
-	SYM(dl.cudart, GetDeviceCount, "cudaGetDeviceCount");
-	SYM(dl.cudart, SetDevice, "cudaSetDevice");
-	SYM(dl.cudart, DeviceGetPCIBusId, "cudaDeviceGetPCIBusId");
-	SYM(dl.cudart, Malloc, "cudaMalloc");
-	SYM(dl.cudart, Free, "cudaFree");
-	SYM(dl.cudart, Memcpy, "cudaMemcpy");
-	SYM(dl.cudart, StreamCreate, "cudaStreamCreate");
-	SYM(dl.cudart, StreamDestroy, "cudaStreamDestroy");
-	SYM(dl.cudart, StreamQuery, "cudaStreamQuery");
-	SYM(dl.cudart, GetErrorString, "cudaGetErrorString");
 	SYM(dl.nccl, GetUniqueId, "ncclGetUniqueId");
 	SYM(dl.nccl, CommInitRankConfig, "ncclCommInitRankConfig");
 	SYM(dl.nccl, CommGetAsyncError, "ncclCommGetAsyncError");
@@ -147,6 +168,63 @@ int ck_nccl_device(int local_rank, int *dev, int *count, char *busid, size_t len
 	if (ddpenv_busid_norm(b, busid, len) < 0)
 		snprintf(busid, len, "%s", b);
 	return 0;
+}
+
+/* The CUDA device (as CUDA numbers them under CUDA_VISIBLE_DEVICES) at
+ * PCI bus id busid ("0000:1b:00.0"). */
+static int cuda_device(const char *busid, int *dev, char *err, size_t errlen)
+{
+	cudaError_t e = dl.DeviceGetByPCIBusId(dev, busid);
+	if (e != cudaSuccess) {
+		snprintf(err, errlen, "no CUDA device at %s (CUDA_VISIBLE_DEVICES=%s): %s", busid,
+			 getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "unset",
+			 dl.GetErrorString(e));
+		return -1;
+	}
+	return 0;
+}
+
+int ck_cuda_h2d(const char *busid, size_t bytes, int trials, double *gbps, char *err, size_t errlen)
+{
+	void *h = NULL, *d = NULL;
+	int dev, rv = -1;
+	cudaError_t e;
+	char le[DDPENV_ERRLEN];
+
+	*gbps = 0;
+	if (cuda_load(le, sizeof(le)) < 0) {
+		snprintf(err, errlen, "%s", le);
+		return -1;
+	}
+	if (cuda_device(busid, &dev, err, errlen) < 0)
+		return -1;
+	if ((e = dl.SetDevice(dev)) != cudaSuccess || (e = dl.MallocHost(&h, bytes)) != cudaSuccess ||
+	    (e = dl.Malloc(&d, bytes)) != cudaSuccess) {
+		snprintf(err, errlen, "CUDA device %d (%s): %zu bytes pinned and on the GPU: %s", dev, busid,
+			 bytes, dl.GetErrorString(e));
+		goto out;
+	}
+	memset(h, 1, bytes);   /* (the pages in: the first copy times the copy alone) */
+	double best = -1;
+	for (int t = 0; t <= trials; t++) {
+		double t0 = ck_mono();
+		if ((e = dl.Memcpy(d, h, bytes, cudaMemcpyHostToDevice)) != cudaSuccess) {
+			snprintf(err, errlen, "CUDA device %d (%s): cudaMemcpy of %zu bytes to it: %s", dev, busid,
+				 bytes, dl.GetErrorString(e));
+			goto out;
+		}
+		double dt = ck_mono() - t0;
+		if (t > 0 && (best < 0 || dt < best))   /* (the first a warm-up) */
+			best = dt;
+	}
+	*gbps = best > 0 ? (double)bytes / best / 1e9 : 0;
+	rv = 0;
+out:
+	if (d)
+		dl.Free(d);
+	if (h)
+		dl.FreeHost(h);
+	return rv;
 }
 
 struct ck_nccl {
@@ -524,5 +602,12 @@ void ck_nccl_close(struct ck_nccl *c)
 int ck_nccl_version(void)
 {
 	return 0;
+}
+
+int ck_cuda_h2d(const char *busid, size_t bytes, int trials, double *gbps, char *err, size_t errlen)
+{
+	*gbps = 0;
+	snprintf(err, errlen, "%s", nonccl);
+	return -1;
 }
 #endif

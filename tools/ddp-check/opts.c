@@ -37,6 +37,9 @@ static void usage(FILE *out)
 		"      --pair-bytes=SIZE   each node pair's exchange, each way (default 16M;\n"
 		"                          0: no pairs): net.pairs names a slow node or link\n"
 		"      --min-pair=PCT      FAIL a pair below PCT%% of the best pair (default 50)\n"
+		"      --h2d-bytes=SIZE    each task's copies from pinned memory to its GPU\n"
+		"                          (default 64M; 0: none): hw.h2d\n"
+		"      --min-h2d=PCT       FAIL a GPU below PCT%% of its PCIe link (default 50)\n"
 		"      --backend=nccl|gloo the collective library (default: DDP_BACKEND)\n"
 		"      --json              the report as one JSON object\n"
 		"      --node              this node alone, no srun or peers (Slurm's\n"
@@ -87,6 +90,8 @@ static const struct numopt numopts[] = {
 	{ "min-baseline", 'M', K_INT, 1, 100, "percent", AT(min_baseline) },
 	{ "pair-bytes", 'p', K_SIZE, 0, 0, NULL, AT(pair_bytes) },
 	{ "min-pair", 'm', K_INT, 1, 100, "percent", AT(min_pair) },
+	{ "h2d-bytes", 'H', K_SIZE, 0, 0, NULL, AT(h2d_bytes) },
+	{ "min-h2d", 'X', K_INT, 1, 100, "percent", AT(min_h2d) },
 };
 #undef AT
 #define NNUM (sizeof(numopts) / sizeof(numopts[0]))

@@ -142,6 +142,10 @@ int ck_rank_encode(const struct ck_rank *r, char *buf, size_t len)
 	ck_link_encode(&r->nic_link, link, sizeof(link));
 	put(&o, "nic_link", "%s", link);
 	ck_gh_encode(&o, &r->gh);
+	put(&o, "h2d", "%.6f", r->h2d_gbps);
+	put(&o, "h2d_err", "%s", r->h2d_err);
+	ck_link_encode(&r->h2d_link, link, sizeof(link));
+	put(&o, "h2d_link", "%s", link);
 	put(&o, "memlock", "%lld", r->memlock);
 	put(&o, "nofile", "%lld", r->nofile);
 	put(&o, "nproc", "%lld", r->nproc);
@@ -178,6 +182,17 @@ int ck_rank_encode(const struct ck_rank *r, char *buf, size_t len)
 	put(&o, "backend_err", "%s", r->backend_err);
 	put(&o, "nccl_version", "%d", r->nccl_version);
 	return done(&o);
+}
+
+/* The host-to-device figures' lines (proto 7). */
+static void h2d_field(struct ck_rank *r, const char *k, const char *v)
+{
+	if (!strcmp(k, "h2d"))
+		r->h2d_gbps = atof(v);
+	else if (!strcmp(k, "h2d_err"))
+		STR(r->h2d_err, v);
+	else if (!strcmp(k, "h2d_link"))
+		ck_link_decode(v, &r->h2d_link);
 }
 
 static void rank_field(void *ctx, const char *k, const char *v)
@@ -222,6 +237,8 @@ static void rank_field(void *ctx, const char *k, const char *v)
 		ck_link_decode(v, &r->nic_link);
 	} else if (!strncmp(k, "gh", 2)) {
 		gh_field(&r->gh, k, v);
+	} else if (!strncmp(k, "h2d", 3)) {
+		h2d_field(r, k, v);
 	} else if (!strcmp(k, "memlock")) {
 		r->memlock = atoll(v);
 	} else if (!strcmp(k, "nofile")) {

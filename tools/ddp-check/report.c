@@ -293,6 +293,8 @@ void ck_report_json(const struct ck_world *w, FILE *out)
 			}
 			if (r->gpu[0])
 				json_gpu_health(out, &r->gh);
+			if (r->h2d_gbps > 0)
+				fprintf(out, ", \"h2d_gbps\": %.3f", r->h2d_gbps);
 			fprintf(out, ", \"cpus\": ");
 			ck_json_str(out, r->cpus);
 			fprintf(out, ", \"numa\": ");

@@ -22,6 +22,7 @@
 #include <systemd/sd-bus.h>
 
 #include "gpu_health.h"
+#include "coll.h"
 #include "self.h"
 
 static int marker_matches(void)
@@ -259,6 +260,18 @@ void ck_self_hw(struct self *me)
 		ck_link_read(sysfs, "gpu", r->gpu, &r->gpu_link);
 	if ((r->have & 1u << CK_NIC) && r->env[CK_NIC][0])
 		ck_nic_link_read(sysfs, r->env[CK_NIC], &r->nic_link);
+}
+
+void ck_self_h2d(struct self *me, size_t bytes)
+{
+	struct ck_rank *r = &me->r;
+	const char *sysfs = getenv("DDP_CHECK_SYSFS");
+
+	if (!r->gpu[0] || !bytes)
+		return;
+	if (ck_cuda_h2d(r->gpu, bytes, 5, &r->h2d_gbps, r->h2d_err, sizeof(r->h2d_err)) < 0)
+		return;
+	ck_link_read(sysfs && *sysfs ? sysfs : "/sys", "gpu", r->gpu, &r->h2d_link);
 }
 
 void ck_self_gpu_health(struct self *me)

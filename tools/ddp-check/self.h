@@ -41,6 +41,10 @@ void ck_self_hw(struct self *me);
 /* after ck_self_gpus: its GPU's health from NVML and the kernel's log
  * (DDP_CHECK_KMSG, else /dev/kmsg) */
 void ck_self_gpu_health(struct self *me);
+/* after ck_self_gpus: copies of bytes from pinned memory to its GPU
+ * (libcudart loaded at run time), then its GPU's link read again
+ * (DDP_CHECK_SYSFS, else /sys) */
+void ck_self_h2d(struct self *me, size_t bytes);
 /* its NCCL_* variables that should agree across ranks (r->nccl_env) */
 void ck_self_nccl_env(struct self *me);
 
