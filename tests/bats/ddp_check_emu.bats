@@ -156,3 +156,27 @@ assert c["level"] == "FAIL" and c["message"].startswith("task 1 ("), c' "$output
 	assert_line --regexp '^OK +coll.alltoall +alltoall exact at every size on all 2 tasks; '
 	assert_line --regexp '^ +1024 +256 +float +sum +[0-9.]+ +[0-9.]+ +[0-9.]+ +1$'
 }
+
+# hw.h2d: each task copies --h2d-bytes from pinned memory to its GPU
+# (cuemu's cudaMemcpy: a memcpy, some GB/s) and holds the figure against
+# what its GPU's link carries, read from a crafted sysfs (DDP_CHECK_SYSFS):
+# task 0's GPU on a 2.5 GT/s x1 link (0.25 GB/s: any copy is above half of
+# it), task 1's on 64 GT/s x16 (121 GB/s: no memcpy reaches half of it).
+@test "hw.h2d on cuemu: a GPU whose copies reach a fraction of its PCIe link fails, named with its link; --h2d-bytes 0 skips" {
+	local fs="$BATS_TEST_TMPDIR/sys"
+	fake_pci "$fs" 0000:00:00.0 "2.5 GT/s PCIe" 1 "2.5 GT/s PCIe" 1
+	fake_pci "$fs" 0000:01:00.0 "64.0 GT/s PCIe" 16 "64.0 GT/s PCIe" 16
+	check2 "$BATS_TEST_TMPDIR/h2d" "DDP_CHECK_SYSFS=$fs" "DDP_CHECK_SYSFS=$fs" -e 4K --timeout 30
+	assert_failure 1
+	assert_line --regexp '^FAIL +hw.h2d +task 1 \([^)]+\): GPU 0000:01:00.0: host-to-device [0-9.]+ GB/s, [0-9]+% of its link'"'"'s 121.0 GB/s \(64.0 GT/s PCIe x16; --min-h2d 50%\): a slow path to the GPU '
+	refute_output --regexp 'task 0 \([^)]+\): GPU 0000:00:00.0: host-to-device'
+	# the figure in the JSON's ranks
+	check2 "$BATS_TEST_TMPDIR/json" "DDP_CHECK_SYSFS=$fs" "DDP_CHECK_SYSFS=$fs" -e 4K --timeout 30 --json
+	/usr/bin/python3 -c '
+import json, sys
+j = json.loads(sys.argv[1])
+assert all(r["h2d_gbps"] > 0.125 for r in j["ranks"]), j["ranks"]' "$output"
+	check2 "$BATS_TEST_TMPDIR/off" "DDP_CHECK_SYSFS=$fs" "DDP_CHECK_SYSFS=$fs" -e 4K --timeout 30 --h2d-bytes 0
+	assert_line --regexp '^SKIP +hw.h2d +--h2d-bytes 0: not measured$'
+	[ "$(cat "$BATS_TEST_TMPDIR/off.rc")" -eq 0 ]
+}
