@@ -180,3 +180,24 @@ assert all(r["h2d_gbps"] > 0.125 for r in j["ranks"]), j["ranks"]' "$output"
 	assert_line --regexp '^SKIP +hw.h2d +--h2d-bytes 0: not measured$'
 	[ "$(cat "$BATS_TEST_TMPDIR/off.rc")" -eq 0 ]
 }
+
+# gpu.p2p_bw: the node's first task times copies between every two GPUs
+# it sees (cudaMemcpyPeer), nvbandwidth's matrix; cuemu gives each rank 4
+# devices (CUEMU_DEVICES) and holds the pair 1-2 to 0.02 GB/s
+# (CUEMU_PEER_GBPS), a pair through the host beside the others' memcpy.
+@test "gpu.p2p_bw on cuemu: the GPU pairs' matrix of one node; a slow pair is named with both GPUs" {
+	local env="CUEMU_DEVICES=4 CUEMU_PEER_GBPS=1-2:0.02"
+	check2 "$BATS_TEST_TMPDIR/p2p" "$env" "$env" -e 4K --timeout 30 --p2p-bytes 2M --min-p2p 5 --h2d-bytes 0
+	assert_failure 1
+	assert_line --regexp '^FAIL +gpu.p2p_bw +[^ ]+: GPU 0000:01:00.0 -> GPU 0000:02:00.0 0.0 GB/s, 0% of the node'"'"'s best pair \([0-9.]+ GB/s; --min-p2p 5%\); [^ ]+: GPU 0000:02:00.0 -> GPU 0000:01:00.0 0.0 GB/s, 0% of the node'"'"'s best pair \([0-9.]+ GB/s; --min-p2p 5%\)$'
+	assert_line --regexp "^# GPU copies on [^ ]+, 2097152 bytes each, the best of 3 \(GB/s, from the row's GPU to the column's\)$"
+	assert_line --regexp '^  0000:01:00.0 +[0-9.]+ +- +0\.02 +[0-9.]+$'
+	# without the slow pair: OK, 12 pairs on the one node (task 0's)
+	check2 "$BATS_TEST_TMPDIR/ok" CUEMU_DEVICES=4 CUEMU_DEVICES=4 -e 4K --timeout 30 --p2p-bytes 2M --min-p2p 5 --h2d-bytes 0
+	assert_line --regexp '^OK +gpu.p2p_bw +12 GPU pairs on 1 node at [0-9.]+\.\.[0-9.]+ GB/s each way \(2097152 bytes a copy, the best of 3\)$'
+	check2 "$BATS_TEST_TMPDIR/off" "" "" -e 4K --timeout 30 --p2p-bytes 0 --h2d-bytes 0
+	assert_line --regexp '^SKIP +gpu.p2p_bw +--p2p-bytes 0: not measured$'
+	# one device a task: nothing to time
+	check2 "$BATS_TEST_TMPDIR/one" "" "" -e 4K --timeout 30 --h2d-bytes 0
+	assert_line --regexp "^OK +gpu.p2p_bw +no node's first task sees two GPUs: no pair to time$"
+}

@@ -1144,13 +1144,13 @@ const char *cudaGetErrorString(cudaError_t error)
 
 cudaError_t cudaGetDeviceCount(int *count)
 {
-	*count = 1;
+	*count = cuemu::devices();
 	return cudaSuccess;
 }
 
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
 {
-	if (device != 0)
+	if (device < 0 || device >= cuemu::devices())
 		return cudaErrorInvalidValue;
 	memset(prop, 0, sizeof(*prop));
 	snprintf(prop->name, sizeof(prop->name), "cuemu (the kernels' source run on the CPU)");
@@ -1164,13 +1164,13 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
 
 cudaError_t cudaGetDevice(int *device)
 {
-	*device = 0;
+	*device = cuemu::current_device();
 	return cudaSuccess;
 }
 
 cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device)
 {
-	if (device != 0)
+	if (device < 0 || device >= cuemu::devices())
 		return last_error = cudaErrorInvalidDevice;
 	switch (attr) {
 	case cudaDevAttrMultiProcessorCount: *value = kSMs; return cudaSuccess;

@@ -53,6 +53,13 @@ inline double slowed_ms(double ms) { return kLaunchMs + (ms - kLaunchMs) * 100; 
 // that time one call (cnn_train's time_call) a few.
 constexpr size_t kStepNodes = 12;
 
+// The devices a process sees: CUEMU_DEVICES (1 to 16, default 1), on PCI
+// buses CUEMU_PCI_BUS (hex, default 0) and up; the calling thread's
+// current one (cudaSetDevice).  Their memory is one pool: a pointer says
+// nothing of its device.  streams.cc.
+int devices();
+int current_device();
+
 // Is [p, p+n) inside one "device" allocation (cudaMalloc)?
 bool inside(const void *p, size_t n);
 // Inside one cudaMallocHost allocation?

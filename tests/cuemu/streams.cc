@@ -1237,13 +1237,35 @@ cudaError_t cudaFreeHost(void *ptr)
 	return cudaSuccess;
 }
 
-cudaError_t cudaSetDevice(int device)
+} // extern "C"
+
+int cuemu::devices()
 {
-	return device == 0 ? cudaSuccess : cudaErrorInvalidDevice;
+	const char *e = getenv("CUEMU_DEVICES");
+	int n = e && *e ? atoi(e) : 1;
+	return n < 1 ? 1 : n > 16 ? 16 : n;
 }
 
-// The one device's PCI bus: 0, or CUEMU_PCI_BUS (hex, as lspci writes it),
-// so that processes on one machine can stand for ranks on GPUs of their own.
+static thread_local int current;
+
+int cuemu::current_device()
+{
+	return current;
+}
+
+extern "C" {
+
+cudaError_t cudaSetDevice(int device)
+{
+	if (device < 0 || device >= cuemu::devices())
+		return cudaErrorInvalidDevice;
+	current = device;
+	return cudaSuccess;
+}
+
+// The first device's PCI bus: 0, or CUEMU_PCI_BUS (hex, as lspci writes
+// it), so that processes on one machine can stand for ranks on GPUs of
+// their own; device d's the d-th after it.
 static unsigned emu_bus()
 {
 	const char *e = getenv("CUEMU_PCI_BUS");
@@ -1252,10 +1274,10 @@ static unsigned emu_bus()
 
 cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device)
 {
-	if (device != 0)
+	if (device < 0 || device >= cuemu::devices())
 		return cudaErrorInvalidDevice;
 	char b[16];
-	int n = snprintf(b, sizeof(b), "0000:%02x:00.0", emu_bus());
+	int n = snprintf(b, sizeof(b), "0000:%02x:00.0", (emu_bus() + (unsigned)device) & 0xff);
 	if (!pciBusId || len < n + 1)
 		return cudaErrorInvalidValue;
 	memcpy(pciBusId, b, (size_t)n + 1);
@@ -1269,9 +1291,9 @@ cudaError_t cudaDeviceGetByPCIBusId(int *device, const char *pciBusId)
 	unsigned dom, bus, dev, fn;
 	if (!device || !pciBusId || sscanf(pciBusId, "%x:%x:%x.%x", &dom, &bus, &dev, &fn) != 4)
 		return cudaErrorInvalidValue;
-	if (dom || bus != emu_bus() || dev || fn)
+	if (dom || bus < emu_bus() || bus >= emu_bus() + (unsigned)cuemu::devices() || dev || fn)
 		return cudaErrorInvalidDevice;
-	*device = 0;
+	*device = (int)(bus - emu_bus());
 	return cudaSuccess;
 }
 

@@ -25,7 +25,8 @@ static struct ck_world *world(int nodes, int per)
 	w->colls = calloc((size_t)n, sizeof(*w->colls));
 	w->opts = (struct ck_opts){ .min_bytes = 8, .max_bytes = 1024, .step_factor = 2, .iters = 5,
 				    .warmup = 1, .max_skew_ms = 100, .probe_ms = 2000, .timeout_s = 60,
-				    .min_kill_wait = 10, .h2d_bytes = 64u << 20, .min_h2d = 50 };
+				    .min_kill_wait = 10, .h2d_bytes = 64u << 20, .min_h2d = 50,
+				    .p2p_bytes = 64u << 20, .min_p2p = 50 };
 	w->slurm = (struct ck_slurm){ .have = 1, .kill_wait = 30 };
 	for (int i = 0; i < n; i++) {
 		w->ranks[i].proto = CK_RECORD_PROTO;
@@ -257,7 +258,7 @@ static void test_healthy(void)
 	char why[256];
 
 	ck_eval_setup(w);
-	test_cond("a healthy step: 30 setup checks, all OK", w->nres == 30 && count_level(w, CK_OK) == 30);
+	test_cond("a healthy step: 31 setup checks, all OK", w->nres == 31 && count_level(w, CK_OK) == 31);
 	for (size_t i = 0; i < w->nres; i++)
 		if (w->res[i].level != CK_OK)
 			printf("#   %s %s: %s\n", LV[w->res[i].level], w->res[i].name, w->res[i].msg);
@@ -286,7 +287,7 @@ static void test_healthy(void)
 	test_err("the header", text, "# ddp-check " DDPENV_VERSION ": backend gloo, world size 6 on 3 nodes, head gpu01 (MASTER_ADDR=10.0.0.1 MASTER_PORT=29512)");
 	test_err("a placement line", text, "\n      5  gpu03      1005  ens17  10.0.0.3  -    2-3   0\n");
 	test_err("a bandwidth row", text, "\n          1024           256   float    sum     1000.00      0.00      0.00\n");
-	test_err("the count line", text, "\nddp-check: 33 checks OK, 0 WARN, 0 FAILED\n");
+	test_err("the count line", text, "\nddp-check: 34 checks OK, 0 WARN, 0 FAILED\n");
 
 	f = tmpfile();
 	snprintf(w->res[0].msg, sizeof(w->res[0].msg), "a \"quoted\"\\ message\t");
@@ -296,7 +297,7 @@ static void test_healthy(void)
 	text[n] = 0;
 	fclose(f);
 	test_err("JSON escapes quotes, backslashes and controls", text, "\"a \\\"quoted\\\"\\\\ message\\u0009\"");
-	test_err("JSON summary", text, "\"summary\": {\"ok\": 33, \"warn\": 0, \"fail\": 0, \"skip\": 0},\n  \"exit_code\": 0");
+	test_err("JSON summary", text, "\"summary\": {\"ok\": 34, \"warn\": 0, \"fail\": 0, \"skip\": 0},\n  \"exit_code\": 0");
 	test_err("JSON bandwidth", text, "{\"size\": 1024, \"count\": 256, \"type\": \"float\", \"redop\": \"sum\", \"time_us\": 1000.000");
 	test_err("JSON nodes", text, "\"nodes\": 3,\n  \"nodes_reported\": 3,\n");
 	test_err("JSON limits, shared memory and RemoveIPC", text, "\"nofile\": 1024, \"nproc\": 63711, \"user_threads\": 40, \"shm\": {\"path\": \"/dev/shm\", "
@@ -1929,6 +1930,93 @@ static void test_h2d(void)
 		  !strcmp(back.h2d_link.cur_speed, "32.0 GT/s PCIe"));
 }
 
+/* A node's GPU pairs as its first task timed them: n GPUs, each pair at g
+ * GB/s but from -> to at slow. */
+static void p2p_matrix(struct ck_rank *r, int n, double g, int from, int to, double slow)
+{
+	memset(&r->p2p, 0, sizeof(r->p2p));
+	r->p2p.n = n;
+	for (int x = 0; x < n; x++) {
+		snprintf(r->p2p.bus[x], sizeof(r->p2p.bus[x]), "0000:%02x:00.0", 0x1b + x);
+		for (int y = 0; y < n; y++)
+			r->p2p.gbps[x * n + y] = x == y ? 0 : (float)(x == from && y == to ? slow : g);
+	}
+}
+
+/* gpu.p2p_bw: each node's GPU pairs against its best (eval_p2p_bw.c). */
+static void test_p2p_bw(void)
+{
+	struct ck_world *w = world(2, 2);
+	ck_eval_setup(w);
+	test_check("a CPU step: nothing to time", w, "gpu.p2p_bw", CK_OK, "no GPUs in this step");
+	drop(w);
+
+	w = world(2, 2);
+	with_gpus(w, 2);
+	ck_eval_setup(w);
+	test_check("GPUs, but no first task saw two: OK, said", w, "gpu.p2p_bw", CK_OK,
+		   "no node's first task sees two GPUs: no pair to time");
+	p2p_matrix(&w->ranks[0], 4, 180, -1, -1, 0);
+	p2p_matrix(&w->ranks[2], 4, 175, -1, -1, 0);
+	reeval(w);
+	test_check("two nodes of 4 GPUs, every pair near the best: OK with the range", w, "gpu.p2p_bw", CK_OK,
+		   "24 GPU pairs on 2 nodes at 175.0..180.0 GB/s each way (67108864 bytes a copy, the best of 3)");
+	p2p_matrix(&w->ranks[2], 4, 175, 1, 3, 21.5);
+	reeval(w);
+	test_check("one pair at 12% of its node's best (through the host): FAIL naming node, both GPUs and the figures",
+		   w, "gpu.p2p_bw", CK_FAIL, "gpu02: GPU 0000:1c:00.0 -> GPU 0000:1e:00.0 21.5 GB/s, 12% of the "
+		   "node's best pair (175.0 GB/s; --min-p2p 50%)");
+	w->opts.min_p2p = 10;
+	reeval(w);
+	test_check("... OK under --min-p2p 10", w, "gpu.p2p_bw", CK_OK, "at 21.5..180.0 GB/s");
+	w->opts.min_p2p = 50;
+	memset(&w->ranks[0].p2p, 0, sizeof(w->ranks[0].p2p));
+	snprintf(w->ranks[0].p2p.err, sizeof(w->ranks[0].p2p.err), "CUDA device 1: out of memory");
+	p2p_matrix(&w->ranks[2], 4, 175, -1, -1, 0);
+	reeval(w);
+	test_check("a node that could not time them: said beside the others", w, "gpu.p2p_bw", CK_OK,
+		   "12 GPU pairs on 1 node at 175.0..175.0 GB/s each way (67108864 bytes a copy, the best of 3); "
+		   "not measured: gpu01 (task 0): CUDA device 1: out of memory");
+	memset(&w->ranks[2].p2p, 0, sizeof(w->ranks[2].p2p));
+	reeval(w);
+	test_check("none timed: SKIP with the reasons", w, "gpu.p2p_bw", CK_SKIP,
+		   "not measured: gpu01 (task 0): CUDA device 1: out of memory");
+	w->opts.p2p_bytes = 0;
+	reeval(w);
+	test_check("--p2p-bytes 0: SKIP", w, "gpu.p2p_bw", CK_SKIP, "--p2p-bytes 0: not measured");
+	w->opts.p2p_bytes = 64u << 20;
+	p2p_matrix(&w->ranks[2], 2, 50, 0, 1, 49);
+	w->coll_ran = 0;
+	FILE *f = tmpfile();
+	ck_report_text(w, f);
+	rewind(f);
+	char text[16384];
+	size_t n = fread(text, 1, sizeof(text) - 1, f);
+	text[n] = 0;
+	fclose(f);
+	test_err("the report's matrix: its header", text, "\n# GPU copies on gpu02, 67108864 bytes each, the best "
+		 "of 3 (GB/s, from the row's GPU to the column's)\n#               0000:1b:00.0  0000:1c:00.0\n");
+	test_err("... its rows", text, "\n  0000:1b:00.0             -         49.00\n  0000:1c:00.0         50.00"
+		 "             -\n");
+	f = tmpfile();
+	ck_report_json(w, f);
+	rewind(f);
+	n = fread(text, 1, sizeof(text) - 1, f);
+	text[n] = 0;
+	fclose(f);
+	test_err("... and in JSON", text, "\"gpu_pairs\": [\n    {\"node\": \"gpu02\", \"from\": \"0000:1b:00.0\", "
+		 "\"to\": \"0000:1c:00.0\", \"gbps\": 49.0000},");
+
+	/* the record carries them */
+	char buf[16384];
+	struct ck_rank back;
+	int len = ck_rank_encode(&w->ranks[2], buf, sizeof(buf));
+	test_cond("the GPU pairs round-trip in the record", len > 0 &&
+		  ck_rank_decode(&back, buf, (size_t)len) == 0 && back.p2p.n == 2 &&
+		  !strcmp(back.p2p.bus[1], "0000:1c:00.0") && back.p2p.gbps[1] == 49 && back.p2p.gbps[2] == 50);
+	drop(w);
+}
+
 static void ports(struct ck_rank *r, const char *s)
 {
 	snprintf(r->ibports, sizeof(r->ibports), "%s", s);
@@ -2437,6 +2525,7 @@ int main(void)
 	test_hw_sysfs();
 	test_pcie();
 	test_h2d();
+	test_p2p_bw();
 	test_fabric();
 	test_baseline();
 	test_ops();

@@ -75,6 +75,16 @@ struct ck_gpu_health {
 	char p2p[1024];
 };
 
+/* Copies between every two GPUs one task of a node sees (cudaMemcpyPeer),
+ * GB/s from row to column (proto 7). */
+#define CK_P2P_MAX 16
+struct ck_p2p {
+	int n;                           /* GPUs timed; 0 not measured (err, or fewer than 2) */
+	char bus[CK_P2P_MAX][16];        /* their PCI bus ids, as CUDA numbers them */
+	float gbps[CK_P2P_MAX * CK_P2P_MAX];
+	char err[160];
+};
+
 /* One rank, as it sees itself. */
 struct ck_rank {
 	int id;                          /* SLURM_PROCID (the check's own identity) */
@@ -158,6 +168,8 @@ struct ck_rank {
 	double h2d_gbps;
 	char h2d_err[160];
 	struct ck_link h2d_link;
+	/* The node's first task: copies between the GPUs it sees (proto 7). */
+	struct ck_p2p p2p;
 };
 
 /* A prober's view of the other nodes. */
@@ -235,6 +247,8 @@ struct ck_opts {
 	int min_pair;                    /* percent of the best pair's GB/s */
 	size_t h2d_bytes;                /* each task's host-to-device copies; 0: none */
 	int min_h2d;                     /* percent of the GPU's PCIe link */
+	size_t p2p_bytes;                /* each copy between two GPUs of a node; 0: none */
+	int min_p2p;                     /* percent of the node's best pair */
 };
 
 /* What the controller says of the time a task has to stop (task 0 asks,

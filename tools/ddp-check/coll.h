@@ -100,6 +100,11 @@ void ck_nccl_close(struct ck_nccl *c);
  * of bytes from pinned memory, after one untimed (GB/s); -1 with err
  * (libcudart not loaded, no such device, memory short). */
 int ck_cuda_h2d(const char *busid, size_t bytes, int trials, double *gbps, char *err, size_t errlen);
+/* Copies of bytes between every two of the CUDA devices this task sees
+ * (the first CK_P2P_MAX), each way, with peer access where the driver
+ * gives it: the best of 3 after one untimed, into p; the current device
+ * kept.  -1 with err. */
+int ck_cuda_p2p(size_t bytes, struct ck_p2p *p, char *err, size_t errlen);
 int ck_nccl_version(void);
 
 #endif

@@ -100,6 +100,7 @@ void ck_eval_setup(struct ck_world *w)
 	ck_eval_h2d(w);
 	ck_eval_gpu(w, &nd);
 	ck_eval_p2p(w, &nd);
+	ck_eval_p2p_bw(w);
 	eval_backend(w);
 	eval_slurm(w);
 	ck_nodes_free(&nd);

@@ -126,6 +126,8 @@ void ck_eval_bind(struct ck_world *w, const struct nodes *nd);
 void ck_eval_hw(struct ck_world *w, const struct nodes *nd);
 /* hw.h2d: each task's copies to its GPU against its PCIe link (eval_h2d.c). */
 void ck_eval_h2d(struct ck_world *w);
+/* gpu.p2p_bw: the copies between each node's GPUs (eval_p2p_bw.c). */
+void ck_eval_p2p_bw(struct ck_world *w);
 void ck_eval_gpu(struct ck_world *w, const struct nodes *nd);
 void ck_eval_p2p(struct ck_world *w, const struct nodes *nd);
 

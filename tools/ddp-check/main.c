@@ -254,6 +254,7 @@ static void discover(struct self *me, const struct ck_opts *o)
 	ck_self_binding(me);
 	ck_self_hw(me);
 	ck_self_h2d(me, o->h2d_bytes);
+	ck_self_p2p(me, o->p2p_bytes);
 	ck_self_gpu_health(me);
 	ck_self_limits(me);
 	ck_self_nccl_env(me);
@@ -547,7 +548,7 @@ int main(int argc, char **argv)
 		.cli.o = { .min_bytes = 8, .max_bytes = 256u << 20, .step_factor = 2, .iters = 20, .warmup = 5,
 			   .max_skew_ms = 100, .probe_ms = 2000, .timeout_s = 60, .min_kill_wait = 10,
 			   .min_baseline = 80, .pair_bytes = 16u << 20, .min_pair = 50,
-			   .h2d_bytes = 64u << 20, .min_h2d = 50 },
+			   .h2d_bytes = 64u << 20, .min_h2d = 50, .p2p_bytes = 64u << 20, .min_p2p = 50 },
 		.lis = { .fd = -1 },
 		.me.r = { .head_local = -1, .gpu_numa = -1, .visible = -1 },
 	};

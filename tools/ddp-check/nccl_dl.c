@@ -32,6 +32,12 @@ static struct {
 	cudaError_t (*Free)(void *);
 	cudaError_t (*MallocHost)(void **, size_t);
 	cudaError_t (*FreeHost)(void *);
+	cudaError_t (*GetDevice)(int *);
+	cudaError_t (*DeviceCanAccessPeer)(int *, int, int);
+	cudaError_t (*DeviceEnablePeerAccess)(int, unsigned int);
+	cudaError_t (*DeviceDisablePeerAccess)(int);
+	cudaError_t (*MemcpyPeer)(void *, int, const void *, int, size_t);
+	cudaError_t (*DeviceSynchronize)(void);
 	cudaError_t (*Memcpy)(void *, const void *, size_t, enum cudaMemcpyKind);
 	cudaError_t (*StreamCreate)(cudaStream_t *);
 	cudaError_t (*StreamDestroy)(cudaStream_t);
@@ -103,6 +109,12 @@ static int cuda_load(char *err, size_t errlen)
 	SYM(dl.cudart, Free, "cudaFree");
 	SYM(dl.cudart, MallocHost, "cudaMallocHost");
 	SYM(dl.cudart, FreeHost, "cudaFreeHost");
+	SYM(dl.cudart, GetDevice, "cudaGetDevice");
+	SYM(dl.cudart, DeviceCanAccessPeer, "cudaDeviceCanAccessPeer");
+	SYM(dl.cudart, DeviceEnablePeerAccess, "cudaDeviceEnablePeerAccess");
+	SYM(dl.cudart, DeviceDisablePeerAccess, "cudaDeviceDisablePeerAccess");
+	SYM(dl.cudart, MemcpyPeer, "cudaMemcpyPeer");
+	SYM(dl.cudart, DeviceSynchronize, "cudaDeviceSynchronize");
 	SYM(dl.cudart, Memcpy, "cudaMemcpy");
 	SYM(dl.cudart, StreamCreate, "cudaStreamCreate");
 	SYM(dl.cudart, StreamDestroy, "cudaStreamDestroy");
@@ -119,7 +131,7 @@ int ck_nccl_load(char *err, size_t errlen)
 	if (dl.nccl)
 		return 0;
 	if (cuda_load(e, sizeof(e)) < 0) {
-		snprintf(err, errlen, "--ddp=nccl needs %s", e);
+		snprintf(err, errlen, "--ddp=nccl: %s", e);
 		return -1;
 	}
 	if (!(dl.nccl = open_first(nccl, tried, sizeof(tried)))) {
@@ -224,6 +236,87 @@ out:
 		dl.Free(d);
 	if (h)
 		dl.FreeHost(h);
+	return rv;
+}
+
+/* One timed copy from device a to b: the copy, then both devices idle. */
+static cudaError_t peer_copy(void *const *buf, int a, int b, size_t bytes, double *secs)
+{
+	double t0 = ck_mono();
+	cudaError_t e;
+	if ((e = dl.MemcpyPeer(buf[b], b, buf[a], a, bytes)) != cudaSuccess ||
+	    (e = dl.DeviceSynchronize()) != cudaSuccess || (e = dl.SetDevice(b)) != cudaSuccess ||
+	    (e = dl.DeviceSynchronize()) != cudaSuccess || (e = dl.SetDevice(a)) != cudaSuccess)
+		return e;
+	*secs = ck_mono() - t0;
+	return cudaSuccess;
+}
+
+/* Pair a -> b: peer access where the driver gives it (and taken back
+ * after, where this call gave it: NCCL enables its own later), then the
+ * best of 3. */
+static cudaError_t peer_pair(void *const *buf, int a, int b, size_t bytes, float *gbps)
+{
+	int can = 0, mine = 0;
+	double best = -1, dt;
+	cudaError_t e = dl.SetDevice(a);
+	if (e == cudaSuccess && dl.DeviceCanAccessPeer(&can, a, b) == cudaSuccess && can) {
+		e = dl.DeviceEnablePeerAccess(b, 0);
+		mine = e == cudaSuccess;
+		if (e == cudaErrorPeerAccessAlreadyEnabled)
+			e = cudaSuccess;
+	}
+	for (int t = 0; e == cudaSuccess && t <= 3; t++)
+		if ((e = peer_copy(buf, a, b, bytes, &dt)) == cudaSuccess && t > 0 && (best < 0 || dt < best))
+			best = dt;
+	if (mine)
+		dl.DeviceDisablePeerAccess(b);
+	*gbps = best > 0 ? (float)((double)bytes / best / 1e9) : 0;
+	return e;
+}
+
+int ck_cuda_p2p(size_t bytes, struct ck_p2p *p, char *err, size_t errlen)
+{
+	void *buf[CK_P2P_MAX] = { 0 };
+	int count = 0, cur = 0, rv = -1;
+	cudaError_t e;
+	char le[DDPENV_ERRLEN], b[32];
+
+	memset(p, 0, sizeof(*p));
+	if (cuda_load(le, sizeof(le)) < 0) {
+		snprintf(err, errlen, "%s", le);
+		return -1;
+	}
+	if ((e = dl.GetDeviceCount(&count)) != cudaSuccess || (e = dl.GetDevice(&cur)) != cudaSuccess) {
+		snprintf(err, errlen, "cudaGetDeviceCount: %s", dl.GetErrorString(e));
+		return -1;
+	}
+	if (count < 2)
+		return 0;
+	int n = count > CK_P2P_MAX ? CK_P2P_MAX : count;
+	for (int d = 0; d < n; d++) {
+		if ((e = dl.DeviceGetPCIBusId(b, sizeof(b), d)) != cudaSuccess || (e = dl.SetDevice(d)) != cudaSuccess ||
+		    (e = dl.Malloc(&buf[d], bytes)) != cudaSuccess) {
+			snprintf(err, errlen, "CUDA device %d: %zu bytes on it: %s", d, bytes, dl.GetErrorString(e));
+			goto out;
+		}
+		if (ddpenv_busid_norm(b, p->bus[d], sizeof(p->bus[d])) < 0)
+			snprintf(p->bus[d], sizeof(p->bus[d]), "%.15s", b);
+	}
+	for (int x = 0; x < n; x++)
+		for (int y = 0; y < n; y++)
+			if (x != y && (e = peer_pair(buf, x, y, bytes, &p->gbps[x * n + y])) != cudaSuccess) {
+				snprintf(err, errlen, "copies from CUDA device %d (%s) to %d (%s): %s", x, p->bus[x], y,
+					 p->bus[y], dl.GetErrorString(e));
+				goto out;
+			}
+	p->n = n;
+	rv = 0;
+out:
+	for (int d = 0; d < n; d++)
+		if (buf[d] && dl.SetDevice(d) == cudaSuccess)
+			dl.Free(buf[d]);
+	dl.SetDevice(cur);
 	return rv;
 }
 
@@ -607,6 +700,13 @@ int ck_nccl_version(void)
 int ck_cuda_h2d(const char *busid, size_t bytes, int trials, double *gbps, char *err, size_t errlen)
 {
 	*gbps = 0;
+	snprintf(err, errlen, "%s", nonccl);
+	return -1;
+}
+
+int ck_cuda_p2p(size_t bytes, struct ck_p2p *p, char *err, size_t errlen)
+{
+	memset(p, 0, sizeof(*p));
 	snprintf(err, errlen, "%s", nonccl);
 	return -1;
 }

@@ -40,6 +40,10 @@ static void usage(FILE *out)
 		"      --h2d-bytes=SIZE    each task's copies from pinned memory to its GPU\n"
 		"                          (default 64M; 0: none): hw.h2d\n"
 		"      --min-h2d=PCT       FAIL a GPU below PCT%% of its PCIe link (default 50)\n"
+		"      --p2p-bytes=SIZE    each copy between two GPUs of a node (default 64M;\n"
+		"                          0: none): gpu.p2p_bw\n"
+		"      --min-p2p=PCT       FAIL a GPU pair below PCT%% of its node's best pair\n"
+		"                          (default 50)\n"
 		"      --backend=nccl|gloo the collective library (default: DDP_BACKEND)\n"
 		"      --json              the report as one JSON object\n"
 		"      --node              this node alone, no srun or peers (Slurm's\n"
@@ -92,6 +96,8 @@ static const struct numopt numopts[] = {
 	{ "min-pair", 'm', K_INT, 1, 100, "percent", AT(min_pair) },
 	{ "h2d-bytes", 'H', K_SIZE, 0, 0, NULL, AT(h2d_bytes) },
 	{ "min-h2d", 'X', K_INT, 1, 100, "percent", AT(min_h2d) },
+	{ "p2p-bytes", 'Y', K_SIZE, 0, 0, NULL, AT(p2p_bytes) },
+	{ "min-p2p", 'Z', K_INT, 1, 100, "percent", AT(min_p2p) },
 };
 #undef AT
 #define NNUM (sizeof(numopts) / sizeof(numopts[0]))

@@ -113,6 +113,42 @@ static void gh_field(struct ck_gpu_health *g, const char *k, const char *v)
 	}
 }
 
+/* The copies between a node's GPUs (proto 7): "p2p_bus" their bus ids,
+ * "p2p_gbps" n x n figures (row from, column to), "p2p_err". */
+static void p2p_encode(struct out *o, const struct ck_p2p *p)
+{
+	char bus[CK_P2P_MAX * 17 + 1] = "", gb[CK_P2P_MAX * CK_P2P_MAX * 12 + 1] = "";
+	size_t ob = 0, og = 0;
+	for (int i = 0; i < p->n; i++)
+		ob += (size_t)snprintf(bus + ob, sizeof(bus) - ob, "%s%s", i ? "," : "", p->bus[i]);
+	for (int i = 0; i < p->n * p->n; i++)
+		og += (size_t)snprintf(gb + og, sizeof(gb) - og, "%s%.3f", i ? " " : "", p->gbps[i]);
+	put(o, "p2p_bus", "%s", bus);
+	put(o, "p2p_gbps", "%s", gb);
+	put(o, "p2p_err", "%s", p->err);
+}
+
+static void p2p_field(struct ck_p2p *p, const char *k, const char *v)
+{
+	if (!strcmp(k, "p2p_bus")) {
+		p->n = 0;
+		while (*v && p->n < CK_P2P_MAX) {
+			size_t l = strcspn(v, ",");
+			snprintf(p->bus[p->n++], sizeof(p->bus[0]), "%.*s", (int)(l < 15 ? l : 15), v);
+			v += l + (v[l] == ',');
+		}
+	} else if (!strcmp(k, "p2p_gbps")) {
+		char *end;
+		for (int i = 0; i < CK_P2P_MAX * CK_P2P_MAX && *v; i++, v = end) {
+			p->gbps[i] = strtof(v, &end);
+			if (end == v)
+				break;
+		}
+	} else if (!strcmp(k, "p2p_err")) {
+		STR(p->err, v);
+	}
+}
+
 int ck_rank_encode(const struct ck_rank *r, char *buf, size_t len)
 {
 	struct out o = { buf, len, 0, 0 };
@@ -146,6 +182,7 @@ int ck_rank_encode(const struct ck_rank *r, char *buf, size_t len)
 	put(&o, "h2d_err", "%s", r->h2d_err);
 	ck_link_encode(&r->h2d_link, link, sizeof(link));
 	put(&o, "h2d_link", "%s", link);
+	p2p_encode(&o, &r->p2p);
 	put(&o, "memlock", "%lld", r->memlock);
 	put(&o, "nofile", "%lld", r->nofile);
 	put(&o, "nproc", "%lld", r->nproc);
@@ -239,6 +276,8 @@ static void rank_field(void *ctx, const char *k, const char *v)
 		gh_field(&r->gh, k, v);
 	} else if (!strncmp(k, "h2d", 3)) {
 		h2d_field(r, k, v);
+	} else if (!strncmp(k, "p2p_", 4)) {
+		p2p_field(&r->p2p, k, v);
 	} else if (!strcmp(k, "memlock")) {
 		r->memlock = atoll(v);
 	} else if (!strcmp(k, "nofile")) {

@@ -274,6 +274,15 @@ void ck_self_h2d(struct self *me, size_t bytes)
 	ck_link_read(sysfs && *sysfs ? sysfs : "/sys", "gpu", r->gpu, &r->h2d_link);
 }
 
+void ck_self_p2p(struct self *me, size_t bytes)
+{
+	struct ck_rank *r = &me->r;
+
+	if (!me->prober || !r->gpu[0] || !bytes)
+		return;
+	ck_cuda_p2p(bytes, &r->p2p, r->p2p.err, sizeof(r->p2p.err));
+}
+
 void ck_self_gpu_health(struct self *me)
 {
 	const char *kmsg = getenv("DDP_CHECK_KMSG");

@@ -45,6 +45,9 @@ void ck_self_gpu_health(struct self *me);
  * (libcudart loaded at run time), then its GPU's link read again
  * (DDP_CHECK_SYSFS, else /sys) */
 void ck_self_h2d(struct self *me, size_t bytes);
+/* the node's first task, with a GPU: copies of bytes between every two
+ * GPUs it sees (r->p2p) */
+void ck_self_p2p(struct self *me, size_t bytes);
 /* its NCCL_* variables that should agree across ranks (r->nccl_env) */
 void ck_self_nccl_env(struct self *me);
 
