@@ -154,7 +154,7 @@ static void judge(struct ck_world *w, const struct ck_pair_row *rows, size_t n)
 		       w->opts.min_pair, best);
 	else
 		ck_add(w, "net.pairs", CK_OK, "%zu node pairs of %d nodes: %.2f..%.2f GB/s each way (%zu bytes each "
-		       "way, the best of 3; each at least %d%% of the best)", n, m, lo, best, w->opts.pair_bytes,
+		       "way, the best of 5; each at least %d%% of the best)", n, m, lo, best, w->opts.pair_bytes,
 		       w->opts.min_pair);
 }
 

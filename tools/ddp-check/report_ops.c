@@ -82,7 +82,7 @@ void ck_report_ops_text(const struct ck_world *w, FILE *out)
 	}
 	n = w->coll_ran ? ck_pair_rows(w, rows, sizeof(rows) / sizeof(rows[0])) : 0;
 	if (n)
-		fprintf(out, "#\n# node pairs, %zu bytes each way at once, the best of 3 (GB/s each way)\n",
+		fprintf(out, "#\n# node pairs, %zu bytes each way at once, the best of 5 (GB/s each way)\n",
 			w->opts.pair_bytes);
 	for (size_t k = 0; k < n; k++)
 		fprintf(out, "  %-24s  %-24s  %8.3f\n", w->ranks[rows[k].a].host, w->ranks[rows[k].b].host,
