@@ -170,21 +170,27 @@ for _ in range(100):
 # gloo_pair HELD PORT0 PORT1 GDB_COMMAND TIMEOUT_S [FUNCTION]: both ranks,
 # rank HELD under gdb, stopped at FUNCTION (its first pair's connect), the
 # other as `run` (at most 30 s); rank R's pair listens on PORT<R>, and the
-# lower port listens
+# lower port listens.  Rank 1 starts once rank 0's store listens: TIMEOUT_S
+# bounds its connect to the store too, and a loaded machine took longer
+# than 2 s to start rank 0 (under gdb or not).
 gloo_pair() {
 	local port shim="$REPO/build/tests/tools/bindport.so" g="$BATS_TEST_TMPDIR/held.gdb"
 	local at=${6:-'gloo::transport::tcp::Pair::connect(std::vector<char, std::allocator<char> > const&)'}
-	local held=$1 other=$((1 - $1)) ports=("$2" "$3")
+	local held=$1 other=$((1 - $1)) ports=("$2" "$3") after=()
 	[ -f "$shim" ] || fail "$shim is not built (make -C tests tools)"
 	command -v gdb >/dev/null || fail "gdb is missing (scripts/deps.sh installs it)"
 	port=$(free_port)
+	# (ss: a listening socket, with no connection made to the store)
+	after=(bash -c "until ss -Hltn 'sport = :$port' | grep -q .; do sleep 0.1; done; exec \"\$@\"" _)
+	local wait_held=() wait_other=()
+	if [ "$held" -eq 1 ]; then wait_held=("${after[@]}"); else wait_other=("${after[@]}"); fi
 	printf '%s\n' 'set breakpoint pending on' "break $at" run "$4" kill quit >"$g"
 	BINDPORT_PORT=${ports[$held]} LD_PRELOAD=$shim MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 \
-		RANK=$held DDP_BACKEND=gloo GLOO_SOCKET_IFNAME=lo timeout 60 gdb -batch -x "$g" --args "$CNN" \
+		RANK=$held DDP_BACKEND=gloo GLOO_SOCKET_IFNAME=lo timeout 60 "${wait_held[@]}" gdb -batch -x "$g" --args "$CNN" \
 		--max-steps 1 --train-limit 64 --test-limit 16 --timeout "$5" >"$BATS_TEST_TMPDIR/held.log" 2>&1 3>&- &
 	local pid=$!
 	BINDPORT_PORT=${ports[$other]} LD_PRELOAD=$shim MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 \
-		RANK=$other DDP_BACKEND=gloo GLOO_SOCKET_IFNAME=lo run --separate-stderr timeout 30 "$CNN" \
+		RANK=$other DDP_BACKEND=gloo GLOO_SOCKET_IFNAME=lo run --separate-stderr timeout 30 "${wait_other[@]}" "$CNN" \
 		--max-steps 1 --train-limit 64 --test-limit 16 --timeout "$5"
 	# a rank still held: gdb's children (it and a `shell sleep`) end now
 	pkill -KILL -P "$(pgrep -P "$pid")" 2>/dev/null || true
