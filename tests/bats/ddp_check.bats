@@ -106,7 +106,7 @@ stop_logind() {
 	for c in coll.all_gather coll.reduce_scatter coll.alltoall; do
 		assert_line --regexp "^OK +$c +[a-z_]+ exact at every size on all 6 tasks; busbw [0-9.]+ GB/s at 262128 bytes$"
 	done
-	assert_line "ddp-check: 36 checks OK, 0 WARN, 0 FAILED"
+	assert_line "ddp-check: 38 checks OK, 0 WARN, 0 FAILED"
 }
 
 @test "slurm.kill_wait: KillWait under --min-kill-wait warns; a task whose SLURM_CONF names nothing has a SKIP at once" {
@@ -114,7 +114,7 @@ stop_logind() {
 	echo "$output"
 	assert_success
 	assert_line --regexp "^WARN +slurm.kill_wait +KillWait=10: a task has 10 s from SIGTERM to SIGKILL .*, less than --min-kill-wait 30: a trainer that stops to write its checkpoint .* raise KillWait in slurm.conf \(Slurm's default is 30\)"
-	assert_line "ddp-check: 35 checks OK, 1 WARN, 0 FAILED"
+	assert_line "ddp-check: 37 checks OK, 1 WARN, 0 FAILED"
 	# libslurm would retry a slurm.conf it cannot stat for 60 s, then call
 	# fatal(): task 0 does not ask, and says why
 	SECONDS=0
@@ -123,7 +123,7 @@ stop_logind() {
 	assert_success
 	[ "$SECONDS" -lt 10 ]
 	assert_line --regexp "^SKIP +slurm.kill_wait +KillWait not read: SLURM_CONF=/nonexistent/slurm.conf: No such file or directory$"
-	assert_line "ddp-check: 35 checks OK, 0 WARN, 0 FAILED, 1 skipped"
+	assert_line "ddp-check: 37 checks OK, 0 WARN, 0 FAILED, 1 skipped"
 }
 
 @test "one node made slow (tc tbf on its interface): net.pairs names it, not its links; the other collectives' tables, #wrong 0" {
@@ -183,12 +183,13 @@ assert r["bandwidth"] and r["bandwidth"][-1]["size"] == 262144, r["bandwidth"]
 b = r["bandwidth"][-1]
 assert abs(b["busbw"] - b["algbw"] * 2 * 2 / 3) < 1e-3, b
 names = [c["name"] for c in r["checks"]]
-assert len(names) == 36 and "gpu.health" in names and "gpu.p2p" in names and "net.pairs" in names and "coll.alltoall" in names and "hw.pcie" in names and "net.fabric" in names and "slurm.kill_wait" in names and "net.shm" in names and "bind.threads" in names and "bind.nproc" in names and "env.nccl" in names and "net.memlock" in names and "net.nofile" in names and "net.probe" in names and "bind.gres" in names and "clock.skew" in names, names
+assert len(names) == 38 and "hw.h2d" in names and "gpu.p2p_bw" in names and "gpu.health" in names and "gpu.p2p" in names and "net.pairs" in names and "coll.alltoall" in names and "hw.pcie" in names and "net.fabric" in names and "slurm.kill_wait" in names and "net.shm" in names and "bind.threads" in names and "bind.nproc" in names and "env.nccl" in names and "net.memlock" in names and "net.nofile" in names and "net.probe" in names and "bind.gres" in names and "clock.skew" in names, names
 assert all(c["level"] == "OK" for c in r["checks"]), r["checks"]
 # tasks of root: no process limit holds them, and their threads are not counted
 assert all(x["user_threads"] is None for x in r["ranks"]), r["ranks"]
 assert r["kill_wait"] == 10, r["kill_wait"]
-assert r["summary"] == {"ok": 36, "warn": 0, "fail": 0, "skip": 0} and r["exit_code"] == 0
+assert r["summary"] == {"ok": 38, "warn": 0, "fail": 0, "skip": 0} and r["exit_code"] == 0
+assert r["gpu_pairs"] == [], r["gpu_pairs"]
 assert set(r["collectives"]) == {"all_gather", "reduce_scatter", "alltoall"}, r["collectives"]
 for op, rows in r["collectives"].items():
     assert rows and rows[-1]["size"] == 262140 and all(x["wrong"] == 0 for x in rows), (op, rows)
@@ -352,7 +353,7 @@ time.sleep(60)' &
 	assert_success
 	assert_line --regexp "^WARN +bind.cpus +node1: 2 tasks are not bound, each may run on all of CPUs 0-1"
 	assert_line --regexp "^SKIP +net.pairs +one node: no link between nodes to time$"
-	assert_line --regexp "^ddp-check: 34 checks OK, 1 WARN, 0 FAILED, 1 skipped$"
+	assert_line --regexp "^ddp-check: 36 checks OK, 1 WARN, 0 FAILED, 1 skipped$"
 }
 
 @test "GPU binding (fake GPUs, the nodes' topology): bus ids, locality, one task per GPU, strict narrows visibility" {
@@ -567,7 +568,7 @@ time.sleep(60)' &
 	echo "$output"
 	assert_success
 	assert_line --regexp "^WARN +net.nofile +the open-files limit \(ulimit -n\) on node2: 100 \(task 2 and others\): gloo connects every rank to every other, 5 sockets a rank at world size 6, which leave little room for the program's own files \(at least 261 wanted\); .*PropagateResourceLimitsExcept=NOFILE"
-	assert_line --regexp "^ddp-check: 35 checks OK, 1 WARN, 0 FAILED$"
+	assert_line --regexp "^ddp-check: 37 checks OK, 1 WARN, 0 FAILED$"
 }
 
 # The process limit holds all of a user's threads on a node (one kernel
@@ -583,9 +584,9 @@ time.sleep(60)' &
 	# KillWait is read as uid 65534 too, who cannot read the cluster's
 	# slurm.conf in a checkout under /root (0700): skipped there, saying why
 	if grep -qE '^SKIP +slurm\.kill_wait +KillWait not read: SLURM_CONF=.*: Permission denied$' <<<"$output"; then
-		assert_line --regexp "^ddp-check: 34 checks OK, 1 WARN, 0 FAILED, 1 skipped$"
+		assert_line --regexp "^ddp-check: 36 checks OK, 1 WARN, 0 FAILED, 1 skipped$"
 	else
-		assert_line --regexp "^ddp-check: 35 checks OK, 1 WARN, 0 FAILED$"
+		assert_line --regexp "^ddp-check: 37 checks OK, 1 WARN, 0 FAILED$"
 	fi
 	# 40 OpenMP threads a task on node2: past the limit
 	run crun srun -N2 --ntasks-per-node=2 --ddp=gloo bash -c \

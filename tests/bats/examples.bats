@@ -116,7 +116,7 @@ submit() {
 @test "ddp-check-first.sbatch: the check passes, then the training runs" {
 	submit ddp-check-first.sbatch "${CNN_OPTS[@]}"
 	assert_success
-	grep -E "^ddp-check: 36 checks OK, 0 WARN, 0 FAILED$" "$OUT"
+	grep -E "^ddp-check: 38 checks OK, 0 WARN, 0 FAILED$" "$OUT"
 	grep -E "^done: [0-9]+ steps, .*\(4 ranks\), test accuracy" "$OUT"
 }
 

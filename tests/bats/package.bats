@@ -107,7 +107,7 @@ teardown() {
 	echo "$output"
 	assert_success
 	assert_line /usr/bin/ddp-check
-	assert_line "ddp-check: 36 checks OK, 0 WARN, 0 FAILED"
+	assert_line "ddp-check: 38 checks OK, 0 WARN, 0 FAILED"
 }
 
 @test "the installed cnn_train trains across 2 nodes through the installed plugin" {
