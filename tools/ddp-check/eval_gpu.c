@@ -105,6 +105,23 @@ static void versions(const struct ck_world *w, struct msg *warn)
 	}
 }
 
+/* name's failure (its warnings after "and:"), or its warning, where there
+ * is one: 1; else 0, for the caller's OK. */
+static int add_faults(struct ck_world *w, const char *name, struct msg *fail, struct msg *warn)
+{
+	if (fail->items) {
+		if (warn->items)
+			ck_say(fail, "and: %s", ck_said(warn));
+		ck_add(w, name, CK_FAIL, "%s", ck_said(fail));
+		return 1;
+	}
+	if (warn->items) {
+		ck_add(w, name, CK_WARN, "%s", ck_said(warn));
+		return 1;
+	}
+	return 0;
+}
+
 void ck_eval_gpu(struct ck_world *w, const struct nodes *nd)
 {
 	struct msg fail = { 0 }, warn = { 0 }, unread = { 0 };
@@ -152,13 +169,7 @@ void ck_eval_gpu(struct ck_world *w, const struct nodes *nd)
 	for (int i = 0; i < w->n && !g; i++)
 		if (w->ranks[i].joined && w->ranks[i].gh.have)
 			g = &w->ranks[i].gh;
-	if (fail.items) {
-		if (warn.items)
-			ck_say(&fail, "and: %s", ck_said(&warn));
-		ck_add(w, "gpu.health", CK_FAIL, "%s", ck_said(&fail));
-	} else if (warn.items) {
-		ck_add(w, "gpu.health", CK_WARN, "%s", ck_said(&warn));
-	} else if (g) {
+	if (!add_faults(w, "gpu.health", &fail, &warn) && g) {
 		ck_add(w, "gpu.health", CK_OK, "%d GPUs read by NVML (driver %s, CUDA %d): no uncorrected ECC error, no "
 		       "pending retirement or row remap, no clock held down, persistence on%s%s", read, g->driver,
 		       g->cuda, xid_unread ? "; Xids not read: " : ", no Xid since boot", xid_unread ? xid_why : "");
@@ -239,13 +250,9 @@ void ck_eval_p2p(struct ck_world *w, const struct nodes *nd)
 		ck_add(w, "gpu.p2p", CK_SKIP, "NVML answered for none of the %d tasks' GPUs (gpu.health)", gpus);
 		return;
 	}
-	if (fail.items) {
-		if (warn.items)
-			ck_say(&fail, "and: %s", ck_said(&warn));
-		ck_add(w, "gpu.p2p", CK_FAIL, "%s", ck_said(&fail));
-	} else if (warn.items) {
-		ck_add(w, "gpu.p2p", CK_WARN, "%s", ck_said(&warn));
-	} else if (links > 0) {
+	if (add_faults(w, "gpu.p2p", &fail, &warn))
+		return;
+	if (links > 0) {
 		ck_add(w, "gpu.p2p", CK_OK, "%d GPUs: peer reads between every two of a node's (%d pairs both ways), %d "
 		       "NVLinks active on each, no NVLink error", read, pairs, links);
 	} else {
