@@ -165,7 +165,10 @@ cmd_check() {
 	for f in "${RELEASE_BATS[@]}"; do files+=("tests/bats/$f.bats"); done
 	local script='
 		set -u
-		echo "# --- Slurm $(sed -n "s/#define SLURM_VERSION_STRING \"\(.*\)\"/\1/p" /usr/include/slurm/slurm_version.h), Debian $(cat /etc/debian_version)"
+		# (Debian'"'"'s slurm_version.h has the number alone: 0x180b05 is 24.11.5)
+		v=$(sed -n "s/^#define SLURM_VERSION_NUMBER *0x\([0-9a-fA-F]*\).*/\1/p" /usr/include/slurm/slurm_version.h)
+		v=$((16#${v:-0}))
+		echo "# --- Slurm $((v >> 16)).$(printf %02d $((v >> 8 & 255))).$((v & 255)), Debian $(cat /etc/debian_version)"
 		t0=$SECONDS
 		if make -s -j"$(nproc)" WERROR=1 all bench >"$TMPDIR/build.log" 2>&1; then
 			echo "ok - the -Werror build ($((SECONDS - t0)) s)"
