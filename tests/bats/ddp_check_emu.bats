@@ -186,8 +186,8 @@ assert all(r["h2d_gbps"] > 0.125 for r in j["ranks"]), j["ranks"]' "$output"
 # devices (CUEMU_DEVICES) and holds the pair 1-2 to 0.02 GB/s
 # (CUEMU_PEER_GBPS), a pair through the host beside the others' memcpy.
 @test "gpu.p2p_bw on cuemu: the GPU pairs' matrix of one node; a slow pair is named with both GPUs" {
-	local env="CUEMU_DEVICES=4 CUEMU_PEER_GBPS=1-2:0.02"
-	check2 "$BATS_TEST_TMPDIR/p2p" "$env" "$env" -e 4K --timeout 30 --p2p-bytes 2M --min-p2p 5 --h2d-bytes 0
+	local devs="CUEMU_DEVICES=4 CUEMU_PEER_GBPS=1-2:0.02"
+	check2 "$BATS_TEST_TMPDIR/p2p" "$devs" "$devs" -e 4K --timeout 30 --p2p-bytes 2M --min-p2p 5 --h2d-bytes 0
 	assert_failure 1
 	assert_line --regexp '^FAIL +gpu.p2p_bw +[^ ]+: GPU 0000:01:00.0 -> GPU 0000:02:00.0 0.0 GB/s, 0% of the node'"'"'s best pair \([0-9.]+ GB/s; --min-p2p 5%\); [^ ]+: GPU 0000:02:00.0 -> GPU 0000:01:00.0 0.0 GB/s, 0% of the node'"'"'s best pair \([0-9.]+ GB/s; --min-p2p 5%\)$'
 	assert_line --regexp "^# GPU copies on [^ ]+, 2097152 bytes each, the best of 3 \(GB/s, from the row's GPU to the column's\)$"

@@ -134,13 +134,13 @@ void ck_run_ops(struct ck_comm *c, const struct ck_opts *o, const size_t *sizes,
 	char err[DDPENV_ERRLEN];
 
 	out->ops_ran = 1;
-	if (maxb) {
-		b.hin = malloc(maxb);
-		b.hout = malloc(maxb);
-		b.in = ck_comm_alloc(c, maxb);
-		b.out = ck_comm_alloc(c, maxb);
-	}
-	if (maxb && (!b.hin || !b.hout || !b.in || !b.out)) {
+	if (!maxb)
+		return;
+	b.hin = malloc(maxb);
+	b.hout = malloc(maxb);
+	b.in = ck_comm_alloc(c, maxb);
+	b.out = ck_comm_alloc(c, maxb);
+	if (!b.hin || !b.hout || !b.in || !b.out) {
 		snprintf(out->op_msg, sizeof(out->op_msg), "cannot allocate 2 x %zu bytes for the collectives%s",
 			 maxb, c->nccl ? " on the host and the GPU" : "");
 		goto done;
