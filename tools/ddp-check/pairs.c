@@ -2,8 +2,11 @@
  * first task of each node exchanges --pair-bytes each way with the first
  * task of every other node, one perfect matching of nodes at a time (a
  * round-robin tournament: the pairs of a round run together, rounds one
- * after another), the best of five exchanges per pair.  A slow node is
- * slow in each of its pairs, a slow link in one. */
+ * after another), the best of five exchanges per pair.  The five passes
+ * over the rounds are interleaved (every round once, then every round
+ * again), so a burst of other work on the nodes costs every pair alike
+ * instead of all five samples of one.  A slow node is slow in each of its
+ * pairs, a slow link in one. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,21 +75,17 @@ out:
 	return m;
 }
 
-/* This task's exchanges with node b's first task: the best GB/s each way. */
-static int time_pair(struct ck_comm *c, int peer, int round, const void *send, void *recv, size_t n,
-		     double *gbps, char *err, size_t len)
+/* One exchange with the peer: its seconds, kept in *best when below it
+ * (*best < 0: none yet). */
+static int time_exchange(struct ck_comm *c, int peer, unsigned tag, const void *send, void *recv, size_t n,
+			 double *best, char *err, size_t len)
 {
-	double best = -1;
-
-	for (int t = 0; t < TRIALS; t++) {
-		double t0 = ck_mono();
-		if (ck_comm_exchange(c, peer, (unsigned)(round * TRIALS + t), send, recv, n, err, len) < 0)
-			return -1;
-		double d = ck_mono() - t0;
-		if (best < 0 || d < best)
-			best = d;
-	}
-	*gbps = best > 0 ? (double)n * 4 / best / 1e9 : 0;
+	double t0 = ck_mono();
+	if (ck_comm_exchange(c, peer, tag, send, recv, n, err, len) < 0)
+		return -1;
+	double d = ck_mono() - t0;
+	if (*best < 0 || d < *best)
+		*best = d;
 	return 0;
 }
 
@@ -123,6 +122,7 @@ static int barrier(struct ck_comm *c, void *one, char *err, size_t len)
 void ck_run_pairs(struct ck_comm *c, const char *host, const struct ck_opts *o, struct ck_coll *out)
 {
 	int *first = malloc((size_t)c->world * sizeof(int));
+	double best[CK_MAX_PAIRS + 2];
 	size_t n = o->pair_bytes / 4;
 	void *send = NULL, *recv = NULL, *one = NULL;
 	char err[DDPENV_ERRLEN] = "";
@@ -147,18 +147,25 @@ void ck_run_pairs(struct ck_comm *c, const char *host, const struct ck_opts *o, 
 		goto done;
 	out->pairs_ran = 1;
 	int players = m + (m & 1);
+	for (int r = 0; r < players - 1; r++)
+		best[r] = -1;
+	for (int t = 0; t < TRIALS; t++)
+		for (int r = 0; r < players - 1; r++) {
+			/* a round starts when the last one ended everywhere */
+			if (barrier(c, one, err, sizeof(err)) < 0)
+				goto failed;
+			int p = me >= 0 ? partner(r, me, players) : m;
+			if (p < m && time_exchange(c, first[p], (unsigned)(r * TRIALS + t), send, recv, n, &best[r], err,
+						   sizeof(err)) < 0)
+				goto failed;
+		}
 	for (int r = 0; r < players - 1; r++) {
-		/* a round starts when the last one ended everywhere */
-		if (barrier(c, one, err, sizeof(err)) < 0)
-			goto failed;
 		int p = me >= 0 ? partner(r, me, players) : m;
 		if (p >= m)
 			continue;
-		struct ck_pair *pr = &out->pairs[out->npairs];
+		struct ck_pair *pr = &out->pairs[out->npairs++];
 		pr->peer = first[p];
-		if (time_pair(c, first[p], r, send, recv, n, &pr->gbps, err, sizeof(err)) < 0)
-			goto failed;
-		out->npairs++;
+		pr->gbps = best[r] > 0 ? (double)n * 4 / best[r] / 1e9 : 0;
 	}
 	goto done;
 failed:
