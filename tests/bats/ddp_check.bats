@@ -12,8 +12,10 @@ cluster_file 3
 setup() {
 	cluster_paths
 	CHECK="$REPO/build/bin/ddp-check"
-	# small sweeps: the VM's 2 cores carry every node
-	ARGS=(-e 256K -n 5 -w 1 --timeout 15)
+	# small sweeps: the VM's 2 cores carry every node; a node pair is held
+	# to 25% of the best (a loaded moment); the tests of a slow node keep
+	# net.pairs' default of 50%
+	ARGS=(-e 256K -n 5 -w 1 --timeout 15 --min-pair 25)
 }
 
 teardown() {
@@ -102,7 +104,7 @@ stop_logind() {
 	assert_line --regexp "^OK +coll.allreduce +gloo all-reduce of crafted inputs exact on all 6 tasks"
 	# the harness's slurm.conf has KillWait=10
 	assert_line --regexp "^OK +slurm.kill_wait +KillWait=10: a task has 10 s from SIGTERM to SIGKILL \(scancel, requeue, preemption, time limit\) to stop and write its checkpoint$"
-	assert_line --regexp "^OK +net.pairs +3 node pairs of 3 nodes: [0-9.]+\\.\\.[0-9.]+ GB/s each way \\(16777216 bytes each way, the best of 5; each at least 50% of the best\\)$"
+	assert_line --regexp "^OK +net.pairs +3 node pairs of 3 nodes: [0-9.]+\\.\\.[0-9.]+ GB/s each way \\(16777216 bytes each way, the best of 5; each at least 25% of the best\\)$"
 	for c in coll.all_gather coll.reduce_scatter coll.alltoall; do
 		assert_line --regexp "^OK +$c +[a-z_]+ exact at every size on all 6 tasks; busbw [0-9.]+ GB/s at 262128 bytes$"
 	done
