@@ -392,7 +392,14 @@ static void read_args(struct run *R, int argc, char **argv)
 		exit(2);
 	}
 	/* the environment snapshot's strings back the defaults: keep them */
-	R->args.data_dir = strdup(R->args.data_dir);
+	size_t dl = strlen(R->args.data_dir);
+	if (dl >= sizeof(R->data_dir)) {
+		fprintf(stderr, "cnn_train: the data folder (--data-dir or DDP_DATA_DIR) is %zu bytes long; expected "
+			"a path under %zu bytes\n", dl, sizeof(R->data_dir));
+		exit(2);
+	}
+	memcpy(R->data_dir, R->args.data_dir, dl + 1);
+	R->args.data_dir = R->data_dir;
 	ddpenv_env_free(&env);
 }
 
@@ -754,7 +761,6 @@ static void teardown(struct run *R)
 	cnn_data_free(&R->test);
 	free(R->ybuf);
 	free(R->eval_idx);
-	free((char *)R->args.data_dir);
 }
 
 int main(int argc, char **argv)

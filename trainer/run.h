@@ -16,6 +16,7 @@
 
 struct run {
 	struct cnn_args args;
+	char data_dir[4096];   /* args.data_dir's text (the environment's copy is freed) */
 	struct ddpenv_rank rank;
 	char host[64];
 	struct cnn_dataset train, test;

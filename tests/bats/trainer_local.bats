@@ -34,6 +34,14 @@ CNN="$REPO/build/bin/cnn_train"
 	[[ "$stderr" == *"$BATS_TEST_TMPDIR/train-images-idx3-ubyte: No such file or directory"* ]]
 }
 
+@test "a data directory longer than a path can be is refused with its length, exit 2" {
+	local long
+	long=/$(printf 'd%.0s' $(seq 5000))
+	DDP_DATA_DIR=$long run --separate-stderr "$CNN" --max-steps 1
+	assert_equal "$status" 2
+	assert_equal "$stderr" "cnn_train: the data folder (--data-dir or DDP_DATA_DIR) is 5001 bytes long; expected a path under 4096 bytes"
+}
+
 @test "DDP_DATA_DIR is the default data directory" {
 	DDP_DATA_DIR=/nonexistent run --separate-stderr "$CNN" --max-steps 1
 	assert_equal "$status" 1
