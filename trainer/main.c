@@ -636,28 +636,56 @@ static void train_step(struct run *R, long long first, int n, float lr, int prin
 	t[4] = now_s();
 }
 
+/* GPU: the time once the device is idle, every step launched so far done
+ * (last_loss waits for them): an end of a timed window, where PyTorch's
+ * benchmark calls torch.cuda.synchronize(). */
+static double gpu_idle_now(struct run *R)
+{
+	char err[1024];
+	float loss;
+	if (R->gpu_api->last_loss(R->gpu, &loss, err, sizeof(err)) < 0)
+		gpu_failed(R, err, sizeof(err));
+	return now_s();
+}
+
+/* GPU: the timed window open since *win0 closed (its seconds into
+ * t_train_wall); none open: nothing. */
+static void gpu_window_close(struct run *R, double *win0)
+{
+	if (*win0 < 0)
+		return;
+	R->t_train_wall += gpu_idle_now(R) - *win0;
+	*win0 = -1;
+}
+
 /* One epoch from batch b0 (until its end, --max-steps or a signal's stop);
- * the last loss and images/s into *loss and *ips. */
+ * the last loss and images/s into *loss and *ips.  The timed steps' time:
+ * on the CPU each step's, from its start to its update; on the GPU, whose
+ * steps the host does not wait for, windows between device
+ * synchronizations (the first timed step's start, the epoch's end, around
+ * a checkpoint). */
 static void train_epoch(struct run *R, struct loop *L, int epoch, long long b0, float *loss, double *ips)
 {
 	char err[1024];
-	double wall0 = now_s();
+	double wall0 = now_s(), win0 = -1;
 	long long imgs0 = 0;
 	for (long long b = b0; b < L->nb; b++) {
 		L->cur_epoch = epoch;
 		L->cur_b = b;
 		if (R->args.max_steps && R->steps >= R->args.max_steps) {
 			L->stop = 1;
-			return;
+			break;
 		}
 		int st = cnn_stop_poll(&R->stop, R->comm->store, R->rank.rank, R->steps, err, sizeof(err));
 		if (st < 0)
 			cnn_run_comm_failed(R, err, sizeof(err));
 		if (st > 0) {
 			L->stop = 2;
-			return;
+			break;
 		}
 		say_stop(R, L);
+		if (R->gpu && win0 < 0 && R->steps >= L->timed_from)
+			win0 = gpu_idle_now(R);
 		double t[5];
 		t[0] = now_s();
 		long long first = b * R->args.batch;
@@ -674,8 +702,10 @@ static void train_epoch(struct run *R, struct loop *L, int epoch, long long b0, 
 			R->t_data += t[1] - t[0];
 			R->t_compute += (t[2] - t[1]) + (t[4] - t[3]);
 			R->t_idle += t[3] - t[2];
-			R->t_train_wall += t[4] - t[0];
+			if (!R->gpu)
+				R->t_train_wall += t[4] - t[0];
 			R->timed_images += n;
+			R->timed_steps++;
 		} else {
 			wall0 = t[4];
 			imgs0 = b + 1;
@@ -685,9 +715,12 @@ static void train_epoch(struct run *R, struct loop *L, int epoch, long long b0, 
 			progress(R, epoch, b + 1, L->nb, *loss, *ips, 0);
 			L->last_print = t[4];
 		}
-		if (R->args.checkpoint_every && R->steps % R->args.checkpoint_every == 0)
+		if (R->args.checkpoint_every && R->steps % R->args.checkpoint_every == 0) {
+			gpu_window_close(R, &win0);
 			save_ckpt(R, epoch, b + 1);
+		}
 	}
+	gpu_window_close(R, &win0);
 }
 
 /* The epochs from start_epoch, batch start_b, each evaluated and

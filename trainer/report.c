@@ -239,6 +239,12 @@ void cnn_run_report(struct run *R)
 	dump_params(R);
 	if (R->rank.rank == 0) {
 		double ips = R->t_train_wall > 0 ? R->timed_images * (double)R->rank.world / R->t_train_wall : 0;
+		if (R->timed_steps)
+			printf("# timed: %lld steps (%lld to %lld), %lld images a rank, %.3f s %s\n", R->timed_steps,
+			       R->steps - R->timed_steps + 1, R->steps, R->timed_images, R->t_train_wall,
+			       R->gpu ? "between the device's synchronizations" : "of the steps' own time");
+		else
+			printf("# timed: no step (the first %s are warm-up)\n", R->gpu ? "5" : "3");
 		printf("done: %lld steps, %.0f images/s (%d rank%s), test accuracy %s",
 		       R->steps, ips, R->rank.world, R->rank.world == 1 ? "" : "s",
 		       R->evaluated ? "" : "not evaluated\n");

@@ -40,7 +40,7 @@ struct run {
 	 * all-reduced (CPU; 0 on a GPU, whose steps the host does not wait
 	 * for): bench/startup.sh's end of start-up */
 	double first_step_unix;
-	long long timed_images, steps;
+	long long timed_images, timed_steps, steps;
 	double test_acc, test_loss;
 	int evaluated;
 	struct cnn_stop stop;   /* a signal's stop, agreed by every rank */

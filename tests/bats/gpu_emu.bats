@@ -61,10 +61,14 @@ setup() {
 @test "--device cuda --precision fp32 trains what --device cpu trains (cuemu)" {
 	run --separate-stderr "$CNN" "${SMALL[@]}" --max-steps 8 --eval --device cpu --dump-params "$BATS_TEST_TMPDIR/cpu.bin"
 	assert_success
+	# the CPU's first 3 steps are warm-up, the GPU's 5; the GPU's steps
+	# timed between synchronizations, as PyTorch's benchmark times them
+	assert_line --regexp '^# timed: 5 steps \(4 to 8\), 40 images a rank, [0-9.]+ s of the steps. own time$'
 	run --separate-stderr "$CNN" "${SMALL[@]}" --max-steps 8 --eval --device cuda --precision fp32 --conv1 direct \
 		--fc2 cublas --dump-params "$BATS_TEST_TMPDIR/gpu.bin"
 	echo "$stderr"
 	assert_success
+	assert_line --regexp '^# timed: 3 steps \(6 to 8\), 24 images a rank, [0-9.]+ s between the device.s synchronizations$'
 	assert_line --regexp '^# cnn_train: world 1 \(local\), model 1x28x28->10 \(1199882 params\)'
 	assert_line --regexp "^# GPU: cuemu .*, fp32, conv1 direct, $CUDNN_FP32, $LAYOUT_AUTO, CUDA graph, backward streams auto \\(1 or 2: the step.s graph timed both ways\\), $PDL_AUTO\$"
 	assert_line --regexp '^test: loss [0-9.]+ accuracy [0-9.]+% \(16 images\)$'

@@ -248,6 +248,8 @@ gloo_pair() {
 	assert_success
 	assert_line --partial "# resumed from $d/checkpoint.bin: epoch 2, step 5 of it, 25 steps done"
 	assert_line --partial "done: 40 steps"
+	# the resumed run's own warm-up: 3 steps from where it started
+	assert_line --regexp '^# timed: 12 steps \(29 to 40\), 768 images a rank, [0-9.]+ s of the steps. own time$'
 	run "$CNN" "${opts[@]}" --dump-params "$BATS_TEST_TMPDIR/straight.bin"
 	assert_success
 	# dropout off, same order of everything: bit-identical to the uninterrupted run
