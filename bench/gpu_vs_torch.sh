@@ -3,7 +3,10 @@
 # same Net, data (Fashion-MNIST in GPU memory, batches gathered there),
 # SGD, batch size and precision, at per-GPU batch sizes 64, 256 and 1024.
 # cnn_train runs with its CUDA graph and with --no-graph; PyTorch eager,
-# torch.compile(mode="max-autotune") and a whole-step CUDA graph.  Prints
+# torch.compile of the whole step (forward, backward, optimizer) in each of
+# its modes, and a whole-step CUDA graph, each in NCHW and channels_last:
+# a PyTorch cell is the best of its column's runs (their medians), each
+# run's figure after the table.  Prints
 # images/s of each, cnn_train's ratio to eager PyTorch and to PyTorch's
 # best, and the TFLOP/s cnn_train achieved against the GPU's peak; after
 # the table, per batch size, what cnn_train's default run chose and why
@@ -19,6 +22,10 @@
 #   BATCHES="64 1024" PRECISION=fp32 bench/gpu_vs_torch.sh   (tf32, fp32 or bf16)
 #   DDP_DATA_DIR=/path/to/fashion-mnist      where the IDX files are
 #   TORCH_MODES="eager graph"                skip torch.compile (slow to compile)
+#   TORCH_COMPILE_MODES="max-autotune"       torch.compile's modes (default: default
+#                                            reduce-overhead max-autotune)
+#   TORCH_LAYOUTS=nchw                       PyTorch's layouts (default: nchw
+#                                            channels_last on a GPU, nchw on the CPU)
 #   CNN_ARGS="--conv-layout nhwc"            more cnn_train options (both its runs)
 #   CNN_VARIANTS="nhwc:--conv-layout nhwc;s2:--backward-streams 2"
 #                                            more cnn_train columns (graph runs), each
@@ -101,10 +108,26 @@ if [ -n "${SEEDS+x}" ]; then
 fi
 device=${DEVICE:-cuda}
 case $device in
-cuda) modes=${TORCH_MODES:-eager compile graph} ;;
-cpu) modes=${TORCH_MODES:-eager} ;;
+cuda) modes=${TORCH_MODES:-eager compile graph} layouts=${TORCH_LAYOUTS:-nchw channels_last} ;;
+cpu) modes=${TORCH_MODES:-eager} layouts=${TORCH_LAYOUTS:-nchw} ;;
 *) echo "bench: DEVICE=$device: expected cuda or cpu" >&2; exit 2 ;;
 esac
+cmodes=${TORCH_COMPILE_MODES:-default reduce-overhead max-autotune}
+for v in $modes; do
+	case $v in eager | compile | graph) ;; *) echo "bench: TORCH_MODES: '$v': expected eager, compile or graph" >&2; exit 2 ;; esac
+done
+for v in $layouts; do
+	case $v in nchw | channels_last) ;; *) echo "bench: TORCH_LAYOUTS: '$v': expected nchw or channels_last" >&2; exit 2 ;; esac
+done
+for v in $cmodes; do
+	case $v in default | reduce-overhead | max-autotune) ;;
+	*) echo "bench: TORCH_COMPILE_MODES: '$v': expected default, reduce-overhead or max-autotune" >&2; exit 2 ;;
+	esac
+done
+if [ -z "$modes" ] || [ -z "$layouts" ] || [ -z "$cmodes" ]; then
+	echo "bench: TORCH_MODES, TORCH_LAYOUTS and TORCH_COMPILE_MODES each name one or more" >&2
+	exit 2
+fi
 data=${DDP_DATA_DIR:-/usr/share/datasets/fashion-mnist}
 [ -x "$cnn" ] || { echo "bench: $cnn not built (run make)" >&2; exit 2; }
 if [ "$device" = cuda ] && ! nvidia-smi -L >/dev/null 2>&1; then
@@ -184,10 +207,34 @@ run_cnn() {
 	"$py" -c 'import json,sys; j=json.load(open(sys.argv[1])); a=j["test_accuracy"];
 print(j["images_per_sec"], "-" if a is None else f"{a:.4f}")' "$out.json" >"$out.res"
 }
-# run_torch OUT MODE: the same for PyTorch in MODE
+# specs MODE: the PyTorch runs of MODE's column, each MODE/LAYOUT, a
+# compile's MODE compile:ITS_MODE
+specs() {
+	local l c
+	for l in $layouts; do
+		if [ "$1" = compile ]; then
+			for c in $cmodes; do echo "compile:$c/$l"; done
+		else
+			echo "$1/$l"
+		fi
+	done
+}
+# run_name SPEC: a run's name within its column: the layout, after a
+# compile's mode (max-autotune/nchw)
+run_name() {
+	case $1 in compile:*) echo "${1#compile:}" ;; *) echo "${1#*/}" ;; esac
+}
+# label MODE SPEC: how a note names a run of MODE's column
+label() {
+	if [ "$(specs "$1" | wc -l)" -eq 1 ]; then echo "torch_$1"; else echo "torch_$1 $(run_name "$2")"; fi
+}
+# run_torch OUT SPEC: the same for PyTorch as SPEC says (specs)
 run_torch() {
-	"$py" "$repo/bench/torch_cnn_gpu.py" --mode "$2" --batch-size "$b" --precision "$precision" \
-		--device "$device" --data-dir "$data" "${len[@]}" >"$1" 2>&1 || return 1
+	local mode=${2%/*} extra=()
+	case $mode in compile:*) extra+=(--compile-mode "${mode#compile:}") mode=compile ;; esac
+	[ "${2#*/}" = nchw ] || extra+=(--channels-last)
+	"$py" "$repo/bench/torch_cnn_gpu.py" --mode "$mode" ${extra[@]+"${extra[@]}"} --batch-size "$b" \
+		--precision "$precision" --device "$device" --data-dir "$data" "${len[@]}" >"$1" 2>&1 || return 1
 	echo "$(sed -n 's/^images_per_sec //p' "$1") $(sed -n 's/^test_accuracy //p' "$1")" >"$1.res"
 }
 fatal() { # WHAT OUT
@@ -237,6 +284,16 @@ cell() {
 	if [ "$1" = failed ]; then printf ' %10s' failed; else printf ' %10.0f' "$1"; fi
 }
 
+# torch_runs: what a PyTorch cell is the best of, where a column has more
+# than one run
+torch_runs() {
+	local m n=0
+	for m in $modes; do [ "$(specs "$m" | wc -l)" -eq 1 ] || n=1; done
+	[ "$n" = 1 ] || return 0
+	printf '; a torch cell the best of its runs: layouts %s' "$layouts"
+	case " $modes " in *" compile "*) printf ', torch.compile modes %s' "$cmodes" ;; esac
+}
+
 length="${steps:-300} steps${steps:+ at every batch size}"
 [ -n "$steps" ] || length+=" and at least $images images a run"
 [ -z "$epochs" ] || length="$epochs epochs"
@@ -244,7 +301,7 @@ printf '# gpu_vs_torch: %s, %s, %s, %s\n' "$gpu" "$precision" "$length" "$(date 
 printf '# torch %s; training FLOPs per image %s; peak %s TFLOP/s%s\n' \
 	"$("$py" -c 'import torch; print(torch.__version__ + ", CUDA", torch.version.cuda)')" \
 	"$flops" "${peak:-unknown}" \
-	"${CNN_ARGS:+; cnn_train $CNN_ARGS}${CNN_VARIANTS:+; variants $CNN_VARIANTS}${seed:+; seed $seed}$(
+	"${CNN_ARGS:+; cnn_train $CNN_ARGS}${CNN_VARIANTS:+; variants $CNN_VARIANTS}$(torch_runs)${seed:+; seed $seed}$(
 		if [ ${#seeds[@]} -gt 0 ]; then
 			echo "; seeds ${seeds[*]}: each cell the median of the seeds' interleaved runs${epochs:+, the accuracy their mean}"
 		elif [ "$repeats" -gt 1 ]; then
@@ -262,7 +319,7 @@ for b in $batches; do
 	# each column's images/s, one a repeat; "failed" where a run failed;
 	# with SEEDS each column's accuracies too, one a seed
 	cs=() cns=() vrs=() cacc='' vaccs=() kruns=() caccs=() vaccl=()
-	declare -A t=() tacc=() trs=() taccl=()
+	declare -A t=() tacc=() trs=() taccl=() srs=() saccl=() sacc=()
 	for ((r = 0; r < repeats; r++)); do
 		len_for "$b" ${seeds[$r]+"${seeds[$r]}"}
 		run_cnn "$tmp/cnn" || fatal cnn_train "$tmp/cnn"
@@ -297,17 +354,37 @@ for b in $batches; do
 					"$tmp/cnn_v$i")")
 		done
 		for m in $modes; do
-			if run_torch "$tmp/torch_$m" "$m"; then
-				read -r x xacc <"$tmp/torch_$m.res"
-				trs[$m]="${trs[$m]:-} $x" taccl[$m]="${taccl[$m]:-} $xacc"
-				[ "$r" -gt 0 ] || tacc[$m]=$xacc
-			elif [ "$m" = eager ]; then
-				fatal "torch ($m)" "$tmp/torch_$m"
-			else
-				trs[$m]="${trs[$m]:-} failed" taccl[$m]="${taccl[$m]:-} -"
-				[ "$r" -gt 0 ] || { tacc[$m]=-; failed "torch_$m" "$tmp/torch_$m"; }
+			ok=0
+			for sp in $(specs "$m"); do
+				if run_torch "$tmp/torch" "$sp"; then
+					read -r x xacc <"$tmp/torch.res"
+					srs[$sp]="${srs[$sp]:-} $x" saccl[$sp]="${saccl[$sp]:-} $xacc" ok=1
+					[ "$r" -gt 0 ] || sacc[$sp]=$xacc
+				else
+					srs[$sp]="${srs[$sp]:-} failed" saccl[$sp]="${saccl[$sp]:-} -"
+					[ "$r" -gt 0 ] || { sacc[$sp]=-; failed "$(label "$m" "$sp")" "$tmp/torch"; }
+				fi
+			done
+			# eager PyTorch is the table's base: not one of its runs did
+			[ "$ok" = 1 ] || [ "$m" != eager ] || fatal "torch ($m)" "$tmp/torch"
+		done
+	done
+	# each PyTorch column: its best run (the highest median of a spec's
+	# repeats), each of its runs' medians in a note when it has several
+	for m in $modes; do
+		bs='' bv=0 sl=''
+		for sp in $(specs "$m"); do
+			# shellcheck disable=SC2086
+			v=$(median ${srs[$sp]})
+			sl+="${sl:+, }$(run_name "$sp") $(cell "$v" | tr -d ' ')"
+			[ -n "$bs" ] || bs=$sp
+			if [ "$v" != failed ] && awk -v a="$v" -v b="$bv" 'BEGIN { exit !(a > b) }'; then
+				bs=$sp bv=$v
 			fi
 		done
+		trs[$m]=${srs[$bs]} taccl[$m]=${saccl[$bs]} tacc[$m]=${sacc[$bs]}
+		[ "$(specs "$m" | wc -l)" -eq 1 ] ||
+			notes+=("#   batch $b torch_$m: $sl; the cell: $(run_name "$bs")")
 	done
 	c=$(median "${cs[@]}") cn=$(median "${cns[@]}")
 	if [ ${#seeds[@]} -gt 0 ]; then

@@ -8,12 +8,19 @@ parameters and optimizer, as cnn_train --precision bf16), in one of three
 modes:
 
   eager    the usual loop
-  compile  torch.compile(mode="max-autotune") of the step (Inductor kernels
-           and CUDA graphs), fused SGD
+  compile  torch.compile of the whole step: the forward and loss, the
+           backward (through compiled autograd, where PyTorch has it: 2.4
+           and later; else AOTAutograd's backward of the forward's graph)
+           and the optimizer's step (Inductor fuses SGD's update itself), in
+           --compile-mode default, reduce-overhead (CUDA graphs) or
+           max-autotune (Triton's kernels timed against each other, and
+           CUDA graphs)
   graph    the whole step (forward, backward, optimizer) captured once with
            torch.cuda.graph and replayed, as cnn_train does
 
-The first 10 steps (20 for compile) are warm-up and not timed; timing is
+--channels-last puts the parameters and the data in NHWC
+(torch.channels_last), where cuDNN's convolutions may run faster.  The
+first 10 steps (20 for compile) are warm-up and not timed; timing is
 between two torch.cuda.synchronize() calls.  Prints `images_per_sec X` and,
 after whole epochs, `test_accuracy Y`.  `--device cpu` runs the eager mode on
 the CPU: a dry run of bench/gpu_vs_torch.sh's plumbing (DEVICE=cpu), not a
@@ -43,6 +50,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data-dir", default=os.environ.get("DDP_DATA_DIR", "/usr/share/datasets/fashion-mnist"))
     ap.add_argument("--mode", default="eager", choices=["eager", "compile", "graph"])
+    ap.add_argument("--compile-mode", default="default", choices=["default", "reduce-overhead", "max-autotune"],
+                    help="torch.compile's mode (--mode compile)")
+    ap.add_argument("--channels-last", action="store_true", help="parameters and data in NHWC")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--max-steps", type=int, default=0, help="stop after N steps (0: whole epochs)")
     ap.add_argument("--epochs", type=int, default=2)
@@ -52,6 +62,9 @@ def main():
     args = ap.parse_args()
     if args.device == "cpu" and args.mode != "eager":
         ap.error(f"--mode {args.mode} needs CUDA: --device cpu runs --mode eager only")
+    if args.mode == "compile" and not hasattr(torch, "compile"):
+        ap.error(f"--mode compile needs torch.compile (PyTorch 2.0 or later; this is {torch.__version__})")
+    fmt = torch.channels_last if args.channels_last else torch.contiguous_format
     tf32 = args.precision == "tf32"
     bf16 = args.precision == "bf16"
     torch.backends.cuda.matmul.allow_tf32 = tf32
@@ -69,9 +82,9 @@ def main():
     torch.manual_seed(args.seed)
     xs, ys = load(args.data_dir, "train", dev)
     xt, yt = load(args.data_dir, "t10k", dev)
-    model = Net().to(dev)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9,
-                          **({"fused": True} if args.mode == "compile" else {}))
+    xs, xt = xs.contiguous(memory_format=fmt), xt.contiguous(memory_format=fmt)
+    model = Net().to(dev, memory_format=fmt)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     B = args.batch_size
     n = xs.shape[0]
     nb = n // B  # full batches only: a graph has one shape
@@ -92,16 +105,24 @@ def main():
         return loss
 
     if args.mode == "compile":
-        fwd_bwd = torch.compile(fwd_loss, mode="max-autotune")
+        how = "AOTAutograd's backward"
+        if hasattr(torch._dynamo.config, "compiled_autograd"):
+            torch._dynamo.config.compiled_autograd = True
+            how = "compiled autograd"
 
-        def step(x, y):
-            opt.zero_grad(set_to_none=True)
-            loss = fwd_bwd(x, y)
+        def whole_step(x, y):
+            loss = fwd_loss(x, y)
             loss.backward()
             opt.step()
             return loss
+        compiled = torch.compile(whole_step, mode=args.compile_mode)
+        print(f"# compiled: forward, backward ({how}) and SGD's step, mode {args.compile_mode}", flush=True)
+
+        def step(x, y):
+            opt.zero_grad(set_to_none=True)
+            return compiled(x, y)
     elif args.mode == "graph":
-        sx = torch.empty(B, 1, 28, 28, device=dev)
+        sx = torch.empty(B, 1, 28, 28, device=dev).contiguous(memory_format=fmt)
         sy = torch.zeros(B, dtype=torch.int64, device=dev)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())

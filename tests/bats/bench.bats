@@ -284,6 +284,73 @@ ratio_ok() {
 	assert_equal "$stderr" "bench: STEPS=x: expected a whole number, 1 or more"
 }
 
+# On a GPU each PyTorch column runs in NCHW and channels_last, compile in
+# each of torch.compile's modes: its cell the best of its runs' medians,
+# each run's figure after the table, a failing run named.  Stand-ins: a
+# GPU (nvidia-smi), cnn_train, and PyTorch's images/s from its options.
+@test "gpu_vs_torch.sh on a GPU: PyTorch in NCHW and channels_last, torch.compile in its three modes; each cell the best of its runs" {
+	local d="$BATS_TEST_TMPDIR"
+	cat >"$d/nvidia-smi" <<-'EOF'
+	#!/bin/bash
+	case "$*" in -L) echo "GPU 0: NVIDIA H200 (UUID: GPU-0)" ;; *) echo "NVIDIA H200" ;; esac
+	EOF
+	cat >"$d/cnn_train" <<-EOF
+	#!/bin/bash
+	while [ \$# -gt 0 ]; do [ "\$1" = --log-json ] && j=\$2; shift; done
+	echo '{"images_per_sec": 820.0, "test_accuracy": null}' >"\$j"
+	EOF
+	cat >"$d/python3" <<-EOF
+	#!/bin/bash
+	case "\$1" in
+	*torch_cnn_gpu.py)
+		echo "\$*" >>"$d/torch.args"
+		case "\$*" in
+		*max-autotune*--channels-last*) echo "RuntimeError: autotune boom" >&2; exit 1 ;;
+		*--mode\ eager*) v=100 ;;
+		*--mode\ graph*) v=300 ;;
+		*--compile-mode\ default*) v=200 ;;
+		*--compile-mode\ reduce-overhead*) v=400 ;;
+		*--compile-mode\ max-autotune*) v=350 ;;
+		esac
+		case "\$*" in *--channels-last*) v=\$((v + 10)) ;; esac
+		echo "images_per_sec \$v"; echo "test_accuracy -"; exit 0 ;;
+	esac
+	exec $PY "\$@"
+	EOF
+	chmod +x "$d/nvidia-smi" "$d/cnn_train" "$d/python3"
+	run --separate-stderr env PATH="$d:$PATH" PYTHON="$d/python3" BATCHES=32 STEPS=2 CNN_TRAIN="$d/cnn_train" \
+		"$REPO/bench/gpu_vs_torch.sh"
+	echo "$stderr"
+	assert_success
+	assert_line --index 0 --partial "# gpu_vs_torch: NVIDIA H200, tf32, 2 steps"
+	assert_line --index 1 --partial "; a torch cell the best of its runs: layouts nchw channels_last, torch.compile modes default reduce-overhead max-autotune"
+	assert_line --index 2 --regexp '^ batch +cnn cnn_nograph +torch_eager +torch_compile +torch_graph +vs_eager +vs_best +TFLOP/s of_peak$'
+	read -r b c cn te tc tg ve vb _ <<<"${lines[3]}"
+	assert_equal "$b $c $cn $te $tc $tg $ve $vb" "32 820 820 110 410 310 7.45x 2.00x"
+	assert_line --index 4 "#   batch 32: torch_compile max-autotune/channels_last failed: RuntimeError: autotune boom"
+	assert_line --index 5 "#   batch 32 torch_eager: nchw 100, channels_last 110; the cell: channels_last"
+	assert_line --index 6 "#   batch 32 torch_compile: default/nchw 200, reduce-overhead/nchw 400, max-autotune/nchw 350, default/channels_last 210, reduce-overhead/channels_last 410, max-autotune/channels_last failed; the cell: reduce-overhead/channels_last"
+	assert_line --index 7 "#   batch 32 torch_graph: nchw 300, channels_last 310; the cell: channels_last"
+	# each run's options reached PyTorch's script: 10 runs
+	assert_equal "$(wc -l <"$d/torch.args")" 10
+	assert_equal "$(grep -c -- '--mode compile --compile-mode reduce-overhead --channels-last --batch-size 32 ' "$d/torch.args")" 1
+	assert_equal "$(grep -c -- '--mode graph --batch-size 32 ' "$d/torch.args")" 1
+	# TORCH_LAYOUTS and TORCH_COMPILE_MODES narrow the runs; a word they do not know is refused
+	rm "$d/torch.args"
+	run --separate-stderr env PATH="$d:$PATH" PYTHON="$d/python3" BATCHES=32 STEPS=2 CNN_TRAIN="$d/cnn_train" \
+		TORCH_MODES="eager compile" TORCH_LAYOUTS=nchw TORCH_COMPILE_MODES=max-autotune "$REPO/bench/gpu_vs_torch.sh"
+	assert_success
+	read -r b c cn te tc _ <<<"${lines[3]}"
+	assert_equal "$te $tc" "100 350"
+	assert_equal "$(wc -l <"$d/torch.args")" 2
+	run --separate-stderr env PATH="$d:$PATH" TORCH_LAYOUTS=nhwc "$REPO/bench/gpu_vs_torch.sh"
+	assert_equal "$status" 2
+	assert_equal "$stderr" "bench: TORCH_LAYOUTS: 'nhwc': expected nchw or channels_last"
+	run --separate-stderr env PATH="$d:$PATH" TORCH_COMPILE_MODES=fast "$REPO/bench/gpu_vs_torch.sh"
+	assert_equal "$status" 2
+	assert_equal "$stderr" "bench: TORCH_COMPILE_MODES: 'fast': expected default, reduce-overhead or max-autotune"
+}
+
 # The default run and eager PyTorch are the table's reference: without
 # them the bench stops (a failing variant does not: above).
 @test "gpu_vs_torch.sh: eager PyTorch failing stops the bench, with its error" {
