@@ -15,12 +15,16 @@
  *   task       what a step does now: post_opt's check, then the load in
  *              each task's child with hwloc's plugins left out
  *              (ddpenv_topo_load_noplugins)
+ *   export     with an export named (EXPORT): a task's load of that one,
+ *              hwloc's plugins left out, and the plan of a step of 8 tasks
+ *              and its 8 GPUs: what a task of a GPU node whose export it
+ *              is would pay (tests/topologies/dgx-h100.xml: a DGX H100)
  *
  * Each sample is a fork; the child times its own work (CLOCK_MONOTONIC)
  * and sends it back, so the fork is not counted.  Prints each way's
  * median, quartiles and lowest in milliseconds, and kept/discover.
  *
- *   build/bench/topo_step [ROUNDS [DIR]]     as root (the cache is root's)
+ *   build/bench/topo_step [ROUNDS [DIR [EXPORT]]]     as root (the cache is root's)
  */
 #include <hwloc.h>
 #include <stdio.h>
@@ -32,14 +36,42 @@
 
 #include "ddpenv.h"
 
-enum way { DISCOVER, KEPT, WRITE, TASK, NWAYS };
-static const char *const way_name[NWAYS] = { "discover", "kept", "write", "task" };
+enum way { DISCOVER, KEPT, WRITE, TASK, EXPORT, NWAYS };
+static const char *const way_name[NWAYS] = { "discover", "kept", "write", "task", "export" };
+static const char *export_path;   /* the EXPORT way's file, or NULL: no such way */
 
 static double now_ms(void)
 {
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+/* The EXPORT way: another machine's export loaded as a task loads its
+ * node's (hwloc's plugins left out: this child is that task's, one
+ * thread), then the plan of 8 tasks and 8 GPUs.  0 or -1 with err. */
+static int export_work(char *err, size_t errlen)
+{
+	struct ddpenv_topo *t = NULL;
+	struct ddpenv_env env;
+	struct ddpenv_bind_plan plan;
+	int rv;
+
+	memset(&plan, 0, sizeof(plan));
+	if (setenv("HWLOC_PLUGINS_PATH", "/nonexistent", 1) < 0 || ddpenv_topo_load(export_path, 0, &t, err, errlen) < 0)
+		return -1;
+	ddpenv_env_init(&env);
+	if (ddpenv_env_set(&env, "SLURM_NODEID", "0") < 0 || ddpenv_env_set(&env, "SLURM_STEP_TASKS_PER_NODE", "8") < 0 ||
+	    ddpenv_env_set(&env, "SLURM_STEP_GPUS", "0,1,2,3,4,5,6,7") < 0) {
+		snprintf(err, errlen, "out of memory");
+		rv = -1;
+	} else {
+		rv = ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &plan, err, errlen);
+	}
+	ddpenv_bind_plan_free(&plan);
+	ddpenv_env_free(&env);
+	ddpenv_topo_free(t);
+	return rv;
 }
 
 /* The child's work for one way: 0 or -1 with err. */
@@ -52,6 +84,8 @@ static int step_work(enum way w, const char *dir, char *err, size_t errlen)
 	int rv;
 
 	memset(&plan, 0, sizeof(plan));
+	if (w == EXPORT)
+		return export_work(err, errlen);
 	if (w == DISCOVER)
 		rv = ddpenv_topo_load(NULL, 1, &t, err, errlen);
 	else if (ddpenv_topo_cache_ensure(dir, "", path, sizeof(path), err, errlen) < 0)
@@ -136,6 +170,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "topo_step: ROUNDS %s: expected 1 to 100000\n", argv[1]);
 		return 2;
 	}
+	if (argc > 3)
+		export_path = argv[3];
+	int nways = export_path ? NWAYS : EXPORT;
 	if (argc > 2)
 		snprintf(dir, sizeof(dir), "%s", argv[2]);
 	else
@@ -157,8 +194,8 @@ int main(int argc, char **argv)
 	int failed = sample(WRITE, dir) < 0;
 	for (int r = 0; r < rounds && !failed; r++) {
 		/* the ways' order turns each round */
-		for (int k = 0; k < NWAYS && !failed; k++) {
-			int w = (r + k) % NWAYS;
+		for (int k = 0; k < nways && !failed; k++) {
+			int w = (r + k) % nways;
 			/* kept after write reads a fresh file, as the next step would */
 			failed = (ms[w][r] = sample((enum way)w, dir)) < 0;
 		}
@@ -172,7 +209,7 @@ int main(int argc, char **argv)
 	printf("# the plugin's binding work per step (topology and plan, 2 CPU tasks), %d rounds, hwloc API %u.%u.%u\n",
 	       rounds, v >> 16, (v >> 8) & 0xff, v & 0xff);
 	printf("%-12s %9s %9s %9s %9s\n", "way", "median", "q1", "q3", "lowest");
-	for (int w = 0; w < NWAYS; w++) {
+	for (int w = 0; w < nways; w++) {
 		qsort(ms[w], (size_t)rounds, sizeof(double), cmp);
 		med[w] = quantile(ms[w], rounds, 0.5);
 		printf("%-12s %9.3f %9.3f %9.3f %9.3f\n", way_name[w], med[w], quantile(ms[w], rounds, 0.25),
@@ -181,6 +218,9 @@ int main(int argc, char **argv)
 	printf("kept/discover %.3f, discover-kept %.3f ms a step\n", med[KEPT] / med[DISCOVER], med[DISCOVER] - med[KEPT]);
 	printf("task/discover %.3f, discover-task %.3f ms a step\n", med[TASK] / med[DISCOVER],
 	       med[DISCOVER] - med[TASK]);
+	if (export_path)
+		printf("export: %s, loaded as a task loads its node's, and the plan of 8 tasks and 8 GPUs\n",
+		       export_path);
 	empty_dir(dir);
 	if (argc <= 2)
 		rmdir(dir);

@@ -10,6 +10,10 @@
 #   ROUNDS=50 bench/topo_step.sh
 #   tests/cluster/release.sh run 24.11 sh -c 'make -s bench && bench/topo_step.sh'
 #                                      with another release's hwloc
+#   EXPORT=tests/topologies/dgx-h100.xml bench/topo_step.sh
+#                                      and a way "export": a task's load of that
+#                                      machine's export and the plan of 8 tasks
+#                                      and 8 GPUs (a GPU node's cost, here)
 #
 # Needs root (the kept export lives in a folder of root's) and make bench.
 set -euo pipefail
@@ -23,4 +27,9 @@ dir=$(mktemp -d "${TMPDIR:-/tmp}/topo-step.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 echo "# $(nproc) CPUs ($cpu), libhwloc $(dpkg-query -W -f '${Version}' 'libhwloc15' 2>/dev/null || echo '?'), $(date +%F)"
-"$bin" "$rounds" "$dir/cache"
+if [ -n "${EXPORT:-}" ]; then
+	[ -r "$EXPORT" ] || { echo "bench: EXPORT=$EXPORT: not a readable file" >&2; exit 2; }
+	"$bin" "$rounds" "$dir/cache" "$(realpath "$EXPORT")"
+else
+	"$bin" "$rounds" "$dir/cache"
+fi

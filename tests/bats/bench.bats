@@ -614,6 +614,18 @@ ratio_ok() {
 		fail "'$line' is not from the medians ${med[task]} and ${med[discover]}"
 	# its folder is gone
 	[ -z "$(compgen -G "$BATS_TEST_TMPDIR/topo-step.*")" ]
+	# EXPORT: another machine's export as a task of it loads it, a fifth way
+	run --separate-stderr env ROUNDS=3 TMPDIR="$BATS_TEST_TMPDIR" EXPORT="$REPO/tests/topologies/dgx-h100.xml" \
+		"$REPO/bench/topo_step.sh"
+	assert_success
+	line=$(grep '^export ' <<<"$output")
+	read -r _ m q1 q3 low <<<"$line"
+	awk -v m="$m" -v a="$q1" -v b="$q3" -v l="$low" 'BEGIN { exit !(l > 0 && l <= a && a <= m && m <= b) }' ||
+		fail "row '$line': expected 0 < lowest <= q1 <= median <= q3"
+	assert_line "export: $REPO/tests/topologies/dgx-h100.xml, loaded as a task loads its node's, and the plan of 8 tasks and 8 GPUs"
+	run --separate-stderr env ROUNDS=3 EXPORT=/nonexistent.xml "$REPO/bench/topo_step.sh"
+	assert_failure 2
+	assert_equal "$stderr" "bench: EXPORT=/nonexistent.xml: not a readable file"
 }
 
 @test "onednn_versions.sh: refuses a bad count, and a release whose build is missing, naming what to run" {
