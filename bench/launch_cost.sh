@@ -103,27 +103,31 @@ ddp_step && ddp_step # warm-up
 declare -A from
 for f in "$run_dir"/log/slurmd.node*.log; do from[$f]=$(($(wc -l <"$f") + 1)); done
 for ((i = 0; i < hook_steps; i++)); do ddp_step; done
-# "[JOB.0] debug:  ddp: HOOK took MS ms" -> a row per node and step:
-# post_opt user_init task_init(slowest) their sum
+# "[JOB.0] debug:  ddp: HOOK took MS ms, CPU ms of CPU" -> a row per node
+# and step: post_opt user_init task_init(slowest) their sum, wall time; the
+# same in CPU time (task_init: the slowest task's)
 for f in "$run_dir"/log/slurmd.node*.log; do
 	tail -n +"${from[$f]}" "$f" | awk -v node="$(basename "$f")" '
-		match($0, /\[[0-9]+\.0\] .*ddp: (post_opt|user_init|task_init) took [0-9.]+ ms/) {
+		match($0, /\[[0-9]+\.0\] .*ddp: (post_opt|user_init|task_init) took [0-9.]+ ms, [0-9.]+ ms of CPU/) {
 			n = split(substr($0, RSTART, RLENGTH), w, " ")
-			k = node w[1]; hook = w[n - 3]; ms = w[n - 1] + 0; seen[k] = 1
-			if (hook == "task_init") { if (ms > task[k]) task[k] = ms }
-			else if (hook == "post_opt") post[k] = ms
-			else user[k] = ms
+			k = node w[1]; hook = w[n - 7]; ms = w[n - 5] + 0; cpu = w[n - 3] + 0; seen[k] = 1
+			if (hook == "task_init") { if (ms > task[k]) { task[k] = ms; taskc[k] = cpu } }
+			else if (hook == "post_opt") { post[k] = ms; postc[k] = cpu }
+			else { user[k] = ms; userc[k] = cpu }
 		}
-		END { for (k in seen) printf "%.3f %.3f %.3f %.3f\n", post[k], user[k], task[k], post[k] + user[k] + task[k] }'
+		END { for (k in seen) printf "%.3f %.3f %.3f %.3f %.3f %.3f %.3f %.3f\n", post[k], user[k], task[k],
+			post[k] + user[k] + task[k], postc[k], userc[k], taskc[k], postc[k] + userc[k] + taskc[k] }'
 done >"$tmp/hooks"
 count=$(wc -l <"$tmp/hooks")
 [ "$count" -ge "$hook_steps" ] || { echo "bench: slurmd's logs hold $count --ddp steps' hook times, expected $hook_steps or more" >&2; exit 1; }
 # col N P: the P-th percentile of column N of the hooks' table, in ms
 col() { awk -v c="$1" '{ print $c }' "$tmp/hooks" | sort -n | awk -v p="$2" '{ a[NR] = $1 } END { i = int((NR - 1) * p / 100 + 0.5) + 1; printf "%.3f", a[i] }'; }
-echo "# the plugin's time in slurmstepd per node and step, $count node-steps (SlurmdDebug=debug), ms"
-printf '%-24s %8s %8s %8s\n' hook median q1 q3
+echo "# the plugin's time in slurmstepd per node and step, $count node-steps (SlurmdDebug=debug), ms:"
+echo "# wall time, and the CPU time of the thread that ran the hook (the wall time less its waits for a core)"
+printf '%-24s %8s %8s %8s %8s %8s %8s\n' hook median q1 q3 cpu_med cpu_q1 cpu_q3
 i=1
 for h in post_opt user_init "task_init (slowest task)" "the step's path"; do
-	printf '%-24s %8s %8s %8s\n' "$h" "$(col $i 50)" "$(col $i 25)" "$(col $i 75)"
+	printf '%-24s %8s %8s %8s %8s %8s %8s\n' "$h" "$(col $i 50)" "$(col $i 25)" "$(col $i 75)" \
+		"$(col $((i + 4)) 50)" "$(col $((i + 4)) 25)" "$(col $((i + 4)) 75)"
 	i=$((i + 1))
 done

@@ -543,12 +543,17 @@ ratio_ok() {
 			fail "ratio of '$line' is not its median over plain's $med"
 	done
 	# 3 steps on 2 nodes, each hook timed in slurmstepd
-	assert_line "# the plugin's time in slurmstepd per node and step, 6 node-steps (SlurmdDebug=debug), ms"
+	assert_line "# the plugin's time in slurmstepd per node and step, 6 node-steps (SlurmdDebug=debug), ms:"
+	# each hook's wall time and its thread's CPU time: q1 <= median <= q3
+	# for both, and no CPU time above its wall time's (a hook's CPU time
+	# is its thread's, within its wall time)
 	for v in post_opt user_init "task_init (slowest task)" "the step's path"; do
 		line=$(grep -F "$v " <<<"$output")
-		[[ "$line" =~ \ ([0-9.]+)\ +([0-9.]+)\ +([0-9.]+)$ ]] || fail "row '$line'"
+		[[ "$line" =~ \ ([0-9.]+)\ +([0-9.]+)\ +([0-9.]+)\ +([0-9.]+)\ +([0-9.]+)\ +([0-9.]+)$ ]] || fail "row '$line'"
 		awk -v m="${BASH_REMATCH[1]}" -v a="${BASH_REMATCH[2]}" -v b="${BASH_REMATCH[3]}" \
-			'BEGIN { exit !(a > 0 && a <= m && m <= b) }' || fail "row '$line': expected 0 < q1 <= median <= q3"
+			-v cm="${BASH_REMATCH[4]}" -v ca="${BASH_REMATCH[5]}" -v cb="${BASH_REMATCH[6]}" \
+			'BEGIN { exit !(a > 0 && a <= m && m <= b && ca > 0 && ca <= cm && cm <= cb && cb <= b + 0.001) }' ||
+			fail "row '$line': expected 0 < q1 <= median <= q3 in each, the CPU's q3 at most the wall time's"
 	done
 	run env HOOK_STEPS=x ROUNDS=1 DDP_CLUSTER_DIR="$BATS_TEST_TMPDIR/cluster" "$REPO/bench/launch_cost.sh"
 	assert_failure 2
