@@ -47,22 +47,18 @@ static double now_ms(void)
 	return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
 }
 
-/* The EXPORT way: another machine's export loaded as a task loads its
- * node's (hwloc's plugins left out: this child is that task's, one
- * thread), then the plan of 8 tasks and 8 GPUs.  0 or -1 with err. */
-static int export_work(char *err, size_t errlen)
+/* The plan of a step of TASKS tasks on the node (GPUS: its GPUs, or NULL),
+ * made on t, then t freed.  0 or -1 with err. */
+static int plan_on(struct ddpenv_topo *t, const char *tasks, const char *gpus, char *err, size_t errlen)
 {
-	struct ddpenv_topo *t = NULL;
 	struct ddpenv_env env;
 	struct ddpenv_bind_plan plan;
 	int rv;
 
 	memset(&plan, 0, sizeof(plan));
-	if (setenv("HWLOC_PLUGINS_PATH", "/nonexistent", 1) < 0 || ddpenv_topo_load(export_path, 0, &t, err, errlen) < 0)
-		return -1;
 	ddpenv_env_init(&env);
-	if (ddpenv_env_set(&env, "SLURM_NODEID", "0") < 0 || ddpenv_env_set(&env, "SLURM_STEP_TASKS_PER_NODE", "8") < 0 ||
-	    ddpenv_env_set(&env, "SLURM_STEP_GPUS", "0,1,2,3,4,5,6,7") < 0) {
+	if (ddpenv_env_set(&env, "SLURM_NODEID", "0") < 0 || ddpenv_env_set(&env, "SLURM_STEP_TASKS_PER_NODE", tasks) < 0 ||
+	    (gpus && ddpenv_env_set(&env, "SLURM_STEP_GPUS", gpus) < 0)) {
 		snprintf(err, errlen, "out of memory");
 		rv = -1;
 	} else {
@@ -74,16 +70,25 @@ static int export_work(char *err, size_t errlen)
 	return rv;
 }
 
-/* The child's work for one way: 0 or -1 with err. */
+/* The EXPORT way: another machine's export loaded as a task loads its
+ * node's (hwloc's plugins left out: this child is that task's, one
+ * thread), then the plan of 8 tasks and 8 GPUs.  0 or -1 with err. */
+static int export_work(char *err, size_t errlen)
+{
+	struct ddpenv_topo *t = NULL;
+
+	if (setenv("HWLOC_PLUGINS_PATH", "/nonexistent", 1) < 0 || ddpenv_topo_load(export_path, 0, &t, err, errlen) < 0)
+		return -1;
+	return plan_on(t, "8", "0,1,2,3,4,5,6,7", err, errlen);
+}
+
+/* The child's work for one way (a step of 2 CPU tasks): 0 or -1 with err. */
 static int step_work(enum way w, const char *dir, char *err, size_t errlen)
 {
 	char path[DDPENV_PATHLEN];
 	struct ddpenv_topo *t = NULL;
-	struct ddpenv_env env;
-	struct ddpenv_bind_plan plan;
 	int rv;
 
-	memset(&plan, 0, sizeof(plan));
 	if (w == EXPORT)
 		return export_work(err, errlen);
 	if (w == DISCOVER)
@@ -93,19 +98,7 @@ static int step_work(enum way w, const char *dir, char *err, size_t errlen)
 	else
 		rv = w == TASK ? ddpenv_topo_load_noplugins(path, 1, &t, err, errlen)
 			       : ddpenv_topo_load_cached(path, &t, err, errlen);
-	if (rv < 0)
-		return -1;
-	ddpenv_env_init(&env);
-	if (ddpenv_env_set(&env, "SLURM_NODEID", "0") < 0 || ddpenv_env_set(&env, "SLURM_STEP_TASKS_PER_NODE", "2") < 0) {
-		snprintf(err, errlen, "out of memory");
-		rv = -1;
-	} else {
-		rv = ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &plan, err, errlen);
-	}
-	ddpenv_bind_plan_free(&plan);
-	ddpenv_env_free(&env);
-	ddpenv_topo_free(t);
-	return rv;
+	return rv < 0 ? -1 : plan_on(t, "2", NULL, err, errlen);
 }
 
 /* Empty dir of its files (the write way's first step of a boot). */
