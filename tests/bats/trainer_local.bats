@@ -234,9 +234,11 @@ gloo_pair() {
 @test "a rank that hangs after publishing its gloo address: its peer gives up at its --timeout, not gloo's" {
 	local p0 p1
 	read -r p0 p1 <<<"$(port_pair)"
-	gloo_pair 1 "$p0" "$p1" "shell sleep 30" 2
+	# 10 s: rank 1 starts under gdb, which took more than 2 s to bring it
+	# to its address on a loaded machine (Debian 13's make check)
+	gloo_pair 1 "$p0" "$p1" "shell sleep 30" 10
 	[ "$status" -eq 1 ]
-	[[ "$stderr" == *"gloo: rank 0 could not connect its full mesh on lo: not connected after 2.0 s (its timeout): a peer's gloo never answered, and none died or said why"* ]]
+	[[ "$stderr" == *"gloo: rank 0 could not connect its full mesh on lo: not connected after 10.0 s (its timeout): a peer's gloo never answered, and none died or said why"* ]]
 }
 
 @test "a resumed run continues where the checkpoint left off" {
