@@ -220,8 +220,11 @@ gloo_pair() {
 	[ "$status" -eq 1 ]
 	[[ "$stderr" =~ "gloo: rank 0 could not connect its full mesh on lo: rank 1 ("[^\)]+") died while the mesh connected (its connection to the rendezvous closed)" ]]
 	# rank 0 connects (its connection was queued on rank 1's socket): its
-	# first all-reduce fails, the store names the dead rank
-	gloo_pair 1 "$p1" "$p0" "echo killed" 60
+	# first all-reduce fails, the store names the dead rank.  Rank 1 dies
+	# once that connection is made (it listens on p0): killed before it, rank
+	# 0's connect is refused, the case above
+	gloo_pair 1 "$p1" "$p0" \
+		"shell timeout 20 sh -c 'until ss -Htn state established \"( sport = :$p0 )\" | grep -q .; do sleep 0.1; done'" 60
 	[ "$status" -eq 1 ]
 	[[ "$stderr" =~ "rank 1 ("[^\)]+") died; gloo: rank 0: all-reduce of " ]]
 	# rank 0, the store's host, dies while rank 1 listens (or still waits
