@@ -458,8 +458,18 @@ int ddpenv_topo_cache_ensure(const char *dir, const char *sysroot, char *path, s
 			     char *err, size_t errlen);
 /* The key of this boot, hwloc and machine in that file's name. */
 int ddpenv_topo_cache_key(const char *sysroot, char *out, size_t len, char *err, size_t errlen);
-/* Load an export ensure gave as this machine's: the allowed CPUs from this
- * process's cgroup, binding acting on this machine. */
+/* Beside the export ensure gave (path), hwloc's shared-memory copy of it
+ * (topology-KEY.shm): checked (root's, whole pages) or written anew (as
+ * root) and mapped back once.  0, or -1 with err (steps read the export). */
+int ddpenv_topo_cache_map(const char *path, char *err, size_t errlen);
+/* The CPUs this process's cpuset cgroup allows, found as hwloc finds them
+ * (cgroup.c): list gets the cgroup's list ("0-27,112-139") and 1, or ""
+ * and 0 when there is none (every CPU); -1 when the list does not fit in
+ * len.  how says which file, or why none.  sysroot: "" for this machine. */
+int ddpenv_cgroup_cpus(const char *sysroot, char *list, size_t len, char *how, size_t howlen);
+/* Load an export ensure gave as this machine's: its mapped copy where
+ * there is one hwloc maps (no parse), else the export; the allowed CPUs
+ * from this process's cgroup, binding acting on this machine. */
 int ddpenv_topo_load_cached(const char *path, struct ddpenv_topo **out, char *err, size_t errlen);
 /* An export of this machine (kept: the one ensure gave; else the admin's
  * topology) loaded without hwloc's plugins: hwloc opens every plugin of

@@ -536,10 +536,10 @@ static int plan_allowed(const struct ddpenv_topo *t, const struct ddpenv_env *en
 		}
 		snprintf(plan->allowed_how, sizeof(plan->allowed_how), "as given");
 	} else {
-		hwloc_bitmap_and(allowed, hwloc_topology_get_allowed_cpuset(topo),
-				 hwloc_topology_get_complete_cpuset(topo));
-		snprintf(plan->allowed_how, sizeof(plan->allowed_how), "%s",
-			 t->thissystem ? "this process's cgroup cpuset, as hwloc reads it" : "the topology's allowed CPUs");
+		hwloc_bitmap_and(allowed, t->allowed, hwloc_topology_get_complete_cpuset(topo));
+		snprintf(plan->allowed_how, sizeof(plan->allowed_how), "%.200s",
+			 t->allowed_how[0] ? t->allowed_how
+			 : t->thissystem ? "this process's cgroup cpuset, as hwloc reads it" : "the topology's allowed CPUs");
 	}
 	if (policy != DDPENV_BIND_NONE && !user_cpu_bind(env, &s))
 		slurm_task_masks(env, allowed, plan);

@@ -69,6 +69,10 @@ int ddpenv_topo_load(const char *xml_path, int this_machine, struct ddpenv_topo 
 		goto fail;
 	}
 	t->thissystem = hwloc_topology_is_thissystem(t->topo);
+	if (!(t->allowed = hwloc_bitmap_dup(hwloc_topology_get_allowed_cpuset(t->topo)))) {
+		snprintf(err, errlen, "out of memory loading the topology");
+		goto fail;
+	}
 	*out = t;
 	return 0;
 bad_xml:
@@ -85,6 +89,7 @@ void ddpenv_topo_free(struct ddpenv_topo *t)
 		return;
 	if (t->inited)
 		hwloc_topology_destroy(t->topo);
+	hwloc_bitmap_free(t->allowed);
 	free(t);
 }
 
@@ -172,7 +177,7 @@ static int list_out(hwloc_const_bitmap_t b, char *out, size_t len, char *err, si
 
 int ddpenv_topo_allowed(const struct ddpenv_topo *t, char *out, size_t len, char *err, size_t errlen)
 {
-	return list_out(hwloc_topology_get_allowed_cpuset(t->topo), out, len, err, errlen,
+	return list_out(t->allowed, out, len, err, errlen,
 			"allowed CPUs");
 }
 
@@ -199,7 +204,7 @@ int ddpenv_topo_gpu_near(const struct ddpenv_topo *t, const char *busid, char *c
 			 busid, t->source);
 		return -1;
 	}
-	hwloc_const_bitmap_t allowed = hwloc_topology_get_allowed_cpuset(t->topo);
+	hwloc_const_bitmap_t allowed = t->allowed;
 	hwloc_obj_t d = ddpenv_topo_locality(t->topo, g, allowed);
 	hwloc_bitmap_t near = hwloc_bitmap_alloc();
 	if (!near) {

@@ -10,6 +10,8 @@ struct ddpenv_topo {
 	hwloc_topology_t topo;
 	int inited;
 	int thissystem;              /* binding acts on this machine */
+	hwloc_bitmap_t allowed;      /* the CPUs this process's cgroup allows (hwloc's allowed set) */
+	char allowed_how[DDPENV_ERRLEN]; /* how allowed was found, "" : hwloc's load */
 	char source[DDPENV_PATHLEN];
 	size_t nnv;                  /* the NVIDIA driver's GPUs, by minor (0: none given) */
 	struct ddpenv_nvgpu nv[DDPENV_MAX_GPUS];
@@ -27,5 +29,13 @@ void ddpenv_topo_busid(hwloc_obj_t o, char *out, size_t len);
  * that has CPUs in allowed (the root when none has). */
 hwloc_obj_t ddpenv_topo_locality(hwloc_topology_t topo, hwloc_obj_t gpu,
 				 hwloc_const_bitmap_t allowed);
+
+/* topo_shm.c: a loaded topology written to path as hwloc's shared-memory
+ * copy (through a temporary file renamed into place); path's checks
+ * (root's, whole pages); and the copy mapped, its allowed CPUs this
+ * process's cgroup's.  0, else -1 with err. */
+int ddpenv_topo_shm_write(const struct ddpenv_topo *t, const char *path, char *err, size_t errlen);
+int ddpenv_topo_shm_check(const char *path, char *err, size_t errlen);
+int ddpenv_topo_shm_adopt(const char *path, struct ddpenv_topo **out, char *err, size_t errlen);
 
 #endif

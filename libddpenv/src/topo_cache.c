@@ -20,6 +20,10 @@
  * is written again; one written is loaded back before it is used.  Its
  * reader (the step's own load) falls back to discovery should hwloc still
  * refuse it.
+ *
+ * Beside it, its mapped copy (topology-KEY.shm, topo_shm.c): a step maps
+ * it rather than parse the export; where it cannot (none, or hwloc
+ * refuses it), the step reads the export.
  */
 #include <dirent.h>
 #include <dlfcn.h>
@@ -224,7 +228,8 @@ out:
 	return rv;
 }
 
-/* Remove the exports of other keys (another boot, hwloc, machine). */
+/* Remove every other file of the folder's (another boot's, hwloc's or
+ * machine's, and the mapped copy of the export just replaced). */
 static void cache_prune(const char *dir, const char *keep)
 {
 	DIR *d = opendir(dir);
@@ -265,11 +270,56 @@ int ddpenv_topo_cache_ensure(const char *dir, const char *sysroot, char *path, s
 	return 0;
 }
 
+/* The mapped copy's path beside the export's: "...topology-KEY.shm" */
+static int shm_path(const char *xml, char *out, size_t len, char *err, size_t errlen)
+{
+	size_t n = strlen(xml);
+
+	if (n < 4 || strcmp(xml + n - 4, ".xml") != 0 || n >= len) {
+		snprintf(err, errlen, "%.200s: expected the path of a kept export (.xml)", xml);
+		return -1;
+	}
+	snprintf(out, len, "%.*s.shm", (int)(n - 4), xml);
+	return 0;
+}
+
+int ddpenv_topo_cache_map(const char *path, char *err, size_t errlen)
+{
+	char shm[DDPENV_PATHLEN], why[DDPENV_ERRLEN];
+	struct ddpenv_topo *t;
+	int rv;
+
+	if (shm_path(path, shm, sizeof(shm), err, errlen) < 0)
+		return -1;
+	if (ddpenv_topo_shm_check(shm, why, sizeof(why)) == 0)
+		return 0;
+	if (ddpenv_topo_load(path, 1, &t, err, errlen) < 0)
+		return -1;
+	rv = ddpenv_topo_shm_write(t, shm, err, errlen);
+	ddpenv_topo_free(t);
+	if (rv < 0)
+		return -1;
+	/* mapped back once, as each step will */
+	if (ddpenv_topo_shm_adopt(shm, &t, why, sizeof(why)) < 0) {
+		snprintf(err, errlen, "topology_cache: the mapped copy just written does not map back: %s", why);
+		unlink(shm);
+		return -1;
+	}
+	ddpenv_topo_free(t);
+	return 0;
+}
+
 int ddpenv_topo_load_cached(const char *path, struct ddpenv_topo **out, char *err, size_t errlen)
 {
+	char shm[DDPENV_PATHLEN], why[DDPENV_ERRLEN];
+
+	if (shm_path(path, shm, sizeof(shm), why, sizeof(why)) == 0 &&
+	    ddpenv_topo_shm_adopt(shm, out, why, sizeof(why)) == 0)
+		return 0;
 	if (ddpenv_topo_load(path, 1, out, err, errlen) < 0)
 		return -1;
-	snprintf((*out)->source, sizeof((*out)->source), "this machine (hwloc, kept in %.200s)", path);
+	snprintf((*out)->source, sizeof((*out)->source), "this machine (hwloc, kept in %.200s; not mapped: %.300s)",
+		 path, why);
 	return 0;
 }
 

@@ -77,6 +77,16 @@ hold_one_cpu() {
 	assert_line --regexp "^rank=0 local=0 cpus=$free plan_cpus=$free "
 	# the same file: the cpuset is the step's, read at load, not the writer's
 	assert_equal "$(stat -c %i "$f")" "$ino"
+	# from the export's mapped copy, which holds its writer's allowed
+	# CPUs (both): two tasks on the step's one CPU are both planned there
+	# (the cgroup's, as the plugin reads it), so neither is refused a
+	# binding to the held CPU
+	run --separate-stderr crun srun --ddp=gloo -N1 -n2 --overcommit bash -c \
+		'echo "$SLURM_LOCALID $(sed -n "s/^Cpus_allowed_list:\t//p" /proc/self/status) $DDP_BIND_TOPOLOGY"'
+	assert_success
+	assert_line "0 $free this machine (hwloc, mapped from ${f%.xml}.shm)"
+	assert_line "1 $free this machine (hwloc, mapped from ${f%.xml}.shm)"
+	[[ "$stderr" != *warning* ]] || fail "a task was not bound as planned: $stderr"
 }
 
 @test "with the admin's topology: file the cgroup still counts: the task's GPU is the one near its CPU" {

@@ -367,32 +367,53 @@ print("port", os.environ["MASTER_PORT"], os.environ["TORCHELASTIC_RUN_ID"], flus
 	refute_line --partial "DDP_RDZV_TOKEN"
 }
 
-@test "topology_cache: the first step keeps the node's topology, the next reuse it, a corrupt one is written anew, one hwloc refuses passed over; \"\" keeps none" {
-	local cache="$DIR/topology-cache" f ino
+@test "topology_cache: the first step keeps the node's topology and its mapped copy, the next map it, a corrupt one is written anew, one hwloc refuses passed over; \"\" keeps none" {
+	local cache="$DIR/topology-cache" f ino shm sino
 	rm -rf "$cache"
 	run --separate-stderr crun srun --ddp=gloo -N1 -n2 "$BIND_REPORT"
 	assert_success
 	assert_matches_plan 2
 	f=$(ls "$cache"/topology-*.xml)
+	shm=${f%.xml}.shm
 	# root's, readable by all, writable by root alone; named for this boot
-	assert_equal "$(stat -c '%u %a' "$cache" "$f" | tr '\n' ' ')" "0 755 0 644 "
+	assert_equal "$(stat -c '%u %a' "$cache" "$f" "$shm" | tr '\n' ' ')" "0 755 0 644 0 644 "
 	[[ "$f" == "$cache/topology-$(cat /proc/sys/kernel/random/boot_id)-hwloc"* ]]
 	ino=$(stat -c %i "$f")
-	run crun srun --ddp=gloo -N1 -n2 true
+	sino=$(stat -c %i "$shm")
+	run --separate-stderr crun srun --ddp=gloo -N1 -n2 bash -c 'echo "$SLURM_LOCALID $DDP_BIND_TOPOLOGY"'
 	assert_success
-	assert_equal "$(stat -c %i "$f")" "$ino"
+	assert_line "0 this machine (hwloc, mapped from $shm)"
+	assert_line "1 this machine (hwloc, mapped from $shm)"
+	assert_equal "$(stat -c %i "$f") $(stat -c %i "$shm")" "$ino $sino"
+	# the copy changed inside (as only root could): the next step's
+	# check (its SHA-256) writes it anew before its tasks map it
+	printf 'ZZZZ' | dd of="$shm" bs=1 seek=$(($(getconf PAGESIZE) + 64)) conv=notrunc status=none
+	run --separate-stderr crun srun --ddp=gloo -N1 -n2 "$BIND_REPORT"
+	assert_success
+	assert_matches_plan 2
+	[ "$(stat -c %i "$shm")" != "$sino" ]
+	# not this program's copy at all: refused by the tasks (the export
+	# read instead) until the next step's check writes it anew
+	run --separate-stderr crun srun --ddp=gloo -N1 -n1 bash -c 'echo "$DDP_BIND_TOPOLOGY"'
+	assert_success
+	assert_output "this machine (hwloc, mapped from $shm)"
 	echo 'not an export' >"$f"
 	run --separate-stderr crun srun --ddp=gloo -N1 -n2 "$BIND_REPORT"
 	assert_success
 	assert_matches_plan 2
 	[ "$(stat -c %i "$f")" != "$ino" ]
 	assert_equal "$(head -c 5 "$f")" "<?xml"
-	# whole at its end but not hwloc's (each step reads only the end): the
-	# step discovers, binds as planned, and slurmd's log names the file
+	# whole at its end but not hwloc's (each step reads only the end),
+	# its mapped copy gone: no copy made of it, the step discovers, binds
+	# as planned, and slurmd's log names the file
 	printf '<?xml version="1.0"?>\n<topology>not hwloc'"'"'s</topology>\n' >"$f"
+	rm "$shm"
 	run --separate-stderr crun srun --ddp=gloo -N1 -n2 "$BIND_REPORT"
 	assert_success
 	assert_matches_plan 2
+	[ ! -e "$shm" ]
+	grep -q "ddp: topology $f: cannot be read as an hwloc XML file .*; the step reads the kept export instead" \
+		"$DIR"/log/slurmd.node*.log
 	grep -q "ddp: topology_cache: topology $f: .*; the step discovers the node's topology" "$DIR"/log/slurmd.node*.log
 	rm -rf "$cache"
 	plugstack_set topology_cache ''

@@ -372,8 +372,9 @@ static void load_in_child(const char *path, int noplug, const char *was, char *o
 		waitpid(pid, NULL, 0);
 }
 
-/* What each task's child does (spank/ddp_stepd.c): the kept export read
- * with HWLOC_PLUGINS_PATH at no folder for the load alone: the same CPUs
+/* What each task's child does (spank/ddp_stepd.c): the kept export's
+ * mapped copy adopted (hwloc initializes its components there too) with
+ * HWLOC_PLUGINS_PATH at no folder for the load alone: the same CPUs
  * and GPUs as with the plugins, none of them opened, the variable as it
  * was before (unset or the admin's), and an export that cannot be read
  * refused with the variable put back all the same. */
@@ -383,8 +384,9 @@ static void test_load_noplugins(void)
 	int mapped;
 
 	snprintf(cache, sizeof(cache), "%s/cache-task", tmp);
-	if (ddpenv_topo_cache_ensure(cache, "", path, sizeof(path), err, sizeof(err)) < 0) {
-		test_cond("the kept export for the task's load", 0);
+	if (ddpenv_topo_cache_ensure(cache, "", path, sizeof(path), err, sizeof(err)) < 0 ||
+	    ddpenv_topo_cache_map(path, err, sizeof(err)) < 0) {
+		test_cond("the kept export and its mapped copy for the task's load", 0);
 		printf("#   %s\n", err);
 		return;
 	}
@@ -400,8 +402,9 @@ static void test_load_noplugins(void)
 	char *w = strstr(with, " plugins "), *o = strstr(none, " plugins ");
 	test_cond("the task's load: the same CPUs and GPUs as with hwloc's plugins",
 		  w && o && w - with == o - none && strncmp(with, none, (size_t)(w - with)) == 0);
-	snprintf(exp, sizeof(exp), " plugins 0 path (unset) source this machine (hwloc, kept in %s)", path);
-	test_cond("the task's load: no hwloc plugin opened, HWLOC_PLUGINS_PATH unset again, the kept file named",
+	snprintf(exp, sizeof(exp), " plugins 0 path (unset) source this machine (hwloc, mapped from %.*s.shm)",
+		 (int)strlen(path) - 4, path);
+	test_cond("the task's load: no hwloc plugin opened, HWLOC_PLUGINS_PATH unset again, the mapped copy named",
 		  o && strcmp(o, exp) == 0);
 	unsetenv("HWLOC_PLUGINS_PATH");
 	unsetenv("HWLOC_PLUGINS_BLACKLIST");

@@ -220,6 +220,9 @@ static void print_plan(const struct ddpenv_bind_plan *p, const char *policy_how,
 {
 	printf("# binding: --ddp-bind=%s (%s); topology %s\n", ddpenv_bind_name(p->policy), policy_how,
 	       p->topology);
+	const char *theirs = mine >= 0 && marked_here() ? getenv("DDP_BIND_TOPOLOGY") : NULL;
+	if (theirs && *theirs && strcmp(theirs, p->topology) != 0)
+		printf("# the plugin's plan read the topology %.1024s\n", theirs);
 	printf("# allowed CPUs: %s (%s)\n", p->allowed, p->allowed_how);
 	printf("# cpu: %s%s\n", p->cpu ? "bound: " : "", p->cpu_how);
 	printf("# gpu: %s%s\n", p->gpu && p->ngpus ? "bound: " : "", p->gpu_how);
