@@ -5,20 +5,25 @@
  *
  *   discover   hwloc discovers this machine (what steps did before
  *              topology_cache)
- *   kept       post_opt's check of the kept export (a stat and one read),
- *              then its load in slurmstepd, where hwloc 2.x opens every
- *              plugin it finds (libhwloc-plugins: PCI, OpenCL, GL, Level
- *              Zero, libxml2) at the process's first topology, though
- *              reading the export needs none
- *   write      the first step of a boot: the export written, loaded back
- *              and used (the folder emptied before each sample)
- *   task       what a step does now: post_opt's check, then the load in
- *              each task's child with hwloc's plugins left out
- *              (ddpenv_topo_load_noplugins)
+ *   kept       post_opt's checks of the kept export and its mapped copy
+ *              (a stat and a read of the export's end; the copy's SHA-256),
+ *              then the load in slurmstepd (where no hwloc plugin is
+ *              installed: Debian 12), which maps the copy; where plugins
+ *              are, hwloc 2.x opens each at the process's first topology
+ *   write      the first step of a boot: the export and its copy written,
+ *              checked and used (the folder emptied before each sample)
+ *   task-xml   post_opt's checks, then the export parsed in a task's child
+ *              with hwloc's plugins left out (what each task did before
+ *              the mapped copy)
+ *   task       post_opt's checks, then the copy mapped in a task's child,
+ *              plugins left out (ddpenv_topo_load_noplugins): what a step
+ *              does now
  *   export     with an export named (EXPORT): a task's load of that one,
  *              hwloc's plugins left out, and the plan of a step of 8 tasks
  *              and its 8 GPUs: what a task of a GPU node whose export it
- *              is would pay (tests/topologies/dgx-h100.xml: a DGX H100)
+ *              is paid (tests/topologies/dgx-h100.xml: a DGX H100)
+ *   export-map the same from that export's mapped copy (written once at
+ *              the start, as the node's first step would): what it pays now
  *
  * Each sample is a fork; the child times its own work (CLOCK_MONOTONIC)
  * and sends it back, so the fork is not counted.  Prints each way's
@@ -36,9 +41,11 @@
 
 #include "ddpenv.h"
 
-enum way { DISCOVER, KEPT, WRITE, TASK, EXPORT, NWAYS };
-static const char *const way_name[NWAYS] = { "discover", "kept", "write", "task", "export" };
-static const char *export_path;   /* the EXPORT way's file, or NULL: no such way */
+enum way { DISCOVER, KEPT, WRITE, TASK_XML, TASK, EXPORT, EXPORT_MAP, NWAYS };
+static const char *const way_name[NWAYS] = { "discover", "kept", "write", "task-xml", "task", "export",
+					     "export-map" };
+static const char *export_path;   /* the EXPORT ways' file, or NULL: no such ways */
+static char export_kept[600];     /* its copy in the folder, beside its mapped copy */
 
 static double now_ms(void)
 {
@@ -70,16 +77,31 @@ static int plan_on(struct ddpenv_topo *t, const char *tasks, const char *gpus, c
 	return rv;
 }
 
-/* The EXPORT way: another machine's export loaded as a task loads its
- * node's (hwloc's plugins left out: this child is that task's, one
- * thread), then the plan of 8 tasks and 8 GPUs.  0 or -1 with err. */
-static int export_work(char *err, size_t errlen)
+/* The EXPORT ways: another machine's export (or its mapped copy) loaded
+ * as a task loads its node's (hwloc's plugins left out: this child is
+ * that task's, one thread), then the plan of 8 tasks and 8 GPUs.  0 or -1
+ * with err. */
+static int export_work(int mapped, char *err, size_t errlen)
 {
 	struct ddpenv_topo *t = NULL;
 
-	if (setenv("HWLOC_PLUGINS_PATH", "/nonexistent", 1) < 0 || ddpenv_topo_load(export_path, 0, &t, err, errlen) < 0)
+	if (ddpenv_topo_load_noplugins(mapped ? export_kept : export_path, mapped, &t, err, errlen) < 0)
 		return -1;
+	if (mapped && !strstr(ddpenv_topo_source(t), "mapped from")) {
+		snprintf(err, errlen, "%s: not mapped: %s", export_kept, ddpenv_topo_source(t));
+		ddpenv_topo_free(t);
+		return -1;
+	}
 	return plan_on(t, "8", "0,1,2,3,4,5,6,7", err, errlen);
+}
+
+/* post_opt's checks of the kept export and its mapped copy (writing them
+ * where they are not whole): 0, path the export's, or -1 with err */
+static int kept_check(const char *dir, char *path, size_t len, char *err, size_t errlen)
+{
+	if (ddpenv_topo_cache_ensure(dir, "", path, len, err, errlen) < 0)
+		return -1;
+	return ddpenv_topo_cache_map(path, err, errlen);
 }
 
 /* The child's work for one way (a step of 2 CPU tasks): 0 or -1 with err. */
@@ -89,15 +111,23 @@ static int step_work(enum way w, const char *dir, char *err, size_t errlen)
 	struct ddpenv_topo *t = NULL;
 	int rv;
 
-	if (w == EXPORT)
-		return export_work(err, errlen);
+	if (w == EXPORT || w == EXPORT_MAP)
+		return export_work(w == EXPORT_MAP, err, errlen);
 	if (w == DISCOVER)
 		rv = ddpenv_topo_load(NULL, 1, &t, err, errlen);
-	else if (ddpenv_topo_cache_ensure(dir, "", path, sizeof(path), err, errlen) < 0)
+	else if (kept_check(dir, path, sizeof(path), err, errlen) < 0)
 		rv = -1;
+	else if (w == TASK_XML) /* kept 0: the export as an admin's, never the copy */
+		rv = ddpenv_topo_load_noplugins(path, 0, &t, err, errlen);
 	else
 		rv = w == TASK ? ddpenv_topo_load_noplugins(path, 1, &t, err, errlen)
 			       : ddpenv_topo_load_cached(path, &t, err, errlen);
+	if (rv == 0 && (w == TASK || (w == KEPT && ddpenv_topo_plugin_count() == 0)) &&
+	    !strstr(ddpenv_topo_source(t), "mapped from")) {
+		snprintf(err, errlen, "%s: not mapped: %s", path, ddpenv_topo_source(t));
+		ddpenv_topo_free(t);
+		return -1;
+	}
 	return rv < 0 ? -1 : plan_on(t, "2", NULL, err, errlen);
 }
 
@@ -105,7 +135,7 @@ static int step_work(enum way w, const char *dir, char *err, size_t errlen)
 static void empty_dir(const char *dir)
 {
 	char cmd[600];
-	snprintf(cmd, sizeof(cmd), "rm -f '%s'/topology-*.xml", dir);
+	snprintf(cmd, sizeof(cmd), "rm -f '%s'/topology-*", dir);
 	if (system(cmd) != 0)
 		fprintf(stderr, "topo_step: %s failed\n", cmd);
 }
@@ -170,6 +200,7 @@ int main(int argc, char **argv)
 		snprintf(dir, sizeof(dir), "%s", argv[2]);
 	else
 		snprintf(dir, sizeof(dir), "%s/topo-step-%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
+	snprintf(export_kept, sizeof(export_kept), "%s/export.xml", dir);
 	/* hwloc as Debian installs it */
 	unsetenv("HWLOC_PLUGINS_BLACKLIST");
 	unsetenv("HWLOC_PLUGINS_PATH");
@@ -185,6 +216,14 @@ int main(int argc, char **argv)
 	/* the export the kept ways read, written by a child (this process
 	 * loads no hwloc component, as slurmstepd before its first step) */
 	int failed = sample(WRITE, dir) < 0;
+	if (!failed && export_path) {
+		char cmd[1600], err[DDPENV_ERRLEN];
+		snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", export_path, export_kept);
+		if (system(cmd) != 0 || ddpenv_topo_cache_map(export_kept, err, sizeof(err)) < 0) {
+			fprintf(stderr, "topo_step: the export's mapped copy: %s\n", err);
+			failed = 1;
+		}
+	}
 	for (int r = 0; r < rounds && !failed; r++) {
 		/* the ways' order turns each round */
 		for (int k = 0; k < nways && !failed; k++) {
@@ -211,10 +250,17 @@ int main(int argc, char **argv)
 	printf("kept/discover %.3f, discover-kept %.3f ms a step\n", med[KEPT] / med[DISCOVER], med[DISCOVER] - med[KEPT]);
 	printf("task/discover %.3f, discover-task %.3f ms a step\n", med[TASK] / med[DISCOVER],
 	       med[DISCOVER] - med[TASK]);
+	printf("task/task-xml %.3f: the mapped copy against the export's parse, in a task\n", med[TASK] / med[TASK_XML]);
 	if (export_path)
-		printf("export: %s, loaded as a task loads its node's, and the plan of 8 tasks and 8 GPUs\n",
-		       export_path);
+		printf("export: %s, loaded as a task loads its node's, and the plan of 8 tasks and 8 GPUs; "
+		       "export-map/export %.3f\n", export_path, med[EXPORT_MAP] / med[EXPORT]);
 	empty_dir(dir);
+	if (export_path) {
+		char shm[620];
+		snprintf(shm, sizeof(shm), "%.*s.shm", (int)strlen(export_kept) - 4, export_kept);
+		unlink(export_kept);
+		unlink(shm);
+	}
 	if (argc <= 2)
 		rmdir(dir);
 	free(all);
