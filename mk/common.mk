@@ -21,7 +21,7 @@ endif
 SLURM_CFLAGS := $(shell pkg-config --cflags slurm 2>/dev/null)
 SLURM_LIBS := $(shell pkg-config --libs slurm 2>/dev/null || echo -lslurm)
 # What a program linking libddpenv needs besides it.
-DDPENV_DEPLIBS := -lyaml -lcrypto -lhwloc
+DDPENV_DEPLIBS := -lyaml -lcrypto -lhwloc -lz
 DDPENV_LIBS := $(DDPENV_DEPLIBS) $(SLURM_LIBS)
 # Install locations (the top-level Makefile sets them for every folder).
 PREFIX ?= /usr/local

@@ -12,7 +12,7 @@
  * and hwloc refuses with EBUSY: the caller reads the export instead.
  * The file is never changed in place but written under another name and
  * renamed, so no mapping sees it shrink (SIGBUS) or change; its first
- * page says what wrote it with the SHA-256 of hwloc's copy, which
+ * page says what wrote it with the CRC-32 of hwloc's copy, which
  * slurmstepd checks at each step (ddpenv_topo_shm_check, as root) before
  * the tasks map it.
  *
@@ -32,7 +32,7 @@
 
 #include <hwloc.h>
 #include <hwloc/shmem.h>
-#include <openssl/evp.h>
+#include <zlib.h>
 
 #include "ddpenv.h"
 #include "topo.h"
@@ -55,14 +55,18 @@ static int address_space_ok(char *err, size_t errlen)
 }
 
 /* The file's first page, before hwloc's copy: what wrote it and the
- * SHA-256 of the copy, checked at each step (ddpenv_topo_shm_check) so a
- * copy changed since it was written is never mapped. */
+ * CRC-32 of the copy (zlib's), checked at each step
+ * (ddpenv_topo_shm_check) so a copy changed since it was written (a
+ * disk's or a program's error: only root can write it) is never mapped.
+ * Not a cryptographic hash: OpenSSL's first digest in a process costs a
+ * millisecond of its set-up, more than the mapping saves. */
 struct shm_head {
 	char magic[16];
 	uint32_t format;
 	uint32_t hwloc_api;     /* hwloc_get_api_version() of the writer */
 	uint64_t length;        /* hwloc's copy, from the second page */
-	unsigned char sha256[32];
+	uint32_t crc;           /* CRC-32 of hwloc's copy */
+	uint32_t pad;
 };
 static const char shm_magic[16] = "slurm-ddp topo\n";
 #define SHM_FORMAT 1
@@ -73,18 +77,16 @@ static size_t page_size(void)
 	return p > 0 ? (size_t)p : 4096;
 }
 
-/* SHA-256 of fd's bytes [off, off + len) into md: 0, else -1 */
-static int digest(int fd, size_t off, size_t len, unsigned char md[32])
+/* CRC-32 of fd's bytes [off, off + len) into crc: 0, else -1 */
+static int checksum(int fd, size_t off, size_t len, uint32_t *crc)
 {
 	void *m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, (off_t)off);
-	unsigned n = 32;
-	int ok;
 
 	if (m == MAP_FAILED)
 		return -1;
-	ok = EVP_Digest(m, len, md, &n, EVP_sha256(), NULL) == 1 && n == 32;
+	*crc = (uint32_t)crc32_z(crc32_z(0, Z_NULL, 0), m, len);
 	munmap(m, len);
-	return ok ? 0 : -1;
+	return 0;
 }
 
 int ddpenv_topo_shm_write(const struct ddpenv_topo *t, const char *path, char *err, size_t errlen)
@@ -122,7 +124,7 @@ int ddpenv_topo_shm_write(const struct ddpenv_topo *t, const char *path, char *e
 	h.format = SHM_FORMAT;
 	h.hwloc_api = hwloc_get_api_version();
 	h.length = len;
-	if (digest(fd, page, len, h.sha256) < 0 || pwrite(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
+	if (checksum(fd, page, len, &h.crc) < 0 || pwrite(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
 		snprintf(err, errlen, "%.200s: cannot seal the mapped copy: %s", path, strerror(errno));
 		goto fail;
 	}
@@ -178,8 +180,8 @@ static ssize_t shm_file_ok(int fd, const char *path, struct shm_head *h, char *e
 int ddpenv_topo_shm_check(const char *path, char *err, size_t errlen)
 {
 	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), rv = -1;
-	unsigned char md[32];
 	struct shm_head h;
+	uint32_t crc;
 	ssize_t len;
 
 	if (fd < 0) {
@@ -188,8 +190,8 @@ int ddpenv_topo_shm_check(const char *path, char *err, size_t errlen)
 	}
 	if ((len = shm_file_ok(fd, path, &h, err, errlen)) < 0)
 		goto out;
-	if (digest(fd, page_size(), (size_t)len, md) < 0 || memcmp(md, h.sha256, sizeof(md)) != 0) {
-		snprintf(err, errlen, "%.200s: hwloc's copy is not what was written (SHA-256)", path);
+	if (checksum(fd, page_size(), (size_t)len, &crc) < 0 || crc != h.crc) {
+		snprintf(err, errlen, "%.200s: hwloc's copy is not what was written (CRC-32)", path);
 		goto out;
 	}
 	rv = 0;

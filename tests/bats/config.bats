@@ -386,7 +386,7 @@ print("port", os.environ["MASTER_PORT"], os.environ["TORCHELASTIC_RUN_ID"], flus
 	assert_line "1 this machine (hwloc, mapped from $shm)"
 	assert_equal "$(stat -c %i "$f") $(stat -c %i "$shm")" "$ino $sino"
 	# the copy changed inside (as only root could): the next step's
-	# check (its SHA-256) writes it anew before its tasks map it
+	# check (its CRC-32) writes it anew before its tasks map it
 	printf 'ZZZZ' | dd of="$shm" bs=1 seek=$(($(getconf PAGESIZE) + 64)) conv=notrunc status=none
 	run --separate-stderr crun srun --ddp=gloo -N1 -n2 "$BIND_REPORT"
 	assert_success

@@ -242,7 +242,7 @@ static void test_map(void)
 	test_cond("... a file of root's, 0644, whole pages", stat(shm, &st) == 0 && st.st_uid == 0 &&
 		  (st.st_mode & 07777) == 0644 && st.st_size > page && st.st_size % page == 0);
 	ino = inode(shm);
-	test_cond("the next step: kept (its SHA-256 checked)", ddpenv_topo_cache_map(xml, err, sizeof(err)) == 0 &&
+	test_cond("the next step: kept (its CRC-32 checked)", ddpenv_topo_cache_map(xml, err, sizeof(err)) == 0 &&
 		  inode(shm) == ino);
 	in_child(task_load, xml, mapped, sizeof(mapped));
 	printf("#   export: %s\n#   mapped: %s\n", exported, mapped);
@@ -255,7 +255,7 @@ static void test_map(void)
 	scribble(shm, page + 64, "\x5a\xa5\x5a\xa5", 4);
 	in_child(task_load, xml, mapped, sizeof(mapped));
 	ino = inode(shm);
-	test_cond("a copy changed inside is written anew at the next step (SHA-256)",
+	test_cond("a copy changed inside is written anew at the next step (CRC-32)",
 		  ddpenv_topo_cache_map(xml, err, sizeof(err)) == 0 && inode(shm) != ino);
 	scribble(shm, 0, "not ours", 8);
 	in_child(task_load, xml, mapped, sizeof(mapped));
