@@ -33,6 +33,7 @@ struct cnn_comm {
 	struct ddpenv_store *store;   /* NULL for world size 1 */
 	int owns_store;               /* cnn_comm_open's: closed with the comm */
 	void *impl;
+	void *local;                  /* the shared-memory all-reduce's (comm_shm.c), or NULL */
 	char host[64];
 	/* For a backend's watchdog (it may live in a module that cannot call
 	 * the store): CNN_PEER_GONE when the store has seen a rank's
@@ -137,6 +138,13 @@ int cnn_gloo_exchange(struct cnn_comm *c, int peer, unsigned tag, const float *s
 		      char *err, size_t errlen);
 int cnn_comm_gloo_init(struct cnn_comm *c, const char *iface, const char *hostname,
 		       int timeout_ms, char *err, size_t errlen);
+
+/* The all-reduce of a gloo communicator whose ranks all share a node,
+ * through shared memory (comm_shm.c), set up collectively: every rank
+ * calls it once, after cnn_comm_open.  1: in use; 0: not (another node's
+ * rank, one rank, not gloo; why says which); -1 with err: the store
+ * failed.  gloo's other collectives are unchanged. */
+int cnn_comm_use_shm(struct cnn_comm *c, int timeout_ms, char *why, size_t whylen, char *err, size_t errlen);
 
 /* Gradient reducer: buckets are all-reduced (and averaged) on a
  * communication thread while the backward pass goes on. */

@@ -75,6 +75,8 @@ void cnn_args_usage(FILE *f)
 "  --cuda-graph-dot FILE  GPU: rank 0 writes the captured step's CUDA graph\n"
 "                         there (Graphviz, cudaGraphDebugDotPrint: dot -Tsvg)\n"
 "  --timeout SECONDS      bound on rendezvous and on each collective (default 60)\n"
+"  --shm-allreduce KIND   gloo ranks that all share a node all-reduce through\n"
+"                         shared memory, not TCP: auto (default) or off\n"
 "checkpoints and output:\n"
 "  --checkpoint-dir DIR   rank 0 writes DIR/checkpoint.bin after each epoch\n"
 "  --checkpoint-every N   ... and every N steps\n"
@@ -236,6 +238,7 @@ static const struct argdef args[] = {
 	{ "fc2", K(fc2, { "cublas", CNN_FC2_CUBLAS }, { "fused", CNN_FC2_FUSED }, { "auto", CNN_FC2_AUTO }) },
 	{ "pdl", K(pdl, { "off", CNN_PDL_OFF }, { "on", CNN_PDL_ON }, { "auto", CNN_PDL_AUTO }) },
 	{ "timeout", N(INT, timeout_s, 1, 86400) },
+	{ "shm-allreduce", K(shm_allreduce, { "auto", 1 }, { "off", 0 }) },
 	{ "checkpoint-dir", S(STR, checkpoint_dir) },
 	{ "checkpoint-every", N(LL, checkpoint_every, 1, LLONG_MAX / 2) },
 	{ "stop-every", N(LL, stop_every, 3, LLONG_MAX / 2) },
@@ -294,6 +297,7 @@ static void defaults(struct cnn_args *a, const char *env_data_dir)
 	a->seed = 1;
 	a->device = "auto";
 	a->timeout_s = 60;
+	a->shm_allreduce = 1;
 	a->conv_layout = CNN_LAYOUT_AUTO;
 	a->streams = CNN_STREAMS_AUTO;
 	a->fc2 = CNN_FC2_AUTO;

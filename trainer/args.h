@@ -40,6 +40,7 @@ struct cnn_args {
 	const char *dump_params;
 	int no_dropout;
 	int timeout_s;
+	int shm_allreduce;         /* gloo ranks of one node all-reduce through shared memory: 1 auto (default), 0 off */
 	long long train_limit, test_limit;
 	int progress;              /* -1 auto (bar on a terminal), 0 lines, 1 bar */
 	int log_every;             /* plain progress line every N steps */

@@ -206,11 +206,12 @@ static int same_options(void *ctx, struct ddpenv_store *st, char *err, size_t er
 	int64_t bad = 0;
 	snprintf(mine, sizeof(mine), "data=%s epochs=%d max-steps=%lld eval=%d batch-size=%d "
 		 "optimizer=%d lr=%g momentum=%g weight-decay=%g schedule=%d seed=%llu "
-		 "train=%d test=%d dropout=%d checkpoint-every=%lld stop-every=%lld device=%s precision=%s",
+		 "train=%d test=%d dropout=%d checkpoint-every=%lld stop-every=%lld device=%s precision=%s "
+		 "shm-allreduce=%d",
 		 a->data, a->epochs, a->max_steps, a->eval, a->batch, (int)a->optim, a->lr,
 		 a->momentum, a->weight_decay, (int)a->sched.kind, a->seed, R->train.n,
 		 R->test.n, !a->no_dropout, a->checkpoint_every, a->stop_every, R->gpu ? "cuda" : "cpu",
-		 R->gpu ? cnn_precision_name((enum cnn_precision)a->precision) : "fp32");
+		 R->gpu ? cnn_precision_name((enum cnn_precision)a->precision) : "fp32", a->shm_allreduce);
 	if (R->rank.rank == 0) {
 		if (ddpenv_store_set(st, "options/0", mine, strlen(mine), err, errlen) < 0)
 			return -1;
@@ -431,6 +432,27 @@ static const char *load_model(struct run *R)
 	return kind;
 }
 
+/* gloo's ranks all on this node: their all-reduce through shared memory
+ * (comm_shm.c), unless --shm-allreduce off; R->allreduce says which. */
+static void use_shm(struct run *R, int nccl)
+{
+	char why[256] = "", err[1024];
+	int r = 0;
+
+	if (R->rank.world == 1 || nccl) {
+		snprintf(R->allreduce, sizeof(R->allreduce), "%s", nccl ? "nccl" : "none (one rank)");
+		return;
+	}
+	if (R->args.shm_allreduce &&
+	    (r = cnn_comm_use_shm(R->comm, R->args.timeout_s * 1000, why, sizeof(why), err, sizeof(err))) < 0)
+		cnn_run_comm_failed(R, err, sizeof(err));
+	if (r > 0)
+		snprintf(R->allreduce, sizeof(R->allreduce), "shared memory (every rank on this node)");
+	else
+		snprintf(R->allreduce, sizeof(R->allreduce), "gloo (%.300s)",
+			 R->args.shm_allreduce ? why : "--shm-allreduce off");
+}
+
 /* The communicator.  GPUs all-reduce with NCCL, unless the step said gloo
  * (--ddp=gloo, or a bare --ddp on MIG devices or shared GPUs, where NCCL
  * runs no ranks): then through host memory, as PyTorch's gloo does.  One
@@ -450,6 +472,7 @@ static void open_comm(struct run *R, int gpu)
 				    nccl ? R->gpu_api->comm : NULL, same_options, R };
 	if (cnn_comm_open(&R->comm, &co, err, sizeof(err)) < 0)
 		cnn_run_die(R, "%s", err);
+	use_shm(R, nccl);
 	if (gpu) {
 		R->gpu_api->use_comm(R->gpu, R->comm);
 		if (R->gpu_api->load_data(R->gpu, &R->train, &R->test, err, sizeof(err)) < 0)
@@ -490,6 +513,8 @@ static void print_header(struct run *R, int gpu, const char *kind)
 	printf("# cnn_train: world %d (%s), model %s, data %s (%d train, %d test) from %s\n",
 	       R->rank.world, R->comm->ops->name, desc, R->args.data, R->train.n, R->test.n,
 	       strcmp(kind, "synthetic") ? R->args.data_dir : "memory");
+	if (R->rank.world > 1)
+		printf("# all-reduce: %s\n", R->allreduce);
 	printf("# batch %d per rank, %s lr %g, %d thread%s per rank, seed %llu%s\n",
 	       R->args.batch, R->args.optim == CNN_ADADELTA ? "adadelta" : "sgd", R->args.lr,
 	       R->args.threads, R->args.threads == 1 ? "" : "s", R->args.seed,

@@ -113,9 +113,10 @@ static void report_times(struct run *R)
 			fprintf(f, "  \"first_step_unix\": null,\n");
 		fprintf(f, "  \"images_per_sec\": %.1f,\n  \"world_size\": %d,\n  \"batch_size\": %d,\n"
 			"  \"threads\": %d,\n  \"steps\": %lld,\n  \"epochs\": %d,\n"
-			"  \"optimizer\": \"%s\",\n  \"backend\": \"%s\",\n  \"device\": \"%s\",\n"
-			"  \"ranks\": [", ips, w, R->args.batch, R->args.threads, R->steps, R->args.epochs,
-			R->args.optim == CNN_ADADELTA ? "adadelta" : "sgd", R->comm->ops->name,
+			"  \"optimizer\": \"%s\",\n  \"backend\": \"%s\",\n  \"allreduce\": \"%s\",\n"
+			"  \"device\": \"%s\",\n  \"ranks\": [", ips, w, R->args.batch, R->args.threads, R->steps,
+			R->args.epochs, R->args.optim == CNN_ADADELTA ? "adadelta" : "sgd", R->comm->ops->name,
+			w == 1 ? "none" : R->comm->local ? "shm" : strcmp(R->comm->ops->name, "nccl") ? "gloo" : "nccl",
 			R->gpu ? "cuda" : "cpu");
 		for (int r = 0; r < w; r++)
 			fprintf(f, "%s\n    {\"rank\": %d, \"data_s\": %.3f, \"compute_s\": %.3f, "

@@ -24,6 +24,7 @@ struct run {
 	struct cnn_acts acts;
 	struct cnn_optim opt;
 	struct cnn_comm *comm;
+	char allreduce[320];   /* how the gradients are all-reduced, for the header and --log-json */
 	struct cnn_reducer red;
 	struct cnn_sampler sampler;
 	const struct cnn_gpu_api *gpu_api;   /* the GPU path, when this run uses it */

@@ -195,11 +195,11 @@ gloo_pair() {
 	printf '%s\n' 'set breakpoint pending on' "break $at" run "$4" kill quit >"$g"
 	BINDPORT_PORT=${ports[$held]} LD_PRELOAD=$shim MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 \
 		RANK=$held DDP_BACKEND=gloo GLOO_SOCKET_IFNAME=lo timeout 60 "${wait_held[@]}" gdb -batch -x "$g" --args "$CNN" \
-		--max-steps 1 --train-limit 64 --test-limit 16 --timeout "$5" >"$BATS_TEST_TMPDIR/held.log" 2>&1 3>&- &
+		--max-steps 1 --train-limit 64 --test-limit 16 --timeout "$5" --shm-allreduce off >"$BATS_TEST_TMPDIR/held.log" 2>&1 3>&- &
 	local pid=$!
 	BINDPORT_PORT=${ports[$other]} LD_PRELOAD=$shim MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 \
 		RANK=$other DDP_BACKEND=gloo GLOO_SOCKET_IFNAME=lo run --separate-stderr timeout 30 "${wait_other[@]}" "$CNN" \
-		--max-steps 1 --train-limit 64 --test-limit 16 --timeout "$5"
+		--max-steps 1 --train-limit 64 --test-limit 16 --timeout "$5" --shm-allreduce off
 	# a rank still held: gdb's children (it and a `shell sleep`) end now
 	pkill -KILL -P "$(pgrep -P "$pid")" 2>/dev/null || true
 	wait "$pid" || true
@@ -356,13 +356,16 @@ wait2() {
 # who left.  (Before the reset, rank 1 waited on the open connections until
 # rank 0 exited, and then found the store gone with it: "rank 0 (the
 # rendezvous store) is unreachable".)
-@test "rank 0 stops on an error of its own mid-run (a checkpoint it cannot write): rank 1 stops at once, naming it" {
+# own_error_mid_run SHM: rank 0 fails to write a checkpoint mid-run
+# (--shm-allreduce SHM); both ranks' exit statuses in RC0 and RC1, their
+# output in $BATS_TEST_TMPDIR/own.r0 and .r1.
+own_error_mid_run() {
 	local d="$BATS_TEST_TMPDIR"
 	mkdir "$d/ckd"
 	touch "$d/file"
 	ln -s ckd "$d/ck"
 	bg2 "$d/own" --train-limit 6400 --test-limit 200 --batch-size 16 --epochs 1 --progress lines --log-every 1 \
-		--checkpoint-dir "$d/ck" --checkpoint-every 8
+		--checkpoint-dir "$d/ck" --checkpoint-every 8 --shm-allreduce "$1"
 	wait_line "$d/own.r0" '^epoch 1/1 step 10/'
 	ln -s file "$d/ck.new"
 	mv -T "$d/ck.new" "$d/ck"
@@ -373,9 +376,42 @@ wait2() {
 	# (a save opens the directory once and writes, renames and syncs in
 	# it: a swap during a save lands in the next one, which finds a file)
 	grep -qE "^cnn_train: [^ ]+ rank 0: checkpoint dir $d/ck: Not a directory$" "$d/own.r0"
-	grep -qE "^cnn_train: [^ ]+ rank 1: rank 0 \([^)]+\) stopped on its own error \(its output says which\) and left; gloo: rank 1: all-reduce of [0-9]+ floats: .*Connection (reset|closed) by peer.*$" "$d/own.r1"
 	# it stopped in the step after rank 0's last checkpoint, not later
 	! grep -qE '^done:' "$d/own.r1" || false
+}
+
+@test "rank 0 stops on an error of its own mid-run (a checkpoint it cannot write): rank 1 stops at once, naming it (gloo)" {
+	own_error_mid_run off
+	grep -q "^# all-reduce: gloo (--shm-allreduce off)$" "$BATS_TEST_TMPDIR/own.r0"
+	grep -qE "^cnn_train: [^ ]+ rank 1: rank 0 \([^)]+\) stopped on its own error \(its output says which\) and left; gloo: rank 1: all-reduce of [0-9]+ floats: .*Connection (reset|closed) by peer.*$" "$BATS_TEST_TMPDIR/own.r1"
+}
+
+@test "... the same through shared memory: rank 1 stops at once, naming it" {
+	own_error_mid_run auto
+	grep -q "^# all-reduce: shared memory (every rank on this node)$" "$BATS_TEST_TMPDIR/own.r0"
+	grep -qE "^cnn_train: [^ ]+ rank 1: rank 0 \([^)]+\) stopped on its own error \(its output says which\) and left; shared-memory all-reduce: a peer abandoned it$" "$BATS_TEST_TMPDIR/own.r1"
+}
+
+@test "ranks of one node all-reduce through shared memory: the same parameters as gloo's, and a rank killed mid-run is named within seconds" {
+	local d="$BATS_TEST_TMPDIR" opts=(--no-dropout --train-limit 640 --test-limit 100 --epochs 1 --progress lines --log-every 1000)
+	bg2 "$d/shm" "${opts[@]}" --dump-params "$d/shm.bin"
+	wait2
+	[ "$RC0" -eq 0 ] && [ "$RC1" -eq 0 ] || { cat "$d/shm.r0" "$d/shm.r1"; false; }
+	grep -q "^# all-reduce: shared memory (every rank on this node)$" "$d/shm.r0"
+	bg2 "$d/gloo" "${opts[@]}" --dump-params "$d/gloo.bin" --shm-allreduce off
+	wait2
+	[ "$RC0" -eq 0 ] && [ "$RC1" -eq 0 ]
+	# two ranks: each sum is one addition, the same in either order
+	cmp "$d/shm.bin" "$d/gloo.bin"
+	bg2 "$d/kill" --train-limit 6400 --test-limit 200 --batch-size 16 --epochs 1 --progress lines --log-every 1
+	wait_line "$d/kill.r0" '^epoch 1/1 step 5/'
+	kill -9 "$P1"
+	local t0=$SECONDS
+	wait2
+	cat "$d/kill.r0"
+	[ "$RC0" -eq 1 ]
+	[ $((SECONDS - t0)) -lt 10 ]
+	grep -qE "^cnn_train: [^ ]+ rank 0: rank 1 \([^)]+\) died; shared-memory all-reduce: a peer left the rendezvous$" "$d/kill.r0"
 }
 
 # Resumed with another batch size (or world size: the same arithmetic,

@@ -1,0 +1,290 @@
+/* The shared-memory all-reduce of a node's gloo ranks (comm/comm_shm.c):
+ * set up by every rank or by none; sums exact and the same bits on every
+ * rank, at sizes around its chunk and over many calls; the bucket reducer
+ * and the broadcast through it; the segment's name gone from /dev/shm
+ * once mapped; a rank that cannot map it (another node: its own /dev/shm)
+ * leaves every rank on gloo, saying why; a rank killed, one that
+ * abandons, and one that never arrives each end the others' wait, the
+ * first two within seconds, the last at --timeout.  Ranks are processes
+ * on loopback, worlds of 2 to 5. */
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "comm.h"
+#include "test.h"
+
+#define MAXW 5
+
+enum fate { LIVE, OWN_SHM, KILLED, ABANDONS, SLEEPS };
+
+struct job {
+	int rank, world, port, timeout_ms;
+	enum fate fate;          /* rank 1's, in the failure tests */
+	int used;                /* cnn_comm_use_shm's answer */
+	int sums, crcs_done, reducer, bcast, unlinked;
+	uint32_t crc;            /* of the non-integer sum */
+	int failed;              /* the all-reduce after a peer's fate failed */
+	double fail_s;           /* ... after this long */
+	char why[256], err[512];
+};
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* buf[i] = (rank + 1) * (i % 1000): the sum is T * (i % 1000), exact */
+static int sum_ok(struct cnn_comm *c, float *buf, size_t n, char *err, size_t len)
+{
+	float t = (float)(c->world * (c->world + 1) / 2);
+	for (size_t i = 0; i < n; i++)
+		buf[i] = (float)((c->rank + 1) * (int)(i % 1000));
+	if (cnn_comm_allreduce_sum(c, buf, n, err, len) < 0)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (buf[i] != t * (float)(i % 1000))
+			return 0;
+	return 1;
+}
+
+/* The segment this process maps, by name, is deleted: 1 */
+static int segment_unlinked(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	int seen = 0, deleted = 0;
+	while (f && fgets(line, sizeof(line), f))
+		if (strstr(line, "/ddp-allreduce-")) {
+			seen = 1;
+			deleted = strstr(line, "(deleted)") != NULL;
+		}
+	if (f)
+		fclose(f);
+	return seen && deleted;
+}
+
+static void rank_main(struct job *j)
+{
+	struct cnn_comm *c;
+	struct cnn_comm_opts o = { "gloo", "127.0.0.1", j->port, j->rank, j->world, "lo", NULL, j->timeout_ms,
+				   NULL, NULL, NULL };
+	static float buf[3 * 262144 + 77];
+	static const size_t sizes[] = { 1, 2, 7, 4095, 4096, 4097, 262143, 262144, 262145, 3 * 262144 + 77 };
+
+	if (j->fate == OWN_SHM && j->rank == 1) {
+		/* another node's /dev/shm: rank 0's name is not there */
+		if (unshare(CLONE_NEWNS) < 0 || mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+		    mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=64m") < 0) {
+			snprintf(j->err, sizeof(j->err), "SKIP a /dev/shm of its own: %m");
+			j->fate = LIVE; /* still takes part */
+		}
+	}
+	if (cnn_comm_open(&c, &o, j->err, sizeof(j->err)) < 0)
+		return;
+	j->used = cnn_comm_use_shm(c, j->timeout_ms, j->why, sizeof(j->why), j->err, sizeof(j->err));
+	if (j->used < 0)
+		goto out;
+	j->unlinked = j->used ? segment_unlinked() : 1;
+	if (j->fate != LIVE && j->fate != OWN_SHM) {
+		/* the peer's fate, then rank 0's next all-reduce */
+		if (j->rank == 1) {
+			if (j->fate == KILLED)
+				raise(SIGKILL);
+			if (j->fate == ABANDONS) {
+				cnn_comm_abandon(c);
+				sleep(3); /* alive and in the store: only the flag tells */
+			}
+			if (j->fate == SLEEPS)
+				sleep(3);
+			goto out;
+		}
+		if (j->rank == 0) {
+			double t0 = now_s();
+			j->failed = cnn_comm_allreduce_sum(c, buf, 1000, j->err, sizeof(j->err)) < 0;
+			j->fail_s = now_s() - t0;
+			if (j->failed && j->fate == KILLED)
+				cnn_comm_explain_failure(c, j->err, sizeof(j->err));
+		}
+		goto out;
+	}
+	j->sums = 1;
+	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]) && j->sums; k++)
+		j->sums = sum_ok(c, buf, sizes[k], j->err, sizeof(j->err));
+	for (int k = 0; k < 200 && j->sums; k++) /* many calls: the halves take turns */
+		j->sums = sum_ok(c, buf, 1 + (size_t)k * 37, j->err, sizeof(j->err));
+	/* non-integer values: every rank the same bits */
+	for (size_t i = 0; i < 300001; i++)
+		buf[i] = 1.0f / (float)(i + 1 + (size_t)j->rank * 3);
+	if (cnn_comm_allreduce_sum(c, buf, 300001, j->err, sizeof(j->err)) == 0) {
+		j->crc = (uint32_t)crc32(0, (const unsigned char *)buf, 300001 * sizeof(float));
+		j->crcs_done = 1;
+	}
+	/* the reducer: buckets summed and averaged on its thread */
+	struct cnn_reducer r;
+	static float b1[5000], b2[300000];
+	if (cnn_reducer_start(&r, c) == 0) {
+		for (size_t i = 0; i < 5000; i++)
+			b1[i] = (float)(j->rank * 2);
+		for (size_t i = 0; i < 300000; i++)
+			b2[i] = (float)(i % 7) * (float)(j->rank + 1);
+		cnn_reducer_push(&r, b1, 5000);
+		cnn_reducer_push(&r, b2, 300000);
+		int ok = cnn_reducer_wait(&r, j->err, sizeof(j->err)) == 0;
+		float mean_rank2 = (float)(j->world - 1); /* mean of 2*rank */
+		float tw = (float)(j->world * (j->world + 1) / 2) / (float)j->world;
+		for (size_t i = 0; ok && i < 5000; i++)
+			ok = b1[i] == mean_rank2;
+		for (size_t i = 0; ok && i < 300000; i++)
+			ok = b2[i] == (float)(i % 7) * tw;
+		j->reducer = ok;
+		cnn_reducer_stop(&r);
+	}
+	/* broadcast: rank world-1's values everywhere */
+	for (size_t i = 0; i < 4100; i++)
+		buf[i] = (float)(j->rank * 10000 + (int)i);
+	if (cnn_comm_broadcast(c, buf, 4100, j->world - 1, j->err, sizeof(j->err)) == 0) {
+		j->bcast = 1;
+		for (size_t i = 0; i < 4100 && j->bcast; i++)
+			j->bcast = buf[i] == (float)((j->world - 1) * 10000 + (int)i);
+	}
+out:
+	cnn_comm_close(c);
+}
+
+static struct job *run_world(int world, enum fate fate, int timeout_ms)
+{
+	struct job *jobs = mmap(NULL, MAXW * sizeof(*jobs), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+				-1, 0);
+	pid_t kids[MAXW];
+	int port = test_free_port();
+
+	fflush(stdout);
+	for (int r = world - 1; r >= 0; r--) {
+		jobs[r] = (struct job){ .rank = r, .world = world, .port = port, .timeout_ms = timeout_ms, .fate = fate };
+		if ((kids[r] = fork()) == 0) {
+			alarm(90);
+			rank_main(&jobs[r]);
+			_exit(0);
+		}
+	}
+	for (int r = 0; r < world; r++)
+		waitpid(kids[r], NULL, 0);
+	return jobs;
+}
+
+static void test_world(int world)
+{
+	struct job *j = run_world(world, LIVE, 20000);
+	int used = 0, sums = 0, reducer = 0, bcast = 0, unlinked = 0, same = 1;
+	char d[200];
+
+	for (int r = 0; r < world; r++) {
+		used += j[r].used == 1;
+		sums += j[r].sums;
+		reducer += j[r].reducer;
+		bcast += j[r].bcast;
+		unlinked += j[r].unlinked;
+		same &= j[r].crcs_done && j[r].crc == j[0].crc;
+		if (j[r].err[0] || j[r].why[0])
+			printf("#   rank %d: %s %s\n", r, j[r].err, j[r].why);
+	}
+	snprintf(d, sizeof(d), "world %d: every rank maps rank 0's segment", world);
+	test_cond(d, used == world);
+	snprintf(d, sizeof(d), "world %d: ... whose name is gone from /dev/shm", world);
+	test_cond(d, unlinked == world);
+	snprintf(d, sizeof(d), "world %d: exact sums at 10 sizes around the chunk, then 200 calls", world);
+	test_cond(d, sums == world);
+	snprintf(d, sizeof(d), "world %d: every rank the same bits (300,001 non-integers)", world);
+	test_cond(d, same);
+	snprintf(d, sizeof(d), "world %d: the reducer's buckets summed and averaged", world);
+	test_cond(d, reducer == world);
+	snprintf(d, sizeof(d), "world %d: a broadcast from the last rank", world);
+	test_cond(d, bcast == world);
+	munmap(j, MAXW * sizeof(*j));
+}
+
+/* Rank 1 on a /dev/shm of its own, as on another node: gloo for all. */
+static void test_other_node(void)
+{
+	if (geteuid() != 0) {
+		test_skip("a rank that cannot map the segment", "not root (a /dev/shm of its own needs a mount)");
+		return;
+	}
+	struct job *j = run_world(3, OWN_SHM, 20000);
+	if (strncmp(j[1].err, "SKIP ", 5) == 0) {
+		test_skip("a rank that cannot map the segment", j[1].err + 5);
+	} else {
+		printf("#   rank 0: %s\n#   rank 1: %s\n#   rank 2: %s\n", j[0].why, j[1].why, j[2].why);
+		test_cond("a rank that cannot map the segment (another node's /dev/shm): no rank uses it",
+			  j[0].used == 0 && j[1].used == 0 && j[2].used == 0);
+		test_err("... rank 0 names it and why", j[0].why, "rank 1: /ddp-allreduce-");
+		test_err("... (no such name in its /dev/shm)", j[0].why, "No such file or directory (another node's)");
+		test_err("... the others say a peer could not", j[2].why, "a peer could not map rank 0's segment");
+		test_cond("... and gloo sums as before", j[0].sums && j[1].sums && j[2].sums && j[0].reducer &&
+			  j[0].crc == j[1].crc && j[1].crc == j[2].crc);
+	}
+	munmap(j, MAXW * sizeof(*j));
+}
+
+static void test_fates(void)
+{
+	struct job *j = run_world(2, KILLED, 20000);
+	printf("#   killed: %s (%.2f s)\n", j[0].err, j[0].fail_s);
+	test_cond("rank 1 killed: rank 0's all-reduce fails within 3 s, not at --timeout",
+		  j[0].used == 1 && j[0].failed && j[0].fail_s < 3);
+	test_err("... and names it", j[0].err, "rank 1 (");
+	test_err("... as dead", j[0].err, ") died; shared-memory all-reduce: a peer left the rendezvous");
+	munmap(j, MAXW * sizeof(*j));
+
+	j = run_world(2, ABANDONS, 20000);
+	printf("#   abandoned: %s (%.2f s)\n", j[0].err, j[0].fail_s);
+	test_cond("rank 1 abandons: rank 0's all-reduce fails within a second",
+		  j[0].used == 1 && j[0].failed && j[0].fail_s < 1);
+	test_err("... saying so", j[0].err, "shared-memory all-reduce: a peer abandoned it");
+	munmap(j, MAXW * sizeof(*j));
+
+	j = run_world(2, SLEEPS, 1500);
+	printf("#   never arrives: %s (%.2f s)\n", j[0].err, j[0].fail_s);
+	test_cond("rank 1 never arrives: rank 0's all-reduce fails at --timeout (1.5 s)",
+		  j[0].used == 1 && j[0].failed && j[0].fail_s >= 1.4 && j[0].fail_s < 4);
+	test_err("... saying so", j[0].err, "shared-memory all-reduce: a peer did not arrive in 1.5 s (--timeout)");
+	munmap(j, MAXW * sizeof(*j));
+}
+
+/* One rank, another backend: not used, saying why. */
+static void test_not_used(void)
+{
+	struct cnn_comm *c;
+	char err[256] = "", why[128] = "";
+	struct cnn_comm_opts o = { "gloo", "127.0.0.1", 1, 0, 1, NULL, NULL, 1000, NULL, NULL, NULL };
+
+	if (cnn_comm_open(&c, &o, err, sizeof(err)) < 0) {
+		test_cond("world 1 opens", 0);
+		return;
+	}
+	test_cond("world 1: no shared memory", cnn_comm_use_shm(c, 1000, why, sizeof(why), err, sizeof(err)) == 0);
+	test_streq("... one rank", why, "one rank");
+	cnn_comm_close(c);
+}
+
+int main(void)
+{
+	test_not_used();
+	for (int w = 2; w <= MAXW; w++)
+		test_world(w);
+	test_other_node();
+	test_fates();
+	return test_report();
+}
