@@ -2,10 +2,11 @@
 # cnn_train against PyTorch on this machine's CPUs, in one run: the same
 # model (the PyTorch examples MNIST Net), data (Fashion-MNIST), batch size
 # per process, optimizer, thread count and number of steps, on 1 process
-# with all cores and on 2 processes x 1 thread (gloo over loopback for
-# both).  REPEATS runs of each program per configuration, the two taking
+# with all cores and on 2 processes x 1 thread (cnn_train's ranks through
+# shared memory, its default on one node, and through gloo over loopback
+# as PyTorch's).  REPEATS runs of each program per configuration, taking
 # turns to go first; prints each one's median images/s with the lowest and
-# highest, and the ratio of the medians.
+# highest, the ratio of the medians, and cnn_train's 2x1 against its 1x2.
 #
 #   bench/cpu_vs_torch.sh                 200 timed steps per run, 3 runs each
 #   REPEATS=5 bench/cpu_vs_torch.sh
@@ -69,13 +70,15 @@ printf '# torch %s\n' "$("$py" -c 'import torch; print(torch.__version__)')"
 printf '%-18s %15s %15s %11s %15s %7s %8s %8s\n' config cnn_train_img/s lowest..highest torch_img/s \
 	lowest..highest ratio cnn_acc torch_acc
 
-# run_cnn NP TH / run_torch NP TH: one run; appends "images/s accuracy"
-# to $tmp/cnn.runs or $tmp/torch.runs
+# run_cnn NP TH [RUNS [ARGS...]] / run_torch NP TH: one run; appends
+# "images/s accuracy" to $tmp/RUNS.runs (cnn) or $tmp/torch.runs
 run_cnn() {
-	launch "$1" "$2" "$tmp/cnn" "$cnn" --batch-size "$batch" --optimizer "$optimizer" \
-		--threads "$2" "${cnn_len[@]}" --progress lines --log-every 100000 --log-json "$tmp/cnn.json"
+	local np=$1 th=$2 runs=${3:-cnn}
+	shift 3 2>/dev/null || shift $#
+	launch "$np" "$th" "$tmp/cnn" "$cnn" --batch-size "$batch" --optimizer "$optimizer" \
+		--threads "$th" "${cnn_len[@]}" --progress lines --log-every 100000 --log-json "$tmp/cnn.json" "$@"
 	"$py" -c 'import json, sys; j = json.load(open(sys.argv[1])); a = j["test_accuracy"]
-print(j["images_per_sec"], "-" if a is None else f"{a:.4f}")' "$tmp/cnn.json" >>"$tmp/cnn.runs"
+print(j["images_per_sec"], "-" if a is None else f"{a:.4f}")' "$tmp/cnn.json" >>"$tmp/$runs.runs"
 }
 run_torch() {
 	launch "$1" "$2" "$tmp/torch" "$py" "$repo/bench/torch_cnn.py" --batch-size "$batch" \
@@ -88,16 +91,30 @@ summary() { sort -g "$1" | awk '{ v[NR] = $1; a[NR] = $2 } END { m = int((NR + 1
 	med = NR % 2 ? v[m] : (v[m] + v[m + 1]) / 2
 	printf "%.0f %.0f..%.0f %s\n", med, v[1], v[NR], a[m] }'; }
 
+# row LABEL CNN_RUNS: one line of the table against PyTorch's runs
+row() {
+	read -r c cr ca < <(summary "$tmp/$2.runs")
+	read -r t tr ta < <(summary "$tmp/torch.runs")
+	printf '%-18s %15s %15s %11s %15s %6.2fx %8s %8s\n' "$1" "$c" "$cr" "$t" "$tr" \
+		"$(awk -v a="$c" -v b="$t" 'BEGIN { print a / b }')" "$ca" "$ta"
+}
+
+# 1 x cores, then 2 x 1: cnn_train's ranks all-reduce through shared
+# memory (its default on one node) and, in the same turns, through gloo
+# (--shm-allreduce off), as PyTorch's do
+declare -A med
 for cfg in "1 $cores" "2 1"; do
 	set -- $cfg
 	np=$1 th=$2
-	rm -f "$tmp/cnn.runs" "$tmp/torch.runs"
+	rm -f "$tmp/cnn.runs" "$tmp/gloo.runs" "$tmp/torch.runs"
 	for ((k = 0; k < repeats; k++)); do
-		if ((k % 2)); then run_torch "$np" "$th"; run_cnn "$np" "$th"
-		else run_cnn "$np" "$th"; run_torch "$np" "$th"; fi
+		if ((k % 2)); then run_torch "$np" "$th"; run_cnn "$np" "$th" cnn
+		else run_cnn "$np" "$th" cnn; run_torch "$np" "$th"; fi
+		[ "$np" -eq 1 ] || run_cnn "$np" "$th" gloo --shm-allreduce off
 	done
-	read -r c cr ca < <(summary "$tmp/cnn.runs")
-	read -r t tr ta < <(summary "$tmp/torch.runs")
-	printf '%-18s %15s %15s %11s %15s %6.2fx %8s %8s\n' "${np} proc x ${th} thread" "$c" "$cr" "$t" "$tr" \
-		"$(awk -v a="$c" -v b="$t" 'BEGIN { print a / b }')" "$ca" "$ta"
+	row "${np} proc x ${th} thread" cnn
+	med[$np]=$(summary "$tmp/cnn.runs" | cut -d' ' -f1)
+	[ "$np" -eq 1 ] || row "  (gloo, no shm)" gloo
 done
+printf '# cnn_train 2 proc x 1 thread at %.1f%% of its 1 proc x %d threads\n' \
+	"$(awk -v a="${med[2]}" -v b="${med[1]}" 'BEGIN { print 100 * a / b }')" "$cores"

@@ -469,7 +469,7 @@ ratio_ok() {
 	assert_equal "$status" 2
 }
 
-@test "cpu_vs_torch.sh REPEATS=2: both configurations, each median within its runs, each ratio its medians' quotient; a bad REPEATS refused" {
+@test "cpu_vs_torch.sh REPEATS=2: both configurations and 2x1 through gloo, each median within its runs, each ratio its medians' quotient, 2x1 against 1x2; a bad REPEATS refused" {
 	run env REPEATS=0 "$REPO/bench/cpu_vs_torch.sh"
 	assert_failure 2
 	assert_output "bench: REPEATS=0: expected a count of runs"
@@ -491,6 +491,16 @@ ratio_ok() {
 		ratio_ok "${f[9]}" "${f[5]}" "${f[7]}"
 		assert_equal "${f[*]:10}" "- -"
 	done
+	# 2x1 through gloo (--shm-allreduce off) against the same PyTorch runs
+	read -r -a g <<<"${lines[5]}"
+	assert_equal "${g[*]:0:3}" "(gloo, no shm)"
+	awk -v m="${g[3]}" -v r="${g[4]}" 'BEGIN { split(r, x, /\.\./); exit !(m > 0 && x[1] + 0 <= m + 0 && m + 0 <= x[2] + 0) }' ||
+		fail "median ${g[3]} is not within its runs ${g[4]}"
+	assert_equal "${g[5]} ${g[6]}" "${f[7]} ${f[8]}"
+	ratio_ok "${g[7]}" "${g[3]}" "${g[5]}"
+	# cnn_train's 2x1 against its 1x2: the two rows' medians
+	read -r -a one <<<"${lines[3]}"
+	assert_line --index 6 "# cnn_train 2 proc x 1 thread at $(awk -v a="${f[5]}" -v b="${one[5]}" 'BEGIN { printf "%.1f", 100 * a / b }')% of its 1 proc x $(nproc) threads"
 }
 
 @test "rdzv_scale.sh: every rank of both stores completes, the ratio is the columns'" {
