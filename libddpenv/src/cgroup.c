@@ -25,29 +25,11 @@
 #include <unistd.h>
 
 #include "ddpenv.h"
+#include "internal.h"
 
 enum kind { CGROUP2, CGROUP1, CPUSETFS };
 
 static const char *const file_of[] = { "/cpuset.cpus.effective", "/cpuset.cpus", "/cpus" };
-
-/* path's first len - 1 bytes, cut at the first newline: its length, or -1 */
-static ssize_t read_text(const char *path, char *buf, size_t len)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	ssize_t n;
-	char *nl;
-
-	if (fd < 0)
-		return -1;
-	n = read(fd, buf, len - 1);
-	close(fd);
-	if (n < 0)
-		return -1;
-	buf[n] = '\0';
-	if ((nl = strchr(buf, '\n')))
-		*nl = '\0';
-	return (ssize_t)strlen(buf);
-}
 
 static int readable(const char *sysroot, const char *path)
 {
@@ -63,7 +45,7 @@ static int v2_has_cpuset(const char *sysroot, const char *dir)
 	char p[DDPENV_PATHLEN], ctrls[1024];
 
 	snprintf(p, sizeof(p), "%s%s/cgroup.controllers", sysroot, dir);
-	if (read_text(p, ctrls, sizeof(ctrls)) <= 0)
+	if (ddpenv_read_line(p, ctrls, sizeof(ctrls)) <= 0)
 		return 0;
 	for (char *save = NULL, *c = strtok_r(ctrls, " ", &save); c; c = strtok_r(NULL, " ", &save))
 		if (strcmp(c, "cpuset") == 0)
@@ -119,7 +101,7 @@ static int find_name(const char *sysroot, char *name, size_t len)
 	int rv = -1;
 
 	snprintf(p, sizeof(p), "%s/proc/self/cpuset", sysroot);
-	if (read_text(p, name, len) > 0)
+	if (ddpenv_read_line(p, name, len) > 0)
 		return 0;
 	snprintf(p, sizeof(p), "%s/proc/self/cgroup", sysroot);
 	if (!(f = fopen(p, "re")))
@@ -153,7 +135,7 @@ int ddpenv_cgroup_cpus(const char *sysroot, char *list, size_t len, char *how, s
 	if (kind < 0 || find_name(sysroot, name, sizeof(name)) < 0)
 		return 0;
 	snprintf(p, sizeof(p), "%s%s%s%s", sysroot, dir, strcmp(name, "/") ? name : "", file_of[kind]);
-	if ((n = read_text(p, list, len)) < 0) {
+	if ((n = ddpenv_read_line(p, list, len)) < 0) {
 		list[0] = '\0';
 		snprintf(how, howlen, "%.200s unreadable: every CPU", p + strlen(sysroot));
 		return 0;

@@ -4,6 +4,7 @@
 
 #include <stdint.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 int ddpenv_parse_u32(const char *key, const char *s, uint32_t *out,
 		     char *err, size_t errlen);
@@ -24,5 +25,9 @@ int ddpenv_settings_env_set(struct ddpenv_settings *s, int which, const char *ke
 			    const char *value, char *why, size_t n);
 int ddpenv_settings_merge(struct ddpenv_settings *dst, const struct ddpenv_settings *src,
 			  char *why, size_t n);
+
+/* sys.c: a kernel file's first len - 1 bytes into buf, cut at its first
+ * newline: its length, or -1 when it cannot be read. */
+ssize_t ddpenv_read_line(const char *path, char *buf, size_t len);
 
 #endif

@@ -1,5 +1,7 @@
-/* Asking the system: name resolution, interfaces, the routing table. */
+/* Asking the system: name resolution, interfaces, the routing table, a
+ * kernel file's line. */
 #include <errno.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
@@ -12,6 +14,7 @@
 #include <unistd.h>
 
 #include "ddpenv.h"
+#include "internal.h"
 
 /* A lookup glibc's thread still works on: kept (never freed: glibc
  * writes its answer there), listed here so that it stays reachable. */
@@ -263,3 +266,21 @@ const struct ddpenv_sys ddpenv_sys_default = {
 	.route = ddpenv_sys_route,
 	.ctx = NULL,
 };
+
+ssize_t ddpenv_read_line(const char *path, char *buf, size_t len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+	char *nl;
+
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, len - 1);
+	close(fd);
+	if (n < 0)
+		return -1;
+	buf[n] = '\0';
+	if ((nl = strchr(buf, '\n')))
+		*nl = '\0';
+	return (ssize_t)strlen(buf);
+}

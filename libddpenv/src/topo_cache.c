@@ -39,6 +39,7 @@
 #include <hwloc.h>
 
 #include "ddpenv.h"
+#include "internal.h"
 #include "topo.h"
 
 /* A node's export is tens of KB (a DGX-class node about 300 KB). */
@@ -53,25 +54,6 @@ static uint64_t fnv1a(uint64_t h, const char *s, size_t n)
 	return h;
 }
 
-/* A small text file of the kernel's into buf (at most len - 1 bytes), its
- * last newline cut: 0, or -1 when it cannot be read. */
-static int read_small(const char *path, char *buf, size_t len)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	ssize_t n;
-
-	if (fd < 0)
-		return -1;
-	n = read(fd, buf, len - 1);
-	close(fd);
-	if (n < 0)
-		return -1;
-	buf[n] = '\0';
-	if (n > 0 && buf[n - 1] == '\n')
-		buf[n - 1] = '\0';
-	return 0;
-}
-
 int ddpenv_topo_cache_key(const char *sysroot, char *out, size_t len, char *err, size_t errlen)
 {
 	char path[DDPENV_PATHLEN], boot[64], buf[4096];
@@ -80,7 +62,7 @@ int ddpenv_topo_cache_key(const char *sysroot, char *out, size_t len, char *err,
 	DIR *d;
 
 	snprintf(path, sizeof(path), "%s/proc/sys/kernel/random/boot_id", sysroot);
-	if (read_small(path, boot, sizeof(boot)) < 0 || strlen(boot) != 36 ||
+	if (ddpenv_read_line(path, boot, sizeof(boot)) < 0 || strlen(boot) != 36 ||
 	    strspn(boot, "0123456789abcdef-") != 36) {
 		snprintf(err, errlen, "%s: cannot read this boot's id (expected 36 hex digits and dashes)", path);
 		return -1;
@@ -90,7 +72,7 @@ int ddpenv_topo_cache_key(const char *sysroot, char *out, size_t len, char *err,
 					     "/sys/devices/system/node/online" };
 	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
 		snprintf(path, sizeof(path), "%s%s", sysroot, files[i]);
-		if (read_small(path, buf, sizeof(buf)) < 0)
+		if (ddpenv_read_line(path, buf, sizeof(buf)) < 0)
 			snprintf(buf, sizeof(buf), "-"); /* (no NUMA in this kernel) */
 		h = fnv1a(h, buf, strlen(buf) + 1);
 	}

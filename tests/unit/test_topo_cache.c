@@ -16,38 +16,20 @@
 
 #include "ddpenv.h"
 #include "test.h"
-
-static char tmp[256];
-
-static void put(const char *rel, const char *text)
-{
-	char p[512];
-	snprintf(p, sizeof(p), "%s/%s", tmp, rel);
-	FILE *f = fopen(p, "w");
-	if (f) {
-		fputs(text, f);
-		fclose(f);
-	}
-}
-
-static void dir(const char *rel)
-{
-	char p[512];
-	snprintf(p, sizeof(p), "%s/%s", tmp, rel);
-	mkdir(p, 0755);
-}
+#include "tmptree.h"
+#include "child.h"
 
 /* a fake /proc and /sys under tmp/sys1 */
 static void fake_sys(void)
 {
-	static const char *const dirs[] = {
+	static const char *const made[] = {
 		"sys1", "sys1/proc", "sys1/proc/sys", "sys1/proc/sys/kernel", "sys1/proc/sys/kernel/random",
 		"sys1/sys", "sys1/sys/devices", "sys1/sys/devices/system", "sys1/sys/devices/system/cpu",
 		"sys1/sys/devices/system/node", "sys1/sys/bus", "sys1/sys/bus/pci", "sys1/sys/bus/pci/devices",
 		"sys1/sys/bus/pci/devices/0000:00:00.0", "sys1/sys/bus/pci/devices/0000:1b:00.0",
 	};
-	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++)
-		dir(dirs[i]);
+	for (size_t i = 0; i < sizeof(made) / sizeof(made[0]); i++)
+		dirs(made[i]);
 	put("sys1/proc/sys/kernel/random/boot_id", "0f5a4c1e-8d2b-4c7e-9a31-5b6e2f0d9c84\n");
 	put("sys1/sys/devices/system/cpu/online", "0-63\n");
 	put("sys1/sys/devices/system/cpu/possible", "0-63\n");
@@ -64,7 +46,7 @@ static void test_key(void)
 	test_cond("... begins with the boot id", strncmp(k1, "0f5a4c1e-8d2b-4c7e-9a31-5b6e2f0d9c84-hwloc", 42) == 0);
 	test_cond("... the same when asked again", ddpenv_topo_cache_key(root, k2, sizeof(k2), err, sizeof(err)) == 0 &&
 		  strcmp(k1, k2) == 0);
-	dir("sys1/sys/bus/pci/devices/0000:b3:00.0");
+	dirs("sys1/sys/bus/pci/devices/0000:b3:00.0");
 	ddpenv_topo_cache_key(root, k2, sizeof(k2), err, sizeof(err));
 	test_cond("a PCI device more (hot-plugged): another key", strcmp(k1, k2) != 0);
 	char p[512];
@@ -329,47 +311,42 @@ static int plugins_mapped(void)
 	return n;
 }
 
-/* In a new process (hwloc's first topology there): load path with or
- * without the plugins, HWLOC_PLUGINS_PATH preset to was (NULL: unset);
+struct load_args {
+	const char *path;
+	int noplug;
+	const char *was;
+};
+
+/* In a new process (hwloc's first topology there): load a->path with or
+ * without the plugins, HWLOC_PLUGINS_PATH preset to a->was (NULL: unset);
  * out gets "CPUS gpus N plugins N path VALUE source SOURCE", or "error:". */
+static void load_child(const void *arg, char *b, size_t len)
+{
+	const struct load_args *a = arg;
+	char err[DDPENV_ERRLEN];
+	struct ddpenv_topo *t;
+
+	if (a->was)
+		setenv("HWLOC_PLUGINS_PATH", a->was, 1);
+	else
+		unsetenv("HWLOC_PLUGINS_PATH");
+	if ((a->noplug ? ddpenv_topo_load_noplugins(a->path, 1, &t, err, sizeof(err))
+		       : ddpenv_topo_load_cached(a->path, &t, err, sizeof(err))) == 0) {
+		const char *now = getenv("HWLOC_PLUGINS_PATH");
+		ddpenv_topo_allowed(t, b, 300, err, sizeof(err));
+		snprintf(b + strlen(b), len - strlen(b), " gpus %zu plugins %d path %s source %.300s",
+			 ddpenv_topo_gpu_count(t), plugins_mapped(), now ? now : "(unset)", ddpenv_topo_source(t));
+		ddpenv_topo_free(t);
+	} else {
+		const char *now = getenv("HWLOC_PLUGINS_PATH");
+		snprintf(b, len, "error: %.500s; path %s", err, now ? now : "(unset)");
+	}
+}
+
 static void load_in_child(const char *path, int noplug, const char *was, char *out, size_t len)
 {
-	int fds[2];
-	ssize_t n;
-
-	out[0] = '\0';
-	if (pipe(fds) < 0)
-		return;
-	fflush(stdout);
-	pid_t pid = fork();
-	if (pid == 0) {
-		char b[1100] = "", err[DDPENV_ERRLEN];
-		struct ddpenv_topo *t;
-		close(fds[0]);
-		if (was)
-			setenv("HWLOC_PLUGINS_PATH", was, 1);
-		else
-			unsetenv("HWLOC_PLUGINS_PATH");
-		if ((noplug ? ddpenv_topo_load_noplugins(path, 1, &t, err, sizeof(err))
-			    : ddpenv_topo_load_cached(path, &t, err, sizeof(err))) == 0) {
-			const char *now = getenv("HWLOC_PLUGINS_PATH");
-			ddpenv_topo_allowed(t, b, 300, err, sizeof(err));
-			snprintf(b + strlen(b), sizeof(b) - strlen(b), " gpus %zu plugins %d path %s source %.300s",
-				 ddpenv_topo_gpu_count(t), plugins_mapped(), now ? now : "(unset)",
-				 ddpenv_topo_source(t));
-			ddpenv_topo_free(t);
-		} else {
-			const char *now = getenv("HWLOC_PLUGINS_PATH");
-			snprintf(b, sizeof(b), "error: %.500s; path %s", err, now ? now : "(unset)");
-		}
-		_exit(write(fds[1], b, strlen(b)) < 0);
-	}
-	close(fds[1]);
-	n = pid > 0 ? read(fds[0], out, len - 1) : -1;
-	out[n > 0 ? n : 0] = '\0';
-	close(fds[0]);
-	if (pid > 0)
-		waitpid(pid, NULL, 0);
+	struct load_args a = { path, noplug, was };
+	in_child(load_child, &a, out, len);
 }
 
 /* What each task's child does (spank/ddp_stepd.c): the kept export's
@@ -431,7 +408,7 @@ static void test_plugin_count(void)
 	put("plugins/hwloc_pci.so", "");
 	put("plugins/hwloc_xml_libxml.so", "");
 	put("plugins/README", "");
-	dir("plugins/hwloc_dir.so");
+	dirs("plugins/hwloc_dir.so");
 	setenv("HWLOC_PLUGINS_PATH", d, 1);
 	unsetenv("HWLOC_PLUGINS_BLACKLIST");
 	test_cond("plugin count: the folder's two .so files (not a README, not a folder)", ddpenv_topo_plugin_count() == 2);

@@ -1,8 +1,7 @@
-/* The kept topology's mapped copy (libddpenv/src/topo_shm.c) and the
- * cgroup's CPUs it takes its allowed set from (cgroup.c): the cgroup found
- * as hwloc finds it in fake trees (v2, v1, the cpuset file system, a
- * mount found in /proc/mounts) and on this machine in a cpuset of the
- * test's own; the copy written beside the export, mapped by a task with
+/* The kept topology's mapped copy (libddpenv/src/topo_shm.c), whose
+ * allowed set is this process's cgroup's (test_cgroup.c: the fake trees),
+ * here in a cpuset of the test's own; the copy written beside the export,
+ * mapped by a task with
  * the plan an export gives (a DGX H100's too), and refused (the export
  * read instead) when stale, corrupt, truncated, another hwloc's, a user's,
  * writable by others or where its address is taken; never written on a
@@ -23,147 +22,8 @@
 
 #include "ddpenv.h"
 #include "test.h"
-
-static char tmp[256];
-
-static void put(const char *rel, const char *text)
-{
-	char p[600];
-	snprintf(p, sizeof(p), "%s/%s", tmp, rel);
-	FILE *f = fopen(p, "w");
-	if (f) {
-		fputs(text, f);
-		fclose(f);
-	}
-}
-
-/* mkdir -p tmp/rel */
-static void dirs(const char *rel)
-{
-	char p[600];
-	int n = snprintf(p, sizeof(p), "%s/%s", tmp, rel);
-	for (int i = (int)strlen(tmp) + 1; i <= n; i++)
-		if (p[i] == '/' || p[i] == '\0') {
-			char c = p[i];
-			p[i] = '\0';
-			mkdir(p, 0755);
-			p[i] = c;
-		}
-}
-
-/* ddpenv_cgroup_cpus on the fake tree tmp/root: r gets its answer */
-static int cg(const char *root, char *list, size_t len, char *how, size_t howlen)
-{
-	char sysroot[600];
-	snprintf(sysroot, sizeof(sysroot), "%s/%s", tmp, root);
-	return ddpenv_cgroup_cpus(sysroot, list, len, how, howlen);
-}
-
-static void test_cgroup_fake(void)
-{
-	char list[64], how[DDPENV_ERRLEN], big[20000];
-	int r;
-
-	/* cgroup v2 at the standard place: the unified line names the group */
-	dirs("v2/proc/self");
-	dirs("v2/sys/fs/cgroup/system.slice/slurmstepd.scope/job_7/step_0/user/task_0");
-	put("v2/sys/fs/cgroup/cpuset.cpus.effective", "0-63\n");
-	put("v2/proc/self/cgroup", "0::/system.slice/slurmstepd.scope/job_7/step_0/user/task_0\n");
-	put("v2/sys/fs/cgroup/system.slice/slurmstepd.scope/job_7/step_0/user/task_0/cpuset.cpus.effective", "2-5,8\n");
-	r = cg("v2", list, sizeof(list), how, sizeof(how));
-	test_cond("cgroup v2: the task's group's effective CPUs", r == 1 && strcmp(list, "2-5,8") == 0);
-	test_err("... naming the file", how,
-		 "cgroup cpuset, /sys/fs/cgroup/system.slice/slurmstepd.scope/job_7/step_0/user/task_0/cpuset.cpus.effective");
-	/* the root group */
-	put("v2/proc/self/cgroup", "0::/\n");
-	r = cg("v2", list, sizeof(list), how, sizeof(how));
-	test_cond("cgroup v2: the root group's", r == 1 && strcmp(list, "0-63") == 0);
-	test_err("... /sys/fs/cgroup/cpuset.cpus.effective", how, ", /sys/fs/cgroup/cpuset.cpus.effective");
-	/* /proc/self/cpuset first, as hwloc reads it */
-	put("v2/proc/self/cpuset", "/system.slice/slurmstepd.scope/job_7/step_0/user/task_0\n");
-	r = cg("v2", list, sizeof(list), how, sizeof(how));
-	test_cond("/proc/self/cpuset is read before /proc/self/cgroup", r == 1 && strcmp(list, "2-5,8") == 0);
-	/* a group whose file is gone: every CPU, as hwloc says */
-	put("v2/proc/self/cpuset", "/gone\n");
-	r = cg("v2", list, sizeof(list), how, sizeof(how));
-	test_cond("a group without the file: every CPU", r == 0 && list[0] == '\0');
-	test_err("... saying which file", how, "/sys/fs/cgroup/gone/cpuset.cpus.effective unreadable: every CPU");
-
-	/* cgroup v1: the cpuset line among the others */
-	dirs("v1/proc/self");
-	dirs("v1/sys/fs/cgroup/cpuset/slurm/uid_1000/job_7/step_0");
-	put("v1/sys/fs/cgroup/cpuset/cpuset.cpus", "0-63\n");
-	put("v1/proc/self/cgroup", "12:memory:/slurm/uid_1000/job_7/step_0\n3:cpuset:/slurm/uid_1000/job_7/step_0\n"
-	    "1:name=systemd:/\n");
-	put("v1/sys/fs/cgroup/cpuset/slurm/uid_1000/job_7/step_0/cpuset.cpus", "1,3,5-7\n");
-	r = cg("v1", list, sizeof(list), how, sizeof(how));
-	test_cond("cgroup v1: the cpuset hierarchy's group", r == 1 && strcmp(list, "1,3,5-7") == 0);
-	test_err("... naming the file", how, "/sys/fs/cgroup/cpuset/slurm/uid_1000/job_7/step_0/cpuset.cpus");
-
-	/* no standard place: /proc/mounts, a cgroup2 mount with cpuset */
-	dirs("mnt/proc/self");
-	dirs("mnt/srv/cg/a");
-	dirs("mnt/srv/cg2");
-	put("mnt/proc/mounts", "proc /proc proc rw 0 0\n"
-	    "cgroup2 /srv/cg2 cgroup2 rw,nosuid 0 0\n"
-	    "cgroup2 /srv/cg cgroup2 rw,nosuid 0 0\n");
-	put("mnt/srv/cg2/cgroup.controllers", "cpu io memory pids\n");
-	put("mnt/srv/cg/cgroup.controllers", "cpu cpuset io memory\n");
-	put("mnt/proc/self/cgroup", "0::/a\n");
-	put("mnt/srv/cg/a/cpuset.cpus.effective", "4-7\n");
-	r = cg("mnt", list, sizeof(list), how, sizeof(how));
-	test_cond("/proc/mounts: the first cgroup2 mount whose controllers name cpuset", r == 1 && strcmp(list, "4-7") == 0);
-	test_err("... its file named", how, "/srv/cg/a/cpuset.cpus.effective");
-	/* a v1 mount with noprefix reads as the cpuset file system: "cpus" */
-	put("mnt/proc/mounts", "cgroup /srv/cg cgroup rw,cpuset,noprefix 0 0\n");
-	put("mnt/proc/self/cgroup", "2:cpuset:/a\n");
-	put("mnt/srv/cg/a/cpus", "6\n");
-	r = cg("mnt", list, sizeof(list), how, sizeof(how));
-	test_cond("a cgroup v1 mount with noprefix: the cpus file", r == 1 && strcmp(list, "6") == 0);
-	put("mnt/proc/mounts", "cgroup /srv/cg cgroup rw,cpu,cpuacct 0 0\n");
-	r = cg("mnt", list, sizeof(list), how, sizeof(how));
-	test_cond("a cgroup mount without cpuset: none, every CPU", r == 0 && list[0] == '\0');
-	test_err("... said", how, "no cpuset cgroup: every CPU");
-
-	/* nothing at all */
-	dirs("none/proc");
-	r = cg("none", list, sizeof(list), how, sizeof(how));
-	test_cond("no cgroup file system: every CPU", r == 0 && list[0] == '\0');
-
-	/* a list longer than the caller's buffer is refused, not cut */
-	memset(big, '1', sizeof(big) - 2);
-	big[sizeof(big) - 2] = '\n';
-	big[sizeof(big) - 1] = '\0';
-	put("v1/sys/fs/cgroup/cpuset/slurm/uid_1000/job_7/step_0/cpuset.cpus", big);
-	r = cg("v1", list, sizeof(list), how, sizeof(how));
-	test_cond("a list that does not fit is refused", r < 0);
-	test_err("... saying what was expected", how, "cpuset.cpus: expected a CPU list of under 63 bytes");
-}
-
-/* Run fn in a child; its text (at most len - 1 bytes) comes back in out. */
-static void in_child(void (*fn)(const void *arg, char *out, size_t len), const void *arg, char *out, size_t len)
-{
-	int fds[2];
-	ssize_t n;
-
-	out[0] = '\0';
-	if (pipe(fds) < 0)
-		return;
-	fflush(stdout);
-	pid_t pid = fork();
-	if (pid == 0) {
-		char b[4096] = "";
-		close(fds[0]);
-		fn(arg, b, sizeof(b));
-		_exit(write(fds[1], b, strlen(b)) < 0);
-	}
-	close(fds[1]);
-	n = pid > 0 ? read(fds[0], out, len - 1) : -1;
-	out[n > 0 ? n : 0] = '\0';
-	close(fds[0]);
-	if (pid > 0)
-		waitpid(pid, NULL, 0);
-}
+#include "tmptree.h"
+#include "child.h"
 
 /* The kept export loaded in a new process as a task's child loads it
  * (hwloc's plugins left out): "CPUS gpus N | SOURCE" or "error: ..." */
@@ -477,7 +337,6 @@ int main(void)
 	snprintf(tmp, sizeof(tmp), "/tmp/topo-shm-XXXXXX");
 	if (!mkdtemp(tmp))
 		return 1;
-	test_cgroup_fake();
 	if (geteuid() != 0) {
 		test_skip("the mapped copy (root's, in a folder of root's)", "not root");
 	} else {
