@@ -610,7 +610,7 @@ ratio_ok() {
 	assert_line --regexp '^# the plugin.s binding work per step \(topology and plan, 2 CPU tasks\), 3 rounds, hwloc API 2\.[0-9]+\.[0-9]+$'
 	local w line
 	declare -A med
-	for w in discover kept write task; do
+	for w in discover kept write task-xml task; do
 		line=$(grep "^$w " <<<"$output")
 		read -r _ m q1 q3 low <<<"$line"
 		awk -v m="$m" -v a="$q1" -v b="$q3" -v l="$low" 'BEGIN { exit !(l > 0 && l <= a && a <= m && m <= b) }' ||
@@ -627,17 +627,28 @@ ratio_ok() {
 	awk -v r="${BASH_REMATCH[1]}" -v d="${BASH_REMATCH[2]}" -v k="${med[task]}" -v g="${med[discover]}" \
 		'BEGIN { e = k / g - r; f = g - k - d; exit !(e < 0.002 && e > -0.002 && f < 0.002 && f > -0.002) }' ||
 		fail "'$line' is not from the medians ${med[task]} and ${med[discover]}"
+	line=$(grep '^task/task-xml ' <<<"$output")
+	[[ "$line" =~ ^task/task-xml\ ([0-9.]+):\ the\ mapped\ copy\ against\ the\ export.s\ parse,\ in\ a\ task$ ]] || fail "line '$line'"
+	quotient_ok "${BASH_REMATCH[1]}" "${med[task]}" "${med[task-xml]}" 0.002
 	# its folder is gone
 	[ -z "$(compgen -G "$BATS_TEST_TMPDIR/topo-step.*")" ]
-	# EXPORT: another machine's export as a task of it loads it, a fifth way
+	# EXPORT: another machine's export as a task of it loads it, and its
+	# mapped copy: two ways more
 	run --separate-stderr env ROUNDS=3 TMPDIR="$BATS_TEST_TMPDIR" EXPORT="$REPO/tests/topologies/dgx-h100.xml" \
 		"$REPO/bench/topo_step.sh"
 	assert_success
-	line=$(grep '^export ' <<<"$output")
-	read -r _ m q1 q3 low <<<"$line"
-	awk -v m="$m" -v a="$q1" -v b="$q3" -v l="$low" 'BEGIN { exit !(l > 0 && l <= a && a <= m && m <= b) }' ||
-		fail "row '$line': expected 0 < lowest <= q1 <= median <= q3"
-	assert_line "export: $REPO/tests/topologies/dgx-h100.xml, loaded as a task loads its node's, and the plan of 8 tasks and 8 GPUs"
+	for w in export export-map; do
+		line=$(grep "^$w " <<<"$output")
+		read -r _ m q1 q3 low <<<"$line"
+		awk -v m="$m" -v a="$q1" -v b="$q3" -v l="$low" 'BEGIN { exit !(l > 0 && l <= a && a <= m && m <= b) }' ||
+			fail "row '$line': expected 0 < lowest <= q1 <= median <= q3"
+		med[$w]=$m
+	done
+	line=$(grep '^export: ' <<<"$output")
+	[[ "$line" == "export: $REPO/tests/topologies/dgx-h100.xml, loaded as a task loads its node's, and the plan of 8 tasks and 8 GPUs; export-map/export "* ]] ||
+		fail "line '$line'"
+	quotient_ok "${line##* }" "${med[export-map]}" "${med[export]}" 0.002
+	[ -z "$(compgen -G "$BATS_TEST_TMPDIR/topo-step.*")" ]
 	run --separate-stderr env ROUNDS=3 EXPORT=/nonexistent.xml "$REPO/bench/topo_step.sh"
 	assert_failure 2
 	assert_equal "$stderr" "bench: EXPORT=/nonexistent.xml: not a readable file"

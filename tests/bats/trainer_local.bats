@@ -400,7 +400,8 @@ own_error_mid_run() {
 	grep -q "^# all-reduce: shared memory (every rank on this node)$" "$d/shm.r0"
 	bg2 "$d/gloo" "${opts[@]}" --dump-params "$d/gloo.bin" --shm-allreduce off
 	wait2
-	[ "$RC0" -eq 0 ] && [ "$RC1" -eq 0 ]
+	[ "$RC0" -eq 0 ]
+	[ "$RC1" -eq 0 ]
 	# two ranks: each sum is one addition, the same in either order
 	cmp "$d/shm.bin" "$d/gloo.bin"
 	bg2 "$d/kill" --train-limit 6400 --test-limit 200 --batch-size 16 --epochs 1 --progress lines --log-every 1
