@@ -600,6 +600,17 @@ ratio_ok() {
 	[ ! -s "$BATS_TEST_TMPDIR/cluster/net" ]
 }
 
+# topo_row WAY: topo_step's row for WAY in $output, 0 < lowest <= q1 <=
+# median <= q3; its median printed
+topo_row() {
+	local line m q1 q3 low
+	line=$(grep "^$1 " <<<"$output")
+	read -r _ m q1 q3 low <<<"$line"
+	awk -v m="$m" -v a="$q1" -v b="$q3" -v l="$low" 'BEGIN { exit !(l > 0 && l <= a && a <= m && m <= b) }' ||
+		fail "row '$line': expected 0 < lowest <= q1 <= median <= q3"
+	echo "$m"
+}
+
 @test "topo_step.sh ROUNDS=3: each way's median within its quartiles, the ratios kept (in slurmstepd) and task (in each task's child, no hwloc plugins) over discover; the kept folder removed; a bad ROUNDS refused" {
 	[ "$(id -u)" = 0 ] || skip "the kept topology is root's"
 	run env ROUNDS=0 "$REPO/bench/topo_step.sh"
@@ -611,11 +622,7 @@ ratio_ok() {
 	local w line
 	declare -A med
 	for w in discover kept write task-xml task; do
-		line=$(grep "^$w " <<<"$output")
-		read -r _ m q1 q3 low <<<"$line"
-		awk -v m="$m" -v a="$q1" -v b="$q3" -v l="$low" 'BEGIN { exit !(l > 0 && l <= a && a <= m && m <= b) }' ||
-			fail "row '$line': expected 0 < lowest <= q1 <= median <= q3"
-		med[$w]=$m
+		med[$w]=$(topo_row "$w")
 	done
 	line=$(grep '^kept/discover ' <<<"$output")
 	[[ "$line" =~ ^kept/discover\ ([0-9.]+),\ discover-kept\ (-?[0-9.]+)\ ms\ a\ step$ ]] || fail "line '$line'"
@@ -638,11 +645,7 @@ ratio_ok() {
 		"$REPO/bench/topo_step.sh"
 	assert_success
 	for w in export export-map; do
-		line=$(grep "^$w " <<<"$output")
-		read -r _ m q1 q3 low <<<"$line"
-		awk -v m="$m" -v a="$q1" -v b="$q3" -v l="$low" 'BEGIN { exit !(l > 0 && l <= a && a <= m && m <= b) }' ||
-			fail "row '$line': expected 0 < lowest <= q1 <= median <= q3"
-		med[$w]=$m
+		med[$w]=$(topo_row "$w")
 	done
 	line=$(grep '^export: ' <<<"$output")
 	[[ "$line" == "export: $REPO/tests/topologies/dgx-h100.xml, loaded as a task loads its node's, and the plan of 8 tasks and 8 GPUs; export-map/export "* ]] ||
