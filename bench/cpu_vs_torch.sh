@@ -34,7 +34,7 @@ else
 	cnn_len=(--max-steps "$steps"); torch_len=(--max-steps "$steps")
 fi
 
-free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+free_port() { "$py" "$repo/scripts/free-port"; }
 
 # launch NPROC THREADS OUTFILE CMD...: NPROC ranks on loopback, rank 0's output kept.
 launch() {

@@ -95,6 +95,7 @@ getconf GNU_LIBC_VERSION | awk '{print $2}' >"$out/glibc-version"
 tar -C "$out/stage" -cJf "$out/lib.tar.xz" .
 rm -rf "${out:?}/stage" "${out:?}/lib"
 cp "$data"/*-ubyte.gz "$out/data/"
+cp scripts/free-port "$out/"
 cat >"$out/run.sh" <<'EOF'
 #!/bin/bash
 # See scripts/gpu-bundle.sh.  Runs from the repository root on the GPU machine.
@@ -179,7 +180,8 @@ wrapper() {
 	chmod +x "$G/$1.sh"
 	echo "$G/$1.sh"
 }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# a port for the store, free on every address and below the ephemeral range
+free_port() { python3 "$G/free-port"; }
 # CMD... in a world of one rank, as the plugin would set it (CMD may be run)
 world1() (
 	MASTER_PORT=$(free_port) || exit

@@ -718,7 +718,7 @@ time.sleep(60)' &
 		skip "no GPU on this machine (/dev/nvidia0 absent): ddp-check's NCCL path did not run on real NCCL (ddp_check_emu.bats runs it on cuemu's)"
 	fi
 	local port
-	port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+	port=$(free_port)
 	run env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 NODE_RANK=0 MASTER_ADDR=127.0.0.1 \
 		MASTER_PORT="$port" NCCL_SOCKET_IFNAME=lo DDP_BACKEND=nccl "$CHECK" -e 64M --timeout 60
 	echo "$output"

@@ -27,19 +27,9 @@ node_ip() { echo "$(cluster_net NET).$((10 + $1))"; }
 # a node's address on the IPv6 network of DDP_CLUSTER_IPV6 (ipv6.bats)
 node_ip6() { echo "$(cluster_net NET6)::$((10 + $1))"; }
 
-# a TCP port free now on every address, as the rendezvous store binds it
-# ([::] dual-stack, else 0.0.0.0): one free on 127.0.0.1 alone may be held
-# on another address, and the store's bind would fail (the tests that run
-# without Slurm)
-free_port() {
-	/usr/bin/python3 -c '
-import socket
-try:
-    s = socket.socket(socket.AF_INET6); s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0); s.bind(("::", 0))
-except OSError:
-    s = socket.socket(); s.bind(("0.0.0.0", 0))
-print(s.getsockname()[1])'
-}
+# a TCP port for a rendezvous store: free now on every address, below the
+# ephemeral range (scripts/free-port says why)
+free_port() { /usr/bin/python3 "$REPO/scripts/free-port"; }
 
 # wait_line FILE REGEX [SECONDS]: until a line of FILE matches (a process
 # writing it got that far), at most SECONDS (60); fails after that.
