@@ -83,18 +83,23 @@ out:
 	return rv;
 }
 
-/* The snapshot: the variables libddpenv reads, and the admin's extra
- * variables (to know whether the user set them). */
-static int snapshot(spank_t sp, struct ddpenv_env *env, const struct ddpenv_settings *cfg)
+/* The admin's extra variables (to know whether the user set them). */
+static int snapshot_admin_vars(spank_t sp, struct ddpenv_env *env, const struct ddpenv_settings *cfg)
 {
-	for (const char *const *k = ddpenv_env_keys; *k; k++)
-		if (fetch(sp, env, *k) < 0)
-			return -1;
 	for (int w = 0; cfg && w < 2; w++)
 		for (size_t i = 0; i < cfg->nenv[w]; i++)
 			if (fetch(sp, env, cfg->env[w][i].key) < 0)
 				return -1;
 	return 0;
+}
+
+/* The snapshot: the variables libddpenv reads, and CFG's extra ones. */
+static int snapshot(spank_t sp, struct ddpenv_env *env, const struct ddpenv_settings *cfg)
+{
+	for (const char *const *k = ddpenv_env_keys; *k; k++)
+		if (fetch(sp, env, *k) < 0)
+			return -1;
+	return snapshot_admin_vars(sp, env, cfg);
 }
 
 static int parallel_ddp_step(spank_t sp)
@@ -330,7 +335,7 @@ int ddp_stepd_user_init(spank_t sp, int ac, char **av)
 	if (snapshot(sp, &env, NULL) < 0 ||
 	    ddpenv_config_effective(&st.cfg, ddpenv_env_get(&env, "SLURM_JOB_PARTITION"), &env,
 				    eff, st.err, sizeof(st.err)) < 0 ||
-	    snapshot(sp, &env, eff) < 0 ||
+	    snapshot_admin_vars(sp, &env, eff) < 0 ||
 	    ddpenv_node_resolve(&env, ddp_req.backend, eff, &sys, &st.node,
 				st.err, sizeof(st.err)) < 0)
 		goto fail;
@@ -397,8 +402,10 @@ out:
  * --gpu-bind, and task/affinity's SLURM_CPU_BIND.  Under Slurm's per-task
  * GPU binding a task sees only its own GPUs: its plan needs the node's, as
  * the plugin passes them; and the user's --cpu-bind is the one the step
- * started with.  0 (a plan, or unbound with a warning), else -1 said. */
-static int task_plan(spank_t sp, const struct ddpenv_env *env)
+ * started with.  ENV: the task's snapshot, an outer step's variables of
+ * the plugin removed.  0 (a plan, or unbound with a warning), else -1
+ * said. */
+static int task_plan(const struct ddpenv_env *env)
 {
 	const char *mine = ddpenv_env_get(env, "SLURM_STEP_GPUS");
 	struct ddpenv_env penv; /* the marker would make the user's variables ours */
@@ -407,14 +414,7 @@ static int task_plan(spank_t sp, const struct ddpenv_env *env)
 
 	ddpenv_env_init(&penv);
 	snprintf(mark, sizeof(mark), "%u.%u", st.node.step.job_id, st.node.step.step_id);
-	if (snapshot(sp, &penv, &st.node.cfg) < 0) {
-		slurm_error(DDP_PFX "%s", st.err);
-		ddpenv_env_free(&penv);
-		return -1;
-	}
-	for (const char *const *k = ddpenv_plugin_keys; *k; k++)
-		ddpenv_env_unset(&penv, *k);
-	if (ddpenv_env_set(&penv, DDPENV_MARKER, mark) < 0 ||
+	if (ddpenv_env_copy(&penv, env) < 0 || ddpenv_env_set(&penv, DDPENV_MARKER, mark) < 0 ||
 	    (st.node_gpus[0] && mine && strcmp(mine, st.node_gpus) != 0 &&
 	     ddpenv_env_set(&penv, DDPENV_SLURM_STEP_GPUS, st.node_gpus) < 0) ||
 	    (st.user_cpu_bind[0] && ddpenv_env_set(&penv, DDPENV_SLURM_CPU_BIND, st.user_cpu_bind) < 0)) {
@@ -573,7 +573,7 @@ int ddp_stepd_task_init(spank_t sp)
 		ddpenv_env_unset(&env, *k);
 	if (st.topo_xml[0] && task_topology(&env) < 0)
 		goto out;
-	if (st.have_plan && task_plan(sp, &env) < 0)
+	if (st.have_plan && task_plan(&env) < 0)
 		goto out;
 	if (st.have_plan && task_bind(&env) < 0)
 		goto out;

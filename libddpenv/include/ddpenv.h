@@ -46,6 +46,9 @@ const char *ddpenv_env_get(const struct ddpenv_env *env, const char *key);
 void ddpenv_env_unset(struct ddpenv_env *env, const char *key);
 /* Copy every entry of an envp-style array (e.g. environ). */
 int ddpenv_env_from_envp(struct ddpenv_env *env, char *const *envp);
+/* DST (initialized, empty) a copy of SRC.  -1 with errno ENOMEM (DST
+ * then empty). */
+int ddpenv_env_copy(struct ddpenv_env *dst, const struct ddpenv_env *src);
 
 /* NULL-terminated list of every variable the library may read; a caller
  * that cannot copy a whole environment (the SPANK plugin) fetches these. */

@@ -133,6 +133,26 @@ int ddpenv_env_from_envp(struct ddpenv_env *env, char *const *envp)
 	return 0;
 }
 
+int ddpenv_env_copy(struct ddpenv_env *dst, const struct ddpenv_env *src)
+{
+	ddpenv_env_free(dst);
+	if (!src->n)
+		return 0;
+	dst->kv = malloc(src->n * sizeof(*dst->kv));
+	if (!dst->kv)
+		return -1;
+	dst->cap = src->n;
+	for (; dst->n < src->n; dst->n++) {
+		dst->kv[dst->n] = strdup(src->kv[dst->n]);
+		if (!dst->kv[dst->n]) {
+			ddpenv_env_free(dst);
+			errno = ENOMEM;
+			return -1;
+		}
+	}
+	return 0;
+}
+
 /* DDP_STEP names this step: the plugin set the task's variables. */
 int ddpenv_step_marked(const struct ddpenv_env *env)
 {
