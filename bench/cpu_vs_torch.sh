@@ -63,8 +63,10 @@ launch() {
 
 length="$steps steps"
 [ -z "$epochs" ] || length="$epochs epochs"
-printf '# cpu_vs_torch: %s, %d cores, batch %d per process, %s, %s, %s, %d runs each, interleaved\n' \
-	"$(lscpu | sed -n 's/^Model name: *//p' | head -1)" "$cores" "$batch" "$optimizer" \
+# the widest vector instructions: "AMD EPYC" alone names VMs of either
+isa=$(awk '/^flags/ { print (/ avx512f /) ? "AVX-512" : (/ avx2 /) ? "AVX2" : "no AVX2"; exit }' /proc/cpuinfo)
+printf '# cpu_vs_torch: %s (%s), %d cores, batch %d per process, %s, %s, %s, %d runs each, interleaved\n' \
+	"$(lscpu | sed -n 's/^Model name: *//p' | head -1)" "$isa" "$cores" "$batch" "$optimizer" \
 	"$length" "$(date -u +%Y-%m-%d)" "$repeats"
 printf '# torch %s\n' "$("$py" -c 'import torch; print(torch.__version__)')"
 printf '%-18s %15s %15s %11s %15s %7s %8s %8s\n' config cnn_train_img/s lowest..highest torch_img/s \

@@ -475,7 +475,7 @@ ratio_ok() {
 	assert_output "bench: REPEATS=0: expected a count of runs"
 	run --separate-stderr env PYTHON=$PY STEPS=12 REPEATS=2 "$REPO/bench/cpu_vs_torch.sh"
 	assert_success
-	assert_line --index 0 --partial "batch 64 per process, sgd, 12 steps"
+	assert_line --index 0 --regexp "^# cpu_vs_torch: .* \((AVX-512|AVX2|no AVX2)\), $(nproc) cores, batch 64 per process, sgd, 12 steps"
 	assert_line --index 0 --partial ", 2 runs each, interleaved"
 	assert_line --index 2 --regexp '^config +cnn_train_img/s +lowest\.\.highest +torch_img/s +lowest\.\.highest +ratio +cnn_acc +torch_acc$'
 	local i f k
