@@ -10,7 +10,8 @@
  * alone), says the name through the store, and every rank maps it or says
  * it cannot (another node: no such name in its /dev/shm).  Only when every
  * rank has mapped it does the communicator use it; rank 0 then removes the
- * name, so a crash leaves nothing in /dev/shm.  Otherwise gloo as before.
+ * name, so a crash leaves nothing in /dev/shm (where rank 0 dies first, a
+ * peer that opened it removes it).  Otherwise gloo as before.
  *
  * An all-reduce, in chunks of at most `chunk` floats, each in one of two
  * halves of the segment by turns:
@@ -399,8 +400,13 @@ int cnn_comm_use_shm(struct cnn_comm *c, int timeout_ms, char *why, size_t whyle
 	c->ops = &shm_ops;
 	return 1;
 fail:
-	if (fd >= 0)
+	/* a peer that opened the segment and cannot finish (rank 0 died
+	 * before removing its name): no name left in /dev/shm */
+	if (fd >= 0) {
 		close(fd);
+		if (c->rank != 0)
+			shm_unlink(name);
+	}
 	shm_unmap(s);
 	return -1;
 }

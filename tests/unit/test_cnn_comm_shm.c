@@ -5,7 +5,8 @@
  * once mapped; a rank that cannot map it (another node: its own /dev/shm)
  * leaves every rank on gloo, saying why; a rank killed, one that
  * abandons, and one that never arrives each end the others' wait, the
- * first two within seconds, the last at --timeout.  Ranks are processes
+ * first two within seconds, the last at --timeout; rank 0 killed in the
+ * set-up leaves no name in /dev/shm.  Ranks are processes
  * on loopback, worlds of 2 to 5. */
 #include <sched.h>
 #include <signal.h>
@@ -25,7 +26,7 @@
 
 #define MAXW 5
 
-enum fate { LIVE, OWN_SHM, KILLED, ABANDONS, SLEEPS };
+enum fate { LIVE, OWN_SHM, KILLED, ABANDONS, SLEEPS, LATE };
 
 struct job {
 	int rank, world, port, timeout_ms;
@@ -93,6 +94,8 @@ static void rank_main(struct job *j)
 	}
 	if (cnn_comm_open(&c, &o, j->err, sizeof(j->err)) < 0)
 		return;
+	if (j->fate == LATE && j->rank == 2)
+		sleep(5); /* rank 0 waits for this rank's answer meanwhile */
 	j->used = cnn_comm_use_shm(c, j->timeout_ms, j->why, sizeof(j->why), j->err, sizeof(j->err));
 	if (j->used < 0)
 		goto out;
@@ -263,6 +266,62 @@ static void test_fates(void)
 	munmap(j, MAXW * sizeof(*j));
 }
 
+/* The segment's name in PID's mappings into name (its /dev/shm path):
+ * 1, else 0 */
+static int mapped_segment(pid_t pid, char *name, size_t len)
+{
+	char path[64], line[512];
+	FILE *f;
+	int found = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	if (!(f = fopen(path, "r")))
+		return 0;
+	while (!found && fgets(line, sizeof(line), f)) {
+		char *p = strstr(line, "/dev/shm/ddp-allreduce-");
+		if (p) {
+			snprintf(name, len, "%.*s", (int)strcspn(p, " \n"), p);
+			found = 1;
+		}
+	}
+	fclose(f);
+	return found;
+}
+
+/* Rank 0 SIGKILLed while it waits for rank 2's answer, once rank 1 has
+ * mapped the segment whose name rank 0 would have removed: rank 1 fails
+ * the set-up and removes it; nothing of the step is left in /dev/shm. */
+static void test_rank0_killed_in_setup(void)
+{
+	struct job *j = mmap(NULL, MAXW * sizeof(*j), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	pid_t kids[3];
+	int port = test_free_port(), seen = 0;
+	char name[128] = "";
+
+	fflush(stdout);
+	for (int r = 2; r >= 0; r--) {
+		j[r] = (struct job){ .rank = r, .world = 3, .port = port, .timeout_ms = 20000, .fate = LATE };
+		if ((kids[r] = fork()) == 0) {
+			alarm(90);
+			rank_main(&j[r]);
+			_exit(0);
+		}
+	}
+	for (int i = 0; i < 400 && !(seen = mapped_segment(kids[1], name, sizeof(name))); i++)
+		usleep(10000);
+	if (seen)
+		kill(kids[0], SIGKILL);
+	for (int r = 0; r < 3; r++)
+		waitpid(kids[r], NULL, 0);
+	printf("#   rank 1: %s\n", j[1].err);
+	test_cond("rank 0 killed in the set-up, after rank 1 mapped its segment", seen);
+	test_cond("... rank 1's set-up fails", j[1].used == -1);
+	test_cond("... and the segment's name is gone from /dev/shm", seen && access(name, F_OK) != 0);
+	if (seen && access(name, F_OK) == 0)
+		unlink(name);
+	munmap(j, MAXW * sizeof(*j));
+}
+
 /* One rank, another backend: not used, saying why. */
 static void test_not_used(void)
 {
@@ -286,5 +345,6 @@ int main(void)
 		test_world(w);
 	test_other_node();
 	test_fates();
+	test_rank0_killed_in_setup();
 	return test_report();
 }
