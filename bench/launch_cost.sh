@@ -3,8 +3,11 @@
 # same step with and without --ddp, in pairs, the order inside each pair
 # alternating, ROUNDS pairs per variant.  The peer is plain srun.  Prints
 # each variant's median launch, and the median of the paired differences
-# with its quartiles: what --ddp costs a step, the noise of two 2-core
-# machines' worth of daemons beside it.  Target: under 2 ms with binding on.
+# with its 95% confidence interval (distribution-free: order statistics of
+# the differences) and its quartiles: what --ddp costs a step, against the
+# noise of two 2-core machines' worth of daemons beside it.  Target: under
+# 2 ms with binding on; a line per variant says whether the interval shows
+# it under, above, or does not resolve it (then more ROUNDS narrow it).
 #
 #   bench/launch_cost.sh                  20 rounds, srun -N2 --ntasks-per-node=2 true
 #   ROUNDS=50 bench/launch_cost.sh
@@ -68,6 +71,26 @@ done
 
 # q FILE P: the P-th percentile (0-100, nearest rank) of FILE's numbers, in ms
 q() { sort -n "$1" | awk -v p="$2" '{ a[NR] = $1 } END { i = int((NR - 1) * p / 100 + 0.5) + 1; printf "%.2f", a[i] / 1000 }'; }
+# ci FILE: the 95% confidence interval of the median of FILE's numbers, in
+# ms, "LO..HI": the order statistics j and k around it that hold the median
+# with 95% probability whatever the distribution (the binomial's normal
+# approximation, j = floor((n - 1.96 sqrt n) / 2), k = ceil(1 + (n + 1.96
+# sqrt n) / 2)); the whole range when n is too small for more
+ci() {
+	sort -n "$1" | awk '{ a[NR] = $1 } END {
+		z = 1.96 * sqrt(NR); j = int((NR - z) / 2); k = 1 + (NR + z) / 2
+		k = (k == int(k)) ? k : int(k) + 1
+		if (j < 1) j = 1
+		if (k > NR) k = NR
+		printf "%.2f..%.2f", a[j] / 1000, a[k] / 1000 }'
+}
+# verdict LO..HI: where the interval puts the 2 ms target
+verdict() {
+	awk -v r="$1" 'BEGIN { split(r, b, /\.\./)
+		if (b[2] + 0 < 2) print "under 2 ms"
+		else if (b[1] + 0 > 2) print "above 2 ms"
+		else print "not resolved at 2 ms (the interval spans it: more ROUNDS narrow it)" }'
+}
 
 echo "# --ddp launch cost: srun ${step[*]}, $rounds pairs per variant, interleaved"
 if [ -n "${DDP_CLUSTER_SLURMD_ENV:-}" ]; then
@@ -80,13 +103,17 @@ if [ -n "${DDP_CLUSTER_SLURMD_ENV:-}" ]; then
 	echo "# slurmd's environment has: $DDP_CLUSTER_SLURMD_ENV"
 fi
 echo "# $slurm, $(nproc) CPUs ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)), $(date -u +%F)"
-printf '%-12s %10s %22s %8s\n' variant "median ms" "paired diff ms (q1..q3)" ratio
-printf '%-12s %10s %22s %8s\n' plain "$(q "$tmp/plain" 50)" "-" "1.00"
+printf '%-12s %10s %15s %16s %18s %8s\n' variant "median ms" "paired diff ms" "its 95% CI" "(q1..q3)" ratio
+printf '%-12s %10s %15s %16s %18s %8s\n' plain "$(q "$tmp/plain" 50)" - - - "1.00"
 for v in 1 2; do
 	n=${names[$v]}
-	printf '%-12s %10s %22s %8s\n' "$n" "$(q "$tmp/$n" 50)" \
-		"$(q "$tmp/$n.diff" 50) ($(q "$tmp/$n.diff" 25)..$(q "$tmp/$n.diff" 75))" \
+	printf '%-12s %10s %15s %16s %18s %8s\n' "$n" "$(q "$tmp/$n" 50)" "$(q "$tmp/$n.diff" 50)" \
+		"$(ci "$tmp/$n.diff")" "($(q "$tmp/$n.diff" 25)..$(q "$tmp/$n.diff" 75))" \
 		"$(awk -v a="$(q "$tmp/$n" 50)" -v b="$(q "$tmp/plain" 50)" 'BEGIN { printf "%.3f", a / b }')"
+done
+for v in 1 2; do
+	n=${names[$v]}
+	echo "# ${args[$v]}: what it adds to a launch, by the interval: $(verdict "$(ci "$tmp/$n.diff")")"
 done
 
 # The plugin's own time in slurmstepd, without srun's noise: the cluster

@@ -530,7 +530,7 @@ ratio_ok() {
 	done <<<"$rows"
 }
 
-@test "launch_cost.sh ROUNDS=2 HOOK_STEPS=3: plain, --ddp and --ddp-bind=none, each ratio its medians' quotient; the plugin's time per hook from slurmd's logs; the running slurmd with the environment asked for; a bad ROUNDS refused" {
+@test "launch_cost.sh ROUNDS=2 HOOK_STEPS=3: plain, --ddp and --ddp-bind=none, each ratio its medians' quotient, each paired median inside its 95% interval, the verdict on 2 ms the interval's; the plugin's time per hook from slurmd's logs; the running slurmd with the environment asked for; a bad ROUNDS refused" {
 	[ "$(id -u)" = 0 ] || skip "the test cluster needs root"
 	run env ROUNDS=x "$REPO/bench/launch_cost.sh"
 	assert_failure 2
@@ -543,14 +543,25 @@ ratio_ok() {
 	# the running slurmd has the environment asked for
 	assert_line "# slurmd's environment has: HWLOC_PLUGINS_BLACKLIST=hwloc_gl,hwloc_opencl DDP_BENCH_MARK=1"
 	assert_line --regexp '^# --ddp launch cost: srun -N2 --ntasks-per-node=2 true, 2 pairs per variant, interleaved$'
-	assert_line --regexp '^plain +[0-9.]+ +- +1\.00$'
-	local v line med diff
+	assert_line --regexp '^plain +[0-9.]+ +- +- +- +1\.00$'
+	local v line med diff lo hi want arg
 	med=$(awk '$1 == "plain" { print $2 }' <<<"$output")
 	for v in ddp ddp-nobind; do
 		line=$(grep "^$v " <<<"$output")
-		[[ "$line" =~ ^$v\ +([0-9.]+)\ +(-?[0-9.]+)\ \((-?[0-9.]+)\.\.(-?[0-9.]+)\)\ +([0-9.]+)$ ]] || fail "row '$line'"
-		quotient_ok "${BASH_REMATCH[5]}" "${BASH_REMATCH[1]}" "$med" 0.002 ||
+		[[ "$line" =~ ^$v\ +([0-9.]+)\ +(-?[0-9.]+)\ +(-?[0-9.]+)\.\.(-?[0-9.]+)\ +\((-?[0-9.]+)\.\.(-?[0-9.]+)\)\ +([0-9.]+)$ ]] ||
+			fail "row '$line'"
+		quotient_ok "${BASH_REMATCH[7]}" "${BASH_REMATCH[1]}" "$med" 0.002 ||
 			fail "ratio of '$line' is not its median over plain's $med"
+		diff=${BASH_REMATCH[2]} lo=${BASH_REMATCH[3]} hi=${BASH_REMATCH[4]}
+		# 2 pairs: the interval is the whole range, the quartiles' here
+		assert_equal "$lo..$hi" "${BASH_REMATCH[5]}..${BASH_REMATCH[6]}"
+		awk -v l="$lo" -v m="$diff" -v h="$hi" 'BEGIN { exit !(l <= m && m <= h) }' ||
+			fail "row '$line': the median difference outside its interval"
+		# the verdict the interval gives against 2 ms
+		want=$(awk -v l="$lo" -v h="$hi" 'BEGIN { print (h < 2) ? "under 2 ms" : (l > 2) ? "above 2 ms" : "not resolved at 2 ms" }')
+		arg=--ddp=gloo
+		[ "$v" = ddp ] || arg="--ddp=gloo --ddp-bind=none"
+		assert_line --regexp "^# $arg: what it adds to a launch, by the interval: $want"
 	done
 	# 3 steps on 2 nodes, each hook timed in slurmstepd
 	assert_line "# the plugin's time in slurmstepd per node and step, 6 node-steps (SlurmdDebug=debug), ms:"
