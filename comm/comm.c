@@ -1,6 +1,7 @@
 /* Backend-independent half of the comm layer: opening the store, the
  * local (world 1) backend, failure diagnosis and the bucket reducer. */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -423,7 +424,14 @@ int cnn_reducer_wait(struct cnn_reducer *r, char *err, size_t errlen)
 {
 	if (!r->busy)
 		return 0;
+	double t0 = now_s();
 	pthread_mutex_lock(&r->mu);
+	/* the core kept for the communication thread (CNN_COMM_SPIN_MS), then a sleep */
+	while (r->head != r->tail && now_s() - t0 < CNN_COMM_SPIN_MS / 1e3) {
+		pthread_mutex_unlock(&r->mu);
+		sched_yield();
+		pthread_mutex_lock(&r->mu);
+	}
 	while (r->head != r->tail)
 		pthread_cond_wait(&r->cv, &r->mu);
 	int failed = r->failed;

@@ -146,6 +146,16 @@ int cnn_comm_gloo_init(struct cnn_comm *c, const char *iface, const char *hostna
  * failed.  gloo's other collectives are unchanged. */
 int cnn_comm_use_shm(struct cnn_comm *c, int timeout_ms, char *why, size_t whylen, char *err, size_t errlen);
 
+/* How long a rank that waits for its peers (a barrier of the shared-memory
+ * all-reduce, the trainer waiting for its reducer) keeps its core before it
+ * sleeps: it yields the core to any thread that can run (its own compute or
+ * communication thread) but does not give it up, which covers the usual
+ * skew of a step between ranks; a longer wait (rank 0's evaluation or
+ * checkpoint, a slow peer) sleeps.  On the 2-core VM, ranks that slept at
+ * every step's end trained about 6% slower at 2 processes x 1 thread
+ * (docs/benchmarks.md). */
+#define CNN_COMM_SPIN_MS 50
+
 /* Gradient reducer: buckets are all-reduced (and averaged) on a
  * communication thread while the backward pass goes on. */
 struct cnn_reducer {

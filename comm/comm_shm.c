@@ -25,15 +25,18 @@
  * k+1's first barrier, so after its copy of chunk k's sum.
  *
  * A barrier is a count and a generation word: the last rank to arrive
- * bumps the generation and wakes the others (futex), who wait with a
- * bound.  A rank that waits long asks the store every half second whether
- * a peer died or failed, and stops then; a rank that abandons sets a flag
- * every waiter sees.  --timeout bounds the wait, as gloo's.
+ * bumps the generation and wakes the others (futex).  A waiter spins a
+ * few microseconds, then yields its core for CNN_COMM_SPIN_MS (comm.h),
+ * then sleeps on the word with a bound.  A rank that waits long asks the
+ * store every half second whether a peer died or failed, and stops then;
+ * a rank that abandons sets a flag every waiter sees.  --timeout bounds
+ * the wait, as gloo's.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -146,7 +149,10 @@ static int barrier(struct cnn_comm *c, struct shm *s, char *err, size_t errlen)
 				return -1;
 			}
 		}
-		futex_wait(&h->gen, g, 100);
+		if (t - t0 < CNN_COMM_SPIN_MS)
+			sched_yield();
+		else
+			futex_wait(&h->gen, g, 100);
 	}
 	return 0;
 }

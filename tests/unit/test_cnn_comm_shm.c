@@ -5,8 +5,9 @@
  * once mapped; a rank that cannot map it (another node: its own /dev/shm)
  * leaves every rank on gloo, saying why; a rank killed, one that
  * abandons, and one that never arrives each end the others' wait, the
- * first two within seconds, the last at --timeout; rank 0 killed in the
- * set-up leaves no name in /dev/shm.  Ranks are processes
+ * first two within seconds, the last at --timeout; a rank that waits
+ * long for a late peer sleeps after its spin; rank 0 killed in the set-up
+ * leaves no name in /dev/shm.  Ranks are processes
  * on loopback, worlds of 2 to 5. */
 #include <sched.h>
 #include <signal.h>
@@ -26,7 +27,7 @@
 
 #define MAXW 5
 
-enum fate { LIVE, OWN_SHM, KILLED, ABANDONS, SLEEPS, LATE };
+enum fate { LIVE, OWN_SHM, KILLED, ABANDONS, SLEEPS, LATE, SLOW };
 
 struct job {
 	int rank, world, port, timeout_ms;
@@ -36,14 +37,46 @@ struct job {
 	uint32_t crc;            /* of the non-integer sum */
 	int failed;              /* the all-reduce after a peer's fate failed */
 	double fail_s;           /* ... after this long */
+	double wait_s, wait_cpu; /* SLOW: rank 0's wait for the reducer, its process's CPU in it */
 	char why[256], err[512];
 };
 
-static double now_s(void)
+static double clock_s(clockid_t id)
 {
 	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
+	clock_gettime(id, &t);
 	return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static double now_s(void)
+{
+	return clock_s(CLOCK_MONOTONIC);
+}
+
+/* SLOW: rank 1 pushes its bucket 1.5 s after rank 0; rank 0's wait for
+ * the reducer (its thread in the barrier, the trainer's in the wait),
+ * timed, with the process's CPU time in it.  1 when the mean is right. */
+static int slow_peer(struct cnn_comm *c, struct job *j)
+{
+	static float b[1000];
+	struct cnn_reducer r;
+	int ok;
+
+	for (size_t i = 0; i < 1000; i++)
+		b[i] = (float)(j->rank + 1);
+	if (cnn_reducer_start(&r, c) < 0)
+		return 0;
+	if (j->rank == 1)
+		usleep(1500000);
+	double t0 = now_s(), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+	cnn_reducer_push(&r, b, 1000);
+	ok = cnn_reducer_wait(&r, j->err, sizeof(j->err)) == 0;
+	j->wait_s = now_s() - t0;
+	j->wait_cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
+	for (size_t i = 0; ok && i < 1000; i++)
+		ok = b[i] == 1.5f;
+	cnn_reducer_stop(&r);
+	return ok;
 }
 
 /* buf[i] = (rank + 1) * (i % 1000): the sum is T * (i % 1000), exact */
@@ -100,6 +133,10 @@ static void rank_main(struct job *j)
 	if (j->used < 0)
 		goto out;
 	j->unlinked = j->used ? segment_unlinked() : 1;
+	if (j->fate == SLOW) {
+		j->sums = slow_peer(c, j);
+		goto out;
+	}
 	if (j->fate != LIVE && j->fate != OWN_SHM) {
 		/* the peer's fate, then rank 0's next all-reduce */
 		if (j->rank == 1) {
@@ -266,6 +303,19 @@ static void test_fates(void)
 	munmap(j, MAXW * sizeof(*j));
 }
 
+/* A peer 1.5 s late: rank 0 keeps its core for CNN_COMM_SPIN_MS (its
+ * reducer's thread in the barrier, its trainer's thread in the wait),
+ * then sleeps until the peer comes: a long wait costs no core. */
+static void test_slow_peer(void)
+{
+	struct job *j = run_world(2, SLOW, 20000);
+	printf("#   rank 0 waited %.2f s, %.3f s of CPU; %s\n", j[0].wait_s, j[0].wait_cpu, j[0].err);
+	test_cond("a peer 1.5 s late: the mean right on both ranks", j[0].used == 1 && j[0].sums && j[1].sums);
+	test_cond("... rank 0 waited for it", j[0].wait_s > 1.2);
+	test_cond("... asleep after the spin: under 0.4 s of CPU in the wait", j[0].wait_cpu < 0.4);
+	munmap(j, MAXW * sizeof(*j));
+}
+
 /* The segment's name in PID's mappings into name (its /dev/shm path):
  * 1, else 0 */
 static int mapped_segment(pid_t pid, char *name, size_t len)
@@ -345,6 +395,7 @@ int main(void)
 		test_world(w);
 	test_other_node();
 	test_fates();
+	test_slow_peer();
 	test_rank0_killed_in_setup();
 	return test_report();
 }
