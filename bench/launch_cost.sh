@@ -132,24 +132,18 @@ for f in "$run_dir"/log/slurmd.node*.log; do from[$f]=$(($(wc -l <"$f") + 1)); d
 for ((i = 0; i < hook_steps; i++)); do ddp_step; done
 # "[JOB.0] debug:  ddp: HOOK took MS ms, CPU ms of CPU" -> a row per node
 # and step: post_opt user_init task_init(slowest) their sum, wall time; the
-# same in CPU time (task_init: the slowest task's); the node's CPU time,
-# every task's task_init counted.  "ddp: task_init: N variables set for
-# this task, M set once for the node's tasks" -> a row per task: N M.
+# same in CPU time (task_init: the slowest task's)
 for f in "$run_dir"/log/slurmd.node*.log; do
-	tail -n +"${from[$f]}" "$f" | awk -v node="$(basename "$f")" -v vars="$tmp/vars" '
+	tail -n +"${from[$f]}" "$f" | awk -v node="$(basename "$f")" '
 		match($0, /\[[0-9]+\.0\] .*ddp: (post_opt|user_init|task_init) took [0-9.]+ ms, [0-9.]+ ms of CPU/) {
 			n = split(substr($0, RSTART, RLENGTH), w, " ")
 			k = node w[1]; hook = w[n - 7]; ms = w[n - 5] + 0; cpu = w[n - 3] + 0; seen[k] = 1
-			if (hook == "task_init") { tasksc[k] += cpu; if (ms > task[k]) { task[k] = ms; taskc[k] = cpu } }
+			if (hook == "task_init") { if (ms > task[k]) { task[k] = ms; taskc[k] = cpu } }
 			else if (hook == "post_opt") { post[k] = ms; postc[k] = cpu }
 			else { user[k] = ms; userc[k] = cpu }
 		}
-		match($0, /ddp: task_init: [0-9]+ variables set for this task, [0-9]+ set once/) {
-			split(substr($0, RSTART, RLENGTH), w, " "); print w[3], w[9] >>vars
-		}
-		END { for (k in seen) printf "%.3f %.3f %.3f %.3f %.3f %.3f %.3f %.3f %.3f\n", post[k], user[k], task[k],
-			post[k] + user[k] + task[k], postc[k], userc[k], taskc[k], postc[k] + userc[k] + taskc[k],
-			postc[k] + userc[k] + tasksc[k] }'
+		END { for (k in seen) printf "%.3f %.3f %.3f %.3f %.3f %.3f %.3f %.3f\n", post[k], user[k], task[k],
+			post[k] + user[k] + task[k], postc[k], userc[k], taskc[k], postc[k] + userc[k] + taskc[k] }'
 done >"$tmp/hooks"
 count=$(wc -l <"$tmp/hooks")
 [ "$count" -ge "$hook_steps" ] || { echo "bench: slurmd's logs hold $count --ddp steps' hook times, expected $hook_steps or more" >&2; exit 1; }
@@ -164,8 +158,3 @@ for h in post_opt user_init "task_init (slowest task)" "the step's path"; do
 		"$(col $((i + 4)) 50)" "$(col $((i + 4)) 25)" "$(col $((i + 4)) 75)"
 	i=$((i + 1))
 done
-printf '%-24s %8s %8s %8s %8s %8s %8s\n' "the node, all its tasks" - - - "$(col 9 50)" "$(col 9 25)" "$(col 9 75)"
-# mid FILE N: the median of FILE's column N
-mid() { awk -v c="$2" '{ print $c }' "$1" | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
-[ -s "$tmp/vars" ] || { echo "bench: slurmd's logs hold no task_init's count of variables" >&2; exit 1; }
-echo "# variables a task's task_init set (spank_setenv), median: $(mid "$tmp/vars" 1); set once for the node's tasks in user_init: $(mid "$tmp/vars" 2)"

@@ -40,24 +40,4 @@ int ddp_stepd_user_init(spank_t sp, int ac, char **av);
 int ddp_stepd_task_init(spank_t sp);
 void ddp_stepd_exit(void);
 
-/* ddp_getenv.c: KEY of the job's environment (slurmstepd), a copy in *out
- * (the caller frees it), NULL when unset.  0, else -1 with err. */
-int ddp_getenv(spank_t sp, const char *key, char **out, char *err, size_t errlen);
-
-/* ddp_preset.c: the node's variables, set once in user_init for all of
- * its tasks.  ddp_preset_node: VARS' node-wide ones not the user's, and
- * EXPLAIN's {key, value} pairs (ending with {NULL, NULL}); 0, else -1 with
- * err.  In a task's child, ddp_preset_restore: the snapshot as before
- * user_init (0, else -1: out of memory); ddp_preset_same: 1 when KEY is
- * already VALUE (no setenv needed); ddp_preset_finish: the keys this task
- * did not set back as the job had them (0, else -1 said);
- * ddp_preset_count: how many user_init set. */
-int ddp_preset_node(spank_t sp, const struct ddpenv_vars *vars, const char *const explain[][2],
-		    char *err, size_t errlen);
-int ddp_preset_restore(struct ddpenv_env *env);
-int ddp_preset_same(const char *key, const char *value);
-int ddp_preset_finish(spank_t sp);
-size_t ddp_preset_count(void);
-void ddp_preset_free(void);
-
 #endif

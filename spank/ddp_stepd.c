@@ -1,10 +1,9 @@
 /*
  * slurmstepd side.  user_init runs once per node and step: it resolves the
  * head, the port and the interface (the only DNS query, none when the
- * name resolves from /etc/hosts or Slurm's NodeAddr), and sets the
- * variables alike for all the node's tasks (ddp_preset.c).  task_init runs
- * in each task's child before exec: the binding plan (from the node's
- * hwloc export, read there), the binding, the variables that differ.
+ * name resolves from /etc/hosts or Slurm's NodeAddr).  task_init runs in
+ * each task's child before exec: the binding plan (from the node's hwloc
+ * export, read there), the binding, the variables.
  *
  * Nothing here may crash or hang slurmstepd: no exit, bounded system calls
  * (one getaddrinfo, one netlink query with a 2 s timeout).
@@ -43,19 +42,44 @@ static struct {
 	char bind_how[DDPENV_HOWLEN];
 } st;
 
-/* Copy KEY from the job's environment into the snapshot, if present. */
+/* Copy KEY from the job's environment into the snapshot, if present.
+ * Some values are long: task/affinity's SLURM_CPU_BIND holds a mask per
+ * task (128 tasks of a 256-CPU node: 8 KiB), a --cpu-bind=map_cpu list
+ * whatever the user wrote. */
+#define FETCH_MAX (1u << 20)
 static int fetch(spank_t sp, struct ddpenv_env *env, const char *key)
 {
-	char *v;
-	int rv = 0;
+	char small[4096], *buf = small, *big = NULL;
+	size_t len = sizeof(small);
+	spank_err_t rc;
+	int rv = -1;
 
-	if (ddp_getenv(sp, key, &v, st.err, sizeof(st.err)) < 0)
-		return -1;
-	if (v && ddpenv_env_set(env, key, v) < 0) {
-		snprintf(st.err, sizeof(st.err), "out of memory copying %s", key);
-		rv = -1;
+	while ((rc = spank_getenv(sp, key, buf, (int)len)) == ESPANK_NOSPACE && len < FETCH_MAX) {
+		char *b = realloc(big, len * 4);
+		if (!b) {
+			snprintf(st.err, sizeof(st.err), "out of memory reading %s", key);
+			goto out;
+		}
+		buf = big = b;
+		len *= 4;
 	}
-	free(v);
+	if (rc == ESPANK_ENV_NOEXIST) {
+		rv = 0;
+		goto out;
+	}
+	if (rc != ESPANK_SUCCESS) {
+		snprintf(st.err, sizeof(st.err),
+			 "%s: value longer than %zu bytes or unreadable: %s",
+			 key, len - 1, spank_strerror(rc));
+		goto out;
+	}
+	if (ddpenv_env_set(env, key, buf) < 0) {
+		snprintf(st.err, sizeof(st.err), "out of memory copying %s", key);
+		goto out;
+	}
+	rv = 0;
+out:
+	free(big);
 	return rv;
 }
 
@@ -146,8 +170,7 @@ int ddp_stepd_post_opt(spank_t sp, int ac, char **av)
 		st.failed = 1;
 		return 0;
 	}
-	/* The partition's settings (the secret is top-level only: srun sent
-	 * SLURM_JOB_PARTITION, which the user controls). */
+	/* The secret may differ per partition; users cannot override it. */
 	char part[256] = "";
 	struct ddpenv_settings *eff = malloc(sizeof(*eff));
 	if (spank_getenv(sp, "SLURM_JOB_PARTITION", part, sizeof(part)) != ESPANK_SUCCESS)
@@ -290,49 +313,6 @@ static int trust_step(spank_t sp)
 	return 0;
 }
 
-/* Once per node: the variables alike for all its tasks, from its local
- * task 0's contract, into the step's environment, which the tasks inherit
- * (ddp_preset.c).  A contract that cannot be computed here is left to each
- * task, which says why.  0, else -1 with st.err. */
-static int preset_node(spank_t sp, const struct ddpenv_env *env)
-{
-	const char *const explain[][2] = {
-		{ "DDP_BIND_POLICY", ddpenv_bind_name(st.bind) },
-		{ "DDP_BIND_FROM", st.bind_how },
-		{ "DDP_BACKEND_FROM", st.node.backend_how },
-		{ NULL, NULL },
-	};
-	struct ddpenv_vars *vars = malloc(sizeof(*vars));
-	struct ddpenv_env t0;
-	uint32_t node = 0, gid = 0;
-	char rank[16], nodeid[16], err[DDPENV_ERRLEN];
-	int rv = 0;
-
-	if (!vars || spank_get_item(sp, S_JOB_NODEID, &node) != ESPANK_SUCCESS ||
-	    spank_get_item(sp, S_JOB_LOCAL_TO_GLOBAL_ID, (uint32_t)0, &gid) != ESPANK_SUCCESS) {
-		free(vars);
-		return 0;
-	}
-	snprintf(rank, sizeof(rank), "%u", gid);
-	snprintf(nodeid, sizeof(nodeid), "%u", node);
-	ddpenv_env_init(&t0);
-	if (ddpenv_env_copy(&t0, env) < 0 || ddpenv_env_set(&t0, "SLURM_PROCID", rank) < 0 ||
-	    ddpenv_env_set(&t0, "SLURM_LOCALID", "0") < 0 || ddpenv_env_set(&t0, "SLURM_NODEID", nodeid) < 0) {
-		snprintf(st.err, sizeof(st.err), "out of memory");
-		rv = -1;
-	} else {
-		/* as task_init sees it: an outer step's are not this step's */
-		for (const char *const *k = ddpenv_plugin_keys; *k; k++)
-			ddpenv_env_unset(&t0, *k);
-		if (ddpenv_task_vars(&st.node, &t0, vars, err, sizeof(err)) == 0 &&
-		    ddp_preset_node(sp, vars, explain, st.err, sizeof(st.err)) < 0)
-			rv = -1;
-	}
-	ddpenv_env_free(&t0);
-	free(vars);
-	return rv;
-}
-
 int ddp_stepd_user_init(spank_t sp, int ac, char **av)
 {
 	struct ddpenv_env env;
@@ -403,8 +383,6 @@ int ddp_stepd_user_init(spank_t sp, int ac, char **av)
 			goto fail;
 		}
 	}
-	if (preset_node(sp, &env) < 0)
-		goto fail;
 	goto out;
 fail:
 	/* Reported in task_init, where the message reaches the user's stderr
@@ -532,53 +510,20 @@ static void node_warnings(const struct ddpenv_env *env)
 		slurm_error(DDP_PFX "warning: %s", st.mig_warn);
 }
 
-/* KEY=VALUE in the task's environment, unless user_init set it so;
- * *nset counts the calls. */
-static spank_err_t set_once(spank_t sp, const char *key, const char *value, int *nset)
-{
-	if (ddp_preset_same(key, value))
-		return ESPANK_SUCCESS;
-	++*nset;
-	return spank_setenv(sp, key, value, 1);
-}
-
 /* The contract into the task's environment, all or nothing (a task never
  * starts with half of it), an outer step's values removed, and the
  * plugin's choices for ddp-env --explain.  0, else -1 said. */
 static int task_setenv(spank_t sp, const struct ddpenv_vars *vars)
 {
-	int nset = 0;
-
 	for (size_t i = 0; i < vars->n; i++) {
-		if (vars->v[i].user || ddp_preset_same(vars->v[i].key, vars->v[i].value))
-			continue; /* the user's, or set for the node in user_init */
-		nset++;
+		if (vars->v[i].user)
+			continue;
 		if (spank_setenv(sp, vars->v[i].key, vars->v[i].value, 1) != ESPANK_SUCCESS) {
 			slurm_error(DDP_PFX "cannot set %s=%s in the task's environment", vars->v[i].key,
 				    strcmp(vars->v[i].key, "DDP_RDZV_TOKEN") ? vars->v[i].value : "(hidden)");
 			return -1;
 		}
 	}
-	/* ddp-env --explain in the task shows the policy the plugin used,
-	 * and the topology its plan read (an export, its mapped copy, or
-	 * the node discovered). */
-	nset++;
-	if (st.have_plan ? spank_setenv(sp, "DDP_BIND_TOPOLOGY", st.plan.topology, 1) != ESPANK_SUCCESS
-	    : spank_unsetenv(sp, "DDP_BIND_TOPOLOGY") != ESPANK_SUCCESS) {
-		slurm_error(DDP_PFX "cannot set DDP_BIND_TOPOLOGY in the task's environment");
-		return -1;
-	}
-	if (set_once(sp, "DDP_BIND_POLICY", ddpenv_bind_name(st.bind), &nset) != ESPANK_SUCCESS ||
-	    set_once(sp, "DDP_BIND_FROM", st.bind_how, &nset) != ESPANK_SUCCESS ||
-	    set_once(sp, "DDP_BACKEND_FROM", st.node.backend_how, &nset) != ESPANK_SUCCESS) {
-		slurm_error(DDP_PFX "cannot set DDP_BIND_POLICY, DDP_BIND_FROM or DDP_BACKEND_FROM in the task's environment");
-		return -1;
-	}
-	/* what user_init set that this task does not: as the job had it */
-	if (ddp_preset_finish(sp) < 0)
-		return -1;
-	slurm_debug(DDP_PFX "task_init: %d variables set for this task, %zu set once for the node's tasks",
-		    nset, ddp_preset_count());
 	for (const char *const *k = ddpenv_plugin_keys; *k; k++) {
 		size_t i = 0;
 		while (i < vars->n && strcmp(vars->v[i].key, *k) != 0)
@@ -587,6 +532,20 @@ static int task_setenv(spank_t sp, const struct ddpenv_vars *vars)
 			slurm_error(DDP_PFX "cannot remove %s (another step's) from the task's environment", *k);
 			return -1;
 		}
+	}
+	/* ddp-env --explain in the task shows the policy the plugin used,
+	 * and the topology its plan read (an export, its mapped copy, or
+	 * the node discovered). */
+	if (st.have_plan ? spank_setenv(sp, "DDP_BIND_TOPOLOGY", st.plan.topology, 1) != ESPANK_SUCCESS
+	    : spank_unsetenv(sp, "DDP_BIND_TOPOLOGY") != ESPANK_SUCCESS) {
+		slurm_error(DDP_PFX "cannot set DDP_BIND_TOPOLOGY in the task's environment");
+		return -1;
+	}
+	if (spank_setenv(sp, "DDP_BIND_POLICY", ddpenv_bind_name(st.bind), 1) != ESPANK_SUCCESS ||
+	    spank_setenv(sp, "DDP_BIND_FROM", st.bind_how, 1) != ESPANK_SUCCESS ||
+	    spank_setenv(sp, "DDP_BACKEND_FROM", st.node.backend_how, 1) != ESPANK_SUCCESS) {
+		slurm_error(DDP_PFX "cannot set DDP_BIND_POLICY, DDP_BIND_FROM or DDP_BACKEND_FROM in the task's environment");
+		return -1;
 	}
 	return 0;
 }
@@ -609,13 +568,7 @@ int ddp_stepd_task_init(spank_t sp)
 		slurm_error(DDP_PFX "%s", st.err);
 		goto out;
 	}
-	/* The environment as it was before user_init set the node's
-	 * variables; an outer step's (a nested srun's inheritance) is not
-	 * this step's. */
-	if (ddp_preset_restore(&env) < 0) {
-		slurm_error(DDP_PFX "out of memory");
-		goto out;
-	}
+	/* An outer step's (a nested srun's inheritance) is not this step's. */
 	for (const char *const *k = ddpenv_plugin_keys; *k; k++)
 		ddpenv_env_unset(&env, *k);
 	if (st.topo_xml[0] && task_topology(&env) < 0)
@@ -644,7 +597,6 @@ out:
 void ddp_stepd_exit(void)
 {
 	explicit_bzero(st.secret, sizeof(st.secret)); /* if user_init never ran */
-	ddp_preset_free();
 	ddpenv_config_free(&st.cfg);
 	ddpenv_bind_plan_free(&st.plan);
 	ddpenv_topo_free(st.topo);

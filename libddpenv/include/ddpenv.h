@@ -737,13 +737,6 @@ int ddpenv_task_vars(const struct ddpenv_node *node,
 		     const struct ddpenv_env *task_env,
 		     struct ddpenv_vars *out, char *err, size_t errlen);
 
-/* 1 when KEY, as ddpenv_task_vars computes it, has one value for every
- * task of a node (MASTER_ADDR, WORLD_SIZE, GROUP_RANK, the interfaces, the
- * token, ...), so it can be set once per node before the tasks start; 0
- * for a task's own (RANK, LOCAL_RANK, OMP_NUM_THREADS, the binding's), the
- * admin's variables and any other. */
-int ddpenv_var_node_wide(const char *key);
-
 /* Marker the contract sets: "<job>.<step>".  A MASTER_ADDR etc. present
  * with a different marker was inherited from an outer --ddp step, not set
  * by the user, and is recomputed. */

@@ -523,27 +523,6 @@ static int pytorch_vars(const struct ddpenv_env *task_env, struct ddpenv_vars *o
 	return 0;
 }
 
-/* What torchrun_vars and pytorch_vars compute from the node and the
- * step alone (a user's value comes from the job's environment, which every
- * task inherits), and the plugin's own of the step.  Not OMP_NUM_THREADS
- * (the task's cores), nor the binding's, nor the admin's (bind_nic's
- * NCCL_IB_HCA is a rank's). */
-static const char *const node_wide[] = {
-	"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
-	"GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "ROLE_NAME", "TORCHELASTIC_RESTART_COUNT",
-	"TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME",
-	"TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING", "USE_LIBUV", "DDP_RDZV_TOKEN",
-	"DDP_CONFIG", "DDP_BACKEND",
-};
-
-int ddpenv_var_node_wide(const char *key)
-{
-	for (size_t i = 0; key && i < sizeof(node_wide) / sizeof(node_wide[0]); i++)
-		if (strcmp(key, node_wide[i]) == 0)
-			return 1;
-	return 0;
-}
-
 int ddpenv_task_vars(const struct ddpenv_node *node,
 		     const struct ddpenv_env *task_env,
 		     struct ddpenv_vars *out, char *err, size_t errlen)

@@ -530,7 +530,7 @@ ratio_ok() {
 	done <<<"$rows"
 }
 
-@test "launch_cost.sh ROUNDS=2 HOOK_STEPS=3: plain, --ddp and --ddp-bind=none, each ratio its medians' quotient, each paired median inside its 95% interval, the verdict on 2 ms the interval's; the plugin's time per hook and per node, and the variables each task sets, from slurmd's logs; the running slurmd with the environment asked for; a bad ROUNDS refused" {
+@test "launch_cost.sh ROUNDS=2 HOOK_STEPS=3: plain, --ddp and --ddp-bind=none, each ratio its medians' quotient, each paired median inside its 95% interval, the verdict on 2 ms the interval's; the plugin's time per hook from slurmd's logs; the running slurmd with the environment asked for; a bad ROUNDS refused" {
 	[ "$(id -u)" = 0 ] || skip "the test cluster needs root"
 	run env ROUNDS=x "$REPO/bench/launch_cost.sh"
 	assert_failure 2
@@ -576,19 +576,6 @@ ratio_ok() {
 			'BEGIN { exit !(a > 0 && a <= m && m <= b && ca > 0 && ca <= cm && cm <= cb && cb <= b + 0.001) }' ||
 			fail "row '$line': expected 0 < q1 <= median <= q3 in each, the CPU's q3 at most the wall time's"
 	done
-	# the node's CPU time, every task's task_init in it: at least the
-	# step's path's
-	line=$(grep "^the node, all its tasks " <<<"$output")
-	[[ "$line" =~ ^the\ node,\ all\ its\ tasks\ +-\ +-\ +-\ +([0-9.]+)\ +([0-9.]+)\ +([0-9.]+)$ ]] || fail "row '$line'"
-	awk -v m="${BASH_REMATCH[1]}" -v p="$(awk '/^the step.s path / { print $7 }' <<<"$output")" 'BEGIN { exit !(m >= p) }' ||
-		fail "row '$line': the node's CPU below the step's path's"
-	# each task sets only what differs from its node's other tasks: the
-	# node's variables are set once, in user_init
-	line=$(grep "^# variables a task" <<<"$output")
-	[[ "$line" =~ ^#\ variables\ a\ task.s\ task_init\ set\ \(spank_setenv\),\ median:\ ([0-9]+)\;\ set\ once\ for\ the\ node.s\ tasks\ in\ user_init:\ ([0-9]+)$ ]] ||
-		fail "line '$line'"
-	[ "${BASH_REMATCH[1]}" -le 8 ] || fail "$line: expected at most 8 a task"
-	[ "${BASH_REMATCH[2]}" -ge 20 ] || fail "$line: expected 20 or more once for the node"
 	run env HOOK_STEPS=x ROUNDS=1 DDP_CLUSTER_DIR="$BATS_TEST_TMPDIR/cluster" "$REPO/bench/launch_cost.sh"
 	assert_failure 2
 	assert_output --partial "bench: HOOK_STEPS=x: expected a count of steps"

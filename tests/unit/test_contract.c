@@ -428,62 +428,6 @@ static void test_head_from_env(void)
 	ddpenv_env_free(&env);
 }
 
-/* Two tasks of node 1 with the extra variables EXTRA1 and EXTRA2: every
- * variable ddpenv_var_node_wide names is the same in both (present or
- * not, its value, the user's or not). */
-static void node_wide_case(const char *what, const char *extra1, const char *extra2)
-{
-	struct fake f = { hosts, nodeaddrs, ifs, "enp2s0", 0 };
-	struct ddpenv_sys sys = fake_sys(&f);
-	struct ddpenv_env env[2];
-	struct ddpenv_node node;
-	struct ddpenv_vars v[2];
-	char err[DDPENV_ERRLEN] = "", name[160];
-	int ok = 1, same = 1, seen = 0;
-
-	env_of(&env[0], STEP3, "SLURM_PROCID=2", "SLURM_LOCALID=0", "SLURM_NODEID=1", "SLURM_CPUS_ON_NODE=8",
-	       extra1, extra2, NULL);
-	env_of(&env[1], STEP3, "SLURM_PROCID=3", "SLURM_LOCALID=1", "SLURM_NODEID=1", "SLURM_CPUS_ON_NODE=8",
-	       extra1, extra2, NULL);
-	ok = ddpenv_node_resolve(&env[0], DDPENV_BACKEND_GLOO, NULL, &sys, &node, err, sizeof(err)) == 0;
-	snprintf(node.token, sizeof(node.token), "%s", "0123456789abcdef");
-	for (int t = 0; ok && t < 2; t++)
-		ok = ddpenv_task_vars(&node, &env[t], &v[t], err, sizeof(err)) == 0;
-	snprintf(name, sizeof(name), "node-wide (%s): two tasks' variables", what);
-	test_cond(name, ok);
-	for (int t = 0; ok && t < 2; t++)
-		for (size_t i = 0; i < v[t].n; i++) {
-			const char *k = v[t].v[i].key, *o = var(&v[1 - t], k);
-			int differ = !o || strcmp(o, v[t].v[i].value) != 0 || var_user(&v[1 - t], k) != v[t].v[i].user;
-			if (!ddpenv_var_node_wide(k))
-				continue;
-			seen++;
-			if (differ) {
-				printf("#   %s differs between the tasks\n", k);
-				same = 0;
-			}
-		}
-	snprintf(name, sizeof(name), "... every node-wide variable alike in both (%d seen)", seen / 2);
-	test_cond(name, ok && same && seen >= 2 * 16);
-	for (int t = 0; t < 2; t++)
-		ddpenv_env_free(&env[t]);
-}
-
-/* ddpenv_var_node_wide: what the plugin sets once per node. */
-static void test_node_wide(void)
-{
-	node_wide_case("defaults", NULL, NULL);
-	node_wide_case("the user's port and interface", "MASTER_PORT=29500", "NCCL_SOCKET_IFNAME=ib0");
-	node_wide_case("an outer step's values", "DDP_STEP=12.0", "MASTER_ADDR=10.9.9.9");
-	node_wide_case("a CPU count per task", "SLURM_CPUS_PER_TASK=3", "USE_LIBUV=1");
-	test_cond("a task's own are not node-wide", !ddpenv_var_node_wide("RANK") &&
-		  !ddpenv_var_node_wide("LOCAL_RANK") && !ddpenv_var_node_wide("ROLE_RANK") &&
-		  !ddpenv_var_node_wide("OMP_NUM_THREADS") && !ddpenv_var_node_wide("CUDA_VISIBLE_DEVICES") &&
-		  !ddpenv_var_node_wide("NCCL_IB_HCA") && !ddpenv_var_node_wide(DDPENV_MARKER));
-	test_cond("nor a name it does not know, nor none", !ddpenv_var_node_wide("NCCL_DEBUG") &&
-		  !ddpenv_var_node_wide("master_addr") && !ddpenv_var_node_wide("") && !ddpenv_var_node_wide(NULL));
-}
-
 int main(void)
 {
 	test_hostlists();
@@ -492,6 +436,5 @@ int main(void)
 	test_het();
 	test_arbitrary();
 	test_head_from_env();
-	test_node_wide();
 	return test_report();
 }
