@@ -132,18 +132,20 @@ for f in "$run_dir"/log/slurmd.node*.log; do from[$f]=$(($(wc -l <"$f") + 1)); d
 for ((i = 0; i < hook_steps; i++)); do ddp_step; done
 # "[JOB.0] debug:  ddp: HOOK took MS ms, CPU ms of CPU" -> a row per node
 # and step: post_opt user_init task_init(slowest) their sum, wall time; the
-# same in CPU time (task_init: the slowest task's)
+# same in CPU time (task_init: the slowest task's); the node's CPU time,
+# every task's task_init counted (what the node's cores spend)
 for f in "$run_dir"/log/slurmd.node*.log; do
 	tail -n +"${from[$f]}" "$f" | awk -v node="$(basename "$f")" '
 		match($0, /\[[0-9]+\.0\] .*ddp: (post_opt|user_init|task_init) took [0-9.]+ ms, [0-9.]+ ms of CPU/) {
 			n = split(substr($0, RSTART, RLENGTH), w, " ")
 			k = node w[1]; hook = w[n - 7]; ms = w[n - 5] + 0; cpu = w[n - 3] + 0; seen[k] = 1
-			if (hook == "task_init") { if (ms > task[k]) { task[k] = ms; taskc[k] = cpu } }
+			if (hook == "task_init") { tasksc[k] += cpu; if (ms > task[k]) { task[k] = ms; taskc[k] = cpu } }
 			else if (hook == "post_opt") { post[k] = ms; postc[k] = cpu }
 			else { user[k] = ms; userc[k] = cpu }
 		}
-		END { for (k in seen) printf "%.3f %.3f %.3f %.3f %.3f %.3f %.3f %.3f\n", post[k], user[k], task[k],
-			post[k] + user[k] + task[k], postc[k], userc[k], taskc[k], postc[k] + userc[k] + taskc[k] }'
+		END { for (k in seen) printf "%.3f %.3f %.3f %.3f %.3f %.3f %.3f %.3f %.3f\n", post[k], user[k], task[k],
+			post[k] + user[k] + task[k], postc[k], userc[k], taskc[k], postc[k] + userc[k] + taskc[k],
+			postc[k] + userc[k] + tasksc[k] }'
 done >"$tmp/hooks"
 count=$(wc -l <"$tmp/hooks")
 [ "$count" -ge "$hook_steps" ] || { echo "bench: slurmd's logs hold $count --ddp steps' hook times, expected $hook_steps or more" >&2; exit 1; }
@@ -158,3 +160,4 @@ for h in post_opt user_init "task_init (slowest task)" "the step's path"; do
 		"$(col $((i + 4)) 50)" "$(col $((i + 4)) 25)" "$(col $((i + 4)) 75)"
 	i=$((i + 1))
 done
+printf '%-24s %8s %8s %8s %8s %8s %8s\n' "the node, all its tasks" - - - "$(col 9 50)" "$(col 9 25)" "$(col 9 75)"

@@ -170,7 +170,8 @@ int ddp_stepd_post_opt(spank_t sp, int ac, char **av)
 		st.failed = 1;
 		return 0;
 	}
-	/* The secret may differ per partition; users cannot override it. */
+	/* The partition's settings (the secret is top-level only: srun sent
+	 * SLURM_JOB_PARTITION, which the user controls). */
 	char part[256] = "";
 	struct ddpenv_settings *eff = malloc(sizeof(*eff));
 	if (spank_getenv(sp, "SLURM_JOB_PARTITION", part, sizeof(part)) != ESPANK_SUCCESS)

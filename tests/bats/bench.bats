@@ -530,7 +530,7 @@ ratio_ok() {
 	done <<<"$rows"
 }
 
-@test "launch_cost.sh ROUNDS=2 HOOK_STEPS=3: plain, --ddp and --ddp-bind=none, each ratio its medians' quotient, each paired median inside its 95% interval, the verdict on 2 ms the interval's; the plugin's time per hook from slurmd's logs; the running slurmd with the environment asked for; a bad ROUNDS refused" {
+@test "launch_cost.sh ROUNDS=2 HOOK_STEPS=3: plain, --ddp and --ddp-bind=none, each ratio its medians' quotient, each paired median inside its 95% interval, the verdict on 2 ms the interval's; the plugin's time per hook and per node from slurmd's logs; the running slurmd with the environment asked for; a bad ROUNDS refused" {
 	[ "$(id -u)" = 0 ] || skip "the test cluster needs root"
 	run env ROUNDS=x "$REPO/bench/launch_cost.sh"
 	assert_failure 2
@@ -576,6 +576,13 @@ ratio_ok() {
 			'BEGIN { exit !(a > 0 && a <= m && m <= b && ca > 0 && ca <= cm && cm <= cb && cb <= b + 0.001) }' ||
 			fail "row '$line': expected 0 < q1 <= median <= q3 in each, the CPU's q3 at most the wall time's"
 	done
+	# the node's CPU time, every task's task_init in it: at least the
+	# step's path's (each node-step's is, so their medians are)
+	line=$(grep "^the node, all its tasks " <<<"$output")
+	[[ "$line" =~ ^the\ node,\ all\ its\ tasks\ +-\ +-\ +-\ +([0-9.]+)\ +([0-9.]+)\ +([0-9.]+)$ ]] || fail "row '$line'"
+	awk -v m="${BASH_REMATCH[1]}" -v q1="${BASH_REMATCH[2]}" -v q3="${BASH_REMATCH[3]}" \
+		-v p="$(awk '/^the step.s path / { print $7 }' <<<"$output")" 'BEGIN { exit !(q1 <= m && m <= q3 && m >= p) }' ||
+		fail "row '$line': expected q1 <= median <= q3, the median at least the step's path's CPU"
 	run env HOOK_STEPS=x ROUNDS=1 DDP_CLUSTER_DIR="$BATS_TEST_TMPDIR/cluster" "$REPO/bench/launch_cost.sh"
 	assert_failure 2
 	assert_output --partial "bench: HOOK_STEPS=x: expected a count of steps"
