@@ -4,11 +4,13 @@
 
 load helpers
 
-BLOCKED='' FOREIGN=''
+BLOCKED='' FOREIGN='' OTHERS=()
 
 teardown() {
 	dump_logs_on_failure
 	cluster_stop
+	local d
+	for d in ${OTHERS[@]+"${OTHERS[@]}"}; do DDP_CLUSTER_DIR=$d "$CLUSTER" stop >/dev/null 2>&1 || true; done
 	[ -z "$BLOCKED" ] || ip route del unreachable "$BLOCKED" 2>/dev/null || true
 	[ -z "$FOREIGN" ] || ip netns del "$FOREIGN" 2>/dev/null || true
 }
@@ -104,6 +106,34 @@ teardown() {
 	assert_success
 	assert_output "no cluster started in run folder $CLUSTER_DIR"
 	[ -e /run/netns/ddpt-ctl ]
+}
+
+@test "three clusters started at once (as make check's worker starts one beside the Bats files'): each claims its own namespaces and network, and each runs a step" {
+	local d i pids=() nss=() nets=()
+	for i in 1 2 3; do
+		d=$BATS_TEST_TMPDIR/c$i
+		OTHERS+=("$d")
+		DDP_CLUSTER_DIR=$d "$CLUSTER" start 1 >"$BATS_TEST_TMPDIR/start.$i" 2>&1 &
+		pids+=($!)
+	done
+	for i in 0 1 2; do
+		wait "${pids[$i]}" || fail "cluster $((i + 1)) did not start: $(cat "$BATS_TEST_TMPDIR/start.$((i + 1))")"
+	done
+	for d in "${OTHERS[@]}"; do
+		nss+=("$(sed -n 's/^NS=//p' "$d/net")")
+		nets+=("$(sed -n 's/^NET=//p' "$d/net")")
+		run --separate-stderr env DDP_CLUSTER_DIR="$d" timeout 90 "$CLUSTER" run srun -N1 --ddp=gloo printenv MASTER_ADDR
+		assert_success
+		assert_output "${nets[-1]}.11"
+	done
+	assert_equal "$(printf '%s\n' "${nss[@]}" | sort -u | wc -l)" 3
+	assert_equal "$(printf '%s\n' "${nets[@]}" | sort -u | wc -l)" 3
+	for d in "${OTHERS[@]}"; do DDP_CLUSTER_DIR=$d "$CLUSTER" stop >/dev/null 2>&1; done
+	# each stop took its own routes and namespaces only
+	for i in 0 1 2; do
+		[ ! -e "/run/netns/${nss[$i]}-ctl" ]
+		[ -z "$(ip -4 route show table all root "${nets[$i]}.0/24")" ]
+	done
 }
 
 @test "cluster.sh node: a node number it lacks, or no command, is refused naming what it expected" {

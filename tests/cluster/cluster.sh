@@ -104,15 +104,34 @@ net_free() {
 		[ -z "$(ip -6 addr show to "$2::/64" 2>/dev/null)" ]
 }
 
-# pick_net: DDP_CLUSTER_NET as given, else the first free 10.231.K
+# claim_net A.B.C [NET6]: take the test /24 (and, with IPv6, NET6::/64)
+# by routing it `unreachable` in the root namespace, recorded in
+# <run>/route for stop; 1 where a route is there already: two clusters
+# starting at once never take the same network
+claim_net() {
+	ip route add unreachable "$1.0/24" 2>/dev/null || return 1
+	echo "$1.0/24" >>"$RUN/route"
+	[ -z "$IPV6" ] && return 0
+	if ! ip -6 route add unreachable "$2::/64" 2>/dev/null; then
+		ip route del unreachable "$1.0/24" 2>/dev/null || true
+		sed -i '$d' "$RUN/route"
+		return 1
+	fi
+	echo "$2::/64" >>"$RUN/route"
+}
+
+# pick_net: DDP_CLUSTER_NET as given, else the first free 10.231.K, claimed
 pick_net() {
 	local k net6 taken=
-	if [ -n "${DDP_CLUSTER_NET:-}" ]; then use_net "$DDP_CLUSTER_NET"
+	if [ -n "${DDP_CLUSTER_NET:-}" ]; then
+		use_net "$DDP_CLUSTER_NET"
+		claim_net "$NET" "$NET6" ||
+			die "cannot add 'unreachable $SUBNET'${IPV6:+ or '$SUBNET6'} route in the root namespace (already a cluster? try: $0 stop)"
 	else
 		for k in $(seq 0 63); do
 			net6=${DDP_CLUSTER_NET6:-fd00:ddb:231}
 			[ -n "${DDP_CLUSTER_NET6:-}" ] || [ "$k" = 0 ] || net6="fd00:ddb:231:$k"
-			if net_free "10.231.$k" "$net6"; then
+			if net_free "10.231.$k" "$net6" && claim_net "10.231.$k" "$net6"; then
 				# name every network skipped, not only the first
 				case $k in
 				0) ;;
@@ -315,13 +334,7 @@ start_munge() {
 
 make_network() {
 	local n=$1 i ns
-	ip route add unreachable "$SUBNET" 2>/dev/null || die "cannot add 'unreachable $SUBNET' route in the root namespace (already a cluster? try: $0 stop)"
-	echo "$SUBNET" >"$RUN/route"
-	if [ -n "$IPV6" ]; then
-		ip -6 route add unreachable "$SUBNET6" 2>/dev/null || die "cannot add 'unreachable $SUBNET6' route in the root namespace"
-		echo "$SUBNET6" >>"$RUN/route"
-	fi
-	ip netns add "$NS-ctl"
+	# (the routes and $NS-ctl: claimed by pick_net and claim_ns)
 	nsexec "$NS-ctl" ip link set lo up
 	nsexec "$NS-ctl" ip link add br0 type bridge
 	nsexec "$NS-ctl" ip addr add "$CTL_IP/24" dev br0
@@ -399,6 +412,28 @@ urun() { # a client as the test user: its own home and name, the cluster's SLURM
 	crun runuser -u "$TEST_USER" -- env HOME="/home/$TEST_USER" "$@"
 }
 
+# claim_ns: the namespaces' prefix, claimed by making its controller's
+# namespace (which fails where it exists: two clusters starting at once
+# never take the same one), recorded in <run>/net for stop:
+# DDP_CLUSTER_NS, else ddpt, ddpt2, ... (another checkout's: the next)
+claim_ns() {
+	local k=1
+	if [ -n "${DDP_CLUSTER_NS:-}" ]; then
+		# (not ours to stop: STARTING cleared)
+		ip netns add "$NS-ctl" 2>/dev/null || { STARTING=; die "namespace $NS-ctl exists: a cluster is running (stop it with: $0 stop)"; }
+	else
+		NS=ddpt
+		until ip netns add "$NS-ctl" 2>/dev/null; do
+			[ -e "/run/netns/$NS-ctl" ] || { STARTING=; die "cannot make network namespace $NS-ctl (ip netns add)"; }
+			k=$((k + 1))
+			[ "$k" -le 9 ] || { STARTING=; die "namespaces ddpt-ctl to ddpt9-ctl all exist (other clusters?); set DDP_CLUSTER_NS"; }
+			NS=ddpt$k
+		done
+		[ "$NS" = ddpt ] || log "namespace ddpt-ctl belongs to another cluster (not this run folder's): using $NS-*"
+	fi
+	printf 'NS=%s\n' "$NS" >"$RUN/net"
+}
+
 cmd_start() {
 	local n=${1:-3} i
 	[ "$(id -u)" = 0 ] || die "must run as root (network namespaces, slurmd)"
@@ -406,17 +441,6 @@ cmd_start() {
 	# ours (this run folder records it) or the one asked for: running
 	if [ -e "/run/netns/$NS-ctl" ] && { [ -n "${DDP_CLUSTER_NS:-}" ] || [ -s "$RUN/net" ]; }; then
 		die "namespace $NS-ctl exists: a cluster is running (stop it with: $0 stop)"
-	fi
-	# another checkout's: the next free prefix
-	if [ -z "${DDP_CLUSTER_NS:-}" ]; then
-		NS=ddpt
-		local k=1
-		while [ -e "/run/netns/$NS-ctl" ]; do
-			k=$((k + 1))
-			[ "$k" -le 9 ] || die "namespaces ddpt-ctl to ddpt9-ctl all exist (other clusters?); set DDP_CLUSTER_NS"
-			NS=ddpt$k
-		done
-		[ "$NS" = ddpt ] || log "namespace ddpt-ctl belongs to another cluster (not this run folder's): using $NS-*"
 	fi
 	[ -z "$PLUGIN" ] || [ -f "$PLUGIN" ] || die "plugin $PLUGIN not built (run make first)"
 	local tool
@@ -427,6 +451,7 @@ cmd_start() {
 	mkdir -p "$RUN"
 	STARTING=1
 	echo "$n" >"$RUN/nodes"
+	claim_ns
 	pick_net
 	write_conf "$n"
 	make_network "$n"
