@@ -11,6 +11,7 @@
 #include "model.h"
 #include "ops.h"
 #include "optim.h"
+#include "pool_avx2.h"
 #include "rng.h"
 #include "test.h"
 #include "tol.h"
@@ -593,12 +594,166 @@ static void test_layers(void)
 	test_err("... naming it", err, "stage 2 (c) runs from relu3 to log_softmax+nll (expected backward order)");
 }
 
+/* ---- dropout's mask ------------------------------------------------------ */
+
+/* The mask as its definition says (ops.h, cuda/kernels_common.cuh): group
+ * g of 4 elements takes 16 bits apiece of cnn_mix64(key + 4g); kept when
+ * the bits are >= p * 65536, then scaled by 1 / (1 - p). */
+static void dropout_ref(float *x, size_t n, float p, uint64_t key)
+{
+	uint32_t thresh = (uint32_t)(p * 65536.f);
+	for (size_t i = 0; i < n; i++) {
+		uint64_t r = cnn_mix64(key + (i & ~(size_t)3));
+		uint32_t d = (uint32_t)(r >> (16 * (i & 3))) & 0xffff;
+		x[i] = d >= thresh ? x[i] * (1.f / (1.f - p)) : 0.f;
+	}
+}
+
+/* cnn_dropout_fwd (whole vectors where the CPU has them, then one group
+ * at a time) draws the definition's mask bit for bit: lengths that end
+ * inside a vector and inside a group, every p the Net uses and the edges,
+ * values of both signs; and it drops about p of them. */
+static void test_dropout(void)
+{
+	static const size_t lens[] = { 0, 1, 3, 4, 15, 16, 17, 33, 1001, 64 * 9216 + 5 };
+	static const float ps[] = { 0.f, 0.25f, 0.5f, 0.999f };
+	size_t maxn = lens[sizeof(lens) / sizeof(lens[0]) - 1];
+	float *a = malloc(maxn * sizeof(float)), *b = malloc(maxn * sizeof(float));
+	uint64_t s = 42;
+	int same = 1;
+	for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++)
+		for (size_t pi = 0; pi < sizeof(ps) / sizeof(ps[0]); pi++) {
+			size_t n = lens[li];
+			uint64_t key = cnn_dropout_key(7, li, (int)pi, 1);
+			fill_uniform(a, n, &s, -1.f, 1.f);
+			memcpy(b, a, n * sizeof(float));
+			cnn_dropout_fwd(a, n, ps[pi], key);
+			dropout_ref(b, n, ps[pi], key);
+			if (memcmp(a, b, n * sizeof(float)) != 0) {
+				printf("# dropout differs: n %zu, p %g\n", n, ps[pi]);
+				same = 0;
+			}
+		}
+	test_cond("dropout draws its definition's mask, bit for bit, at every length and p", same);
+	/* a slice from a multiple of 4 with the key moved by as much is the
+	 * same draw as the whole: the mask is by index, not by call */
+	size_t n = 64 * 9216;
+	fill_uniform(a, n, &s, 0.f, 1.f);
+	memcpy(b, a, n * sizeof(float));
+	cnn_dropout_fwd(a, n, 0.25f, 99);
+	cnn_dropout_fwd(b, 1156, 0.25f, 99);
+	cnn_dropout_fwd(b + 1156, n - 1156, 0.25f, 99 + 1156);
+	test_cond("... and a slice from a multiple of 4 draws what the whole does",
+		  memcmp(a, b, n * sizeof(float)) == 0);
+	size_t dropped = 0;
+	for (size_t i = 0; i < n; i++)
+		dropped += a[i] == 0.f;
+	double frac = (double)dropped / (double)n;
+	printf("# dropped %.4f of %zu at p 0.25\n", frac, n);
+	test_cond("... dropping about p of the elements (0.25 +- 0.005)", fabs(frac - 0.25) < 0.005);
+	free(a);
+	free(b);
+}
+
+/* ---- the pool in 8-channel blocks with AVX2 ------------------------------ */
+
+/* The pool's definition on the blocked layout: window (py, px) of channel
+ * ch is y[((n*C/8 + ch/8)*H + 2py + dy)*W + 2px + dx][ch%8]; the first
+ * maximum in the order (0,0) (0,1) (1,0) (1,1) wins. */
+static size_t blk8(int C, int H, int W, int n, int ch, int yy, int xx)
+{
+	return ((((size_t)n * (C / 8) + ch / 8) * H + yy) * W + xx) * 8 + ch % 8;
+}
+
+static void pool8_ref(const float *y, int C, int H, int W, int n, float *p, uint8_t *arg)
+{
+	int ph = H / 2, pw = W / 2;
+	for (int ch = 0; ch < C; ch++)
+		for (int py = 0; py < ph; py++)
+			for (int px = 0; px < pw; px++) {
+				size_t o = (((size_t)n * C + ch) * ph + py) * pw + px;
+				float m = y[blk8(C, H, W, n, ch, 2 * py, 2 * px)];
+				int a = 0;
+				for (int k = 1; k < 4; k++) {
+					float v = y[blk8(C, H, W, n, ch, 2 * py + k / 2, 2 * px + k % 2)];
+					if (v > m) {
+						m = v;
+						a = k;
+					}
+				}
+				p[o] = m;
+				arg[o] = (uint8_t)a;
+			}
+}
+
+static void pool8_bwd_ref(const float *dp, const float *p, const uint8_t *arg, int C, int H, int W,
+			  int n, float *dy)
+{
+	int ph = H / 2, pw = W / 2;
+	for (int ch = 0; ch < C; ch++)
+		for (int py = 0; py < ph; py++)
+			for (int px = 0; px < pw; px++) {
+				size_t o = (((size_t)n * C + ch) * ph + py) * pw + px;
+				for (int k = 0; k < 4; k++)
+					dy[blk8(C, H, W, n, ch, 2 * py + k / 2, 2 * px + k % 2)] =
+						k == arg[o] && p[o] > 0.f ? dp[o] : 0.f;
+			}
+}
+
+/* Images of both shapes the vector path takes (the Net's conv2 output,
+ * 64 x 24 x 24, and a small one), values on a coarse grid so windows
+ * tie, half of them negative: p, the winners and the backward's dy are
+ * the definition's bit for bit; a shape it does not take is refused. */
+static void test_pool_avx2(void)
+{
+	static const int shapes[][3] = { { 64, 24, 24 }, { 16, 8, 4 } };
+	if (!__builtin_cpu_supports("avx2")) {
+		test_skip("the AVX2 pool matches its definition", "this CPU has no AVX2");
+		return;
+	}
+	uint64_t s = 7;
+	for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+		int C = shapes[si][0], H = shapes[si][1], W = shapes[si][2], N = 3;
+		size_t ny = (size_t)N * C * H * W, np = ny / 4;
+		float *y = malloc(ny * sizeof(float)), *p = malloc(np * sizeof(float));
+		float *pr = malloc(np * sizeof(float)), *dp = malloc(np * sizeof(float));
+		float *dy = malloc(ny * sizeof(float)), *dyr = malloc(ny * sizeof(float));
+		uint8_t *a = malloc(np), *ar = malloc(np);
+		for (size_t i = 0; i < ny; i++)
+			y[i] = (float)(int)(cnn_rng_uniform(&s) * 8.f) - 4.f;
+		fill_uniform(dp, np, &s, -1.f, 1.f);
+		int done = 1;
+		for (int n = 0; n < N; n++) {
+			done &= cnn_pool8_avx2_fwd(y, C, H, W, n, p, a) == 0;
+			pool8_ref(y, C, H, W, n, pr, ar);
+		}
+		memset(dy, 0xff, ny * sizeof(float));   /* every element must be written */
+		for (int n = 0; n < N; n++) {
+			done &= cnn_pool8_avx2_bwd(dp, pr, ar, C, H, W, n, dy) == 0;
+			pool8_bwd_ref(dp, pr, ar, C, H, W, n, dyr);
+		}
+		char d[160];
+		snprintf(d, sizeof(d), "AVX2 pool of %d x %d x %d: the definition's maxima and winners, "
+			 "ties to the first, bit for bit", C, H, W);
+		test_cond(d, done && memcmp(p, pr, np * sizeof(float)) == 0 && memcmp(a, ar, np) == 0);
+		snprintf(d, sizeof(d), "... and its backward's every element of dy");
+		test_cond(d, done && memcmp(dy, dyr, ny * sizeof(float)) == 0);
+		free(y), free(p), free(pr), free(dp), free(dy), free(dyr), free(a), free(ar);
+	}
+	float y1[8 * 6 * 6];
+	test_cond("the AVX2 pool refuses a plane of 9 pixels (not whole runs of 8)",
+		  cnn_pool8_avx2_fwd(y1, 8, 6, 6, 0, y1, (uint8_t *)y1) == -1);
+	test_cond("... and an odd side", cnn_pool8_avx2_bwd(y1, y1, (uint8_t *)y1, 8, 5, 8, 0, y1) == -1);
+}
+
 int main(void)
 {
 	test_layers();
 	test_conv_fd();
 	test_linear_fd();
 	test_pool_fd();
+	test_dropout();
+	test_pool_avx2();
 	test_nll_fd();
 	test_convnet_twin((struct cnn_shape){ 3, 12, 11, 4 });
 	test_convnet_twin((struct cnn_shape){ 1, 28, 28, 10 });   /* the Net on Fashion-MNIST */

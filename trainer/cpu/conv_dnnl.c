@@ -8,6 +8,7 @@
 #include "conv_dnnl.h"
 #include "dnnl_compat.h"
 #include "model.h"
+#include "pool_avx2.h"
 
 /* Memories and primitives of one batch size.  "User" memories wrap our
  * buffers (NCHW input, OIHW parameters and gradients, the shared activation
@@ -20,7 +21,7 @@ enum {
 	M_W2, M_W2F, M_W2D, M_B2,   /* conv2 weights: OIHW, forward, backward-data */
 	M_DW1, M_DW1I, M_DB1,       /* conv1 weight gradient: OIHW, oneDNN's; bias */
 	M_X1W, M_DA1W,              /* conv1 weight gradient's own input layouts, if any */
-	M_DW2, M_DW2I, M_DB2,
+	M_DW2, M_DW2I,
 	M_COUNT
 };
 enum {
@@ -162,18 +163,19 @@ static dnnl_status_t conv_fwd_pd(struct cnn_convnet *c, dnnl_primitive_desc_t *p
 	return s;
 }
 
-/* Weight (and bias) gradient of a forward convolution (hint), with the
- * activations' layouts given and oneDNN's choice for the weights. */
+/* Weight gradient of a forward convolution (hint), and its bias's when
+ * with_bias, with the activations' layouts given and oneDNN's choice for
+ * the weights. */
 static dnnl_status_t conv_bwd_w_pd(struct cnn_convnet *c, dnnl_primitive_desc_t *pd,
 				   cnn_cmd_t src, const dnnl_dims_t wd, cnn_cmd_t diff_dst,
-				   dnnl_primitive_desc_t hint)
+				   dnnl_primitive_desc_t hint, int with_bias)
 {
 	cnn_md_t w = NULL, b = NULL;
 	dnnl_dims_t bd = { wd[0] };
 	dnnl_status_t s;
 
 	if ((s = cnn_md_create(&w, 4, wd, dnnl_format_tag_any)) == dnnl_success &&
-	    (s = cnn_md_create(&b, 1, bd, dnnl_x)) == dnnl_success)
+	    (!with_bias || (s = cnn_md_create(&b, 1, bd, dnnl_x)) == dnnl_success))
 		s = cnn_conv_bwd_weights_pd(pd, c->eng, src, w, b, diff_dst, stride1, pad0, hint);
 	cnn_md_destroy(w);
 	cnn_md_destroy(b);
@@ -202,7 +204,7 @@ static dnnl_status_t conv1_bwd_w_fast(struct cnn_convnet *c, dnnl_primitive_desc
 		dnnl_primitive_desc_t alt = NULL;
 		if ((s = cnn_md_create(&x, 4, xd, tags[i])) == dnnl_success &&
 		    (s = cnn_md_create(&a, 4, ad, tags[i])) == dnnl_success &&
-		    conv_bwd_w_pd(c, &alt, x, wd, a, hint) == dnnl_success) {
+		    conv_bwd_w_pd(c, &alt, x, wd, a, hint, 1) == dnnl_success) {
 			if (is_ref(alt)) {
 				dnnl_primitive_desc_destroy(alt);
 			} else {
@@ -308,11 +310,13 @@ static dnnl_status_t build_pds(struct cnn_convnet *c, struct build *d)
 	d->y2 = dnnl_primitive_desc_query_md(d->f2, dnnl_query_dst_md, 0);
 
 	d->what = "conv1 backward weights";
-	if ((s = conv_bwd_w_pd(c, &d->w1p, d->x_int, d->w1d, d->a1, d->f1)) != dnnl_success ||
+	if ((s = conv_bwd_w_pd(c, &d->w1p, d->x_int, d->w1d, d->a1, d->f1, 1)) != dnnl_success ||
 	    (s = conv1_bwd_w_fast(c, &d->w1p, d->xd, d->w1d, d->a1d, d->f1)) != dnnl_success)
 		return s;
+	/* conv2's bias gradient is the pool's (pool_bias_grad): oneDNN's sum
+	 * of diff_dst would read all of it again */
 	d->what = "conv2 backward weights";
-	if ((s = conv_bwd_w_pd(c, &d->w2p, d->a1, d->w2d, d->y2, d->f2)) != dnnl_success)
+	if ((s = conv_bwd_w_pd(c, &d->w2p, d->a1, d->w2d, d->y2, d->f2, 0)) != dnnl_success)
 		return s;
 	d->what = "conv2 backward data";
 	return cnn_conv_bwd_data_pd(&d->d2p, c->eng, d->a1, d->w_any, d->y2, stride1, pad0, d->f2);
@@ -340,7 +344,7 @@ static dnnl_status_t build_prims(struct cnn_convnet *c, struct batch *b, struct 
 	    (s = mem(c, &M[M_W1], d->w1_user, 0)) || (s = mem(c, &M[M_B1], d->b1, 0)) ||
 	    (s = mem(c, &M[M_W2], d->w2_user, 0)) || (s = mem(c, &M[M_B2], d->b2, 0)) ||
 	    (s = mem(c, &M[M_DW1], d->w1_user, 0)) || (s = mem(c, &M[M_DB1], d->b1, 0)) ||
-	    (s = mem(c, &M[M_DW2], d->w2_user, 0)) || (s = mem(c, &M[M_DB2], d->b2, 0)) ||
+	    (s = mem(c, &M[M_DW2], d->w2_user, 0)) ||
 	    (s = maybe_reorder(c, d->w1_user, dnnl_primitive_desc_query_md(d->f1, dnnl_query_weights_md, 0),
 			       1, &M[M_W1F], &b->prim[K_RW1F])) ||
 	    (s = maybe_reorder(c, d->w2_user, dnnl_primitive_desc_query_md(d->f2, dnnl_query_weights_md, 0),
@@ -491,7 +495,6 @@ static void set_handles(struct cnn_convnet *c, struct batch *b, const struct cnn
 		dnnl_memory_set_data_handle(M[M_DW1], grads + m->t[P_W1].off);
 		dnnl_memory_set_data_handle(M[M_DB1], grads + m->t[P_B1].off);
 		dnnl_memory_set_data_handle(M[M_DW2], grads + m->t[P_W2].off);
-		dnnl_memory_set_data_handle(M[M_DB2], grads + m->t[P_B2].off);
 	}
 }
 
@@ -601,6 +604,8 @@ HOT static void pool_fwd_image(const float *y, int C, int H, int W, int B, int i
 {
 	if (B == 16)
 		pool_fwd_block(y, C, H, W, 16, i, p, arg, tp, ta);
+	else if (B == 8 && cnn_pool8_avx2_fwd(y, C, H, W, i, p, arg) == 0)
+		return;
 	else if (B == 8)
 		pool_fwd_block(y, C, H, W, 8, i, p, arg, tp, ta);
 	else
@@ -612,6 +617,8 @@ HOT static void pool_bwd_image(const float *dp, const float *p, const uint8_t *a
 {
 	if (B == 16)
 		pool_bwd_block(dp, p, arg, C, H, W, 16, i, dy, tg, ta);
+	else if (B == 8 && cnn_pool8_avx2_bwd(dp, p, arg, C, H, W, i, dy) == 0)
+		return;
 	else if (B == 8)
 		pool_bwd_block(dp, p, arg, C, H, W, 8, i, dy, tg, ta);
 	else
@@ -669,6 +676,39 @@ static void pool_bwd(struct cnn_convnet *c, const float *dp, const float *p, con
 		#pragma omp for schedule(static)
 		for (int i = 0; i < n; i++)
 			pool_bwd_image(dp, p, arg, C, H, W, B, i, dy, tg, ta);
+	}
+}
+
+/* Channel ch's part of pool_bias_grad: its gradient over image i's plane,
+ * in double. */
+HOT static double pool_plane_sum(const float *dp, const float *p, size_t plane)
+{
+	double acc[4] = { 0 }, s = 0;   /* 4 running sums: a vector's lanes */
+	size_t q = 0;
+	for (; q + 4 <= plane; q += 4)
+		for (int k = 0; k < 4; k++)
+			acc[k] += p[q + k] > 0.f ? dp[q + k] : 0.f;
+	for (; q < plane; q++)
+		s += p[q] > 0.f ? dp[q] : 0.f;
+	return s + acc[0] + acc[1] + acc[2] + acc[3];
+}
+
+/* conv2's bias gradient: each pooled gradient that passes the ReLU (p > 0)
+ * lands on one element of conv2's output gradient and the rest are 0, so
+ * the sum over that output is the sum of what passes, per channel, over
+ * the images (dp and p in NCHW, C x plane an image).  Summed in double:
+ * ranks that split a batch sum parts of it, and a float sum's rounding
+ * would differ from one rank's of the whole by more. */
+static void pool_bias_grad(const float *dp, const float *p, int C, size_t plane, int n, float *db)
+{
+	#pragma omp parallel for schedule(static)
+	for (int ch = 0; ch < C; ch++) {
+		double s = 0;
+		for (int i = 0; i < n; i++) {
+			size_t o = ((size_t)i * C + ch) * plane;
+			s += pool_plane_sum(dp + o, p + o, plane);
+		}
+		db[ch] = (float)s;
 	}
 }
 
@@ -734,10 +774,11 @@ int cnn_convnet_bwd(struct cnn_convnet *c, const struct cnn_model *m, const floa
 	if (tiles(c, m, err, errlen) < 0)
 		return -1;
 	pool_bwd(c, dp, p, arg, m->c2, m->h2, m->w2, c->block, n, c->da2);
+	pool_bias_grad(dp, p, m->c2, (size_t)(m->h2 / 2) * (m->w2 / 2), n, grads + m->t[P_B2].off);
 	/* the forward's input copy (if any) is still in xs: same n, same x */
 	if ((s = reorder(c, R[K_RW2D], M[M_W2], w2)) ||
-	    (s = run(c, R[K_C2W], 4, DNNL_ARG_SRC, M[M_A1], DNNL_ARG_DIFF_DST, M[M_DA2],
-		     DNNL_ARG_DIFF_WEIGHTS, dw2, DNNL_ARG_DIFF_BIAS, M[M_DB2])) ||
+	    (s = run(c, R[K_C2W], 3, DNNL_ARG_SRC, M[M_A1], DNNL_ARG_DIFF_DST, M[M_DA2],
+		     DNNL_ARG_DIFF_WEIGHTS, dw2)) ||
 	    (s = run(c, R[K_C2D], 3, DNNL_ARG_DIFF_DST, M[M_DA2], DNNL_ARG_WEIGHTS, w2,
 		     DNNL_ARG_DIFF_SRC, M[M_DA1])) ||
 	    (s = dnnl_stream_wait(c->st)))

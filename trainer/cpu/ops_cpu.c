@@ -224,22 +224,3 @@ void cnn_logsoftmax_nll_bwd(const float *logp, const uint8_t *label, int n, int 
 		d[label[i]] -= inv;
 	}
 }
-
-/* Each group of 4 elements takes 16 bits apiece of one hash of key + its
- * first index: the CUDA twin draws the same mask with a thread per group. */
-void cnn_dropout_fwd(float *x, size_t n, float p, uint64_t key)
-{
-	uint32_t thresh = (uint32_t)(p * 65536.f);
-	float scale = 1.f / (1.f - p);
-	size_t n4 = n & ~(size_t)3;
-	for (size_t i = 0; i < n4; i += 4) {
-		uint64_t r = cnn_mix64(key + i);
-		for (size_t j = 0; j < 4; j++)
-			x[i + j] = ((r >> (16 * j)) & 0xffff) >= thresh ? x[i + j] * scale : 0.f;
-	}
-	if (n4 < n) {
-		uint64_t r = cnn_mix64(key + n4);
-		for (size_t j = 0; n4 + j < n; j++)
-			x[n4 + j] = ((r >> (16 * j)) & 0xffff) >= thresh ? x[n4 + j] * scale : 0.f;
-	}
-}
