@@ -29,7 +29,7 @@ static void local_destroy(struct cnn_comm *c)
 	(void)c;
 }
 
-static const struct cnn_comm_ops local_ops = { "local", local_allreduce, local_destroy, NULL };
+static const struct cnn_comm_ops local_ops = { "local", local_allreduce, local_destroy, NULL, NULL };
 
 /* Rank 0's store refused a client (a wrong DDP_RDZV_TOKEN): say so. */
 static void log_refused(void *ctx, const char *msg)
@@ -242,6 +242,33 @@ int cnn_comm_allreduce_sum(struct cnn_comm *c, float *buf, size_t n, char *err, 
 	return c->ops->allreduce_sum(c, buf, n, err, errlen);
 }
 
+/* buf[i] *= scale: 8 floats a step the compiler keeps in a vector
+ * register (GCC 12 at -O2 leaves the plain loop scalar) */
+static void scale_floats(float *buf, size_t n, float scale)
+{
+	typedef float v8 __attribute__((vector_size(32), aligned(4), may_alias));
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8)
+		*(v8 *)(buf + i) *= scale;
+	for (; i < n; i++)
+		buf[i] *= scale;
+}
+
+int cnn_comm_allreduce_mean(struct cnn_comm *c, float *buf, size_t n, char *err, size_t errlen)
+{
+	float inv = 1.f / (float)c->world;
+
+	if (c->world == 1)
+		return 0;
+	if (c->ops->allreduce_scaled)
+		return c->ops->allreduce_scaled(c, buf, n, inv, err, errlen);
+	if (c->ops->allreduce_sum(c, buf, n, err, errlen) < 0)
+		return -1;
+	scale_floats(buf, n, inv);
+	return 0;
+}
+
 int cnn_comm_broadcast(struct cnn_comm *c, float *buf, size_t n, int root, char *err, size_t errlen)
 {
 	if (c->world == 1)
@@ -370,12 +397,7 @@ static void *reducer_main(void *arg)
 		if (!failed) {
 			char err[512];
 			double t0 = now_s();
-			int rv = cnn_comm_allreduce_sum(r->comm, p, n, err, sizeof(err));
-			if (rv == 0) {
-				float inv = 1.f / (float)r->comm->world;
-				for (size_t i = 0; i < n; i++)
-					p[i] *= inv;
-			}
+			int rv = cnn_comm_allreduce_mean(r->comm, p, n, err, sizeof(err));
 			pthread_mutex_lock(&r->mu);
 			r->comm_s += now_s() - t0;
 			if (rv < 0 && !r->failed) {

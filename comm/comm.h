@@ -25,6 +25,9 @@ struct cnn_comm_ops {
 	 * the backend's peers learn of it otherwise (NCCL's watchdog reads
 	 * cnn_comm_mark_failed's mark). */
 	void (*abandon)(struct cnn_comm *c);
+	/* The sum times scale in one pass (NULL: the sum, then a pass of
+	 * cnn_comm_allreduce_mean's own). */
+	int (*allreduce_scaled)(struct cnn_comm *c, float *buf, size_t n, float scale, char *err, size_t errlen);
 };
 
 struct cnn_comm {
@@ -92,6 +95,9 @@ int cnn_comm_attach_ext(struct cnn_comm **out, struct ddpenv_store *store, int r
 			const struct cnn_comm_ext *ext, int timeout_ms, char *err, size_t errlen);
 void cnn_comm_close(struct cnn_comm *c);
 int cnn_comm_allreduce_sum(struct cnn_comm *c, float *buf, size_t n, char *err, size_t errlen);
+/* The same divided by the world size (the sum times 1/world: the bits of
+ * the sum, then a multiply, on every backend). */
+int cnn_comm_allreduce_mean(struct cnn_comm *c, float *buf, size_t n, char *err, size_t errlen);
 /* Every rank gets rank root's buf (a sum with zeros elsewhere: exact). */
 int cnn_comm_broadcast(struct cnn_comm *c, float *buf, size_t n, int root, char *err, size_t errlen);
 
@@ -141,10 +147,20 @@ int cnn_comm_gloo_init(struct cnn_comm *c, const char *iface, const char *hostna
 
 /* The all-reduce of a gloo communicator whose ranks all share a node,
  * through shared memory (comm_shm.c), set up collectively: every rank
- * calls it once, after cnn_comm_open.  1: in use; 0: not (another node's
- * rank, one rank, not gloo; why says which); -1 with err: the store
- * failed.  gloo's other collectives are unchanged. */
-int cnn_comm_use_shm(struct cnn_comm *c, int timeout_ms, char *why, size_t whylen, char *err, size_t errlen);
+ * calls it once, after cnn_comm_open, with the same own.  1: in use; 0:
+ * not (another node's rank, one rank, not gloo, a /dev/shm too small; why
+ * says which); -1 with err: the store failed.  gloo's other collectives
+ * are unchanged.
+ *
+ * own > 0: the segment also holds a buffer of own floats for each rank,
+ * cnn_comm_shm_buffer's (64-byte aligned, zeros at first, unmapped by
+ * cnn_comm_close).  An all-reduce of floats inside it, at the same place
+ * on every rank, is done where they lie, without copies; while it runs,
+ * a rank may write only outside the floats being reduced. */
+int cnn_comm_use_shm(struct cnn_comm *c, int timeout_ms, size_t own, char *why, size_t whylen, char *err,
+		     size_t errlen);
+/* This rank's own buffer in the segment; NULL when there is none. */
+float *cnn_comm_shm_buffer(struct cnn_comm *c);
 
 /* How long a rank that waits for its peers (a barrier of the shared-memory
  * all-reduce, the trainer waiting for its reducer) keeps its core before it
@@ -170,7 +186,7 @@ struct cnn_reducer {
 };
 
 int cnn_reducer_start(struct cnn_reducer *r, struct cnn_comm *c);
-/* Queue a bucket: buf[0..n) summed over ranks, then divided by world. */
+/* Queue a bucket: buf[0..n) averaged over ranks (cnn_comm_allreduce_mean). */
 void cnn_reducer_push(struct cnn_reducer *r, float *buf, size_t n);
 /* Wait for every queued bucket; -1 with err if any failed. */
 int cnn_reducer_wait(struct cnn_reducer *r, char *err, size_t errlen);

@@ -328,7 +328,7 @@ void gloo_destroy(struct cnn_comm* c) {
 }  // namespace
 
 extern "C" const struct cnn_comm_ops cnn_comm_gloo_ops = {"gloo", gloo_allreduce, gloo_destroy,
-                                                           gloo_abandon};
+                                                           gloo_abandon, nullptr};
 
 namespace {
 

@@ -433,7 +433,9 @@ static const char *load_model(struct run *R)
 }
 
 /* gloo's ranks all on this node: their all-reduce through shared memory
- * (comm_shm.c), unless --shm-allreduce off; R->allreduce says which. */
+ * (comm_shm.c), unless --shm-allreduce off; R->allreduce says which.  The
+ * CPU's gradients then live in the segment, where the all-reduce sums
+ * them without a copy. */
 static void use_shm(struct run *R, int nccl)
 {
 	char why[256] = "", err[1024];
@@ -444,8 +446,11 @@ static void use_shm(struct run *R, int nccl)
 		return;
 	}
 	if (R->args.shm_allreduce &&
-	    (r = cnn_comm_use_shm(R->comm, R->args.timeout_s * 1000, why, sizeof(why), err, sizeof(err))) < 0)
+	    (r = cnn_comm_use_shm(R->comm, R->args.timeout_s * 1000, R->gpu ? 0 : R->model.nparams, why, sizeof(why), err,
+				  sizeof(err))) < 0)
 		cnn_run_comm_failed(R, err, sizeof(err));
+	if (r > 0 && cnn_comm_shm_buffer(R->comm))
+		cnn_model_lend_grads(&R->model, cnn_comm_shm_buffer(R->comm));
 	if (r > 0)
 		snprintf(R->allreduce, sizeof(R->allreduce), "shared memory (every rank on this node)");
 	else

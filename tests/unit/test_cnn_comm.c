@@ -90,7 +90,7 @@ static void store_destroy(struct cnn_comm *c)
 	free(c->impl);
 }
 
-static const struct cnn_comm_ops store_ops = { "store", store_allreduce, store_destroy, NULL };
+static const struct cnn_comm_ops store_ops = { "store", store_allreduce, store_destroy, NULL, NULL };
 static const struct cnn_comm_ext store_ext = { &store_ops, ID_LEN, make_id, store_init };
 
 /* ---- ranks as processes ----------------------------------------------- */

@@ -7,8 +7,14 @@
  * abandons, and one that never arrives each end the others' wait, the
  * first two within seconds, the last at --timeout; a rank that waits
  * long for a late peer sleeps after its spin; rank 0 killed in the set-up
- * leaves no name in /dev/shm.  Ranks are processes
- * on loopback, worlds of 2 to 5. */
+ * leaves no name in /dev/shm.  Each rank's own buffer in the segment:
+ * all-reduced where it lies, exact, the same bits as through the chunks
+ * and on every rank, the mean one multiply after the sum, while the rank
+ * writes elsewhere in it; none where the segment is not used; a /dev/shm
+ * too small for a rank's buffer, or a buffer too large to address, leave
+ * every rank on gloo, saying why.  Ranks are processes on loopback,
+ * worlds of 2 to 5. */
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdint.h>
@@ -27,13 +33,18 @@
 
 #define MAXW 5
 
-enum fate { LIVE, OWN_SHM, KILLED, ABANDONS, SLEEPS, LATE, SLOW };
+enum fate { LIVE, OWN_SHM, KILLED, ABANDONS, SLEEPS, LATE, SLOW, HUGE, TINY };
+
+/* Floats of each rank's own buffer in the segment */
+#define OWN_N (300001 + 4096)
 
 struct job {
 	int rank, world, port, timeout_ms;
 	enum fate fate;          /* rank 1's, in the failure tests */
 	int used;                /* cnn_comm_use_shm's answer */
 	int sums, crcs_done, reducer, bcast, unlinked;
+	int own_null, own_fresh;         /* cnn_comm_shm_buffer: NULL; aligned zeros */
+	int own_sums, own_bits, own_mean, own_busy; /* in place: see own_tests */
 	uint32_t crc;            /* of the non-integer sum */
 	int failed;              /* the all-reduce after a peer's fate failed */
 	double fail_s;           /* ... after this long */
@@ -93,6 +104,76 @@ static int sum_ok(struct cnn_comm *c, float *buf, size_t n, char *err, size_t le
 	return 1;
 }
 
+/* The own buffer at off: exact sums at sizes and offsets (unaligned
+ * ones too), then many calls.  1 when right. */
+static int own_sums(struct cnn_comm *c, float *own, char *err, size_t len)
+{
+	static const size_t at[][2] = { { 0, 1 }, { 0, 8 }, { 13, 4097 }, { 0, OWN_N }, { 5, 262145 },
+					{ OWN_N - 3, 3 }, { 1000, 0 } };
+	int ok = 1;
+
+	for (size_t k = 0; k < sizeof(at) / sizeof(at[0]) && ok; k++)
+		ok = sum_ok(c, own + at[k][0], at[k][1], err, len);
+	for (int k = 0; k < 100 && ok; k++)
+		ok = sum_ok(c, own + (size_t)k * 101, 1 + (size_t)k * 37, err, len);
+	return ok;
+}
+
+/* Non-integers in the own buffer and in a buffer of the process's: the
+ * same bits after their sums (and after their means: the sum times
+ * 1/world, as a gloo rank's reducer scales).  crc: of the own sum. */
+static void own_bits(struct cnn_comm *c, float *own, float *buf, struct job *j)
+{
+	static float ref[OWN_N];
+	float inv = 1.f / (float)c->world;
+
+	for (size_t i = 0; i < OWN_N; i++)
+		own[i] = buf[i] = 1.0f / (float)(i + 1 + (size_t)j->rank * 3);
+	if (cnn_comm_allreduce_sum(c, own, OWN_N, j->err, sizeof(j->err)) < 0 ||
+	    cnn_comm_allreduce_sum(c, buf, OWN_N, j->err, sizeof(j->err)) < 0)
+		return;
+	j->own_bits = memcmp(own, buf, OWN_N * sizeof(float)) == 0;
+	j->crc = (uint32_t)crc32(0, (const unsigned char *)own, OWN_N * sizeof(float));
+	j->crcs_done = 1;
+	for (size_t i = 0; i < OWN_N; i++)
+		own[i] = buf[i] = ref[i] = 1.0f / (float)(i + 7 + (size_t)j->rank * 5);
+	if (cnn_comm_allreduce_sum(c, ref, OWN_N, j->err, sizeof(j->err)) < 0 ||
+	    cnn_comm_allreduce_mean(c, own, OWN_N, j->err, sizeof(j->err)) < 0 ||
+	    cnn_comm_allreduce_mean(c, buf, OWN_N, j->err, sizeof(j->err)) < 0)
+		return;
+	for (size_t i = 0; i < OWN_N; i++)
+		ref[i] *= inv;
+	j->own_mean = memcmp(own, ref, OWN_N * sizeof(float)) == 0 && memcmp(buf, ref, OWN_N * sizeof(float)) == 0;
+}
+
+/* The trainer's pattern: the second half of the own buffer averaged on
+ * the reducer's thread while this thread writes the first half, then the
+ * first half.  1 when both means are right. */
+static int own_busy(struct cnn_comm *c, float *own, struct job *j)
+{
+	struct cnn_reducer r;
+	size_t half = OWN_N / 2;
+	float t = (float)(c->world + 1) / 2.f; /* mean of rank + 1 */
+	int ok = 1;
+
+	for (size_t i = half; i < OWN_N; i++)
+		own[i] = (float)((j->rank + 1) * 4);
+	if (cnn_reducer_start(&r, c) < 0)
+		return 0;
+	cnn_reducer_push(&r, own + half, OWN_N - half);
+	for (int pass = 0; pass < 20; pass++) /* writes while the peers read theirs */
+		for (size_t i = 0; i < half; i++)
+			own[i] = (float)((j->rank + 1) * (int)(i % 64 + pass - 19));
+	cnn_reducer_push(&r, own, half);
+	ok = cnn_reducer_wait(&r, j->err, sizeof(j->err)) == 0;
+	cnn_reducer_stop(&r);
+	for (size_t i = 0; ok && i < half; i++)
+		ok = own[i] == t * (float)(int)(i % 64);
+	for (size_t i = half; ok && i < OWN_N; i++)
+		ok = own[i] == t * 4.f;
+	return ok;
+}
+
 /* The segment this process maps, by name, is deleted: 1 */
 static int segment_unlinked(void)
 {
@@ -114,7 +195,7 @@ static void rank_main(struct job *j)
 	struct cnn_comm *c;
 	struct cnn_comm_opts o = { "gloo", "127.0.0.1", j->port, j->rank, j->world, "lo", NULL, j->timeout_ms,
 				   NULL, NULL, NULL };
-	static float buf[3 * 262144 + 77];
+	static float buf[3 * 262144 + 77]; /* more than OWN_N */
 	static const size_t sizes[] = { 1, 2, 7, 4095, 4096, 4097, 262143, 262144, 262145, 3 * 262144 + 77 };
 
 	if (j->fate == OWN_SHM && j->rank == 1) {
@@ -129,15 +210,24 @@ static void rank_main(struct job *j)
 		return;
 	if (j->fate == LATE && j->rank == 2)
 		sleep(5); /* rank 0 waits for this rank's answer meanwhile */
-	j->used = cnn_comm_use_shm(c, j->timeout_ms, j->why, sizeof(j->why), j->err, sizeof(j->err));
+	j->used = cnn_comm_use_shm(c, j->timeout_ms, j->fate == HUGE ? SIZE_MAX / 4 : OWN_N, j->why, sizeof(j->why),
+				   j->err, sizeof(j->err));
 	if (j->used < 0)
 		goto out;
 	j->unlinked = j->used ? segment_unlinked() : 1;
+	float *own = cnn_comm_shm_buffer(c);
+	j->own_null = own == NULL;
+	if (own) {
+		size_t z = 0;
+		while (z < OWN_N && own[z] == 0.f)
+			z++;
+		j->own_fresh = ((uintptr_t)own & 63) == 0 && z == OWN_N;
+	}
 	if (j->fate == SLOW) {
 		j->sums = slow_peer(c, j);
 		goto out;
 	}
-	if (j->fate != LIVE && j->fate != OWN_SHM) {
+	if (j->fate != LIVE && j->fate != OWN_SHM && j->fate != HUGE && j->fate != TINY) {
 		/* the peer's fate, then rank 0's next all-reduce */
 		if (j->rank == 1) {
 			if (j->fate == KILLED)
@@ -164,12 +254,18 @@ static void rank_main(struct job *j)
 		j->sums = sum_ok(c, buf, sizes[k], j->err, sizeof(j->err));
 	for (int k = 0; k < 200 && j->sums; k++) /* many calls: the halves take turns */
 		j->sums = sum_ok(c, buf, 1 + (size_t)k * 37, j->err, sizeof(j->err));
-	/* non-integer values: every rank the same bits */
-	for (size_t i = 0; i < 300001; i++)
-		buf[i] = 1.0f / (float)(i + 1 + (size_t)j->rank * 3);
-	if (cnn_comm_allreduce_sum(c, buf, 300001, j->err, sizeof(j->err)) == 0) {
-		j->crc = (uint32_t)crc32(0, (const unsigned char *)buf, 300001 * sizeof(float));
-		j->crcs_done = 1;
+	if (own) {
+		j->own_sums = j->sums && own_sums(c, own, j->err, sizeof(j->err));
+		/* non-integer values: every rank the same bits */
+		own_bits(c, own, buf, j);
+		j->own_busy = own_busy(c, own, j);
+	} else {
+		for (size_t i = 0; i < 300001; i++)
+			buf[i] = 1.0f / (float)(i + 1 + (size_t)j->rank * 3);
+		if (cnn_comm_allreduce_sum(c, buf, 300001, j->err, sizeof(j->err)) == 0) {
+			j->crc = (uint32_t)crc32(0, (const unsigned char *)buf, 300001 * sizeof(float));
+			j->crcs_done = 1;
+		}
 	}
 	/* the reducer: buckets summed and averaged on its thread */
 	struct cnn_reducer r;
@@ -203,10 +299,9 @@ out:
 	cnn_comm_close(c);
 }
 
-static struct job *run_world(int world, enum fate fate, int timeout_ms)
+/* world ranks into jobs, each a process, waited for */
+static void spawn(struct job *jobs, int world, enum fate fate, int timeout_ms)
 {
-	struct job *jobs = mmap(NULL, MAXW * sizeof(*jobs), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-				-1, 0);
 	pid_t kids[MAXW];
 	int port = test_free_port();
 
@@ -221,6 +316,13 @@ static struct job *run_world(int world, enum fate fate, int timeout_ms)
 	}
 	for (int r = 0; r < world; r++)
 		waitpid(kids[r], NULL, 0);
+}
+
+static struct job *run_world(int world, enum fate fate, int timeout_ms)
+{
+	struct job *jobs = mmap(NULL, MAXW * sizeof(*jobs), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+				-1, 0);
+	spawn(jobs, world, fate, timeout_ms);
 	return jobs;
 }
 
@@ -228,6 +330,7 @@ static void test_world(int world)
 {
 	struct job *j = run_world(world, LIVE, 20000);
 	int used = 0, sums = 0, reducer = 0, bcast = 0, unlinked = 0, same = 1;
+	int fresh = 0, osums = 0, obits = 0, omean = 0, obusy = 0;
 	char d[200];
 
 	for (int r = 0; r < world; r++) {
@@ -237,6 +340,11 @@ static void test_world(int world)
 		bcast += j[r].bcast;
 		unlinked += j[r].unlinked;
 		same &= j[r].crcs_done && j[r].crc == j[0].crc;
+		fresh += j[r].own_fresh;
+		osums += j[r].own_sums;
+		obits += j[r].own_bits;
+		omean += j[r].own_mean;
+		obusy += j[r].own_busy;
 		if (j[r].err[0] || j[r].why[0])
 			printf("#   rank %d: %s %s\n", r, j[r].err, j[r].why);
 	}
@@ -246,8 +354,20 @@ static void test_world(int world)
 	test_cond(d, unlinked == world);
 	snprintf(d, sizeof(d), "world %d: exact sums at 10 sizes around the chunk, then 200 calls", world);
 	test_cond(d, sums == world);
-	snprintf(d, sizeof(d), "world %d: every rank the same bits (300,001 non-integers)", world);
+	snprintf(d, sizeof(d), "world %d: each rank's own buffer, 64-byte aligned, zeros at first", world);
+	test_cond(d, fresh == world);
+	snprintf(d, sizeof(d), "world %d: ... exact sums in place at 7 places and sizes, then 100 calls", world);
+	test_cond(d, osums == world);
+	snprintf(d, sizeof(d), "world %d: ... the same bits in place as through the chunks (%d non-integers)",
+		 world, OWN_N);
+	test_cond(d, obits == world);
+	snprintf(d, sizeof(d), "world %d: ... and on every rank", world);
 	test_cond(d, same);
+	snprintf(d, sizeof(d), "world %d: ... the mean the bits of the sum times 1/%d, in place and not", world, world);
+	test_cond(d, omean == world);
+	snprintf(d, sizeof(d), "world %d: ... one half averaged on the reducer's thread while the rank writes the other",
+		 world);
+	test_cond(d, obusy == world);
 	snprintf(d, sizeof(d), "world %d: the reducer's buckets summed and averaged", world);
 	test_cond(d, reducer == world);
 	snprintf(d, sizeof(d), "world %d: a broadcast from the last rank", world);
@@ -274,6 +394,54 @@ static void test_other_node(void)
 		test_err("... the others say a peer could not", j[2].why, "a peer could not map rank 0's segment");
 		test_cond("... and gloo sums as before", j[0].sums && j[1].sums && j[2].sums && j[0].reducer &&
 			  j[0].crc == j[1].crc && j[1].crc == j[2].crc);
+		test_cond("... and no rank has an own buffer", j[0].own_null && j[1].own_null && j[2].own_null);
+	}
+	munmap(j, MAXW * sizeof(*j));
+}
+
+/* Own buffers too large to address: every rank on gloo, saying why,
+ * without asking the store. */
+static void test_huge(void)
+{
+	struct job *j = run_world(2, HUGE, 20000);
+	printf("#   rank 0: %s\n", j[0].why);
+	test_cond("own buffers too large for a segment: no rank uses it", j[0].used == 0 && j[1].used == 0);
+	test_err("... saying so", j[0].why, "floats a rank for 2 ranks: too large for a segment");
+	test_cond("... and gloo sums", j[0].sums && j[1].sums && j[0].own_null && j[1].own_null);
+	munmap(j, MAXW * sizeof(*j));
+}
+
+/* Both ranks on a /dev/shm of 10 MiB: rank 0's staging halves (8 MiB)
+ * and its own buffer fit, rank 1's buffer does not.  Rank 1 says so at
+ * the set-up (posix_fallocate), and every rank uses gloo. */
+static void test_tiny_shm(void)
+{
+	struct job *j = mmap(NULL, MAXW * sizeof(*j), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	pid_t kid;
+	int st = 0;
+
+	if (geteuid() != 0) {
+		test_skip("a /dev/shm too small for a rank's buffer", "not root (a /dev/shm of its own needs a mount)");
+		return;
+	}
+	fflush(stdout);
+	if ((kid = fork()) == 0) {
+		if (unshare(CLONE_NEWNS) < 0 || mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+		    mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=10m") < 0)
+			_exit(3);
+		spawn(j, 2, TINY, 20000);
+		_exit(0);
+	}
+	waitpid(kid, &st, 0);
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 3) {
+		test_skip("a /dev/shm too small for a rank's buffer", "cannot mount a tmpfs of its own");
+	} else {
+		printf("#   rank 0: %s\n#   rank 1: %s\n", j[0].why, j[1].why);
+		test_cond("a /dev/shm too small for rank 1's buffer: no rank uses the segment",
+			  j[0].used == 0 && j[1].used == 0);
+		test_err("... rank 0 names rank 1", j[0].why, "rank 1: /ddp-allreduce-");
+		test_err("... out of space at its set-up", j[1].why, "bytes for this rank's buffer: No space left on device");
+		test_cond("... and gloo sums", j[0].sums && j[1].sums && j[0].reducer && j[1].reducer);
 	}
 	munmap(j, MAXW * sizeof(*j));
 }
@@ -383,7 +551,7 @@ static void test_not_used(void)
 		test_cond("world 1 opens", 0);
 		return;
 	}
-	test_cond("world 1: no shared memory", cnn_comm_use_shm(c, 1000, why, sizeof(why), err, sizeof(err)) == 0);
+	test_cond("world 1: no shared memory", cnn_comm_use_shm(c, 1000, 0, why, sizeof(why), err, sizeof(err)) == 0);
 	test_streq("... one rank", why, "one rank");
 	cnn_comm_close(c);
 }
@@ -394,6 +562,8 @@ int main(void)
 	for (int w = 2; w <= MAXW; w++)
 		test_world(w);
 	test_other_node();
+	test_huge();
+	test_tiny_shm();
 	test_fates();
 	test_slow_peer();
 	test_rank0_killed_in_setup();

@@ -587,7 +587,7 @@ static int twin_sum(struct cnn_comm *c, float *buf, size_t n, char *err, size_t 
 		buf[i] += buf[i];
 	return 0;
 }
-static const struct cnn_comm_ops twin_ops = { "twin", twin_sum, NULL, NULL };
+static const struct cnn_comm_ops twin_ops = { "twin", twin_sum, NULL, NULL, NULL };
 
 enum { NO_COMM, NCCL_1, HOST_TWIN };
 

@@ -108,8 +108,18 @@ int cnn_model_init(struct cnn_model *m, struct cnn_shape in, char *err, size_t e
 void cnn_model_free(struct cnn_model *m)
 {
 	free(m->params);
-	free(m->grads);
+	if (!m->grads_lent)
+		free(m->grads);
 	m->params = m->grads = NULL;
+}
+
+void cnn_model_lend_grads(struct cnn_model *m, float *buf)
+{
+	memcpy(buf, m->grads, m->nparams * sizeof(float));
+	if (!m->grads_lent)
+		free(m->grads);
+	m->grads = buf;
+	m->grads_lent = 1;
 }
 
 void cnn_model_init_params(struct cnn_model *m, uint64_t seed)

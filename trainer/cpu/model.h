@@ -29,6 +29,7 @@ struct cnn_model {
 	struct cnn_tensor t[P_COUNT];
 	size_t nparams;
 	float *params, *grads;     /* nparams each, 64-byte aligned */
+	int grads_lent;            /* grads are the caller's (cnn_model_lend_grads) */
 };
 
 struct cnn_convnet;
@@ -49,6 +50,10 @@ struct cnn_acts {
  * pool (err names the shape). */
 int cnn_model_init(struct cnn_model *m, struct cnn_shape in, char *err, size_t errlen);
 void cnn_model_free(struct cnn_model *m);
+/* The gradients in buf from now on (nparams floats, 64-byte aligned, the
+ * caller's to free after cnn_model_free): the shared-memory all-reduce's
+ * own buffer, reduced where the backward pass writes it. */
+void cnn_model_lend_grads(struct cnn_model *m, float *buf);
 /* PyTorch's default init (kaiming_uniform a=sqrt(5): U(+-1/sqrt(fan_in))
  * for weights and biases) from a seeded generator. */
 void cnn_model_init_params(struct cnn_model *m, uint64_t seed);

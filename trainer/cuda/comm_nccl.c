@@ -297,6 +297,6 @@ static void destroy(struct cnn_comm *c)
 	c->impl = NULL;
 }
 
-static const struct cnn_comm_ops nccl_ops = { "nccl", host_allreduce, destroy, NULL };
+static const struct cnn_comm_ops nccl_ops = { "nccl", host_allreduce, destroy, NULL, NULL };
 
 const struct cnn_comm_ext cnn_comm_nccl_ext = { &nccl_ops, sizeof(ncclUniqueId), make_id, init };
