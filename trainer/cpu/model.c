@@ -400,9 +400,7 @@ int cnn_backward(struct cnn_model *m, struct cnn_acts *a, const uint8_t *labels,
 {
 	struct cpu_step S = { .m = m, .a = a, .labels = labels, .n = n, .scale_n = scale_n,
 			      .on_fc_ready = on_fc_ready, .ctx = ctx };
-	/* the fully connected layers' GEMMs add to their gradients; the
-	 * convolutions' are written whole */
-	memset(m->grads + m->t[P_W3].off, 0, (m->nparams - m->t[P_W3].off) * sizeof(float));
+	/* every layer writes its gradients whole (no zeroing pass) */
 	return cnn_stages_run(cpu_backward, sizeof(cpu_backward) / sizeof(cpu_backward[0]), &S);
 }
 

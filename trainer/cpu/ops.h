@@ -47,7 +47,7 @@ void cnn_maxpool2_relu_bwd(const float *dy, const float *y, const uint8_t *arg,
 /* Linear over a batch: y (n x out) = x (n x in) * W^T + b. */
 void cnn_linear_fwd(const float *x, int n, int in, const float *wt, const float *b,
 		    int out, float *y);
-/* dW += dy^T * x, db += colsum(dy), dx = dy * W (dx may be NULL). */
+/* dW = dy^T * x, db = colsum(dy), dx = dy * W (dx may be NULL); n >= 1. */
 void cnn_linear_bwd(const float *x, int n, int in, const float *wt, int out,
 		    const float *dy, float *dw, float *db, float *dx);
 

@@ -163,8 +163,9 @@ void cnn_linear_fwd(const float *x, int n, int in, const float *wt, const float 
 void cnn_linear_bwd(const float *x, int n, int in, const float *wt, int out,
 		    const float *dy, float *dw, float *db, float *dx)
 {
-	cnn_sgemm('T', 'N', out, in, n, 1.f, dy, out, x, in, 1.f, dw, in);
-	for (int i = 0; i < n; i++)
+	cnn_sgemm('T', 'N', out, in, n, 1.f, dy, out, x, in, 0.f, dw, in);
+	memcpy(db, dy, (size_t)out * sizeof(float));
+	for (int i = 1; i < n; i++)
 		for (int o = 0; o < out; o++)
 			db[o] += dy[(size_t)i * out + o];
 	if (dx)
