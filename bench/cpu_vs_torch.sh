@@ -6,7 +6,8 @@
 # shared memory, its default on one node, and through gloo over loopback
 # as PyTorch's).  REPEATS runs of each program per configuration, taking
 # turns to go first; prints each one's median images/s with the lowest and
-# highest, the ratio of the medians, and cnn_train's 2x1 against its 1x2.
+# highest, the ratio of the medians, cnn_train's 2x1 against its 1x2, and
+# every run's images/s.
 #
 #   bench/cpu_vs_torch.sh                 200 timed steps per run, 3 runs each
 #   REPEATS=5 bench/cpu_vs_torch.sh
@@ -104,7 +105,11 @@ row() {
 # 1 x cores, then 2 x 1: cnn_train's ranks all-reduce through shared
 # memory (its default on one node) and, in the same turns, through gloo
 # (--shm-allreduce off), as PyTorch's do
+# runs_of NAME: the images/s of each run of a row's program, in run order
+runs_of() { awk '{ printf "%s%s", (NR > 1 ? " " : ""), $1 }' "$tmp/$1.runs"; }
+
 declare -A med
+raw=()
 for cfg in "1 $cores" "2 1"; do
 	set -- $cfg
 	np=$1 th=$2
@@ -117,6 +122,8 @@ for cfg in "1 $cores" "2 1"; do
 	row "${np} proc x ${th} thread" cnn
 	med[$np]=$(summary "$tmp/cnn.runs" | cut -d' ' -f1)
 	[ "$np" -eq 1 ] || row "  (gloo, no shm)" gloo
+	raw+=("# runs, ${np} proc x ${th} thread: cnn_train $(runs_of cnn)$([ "$np" -eq 1 ] || echo " | gloo $(runs_of gloo)") | torch $(runs_of torch)")
 done
 printf '# cnn_train 2 proc x 1 thread at %.1f%% of its 1 proc x %d threads\n' \
 	"$(awk -v a="${med[2]}" -v b="${med[1]}" 'BEGIN { print 100 * a / b }')" "$cores"
+printf '%s\n' "${raw[@]}"

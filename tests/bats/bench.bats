@@ -469,7 +469,7 @@ ratio_ok() {
 	assert_equal "$status" 2
 }
 
-@test "cpu_vs_torch.sh REPEATS=2: both configurations and 2x1 through gloo, each median within its runs, each ratio its medians' quotient, 2x1 against 1x2; a bad REPEATS refused" {
+@test "cpu_vs_torch.sh REPEATS=2: both configurations and 2x1 through gloo, each median within its runs, each ratio its medians' quotient, 2x1 against 1x2, every run listed; a bad REPEATS refused" {
 	run env REPEATS=0 "$REPO/bench/cpu_vs_torch.sh"
 	assert_failure 2
 	assert_output "bench: REPEATS=0: expected a count of runs"
@@ -501,6 +501,12 @@ ratio_ok() {
 	# cnn_train's 2x1 against its 1x2: the two rows' medians
 	read -r -a one <<<"${lines[3]}"
 	assert_line --index 6 "# cnn_train 2 proc x 1 thread at $(awk -v a="${f[5]}" -v b="${one[5]}" 'BEGIN { printf "%.1f", 100 * a / b }')% of its 1 proc x $(nproc) threads"
+	# every run's images/s: two a program, their median the row's
+	assert_line --index 7 --regexp "^# runs, 1 proc x $(nproc) thread: cnn_train [0-9.]+ [0-9.]+ \| torch [0-9.]+ [0-9.]+$"
+	assert_line --index 8 --regexp '^# runs, 2 proc x 1 thread: cnn_train [0-9.]+ [0-9.]+ \| gloo [0-9.]+ [0-9.]+ \| torch [0-9.]+ [0-9.]+$'
+	read -r -a r <<<"${lines[8]}"
+	assert_equal "$(awk -v a="${r[8]}" -v b="${r[9]}" 'BEGIN { printf "%.0f", (a + b) / 2 }')" "${f[5]}"
+	assert_equal "$(awk -v a="${r[16]}" -v b="${r[17]}" 'BEGIN { printf "%.0f", (a + b) / 2 }')" "${f[7]}"
 }
 
 @test "rdzv_scale.sh: every rank of both stores completes, the ratio is the columns'" {
