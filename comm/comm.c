@@ -242,9 +242,9 @@ int cnn_comm_allreduce_sum(struct cnn_comm *c, float *buf, size_t n, char *err, 
 	return c->ops->allreduce_sum(c, buf, n, err, errlen);
 }
 
-/* buf[i] *= scale: 8 floats a step the compiler keeps in a vector
- * register (GCC 12 at -O2 leaves the plain loop scalar) */
-static void scale_floats(float *buf, size_t n, float scale)
+/* 8 floats a step the compiler keeps in a vector register (GCC 12 at
+ * -O2 leaves the plain loop scalar) */
+void cnn_comm_scale(float *buf, size_t n, float scale)
 {
 	typedef float v8 __attribute__((vector_size(32), aligned(4), may_alias));
 	size_t i = 0;
@@ -265,7 +265,7 @@ int cnn_comm_allreduce_mean(struct cnn_comm *c, float *buf, size_t n, char *err,
 		return c->ops->allreduce_scaled(c, buf, n, inv, err, errlen);
 	if (c->ops->allreduce_sum(c, buf, n, err, errlen) < 0)
 		return -1;
-	scale_floats(buf, n, inv);
+	cnn_comm_scale(buf, n, inv);
 	return 0;
 }
 

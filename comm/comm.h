@@ -98,6 +98,8 @@ int cnn_comm_allreduce_sum(struct cnn_comm *c, float *buf, size_t n, char *err, 
 /* The same divided by the world size (the sum times 1/world: the bits of
  * the sum, then a multiply, on every backend). */
 int cnn_comm_allreduce_mean(struct cnn_comm *c, float *buf, size_t n, char *err, size_t errlen);
+/* buf[i] *= scale, a multiply each (the mean's last step, for backends) */
+void cnn_comm_scale(float *buf, size_t n, float scale);
 /* Every rank gets rank root's buf (a sum with zeros elsewhere: exact). */
 int cnn_comm_broadcast(struct cnn_comm *c, float *buf, size_t n, int root, char *err, size_t errlen);
 

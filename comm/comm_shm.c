@@ -186,18 +186,6 @@ static void add_into(float *restrict acc, const float *restrict in, size_t n)
 		acc[i] += in[i];
 }
 
-/* acc[i] *= scale, the same way (a multiply per element) */
-static void scale_by(float *acc, size_t n, float scale)
-{
-	typedef float v8 __attribute__((vector_size(32), aligned(4), may_alias));
-	size_t i = 0;
-
-	for (; i + 8 <= n; i += 8)
-		*(v8 *)(acc + i) *= scale;
-	for (; i < n; i++)
-		acc[i] *= scale;
-}
-
 /* Floats [off, off+n) of every rank's own buffer: their sum over ranks,
  * in rank order, times scale (1: none), written into every buffer; in
  * blocks that stay in L1 between the reads and the writes. */
@@ -212,7 +200,7 @@ static void reduce_own(struct shm *s, int world, size_t off, size_t n, float sca
 		for (int k = 1; k < world; k++)
 			add_into(tmp, b + (size_t)k * s->stride, m);
 		if (scale != 1.f)
-			scale_by(tmp, m, scale);
+			cnn_comm_scale(tmp, m, scale);
 		for (int k = 0; k < world; k++)
 			memcpy(b + (size_t)k * s->stride, tmp, m * sizeof(float));
 	}
@@ -259,7 +247,7 @@ static int shm_reduce(struct cnn_comm *c, float *buf, size_t n, float scale, cha
 		for (size_t k = 1; k < w; k++)
 			add_into(half + lo, half + k * s->chunk + lo, hi - lo);
 		if (scale != 1.f)
-			scale_by(half + lo, hi - lo, scale);
+			cnn_comm_scale(half + lo, hi - lo, scale);
 		if (barrier(c, s, err, errlen) < 0)
 			return -1;
 		memcpy(buf + off, half, m * sizeof(float));
