@@ -25,6 +25,8 @@
 # rows.  Starts its own cluster in build/cluster (DDP_CLUSTER_DIR).
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=bench/startup_table.sh
+. "$repo/bench/startup_table.sh"
 cluster=$repo/tests/cluster/cluster.sh
 rounds=${ROUNDS:-5}
 py=${PYTHON:-/usr/bin/python3}
@@ -71,50 +73,13 @@ run_variant() {
 	awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f\n", b - a }'
 }
 
-# which variants run here: torchrun's error where it fails (Debian's
-# python3-torch 1.13 and 2.6 both do), the others must work
+# torchrun's error where it fails (Debian's python3-torch 1.13 and 2.6 both
+# do), the others must work
 declare -A why
-for i in "${!names[@]}"; do
-	if ! run_variant "$i" 0 >/dev/null; then
-		if [ "$i" = 2 ]; then
-			# the first exception Python printed: the cause (the inner one)
-			why[$i]=$(grep -E '^[A-Za-z_.]*(Error|Exception): ' "$tmp/out" | head -n 1 | cut -c1-160)
-			why[$i]=${why[$i]:-$(tail -n 1 "$tmp/out" | cut -c1-160)}
-		else
-			echo "bench: ${names[$i]} failed:" >&2
-			tail -n 20 "$tmp/out" >&2
-			exit 1
-		fi
-	fi
-done
-
-for ((r = 1; r <= rounds; r++)); do
-	for ((k = 0; k < ${#names[@]}; k++)); do
-		i=$(((r + k) % ${#names[@]}))
-		[ -z "${why[$i]:-}" ] || continue
-		if ! run_variant "$i" "$r" >>"$tmp/${files[$i]}"; then
-			echo "bench: ${names[$i]} failed in round $r:" >&2
-			tail -n 20 "$tmp/out" >&2
-			exit 1
-		fi
-	done
-done
-
-# stat FILE: median lowest highest of its numbers
-stat() { sort -n "$1" | awk '{ a[NR] = $1 } END { m = NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2
-	printf "%.3f %.3f %.3f\n", m, a[1], a[NR] }'; }
+startup_runs "$rounds" 2
 
 torch_v=$("$py" -c 'import torch; print(torch.__version__)')
 echo "# start-up: srun ${step[*]} to the end of the first training step (gradients all-reduced), $rounds runs each, interleaved"
 echo "# $slurm, PyTorch $torch_v, $(nproc) CPUs ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)), $(date -u +%F)"
-printf '%-12s %9s %17s %12s\n' variant "median s" "lowest..highest" "x cnn_train"
-read -r base _ < <(stat "$tmp/cnn")
-for i in "${!names[@]}"; do
-	if [ -n "${why[$i]:-}" ]; then
-		printf '%-12s %9s   fails here: %s\n' "${names[$i]}" "-" "${why[$i]}"
-		continue
-	fi
-	read -r m lo hi < <(stat "$tmp/${files[$i]}")
-	printf '%-12s %9s %17s %12s\n' "${names[$i]}" "$m" "$lo..$hi" "$(awk -v a="$m" -v b="$base" 'BEGIN { printf "%.2f", a / b }')"
-done
+startup_rows
 echo "# ddp-check: to its verdict (every check and the exact all-reduce, no bandwidth sweep)"

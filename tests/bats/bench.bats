@@ -624,6 +624,48 @@ ratio_ok() {
 	[ ! -s "$BATS_TEST_TMPDIR/cluster/net" ]
 }
 
+@test "startup_local.sh ROUNDS=1: cnn_train, PyTorch env:// and ddp-check with the contract set, torchrun (or why it fails), each ratio its median over cnn_train's; bad ROUNDS and NPROC refused" {
+	run env ROUNDS=0 "$REPO/bench/startup_local.sh"
+	assert_failure 2
+	assert_output "bench: ROUNDS=0: expected a count of rounds"
+	run env NPROC=x "$REPO/bench/startup_local.sh"
+	assert_failure 2
+	assert_output "bench: NPROC=x: expected a count of processes, 1 to 99"
+	run env DDP_DATA_DIR="$BATS_TEST_TMPDIR" "$REPO/bench/startup_local.sh"
+	assert_failure 2
+	assert_output "bench: no Fashion-MNIST in $BATS_TEST_TMPDIR (DDP_DATA_DIR)"
+	run --separate-stderr env ROUNDS=1 PYTHON="$PY" "$REPO/bench/startup_local.sh"
+	echo "$output" "$stderr"
+	assert_success
+	assert_line --regexp '^# start-up without Slurm: 2 processes on one machine to the end of the first training step \(gradients all-reduced\), 1 runs each, interleaved$'
+	local v line base
+	base=$(awk '$1 == "cnn_train" { print $2 }' <<<"$output")
+	assert_line --regexp '^cnn_train +[0-9.]+ +[0-9.]+\.\.[0-9.]+ +1\.00$'
+	for v in "torch env://" torchrun ddp-check; do
+		line=$(grep "^$v " <<<"$output")
+		if [[ "$line" =~ ^$v\ +-\ +fails\ here:\ (.+)$ ]]; then
+			assert_equal "$v" torchrun
+			[[ "${BASH_REMATCH[1]}" =~ [A-Za-z] ]]
+			continue
+		fi
+		[[ "$line" =~ ^$v\ +([0-9.]+)\ +([0-9.]+)\.\.([0-9.]+)\ +([0-9.]+)$ ]] || fail "row '$line'"
+		quotient_ok "${BASH_REMATCH[4]}" "${BASH_REMATCH[1]}" "$base" 0.006 ||
+			fail "ratio of '$line' is not its median over cnn_train's $base"
+	done
+}
+
+@test "startup_local.sh: a rank that fails fails the bench, its output shown" {
+	local d=$BATS_TEST_TMPDIR/bin
+	mkdir -p "$d"
+	# cnn_train's rank 1 dies before the rendezvous; rank 0 waits 5 s for it
+	printf '#!/bin/sh\n[ "$RANK" = 1 ] && { echo "rank 1 says: no" >&2; exit 3; }\nexec %s "$@" --timeout 5\n' \
+		"$REPO/build/bin/cnn_train" >"$d/cnn_train"
+	chmod +x "$d/cnn_train"
+	run --separate-stderr env ROUNDS=1 PYTHON="$PY" CNN_TRAIN="$d/cnn_train" "$REPO/bench/startup_local.sh"
+	assert_failure 1
+	[[ "$stderr" == *"bench: cnn_train failed:"*"rank 1 says: no"* ]] || fail "stderr: $stderr"
+}
+
 # topo_row WAY: topo_step's row for WAY in $output, 0 < lowest <= q1 <=
 # median <= q3; its median printed
 topo_row() {
