@@ -8,7 +8,12 @@
 #
 #   .gpu/run.sh check        test_cuda_kernels, test_gpu_step, ddp-check (NCCL, world 1)
 #   .gpu/run.sh gpu_steps    test_gpu_step GPU_STEP_RUNS times (2)
-#   .gpu/run.sh ddp_check    ddp-check -e 256M in a world of one over NCCL
+#   .gpu/run.sh ddp_check    ddp-check -e 256M in a world of one over NCCL, then
+#                            ddp-check --node (the node alone: NVML's health of each GPU,
+#                            the PCIe links, the RDMA ports), each --json too
+#   .gpu/run.sh startup      bench/startup_local.sh: torchrun on this machine's PyTorch
+#                            against the same script started as --ddp starts it, beside
+#                            cnn_train and ddp-check (ROUNDS, NPROC)
 #   .gpu/run.sh train        cnn_train --device cuda, 2 epochs (world 1: no communicator)
 #   .gpu/run.sh gloo2        two cnn_train ranks on the one GPU over gloo (host all-reduce)
 #   .gpu/run.sh bench        bench/gpu_vs_torch.sh (BATCHES, PRECISION, TORCH_MODES, TORCH_LAYOUTS,
@@ -250,9 +255,30 @@ gpu_steps)
 	;;
 ddp_check)
 	# ddp-check as `srun --ddp=nccl ddp-check` runs it on one node of
-	# one GPU: world 1, NCCL (ddp_check.bats' world-1 test, on a real GPU)
+	# one GPU: world 1, NCCL (ddp_check.bats' world-1 test, on a real GPU),
+	# then as Slurm's HealthCheckProgram runs it (--node: no peers), each
+	# report also as JSON: the values NVML and sysfs gave.  Both run; the
+	# status says whether one failed.
+	# The step's GPU as Slurm's --gpus=1 gives it (CUDA_VISIBLE_DEVICES),
+	# so that the step's checks of its GPU (health, PCIe, h2d) see one.
 	shift || true
-	world1 run ddp-check -e 256M "$@"
+	rc=0
+	export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
+	world1 run ddp-check -e 256M "$@" || rc=1
+	echo "=== ddp-check --node"
+	run ddp-check --node || rc=1
+	echo "=== ddp-check --maxbytes 0 --json"
+	world1 run ddp-check --maxbytes 0 --json || rc=1
+	echo
+	echo "=== ddp-check --node --json"
+	run ddp-check --node --json || rc=1
+	echo
+	exit $rc
+	;;
+startup)
+	# torchrun works here (PyTorch with libuv), not on Debian's
+	shift || true
+	CNN_TRAIN=$(wrapper cnn_train) DDP_CHECK=$(wrapper ddp-check) PYTHON=python3 bench/startup_local.sh "$@"
 	;;
 train)
 	shift || true
@@ -379,6 +405,13 @@ all | variants | session)
 		summary+=("$(printf '%-12s rc=%-3s %s' "$name" "$rc" "$([ "$rc" = 124 ] && echo "timed out after ${secs}s")")")
 	}
 	finish() {
+		# $OUT brings back 8 files: more logs travel as one archive
+		local n
+		n=$(find "$logs" -maxdepth 1 -name '*.log' | wc -l)
+		if [ "$n" -gt 8 ]; then
+			(cd "$logs" && tar -czf logs.tar.gz --remove-files ./*.log)
+			summary+=("$(printf '%-12s %s' logs "$n logs in logs.tar.gz")")
+		fi
 		printf '=== summary (logs in %s)\n' "$logs"
 		printf '%s\n' "${summary[@]}"
 		exit 0
@@ -402,7 +435,9 @@ all | variants | session)
 		# layout moves no accuracy); what ncu says of the kernels at 1024
 		# and 64 in both layouts; bf16 against eager PyTorch, its graph
 		# and torch.compile (max-autotune, PyTorch's best at 1024 in
-		# TF32).  8 parts: $OUT brings back 8 files.
+		# TF32); torchrun's start-up on this PyTorch (Debian's torchrun
+		# fails) and ddp-check's node mode.  9 parts: finish packs their
+		# logs into one archive.
 		part kernels_test 60 -- test_cuda_kernels
 		# A kernel that fails against its CPU twin here may fault in the
 		# bench (a fault ends the process's CUDA context, and the bench
@@ -416,7 +451,8 @@ all | variants | session)
 			summary+=("$(printf '%-12s %s' fallback "benches with --conv1 cudnn --conv2 cudnn (kernels_test failed)")")
 		fi
 		part gpu_step 90 -- gpu_steps
-		part ddp_check 30 -- ddp_check
+		part ddp_check 40 -- ddp_check
+		part startup 60 ROUNDS=3 -- startup
 		part bench_tf32 150 BATCHES=64 TORCH_MODES="eager graph" REPEATS=3 ${safe[@]+"${safe[@]}"} \
 			CNN_VARIANTS="pdloff:--pdl off" -- bench
 		part compile 260 BATCHES=1024 TORCH_MODES="graph compile" ${safe[@]+"${safe[@]}"} \
