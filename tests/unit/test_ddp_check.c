@@ -2397,6 +2397,13 @@ static void test_gpu_health(void)
 	ck_nodes_build(w, &nd);
 	ck_eval_gpu(w, &nd);
 	test_check("no GPUs: OK, saying so", w, "gpu.health", CK_OK, "no GPUs in this step");
+	w->node_mode = 1;
+	w->nres = 0;
+	ck_eval_gpu(w, &nd);
+	ck_eval_p2p(w, &nd);
+	test_check("--node, no GPUs: said of the node", w, "gpu.health", CK_OK, "no GPUs on this node");
+	test_check("--node, no GPUs: no pairs on the node", w, "gpu.p2p", CK_OK, "no GPUs on this node");
+	w->node_mode = 0;
 	healthy_gpus(w);
 	w->nres = 0;
 	ck_eval_gpu(w, &nd);

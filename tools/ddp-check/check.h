@@ -265,6 +265,7 @@ struct ck_world {
 	const char *backend;             /* "gloo" or "nccl" */
 	int n;                           /* tasks of the step */
 	int step_nodes;                  /* nodes of the step, as Slurm says (0: unknown) */
+	int node_mode;                   /* --node: the node alone, no step (a record per device) */
 	struct ck_rank *ranks;           /* [n], by id */
 	struct ck_probe *probes;         /* [n] */
 	struct ck_coll *colls;           /* [n] */

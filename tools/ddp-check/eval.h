@@ -47,6 +47,12 @@ static inline const char *ck_said(struct msg *m)
 	return m->s;
 }
 
+/* Where a check looked: "in this step", or under --node "on this node". */
+static inline const char *ck_scope(const struct ck_world *w)
+{
+	return w->node_mode ? "on this node" : "in this step";
+}
+
 static inline int ck_has(const struct ck_rank *r, enum ck_env k)
 {
 	return r->joined && (r->have & (1u << k));

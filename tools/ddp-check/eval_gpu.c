@@ -152,7 +152,7 @@ void ck_eval_gpu(struct ck_world *w, const struct nodes *nd)
 		judge_task(w, i, nd, &fail, &warn);
 	}
 	if (!gpus) {
-		ck_add(w, "gpu.health", CK_OK, "no GPUs in this step");
+		ck_add(w, "gpu.health", CK_OK, "no GPUs %s", ck_scope(w));
 		return;
 	}
 	if (!read && !fail.items && !warn.items) {
@@ -243,7 +243,7 @@ void ck_eval_p2p(struct ck_world *w, const struct nodes *nd)
 		}
 	}
 	if (!gpus) {
-		ck_add(w, "gpu.p2p", CK_OK, "no GPUs in this step");
+		ck_add(w, "gpu.p2p", CK_OK, "no GPUs %s", ck_scope(w));
 		return;
 	}
 	if (!read) {

@@ -185,6 +185,7 @@ int ck_node_run(const struct ck_cli *cli)
 	node_name(host, sizeof(host));
 	memset(&w, 0, sizeof(w));
 	w.backend = "nccl";   /* as a training step would use the node */
+	w.node_mode = 1;
 	w.opts = cli->o;
 	if (node_records(&w, host, sysfs) < 0) {
 		fprintf(stderr, "ddp-check: --node: out of memory\n");
