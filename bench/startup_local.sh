@@ -12,7 +12,8 @@
 #                  --nproc_per_node NPROC bench/torch_cnn.py: its agent,
 #                  its c10d rendezvous, then its workers; where it fails, the
 #                  first error Python printed (Debian's 1.13 in its argument
-#                  handling, 2.6 and later for want of libuv)
+#                  handling, 2.6 and later for want of libuv: where the error
+#                  asks for USE_LIBUV=0, torchrun runs with it)
 #   ddp-check      ddp-check --maxbytes 0 in NPROC processes, to its verdict
 # ROUNDS runs of each (5), the variants' order turning each round; each
 # one's median, lowest and highest in seconds, and its ratio to cnn_train's.
@@ -82,7 +83,7 @@ run_variant() {
 	   t1=$("$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))["first_step_unix"])' "$json") ;;
 	1) ranks "$py" "$repo/bench/torch_cnn.py" --data-dir "$data" "${steps[@]}" || return 1
 	   t1=$(awk '$1 == "first_step_unix" { print $2 }' "$tmp/out") ;;
-	2) OMP_NUM_THREADS=1 "$py" -m torch.distributed.run --standalone --nproc_per_node "$nproc_" \
+	2) env ${torchrun_env[@]+"${torchrun_env[@]}"} OMP_NUM_THREADS=1 "$py" -m torch.distributed.run --standalone --nproc_per_node "$nproc_" \
 		"$repo/bench/torch_cnn.py" --data-dir "$data" "${steps[@]}" >"$tmp/out" 2>&1 || return 1
 	   t1=$(awk '$1 == "first_step_unix" { print $2; exit }' "$tmp/out") ;;
 	3) ranks "$check" --maxbytes 0 || return 1
@@ -92,6 +93,12 @@ run_variant() {
 	awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f\n", b - a }'
 }
 
+# torchrun as users run it; where it fails for want of libuv (Debian's
+# PyTorch 2.x), once more with USE_LIBUV=0, which its message suggests
+torchrun_env=()
+if ! run_variant 2 0 >/dev/null && grep -q 'USE_LIBUV=0' "$tmp/out"; then
+	torchrun_env=(USE_LIBUV=0)
+fi
 declare -A why
 startup_runs "$rounds" 2
 
@@ -99,5 +106,5 @@ torch_v=$("$py" -c 'import torch; print(torch.__version__)')
 echo "# start-up without Slurm: $nproc_ processes on one machine to the end of the first training step (gradients all-reduced), $rounds runs each, interleaved"
 echo "# PyTorch $torch_v, $(nproc) CPUs ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)), $(date -u +%F)"
 startup_rows
-echo "# cnn_train, torch env://, ddp-check: started with the contract as --ddp sets it; torchrun: its agent and rendezvous, then its workers"
+echo "# cnn_train, torch env://, ddp-check: started with the contract as --ddp sets it; torchrun: its agent and rendezvous, then its workers${torchrun_env[*]:+ (with ${torchrun_env[*]})}"
 echo "# ddp-check: to its verdict (every check and the exact all-reduce, no bandwidth sweep)"
