@@ -1,7 +1,8 @@
 #!/bin/bash
 # Start-up on one machine without Slurm (the GPU machine: .gpu/run.sh
 # startup): NPROC processes (2), from their launch to the end of rank 0's
-# first training step, its gradients all-reduced (rank 0's clock), for
+# first training step on CPUs, its gradients all-reduced over gloo (rank
+# 0's clock; on a GPU machine too: what is timed is the launch), for
 #   cnn_train      NPROC cnn_train processes started with the env://
 #                  contract already set, as srun --ddp=gloo starts a step's
 #                  tasks (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
@@ -79,7 +80,7 @@ run_variant() {
 	rm -f "$json"
 	t0=$EPOCHREALTIME
 	case $i in
-	0) ranks "$cnn" "${steps[@]}" --progress lines --log-json "$json" || return 1
+	0) ranks "$cnn" --device cpu "${steps[@]}" --progress lines --log-json "$json" || return 1
 	   t1=$("$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))["first_step_unix"])' "$json") ;;
 	1) ranks "$py" "$repo/bench/torch_cnn.py" --data-dir "$data" "${steps[@]}" || return 1
 	   t1=$(awk '$1 == "first_step_unix" { print $2 }' "$tmp/out") ;;
