@@ -117,6 +117,50 @@ nvml() {
 	assert_line --regexp "^FAIL +gpu.health +gpu07 GPU 0000:1b:00.0 \(task 0\): NVML did not answer for 0000:1b:00.0 within 10 s \(a hung driver or GPU\?\); "
 }
 
+@test "no driver's list under /proc (a container): the GPUs NVML lists, their links and health checked; neither: no GPUs, saying where it looked" {
+	rm -rf "$T/nvidia"
+	# NVML writes 00000000:1B:00.0; the checks name it as the driver's list would
+	nvml "gpu 0000:1b:00.0" "gpu 0000:43:00.0 ecc_vol=1"
+	run "$CHECK" --node
+	echo "$output"
+	assert_failure 1
+	assert_line --regexp "^OK +hw.pcie +3 PCIe links of the step's GPUs and NICs at full width$"
+	assert_line --regexp "^FAIL +gpu.health +gpu07 GPU 0000:43:00.0 \(task 1\): 1 uncorrected ECC errors since the driver loaded$"
+	# a degraded link of a GPU only NVML named
+	fake_pci "$T/sys" 0000:1b:00.0 "32.0 GT/s PCIe" 8 "32.0 GT/s PCIe" 16
+	nvml "gpu 0000:1b:00.0" "gpu 0000:43:00.0"
+	run "$CHECK" --node
+	echo "$output"
+	assert_failure 1
+	assert_line --regexp "^FAIL +hw.pcie +.*0000:1b:00.0.* x8 "
+	assert_line --regexp "^OK +gpu.health +2 GPUs read by NVML "
+	# no NVML either: nothing to check, and where it looked said
+	unset LD_LIBRARY_PATH FAKE_NVML
+	fake_pci "$T/sys" 0000:1b:00.0 "32.0 GT/s PCIe" 16 "32.0 GT/s PCIe" 16
+	run "$CHECK" --node
+	echo "$output"
+	assert_success
+	assert_line --regexp "^OK +gpu.health +no GPUs on this node \(the driver's list $T/nvidia: none there; NVML: NVML not loaded: libnvidia-ml.so.1: cannot open shared object file"
+	assert_line --regexp "^OK +gpu.p2p +no GPUs on this node$"
+	# an NVML that hangs listing them: a driver, and a bad one
+	nvml hang
+	SECONDS=0
+	run "$CHECK" --node
+	echo "$output"
+	assert_failure 1
+	[ "$SECONDS" -lt 25 ]
+	assert_line --regexp "^FAIL +gpu.health +no GPUs on this node \(the driver's list $T/nvidia: none there; NVML: NVML did not answer for its GPU list within 10 s \(a hung driver or GPU\?\)\)$"
+}
+
+@test "a driver's list with GPUs: NVML's list is not asked for (a GPU NVML alone knows is no GPU of the node's)" {
+	nvml "gpu 0000:1b:00.0" "gpu 0000:43:00.0" "gpu 0000:c3:00.0"
+	run "$CHECK" --node
+	echo "$output"
+	assert_success
+	assert_line --regexp "^OK +gpu.health +2 GPUs read by NVML "
+	refute_output --partial "0000:c3:00.0"
+}
+
 @test "gpu.p2p through NVML: two GPUs with 18 NVLinks each OK; one with 16 active fails, naming it; peer reads the topology forbids and NVLink errors warn" {
 	nvml "gpu 0000:1b:00.0 nvlinks=18" "gpu 0000:43:00.0 nvlinks=18"
 	run "$CHECK" --node

@@ -15,7 +15,9 @@
  *                            reads from every other GPU); a GPU not
  *                            named: NVML_ERROR_NOT_FOUND
  *
- * Omitted keys read as a healthy GPU's.  Only the calls ddp-check makes,
+ * NVML lists the GPUs in the order named (nvmlDeviceGetCount_v2, _ByIndex_v2,
+ * GetPciInfo_v3, which writes "00000000:1B:00.0" as NVML does).  Omitted keys
+ * read as a healthy GPU's.  Only the calls ddp-check makes,
  * with nvml.h's types (tools/ddp-check/nvml_abi.h). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -245,5 +247,37 @@ nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t g, unsigned int link, 
 	*v = (unsigned long long)(counter == NVML_NVLINK_ERROR_DL_RECOVERY ? g->v[NVL_RECOVERY]
 				  : counter == NVML_NVLINK_ERROR_DL_REPLAY ? g->v[NVL_REPLAY]
 				  : counter == NVML_NVLINK_ERROR_DL_CRC_FLIT ? g->v[NVL_CRC] : 0);
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *n)
+{
+	if (!inited)
+		return 1; /* NVML_ERROR_UNINITIALIZED */
+	*n = (unsigned int)ngpus;
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevice_t *out)
+{
+	if (!inited)
+		return 1;
+	if (i >= (unsigned int)ngpus)
+		return 2; /* NVML_ERROR_INVALID_ARGUMENT */
+	*out = &gpus[i];
+	return NVML_SUCCESS;
+}
+
+/* The bus id as NVML writes it: an 8-digit domain, upper-case hex. */
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t g, nvmlPciInfo_t *p)
+{
+	const char *dot = strrchr(g->bus, '.');
+	memset(p, 0, sizeof(*p));
+	p->domain = g->dom;
+	p->bus = g->busn;
+	p->device = g->dev;
+	snprintf(p->busId, sizeof(p->busId), "%08X:%02X:%02X.%s", g->dom, g->busn, g->dev, dot ? dot + 1 : "0");
+	snprintf(p->busIdLegacy, sizeof(p->busIdLegacy), "%04X:%02X:%02X.%s", g->dom, g->busn, g->dev,
+		 dot ? dot + 1 : "0");
 	return NVML_SUCCESS;
 }

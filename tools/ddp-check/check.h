@@ -266,6 +266,7 @@ struct ck_world {
 	int n;                           /* tasks of the step */
 	int step_nodes;                  /* nodes of the step, as Slurm says (0: unknown) */
 	int node_mode;                   /* --node: the node alone, no step (a record per device) */
+	char no_gpus[CK_MSG];            /* --node without GPUs: where none was found */
 	struct ck_rank *ranks;           /* [n], by id */
 	struct ck_probe *probes;         /* [n] */
 	struct ck_coll *colls;           /* [n] */

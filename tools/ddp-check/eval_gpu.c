@@ -152,7 +152,9 @@ void ck_eval_gpu(struct ck_world *w, const struct nodes *nd)
 		judge_task(w, i, nd, &fail, &warn);
 	}
 	if (!gpus) {
-		ck_add(w, "gpu.health", CK_OK, "no GPUs %s", ck_scope(w));
+		/* --node: an NVML that hangs listing them has a driver, and a bad one */
+		ck_add(w, "gpu.health", strstr(w->no_gpus, "did not answer") ? CK_FAIL : CK_OK, "no GPUs %s%s%s%s",
+		       ck_scope(w), w->no_gpus[0] ? " (" : "", w->no_gpus, w->no_gpus[0] ? ")" : "");
 		return;
 	}
 	if (!read && !fail.items && !warn.items) {

@@ -40,6 +40,9 @@ struct nvml {
 	nvml_p2p_fn p2p;
 	nvml_link_state_fn link_state;
 	nvml_link_errors_fn link_errors;
+	nvml_count_fn count;
+	nvml_by_index_fn by_index;
+	nvml_pci_info_fn pci_info;
 };
 
 /* Optional symbols stay NULL: older drivers lack some. */
@@ -72,6 +75,9 @@ static int nvml_load(struct nvml *n, char *err, size_t len)
 	SYM(p2p, "nvmlDeviceGetP2PStatus");
 	SYM(link_state, "nvmlDeviceGetNvLinkState");
 	SYM(link_errors, "nvmlDeviceGetNvLinkErrorCounter");
+	SYM(count, "nvmlDeviceGetCount_v2");
+	SYM(by_index, "nvmlDeviceGetHandleByIndex_v2");
+	SYM(pci_info, "nvmlDeviceGetPciInfo_v3");
 #undef SYM
 	if (!n->init || !n->shutdown || !n->by_bus_id || !n->error_string) {
 		snprintf(err, len, "NVML lacks nvmlInit_v2, nvmlShutdown, nvmlErrorString or "
@@ -212,51 +218,140 @@ static double now_s(void)
 	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
-/* nvml_query in a child, its answer through a pipe within NVML_WAIT_S. */
-static void nvml_bounded(const char *busid, const char *peers, struct ck_gpu_health *gh)
+/* fn(arg, out) in a child, out's size bytes back through a pipe within
+ * NVML_WAIT_S (a GPU gone bad can hang the driver): 0, else -1 with err
+ * (what = what was asked, for the message). */
+static int in_child(void (*fn)(const void *arg, void *out), const void *arg, void *out, size_t size,
+		    const char *what, char *err, size_t errlen)
 {
 	int fds[2];
-	struct ck_gpu_health got;
 
 	if (pipe(fds) < 0) {
-		snprintf(gh->err, sizeof(gh->err), "pipe: %s", strerror(errno));
-		return;
+		snprintf(err, errlen, "pipe: %s", strerror(errno));
+		return -1;
 	}
 	fflush(NULL);
 	pid_t pid = fork();
 	if (pid == 0) {
 		close(fds[0]);
-		memset(&got, 0, sizeof(got));
-		nvml_query(busid, peers, &got);
-		_exit(write(fds[1], &got, sizeof(got)) == (ssize_t)sizeof(got) ? 0 : 1);
+		memset(out, 0, size);
+		fn(arg, out);
+		_exit(write(fds[1], out, size) == (ssize_t)size ? 0 : 1);
 	}
 	close(fds[1]);
 	if (pid < 0) {
-		snprintf(gh->err, sizeof(gh->err), "fork: %s", strerror(errno));
+		snprintf(err, errlen, "fork: %s", strerror(errno));
 		close(fds[0]);
-		return;
+		return -1;
 	}
 	struct pollfd p = { .fd = fds[0], .events = POLLIN };
 	size_t have = 0;
 	double end = now_s() + NVML_WAIT_S;
-	while (have < sizeof(got)) {
+	while (have < size) {
 		int left = (int)((end - now_s()) * 1000);
 		if (left <= 0 || poll(&p, 1, left) <= 0)
 			break;
-		ssize_t r = read(fds[0], (char *)&got + have, sizeof(got) - have);
+		ssize_t r = read(fds[0], (char *)out + have, size - have);
 		if (r <= 0)
 			break;
 		have += (size_t)r;
 	}
 	close(fds[0]);
-	if (have < sizeof(got)) {
+	if (have < size) {
 		kill(pid, SIGKILL);
-		snprintf(gh->err, sizeof(gh->err), "NVML did not answer for %s within %d s (a hung driver or GPU?)",
-			 busid, NVML_WAIT_S);
-	} else {
-		*gh = got;
+		snprintf(err, errlen, "NVML did not answer for %s within %d s (a hung driver or GPU?)", what,
+			 NVML_WAIT_S);
 	}
 	waitpid(pid, NULL, 0);
+	return have < size ? -1 : 0;
+}
+
+struct query_args {
+	const char *busid, *peers;
+};
+
+static void query_in_child(const void *arg, void *out)
+{
+	const struct query_args *a = arg;
+	nvml_query(a->busid, a->peers, out);
+}
+
+/* nvml_query, bounded (in_child). */
+static void nvml_bounded(const char *busid, const char *peers, struct ck_gpu_health *gh)
+{
+	struct query_args a = { busid, peers };
+	struct ck_gpu_health got;
+
+	if (in_child(query_in_child, &a, &got, sizeof(got), busid, gh->err, sizeof(gh->err)) == 0)
+		*gh = got;
+}
+
+/* NVML's GPUs, by PCI bus id, as the child sends them back. */
+struct nvml_list {
+	int n;                           /* -1: err says why none */
+	char busid[DDPENV_MAX_GPUS][DDPENV_BUSIDLEN];
+	char err[200];
+};
+
+static void list_in_child(const void *arg, void *out)
+{
+	struct nvml_list *l = out;
+	struct nvml n;
+	nvmlReturn_t rc;
+	unsigned int count = 0;
+
+	(void)arg;
+	l->n = -1;
+	if (nvml_load(&n, l->err, sizeof(l->err)) < 0)
+		return;
+	if (!n.count || !n.by_index || !n.pci_info) {
+		snprintf(l->err, sizeof(l->err), "NVML lacks nvmlDeviceGetCount_v2, nvmlDeviceGetHandleByIndex_v2 or "
+			 "nvmlDeviceGetPciInfo_v3");
+		dlclose(n.lib);
+		return;
+	}
+	if ((rc = n.init()) != NVML_SUCCESS) {
+		snprintf(l->err, sizeof(l->err), "nvmlInit: %s", n.error_string(rc));
+		dlclose(n.lib);
+		return;
+	}
+	if ((rc = n.count(&count)) != NVML_SUCCESS) {
+		snprintf(l->err, sizeof(l->err), "nvmlDeviceGetCount: %s", n.error_string(rc));
+		goto out;
+	}
+	l->n = 0;
+	for (unsigned int i = 0; i < count && l->n < DDPENV_MAX_GPUS; i++) {
+		nvmlDevice_t d;
+		nvmlPciInfo_t pci;
+		memset(&pci, 0, sizeof(pci));
+		if (n.by_index(i, &d) != NVML_SUCCESS || n.pci_info(d, &pci) != NVML_SUCCESS)
+			continue;
+		pci.busId[sizeof(pci.busId) - 1] = '\0';
+		if (ddpenv_busid_norm(pci.busId, l->busid[l->n], sizeof(l->busid[0])) == 0)
+			l->n++;
+	}
+out:
+	n.shutdown();
+	dlclose(n.lib);
+}
+
+int ck_gpu_nvml_list(struct ddpenv_nvgpu *g, int max, char *err, size_t errlen)
+{
+	struct nvml_list l;
+
+	if (in_child(list_in_child, NULL, &l, sizeof(l), "its GPU list", err, errlen) < 0)
+		return -1;
+	if (l.n < 0) {
+		snprintf(err, errlen, "%s", l.err);
+		return -1;
+	}
+	int k = 0;
+	for (int i = 0; i < l.n && k < max; i++, k++) {
+		memset(&g[k], 0, sizeof(g[k]));
+		g[k].minor = -1;
+		snprintf(g[k].busid, sizeof(g[k].busid), "%s", l.busid[i]);
+	}
+	return k;
 }
 
 /* "0000:3b:00.0", "00000000:3B:00.0", "PCI:0000:3b:00" -> domain, bus, device. */

@@ -41,7 +41,8 @@ static int node_records(struct ck_world *w, const char *host, const char *sysfs)
 		kmsg = "/dev/kmsg";
 	if (!dir || !*dir)
 		dir = DDPENV_NVIDIA_GPUS;
-	if (ck_nvidia_read(dir, nv, sizeof(nv), err, sizeof(err)) > 0)
+	int nr = ck_nvidia_read(dir, nv, sizeof(nv), err, sizeof(err));
+	if (nr > 0)
 		ng = ck_nvidia_parse(nv, g, DDPENV_MAX_GPUS);
 	ng = ng < 0 ? 0 : ng;
 	/* the GPUs the driver excludes are no node's to train on */
@@ -50,6 +51,17 @@ static int node_records(struct ck_world *w, const char *host, const char *sysfs)
 		if (!g[i].excluded)
 			g[k++] = g[i];
 	ng = k;
+	/* No list under /proc (a container hides it; or no driver): NVML's */
+	if (!ng) {
+		char nerr[200];
+		int m = ck_gpu_nvml_list(g, DDPENV_MAX_GPUS, nerr, sizeof(nerr));
+		if (m > 0)
+			ng = m;
+		else
+			snprintf(w->no_gpus, sizeof(w->no_gpus), "the driver's list %s: %s; NVML: %s", dir,
+				 nr < 0 ? err : nr == 0 ? "none there" : "every GPU excluded",
+				 m < 0 ? nerr : "no GPU");
+	}
 	ck_ib_ports(sysfs, ports, sizeof(ports));
 	/* the RDMA devices, each once ("mlx5_0/1:...;mlx5_0/2:...") */
 	char devs[16][32];

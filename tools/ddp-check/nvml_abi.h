@@ -43,7 +43,19 @@ enum {
 #define NVML_REASON_HW_THERMAL 0x40ULL
 #define NVML_REASON_HW_POWER_BRAKE 0x80ULL
 
+/* nvmlPciInfo_t as nvmlDeviceGetPciInfo_v3 fills it */
+#define NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE 32
+#define NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE 16
+typedef struct {
+	char busIdLegacy[NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE];
+	unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+	char busId[NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE]; /* "00000000:1B:00.0" */
+} nvmlPciInfo_t;
+
 typedef nvmlReturn_t (*nvml_void_fn)(void);
+typedef nvmlReturn_t (*nvml_count_fn)(unsigned int *);
+typedef nvmlReturn_t (*nvml_by_index_fn)(unsigned int, nvmlDevice_t *);
+typedef nvmlReturn_t (*nvml_pci_info_fn)(nvmlDevice_t, nvmlPciInfo_t *);
 typedef const char *(*nvml_error_string_fn)(nvmlReturn_t);
 typedef nvmlReturn_t (*nvml_driver_version_fn)(char *, unsigned int);
 typedef nvmlReturn_t (*nvml_cuda_version_fn)(int *);
