@@ -435,9 +435,10 @@ all | variants | session)
 		# layout moves no accuracy); what ncu says of the kernels at 1024
 		# and 64 in both layouts; bf16 against eager PyTorch, its graph
 		# and torch.compile (max-autotune, PyTorch's best at 1024 in
-		# TF32); torchrun's start-up on this PyTorch (Debian's torchrun
-		# fails) and ddp-check's node mode.  9 parts: finish packs their
-		# logs into one archive.
+		# TF32).  ddp-check's part runs its node mode too, and after
+		# torch.compile comes torchrun's start-up on this PyTorch
+		# (Debian's torchrun fails).  9 parts: finish packs their logs
+		# into one archive.
 		part kernels_test 60 -- test_cuda_kernels
 		# A kernel that fails against its CPU twin here may fault in the
 		# bench (a fault ends the process's CUDA context, and the bench
@@ -452,11 +453,11 @@ all | variants | session)
 		fi
 		part gpu_step 90 -- gpu_steps
 		part ddp_check 40 -- ddp_check
-		part startup 60 ROUNDS=3 -- startup
 		part bench_tf32 150 BATCHES=64 TORCH_MODES="eager graph" REPEATS=3 ${safe[@]+"${safe[@]}"} \
 			CNN_VARIANTS="pdloff:--pdl off" -- bench
 		part compile 260 BATCHES=1024 TORCH_MODES="graph compile" ${safe[@]+"${safe[@]}"} \
 			CNN_VARIANTS="nchw:--conv-layout nchw;pdloff:--pdl off" -- bench
+		part startup 50 ROUNDS=3 -- startup
 		part accuracy 120 EPOCHS=2 BATCHES=64 TORCH_MODES=eager TORCH_LAYOUTS=nchw SEEDS="1 2 3" \
 			${safe[@]+"${safe[@]}"} -- bench
 		part profile 40 BATCHES="1024 64" PROFILE_LAYOUTS="nhwc nchw" -- profile

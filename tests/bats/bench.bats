@@ -596,6 +596,26 @@ ratio_ok() {
 	[ ! -s "$BATS_TEST_TMPDIR/cluster/net" ]
 }
 
+# startup_rows V...: $output's cnn_train row (ratio 1.00) and a row for
+# each variant V, its ratio its median over cnn_train's; only torchrun may
+# say instead why it fails here
+startup_rows() {
+	local v line base
+	base=$(awk '$1 == "cnn_train" { print $2 }' <<<"$output")
+	assert_line --regexp '^cnn_train +[0-9.]+ +[0-9.]+\.\.[0-9.]+ +1\.00$'
+	for v in "$@"; do
+		line=$(grep "^$v " <<<"$output")
+		if [[ "$line" =~ ^$v\ +-\ +fails\ here:\ (.+)$ ]]; then
+			assert_equal "$v" torchrun
+			[[ "${BASH_REMATCH[1]}" =~ [A-Za-z] ]]
+			continue
+		fi
+		[[ "$line" =~ ^$v\ +([0-9.]+)\ +([0-9.]+)\.\.([0-9.]+)\ +([0-9.]+)$ ]] || fail "row '$line'"
+		quotient_ok "${BASH_REMATCH[4]}" "${BASH_REMATCH[1]}" "$base" 0.006 ||
+			fail "ratio of '$line' is not its median over cnn_train's $base"
+	done
+}
+
 @test "startup.sh ROUNDS=1: cnn_train, PyTorch under --ddp, torchrun (or why it fails) and ddp-check, each ratio its median over cnn_train's; a bad ROUNDS refused" {
 	[ "$(id -u)" = 0 ] || skip "the test cluster needs root"
 	run env ROUNDS=1x "$REPO/bench/startup.sh"
@@ -605,21 +625,7 @@ ratio_ok() {
 	echo "$output" "$stderr"
 	assert_success
 	assert_line --regexp '^# start-up: srun -N2 --ntasks-per-node=1 to the end of the first training step \(gradients all-reduced\), 1 runs each, interleaved$'
-	local v line base
-	base=$(awk '$1 == "cnn_train" { print $2 }' <<<"$output")
-	assert_line --regexp '^cnn_train +[0-9.]+ +[0-9.]+\.\.[0-9.]+ +1\.00$'
-	for v in "torch --ddp" torchrun ddp-check; do
-		line=$(grep "^$v " <<<"$output")
-		if [[ "$line" =~ ^$v\ +-\ +fails\ here:\ (.+)$ ]]; then
-			# only torchrun may fail, and it says why
-			assert_equal "$v" torchrun
-			[[ "${BASH_REMATCH[1]}" =~ [A-Za-z] ]]
-			continue
-		fi
-		[[ "$line" =~ ^$v\ +([0-9.]+)\ +([0-9.]+)\.\.([0-9.]+)\ +([0-9.]+)$ ]] || fail "row '$line'"
-		quotient_ok "${BASH_REMATCH[4]}" "${BASH_REMATCH[1]}" "$base" 0.006 ||
-			fail "ratio of '$line' is not its median over cnn_train's $base"
-	done
+	startup_rows "torch --ddp" torchrun ddp-check
 	# the cluster is gone
 	[ ! -s "$BATS_TEST_TMPDIR/cluster/net" ]
 }
@@ -638,20 +644,7 @@ ratio_ok() {
 	echo "$output" "$stderr"
 	assert_success
 	assert_line --regexp '^# start-up without Slurm: 2 processes on one machine to the end of the first training step \(gradients all-reduced\), 1 runs each, interleaved$'
-	local v line base
-	base=$(awk '$1 == "cnn_train" { print $2 }' <<<"$output")
-	assert_line --regexp '^cnn_train +[0-9.]+ +[0-9.]+\.\.[0-9.]+ +1\.00$'
-	for v in "torch env://" torchrun ddp-check; do
-		line=$(grep "^$v " <<<"$output")
-		if [[ "$line" =~ ^$v\ +-\ +fails\ here:\ (.+)$ ]]; then
-			assert_equal "$v" torchrun
-			[[ "${BASH_REMATCH[1]}" =~ [A-Za-z] ]]
-			continue
-		fi
-		[[ "$line" =~ ^$v\ +([0-9.]+)\ +([0-9.]+)\.\.([0-9.]+)\ +([0-9.]+)$ ]] || fail "row '$line'"
-		quotient_ok "${BASH_REMATCH[4]}" "${BASH_REMATCH[1]}" "$base" 0.006 ||
-			fail "ratio of '$line' is not its median over cnn_train's $base"
-	done
+	startup_rows "torch env://" torchrun ddp-check
 }
 
 @test "startup_local.sh: a rank that fails fails the bench, its output shown" {

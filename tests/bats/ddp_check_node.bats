@@ -71,6 +71,17 @@ nvml() {
 	export LD_LIBRARY_PATH="$REPO/build/tests/tools/nvml" FAKE_NVML="$T/nvml"
 }
 
+# ddp-check --node with an NVML that never answers: a failure, within its
+# 10 s bound (the lines it says: the caller's)
+hung_nvml_fails() {
+	nvml hang
+	SECONDS=0
+	run "$CHECK" --node
+	echo "$output"
+	assert_failure 1
+	[ "$SECONDS" -lt 25 ]
+}
+
 @test "gpu.health without NVML on the node: skipped, saying why; the other checks as ever" {
 	run "$CHECK" --node
 	assert_success
@@ -108,12 +119,7 @@ nvml() {
 	run "$CHECK" --node
 	assert_success
 	assert_line --regexp "^WARN +gpu.health +gpu07 GPU 0000:43:00.0 \(task 1\): NVML has no GPU at 0000:43:00.0: Not Found$"
-	nvml hang
-	SECONDS=0
-	run "$CHECK" --node
-	echo "$output"
-	assert_failure 1
-	[ "$SECONDS" -lt 25 ]
+	hung_nvml_fails
 	assert_line --regexp "^FAIL +gpu.health +gpu07 GPU 0000:1b:00.0 \(task 0\): NVML did not answer for 0000:1b:00.0 within 10 s \(a hung driver or GPU\?\); "
 }
 
@@ -143,12 +149,7 @@ nvml() {
 	assert_line --regexp "^OK +gpu.health +no GPUs on this node \(the driver's list $T/nvidia: none there; NVML: NVML not loaded: libnvidia-ml.so.1: cannot open shared object file"
 	assert_line --regexp "^OK +gpu.p2p +no GPUs on this node$"
 	# an NVML that hangs listing them: a driver, and a bad one
-	nvml hang
-	SECONDS=0
-	run "$CHECK" --node
-	echo "$output"
-	assert_failure 1
-	[ "$SECONDS" -lt 25 ]
+	hung_nvml_fails
 	assert_line --regexp "^FAIL +gpu.health +no GPUs on this node \(the driver's list $T/nvidia: none there; NVML: NVML did not answer for its GPU list within 10 s \(a hung driver or GPU\?\)\)$"
 }
 

@@ -165,7 +165,7 @@ setup() {
 # parts do, bring its logs back within $OUT's limits (8 files, plain
 # names: more logs travel as one archive) and say which parts ran and which
 # did not fit.
-SESSION_PARTS=(kernels_test gpu_step ddp_check startup bench_tf32 compile accuracy profile bench_bf16)
+SESSION_PARTS=(kernels_test gpu_step ddp_check bench_tf32 compile startup accuracy profile bench_bf16)
 
 @test "run.sh session: every part in order, each bounded by what is left of SESSION_SECONDS, logs in \$OUT" {
 	local out="$BATS_TEST_TMPDIR/out" start end
