@@ -525,6 +525,7 @@ ratio_ok() {
 
 @test "resolve_scale.sh: one name lookup per resolution by name, none from NodeAddr, at every size" {
 	run --separate-stderr env REPEAT=20 "$REPO/bench/resolve_scale.sh"
+	echo "$stderr"
 	assert_success
 	rows=$(printf '%s\n' "${lines[@]}" | awk '$2 ~ /^[0-9]+$/ && ($3 == "name" || $3 == "nodeaddr")')
 	[ "$(wc -l <<<"$rows")" -ge 5 ]
