@@ -4,7 +4,7 @@
 
 load helpers
 
-BLOCKED='' FOREIGN='' OTHERS=()
+BLOCKED='' FOREIGN='' OWN_NS='' OTHERS=()
 
 teardown() {
 	dump_logs_on_failure
@@ -13,6 +13,7 @@ teardown() {
 	for d in ${OTHERS[@]+"${OTHERS[@]}"}; do DDP_CLUSTER_DIR=$d "$CLUSTER" stop >/dev/null 2>&1 || true; done
 	[ -z "$BLOCKED" ] || ip route del unreachable "$BLOCKED" 2>/dev/null || true
 	[ -z "$FOREIGN" ] || ip netns del "$FOREIGN" 2>/dev/null || true
+	[ -z "$OWN_NS" ] || DDP_CLUSTER_NS=$OWN_NS "$CLUSTER" stop >/dev/null 2>&1 || true
 }
 
 @test "a route over the cluster's /24 that is not ours (a second cluster, a killed run): the next free /24, and stop leaves that route" {
@@ -61,11 +62,15 @@ teardown() {
 @test "DDP_CLUSTER_NET names a network that is in use: start refuses, naming it, and leaves nothing behind" {
 	BLOCKED="10.231.60.0/24"
 	ip route add unreachable "$BLOCKED"
-	run env DDP_CLUSTER_NET=10.231.60 "$CLUSTER" start 1
+	# a prefix of its own: make check's other worker runs clusters in
+	# ddpt-* and ddpt2-* meanwhile (CI saw one of theirs here)
+	OWN_NS=ddpu
+	[ ! -e /run/netns/$OWN_NS-ctl ] || skip "a cluster already runs in $OWN_NS-*"
+	run env DDP_CLUSTER_NS=$OWN_NS DDP_CLUSTER_NET=10.231.60 "$CLUSTER" start 1
 	assert_failure
 	assert_output --partial "cannot add 'unreachable 10.231.60.0/24' route"
 	run ip netns list
-	refute_output --partial "ddpt-"
+	refute_output --partial "$OWN_NS-"
 }
 
 @test "another checkout's cluster holds the namespaces ddpt-*: the next prefix, and stop leaves the other's alone" {
