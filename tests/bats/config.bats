@@ -426,13 +426,15 @@ print("port", os.environ["MASTER_PORT"], os.environ["TORCHELASTIC_RUN_ID"], flus
 # HWLOC plugins (.../hwloc/hwloc_NAME.so) mapped in the slurmstepd of a
 # two-task step of the test user's, read by root once its tasks run.
 stepd_hwloc_plugins() {
-	local stepd='' task='' i bg
-	crun srun --ddp=gloo -N1 -n2 sleep 8 &
+	local stepd='' task='' i bg job name="plugins-$$"
+	crun srun -J "$name" --ddp=gloo -N1 -n2 sleep 8 &
 	bg=$!
 	for ((i = 0; i < 70; i++)); do
 		[ -z "$task" ] || break
 		sleep 0.1
-		stepd=$(pgrep -n -f '^slurmstepd: \[[0-9]+\.0\]') || continue
+		# this job's (make check's other worker runs clusters too)
+		job=$(crun squeue -h -n "$name" -o %i 2>/dev/null) && [ -n "$job" ] || continue
+		stepd=$(pgrep -n -f "^slurmstepd: \\[$job\\.0\\]") || continue
 		task=$(pgrep -P "$stepd" -x sleep | head -n 1) || task=''
 	done
 	[ -n "$task" ] || { echo "no task of the step ran"; wait "$bg" 2>/dev/null; return 1; }
