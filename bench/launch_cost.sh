@@ -11,6 +11,10 @@
 #
 #   bench/launch_cost.sh                  20 rounds, srun -N2 --ntasks-per-node=2 true
 #   ROUNDS=50 bench/launch_cost.sh
+#   NODES=1 bench/launch_cost.sh          the step on one node of the two
+#                                         (-N1 --ntasks-per-node=2): its hooks
+#                                         then wait on no other node's for
+#                                         the machine's cores
 #   HOOK_STEPS=100 bench/launch_cost.sh   then the plugin's time in each
 #                                         slurmstepd hook over 100 --ddp steps
 #                                         (50; 0: none), from slurmd's log: per
@@ -28,6 +32,8 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cluster=$repo/tests/cluster/cluster.sh
 rounds=${ROUNDS:-20}
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "bench: ROUNDS=$rounds: expected a count of pairs" >&2; exit 2; }
+nodes=${NODES:-2}
+[[ "$nodes" =~ ^[12]$ ]] || { echo "bench: NODES=$nodes: expected 1 or 2 (the test cluster's nodes)" >&2; exit 2; }
 hook_steps=${HOOK_STEPS:-50}
 [[ "$hook_steps" =~ ^[0-9]+$ ]] || { echo "bench: HOOK_STEPS=$hook_steps: expected a count of steps (0: none)" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "bench: needs root (the test cluster)" >&2; exit 2; }
@@ -36,7 +42,7 @@ hook_steps=${HOOK_STEPS:-50}
 # the variants: a name and srun's extra arguments
 names=(plain ddp ddp-nobind)
 args=("" "--ddp=gloo" "--ddp=gloo --ddp-bind=none")
-step=(-N2 --ntasks-per-node=2 true)
+step=(-N"$nodes" --ntasks-per-node=2 true)
 
 "$cluster" start 2 >/dev/null
 trap '"$cluster" stop >/dev/null 2>&1' EXIT

@@ -597,6 +597,25 @@ ratio_ok() {
 	[ ! -s "$BATS_TEST_TMPDIR/cluster/net" ]
 }
 
+@test "launch_cost.sh NODES=1: the step on one node of the two, the hooks' times from that node's slurmstepd only; a bad NODES refused" {
+	[ "$(id -u)" = 0 ] || skip "the test cluster needs root"
+	run env NODES=3 "$REPO/bench/launch_cost.sh"
+	assert_failure 2
+	assert_output "bench: NODES=3: expected 1 or 2 (the test cluster's nodes)"
+	run --separate-stderr env NODES=1 ROUNDS=1 HOOK_STEPS=2 DDP_CLUSTER_DIR="$BATS_TEST_TMPDIR/cluster" \
+		"$REPO/bench/launch_cost.sh"
+	assert_success
+	assert_line --regexp '^# --ddp launch cost: srun -N1 --ntasks-per-node=2 true, 1 pairs per variant, interleaved$'
+	assert_line --regexp '^ddp +[0-9.]+ +-?[0-9.]+ +'
+	# 2 steps on 1 node: one node-step each
+	assert_line "# the plugin's time in slurmstepd per node and step, 2 node-steps (SlurmdDebug=debug), ms:"
+	# the steps ran on node1 only: its slurmstepd timed the hooks, node2's none
+	grep -q 'ddp: task_init took ' "$BATS_TEST_TMPDIR/cluster/log/slurmd.node1.log"
+	run grep -c 'ddp: .* took ' "$BATS_TEST_TMPDIR/cluster/log/slurmd.node2.log"
+	assert_output 0
+	[ ! -s "$BATS_TEST_TMPDIR/cluster/net" ]
+}
+
 # startup_rows V...: $output's cnn_train row (ratio 1.00) and a row for
 # each variant V, its ratio its median over cnn_train's; only torchrun may
 # say instead why it fails here
