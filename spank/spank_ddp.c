@@ -6,6 +6,7 @@
  * compute node's slurmstepd).  All resolution lives in libddpenv.
  */
 #include <slurm/spank.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "ddp.h"
@@ -16,9 +17,11 @@ SPANK_PLUGIN(ddp, 1);
  * (ddp_slurm_compat.h; before 25.05 the remote hooks avoid failing init). */
 DDP_SPANK_FAILURE_MODE;
 
-/* A hook's start: the wall clock and this thread's CPU time, in ms. */
+/* A hook's start: the wall clock and this thread's CPU time, in ms, and
+ * its page faults so far. */
 struct hook_t0 {
 	double wall, cpu;
+	long minflt;
 };
 
 static double clock_ms(clockid_t c)
@@ -28,20 +31,31 @@ static double clock_ms(clockid_t c)
 	return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
 }
 
+static long thread_minflt(void)
+{
+	struct rusage ru;
+	return getrusage(RUSAGE_THREAD, &ru) == 0 ? ru.ru_minflt : 0;
+}
+
 static struct hook_t0 hook_start(void)
 {
-	return (struct hook_t0){ clock_ms(CLOCK_MONOTONIC), clock_ms(CLOCK_THREAD_CPUTIME_ID) };
+	if (!ddp_req.given) /* timed() says nothing: a step without --ddp pays nothing */
+		return (struct hook_t0){ 0, 0, 0 };
+	return (struct hook_t0){ clock_ms(CLOCK_MONOTONIC), clock_ms(CLOCK_THREAD_CPUTIME_ID), thread_minflt() };
 }
 
 /* What a --ddp step's hook cost slurmstepd, in slurmd's log at
- * SlurmdDebug=debug (bench/launch_cost.sh reads it): its wall time, and
- * the CPU time of the thread that ran it (the wall time less the waits:
- * for a core on a busy node, for the kernel). */
+ * SlurmdDebug=debug (bench/launch_cost.sh reads it): its wall time, the
+ * CPU time of the thread that ran it (the wall time less the waits: for a
+ * core on a busy node, for the kernel), and that thread's page faults (in
+ * a task's child, each page it writes that slurmstepd's memory held is
+ * copied first). */
 static int timed(const char *hook, struct hook_t0 t0, int rc)
 {
 	if (ddp_req.given)
-		slurm_debug(DDP_PFX "%s took %.3f ms, %.3f ms of CPU", hook, clock_ms(CLOCK_MONOTONIC) - t0.wall,
-			    clock_ms(CLOCK_THREAD_CPUTIME_ID) - t0.cpu);
+		slurm_debug(DDP_PFX "%s took %.3f ms, %.3f ms of CPU, %ld page faults", hook,
+			    clock_ms(CLOCK_MONOTONIC) - t0.wall, clock_ms(CLOCK_THREAD_CPUTIME_ID) - t0.cpu,
+			    thread_minflt() - t0.minflt);
 	return rc;
 }
 
