@@ -19,7 +19,8 @@
 #                                         slurmstepd hook over 100 --ddp steps
 #                                         (50; 0: none), from slurmd's log: per
 #                                         node, the step's path and the CPU of
-#                                         all its hooks, every task's counted
+#                                         all its hooks, every task's counted,
+#                                         and each hook's page faults
 #   tests/cluster/release.sh run 24.11 bench/launch_cost.sh    on another Slurm release
 #   DDP_CLUSTER_SLURMD_ENV=HWLOC_PLUGINS_BLACKLIST=... bench/launch_cost.sh
 #                                         slurmd (and so slurmstepd) with that
