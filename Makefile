@@ -7,7 +7,8 @@
 #                   then on every other supported release (DDP_RELEASES)
 #   make check-release SLURM_RELEASE=24.11   one release's suite: its -Werror build,
 #                   unit tests and the Bats files that touch Slurm, in a Debian
-#                   root with that release (tests/cluster/release.sh)
+#                   root with that release (tests/cluster/release.sh); 25.05 and
+#                   25.11 are built there from the SchedMD tarball DDP_SLURM_TARBALLS names
 #   make bench      the benchmarks' programs (bench/*.sh run them)
 #   make fuzz       the fuzz targets, 10 minutes each (make check runs them briefly)
 #   make analyze    clang's static analyzer over the C and C++ code (not the .cu
@@ -90,7 +91,7 @@ check: deps
 
 SLURM_RELEASE ?=
 check-release: deps
-	@[ -n "$(SLURM_RELEASE)" ] || { echo "check-release: set SLURM_RELEASE, one of: 22.05 24.11 26.05"; exit 2; }
+	@[ -n "$(SLURM_RELEASE)" ] || { echo "check-release: set SLURM_RELEASE, one of: 22.05 24.11 26.05, or 25.05 25.11 with DDP_SLURM_TARBALLS naming SchedMD's tarball"; exit 2; }
 	tests/cluster/release.sh check $(SLURM_RELEASE)
 
 demo: deps

@@ -16,7 +16,8 @@
 # A full run ends with the other Slurm releases: for each, its -Werror build,
 # unit tests and the Bats files that touch Slurm, in a Debian root of that
 # release.  DDP_RELEASES names them (default: every supported release but
-# this machine's own; "none": none).
+# this machine's own, and 25.05 or 25.11 where DDP_SLURM_TARBALLS names
+# SchedMD's tarball of it; "none": none).
 # Each phase ends with its time ("# --- unit: 20 s"), each unit test program and each Bats
 # test with its own.
 set -u
@@ -233,7 +234,7 @@ run_fuzz() {
 # on cuemu, minutes of one core): jobs
 bats_free=(tests/bats/gpu_emu.bats tests/bats/bench.bats tests/bats/gpu_bundle.bats
 	tests/bats/trainer_local.bats tests/bats/valgrind_local.bats tests/bats/ddp_check_emu.bats tests/bats/ddp_check_node.bats
-	tests/bats/man.bats)
+	tests/bats/man.bats tests/bats/release.bats)
 
 # run_bats [FILE...]: those files, or every file that starts a cluster, one
 # at a time, each file's time said (the others are jobs: queue_all)
@@ -276,6 +277,13 @@ releases() {
 	host=$(sed -n 's/^VERSION_CODENAME=//p' /etc/os-release 2>/dev/null)
 	for rel in 22.05:bookworm 24.11:trixie 26.05:sid; do
 		[ "${rel#*:}" = "$host" ] || echo "${rel%%:*}"
+	done
+	# the releases built from SchedMD's tarball (tests/cluster/release.sh):
+	# slurm-25.11.7.tar.bz2 is 25.11
+	local tb
+	for tb in ${DDP_SLURM_TARBALLS:-}; do
+		tb=${tb##*/}
+		if [[ "$tb" =~ ^slurm-(25\.(05|11))\.[0-9]+\.tar ]]; then echo "${BASH_REMATCH[1]}"; fi
 	done
 }
 

@@ -13,8 +13,18 @@
 #   release.sh check REL        in REL's root: the -Werror build, the unit tests
 #                               and the Bats files that touch Slurm (RELEASE_BATS)
 #
-# REL is a Slurm release (22.05, 24.11, 26.05).  The host's own release
-# runs on the host (run and check run there directly).
+# REL is a Slurm release (22.05, 24.11, 26.05, and 25.05 or 25.11 from
+# SchedMD's tarball, below).  The host's own release runs on the host (run
+# and check run there directly).
+#
+# Releases no Debian suite ships (25.05, 25.11) are built from SchedMD's
+# tarball, as a site without Debian's packages builds them: DDP_SLURM_TARBALLS
+# names the tarballs (slurm-25.11.N.tar.bz2 from download.schedmd.com, space
+# separated), the one whose version is REL's is built in a copy of the
+# trixie root from which Debian's Slurm is purged (configure --prefix=/usr
+# --sysconfdir=/etc/slurm --enable-multiple-slurmd, as Debian's).  Its
+# root is keyed by the trixie root and the tarball's hash.  Such a release
+# runs every Bats file above but the Debian package's.
 #
 # A root is cached under DDP_RELEASE_CACHE (default /var/cache/slurm-ddp):
 # one folder per suite and key, the key a hash of the suite, its
@@ -31,6 +41,8 @@
 # unchanged inside: its network namespaces and the `unreachable` route are
 # the host's, its daemons the root's Slurm.
 set -euo pipefail
+# a die() in $(...) ends the script too
+shopt -s inherit_errexit
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -46,15 +58,19 @@ log() { echo "release: $*" >&2; }
 # PyTorch, the examples and the packages.
 RELEASE_BATS=(env bad_input config security bind pytorch examples package)
 
-# suite REL: the Debian suite that ships Slurm REL
+# suite REL: the Debian suite that ships Slurm REL, or whose root builds
+# it from SchedMD's tarball
 suite() {
 	case $1 in
 	22.05) echo bookworm ;;
-	24.11) echo trixie ;;
+	24.11 | 25.05 | 25.11) echo trixie ;;
 	26.05) echo sid ;;
-	*) die "Slurm release '$1': expected 22.05, 24.11 or 26.05" ;;
+	*) die "Slurm release '$1': expected 22.05, 24.11, 26.05, or 25.05 or 25.11 (from SchedMD's tarball)" ;;
 	esac
 }
+
+# from_source REL: REL is built from SchedMD's tarball
+from_source() { [ "$1" = 25.05 ] || [ "$1" = 25.11 ]; }
 
 # Per-suite settings (mmdebstrap's options one a line).  sid's Release
 # file on the mirror is past its Valid-Until; its glibc 2.43 declares C23's rsqrt, which CUDA 13.0's own
@@ -129,13 +145,102 @@ root_of() {
 	echo "$dir"
 }
 
-is_host() { [ "$(suite "$1")" = "$(host_suite)" ]; }
+# tarball_version FILE: the Slurm version in SchedMD's tarball FILE, from
+# its one top folder (slurm-X.Y.Z)
+tarball_version() {
+	local top
+	top=$(tar -tf "$1" 2>/dev/null | head -n 1 || true)
+	top=${top%%/*}
+	[[ "$top" =~ ^slurm-([0-9]+\.[0-9]+\.[0-9]+)$ ]] || return 1
+	echo "${BASH_REMATCH[1]}"
+}
+
+# tarball_of REL: the tarball in DDP_SLURM_TARBALLS that holds REL
+tarball_of() {
+	local rel=$1 tb ver seen=""
+	for tb in ${DDP_SLURM_TARBALLS:-}; do
+		[ -f "$tb" ] || die "DDP_SLURM_TARBALLS: $tb: no such file"
+		ver=$(tarball_version "$tb") ||
+			die "DDP_SLURM_TARBALLS: $tb: expected SchedMD's tarball, whose one top folder is slurm-X.Y.Z"
+		[ "${ver%.*}" = "$rel" ] && { echo "$tb"; return; }
+		seen="$seen $ver"
+	done
+	die "Slurm $rel: no Debian suite ships it; DDP_SLURM_TARBALLS must name SchedMD's tarball of it (slurm-$rel.N.tar.bz2 from https://download.schedmd.com/slurm/; it names:${seen:- none})"
+}
+
+# What runs inside the copy of the trixie root, the tarball at
+# /tmp/slurm.tar: Debian's Slurm out (and pinned out, so that no later
+# apt-get mixes two), SchedMD's built and installed where Debian's was
+# (its plugins under <libdir>/slurm, its slurm.pc for pkg-config).
+# shellcheck disable=SC2016 # (expanded inside the root)
+BUILD_SLURM='
+set -eu
+export DEBIAN_FRONTEND=noninteractive
+ver=$1
+apt-get purge -y -qq $(dpkg-query -W -f "\${Package}\n" | grep -E "^(lib)?slurm") >/dev/null
+printf "Package: slurm* libslurm*\nPin: version *\nPin-Priority: -1\n" >/etc/apt/preferences.d/slurm-ddp-no-debian-slurm
+apt-get install -y -qq --no-install-recommends bzip2 libmunge-dev libjson-c-dev libdbus-1-dev >/dev/null
+cd /tmp
+tar -xf slurm.tar
+cd "slurm-$ver"
+./configure -q --prefix=/usr --sysconfdir=/etc/slurm --libdir="/usr/lib/$(gcc -print-multiarch)" \
+	--enable-pkgconfig --enable-multiple-slurmd --disable-dependency-tracking >/tmp/configure.log 2>&1 ||
+	{ tail -n 40 /tmp/configure.log; exit 1; }
+make -s -j"$(nproc)" >/tmp/make.log 2>&1 || { tail -n 60 /tmp/make.log; exit 1; }
+make -s install >/tmp/install.log 2>&1 || { tail -n 40 /tmp/install.log; exit 1; }
+ldconfig
+cd /tmp
+rm -rf "slurm-$ver" slurm.tar configure.log make.log install.log
+apt-get clean
+'
+
+# make_source_root BASE DIR TARBALL VERSION: DIR, a copy of the trixie
+# root BASE with Slurm VERSION built from TARBALL in place of Debian's
+make_source_root() {
+	local base=$1 dir=$2 tb=$3 ver=$4 tmp t0=$SECONDS
+	tmp=$(mktemp -d "$CACHE/.making-slurm-$ver.XXXXXX")
+	# shellcheck disable=SC2064 # (this one's path, now)
+	trap "rm -rf '$tmp'" EXIT
+	log "making the root of Slurm $ver in $dir (the trixie root, Debian's Slurm purged, $tb built in it)"
+	cp -a "$base" "$tmp/root"
+	rm -f "$tmp/root/.slurm-ddp-root"
+	cp "$tb" "$tmp/root/tmp/slurm.tar"
+	"$here/chroot.sh" "$tmp/root" bash -c "$BUILD_SLURM" sh "$ver" >&2 ||
+		die "building Slurm $ver from $tb in the trixie root failed (above)"
+	date -u +%FT%TZ >"$tmp/root/.slurm-ddp-root"
+	rm -rf "$dir"
+	mv "$tmp/root" "$dir"
+	rmdir "$tmp"
+	trap - EXIT
+	log "the root of Slurm $ver is ready in $((SECONDS - t0)) s"
+}
+
+# source_root_of REL: the path of the root where REL runs, built from its
+# tarball first if it is missing, or older than the trixie root it copies
+source_root_of() {
+	local rel=$1 tb ver base dir k old
+	tb=$(tarball_of "$rel")
+	ver=$(tarball_version "$tb")
+	base=$(root_of 24.11)
+	k=$({ basename "$base"; sha256sum <"$tb"; echo "$BUILD_SLURM"; } | sha256sum | cut -c1-12)
+	dir=$CACHE/root-slurm-$ver-$k
+	if ! root_fresh "$dir" || [ "$dir/.slurm-ddp-root" -ot "$base/.slurm-ddp-root" ]; then
+		[ "$(id -u)" = 0 ] || die "making the root of Slurm $ver needs root"
+		make_source_root "$base" "$dir" "$tb" "$ver"
+		for old in "$CACHE"/root-slurm-"$rel".*-*; do
+			[ "$old" = "$dir" ] || rm -rf "$old"
+		done
+	fi
+	echo "$dir"
+}
+
+is_host() { ! from_source "$1" && [ "$(suite "$1")" = "$(host_suite)" ]; }
 
 # in_root REL CMD...: CMD inside REL's root (see the header)
 in_root() {
 	local rel=$1 r s cuda=() ld=()
 	shift
-	r=$(root_of "$rel")
+	if from_source "$rel"; then r=$(source_root_of "$rel"); else r=$(root_of "$rel"); fi
 	s=$(suite "$rel")
 	mkdir -p "$repo/build/release-$rel"
 	# CUDA as a site has it: its libraries in ld.so.conf (the packaged GPU
@@ -152,9 +257,10 @@ in_root() {
 cmd_list() {
 	local rel mark
 	printf '%-7s %-9s %s\n' Slurm Debian where
-	for rel in 22.05 24.11 26.05; do
+	for rel in 22.05 24.11 25.05 25.11 26.05; do
 		mark="a root under $CACHE"
 		is_host "$rel" && mark="this machine"
+		from_source "$rel" && mark="built from SchedMD's tarball (DDP_SLURM_TARBALLS) in a root under $CACHE"
 		printf '%-7s %-9s %s\n' "$rel" "$(suite "$rel")" "$mark"
 	done
 }
@@ -162,7 +268,11 @@ cmd_list() {
 # check REL: what make check adds for each release other than the host's
 cmd_check() {
 	local rel=$1 files=() f
-	for f in "${RELEASE_BATS[@]}"; do files+=("tests/bats/$f.bats"); done
+	for f in "${RELEASE_BATS[@]}"; do
+		# the Debian package builds against Debian's libslurm-dev
+		from_source "$rel" && [ "$f" = package ] && continue
+		files+=("tests/bats/$f.bats")
+	done
 	local script='
 		set -u
 		# (Debian'"'"'s slurm_version.h has the number alone: 0x180b05 is 24.11.5)
@@ -191,7 +301,7 @@ case "${1:-}" in
 list) cmd_list ;;
 root)
 	[ "$#" -eq 2 ] || die "root: expected a release, e.g. root 24.11"
-	root_of "$2" ;;
+	if from_source "$2"; then source_root_of "$2"; else root_of "$2"; fi ;;
 run)
 	[ "$#" -ge 3 ] || die "run: expected a release and a command, e.g. run 24.11 make"
 	[ "$(id -u)" = 0 ] || die "run: needs root (chroot, mounts)"
