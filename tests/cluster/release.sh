@@ -22,9 +22,11 @@
 # names the tarballs (slurm-25.11.N.tar.bz2 from download.schedmd.com, space
 # separated), the one whose version is REL's is built in a copy of the
 # trixie root from which Debian's Slurm is purged (configure --prefix=/usr
-# --sysconfdir=/etc/slurm --enable-multiple-slurmd, as Debian's).  Its
-# root is keyed by the trixie root and the tarball's hash.  Such a release
-# runs every Bats file above but the Debian package's.
+# --sysconfdir=/etc/slurm --enable-multiple-slurmd: the test cluster runs a
+# slurmd per node on one machine).  Its root is keyed by the trixie root,
+# the tarball's hash and the build (BUILD_SLURM), and remade with the trixie
+# root.  Such a release runs every Bats file of a check but the Debian
+# package's.
 #
 # A root is cached under DDP_RELEASE_CACHE (default /var/cache/slurm-ddp):
 # one folder per suite and key, the key a hash of the suite, its
@@ -312,5 +314,5 @@ check)
 	[ "$#" -eq 2 ] || die "check: expected a release, e.g. check 24.11"
 	[ "$(id -u)" = 0 ] || die "check: needs root (chroot, mounts, the test cluster)"
 	cmd_check "$2" ;;
-*) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+*) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
