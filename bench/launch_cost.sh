@@ -139,37 +139,46 @@ ddp_step && ddp_step # warm-up
 declare -A from
 for f in "$run_dir"/log/slurmd.node*.log; do from[$f]=$(($(wc -l <"$f") + 1)); done
 for ((i = 0; i < hook_steps; i++)); do ddp_step; done
-# "[JOB.0] debug:  ddp: HOOK took MS ms, CPU ms of CPU, N page faults" -> a
-# row per node and step: post_opt user_init task_init(slowest) their sum,
-# wall time; the same in CPU time (task_init: the slowest task's); the
-# node's CPU time, every task's task_init counted (what the node's cores
-# spend); the page faults of each hook's thread (task_init: the slowest
-# task's) and their sum
+# "[JOB.0] debug:  ddp: HOOK took MS ms, CPU ms of CPU, N page faults, V
+# waits, P preemptions" -> a row per node and step: post_opt user_init
+# task_init(slowest) their sum, wall time; the same in CPU time (task_init:
+# the slowest task's); the node's CPU time, every task's task_init counted
+# (what the node's cores spend); then, for each hook's thread (task_init:
+# the slowest task's) and their sum, its page faults, its waits (it gave up
+# its core: a lookup's answer, a move to the core it was bound to) and its
+# preemptions (another took its core)
 for f in "$run_dir"/log/slurmd.node*.log; do
 	tail -n +"${from[$f]}" "$f" | awk -v node="$(basename "$f")" '
-		match($0, /\[[0-9]+\.0\] .*ddp: (post_opt|user_init|task_init) took [0-9.]+ ms, [0-9.]+ ms of CPU, [0-9]+ page faults/) {
+		match($0, /\[[0-9]+\.0\] .*ddp: (post_opt|user_init|task_init) took [0-9.]+ ms, [0-9.]+ ms of CPU, [0-9]+ page faults, [0-9]+ waits, [0-9]+ preemptions/) {
 			n = split(substr($0, RSTART, RLENGTH), w, " ")
-			k = node w[1]; hook = w[n - 10]; ms = w[n - 8] + 0; cpu = w[n - 6] + 0; pf = w[n - 2] + 0; seen[k] = 1
-			if (hook == "task_init") { tasksc[k] += cpu; if (ms > task[k]) { task[k] = ms; taskc[k] = cpu; taskf[k] = pf } }
-			else if (hook == "post_opt") { post[k] = ms; postc[k] = cpu; postf[k] = pf }
-			else { user[k] = ms; userc[k] = cpu; userf[k] = pf }
+			k = node w[1]; hook = w[n - 14]; ms = w[n - 12] + 0; cpu = w[n - 10] + 0; seen[k] = 1
+			c = hook == "post_opt" ? 1 : hook == "user_init" ? 2 : 3
+			if (c == 3) { tasksc[k] += cpu; if (ms <= t[k, 3]) next }
+			t[k, c] = ms; tc[k, c] = cpu; pf[k, c] = w[n - 6]; wt[k, c] = w[n - 3]; pr[k, c] = w[n - 1]
 		}
-		END { for (k in seen) printf "%.3f %.3f %.3f %.3f %.3f %.3f %.3f %.3f %.3f %d %d %d %d\n", post[k], user[k], task[k],
-			post[k] + user[k] + task[k], postc[k], userc[k], taskc[k], postc[k] + userc[k] + taskc[k],
-			postc[k] + userc[k] + tasksc[k], postf[k], userf[k], taskf[k], postf[k] + userf[k] + taskf[k] }'
+		END { for (k in seen) {
+			printf "%.3f %.3f %.3f %.3f", t[k, 1], t[k, 2], t[k, 3], t[k, 1] + t[k, 2] + t[k, 3]
+			printf " %.3f %.3f %.3f %.3f", tc[k, 1], tc[k, 2], tc[k, 3], tc[k, 1] + tc[k, 2] + tc[k, 3]
+			printf " %.3f", tc[k, 1] + tc[k, 2] + tasksc[k]
+			printf " %d %d %d %d", pf[k, 1], pf[k, 2], pf[k, 3], pf[k, 1] + pf[k, 2] + pf[k, 3]
+			printf " %d %d %d %d", wt[k, 1], wt[k, 2], wt[k, 3], wt[k, 1] + wt[k, 2] + wt[k, 3]
+			printf " %d %d %d %d\n", pr[k, 1], pr[k, 2], pr[k, 3], pr[k, 1] + pr[k, 2] + pr[k, 3] } }'
 done >"$tmp/hooks"
 count=$(wc -l <"$tmp/hooks")
 [ "$count" -ge "$hook_steps" ] || { echo "bench: slurmd's logs hold $count --ddp steps' hook times, expected $hook_steps or more" >&2; exit 1; }
 # col N P: the P-th percentile of column N of the hooks' table, in ms
 col() { awk -v c="$1" '{ print $c }' "$tmp/hooks" | sort -n | awk -v p="$2" '{ a[NR] = $1 } END { i = int((NR - 1) * p / 100 + 0.5) + 1; printf "%.3f", a[i] }'; }
 echo "# the plugin's time in slurmstepd per node and step, $count node-steps (SlurmdDebug=debug), ms:"
-echo "# wall time, the CPU time of the thread that ran the hook (the wall time less its waits for a core),"
-echo "# and the median of its page faults (a task's child pays for each page it writes that slurmstepd's memory held)"
-printf '%-24s %8s %8s %8s %8s %8s %8s %7s\n' hook median q1 q3 cpu_med cpu_q1 cpu_q3 faults
+echo "# wall time, the CPU time of the thread that ran the hook (the wall time less its time off a core),"
+echo "# and the medians of its page faults (a task's child pays for each page it writes that slurmstepd's"
+echo "# memory held), its waits (it gave up its core: for a lookup's answer, to move to the core it was"
+echo "# bound to) and its preemptions (another thread took its core)"
+printf '%-24s %8s %8s %8s %8s %8s %8s %7s %6s %8s\n' hook median q1 q3 cpu_med cpu_q1 cpu_q3 faults waits preempts
 i=1
 for h in post_opt user_init "task_init (slowest task)" "the step's path"; do
-	printf '%-24s %8s %8s %8s %8s %8s %8s %7.0f\n' "$h" "$(col $i 50)" "$(col $i 25)" "$(col $i 75)" \
-		"$(col $((i + 4)) 50)" "$(col $((i + 4)) 25)" "$(col $((i + 4)) 75)" "$(col $((i + 9)) 50)"
+	printf '%-24s %8s %8s %8s %8s %8s %8s %7.0f %6.0f %8.0f\n' "$h" "$(col $i 50)" "$(col $i 25)" "$(col $i 75)" \
+		"$(col $((i + 4)) 50)" "$(col $((i + 4)) 25)" "$(col $((i + 4)) 75)" "$(col $((i + 9)) 50)" \
+		"$(col $((i + 13)) 50)" "$(col $((i + 17)) 50)"
 	i=$((i + 1))
 done
-printf '%-24s %8s %8s %8s %8s %8s %8s %7s\n' "the node, all its tasks" - - - "$(col 9 50)" "$(col 9 25)" "$(col 9 75)" -
+printf '%-24s %8s %8s %8s %8s %8s %8s %7s %6s %8s\n' "the node, all its tasks" - - - "$(col 9 50)" "$(col 9 25)" "$(col 9 75)" - - -

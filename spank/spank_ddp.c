@@ -6,6 +6,7 @@
  * compute node's slurmstepd).  All resolution lives in libddpenv.
  */
 #include <slurm/spank.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -18,10 +19,10 @@ SPANK_PLUGIN(ddp, 1);
 DDP_SPANK_FAILURE_MODE;
 
 /* A hook's start: the wall clock and this thread's CPU time, in ms, and
- * its page faults so far. */
+ * its page faults, waits and preemptions so far. */
 struct hook_t0 {
 	double wall, cpu;
-	long minflt;
+	long minflt, nvcsw, nivcsw;
 };
 
 static double clock_ms(clockid_t c)
@@ -31,17 +32,23 @@ static double clock_ms(clockid_t c)
 	return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
 }
 
-static long thread_minflt(void)
+static struct rusage thread_usage(void)
 {
 	struct rusage ru;
-	return getrusage(RUSAGE_THREAD, &ru) == 0 ? ru.ru_minflt : 0;
+	if (getrusage(RUSAGE_THREAD, &ru) < 0)
+		memset(&ru, 0, sizeof(ru));
+	return ru;
 }
 
 static struct hook_t0 hook_start(void)
 {
+	struct rusage ru;
+
 	if (!ddp_req.given) /* timed() says nothing: a step without --ddp pays nothing */
-		return (struct hook_t0){ 0, 0, 0 };
-	return (struct hook_t0){ clock_ms(CLOCK_MONOTONIC), clock_ms(CLOCK_THREAD_CPUTIME_ID), thread_minflt() };
+		return (struct hook_t0){ 0, 0, 0, 0, 0 };
+	ru = thread_usage();
+	return (struct hook_t0){ clock_ms(CLOCK_MONOTONIC), clock_ms(CLOCK_THREAD_CPUTIME_ID), ru.ru_minflt,
+				 ru.ru_nvcsw, ru.ru_nivcsw };
 }
 
 /* What a --ddp step's hook cost slurmstepd, in slurmd's log at
@@ -49,13 +56,17 @@ static struct hook_t0 hook_start(void)
  * CPU time of the thread that ran it (the wall time less the waits: for a
  * core on a busy node, for the kernel), and that thread's page faults (in
  * a task's child, each page it writes that slurmstepd's memory held is
- * copied first). */
+ * copied first), waits (voluntary context switches: it blocked, for a
+ * lookup's answer or to move to the core it was bound to) and preemptions
+ * (involuntary ones: another thread took its core). */
 static int timed(const char *hook, struct hook_t0 t0, int rc)
 {
-	if (ddp_req.given)
-		slurm_debug(DDP_PFX "%s took %.3f ms, %.3f ms of CPU, %ld page faults", hook,
-			    clock_ms(CLOCK_MONOTONIC) - t0.wall, clock_ms(CLOCK_THREAD_CPUTIME_ID) - t0.cpu,
-			    thread_minflt() - t0.minflt);
+	if (ddp_req.given) {
+		double wall = clock_ms(CLOCK_MONOTONIC) - t0.wall, cpu = clock_ms(CLOCK_THREAD_CPUTIME_ID) - t0.cpu;
+		struct rusage ru = thread_usage();
+		slurm_debug(DDP_PFX "%s took %.3f ms, %.3f ms of CPU, %ld page faults, %ld waits, %ld preemptions",
+			    hook, wall, cpu, ru.ru_minflt - t0.minflt, ru.ru_nvcsw - t0.nvcsw, ru.ru_nivcsw - t0.nivcsw);
+	}
 	return rc;
 }
 

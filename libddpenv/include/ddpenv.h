@@ -137,6 +137,13 @@ int ddpenv_slurm_has_nodeaddr(void);
 
 int ddpenv_sys_lookup(void *ctx, const char *name, struct ddpenv_addr *out,
 		      size_t max, char *err, size_t errlen);
+/* NAME's lookup started now, on glibc's thread, for a later
+ * ddpenv_sys_lookup of NAME in this process to take (its answer, or the
+ * rest of its bound): a process that knows the name before it needs the
+ * address does other work meanwhile.  One at a time: a later one, or a
+ * ddpenv_sys_lookup of another name, drops it.  A literal address starts
+ * none.  0, else -1 with err (a later lookup looks up afresh). */
+int ddpenv_sys_lookup_ahead(const char *name, char *err, size_t errlen);
 int ddpenv_sys_ifaddrs(void *ctx, struct ddpenv_ifaddr **out, size_t *n,
 		       char *err, size_t errlen);
 int ddpenv_sys_route(void *ctx, const struct ddpenv_addr *dst, char *ifname,
@@ -716,6 +723,13 @@ int ddpenv_node_resolve(const struct ddpenv_env *env,
 			const struct ddpenv_settings *cfg,
 			const struct ddpenv_sys *sys, struct ddpenv_node *node,
 			char *err, size_t errlen);
+
+/* The name ddpenv_node_resolve looks up first for ENV under CFG, if it
+ * looks one up: the user's MASTER_ADDR, else the head node's name, or its
+ * NodeAddr under head_from nodeaddr.  1 with NAME, 0: none (a literal
+ * address, or an environment resolve refuses). */
+int ddpenv_node_lookup_name(const struct ddpenv_env *env, const struct ddpenv_settings *cfg,
+			    const struct ddpenv_sys *sys, char *name, size_t len);
 
 #define DDPENV_MAX_VARS 64
 

@@ -109,6 +109,32 @@ static int master_addr(const struct ddpenv_env *env, const struct ddpenv_sys *sy
 	return 0;
 }
 
+int ddpenv_node_lookup_name(const struct ddpenv_env *env, const struct ddpenv_settings *cfg,
+			    const struct ddpenv_sys *sys, char *name, size_t len)
+{
+	const char *user = user_value(env, "MASTER_ADDR");
+	struct ddpenv_step step;
+	struct ddpenv_addr lit;
+	char err[DDPENV_ERRLEN], nodeaddr[DDPENV_HOSTLEN];
+	const char *first;
+
+	if (user) {
+		first = user;
+	} else if (ddpenv_step_parse(env, &step, err, sizeof(err)) < 0) {
+		return 0; /* resolve says why */
+	} else if (cfg->head_from != DDPENV_HEAD_NODEADDR) {
+		first = step.head;
+	} else if (sys->nodeaddr && sys->nodeaddr(sys->ctx, step.head, nodeaddr, sizeof(nodeaddr)) == 0) {
+		first = nodeaddr;
+	} else {
+		return 0;
+	}
+	if (!*first || ddpenv_addr_parse(first, &lit) == 0 || strlen(first) >= len)
+		return 0;
+	strcpy(name, first);
+	return 1;
+}
+
 static int master_port(const struct ddpenv_env *env, struct ddpenv_node *node,
 		       char *err, size_t errlen)
 {

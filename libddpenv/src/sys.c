@@ -23,28 +23,32 @@ struct lookup {
 	struct gaicb cb;
 	struct addrinfo hints;
 	char name[256];
+	long long end_ns;            /* its bound, by CLOCK_MONOTONIC */
 	struct lookup *next;
 };
 static struct lookup *kept_lookups;
 
-/* One name lookup, answered within DDPENV_LOOKUP_MS whatever the
- * resolver's own timeouts (5 s a try, 2 tries, each name server: half a
- * minute of slurmstepd for a name a user's environment chose).  A lookup
- * that does not answer in time is left to glibc's thread: its request is
- * kept (a few hundred bytes). */
-static int lookup_bounded(const char *name, struct addrinfo **res, char *err, size_t errlen)
+static long long now_ns(void)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (long long)now.tv_sec * 1000000000LL + now.tv_nsec;
+}
+
+/* NAME's lookup handed to glibc's thread (getaddrinfo_a), to be answered
+ * within DDPENV_LOOKUP_MS from now: NULL with err. */
+static struct lookup *lookup_start(const char *name, char *err, size_t errlen)
 {
 	struct lookup *l = calloc(1, sizeof(*l));
 	struct gaicb *list[1];
-	struct timespec now;
-	long long end_ns;
 	int rc;
 
 	if (!l || strlen(name) >= sizeof(l->name)) {
 		snprintf(err, errlen, l ? "cannot resolve '%.100s...': a name of %zu characters (at most 255)" :
 			 "cannot resolve '%.100s': out of memory", name, strlen(name));
 		free(l);
-		return -1;
+		return NULL;
 	}
 	snprintf(l->name, sizeof(l->name), "%s", name);
 	l->hints.ai_family = AF_UNSPEC;
@@ -55,48 +59,98 @@ static int lookup_bounded(const char *name, struct addrinfo **res, char *err, si
 	if ((rc = getaddrinfo_a(GAI_NOWAIT, list, 1, NULL)) != 0) {
 		snprintf(err, errlen, "cannot resolve '%.100s': %s", name, gai_strerror(rc));
 		free(l);
-		return -1;
+		return NULL;
 	}
+	l->end_ns = now_ns() + DDPENV_LOOKUP_MS * 1000000LL;
+	return l;
+}
+
+/* A lookup given up on: freed, or left to glibc's thread until it answers
+ * (its request is kept: a few hundred bytes). */
+static void lookup_drop(struct lookup *l)
+{
+	if (gai_error(&l->cb) != EAI_INPROGRESS || gai_cancel(&l->cb) == EAI_CANCELED) {
+		if (l->cb.ar_result)
+			freeaddrinfo(l->cb.ar_result);
+		free(l);
+		return;
+	}
+	l->next = __atomic_load_n(&kept_lookups, __ATOMIC_RELAXED);
+	while (!__atomic_compare_exchange_n(&kept_lookups, &l->next, l, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+		;
+}
+
+/* L's answer, waited for until its bound whatever the resolver's own
+ * timeouts (5 s a try, 2 tries, each name server: half a minute of
+ * slurmstepd for a name a user's environment chose).  L is consumed.  0
+ * with *res, else -1 with err. */
+static int lookup_finish(struct lookup *l, struct addrinfo **res, char *err, size_t errlen)
+{
+	const struct gaicb *list[1] = { &l->cb };
+	int rc;
+
 	/* Until it answers or the bound is up, by this clock: gai_suspend can
 	 * return 0 while the request is still in progress (glibc 2.41, 15 us
 	 * after it was made, in half of ddp-env's runs of bench/resolve_scale.sh),
 	 * or early for a signal. */
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	end_ns = (long long)now.tv_sec * 1000000000LL + now.tv_nsec + DDPENV_LOOKUP_MS * 1000000LL;
 	while ((rc = gai_error(&l->cb)) == EAI_INPROGRESS) {
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		long long ns = end_ns - ((long long)now.tv_sec * 1000000000LL + now.tv_nsec);
+		long long ns = l->end_ns - now_ns();
 		if (ns <= 0)
 			break;
 		struct timespec left = { (time_t)(ns / 1000000000LL), (long)(ns % 1000000000LL) };
-		if (gai_suspend((const struct gaicb *const *)list, 1, &left) == 0 &&
-		    gai_error(&l->cb) == EAI_INPROGRESS) {
+		if (gai_suspend(list, 1, &left) == 0 && gai_error(&l->cb) == EAI_INPROGRESS) {
 			struct timespec nap = { 0, 100000 }; /* said done, and not: not a busy wait */
 			nanosleep(&nap, NULL);
 		}
 	}
 	if (rc == EAI_INPROGRESS) {
 		snprintf(err, errlen, "cannot resolve '%.100s': no answer within %d s (the resolver's own timeouts "
-			 "are longer; see /etc/resolv.conf)", name, DDPENV_LOOKUP_MS / 1000);
-		if (gai_cancel(&l->cb) == EAI_CANCELED) {
-			free(l);
-		} else { /* glibc's until it answers */
-			l->next = __atomic_load_n(&kept_lookups, __ATOMIC_RELAXED);
-			while (!__atomic_compare_exchange_n(&kept_lookups, &l->next, l, 0, __ATOMIC_RELEASE,
-							    __ATOMIC_RELAXED))
-				;
-		}
+			 "are longer; see /etc/resolv.conf)", l->name, DDPENV_LOOKUP_MS / 1000);
+		lookup_drop(l);
 		return -1;
 	}
 	if (rc != 0) {
-		snprintf(err, errlen, "cannot resolve '%.100s': %s", name,
+		snprintf(err, errlen, "cannot resolve '%.100s': %s", l->name,
 			 rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
-		free(l);
+		lookup_drop(l);
 		return -1;
 	}
 	*res = l->cb.ar_result;
 	free(l);
 	return 0;
+}
+
+/* The lookup started ahead of its use (ddpenv_sys_lookup_ahead). */
+static struct lookup *ahead;
+
+int ddpenv_sys_lookup_ahead(const char *name, char *err, size_t errlen)
+{
+	struct ddpenv_addr lit;
+	struct lookup *l, *old;
+
+	if (ddpenv_addr_parse(name, &lit) == 0)
+		return 0; /* a literal: nothing to look up */
+	if (!(l = lookup_start(name, err, errlen)))
+		return -1;
+	if ((old = __atomic_exchange_n(&ahead, l, __ATOMIC_ACQ_REL)))
+		lookup_drop(old);
+	return 0;
+}
+
+/* One name lookup, answered within DDPENV_LOOKUP_MS of its start: the one
+ * started ahead for NAME, else a new one.  One started ahead for another
+ * name is dropped: it was a guess, and the guess was wrong. */
+static int lookup_bounded(const char *name, struct addrinfo **res, char *err, size_t errlen)
+{
+	struct lookup *l = __atomic_exchange_n(&ahead, NULL, __ATOMIC_ACQ_REL);
+
+	if (l && strcmp(l->name, name) != 0) {
+		lookup_drop(l);
+		l = NULL;
+	}
+	if (!l && !(l = lookup_start(name, err, errlen)))
+		return -1;
+	return lookup_finish(l, res, err, errlen);
 }
 
 int ddpenv_sys_lookup(void *ctx, const char *name, struct ddpenv_addr *out,

@@ -574,27 +574,33 @@ ratio_ok() {
 	assert_line "# the plugin's time in slurmstepd per node and step, 6 node-steps (SlurmdDebug=debug), ms:"
 	# each hook's wall time and its thread's CPU time: q1 <= median <= q3
 	# for both, and no CPU time above its wall time's (a hook's CPU time
-	# is its thread's, within its wall time); its page faults a count, the
-	# path's at least each hook's (each node-step's sum is, so its median)
-	local faults=() pf
+	# is its thread's, within its wall time); its page faults, waits and
+	# preemptions counts, the path's at least each hook's (each
+	# node-step's sum is, so its median)
+	local faults=() waits=() preempts=() i
 	for v in post_opt user_init "task_init (slowest task)" "the step's path"; do
 		line=$(grep -F "$v " <<<"$output")
-		[[ "$line" =~ \ ([0-9.]+)\ +([0-9.]+)\ +([0-9.]+)\ +([0-9.]+)\ +([0-9.]+)\ +([0-9.]+)\ +([0-9]+)$ ]] || fail "row '$line'"
+		[[ "$line" =~ \ ([0-9.]+)\ +([0-9.]+)\ +([0-9.]+)\ +([0-9.]+)\ +([0-9.]+)\ +([0-9.]+)\ +([0-9]+)\ +([0-9]+)\ +([0-9]+)$ ]] || fail "row '$line'"
 		awk -v m="${BASH_REMATCH[1]}" -v a="${BASH_REMATCH[2]}" -v b="${BASH_REMATCH[3]}" \
 			-v cm="${BASH_REMATCH[4]}" -v ca="${BASH_REMATCH[5]}" -v cb="${BASH_REMATCH[6]}" \
 			'BEGIN { exit !(a > 0 && a <= m && m <= b && ca > 0 && ca <= cm && cm <= cb && cb <= b + 0.001) }' ||
 			fail "row '$line': expected 0 < q1 <= median <= q3 in each, the CPU's q3 at most the wall time's"
-		faults+=("${BASH_REMATCH[7]}")
+		faults+=("${BASH_REMATCH[7]}") waits+=("${BASH_REMATCH[8]}") preempts+=("${BASH_REMATCH[9]}")
 	done
-	for pf in "${faults[@]:0:3}"; do
-		[ "$pf" -le "${faults[3]}" ] || fail "a hook's median page faults $pf above the step's path's ${faults[3]}"
+	for i in 0 1 2; do
+		[ "${faults[$i]}" -le "${faults[3]}" ] || fail "a hook's median page faults ${faults[$i]} above the step's path's ${faults[3]}"
+		[ "${waits[$i]}" -le "${waits[3]}" ] || fail "a hook's median waits ${waits[$i]} above the step's path's ${waits[3]}"
+		[ "${preempts[$i]}" -le "${preempts[3]}" ] || fail "a hook's median preemptions ${preempts[$i]} above the step's path's ${preempts[3]}"
 	done
+	# post_opt, as root before the tasks exist, waits for nothing: the
+	# head's lookup it starts is answered on glibc's thread
+	assert_equal "${waits[0]}" 0
 	# a task's child writes into memory it shares with slurmstepd: it faults
 	[ "${faults[2]}" -gt 0 ] || fail "task_init's median page faults 0"
 	# the node's CPU time, every task's task_init in it: at least the
 	# step's path's (each node-step's is, so their medians are)
 	line=$(grep "^the node, all its tasks " <<<"$output")
-	[[ "$line" =~ ^the\ node,\ all\ its\ tasks\ +-\ +-\ +-\ +([0-9.]+)\ +([0-9.]+)\ +([0-9.]+)\ +-$ ]] || fail "row '$line'"
+	[[ "$line" =~ ^the\ node,\ all\ its\ tasks\ +-\ +-\ +-\ +([0-9.]+)\ +([0-9.]+)\ +([0-9.]+)\ +-\ +-\ +-$ ]] || fail "row '$line'"
 	awk -v m="${BASH_REMATCH[1]}" -v q1="${BASH_REMATCH[2]}" -v q3="${BASH_REMATCH[3]}" \
 		-v p="$(awk '/^the step.s path / { print $7 }' <<<"$output")" 'BEGIN { exit !(q1 <= m && m <= q3 && m >= p) }' ||
 		fail "row '$line': expected q1 <= median <= q3, the median at least the step's path's CPU"

@@ -1,4 +1,6 @@
 /* Step parsing and the per-task contract, from crafted environments. */
+#include <stdarg.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "test.h"
@@ -428,6 +430,76 @@ static void test_head_from_env(void)
 	ddpenv_env_free(&env);
 }
 
+/* The fake's lookup, the first name it is asked kept. */
+static char first_looked_up[DDPENV_HOSTLEN];
+static int first_lookup(void *ctx, const char *name, struct ddpenv_addr *out, size_t max, char *err, size_t errlen)
+{
+	if (!((struct fake *)ctx)->lookups)
+		snprintf(first_looked_up, sizeof(first_looked_up), "%s", name);
+	return fake_lookup(ctx, name, out, max, err, errlen);
+}
+
+/* The name ddpenv_node_lookup_name gives (a lookup started ahead) is the
+ * one ddpenv_node_resolve then looks up first, or none where it looks
+ * none up.  WANT: that name, or NULL for none. */
+static void lookup_name_case(const char *desc, const struct fake_host *nodeaddr_tab, const char *want, ...)
+{
+	struct fake f = { hosts, nodeaddr_tab, ifs, "enp2s0", 0 };
+	struct ddpenv_sys sys = fake_sys(&f);
+	struct ddpenv_config c;
+	struct ddpenv_settings *s = malloc(sizeof(*s));
+	struct ddpenv_env env;
+	struct ddpenv_node node;
+	char err[DDPENV_ERRLEN] = "", name[DDPENV_HOSTLEN] = "", d[200];
+	const char *kv;
+	va_list ap;
+	int r;
+
+	ddpenv_env_init(&env);
+	va_start(ap, want);
+	while ((kv = va_arg(ap, const char *))) {
+		const char *eq = strchr(kv, '=');
+		char key[64];
+		snprintf(key, sizeof(key), "%.*s", (int)(eq - kv), kv);
+		ddpenv_env_set(&env, key, eq + 1);
+	}
+	va_end(ap);
+	ddpenv_config_init(&c);
+	r = s && ddpenv_config_effective(&c, NULL, &env, s, err, sizeof(err)) == 0 ?
+		ddpenv_node_lookup_name(&env, s, &sys, name, sizeof(name)) : -2;
+	test_cond(desc, want ? r == 1 && !strcmp(name, want) : r == 0);
+	if (want ? r != 1 || strcmp(name, want) : r != 0)
+		printf("#   got %d '%s', want '%s'\n", r, name, want ? want : "(none)");
+	sys.lookup = first_lookup;
+	(void)ddpenv_node_resolve(&env, DDPENV_BACKEND_GLOO, s, &sys, &node, err, sizeof(err));
+	snprintf(d, sizeof(d), "... the name resolve looks up first (%s)", want ? want : "none");
+	test_cond(d, want ? f.lookups > 0 && !strcmp(first_looked_up, want) : f.lookups == 0);
+	if (want ? !f.lookups || strcmp(first_looked_up, want) : f.lookups)
+		printf("#   resolve looked up %d names, the first '%s'\n", f.lookups, first_looked_up);
+	ddpenv_config_free(&c);
+	ddpenv_env_free(&env);
+	free(s);
+}
+
+static void test_lookup_name(void)
+{
+	static const struct fake_host by_name[] = { { "node1", { "node2" } }, { NULL, { NULL } } };
+
+	lookup_name_case("the name looked up ahead: the head's", nodeaddrs, "node1", STEP3, NULL);
+	lookup_name_case("head_from name: the head's", nodeaddrs, "node1", STEP3, "DDP_HEAD_FROM=name", NULL);
+	lookup_name_case("head_from nodeaddr, a NodeAddr that is an address: none", nodeaddrs, NULL, STEP3,
+			 "DDP_HEAD_FROM=nodeaddr", NULL);
+	lookup_name_case("head_from nodeaddr, a NodeAddr that is a name: that name", by_name, "node2", STEP3,
+			 "DDP_HEAD_FROM=nodeaddr", NULL);
+	lookup_name_case("the user's MASTER_ADDR, a name: that name", nodeaddrs, "node3", STEP3,
+			 "MASTER_ADDR=node3", NULL);
+	lookup_name_case("the user's MASTER_ADDR, an address: none", nodeaddrs, NULL, STEP3,
+			 "MASTER_ADDR=10.0.0.12", NULL);
+	lookup_name_case("an outer step's MASTER_ADDR (the marker): the head's", nodeaddrs, "node1", STEP3,
+			 "MASTER_ADDR=node3", DDPENV_MARKER "=70.1", NULL);
+	lookup_name_case("no step in the environment: none", nodeaddrs, NULL, "SLURM_JOB_ID=77", NULL);
+}
+
 int main(void)
 {
 	test_hostlists();
@@ -436,5 +508,6 @@ int main(void)
 	test_het();
 	test_arbitrary();
 	test_head_from_env();
+	test_lookup_name();
 	return test_report();
 }
