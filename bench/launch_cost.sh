@@ -126,20 +126,21 @@ for v in 1 2; do
 done
 
 # The plugin's own time in slurmstepd, without srun's noise: the cluster
-# again with SlurmdDebug=debug, where each hook of a --ddp step logs what
-# it took (spank/spank_ddp.c); HOOK_STEPS steps with binding.  Per node and
+# again with SlurmdDebug=verbose, where each hook of a --ddp step logs what
+# it took (spank/spank_ddp.c; at debug, Slurm's own messages in a task's
+# child before the hook would change the heap the hook finds); HOOK_STEPS steps with binding.  Per node and
 # step: post_opt + user_init + the slowest task's task_init (the tasks'
 # children run theirs side by side).
 [ "$hook_steps" -gt 0 ] || exit 0
 "$cluster" stop >/dev/null 2>&1
-DDP_CLUSTER_SLURMD_DEBUG=debug "$cluster" start 2 >/dev/null
+DDP_CLUSTER_SLURMD_DEBUG=verbose "$cluster" start 2 >/dev/null
 run_dir=$("$cluster" env | sed -n 's/^DDP_CLUSTER_DIR=//p')
 ddp_step() { "$cluster" run srun --ddp=gloo "${step[@]}" >/dev/null; }
 ddp_step && ddp_step # warm-up
 declare -A from
 for f in "$run_dir"/log/slurmd.node*.log; do from[$f]=$(($(wc -l <"$f") + 1)); done
 for ((i = 0; i < hook_steps; i++)); do ddp_step; done
-# "[JOB.0] debug:  ddp: HOOK took MS ms, CPU ms of CPU, N page faults, V
+# "[JOB.0] ddp: HOOK took MS ms, CPU ms of CPU, N page faults, V
 # waits, P preemptions" -> a row per node and step: post_opt user_init
 # task_init(slowest) their sum, wall time; the same in CPU time (task_init:
 # the slowest task's); the node's CPU time, every task's task_init counted
@@ -168,7 +169,7 @@ count=$(wc -l <"$tmp/hooks")
 [ "$count" -ge "$hook_steps" ] || { echo "bench: slurmd's logs hold $count --ddp steps' hook times, expected $hook_steps or more" >&2; exit 1; }
 # col N P: the P-th percentile of column N of the hooks' table, in ms
 col() { awk -v c="$1" '{ print $c }' "$tmp/hooks" | sort -n | awk -v p="$2" '{ a[NR] = $1 } END { i = int((NR - 1) * p / 100 + 0.5) + 1; printf "%.3f", a[i] }'; }
-echo "# the plugin's time in slurmstepd per node and step, $count node-steps (SlurmdDebug=debug), ms:"
+echo "# the plugin's time in slurmstepd per node and step, $count node-steps (SlurmdDebug=verbose), ms:"
 echo "# wall time, the CPU time of the thread that ran the hook (the wall time less its time off a core),"
 echo "# and the medians of its page faults (a task's child pays for each page it writes that slurmstepd's"
 echo "# memory held), its waits (it gave up its core: for a lookup's answer, to move to the core it was"

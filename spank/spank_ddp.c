@@ -52,7 +52,9 @@ static struct hook_t0 hook_start(void)
 }
 
 /* What a --ddp step's hook cost slurmstepd, in slurmd's log at
- * SlurmdDebug=debug (bench/launch_cost.sh reads it): its wall time, the
+ * SlurmdDebug=verbose (bench/launch_cost.sh reads it; not debug, where
+ * Slurm's own messages in a task's child change the heap its hook finds,
+ * and with it the page faults measured): its wall time, the
  * CPU time of the thread that ran it (the wall time less the waits: for a
  * core on a busy node, for the kernel), and that thread's page faults (in
  * a task's child, each page it writes that slurmstepd's memory held is
@@ -64,8 +66,8 @@ static int timed(const char *hook, struct hook_t0 t0, int rc)
 	if (ddp_req.given) {
 		double wall = clock_ms(CLOCK_MONOTONIC) - t0.wall, cpu = clock_ms(CLOCK_THREAD_CPUTIME_ID) - t0.cpu;
 		struct rusage ru = thread_usage();
-		slurm_debug(DDP_PFX "%s took %.3f ms, %.3f ms of CPU, %ld page faults, %ld waits, %ld preemptions",
-			    hook, wall, cpu, ru.ru_minflt - t0.minflt, ru.ru_nvcsw - t0.nvcsw, ru.ru_nivcsw - t0.nivcsw);
+		slurm_verbose(DDP_PFX "%s took %.3f ms, %.3f ms of CPU, %ld page faults, %ld waits, %ld preemptions",
+			      hook, wall, cpu, ru.ru_minflt - t0.minflt, ru.ru_nvcsw - t0.nvcsw, ru.ru_nivcsw - t0.nivcsw);
 	}
 	return rc;
 }

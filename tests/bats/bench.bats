@@ -571,7 +571,7 @@ ratio_ok() {
 		assert_line --regexp "^# $arg: what it adds to a launch, by the interval: $want"
 	done
 	# 3 steps on 2 nodes, each hook timed in slurmstepd
-	assert_line "# the plugin's time in slurmstepd per node and step, 6 node-steps (SlurmdDebug=debug), ms:"
+	assert_line "# the plugin's time in slurmstepd per node and step, 6 node-steps (SlurmdDebug=verbose), ms:"
 	# each hook's wall time and its thread's CPU time: q1 <= median <= q3
 	# for both, and no CPU time above its wall time's (a hook's CPU time
 	# is its thread's, within its wall time); its page faults, waits and
@@ -622,7 +622,7 @@ ratio_ok() {
 	assert_line --regexp '^# --ddp launch cost: srun -N1 --ntasks-per-node=2 true, 1 pairs per variant, interleaved$'
 	assert_line --regexp '^ddp +[0-9.]+ +-?[0-9.]+ +'
 	# 2 steps on 1 node: one node-step each
-	assert_line "# the plugin's time in slurmstepd per node and step, 2 node-steps (SlurmdDebug=debug), ms:"
+	assert_line "# the plugin's time in slurmstepd per node and step, 2 node-steps (SlurmdDebug=verbose), ms:"
 	# the steps ran on node1 only: its slurmstepd timed the hooks, node2's none
 	grep -q 'ddp: task_init took ' "$BATS_TEST_TMPDIR/cluster/log/slurmd.node1.log"
 	run grep -c 'ddp: .* took ' "$BATS_TEST_TMPDIR/cluster/log/slurmd.node2.log"
