@@ -581,11 +581,25 @@ static int task_setenv(spank_t sp, const struct ddpenv_vars *vars)
 	return 0;
 }
 
+/* Slurm's setenvf, under each spank_setenv, allocates and clears a 256 KiB
+ * buffer (ENV_BUFSIZE and xmalloc's two-word header: the same in 22.05 to
+ * 26.05).  In a task's child the chunk that Slurm's own setenvf calls freed
+ * holds pages the child has written already; the plugin's allocations
+ * before its calls (the snapshot, the topology, the plan) can split it, and
+ * then its first calls clear heap pages the child never wrote: 90 page
+ * faults, 0.22 ms of CPU a task on 26.05 in Debian unstable (none on 22.05
+ * and 24.11, where the chunk stays whole anyway).  Held
+ * from the hook's start and freed just before the calls, the chunk is
+ * whole for them.  Never written here; where the malloc fails, the calls
+ * run as before. */
+#define SLURM_SETENV_CHUNK (256 * 1024 + 2 * sizeof(size_t))
+
 int ddp_stepd_task_init(spank_t sp)
 {
 	struct ddpenv_env env;
 	struct ddpenv_vars vars;
 	char err[DDPENV_ERRLEN];
+	void *setenv_chunk;
 	int rv = -1;
 
 	if (!st.active)
@@ -594,6 +608,7 @@ int ddp_stepd_task_init(spank_t sp)
 		slurm_error(DDP_PFX "%s", st.err);
 		return -1;
 	}
+	setenv_chunk = malloc(SLURM_SETENV_CHUNK);
 	ddpenv_env_init(&env);
 	if (snapshot(sp, &env, &st.node.cfg) < 0) {
 		slurm_error(DDP_PFX "%s", st.err);
@@ -619,8 +634,11 @@ int ddp_stepd_task_init(spank_t sp)
 		slurm_error(DDP_PFX "%s", err);
 		goto out;
 	}
+	free(setenv_chunk);
+	setenv_chunk = NULL;
 	rv = task_setenv(sp, &vars);
 out:
+	free(setenv_chunk);
 	ddpenv_env_free(&env);
 	return rv;
 }
