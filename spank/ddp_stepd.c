@@ -10,6 +10,7 @@
  * Nothing here may crash or hang slurmstepd: no exit, bounded system calls
  * (one getaddrinfo, one netlink query with a 2 s timeout).
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,64 +45,52 @@ static struct {
 	char bind_how[DDPENV_HOWLEN];
 } st;
 
-/* Copy KEY from the job's environment into the snapshot, if present.
+/* The job's environment as Slurm holds it (S_JOB_ENV), read in one pass:
+ * the variables libddpenv reads and the admin's of CFG (env: nccl and
+ * gloo, to know whether the user set them) into the snapshot, unless it
+ * holds them already.  One pass, not a spank_getenv a name (a scan of the
+ * whole environment each: 57 names over a task's 120 variables, 0.05 ms).
  * Some values are long: task/affinity's SLURM_CPU_BIND holds a mask per
  * task (128 tasks of a 256-CPU node: 8 KiB), a --cpu-bind=map_cpu list
- * whatever the user wrote. */
-#define FETCH_MAX (1u << 20)
-static int fetch(spank_t sp, struct ddpenv_env *env, const char *key)
+ * whatever the user wrote; one over 1 MiB is refused.  -1 with st.err. */
+#define VALUE_MAX (1u << 20)
+static int snapshot_pick(spank_t sp, struct ddpenv_env *env, const char *const *keys,
+			 const struct ddpenv_settings *cfg)
 {
-	char small[4096], *buf = small, *big = NULL;
-	size_t len = sizeof(small);
-	spank_err_t rc;
-	int rv = -1;
+	const char *admin[2 * DDPENV_CFG_ENV + 1], *bad = NULL;
+	char **envp = NULL;
+	size_t n = 0;
 
-	while ((rc = spank_getenv(sp, key, buf, (int)len)) == ESPANK_NOSPACE && len < FETCH_MAX) {
-		char *b = realloc(big, len * 4);
-		if (!b) {
-			snprintf(st.err, sizeof(st.err), "out of memory reading %s", key);
-			goto out;
-		}
-		buf = big = b;
-		len *= 4;
+	for (int w = 0; cfg && w < 2; w++)
+		for (size_t i = 0; i < cfg->nenv[w] && n < 2 * DDPENV_CFG_ENV; i++)
+			admin[n++] = cfg->env[w][i].key;
+	admin[n] = NULL;
+	if (spank_get_item(sp, S_JOB_ENV, &envp) != ESPANK_SUCCESS || !envp) {
+		snprintf(st.err, sizeof(st.err), "Slurm gave no job environment (spank_get_item S_JOB_ENV)");
+		return -1;
 	}
-	if (rc == ESPANK_ENV_NOEXIST) {
-		rv = 0;
-		goto out;
-	}
-	if (rc != ESPANK_SUCCESS) {
-		snprintf(st.err, sizeof(st.err),
-			 "%s: value longer than %zu bytes or unreadable: %s",
-			 key, len - 1, spank_strerror(rc));
-		goto out;
-	}
-	if (ddpenv_env_set(env, key, buf) < 0) {
-		snprintf(st.err, sizeof(st.err), "out of memory copying %s", key);
-		goto out;
-	}
-	rv = 0;
-out:
-	free(big);
-	return rv;
+	if (ddpenv_env_pick(env, envp, keys, admin, VALUE_MAX, &bad) == 0)
+		return 0;
+	if (errno == E2BIG)
+		snprintf(st.err, sizeof(st.err), "%.*s in the job's environment: a value over %u bytes: "
+			 "expected at most 1 MiB", (int)strcspn(bad, "="), bad, VALUE_MAX);
+	else
+		snprintf(st.err, sizeof(st.err), "out of memory reading the job's environment");
+	return -1;
 }
 
 /* The admin's extra variables (to know whether the user set them). */
 static int snapshot_admin_vars(spank_t sp, struct ddpenv_env *env, const struct ddpenv_settings *cfg)
 {
-	for (int w = 0; cfg && w < 2; w++)
-		for (size_t i = 0; i < cfg->nenv[w]; i++)
-			if (fetch(sp, env, cfg->env[w][i].key) < 0)
-				return -1;
-	return 0;
+	static const char *const none[] = { NULL };
+
+	return snapshot_pick(sp, env, none, cfg);
 }
 
 /* The snapshot: the variables libddpenv reads, and CFG's extra ones. */
 static int snapshot(spank_t sp, struct ddpenv_env *env, const struct ddpenv_settings *cfg)
 {
-	for (const char *const *k = ddpenv_env_keys; *k; k++)
-		if (fetch(sp, env, *k) < 0)
-			return -1;
-	return snapshot_admin_vars(sp, env, cfg);
+	return snapshot_pick(sp, env, ddpenv_env_keys, cfg);
 }
 
 static int parallel_ddp_step(spank_t sp)

@@ -46,6 +46,13 @@ const char *ddpenv_env_get(const struct ddpenv_env *env, const char *key);
 void ddpenv_env_unset(struct ddpenv_env *env, const char *key);
 /* Copy every entry of an envp-style array (e.g. environ). */
 int ddpenv_env_from_envp(struct ddpenv_env *env, char *const *envp);
+/* The entries of ENVP (an environment array, as Slurm holds a step's)
+ * named in KEYS or in EXTRA (NULL-terminated lists; EXTRA may be NULL),
+ * in one pass: a name's first entry, as getenv finds it; a name ENV holds
+ * already is kept.  -1 with errno E2BIG and *BAD the entry when a wanted
+ * value is over MAXLEN bytes, ENOMEM, or EINVAL for over 1,024 names. */
+int ddpenv_env_pick(struct ddpenv_env *env, char *const *envp, const char *const *keys,
+		    const char *const *extra, size_t maxlen, const char **bad);
 /* DST (initialized, empty) a copy of SRC.  -1 with errno ENOMEM (DST
  * then empty). */
 int ddpenv_env_copy(struct ddpenv_env *dst, const struct ddpenv_env *src);

@@ -133,6 +133,62 @@ int ddpenv_env_from_envp(struct ddpenv_env *env, char *const *envp)
 	return 0;
 }
 
+/* A wanted name: its text and length, for bsearch. */
+struct name {
+	const char *s;
+	size_t len;
+};
+
+static int name_cmp(const void *a, const void *b)
+{
+	const struct name *x = a, *y = b;
+	int c = memcmp(x->s, y->s, x->len < y->len ? x->len : y->len);
+
+	return c ? c : (x->len > y->len) - (x->len < y->len);
+}
+
+/* Longer names are none the library or an admin's env: section reads. */
+#define PICK_NAME_MAX 255
+#define PICK_NAMES_MAX 1024
+
+int ddpenv_env_pick(struct ddpenv_env *env, char *const *envp, const char *const *keys,
+		    const char *const *extra, size_t maxlen, const char **bad)
+{
+	const char *const *lists[2] = { keys, extra };
+	struct name want[PICK_NAMES_MAX];
+	char key[PICK_NAME_MAX + 1];
+	size_t n = 0;
+
+	for (int i = 0; i < 2; i++)
+		for (const char *const *k = lists[i]; k && *k; k++) {
+			if (n == PICK_NAMES_MAX) {
+				errno = EINVAL;
+				return -1;
+			}
+			want[n++] = (struct name){ *k, strlen(*k) };
+		}
+	qsort(want, n, sizeof(want[0]), name_cmp);
+	for (; envp && *envp; envp++) {
+		const char *eq = memchr(*envp, '=', strnlen(*envp, PICK_NAME_MAX + 1));
+		struct name k = { *envp, eq ? (size_t)(eq - *envp) : 0 };
+
+		if (!k.len || !bsearch(&k, want, n, sizeof(want[0]), name_cmp))
+			continue;
+		memcpy(key, k.s, k.len);
+		key[k.len] = '\0';
+		if (find(env, key, k.len) >= 0)
+			continue; /* an earlier entry's, or the caller's */
+		if (strnlen(eq + 1, maxlen + 1) > maxlen) {
+			*bad = *envp;
+			errno = E2BIG;
+			return -1;
+		}
+		if (ddpenv_env_set(env, key, eq + 1) < 0)
+			return -1;
+	}
+	return 0;
+}
+
 int ddpenv_env_copy(struct ddpenv_env *dst, const struct ddpenv_env *src)
 {
 	ddpenv_env_free(dst);
