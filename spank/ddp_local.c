@@ -122,7 +122,8 @@ int ddp_config_load(struct ddpenv_config *cfg, int ac, char **av, char *err, siz
 		if (strncmp(av[i], "config=", 7) == 0)
 			named = 1;
 	/* No config=PATH: the default path, which may be absent (defaults). */
-	if (!named && ddpenv_config_load(cfg, cfg->path, 0, err, errlen) < 0)
+	if (!named && ddpenv_config_load_kept(cfg, cfg->path, 0, ddpenv_config_cache_arg(ac, av), NULL, err,
+					       errlen) < 0)
 		return -1;
 	return ddpenv_config_plugstack(cfg, ac, av, err, errlen);
 }

@@ -384,8 +384,21 @@ int ddpenv_config_load(struct ddpenv_config *c, const char *path, int must_exist
 /* The same from memory (name is used in messages). */
 int ddpenv_config_parse(struct ddpenv_config *c, const char *name, const void *buf,
 			size_t len, char *err, size_t errlen);
+/* ddpenv_config_load through ddp.yaml's parse kept in dir (config_cache,
+ * an absolute path; "" or NULL: none): read from there while the file is
+ * as it was when kept, else parsed, and kept where this process is root
+ * and the file last changed over a second ago.  kept (may be NULL): one of
+ * DDPENV_CONFIG_*.  The folder and the file must be root's, writable by
+ * nobody else; whatever is amiss there is parsed as without them. */
+#define DDPENV_CONFIG_CACHE_DIR "/run/slurm-ddp"
+enum { DDPENV_CONFIG_PARSED, DDPENV_CONFIG_READ_KEPT, DDPENV_CONFIG_KEPT };
+int ddpenv_config_load_kept(struct ddpenv_config *c, const char *path, int must_exist,
+			    const char *dir, int *kept, char *err, size_t errlen);
+/* plugstack.conf's config_cache=DIR (the last), else DDPENV_CONFIG_CACHE_DIR. */
+const char *ddpenv_config_cache_arg(int ac, char *const *av);
 /* plugstack.conf arguments: config=PATH (loaded first, must exist), then
  * key=value for any setting (lists comma-separated, env.nccl.NAME=VALUE).
+ * config=PATH is read through config_cache=DIR (ddpenv_config_load_kept).
  * Unknown keys are errors. */
 int ddpenv_config_plugstack(struct ddpenv_config *c, int ac, char *const *av,
 			    char *err, size_t errlen);

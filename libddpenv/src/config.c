@@ -405,6 +405,14 @@ int ddpenv_config_load(struct ddpenv_config *c, const char *path, int must_exist
 		       char *err, size_t errlen)
 {
 	struct stat sb;
+
+	return ddpenv_config_load_stat(c, path, must_exist, &sb, err, errlen);
+}
+
+int ddpenv_config_load_stat(struct ddpenv_config *c, const char *path, int must_exist,
+			    struct stat *sbp, char *err, size_t errlen)
+{
+	struct stat sb;
 	char *buf = NULL;
 	size_t len = 0;
 	int fd, rv = -1;
@@ -427,6 +435,7 @@ int ddpenv_config_load(struct ddpenv_config *c, const char *path, int must_exist
 			ddpenv_config_free(c);
 			ddpenv_settings_defaults(&c->base);
 			c->from_file = 0;
+			memset(sbp, 0, sizeof(*sbp));
 			return 0;
 		}
 		snprintf(err, errlen, "%.200s: %s: expected a readable YAML file", path, strerror(errno));
@@ -467,6 +476,7 @@ int ddpenv_config_load(struct ddpenv_config *c, const char *path, int must_exist
 		len += (size_t)r;
 	}
 	rv = ddpenv_config_parse(c, path, buf, len, err, errlen);
+	*sbp = sb;
 out:
 	free(buf);
 	close(fd);
@@ -478,16 +488,23 @@ int ddpenv_config_plugstack(struct ddpenv_config *c, int ac, char *const *av,
 {
 	char why[DDPENV_ERRLEN], name[64];
 
+	const char *kept = ddpenv_config_cache_arg(ac, av);
+
+	if (*kept && *kept != '/') {
+		snprintf(err, errlen, "plugstack.conf argument 'config_cache=%.64s': expected an absolute folder path, or nothing for no cache",
+			 kept);
+		return -1;
+	}
 	for (int i = 0; i < ac; i++)
 		if (strncmp(av[i], "config=", 7) == 0 &&
-		    ddpenv_config_load(c, av[i] + 7, 1, err, errlen) < 0)
+		    ddpenv_config_load_kept(c, av[i] + 7, 1, kept, NULL, err, errlen) < 0)
 			return -1;
 	ddpenv_settings_defaults(&c->plugstack);
 	for (int i = 0; i < ac; i++) {
 		const char *eq = strchr(av[i], '=');
 		int k;
 
-		if (strncmp(av[i], "config=", 7) == 0)
+		if (strncmp(av[i], "config=", 7) == 0 || strncmp(av[i], "config_cache=", 13) == 0)
 			continue;
 		if (!eq || (size_t)(eq - av[i]) >= sizeof(name)) {
 			snprintf(err, errlen, "plugstack.conf argument '%.64s': expected key=value", av[i]);
@@ -503,7 +520,7 @@ int ddpenv_config_plugstack(struct ddpenv_config *c, int ac, char *const *av,
 		} else {
 			k = ddpenv_setting_lookup(name);
 			if (k < 0 || k == DDPENV_SET_ENV_NCCL || k == DDPENV_SET_ENV_GLOO) {
-				snprintf(err, errlen, "plugstack.conf argument '%.64s': unknown key '%s': expected config, default_backend, allowed_backends, port_range, network.cidrs, network.include, network.exclude, head_from, omp_num_threads, env.nccl.NAME, env.gloo.NAME, rdzv_secret, user_overrides, bind, topology, bind_nic, nvidia_gpus, gres_order or topology_cache",
+				snprintf(err, errlen, "plugstack.conf argument '%.64s': unknown key '%s': expected config, config_cache, default_backend, allowed_backends, port_range, network.cidrs, network.include, network.exclude, head_from, omp_num_threads, env.nccl.NAME, env.gloo.NAME, rdzv_secret, user_overrides, bind, topology, bind_nic, nvidia_gpus, gres_order or topology_cache",
 					 av[i], name);
 				return -1;
 			}

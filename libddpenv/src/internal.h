@@ -30,4 +30,16 @@ int ddpenv_settings_merge(struct ddpenv_settings *dst, const struct ddpenv_setti
  * newline: its length, or -1 when it cannot be read. */
 ssize_t ddpenv_read_line(const char *path, char *buf, size_t len);
 
+struct ddpenv_config;
+struct stat;
+/* config.c: ddpenv_config_load, and sb the file's fstat as it was read
+ * (zeroed where a missing file meant the defaults). */
+int ddpenv_config_load_stat(struct ddpenv_config *c, const char *path, int must_exist,
+			    struct stat *sb, char *err, size_t errlen);
+
+/* root_dir.c: dir a folder of root's that only root can write; make: made
+ * (0755) if missing.  what names the setting in messages.  0, else -1 with
+ * err. */
+int ddpenv_root_dir(const char *dir, int make, const char *what, char *err, size_t errlen);
+
 #endif

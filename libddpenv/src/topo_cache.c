@@ -144,32 +144,6 @@ out:
 	return rv;
 }
 
-/* dir a folder of root's that only root can write, made if missing */
-static int cache_dir(const char *dir, char *err, size_t errlen)
-{
-	struct stat st;
-
-	if (lstat(dir, &st) < 0 && errno == ENOENT) {
-		/* 0755 whatever the umask */
-		if (mkdir(dir, 0700) < 0 ? errno != EEXIST : chmod(dir, 0755) < 0) {
-			snprintf(err, errlen, "topology_cache %.200s: cannot make the folder: %s", dir,
-				 strerror(errno));
-			return -1;
-		}
-	}
-	if (lstat(dir, &st) < 0) {
-		snprintf(err, errlen, "topology_cache %.200s: %s", dir, strerror(errno));
-		return -1;
-	}
-	if (!S_ISDIR(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022)) {
-		snprintf(err, errlen, "topology_cache %.200s: expected a folder of root's that only root can write "
-			 "(owner uid %u, mode %04o): not used", dir, (unsigned)st.st_uid,
-			 (unsigned)(st.st_mode & 07777));
-		return -1;
-	}
-	return 0;
-}
-
 /* Discover this machine and write its export to path, through a temporary
  * file beside it renamed into place. */
 static int cache_write(const char *dir, const char *path, char *err, size_t errlen)
@@ -233,7 +207,7 @@ int ddpenv_topo_cache_ensure(const char *dir, const char *sysroot, char *path, s
 		snprintf(err, errlen, "no topology_cache");
 		return -1;
 	}
-	if (cache_dir(dir, err, errlen) < 0 || ddpenv_topo_cache_key(sysroot, key, sizeof(key), err, errlen) < 0)
+	if (ddpenv_root_dir(dir, 1, "topology_cache", err, errlen) < 0 || ddpenv_topo_cache_key(sysroot, key, sizeof(key), err, errlen) < 0)
 		return -1;
 	snprintf(name, sizeof(name), "topology-%s.xml", key);
 	if ((size_t)snprintf(path, len, "%s/%s", dir, name) >= len) {

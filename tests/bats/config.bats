@@ -147,7 +147,7 @@ no_jobs_queued() {
 	plugstack_args "portrange=1-2"
 	run --separate-stderr crun srun -n1 --ddp=gloo true
 	assert_failure
-	[[ "$stderr" == *"ddp: plugstack.conf argument 'portrange=1-2': unknown key 'portrange': expected config, default_backend"* ]]
+	[[ "$stderr" == *"ddp: plugstack.conf argument 'portrange=1-2': unknown key 'portrange': expected config, config_cache, default_backend"* ]]
 	no_jobs_queued
 }
 
@@ -467,4 +467,50 @@ stepd_hwloc_plugins() {
 	[ -z "$(ls -A "$cache")" ]
 	grep -q "ddp: topology_cache $cache: expected a folder of root's that only root can write (owner uid 0, mode 0777): not used" \
 		"$DIR"/log/slurmd.node*.log
+}
+
+@test "config_cache: a step keeps ddp.yaml's parse once the file has settled and the next read it back; an edit takes effect at the next step; a folder others can write is not used" {
+	local cache="$DIR/config-cache" f ino port
+	rm -rf "$cache"
+	set_conf "port_range: 30000-30099"
+	sleep 1.2 # a parse is kept of a file last changed over a second before
+	run --separate-stderr crun srun --ddp=gloo -N1 -n1 printenv MASTER_PORT
+	assert_success
+	((output >= 30000 && output <= 30099))
+	f=$(ls "$cache"/config-*.bin)
+	# root's (slurmstepd's, as root), readable by all as ddp.yaml is
+	assert_equal "$(stat -c '%u %a' "$cache" "$f" | tr '\n' ' ')" "0 755 0 644 "
+	ino=$(stat -c %i "$f")
+	# read back: a settled file parsed again would be kept anew (another inode)
+	run --separate-stderr crun srun --ddp=gloo -N2 -n2 printenv MASTER_PORT
+	assert_success
+	port=${lines[0]}
+	((port >= 30000 && port <= 30099))
+	assert_equal "$(stat -c %i "$f")" "$ino"
+	# edited: the next step has the new range at once, and keeps it
+	set_conf "port_range: 30200-30299"
+	run --separate-stderr crun srun --ddp=gloo -N1 -n1 printenv MASTER_PORT
+	assert_success
+	((output >= 30200 && output <= 30299))
+	sleep 1.2
+	run crun srun --ddp=gloo -N1 -n1 true
+	assert_success
+	[ "$(stat -c %i "$f")" != "$ino" ]
+	run --separate-stderr crun srun --ddp=gloo -N1 -n1 printenv MASTER_PORT
+	assert_success
+	((output >= 30200 && output <= 30299))
+	# an edit in error is refused at submit, as without a cache
+	set_conf "port_range: 9-1"
+	run --separate-stderr crun srun --ddp=gloo -N1 -n1 true
+	assert_failure
+	[[ "$stderr" == *"ddp: $CONF:1:13: port_range: '9-1' is inverted"* ]]
+	# a folder others can write: nothing read or kept there, steps as before
+	set_conf "port_range: 30000-30099"
+	sleep 1.2
+	mkdir -m 0777 "$BATS_TEST_TMPDIR/open-cache"
+	plugstack_set config_cache "$BATS_TEST_TMPDIR/open-cache"
+	run --separate-stderr crun srun --ddp=gloo -N1 -n1 printenv MASTER_PORT
+	assert_success
+	((output >= 30000 && output <= 30099))
+	[ -z "$(ls -A "$BATS_TEST_TMPDIR/open-cache")" ]
 }

@@ -66,8 +66,8 @@ page_lacks() {
 
 @test "spank-ddp(8) names both options, every plugstack key, every variable the plugin sets and every user variable" {
 	local keys vars
-	# the plugstack keys, as config.c's error names them (18 now)
-	read -ra keys < <(grep -oE "expected config, default_backend[^\"]*" "$REPO/libddpenv/src/config.c" |
+	# the plugstack keys, as config.c's error names them (19 now)
+	read -ra keys < <(grep -oE "expected config, config_cache, default_backend[^\"]*" "$REPO/libddpenv/src/config.c" |
 		sed 's/^expected //; s/ or /, /; s/\.NAME//g' | tr -d ,)
 	[ "${#keys[@]}" -ge 15 ]
 	page_lacks spank-ddp.8 --ddp --ddp-bind config= "${keys[@]}"
