@@ -22,6 +22,9 @@
 #                                         all its hooks, every task's counted,
 #                                         and each hook's page faults
 #   tests/cluster/release.sh run 24.11 bench/launch_cost.sh    on another Slurm release
+#   SECRET=1 bench/launch_cost.sh         with the site's rdzv_secret set (a
+#                                         root-only file, as docs/security.md
+#                                         asks): each step derives its token
 #   DDP_CLUSTER_SLURMD_ENV=HWLOC_PLUGINS_BLACKLIST=... bench/launch_cost.sh
 #                                         slurmd (and so slurmstepd) with that
 #                                         environment (docs/admin.md)
@@ -37,6 +40,8 @@ nodes=${NODES:-2}
 [[ "$nodes" =~ ^[12]$ ]] || { echo "bench: NODES=$nodes: expected 1 or 2 (the test cluster's nodes)" >&2; exit 2; }
 hook_steps=${HOOK_STEPS:-50}
 [[ "$hook_steps" =~ ^[0-9]+$ ]] || { echo "bench: HOOK_STEPS=$hook_steps: expected a count of steps (0: none)" >&2; exit 2; }
+secret=${SECRET:-0}
+[[ "$secret" =~ ^[01]$ ]] || { echo "bench: SECRET=$secret: expected 0 or 1" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "bench: needs root (the test cluster)" >&2; exit 2; }
 [ -f "$repo/build/lib/spank_ddp.so" ] || { echo "bench: the plugin is not built (run make)" >&2; exit 2; }
 
@@ -45,8 +50,21 @@ names=(plain ddp ddp-nobind)
 args=("" "--ddp=gloo" "--ddp=gloo --ddp-bind=none")
 step=(-N"$nodes" --ntasks-per-node=2 true)
 
+# SECRET=1: the cluster's ddp.yaml names a root-only secret of 32 bytes
+site_secret() {
+	local etc
+	[ "$secret" = 1 ] || return 0
+	etc=$("$cluster" env | sed -n 's/^DDP_CLUSTER_DIR=//p')/etc
+	head -c 32 /dev/urandom >"$etc/ddp.secret"
+	chmod 600 "$etc/ddp.secret"
+	sed -i "s|^rdzv_secret: .*|rdzv_secret: $etc/ddp.secret|" "$etc/ddp.yaml"
+	grep -q "^rdzv_secret: $etc/ddp.secret\$" "$etc/ddp.yaml" || { echo "bench: cannot set rdzv_secret in $etc/ddp.yaml" >&2; exit 1; }
+	sleep 1.1 # settled: the next step keeps its parse (config_cache)
+}
+
 "$cluster" start 2 >/dev/null
 trap '"$cluster" stop >/dev/null 2>&1' EXIT
+site_secret
 slurm=$("$cluster" run srun --version)
 
 # launch ARGS: one step's wall time, in microseconds, from srun's start to its end
@@ -111,6 +129,7 @@ if [ -n "${DDP_CLUSTER_SLURMD_ENV:-}" ]; then
 	done
 	echo "# slurmd's environment has: $DDP_CLUSTER_SLURMD_ENV"
 fi
+[ "$secret" = 0 ] || echo "# rdzv_secret set (SECRET=1): each step derives its token"
 echo "# $slurm, $(nproc) CPUs ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)), $(date -u +%F)"
 printf '%-12s %10s %15s %16s %18s %8s\n' variant "median ms" "paired diff ms" "its 95% CI" "(q1..q3)" ratio
 printf '%-12s %10s %15s %16s %18s %8s\n' plain "$(q "$tmp/plain" 50)" - - - "1.00"
@@ -134,6 +153,7 @@ done
 [ "$hook_steps" -gt 0 ] || exit 0
 "$cluster" stop >/dev/null 2>&1
 DDP_CLUSTER_SLURMD_DEBUG=verbose "$cluster" start 2 >/dev/null
+site_secret
 run_dir=$("$cluster" env | sed -n 's/^DDP_CLUSTER_DIR=//p')
 ddp_step() { "$cluster" run srun --ddp=gloo "${step[@]}" >/dev/null; }
 ddp_step && ddp_step # warm-up

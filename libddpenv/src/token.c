@@ -39,6 +39,19 @@ int ddpenv_token_derive(const void *secret, size_t len, uint32_t job_id,
 	return 0;
 }
 
+int ddpenv_token_warm(void)
+{
+	static const unsigned char key[32] = { 1 };
+	static const char msg[] = "slurm-ddp rdzv v2 0.0 uid 0";
+	unsigned char mac[EVP_MAX_MD_SIZE];
+	unsigned int maclen = 0;
+	int ok = HMAC(EVP_sha256(), key, (int)sizeof(key), (const unsigned char *)msg, sizeof(msg) - 1, mac,
+		      &maclen) != NULL;
+
+	OPENSSL_cleanse(mac, sizeof(mac));
+	return ok ? 0 : -1;
+}
+
 int ddpenv_secret_read(const char *path, unsigned char *buf, size_t cap,
 		       char *err, size_t errlen)
 {

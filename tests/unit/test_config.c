@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -705,6 +706,15 @@ static void test_trust(void)
 	test_cond("... its step id still Slurm's", ddpenv_step_trust(&st, &auth, &job, err, sizeof(err)) < 0);
 }
 
+static int token_warm_rc = -1;
+
+static void *token_warm_thread(void *arg)
+{
+	(void)arg;
+	token_warm_rc = ddpenv_token_warm();
+	return NULL;
+}
+
 static void test_token(void)
 {
 	char t1[DDPENV_TOKEN_LEN + 1], t2[DDPENV_TOKEN_LEN + 1];
@@ -722,6 +732,14 @@ static void test_token(void)
 	ddpenv_token_derive("0123456789abcdeX", 16, 77, 2, 1000, t2, err, sizeof(err));
 	test_cond("... another secret another token", strcmp(t1, t2) != 0);
 	test_cond("an empty secret is refused", ddpenv_token_derive(key, 0, 77, 2, 1000, t2, err, sizeof(err)) < 0);
+	/* OpenSSL set up ahead in a thread of its own, as the plugin does in
+	 * post_opt: the token is the same after it */
+	pthread_t th;
+	test_cond("OpenSSL set up ahead in a thread",
+		  pthread_create(&th, NULL, token_warm_thread, NULL) == 0 && pthread_join(th, NULL) == 0 &&
+		  token_warm_rc == 0);
+	test_cond("... the token the same after it",
+		  ddpenv_token_derive(key, 16, 77, 2, 1000, t2, err, sizeof(err)) == 0 && strcmp(t1, t2) == 0);
 
 	char dir[] = "/tmp/ddp-test-secret.XXXXXX", path[256], link[256];
 	unsigned char buf[DDPENV_SECRET_MAX + 1];
