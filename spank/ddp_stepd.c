@@ -11,8 +11,6 @@
  * (one getaddrinfo, one netlink query with a 2 s timeout).
  */
 #include <errno.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,8 +43,6 @@ static struct {
 					    * sets SLURM_CPU_BIND in every task */
 	enum ddpenv_bind bind;       /* the policy, for DDP_BIND_POLICY */
 	char bind_how[DDPENV_HOWLEN];
-	pthread_t warm;              /* token_warm_start's thread */
-	int warming;                 /* ... started, not yet joined */
 } st;
 
 /* The job's environment as Slurm holds it (S_JOB_ENV), read in one pass:
@@ -146,37 +142,6 @@ static void keep_topology(const struct ddpenv_settings *eff)
 	}
 }
 
-static void *token_warm_main(void *arg)
-{
-	(void)arg;
-	(void)ddpenv_token_warm();
-	return NULL;
-}
-
-/* OpenSSL set up ahead (ddpenv_token_warm): the process's first HMAC
- * costs 1 ms (5 us the next), and Slurm sets the step up (I/O, PAM,
- * privileges) for 2 ms between post_opt and user_init, whose token then
- * takes 5 us.  The thread takes no signal (they are Slurm's threads') and
- * is joined in user_init, before Slurm forks the tasks, or at exit; where
- * it cannot start, the token pays as before. */
-static void token_warm_start(void)
-{
-	sigset_t all, old;
-
-	sigfillset(&all);
-	if (pthread_sigmask(SIG_SETMASK, &all, &old) != 0)
-		return;
-	st.warming = pthread_create(&st.warm, NULL, token_warm_main, NULL) == 0;
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-}
-
-static void token_warm_join(void)
-{
-	if (st.warming)
-		pthread_join(st.warm, NULL);
-	st.warming = 0;
-}
-
 /* The head's name lookup started here, for user_init to take
  * (ddpenv_sys_lookup_ahead): Slurm's own set-up of the step (I/O, PAM,
  * privileges) runs between the two hooks while glibc's thread resolves, so
@@ -236,8 +201,6 @@ int ddp_stepd_post_opt(spank_t sp, int ac, char **av)
 		   read_secret(eff) < 0) {
 		st.failed = 1;
 	} else {
-		if (st.secret_len > 0)
-			token_warm_start();
 		keep_topology(eff);
 		lookup_head_ahead(sp);
 	}
@@ -361,7 +324,6 @@ static int trust_step(spank_t sp)
 		return -1;
 	}
 	auth.uid = (uint32_t)uid;
-	token_warm_join();
 	if (ddpenv_step_trust(&st.node.step, &auth, &job, st.err, sizeof(st.err)) < 0)
 		return -1;
 	if (st.secret_len > 0 &&
@@ -447,7 +409,6 @@ fail:
 	 * and only this step fails. */
 	st.failed = 1;
 out:
-	token_warm_join(); /* before Slurm forks the tasks */
 	explicit_bzero(st.secret, sizeof(st.secret));
 	st.secret_len = 0;
 	free(eff);
@@ -673,7 +634,6 @@ out:
 
 void ddp_stepd_exit(void)
 {
-	token_warm_join();
 	explicit_bzero(st.secret, sizeof(st.secret)); /* if user_init never ran */
 	ddpenv_config_free(&st.cfg);
 	ddpenv_bind_plan_free(&st.plan);

@@ -425,12 +425,6 @@ extern const struct ddpenv_user_key ddpenv_user_keys[];
 int ddpenv_token_derive(const void *secret, size_t len, uint32_t job_id,
 			uint32_t step_id, uint32_t uid, char out[DDPENV_TOKEN_LEN + 1],
 			char *err, size_t errlen);
-/* OpenSSL's first HMAC in a process sets the library up (its configuration
- * file, its providers, the digest's fetch): about 1 ms, where the next
- * takes 5 us.  Called ahead of ddpenv_token_derive, from a thread of the
- * caller's while it does other work, it leaves the token its 5 us.
- * 0, or -1 (the derive pays it then, as without). */
-int ddpenv_token_warm(void);
 
 /* What Slurm authenticated about a step (slurmstepd's spank_get_item:
  * S_JOB_ID, S_JOB_STEPID, S_JOB_UID), never the job's environment. */

@@ -4,11 +4,12 @@
 #include <sys/random.h>
 
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 
+#include "internal.h"
 #include "store_auth.h"
 #include "store_proto.h"
+
+_Static_assert(STORE_PROOF_LEN == DDPENV_HMAC_LEN, "a proof is an HMAC-SHA256");
 
 int store_nonce(uint8_t out[STORE_NONCE_LEN])
 {
@@ -32,7 +33,6 @@ int store_proof(const char *token, enum store_role role, const uint8_t cnonce[ST
 	static const char *const label[] = { "slurm-ddp store 2 server", "slurm-ddp store 2 client" };
 	uint8_t msg[32 + 2 * STORE_NONCE_LEN + 8];
 	size_t ll = strlen(label[role]), n = 0;
-	unsigned int maclen = 0;
 
 	if (!token || !*token)
 		return -1;
@@ -45,10 +45,7 @@ int store_proof(const char *token, enum store_role role, const uint8_t cnonce[ST
 	proto_put_u32(msg + n, rank);
 	proto_put_u32(msg + n + 4, world);
 	n += 8;
-	if (!HMAC(EVP_sha256(), token, (int)strlen(token), msg, n, out, &maclen) ||
-	    maclen != STORE_PROOF_LEN)
-		return -1;
-	return 0;
+	return ddpenv_hmac_sha256(token, strlen(token), msg, n, out);
 }
 
 int store_proof_ok(const char *token, enum store_role role, const uint8_t cnonce[STORE_NONCE_LEN],

@@ -8,17 +8,15 @@
 #include <unistd.h>
 
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 
 #include "ddpenv.h"
+#include "internal.h"
 
 int ddpenv_token_derive(const void *secret, size_t len, uint32_t job_id,
 			uint32_t step_id, uint32_t uid, char out[DDPENV_TOKEN_LEN + 1],
 			char *err, size_t errlen)
 {
-	unsigned char mac[EVP_MAX_MD_SIZE];
-	unsigned int maclen = 0;
+	unsigned char mac[DDPENV_HMAC_LEN];
 	char msg[80];
 	int n;
 
@@ -28,28 +26,14 @@ int ddpenv_token_derive(const void *secret, size_t len, uint32_t job_id,
 		return -1;
 	}
 	n = snprintf(msg, sizeof(msg), "slurm-ddp rdzv v2 %u.%u uid %u", job_id, step_id, uid);
-	if (!HMAC(EVP_sha256(), secret, (int)len, (const unsigned char *)msg, (size_t)n, mac,
-		  &maclen) || maclen * 2 != DDPENV_TOKEN_LEN) {
+	if (ddpenv_hmac_sha256(secret, len, msg, (size_t)n, mac) < 0) {
 		snprintf(err, errlen, "HMAC-SHA256 of step %u.%u failed (OpenSSL)", job_id, step_id);
 		return -1;
 	}
-	for (unsigned i = 0; i < maclen; i++)
+	for (unsigned i = 0; i < DDPENV_HMAC_LEN; i++)
 		snprintf(out + 2 * i, 3, "%02x", mac[i]);
 	OPENSSL_cleanse(mac, sizeof(mac));
 	return 0;
-}
-
-int ddpenv_token_warm(void)
-{
-	static const unsigned char key[32] = { 1 };
-	static const char msg[] = "slurm-ddp rdzv v2 0.0 uid 0";
-	unsigned char mac[EVP_MAX_MD_SIZE];
-	unsigned int maclen = 0;
-	int ok = HMAC(EVP_sha256(), key, (int)sizeof(key), (const unsigned char *)msg, sizeof(msg) - 1, mac,
-		      &maclen) != NULL;
-
-	OPENSSL_cleanse(mac, sizeof(mac));
-	return ok ? 0 : -1;
 }
 
 int ddpenv_secret_read(const char *path, unsigned char *buf, size_t cap,
