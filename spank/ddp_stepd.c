@@ -44,6 +44,7 @@ static struct {
 	enum ddpenv_bind bind;       /* the policy, for DDP_BIND_POLICY */
 	char bind_how[DDPENV_HOWLEN];
 } st;
+static int st_used; /* post_opt ran in this process */
 
 /* The job's environment as Slurm holds it (S_JOB_ENV), read in one pass:
  * the variables libddpenv reads and the admin's of CFG (env: nccl and
@@ -174,7 +175,12 @@ static void lookup_head_ahead(spank_t sp)
  * fail the step's tasks later, never slurmstepd or the node. */
 int ddp_stepd_post_opt(spank_t sp, int ac, char **av)
 {
-	memset(&st, 0, sizeof(st));
+	/* st is zero as slurmstepd loads the plugin, for its one step:
+	 * cleared again only if a step ran here before (its 120 KB written
+	 * would be 30 page faults of the step's path) */
+	if (st_used)
+		memset(&st, 0, sizeof(st));
+	st_used = 1;
 	ddpenv_config_init(&st.cfg);
 	if (!parallel_ddp_step(sp))
 		return 0; /* the batch shell and the extern step get nothing */

@@ -421,6 +421,7 @@ static int locate(struct gpu_planning *gp, char *err, size_t errlen)
 		return -1;
 	}
 	plan->ngpus = nids;
+	memset(plan->gpus, 0, nids * sizeof(plan->gpus[0])); /* (plan_clear left them) */
 	gp->ntg = ddpenv_topo_gpus(t, gp->tgpu, DDPENV_MAX_GPUS);
 	for (size_t k = 0; k < nids; k++) {
 		struct ddpenv_bind_gpu *g = &plan->gpus[k];
