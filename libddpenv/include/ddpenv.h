@@ -504,9 +504,9 @@ int ddpenv_topo_load_cached(const char *path, struct ddpenv_topo **out, char *er
 /* An export of this machine (kept: the one ensure gave; else the admin's
  * topology) loaded without hwloc's plugins: hwloc opens every plugin of
  * its folder at a process's first topology (Debian 13's libhwloc-plugins:
- * about 5 ms), though reading an export needs none.  It points
- * HWLOC_PLUGINS_PATH, which hwloc reads then, at no folder for the load and
- * puts it back: it changes the process's environment, so only in a process
+ * about 5 ms), though reading an export needs none.  For the load alone,
+ * hwloc reads (environ) a copy of the environment whose HWLOC_PLUGINS_PATH
+ * names no folder; the process's own is as it was after: only in a process
  * of one thread (a task's child of slurmstepd before exec). */
 int ddpenv_topo_load_noplugins(const char *path, int kept, struct ddpenv_topo **out, char *err,
 			       size_t errlen);
