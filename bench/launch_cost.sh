@@ -22,6 +22,9 @@
 #                                         all its hooks, every task's counted,
 #                                         and each hook's page faults
 #   tests/cluster/release.sh run 24.11 bench/launch_cost.sh    on another Slurm release
+#   NOBIND=0 bench/launch_cost.sh         --ddp with binding only (the target's
+#                                         variant), no --ddp-bind=none: twice
+#                                         the pairs of it in the same time
 #   SECRET=1 bench/launch_cost.sh         with the site's rdzv_secret set (a
 #                                         root-only file, as docs/security.md
 #                                         asks): each step derives its token
@@ -40,6 +43,8 @@ nodes=${NODES:-2}
 [[ "$nodes" =~ ^[12]$ ]] || { echo "bench: NODES=$nodes: expected 1 or 2 (the test cluster's nodes)" >&2; exit 2; }
 hook_steps=${HOOK_STEPS:-50}
 [[ "$hook_steps" =~ ^[0-9]+$ ]] || { echo "bench: HOOK_STEPS=$hook_steps: expected a count of steps (0: none)" >&2; exit 2; }
+nobind=${NOBIND:-1}
+[[ "$nobind" =~ ^[01]$ ]] || { echo "bench: NOBIND=$nobind: expected 1 (--ddp-bind=none measured too) or 0 (not)" >&2; exit 2; }
 secret=${SECRET:-0}
 [[ "$secret" =~ ^[01]$ ]] || { echo "bench: SECRET=$secret: expected 0 or 1" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "bench: needs root (the test cluster)" >&2; exit 2; }
@@ -49,6 +54,8 @@ secret=${SECRET:-0}
 names=(plain ddp ddp-nobind)
 args=("" "--ddp=gloo" "--ddp=gloo --ddp-bind=none")
 step=(-N"$nodes" --ntasks-per-node=2 true)
+measured=(1 2) # the --ddp variants measured
+[ "$nobind" = 1 ] || measured=(1)
 
 # SECRET=1: the cluster's ddp.yaml names a root-only secret of 32 bytes
 site_secret() {
@@ -84,7 +91,7 @@ tmp=$(mktemp -d)
 trap '"$cluster" stop >/dev/null 2>&1; rm -rf "$tmp"' EXIT
 for ((r = 0; r < rounds; r++)); do
 	# each round: plain, then each --ddp variant, in an order that alternates
-	for v in 1 2; do
+	for v in "${measured[@]}"; do
 		if ((r % 2)); then
 			d=$(launch "${args[$v]}"); p=$(launch "")
 		else
@@ -133,13 +140,13 @@ fi
 echo "# $slurm, $(nproc) CPUs ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)), $(date -u +%F)"
 printf '%-12s %10s %15s %16s %18s %8s\n' variant "median ms" "paired diff ms" "its 95% CI" "(q1..q3)" ratio
 printf '%-12s %10s %15s %16s %18s %8s\n' plain "$(q "$tmp/plain" 50)" - - - "1.00"
-for v in 1 2; do
+for v in "${measured[@]}"; do
 	n=${names[$v]}
 	printf '%-12s %10s %15s %16s %18s %8s\n' "$n" "$(q "$tmp/$n" 50)" "$(q "$tmp/$n.diff" 50)" \
 		"$(ci "$tmp/$n.diff")" "($(q "$tmp/$n.diff" 25)..$(q "$tmp/$n.diff" 75))" \
 		"$(awk -v a="$(q "$tmp/$n" 50)" -v b="$(q "$tmp/plain" 50)" 'BEGIN { printf "%.3f", a / b }')"
 done
-for v in 1 2; do
+for v in "${measured[@]}"; do
 	n=${names[$v]}
 	echo "# ${args[$v]}: what it adds to a launch, by the interval: $(verdict "$(ci "$tmp/$n.diff")")"
 done

@@ -615,16 +615,23 @@ ratio_ok() {
 	[ ! -s "$BATS_TEST_TMPDIR/cluster/net" ]
 }
 
-@test "launch_cost.sh NODES=1: the step on one node of the two, the hooks' times from that node's slurmstepd only; a bad NODES refused" {
+@test "launch_cost.sh NODES=1 NOBIND=0: the step on one node of the two, --ddp with binding only, the hooks' times from that node's slurmstepd only; a bad NODES or NOBIND refused" {
 	[ "$(id -u)" = 0 ] || skip "the test cluster needs root"
 	run env NODES=3 "$REPO/bench/launch_cost.sh"
 	assert_failure 2
 	assert_output "bench: NODES=3: expected 1 or 2 (the test cluster's nodes)"
-	run --separate-stderr env NODES=1 ROUNDS=1 HOOK_STEPS=2 DDP_CLUSTER_DIR="$BATS_TEST_TMPDIR/cluster" \
+	run env NOBIND=no "$REPO/bench/launch_cost.sh"
+	assert_failure 2
+	assert_output "bench: NOBIND=no: expected 1 (--ddp-bind=none measured too) or 0 (not)"
+	run --separate-stderr env NODES=1 NOBIND=0 ROUNDS=1 HOOK_STEPS=2 DDP_CLUSTER_DIR="$BATS_TEST_TMPDIR/cluster" \
 		"$REPO/bench/launch_cost.sh"
 	assert_success
 	assert_line --regexp '^# --ddp launch cost: srun -N1 --ntasks-per-node=2 true, 1 pairs per variant, interleaved$'
 	assert_line --regexp '^ddp +[0-9.]+ +-?[0-9.]+ +'
+	assert_line --regexp '^# --ddp=gloo: what it adds to a launch, by the interval: '
+	# no --ddp-bind=none: neither its row nor its verdict
+	refute_line --partial 'ddp-nobind'
+	refute_line --partial 'ddp-bind=none'
 	# 2 steps on 1 node: one node-step each
 	assert_line "# the plugin's time in slurmstepd per node and step, 2 node-steps (SlurmdDebug=verbose), ms:"
 	# the steps ran on node1 only: its slurmstepd timed the hooks, node2's none
