@@ -428,9 +428,11 @@ out:
  * --gpu-bind, and task/affinity's SLURM_CPU_BIND.  Under Slurm's per-task
  * GPU binding a task sees only its own GPUs: its plan needs the node's, as
  * the plugin passes them; and the user's --cpu-bind is the one the step
- * started with.  ENV: the task's snapshot, an outer step's variables of
- * the plugin removed.  0 (a plan, or unbound with a warning), else -1
- * said. */
+ * started with.  A topology slurmstepd loaded holds slurmstepd's CPUs,
+ * the job's under cgroup v2 (its step's cpuset is on the tasks' groups):
+ * the task's own cgroup's are the allowed set.  ENV: the task's snapshot,
+ * an outer step's variables of the plugin removed.  0 (a plan, or unbound
+ * with a warning), else -1 said. */
 static int task_plan(const struct ddpenv_env *env)
 {
 	const char *mine = ddpenv_env_get(env, "SLURM_STEP_GPUS");
@@ -449,7 +451,9 @@ static int task_plan(const struct ddpenv_env *env)
 		return -1;
 	}
 	ddpenv_bind_plan_free(&st.plan);
-	r = ddpenv_bind_plan(st.topo, &penv, st.bind, NULL, &st.plan, err, sizeof(err));
+	r = st.topo_in_task ? 0 : ddpenv_topo_allow_cgroup(st.topo, "", err, sizeof(err));
+	if (r == 0)
+		r = ddpenv_bind_plan(st.topo, &penv, st.bind, NULL, &st.plan, err, sizeof(err));
 	ddpenv_env_free(&penv);
 	if (r == 0)
 		return 0;

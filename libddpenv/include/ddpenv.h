@@ -497,6 +497,11 @@ int ddpenv_topo_cache_map(const char *path, char *err, size_t errlen);
  * and 0 when there is none (every CPU); -1 when the list does not fit in
  * len.  how says which file, or why none.  sysroot: "" for this machine. */
 int ddpenv_cgroup_cpus(const char *sysroot, char *list, size_t len, char *how, size_t howlen);
+/* Those CPUs (every CPU where there is no cpuset cgroup) as t's allowed
+ * set, for a topology this process did not load itself: a parent's in
+ * another cgroup (under cgroup v2 slurmstepd keeps the job's CPUs, a
+ * task's child has its step's).  0, or -1 with err (t unchanged). */
+int ddpenv_topo_allow_cgroup(struct ddpenv_topo *t, const char *sysroot, char *err, size_t errlen);
 /* Load an export ensure gave as this machine's: its mapped copy where
  * there is one hwloc maps (no parse), else the export; the allowed CPUs
  * from this process's cgroup, binding acting on this machine. */

@@ -14,6 +14,10 @@
  *   what:  cpuset.cpus.effective (v2), cpuset.cpus (v1), cpus (cpuset).
  *
  * No cpuset cgroup, or its file unreadable: every CPU, as hwloc says.
+ * ddpenv_topo_allow_cgroup makes them a topology's allowed set: one mapped
+ * from the kept copy, or one a parent in another cgroup loaded (under
+ * cgroup v2 slurmstepd stays in the job's CPUs; a task's child is in its
+ * step's).
  * sysroot prefixes every path (tests give a fake tree; "" is this
  * machine).  Every read is bounded: kernel files of a few KB.
  */
@@ -24,8 +28,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <hwloc.h>
+
 #include "ddpenv.h"
 #include "internal.h"
+#include "topo.h"
 
 enum kind { CGROUP2, CGROUP1, CPUSETFS };
 
@@ -146,4 +153,33 @@ int ddpenv_cgroup_cpus(const char *sysroot, char *list, size_t len, char *how, s
 	}
 	snprintf(how, howlen, "this process's cgroup cpuset, %.200s", p + strlen(sysroot));
 	return 1;
+}
+
+int ddpenv_topo_allow_cgroup(struct ddpenv_topo *t, const char *sysroot, char *err, size_t errlen)
+{
+	char how[DDPENV_ERRLEN], list[16384];
+	hwloc_bitmap_t set;
+	int r = ddpenv_cgroup_cpus(sysroot, list, sizeof(list), how, sizeof(how));
+
+	if (r < 0) {
+		snprintf(err, errlen, "the allowed CPUs: %.300s", how);
+		return -1;
+	}
+	if (!(set = hwloc_bitmap_alloc())) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	if (r == 0)
+		hwloc_bitmap_fill(set);
+	else if (hwloc_bitmap_list_sscanf(set, list) < 0) {
+		snprintf(err, errlen, "the allowed CPUs: %.300s: '%.64s': expected a CPU list such as 0-27,112-139",
+			 how, list);
+		hwloc_bitmap_free(set);
+		return -1;
+	}
+	hwloc_bitmap_and(set, set, hwloc_topology_get_topology_cpuset(t->topo));
+	hwloc_bitmap_free(t->allowed);
+	t->allowed = set;
+	snprintf(t->allowed_how, sizeof(t->allowed_how), "%s", how);
+	return 0;
 }

@@ -18,7 +18,7 @@
  *
  * A mapped topology is read-only and holds the allowed CPUs of the step
  * that wrote it: its allowed set is this process's cpuset cgroup's
- * (ddpenv_cgroup_cpus), as hwloc would read it at a load.
+ * (ddpenv_topo_allow_cgroup), as hwloc would read it at a load.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -200,32 +200,6 @@ out:
 	return rv;
 }
 
-/* The allowed CPUs of a mapped topology: this process's cgroup's, within
- * the machine's.  0, else -1 with err. */
-static int adopted_allowed(struct ddpenv_topo *t, char *err, size_t errlen)
-{
-	char how[DDPENV_ERRLEN], list[16384];
-	int r = ddpenv_cgroup_cpus("", list, sizeof(list), how, sizeof(how));
-
-	if (r < 0) {
-		snprintf(err, errlen, "the allowed CPUs: %.300s", how);
-		return -1;
-	}
-	if (!(t->allowed = hwloc_bitmap_alloc())) {
-		snprintf(err, errlen, "out of memory");
-		return -1;
-	}
-	if (r == 0)
-		hwloc_bitmap_fill(t->allowed);
-	else if (hwloc_bitmap_list_sscanf(t->allowed, list) < 0) {
-		snprintf(err, errlen, "the allowed CPUs: %.300s: '%.64s' is not a CPU list", how, list);
-		return -1;
-	}
-	hwloc_bitmap_and(t->allowed, t->allowed, hwloc_topology_get_topology_cpuset(t->topo));
-	snprintf(t->allowed_how, sizeof(t->allowed_how), "%s", how);
-	return 0;
-}
-
 int ddpenv_topo_shm_adopt(const char *path, struct ddpenv_topo **out, char *err, size_t errlen)
 {
 	struct ddpenv_topo *t;
@@ -261,7 +235,7 @@ int ddpenv_topo_shm_adopt(const char *path, struct ddpenv_topo **out, char *err,
 	t->inited = 1;
 	t->thissystem = hwloc_topology_is_thissystem(t->topo);
 	snprintf(t->source, sizeof(t->source), "this machine (hwloc, mapped from %.200s)", path);
-	if (adopted_allowed(t, err, errlen) < 0) {
+	if (ddpenv_topo_allow_cgroup(t, "", err, errlen) < 0) {
 		ddpenv_topo_free(t);
 		return -1;
 	}

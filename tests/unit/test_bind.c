@@ -364,6 +364,78 @@ static void test_cgroup(void)
 	ddpenv_env_free(&env);
 }
 
+/* write text to dir/rel, making its folders */
+static void put_at(const char *dir, const char *rel, const char *text)
+{
+	char p[900];
+	FILE *f;
+
+	snprintf(p, sizeof(p), "%s/%s", dir, rel);
+	for (char *c = p + strlen(dir) + 1; (c = strchr(c, '/')); *c++ = '/') {
+		*c = '\0';
+		mkdir(p, 0755);
+	}
+	if ((f = fopen(p, "w"))) {
+		fputs(text, f);
+		fclose(f);
+	}
+}
+
+/* Under cgroup v2 slurmstepd stays in step_N/slurm, the job's CPUs; its
+ * tasks' groups (step_N/user/task_K) hold the step's cpuset.  A topology
+ * slurmstepd loaded, planned in a task's child, takes the child's cgroup
+ * (a fake tree here) as its allowed set. */
+static void test_cgroup_v2_task(void)
+{
+	char dir[] = "/tmp/ddp-cgXXXXXX", list[64], cmd[700];
+	const char *task = "sys/fs/cgroup/system.slice/slurmstepd.scope/job_7/step_0/user/task_0";
+	struct ddpenv_topo *t = NULL;
+	struct ddpenv_env env;
+	struct ddpenv_bind_plan p;
+
+	if (!mkdtemp(dir) || ddpenv_topo_load(topo_path("cpu-2socket.xml"), 0, &t, err, sizeof(err)) < 0) {
+		test_cond("cgroup v2 task: a fake tree and a topology", 0);
+		return;
+	}
+	put_at(dir, "sys/fs/cgroup/cpuset.cpus.effective", "0-79\n");
+	put_at(dir, "sys/fs/cgroup/system.slice/slurmstepd.scope/job_7/step_0/slurm/cpuset.cpus.effective", "0-79\n");
+	snprintf(cmd, sizeof(cmd), "%s/cpuset.cpus.effective", task);
+	put_at(dir, cmd, "2-5,42-45\n");
+	put_at(dir, "proc/self/cgroup", "0::/system.slice/slurmstepd.scope/job_7/step_0/user/task_0\n");
+	ddpenv_topo_allowed(t, list, sizeof(list), err, sizeof(err));
+	test_streq("a topology loaded in the job's CPUs allows them all", list, "0-79");
+	test_cond("the task's cgroup taken", ddpenv_topo_allow_cgroup(t, dir, err, sizeof(err)) == 0);
+	ddpenv_topo_allowed(t, list, sizeof(list), err, sizeof(err));
+	test_streq("... its CPUs are the allowed set", list, "2-5,42-45");
+	step_env(&env, 2, NULL, NULL, NULL);
+	test_cond("... planned", ddpenv_bind_plan(t, &env, DDPENV_BIND_AUTO, NULL, &p, err, sizeof(err)) == 0);
+	test_streq("... the plan's allowed set is the task's cgroup's", p.allowed, "2-5,42-45");
+	test_err("... naming its file", p.allowed_how, "/step_0/user/task_0/cpuset.cpus.effective");
+	test_cond("... 2 tasks of 2 cores each, inside it", p.ntasks == 2 && p.tasks[0].cores == 2 &&
+		  p.tasks[1].cores == 2 && strcmp(p.tasks[0].cpus, "2-3,42-43") == 0 &&
+		  strcmp(p.tasks[1].cpus, "4-5,44-45") == 0);
+	ddpenv_bind_plan_free(&p);
+	ddpenv_env_free(&env);
+
+	put_at(dir, cmd, "2-x\n");
+	test_cond("a cpuset that is no CPU list refused", ddpenv_topo_allow_cgroup(t, dir, err, sizeof(err)) < 0);
+	test_err("... naming the file and what was expected", err,
+		 "/user/task_0/cpuset.cpus.effective: '2-x': expected a CPU list");
+	ddpenv_topo_allowed(t, list, sizeof(list), err, sizeof(err));
+	test_streq("... the allowed set unchanged", list, "2-5,42-45");
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s/sys' && mkdir -p '%s/sys'", dir, dir);
+	if (system(cmd) != 0)
+		printf("# %s failed\n", cmd);
+	test_cond("no cpuset cgroup taken", ddpenv_topo_allow_cgroup(t, dir, err, sizeof(err)) == 0);
+	ddpenv_topo_allowed(t, list, sizeof(list), err, sizeof(err));
+	test_streq("... every CPU of the topology", list, "0-79");
+	ddpenv_topo_free(t);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (system(cmd) != 0)
+		printf("# could not remove %s\n", dir);
+}
+
 /* ---- the user's choices ------------------------------------------------------- */
 
 static void test_policy(void)
@@ -1547,6 +1619,7 @@ int main(void)
 	test_single_socket();
 	test_cpu_only();
 	test_cgroup();
+	test_cgroup_v2_task();
 	test_policy();
 	test_slurm_per_task();
 	test_slurm_map();
