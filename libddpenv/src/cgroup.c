@@ -100,35 +100,33 @@ static int find_mount(const char *sysroot, char *dir, size_t len)
 	return kind;
 }
 
-/* This process's cpuset cgroup, "/slurm/uid_1000/job_7/step_0": 0, or -1 */
+/* This process's cpuset cgroup, "/slurm/uid_1000/job_7/step_0": 0, or -1.
+ * /proc/self/cgroup read at once (no stdio: a task's child pays for
+ * every page it touches), its first 8 KiB. */
 static int find_name(const char *sysroot, char *name, size_t len)
 {
-	char p[DDPENV_PATHLEN], line[512];
-	FILE *f;
-	int rv = -1;
+	char p[DDPENV_PATHLEN], text[8192];
+	char *save = NULL;
+	int lines = 0;
 
 	snprintf(p, sizeof(p), "%s/proc/self/cpuset", sysroot);
 	if (ddpenv_read_line(p, name, len) > 0)
 		return 0;
 	snprintf(p, sizeof(p), "%s/proc/self/cgroup", sysroot);
-	if (!(f = fopen(p, "re")))
+	if (ddpenv_read_text(p, text, sizeof(text)) < 0)
 		return -1;
-	for (int lines = 0; rv < 0 && lines < 64 && fgets(line, sizeof(line), f); lines++) {
-		char *colon = strchr(line, ':'), *path;
-		if (!colon)
-			continue;
-		if (strncmp(colon, ":cpuset:", 8) == 0)
-			path = colon + 8;
-		else if (strncmp(colon, "::", 2) == 0)
-			path = colon + 2;
-		else
-			continue;
-		path[strcspn(path, "\n")] = '\0';
-		snprintf(name, len, "%s", path);
-		rv = 0;
+	for (char *line = strtok_r(text, "\n", &save); line && lines < 64; line = strtok_r(NULL, "\n", &save), lines++) {
+		char *colon = strchr(line, ':');
+		if (colon && strncmp(colon, ":cpuset:", 8) == 0) {
+			snprintf(name, len, "%s", colon + 8);
+			return 0;
+		}
+		if (colon && strncmp(colon, "::", 2) == 0) {
+			snprintf(name, len, "%s", colon + 2);
+			return 0;
+		}
 	}
-	fclose(f);
-	return rv;
+	return -1;
 }
 
 int ddpenv_cgroup_cpus(const char *sysroot, char *list, size_t len, char *how, size_t howlen)

@@ -29,6 +29,9 @@ int ddpenv_settings_merge(struct ddpenv_settings *dst, const struct ddpenv_setti
 /* sys.c: a kernel file's first len - 1 bytes into buf, cut at its first
  * newline: its length, or -1 when it cannot be read. */
 ssize_t ddpenv_read_line(const char *path, char *buf, size_t len);
+/* sys.c: a kernel file's first len - 1 bytes into buf, whole lines:
+ * its length, or -1 when it cannot be read. */
+ssize_t ddpenv_read_text(const char *path, char *buf, size_t len);
 
 struct ddpenv_config;
 struct stat;

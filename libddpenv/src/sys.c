@@ -355,3 +355,25 @@ ssize_t ddpenv_read_line(const char *path, char *buf, size_t len)
 		*nl = '\0';
 	return (ssize_t)strlen(buf);
 }
+
+ssize_t ddpenv_read_text(const char *path, char *buf, size_t len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	size_t got = 0;
+	ssize_t n = 0;
+
+	if (fd < 0)
+		return -1;
+	while (got < len - 1 && (n = read(fd, buf + got, len - 1 - got)) > 0)
+		got += (size_t)n;
+	close(fd);
+	if (n < 0)
+		return -1;
+	buf[got] = '\0';
+	if (got == len - 1) {
+		char *nl = strrchr(buf, '\n');
+		got = nl ? (size_t)(nl + 1 - buf) : 0; /* a line cut short is left out */
+		buf[got] = '\0';
+	}
+	return (ssize_t)got;
+}
