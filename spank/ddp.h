@@ -40,25 +40,4 @@ int ddp_stepd_user_init(spank_t sp, int ac, char **av);
 int ddp_stepd_task_init(spank_t sp);
 void ddp_stepd_exit(void);
 
-/* ddp_taskenv.c: the contract into the tasks' environments, the node's
- * variables once (user_init), each task's own in its child.  -1 with err,
- * or *bad the name that could not be set. */
-void ddp_taskenv_reset(void);
-/* the names user_init set, NULL-terminated: a task's snapshot takes them */
-const char *const *ddp_taskenv_node_keys(void);
-/* user_init: KEY=VALUE into the job's environment for every task; BEFORE,
- * the job's snapshot (NULL: none), keeps what was there */
-int ddp_taskenv_node_put(spank_t sp, const char *key, const char *value, const struct ddpenv_env *before,
-			 char *err, size_t errlen);
-/* user_init: the node's variables (ddpenv_node_vars), but the user's */
-int ddp_taskenv_node_vars(spank_t sp, const struct ddpenv_vars *vars, const struct ddpenv_env *before,
-			  char *err, size_t errlen);
-/* task_init: the task's snapshot as the job's environment was before
- * user_init (-1: out of memory); then each value of the task (skipped
- * where the task's environment holds it already); then the node's values
- * the task did not take, taken back */
-int ddp_taskenv_task_prepare(struct ddpenv_env *snap);
-int ddp_taskenv_task_put(spank_t sp, const char *key, const char *value);
-int ddp_taskenv_task_finish(spank_t sp, const char **bad);
-
 #endif

@@ -3,10 +3,9 @@
  * secret, keeps the topology and starts the head's name lookup.  user_init
  * runs once per node and step: it resolves the head (that lookup's answer:
  * the only DNS query, none when the name resolves from /etc/hosts or
- * Slurm's NodeAddr), the port and the interface, and sets the variables
- * every task of the node gets alike (ddp_taskenv.c).  task_init runs in
+ * Slurm's NodeAddr), the port and the interface.  task_init runs in
  * each task's child before exec: the binding plan (from the node's hwloc
- * export, read there), the binding, the task's own variables.
+ * export, read there), the binding, the variables.
  *
  * Nothing here may crash or hang slurmstepd: no exit, bounded system calls
  * (one getaddrinfo, one netlink query with a 2 s timeout).
@@ -59,16 +58,13 @@ static int st_used; /* post_opt ran in this process */
 static int snapshot_pick(spank_t sp, struct ddpenv_env *env, const char *const *keys,
 			 const struct ddpenv_settings *cfg)
 {
-	const char *admin[2 * DDPENV_CFG_ENV + DDPENV_MAX_VARS + 8], *bad = NULL;
-	const size_t max = sizeof(admin) / sizeof(admin[0]) - 1;
+	const char *admin[2 * DDPENV_CFG_ENV + 1], *bad = NULL;
 	char **envp = NULL;
 	size_t n = 0;
 
 	for (int w = 0; cfg && w < 2; w++)
 		for (size_t i = 0; i < cfg->nenv[w] && n < 2 * DDPENV_CFG_ENV; i++)
 			admin[n++] = cfg->env[w][i].key;
-	for (const char *const *k = ddp_taskenv_node_keys(); *k && n < max; k++)
-		admin[n++] = *k; /* what user_init set, for the task to see as it was */
 	admin[n] = NULL;
 	if (spank_get_item(sp, S_JOB_ENV, &envp) != ESPANK_SUCCESS || !envp) {
 		snprintf(st.err, sizeof(st.err), "Slurm gave no job environment (spank_get_item S_JOB_ENV)");
@@ -182,10 +178,8 @@ int ddp_stepd_post_opt(spank_t sp, int ac, char **av)
 	/* st is zero as slurmstepd loads the plugin, for its one step:
 	 * cleared again only if a step ran here before (its 120 KB written
 	 * would be 30 page faults of the step's path) */
-	if (st_used) {
+	if (st_used)
 		memset(&st, 0, sizeof(st));
-		ddp_taskenv_reset();
-	}
 	st_used = 1;
 	ddpenv_config_init(&st.cfg);
 	if (!parallel_ddp_step(sp))
@@ -345,45 +339,6 @@ static int trust_step(spank_t sp)
 	return 0;
 }
 
-/* The variables every task of the node gets alike, into the job's
- * environment once (ddp_taskenv.c).  ENV: the job's snapshot, an outer
- * step's variables of the plugin removed here.  -1 with st.err. */
-static int node_setenv(spank_t sp, struct ddpenv_env *env)
-{
-	struct ddpenv_vars *vars = malloc(sizeof(*vars));
-	uint32_t nodeid;
-	char id[16];
-	int rv = -1;
-
-	if (!vars) {
-		snprintf(st.err, sizeof(st.err), "out of memory");
-		return -1;
-	}
-	if (spank_get_item(sp, S_JOB_NODEID, &nodeid) != ESPANK_SUCCESS) {
-		snprintf(st.err, sizeof(st.err), "Slurm gave no node id (spank_get_item S_JOB_NODEID)");
-		goto out;
-	}
-	snprintf(id, sizeof(id), "%u", nodeid);
-	if (ddpenv_env_set(env, "SLURM_NODEID", id) < 0) {
-		snprintf(st.err, sizeof(st.err), "out of memory");
-		goto out;
-	}
-	for (const char *const *k = ddpenv_plugin_keys; *k; k++)
-		ddpenv_env_unset(env, *k);
-	if (ddpenv_node_vars(&st.node, env, vars, st.err, sizeof(st.err)) < 0 ||
-	    ddp_taskenv_node_vars(sp, vars, env, st.err, sizeof(st.err)) < 0 ||
-	    ddp_taskenv_node_put(sp, "DDP_BIND_POLICY", ddpenv_bind_name(st.bind), NULL, st.err,
-				 sizeof(st.err)) < 0 ||
-	    ddp_taskenv_node_put(sp, "DDP_BIND_FROM", st.bind_how, NULL, st.err, sizeof(st.err)) < 0 ||
-	    ddp_taskenv_node_put(sp, "DDP_BACKEND_FROM", st.node.backend_how, NULL, st.err,
-				 sizeof(st.err)) < 0)
-		goto out;
-	rv = 0;
-out:
-	free(vars);
-	return rv;
-}
-
 int ddp_stepd_user_init(spank_t sp, int ac, char **av)
 {
 	struct ddpenv_env env;
@@ -454,8 +409,6 @@ int ddp_stepd_user_init(spank_t sp, int ac, char **av)
 			goto fail;
 		}
 	}
-	if (node_setenv(sp, &env) < 0)
-		goto fail;
 	goto out;
 fail:
 	/* Reported in task_init, where the message reaches the user's stderr
@@ -588,17 +541,14 @@ static void node_warnings(const struct ddpenv_env *env)
 }
 
 /* The contract into the task's environment, all or nothing (a task never
- * starts with half of it): its values where the node's (user_init) are
- * not them, an outer step's values removed, and the plugin's choices for
- * ddp-env --explain.  0, else -1 said. */
+ * starts with half of it), an outer step's values removed, and the
+ * plugin's choices for ddp-env --explain.  0, else -1 said. */
 static int task_setenv(spank_t sp, const struct ddpenv_vars *vars)
 {
-	const char *bad = NULL;
-
 	for (size_t i = 0; i < vars->n; i++) {
 		if (vars->v[i].user)
 			continue;
-		if (ddp_taskenv_task_put(sp, vars->v[i].key, vars->v[i].value) < 0) {
+		if (spank_setenv(sp, vars->v[i].key, vars->v[i].value, 1) != ESPANK_SUCCESS) {
 			slurm_error(DDP_PFX "cannot set %s=%s in the task's environment", vars->v[i].key,
 				    strcmp(vars->v[i].key, "DDP_RDZV_TOKEN") ? vars->v[i].value : "(hidden)");
 			return -1;
@@ -616,19 +566,15 @@ static int task_setenv(spank_t sp, const struct ddpenv_vars *vars)
 	/* ddp-env --explain in the task shows the policy the plugin used,
 	 * and the topology its plan read (an export, its mapped copy, or
 	 * the node discovered). */
-	if (st.have_plan ? ddp_taskenv_task_put(sp, "DDP_BIND_TOPOLOGY", st.plan.topology) < 0
+	if (st.have_plan ? spank_setenv(sp, "DDP_BIND_TOPOLOGY", st.plan.topology, 1) != ESPANK_SUCCESS
 	    : spank_unsetenv(sp, "DDP_BIND_TOPOLOGY") != ESPANK_SUCCESS) {
 		slurm_error(DDP_PFX "cannot set DDP_BIND_TOPOLOGY in the task's environment");
 		return -1;
 	}
-	if (ddp_taskenv_task_put(sp, "DDP_BIND_POLICY", ddpenv_bind_name(st.bind)) < 0 ||
-	    ddp_taskenv_task_put(sp, "DDP_BIND_FROM", st.bind_how) < 0 ||
-	    ddp_taskenv_task_put(sp, "DDP_BACKEND_FROM", st.node.backend_how) < 0) {
+	if (spank_setenv(sp, "DDP_BIND_POLICY", ddpenv_bind_name(st.bind), 1) != ESPANK_SUCCESS ||
+	    spank_setenv(sp, "DDP_BIND_FROM", st.bind_how, 1) != ESPANK_SUCCESS ||
+	    spank_setenv(sp, "DDP_BACKEND_FROM", st.node.backend_how, 1) != ESPANK_SUCCESS) {
 		slurm_error(DDP_PFX "cannot set DDP_BIND_POLICY, DDP_BIND_FROM or DDP_BACKEND_FROM in the task's environment");
-		return -1;
-	}
-	if (ddp_taskenv_task_finish(sp, &bad) < 0) {
-		slurm_error(DDP_PFX "cannot set %s back to the job's value in the task's environment", bad);
 		return -1;
 	}
 	return 0;
@@ -667,12 +613,7 @@ int ddp_stepd_task_init(spank_t sp)
 		slurm_error(DDP_PFX "%s", st.err);
 		goto out;
 	}
-	/* The job's environment as it was before user_init, and an outer
-	 * step's (a nested srun's inheritance) is not this step's. */
-	if (ddp_taskenv_task_prepare(&env) < 0) {
-		slurm_error(DDP_PFX "out of memory");
-		goto out;
-	}
+	/* An outer step's (a nested srun's inheritance) is not this step's. */
 	for (const char *const *k = ddpenv_plugin_keys; *k; k++)
 		ddpenv_env_unset(&env, *k);
 	if (st.topo_xml[0] && task_topology(&env) < 0)
@@ -709,5 +650,4 @@ void ddp_stepd_exit(void)
 	ddpenv_topo_free(st.topo);
 	st.topo = NULL;
 	st.have_plan = 0;
-	ddp_taskenv_reset();
 }

@@ -775,14 +775,6 @@ struct ddpenv_vars {
 int ddpenv_task_vars(const struct ddpenv_node *node,
 		     const struct ddpenv_env *task_env,
 		     struct ddpenv_vars *out, char *err, size_t errlen);
-/* Those of them every task of the node gets alike, in the same order
- * (the task's ranks, OMP_NUM_THREADS, the binding's and DDP_STEP left
- * out), from the job's environment with SLURM_NODEID: what the plugin sets
- * once for the node's tasks.  A task's list differs from it only where a
- * value of the task's takes an admin's variable's name (OMP_NUM_THREADS,
- * bind_nic's NCCL_IB_HCA). */
-int ddpenv_node_vars(const struct ddpenv_node *node, const struct ddpenv_env *env,
-		     struct ddpenv_vars *out, char *err, size_t errlen);
 
 /* Marker the contract sets: "<job>.<step>".  A MASTER_ADDR etc. present
  * with a different marker was inherited from an outer --ddp step, not set

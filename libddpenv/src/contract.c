@@ -362,15 +362,6 @@ struct task_ids {
 	const char *tpn;                 /* SLURM_STEP_TASKS_PER_NODE */
 };
 
-/* The node's part of them: SLURM_NODEID and its tasks. */
-static int node_ids(const struct ddpenv_env *env, struct task_ids *id, char *err, size_t errlen)
-{
-	if (task_u32(env, "SLURM_NODEID", &id->node_id, err, errlen) < 0)
-		return -1;
-	id->tpn = ddpenv_env_get(env, "SLURM_STEP_TASKS_PER_NODE");
-	return ddpenv_tasks_on_node(id->tpn, id->node_id, &id->local_size, err, errlen);
-}
-
 static int task_ids(const struct ddpenv_step *st, const struct ddpenv_env *task_env, struct task_ids *id,
 		    char *err, size_t errlen)
 {
@@ -383,7 +374,8 @@ static int task_ids(const struct ddpenv_step *st, const struct ddpenv_env *task_
 			 id->rank, st->num_tasks);
 		return -1;
 	}
-	if (node_ids(task_env, id, err, errlen) < 0)
+	id->tpn = ddpenv_env_get(task_env, "SLURM_STEP_TASKS_PER_NODE");
+	if (ddpenv_tasks_on_node(id->tpn, id->node_id, &id->local_size, err, errlen) < 0)
 		return -1;
 	if (id->local_rank >= id->local_size) {
 		snprintf(err, errlen, "SLURM_LOCALID=%u: expected below the %u tasks of node %u (SLURM_STEP_TASKS_PER_NODE=%.64s)",
@@ -413,28 +405,24 @@ static int nccl_gpus_enough(const struct ddpenv_node *node, const struct task_id
 	return -1;
 }
 
-/* torchrun's variables, and the interfaces the backends bind; the
- * task's ranks where ranks (else only what every task of the node gets). */
+/* torchrun's variables, and the interfaces the backends bind. */
 static void torchrun_vars(const struct ddpenv_node *node, const struct ddpenv_env *task_env,
-			  const struct task_ids *id, int ranks, struct ddpenv_vars *out)
+			  const struct task_ids *id, struct ddpenv_vars *out)
 {
 	const struct ddpenv_step *st = &node->step;
 	char how[DDPENV_HOWLEN];
 
 	add(out, "MASTER_ADDR", node->master_addr_user, node->master_addr_how, "%s", node->master_addr);
 	add(out, "MASTER_PORT", node->master_port_user, node->master_port_how, "%s", node->master_port);
-	if (ranks) {
-		add(out, "RANK", 0, "SLURM_PROCID", "%u", id->rank);
-		add(out, "LOCAL_RANK", 0, "SLURM_LOCALID", "%u", id->local_rank);
-	}
+	add(out, "RANK", 0, "SLURM_PROCID", "%u", id->rank);
+	add(out, "LOCAL_RANK", 0, "SLURM_LOCALID", "%u", id->local_rank);
 	add(out, "WORLD_SIZE", 0, "tasks in the step (SLURM_STEP_NUM_TASKS)", "%u", st->num_tasks);
 	snprintf(how, sizeof(how), "tasks on node %u (SLURM_STEP_TASKS_PER_NODE=%.64s)", id->node_id, id->tpn);
 	add(out, "LOCAL_WORLD_SIZE", 0, how, "%u", id->local_size);
 	add(out, "NODE_RANK", 0, "SLURM_NODEID", "%u", id->node_id);
 	add(out, "GROUP_RANK", 0, "SLURM_NODEID", "%u", id->node_id);
 	add(out, "GROUP_WORLD_SIZE", 0, "nodes in the step (SLURM_STEP_NUM_NODES)", "%u", st->num_nodes);
-	if (ranks)
-		add(out, "ROLE_RANK", 0, "= RANK (one role)", "%u", id->rank);
+	add(out, "ROLE_RANK", 0, "= RANK (one role)", "%u", id->rank);
 	add(out, "ROLE_WORLD_SIZE", 0, "= WORLD_SIZE (one role)", "%u", st->num_tasks);
 	add(out, "ROLE_NAME", 0, "torchrun's default role", "default");
 	add(out, "TORCHELASTIC_RESTART_COUNT", 0, "SLURM_RESTART_COUNT (0 when unset)",
@@ -561,36 +549,6 @@ static int pytorch_vars(const struct ddpenv_env *task_env, struct ddpenv_vars *o
 	return 0;
 }
 
-/* The plugin's own: the token, its configuration, the backend.  0, else
- * -1 (the list is full). */
-static int plugin_vars(const struct ddpenv_node *node, struct ddpenv_vars *out)
-{
-	if (node->token[0] &&
-	    !add(out, "DDP_RDZV_TOKEN", 0, "HMAC of the step ids and uid under rdzv_secret: only this step's tasks can join the rendezvous",
-		 "%s", node->token))
-		return -1;
-	if (node->config_path[0] &&
-	    !add(out, "DDP_CONFIG", 0, "the configuration the plugin read (for ddp-env)", "%s", node->config_path))
-		return -1;
-	return add(out, "DDP_BACKEND", 0, node->backend_how, "%s", ddpenv_backend_name(node->backend)) ? 0 : -1;
-}
-
-int ddpenv_node_vars(const struct ddpenv_node *node, const struct ddpenv_env *env,
-		     struct ddpenv_vars *out, char *err, size_t errlen)
-{
-	struct task_ids id = { 0 };
-
-	out->n = 0;
-	if (node_ids(env, &id, err, errlen) < 0 || nccl_gpus_enough(node, &id, err, errlen) < 0)
-		return -1;
-	torchrun_vars(node, env, &id, 0, out);
-	if (admin_vars(node, env, out) < 0 || pytorch_vars(env, out) < 0 || plugin_vars(node, out) < 0) {
-		snprintf(err, errlen, "more than %d variables to set", DDPENV_MAX_VARS);
-		return -1;
-	}
-	return 0;
-}
-
 int ddpenv_task_vars(const struct ddpenv_node *node,
 		     const struct ddpenv_env *task_env,
 		     struct ddpenv_vars *out, char *err, size_t errlen)
@@ -601,15 +559,21 @@ int ddpenv_task_vars(const struct ddpenv_node *node,
 	out->n = 0;
 	if (task_ids(st, task_env, &id, err, errlen) < 0 || nccl_gpus_enough(node, &id, err, errlen) < 0)
 		return -1;
-	torchrun_vars(node, task_env, &id, 1, out);
+	torchrun_vars(node, task_env, &id, out);
 	if (omp_var(node, task_env, &id, out, err, errlen) < 0)
 		return -1;
 	if ((node->plan && bind_vars(node, task_env, id.local_rank, out) < 0) ||
-	    admin_vars(node, task_env, out) < 0 || pytorch_vars(task_env, out) < 0 ||
-	    plugin_vars(node, out) < 0 ||
-	    !add(out, DDPENV_MARKER, 0, "marks these values as set by slurm-ddp for this step",
-		 "%u.%u", st->job_id, st->step_id))
+	    admin_vars(node, task_env, out) < 0 || pytorch_vars(task_env, out) < 0)
 		goto full;
+	if (node->token[0])
+		add(out, "DDP_RDZV_TOKEN", 0, "HMAC of the step ids and uid under rdzv_secret: only this step's tasks can join the rendezvous",
+		    "%s", node->token);
+	if (node->config_path[0])
+		add(out, "DDP_CONFIG", 0, "the configuration the plugin read (for ddp-env)", "%s",
+		    node->config_path);
+	add(out, "DDP_BACKEND", 0, node->backend_how, "%s", ddpenv_backend_name(node->backend));
+	add(out, DDPENV_MARKER, 0, "marks these values as set by slurm-ddp for this step",
+	    "%u.%u", st->job_id, st->step_id);
 	return 0;
 full:
 	snprintf(err, errlen, "more than %d variables to set", DDPENV_MAX_VARS);

@@ -500,106 +500,6 @@ static void test_lookup_name(void)
 	lookup_name_case("no step in the environment: none", nodeaddrs, NULL, "SLURM_JOB_ID=77", NULL);
 }
 
-/* a name a task's own value takes */
-static int task_own(const char *key)
-{
-	static const char *const own[] = { "RANK", "LOCAL_RANK", "ROLE_RANK", "OMP_NUM_THREADS", DDPENV_MARKER, NULL };
-
-	for (const char *const *k = own; *k; k++)
-		if (strcmp(key, *k) == 0)
-			return 1;
-	return 0;
-}
-
-/* ddpenv_node_vars: a task's list but its own, in order, alike */
-static int node_vars_match(const struct ddpenv_vars *n, const struct ddpenv_vars *t)
-{
-	size_t j = 0;
-
-	for (size_t i = 0; i < t->n; i++) {
-		while (j < n->n && task_own(n->v[j].key))
-			j++;
-		if (task_own(t->v[i].key))
-			continue;
-		if (j >= n->n || strcmp(n->v[j].key, t->v[i].key) || strcmp(n->v[j].value, t->v[i].value) ||
-		    n->v[j].user != t->v[i].user || strcmp(n->v[j].how, t->v[i].how)) {
-			printf("#   task's %s=%s, node's %s\n", t->v[i].key, t->v[i].value, j < n->n ? n->v[j].key : "(none)");
-			return 0;
-		}
-		j++;
-	}
-	while (j < n->n && task_own(n->v[j].key))
-		j++;
-	return j == n->n;
-}
-
-static void test_node_vars(void)
-{
-	struct fake f = { hosts, nodeaddrs, ifs, "enp2s0", 0 };
-	struct ddpenv_sys sys = fake_sys(&f);
-	struct ddpenv_settings cfg;
-	struct ddpenv_env env, task;
-	struct ddpenv_node node;
-	struct ddpenv_vars nv, tv;
-	char err[DDPENV_ERRLEN] = "", pid[32], lid[32];
-	int ok, all = 1;
-
-	ddpenv_settings_defaults(&cfg);
-	cfg.nenv[1] = 2;
-	snprintf(cfg.env[1][0].key, sizeof(cfg.env[1][0].key), "GLOO_TIMEOUT_MS");
-	snprintf(cfg.env[1][0].value, sizeof(cfg.env[1][0].value), "60000");
-	snprintf(cfg.env[1][1].key, sizeof(cfg.env[1][1].key), "OMP_NUM_THREADS");
-	snprintf(cfg.env[1][1].value, sizeof(cfg.env[1][1].value), "7");
-	env_of(&env, STEP3, "SLURM_NODEID=1", "SLURM_CPUS_ON_NODE=8", "MASTER_PORT=31000",
-	       "DDP_RDZV_TOKEN=outer", NULL);
-	ok = ddpenv_node_resolve(&env, DDPENV_BACKEND_GLOO, &cfg, &sys, &node, err, sizeof(err)) == 0 &&
-	     ddpenv_node_vars(&node, &env, &nv, err, sizeof(err)) == 0;
-	test_cond("the node's variables, from the job's environment and SLURM_NODEID", ok);
-	if (!ok)
-		printf("#   %s\n", err);
-	test_streq("... LOCAL_WORLD_SIZE of node 1", var(&nv, "LOCAL_WORLD_SIZE"), "2");
-	test_streq("... NODE_RANK", var(&nv, "NODE_RANK"), "1");
-	test_cond("... the user's MASTER_PORT, left alone", var_user(&nv, "MASTER_PORT") == 1);
-	test_streq("... the admin's variable", var(&nv, "GLOO_TIMEOUT_MS"), "60000");
-	test_streq("... the admin's OMP_NUM_THREADS (a task's own takes its name)", var(&nv, "OMP_NUM_THREADS"), "7");
-	test_cond("... no rank, marker or token without a secret",
-		  !var(&nv, "RANK") && !var(&nv, "LOCAL_RANK") && !var(&nv, "ROLE_RANK") &&
-		  !var(&nv, DDPENV_MARKER) && !var(&nv, "DDP_RDZV_TOKEN"));
-	for (int local = 0; local < 2; local++) {
-		ddpenv_env_init(&task);
-		ddpenv_env_copy(&task, &env);
-		snprintf(pid, sizeof(pid), "%d", 2 + local);
-		snprintf(lid, sizeof(lid), "%d", local);
-		ddpenv_env_set(&task, "SLURM_PROCID", pid);
-		ddpenv_env_set(&task, "SLURM_LOCALID", lid);
-		cfg.omp = local ? DDPENV_OMP_AUTO : DDPENV_OMP_NONE;
-		node.cfg.omp = cfg.omp;
-		all &= ddpenv_task_vars(&node, &task, &tv, err, sizeof(err)) == 0 && node_vars_match(&nv, &tv) &&
-		       strcmp(var(&tv, "RANK"), pid) == 0;
-		if (local == 0)
-			test_streq("... with omp_num_threads none, a task has the admin's OMP_NUM_THREADS",
-				   var(&tv, "OMP_NUM_THREADS"), "7");
-		else
-			test_streq("... else the task's own over the admin's", var(&tv, "OMP_NUM_THREADS"), "4");
-		ddpenv_env_free(&task);
-	}
-	test_cond("each task's list is the node's and its own, in order, every value alike", all);
-	ddpenv_env_free(&env);
-
-	env_of(&env, STEP3, "SLURM_CPUS_ON_NODE=8", NULL);
-	ok = ddpenv_node_resolve(&env, DDPENV_BACKEND_GLOO, NULL, &sys, &node, err, sizeof(err)) == 0;
-	test_cond("no SLURM_NODEID: refused", ok && ddpenv_node_vars(&node, &env, &nv, err, sizeof(err)) < 0);
-	test_err("... naming it", err, "SLURM_NODEID is not set");
-	ddpenv_env_free(&env);
-
-	env_of(&env, STEP3, "SLURM_NODEID=2", NULL);
-	ok = ddpenv_node_resolve(&env, DDPENV_BACKEND_NCCL, NULL, &sys, &node, err, sizeof(err)) == 0;
-	test_cond("--ddp=nccl on a node without GPUs: refused for the node",
-		  ok && ddpenv_node_vars(&node, &env, &nv, err, sizeof(err)) < 0);
-	test_err("... as for a task", err, "node 2 runs 2 task(s) of the step and the step has no GPU there");
-	ddpenv_env_free(&env);
-}
-
 int main(void)
 {
 	test_hostlists();
@@ -609,6 +509,5 @@ int main(void)
 	test_arbitrary();
 	test_head_from_env();
 	test_lookup_name();
-	test_node_vars();
 	return test_report();
 }
