@@ -234,7 +234,7 @@ run_fuzz() {
 # on cuemu, minutes of one core): jobs
 bats_free=(tests/bats/gpu_emu.bats tests/bats/bench.bats tests/bats/gpu_bundle.bats
 	tests/bats/trainer_local.bats tests/bats/valgrind_local.bats tests/bats/ddp_check_emu.bats tests/bats/ddp_check_node.bats
-	tests/bats/man.bats tests/bats/release.bats)
+	tests/bats/man.bats tests/bats/release.bats tests/bats/fresh.bats)
 
 # run_bats [FILE...]: those files, or every file that starts a cluster, one
 # at a time, each file's time said (the others are jobs: queue_all)
