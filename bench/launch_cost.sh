@@ -28,6 +28,15 @@
 #   SECRET=1 bench/launch_cost.sh         with the site's rdzv_secret set (a
 #                                         root-only file, as docs/security.md
 #                                         asks): each step derives its token
+#   INSTALLED=1 bench/launch_cost.sh      against a cluster without the plugin:
+#                                         plain srun with the plugin listed in
+#                                         plugstack.conf (what installing it
+#                                         costs a step that does not use it:
+#                                         srun and each slurmstepd load it) and
+#                                         --ddp=gloo, each paired with plain
+#                                         srun with no plugin listed (the file
+#                                         swapped before each launch: srun and
+#                                         slurmstepd read it at every step)
 #   DDP_CLUSTER_SLURMD_ENV=HWLOC_PLUGINS_BLACKLIST=... bench/launch_cost.sh
 #                                         slurmd (and so slurmstepd) with that
 #                                         environment (docs/admin.md)
@@ -47,6 +56,8 @@ nobind=${NOBIND:-1}
 [[ "$nobind" =~ ^[01]$ ]] || { echo "bench: NOBIND=$nobind: expected 1 (--ddp-bind=none measured too) or 0 (not)" >&2; exit 2; }
 secret=${SECRET:-0}
 [[ "$secret" =~ ^[01]$ ]] || { echo "bench: SECRET=$secret: expected 0 or 1" >&2; exit 2; }
+installed=${INSTALLED:-0}
+[[ "$installed" =~ ^[01]$ ]] || { echo "bench: INSTALLED=$installed: expected 0 or 1" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "bench: needs root (the test cluster)" >&2; exit 2; }
 [ -f "$repo/build/lib/spank_ddp.so" ] || { echo "bench: the plugin is not built (run make)" >&2; exit 2; }
 
@@ -56,6 +67,17 @@ args=("" "--ddp=gloo" "--ddp=gloo --ddp-bind=none")
 step=(-N"$nodes" --ntasks-per-node=2 true)
 measured=(1 2) # the --ddp variants measured
 [ "$nobind" = 1 ] || measured=(1)
+# INSTALLED=1: the baseline lists no plugin; the plugin listed, without
+# and with --ddp (binding on)
+stacks=(with with with)
+what=("plain srun" "--ddp=gloo" "--ddp=gloo --ddp-bind=none")
+if [ "$installed" = 1 ]; then
+	names=(no-plugin installed ddp)
+	args=("" "" "--ddp=gloo")
+	stacks=(none with with)
+	what=("plain srun, no plugin listed" "the plugin listed, plain srun" "the plugin listed, --ddp=gloo")
+	measured=(1 2)
+fi
 
 # SECRET=1: the cluster's ddp.yaml names a root-only secret of 32 bytes
 site_secret() {
@@ -73,19 +95,40 @@ site_secret() {
 trap '"$cluster" stop >/dev/null 2>&1' EXIT
 site_secret
 slurm=$("$cluster" run srun --version)
+etc=$("$cluster" env | sed -n 's/^DDP_CLUSTER_DIR=//p')/etc
+if [ "$installed" = 1 ]; then
+	cp "$etc/plugstack.conf" "$etc/plugstack.conf.with"
+	echo "# no plugin (bench/launch_cost.sh INSTALLED=1)" >"$etc/plugstack.conf.none"
+fi
 
-# launch ARGS: one step's wall time, in microseconds, from srun's start to its end
+# stack with|none: plugstack.conf as the cluster wrote it, or listing no
+# plugin (renamed into place: a step reads it whole or not at all)
+stack() {
+	[ "$installed" = 1 ] || return 0
+	cp "$etc/plugstack.conf.$1" "$etc/plugstack.conf.tmp"
+	mv -f "$etc/plugstack.conf.tmp" "$etc/plugstack.conf"
+}
+
+# launch V: variant V's step's wall time, in microseconds, from srun's start to its end
 launch() {
 	local t0 t1
+	stack "${stacks[$1]}"
 	t0=${EPOCHREALTIME/./}
 	# shellcheck disable=SC2086 # (the variant's arguments)
-	"$cluster" run srun $1 "${step[@]}" >/dev/null
+	"$cluster" run srun ${args[$1]} "${step[@]}" >/dev/null
 	t1=${EPOCHREALTIME/./}
 	echo $((t1 - t0))
 }
 
+# INSTALLED=1: srun reads the swapped file (slurmstepd reads the same one)
+if [ "$installed" = 1 ]; then
+	stack none
+	! "$cluster" run srun --ddp=gloo -N1 true >/dev/null 2>&1 ||
+		{ echo "bench: srun took --ddp with no plugin listed in $etc/plugstack.conf" >&2; exit 1; }
+	stack with
+fi
 # warm-up: the first steps load the plugin's files into the page cache
-for v in "${!names[@]}"; do launch "${args[$v]}" >/dev/null; launch "${args[$v]}" >/dev/null; done
+for v in "${!names[@]}"; do launch "$v" >/dev/null; launch "$v" >/dev/null; done
 
 tmp=$(mktemp -d)
 trap '"$cluster" stop >/dev/null 2>&1; rm -rf "$tmp"' EXIT
@@ -93,9 +136,9 @@ for ((r = 0; r < rounds; r++)); do
 	# each round: plain, then each --ddp variant, in an order that alternates
 	for v in "${measured[@]}"; do
 		if ((r % 2)); then
-			d=$(launch "${args[$v]}"); p=$(launch "")
+			d=$(launch "$v"); p=$(launch 0)
 		else
-			p=$(launch ""); d=$(launch "${args[$v]}")
+			p=$(launch 0); d=$(launch "$v")
 		fi
 		echo "$p" >>"$tmp/plain"
 		echo "$d" >>"$tmp/${names[$v]}"
@@ -127,6 +170,7 @@ verdict() {
 }
 
 echo "# --ddp launch cost: srun ${step[*]}, $rounds pairs per variant, interleaved"
+[ "$installed" = 0 ] || echo "# INSTALLED=1: each variant against ${what[0]} (plugstack.conf swapped before each launch)"
 if [ -n "${DDP_CLUSTER_SLURMD_ENV:-}" ]; then
 	# what the running slurmd has of it (each slurmstepd, exec'd by it,
 	# inherits it; its own /proc environ is its process title's room)
@@ -139,7 +183,7 @@ fi
 [ "$secret" = 0 ] || echo "# rdzv_secret set (SECRET=1): each step derives its token"
 echo "# $slurm, $(nproc) CPUs ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)), $(date -u +%F)"
 printf '%-12s %10s %15s %16s %18s %8s\n' variant "median ms" "paired diff ms" "its 95% CI" "(q1..q3)" ratio
-printf '%-12s %10s %15s %16s %18s %8s\n' plain "$(q "$tmp/plain" 50)" - - - "1.00"
+printf '%-12s %10s %15s %16s %18s %8s\n' "${names[0]}" "$(q "$tmp/plain" 50)" - - - "1.00"
 for v in "${measured[@]}"; do
 	n=${names[$v]}
 	printf '%-12s %10s %15s %16s %18s %8s\n' "$n" "$(q "$tmp/$n" 50)" "$(q "$tmp/$n.diff" 50)" \
@@ -148,7 +192,7 @@ for v in "${measured[@]}"; do
 done
 for v in "${measured[@]}"; do
 	n=${names[$v]}
-	echo "# ${args[$v]}: what it adds to a launch, by the interval: $(verdict "$(ci "$tmp/$n.diff")")"
+	echo "# ${what[$v]}: what it adds to a launch ($(q "$tmp/$n.diff" 50) ms), by the interval: $(verdict "$(ci "$tmp/$n.diff")")"
 done
 
 # The plugin's own time in slurmstepd, without srun's noise: the cluster
