@@ -11,15 +11,15 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <yaml.h>
-
 #include "ddpenv.h"
 #include "internal.h"
+#include "libs.h"
 
 #define MAX_PARTITIONS 64
 
 struct ctx {
 	const char *name;
+	const struct ddpenv_yaml_fns *y; /* libyaml, opened at the first parse */
 	yaml_document_t *doc;
 	char *err;
 	size_t errlen;
@@ -74,7 +74,7 @@ static int scalar(const struct ctx *x, const yaml_node_t *n, const char *key, co
 
 static yaml_node_t *node(const struct ctx *x, int id)
 {
-	return yaml_document_get_node(x->doc, id);
+	return x->y->document_get_node(x->doc, id);
 }
 
 static void mark(const struct ctx *x, const yaml_node_t *n, struct ddpenv_settings *s, int k,
@@ -344,7 +344,9 @@ int ddpenv_config_parse(struct ddpenv_config *c, const char *name, const void *b
 	yaml_parser_t parser;
 	yaml_document_t doc, extra;
 	yaml_node_t *root;
-	struct ctx x = { name, &doc, err, errlen };
+	struct ctx x = { name, NULL, &doc, err, errlen };
+	const struct ddpenv_yaml_fns *y;
+	char why[DDPENV_ERRLEN];
 	int rv = -1;
 
 	ddpenv_config_free(c);
@@ -354,33 +356,37 @@ int ddpenv_config_parse(struct ddpenv_config *c, const char *name, const void *b
 			 name, len, DDPENV_CONFIG_MAX_BYTES);
 		return -1;
 	}
-	if (!yaml_parser_initialize(&parser)) {
+	if (!(y = x.y = ddpenv_yaml(why, sizeof(why)))) {
+		snprintf(err, errlen, "%.200s: %s", name, why);
+		return -1;
+	}
+	if (!y->parser_initialize(&parser)) {
 		snprintf(err, errlen, "%.200s: out of memory starting the YAML parser", name);
 		return -1;
 	}
-	yaml_parser_set_input_string(&parser, buf, len);
-	if (!yaml_parser_load(&parser, &doc)) {
+	y->parser_set_input_string(&parser, buf, len);
+	if (!y->parser_load(&parser, &doc)) {
 		parse_error(name, &parser, err, errlen);
-		yaml_parser_delete(&parser);
+		y->parser_delete(&parser);
 		return -1;
 	}
-	root = yaml_document_get_root_node(&doc);
+	root = y->document_get_root_node(&doc);
 	if (!root) {
 		snprintf(err, errlen, "%.200s: empty: expected a mapping of settings (write {} to take every default)",
 			 name);
 		goto out;
 	}
-	if (!yaml_parser_load(&parser, &extra)) {
+	if (!y->parser_load(&parser, &extra)) {
 		parse_error(name, &parser, err, errlen);
 		goto out;
 	}
-	if (yaml_document_get_root_node(&extra)) {
+	if (y->document_get_root_node(&extra)) {
 		snprintf(err, errlen, "%.200s:%lu: a second YAML document: expected one", name,
-			 (unsigned long)yaml_document_get_root_node(&extra)->start_mark.line + 1);
-		yaml_document_delete(&extra);
+			 (unsigned long)y->document_get_root_node(&extra)->start_mark.line + 1);
+		y->document_delete(&extra);
 		goto out;
 	}
-	yaml_document_delete(&extra);
+	y->document_delete(&extra);
 	if (root->type == YAML_SCALAR_NODE && root->data.scalar.length == 0) {
 		snprintf(err, errlen, "%.200s: empty: expected a mapping of settings (write {} to take every default)",
 			 name);
@@ -396,8 +402,8 @@ out:
 		ddpenv_config_free(c);
 		ddpenv_settings_defaults(&c->base);
 	}
-	yaml_document_delete(&doc);
-	yaml_parser_delete(&parser);
+	y->document_delete(&doc);
+	y->parser_delete(&parser);
 	return rv;
 }
 

@@ -1,11 +1,11 @@
 /* The store's handshake proofs (store_auth.h). */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
 
-#include <openssl/crypto.h>
-
 #include "internal.h"
+#include "libs.h"
 #include "store_auth.h"
 #include "store_proto.h"
 
@@ -32,6 +32,7 @@ int store_proof(const char *token, enum store_role role, const uint8_t cnonce[ST
 {
 	static const char *const label[] = { "slurm-ddp store 2 server", "slurm-ddp store 2 client" };
 	uint8_t msg[32 + 2 * STORE_NONCE_LEN + 8];
+	char why[256]; /* the store opened libcrypto as it started (store_crypto) */
 	size_t ll = strlen(label[role]), n = 0;
 
 	if (!token || !*token)
@@ -45,7 +46,7 @@ int store_proof(const char *token, enum store_role role, const uint8_t cnonce[ST
 	proto_put_u32(msg + n, rank);
 	proto_put_u32(msg + n + 4, world);
 	n += 8;
-	return ddpenv_hmac_sha256(token, strlen(token), msg, n, out);
+	return ddpenv_hmac_sha256(token, strlen(token), msg, n, out, why, sizeof(why));
 }
 
 int store_proof_ok(const char *token, enum store_role role, const uint8_t cnonce[STORE_NONCE_LEN],
@@ -53,12 +54,23 @@ int store_proof_ok(const char *token, enum store_role role, const uint8_t cnonce
 		   const uint8_t *got, size_t len)
 {
 	uint8_t want[STORE_PROOF_LEN];
+	char why[256];
+	const struct ddpenv_crypto_fns *c = ddpenv_crypto(why, sizeof(why));
 	int ok;
 
-	if (len != STORE_PROOF_LEN ||
-	    store_proof(token, role, cnonce, snonce, rank, world, want) < 0)
+	if (!c || len != STORE_PROOF_LEN || store_proof(token, role, cnonce, snonce, rank, world, want) < 0)
 		return 0;
-	ok = CRYPTO_memcmp(want, got, STORE_PROOF_LEN) == 0;
-	OPENSSL_cleanse(want, sizeof(want));
+	ok = c->memcmp(want, got, STORE_PROOF_LEN) == 0;
+	explicit_bzero(want, sizeof(want));
 	return ok;
+}
+
+int store_crypto(const char *token, char *err, size_t errlen)
+{
+	char why[256];
+
+	if (!token || !*token || ddpenv_crypto(why, sizeof(why)))
+		return 0;
+	snprintf(err, errlen, "the rendezvous token needs %s", why);
+	return -1;
 }

@@ -14,7 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <openssl/crypto.h>
 
 #include "ddpenv_store.h"
 #include "store_auth.h"
@@ -453,7 +452,7 @@ static int join(struct ddpenv_store *s, const char *token, int64_t deadline, cha
 		return -1;
 	}
 	req = build(OP_PROOF, &reqlen, "s", (const void *)proof, *token ? (size_t)STORE_PROOF_LEN : (size_t)0);
-	OPENSSL_cleanse(proof, sizeof(proof));
+	explicit_bzero(proof, sizeof(proof));
 	if (simple(s, req, reqlen, -1, "joining", NULL, REP_OK, &rep, &replen, err, errlen) < 0)
 		return s->closed ? 1 : -1;
 	free(rep);
@@ -508,6 +507,8 @@ int ddpenv_store_open(struct ddpenv_store **out, const struct ddpenv_store_opts 
 	unsigned seed = (unsigned)(o->rank * 2654435761u) ^ (unsigned)getpid();
 	int64_t deadline = now_ms() + s->timeout_ms;
 	const char *tok = o->token ? o->token : "";
+	if (store_crypto(tok, err, errlen) < 0)
+		goto out;
 	for (int attempt = 0;; attempt++) {
 		for (struct addrinfo *ai = res; ai && s->fd < 0; ai = ai->ai_next) {
 			int left = (int)(deadline - now_ms());

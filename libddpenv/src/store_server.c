@@ -39,7 +39,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <openssl/crypto.h>
 
 #include "ddpenv_store.h"
 #include "store_auth.h"
@@ -336,7 +335,7 @@ static void conn_close(struct store_server *sv, struct conn *c)
 	sv->conns[c->fd] = NULL;
 	free(c->in);
 	free(c->out);
-	OPENSSL_cleanse(c, sizeof(*c));
+	explicit_bzero(c, sizeof(*c));
 	free(c);
 }
 
@@ -1028,6 +1027,10 @@ static struct store_server *server_new(int world, const char *token,
 	sv->log = log;
 	sv->log_ctx = log_ctx;
 	sv->log_burst = STORE_LOG_BURST;
+	if (store_crypto(token, err, errlen) < 0) {
+		free(sv);
+		return NULL;
+	}
 	if (token && *token) {
 		snprintf(sv->token, sizeof(sv->token), "%s", token);
 		sv->has_token = 1;
@@ -1149,7 +1152,7 @@ void ddpenv_store_server_stop(struct store_server *sv, int wait_ms)
 		close(sv->efd);
 	if (sv->evfd >= 0)
 		close(sv->evfd);
-	OPENSSL_cleanse(sv->token, sizeof(sv->token));
+	explicit_bzero(sv->token, sizeof(sv->token));
 	pthread_mutex_destroy(&sv->mu);
 	pthread_cond_destroy(&sv->cv);
 	free(sv->conns);

@@ -7,8 +7,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <openssl/crypto.h>
-
 #include "ddpenv.h"
 #include "internal.h"
 
@@ -17,7 +15,7 @@ int ddpenv_token_derive(const void *secret, size_t len, uint32_t job_id,
 			char *err, size_t errlen)
 {
 	unsigned char mac[DDPENV_HMAC_LEN];
-	char msg[80];
+	char msg[80], why[DDPENV_ERRLEN];
 	int n;
 
 	if (!secret || len == 0 || len > DDPENV_SECRET_MAX) {
@@ -26,13 +24,13 @@ int ddpenv_token_derive(const void *secret, size_t len, uint32_t job_id,
 		return -1;
 	}
 	n = snprintf(msg, sizeof(msg), "slurm-ddp rdzv v2 %u.%u uid %u", job_id, step_id, uid);
-	if (ddpenv_hmac_sha256(secret, len, msg, (size_t)n, mac) < 0) {
-		snprintf(err, errlen, "HMAC-SHA256 of step %u.%u failed (OpenSSL)", job_id, step_id);
+	if (ddpenv_hmac_sha256(secret, len, msg, (size_t)n, mac, why, sizeof(why)) < 0) {
+		snprintf(err, errlen, "the token of step %u.%u: %s", job_id, step_id, why);
 		return -1;
 	}
 	for (unsigned i = 0; i < DDPENV_HMAC_LEN; i++)
 		snprintf(out + 2 * i, 3, "%02x", mac[i]);
-	OPENSSL_cleanse(mac, sizeof(mac));
+	explicit_bzero(mac, sizeof(mac));
 	return 0;
 }
 
@@ -81,7 +79,7 @@ int ddpenv_secret_read(const char *path, unsigned char *buf, size_t cap,
 out:
 	close(fd);
 	if (rv < 0) /* what was read of a refused one */
-		OPENSSL_cleanse(buf, cap);
+		explicit_bzero(buf, cap);
 	return rv;
 }
 

@@ -514,3 +514,53 @@ stepd_hwloc_plugins() {
 	((output >= 30000 && output <= 30099))
 	[ -z "$(ls -A "$BATS_TEST_TMPDIR/open-cache")" ]
 }
+
+# The shared objects mapped in srun and in the slurmstepd of a one-task
+# step of srun's ARGS, read by root once its task runs: "srun FILE" and
+# "stepd FILE", a line each, by file name.
+step_objects() {
+	local stepd='' task='' srun='' i bg job name="objects-$$"
+	crun srun -J "$name" "$@" -N1 -n1 sleep 8 &
+	bg=$!
+	for ((i = 0; i < 70; i++)); do
+		[ -z "$task" ] || break
+		sleep 0.1
+		job=$(crun squeue -h -n "$name" -o %i 2>/dev/null) && [ -n "$job" ] || continue
+		stepd=$(pgrep -n -f "^slurmstepd: \\[$job\\.0\\]") || continue
+		task=$(pgrep -P "$stepd" -x sleep | head -n 1) || task=''
+	done
+	[ -n "$task" ] || { echo "no task of the step ran"; wait "$bg" 2>/dev/null; return 1; }
+	srun=$(pgrep -n -f "^srun -J $name ") || { echo "no srun"; wait "$bg" 2>/dev/null; return 1; }
+	local p f
+	for p in "srun $srun" "stepd $stepd"; do
+		f=/proc/${p#* }/maps
+		awk -v who="${p%% *}" '$6 ~ /\.so/ { n = split($6, q, "/"); print who " " q[n] }' "$f" | sort -u
+	done
+	wait "$bg" 2>/dev/null || true
+}
+
+@test "libcrypto and libyaml are opened where a step needs them only: by neither srun nor slurmstepd without --ddp or with ddp.yaml's kept parse; libcrypto by a --ddp step's slurmstepd under rdzv_secret" {
+	set_conf "port_range: 30000-30099"
+	sleep 1.2 # settled: the next step keeps its parse (config_cache)
+	run crun srun --ddp=gloo -N1 -n1 true
+	assert_success
+	run --separate-stderr step_objects
+	assert_success
+	# the plugin is there: these are the processes' own objects
+	assert_line "srun spank_ddp.so"
+	assert_line "stepd spank_ddp.so"
+	refute_line --regexp '^(srun|stepd) lib(crypto|yaml)'
+	run --separate-stderr step_objects --ddp=gloo
+	assert_success
+	assert_line "stepd spank_ddp.so"
+	refute_line --regexp '^(srun|stepd) lib(crypto|yaml)'
+	with_secret
+	set_conf "rdzv_secret: $secret" "port_range: 30000-30099"
+	sleep 1.2
+	run crun srun --ddp=gloo -N1 -n1 true
+	assert_success
+	run --separate-stderr step_objects --ddp=gloo
+	assert_success
+	assert_line --regexp '^stepd libcrypto\.so\.[0-9]+$'
+	refute_line --regexp '^srun libcrypto|^(srun|stepd) libyaml'
+}

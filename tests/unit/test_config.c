@@ -8,8 +8,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../../libddpenv/src/libs.h" /* first: it asks for OpenSSL's deprecated calls */
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <zlib.h>
 
 #include "test.h"
 #include "fakesys.h"
@@ -709,7 +711,8 @@ static void test_trust(void)
 }
 
 /* libddpenv/src/hmac.c, internal: HMAC-SHA256 on OpenSSL's SHA-256 */
-int ddpenv_hmac_sha256(const void *key, size_t klen, const void *msg, size_t mlen, unsigned char out[32]);
+int ddpenv_hmac_sha256(const void *key, size_t klen, const void *msg, size_t mlen, unsigned char out[32],
+		       char *why, size_t whylen);
 
 /* ... against OpenSSL's own HMAC(): keys and messages of every length
  * from none to past two SHA-256 blocks (a key over one block is hashed) */
@@ -725,12 +728,38 @@ static void test_hmac(void)
 	}
 	for (size_t kl = 0; kl <= sizeof(key); kl += kl < 70 ? 1 : 7)
 		for (size_t ml = 0; ml <= sizeof(msg); ml += ml < 70 ? 1 : 9, n++)
-			if (ddpenv_hmac_sha256(key, kl, msg, ml, a) < 0 ||
+			if (ddpenv_hmac_sha256(key, kl, msg, ml, a, err, sizeof(err)) < 0 ||
 			    !HMAC(EVP_sha256(), key, (int)kl, msg, ml, b, &blen) || blen != 32 || memcmp(a, b, 32) != 0)
 				bad++;
 	test_cond("HMAC-SHA256 is OpenSSL's HMAC() for keys and messages of 0 to 150 bytes", bad == 0 && n > 5000);
 	if (bad)
 		printf("#   %d of %d differ\n", bad, n);
+}
+
+/* libddpenv/src/libs.c, internal: a library opened at its first use */
+static void test_lib_open(void)
+{
+	struct {
+		__typeof__(crc32) *crc32;
+	} t = { NULL };
+	const struct ddpenv_lib_sym crc[] = { { "crc32", offsetof(__typeof__(t), crc32) } };
+	const struct ddpenv_lib_sym none[] = { { "ddp_no_such_function", 0 } };
+	const char *zlib = "libz.so.1";
+
+	test_cond("a library that is not installed is refused",
+		  ddpenv_lib_open("libddp-test-none.so.9", "a test library", crc, 1, &t, err, sizeof(err)) < 0);
+	test_err("... naming it, its soname and what was expected", err,
+		 "a test library (libddp-test-none.so.9) cannot be opened: libddp-test-none.so.9: cannot open shared object file");
+	test_err("...", err, "expected it installed");
+	test_cond("one that lacks a function is refused",
+		  ddpenv_lib_open(zlib, "zlib", none, 1, &t, err, sizeof(err)) < 0);
+	test_err("... naming the function", err, "zlib (libz.so.1) has no ddp_no_such_function: expected the version this was built with");
+	test_cond("a function is found where the table says",
+		  ddpenv_lib_open(zlib, "zlib", crc, 1, &t, err, sizeof(err)) == 0 && t.crc32 &&
+		  t.crc32(0, (const Bytef *)"slurm", 5) == crc32(0, (const Bytef *)"slurm", 5));
+	test_cond("libcrypto and libyaml open, the same each time",
+		  ddpenv_crypto(err, sizeof(err)) && ddpenv_crypto(err, sizeof(err)) == ddpenv_crypto(err, sizeof(err)) &&
+		  ddpenv_yaml(err, sizeof(err)) && ddpenv_yaml(err, sizeof(err)) == ddpenv_yaml(err, sizeof(err)));
 }
 
 static void test_token(void)
@@ -817,6 +846,7 @@ int main(void)
 	test_user();
 	test_iface();
 	test_contract();
+	test_lib_open();
 	test_token();
 	test_hmac();
 	test_trust();

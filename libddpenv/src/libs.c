@@ -1,0 +1,117 @@
+/*
+ * OpenSSL's libcrypto and libyaml, opened at their first use (dlopen), as
+ * ddp-check opens NCCL, not as the plugin is loaded.  srun and every
+ * step's slurmstepd load spank_ddp.so, --ddp or not: linked, the two cost
+ * each of them 0.7 ms (libcrypto's relocations, 130 page faults), paid by
+ * every step of a cluster with the plugin installed.  A step uses
+ * libcrypto only to derive its token under a site's rdzv_secret (the
+ * store, in the tasks, to prove it), and libyaml only to parse ddp.yaml
+ * where its kept parse cannot be used (config_cache.c).
+ *
+ * The sonames are those of the libraries the build compiled against
+ * (DDPENV_CRYPTO_SONAME and DDPENV_YAML_SONAME, from mk/common.mk), opened
+ * by the dynamic linker's search (ld.so.cache), never a path from the
+ * job's environment: slurmstepd's own environment is slurmd's.
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "libs.h"
+
+#if !defined(DDPENV_CRYPTO_SONAME) || !defined(DDPENV_YAML_SONAME)
+#error "DDPENV_CRYPTO_SONAME and DDPENV_YAML_SONAME: set by mk/common.mk from the linker's libcrypto.so and libyaml.so"
+#endif
+
+int ddpenv_lib_open(const char *soname, const char *what, const struct ddpenv_lib_sym *syms, size_t n,
+		    void *table, char *err, size_t errlen)
+{
+	void *h = dlopen(soname, RTLD_LAZY | RTLD_LOCAL);
+
+	if (!h) {
+		const char *e = dlerror();
+		snprintf(err, errlen, "%s (%s) cannot be opened: %.200s: expected it installed", what, soname,
+			 e ? e : "no reason given");
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		void *f = dlsym(h, syms[i].name);
+		if (!f) {
+			snprintf(err, errlen, "%s (%s) has no %s: expected the version this was built with", what,
+				 soname, syms[i].name);
+			dlclose(h);
+			return -1;
+		}
+		memcpy((char *)table + syms[i].offset, &f, sizeof(f));
+	}
+	return 0; /* h stays open: the table points into it */
+}
+
+#define SYM(type, member, name) { name, offsetof(struct type, member) }
+
+static struct {
+	pthread_once_t once;
+	struct ddpenv_crypto_fns fns;
+	int ok;
+	char err[320];
+} crypto = { PTHREAD_ONCE_INIT, { 0 }, 0, "" };
+
+static void crypto_open(void)
+{
+	static const struct ddpenv_lib_sym syms[] = {
+#ifndef OPENSSL_NO_DEPRECATED_3_0
+		SYM(ddpenv_crypto_fns, sha256_init, "SHA256_Init"),
+		SYM(ddpenv_crypto_fns, sha256_update, "SHA256_Update"),
+		SYM(ddpenv_crypto_fns, sha256_final, "SHA256_Final"),
+#else
+		SYM(ddpenv_crypto_fns, hmac, "HMAC"),
+		SYM(ddpenv_crypto_fns, evp_sha256, "EVP_sha256"),
+#endif
+		SYM(ddpenv_crypto_fns, memcmp, "CRYPTO_memcmp"),
+	};
+
+	crypto.ok = ddpenv_lib_open(DDPENV_CRYPTO_SONAME, "OpenSSL's libcrypto", syms, sizeof(syms) / sizeof(syms[0]),
+				    &crypto.fns, crypto.err, sizeof(crypto.err)) == 0;
+}
+
+const struct ddpenv_crypto_fns *ddpenv_crypto(char *err, size_t errlen)
+{
+	pthread_once(&crypto.once, crypto_open);
+	if (crypto.ok)
+		return &crypto.fns;
+	snprintf(err, errlen, "%s", crypto.err);
+	return NULL;
+}
+
+static struct {
+	pthread_once_t once;
+	struct ddpenv_yaml_fns fns;
+	int ok;
+	char err[320];
+} yaml = { PTHREAD_ONCE_INIT, { 0 }, 0, "" };
+
+static void yaml_open(void)
+{
+	static const struct ddpenv_lib_sym syms[] = {
+		SYM(ddpenv_yaml_fns, parser_initialize, "yaml_parser_initialize"),
+		SYM(ddpenv_yaml_fns, parser_set_input_string, "yaml_parser_set_input_string"),
+		SYM(ddpenv_yaml_fns, parser_load, "yaml_parser_load"),
+		SYM(ddpenv_yaml_fns, parser_delete, "yaml_parser_delete"),
+		SYM(ddpenv_yaml_fns, document_get_root_node, "yaml_document_get_root_node"),
+		SYM(ddpenv_yaml_fns, document_get_node, "yaml_document_get_node"),
+		SYM(ddpenv_yaml_fns, document_delete, "yaml_document_delete"),
+	};
+
+	yaml.ok = ddpenv_lib_open(DDPENV_YAML_SONAME, "libyaml", syms, sizeof(syms) / sizeof(syms[0]), &yaml.fns,
+				  yaml.err, sizeof(yaml.err)) == 0;
+}
+
+const struct ddpenv_yaml_fns *ddpenv_yaml(char *err, size_t errlen)
+{
+	pthread_once(&yaml.once, yaml_open);
+	if (yaml.ok)
+		return &yaml.fns;
+	snprintf(err, errlen, "%s", yaml.err);
+	return NULL;
+}
