@@ -192,7 +192,7 @@ for v in "${measured[@]}"; do
 done
 for v in "${measured[@]}"; do
 	n=${names[$v]}
-	echo "# ${what[$v]}: what it adds to a launch ($(q "$tmp/$n.diff" 50) ms), by the interval: $(verdict "$(ci "$tmp/$n.diff")")"
+	echo "# ${what[$v]}: what it adds to a launch, by the interval: $(verdict "$(ci "$tmp/$n.diff")")"
 done
 
 # The plugin's own time in slurmstepd, without srun's noise: the cluster

@@ -641,6 +641,31 @@ ratio_ok() {
 	[ ! -s "$BATS_TEST_TMPDIR/cluster/net" ]
 }
 
+@test "launch_cost.sh INSTALLED=1: plain srun with the plugin listed and --ddp=gloo, each paired with plain srun on no plugin listed; a bad INSTALLED refused" {
+	[ "$(id -u)" = 0 ] || skip "the test cluster needs root"
+	run env INSTALLED=yes "$REPO/bench/launch_cost.sh"
+	assert_failure 2
+	assert_output "bench: INSTALLED=yes: expected 0 or 1"
+	run --separate-stderr env INSTALLED=1 ROUNDS=2 HOOK_STEPS=0 DDP_CLUSTER_DIR="$BATS_TEST_TMPDIR/cluster" \
+		"$REPO/bench/launch_cost.sh"
+	assert_success
+	assert_line "# INSTALLED=1: each variant against plain srun, no plugin listed (plugstack.conf swapped before each launch)"
+	assert_line --regexp '^no-plugin +[0-9.]+ +- +- +- +1\.00$'
+	local v line med
+	med=$(awk '$1 == "no-plugin" { print $2 }' <<<"$output")
+	for v in installed ddp; do
+		line=$(grep "^$v " <<<"$output")
+		[[ "$line" =~ ^$v\ +([0-9.]+)\ +(-?[0-9.]+)\ +(-?[0-9.]+)\.\.(-?[0-9.]+)\ +\((-?[0-9.]+)\.\.(-?[0-9.]+)\)\ +([0-9.]+)$ ]] ||
+			fail "row '$line'"
+		quotient_ok "${BASH_REMATCH[7]}" "${BASH_REMATCH[1]}" "$med" 0.002 ||
+			fail "ratio of '$line' is not its median over no-plugin's $med"
+	done
+	refute_line --partial 'ddp-nobind'
+	assert_line --regexp '^# the plugin listed, plain srun: what it adds to a launch, by the interval: '
+	assert_line --regexp '^# the plugin listed, --ddp=gloo: what it adds to a launch, by the interval: '
+	[ ! -s "$BATS_TEST_TMPDIR/cluster/net" ]
+}
+
 # startup_rows V...: $output's cnn_train row (ratio 1.00) and a row for
 # each variant V, its ratio its median over cnn_train's; only torchrun may
 # say instead why it fails here
