@@ -536,6 +536,7 @@ step_objects() {
 		f=/proc/${p#* }/maps
 		awk -v who="${p%% *}" '$6 ~ /\.so/ { n = split($6, q, "/"); print who " " q[n] }' "$f" | sort -u
 	done
+	crun scancel -n "$name" # read: the task need not sleep on
 	wait "$bg" 2>/dev/null || true
 }
 
