@@ -72,6 +72,9 @@ teardown() {
 	run dpkg-deb -f "$deb" Depends
 	assert_output --partial "slurm-wlm-basic-plugins (>= $rel~)"
 	assert_output --regexp "slurm-wlm-basic-plugins \(<< [0-9]+\.[0-9]+~\)"
+	# and on the libraries it opens at their first use, which no DT_NEEDED names
+	assert_output --regexp '(^|, )libssl3(t64)?(,|$)'
+	assert_output --regexp '(^|, )libyaml-0-2(,|$)'
 	# the tools say the same
 	run /usr/bin/ddp-env --version
 	assert_output --partial "built against Slurm ${built%%-*}"
