@@ -49,69 +49,71 @@ int ddpenv_lib_open(const char *soname, const char *what, const struct ddpenv_li
 }
 
 #define SYM(type, member, name) { name, offsetof(struct type, member) }
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
-static struct {
-	pthread_once_t once;
-	struct ddpenv_crypto_fns fns;
-	int ok;
+/* A library opened at the first call that needs it, the same for the
+ * next (tried once: a library missing now stays missing). */
+struct lazy {
+	const char *soname, *what;
+	const struct ddpenv_lib_sym *syms;
+	size_t n;
+	void *fns;
+	int tried, ok;
 	char err[320];
-} crypto = { PTHREAD_ONCE_INIT, { 0 }, 0, "" };
+};
 
-static void crypto_open(void)
+static pthread_mutex_t lazy_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static const void *lazy_fns(struct lazy *l, char *err, size_t errlen)
 {
-	static const struct ddpenv_lib_sym syms[] = {
-#ifndef OPENSSL_NO_DEPRECATED_3_0
-		SYM(ddpenv_crypto_fns, sha256_init, "SHA256_Init"),
-		SYM(ddpenv_crypto_fns, sha256_update, "SHA256_Update"),
-		SYM(ddpenv_crypto_fns, sha256_final, "SHA256_Final"),
-#else
-		SYM(ddpenv_crypto_fns, hmac, "HMAC"),
-		SYM(ddpenv_crypto_fns, evp_sha256, "EVP_sha256"),
-#endif
-		SYM(ddpenv_crypto_fns, memcmp, "CRYPTO_memcmp"),
-	};
+	int ok;
 
-	crypto.ok = ddpenv_lib_open(DDPENV_CRYPTO_SONAME, "OpenSSL's libcrypto", syms, sizeof(syms) / sizeof(syms[0]),
-				    &crypto.fns, crypto.err, sizeof(crypto.err)) == 0;
+	pthread_mutex_lock(&lazy_mu);
+	if (!l->tried) {
+		l->tried = 1;
+		l->ok = ddpenv_lib_open(l->soname, l->what, l->syms, l->n, l->fns, l->err, sizeof(l->err)) == 0;
+	}
+	ok = l->ok;
+	pthread_mutex_unlock(&lazy_mu);
+	if (ok)
+		return l->fns;
+	snprintf(err, errlen, "%s", l->err);
+	return NULL;
 }
+
+static const struct ddpenv_lib_sym crypto_syms[] = {
+#ifndef OPENSSL_NO_DEPRECATED_3_0
+	SYM(ddpenv_crypto_fns, sha256_init, "SHA256_Init"),
+	SYM(ddpenv_crypto_fns, sha256_update, "SHA256_Update"),
+	SYM(ddpenv_crypto_fns, sha256_final, "SHA256_Final"),
+#else
+	SYM(ddpenv_crypto_fns, hmac, "HMAC"),
+	SYM(ddpenv_crypto_fns, evp_sha256, "EVP_sha256"),
+#endif
+	SYM(ddpenv_crypto_fns, memcmp, "CRYPTO_memcmp"),
+};
+static struct ddpenv_crypto_fns crypto_fns;
+static struct lazy crypto = { DDPENV_CRYPTO_SONAME, "OpenSSL's libcrypto", crypto_syms, COUNT(crypto_syms),
+			      &crypto_fns, 0, 0, "" };
 
 const struct ddpenv_crypto_fns *ddpenv_crypto(char *err, size_t errlen)
 {
-	pthread_once(&crypto.once, crypto_open);
-	if (crypto.ok)
-		return &crypto.fns;
-	snprintf(err, errlen, "%s", crypto.err);
-	return NULL;
+	return lazy_fns(&crypto, err, errlen);
 }
 
-static struct {
-	pthread_once_t once;
-	struct ddpenv_yaml_fns fns;
-	int ok;
-	char err[320];
-} yaml = { PTHREAD_ONCE_INIT, { 0 }, 0, "" };
-
-static void yaml_open(void)
-{
-	static const struct ddpenv_lib_sym syms[] = {
-		SYM(ddpenv_yaml_fns, parser_initialize, "yaml_parser_initialize"),
-		SYM(ddpenv_yaml_fns, parser_set_input_string, "yaml_parser_set_input_string"),
-		SYM(ddpenv_yaml_fns, parser_load, "yaml_parser_load"),
-		SYM(ddpenv_yaml_fns, parser_delete, "yaml_parser_delete"),
-		SYM(ddpenv_yaml_fns, document_get_root_node, "yaml_document_get_root_node"),
-		SYM(ddpenv_yaml_fns, document_get_node, "yaml_document_get_node"),
-		SYM(ddpenv_yaml_fns, document_delete, "yaml_document_delete"),
-	};
-
-	yaml.ok = ddpenv_lib_open(DDPENV_YAML_SONAME, "libyaml", syms, sizeof(syms) / sizeof(syms[0]), &yaml.fns,
-				  yaml.err, sizeof(yaml.err)) == 0;
-}
+static const struct ddpenv_lib_sym yaml_syms[] = {
+	SYM(ddpenv_yaml_fns, parser_initialize, "yaml_parser_initialize"),
+	SYM(ddpenv_yaml_fns, parser_set_input_string, "yaml_parser_set_input_string"),
+	SYM(ddpenv_yaml_fns, parser_load, "yaml_parser_load"),
+	SYM(ddpenv_yaml_fns, parser_delete, "yaml_parser_delete"),
+	SYM(ddpenv_yaml_fns, document_get_root_node, "yaml_document_get_root_node"),
+	SYM(ddpenv_yaml_fns, document_get_node, "yaml_document_get_node"),
+	SYM(ddpenv_yaml_fns, document_delete, "yaml_document_delete"),
+};
+static struct ddpenv_yaml_fns yaml_fns;
+static struct lazy yaml = { DDPENV_YAML_SONAME, "libyaml", yaml_syms, COUNT(yaml_syms), &yaml_fns, 0, 0, "" };
 
 const struct ddpenv_yaml_fns *ddpenv_yaml(char *err, size_t errlen)
 {
-	pthread_once(&yaml.once, yaml_open);
-	if (yaml.ok)
-		return &yaml.fns;
-	snprintf(err, errlen, "%s", yaml.err);
-	return NULL;
+	return lazy_fns(&yaml, err, errlen);
 }

@@ -423,23 +423,32 @@ print("port", os.environ["MASTER_PORT"], os.environ["TORCHELASTIC_RUN_ID"], flus
 	[ ! -e "$cache" ]
 }
 
-# HWLOC plugins (.../hwloc/hwloc_NAME.so) mapped in the slurmstepd of a
-# two-task step of the test user's, read by root once its tasks run.
-stepd_hwloc_plugins() {
-	local stepd='' task='' i bg job name="plugins-$$"
-	crun srun -J "$name" --ddp=gloo -N1 -n2 sleep 8 &
-	bg=$!
+# step_started NAME ARGS...: a step of the test user's job NAME (srun's
+# ARGS, its tasks sleeping 8 s) in the background, once a task of it runs:
+# STEP_BG the background srun's shell, STEP_STEPD its slurmstepd.  1, said,
+# when no task runs within 7 s.
+step_started() {
+	local name=$1 task='' i job
+	shift
+	crun srun -J "$name" "$@" sleep 8 &
+	STEP_BG=$! STEP_STEPD=''
 	for ((i = 0; i < 70; i++)); do
 		[ -z "$task" ] || break
 		sleep 0.1
 		# this job's (make check's other worker runs clusters too)
 		job=$(crun squeue -h -n "$name" -o %i 2>/dev/null) && [ -n "$job" ] || continue
-		stepd=$(pgrep -n -f "^slurmstepd: \\[$job\\.0\\]") || continue
-		task=$(pgrep -P "$stepd" -x sleep | head -n 1) || task=''
+		STEP_STEPD=$(pgrep -n -f "^slurmstepd: \\[$job\\.0\\]") || continue
+		task=$(pgrep -P "$STEP_STEPD" -x sleep | head -n 1) || task=''
 	done
-	[ -n "$task" ] || { echo "no task of the step ran"; wait "$bg" 2>/dev/null; return 1; }
-	grep -c '/hwloc/hwloc_.*\.so' "/proc/$stepd/maps" || true
-	wait "$bg" 2>/dev/null || true
+	[ -n "$task" ] || { echo "no task of the step ran"; wait "$STEP_BG" 2>/dev/null; return 1; }
+}
+
+# HWLOC plugins (.../hwloc/hwloc_NAME.so) mapped in the slurmstepd of a
+# two-task step of the test user's, read by root once its tasks run.
+stepd_hwloc_plugins() {
+	step_started "plugins-$$" --ddp=gloo -N1 -n2 || return 1
+	grep -c '/hwloc/hwloc_.*\.so' "/proc/$STEP_STEPD/maps" || true
+	wait "$STEP_BG" 2>/dev/null || true
 }
 
 @test "topology_cache: a step's slurmstepd opens none of hwloc's plugins (each task's child reads the kept export without them); discovering, it opens them" {
@@ -519,25 +528,14 @@ stepd_hwloc_plugins() {
 # step of srun's ARGS, read by root once its task runs: "srun FILE" and
 # "stepd FILE", a line each, by file name.
 step_objects() {
-	local stepd='' task='' srun='' i bg job name="objects-$$"
-	crun srun -J "$name" "$@" -N1 -n1 sleep 8 &
-	bg=$!
-	for ((i = 0; i < 70; i++)); do
-		[ -z "$task" ] || break
-		sleep 0.1
-		job=$(crun squeue -h -n "$name" -o %i 2>/dev/null) && [ -n "$job" ] || continue
-		stepd=$(pgrep -n -f "^slurmstepd: \\[$job\\.0\\]") || continue
-		task=$(pgrep -P "$stepd" -x sleep | head -n 1) || task=''
-	done
-	[ -n "$task" ] || { echo "no task of the step ran"; wait "$bg" 2>/dev/null; return 1; }
-	srun=$(pgrep -n -f "^srun -J $name ") || { echo "no srun"; wait "$bg" 2>/dev/null; return 1; }
-	local p f
-	for p in "srun $srun" "stepd $stepd"; do
-		f=/proc/${p#* }/maps
-		awk -v who="${p%% *}" '$6 ~ /\.so/ { n = split($6, q, "/"); print who " " q[n] }' "$f" | sort -u
+	local name="objects-$$" srun p
+	step_started "$name" "$@" -N1 -n1 || return 1
+	srun=$(pgrep -n -f "^srun -J $name ") || { echo "no srun"; wait "$STEP_BG" 2>/dev/null; return 1; }
+	for p in "srun $srun" "stepd $STEP_STEPD"; do
+		awk -v who="${p%% *}" '$6 ~ /\.so/ { n = split($6, q, "/"); print who " " q[n] }' "/proc/${p#* }/maps" | sort -u
 	done
 	crun scancel -n "$name" # read: the task need not sleep on
-	wait "$bg" 2>/dev/null || true
+	wait "$STEP_BG" 2>/dev/null || true
 }
 
 @test "libcrypto and libyaml are opened where a step needs them only: by neither srun nor slurmstepd without --ddp or with ddp.yaml's kept parse; libcrypto by a --ddp step's slurmstepd under rdzv_secret" {
