@@ -147,7 +147,7 @@ teardown() {
 	done
 }
 
-@test "a C program builds against the installed libddpenv with pkg-config and runs on it" {
+@test "a C program builds against the installed libddpenv with pkg-config and runs on it, libcrypto opened at its first use" {
 	cd "$BATS_TEST_TMPDIR"
 	cat >store.c <<-'EOF'
 	#include <stdio.h>
@@ -162,6 +162,11 @@ teardown() {
 		if (ddpenv_backend_parse("foo", &b, err, sizeof(err)) == 0)
 			return 1;
 		printf("%s %s\n", DDPENV_VERSION, err);
+		/* libcrypto, opened by the library at this first use */
+		char tok[DDPENV_TOKEN_LEN + 1];
+		if (ddpenv_token_derive("0123456789abcdef", 16, 77, 2, 1000, tok, err, sizeof(err)) < 0)
+			return 1;
+		printf("token %s\n", tok);
 		return 0;
 	}
 	EOF
@@ -169,9 +174,13 @@ teardown() {
 	assert_success
 	run ldd ./store
 	assert_output --regexp "libddpenv.so.0 => (/usr)?/lib/$MULTIARCH/libddpenv.so.0 "
+	# libcrypto and libyaml: opened at their first use, not linked
+	refute_output --regexp 'libcrypto|libyaml'
 	run ./store
 	assert_success
 	assert_output --partial "unknown backend"
+	# (tests/unit/test_config.c: this HMAC is Python's hmac module's)
+	assert_line "token 24e7a487bb6cc0286932faf84a879e1b46242f4c6ac04bba5c2bcba69a3dca48"
 }
 
 @test "dpkg --purge removes every file the packages installed" {
