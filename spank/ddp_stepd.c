@@ -44,7 +44,7 @@ static struct {
 	enum ddpenv_bind bind;       /* the policy, for DDP_BIND_POLICY */
 	char bind_how[DDPENV_HOWLEN];
 } st;
-static int st_used; /* post_opt ran in this process */
+static int st_used; /* a --ddp step's post_opt wrote st in this process */
 
 /* The job's environment as Slurm holds it (S_JOB_ENV), read in one pass:
  * the variables libddpenv reads and the admin's of CFG (env: nccl and
@@ -178,8 +178,14 @@ int ddp_stepd_post_opt(spank_t sp, int ac, char **av)
 	/* st is zero as slurmstepd loads the plugin, for its one step:
 	 * cleared again only if a step ran here before (its 120 KB written
 	 * would be 30 page faults of the step's path) */
-	if (st_used)
+	if (st_used) {
 		memset(&st, 0, sizeof(st));
+		st_used = 0;
+	}
+	/* A step without --ddp, most of a cluster's, writes none of it (the
+	 * configuration's defaults alone are 38 KB: 10 page faults). */
+	if (!ddp_req.given)
+		return 0;
 	st_used = 1;
 	ddpenv_config_init(&st.cfg);
 	if (!parallel_ddp_step(sp))
@@ -644,6 +650,8 @@ out:
 
 void ddp_stepd_exit(void)
 {
+	if (!st_used)
+		return; /* nothing read, nothing held */
 	explicit_bzero(st.secret, sizeof(st.secret)); /* if user_init never ran */
 	ddpenv_config_free(&st.cfg);
 	ddpenv_bind_plan_free(&st.plan);
