@@ -33,10 +33,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <zlib.h>
-
 #include "ddpenv.h"
 #include "internal.h"
+#include "libs.h"
 
 #define KEPT_FORMAT 1
 static const char kept_magic[8] = "ddpcfg\n";
@@ -156,7 +155,8 @@ static int kept_read(struct ddpenv_config *c, const char *file, const struct kep
 	struct ddpenv_config *got = malloc(sizeof(*got));
 	struct ddpenv_partition *parts = NULL;
 	int fd = open(file, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK), rv = -1;
-	uint32_t crc;
+	uint32_t crc = 0;
+	char why[DDPENV_ERRLEN]; /* zlib missing: parsed as without a cache */
 
 	if (fd < 0 || !got || fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode) || sb.st_uid != 0 ||
 	    (sb.st_mode & 022) || read_all(fd, &h, sizeof(h)) < 0)
@@ -168,14 +168,12 @@ static int kept_read(struct ddpenv_config *c, const char *file, const struct kep
 		goto out;
 	if (h.nparts > DDPENV_CONFIG_MAX_BYTES ||
 	    (uint64_t)sb.st_size != sizeof(h) + sizeof(*got) + h.nparts * sizeof(*parts) ||
-	    read_all(fd, got, sizeof(*got)) < 0)
+	    read_all(fd, got, sizeof(*got)) < 0 || ddpenv_crc32(&crc, got, sizeof(*got), why, sizeof(why)) < 0)
 		goto out;
-	crc = (uint32_t)crc32(0L, (const Bytef *)got, sizeof(*got));
 	if (h.nparts && (!(parts = malloc(h.nparts * sizeof(*parts))) ||
-			 read_all(fd, parts, h.nparts * sizeof(*parts)) < 0))
+			 read_all(fd, parts, h.nparts * sizeof(*parts)) < 0 ||
+			 ddpenv_crc32(&crc, parts, h.nparts * sizeof(*parts), why, sizeof(why)) < 0))
 		goto out;
-	if (h.nparts)
-		crc = (uint32_t)crc32(crc, (const Bytef *)parts, (uInt)(h.nparts * sizeof(*parts)));
 	if (crc != h.crc || got->nparts != h.nparts || !got->from_file)
 		goto out;
 	ddpenv_config_free(c);
@@ -197,14 +195,16 @@ out:
 static int kept_write(const struct ddpenv_config *c, const char *dir, const char *file, struct kept_head *h)
 {
 	char tmp[DDPENV_PATHLEN + 32];
+	char why[DDPENV_ERRLEN]; /* zlib missing: nothing kept */
 	struct ddpenv_config flat = *c;
 	int fd, ok;
 
 	flat.parts = NULL;
 	h->nparts = c->nparts;
-	h->crc = (uint32_t)crc32(0L, (const Bytef *)&flat, sizeof(flat));
-	if (c->nparts)
-		h->crc = (uint32_t)crc32(h->crc, (const Bytef *)c->parts, (uInt)(c->nparts * sizeof(*c->parts)));
+	h->crc = 0;
+	if (ddpenv_crc32(&h->crc, &flat, sizeof(flat), why, sizeof(why)) < 0 ||
+	    (c->nparts && ddpenv_crc32(&h->crc, c->parts, c->nparts * sizeof(*c->parts), why, sizeof(why)) < 0))
+		return -1;
 	if ((size_t)snprintf(tmp, sizeof(tmp), "%s/.config.XXXXXX", dir) >= sizeof(tmp) || (fd = mkstemp(tmp)) < 0)
 		return -1;
 	ok = write_all(fd, h, sizeof(*h)) == 0 && write_all(fd, &flat, sizeof(flat)) == 0 &&

@@ -32,9 +32,9 @@
 
 #include <hwloc.h>
 #include <hwloc/shmem.h>
-#include <zlib.h>
 
 #include "ddpenv.h"
+#include "libs.h"
 #include "topo.h"
 
 /* 32 TiB: on x86-64 (and 48-bit arm64) between a program's heap (near
@@ -77,21 +77,25 @@ static size_t page_size(void)
 	return p > 0 ? (size_t)p : 4096;
 }
 
-/* CRC-32 of fd's bytes [off, off + len) into crc: 0, else -1 */
-static int checksum(int fd, size_t off, size_t len, uint32_t *crc)
+/* CRC-32 of fd's bytes [off, off + len) into crc: 0, else -1 with err */
+static int checksum(int fd, size_t off, size_t len, uint32_t *crc, char *err, size_t errlen)
 {
 	void *m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, (off_t)off);
+	int rv;
 
-	if (m == MAP_FAILED)
+	if (m == MAP_FAILED) {
+		snprintf(err, errlen, "%s", strerror(errno));
 		return -1;
-	*crc = (uint32_t)crc32_z(crc32_z(0, Z_NULL, 0), m, len);
+	}
+	*crc = 0;
+	rv = ddpenv_crc32(crc, m, len, err, errlen);
 	munmap(m, len);
-	return 0;
+	return rv;
 }
 
 int ddpenv_topo_shm_write(const struct ddpenv_topo *t, const char *path, char *err, size_t errlen)
 {
-	char tmp[DDPENV_PATHLEN];
+	char tmp[DDPENV_PATHLEN], why[DDPENV_ERRLEN];
 	struct shm_head h;
 	size_t len, page = page_size();
 	int fd;
@@ -124,7 +128,11 @@ int ddpenv_topo_shm_write(const struct ddpenv_topo *t, const char *path, char *e
 	h.format = SHM_FORMAT;
 	h.hwloc_api = hwloc_get_api_version();
 	h.length = len;
-	if (checksum(fd, page, len, &h.crc) < 0 || pwrite(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
+	if (checksum(fd, page, len, &h.crc, why, sizeof(why)) < 0) {
+		snprintf(err, errlen, "%.200s: cannot seal the mapped copy: %s", path, why);
+		goto fail;
+	}
+	if (pwrite(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
 		snprintf(err, errlen, "%.200s: cannot seal the mapped copy: %s", path, strerror(errno));
 		goto fail;
 	}
@@ -180,6 +188,7 @@ static ssize_t shm_file_ok(int fd, const char *path, struct shm_head *h, char *e
 int ddpenv_topo_shm_check(const char *path, char *err, size_t errlen)
 {
 	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), rv = -1;
+	char why[DDPENV_ERRLEN];
 	struct shm_head h;
 	uint32_t crc;
 	ssize_t len;
@@ -190,7 +199,11 @@ int ddpenv_topo_shm_check(const char *path, char *err, size_t errlen)
 	}
 	if ((len = shm_file_ok(fd, path, &h, err, errlen)) < 0)
 		goto out;
-	if (checksum(fd, page_size(), (size_t)len, &crc) < 0 || crc != h.crc) {
+	if (checksum(fd, page_size(), (size_t)len, &crc, why, sizeof(why)) < 0) {
+		snprintf(err, errlen, "%.200s: hwloc's copy cannot be checked: %s", path, why);
+		goto out;
+	}
+	if (crc != h.crc) {
 		snprintf(err, errlen, "%.200s: hwloc's copy is not what was written (CRC-32)", path);
 		goto out;
 	}
