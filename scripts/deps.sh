@@ -9,7 +9,7 @@ set -eu
 
 PKGS="build-essential pkg-config iproute2 procps mount
 libslurm-dev slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge
-libhwloc-dev hwloc libyaml-dev zlib1g-dev libssl-dev
+libhwloc-dev hwloc libyaml-dev zlib1g-dev libssl-dev nettle-dev
 clang valgrind gdb shellcheck
 libgloo-dev libdnnl-dev libopenblas-dev
 bats bats-assert bats-support man-db groff-base

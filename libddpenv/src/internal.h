@@ -40,12 +40,15 @@ struct stat;
 int ddpenv_config_load_stat(struct ddpenv_config *c, const char *path, int must_exist,
 			    struct stat *sb, char *err, size_t errlen);
 
-/* hmac.c: HMAC-SHA256 of msg under key into out (OpenSSL's SHA-256, not
- * its EVP layer, whose first use costs a process 1 ms).  0, else -1 with
- * err (libcrypto cannot be opened, or OpenSSL failed). */
+/* hmac.c: HMAC-SHA256 of msg under key into out: OpenSSL's HMAC() (the
+ * store's proofs), or nettle's (the token, in slurmstepd: hmac.c says
+ * why).  0, else -1 with err (the library cannot be opened, or it
+ * failed). */
 #define DDPENV_HMAC_LEN 32
 int ddpenv_hmac_sha256(const void *key, size_t klen, const void *msg, size_t mlen,
 		       unsigned char out[DDPENV_HMAC_LEN], char *err, size_t errlen);
+int ddpenv_hmac_sha256_nettle(const void *key, size_t klen, const void *msg, size_t mlen,
+			      unsigned char out[DDPENV_HMAC_LEN], char *err, size_t errlen);
 
 /* root_dir.c: dir a folder of root's that only root can write; make: made
  * (0755) if missing.  what names the setting in messages.  0, else -1 with

@@ -1,20 +1,21 @@
 /*
- * OpenSSL's libcrypto, libyaml and zlib, opened at their first use
- * (dlopen), as ddp-check opens NCCL, not as the plugin is loaded.  srun
- * and every step's slurmstepd load spank_ddp.so, --ddp or not: linked,
- * the three cost each of those processes about 0.9 ms (most of it
- * libcrypto's relocations, 130 page faults; zlib 0.06 to 0.1 ms), paid by
- * every step of a cluster with the plugin installed.  A step uses
- * libcrypto only to derive its token under a site's rdzv_secret (the
- * store, in the tasks, to prove it), libyaml only to parse ddp.yaml where
- * its kept parse cannot be used (config_cache.c), and zlib only for the
- * CRC-32 of what is kept (config_cache.c, topo_shm.c): --ddp steps.
+ * OpenSSL's libcrypto, nettle, libyaml and zlib, opened at their first
+ * use (dlopen), as ddp-check opens NCCL, not as the plugin is loaded.
+ * srun and every step's slurmstepd load spank_ddp.so, --ddp or not:
+ * linked, libcrypto, libyaml and zlib cost each of those processes about
+ * 0.9 ms (most of it libcrypto's relocations, 130 page faults; zlib 0.06
+ * to 0.1 ms), paid by every step of a cluster with the plugin installed.
+ * A step uses nettle only to derive its token under a site's rdzv_secret
+ * (slurmstepd), libcrypto only for the store's proofs of that token (in
+ * the tasks), libyaml only to parse ddp.yaml where its kept parse cannot
+ * be used (config_cache.c), and zlib only for the CRC-32 of what is kept
+ * (config_cache.c, topo_shm.c): --ddp steps.
  *
  * The sonames are those of the libraries the build compiled against
- * (DDPENV_CRYPTO_SONAME, DDPENV_YAML_SONAME and DDPENV_ZLIB_SONAME, from
- * mk/common.mk), opened by the dynamic linker's search (ld.so.cache),
- * never a path from the job's environment: slurmstepd's own environment
- * is slurmd's.
+ * (DDPENV_CRYPTO_SONAME, DDPENV_NETTLE_SONAME, DDPENV_YAML_SONAME and
+ * DDPENV_ZLIB_SONAME, from mk/common.mk), opened by the dynamic linker's
+ * search (ld.so.cache), never a path from the job's environment:
+ * slurmstepd's own environment is slurmd's.
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -23,8 +24,9 @@
 
 #include "libs.h"
 
-#if !defined(DDPENV_CRYPTO_SONAME) || !defined(DDPENV_YAML_SONAME) || !defined(DDPENV_ZLIB_SONAME)
-#error "DDPENV_CRYPTO_SONAME, DDPENV_YAML_SONAME and DDPENV_ZLIB_SONAME: set by mk/common.mk from the linker's libcrypto.so, libyaml.so and libz.so"
+#if !defined(DDPENV_CRYPTO_SONAME) || !defined(DDPENV_NETTLE_SONAME) || !defined(DDPENV_YAML_SONAME) || \
+	!defined(DDPENV_ZLIB_SONAME)
+#error "DDPENV_CRYPTO_SONAME, DDPENV_NETTLE_SONAME, DDPENV_YAML_SONAME and DDPENV_ZLIB_SONAME: set by mk/common.mk from the linker's libcrypto.so, libnettle.so, libyaml.so and libz.so"
 #endif
 
 int ddpenv_lib_open(const char *soname, const char *what, const struct ddpenv_lib_sym *syms, size_t n,
@@ -85,14 +87,8 @@ static const void *lazy_fns(struct lazy *l, char *err, size_t errlen)
 }
 
 static const struct ddpenv_lib_sym crypto_syms[] = {
-#ifndef OPENSSL_NO_DEPRECATED_3_0
-	SYM(ddpenv_crypto_fns, sha256_init, "SHA256_Init"),
-	SYM(ddpenv_crypto_fns, sha256_update, "SHA256_Update"),
-	SYM(ddpenv_crypto_fns, sha256_final, "SHA256_Final"),
-#else
 	SYM(ddpenv_crypto_fns, hmac, "HMAC"),
 	SYM(ddpenv_crypto_fns, evp_sha256, "EVP_sha256"),
-#endif
 	SYM(ddpenv_crypto_fns, memcmp, "CRYPTO_memcmp"),
 };
 static struct ddpenv_crypto_fns crypto_fns;
@@ -102,6 +98,20 @@ static struct lazy crypto = { DDPENV_CRYPTO_SONAME, "OpenSSL's libcrypto", crypt
 const struct ddpenv_crypto_fns *ddpenv_crypto(char *err, size_t errlen)
 {
 	return lazy_fns(&crypto, err, errlen);
+}
+
+static const struct ddpenv_lib_sym nettle_syms[] = {
+	SYM(ddpenv_nettle_fns, hmac_sha256_set_key, "nettle_hmac_sha256_set_key"),
+	SYM(ddpenv_nettle_fns, hmac_sha256_update, "nettle_hmac_sha256_update"),
+	SYM(ddpenv_nettle_fns, hmac_sha256_digest, "nettle_hmac_sha256_digest"),
+};
+static struct ddpenv_nettle_fns nettle_fns;
+static struct lazy nettle = { DDPENV_NETTLE_SONAME, "nettle", nettle_syms, COUNT(nettle_syms), &nettle_fns, 0, 0,
+			      "" };
+
+const struct ddpenv_nettle_fns *ddpenv_nettle(char *err, size_t errlen)
+{
+	return lazy_fns(&nettle, err, errlen);
 }
 
 static const struct ddpenv_lib_sym yaml_syms[] = {

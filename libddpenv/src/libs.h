@@ -1,32 +1,32 @@
-/* libs.c: OpenSSL's libcrypto, libyaml and zlib, opened at their first use.
- * Internal; not part of the API. */
+/* libs.c: OpenSSL's libcrypto, nettle, libyaml and zlib, opened at their
+ * first use.  Internal; not part of the API. */
 #ifndef DDPENV_LIBS_H
 #define DDPENV_LIBS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-/* SHA256_Init and its two siblings are deprecated since OpenSSL 3.0, not
- * gone (hmac.c says why they are used). */
-#define OPENSSL_SUPPRESS_DEPRECATED
+#include <nettle/hmac.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
-#include <openssl/sha.h>
 #include <yaml.h>
 #include <zlib.h>
 
-/* What libddpenv calls of libcrypto. */
+/* What libddpenv calls of libcrypto (the store's proofs, in the tasks). */
 struct ddpenv_crypto_fns {
-#ifndef OPENSSL_NO_DEPRECATED_3_0
-	__typeof__(SHA256_Init) *sha256_init;
-	__typeof__(SHA256_Update) *sha256_update;
-	__typeof__(SHA256_Final) *sha256_final;
-#else
 	__typeof__(HMAC) *hmac;
 	__typeof__(EVP_sha256) *evp_sha256;
-#endif
 	__typeof__(CRYPTO_memcmp) *memcmp;
+};
+
+/* What libddpenv calls of nettle (the step's token, in slurmstepd: hmac.c
+ * says why not libcrypto there).  nettle's names are macros of the
+ * exported nettle_ ones. */
+struct ddpenv_nettle_fns {
+	__typeof__(nettle_hmac_sha256_set_key) *hmac_sha256_set_key;
+	__typeof__(nettle_hmac_sha256_update) *hmac_sha256_update;
+	__typeof__(nettle_hmac_sha256_digest) *hmac_sha256_digest;
 };
 
 /* What libddpenv calls of libyaml. */
@@ -50,6 +50,7 @@ struct ddpenv_zlib_fns {
  * was expected when it cannot be opened or lacks one of them.  Safe from
  * any thread. */
 const struct ddpenv_crypto_fns *ddpenv_crypto(char *err, size_t errlen);
+const struct ddpenv_nettle_fns *ddpenv_nettle(char *err, size_t errlen);
 const struct ddpenv_yaml_fns *ddpenv_yaml(char *err, size_t errlen);
 const struct ddpenv_zlib_fns *ddpenv_zlib(char *err, size_t errlen);
 

@@ -1,5 +1,6 @@
 /* The rendezvous token: an HMAC of the step's ids and user under a site
- * secret, and which ids those are (ddpenv_step_trust). */
+ * secret (nettle's, as slurmstepd derives it: hmac.c), and which ids
+ * those are (ddpenv_step_trust). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -24,7 +25,7 @@ int ddpenv_token_derive(const void *secret, size_t len, uint32_t job_id,
 		return -1;
 	}
 	n = snprintf(msg, sizeof(msg), "slurm-ddp rdzv v2 %u.%u uid %u", job_id, step_id, uid);
-	if (ddpenv_hmac_sha256(secret, len, msg, (size_t)n, mac, why, sizeof(why)) < 0) {
+	if (ddpenv_hmac_sha256_nettle(secret, len, msg, (size_t)n, mac, why, sizeof(why)) < 0) {
 		snprintf(err, errlen, "the token of step %u.%u: %s", job_id, step_id, why);
 		return -1;
 	}
