@@ -1,4 +1,7 @@
 # Shared compiler settings, included by each folder's Makefile.
+# COMMON_MK: this file, a prerequisite of every object built with what it
+# sets (a changed flag or soname rebuilds them).
+COMMON_MK := $(abspath $(lastword $(MAKEFILE_LIST)))
 # build/ beside mk/, from any folder's Makefile (tools/ddp-check is two down)
 ifeq ($(origin BUILD),undefined)
 BUILD := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))..)/build
