@@ -8,8 +8,9 @@
  *
  * Trust: the folder and the file root's and writable by nobody else (what
  * the topology cache asks, root_dir.c); readable by others only when
- * ddp.yaml is.  Written to a temporary name and renamed; its head holds a
- * CRC-32 of what follows.
+ * ddp.yaml is.  Written to a temporary name, sealed (seal.c: its head
+ * holds the modification time its writer gave it) and renamed; a file
+ * written since is not read.
  *
  * Kept for one file as it was: its head holds ddp.yaml's path and what
  * stat says of it (device, inode, size, owner, mode, the times of its last
@@ -25,6 +26,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,9 +37,8 @@
 
 #include "ddpenv.h"
 #include "internal.h"
-#include "libs.h"
 
-#define KEPT_FORMAT 1
+#define KEPT_FORMAT 2
 static const char kept_magic[8] = "ddpcfg\n";
 
 /* what stat says of a file, as compared */
@@ -48,7 +49,8 @@ struct ident {
 struct kept_head {
 	char magic[8];
 	uint32_t format;
-	uint32_t crc;                /* CRC-32 (zlib's) of the config, then the partitions */
+	uint32_t pad;
+	struct ddpenv_seal seal;     /* the file's modification time as its writer left it */
 	uint64_t config_size, partition_size, nparts;
 	struct ident yaml, code;
 	char path[DDPENV_PATHLEN];
@@ -146,8 +148,8 @@ static void head_for(struct kept_head *h, const char *path, const struct ident *
 	snprintf(h->path, sizeof(h->path), "%s", path);
 }
 
-/* The kept parse at file, if its head is want's (crc and nparts 0) and
- * the rest whole: into c.  0, else -1 (c as it was). */
+/* The kept parse at file, if its head is want's (seal and nparts 0), it
+ * is as sealed and the rest whole: into c.  0, else -1 (c as it was). */
 static int kept_read(struct ddpenv_config *c, const char *file, const struct kept_head *want)
 {
 	struct kept_head h, cmp;
@@ -155,26 +157,23 @@ static int kept_read(struct ddpenv_config *c, const char *file, const struct kep
 	struct ddpenv_config *got = malloc(sizeof(*got));
 	struct ddpenv_partition *parts = NULL;
 	int fd = open(file, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK), rv = -1;
-	uint32_t crc = 0;
-	char why[DDPENV_ERRLEN]; /* zlib missing: parsed as without a cache */
 
 	if (fd < 0 || !got || fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode) || sb.st_uid != 0 ||
 	    (sb.st_mode & 022) || read_all(fd, &h, sizeof(h)) < 0)
 		goto out;
 	cmp = h; /* the key, without what the file says of its own content */
-	cmp.crc = 0;
+	memset(&cmp.seal, 0, sizeof(cmp.seal));
 	cmp.nparts = 0;
-	if (memcmp(&cmp, want, sizeof(cmp)) != 0)
+	if (memcmp(&cmp, want, sizeof(cmp)) != 0 || !ddpenv_seal_holds(&h.seal, &sb))
 		goto out;
 	if (h.nparts > DDPENV_CONFIG_MAX_BYTES ||
 	    (uint64_t)sb.st_size != sizeof(h) + sizeof(*got) + h.nparts * sizeof(*parts) ||
-	    read_all(fd, got, sizeof(*got)) < 0 || ddpenv_crc32(&crc, got, sizeof(*got), why, sizeof(why)) < 0)
+	    read_all(fd, got, sizeof(*got)) < 0)
 		goto out;
 	if (h.nparts && (!(parts = malloc(h.nparts * sizeof(*parts))) ||
-			 read_all(fd, parts, h.nparts * sizeof(*parts)) < 0 ||
-			 ddpenv_crc32(&crc, parts, h.nparts * sizeof(*parts), why, sizeof(why)) < 0))
+			 read_all(fd, parts, h.nparts * sizeof(*parts)) < 0))
 		goto out;
-	if (crc != h.crc || got->nparts != h.nparts || !got->from_file)
+	if (got->nparts != h.nparts || !got->from_file)
 		goto out;
 	ddpenv_config_free(c);
 	got->parts = parts;
@@ -190,26 +189,23 @@ out:
 }
 
 /* c, just parsed, kept at file under h's key: through a temporary file
- * renamed into place; mode 0644, 0600 where ddp.yaml is not readable by
- * others.  0, else -1 (nothing left behind). */
+ * sealed and renamed into place; mode 0644, 0600 where ddp.yaml is not
+ * readable by others.  0, else -1 (nothing left behind). */
 static int kept_write(const struct ddpenv_config *c, const char *dir, const char *file, struct kept_head *h)
 {
 	char tmp[DDPENV_PATHLEN + 32];
-	char why[DDPENV_ERRLEN]; /* zlib missing: nothing kept */
+	char why[DDPENV_ERRLEN]; /* not sealed: nothing kept */
 	struct ddpenv_config flat = *c;
 	int fd, ok;
 
 	flat.parts = NULL;
 	h->nparts = c->nparts;
-	h->crc = 0;
-	if (ddpenv_crc32(&h->crc, &flat, sizeof(flat), why, sizeof(why)) < 0 ||
-	    (c->nparts && ddpenv_crc32(&h->crc, c->parts, c->nparts * sizeof(*c->parts), why, sizeof(why)) < 0))
-		return -1;
 	if ((size_t)snprintf(tmp, sizeof(tmp), "%s/.config.XXXXXX", dir) >= sizeof(tmp) || (fd = mkstemp(tmp)) < 0)
 		return -1;
 	ok = write_all(fd, h, sizeof(*h)) == 0 && write_all(fd, &flat, sizeof(flat)) == 0 &&
 	     (!c->nparts || write_all(fd, c->parts, c->nparts * sizeof(*c->parts)) == 0) &&
-	     fchmod(fd, (h->yaml.mode & S_IROTH) ? 0644 : 0600) == 0;
+	     fchmod(fd, (h->yaml.mode & S_IROTH) ? 0644 : 0600) == 0 &&
+	     ddpenv_seal_file(fd, (off_t)offsetof(struct kept_head, seal), why, sizeof(why)) == 0;
 	ok = close(fd) == 0 && ok && rename(tmp, file) == 0;
 	if (!ok)
 		unlink(tmp);

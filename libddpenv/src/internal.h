@@ -50,6 +50,17 @@ int ddpenv_hmac_sha256(const void *key, size_t klen, const void *msg, size_t mle
 int ddpenv_hmac_sha256_nettle(const void *key, size_t klen, const void *msg, size_t mlen,
 			      unsigned char out[DDPENV_HMAC_LEN], char *err, size_t errlen);
 
+/* seal.c: a kept file's seal, the modification time its writer gave it
+ * last, in the file's own head (seal.c says what it sees and what not). */
+struct ddpenv_seal {
+	int64_t sec, nsec;
+};
+/* fd's modification time set to the clock's and written as its seal at
+ * offset at: 0, else -1 with err. */
+int ddpenv_seal_file(int fd, off_t at, char *err, size_t errlen);
+/* sb (the file's fstat) as sealed with s: not written since.  1, else 0. */
+int ddpenv_seal_holds(const struct ddpenv_seal *s, const struct stat *sb);
+
 /* root_dir.c: dir a folder of root's that only root can write; make: made
  * (0755) if missing.  what names the setting in messages.  0, else -1 with
  * err. */

@@ -1,19 +1,19 @@
 /*
- * OpenSSL's libcrypto, nettle, libyaml and zlib, opened at their first
- * use (dlopen), as ddp-check opens NCCL, not as the plugin is loaded.
- * srun and every step's slurmstepd load spank_ddp.so, --ddp or not:
- * linked, libcrypto, libyaml and zlib cost each of those processes about
- * 0.9 ms (most of it libcrypto's relocations, 130 page faults; zlib 0.06
- * to 0.1 ms), paid by every step of a cluster with the plugin installed.
- * A step uses nettle only to derive its token under a site's rdzv_secret
- * (slurmstepd), libcrypto only for the store's proofs of that token (in
- * the tasks), libyaml only to parse ddp.yaml where its kept parse cannot
- * be used (config_cache.c), and zlib only for the CRC-32 of what is kept
- * (config_cache.c, topo_shm.c): --ddp steps.
+ * OpenSSL's libcrypto, nettle and libyaml, opened at their first use
+ * (dlopen), as ddp-check opens NCCL, not as the plugin is loaded.  srun
+ * and every step's slurmstepd load spank_ddp.so, --ddp or not: linked,
+ * libcrypto and libyaml cost each of those processes about 0.9 ms (most of
+ * it libcrypto's relocations, 130 page faults), paid by every step of a
+ * cluster with the plugin installed.  A step uses nettle only to derive
+ * its token under a site's rdzv_secret (slurmstepd), libcrypto only for
+ * the store's proofs of that token (in the tasks), and libyaml only to
+ * parse ddp.yaml where its kept parse cannot be used (config_cache.c).
+ * What is kept is sealed with its modification time (seal.c), not a
+ * checksum: zlib's load took 0.06 to 0.25 ms of a --ddp step's launch.
  *
  * The sonames are those of the libraries the build compiled against
- * (DDPENV_CRYPTO_SONAME, DDPENV_NETTLE_SONAME, DDPENV_YAML_SONAME and
- * DDPENV_ZLIB_SONAME, from mk/common.mk), opened by the dynamic linker's
+ * (DDPENV_CRYPTO_SONAME, DDPENV_NETTLE_SONAME and DDPENV_YAML_SONAME,
+ * from mk/common.mk), opened by the dynamic linker's
  * search (ld.so.cache), never a path from the job's environment:
  * slurmstepd's own environment is slurmd's.
  */
@@ -24,9 +24,8 @@
 
 #include "libs.h"
 
-#if !defined(DDPENV_CRYPTO_SONAME) || !defined(DDPENV_NETTLE_SONAME) || !defined(DDPENV_YAML_SONAME) || \
-	!defined(DDPENV_ZLIB_SONAME)
-#error "DDPENV_CRYPTO_SONAME, DDPENV_NETTLE_SONAME, DDPENV_YAML_SONAME and DDPENV_ZLIB_SONAME: set by mk/common.mk from the linker's libcrypto.so, libnettle.so, libyaml.so and libz.so"
+#if !defined(DDPENV_CRYPTO_SONAME) || !defined(DDPENV_NETTLE_SONAME) || !defined(DDPENV_YAML_SONAME)
+#error "DDPENV_CRYPTO_SONAME, DDPENV_NETTLE_SONAME and DDPENV_YAML_SONAME: set by mk/common.mk from the linker's libcrypto.so, libnettle.so and libyaml.so"
 #endif
 
 int ddpenv_lib_open(const char *soname, const char *what, const struct ddpenv_lib_sym *syms, size_t n,
@@ -129,25 +128,4 @@ static struct lazy yaml = { DDPENV_YAML_SONAME, "libyaml", yaml_syms, COUNT(yaml
 const struct ddpenv_yaml_fns *ddpenv_yaml(char *err, size_t errlen)
 {
 	return lazy_fns(&yaml, err, errlen);
-}
-
-static const struct ddpenv_lib_sym zlib_syms[] = {
-	SYM(ddpenv_zlib_fns, crc32_z, "crc32_z"),
-};
-static struct ddpenv_zlib_fns zlib_fns;
-static struct lazy zlib = { DDPENV_ZLIB_SONAME, "zlib", zlib_syms, COUNT(zlib_syms), &zlib_fns, 0, 0, "" };
-
-const struct ddpenv_zlib_fns *ddpenv_zlib(char *err, size_t errlen)
-{
-	return lazy_fns(&zlib, err, errlen);
-}
-
-int ddpenv_crc32(uint32_t *crc, const void *p, size_t n, char *err, size_t errlen)
-{
-	const struct ddpenv_zlib_fns *z = ddpenv_zlib(err, errlen);
-
-	if (!z)
-		return -1;
-	*crc = (uint32_t)z->crc32_z(*crc, p, n);
-	return 0;
 }

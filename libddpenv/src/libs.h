@@ -1,5 +1,5 @@
-/* libs.c: OpenSSL's libcrypto, nettle, libyaml and zlib, opened at their
- * first use.  Internal; not part of the API. */
+/* libs.c: OpenSSL's libcrypto, nettle and libyaml, opened at their first
+ * use.  Internal; not part of the API. */
 #ifndef DDPENV_LIBS_H
 #define DDPENV_LIBS_H
 
@@ -11,7 +11,6 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <yaml.h>
-#include <zlib.h>
 
 /* What libddpenv calls of libcrypto (the store's proofs, in the tasks). */
 struct ddpenv_crypto_fns {
@@ -40,11 +39,6 @@ struct ddpenv_yaml_fns {
 	__typeof__(yaml_document_delete) *document_delete;
 };
 
-/* What libddpenv calls of zlib. */
-struct ddpenv_zlib_fns {
-	__typeof__(crc32_z) *crc32_z;
-};
-
 /* The library's functions, opened at the first call in this process (the
  * next calls return the same); NULL with err naming the library and what
  * was expected when it cannot be opened or lacks one of them.  Safe from
@@ -52,11 +46,6 @@ struct ddpenv_zlib_fns {
 const struct ddpenv_crypto_fns *ddpenv_crypto(char *err, size_t errlen);
 const struct ddpenv_nettle_fns *ddpenv_nettle(char *err, size_t errlen);
 const struct ddpenv_yaml_fns *ddpenv_yaml(char *err, size_t errlen);
-const struct ddpenv_zlib_fns *ddpenv_zlib(char *err, size_t errlen);
-
-/* zlib's CRC-32 of the n bytes at p, continuing *crc (0 to start).  0,
- * else -1 with err where zlib cannot be opened. */
-int ddpenv_crc32(uint32_t *crc, const void *p, size_t n, char *err, size_t errlen);
 
 /* A function of a library and where its pointer goes in a table of them. */
 struct ddpenv_lib_sym {

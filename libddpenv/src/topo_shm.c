@@ -12,9 +12,9 @@
  * and hwloc refuses with EBUSY: the caller reads the export instead.
  * The file is never changed in place but written under another name and
  * renamed, so no mapping sees it shrink (SIGBUS) or change; its first
- * page says what wrote it with the CRC-32 of hwloc's copy, which
- * slurmstepd checks at each step (ddpenv_topo_shm_check, as root) before
- * the tasks map it.
+ * page says what wrote it and holds its seal (seal.c), which slurmstepd
+ * checks at each step (ddpenv_topo_shm_check, as root) and each task
+ * before it maps it.
  *
  * A mapped topology is read-only and holds the allowed CPUs of the step
  * that wrote it: its allowed set is this process's cpuset cgroup's
@@ -22,6 +22,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +35,7 @@
 #include <hwloc/shmem.h>
 
 #include "ddpenv.h"
-#include "libs.h"
+#include "internal.h"
 #include "topo.h"
 
 /* 32 TiB: on x86-64 (and 48-bit arm64) between a program's heap (near
@@ -54,43 +55,24 @@ static int address_space_ok(char *err, size_t errlen)
 	return 0;
 }
 
-/* The file's first page, before hwloc's copy: what wrote it and the
- * CRC-32 of the copy (zlib's), checked at each step
- * (ddpenv_topo_shm_check) so a copy changed since it was written (a
- * disk's or a program's error: only root can write it) is never mapped.
- * Not a cryptographic hash: OpenSSL's first digest in a process costs a
- * millisecond of its set-up, more than the mapping saves. */
+/* The file's first page, before hwloc's copy: what wrote it and its seal
+ * (seal.c), the modification time its writer gave it, checked with each
+ * map (slurmstepd's, each task's) so that a copy written since (a
+ * program's error: only root can write it) is never mapped. */
 struct shm_head {
 	char magic[16];
 	uint32_t format;
 	uint32_t hwloc_api;     /* hwloc_get_api_version() of the writer */
 	uint64_t length;        /* hwloc's copy, from the second page */
-	uint32_t crc;           /* CRC-32 of hwloc's copy */
-	uint32_t pad;
+	struct ddpenv_seal seal;
 };
 static const char shm_magic[16] = "slurm-ddp topo\n";
-#define SHM_FORMAT 1
+#define SHM_FORMAT 2
 
 static size_t page_size(void)
 {
 	long p = sysconf(_SC_PAGESIZE);
 	return p > 0 ? (size_t)p : 4096;
-}
-
-/* CRC-32 of fd's bytes [off, off + len) into crc: 0, else -1 with err */
-static int checksum(int fd, size_t off, size_t len, uint32_t *crc, char *err, size_t errlen)
-{
-	void *m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, (off_t)off);
-	int rv;
-
-	if (m == MAP_FAILED) {
-		snprintf(err, errlen, "%s", strerror(errno));
-		return -1;
-	}
-	*crc = 0;
-	rv = ddpenv_crc32(crc, m, len, err, errlen);
-	munmap(m, len);
-	return rv;
 }
 
 int ddpenv_topo_shm_write(const struct ddpenv_topo *t, const char *path, char *err, size_t errlen)
@@ -128,12 +110,12 @@ int ddpenv_topo_shm_write(const struct ddpenv_topo *t, const char *path, char *e
 	h.format = SHM_FORMAT;
 	h.hwloc_api = hwloc_get_api_version();
 	h.length = len;
-	if (checksum(fd, page, len, &h.crc, why, sizeof(why)) < 0) {
-		snprintf(err, errlen, "%.200s: cannot seal the mapped copy: %s", path, why);
+	if (pwrite(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
+		snprintf(err, errlen, "%.200s: cannot write the mapped copy's head: %s", path, strerror(errno));
 		goto fail;
 	}
-	if (pwrite(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
-		snprintf(err, errlen, "%.200s: cannot seal the mapped copy: %s", path, strerror(errno));
+	if (ddpenv_seal_file(fd, (off_t)offsetof(struct shm_head, seal), why, sizeof(why)) < 0) {
+		snprintf(err, errlen, "%.200s: the mapped copy: %s", path, why);
 		goto fail;
 	}
 	/* whole before it is named */
@@ -182,33 +164,24 @@ static ssize_t shm_file_ok(int fd, const char *path, struct shm_head *h, char *e
 			 hwloc_get_api_version());
 		return -1;
 	}
+	if (!ddpenv_seal_holds(&h->seal, &st)) {
+		snprintf(err, errlen, "%.200s: written since it was kept (its modification time is not the one its head holds)",
+			 path);
+		return -1;
+	}
 	return (ssize_t)h->length;
 }
 
 int ddpenv_topo_shm_check(const char *path, char *err, size_t errlen)
 {
-	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), rv = -1;
-	char why[DDPENV_ERRLEN];
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), rv;
 	struct shm_head h;
-	uint32_t crc;
-	ssize_t len;
 
 	if (fd < 0) {
 		snprintf(err, errlen, "%.200s: %s", path, strerror(errno));
 		return -1;
 	}
-	if ((len = shm_file_ok(fd, path, &h, err, errlen)) < 0)
-		goto out;
-	if (checksum(fd, page_size(), (size_t)len, &crc, why, sizeof(why)) < 0) {
-		snprintf(err, errlen, "%.200s: hwloc's copy cannot be checked: %s", path, why);
-		goto out;
-	}
-	if (crc != h.crc) {
-		snprintf(err, errlen, "%.200s: hwloc's copy is not what was written (CRC-32)", path);
-		goto out;
-	}
-	rv = 0;
-out:
+	rv = shm_file_ok(fd, path, &h, err, errlen) < 0 ? -1 : 0;
 	close(fd);
 	return rv;
 }

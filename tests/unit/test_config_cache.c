@@ -3,7 +3,8 @@
  * configuration as a parse), parsed again when the file changed, when the
  * kept file is corrupt, truncated, a user's, writable by others, a link or
  * another build's; never in a folder that is not root's; read, never
- * written, by a user; and never an error of its own. */
+ * written, by a user; and never an error of its own.  The seal of a kept
+ * file (libddpenv/src/seal.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "ddpenv.h"
+#include "../../libddpenv/src/internal.h"
 #include "test.h"
 #include "tmptree.h"
 
@@ -190,9 +192,9 @@ static void test_kept(void)
 	ino = inode(kept_file);
 	test_cond("... (kept file found)", stat(kept_file, &st) == 0);
 	poke(kept_file, st.st_size - 16, "\x55\xaa", 2); /* in the last partition */
-	expect("a corrupt kept file (its CRC-32): parsed again and kept anew", DDPENV_CONFIG_KEPT);
+	expect("a kept file written since it was sealed: parsed again and kept anew", DDPENV_CONFIG_KEPT);
 	test_cond("... a new file", inode(kept_file) != ino);
-	poke(kept_file, 112 + 8, "\x01\x02\x03", 3); /* its head's code.ino */
+	poke(kept_file, 128 + 8, "\x01\x02\x03", 3); /* its head's code.ino */
 	expect("a parse another build kept (the code's identity): parsed again", DDPENV_CONFIG_KEPT);
 	if (truncate(kept_file, 5000) == 0)
 		expect("a truncated kept file: parsed again", DDPENV_CONFIG_KEPT);
@@ -282,6 +284,43 @@ static void test_user(void)
 	test_cond("... the kept file untouched", inode(kept_file) == ino);
 }
 
+/* seal.c: a file sealed holds while it is not written, and not after */
+static void test_seal(void)
+{
+	char file[400];
+	struct ddpenv_seal s;
+	struct stat sb;
+	int fd;
+
+	snprintf(file, sizeof(file), "%s/sealed", tmp);
+	fd = open(file, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	test_cond("a file to seal", fd >= 0 && write(fd, "0123456789abcdef0123456789abcdef", 32) == 32);
+	if (fd < 0)
+		return;
+	test_cond("sealed at offset 8", ddpenv_seal_file(fd, 8, err, sizeof(err)) == 0);
+	if (t_fail)
+		printf("#   %s\n", err);
+	test_cond("... its head holds its modification time",
+		  pread(fd, &s, sizeof(s), 8) == (ssize_t)sizeof(s) && fstat(fd, &sb) == 0 &&
+		  ddpenv_seal_holds(&s, &sb) && sb.st_size == 32);
+	test_cond("... which is the clock's, not a time of its own", sb.st_mtim.tv_sec > 1700000000);
+	test_cond("... the rest as it was", pread(fd, &s, 8, 0) == 8 && memcmp(&s, "01234567", 8) == 0 &&
+		  pread(fd, &s, 8, 24) == 8 && memcmp(&s, "89abcdef", 8) == 0);
+	pread(fd, &s, sizeof(s), 8);
+	test_cond("a byte written after: the seal no longer holds",
+		  pwrite(fd, "x", 1, 30) == 1 && fstat(fd, &sb) == 0 && !ddpenv_seal_holds(&s, &sb));
+	test_cond("sealed again, it holds", ddpenv_seal_file(fd, 8, err, sizeof(err)) == 0 &&
+		  pread(fd, &s, sizeof(s), 8) == (ssize_t)sizeof(s) && fstat(fd, &sb) == 0 && ddpenv_seal_holds(&s, &sb));
+	test_cond("truncated: no longer", ftruncate(fd, 24) == 0 && fstat(fd, &sb) == 0 && !ddpenv_seal_holds(&s, &sb));
+	close(fd);
+	fd = open(file, O_RDONLY);
+	test_cond("a file opened read-only cannot be sealed", fd >= 0 && ddpenv_seal_file(fd, 8, err, sizeof(err)) < 0);
+	test_err("... saying why", err, "cannot seal it: Bad file descriptor");
+	if (fd >= 0)
+		close(fd);
+	unlink(file);
+}
+
 int main(void)
 {
 	snprintf(tmp, sizeof(tmp), "/tmp/config-cache-XXXXXX");
@@ -290,6 +329,7 @@ int main(void)
 	chmod(tmp, 0755);
 	snprintf(yaml, sizeof(yaml), "%s/ddp.yaml", tmp);
 	snprintf(dir, sizeof(dir), "%s/cache", tmp);
+	test_seal();
 	test_no_cache();
 	if (geteuid() != 0) {
 		test_skip("the kept parse (root's, in a folder of root's)", "not root");
