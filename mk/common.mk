@@ -23,14 +23,13 @@ SAN_LDFLAGS := -fsanitize=$(SANITIZER)
 endif
 SLURM_CFLAGS := $(shell pkg-config --cflags slurm 2>/dev/null)
 SLURM_LIBS := $(shell pkg-config --libs slurm 2>/dev/null || echo -lslurm)
-# What a program linking libddpenv needs besides it: libcrypto, nettle and
-# libyaml it opens at their first use (libddpenv/src/libs.c), by
+# What a program linking libddpenv needs besides it: nettle and libyaml it
+# opens at their first use (libddpenv/src/libs.c), by
 # the sonames of those this compiler links (DDPENV_SONAMES, expanded where
 # used).
 DDPENV_DEPLIBS := -lhwloc
 soname_of = $(shell objdump -p "$$($(CC) -print-file-name=lib$(1).so)" 2>/dev/null | sed -n 's/^ *SONAME *//p')
-DDPENV_SONAMES = -DDDPENV_CRYPTO_SONAME=\"$(call soname_of,crypto)\" -DDDPENV_NETTLE_SONAME=\"$(call soname_of,nettle)\" \
-		 -DDDPENV_YAML_SONAME=\"$(call soname_of,yaml)\"
+DDPENV_SONAMES = -DDDPENV_NETTLE_SONAME=\"$(call soname_of,nettle)\" -DDDPENV_YAML_SONAME=\"$(call soname_of,yaml)\"
 DDPENV_LIBS := $(DDPENV_DEPLIBS) $(SLURM_LIBS)
 # Install locations (the top-level Makefile sets them for every folder).
 PREFIX ?= /usr/local

@@ -1,25 +1,20 @@
 /*
- * HMAC-SHA256 (RFC 2104), from one of two libraries by where it runs.
+ * HMAC-SHA256 (RFC 2104): nettle's, GnuTLS's crypto library, opened at its
+ * first call (libs.c), for the step's token (ddpenv_token_derive, in
+ * slurmstepd) and the store's proofs (store_auth.c, in the tasks).
  *
- * The step's token is derived in slurmstepd (ddpenv_token_derive), a new
- * process for every step of every node, so what its library costs to load
- * is paid by every step of a site with an rdzv_secret.  OpenSSL's
- * libcrypto costs 1.1 to 2.4 ms there: Debian links it -z now, and its
- * 4,000 symbol relocations are each looked up through slurmstepd's global
- * scope (libslurmfull's 2,900 symbols first), then 17,000 relative ones
- * written; its first HMAC() then sets OpenSSL 3 up (its configuration,
- * its default provider): 1 to 1.5 ms more.  nettle, GnuTLS's crypto
- * library, opens in 0.16 ms (13 page faults) and has no set-up
- * (docs/benchmarks.md).  So the token is nettle's HMAC.
- *
- * The store's proofs are made in the tasks, once per connection, where
- * that cost is nothing beside a training process's start: OpenSSL's
- * HMAC(), with its constant-time comparison (store_auth.c).  The two are
- * checked against each other for keys and messages of every length to
- * past two blocks (tests/unit/test_config.c).  Each library is opened at
- * its first call (libs.c).
+ * The token is derived in a new slurmstepd for every step of every node,
+ * so what its library costs to load is paid by every step of a site with
+ * an rdzv_secret: nettle opens in 0.16 ms (13 page faults) and has no
+ * set-up.  OpenSSL's libcrypto cost 1.1 to 2.4 ms there (Debian links it
+ * -z now: 4,000 symbol relocations looked up through slurmstepd's global
+ * scope, 17,000 relative ones written), and its first HMAC() set OpenSSL 3
+ * up (its configuration, its default provider), 1 to 1.5 ms more, which
+ * each rank paid again for its store's proofs (docs/benchmarks.md).  The
+ * tests check nettle's HMAC against RFC 4231's vectors and against
+ * OpenSSL's for keys and messages of every length to past two blocks
+ * (tests/unit/test_config.c).
  */
-#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -31,22 +26,6 @@ _Static_assert(SHA256_DIGEST_SIZE == DDPENV_HMAC_LEN, "nettle's SHA-256 digest i
 int ddpenv_hmac_sha256(const void *key, size_t klen, const void *msg, size_t mlen,
 		       unsigned char out[DDPENV_HMAC_LEN], char *err, size_t errlen)
 {
-	const struct ddpenv_crypto_fns *c = ddpenv_crypto(err, errlen);
-	unsigned int len = 0;
-
-	if (!c)
-		return -1;
-	if (klen > INT_MAX ||
-	    !c->hmac(c->evp_sha256(), key, (int)klen, msg, mlen, out, &len) || len != DDPENV_HMAC_LEN) {
-		snprintf(err, errlen, "HMAC-SHA256 with a key of %zu bytes failed (OpenSSL)", klen);
-		return -1;
-	}
-	return 0;
-}
-
-int ddpenv_hmac_sha256_nettle(const void *key, size_t klen, const void *msg, size_t mlen,
-			      unsigned char out[DDPENV_HMAC_LEN], char *err, size_t errlen)
-{
 	const struct ddpenv_nettle_fns *n = ddpenv_nettle(err, errlen);
 	struct hmac_sha256_ctx ctx;
 
@@ -57,4 +36,13 @@ int ddpenv_hmac_sha256_nettle(const void *key, size_t klen, const void *msg, siz
 	n->hmac_sha256_digest(&ctx, DDPENV_HMAC_LEN, out);
 	explicit_bzero(&ctx, sizeof(ctx)); /* it holds the key's pads */
 	return 0;
+}
+
+int ddpenv_hmac_equal(const void *a, const void *b, size_t len, char *err, size_t errlen)
+{
+	const struct ddpenv_nettle_fns *n = ddpenv_nettle(err, errlen);
+
+	if (!n)
+		return -1;
+	return n->memeql_sec(a, b, len) ? 1 : 0;
 }

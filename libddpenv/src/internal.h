@@ -40,15 +40,14 @@ struct stat;
 int ddpenv_config_load_stat(struct ddpenv_config *c, const char *path, int must_exist,
 			    struct stat *sb, char *err, size_t errlen);
 
-/* hmac.c: HMAC-SHA256 of msg under key into out: OpenSSL's HMAC() (the
- * store's proofs), or nettle's (the token, in slurmstepd: hmac.c says
- * why).  0, else -1 with err (the library cannot be opened, or it
- * failed). */
+/* hmac.c: HMAC-SHA256 of msg under key into out, nettle's (the token and
+ * the store's proofs).  0, else -1 with err (nettle cannot be opened). */
 #define DDPENV_HMAC_LEN 32
 int ddpenv_hmac_sha256(const void *key, size_t klen, const void *msg, size_t mlen,
 		       unsigned char out[DDPENV_HMAC_LEN], char *err, size_t errlen);
-int ddpenv_hmac_sha256_nettle(const void *key, size_t klen, const void *msg, size_t mlen,
-			      unsigned char out[DDPENV_HMAC_LEN], char *err, size_t errlen);
+/* hmac.c: whether a and b (len bytes each) are equal, compared in constant
+ * time (nettle's memeql_sec): 1 or 0, else -1 with err. */
+int ddpenv_hmac_equal(const void *a, const void *b, size_t len, char *err, size_t errlen);
 
 /* seal.c: a kept file's seal, the modification time its writer gave it
  * last, in the file's own head (seal.c says what it sees and what not). */

@@ -1,19 +1,20 @@
 /*
- * OpenSSL's libcrypto, nettle and libyaml, opened at their first use
- * (dlopen), as ddp-check opens NCCL, not as the plugin is loaded.  srun
- * and every step's slurmstepd load spank_ddp.so, --ddp or not: linked,
- * libcrypto and libyaml cost each of those processes about 0.9 ms (most of
- * it libcrypto's relocations, 130 page faults), paid by every step of a
- * cluster with the plugin installed.  A step uses nettle only to derive
- * its token under a site's rdzv_secret (slurmstepd), libcrypto only for
- * the store's proofs of that token (in the tasks), and libyaml only to
- * parse ddp.yaml where its kept parse cannot be used (config_cache.c).
- * What is kept is sealed with its modification time (seal.c), not a
- * checksum: zlib's load took 0.06 to 0.25 ms of a --ddp step's launch.
+ * nettle and libyaml, opened at their first use (dlopen), as ddp-check
+ * opens NCCL, not as the plugin is loaded.  srun and every step's
+ * slurmstepd load spank_ddp.so, --ddp or not: linked, OpenSSL's libcrypto
+ * (the HMAC's library before nettle) and libyaml cost each of those
+ * processes about 0.9 ms (most of it libcrypto's relocations, 130 page
+ * faults), paid by every step of a cluster with the plugin installed.  A
+ * step uses nettle only under a site's rdzv_secret, to derive its token
+ * (slurmstepd) and for the store's proofs of it (the tasks), and libyaml
+ * only to parse ddp.yaml where its kept parse cannot be used
+ * (config_cache.c).  What is kept is sealed with its modification time
+ * (seal.c), not a checksum: zlib's load took 0.06 to 0.25 ms of a --ddp
+ * step's launch.
  *
  * The sonames are those of the libraries the build compiled against
- * (DDPENV_CRYPTO_SONAME, DDPENV_NETTLE_SONAME and DDPENV_YAML_SONAME,
- * from mk/common.mk), opened by the dynamic linker's
+ * (DDPENV_NETTLE_SONAME and DDPENV_YAML_SONAME, from mk/common.mk),
+ * opened by the dynamic linker's
  * search (ld.so.cache), never a path from the job's environment:
  * slurmstepd's own environment is slurmd's.
  */
@@ -24,8 +25,8 @@
 
 #include "libs.h"
 
-#if !defined(DDPENV_CRYPTO_SONAME) || !defined(DDPENV_NETTLE_SONAME) || !defined(DDPENV_YAML_SONAME)
-#error "DDPENV_CRYPTO_SONAME, DDPENV_NETTLE_SONAME and DDPENV_YAML_SONAME: set by mk/common.mk from the linker's libcrypto.so, libnettle.so and libyaml.so"
+#if !defined(DDPENV_NETTLE_SONAME) || !defined(DDPENV_YAML_SONAME)
+#error "DDPENV_NETTLE_SONAME and DDPENV_YAML_SONAME: set by mk/common.mk from the linker's libnettle.so and libyaml.so"
 #endif
 
 int ddpenv_lib_open(const char *soname, const char *what, const struct ddpenv_lib_sym *syms, size_t n,
@@ -85,24 +86,11 @@ static const void *lazy_fns(struct lazy *l, char *err, size_t errlen)
 	return NULL;
 }
 
-static const struct ddpenv_lib_sym crypto_syms[] = {
-	SYM(ddpenv_crypto_fns, hmac, "HMAC"),
-	SYM(ddpenv_crypto_fns, evp_sha256, "EVP_sha256"),
-	SYM(ddpenv_crypto_fns, memcmp, "CRYPTO_memcmp"),
-};
-static struct ddpenv_crypto_fns crypto_fns;
-static struct lazy crypto = { DDPENV_CRYPTO_SONAME, "OpenSSL's libcrypto", crypto_syms, COUNT(crypto_syms),
-			      &crypto_fns, 0, 0, "" };
-
-const struct ddpenv_crypto_fns *ddpenv_crypto(char *err, size_t errlen)
-{
-	return lazy_fns(&crypto, err, errlen);
-}
-
 static const struct ddpenv_lib_sym nettle_syms[] = {
 	SYM(ddpenv_nettle_fns, hmac_sha256_set_key, "nettle_hmac_sha256_set_key"),
 	SYM(ddpenv_nettle_fns, hmac_sha256_update, "nettle_hmac_sha256_update"),
 	SYM(ddpenv_nettle_fns, hmac_sha256_digest, "nettle_hmac_sha256_digest"),
+	SYM(ddpenv_nettle_fns, memeql_sec, "nettle_memeql_sec"),
 };
 static struct ddpenv_nettle_fns nettle_fns;
 static struct lazy nettle = { DDPENV_NETTLE_SONAME, "nettle", nettle_syms, COUNT(nettle_syms), &nettle_fns, 0, 0,

@@ -1,5 +1,4 @@
-/* libs.c: OpenSSL's libcrypto, nettle and libyaml, opened at their first
- * use.  Internal; not part of the API. */
+/* libs.c: nettle and libyaml, opened at their first use.  Internal; not part of the API. */
 #ifndef DDPENV_LIBS_H
 #define DDPENV_LIBS_H
 
@@ -7,25 +6,17 @@
 #include <stdint.h>
 
 #include <nettle/hmac.h>
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
+#include <nettle/memops.h>
 #include <yaml.h>
 
-/* What libddpenv calls of libcrypto (the store's proofs, in the tasks). */
-struct ddpenv_crypto_fns {
-	__typeof__(HMAC) *hmac;
-	__typeof__(EVP_sha256) *evp_sha256;
-	__typeof__(CRYPTO_memcmp) *memcmp;
-};
-
-/* What libddpenv calls of nettle (the step's token, in slurmstepd: hmac.c
- * says why not libcrypto there).  nettle's names are macros of the
+/* What libddpenv calls of nettle (the step's token in slurmstepd, the
+ * store's proofs in the tasks: hmac.c).  nettle's names are macros of the
  * exported nettle_ ones. */
 struct ddpenv_nettle_fns {
 	__typeof__(nettle_hmac_sha256_set_key) *hmac_sha256_set_key;
 	__typeof__(nettle_hmac_sha256_update) *hmac_sha256_update;
 	__typeof__(nettle_hmac_sha256_digest) *hmac_sha256_digest;
+	__typeof__(nettle_memeql_sec) *memeql_sec;
 };
 
 /* What libddpenv calls of libyaml. */
@@ -43,7 +34,6 @@ struct ddpenv_yaml_fns {
  * next calls return the same); NULL with err naming the library and what
  * was expected when it cannot be opened or lacks one of them.  Safe from
  * any thread. */
-const struct ddpenv_crypto_fns *ddpenv_crypto(char *err, size_t errlen);
 const struct ddpenv_nettle_fns *ddpenv_nettle(char *err, size_t errlen);
 const struct ddpenv_yaml_fns *ddpenv_yaml(char *err, size_t errlen);
 

@@ -32,7 +32,7 @@ int store_proof(const char *token, enum store_role role, const uint8_t cnonce[ST
 {
 	static const char *const label[] = { "slurm-ddp store 2 server", "slurm-ddp store 2 client" };
 	uint8_t msg[32 + 2 * STORE_NONCE_LEN + 8];
-	char why[256]; /* the store opened libcrypto as it started (store_crypto) */
+	char why[256]; /* the store opened nettle as it started (store_crypto) */
 	size_t ll = strlen(label[role]), n = 0;
 
 	if (!token || !*token)
@@ -55,12 +55,11 @@ int store_proof_ok(const char *token, enum store_role role, const uint8_t cnonce
 {
 	uint8_t want[STORE_PROOF_LEN];
 	char why[256];
-	const struct ddpenv_crypto_fns *c = ddpenv_crypto(why, sizeof(why));
 	int ok;
 
-	if (!c || len != STORE_PROOF_LEN || store_proof(token, role, cnonce, snonce, rank, world, want) < 0)
+	if (len != STORE_PROOF_LEN || store_proof(token, role, cnonce, snonce, rank, world, want) < 0)
 		return 0;
-	ok = c->memcmp(want, got, STORE_PROOF_LEN) == 0;
+	ok = ddpenv_hmac_equal(want, got, STORE_PROOF_LEN, why, sizeof(why)) == 1;
 	explicit_bzero(want, sizeof(want));
 	return ok;
 }
@@ -69,7 +68,7 @@ int store_crypto(const char *token, char *err, size_t errlen)
 {
 	char why[256];
 
-	if (!token || !*token || ddpenv_crypto(why, sizeof(why)))
+	if (!token || !*token || ddpenv_nettle(why, sizeof(why)))
 		return 0;
 	snprintf(err, errlen, "the rendezvous token needs %s", why);
 	return -1;

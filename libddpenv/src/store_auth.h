@@ -22,14 +22,14 @@ enum store_role { STORE_SERVER, STORE_CLIENT };
 int store_nonce(uint8_t out[STORE_NONCE_LEN]);
 
 /* The proof of role over the handshake's nonces and claim: 0, or -1 (no
- * token, or OpenSSL failed). */
+ * token, or nettle cannot be opened). */
 int store_proof(const char *token, enum store_role role, const uint8_t cnonce[STORE_NONCE_LEN],
 		const uint8_t snonce[STORE_NONCE_LEN], uint32_t rank, uint32_t world,
 		uint8_t out[STORE_PROOF_LEN]);
 
-/* With a token, the proofs' library (libcrypto, opened at its first use):
- * 0, else -1 with err.  Called as a store starts or a client joins, so that
- * a missing libcrypto is said as such, not as a failed handshake. */
+/* With a token, the proofs' library (nettle, opened at its first use): 0,
+ * else -1 with err.  Called as a store starts or a client joins, so that a
+ * missing nettle is said as such, not as a failed handshake. */
 int store_crypto(const char *token, char *err, size_t errlen);
 
 /* Whether got (len bytes) is the proof of role: compared in constant time. */

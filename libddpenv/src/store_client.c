@@ -448,7 +448,7 @@ static int join(struct ddpenv_store *s, const char *token, int64_t deadline, cha
 	if (rv < 0)
 		return -1;
 	if (*token && store_proof(token, STORE_CLIENT, cn, sn, (uint32_t)s->rank, (uint32_t)s->world, proof) < 0) {
-		fail(s, err, errlen, "joining", "HMAC failed (OpenSSL)");
+		fail(s, err, errlen, "joining", "HMAC failed (nettle)");
 		return -1;
 	}
 	req = build(OP_PROOF, &reqlen, "s", (const void *)proof, *token ? (size_t)STORE_PROOF_LEN : (size_t)0);

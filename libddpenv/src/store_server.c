@@ -460,7 +460,7 @@ static int op_join(struct store_server *sv, struct conn *c, struct rd *r)
 	p += 4;
 	if (sv->has_token &&
 	    store_proof(sv->token, STORE_SERVER, c->cnonce, c->snonce, rank, world, p) < 0)
-		return refuse(sv, c, &sv->ref.malformed, "HMAC failed (OpenSSL)", "the store's HMAC failed");
+		return refuse(sv, c, &sv->ref.malformed, "HMAC failed (nettle)", "the store's HMAC failed");
 	if (sv->has_token)
 		p += STORE_PROOF_LEN;
 	if (out_reserve(c, 4 + (size_t)(p - body)) < 0)

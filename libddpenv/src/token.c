@@ -25,7 +25,7 @@ int ddpenv_token_derive(const void *secret, size_t len, uint32_t job_id,
 		return -1;
 	}
 	n = snprintf(msg, sizeof(msg), "slurm-ddp rdzv v2 %u.%u uid %u", job_id, step_id, uid);
-	if (ddpenv_hmac_sha256_nettle(secret, len, msg, (size_t)n, mac, why, sizeof(why)) < 0) {
+	if (ddpenv_hmac_sha256(secret, len, msg, (size_t)n, mac, why, sizeof(why)) < 0) {
 		snprintf(err, errlen, "the token of step %u.%u: %s", job_id, step_id, why);
 		return -1;
 	}

@@ -538,7 +538,7 @@ step_objects() {
 	wait "$STEP_BG" 2>/dev/null || true
 }
 
-@test "libcrypto, nettle and libyaml are opened where a step needs them only: none by srun or slurmstepd without --ddp; neither libyaml nor zlib with ddp.yaml's kept parse; nettle, not libcrypto, by a --ddp step's slurmstepd under rdzv_secret" {
+@test "nettle and libyaml are opened where a step needs them only: neither by srun or slurmstepd without --ddp; neither libyaml nor zlib with ddp.yaml's kept parse; nettle by a --ddp step's slurmstepd under rdzv_secret; libcrypto never" {
 	set_conf "port_range: 30000-30099"
 	sleep 1.2 # settled: the next step keeps its parse (config_cache)
 	run crun srun --ddp=gloo -N1 -n1 true
@@ -561,7 +561,7 @@ step_objects() {
 	assert_success
 	run --separate-stderr step_objects --ddp=gloo
 	assert_success
-	# the token: nettle's HMAC (libddpenv/src/hmac.c says why not libcrypto's)
+	# the token: nettle's HMAC (libddpenv/src/hmac.c says why not OpenSSL's)
 	assert_line --regexp '^stepd libnettle\.so\.[0-9.]+$'
 	refute_line --regexp '^(srun|stepd) libcrypto|^srun libnettle|^(srun|stepd) libyaml'
 }

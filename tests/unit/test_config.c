@@ -8,7 +8,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../../libddpenv/src/libs.h" /* first: it asks for OpenSSL's deprecated calls */
+#include "../../libddpenv/src/libs.h"
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <zlib.h>
 
 #include "test.h"
@@ -708,12 +710,19 @@ static void test_trust(void)
 	test_cond("... its step id still Slurm's", ddpenv_step_trust(&st, &auth, &job, err, sizeof(err)) < 0);
 }
 
-/* libddpenv/src/hmac.c, internal: HMAC-SHA256 from OpenSSL (the store's
- * proofs) and from nettle (the token, in slurmstepd) */
+/* libddpenv/src/hmac.c, internal: nettle's HMAC-SHA256 (the token, the
+ * store's proofs) and its constant-time comparison */
 int ddpenv_hmac_sha256(const void *key, size_t klen, const void *msg, size_t mlen, unsigned char out[32],
 		       char *why, size_t whylen);
-int ddpenv_hmac_sha256_nettle(const void *key, size_t klen, const void *msg, size_t mlen, unsigned char out[32],
-			      char *why, size_t whylen);
+int ddpenv_hmac_equal(const void *a, const void *b, size_t len, char *why, size_t whylen);
+
+/* OpenSSL's HMAC-SHA256, linked by this test alone: the other library */
+static int openssl_hmac(const void *key, size_t klen, const void *msg, size_t mlen, unsigned char out[32])
+{
+	unsigned int len = 0;
+
+	return HMAC(EVP_sha256(), key, (int)klen, msg, mlen, out, &len) && len == 32 ? 0 : -1;
+}
 
 static void hex32(const unsigned char *mac, char out[65])
 {
@@ -721,9 +730,9 @@ static void hex32(const unsigned char *mac, char out[65])
 		snprintf(out + 2 * i, 3, "%02x", mac[i]);
 }
 
-/* The two libraries against RFC 4231's test cases, then against each
- * other: keys and messages of every length from none to past two SHA-256
- * blocks (a key over one block is hashed first), and a secret's largest */
+/* nettle's against RFC 4231's test cases, then against OpenSSL's: keys
+ * and messages of every length from none to past two SHA-256 blocks (a key
+ * over one block is hashed first), and a secret's largest */
 static void test_hmac(void)
 {
 	static unsigned char key[DDPENV_SECRET_MAX], msg[150];
@@ -733,17 +742,16 @@ static void test_hmac(void)
 
 	/* RFC 4231 4.3 (test case 2) and 4.7 (case 6: a 131-byte key) */
 	memset(key, 0xaa, 131);
-	test_cond("OpenSSL's HMAC-SHA256: RFC 4231's case 2",
-		  ddpenv_hmac_sha256("Jefe", 4, "what do ya want for nothing?", 28, a, err, sizeof(err)) == 0);
-	hex32(a, hex);
-	test_streq("...", hex, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
-	test_cond("nettle's: the same",
-		  ddpenv_hmac_sha256_nettle("Jefe", 4, "what do ya want for nothing?", 28, b, err, sizeof(err)) == 0);
+	test_cond("nettle's HMAC-SHA256: RFC 4231's case 2",
+		  ddpenv_hmac_sha256("Jefe", 4, "what do ya want for nothing?", 28, b, err, sizeof(err)) == 0);
 	hex32(b, hex);
+	test_streq("...", hex, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+	test_cond("OpenSSL's: the same", openssl_hmac("Jefe", 4, "what do ya want for nothing?", 28, a) == 0);
+	hex32(a, hex);
 	test_streq("...", hex, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
 	static const char big[] = "Test Using Larger Than Block-Size Key - Hash Key First";
 	test_cond("nettle's, RFC 4231's case 6 (a key longer than a block)",
-		  ddpenv_hmac_sha256_nettle(key, 131, big, sizeof(big) - 1, b, err, sizeof(err)) == 0);
+		  ddpenv_hmac_sha256(key, 131, big, sizeof(big) - 1, b, err, sizeof(err)) == 0);
 	hex32(b, hex);
 	test_streq("...", hex, "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
 
@@ -753,18 +761,27 @@ static void test_hmac(void)
 		msg[i] = (unsigned char)(i * 13 + 5);
 	for (size_t kl = 0; kl <= 150; kl += kl < 70 ? 1 : 7)
 		for (size_t ml = 0; ml <= sizeof(msg); ml += ml < 70 ? 1 : 9, n++)
-			if (ddpenv_hmac_sha256(key, kl, msg, ml, a, err, sizeof(err)) < 0 ||
-			    ddpenv_hmac_sha256_nettle(key, kl, msg, ml, b, err, sizeof(err)) < 0 ||
+			if (openssl_hmac(key, kl, msg, ml, a) < 0 ||
+			    ddpenv_hmac_sha256(key, kl, msg, ml, b, err, sizeof(err)) < 0 ||
 			    memcmp(a, b, 32) != 0)
 				bad++;
 	for (size_t kl = 151; kl <= sizeof(key); kl += 397, n++)
-		if (ddpenv_hmac_sha256(key, kl, msg, 40, a, err, sizeof(err)) < 0 ||
-		    ddpenv_hmac_sha256_nettle(key, kl, msg, 40, b, err, sizeof(err)) < 0 || memcmp(a, b, 32) != 0)
+		if (openssl_hmac(key, kl, msg, 40, a) < 0 ||
+		    ddpenv_hmac_sha256(key, kl, msg, 40, b, err, sizeof(err)) < 0 || memcmp(a, b, 32) != 0)
 			bad++;
 	test_cond("nettle's HMAC-SHA256 is OpenSSL's for keys of 0 to 4,096 bytes and messages of 0 to 150",
 		  bad == 0 && n > 5000);
 	if (bad)
 		printf("#   %d of %d differ\n", bad, n);
+
+	/* the proofs' comparison */
+	memcpy(a, b, 32);
+	test_cond("two equal MACs compare equal", ddpenv_hmac_equal(a, b, 32, err, sizeof(err)) == 1);
+	a[31] ^= 1;
+	test_cond("... not where the last bit differs", ddpenv_hmac_equal(a, b, 32, err, sizeof(err)) == 0);
+	a[31] ^= 1;
+	a[0] ^= 0x80;
+	test_cond("... nor the first", ddpenv_hmac_equal(a, b, 32, err, sizeof(err)) == 0);
 }
 
 /* libddpenv/src/libs.c, internal: a library opened at its first use */
@@ -788,8 +805,7 @@ static void test_lib_open(void)
 	test_cond("a function is found where the table says",
 		  ddpenv_lib_open(zlib, "zlib", crc, 1, &t, err, sizeof(err)) == 0 && t.crc32 &&
 		  t.crc32(0, (const Bytef *)"slurm", 5) == crc32(0, (const Bytef *)"slurm", 5));
-	test_cond("libcrypto, nettle and libyaml open, the same each time",
-		  ddpenv_crypto(err, sizeof(err)) && ddpenv_crypto(err, sizeof(err)) == ddpenv_crypto(err, sizeof(err)) &&
+	test_cond("nettle and libyaml open, the same each time",
 		  ddpenv_nettle(err, sizeof(err)) && ddpenv_nettle(err, sizeof(err)) == ddpenv_nettle(err, sizeof(err)) &&
 		  ddpenv_yaml(err, sizeof(err)) && ddpenv_yaml(err, sizeof(err)) == ddpenv_yaml(err, sizeof(err)));
 }
